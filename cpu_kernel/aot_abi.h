@@ -1,0 +1,114 @@
+// Shared plumbing of the native CPU kernels (the "cpu" backend).
+//
+// Every op exports one function with MindSpore's CPU AOT signature
+//   extern "C" int OpType(int nparam, void** params, int* ndims, int64_t** shapes,
+//                         const char** dtypes, void* stream, void* extra);
+// params are the op inputs in OpSpec order followed by its outputs. Attributes (cache_layout, ...)
+// come from the primitive through MindSpore's AotExtra object, whose virtual interface is mirrored
+// below (MindSpore 2.10, include/mindspore/ccsrc/utils/custom_aot_extra.h; pre-C++11 string ABI).
+// A kernel returns 0 on success; on failure it records a message (mskv::LastError) and returns
+// non-zero, which MindSpore turns into a RuntimeError. Python validates before launching, so a
+// non-zero return means a check was bypassed (graph mode) and is never a partial write.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#define MSKV_AOT_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace mindspore {
+class AotKernelData {
+ public:
+  virtual ~AotKernelData() = default;
+};
+// Layout- and vtable-compatible mirror of mindspore::AotExtra (declaration order matters).
+class AotExtra {
+ public:
+  virtual ~AotExtra() = default;
+  virtual bool HasAttr(std::string name) = 0;
+  virtual bool GetAttrBool(std::string name) = 0;
+  virtual int64_t GetAttrInt(std::string name) = 0;
+  virtual float GetAttrFloat(std::string name) = 0;
+  virtual std::string GetAttrStr(std::string name) = 0;
+  virtual std::vector<int64_t> GetAttrIntVec(std::string name) = 0;
+  virtual std::vector<float> GetAttrFloatVec(std::string name) = 0;
+  std::vector<size_t> workspace_;
+  AotKernelData* kernel_data_{nullptr};
+};
+}  // namespace mindspore
+
+namespace mskv {
+
+enum class DType : int { kF16, kBF16, kF32, kI8, kU8, kI32, kI64, kBool, kUnknown };
+
+DType ParseDType(const char* name);
+const char* DTypeName(DType d);
+size_t DTypeSize(DType d);
+
+// Thread-safe "last error" of the most recent failing kernel call (read by Python).
+void SetLastError(const std::string& msg);
+std::string LastError();
+
+// Read-only view over the AOT argument arrays.
+struct AotArgs {
+  int nparam;
+  void** params;
+  int* ndims;
+  int64_t** shapes;
+  const char** dtypes;
+  mindspore::AotExtra* extra;
+
+  template <typename T = uint8_t>
+  T* ptr(int i) const { return static_cast<T*>(params[i]); }
+  int rank(int i) const { return ndims[i]; }
+  int64_t dim(int i, int d) const {
+    if (d < 0) d += ndims[i];
+    return shapes[i][d];
+  }
+  int64_t numel(int i) const {
+    int64_t n = 1;
+    for (int d = 0; d < ndims[i]; ++d) n *= shapes[i][d];
+    return n;
+  }
+  DType dtype(int i) const { return ParseDType(dtypes[i]); }
+  std::string attr_str(const char* name, const std::string& dflt) const;
+  int64_t attr_int(const char* name, int64_t dflt) const;
+  double attr_float(const char* name, double dflt) const;
+  bool attr_bool(const char* name, bool dflt) const;
+};
+
+// Raised inside kernels for inconsistent arguments; turned into a non-zero return by MSKV_AOT_GUARD.
+struct KernelError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Run body(begin, end) over [0, n) on all OpenMP threads when the work is worth a fork
+// (total_bytes >= parallel threshold), inline otherwise.
+template <typename F>
+void ParallelFor(int64_t n, int64_t total_bytes, F&& body);
+
+int NumThreads();
+int64_t ParallelThresholdBytes();
+
+// Index helpers: read element i of an int32/int64 index tensor as int64.
+inline int64_t ReadIndex(const void* p, DType d, int64_t i) {
+  return d == DType::kI32 ? static_cast<int64_t>(static_cast<const int32_t*>(p)[i])
+                          : static_cast<const int64_t*>(p)[i];
+}
+
+}  // namespace mskv
+
+#define MSKV_AOT_GUARD(opname, ...)                                  \
+  try {                                                              \
+    __VA_ARGS__;                                                     \
+    return 0;                                                        \
+  } catch (const std::exception& e) {                                \
+    ::mskv::SetLastError(std::string(opname) + ": " + e.what());     \
+    return 1;                                                        \
+  }
+
+#include "parallel.inl"

@@ -1,0 +1,12 @@
+"""ms_kvcache: KV-cache operators for MindSpore (paged-cache writes, block copy/swap, multi-layer KV
+transfer, fused RoPE-write), with three backends: native CPU kernels ("cpu"), the AscendC kernels run
+on an in-repo AscendC CPU emulation ("sim"), and the installed CANN custom-op package ("ascend").
+"""
+__version__ = "0.1.0"
+
+from ms_kvcache._backend import BACKENDS, get_backend, set_backend
+from ms_kvcache._formats import CACHE_LAYOUTS, KVCacheFormat
+from ms_kvcache.ops import *  # noqa: F401,F403
+from ms_kvcache.ops import __all__ as _ops_all
+
+__all__ = ["__version__", "BACKENDS", "get_backend", "set_backend", "CACHE_LAYOUTS", "KVCacheFormat"] + list(_ops_all)

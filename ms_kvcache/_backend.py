@@ -1,0 +1,69 @@
+"""Backend selection: "cpu" (native C++ kernels), "sim" (AscendC kernels + op_host tiling run on the
+AscendC CPU emulation) and "ascend" (the installed CANN custom-op package).
+
+The backend is read when an op is built: in PyNative at every call, in GRAPH_MODE / ``@ms.jit`` when
+the graph is compiled. Set it before compiling a graph; a compiled graph keeps its backend.
+"""
+import importlib
+import os
+
+__all__ = ["set_backend", "get_backend", "BACKENDS", "backend_module"]
+
+#: Names accepted by :func:`set_backend`.
+BACKENDS = ("cpu", "sim", "ascend")
+
+_current = None
+
+
+def _default_backend():
+    env = os.environ.get("MS_KVCACHE_BACKEND")
+    if env:
+        if env not in BACKENDS:
+            raise ValueError(f"MS_KVCACHE_BACKEND: expected one of {BACKENDS}, got {env!r}")
+        return env
+    try:
+        import mindspore as ms
+
+        if ms.get_context("device_target") == "Ascend":
+            return "ascend"
+    except Exception:  # pragma: no cover - MindSpore missing or not initialised
+        pass
+    return "cpu"
+
+
+def set_backend(name):
+    """Select the implementation behind every public op.
+
+    Args:
+        name (str): ``"cpu"``, ``"sim"`` or ``"ascend"``.
+
+    Raises:
+        ValueError: ``name`` is not one of :data:`BACKENDS`.
+        RuntimeError: the backend cannot run on this machine (the message says what is missing,
+            e.g. the emulation module was not built, or no CANN custom-op package is installed).
+    """
+    global _current
+    if name not in BACKENDS:
+        raise ValueError(f"set_backend: argument 'name': expected one of {BACKENDS}, got {name!r}")
+    mod = backend_module(name)
+    ok, why = mod.available()
+    if not ok:
+        raise RuntimeError(f"set_backend({name!r}): backend unavailable: {why}")
+    _current = name
+
+
+def get_backend():
+    """Return the active backend name (``"cpu"``, ``"sim"`` or ``"ascend"``).
+
+    The default is ``$MS_KVCACHE_BACKEND`` if set, else ``"ascend"`` when MindSpore's device target
+    is Ascend, else ``"cpu"``.
+    """
+    global _current
+    if _current is None:
+        _current = _default_backend()
+    return _current
+
+
+def backend_module(name):
+    """Return the module implementing backend ``name`` (``ms_kvcache._backends.<name>``)."""
+    return importlib.import_module(f"ms_kvcache._backends.{name}")

@@ -1,0 +1,26 @@
+"""KV-cache format enum shared by every op family."""
+from enum import IntEnum
+
+__all__ = ["KVCacheFormat", "CACHE_LAYOUTS"]
+
+#: Layouts of one layer's paged cache. "BSND" = [num_blocks, block_size, num_kv_heads, head_size]
+#: (vLLM "NHD", vllm-ascend, MindSpore); "BNSD" = [num_blocks, num_kv_heads, block_size, head_size]
+#: (vLLM "HND").
+CACHE_LAYOUTS = ("BSND", "BNSD")
+
+
+class KVCacheFormat(IntEnum):
+    """How the KV cache of one layer is stored; values follow kvcache-ops for interoperability.
+
+    - ``MERGED_KV = 1``: one tensor ``[2, num_blocks, block_size, num_kv_heads, head_size]`` per layer
+      (K at index 0, V at index 1; vLLM 0.9 style).
+    - ``SEPARATE_KV = 2``: ``(key_cache, value_cache)``, each ``[num_blocks, block_size, H, D]``.
+    - ``MLA_KV = 3``: ``(kv_c_cache [nb, bs, kv_lora_rank], k_pe_cache [nb, bs, rope_dim])``
+      (DeepSeek V2/V3 multi-head latent attention).
+    - ``DSA_KV = 4``: the MLA planes plus the DeepSeek-V3.2 indexer key plane ``[nb, bs, index_head_dim]``.
+    """
+
+    MERGED_KV = 1
+    SEPARATE_KV = 2
+    MLA_KV = 3
+    DSA_KV = 4

@@ -1,0 +1,181 @@
+"""Single declaration of every operator's interface.
+
+An :class:`OpSpec` names the op (snake_case = file names in op_kernel/, op_host/, op_proto/,
+cpu_kernel/, ms_kvcache/ops/ and tests/; CamelCase ``op_type`` = OpDef type, kernel entry of the CPU
+and sim libraries, MindSpore reg_info name), its tensor arguments in order with their dtype groups and
+ranks, its attributes, and its dtype support per SoC. From it we derive:
+
+- the Python dtype / rank checks of the public wrapper (:meth:`OpSpec.check_dtypes`, ``check_ranks``),
+- the in-place ``__mindspore_signature__`` of the ``ops.Custom`` primitive (``inplace`` arguments),
+- the Ascend ``CustomRegOp`` dtype rows (:meth:`OpSpec.dtype_rows`),
+- the structural test that the C++ OpDef in op_host/ declares the same names, order and dtype rows.
+"""
+from dataclasses import dataclass, field
+import itertools
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+__all__ = [
+    "TensorSpec", "AttrSpec", "OpSpec", "register", "get_spec", "all_specs",
+    "KV_DTYPES", "FLOAT_DTYPES", "INDEX_DTYPES", "SOCS", "dtype_name",
+]
+
+#: Cache/data dtypes of the copy ops.
+KV_DTYPES = ("float16", "bfloat16", "float32", "int8")
+#: Dtypes of ops that compute (RoPE, RMSNorm).
+FLOAT_DTYPES = ("float16", "bfloat16", "float32")
+#: slot_mapping / positions / block ids.
+INDEX_DTYPES = ("int32", "int64")
+#: SoCs the AscendC kernels target (CANN names).
+SOCS = ("Ascend910B1", "Ascend910B3", "Ascend910_9391", "Ascend310P3")
+#: What a SoC lacks, applied to every op's dtype rows.
+SOC_EXCLUDED_DTYPES = {"Ascend310P3": ("bfloat16",)}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One tensor argument.
+
+    name: argument name (Python, OpDef, reg_info).
+    group: dtype group key; all tensors of a group share one dtype chosen from the op's group list.
+    ranks: accepted ranks.
+    inplace: the op writes this tensor in place (a cache); marked RW_WRITE for MindSpore.
+    optional: may be None.
+    """
+
+    name: str
+    group: str
+    ranks: Tuple[int, ...]
+    inplace: bool = False
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class AttrSpec:
+    """One attribute: name, Python type name ("str", "int", "float", "bool"), default, allowed values."""
+
+    name: str
+    type: str
+    default: Any
+    choices: Tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """Declaration of one operator (see the module docstring)."""
+
+    name: str
+    op_type: str
+    inputs: Tuple[TensorSpec, ...]
+    dtype_groups: Mapping[str, Tuple[str, ...]]
+    attrs: Tuple[AttrSpec, ...] = ()
+    #: outputs of the primitive; in-place ops return a dummy int32 [1] ("status").
+    outputs: Tuple[TensorSpec, ...] = (TensorSpec("status", "__status__", (1,)),)
+    #: dtype groups whose dtype must be equal (e.g. data and cache): already implied by one group.
+    doc: str = ""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ derived views
+    def input(self, name) -> TensorSpec:
+        for t in self.inputs:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    @property
+    def inplace_inputs(self):
+        return tuple(t.name for t in self.inputs if t.inplace)
+
+    def group_dtypes(self, group, soc: Optional[str] = None):
+        if group == "__status__":
+            return ("int32",)
+        allowed = tuple(self.dtype_groups[group])
+        if soc is not None:
+            allowed = tuple(d for d in allowed if d not in SOC_EXCLUDED_DTYPES.get(soc, ()))
+        return allowed
+
+    def dtype_rows(self, soc: Optional[str] = None):
+        """All supported dtype combinations, one tuple per row covering inputs then outputs."""
+        groups = []
+        for t in self.inputs + self.outputs:
+            if t.group not in groups:
+                groups.append(t.group)
+        choices = [self.group_dtypes(g, soc) for g in groups]
+        rows = []
+        for combo in itertools.product(*choices):
+            pick = dict(zip(groups, combo))
+            rows.append(tuple(pick[t.group] for t in self.inputs + self.outputs))
+        return rows
+
+    # ------------------------------------------------------------------ checks
+    def check_dtypes(self, dtypes: Mapping[str, str]):
+        """Raise TypeError unless every given input dtype is allowed and each group agrees.
+
+        dtypes: {input name: canonical dtype name}; missing/None entries (optional inputs) are ignored.
+        """
+        seen: Dict[str, Tuple[str, str]] = {}
+        for t in self.inputs:
+            d = dtypes.get(t.name)
+            if d is None:
+                continue
+            allowed = self.group_dtypes(t.group)
+            if d not in allowed:
+                raise TypeError(f"{self.name}: argument '{t.name}': expected dtype in {allowed}, got {d}")
+            if t.group in seen and seen[t.group][1] != d:
+                first = seen[t.group][0]
+                raise TypeError(f"{self.name}: argument '{t.name}': expected dtype {seen[t.group][1]} "
+                                f"(same as '{first}'), got {d}")
+            seen.setdefault(t.group, (t.name, d))
+
+    def check_ranks(self, shapes: Mapping[str, Tuple[int, ...]]):
+        """Raise ValueError unless every given input has one of its declared ranks."""
+        for t in self.inputs:
+            s = shapes.get(t.name)
+            if s is None:
+                continue
+            if len(s) not in t.ranks:
+                exp = " or ".join(str(r) for r in t.ranks)
+                raise ValueError(f"{self.name}: argument '{t.name}': expected rank {exp}, "
+                                 f"got rank {len(s)} (shape {tuple(s)})")
+
+    def check_attrs(self, values: Mapping[str, Any]):
+        for a in self.attrs:
+            if a.name in values and a.choices and values[a.name] not in a.choices:
+                raise ValueError(f"{self.name}: argument '{a.name}': expected one of {a.choices}, "
+                                 f"got {values[a.name]!r}")
+
+
+_REGISTRY: Dict[str, OpSpec] = {}
+
+
+def register(spec: OpSpec) -> OpSpec:
+    """Add ``spec`` to the registry (one entry per snake_case name) and return it."""
+    if spec.name in _REGISTRY and _REGISTRY[spec.name] != spec:
+        raise ValueError(f"op {spec.name!r} registered twice with different specs")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def get_spec(name) -> OpSpec:
+    return _REGISTRY[name]
+
+
+def all_specs():
+    """All registered specs, sorted by name (importing ms_kvcache registers every public op)."""
+    return [ _REGISTRY[k] for k in sorted(_REGISTRY) ]
+
+
+_MS_NAMES = {
+    "Float16": "float16", "BFloat16": "bfloat16", "Float32": "float32", "Float64": "float64",
+    "Int8": "int8", "UInt8": "uint8", "Int16": "int16", "Int32": "int32", "Int64": "int64",
+    "Bool": "bool",
+}
+
+
+def dtype_name(dtype) -> str:
+    """Canonical lower-case name of a MindSpore or numpy dtype ("float16", "bfloat16", ...)."""
+    s = str(dtype)
+    if s in _MS_NAMES:
+        return _MS_NAMES[s]
+    if s.startswith("mindspore."):
+        s = s[len("mindspore."):]
+    return s.lower()

@@ -1,0 +1,125 @@
+"""reshape_and_cache: write new tokens' K and V rows into a paged cache by slot mapping."""
+from mindspore.ops.primitive import constexpr
+
+from ms_kvcache import _backend
+from ms_kvcache._custom import _get_cache_prim, _run_in_jit, eager_op, graph_backend, prim_class
+from ms_kvcache._formats import CACHE_LAYOUTS
+from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, register
+from ms_kvcache import _validate as V
+
+__all__ = ["reshape_and_cache", "SPEC"]
+
+SPEC = register(OpSpec(
+    name="reshape_and_cache",
+    op_type="ReshapeAndCache",
+    inputs=(
+        TensorSpec("key", "T", (2, 3)),
+        TensorSpec("value", "T", (2, 3)),
+        TensorSpec("key_cache", "T", (4,), inplace=True),
+        TensorSpec("value_cache", "T", (4,), inplace=True),
+        TensorSpec("slot_mapping", "S", (1,)),
+    ),
+    dtype_groups={"T": KV_DTYPES, "S": INDEX_DTYPES},
+    attrs=(AttrSpec("cache_layout", "str", "BSND", CACHE_LAYOUTS),),
+))
+
+
+def cache_geometry(op, name, shape, layout):
+    """(num_blocks, block_size, num_kv_heads, head_size) of a rank-4 cache in ``layout``."""
+    if layout == "BSND":
+        nb, bs, h, d = shape
+    else:
+        nb, h, bs, d = shape
+    return nb, bs, h, d
+
+
+def check_kv_rows(op, name, shape, num_tokens, heads, head_size):
+    """key/value: [T', H, D] or [T', H*D] with T' >= num_tokens."""
+    if len(shape) == 3:
+        ok = tuple(shape[1:]) == (heads, head_size)
+        exp = f"[T', {heads}, {head_size}]"
+    else:
+        ok = shape[1] == heads * head_size
+        exp = f"[T', {heads * head_size}]"
+    if not ok:
+        raise ValueError(f"{op}: argument '{name}': expected shape {exp} (num_kv_heads, head_size of the "
+                         f"cache), got {tuple(shape)}")
+    if shape[0] < num_tokens:
+        raise ValueError(f"{op}: argument '{name}': expected at least len(slot_mapping) = {num_tokens} rows, "
+                         f"got {shape[0]}")
+
+
+def _check_static(k_shape, k_dtype, v_shape, v_dtype, kc_shape, kc_dtype, vc_shape, vc_dtype,
+                  s_shape, s_dtype, cache_layout):
+    op = SPEC.name
+    SPEC.check_attrs({"cache_layout": cache_layout})
+    SPEC.check_ranks({"key": k_shape, "value": v_shape, "key_cache": kc_shape, "value_cache": vc_shape,
+                      "slot_mapping": s_shape})
+    SPEC.check_dtypes({"key": dtype_name(k_dtype), "value": dtype_name(v_dtype),
+                       "key_cache": dtype_name(kc_dtype), "value_cache": dtype_name(vc_dtype),
+                       "slot_mapping": dtype_name(s_dtype)})
+    if tuple(vc_shape) != tuple(kc_shape):
+        raise ValueError(f"{op}: argument 'value_cache': expected shape {tuple(kc_shape)} (same as "
+                         f"'key_cache'), got {tuple(vc_shape)}")
+    nb, bs, h, d = cache_geometry(op, "key_cache", kc_shape, cache_layout)
+    t = s_shape[0]
+    check_kv_rows(op, "key", k_shape, t, h, d)
+    check_kv_rows(op, "value", v_shape, t, h, d)
+    return nb * bs
+
+
+_check_static_graph = constexpr(_check_static)
+_Prim = prim_class(SPEC)
+
+
+def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, cache_layout="BSND"):
+    """Write the K and V rows of the first ``len(slot_mapping)`` tokens into a paged cache, in place.
+
+    Follows vLLM's ``reshape_and_cache`` / ``reshape_and_cache_flash`` semantics.
+
+    Args:
+        key (Tensor): ``[T', num_kv_heads, head_size]`` or the flattened view
+            ``[T', num_kv_heads * head_size]``; float16, bfloat16, float32 or int8.
+        value (Tensor): same shape rules and dtype as ``key``.
+        key_cache (Tensor | Parameter): ``[num_blocks, block_size, num_kv_heads, head_size]`` for
+            ``cache_layout="BSND"`` or ``[num_blocks, num_kv_heads, block_size, head_size]`` for
+            ``"BNSD"``; same dtype as ``key``; contiguous. Written in place.
+        value_cache (Tensor | Parameter): same shape, dtype and layout as ``key_cache``.
+        slot_mapping (Tensor): int32 or int64 ``[T]``, ``T <= T'``. Token ``t`` goes to block
+            ``slot // block_size``, row ``slot % block_size``. ``slot < 0`` skips the token; rows
+            ``T..T'-1`` of key/value (padding) are ignored.
+        cache_layout (str): ``"BSND"`` (default) or ``"BNSD"``.
+
+    Returns:
+        None. The caches are modified in place (no copy is made; in graph mode the write is ordered
+        before later reads of the caches in the same graph).
+
+    Raises:
+        TypeError: an argument is not a Tensor, dtypes differ between key/value/caches, or a dtype is
+            unsupported (slot_mapping must be int32/int64).
+        ValueError: unknown ``cache_layout``; rank or shape mismatch between key/value and the caches;
+            ``len(slot_mapping)`` > rows of key; a slot ``>= num_blocks * block_size`` or a duplicated
+            non-negative slot (PyNative only; in graph mode such slots are skipped, never written);
+            a non-contiguous cache.
+    """
+    if _run_in_jit():  # @jit.cond: True
+        _check_static_graph(key.shape, key.dtype, value.shape, value.dtype, key_cache.shape,
+                            key_cache.dtype, value_cache.shape, value_cache.dtype, slot_mapping.shape,
+                            slot_mapping.dtype, cache_layout)
+        _get_cache_prim(_Prim)(graph_backend(), cache_layout)(
+            key, value, key_cache, value_cache, slot_mapping)
+    else:
+        op = SPEC.name
+        for n, x in (("key", key), ("value", value), ("key_cache", key_cache), ("value_cache", value_cache),
+                     ("slot_mapping", slot_mapping)):
+            V.require_tensor(op, n, x)
+        num_slots = _check_static(key.shape, key.dtype, value.shape, value.dtype, key_cache.shape,
+                                  key_cache.dtype, value_cache.shape, value_cache.dtype, slot_mapping.shape,
+                                  slot_mapping.dtype, cache_layout)
+        V.require_contiguous(op, "key_cache", key_cache)
+        V.require_contiguous(op, "value_cache", value_cache)
+        if slot_mapping.shape[0] == 0:
+            return None
+        V.check_slot_values(op, "slot_mapping", V.index_values(slot_mapping), num_slots)
+        eager_op(SPEC, _backend.get_backend(), (cache_layout,))(key, value, key_cache, value_cache, slot_mapping)
+    return None
