@@ -523,7 +523,7 @@ def build_parser():
                                    "with a progress bar, prints one table (GB/s, ratio to memcpy, speed-up over "
                                    "baselines) and writes bench.csv, bench.md and bench.png to --out.")
     b.add_argument("--ops", nargs="+", metavar="NAME", help="only these benchmark modules (see --list)")
-    b.add_argument("--out", default="ms-kvcache-bench", metavar="DIR", help="output folder (default ./ms-kvcache-bench)")
+    b.add_argument("--out", default="bench_out", metavar="DIR", help="output folder (default ./bench_out)")
     b.add_argument("--quick", action="store_true", help="small sizes (seconds, for smoke tests)")
     b.add_argument("--list", action="store_true", help="list the benchmark modules found and exit")
     b.add_argument("--from", dest="from_dirs", action="append", metavar="DIR",

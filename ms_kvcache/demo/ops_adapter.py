@@ -87,17 +87,16 @@ def check_supported(kv_format, dtype):
 
 
 # ---------------------------------------------------------------------------------------------- RoPE
-def cos_sin_cache(rotary_dim, max_position, base, dtype):
-    """cos_sin_cache ``[max_position, rotary_dim]`` (cos in the first half, sin in the second; vLLM
-    convention) in ``dtype`` (a MindSpore dtype; the demo uses the cache dtype, as vLLM casts the table
-    to the query dtype)."""
+def cos_sin_cache(rotary_dim, max_position, base):
+    """float32 cos_sin_cache ``[max_position, rotary_dim]`` (cos in the first half, sin in the second;
+    vLLM convention). float32 whatever the KV dtype: the RoPE-write ops compute in fp32 and accept an
+    fp32 table with bf16/fp16 data."""
     if HAVE["build_cos_sin_cache"]:
-        return ms_kvcache.build_cos_sin_cache(rotary_dim, max_position, base=base, dtype=dtype)
-    # FALLBACK(rope): numpy table, float32 math like the real op's default, then cast.
-    inv_freq = 1.0 / (base ** (np.arange(0, rotary_dim, 2, dtype=np.float32) / np.float32(rotary_dim)))
-    freqs = np.outer(np.arange(max_position, dtype=np.float32), inv_freq.astype(np.float32))
-    table = np.concatenate([np.cos(freqs), np.sin(freqs)], axis=-1).astype(np.float32)
-    return Tensor(table, dtype=dtype)
+        return ms_kvcache.build_cos_sin_cache(rotary_dim, max_position, base=base, dtype=ms.float32)
+    # FALLBACK(rope): numpy table computed in float64, rounded once to float32 (as the real op does).
+    inv_freq = 1.0 / (base ** (np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim))
+    freqs = np.outer(np.arange(max_position, dtype=np.float64), inv_freq)
+    return Tensor(np.concatenate([np.cos(freqs), np.sin(freqs)], axis=-1).astype(np.float32))
 
 
 def _rope_neox_fallback(positions, x, cos_sin):

@@ -132,7 +132,7 @@ def _run(opts, log, ms, Tensor, A, MS_DTYPES, DecodeStep, KVWriteBench, PagedBer
                            offload_steps=opts.offload_steps)
     kv_ms_dtype = MS_DTYPES[opts.dtype]
     itemsize = 4 if opts.dtype == "float32" else 2
-    cos_sin = A.cos_sin_cache(D, cfg.max_position_embeddings, 10000.0, kv_ms_dtype)
+    cos_sin = A.cos_sin_cache(D, cfg.max_position_embeddings, 10000.0)
     net = PagedBert(cfg, model.weights, sched.num_blocks, sched.block_size, sched.max_blocks_per_seq,
                     opts.dtype, opts.kv_format, cos_sin)
     prefill, decode = PrefillStep(net), DecodeStep(net)
