@@ -227,14 +227,14 @@ class TransferCell(nn.Cell):
         self.direction = direction
 
     def construct(self, buffer, slot_mapping):
-        kv = ()
+        kv = ()  # flat, layer-major: (kv_0, kv_1, ...) or (k_0, v_0, k_1, v_1, ...)
         for i in range(self.num_layers):
             if self.merged:
                 kv = kv + (self.kv_caches[i],)
             else:
-                kv = kv + ((self.key_caches[i], self.value_caches[i]),)
+                kv = kv + (self.key_caches[i], self.value_caches[i])
         ms_kvcache.multi_layer_kv_transfer(buffer, kv, slot_mapping, kv_format=self.fmt,
-                                           direction=self.direction)
+                                           direction=self.direction, cache_layout=CACHE_LAYOUT)
         return slot_mapping
 
 
