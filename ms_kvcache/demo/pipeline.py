@@ -126,6 +126,9 @@ def _run(opts, log, ms, Tensor, A, MS_DTYPES, DecodeStep, KVWriteBench, PagedBer
             log(notes[-1])
     except (ValueError, FileNotFoundError) as exc:
         raise DemoError(str(exc)) from None
+    except ImportError as exc:
+        raise DemoError(f"loading the model needs safetensors and tokenizers ({exc}); "
+                        f"pip install 'ms_kvcache[demo]'") from None
     cfg = model.config
     L, H, D = cfg.num_hidden_layers, cfg.num_attention_heads, cfg.head_size
     sched = build_schedule(model.token_ids, block_size=opts.block_size, preempt_at=opts.preempt_at,

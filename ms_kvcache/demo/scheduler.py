@@ -210,5 +210,8 @@ def build_schedule(token_ids, block_size=16, prompt_fraction=0.4, preempt_at=3, 
                     state[i] = "finished"
                     alloc.free(tables[i])
         d += 1
+    if preempted < 0:
+        raise ValueError(f"build_schedule: no sequence is running at decode step {preempt_at} "
+                         f"(the last decode step is {d - 1})")
     return Schedule(steps, num_blocks, bs, mb, prompt, alloc.peak_used, alloc.allocations, preempted,
                     off_blocks, re_blocks, reused, sum(prompt), decode_tokens)
