@@ -394,8 +394,8 @@ def _load_sim():
 
 
 def _sim_tiling(sim, spec, inputs, attrs, soc):
-    """Call the emulation's host tiling. INTEGRATION POINT: ms_kvcache.sim.tiling(op, inputs, attrs, soc)
-    with inputs as [(shape, dtype)] in OpDef order (adapt here if the binding settles differently)."""
+    """Call the emulation's host tiling: ``ms_kvcache.sim.tiling(op_type, inputs, attrs, soc)`` with inputs
+    as ``[(shape, dtype)]`` in OpDef order; returns its dict (fields, block_dim, tiling_key, workspace, ...)."""
     return sim.tiling(spec.op_type, [(i["shape"], i["dtype"]) for i in inputs], attrs, soc)
 
 
@@ -405,30 +405,47 @@ def _get(obj, key, default=None):
     return getattr(obj, key, default)
 
 
-def _sim_launch_stats(sim, spec, inputs, attrs, soc):
+def _np_dtype(name):
+    import numpy as np
+
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def _sim_launch_stats(sim, spec, inputs, attrs, soc, tiling_result):
     """Run the kernel once on synthetic data and return the emulation's data-movement figures, or None
-    when this build of the emulation does not expose them. Index inputs hold 0, 1, 2, ... (valid for
-    the usual shapes); data inputs are random."""
+    when this build of the emulation cannot launch. INTEGRATION POINT: ``ms_kvcache.sim.launch(op,
+    {name: array}, attrs, soc) -> stats dict`` (inputs by OpDef name; outputs that are not in-place
+    inputs are allocated from the shapes the tiling inferred). Index inputs hold 0, 1, 2, ... (valid
+    for the usual shapes); data inputs are random."""
     launch = getattr(sim, "launch", None)
-    if launch is None:
+    if launch is None or not hasattr(sim, "opdef"):
         return None
-    import ml_dtypes
     import numpy as np
 
     rng = np.random.default_rng(0)
-    arrays = []
+    arrays = {}
     for i in inputs:
-        shape, dt = i["shape"], i["dtype"]
-        if dt in ("int32", "int64"):
-            arrays.append(np.arange(int(np.prod(shape)), dtype=dt).reshape(shape))
-        elif dt == "bfloat16":
-            arrays.append(rng.standard_normal(shape).astype(np.float32).astype(ml_dtypes.bfloat16))
+        shape, dt = i["shape"], _np_dtype(i["dtype"])
+        if dt.kind in "iu":
+            arrays[i["name"]] = np.arange(int(np.prod(shape)), dtype=dt).reshape(shape)
         else:
-            arrays.append(rng.standard_normal(shape).astype(dt))
-    stats = launch(spec.op_type, arrays, attrs, soc)
-    if stats is None and hasattr(sim, "last_launch_stats"):
-        stats = sim.last_launch_stats()
-    return stats
+            arrays[i["name"]] = rng.standard_normal(shape).astype(np.float32).astype(dt)
+    outs = _get(tiling_result, "outputs") or []
+    for p, (shape, dt) in zip(sim.opdef(spec.op_type)["outputs"], outs):
+        if p["name"] not in arrays:
+            arrays[p["name"]] = np.zeros(tuple(shape), dtype=_np_dtype(dt))
+    return launch(spec.op_type, arrays, attrs, soc)
+
+
+def _fmt_stat(v):
+    if isinstance(v, (list, tuple)) and len(v) > 8 and all(isinstance(x, (int, float)) for x in v):
+        busy = sum(1 for x in v if x)
+        return f"{len(v)} values: min {min(v)}, max {max(v)}, sum {sum(v)}, non-zero {busy}"
+    return str(v)
 
 
 def cmd_tiling(args):
@@ -441,7 +458,7 @@ def cmd_tiling(args):
     stats = None
     if args.launch:
         try:
-            stats = _sim_launch_stats(sim, spec, inputs, attrs, args.soc)
+            stats = _sim_launch_stats(sim, spec, inputs, attrs, args.soc, res)
         except Exception as exc:  # noqa: BLE001
             raise CLIError(f"{spec.name} launch on {args.soc} failed: {_one_line(exc)}", code=EXIT_FAIL) from None
     fields = _get(res, "fields") or []
@@ -483,7 +500,7 @@ def cmd_tiling(args):
             print("  launch statistics (emulation, synthetic data):")
             items = stats.items() if isinstance(stats, dict) else vars(stats).items()
             for k, v in items:
-                print(f"    {k} = {v}")
+                print(f"    {k} = {_fmt_stat(v)}")
     return EXIT_OK
 
 

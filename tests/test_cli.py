@@ -195,3 +195,60 @@ def test_bench_list(tmp_path, capsys):
     (d / "bench_fake.py").write_text(FAKE_BENCH)
     assert main(["bench", "--from", str(d), "--list"]) == 0
     assert "fake" in capsys.readouterr().out
+
+
+class _FakeSim:
+    """Stands in for ms_kvcache.sim with the binding's documented call forms, to test the CLI's side."""
+
+    def __init__(self):
+        self.calls = []
+
+    def tiling(self, op, inputs, attrs=None, soc="Ascend910B1"):
+        self.calls.append(("tiling", op, inputs, attrs, soc))
+        return {"fields": {"tokensPerCore": 2, "tailTokens": 0}, "block_dim": 32, "tiling_key": 3,
+                "workspace_bytes": 0, "workspace_sizes": [0], "tiling_struct": "ReshapeAndCacheTilingData",
+                "outputs": [((1,), "int32")]}
+
+    def platform(self, soc):
+        return {"aiv_cores": 48, "ub_size": 196608, "has_datacopy_pad": True, "has_bf16": True}
+
+    def opdef(self, op):
+        return {"outputs": [{"name": "status"}]}
+
+    def launch(self, op, arrays, attrs=None, soc=None):
+        self.calls.append(("launch", op, {k: (v.shape, str(v.dtype)) for k, v in arrays.items()}, attrs, soc))
+        return {"block_dim": 32, "gm_read_bytes": 123, "datacopy_calls_per_core": list(range(48))}
+
+
+def test_tiling_calls_the_emulation_as_documented(capsys, monkeypatch):
+    import ms_kvcache
+
+    fake = _FakeSim()
+    monkeypatch.setitem(sys.modules, "ms_kvcache.sim", fake)
+    monkeypatch.setattr(ms_kvcache, "sim", fake, raising=False)
+    assert main(["tiling", "reshape_and_cache", "--soc", "Ascend910B3", "--attr", "cache_layout=BNSD",
+                 "--launch"] + RAC_SHAPES) == 0
+    out = capsys.readouterr().out
+    kind, op, inputs, attrs, soc = fake.calls[0]
+    assert (kind, op, soc, attrs) == ("tiling", "ReshapeAndCache", "Ascend910B3", {"cache_layout": "BNSD"})
+    assert inputs == [([64, 8, 128], "bfloat16"), ([64, 8, 128], "bfloat16"), ([16, 16, 8, 128], "bfloat16"),
+                      ([16, 16, 8, 128], "bfloat16"), ([64], "int32")]
+    launched = fake.calls[1][2]
+    assert launched["status"] == ((1,), "int32") and launched["slot_mapping"] == ((64,), "int32")
+    assert "block dim 32, tiling key 3" in out and "tokensPerCore = 2" in out
+    assert "48 AIV cores" in out and "48 values: min 0, max 47" in out
+
+
+def test_bench_script_wrapper_main_for(tmp_path, capsys):
+    """scripts/bench_<family>.py wrappers call main_for(module): table on stdout, files with --out."""
+    import types
+
+    from ms_kvcache.bench import main_for
+
+    ns = {}
+    exec(FAKE_BENCH, ns)  # noqa: S102 - the fake module's source above
+    mod = types.ModuleType("fake_family")
+    mod.__doc__, mod.run = "Fake family.", ns["run"]
+    assert main_for(mod, ["--quick", "--out", str(tmp_path)]) == 0
+    assert "fake_copy" in capsys.readouterr().out
+    assert (tmp_path / "bench.csv").is_file() and (tmp_path / "bench.md").is_file()
