@@ -62,7 +62,7 @@ def test_demo_float32_separate(backend):
 
 
 def test_demo_bfloat16_separate():
-    r = run_demo(DemoOptions(dtype="bfloat16", layers=2))
+    r = run_demo(DemoOptions(dtype="bfloat16", layers=2, bench_reps=0))
     assert _failed(r) == []
     err = _check(r, "hidden states")["value"]
     assert 0 < err <= TOLERANCES["bfloat16"]
@@ -75,14 +75,14 @@ def test_demo_merged(dtype):
         A.check_supported("merged", dtype)
     except A.FallbackUnsupported as exc:
         pytest.skip(str(exc))
-    r = run_demo(DemoOptions(kv_format="merged", dtype=dtype, layers=2))
+    r = run_demo(DemoOptions(kv_format="merged", dtype=dtype, layers=2, bench_reps=0))
     assert _failed(r) == []
 
 
 def test_demo_checks_fail_without_reload():
     """If the reload never happens, the sequence attends over other sequences' KV: both the
     bit-identity check and the hidden-state check must fail."""
-    r = run_demo(DemoOptions(random_weights=True, layers=1, fault="skip-reload"))
+    r = run_demo(DemoOptions(random_weights=True, layers=1, fault="skip-reload", bench_reps=0))
     failed = _failed(r)
     assert not r["ok"]
     assert any(f.startswith("reload: K/V bit-identical") for f in failed)
@@ -90,7 +90,7 @@ def test_demo_checks_fail_without_reload():
 
 
 def test_demo_checks_catch_one_flipped_bit():
-    r = run_demo(DemoOptions(random_weights=True, layers=1, fault="host-bitflip"))
+    r = run_demo(DemoOptions(random_weights=True, layers=1, fault="host-bitflip", bench_reps=0))
     assert [f for f in _failed(r) if f.startswith("reload: K/V bit-identical")]
 
 

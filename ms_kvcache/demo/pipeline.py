@@ -34,7 +34,7 @@ class DemoOptions:
     random_weights: force seeded random weights even when the model package is installed;
     block_size: tokens per cache block; preempt_at / offload_steps: when the preemption happens and
     how many decode steps the sequence stays on host; bench_reps: calls timed for the RoPE-write
-    family.
+    family (0: skip that timing and its graph compilation).
     """
 
     backend: str = "cpu"
@@ -258,16 +258,18 @@ def _run(opts, log, ms, Tensor, A, MS_DTYPES, DecodeStep, KVWriteBench, PagedBer
                          value=causal_err, tolerance=1e-12))
 
     # ------------------------------------------------------------------ op-family timing (write)
-    bench = KVWriteBench(net)
-    B = len(model.token_ids)
-    rng = np.random.default_rng(1)
-    qkv = [Tensor(rng.standard_normal((B, H, D)).astype(np.float32), dtype=kv_ms_dtype) for _ in range(3)]
-    args = (Tensor(np.arange(B, dtype=np.int32)), *qkv, Tensor(np.arange(B, dtype=np.int32) * 3))
-    bench(*args).asnumpy()
-    t = time.perf_counter()
-    for _ in range(opts.bench_reps):
+    t_write = None
+    if opts.bench_reps > 0:
+        bench = KVWriteBench(net)
+        B = len(model.token_ids)
+        rng = np.random.default_rng(1)
+        qkv = [Tensor(rng.standard_normal((B, H, D)).astype(np.float32), dtype=kv_ms_dtype) for _ in range(3)]
+        args = (Tensor(np.arange(B, dtype=np.int32)), *qkv, Tensor(np.arange(B, dtype=np.int32) * 3))
         bench(*args).asnumpy()
-    t_write = (time.perf_counter() - t) / opts.bench_reps
+        t = time.perf_counter()
+        for _ in range(opts.bench_reps):
+            bench(*args).asnumpy()
+        t_write = (time.perf_counter() - t) / opts.bench_reps
 
     def mean(xs):
         return float(np.mean(xs)) if xs else None
@@ -303,7 +305,7 @@ def _run(opts, log, ms, Tensor, A, MS_DTYPES, DecodeStep, KVWriteBench, PagedBer
             "decode_graph_first_call_s": timings["decode_graph_s"][0],
             "decode_graph_mean_s": mean(timings["decode_graph_s"][1:]),
             "rope_write_all_layers_per_call_s": t_write,
-            "rope_write_per_layer_us": t_write / L * 1e6,
+            "rope_write_per_layer_us": t_write / L * 1e6 if t_write is not None else None,
             "offload_d2h_first_s": d2h[0], "offload_d2h_s": d2h[-1],
             "offload_d2h_GBps": kv_bytes / d2h[-1] / 1e9 if d2h and d2h[-1] > 0 else None,
             "reload_h2d_first_s": h2d[0], "reload_h2d_s": h2d[-1],
@@ -361,8 +363,9 @@ def format_report(r):
     add(f"  model step, prefill (graph, first call incl. compile)   {_fmt_s(tm['prefill_graph_first_call_s'])}")
     add(f"  model step, decode  (graph, first call incl. compile)   {_fmt_s(tm['decode_graph_first_call_s'])}")
     add(f"  model step, decode  (graph, mean of the rest)           {_fmt_s(tm['decode_graph_mean_s'])}")
-    add(f"  rope-write, all layers per decode step (graph)          {_fmt_s(tm['rope_write_all_layers_per_call_s'])}"
-        f"  ({tm['rope_write_per_layer_us']:.1f} us per layer)")
+    if tm["rope_write_per_layer_us"] is not None:
+        add(f"  rope-write, all layers per decode step (graph)          "
+            f"{_fmt_s(tm['rope_write_all_layers_per_call_s'])}  ({tm['rope_write_per_layer_us']:.1f} us per layer)")
 
     def gb(x):
         return f"{x:.2f} GB/s" if x else "-"
