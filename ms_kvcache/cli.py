@@ -334,7 +334,7 @@ def _tiling_request(args):
     spec = _find_spec(args.op)
     if args.soc not in SOCS:
         raise CLIError(f"--soc: expected one of {', '.join(SOCS)}, got {args.soc!r}")
-    shapes = {}
+    shapes, counts = {}, {}
     for item in args.shape or []:
         name, sep, dims = item.partition("=")
         if not sep:
@@ -342,7 +342,15 @@ def _tiling_request(args):
         names = [t.name for t in spec.inputs]
         if name not in names:
             raise CLIError(f"--shape: {spec.name} has no input {name!r}; inputs: {', '.join(names)}")
+        dims, _, count = dims.partition("@")
         shapes[name] = _parse_shape(dims)
+        if count:
+            if not getattr(spec.input(name), "dynamic", False):
+                raise CLIError(f"--shape {name}: '@COUNT' is only for list (dynamic) inputs")
+            try:
+                counts[name] = int(count)
+            except ValueError:
+                raise CLIError(f"--shape {name}: expected @COUNT to be an int, got {count!r}") from None
     missing = [t for t in spec.inputs if t.name not in shapes and not t.optional]
     if missing:
         need = ", ".join(f"{t.name} (rank {'/'.join(map(str, t.ranks))})" for t in missing)
@@ -376,8 +384,13 @@ def _tiling_request(args):
         spec.check_attrs(attrs)
     except (TypeError, ValueError) as exc:
         raise CLIError(str(exc)) from None
-    inputs = [{"name": t.name, "shape": shapes[t.name], "dtype": dtypes[t.name], "format": "ND"}
-              for t in spec.inputs if t.name in shapes]
+    inputs = []
+    for t in spec.inputs:
+        if t.name in shapes:
+            entry = {"name": t.name, "shape": shapes[t.name], "dtype": dtypes[t.name], "format": "ND"}
+            if getattr(t, "dynamic", False):
+                entry["count"] = counts.get(t.name, 1)  # a list input: COUNT tensors of this shape
+            inputs.append(entry)
     return spec, inputs, attrs
 
 
@@ -396,7 +409,8 @@ def _load_sim():
 def _sim_tiling(sim, spec, inputs, attrs, soc):
     """Call the emulation's host tiling: ``ms_kvcache.sim.tiling(op_type, inputs, attrs, soc)`` with inputs
     as ``[(shape, dtype)]`` in OpDef order; returns its dict (fields, block_dim, tiling_key, workspace, ...)."""
-    return sim.tiling(spec.op_type, [(i["shape"], i["dtype"]) for i in inputs], attrs, soc)
+    args = [[(i["shape"], i["dtype"])] * i["count"] if "count" in i else (i["shape"], i["dtype"]) for i in inputs]
+    return sim.tiling(spec.op_type, args, attrs, soc)
 
 
 def _get(obj, key, default=None):
@@ -428,12 +442,14 @@ def _sim_launch_stats(sim, spec, inputs, attrs, soc, tiling_result):
 
     rng = np.random.default_rng(0)
     arrays = {}
+    def make(shape, dt):
+        if dt.kind in "iu":
+            return np.arange(int(np.prod(shape)), dtype=dt).reshape(shape)
+        return rng.standard_normal(shape).astype(np.float32).astype(dt)
+
     for i in inputs:
         shape, dt = i["shape"], _np_dtype(i["dtype"])
-        if dt.kind in "iu":
-            arrays[i["name"]] = np.arange(int(np.prod(shape)), dtype=dt).reshape(shape)
-        else:
-            arrays[i["name"]] = rng.standard_normal(shape).astype(np.float32).astype(dt)
+        arrays[i["name"]] = [make(shape, dt) for _ in range(i["count"])] if "count" in i else make(shape, dt)
     outs = _get(tiling_result, "outputs") or []
     for p, (shape, dt) in zip(sim.opdef(spec.op_type)["outputs"], outs):
         if p["name"] not in arrays:
@@ -485,7 +501,8 @@ def cmd_tiling(args):
         print(f"  platform: {p['aiv_cores']} AIV cores, UB {p['ub_size']} B, DataCopyPad {p['has_datacopy_pad']}, "
               f"bf16 {p['has_bf16']}")
     for i in inputs:
-        print(f"  input {i['name']}: {i['shape']} {i['dtype']}")
+        many = f" x {i['count']}" if "count" in i else ""
+        print(f"  input {i['name']}: {i['shape']} {i['dtype']}{many}")
     if attrs:
         print("  attrs: " + ", ".join(f"{k}={v!r}" for k, v in attrs.items()))
     print(f"  block dim {out['block_dim']}, tiling key {out['tiling_key']}, workspace {out['workspace_sizes']}")
@@ -555,7 +572,8 @@ def build_parser():
     t.add_argument("op", help="op name (snake_case or OpType), e.g. reshape_and_cache")
     t.add_argument("--soc", default="Ascend910B1", help="CANN SoC name (default Ascend910B1)")
     t.add_argument("--shape", action="append", metavar="NAME=DIMS",
-                   help="shape of input NAME, e.g. key=4096x8x128 (repeat for every input)")
+                   help="shape of input NAME, e.g. key=4096x8x128 (repeat for every input); for a list input "
+                        "append @COUNT, e.g. kv_caches=64x16x8x128@64")
     t.add_argument("--dtype", default="bfloat16", help="data dtype (default bfloat16)")
     t.add_argument("--index-dtype", default="int32", help="dtype of index inputs (default int32)")
     t.add_argument("--attr", action="append", metavar="NAME=VALUE", help="op attribute, e.g. cache_layout=BNSD")
