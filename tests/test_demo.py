@@ -91,7 +91,10 @@ def test_demo_checks_fail_without_reload():
 
 def test_demo_checks_catch_one_flipped_bit():
     r = run_demo(DemoOptions(random_weights=True, layers=1, fault="host-bitflip", bench_reps=0))
-    assert [f for f in _failed(r) if f.startswith("reload: K/V bit-identical")]
+    assert _failed(r) and all(f.startswith("reload: K/V bit-identical") or f.startswith("hidden states")
+                              for f in _failed(r))
+    assert _check(r, "reload: K/V bit-identical")["value"] == 1  # exactly the flipped element
+    assert _check(r, "offload: host buffer")["value"] == 0
 
 
 def test_demo_bad_options():

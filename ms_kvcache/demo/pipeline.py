@@ -57,6 +57,11 @@ def _rel_err(out, ref):
     return float(np.max(np.abs(out.astype(np.float64) - ref))) / max(den, 1e-30)
 
 
+def _n_diff(a, b):
+    """Number of elements whose bits differ (arrays of unsigned-int views of the same shape)."""
+    return int(np.count_nonzero(a != b))
+
+
 def _check(name, passed, value=None, tolerance=None, detail=""):
     return {"name": name, "passed": bool(passed), "value": value, "tolerance": tolerance, "detail": detail}
 
@@ -198,10 +203,10 @@ def _run(opts, log, ms, Tensor, A, MS_DTYPES, DecodeStep, KVWriteBench, PagedBer
                 timings["offload_d2h_s"].append(time.perf_counter() - t)
             host = buffer.asnumpy()
             host = host.view(f"u{host.dtype.itemsize}").copy()
-            exact = all(np.array_equal(host[0, li], kr) and np.array_equal(host[1, li], vr)
-                        for li, (kr, vr) in enumerate(snapshot))
-            checks.append(_check("offload: host buffer holds the sequence's K/V bit-exactly", exact,
-                                 detail=f"{L} layers x 2 planes x {slots.size} tokens"))
+            bad = sum(_n_diff(host[0, li], kr) + _n_diff(host[1, li], vr) for li, (kr, vr) in enumerate(snapshot))
+            checks.append(_check("offload: host buffer holds the sequence's K/V bit-exactly", bad == 0,
+                                 value=bad, detail=f"{L} layers x 2 planes x {slots.size} tokens; value = "
+                                                   f"elements that differ"))
             transfer.update(offload_tokens=int(slots.size), buffer_shape=list(shape), pinned=pinned,
                             bytes_offloaded=int(host.nbytes), offload_blocks=list(step.blocks))
             offload_state = {"snapshot": snapshot, "buffer": buffer, "slots": slots, "planes": planes}
@@ -221,15 +226,15 @@ def _run(opts, log, ms, Tensor, A, MS_DTYPES, DecodeStep, KVWriteBench, PagedBer
                 timings["reload_h2d_s"].append(time.perf_counter() - t)
             after = net.cache_planes()
             back = plane_rows(after, slots)
-            identical = all(np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
-                            for a, b in zip(back, offload_state["snapshot"]))
-            checks.append(_check("reload: K/V bit-identical to before the offload", identical,
-                                 detail=f"{L} layers x 2 planes x {slots.size} tokens, new slots"))
+            bad = sum(_n_diff(a[0], b[0]) + _n_diff(a[1], b[1]) for a, b in zip(back, offload_state["snapshot"]))
+            checks.append(_check("reload: K/V bit-identical to before the offload", bad == 0, value=bad,
+                                 detail=f"{L} layers x 2 planes x {slots.size} tokens, new slots; value = "
+                                        f"elements that differ"))
             others = np.setdiff1d(np.arange(sched.num_blocks * sched.block_size), slots)
-            kept = all(np.array_equal(a.reshape(-1, H * D)[others], b.reshape(-1, H * D)[others])
-                       for pa, pb in zip(after, before) for a, b in zip(pa, pb))
-            checks.append(_check("reload: every other cache slot unchanged", kept,
-                                 detail=f"{others.size} slots x {L} layers x 2 planes"))
+            bad = sum(_n_diff(a.reshape(-1, H * D)[others], b.reshape(-1, H * D)[others])
+                      for pa, pb in zip(after, before) for a, b in zip(pa, pb))
+            checks.append(_check("reload: every other cache slot unchanged", bad == 0, value=bad,
+                                 detail=f"{others.size} slots x {L} layers x 2 planes; value = elements changed"))
             # the preempted sequence's old blocks were handed to other sequences and overwritten
             bs = sched.block_size
             old = offload_state["slots"]
@@ -357,6 +362,8 @@ def format_report(r):
         val = ""
         if c["value"] is not None and c["tolerance"] is not None:
             val = f" max {c['value']:.2e} (tol {c['tolerance']:.0e})"
+        elif isinstance(c["value"], int) and not c["passed"]:
+            val = f" (value {c['value']})"
         add(f"  [{'PASS' if c['passed'] else 'FAIL'}] {c['name']}{val}" + (f"  -- {c['detail']}" if c["detail"] else ""))
     tm = r["timing"]
     add("time per op family (CPU figures, this machine):")
