@@ -19,7 +19,11 @@
 #define __aicore__
 #endif
 #ifndef __global__
+#ifdef ASCENDC_SIM_SCAN  // ms_kvcache.sim.build() finds kernel entries in the preprocessed source
+#define __global__ ascendc_sim_global_marker
+#else
 #define __global__
+#endif
 #endif
 #ifndef __gm__
 #define __gm__
