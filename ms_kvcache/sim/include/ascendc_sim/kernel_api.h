@@ -138,6 +138,10 @@ enum class MaskMode : uint8_t { NORMAL = 0, COUNTER };
 enum class PaddingMode : uint8_t { Normal = 0, Compact };
 enum class CacheMode : uint8_t { CACHE_MODE_NORMAL = 0, CACHE_MODE_DISABLE, CACHE_MODE_LAST, CACHE_MODE_PERSISTENT };
 
+// AscendC type helpers (kernel_utils): device code has no <type_traits>.
+template <typename T, typename U> struct IsSameType { static constexpr bool value = false; };
+template <typename T> struct IsSameType<T, T> { static constexpr bool value = true; };
+
 constexpr int32_t ONE_BLK_SIZE = 32;
 constexpr int32_t ONE_REPEAT_BYTE_SIZE = 256;
 constexpr int32_t MAX_REPEAT_TIMES = 255;
