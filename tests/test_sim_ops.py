@@ -182,3 +182,51 @@ def test_sim_backend_module(axpy):
     ms_kvcache.set_backend("sim")
     assert ms_kvcache.get_backend() == "sim"
     ms_kvcache.set_backend("cpu")
+
+
+# ----------------------------------------------------------------------------------- DYNAMIC inputs
+@pytest.fixture(scope="module")
+def sum_list():
+    return sim.build("sim_sum_list", [KDIR / "op_kernel" / "sim_sum_list.cpp", KDIR / "op_host" / "sim_sum_list.cpp"])
+
+
+def _sum_ref(srcs, bias):
+    acc = bias.copy()
+    for s in srcs:
+        acc = acc + s
+    return acc
+
+
+@pytest.mark.parametrize("k", [1, 3, 7])
+def test_dynamic_input_through_list_tensor_desc(sum_list, k):
+    rng = np.random.default_rng(k)
+    n = 8 * 97
+    srcs = [rng.standard_normal(n).astype(np.float32) for _ in range(k)]
+    bias = rng.standard_normal(n).astype(np.float32)
+    out = np.zeros(n, np.float32)
+    st = sim.launch_all_orders("SimSumList", [srcs, bias, out])
+    np.testing.assert_array_equal(out, _sum_ref(srcs, bias))
+    assert st["gm_read_bytes"] == (k + 1) * n * 4 + sum(st["scalar_gm_reads_per_core"]) * 8
+
+
+def test_dynamic_input_aot_entry_splits_flat_params(sum_list):
+    """MindSpore passes DYNAMIC instances flattened; without dyn_input_sizes they are split evenly."""
+    import ctypes
+
+    rng = np.random.default_rng(3)
+    n, k = 64, 4
+    arrays = [rng.standard_normal(n).astype(np.float32) for _ in range(k)] + [
+        rng.standard_normal(n).astype(np.float32), np.zeros(n, np.float32)]
+    fn = getattr(ctypes.CDLL(sum_list.path), "SimSumList")
+    fn.restype = ctypes.c_int
+    nparam = len(arrays)
+    params = (ctypes.c_void_p * nparam)(*[a.ctypes.data for a in arrays])
+    ndims = (ctypes.c_int * nparam)(*([1] * nparam))
+    shape = (ctypes.c_int64 * 1)(n)
+    shapes = (ctypes.POINTER(ctypes.c_int64) * nparam)(*([ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))] * nparam))
+    dtypes = (ctypes.c_char_p * nparam)(*([b"float32"] * nparam))
+    assert fn(nparam, params, ndims, shapes, dtypes, None, None) == 0, sim.last_error()
+    np.testing.assert_array_equal(arrays[-1], _sum_ref(arrays[:k], arrays[k]))
+    # one parameter cannot hold the bias, the output and the list
+    assert fn(1, params, ndims, shapes, dtypes, None, None) != 0
+    assert "SimSumList" in sim.last_error() and "cannot be split" in sim.last_error()
