@@ -38,7 +38,8 @@ def reference_add_tiling(shape, dtype, soc, bias=False, alpha=1.0, tile_len=0, f
     factor = -(-factor // align) * align
     used = 1 if factor == 0 else -(-total // factor)
     buffers = 2 if double_buffer else 1
-    tile = tile_len if tile_len > 0 else (ub // (3 * buffers * esz)) // align * align
+    per_elem = 4 * buffers * esz + (0 if esz == 4 else 12)
+    tile = tile_len if tile_len > 0 else (ub // per_elem) // align * align
     fields = {
         "hasBias": int(bias), "totalLength": total, "tileElems": tile, "alpha": np.float32(alpha).item(),
         "dtypeCode": GE_DTYPE[dtype], "flags": (list(flags) + [0, 0, 0])[:3], "ubBytes": ub,
@@ -46,6 +47,8 @@ def reference_add_tiling(shape, dtype, soc, bias=False, alpha=1.0, tile_len=0, f
         "bufferNum": buffers, "shapeTail": [len(shape), shape[-1] if shape else 0],
     }
     key = {"float16": 0, "float32": 1, "bfloat16": 2}[dtype] + (10 if bias else 0)
+    if soc == "Ascend310P3" and any((n * esz) % 32 for n in (factor, fields["split.tailFactor"], tile)):
+        return None, None, None, None  # no DataCopyPad on 310P: the op's tiling refuses unaligned rows
     return fields, used, key, ws
 
 
@@ -57,8 +60,13 @@ SOC_DTYPES = [(s, d) for s in SOCS for d in ("float16", "float32", "bfloat16") i
 @pytest.mark.parametrize("shape,bias", [((4, 1000), False), ((3, 7), True), ((1,), False), ((128, 80), True)])
 def test_add_tiling_matches_reference(sim, soc, dtype, shape, bias):
     ins = [(shape, dtype), (shape, dtype), (shape, dtype) if bias else None]
-    r = sim.tiling("SimHostAdd", ins, soc=soc)
     fields, used, key, ws = reference_add_tiling(shape, dtype, soc, bias=bias)
+    if fields is None:
+        with pytest.raises(sim.EmulationError, match="no DataCopyPad") as ei:
+            sim.tiling("SimHostAdd", ins, soc=soc)
+        assert ei.value.rule == "TILING_FAILED"
+        return
+    r = sim.tiling("SimHostAdd", ins, soc=soc)
     assert r["fields"] == fields
     assert r["block_dim"] == used
     assert r["tiling_key"] == key
@@ -192,3 +200,35 @@ def test_concurrent_tiling_calls_agree(sim):
 def test_stderr_of_a_successful_tiling_passes_through(sim, capfd):
     sim.tiling("SimHostFaulty", [((4,), "float32")], attrs={"seed": 3})
     assert capfd.readouterr().err == ""
+
+
+# ---------------------------------------------------------------------------- end to end (runner)
+E2E = [("Ascend910B1", "float16", (4, 1000), True), ("Ascend910B3", "bfloat16", (3, 7), False),
+       ("Ascend910_9391", "float32", (129, 33), True), ("Ascend310P3", "float16", (128, 80), True),
+       ("Ascend310P3", "float32", (16, 8), False)]
+
+
+@pytest.mark.parametrize("soc,dtype,shape,bias", E2E)
+def test_kernel_reads_the_tiling_the_host_wrote(sim, rng, soc, dtype, shape, bias):
+    """Host tiling (nested struct, arrays, every field size) -> GET_TILING_DATA in the kernel -> output.
+
+    The kernel takes its core split, tile length, buffer count, alpha and bias flag from the struct;
+    any host/kernel layout difference changes z.
+    """
+    import ml_dtypes
+    from ms_kvcache import sim as msim
+
+    npdt = {"float16": np.float16, "float32": np.float32, "bfloat16": ml_dtypes.bfloat16}[dtype]
+    x = rng.standard_normal(shape).astype(np.float32).astype(npdt)
+    y = rng.standard_normal(shape).astype(np.float32).astype(npdt)
+    b = rng.standard_normal(shape).astype(np.float32).astype(npdt) if bias else None
+    z = np.zeros(shape, npdt)
+    alpha = 0.75
+    stats = msim.launch_all_orders("SimHostAdd", [x, y, b, z], attrs={"alpha": alpha, "flags": [3, 4, 5]}, soc=soc)
+    ref = x.astype(np.float32) + y.astype(np.float32)
+    if bias:
+        ref = ref + b.astype(np.float32)
+    ref = (ref * np.float32(alpha)).astype(npdt)
+    assert np.array_equal(z.view(np.uint8), ref.view(np.uint8)), f"{soc} {dtype}"
+    fields, used, key, _ = reference_add_tiling(shape, dtype, soc, bias=bias, alpha=alpha, flags=(3, 4, 5))
+    assert stats["block_dim"] == used and stats["tiling_key"] == key

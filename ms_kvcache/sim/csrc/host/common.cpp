@@ -68,7 +68,7 @@ int ParseDType(const std::string& name) {
     if (n == d.name) return d.value;
   std::string known;
   for (size_t i = 0; i < 15; ++i) known += (i ? ", " : "") + std::string(kDTypes[i].name);
-  detail::Fail("input.dtype", "", "unknown dtype '" + name + "' (known: " + known + ")");
+  detail::Fail("INPUT_DTYPE", "", "unknown dtype '" + name + "' (known: " + known + ")");
 }
 
 std::string DTypeName(int ge_dtype) {
@@ -82,7 +82,7 @@ int ParseFormat(const std::string& name) {
   if (n.rfind("FORMAT_", 0) == 0) n = n.substr(7);
   for (const auto& f : kFormats)
     if (n == f.name) return f.value;
-  detail::Fail("input.format", "", "unknown format '" + name + "'");
+  detail::Fail("INPUT_FORMAT", "", "unknown format '" + name + "'");
 }
 
 std::string FormatName(int ge_format) {
@@ -92,8 +92,12 @@ std::string FormatName(int ge_format) {
 }
 
 namespace detail {
-void Fail(const std::string& rule, const std::string& op, const std::string& message) {
-  std::string full = "[" + rule + "] ";
+// Rule names follow the emulation's convention (UPPER_SNAKE, e.g. TILING_FAILED); messages read
+// "<RULE>: op <op>: <detail>" like the kernel-side ones (without a core).
+void Fail(const std::string& rule_in, const std::string& op, const std::string& message) {
+  std::string rule = rule_in;
+  for (auto& c : rule) c = c == '.' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  std::string full = rule + ": ";
   if (!op.empty()) full += "op " + op + ": ";
   full += message;
   throw HostError(rule, op, full);

@@ -168,7 +168,7 @@ void Validate(const ops::OpDef& def, const OpDefInfo& info) {
     std::string msg = "invalid OpDef (" + std::to_string(errs.size()) + " problem" + (errs.size() > 1 ? "s" : "") +
                       "): ";
     for (size_t i = 0; i < errs.size(); ++i) msg += (i ? "; " : "") + errs[i];
-    Fail("opdef.invalid", info.type, msg);
+    Fail("OPDEF_INVALID", info.type, msg);
   }
 }
 
@@ -178,7 +178,7 @@ OpEntry& EntryLocked(const std::string& op_type) {
   if (it == ops.end()) {
     std::string known;
     for (const auto& kv : ops) known += (known.empty() ? "" : ", ") + kv.first;
-    Fail("opdef.unknown_op", op_type,
+    Fail("OPDEF_UNKNOWN_OP", op_type,
          "no OpDef registered with OP_ADD(" + op_type + ") (registered: " + (known.empty() ? "none" : known) + ")");
   }
   OpEntry& e = it->second;
@@ -189,7 +189,7 @@ OpEntry& EntryLocked(const std::string& op_type) {
     } catch (const HostError&) {
       throw;
     } catch (const std::exception& ex) {
-      Fail("opdef.create", op_type, std::string("the OpDef constructor threw: ") + ex.what());
+      Fail("OPDEF_CREATE", op_type, std::string("the OpDef constructor threw: ") + ex.what());
     }
     auto info = BuildInfo(*def);
     Validate(*def, *info);

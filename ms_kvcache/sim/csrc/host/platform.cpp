@@ -145,7 +145,7 @@ const Platform& GetPlatform(const std::string& soc) {
     if (Lower(p.soc) == want) return p;
   std::string known;
   for (const auto& p : Table()) known += (known.empty() ? "" : ", ") + p.soc;
-  detail::Fail("platform.unknown_soc", "", "unknown SoC '" + soc + "' (emulated: " + known + ")");
+  detail::Fail("PLATFORM_UNKNOWN_SOC", "", "unknown SoC '" + soc + "' (emulated: " + known + ")");
 }
 
 std::vector<std::string> ListPlatforms() {
@@ -218,7 +218,7 @@ namespace platform_ascendc {
 namespace {
 const simhost::Platform* P(fe::PlatFormInfos* infos) {
   if (infos == nullptr || infos->SimPlatform() == nullptr)
-    simhost::detail::Fail("platform.null", "", "PlatformAscendC constructed from a null PlatFormInfos");
+    simhost::detail::Fail("PLATFORM_NULL", "", "PlatformAscendC constructed from a null PlatFormInfos");
   return infos->SimPlatform();
 }
 }  // namespace

@@ -27,7 +27,7 @@ namespace {
 // Message of a HostError without its "[rule] " prefix (for re-raising it with the op named).
 std::string Bare(const HostError& e) {
   std::string m = e.what();
-  const std::string prefix = "[" + e.rule + "] ";
+  const std::string prefix = e.rule + ": ";
   return m.compare(0, prefix.size(), prefix) == 0 ? m.substr(prefix.size()) : m;
 }
 
@@ -192,7 +192,7 @@ void BuildAttrs(const std::string& op, const OpDefInfo& info, const std::map<std
     if (!names.count(kv.first)) {
       std::string known;
       for (const auto& a : info.attrs) known += (known.empty() ? "" : ", ") + a.name;
-      Fail("attr.unknown", op, "attribute '" + kv.first + "' is not declared in the OpDef (declared: " +
+      Fail("ATTR_UNKNOWN", op, "attribute '" + kv.first + "' is not declared in the OpDef (declared: " +
                                    (known.empty() ? "none" : known) + ")");
     }
   for (const auto& a : info.attrs) {
@@ -203,10 +203,10 @@ void BuildAttrs(const std::string& op, const OpDefInfo& info, const std::map<std
     } else if (a.has_default && !a.required) {
       v = a.default_value;
     } else {
-      Fail("attr.missing", op, "REQUIRED attribute '" + a.name + "' (" + a.type + ") was not given");
+      Fail("ATTR_MISSING", op, "REQUIRED attribute '" + a.name + "' (" + a.type + ") was not given");
     }
     auto bad = [&]() {
-      Fail("attr.type", op, "attribute '" + a.name + "' is declared " + a.type + " in the OpDef but got a " +
+      Fail("ATTR_TYPE", op, "attribute '" + a.name + "' is declared " + a.type + " in the OpDef but got a " +
                                 VariantTypeName(v) + " (" + detail::AttrValueStr(v) + ")");
     };
     const void* ptr = nullptr;
@@ -332,7 +332,7 @@ void CheckRows(const std::string& op, const std::string& soc_key, const std::vec
   const size_t n = NumRows(ins, outs);
   for (size_t r = 0; r < n && r < 12; ++r) rows += (r ? ", " : "") + RowStr(ins, outs, r);
   if (n > 12) rows += ", ... (" + std::to_string(n) + " rows)";
-  Fail("opdef.dtype_row", op,
+  Fail("OPDEF_DTYPE_ROW", op,
        "the dtype/format combination " + given + " matches no row of the OpDef" +
            (soc_key.empty() ? "" : " for AddConfig(\"" + soc_key + "\")") + "; rows " + Names(ins) + " -> " +
            Names(outs) + ": " + rows + "; first mismatch " + why);
@@ -352,7 +352,7 @@ Funcs ResolveFuncs(const std::string& op, const ops::OpDef& cdef) {
   (void)detail::FindImpl(op, &f.impl);
   auto pick = [&](auto a, auto b, const char* what) {
     if (a != nullptr && b != nullptr && a != b)
-      Fail("opdef.conflicting_impl", op,
+      Fail("OPDEF_CONFLICTING_IMPL", op,
            std::string("two different ") + what + " functions are registered (OpDef and IMPL_OP*); keep one");
     return a != nullptr ? a : b;
   };
@@ -368,7 +368,7 @@ std::vector<TensorDesc> Infer(const std::string& op, const Funcs& f, ContextData
                               const std::vector<ParamInfo>& outs, const Groups& inputs,
                               const std::map<std::string, AttrValue>& attrs, const std::string& soc) {
   if (f.infer_shape == nullptr)
-    Fail("infer_shape.not_registered", op,
+    Fail("INFER_SHAPE_NOT_REGISTERED", op,
          "no InferShape function (OpDef SetInferShape or IMPL_OP_INFERSHAPE); pass the output shapes explicitly");
   d->infer_out_shape.assign(outs.size(), gert::Shape());
   d->infer_out_dtype.assign(outs.size(), ge::DT_UNDEFINED);
@@ -381,13 +381,13 @@ std::vector<TensorDesc> Infer(const std::string& op, const Funcs& f, ContextData
     Fail(e.rule, op, Bare(e) + " during InferShape for " + CallSummary(ins, inputs, attrs, soc));
   }
   if (rc != ge::GRAPH_SUCCESS)
-    Fail("infer_shape.failed", op,
+    Fail("INFER_SHAPE_FAILED", op,
          "InferShape returned " + std::to_string(rc) + " for " + CallSummary(ins, inputs, attrs, soc));
   if (f.infer_dtype != nullptr) {
     gert::InferDataTypeContext tctx(d);
     const UINT32 rc2 = f.infer_dtype(&tctx);
     if (rc2 != ge::GRAPH_SUCCESS)
-      Fail("infer_dtype.failed", op,
+      Fail("INFER_DTYPE_FAILED", op,
            "InferDataType returned " + std::to_string(rc2) + " for " + CallSummary(ins, inputs, attrs, soc));
   } else if (f.same_as_first) {
     const ge::DataType first = d->in_desc.empty() ? ge::DT_UNDEFINED : d->in_desc[0].GetDataType();
@@ -403,7 +403,7 @@ std::vector<TensorDesc> Infer(const std::string& op, const Funcs& f, ContextData
       candidates.insert(o);
     }
     if (candidates.size() != 1)
-      Fail("infer_dtype.not_registered", op,
+      Fail("INFER_DTYPE_NOT_REGISTERED", op,
            "no InferDataType function and the OpDef rows do not determine the output dtypes (" +
                std::to_string(candidates.size()) + " candidates) for " + CallSummary(ins, inputs, attrs, soc));
     const auto& o = *candidates.begin();
@@ -418,7 +418,7 @@ std::vector<TensorDesc> Infer(const std::string& op, const Funcs& f, ContextData
     const gert::Shape& s = d->infer_out_shape[i];
     for (size_t k = 0; k < s.GetDimNum(); ++k) t.shape.push_back(s.GetDim(k));
     if (d->infer_out_dtype[i] == ge::DT_UNDEFINED)
-      Fail("infer_dtype.unset", op, "output '" + outs[i].name + "' has no dtype after InferDataType");
+      Fail("INFER_DTYPE_UNSET", op, "output '" + outs[i].name + "' has no dtype after InferDataType");
     t.dtype = DTypeName(d->infer_out_dtype[i]);
     t.format = outs[i].formats.empty() || outs[i].format_is_list ? "ND" : outs[i].formats[0];
     result.push_back(t);
@@ -561,7 +561,7 @@ TilingResult RunTiling(const std::string& op, const std::vector<TensorDesc>& inp
     keys += (keys.empty() ? "" : ", ") + c.soc;
   }
   if (!configured)
-    Fail("opdef.soc_not_configured", op,
+    Fail("OPDEF_SOC_NOT_CONFIGURED", op,
          "the OpDef has no AICore().AddConfig(\"" + plat.short_soc + "\") needed for " + plat.soc +
              " (configured: " + (keys.empty() ? "none" : keys) + ")");
 
@@ -596,7 +596,7 @@ TilingResult RunTiling(const std::string& op, const std::vector<TensorDesc>& inp
 
   // --- tiling function
   if (funcs.tiling == nullptr)
-    Fail("tiling.not_registered", op, "no tiling function (AICore().SetTiling or IMPL_OP_OPTILING(...).Tiling)");
+    Fail("TILING_NOT_REGISTERED", op, "no tiling function (AICore().SetTiling or IMPL_OP_OPTILING(...).Tiling)");
   const size_t capacity =
       funcs.impl.max_tiling_data_size_set ? funcs.impl.max_tiling_data_size : kDefaultTilingCapacity;
   d.tiling_holder = gert::TilingData::CreateCap(capacity);
@@ -613,7 +613,7 @@ TilingResult RunTiling(const std::string& op, const std::vector<TensorDesc>& inp
     gert::TilingParseContext pctx(&d);
     const UINT32 rc = funcs.impl.tiling_parse(&pctx);
     if (rc != ge::GRAPH_SUCCESS)
-      Fail("tiling.parse_failed", op, "TilingParse returned " + std::to_string(rc) + " for " + summary);
+      Fail("TILING_PARSE_FAILED", op, "TilingParse returned " + std::to_string(rc) + " for " + summary);
   }
 
   gert::TilingContext ctx(&d);
@@ -629,13 +629,13 @@ TilingResult RunTiling(const std::string& op, const std::vector<TensorDesc>& inp
       Fail(e.rule, op, Bare(e) + " (in the tiling function, for " + summary + ")" + StderrNote(captured));
     } catch (const std::exception& e) {
       captured = cap.Finish();
-      Fail("tiling.exception", op,
+      Fail("TILING_EXCEPTION", op,
            std::string("the tiling function threw: ") + e.what() + " (for " + summary + ")" + StderrNote(captured));
     }
     captured = cap.Finish();
   }
   if (rc != ge::GRAPH_SUCCESS)
-    Fail("tiling.failed", op,
+    Fail("TILING_FAILED", op,
          "the tiling function returned " + (rc == ge::GRAPH_FAILED ? std::string("GRAPH_FAILED") : std::to_string(rc)) +
              " for " + summary + StderrNote(captured));
   if (!captured.empty()) std::fputs(captured.c_str(), stderr);  // not an error: pass the text through
@@ -643,16 +643,16 @@ TilingResult RunTiling(const std::string& op, const std::vector<TensorDesc>& inp
   // --- checks on what the tiling function produced
   const size_t data_size = d.tiling_data->GetDataSize();
   if (data_size > capacity)
-    Fail("tiling.data_overflow", op,
+    Fail("TILING_DATA_OVERFLOW", op,
          "tiling data size " + std::to_string(data_size) + " bytes exceeds the tiling buffer capacity " +
              std::to_string(capacity) + " bytes (register a larger max_tiling_data_size with "
              "IMPL_OP_OPTILING(op).Tiling(func, size)) for " + summary);
   if (!d.block_dim_set || d.block_dim == 0)
-    Fail("tiling.block_dim", op,
+    Fail("TILING_BLOCK_DIM", op,
          std::string(d.block_dim_set ? "SetBlockDim(0)" : "SetBlockDim was never called") +
              ": block dim must be in [1, 65535] (CANN TilingContext::SetBlockDim) for " + summary);
   if (d.block_dim > 65535)
-    Fail("tiling.block_dim", op,
+    Fail("TILING_BLOCK_DIM", op,
          "block dim " + std::to_string(d.block_dim) + " is outside [1, 65535] (CANN TilingContext::SetBlockDim)");
   uint32_t limit = 65535;
   std::string limit_name;
@@ -663,20 +663,20 @@ TilingResult RunTiling(const std::string& op, const std::vector<TensorDesc>& inp
     limit = plat.split_core ? plat.aic_cores : plat.ai_core_cnt;
     limit_name = "GetCoreNumAic()";
   } else if (options.kernel_type != "any") {
-    Fail("options.kernel_type", op, "kernel_type must be 'aiv', 'aic', 'mix' or 'any', got '" + options.kernel_type + "'");
+    Fail("OPTIONS_KERNEL_TYPE", op, "kernel_type must be 'aiv', 'aic', 'mix' or 'any', got '" + options.kernel_type + "'");
   }
   if (d.block_dim > limit)
-    Fail("tiling.block_dim_cores", op,
+    Fail("TILING_BLOCK_DIM_CORES", op,
          "block dim " + std::to_string(d.block_dim) + " exceeds " + limit_name + " = " + std::to_string(limit) +
              " on " + plat.soc + " (kernel_type '" + options.kernel_type + "') for " + summary);
   const auto* ws = reinterpret_cast<const gert::TypedContinuousVector<size_t>*>(d.workspace_holder.get());
   if (!d.workspace_requested || ws->GetSize() == 0)
-    Fail("tiling.workspace_unset", op,
+    Fail("TILING_WORKSPACE_UNSET", op,
          "the tiling function never set the workspace sizes: call context->GetWorkspaceSizes(1) and write the "
          "bytes the kernel needs (at least 0; AscendC library APIs need GetLibApiWorkSpaceSize())");
   for (size_t i = 0; i < ws->GetSize(); ++i)
     if (ws->GetData()[i] == detail::kWorkspaceUnset)
-      Fail("tiling.workspace_unset", op,
+      Fail("TILING_WORKSPACE_UNSET", op,
            "workspace[" + std::to_string(i) + "] was requested with GetWorkspaceSizes(" +
                std::to_string(ws->GetSize()) + ") but never written");
 
@@ -700,11 +700,11 @@ TilingResult RunTiling(const std::string& op, const std::vector<TensorDesc>& inp
     r.tiling_struct = cls->GetTilingClassName();
     const size_t need = cls->GetDataSize();
     if (need > 0 && data_size == 0)
-      Fail("tiling.data_size_unset", op,
+      Fail("TILING_DATA_SIZE_UNSET", op,
            "tiling data size is 0 but the registered class " + r.tiling_struct + " is " + std::to_string(need) +
                " bytes: call context->GetRawTilingData()->SetDataSize(tiling.GetDataSize()) after SaveToBuffer");
     if (data_size < need)
-      Fail("tiling.data_size_mismatch", op,
+      Fail("TILING_DATA_SIZE_MISMATCH", op,
            "tiling data size " + std::to_string(data_size) + " bytes is smaller than the registered class " +
                r.tiling_struct + " (" + std::to_string(need) + " bytes); the kernel's GET_TILING_DATA would read "
                "past the data");

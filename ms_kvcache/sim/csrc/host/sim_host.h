@@ -24,9 +24,9 @@ namespace pybind11 { class module_; }
 namespace simhost {
 
 // ------------------------------------------------------------------------------------ errors
-// Thrown by every host-side check. rule: short stable identifier (e.g. "tiling.failed",
-// "tiling.block_dim", "opdef.dtype_row"); op: OpDef type; message: full human-readable text that
-// already names the rule, the op and the offending values (what() returns it).
+// Thrown by every host-side check. rule: stable UPPER_SNAKE identifier (e.g. "TILING_FAILED",
+// "BLOCK_DIM", "OPDEF_DTYPE_ROW"; docs/emulation.md lists them); op: OpDef type ("" when unknown);
+// what(): "<RULE>: op <op>: <detail>", naming the offending values.
 struct HostError : std::runtime_error {
   std::string rule, op;
   HostError(std::string rule_, std::string op_, const std::string& message)
@@ -69,7 +69,7 @@ struct Platform {
   std::string unverified;   // fields whose value is not backed by a cited source ("" if none)
 };
 // soc: full name ("Ascend910B1") or, for convenience, case-insensitive. Throws HostError
-// (rule "platform.unknown_soc") for an unknown SoC.
+// (rule PLATFORM_UNKNOWN_SOC) for an unknown SoC.
 const Platform& GetPlatform(const std::string& soc);
 std::vector<std::string> ListPlatforms();
 
@@ -109,8 +109,8 @@ struct OpDefInfo {
 };
 // Registered op types, sorted.
 std::vector<std::string> ListOps();
-// Throws HostError ("opdef.unknown_op") for an unregistered op. Validates the OpDef on first use
-// (throws "opdef.invalid" naming the op and the violation).
+// Throws HostError (OPDEF_UNKNOWN_OP) for an unregistered op. Validates the OpDef on first use
+// (throws OPDEF_INVALID naming the op and the violation).
 const OpDefInfo& GetOpDef(const std::string& op_type);
 
 // ------------------------------------------------------------------------------------ tiling
@@ -169,7 +169,7 @@ std::vector<TensorDesc> RunInferShape(const std::string& op_type, const std::vec
 // The capacity actually used for a call is TilingResult::tiling_capacity.
 constexpr size_t kDefaultTilingCapacity = 2048;
 constexpr size_t kTilingCapacity = kDefaultTilingCapacity;  // (name used by the runner)
-// Canonical dtype name <-> ge::DataType value; ParseDType throws HostError ("input.dtype").
+// Canonical dtype name <-> ge::DataType value; ParseDType throws HostError (INPUT_DTYPE).
 int ParseDType(const std::string& name);
 std::string DTypeName(int ge_dtype);
 int ParseFormat(const std::string& name);

@@ -79,21 +79,21 @@ void TilingDef::SetDataPtr(void* dataPtr) {
 
 uint8_t* TilingDef::SimPtr(size_t offset, size_t bytes) const {
   if (data_ptr_ == nullptr)
-    simhost::detail::Fail("tilingdata.no_buffer", "",
+    simhost::detail::Fail("TILINGDATA_NO_BUFFER", "",
                           std::string("tiling data class ") + class_name_ +
                               " has no buffer (constructed with nullptr and never attached with SetDataPtr)");
   if (offset + bytes > data_size_)
-    simhost::detail::Fail("tilingdata.range", "", std::string("access outside tiling data class ") + class_name_);
+    simhost::detail::Fail("TILINGDATA_RANGE", "", std::string("access outside tiling data class ") + class_name_);
   return data_ptr_ + offset;
 }
 
 void TilingDef::SaveToBuffer(void* pdata, size_t capacity) {
   if (!owns_data_) return;  // a view of an external buffer already holds the data (CANN semantics)
   if (pdata == nullptr)
-    simhost::detail::Fail("tiling.data_overflow", "",
+    simhost::detail::Fail("TILING_DATA_OVERFLOW", "",
                           std::string("SaveToBuffer of ") + class_name_ + " into a null buffer");
   if (capacity < data_size_)
-    simhost::detail::Fail("tiling.data_overflow", "",
+    simhost::detail::Fail("TILING_DATA_OVERFLOW", "",
                           std::string("SaveToBuffer: tiling data class ") + class_name_ + " needs " +
                               std::to_string(data_size_) + " bytes but the buffer capacity is " +
                               std::to_string(capacity) + " bytes (CANN refuses the copy)");

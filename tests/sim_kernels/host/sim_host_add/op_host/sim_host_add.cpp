@@ -39,8 +39,16 @@ static ge::graphStatus SimHostAddTiling(gert::TilingContext* context) {
   factor = (factor + align - 1) / align * align;
   const uint32_t used = factor == 0 ? 1 : static_cast<uint32_t>((total + factor - 1) / factor);
   const uint16_t buffers = *dbl ? 2 : 1;
-  uint64_t tile_elems = tile > 0 ? static_cast<uint64_t>(tile)
-                                 : (ub / (3U * buffers * static_cast<uint64_t>(elem))) / align * align;
+  // UB: x, y, bias, z queues of `buffers` tiles of T, plus three float scratch tiles for 16-bit types
+  const uint64_t per_elem = 4U * buffers * static_cast<uint64_t>(elem) + (elem == 4 ? 0U : 12U);
+  uint64_t tile_elems = tile > 0 ? static_cast<uint64_t>(tile) : (ub / per_elem) / align * align;
+  const uint64_t tail = total - factor * (used - 1);
+  if (ascendc.GetSocVersion() == platform_ascendc::SocVersion::ASCEND310P &&
+      ((factor * elem) % 32 != 0 || (tail * elem) % 32 != 0 || (tile_elems * elem) % 32 != 0)) {
+    std::fprintf(stderr, "ms_kvcache: SimHostAdd tiling: %llu elements do not split into 32-byte rows and "
+                 "this SoC has no DataCopyPad\n", static_cast<unsigned long long>(total));
+    return ge::GRAPH_FAILED;
+  }
 
   SimHostAddTilingData td;
   td.set_hasBias(bias != nullptr ? 1 : 0);
@@ -53,13 +61,13 @@ static ge::graphStatus SimHostAddTiling(gert::TilingContext* context) {
   td.set_flags(f);
   td.set_ubBytes(static_cast<int64_t>(ub));
   td.split.set_blockFactor(static_cast<uint32_t>(factor));
-  td.split.set_tailFactor(static_cast<uint32_t>(total - factor * (used - 1)));
+  td.split.set_tailFactor(static_cast<uint32_t>(tail));
   td.split.set_usedCores(static_cast<uint8_t>(used));
   td.set_bufferNum(buffers);
   const gert::Shape& s = xs->GetStorageShape();
-  int32_t tail[2] = {static_cast<int32_t>(s.GetDimNum()),
-                     static_cast<int32_t>(s.GetDimNum() ? s.GetDim(s.GetDimNum() - 1) : 0)};
-  td.set_shapeTail(tail);
+  int32_t shape_tail[2] = {static_cast<int32_t>(s.GetDimNum()),
+                           static_cast<int32_t>(s.GetDimNum() ? s.GetDim(s.GetDimNum() - 1) : 0)};
+  td.set_shapeTail(shape_tail);
 
   context->SetBlockDim(used);
   const uint64_t key = (dt == ge::DT_FLOAT16 ? 0 : dt == ge::DT_FLOAT ? 1 : 2) + (bias != nullptr ? 10 : 0);
