@@ -8,6 +8,8 @@ import struct
 import threading
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import pytest
 
 SOCS = ("Ascend910B1", "Ascend910B3", "Ascend910_9391", "Ascend310P3")
@@ -232,3 +234,30 @@ def test_kernel_reads_the_tiling_the_host_wrote(sim, rng, soc, dtype, shape, bia
     assert np.array_equal(z.view(np.uint8), ref.view(np.uint8)), f"{soc} {dtype}"
     fields, used, key, _ = reference_add_tiling(shape, dtype, soc, bias=bias, alpha=alpha, flags=(3, 4, 5))
     assert stats["block_dim"] == used and stats["tiling_key"] == key
+
+
+def test_documented_template_style_op(sim):
+    """An op_host source in the shape of CANN's documented template compiles and tiles unchanged."""
+    r = sim.tiling("SimHostDocAdd", [((8, 2048), "float16"), ((8, 2048), "float16")])
+    assert r["fields"] == {"totalLength": 8 * 2048, "tileNum": 8}
+    assert r["tiling_struct"] == "TilingData" and r["block_dim"] == 8 and r["workspace_sizes"] == [0]
+    assert r["outputs"] == [((8, 2048), "float16")]
+
+
+@settings(max_examples=60, deadline=None)
+@given(soc=st.sampled_from(SOCS), dtype=st.sampled_from(["float16", "float32"]),
+       shape=st.lists(st.integers(1, 300), min_size=1, max_size=3), bias=st.booleans(),
+       alpha=st.floats(-4, 4, width=32), tile_len=st.sampled_from([0, 64, 1024]),
+       flags=st.lists(st.integers(0, 255), max_size=3), double_buffer=st.booleans())
+def test_add_tiling_random(sim, soc, dtype, shape, bias, alpha, tile_len, flags, double_buffer):
+    attrs = {"alpha": alpha, "tile_len": tile_len, "flags": flags, "double_buffer": double_buffer}
+    ins = [(shape, dtype), (shape, dtype), (shape, dtype) if bias else None]
+    fields, used, key, ws = reference_add_tiling(tuple(shape), dtype, soc, bias=bias, alpha=alpha,
+                                                 tile_len=tile_len, flags=flags, double_buffer=double_buffer)
+    if fields is None:
+        with pytest.raises(sim.EmulationError) as ei:
+            sim.tiling("SimHostAdd", ins, attrs=attrs, soc=soc)
+        assert ei.value.rule == "TILING_FAILED"
+        return
+    r = sim.tiling("SimHostAdd", ins, attrs=attrs, soc=soc)
+    assert (r["fields"], r["block_dim"], r["tiling_key"], r["workspace_bytes"]) == (fields, used, key, ws)
