@@ -24,6 +24,12 @@ GE_DTYPE = {"float16": 1, "float32": 0, "bfloat16": 27}
 ESIZE = {"float16": 2, "float32": 4, "bfloat16": 2}
 
 
+@pytest.fixture
+def rng(request):
+    # local (the ASan run uses --noconftest): stable per test, different across tests
+    return np.random.default_rng(abs(hash(request.node.nodeid)) % (2**32))
+
+
 @pytest.fixture(scope="module")
 def sim():
     import _sim_host_harness
