@@ -113,6 +113,10 @@ void GmNoteWrite(Core& c, const Region& r, uint8_t* p, uint64_t len, int pipe, c
                      "PipeBarrier<PIPE_MTE3> orders the two copies (overlapping MTE3 destinations)",
                      api, static_cast<uint64_t>(reinterpret_cast<uint8_t*>(a) - r.base), r.name.c_str());
         }
+        if (!c.L->concurrent) {
+          s.store(cell, std::memory_order_relaxed);
+          break;
+        }
         if (s.compare_exchange_weak(old, cell, std::memory_order_relaxed)) break;
       }
     }

@@ -376,6 +376,7 @@ std::vector<CoreStats> Execute(LaunchCtx& L, const KernelEntry& k, std::vector<v
     cores.back()->idx = static_cast<int>(i);
   }
   if (order == "threads") {
+    L.concurrent = true;
     std::vector<std::exception_ptr> errs(n);
     std::vector<std::thread> th;
     th.reserve(n);

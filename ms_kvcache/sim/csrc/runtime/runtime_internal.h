@@ -91,6 +91,7 @@ struct LaunchCtx {
   uint64_t seed = 0;
   bool hazards = true;
   bool uninit_checks = true;
+  bool concurrent = false;  // cores run on threads: shadow updates must be atomic
   GmShadow shadow;
 };
 

@@ -244,19 +244,6 @@ void CheckCast(Core& c, DT src, DT dst, int mode) {
            from.empty() ? "nothing" : from.c_str());
 }
 
-const char* OpName(VecOp op) {
-  switch (op) {
-    case VecOp::Add: return "Add";
-    case VecOp::Sub: return "Sub";
-    case VecOp::Mul: return "Mul";
-    case VecOp::Adds: return "Adds";
-    case VecOp::Muls: return "Muls";
-    case VecOp::Duplicate: return "Duplicate";
-    case VecOp::Cast: return "Cast";
-    default: return "?";
-  }
-}
-
 // ------------------------------------------------------------------------------------- addressing
 struct Plan {
   bool contiguous = false;   // count mode: element i at base + i * size
@@ -466,76 +453,173 @@ void Vec(VecOp op, const char* api, const VecShape& shape, bool use_mask_reg, co
       }
     }
   }
-  // ---- compute, one repeat at a time (all reads of a repeat happen before its writes)
+  // ---- compute, element by element in instruction order. The overlap rules above guarantee that
+  // this equals the hardware's "read a repeat, then write it" for every accepted operand layout.
   const bool sat = caps.saturation;
   uint8_t* ub = c.ub.data();
   uint8_t* valid = c.valid.data();
-  long double sc = 0;
-  if (scalar != nullptr) sc = Load(dst.dt, static_cast<const uint8_t*>(scalar));
-  const uint64_t nrep = p.contiguous ? (p.total + p.E - 1) / p.E : p.repeats;
-  std::vector<long double> val(p.E);
-  std::vector<uint8_t> ok(p.E);
-  for (uint64_t r = 0; r < nrep; ++r) {
-    const uint32_t cnt = p.contiguous ? static_cast<uint32_t>(std::min<uint64_t>(p.E, p.total - r * p.E)) : p.E;
-    auto addr = [&](const VecOperand& o, uint32_t sz, uint32_t e) -> uint32_t {
-      return p.contiguous ? static_cast<uint32_t>(o.ub.addr + (r * p.E + e) * sz) : Addr(o, sz, static_cast<uint32_t>(r), e);
-    };
-    auto active = [&](uint32_t e) { return p.contiguous ? e < cnt : Active(p, static_cast<uint32_t>(r), e); };
-    for (uint32_t e = 0; e < p.E; ++e) {
-      if (!active(e)) continue;
-      bool v = true;
-      long double a = 0, b = 0;
-      if (src0) {
-        const uint32_t sa = addr(*src0, ssz, e);
-        a = Load(src0->dt, ub + sa);
-        for (uint32_t k = 0; k < ssz; ++k) v = v && valid[sa + k];
-      }
-      if (src1) {
-        const uint32_t sb = addr(*src1, ssz, e);
-        b = Load(src1->dt, ub + sb);
-        for (uint32_t k = 0; k < ssz; ++k) v = v && valid[sb + k];
-      }
-      long double out = 0;
-      switch (op) {
-        case VecOp::Add: out = a + b; break;
-        case VecOp::Sub: out = a - b; break;
-        case VecOp::Mul: out = a * b; break;
-        case VecOp::Adds: out = a + sc; break;
-        case VecOp::Muls: out = a * sc; break;
-        case VecOp::Duplicate: out = sc; v = true; break;
-        case VecOp::Cast:
-          out = a;
-          if (src0->dt == DT::F32 && dst.dt == DT::F32 && std::isfinite(a)) {  // float -> float: round to integral
-            const long double q = static_cast<long double>(RoundUnits(std::fabs(a), round_mode, a < 0));
-            out = std::fabs(a) >= 8388608.0L ? a : std::copysign(q, a);
-          }
-          break;
-        default: break;
-      }
-      val[e] = out;
-      ok[e] = v;
+  auto visit = [&](auto&& f) {
+    if (p.contiguous) {
+      for (uint64_t i = 0; i < p.total; ++i)
+        f(static_cast<uint32_t>(dst.ub.addr + i * dsz), src0 ? static_cast<uint32_t>(src0->ub.addr + i * ssz) : 0u,
+          src1 ? static_cast<uint32_t>(src1->ub.addr + i * ssz) : 0u);
+      return;
     }
-    for (uint32_t e = 0; e < p.E; ++e) {
-      if (!active(e)) continue;
-      const uint32_t da = addr(dst, dsz, e);
-      if (op == VecOp::Duplicate) {
-        std::memcpy(ub + da, scalar, dsz);  // bit copy
-      } else if (op != VecOp::Cast && !DTIsFloat(dst.dt)) {
-        // int16 / int32 arithmetic wraps around
-        const long double w = val[e];
-        const int64_t iv = static_cast<int64_t>(std::fmod(w, 18446744073709551616.0L));
-        if (dsz == 2) {
-          const int16_t x = static_cast<int16_t>(static_cast<uint16_t>(iv));
-          std::memcpy(ub + da, &x, 2);
-        } else {
-          const int32_t x = static_cast<int32_t>(static_cast<uint32_t>(iv));
-          std::memcpy(ub + da, &x, 4);
+    for (uint32_t r = 0; r < p.repeats; ++r)
+      for (uint32_t e = 0; e < p.E; ++e)
+        if (Active(p, r, e))
+          f(Addr(dst, dsz, r, e), src0 ? Addr(*src0, ssz, r, e) : 0u, src1 ? Addr(*src1, ssz, r, e) : 0u);
+  };
+  auto ok = [&](uint32_t a, uint32_t n) {
+    for (uint32_t k = 0; k < n; ++k)
+      if (!valid[a + k]) return false;
+    return true;
+  };
+  auto mark = [&](uint32_t d, bool v) { std::memset(valid + d, v ? 1 : 0, dsz); };
+  auto satf = [&](float r) -> float {
+    if (!sat) return r;
+    if (std::isnan(r)) return 0.0f;
+    if (std::isinf(r)) return r > 0 ? 3.4028234663852886e38f : -3.4028234663852886e38f;
+    return r;
+  };
+  auto sath = [&](uint16_t h) -> uint16_t {
+    if (!sat) return h;
+    if ((h & 0x7fffu) > 0x7c00u) return 0;                                        // NaN -> 0
+    if ((h & 0x7fffu) == 0x7c00u) return static_cast<uint16_t>((h & 0x8000u) | 0x7bffu);  // inf -> +-max
+    return h;
+  };
+  auto ld16 = [&](uint32_t a) {
+    uint16_t v;
+    std::memcpy(&v, ub + a, 2);
+    return v;
+  };
+  auto arith = [&](float a, float b) -> float {
+    switch (op) {
+      case VecOp::Add: case VecOp::Adds: return a + b;
+      case VecOp::Sub: return a - b;
+      default: return a * b;
+    }
+  };
+  auto iarith = [&](int64_t a, int64_t b) -> int64_t {
+    switch (op) {
+      case VecOp::Add: case VecOp::Adds: return a + b;
+      case VecOp::Sub: return a - b;
+      default: return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+    }
+  };
+  const bool arith_op = op == VecOp::Add || op == VecOp::Sub || op == VecOp::Mul || op == VecOp::Adds ||
+                        op == VecOp::Muls;
+  if (op == VecOp::Duplicate) {
+    visit([&](uint32_t d, uint32_t, uint32_t) {
+      std::memcpy(ub + d, scalar, dsz);  // bit copy of the scalar
+      mark(d, true);
+    });
+  } else if (arith_op && dst.dt == DT::F32) {
+    float sc = 0;
+    if (scalar) std::memcpy(&sc, scalar, 4);
+    visit([&](uint32_t d, uint32_t a0, uint32_t a1) {
+      float x, y = sc;
+      std::memcpy(&x, ub + a0, 4);
+      if (src1) std::memcpy(&y, ub + a1, 4);
+      const float r = satf(arith(x, y));  // one IEEE fp32 rounding
+      const bool v = ok(a0, 4) && (!src1 || ok(a1, 4));
+      std::memcpy(ub + d, &r, 4);
+      mark(d, v);
+    });
+  } else if (arith_op && dst.dt == DT::F16) {
+    // exact half inputs: a float sum / difference rounded once more to half equals the exactly rounded
+    // result (|b| << |a| whenever the float sum is inexact), products of halves are exact in float
+    float sc = 0;
+    if (scalar) {
+      uint16_t h;
+      std::memcpy(&h, scalar, 2);
+      sc = HalfBitsToFloat(h);
+    }
+    visit([&](uint32_t d, uint32_t a0, uint32_t a1) {
+      const float x = HalfBitsToFloat(ld16(a0));
+      const float y = src1 ? HalfBitsToFloat(ld16(a1)) : sc;
+      const uint16_t h = sath(FloatToHalfBits(arith(x, y)));
+      const bool v = ok(a0, 2) && (!src1 || ok(a1, 2));
+      std::memcpy(ub + d, &h, 2);
+      mark(d, v);
+    });
+  } else if (arith_op && (dst.dt == DT::I16 || dst.dt == DT::I32)) {
+    const bool i16 = dst.dt == DT::I16;
+    int64_t sc = 0;
+    if (scalar) {
+      if (i16) {
+        int16_t v;
+        std::memcpy(&v, scalar, 2);
+        sc = v;
+      } else {
+        int32_t v;
+        std::memcpy(&v, scalar, 4);
+        sc = v;
+      }
+    }
+    visit([&](uint32_t d, uint32_t a0, uint32_t a1) {
+      int64_t x, y = sc;
+      if (i16) {
+        int16_t t0, t1 = 0;
+        std::memcpy(&t0, ub + a0, 2);
+        if (src1) std::memcpy(&t1, ub + a1, 2);
+        x = t0;
+        if (src1) y = t1;
+      } else {
+        int32_t t0, t1 = 0;
+        std::memcpy(&t0, ub + a0, 4);
+        if (src1) std::memcpy(&t1, ub + a1, 4);
+        x = t0;
+        if (src1) y = t1;
+      }
+      const uint64_t w = static_cast<uint64_t>(iarith(x, y));  // wraps around
+      const bool v = ok(a0, dsz) && (!src1 || ok(a1, dsz));
+      if (i16) {
+        const uint16_t o = static_cast<uint16_t>(w);
+        std::memcpy(ub + d, &o, 2);
+      } else {
+        const uint32_t o = static_cast<uint32_t>(w);
+        std::memcpy(ub + d, &o, 4);
+      }
+      mark(d, v);
+    });
+  } else if (op == VecOp::Cast && (src0->dt == DT::F16 || src0->dt == DT::BF16) && dst.dt == DT::F32) {
+    const bool bf = src0->dt == DT::BF16;
+    visit([&](uint32_t d, uint32_t a0, uint32_t) {
+      const float f = bf ? Bf16BitsToFloat(ld16(a0)) : HalfBitsToFloat(ld16(a0));  // exact
+      std::memcpy(ub + d, &f, 4);
+      mark(d, ok(a0, 2));
+    });
+  } else if (op == VecOp::Cast && src0->dt == DT::F32 && (dst.dt == DT::F16 || dst.dt == DT::BF16) &&
+             (round_mode == kRint || round_mode == kNone)) {
+    const bool bf = dst.dt == DT::BF16;
+    visit([&](uint32_t d, uint32_t a0, uint32_t) {
+      float f;
+      std::memcpy(&f, ub + a0, 4);
+      uint16_t h;
+      if (bf) {
+        h = FloatToBf16Bits(f);
+        if (sat) {
+          if ((h & 0x7fffu) > 0x7f80u) h = 0;
+          else if ((h & 0x7fffu) == 0x7f80u) h = static_cast<uint16_t>((h & 0x8000u) | 0x7f7fu);
         }
       } else {
-        Store(dst.dt, ub + da, val[e], op == VecOp::Cast ? round_mode : kRint, sat);
+        h = sath(FloatToHalfBits(f));
       }
-      std::memset(valid + da, ok[e] ? 1 : 0, dsz);
-    }
+      std::memcpy(ub + d, &h, 2);
+      mark(d, ok(a0, 4));
+    });
+  } else if (op == VecOp::Cast) {
+    const bool integral = src0->dt == DT::F32 && dst.dt == DT::F32;  // float -> float: round to integral
+    visit([&](uint32_t d, uint32_t a0, uint32_t) {
+      long double a = Load(src0->dt, ub + a0);
+      if (integral && std::isfinite(a) && std::fabs(a) < 8388608.0L)
+        a = std::copysign(static_cast<long double>(RoundUnits(std::fabs(a), round_mode, a < 0)), a);
+      Store(dst.dt, ub + d, a, round_mode, sat);
+      mark(d, ok(a0, ssz));
+    });
+  } else {
+    Fail("VEC_DTYPE", "%s: no implementation for %s", api, DTName(dst.dt));
   }
 }
 
