@@ -151,7 +151,6 @@ void Validate(const ops::OpDef& def, const OpDefInfo& info) {
     for (const auto& m : p.SimData().misuse) errs.push_back("input '" + p.SimData().name + "': " + m);
   for (const auto& p : def.SimOutputs())
     for (const auto& m : p.SimData().misuse) errs.push_back("output '" + p.SimData().name + "': " + m);
-  std::set<std::string> names;
   for (const auto& a : def.SimAttrs()) {
     const auto& d = a.SimData();
     const std::string who = "attr '" + d.name + "'";
@@ -163,7 +162,9 @@ void Validate(const ops::OpDef& def, const OpDefInfo& info) {
       errs.push_back(who + " has AttrType " + OptionName(d.attr_type) + " (expected OPTIONAL or REQUIRED)");
   }
   for (const auto& p : info.inputs)
-    if (!p.name.empty() && !names.insert("in:" + p.name).second) errs.push_back("duplicate input '" + p.name + "'");
+    if (p.name.empty()) errs.push_back("an input has an empty name");
+  for (const auto& p : info.outputs)
+    if (p.name.empty()) errs.push_back("an output has an empty name");
   if (!errs.empty()) {
     std::string msg = "invalid OpDef (" + std::to_string(errs.size()) + " problem" + (errs.size() > 1 ? "s" : "") +
                       "): ";

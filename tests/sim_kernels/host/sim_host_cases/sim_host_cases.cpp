@@ -3,7 +3,9 @@
 #include <cstdio>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
+#include "graph/tensor.h"
 #include "register/op_def_registry.h"
 #include "register/op_impl_registry.h"
 #include "register/tilingdata_base.h"
@@ -40,6 +42,11 @@ static ge::graphStatus SimHostFaultyTiling(gert::TilingContext* context) {
     big.SaveToBuffer(context->GetRawTilingData()->GetData(), context->GetRawTilingData()->GetCapacity());
     return ge::GRAPH_SUCCESS;
   }
+  // graph-level ge::Shape built from the runtime shape (both CANN classes)
+  const gert::Shape& rs = context->GetInputShape(0)->GetStorageShape();
+  std::vector<int64_t> dims;
+  for (size_t i = 0; i < rs.GetDimNum(); ++i) dims.push_back(rs.GetDim(i));
+  if (ge::Shape(dims).GetShapeSize() != rs.GetShapeSize()) return ge::GRAPH_FAILED;
   SimHostFaultyTilingData td;
   td.set_a(static_cast<uint32_t>(seed));
   td.set_b(aiv);
