@@ -28,13 +28,21 @@ foreach(f IN LISTS MSKV_SIM_HOST_ALL)
 endforeach()
 
 set(MSKV_SIM_FLAGS ${MSKV_ABI_FLAGS} -Wall -Wextra -ffp-contract=off -fno-strict-aliasing ${MSKV_SAN_FLAGS})
+# sanitizer builds only run tests: compile them quickly
+if(MS_KVCACHE_SANITIZE)
+  set(MSKV_SIM_OPT_RT -O1)
+  set(MSKV_SIM_OPT_MOD -O0)
+else()
+  set(MSKV_SIM_OPT_RT -O2)
+  set(MSKV_SIM_OPT_MOD -O1)
+endif()
 
 # ---------------------------------------------------------------- runtime library
 add_library(ascendc_sim SHARED ${MSKV_SIM_RT_SRCS} ${MSKV_SIM_HOST_SRCS})
 target_include_directories(ascendc_sim
   PUBLIC "${MSKV_SIM_DIR}/include"
   PRIVATE "${MSKV_SIM_DIR}/csrc/host" "${MSKV_SIM_DIR}/csrc/runtime")
-target_compile_options(ascendc_sim PRIVATE ${MSKV_SIM_FLAGS} -O2)
+target_compile_options(ascendc_sim PRIVATE ${MSKV_SIM_FLAGS} ${MSKV_SIM_OPT_RT})
 target_link_options(ascendc_sim PRIVATE ${MSKV_SAN_FLAGS})
 target_link_libraries(ascendc_sim PRIVATE Threads::Threads ${CMAKE_DL_LIBS})
 
@@ -92,7 +100,7 @@ endforeach()
 file(CONFIGURE OUTPUT "${MSKV_SIM_GEN}/sim_aot_entries.cpp" CONTENT "${MSKV_SIM_AOT}" @ONLY)
 
 # ---------------------------------------------------------------- pybind11 module
-pybind11_add_module(_sim MODULE
+pybind11_add_module(_sim MODULE NO_EXTRAS  # no LTO: the work happens in libascendc_sim.so
   "${MSKV_SIM_DIR}/csrc/module/sim_module.cpp"
   ${MSKV_SIM_HOST_PY_SRCS}
   ${MSKV_SIM_WRAPPERS}
@@ -102,7 +110,7 @@ pybind11_add_module(_sim MODULE
 target_include_directories(_sim PRIVATE
   "${MSKV_SIM_DIR}/csrc/host" "${MSKV_SIM_DIR}/csrc/runtime"
   "${CMAKE_CURRENT_SOURCE_DIR}/op_host" "${CMAKE_CURRENT_SOURCE_DIR}/op_kernel")
-target_compile_options(_sim PRIVATE ${MSKV_SIM_FLAGS} -O1)
+target_compile_options(_sim PRIVATE ${MSKV_SIM_FLAGS} ${MSKV_SIM_OPT_MOD})
 target_link_options(_sim PRIVATE ${MSKV_SAN_FLAGS})
 target_link_libraries(_sim PRIVATE ascendc_sim)
 set_target_properties(_sim PROPERTIES BUILD_WITH_INSTALL_RPATH TRUE INSTALL_RPATH "$ORIGIN/lib")

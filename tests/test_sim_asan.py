@@ -4,7 +4,8 @@ Builds libascendc_sim.so and _sim with ``-DMS_KVCACHE_SANITIZE=ON`` into a temp 
 between runs, keyed by the checkout path), lays out a minimal ``ms_kvcache`` package there whose
 ``sim`` subpackage is this checkout's, and runs the emulation test files (tests/test_sim_rules.py,
 tests/test_sim_semantics.py: every rule, every API's semantics, all three core orders) in a
-subprocess with libasan preloaded; the test kernels they build with ``ms_kvcache.sim.build`` are
+subprocess with libasan preloaded, plus the host-side tests (tests/test_sim_host_*.py: OpDef,
+TilingData, tiling contexts); the test kernels / ops they build with ``ms_kvcache.sim.build`` are
 instrumented too ($MS_KVCACHE_SIM_CXXFLAGS). MindSpore itself is not loaded under ASan (the AOT path
 is covered by tests/test_sim_ops.py in the normal build). First run ~2-3 min on 2 cores, then seconds.
 """
@@ -60,10 +61,12 @@ def test_emulation_tests_pass_under_asan_ubsan():
         "MS_KVCACHE_SIM_CXXFLAGS": SAN,
         "MS_KVCACHE_SIM_CACHE": str(base / "cache"),
     })
-    tests = [str(ROOT / "tests" / "test_sim_rules.py"), str(ROOT / "tests" / "test_sim_semantics.py")]
+    names = ["test_sim_rules.py", "test_sim_semantics.py",  # kernel side + runner
+             "test_sim_host_checks.py", "test_sim_host_tiling.py", "test_sim_host_tilingdata.py"]  # host side
+    tests = [str(ROOT / "tests" / n) for n in names if (ROOT / "tests" / n).exists()]
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "--noconftest",
-                        "-W", "ignore::RuntimeWarning", *tests], capture_output=True, text=True, env=env,
-                       cwd=str(base))
+                        "-W", "ignore::RuntimeWarning", "--rootdir", str(ROOT / "tests"), *tests],
+                       capture_output=True, text=True, env=env, cwd=str(ROOT / "tests"))
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-6000:]
     assert "passed" in out and "ERROR: AddressSanitizer" not in out and "runtime error:" not in out, out[-6000:]
