@@ -230,3 +230,18 @@ def test_dynamic_input_aot_entry_splits_flat_params(sum_list):
     # one parameter cannot hold the bias, the output and the list
     assert fn(1, params, ndims, shapes, dtypes, None, None) != 0
     assert "SimSumList" in sim.last_error() and "cannot be split" in sim.last_error()
+
+
+def test_dynamic_input_from_mindspore_with_arity_attr(sum_list):
+    """MindSpore hands k0..k2, bias flattened; the prim attr ms_kvcache_arity says how many belong to srcs."""
+    from mindspore import Tensor, ops
+
+    rng = np.random.default_rng(21)
+    n = 8 * 40
+    srcs = [rng.standard_normal(n).astype(np.float32) for _ in range(3)]
+    bias = rng.standard_normal(n).astype(np.float32)
+    op = ops.Custom(sum_list.aot_func("SimSumList"), out_shape=lambda *shapes: shapes[-1],
+                    out_dtype=lambda *types: types[-1], func_type="aot")
+    op.add_prim_attr("ms_kvcache_arity", 3)
+    out = op(*[Tensor(s) for s in srcs], Tensor(bias))
+    np.testing.assert_array_equal(out.asnumpy(), _sum_ref(srcs, bias))

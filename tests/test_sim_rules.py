@@ -68,6 +68,7 @@ CASES = [
     ("rule_hazard_mte2_waw", "PIPE_HAZARD", {}, 0),
     ("rule_hazard_queue_skipped", "PIPE_HAZARD", {}, 0),
     ("rule_hazard_gm_mte3_waw", "PIPE_HAZARD", {}, 0),
+    ("rule_hazard_gm_raw", "PIPE_HAZARD", {}, 0),
     ("rule_tiling_size", "TILING_SIZE", {}, 0),
     ("rule_unsupported_api", "UNSUPPORTED_API", {}, 0),
     ("rule_pipe_state", "PIPE_STATE", {}, 0),

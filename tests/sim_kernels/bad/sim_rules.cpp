@@ -528,6 +528,28 @@ RULE_KERNEL(rule_hazard_gm_mte3_waw) {
   q.FreeTensor(t);
 }
 
+RULE_KERNEL(rule_hazard_gm_raw) {
+  // copy y out (MTE3), then read the same GM bytes back in (MTE2): MTE3 -> MTE2 must be ordered
+  GLOBALS;
+  TPipe pipe;
+  TQue<TPosition::VECOUT, 1> qo;
+  TQue<TPosition::VECIN, 1> qi;
+  pipe.InitBuffer(qo, 1, 256 * sizeof(float));
+  pipe.InitBuffer(qi, 1, 256 * sizeof(float));
+  LocalTensor<float> t = qo.AllocTensor<float>();
+  Duplicate(t, 3.0f, 256);
+  qo.EnQue(t);
+  t = qo.DeQue<float>();
+  DataCopy(yg, t, 256);
+  qo.FreeTensor(t);
+  if (!Bad()) PipeBarrier<PIPE_ALL>();
+  LocalTensor<float> u = qi.AllocTensor<float>();
+  DataCopy(u, yg, 256);
+  qi.EnQue(u);
+  u = qi.DeQue<float>();
+  qi.FreeTensor(u);
+}
+
 // --------------------------------------------------------------------------------------- misc
 struct BigTiling {
   uint32_t a[64];

@@ -684,7 +684,8 @@ extern "C" int ascendc_sim_aot_launch(const char* op_type, int nparam, void** pa
         }
       }
     }
-    // how many MindSpore params each OpDef parameter takes
+    // how many MindSpore params each OpDef parameter takes: MindSpore's dyn_input_sizes, else
+    // ms_kvcache_arity (instances per DYNAMIC input), else the leftover params split evenly
     std::vector<int64_t> dyn;
     if (ex != nullptr && ex->HasAttr("dyn_input_sizes")) dyn = ex->GetAttrIntVec("dyn_input_sizes");
     size_t fixed = 0, ndyn = 0;
@@ -696,7 +697,10 @@ extern "C" int ascendc_sim_aot_launch(const char* op_type, int nparam, void** pa
       ms_outputs += ref[j] ? 0 : 1;
     }
     int64_t per_dyn = 0;
-    if (ndyn > 0 && dyn.size() != def.inputs.size()) {
+    if (ndyn > 0 && dyn.size() != def.inputs.size() && ex != nullptr && ex->HasAttr("ms_kvcache_arity")) {
+      per_dyn = ex->GetAttrInt("ms_kvcache_arity");  // ms_kvcache's arity-specialised primitives
+      if (per_dyn < 0) FailLaunch("LAUNCH", op, "attribute ms_kvcache_arity must be >= 0");
+    } else if (ndyn > 0 && dyn.size() != def.inputs.size()) {
       const int64_t left = static_cast<int64_t>(nparam) - static_cast<int64_t>(fixed + ms_outputs);
       if (left < 0 || left % static_cast<int64_t>(ndyn) != 0)
         FailLaunch("LAUNCH", op,
