@@ -13,19 +13,11 @@
 
 namespace ascendc_sim {
 
-inline uint32_t FloatBits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-inline float BitsFloat(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+constexpr uint32_t FloatBits(float f) { return __builtin_bit_cast(uint32_t, f); }
+constexpr float BitsFloat(uint32_t u) { return __builtin_bit_cast(float, u); }
 
 // float -> binary16, round to nearest even; overflow -> inf; NaN -> quiet NaN (sign kept).
-inline uint16_t FloatToHalfBits(float f) {
+constexpr uint16_t FloatToHalfBits(float f) {
   const uint32_t x = FloatBits(f);
   const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
   const uint32_t ax = x & 0x7fffffffu;
@@ -51,7 +43,7 @@ inline uint16_t FloatToHalfBits(float f) {
   return static_cast<uint16_t>(sign | r);
 }
 
-inline float HalfBitsToFloat(uint16_t h) {
+constexpr float HalfBitsToFloat(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t e = (h >> 10) & 0x1fu;
   uint32_t m = h & 0x3ffu;
@@ -69,26 +61,26 @@ inline float HalfBitsToFloat(uint16_t h) {
 }
 
 // float -> bfloat16, round to nearest even; NaN -> quiet NaN (sign kept).
-inline uint16_t FloatToBf16Bits(float f) {
+constexpr uint16_t FloatToBf16Bits(float f) {
   const uint32_t x = FloatBits(f);
   if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>(((x >> 16) & 0x8000u) | 0x7fc0u);
   const uint32_t lsb = (x >> 16) & 1u;
   return static_cast<uint16_t>((x + 0x7fffu + lsb) >> 16);
 }
-inline float Bf16BitsToFloat(uint16_t b) { return BitsFloat(static_cast<uint32_t>(b) << 16); }
-
-struct HalfTag {};
-struct Bf16Tag {};
+constexpr float Bf16BitsToFloat(uint16_t b) { return BitsFloat(static_cast<uint32_t>(b) << 16); }
 
 }  // namespace ascendc_sim
+
+struct bfloat16_t;
 
 // ---------------------------------------------------------------------------------------------- half
 struct half {
   uint16_t bits_;
   half() = default;
   template <typename U, typename std::enable_if<std::is_arithmetic<U>::value, int>::type = 0>
-  half(U v) : bits_(ascendc_sim::FloatToHalfBits(static_cast<float>(v))) {}  // NOLINT
-  operator float() const { return ascendc_sim::HalfBitsToFloat(bits_); }  // NOLINT
+  constexpr half(U v) : bits_(ascendc_sim::FloatToHalfBits(static_cast<float>(v))) {}  // NOLINT
+  explicit half(const bfloat16_t& b);
+  constexpr operator float() const { return ascendc_sim::HalfBitsToFloat(bits_); }  // NOLINT
   static half FromBits(uint16_t b) {
     half h;
     h.bits_ = b;
@@ -103,8 +95,9 @@ struct bfloat16_t {
   uint16_t bits_;
   bfloat16_t() = default;
   template <typename U, typename std::enable_if<std::is_arithmetic<U>::value, int>::type = 0>
-  bfloat16_t(U v) : bits_(ascendc_sim::FloatToBf16Bits(static_cast<float>(v))) {}  // NOLINT
-  operator float() const { return ascendc_sim::Bf16BitsToFloat(bits_); }  // NOLINT
+  constexpr bfloat16_t(U v) : bits_(ascendc_sim::FloatToBf16Bits(static_cast<float>(v))) {}  // NOLINT
+  explicit bfloat16_t(const half& h) : bits_(ascendc_sim::FloatToBf16Bits(static_cast<float>(h))) {}
+  constexpr operator float() const { return ascendc_sim::Bf16BitsToFloat(bits_); }  // NOLINT
   static bfloat16_t FromBits(uint16_t b) {
     bfloat16_t h;
     h.bits_ = b;
@@ -113,6 +106,7 @@ struct bfloat16_t {
   uint16_t ToBits() const { return bits_; }
 };
 static_assert(sizeof(bfloat16_t) == 2 && std::is_trivially_copyable<bfloat16_t>::value, "bf16 layout");
+inline half::half(const bfloat16_t& b) : bits_(ascendc_sim::FloatToHalfBits(static_cast<float>(b))) {}
 
 namespace ascendc_sim {
 
