@@ -102,7 +102,7 @@ void GmNoteWrite(Core& c, const Region& r, uint8_t* p, uint64_t len, int pipe, c
         if (old != 0 && (old >> 24) != me) {
           rt::Fail("GM_WRITE_CONFLICT",
                    "%s writes byte %" PRIu64 " of %s, which core %u already wrote in this launch: two cores writing "
-                   "the same GM bytes race on hardware (result depends on timing)",
+                   "the same GM bytes race on hardware (result depends on timing; write shared bytes from one core only)",
                    api, static_cast<uint64_t>(reinterpret_cast<uint8_t*>(a) - r.base), r.name.c_str(), (old >> 24) - 1);
         }
         if (old != 0 && pipe == kMTE3 && c.L->hazards) {
