@@ -38,8 +38,8 @@ extern "C" __global__ __aicore__ void sem_scalar_convert(GM_ADDR x, GM_ADDR yh, 
 
 // -------------------------------------------------------------------------------------------------
 // Vector arithmetic: y = op(a, b) or op(a, scalar) over n elements of T (n * sizeof(T) % 32 == 0).
-// tiling key = 10 * op + type; op: 0 Add, 1 Sub, 2 Mul, 3 Adds, 4 Muls; type: 0 half, 1 float,
-// 2 int16_t, 3 int32_t.
+// tiling key = 10 * op + type; op: 0 Add, 1 Sub, 2 Mul, 3 Adds, 4 Muls, 5 Max, 6 Min, 7 Maxs, 8 Mins,
+// 9 Abs, 10 Relu; type: 0 half, 1 float, 2 int16_t, 3 int32_t.
 template <typename T>
 __aicore__ inline T ScalarOf(const SemTiling& t) {
   return static_cast<T>(t.scalarF);
@@ -51,6 +51,20 @@ __aicore__ inline int16_t ScalarOf<int16_t>(const SemTiling& t) {
 template <>
 __aicore__ inline int32_t ScalarOf<int32_t>(const SemTiling& t) {
   return t.scalarI;
+}
+
+// Abs exists for half / float, Relu for half / int32_t / float: other types never call them
+template <typename T>
+__aicore__ inline void VecUnary(const LocalTensor<T>& d, const LocalTensor<T>& a, int32_t n, bool abs) {
+  if (abs) Abs(d, a, n);
+  else Relu(d, a, n);
+}
+template <>
+__aicore__ inline void VecUnary<int16_t>(const LocalTensor<int16_t>&, const LocalTensor<int16_t>&, int32_t, bool) {}
+template <>
+__aicore__ inline void VecUnary<int32_t>(const LocalTensor<int32_t>& d, const LocalTensor<int32_t>& a, int32_t n,
+                                         bool abs) {
+  if (!abs) Relu(d, a, n);
 }
 
 template <typename T>
@@ -81,7 +95,13 @@ __aicore__ inline void VecRun(GM_ADDR a, GM_ADDR b, GM_ADDR y, const SemTiling& 
     case 1: Sub(ly, la, lb, n); break;
     case 2: Mul(ly, la, lb, n); break;
     case 3: Adds(ly, la, s, n); break;
-    default: Muls(ly, la, s, n); break;
+    case 4: Muls(ly, la, s, n); break;
+    case 5: Max(ly, la, lb, n); break;
+    case 6: Min(ly, la, lb, n); break;
+    case 7: Maxs(ly, la, s, n); break;
+    case 8: Mins(ly, la, s, n); break;
+    case 9: VecUnary<T>(ly, la, n, true); break;
+    default: VecUnary<T>(ly, la, n, false); break;
   }
   qy.EnQue(ly);
   qa.FreeTensor(la);
@@ -94,7 +114,7 @@ __aicore__ inline void VecRun(GM_ADDR a, GM_ADDR b, GM_ADDR y, const SemTiling& 
 extern "C" __global__ __aicore__ void sem_vec(GM_ADDR a, GM_ADDR b, GM_ADDR y, GM_ADDR workspace, GM_ADDR tiling) {
   (void)workspace;
   GET_TILING_DATA_WITH_STRUCT(SemTiling, t, tiling);
-  for (int op = 0; op < 5; ++op) {
+  for (int op = 0; op < 11; ++op) {
     if (TILING_KEY_IS(10 * op + 0)) VecRun<half>(a, b, y, t, op);
     if (TILING_KEY_IS(10 * op + 1)) VecRun<float>(a, b, y, t, op);
     if (TILING_KEY_IS(10 * op + 2)) VecRun<int16_t>(a, b, y, t, op);

@@ -305,9 +305,18 @@ void Vec(VecOp op, const char* api, const VecShape& shape, bool use_mask_reg, co
   if (src1) RequireDtype(src1->dt, api);
   switch (op) {
     case VecOp::Add: case VecOp::Sub: case VecOp::Mul: case VecOp::Adds: case VecOp::Muls:
+    case VecOp::Max: case VecOp::Min: case VecOp::Maxs: case VecOp::Mins:
       if (!ArithDtypeOk(dst.dt))
         Fail("VEC_DTYPE", "%s on %s: %s supports only int16_t, half, int32_t and float (cast bfloat16_t to float first)",
              api, DTName(dst.dt), caps.soc.c_str());
+      break;
+    case VecOp::Abs:
+      if (dst.dt != DT::F16 && dst.dt != DT::F32)
+        Fail("VEC_DTYPE", "Abs on %s: supported types are half and float", DTName(dst.dt));
+      break;
+    case VecOp::Relu:
+      if (dst.dt != DT::F16 && dst.dt != DT::F32 && dst.dt != DT::I32)
+        Fail("VEC_DTYPE", "Relu on %s: supported types are half, int32_t and float", DTName(dst.dt));
       break;
     case VecOp::Duplicate:
       if (!DupDtypeOk(dst.dt))
@@ -493,10 +502,16 @@ void Vec(VecOp op, const char* api, const VecShape& shape, bool use_mask_reg, co
     std::memcpy(&v, ub + a, 2);
     return v;
   };
+  // Max / Min / Abs / Relu are exact; NaN operands propagate and equal operands (+0 / -0) give the first
+  // one (our reading: the documentation is silent on both)
   auto arith = [&](float a, float b) -> float {
     switch (op) {
       case VecOp::Add: case VecOp::Adds: return a + b;
       case VecOp::Sub: return a - b;
+      case VecOp::Max: case VecOp::Maxs: return (std::isnan(a) || std::isnan(b)) ? a + b : (a >= b ? a : b);
+      case VecOp::Min: case VecOp::Mins: return (std::isnan(a) || std::isnan(b)) ? a + b : (a <= b ? a : b);
+      case VecOp::Abs: return std::fabs(a);
+      case VecOp::Relu: return std::isnan(a) ? a : (a > 0 ? a : 0.0f);
       default: return a * b;
     }
   };
@@ -504,11 +519,15 @@ void Vec(VecOp op, const char* api, const VecShape& shape, bool use_mask_reg, co
     switch (op) {
       case VecOp::Add: case VecOp::Adds: return a + b;
       case VecOp::Sub: return a - b;
+      case VecOp::Max: case VecOp::Maxs: return a > b ? a : b;
+      case VecOp::Min: case VecOp::Mins: return a < b ? a : b;
+      case VecOp::Relu: return a > 0 ? a : 0;
       default: return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
     }
   };
   const bool arith_op = op == VecOp::Add || op == VecOp::Sub || op == VecOp::Mul || op == VecOp::Adds ||
-                        op == VecOp::Muls;
+                        op == VecOp::Muls || op == VecOp::Max || op == VecOp::Min || op == VecOp::Maxs ||
+                        op == VecOp::Mins || op == VecOp::Abs || op == VecOp::Relu;
   if (op == VecOp::Duplicate) {
     visit([&](uint32_t d, uint32_t, uint32_t) {
       std::memcpy(ub + d, scalar, dsz);  // bit copy of the scalar

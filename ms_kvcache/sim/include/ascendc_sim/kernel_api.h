@@ -736,6 +736,8 @@ inline ascendc_sim::VecShape LenShape(uint64_t mask, uint8_t repeat) {
 ASCENDC_SIM_BINARY_OP(Add)
 ASCENDC_SIM_BINARY_OP(Sub)
 ASCENDC_SIM_BINARY_OP(Mul)
+ASCENDC_SIM_BINARY_OP(Max)
+ASCENDC_SIM_BINARY_OP(Min)
 #undef ASCENDC_SIM_BINARY_OP
 
 #define ASCENDC_SIM_SCALAR_OP(NAME)                                                                                \
@@ -765,7 +767,37 @@ ASCENDC_SIM_BINARY_OP(Mul)
 
 ASCENDC_SIM_SCALAR_OP(Adds)
 ASCENDC_SIM_SCALAR_OP(Muls)
+ASCENDC_SIM_SCALAR_OP(Maxs)
+ASCENDC_SIM_SCALAR_OP(Mins)
 #undef ASCENDC_SIM_SCALAR_OP
+
+#define ASCENDC_SIM_UNARY_OP(NAME)                                                                                 \
+  template <typename T, bool isSetMask = true>                                                                     \
+  __aicore__ inline void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t& count) {         \
+    auto d = ascendc_sim_detail::Opnd(dst, 1, 8), a = ascendc_sim_detail::Opnd(src, 1, 8);                         \
+    ascendc_sim::rt::Vec(ascendc_sim::VecOp::NAME, #NAME, ascendc_sim_detail::CountShape(count), !isSetMask, d,    \
+                         &a, nullptr, nullptr, 0);                                                                 \
+  }                                                                                                                \
+  template <typename T, bool isSetMask = true>                                                                     \
+  __aicore__ inline void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, const uint64_t mask[],          \
+                              const uint8_t repeatTime, const UnaryRepeatParams& p) {                              \
+    auto d = ascendc_sim_detail::Opnd(dst, p.dstBlkStride, p.dstRepStride),                                        \
+         a = ascendc_sim_detail::Opnd(src, p.srcBlkStride, p.srcRepStride);                                        \
+    ascendc_sim::rt::Vec(ascendc_sim::VecOp::NAME, #NAME, ascendc_sim_detail::BitsShape(mask, repeatTime),         \
+                         !isSetMask, d, &a, nullptr, nullptr, 0);                                                  \
+  }                                                                                                                \
+  template <typename T, bool isSetMask = true>                                                                     \
+  __aicore__ inline void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, uint64_t mask,                 \
+                              const uint8_t repeatTime, const UnaryRepeatParams& p) {                              \
+    auto d = ascendc_sim_detail::Opnd(dst, p.dstBlkStride, p.dstRepStride),                                        \
+         a = ascendc_sim_detail::Opnd(src, p.srcBlkStride, p.srcRepStride);                                        \
+    ascendc_sim::rt::Vec(ascendc_sim::VecOp::NAME, #NAME, ascendc_sim_detail::LenShape(mask, repeatTime),          \
+                         !isSetMask, d, &a, nullptr, nullptr, 0);                                                  \
+  }
+
+ASCENDC_SIM_UNARY_OP(Abs)
+ASCENDC_SIM_UNARY_OP(Relu)
+#undef ASCENDC_SIM_UNARY_OP
 
 template <typename T, bool isSetMask = true>
 __aicore__ inline void Duplicate(const LocalTensor<T>& dst, const T& scalarValue, const int32_t& count) {

@@ -70,7 +70,7 @@ struct VecOperand {
   uint32_t avail;       // elements the tensor object claims (for messages only)
 };
 
-enum class VecOp : uint8_t { Add, Sub, Mul, Adds, Muls, Duplicate, Cast, CopyUb };
+enum class VecOp : uint8_t { Add, Sub, Mul, Adds, Muls, Duplicate, Cast, CopyUb, Max, Min, Maxs, Mins, Abs, Relu };
 
 namespace rt {
 
