@@ -130,6 +130,16 @@ void RequireDtype(DT dt, const char* api) {
          c.L->caps.soc.c_str(), c.L->caps.family.c_str());
 }
 
+void KernelPrintf(const char* fmt, ...) {
+  Core* c = CurOrNull();
+  va_list ap;
+  va_start(ap, fmt);
+  std::string msg = VFormat(fmt, ap);
+  va_end(ap);
+  std::fprintf(stdout, "[%s core %d] %s", c && c->L ? c->L->op.c_str() : "?", c ? c->idx : -1, msg.c_str());
+  std::fflush(stdout);
+}
+
 void UnsupportedApi(const char* api, const char* why) {
   Fail("UNSUPPORTED_API", "%s is not supported by the emulation: %s", api, why);
 }

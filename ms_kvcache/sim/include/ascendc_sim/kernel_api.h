@@ -530,6 +530,16 @@ __aicore__ inline void SetAtomicAdd() {
 }
 __aicore__ inline void SetAtomicNone() {}
 
+// device printf (AscendC::printf / PRINTF): printed on the host as "[<op> core <i>] ..."
+template <typename... Args>
+__aicore__ inline void printf(const char* fmt, Args... args) {
+  ascendc_sim::rt::KernelPrintf(fmt, args...);
+}
+template <typename... Args>
+__aicore__ inline void PRINTF(const char* fmt, Args... args) {
+  ascendc_sim::rt::KernelPrintf(fmt, args...);
+}
+
 // ----------------------------------------------------------------------------- sync
 template <pipe_t pipe>
 __aicore__ inline void PipeBarrier() {

@@ -85,6 +85,7 @@ ASCENDC_SIM_API int64_t BlockNum();
 ASCENDC_SIM_API uint64_t TilingKey();
 ASCENDC_SIM_API void RequireDtype(DT dt, const char* api);      // bf16 on a SoC without bf16, ...
 ASCENDC_SIM_API void UnsupportedApi(const char* api, const char* why);
+ASCENDC_SIM_API void KernelPrintf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 ASCENDC_SIM_API uint8_t* UserWorkspace(uint8_t* workspace);
 ASCENDC_SIM_API uint8_t* SysWorkspace();
 ASCENDC_SIM_API void CopyTiling(void* dst, const uint8_t* tiling, size_t bytes, const char* type_name);
