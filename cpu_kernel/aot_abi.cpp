@@ -89,3 +89,15 @@ int64_t ParallelThresholdBytes() {
 }
 
 }  // namespace mskv
+
+// C view of the last error for loaders that call the AOT entries directly (the PyNative fast path):
+// copies at most size-1 bytes plus a NUL into buf and returns the full message length.
+MSKV_AOT_EXPORT int MskvLastError(char* buf, int size) {
+  const std::string msg = mskv::LastError();
+  if (buf != nullptr && size > 0) {
+    const size_t n = msg.size() < static_cast<size_t>(size - 1) ? msg.size() : static_cast<size_t>(size - 1);
+    std::memcpy(buf, msg.data(), n);
+    buf[n] = '\0';
+  }
+  return static_cast<int>(msg.size());
+}

@@ -1,0 +1,138 @@
+// Shared row writer (slot scatter) and block copier of the copy operators. See kv_copy.h.
+#include "kv_copy.h"
+
+#include <algorithm>
+
+#include "index_check.h"
+
+namespace mskv {
+
+namespace {
+
+// Copy one token's row of a plane into its cache at `slot`. BSND rows are contiguous
+// (heads * head_bytes); BNSD rows are `heads` pieces of head_bytes, block_size rows apart.
+inline void WriteRow(const SlotPlane& p, const uint8_t* src, int64_t slot, int64_t block_size) {
+  const int64_t row_bytes = p.heads * p.head_bytes;
+  if (!p.bnsd || p.heads == 1) {
+    std::memcpy(p.cache + slot * row_bytes, src, static_cast<size_t>(row_bytes));
+    return;
+  }
+  const int64_t block = slot / block_size, off = slot % block_size;
+  uint8_t* base = p.cache + (block * p.heads * block_size + off) * p.head_bytes;
+  const int64_t head_stride = block_size * p.head_bytes;
+  for (int64_t h = 0; h < p.heads; ++h) {
+    std::memcpy(base + h * head_stride, src + h * p.head_bytes, static_cast<size_t>(p.head_bytes));
+  }
+}
+
+}  // namespace
+
+void ScatterSlots(const SlotPlane* planes, int num_planes, const void* slots, DType slot_dtype,
+                  int64_t num_tokens, int64_t num_blocks, int64_t block_size) {
+  if (num_tokens <= 0 || num_planes <= 0) return;
+  const int64_t num_slots = num_blocks * block_size;
+  int64_t token_bytes = 0;
+  for (int i = 0; i < num_planes; ++i) token_bytes += planes[i].heads * planes[i].head_bytes;
+  // Threads own slots, not tokens: thread `o` writes the tokens whose slot falls in a granule
+  // g with g % owners == o. Every thread reads the whole (small) slot array, so a slot repeated in
+  // one call (rejected eagerly; possible in graph mode) is always written by one thread, in token
+  // order: the last token wins, as in a sequential loop, and a row is never torn.
+  const int64_t granule = std::max<int64_t>(1, 256 / std::max<int64_t>(1, token_bytes));  // >= 256 B per granule
+  const int64_t owners = NumThreads();
+  ParallelFor(owners, num_tokens * token_bytes, [&](int64_t begin, int64_t end) {
+    const bool all = begin == 0 && end == owners;
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      const int64_t slot = ReadIndex(slots, slot_dtype, t);
+      if (slot < 0 || slot >= num_slots) continue;
+      if (!all) {
+        const int64_t o = (slot / granule) % owners;
+        if (o < begin || o >= end) continue;
+      }
+      for (int i = 0; i < num_planes; ++i) {
+        WriteRow(planes[i], planes[i].src + t * planes[i].src_row_bytes, slot, block_size);
+      }
+    }
+  });
+}
+
+void ReshapeAndCacheImpl(const uint8_t* key, const uint8_t* value, uint8_t* key_cache,
+                         uint8_t* value_cache, const void* slots, DType slot_dtype, int64_t num_tokens,
+                         int64_t num_blocks, int64_t block_size, int64_t heads, int64_t head_size,
+                         size_t elem, bool bnsd) {
+  const int64_t head_bytes = head_size * static_cast<int64_t>(elem);
+  const int64_t row_bytes = heads * head_bytes;
+  const SlotPlane planes[2] = {
+      {key, row_bytes, key_cache, heads, head_bytes, bnsd},
+      {value, row_bytes, value_cache, heads, head_bytes, bnsd},
+  };
+  ScatterSlots(planes, 2, slots, slot_dtype, num_tokens, num_blocks, block_size);
+}
+
+void CopyBlockPairs(const BlockPlane* planes, int num_planes, int64_t block_bytes, const void* block_mapping,
+                    DType mapping_dtype, int64_t num_pairs, int64_t src_blocks, int64_t dst_blocks) {
+  if (num_pairs <= 0 || num_planes <= 0 || block_bytes <= 0) return;
+  const int64_t threads = NumThreads();
+  // Work units = (plane, byte range of a block). Each unit applies every pair, in order, to its own
+  // byte range, so units never touch the same bytes (for distinct planes) and the result is the
+  // sequential one. Split blocks into `ranges` pieces (>= 4 KiB each) only when the planes alone
+  // cannot keep every thread busy.
+  int64_t ranges = 1;
+  if (threads > 1 && num_planes % threads != 0 && num_planes < 4 * threads) {
+    ranges = std::max<int64_t>(1, std::min<int64_t>(threads, block_bytes / 4096));
+  }
+  const int64_t units = num_planes * ranges;
+  const int64_t chunk = ((block_bytes / ranges) + 63) / 64 * 64;  // 64-byte aligned range size
+  ParallelFor(units, num_pairs * block_bytes * num_planes, [&](int64_t begin, int64_t end) {
+    for (int64_t u = begin; u < end; ++u) {
+      const BlockPlane& p = planes[u / ranges];
+      const int64_t lo = std::min(block_bytes, (u % ranges) * chunk);
+      const int64_t hi = (u % ranges == ranges - 1) ? block_bytes : std::min(block_bytes, lo + chunk);
+      if (lo >= hi) continue;
+      for (int64_t i = 0; i < num_pairs; ++i) {
+        const int64_t s = ReadIndex(block_mapping, mapping_dtype, 2 * i);
+        const int64_t d = ReadIndex(block_mapping, mapping_dtype, 2 * i + 1);
+        if (s < 0 || s >= src_blocks || d < 0 || d >= dst_blocks) continue;
+        const uint8_t* from = p.src + s * block_bytes + lo;
+        uint8_t* to = p.dst + d * block_bytes + lo;
+        if (from == to) continue;
+        std::memmove(to, from, static_cast<size_t>(hi - lo));
+      }
+    }
+  });
+}
+
+bool ReadLayoutIsBnsd(const AotArgs& a) {
+  const std::string layout = a.attr_str("cache_layout", "BSND");
+  if (layout == "BNSD") return true;
+  if (layout != "BSND") throw KernelError("unknown cache_layout " + layout);
+  return false;
+}
+
+void RequireIndexDType(DType d, const char* what) {
+  if (d != DType::kI32 && d != DType::kI64) {
+    throw KernelError(std::string(what) + " must be int32 or int64, got " + DTypeName(d));
+  }
+}
+
+bool StrictIndices(const AotArgs& a) { return a.attr_bool("mskv_strict", false); }
+
+void StrictCheckSlots(const AotArgs& a, const void* slots, DType d, int64_t num_tokens, int64_t num_slots) {
+  if (!StrictIndices(a) || num_tokens <= 0) return;
+  const IndexIssue e = CheckSlotValues(slots, DTypeSize(d), num_tokens, num_slots);
+  if (e.code != 0) {
+    throw KernelError(SlotIssueMessage("slot_mapping", e, num_slots) +
+                      " (checked at launch: was slot_mapping modified after the call?)");
+  }
+}
+
+void StrictCheckBlockMapping(const AotArgs& a, const void* mapping, DType d, int64_t num_pairs,
+                             int64_t src_blocks, int64_t dst_blocks) {
+  if (!StrictIndices(a) || num_pairs <= 0) return;
+  const IndexIssue e = CheckBlockPairValues(mapping, DTypeSize(d), num_pairs, src_blocks, dst_blocks);
+  if (e.code != 0) {
+    throw KernelError(BlockIssueMessage("block_mapping", e, src_blocks, dst_blocks) +
+                      " (checked at launch: was block_mapping modified after the call?)");
+  }
+}
+
+}  // namespace mskv
