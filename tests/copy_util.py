@@ -26,6 +26,14 @@ def tensors(arrays):
     return [to_ms(a) for a in arrays]
 
 
+def _read_all(caches):
+    """Every cache cast to float32 (a loop: generator expressions compile slowly in graph mode)."""
+    out = ()
+    for c in caches:
+        out = out + (ops.cast(c, ms.float32),)
+    return out
+
+
 class OpCell(nn.Cell):
     """GRAPH_MODE Cell: caches are Parameters in a ParameterTuple; ``call(caches, *inputs)`` runs the op
     (its return value unused) and the Cell returns every cache read back in the same graph (cast to
@@ -40,7 +48,7 @@ class OpCell(nn.Cell):
     def construct(self, *inputs):
         self.call(self.caches, *inputs)
         if self.read_back:
-            return tuple(ops.cast(c, ms.float32) for c in self.caches)
+            return _read_all(self.caches)
         return inputs[-1]
 
 
@@ -51,7 +59,7 @@ def make_jit(call, num_caches, read_back=True):
     def f(*args):
         call(args[:num_caches], *args[num_caches:])
         if read_back:
-            return tuple(ops.cast(c, ms.float32) for c in args[:num_caches])
+            return _read_all(args[:num_caches])
         return args[-1]
 
     return f

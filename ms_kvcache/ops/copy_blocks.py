@@ -47,37 +47,50 @@ SPEC = register(OpSpec(
 ))
 
 
-def _check_static(k_shapes, k_dtypes, v_shapes, v_dtypes, m_shape, m_dtype):
-    """Shape/dtype checks of L layers; returns num_blocks."""
+def _check_counts(num_keys, num_values, m_shape, m_dtype):
     op = SPEC.name
-    if len(k_shapes) != len(v_shapes):
-        raise ValueError(f"{op}: argument 'value_caches': expected {len(k_shapes)} caches (one per layer, "
-                         f"as 'key_caches'), got {len(v_shapes)}")
+    if num_keys != num_values:
+        raise ValueError(f"{op}: argument 'value_caches': expected {num_keys} caches (one per layer, "
+                         f"as 'key_caches'), got {num_values}")
     SPEC.check_ranks({"block_mapping": m_shape})
     SPEC.check_dtypes({"block_mapping": dtype_name(m_dtype)})
     check_block_mapping_shape(op, "block_mapping", m_shape)
+    return 0
+
+
+def _check_cache(arg, i, shape, dtype, ref_shape, ref_dtype):
+    """One cache against key_caches[0] (shape, dtype); returns num_blocks."""
+    op = SPEC.name
+    name = f"{arg}[{i}]"
+    d, ref_d = dtype_name(dtype), dtype_name(ref_dtype)
+    if d not in KV_DTYPES:
+        raise TypeError(f"{op}: argument '{name}': expected dtype in {KV_DTYPES}, got {d}")
+    if d != ref_d:
+        raise TypeError(f"{op}: argument '{name}': expected dtype {ref_d} (same as 'key_caches[0]'), got {d}")
+    if len(shape) not in BLOCK_CACHE_RANKS:
+        raise ValueError(f"{op}: argument '{name}': expected rank in {BLOCK_CACHE_RANKS} ([num_blocks, "
+                         f"*block_shape]), got rank {len(shape)} (shape {tuple(shape)})")
+    if tuple(shape) != tuple(ref_shape):
+        raise ValueError(f"{op}: argument '{name}': expected shape {tuple(ref_shape)} (same as 'key_caches[0]'), "
+                         f"got {tuple(shape)}")
+    return shape[0]
+
+
+def _check_static(k_shapes, k_dtypes, v_shapes, v_dtypes, m_shape, m_dtype):
+    """Shape/dtype checks of L layers (PyNative); returns num_blocks (0 if L = 0)."""
+    _check_counts(len(k_shapes), len(v_shapes), m_shape, m_dtype)
     if not k_shapes:
         return 0
-    ref_shape, ref_dtype = tuple(k_shapes[0]), dtype_name(k_dtypes[0])
     for arg, shapes, dtypes in (("key_caches", k_shapes, k_dtypes), ("value_caches", v_shapes, v_dtypes)):
-        for i, (s, d) in enumerate(zip(shapes, dtypes)):
-            name = f"{arg}[{i}]"
-            d = dtype_name(d)
-            if d not in KV_DTYPES:
-                raise TypeError(f"{op}: argument '{name}': expected dtype in {KV_DTYPES}, got {d}")
-            if d != ref_dtype:
-                raise TypeError(f"{op}: argument '{name}': expected dtype {ref_dtype} (same as 'key_caches[0]'), "
-                                f"got {d}")
-            if len(s) not in BLOCK_CACHE_RANKS:
-                raise ValueError(f"{op}: argument '{name}': expected rank in {BLOCK_CACHE_RANKS} ([num_blocks, "
-                                 f"*block_shape]), got rank {len(s)} (shape {tuple(s)})")
-            if tuple(s) != ref_shape:
-                raise ValueError(f"{op}: argument '{name}': expected shape {ref_shape} (same as 'key_caches[0]'), "
-                                 f"got {tuple(s)}")
-    return ref_shape[0]
+        for i, (shp, dt) in enumerate(zip(shapes, dtypes)):
+            _check_cache(arg, i, shp, dt, k_shapes[0], k_dtypes[0])
+    return k_shapes[0][0]
 
 
-_check_static_graph = constexpr(_check_static)
+# Graph mode checks one cache per constexpr call in an unrolled loop: a constexpr taking the list of all
+# 2L shapes costs seconds of compile time at L = 40, this costs ~10 ms.
+_check_counts_graph = constexpr(_check_counts)
+_check_cache_graph = constexpr(_check_cache)
 _Prim = prim_class(SPEC)
 _STATIC = {}
 
@@ -112,10 +125,15 @@ def copy_blocks(key_caches, value_caches, block_mapping):
             cache; the same tensor passed twice.
     """
     if _run_in_jit():  # @jit.cond: True
-        _check_static_graph([c.shape for c in key_caches], [c.dtype for c in key_caches],
-                            [c.shape for c in value_caches], [c.dtype for c in value_caches],
-                            block_mapping.shape, block_mapping.dtype)
+        _check_counts_graph(len(key_caches), len(value_caches), block_mapping.shape, block_mapping.dtype)
         if len(key_caches) > 0:
+            ref_shape = key_caches[0].shape
+            ref_dtype = key_caches[0].dtype
+            for i in range(len(key_caches)):
+                _check_cache_graph("key_caches", i, key_caches[i].shape, key_caches[i].dtype, ref_shape, ref_dtype)
+            for i in range(len(value_caches)):
+                _check_cache_graph("value_caches", i, value_caches[i].shape, value_caches[i].dtype, ref_shape,
+                                   ref_dtype)
             _get_cache_prim(_Prim)(graph_backend(), len(key_caches))(*key_caches, *value_caches, block_mapping)
     else:
         _eager(key_caches, value_caches, block_mapping)
