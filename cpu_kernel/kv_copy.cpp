@@ -33,12 +33,12 @@ void ScatterSlots(const SlotPlane* planes, int num_planes, const void* slots, DT
   const int64_t num_slots = num_blocks * block_size;
   int64_t token_bytes = 0;
   for (int i = 0; i < num_planes; ++i) token_bytes += planes[i].heads * planes[i].head_bytes;
-  // Threads own slots, not tokens: thread `o` writes the tokens whose slot falls in a granule
-  // g with g % owners == o. Every thread reads the whole (small) slot array, so a slot repeated in
-  // one call (rejected eagerly; possible in graph mode) is always written by one thread, in token
+  // Chunks own slots, not tokens: chunk `o` writes the tokens whose slot falls in a granule g with
+  // g % owners == o. Every chunk reads the whole (small) slot array, so a slot repeated in
+  // one call (rejected eagerly; possible in graph mode) is always written by one chunk, in token
   // order: the last token wins, as in a sequential loop, and a row is never torn.
   const int64_t granule = std::max<int64_t>(1, 256 / std::max<int64_t>(1, token_bytes));  // >= 256 B per granule
-  const int64_t owners = NumThreads();
+  const int64_t owners = 4 * static_cast<int64_t>(NumThreads());  // ParallelFor balances ~4 chunks per thread
   ParallelFor(owners, num_tokens * token_bytes, [&](int64_t begin, int64_t end) {
     const bool all = begin == 0 && end == owners;
     for (int64_t t = 0; t < num_tokens; ++t) {
@@ -74,11 +74,12 @@ void CopyBlockPairs(const BlockPlane* planes, int num_planes, int64_t block_byte
   const int64_t threads = NumThreads();
   // Work units = (plane, byte range of a block). Each unit applies every pair, in order, to its own
   // byte range, so units never touch the same bytes (for distinct planes) and the result is the
-  // sequential one. Split blocks into `ranges` pieces (>= 4 KiB each) only when the planes alone
-  // cannot keep every thread busy.
+  // sequential one. Blocks are split into `ranges` pieces (>= 4 KiB each) when there are fewer planes
+  // than the ~4 chunks per thread that ParallelFor balances over.
   int64_t ranges = 1;
-  if (threads > 1 && num_planes % threads != 0 && num_planes < 4 * threads) {
-    ranges = std::max<int64_t>(1, std::min<int64_t>(threads, block_bytes / 4096));
+  if (threads > 1 && num_planes < 4 * threads) {
+    const int64_t want = (4 * threads + num_planes - 1) / num_planes;
+    ranges = std::max<int64_t>(1, std::min<int64_t>(want, block_bytes / 4096));
   }
   const int64_t units = num_planes * ranges;
   const int64_t chunk = ((block_bytes / ranges) + 63) / 64 * 64;  // 64-byte aligned range size

@@ -170,3 +170,12 @@ def test_graph_mode_static_error(rng):
     keys, values = _caches(rng), _caches(rng, shape=(4, 8, 8))
     with ms_mode("graph"), pytest.raises(ValueError, match="argument 'value_caches\\[0\\]': expected shape"):
         KVLayers(keys, values)(Tensor(np.array([[0, 1]], np.int64)), Tensor(0))
+
+
+@pytest.mark.parametrize("mode", ["pynative", "jit"])
+def test_parallel_path_chains(mode, rng):
+    """Blocks of 64 KiB split into byte ranges across threads (L = 1: two planes): chains, swaps and
+    repeated dst still give the sequential result."""
+    caches = [random_array(rng, (12, 32, 4, 128), "float32") for _ in range(2)]  # 64 KiB blocks
+    bm = np.array([[0, 1], [1, 2], [2, 3], [3, 0], [5, 6], [6, 5], [7, 8], [9, 8], [11, 11], [4, 10]], np.int64)
+    check(mode, make_call(1), caches, [bm], ref(caches, bm), mode)

@@ -270,3 +270,17 @@ def test_graph_mode_static_errors_raise_at_compile(rng):
 
     with ms_mode("graph"), pytest.raises(ValueError, match="argument 'key': expected shape \\[T', 2, 8\\]"):
         Bad()(Tensor(np.zeros((2, 3, 8), np.float16)), Tensor(np.array([0, 1], np.int32)))
+
+
+@pytest.mark.parametrize("mode", ["pynative", "graph"])
+def test_parallel_path_and_repeated_slots(mode, rng):
+    """Calls above the parallel threshold (256 KiB moved) split tokens over threads by slot ownership:
+    results stay exact, and in graph mode a repeated slot still ends with the LAST token's row."""
+    nb, bs, h, d = 60, 16, 4, 64  # rows of 512 B (float16); 700 tokens -> ~700 KiB moved
+    tokens = 700
+    kc, vc, k, v = case(rng, "float16", "BNSD", nb=nb, bs=bs, h=h, d=d, tokens=tokens, extra_rows=5)
+    slots = random_slots(rng, tokens, nb * bs, "int64", pad=20, must_include=(nb * bs - 1,))
+    if mode == "graph":
+        dup_from = rng.choice(np.nonzero(slots >= 0)[0], size=50, replace=False)
+        slots[rng.choice(tokens, size=50, replace=False)] = slots[dup_from]  # 50 repeated slots
+    check(mode, make_call("BNSD"), [kc, vc], [k, v, slots], ref(kc, vc, k, v, slots, "BNSD"), mode)
