@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
-#include <utility>
 #include <vector>
 
 namespace mskv {
@@ -51,19 +50,31 @@ IndexIssue CheckSlotValues(const I* s, int64_t n, int64_t num_slots) {
     }
     return {};
   }
-  std::vector<std::pair<int64_t, int64_t>> v;  // (slot, token), sorted
-  v.reserve(static_cast<size_t>(n));
-  for (int64_t t = 0; t < n; ++t) {
-    if (s[t] >= 0) v.emplace_back(static_cast<int64_t>(s[t]), t);
+  // Large slot space: open-addressing hash set of the slots seen so far (power-of-two size >= 2n).
+  size_t cap = 2;
+  int bits = 1;
+  while (cap < static_cast<size_t>(2 * n)) {
+    cap <<= 1;
+    ++bits;
   }
-  std::sort(v.begin(), v.end());
-  IndexIssue best;
-  for (size_t k = 1; k < v.size(); ++k) {
-    if (v[k].first == v[k - 1].first && (k < 2 || v[k - 2].first != v[k].first)) {
-      if (best.code == 0 || v[k].second < best.j) best = {2, v[k - 1].second, v[k].second, v[k].first};
+  std::vector<int64_t> table(cap, -1);
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t v = s[j];
+    if (v < 0) continue;
+    size_t h = static_cast<size_t>((static_cast<uint64_t>(v) * 0x9E3779B97F4A7C15ull) >> (64 - bits));  // Fibonacci
+    for (;; h = (h + 1) & (cap - 1)) {
+      if (table[h] == v) {
+        for (int64_t i = 0; i < j; ++i) {
+          if (s[i] == s[j]) return {2, i, j, v};
+        }
+      }
+      if (table[h] < 0) {
+        table[h] = v;
+        break;
+      }
     }
   }
-  return best;
+  return {};
 }
 
 template <typename I>
