@@ -13,7 +13,7 @@ from ms_kvcache._spec import dtype_name
 __all__ = [
     "require_tensor", "require_contiguous", "index_values", "check_slot_values",
     "check_block_ids", "check_block_mapping_values", "dtype_name", "cached_static", "contiguous_input",
-    "check_slot_tensor", "check_block_mapping_tensor",
+    "check_slot_tensor", "check_block_mapping_tensor", "require_not_view",
 ]
 
 
@@ -30,6 +30,17 @@ def require_contiguous(op, name, x):
     if hasattr(x, "is_contiguous") and not x.is_contiguous():
         raise ValueError(f"{op}: argument '{name}': expected a contiguous tensor, got a non-contiguous "
                          f"view of shape {tuple(x.shape)} (call .contiguous() on a copy, or pass the cache itself)")
+
+
+def require_not_view(op, name, x):
+    """Caches written through ops.Custom in PyNative (no fast path) must not be views: MindSpore hands
+    the kernel a copy of a view (slice, select, even a contiguous reshape) and the write is lost. Views
+    with a storage offset are detected here; a whole-tensor reshape view is not detectable (see README)."""
+    need = getattr(x, "_need_contiguous", None)
+    if (need is not None and need()) or x.storage_offset() != 0:
+        raise ValueError(f"{op}: argument '{name}': expected a tensor that owns its memory, got a view (offset "
+                         f"{x.storage_offset()}) of another tensor; without the PyNative fast path "
+                         f"(ms_kvcache._cpu_pyboost) ops.Custom would write into a copy")
 
 
 def index_values(x):

@@ -1,5 +1,6 @@
 """reshape_and_cache: numpy reference, every dtype x layout x slot dtype in PyNative, GRAPH_MODE and
 @ms.jit, edge cases, no-copy, ordering in MindSpore's asynchronous PyNative pipeline, bad input."""
+import os
 import time
 
 import mindspore as ms
@@ -115,9 +116,12 @@ def test_pynative_ops_custom_fallback(rng):
 
 
 def test_fast_path_is_active():
-    """This build must have the PyNative fast path (a missing module would silently cost ~10x)."""
+    """This build must have the PyNative fast path (a missing module silently costs 3-100x per call)."""
+    if os.environ.get("MS_KVCACHE_PYNATIVE_FAST") == "0":
+        pytest.skip("fast path disabled by MS_KVCACHE_PYNATIVE_FAST=0")
     ok, why = _custom.fast_path_available("cpu")
-    assert ok, why
+    assert ok, (f"PyNative fast path unavailable: {why}. Install MindSpore before building ms_kvcache (README), "
+                f"or set MS_KVCACHE_PYNATIVE_FAST=0 to run on ops.Custom only.")
 
 
 def test_noncontiguous_key_value(rng):
@@ -162,7 +166,8 @@ def test_async_pipeline_ordering(rng):
 def test_strict_kernel_rechecks_values_at_launch(rng):
     """The fast path's kernel re-checks slot values at launch: an invalid slot fails the op, writes
     nothing, and MindSpore raises at the next sync (the eager check passed on other data)."""
-    from ms_kvcache import _cpu, _cpu_pyboost
+    _cpu_pyboost = pytest.importorskip("ms_kvcache._cpu_pyboost")
+    from ms_kvcache import _cpu
     from ms_kvcache.ops.reshape_and_cache import SPEC
 
     kc0 = random_array(rng, (2, 4, 1, 8), "float16")

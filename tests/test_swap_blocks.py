@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from mindspore import Tensor
 
-from ms_kvcache import _backend
+from ms_kvcache import _backend, _custom
 from ms_kvcache.ops.swap_blocks import swap_blocks
 
 from conftest import MODES
@@ -132,3 +132,25 @@ def test_parallel_path_same_tensor(rng):
     for s, d in bm:
         exp[d] = exp[s]
     assert_bits_equal(to_np(c), exp, "in place on one cache, parallel")
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_views_as_dst(fast, rng):
+    """The fast path writes through a view (here base[2], two blocks of [3, 4]) into the base tensor;
+    ops.Custom would write into a copy, so without the fast path detectable views are rejected."""
+    if fast and not _custom.fast_path_available()[0]:
+        pytest.skip("fast path unavailable")
+    base0 = random_array(rng, (4, 2, 3, 4), "float32")
+    base = Tensor(base0.copy())
+    src = Tensor(np.ones((1, 3, 4), np.float32))
+    bm = Tensor(np.array([[0, 1]], np.int64))
+    with fast_path(fast):
+        if fast:
+            swap_blocks(src, base[2], bm)
+            exp = base0.copy()
+            exp[2, 1] = 1.0
+            assert_bits_equal(to_np(base), exp, "written through the view")
+        else:
+            with pytest.raises(ValueError, match="argument 'dst_cache': expected a tensor that owns its memory"):
+                swap_blocks(src, base[2], bm)
+            assert_bits_equal(to_np(base), base0, "untouched")

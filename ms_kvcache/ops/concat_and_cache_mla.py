@@ -106,6 +106,10 @@ def _eager(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping):
     if slot_mapping.shape[0] == 0:
         return
     backend = _backend.get_backend()
-    V.check_slot_tensor(op, "slot_mapping", slot_mapping, num_slots, nosync_checker(backend))
+    nosync = nosync_checker(backend)
+    if nosync is None:  # ops.Custom path
+        V.require_not_view(op, "kv_c_cache", kv_c_cache)
+        V.require_not_view(op, "k_pe_cache", k_pe_cache)
+    V.check_slot_tensor(op, "slot_mapping", slot_mapping, num_slots, nosync)
     eager_launcher(SPEC, backend)(V.contiguous_input(kv_c), V.contiguous_input(k_pe), kv_c_cache, k_pe_cache,
                                   V.contiguous_input(slot_mapping))

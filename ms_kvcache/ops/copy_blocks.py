@@ -165,5 +165,10 @@ def _eager(key_caches, value_caches, block_mapping):
     if not key_caches or block_mapping.shape[0] == 0:
         return
     backend = _backend.get_backend()
-    V.check_block_mapping_tensor(op, "block_mapping", block_mapping, num_blocks, num_blocks, nosync_checker(backend))
+    nosync = nosync_checker(backend)
+    if nosync is None:  # ops.Custom path
+        for i, c in enumerate(caches):
+            V.require_not_view(op, f"key_caches[{i}]" if i < len(key_caches) else
+                               f"value_caches[{i - len(key_caches)}]", c)
+    V.check_block_mapping_tensor(op, "block_mapping", block_mapping, num_blocks, num_blocks, nosync)
     eager_launcher(SPEC, backend, (), len(key_caches))(*caches, V.contiguous_input(block_mapping))

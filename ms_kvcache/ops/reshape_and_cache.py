@@ -132,7 +132,11 @@ def _eager(key, value, key_cache, value_cache, slot_mapping, cache_layout):
     if slot_mapping.shape[0] == 0:
         return
     backend = _backend.get_backend()
-    V.check_slot_tensor(op, "slot_mapping", slot_mapping, num_slots, nosync_checker(backend))
+    nosync = nosync_checker(backend)
+    if nosync is None:  # ops.Custom path
+        V.require_not_view(op, "key_cache", key_cache)
+        V.require_not_view(op, "value_cache", value_cache)
+    V.check_slot_tensor(op, "slot_mapping", slot_mapping, num_slots, nosync)
     eager_launcher(SPEC, backend, (cache_layout,))(
         V.contiguous_input(key), V.contiguous_input(value), key_cache, value_cache,
         V.contiguous_input(slot_mapping))

@@ -102,6 +102,9 @@ def _eager(key, value, kv_cache, slot_mapping, cache_layout):
     if slot_mapping.shape[0] == 0:
         return
     backend = _backend.get_backend()
-    V.check_slot_tensor(op, "slot_mapping", slot_mapping, num_slots, nosync_checker(backend))
+    nosync = nosync_checker(backend)
+    if nosync is None:  # ops.Custom path
+        V.require_not_view(op, "kv_cache", kv_cache)
+    V.check_slot_tensor(op, "slot_mapping", slot_mapping, num_slots, nosync)
     eager_launcher(SPEC, backend, (cache_layout,))(
         V.contiguous_input(key), V.contiguous_input(value), kv_cache, V.contiguous_input(slot_mapping))

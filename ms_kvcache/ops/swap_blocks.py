@@ -105,5 +105,8 @@ def _eager(src_cache, dst_cache, block_mapping):
         V.check_block_mapping_tensor(op, "block_mapping", block_mapping, src_blocks, dst_blocks)
         impl(src_cache, dst_cache, V.contiguous_input(block_mapping))
         return
-    V.check_block_mapping_tensor(op, "block_mapping", block_mapping, src_blocks, dst_blocks, nosync_checker(backend))
+    nosync = nosync_checker(backend)
+    if nosync is None:  # ops.Custom path
+        V.require_not_view(op, "dst_cache", dst_cache)
+    V.check_block_mapping_tensor(op, "block_mapping", block_mapping, src_blocks, dst_blocks, nosync)
     eager_launcher(SPEC, backend)(src_cache, dst_cache, V.contiguous_input(block_mapping))
