@@ -13,8 +13,10 @@
 // then be read by a later built-in op before the write (seen on MindSpore 2.10 CPU). We therefore run
 // the kernel in the backend queue like the built-ins, after draining the launch queue, so the write is
 // ordered after every earlier op and before every later one.
+#include <chrono>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ms_extension/api.h"
@@ -136,6 +138,22 @@ py::object CheckBlockMappingNoSync(const ms::Tensor& t, int64_t src_blocks, int6
   return py::make_tuple(e.code, e.i, e.j, e.value);
 }
 
+// Wait until MindSpore's PyNative pipeline has no queued work, sleeping between polls instead of
+// busy-waiting (Tensor.asnumpy() spins the calling thread, which on a 2-core machine takes a core away
+// from the kernels being waited for). Returns False on timeout. Call asnumpy() afterwards to collect
+// errors (it is then immediate).
+bool WaitIdle(double timeout_s, double poll_us) {
+  auto& p = mindspore::runtime::Pipeline::Get();
+  py::gil_scoped_release nogil;
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto poll = std::chrono::microseconds(static_cast<int64_t>(poll_us));
+  for (;;) {
+    if (p.frontend_stage()->Empty() && p.backend_stage()->Empty() && p.launch_stage()->Empty()) return true;
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout_s) return false;
+    std::this_thread::sleep_for(poll);
+  }
+}
+
 KernelHolder MakeKernel(const std::string& library, const std::string& symbol, const std::string& op_name,
                         const py::dict& attrs) {
   mskv_bridge::AttrValues v;
@@ -171,6 +189,8 @@ PYBIND11_MODULE(_cpu_pyboost, m) {
         "tensor is not host-resident (an op output, non-CPU, strided or not int32/int64).");
   m.def("check_block_mapping_nosync", &CheckBlockMappingNoSync, py::arg("block_mapping"), py::arg("src_blocks"),
         py::arg("dst_blocks"), "Like ms_kvcache._cpu.check_block_mapping, without a pipeline sync (see check_slots_nosync).");
+  m.def("wait_idle", &WaitIdle, py::arg("timeout_s") = 60.0, py::arg("poll_us") = 20.0,
+        "Sleep-poll until MindSpore's PyNative pipeline is idle (no busy-wait); False on timeout.");
   m.def("run", &RunKernel, "run(kernel, *tensors): launch kernel on the tensors (inputs in op order), in place, "
         "asynchronously in MindSpore's PyNative pipeline. Returns None.");
 }
