@@ -2,6 +2,11 @@
 #include "kv_copy.h"
 
 #include <algorithm>
+#include <cstdlib>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "index_check.h"
 
@@ -9,19 +14,62 @@ namespace mskv {
 
 namespace {
 
+// Copy n bytes. With `stream`, 16-byte-aligned destinations are written with non-temporal stores:
+// a row scattered into a cache far larger than the CPU caches is not read back, so the usual
+// read-for-ownership of every destination line (1.5x the memory traffic) is skipped, as large
+// memcpy calls do. The caller issues StreamFence() before returning.
+inline void CopyBytes(uint8_t* dst, const uint8_t* src, int64_t n, bool stream) {
+#if defined(__SSE2__)
+  if (stream && n >= 64 && (reinterpret_cast<uintptr_t>(dst) & 15) == 0) {
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
+      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
+      const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
+    }
+    if (i < n) std::memcpy(dst + i, src + i, static_cast<size_t>(n - i));
+    return;
+  }
+#endif
+  (void)stream;
+  std::memcpy(dst, src, static_cast<size_t>(n));
+}
+
+inline void StreamFence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
+
+// Bytes moved by one call above which scattered rows are written with non-temporal stores (larger
+// than the last-level cache of small machines; MS_KVCACHE_STREAM_BYTES overrides).
+int64_t StreamThresholdBytes() {
+  static const int64_t n = [] {
+    const char* env = std::getenv("MS_KVCACHE_STREAM_BYTES");
+    long long v = env ? std::atoll(env) : 0;
+    return v > 0 ? static_cast<int64_t>(v) : int64_t{8} << 20;  // 8 MiB
+  }();
+  return n;
+}
+
 // Copy one token's row of a plane into its cache at `slot`. BSND rows are contiguous
 // (heads * head_bytes); BNSD rows are `heads` pieces of head_bytes, block_size rows apart.
-inline void WriteRow(const SlotPlane& p, const uint8_t* src, int64_t slot, int64_t block_size) {
+inline void WriteRow(const SlotPlane& p, const uint8_t* src, int64_t slot, int64_t block_size, bool stream) {
   const int64_t row_bytes = p.heads * p.head_bytes;
   if (!p.bnsd || p.heads == 1) {
-    std::memcpy(p.cache + slot * row_bytes, src, static_cast<size_t>(row_bytes));
+    CopyBytes(p.cache + slot * row_bytes, src, row_bytes, stream);
     return;
   }
   const int64_t block = slot / block_size, off = slot % block_size;
   uint8_t* base = p.cache + (block * p.heads * block_size + off) * p.head_bytes;
   const int64_t head_stride = block_size * p.head_bytes;
   for (int64_t h = 0; h < p.heads; ++h) {
-    std::memcpy(base + h * head_stride, src + h * p.head_bytes, static_cast<size_t>(p.head_bytes));
+    CopyBytes(base + h * head_stride, src + h * p.head_bytes, p.head_bytes, stream);
   }
 }
 
@@ -39,6 +87,7 @@ void ScatterSlots(const SlotPlane* planes, int num_planes, const void* slots, DT
   // order: the last token wins, as in a sequential loop, and a row is never torn.
   const int64_t granule = std::max<int64_t>(1, 256 / std::max<int64_t>(1, token_bytes));  // >= 256 B per granule
   const int64_t owners = 4 * static_cast<int64_t>(NumThreads());  // ParallelFor balances ~4 chunks per thread
+  const bool stream = num_tokens * token_bytes >= StreamThresholdBytes();
   ParallelFor(owners, num_tokens * token_bytes, [&](int64_t begin, int64_t end) {
     const bool all = begin == 0 && end == owners;
     for (int64_t t = 0; t < num_tokens; ++t) {
@@ -49,9 +98,10 @@ void ScatterSlots(const SlotPlane* planes, int num_planes, const void* slots, DT
         if (o < begin || o >= end) continue;
       }
       for (int i = 0; i < num_planes; ++i) {
-        WriteRow(planes[i], planes[i].src + t * planes[i].src_row_bytes, slot, block_size);
+        WriteRow(planes[i], planes[i].src + t * planes[i].src_row_bytes, slot, block_size, stream);
       }
     }
+    if (stream) StreamFence();
   });
 }
 
@@ -83,6 +133,7 @@ void CopyBlockPairs(const BlockPlane* planes, int num_planes, int64_t block_byte
   }
   const int64_t units = num_planes * ranges;
   const int64_t chunk = ((block_bytes / ranges) + 63) / 64 * 64;  // 64-byte aligned range size
+  const bool stream = num_pairs * block_bytes * num_planes >= StreamThresholdBytes();
   ParallelFor(units, num_pairs * block_bytes * num_planes, [&](int64_t begin, int64_t end) {
     for (int64_t u = begin; u < end; ++u) {
       const BlockPlane& p = planes[u / ranges];
@@ -96,9 +147,10 @@ void CopyBlockPairs(const BlockPlane* planes, int num_planes, int64_t block_byte
         const uint8_t* from = p.src + s * block_bytes + lo;
         uint8_t* to = p.dst + d * block_bytes + lo;
         if (from == to) continue;
-        std::memmove(to, from, static_cast<size_t>(hi - lo));
+        CopyBytes(to, from, hi - lo, stream);  // distinct blocks never overlap
       }
     }
+    if (stream) StreamFence();
   });
 }
 

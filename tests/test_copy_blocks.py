@@ -179,3 +179,11 @@ def test_parallel_path_chains(mode, rng):
     caches = [random_array(rng, (12, 32, 4, 128), "float32") for _ in range(2)]  # 64 KiB blocks
     bm = np.array([[0, 1], [1, 2], [2, 3], [3, 0], [5, 6], [6, 5], [7, 8], [9, 8], [11, 11], [4, 10]], np.int64)
     check(mode, make_call(1), caches, [bm], ref(caches, bm), mode)
+
+
+def test_streaming_stores_path(rng):
+    """>= 8 MiB per call: block copies with non-temporal stores, chains still in order."""
+    caches = [random_array(rng, (40, 64, 4, 128), "float16") for _ in range(4)]  # 64 KiB blocks, 2.5 MiB caches
+    n = 40
+    bm = np.stack([rng.integers(0, 40, n), rng.integers(0, 40, n)], axis=1).astype(np.int64)  # overlaps likely
+    check("pynative", make_call(2), caches, [bm], ref(caches, bm), "streaming")

@@ -289,3 +289,26 @@ def test_parallel_path_and_repeated_slots(mode, rng):
         dup_from = rng.choice(np.nonzero(slots >= 0)[0], size=50, replace=False)
         slots[rng.choice(tokens, size=50, replace=False)] = slots[dup_from]  # 50 repeated slots
     check(mode, make_call("BNSD"), [kc, vc], [k, v, slots], ref(kc, vc, k, v, slots, "BNSD"), mode)
+
+
+@pytest.mark.parametrize("dtype,layout,h,d,tokens", [("bfloat16", "BNSD", 8, 128, 2100), ("float16", "BSND", 3, 40, 18000),
+                                                  ("int8", "BSND", 3, 40, 36000)])
+def test_streaming_stores_path(dtype, layout, h, d, tokens, rng):
+    """Calls moving >= 8 MiB write rows with non-temporal stores (aligned rows) or memcpy (unaligned
+    rows: odd slots of int8 120-byte rows), with 48-byte tails (float16 240-byte rows): exact results,
+    nothing else changed."""
+    bs = 64
+    nb = tokens // bs + 3
+    kc, vc, k, v = case(rng, dtype, layout, nb=nb, bs=bs, h=h, d=d, tokens=tokens, extra_rows=1)
+    slots = random_slots(rng, tokens, nb * bs, "int64", pad=50, must_include=(nb * bs - 1,))
+    caches = params([kc, vc])
+    reshape_and_cache(to_ms(k), to_ms(v), caches[0], caches[1], Tensor(slots), layout)
+    ok = slots >= 0
+    for cache, x, name in ((kc, k, "key_cache"), (vc, v, "value_cache")):
+        exp = cache.copy()
+        if layout == "BSND":
+            exp.reshape(nb * bs, h, d)[slots[ok]] = x[:tokens][ok]
+        else:
+            b, o = slots[ok] // bs, slots[ok] % bs
+            exp[b, :, o] = x[:tokens][ok]
+        assert_bits_equal(to_np(caches[0] if name == "key_cache" else caches[1]), exp, name)
