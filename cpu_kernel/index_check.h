@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -75,6 +76,40 @@ IndexIssue CheckSlotValues(const I* s, int64_t n, int64_t num_slots) {
     }
   }
   return {};
+}
+
+// True if no slot in [0, num_slots) occurs twice (negative and out-of-range slots are ignored: the
+// kernels skip them). Same strategies as CheckSlotValues.
+template <typename I>
+bool SlotsDistinct(const I* s, int64_t n, int64_t num_slots) {
+  if (n <= 32) {
+    for (int64_t j = 1; j < n; ++j) {
+      if (s[j] < 0 || s[j] >= num_slots) continue;
+      for (int64_t i = 0; i < j; ++i) {
+        if (s[i] == s[j]) return false;
+      }
+    }
+    return true;
+  }
+  if (num_slots / 8 <= std::max<int64_t>(int64_t{1} << 16, 16 * n)) {
+    std::vector<uint8_t> seen(static_cast<size_t>((num_slots + 7) / 8), 0);
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t v = s[j];
+      if (v < 0 || v >= num_slots) continue;
+      uint8_t& byte = seen[static_cast<size_t>(v >> 3)];
+      const uint8_t bit = static_cast<uint8_t>(1u << (v & 7));
+      if (byte & bit) return false;
+      byte = static_cast<uint8_t>(byte | bit);
+    }
+    return true;
+  }
+  const IndexIssue e = CheckSlotValues(s, n, INT64_MAX);  // hash strategy; no range check
+  return e.code == 0;
+}
+
+inline bool SlotsDistinct(const void* p, size_t elem, int64_t n, int64_t num_slots) {
+  return elem == 4 ? SlotsDistinct(static_cast<const int32_t*>(p), n, num_slots)
+                   : SlotsDistinct(static_cast<const int64_t*>(p), n, num_slots);
 }
 
 template <typename I>

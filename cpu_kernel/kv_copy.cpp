@@ -81,25 +81,38 @@ void ScatterSlots(const SlotPlane* planes, int num_planes, const void* slots, DT
   const int64_t num_slots = num_blocks * block_size;
   int64_t token_bytes = 0;
   for (int i = 0; i < num_planes; ++i) token_bytes += planes[i].heads * planes[i].head_bytes;
-  // Chunks own slots, not tokens: chunk `o` writes the tokens whose slot falls in a granule g with
-  // g % owners == o. Every chunk reads the whole (small) slot array, so a slot repeated in
-  // one call (rejected eagerly; possible in graph mode) is always written by one chunk, in token
-  // order: the last token wins, as in a sequential loop, and a row is never torn.
+  const bool stream = num_tokens * token_bytes >= StreamThresholdBytes();
+  const int64_t total = num_tokens * token_bytes;
+  auto write = [&](int64_t t, int64_t slot) {
+    for (int i = 0; i < num_planes; ++i) {
+      WriteRow(planes[i], planes[i].src + t * planes[i].src_row_bytes, slot, block_size, stream);
+    }
+  };
+  if (total < ParallelThresholdBytes() || NumThreads() <= 1 ||
+      SlotsDistinct(slots, DTypeSize(slot_dtype), num_tokens, num_slots)) {
+    // No slot repeats (always so in PyNative, where repeats are rejected): split tokens into ranges,
+    // which reads the source rows sequentially.
+    ParallelFor(num_tokens, total, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        const int64_t slot = ReadIndex(slots, slot_dtype, t);
+        if (slot >= 0 && slot < num_slots) write(t, slot);
+      }
+      if (stream) StreamFence();
+    });
+    return;
+  }
+  // A slot repeats (possible in graph mode): chunks own slots, not tokens. Chunk `o` writes the tokens
+  // whose slot falls in a granule g with g % owners == o, scanning the whole (small) slot array in
+  // token order, so a repeated slot is always written by one chunk and ends with the LAST token's row,
+  // as in a sequential loop, and a row is never torn.
   const int64_t granule = std::max<int64_t>(1, 256 / std::max<int64_t>(1, token_bytes));  // >= 256 B per granule
   const int64_t owners = 4 * static_cast<int64_t>(NumThreads());  // ParallelFor balances ~4 chunks per thread
-  const bool stream = num_tokens * token_bytes >= StreamThresholdBytes();
-  ParallelFor(owners, num_tokens * token_bytes, [&](int64_t begin, int64_t end) {
-    const bool all = begin == 0 && end == owners;
+  ParallelFor(owners, total, [&](int64_t begin, int64_t end) {
     for (int64_t t = 0; t < num_tokens; ++t) {
       const int64_t slot = ReadIndex(slots, slot_dtype, t);
       if (slot < 0 || slot >= num_slots) continue;
-      if (!all) {
-        const int64_t o = (slot / granule) % owners;
-        if (o < begin || o >= end) continue;
-      }
-      for (int i = 0; i < num_planes; ++i) {
-        WriteRow(planes[i], planes[i].src + t * planes[i].src_row_bytes, slot, block_size, stream);
-      }
+      const int64_t o = (slot / granule) % owners;
+      if (o >= begin && o < end) write(t, slot);
     }
     if (stream) StreamFence();
   });

@@ -23,8 +23,10 @@ struct SlotPlane {
 };
 
 // Write the rows of the first num_tokens tokens of every plane into its cache at slot_mapping[t].
-// Tokens with slot < 0 or slot >= num_blocks * block_size are skipped (never written). Tokens are
-// split over the CPU threads when the work is large enough (mskv::ParallelFor).
+// Tokens with slot < 0 or slot >= num_blocks * block_size are skipped (never written); a slot given
+// twice ends with the later token's row (sequential-loop semantics, also when threaded). Work is split
+// over the CPU threads when large enough (mskv::ParallelFor): by token ranges when no slot repeats,
+// else by slot ownership. Calls moving >= MS_KVCACHE_STREAM_BYTES (8 MiB) use non-temporal stores.
 void ScatterSlots(const SlotPlane* planes, int num_planes, const void* slots, DType slot_dtype,
                   int64_t num_tokens, int64_t num_blocks, int64_t block_size);
 
