@@ -272,12 +272,12 @@ def bench_other_ops(selected, reps, rng, t=4096):
     if "reshape_and_cache_merged" in selected:
         kv = Parameter(bf((2, nb, BLOCK_SIZE, HEADS, HEAD_SIZE)), name="o_kv")
         k, v = bf((t, HEADS, HEAD_SIZE)), bf((t, HEADS, HEAD_SIZE))
-        cases["reshape_and_cache_merged"] = (lambda: ms_kvcache.reshape_and_cache_merged(k, v, kv, slots),
+        cases["reshape_and_cache_merged"] = (lambda k=k, v=v, kv=kv: ms_kvcache.reshape_and_cache_merged(k, v, kv, slots),
                                              2 * t * HEADS * HEAD_SIZE * 2, kv, f"T={t}")
     if "concat_and_cache_mla" in selected:
         cc, pc = Parameter(bf((nb, BLOCK_SIZE, 512)), name="o_cc"), Parameter(bf((nb, BLOCK_SIZE, 64)), name="o_pc")
         kv_c, k_pe = bf((t, 512)), bf((t, 64))
-        cases["concat_and_cache_mla"] = (lambda: ms_kvcache.concat_and_cache_mla(kv_c, k_pe, cc, pc, slots),
+        cases["concat_and_cache_mla"] = (lambda a=kv_c, b=k_pe, c=cc, d=pc: ms_kvcache.concat_and_cache_mla(a, b, c, d, slots),
                                          t * 576 * 2, cc, f"T={t}, rank 512 + rope 64")
     if "copy_blocks" in selected:
         layers, n = 8, 8
@@ -285,15 +285,16 @@ def bench_other_ops(selected, reps, rng, t=4096):
         vals = [Parameter(bf((64, BLOCK_SIZE, HEADS, HEAD_SIZE)), name=f"o_v{i}") for i in range(layers)]
         bm = ms.Tensor(np.stack([np.arange(n), np.arange(n) + 32], 1).astype(np.int64))
         block = BLOCK_SIZE * HEADS * HEAD_SIZE * 2
-        cases["copy_blocks"] = (lambda: ms_kvcache.copy_blocks(keys, vals, bm), 2 * layers * n * block, keys[0],
+        cases["copy_blocks"] = (lambda k=keys, v=vals, m=bm: ms_kvcache.copy_blocks(k, v, m), 2 * layers * n * block, keys[0],
                                 f"L={layers}, {n} pairs")
     if "swap_blocks" in selected:
         n = 32
         src = Parameter(bf((64, BLOCK_SIZE, HEADS, HEAD_SIZE)), name="o_src")
         dst = Parameter(bf((48, BLOCK_SIZE, HEADS, HEAD_SIZE)), name="o_dst")
         bm = ms.Tensor(np.stack([rng.permutation(64)[:n], rng.permutation(48)[:n]], 1).astype(np.int64))
-        cases["swap_blocks"] = (lambda: ms_kvcache.swap_blocks(src, dst, bm), n * BLOCK_SIZE * HEADS * HEAD_SIZE * 2,
+        cases["swap_blocks"] = (lambda a=src, b=dst, m=bm: ms_kvcache.swap_blocks(a, b, m), n * BLOCK_SIZE * HEADS * HEAD_SIZE * 2,
                                 dst, f"{n} blocks")
+    # (every lambda binds its tensors as defaults: the cases reuse variable names)
     for name, (fn, nbytes, anchor, what) in cases.items():
         inner = _inner_for(nbytes)
         src_b = np.frombuffer(rng.bytes(nbytes), np.uint8)
