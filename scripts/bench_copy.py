@@ -315,6 +315,11 @@ def run(ops=None, quick=False):
         ops (iterable of str | None): subset of ``ALL_OPS`` ("reshape_and_cache", "overhead",
             "reshape_and_cache_merged", "concat_and_cache_mla", "copy_blocks", "swap_blocks"); None = all.
         quick (bool): fewer token counts and repetitions (~20 s instead of ~1-2 min).
+
+    Runs in PyNative on the cpu backend (the MindSpore mode and ms_kvcache backend are restored after).
+    Rows: ``bench`` = "reshape_and_cache" (per T: op/memcpy/numpy/scatter_update/setitem times, GB/s,
+    ratios), "overhead" (per mode: op vs ops.add us per call at T = 1), or another op's name (GB/s vs
+    memcpy).
     """
     ms = _ms()
     import ms_kvcache
@@ -323,16 +328,21 @@ def run(ops=None, quick=False):
     unknown = set(selected) - set(ALL_OPS)
     if unknown:
         raise ValueError(f"run: argument 'ops': expected names from {ALL_OPS}, got {sorted(unknown)}")
+    old_mode, old_backend = ms.get_context("mode"), ms_kvcache.get_backend()
     ms.set_context(mode=ms.PYNATIVE_MODE)
     ms_kvcache.set_backend("cpu")
-    rng = np.random.default_rng(0)
-    reps = 3 if quick else 5
-    rows = []
-    if "reshape_and_cache" in selected:
-        rows += bench_reshape_and_cache(QUICK_TOKENS if quick else TOKENS, reps, rng)
-    if "overhead" in selected:
-        rows += bench_overhead(reps, rng)
-    rows += bench_other_ops(selected, reps, rng)
+    try:
+        rng = np.random.default_rng(0)
+        reps = 3 if quick else 5
+        rows = []
+        if "reshape_and_cache" in selected:
+            rows += bench_reshape_and_cache(QUICK_TOKENS if quick else TOKENS, reps, rng)
+        if "overhead" in selected:
+            rows += bench_overhead(reps, rng)
+        rows += bench_other_ops(selected, reps, rng)
+    finally:
+        ms.set_context(mode=old_mode)
+        ms_kvcache.set_backend(old_backend)
     return rows
 
 
