@@ -24,7 +24,7 @@ length of the (constant-length) tuple, so the wrapper writes
 build the list from Parameters. In PyNative, :func:`eager_launcher` with ``arity=L`` does the same
 (or the fast path takes the L tensors directly).
 
-PyNative fast path. ``ops.Custom`` costs ~100 us per PyNative call on this CPU. When the backend
+PyNative fast path. ``ops.Custom`` costs ~0.1-2 ms per PyNative call on this CPU. When the backend
 offers an AOT library usable outside ops.Custom (``fast_library()``; the cpu backend does) and the
 optional module ``ms_kvcache._cpu_pyboost`` was built for the running MindSpore version, PyNative calls
 launch the same AOT entry through MindSpore's PyboostRunner API instead (a few us, asynchronous, in
