@@ -1,7 +1,13 @@
 #include "aot_abi.h"
 
+#include <sched.h>
+
+#include <atomic>
+#include <condition_variable>
 #include <cstdlib>
 #include <mutex>
+#include <thread>
+#include <vector>
 
 namespace mskv {
 
@@ -74,7 +80,11 @@ int NumThreads() {
   static const int n = [] {
     const char* env = std::getenv("MS_KVCACHE_NUM_THREADS");
     int v = env ? std::atoi(env) : 0;
-    return v > 0 ? v : omp_get_num_procs();
+    if (v > 0) return v;
+    cpu_set_t set;  // the CPUs this process may run on (taskset / cgroup cpusets), not the machine's
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+    const unsigned hw = std::thread::hardware_concurrency();
+    return hw > 0 ? static_cast<int>(hw) : 1;
   }();
   return n;
 }
@@ -88,4 +98,99 @@ int64_t ParallelThresholdBytes() {
   return n;
 }
 
+namespace {
+
+// The pool behind RunChunks (see parallel.inl). One job at a time; a second concurrent caller (another
+// thread, or a kernel called from inside a chunk) runs its chunks inline.
+struct Job {
+  int64_t n;
+  int64_t chunks;
+  void (*fn)(void*, int64_t, int64_t);
+  void* ctx;
+  std::atomic<int64_t> next{0};
+};
+
+void Work(Job& j) {
+  for (;;) {
+    const int64_t c = j.next.fetch_add(1, std::memory_order_relaxed);
+    if (c >= j.chunks) return;
+    j.fn(j.ctx, c * j.n / j.chunks, (c + 1) * j.n / j.chunks);
+  }
+}
+
+class Pool {
+ public:
+  explicit Pool(int helpers) {
+    for (int i = 0; i < helpers; ++i) std::thread([this] { Loop(); }).detach();
+  }
+
+  void Run(Job& job) {
+    std::unique_lock<std::mutex> busy(run_mu_, std::try_to_lock);
+    if (!busy.owns_lock()) {
+      Work(job);
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      job_ = &job;
+      ++epoch_;
+    }
+    cv_.notify_all();
+    Work(job);
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      job_ = nullptr;  // helpers that have not joined yet never will
+    }
+    while (active_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  }
+
+ private:
+  void Loop() {
+    uint64_t seen = 0;
+    for (;;) {
+      Job* j = nullptr;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [&] { return job_ != nullptr && epoch_ != seen; });
+        seen = epoch_;
+        j = job_;
+        active_.fetch_add(1, std::memory_order_acq_rel);
+      }
+      Work(*j);
+      active_.fetch_sub(1, std::memory_order_acq_rel);
+    }
+  }
+
+  std::mutex run_mu_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  Job* job_ = nullptr;
+  uint64_t epoch_ = 0;
+  std::atomic<int> active_{0};
+};
+
+}  // namespace
+
+void RunChunks(int64_t n, int64_t chunks, void (*fn)(void*, int64_t, int64_t), void* ctx) {
+  static Pool* pool = new Pool(NumThreads() - 1);  // never destroyed: helpers are detached
+  Job job;
+  job.n = n;
+  job.chunks = chunks;
+  job.fn = fn;
+  job.ctx = ctx;
+  pool->Run(job);
+}
+
 }  // namespace mskv
+
+// C view of the last error for loaders that call the AOT entries directly (the PyNative fast path):
+// copies at most size-1 bytes plus a NUL into buf and returns the full message length.
+MSKV_AOT_EXPORT int MskvLastError(char* buf, int size) {
+  const std::string msg = mskv::LastError();
+  if (buf != nullptr && size > 0) {
+    const size_t n = msg.size() < static_cast<size_t>(size - 1) ? msg.size() : static_cast<size_t>(size - 1);
+    std::memcpy(buf, msg.data(), n);
+    buf[n] = '\0';
+  }
+  return static_cast<int>(msg.size());
+}

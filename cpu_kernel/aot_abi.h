@@ -86,8 +86,9 @@ struct KernelError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Run body(begin, end) over [0, n) on all OpenMP threads when the work is worth a fork
-// (total_bytes >= parallel threshold), inline otherwise.
+// Run body(begin, end) over disjoint ranges covering [0, n), on the calling thread and the pool's
+// helper threads when the work is worth it (total_bytes >= parallel threshold), inline otherwise.
+// body may be called several times per thread, with any partition of [0, n) (see parallel.inl).
 template <typename F>
 void ParallelFor(int64_t n, int64_t total_bytes, F&& body);
 

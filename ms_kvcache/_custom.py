@@ -7,10 +7,33 @@ it before later reads of the same Parameter even when its output is unused, writ
 pointer, and returns a dummy int32 ``[1]`` tensor. This is the convention of MindSpore's own
 ReshapeAndCache and of ms_custom_ops.
 
-The public wrappers call :func:`eager_op` in PyNative (cached instances) and, in graph mode,
+The public wrappers call :func:`eager_launcher` in PyNative and, in graph mode,
 ``_get_cache_prim(prim_class(spec))(backend, *attr_values)`` so the graph compiler instantiates the
 primitive with constant arguments.
+
+Lists of tensors (one cache per layer: ``copy_blocks``, multi-layer transfer). A Python list of
+Parameters cannot be a graph input, and an ops.Custom input cannot be a tuple that is written in place.
+So an op whose :class:`~ms_kvcache._spec.TensorSpec` has ``sequence=True`` gets a primitive
+*specialised by arity*: ``prim_class(spec)(backend, L, *attr_values)`` takes the L tensors of each
+sequence argument as L consecutive inputs (``key_caches_0 .. key_caches_{L-1}``), each marked
+``RW_WRITE`` if the argument is in place. The signature is set per instance (``set_signatures``), so
+one class serves every L; the kernel infers L from the number of parameters. In a graph, L is the
+length of the (constant-length) tuple, so the wrapper writes
+``_get_cache_prim(Prim)(graph_backend(), len(caches))(*caches, ...)``: this works in a GRAPH_MODE
+``Cell.construct`` with the caches in a ``ParameterTuple`` attribute and in ``@ms.jit`` functions that
+build the list from Parameters. In PyNative, :func:`eager_launcher` with ``arity=L`` does the same
+(or the fast path takes the L tensors directly).
+
+PyNative fast path. ``ops.Custom`` costs ~0.1-2 ms per PyNative call on this CPU. When the backend
+offers an AOT library usable outside ops.Custom (``fast_library()``; the cpu backend does) and the
+optional module ``ms_kvcache._cpu_pyboost`` was built for the running MindSpore version, PyNative calls
+launch the same AOT entry through MindSpore's PyboostRunner API instead (a few us, asynchronous, in
+order with other ops; see ms_kvcache/csrc/pyboost_module.cpp). ``MS_KVCACHE_PYNATIVE_FAST=0`` or
+:func:`set_fast_path` (False) turns it off; graph mode always uses ops.Custom.
 """
+import functools
+import os
+
 import mindspore as ms
 from mindspore import ops
 from mindspore.ops import signature as sig
@@ -20,7 +43,9 @@ from ms_kvcache import _backend
 
 from mindspore.ops._primitive_cache import _get_cache_prim  # noqa: F401  (re-exported)
 
-__all__ = ["prim_class", "eager_op", "graph_backend", "_run_in_jit", "_get_cache_prim"]
+__all__ = ["prim_class", "eager_op", "eager_launcher", "graph_backend", "_run_in_jit", "_get_cache_prim",
+           "fast_path_available", "set_fast_path", "nosync_checker"]
+
 
 def _probe():
     return 0
@@ -54,13 +79,26 @@ def _status_dtype(*_dtypes):
     return ms.int32
 
 
+def _signatures(inputs):
+    return tuple(sig.make_sig(t.name, sig.sig_rw.RW_WRITE if t.inplace else sig.sig_rw.RW_READ) for t in inputs)
+
+
 class InplaceCustom(ops.Custom):
-    """Base of every ms_kvcache primitive; subclasses set ``SPEC`` and ``__mindspore_signature__``."""
+    """Base of every ms_kvcache primitive; subclasses set ``SPEC`` (and, without sequence inputs, a
+    class-level ``__mindspore_signature__``).
+
+    ``__init__(backend, *attr_values)``, or ``__init__(backend, arity, *attr_values)`` when the spec has
+    sequence inputs (the primitive then has ``arity`` inputs per sequence argument).
+    """
 
     SPEC = None
 
-    def __init__(self, backend, *attr_values):
+    def __init__(self, backend, *init_args):
         spec = self.SPEC
+        arity = None
+        attr_values = init_args
+        if spec.has_sequences:
+            arity, attr_values = int(init_args[0]), init_args[1:]
         func, reg_info = _backend.backend_module(backend).aot_func(spec)
         kwargs = {}
         if reg_info is not None:
@@ -68,6 +106,9 @@ class InplaceCustom(ops.Custom):
         out_shape = spec.extra.get("out_shape", _status_shape)
         out_dtype = spec.extra.get("out_dtype", _status_dtype)
         super().__init__(func, out_shape=out_shape, out_dtype=out_dtype, func_type="aot", **kwargs)
+        if arity is not None:
+            self.set_signatures(_signatures(spec.expanded_inputs(arity)))
+            self.add_prim_attr("ms_kvcache_arity", arity)
         if spec.inplace_inputs:
             self.add_prim_attr("side_effect_mem", True)
         for attr, value in zip(spec.attrs, attr_values):
@@ -76,25 +117,112 @@ class InplaceCustom(ops.Custom):
 
 
 def prim_class(spec):
-    """The ops.Custom subclass for ``spec`` (one class per op, created once)."""
+    """The ops.Custom subclass for ``spec`` (one class per op, created once).
+
+    For a spec with sequence inputs the class is shared by every arity: instantiate it as
+    ``cls(backend, arity, *attr_values)``.
+    """
     cls = _CLASSES.get(spec.name)
     if cls is None:
-        sigs = tuple(
-            sig.make_sig(t.name, sig.sig_rw.RW_WRITE if t.inplace else sig.sig_rw.RW_READ)
-            for t in spec.inputs
-        )
-        cls = type(spec.op_type, (InplaceCustom,), {"SPEC": spec, "__mindspore_signature__": sigs})
+        ns = {"SPEC": spec}
+        if not spec.has_sequences:
+            ns["__mindspore_signature__"] = _signatures(spec.inputs)
+        cls = type(spec.op_type, (InplaceCustom,), ns)
         _CLASSES[spec.name] = cls
     return cls
 
 
-def eager_op(spec, backend, attr_values=()):
-    """Cached primitive instance for PyNative calls."""
-    key = (spec.name, backend, attr_values)
+def eager_op(spec, backend, attr_values=(), arity=None):
+    """Cached ops.Custom primitive instance for PyNative calls (``arity`` for sequence specs)."""
+    key = (spec.name, backend, attr_values, arity)
     op = _EAGER.get(key)
     if op is None:
-        op = _EAGER[key] = prim_class(spec)(backend, *attr_values)
+        args = (backend,) + ((arity,) if spec.has_sequences else ()) + tuple(attr_values)
+        op = _EAGER[key] = prim_class(spec)(*args)
     return op
+
+
+# ---------------------------------------------------------------------------- PyNative fast path
+_FAST = {"enabled": os.environ.get("MS_KVCACHE_PYNATIVE_FAST", "1") != "0", "module": None, "why": None}
+_LAUNCHERS = {}
+
+
+def _fast_module():
+    """ms_kvcache._cpu_pyboost if it was built for the running MindSpore, else None (reason in _FAST)."""
+    if _FAST["module"] is None and _FAST["why"] is None:
+        try:
+            from ms_kvcache import _cpu_pyboost as mod  # noqa: WPS433 - optional compiled extension
+        except ImportError as exc:
+            _FAST["why"] = f"ms_kvcache._cpu_pyboost not importable ({exc})"
+        else:
+            if mod.mindspore_version != ms.__version__:
+                _FAST["why"] = (f"ms_kvcache._cpu_pyboost was built for MindSpore {mod.mindspore_version}, "
+                                f"running {ms.__version__}; reinstall ms_kvcache")
+            else:
+                _FAST["module"] = mod
+    return _FAST["module"]
+
+
+def fast_path_available(backend=None):
+    """(ok, why): whether PyNative calls of ``backend`` (default: the active one) use the fast path."""
+    backend = backend or _backend.get_backend()
+    if not _FAST["enabled"]:
+        return False, "disabled (MS_KVCACHE_PYNATIVE_FAST=0 or set_fast_path(False))"
+    lib = getattr(_backend.backend_module(backend), "fast_library", None)
+    if lib is None or lib() is None:
+        return False, f"backend {backend!r} has no AOT library for the fast path"
+    if _fast_module() is None:
+        return False, _FAST["why"]
+    return True, ""
+
+
+def set_fast_path(enabled):
+    """Turn the PyNative fast path on or off (for tests and benchmarks); returns the previous setting."""
+    old = _FAST["enabled"]
+    _FAST["enabled"] = bool(enabled)
+    _LAUNCHERS.clear()
+    return old
+
+
+def eager_launcher(spec, backend, attr_values=(), arity=None):
+    """Callable ``f(*tensors)`` that runs ``spec`` in PyNative on its inputs in primitive order
+    (sequence arguments flattened). Uses the fast path when available, else the ops.Custom primitive.
+
+    On the fast path the kernel runs in strict mode (attribute ``mskv_strict``): it re-checks the index
+    values it reads at launch and fails the op, writing nothing, if one is invalid (see
+    :func:`nosync_checker`)."""
+    key = (spec.name, backend, attr_values, arity)
+    f = _LAUNCHERS.get(key)
+    if f is None:
+        if fast_path_available(backend)[0]:
+            mod = _fast_module()
+            lib = _backend.backend_module(backend).fast_library()
+            attrs = {a.name: v for a, v in zip(spec.attrs, attr_values)}
+            attrs["mskv_strict"] = True
+            f = functools.partial(mod.run, mod.kernel(lib, spec.op_type, spec.name, attrs))
+        else:
+            f = eager_op(spec, backend, attr_values, arity)
+        _LAUNCHERS[key] = f
+    return f
+
+
+def nosync_checker(backend):
+    """The module whose ``check_*_nosync`` functions read host index tensors without waiting for
+    MindSpore's pipeline, or None.
+
+    Reading an index tensor with ``asnumpy()`` waits for every pending PyNative op: ~2-4 ms on a
+    2-core machine, 50x an ``ops.add``. When the fast path is active, the wrappers may read a *host*
+    index tensor (not the output of a MindSpore op) directly instead, because the strict kernel checks
+    the same values again at launch: a value changed in place by a still-pending op is then reported
+    by the kernel (the op fails and writes nothing; MindSpore raises at the next sync) instead of being
+    skipped. A problem seen on the direct read is confirmed with a waiting read before raising.
+    """
+    key = ("nosync", backend)
+    mod = _LAUNCHERS.get(key, False)
+    if mod is False:
+        mod = _fast_module() if fast_path_available(backend)[0] else None
+        _LAUNCHERS[key] = mod
+    return mod
 
 
 @constexpr(reuse_result=False)

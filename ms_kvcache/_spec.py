@@ -40,6 +40,9 @@ class TensorSpec:
     ranks: accepted ranks.
     inplace: the op writes this tensor in place (a cache); marked RW_WRITE for MindSpore.
     optional: may be None.
+    sequence: the argument is a list/tuple of tensors of one shape and dtype (e.g. one cache per
+        layer); the primitive is specialised by its length L and takes the L tensors as L consecutive
+        inputs named ``<name>_0 .. <name>_{L-1}`` (see ``_custom.prim_class``).
     """
 
     name: str
@@ -47,6 +50,7 @@ class TensorSpec:
     ranks: Tuple[int, ...]
     inplace: bool = False
     optional: bool = False
+    sequence: bool = False
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,23 @@ class OpSpec:
     @property
     def inplace_inputs(self):
         return tuple(t.name for t in self.inputs if t.inplace)
+
+    @property
+    def has_sequences(self):
+        """True if some input is a list of tensors (the primitive is specialised by its length)."""
+        return any(t.sequence for t in self.inputs)
+
+    def expanded_inputs(self, arity=None):
+        """Primitive inputs in order: sequence inputs repeated ``arity`` times as ``<name>_<i>``."""
+        out = []
+        for t in self.inputs:
+            if t.sequence:
+                if arity is None:
+                    raise ValueError(f"{self.name}: input {t.name!r} is a sequence; an arity is required")
+                out.extend(TensorSpec(f"{t.name}_{i}", t.group, t.ranks, t.inplace, t.optional) for i in range(arity))
+            else:
+                out.append(t)
+        return tuple(out)
 
     def group_dtypes(self, group, soc: Optional[str] = None):
         if group == "__status__":

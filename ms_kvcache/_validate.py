@@ -12,7 +12,8 @@ from ms_kvcache._spec import dtype_name
 
 __all__ = [
     "require_tensor", "require_contiguous", "index_values", "check_slot_values",
-    "check_block_ids", "dtype_name",
+    "check_block_ids", "check_block_mapping_values", "dtype_name", "cached_static", "contiguous_input",
+    "check_slot_tensor", "check_block_mapping_tensor", "require_not_view",
 ]
 
 
@@ -31,15 +32,47 @@ def require_contiguous(op, name, x):
                          f"view of shape {tuple(x.shape)} (call .contiguous() on a copy, or pass the cache itself)")
 
 
+def require_not_view(op, name, x):
+    """Caches written through ops.Custom in PyNative (no fast path) must not be views: MindSpore hands
+    the kernel a copy of a view (slice, select, even a contiguous reshape) and the write is lost. Views
+    with a storage offset are detected here; a whole-tensor reshape view is not detectable (see README)."""
+    need = getattr(x, "_need_contiguous", None)
+    if (need is not None and need()) or x.storage_offset() != 0:
+        raise ValueError(f"{op}: argument '{name}': expected a tensor that owns its memory, got a view (offset "
+                         f"{x.storage_offset()}) of another tensor; without the PyNative fast path "
+                         f"(ms_kvcache._cpu_pyboost) ops.Custom would write into a copy")
+
+
 def index_values(x):
-    """Host copy of an int32/int64 index tensor as an int64 numpy array."""
-    return np.asarray(x.asnumpy(), dtype=np.int64).reshape(-1)
+    """Host copy of an int32/int64 index tensor as a flat numpy array of its own dtype (waits for the
+    tensor if an earlier asynchronous op produces it)."""
+    return x.asnumpy().reshape(-1)
+
+
+def _native():
+    try:
+        from ms_kvcache import _cpu  # noqa: WPS433 - compiled extension
+
+        return _cpu
+    except ImportError:  # pragma: no cover - the package is unusable without it anyway
+        return None
 
 
 def check_slot_values(op, name, slots, num_slots, allow_duplicates=False):
     """Raise ValueError for slots >= num_slots or duplicated non-negative slots (slot < 0 = skip)."""
     if slots.size == 0:
         return
+    nat = _native()
+    if nat is not None:
+        code, i, j, v = nat.check_slots(slots, int(num_slots))
+        if code == 1:
+            raise ValueError(f"{op}: argument '{name}': expected every slot < num_blocks*block_size = "
+                             f"{num_slots}, got {v} at index {i}")
+        if code == 2 and not allow_duplicates:
+            raise ValueError(f"{op}: argument '{name}': expected distinct non-negative slots, got "
+                             f"slot {v} at indices {[i, j]}")
+        return
+    slots = np.asarray(slots, dtype=np.int64)
     hi = int(slots.max())
     if hi >= num_slots:
         idx = int(np.argmax(slots >= num_slots))
@@ -60,7 +93,79 @@ def check_block_ids(op, name, ids, num_blocks):
     """Raise ValueError unless 0 <= id < num_blocks for every id."""
     if ids.size == 0:
         return
+    ids = np.asarray(ids, dtype=np.int64)
     lo, hi = int(ids.min()), int(ids.max())
     if lo < 0 or hi >= num_blocks:
         bad = int(ids[(ids < 0) | (ids >= num_blocks)][0])
         raise ValueError(f"{op}: argument '{name}': expected block ids in [0, {num_blocks}), got {bad}")
+
+
+def check_block_mapping_values(op, name, mapping, src_blocks, dst_blocks, src_name="src", dst_name="dst"):
+    """Raise ValueError unless every row (src, dst) of an [n, 2] block mapping has 0 <= src < src_blocks
+    and 0 <= dst < dst_blocks."""
+    if mapping.size == 0:
+        return
+    nat = _native()
+    if nat is not None:
+        code, row, col, v = nat.check_block_mapping(mapping, int(src_blocks), int(dst_blocks))
+    else:
+        m = np.asarray(mapping, dtype=np.int64).reshape(-1, 2)
+        bad = (m < 0) | (m >= np.array([src_blocks, dst_blocks]))
+        code = int(bad.any())
+        if code:
+            row, col = (int(x) for x in np.argwhere(bad)[0])
+            v = int(m[row, col])
+    if code:
+        limit = src_blocks if col == 0 else dst_blocks
+        which = src_name if col == 0 else dst_name
+        raise ValueError(f"{op}: argument '{name}': expected {which} block ids in [0, {limit}), got {v} "
+                         f"at row {row} (column {col})")
+
+
+def check_slot_tensor(op, name, slots, num_slots, nosync=None):
+    """Value check of a slot_mapping tensor (see :func:`check_slot_values`).
+
+    nosync: ``_custom.nosync_checker(backend)``; if given, a host tensor is read without waiting for
+    the PyNative pipeline, and only a reported problem is confirmed by a waiting read (the strict
+    fast-path kernel re-checks the values at launch).
+    """
+    if nosync is not None:
+        r = nosync.check_slots_nosync(slots, int(num_slots))
+        if r is not None and r[0] == 0:
+            return
+    check_slot_values(op, name, index_values(slots), num_slots)
+
+
+def check_block_mapping_tensor(op, name, mapping, src_blocks, dst_blocks, nosync=None, src_name="src",
+                               dst_name="dst"):
+    """Value check of a block_mapping tensor [n, 2] (see :func:`check_block_mapping_values` and, for
+    ``nosync``, :func:`check_slot_tensor`)."""
+    if nosync is not None:
+        r = nosync.check_block_mapping_nosync(mapping, int(src_blocks), int(dst_blocks))
+        if r is not None and r[0] == 0:
+            return
+    check_block_mapping_values(op, name, index_values(mapping), src_blocks, dst_blocks, src_name, dst_name)
+
+
+def cached_static(cache, check, args, limit=4096):
+    """``check(*args)`` memoised on ``args`` (shapes, dtypes, attribute values: all hashable).
+
+    The PyNative wrappers call their shape/dtype check through this so a repeated call with the same
+    shapes costs one dict lookup; only successful results are stored, so bad input raises every time.
+    """
+    try:
+        return cache[args]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable argument (e.g. a list as attribute): let the check report it
+        return check(*args)
+    out = check(*args)
+    if len(cache) >= limit:
+        cache.clear()
+    cache[args] = out
+    return out
+
+
+def contiguous_input(x):
+    """``x`` itself if contiguous, else a contiguous copy (for read-only inputs such as key/value)."""
+    return x if x.is_contiguous() else x.contiguous()

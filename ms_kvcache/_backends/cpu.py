@@ -1,7 +1,7 @@
 """The "cpu" backend: native C++ kernels (cpu_kernel/*.cpp) in the ms_kvcache._cpu module, called by
 MindSpore's CPU AOT loader."""
 
-__all__ = ["available", "aot_func", "library_path", "last_error"]
+__all__ = ["available", "aot_func", "library_path", "last_error", "fast_library"]
 
 
 def _module():
@@ -30,3 +30,8 @@ def aot_func(spec):
 def last_error():
     """Message of the last failing CPU kernel call ('' if none)."""
     return _module().last_error()
+
+
+def fast_library():
+    """The AOT library the PyNative fast path (ms_kvcache._cpu_pyboost) may call directly."""
+    return library_path()

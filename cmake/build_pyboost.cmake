@@ -1,0 +1,34 @@
+# Script mode (cmake -P): compile ms_kvcache/_cpu_pyboost in one compiler call; a failure is a
+# warning unless REQUIRED=ON (see cmake/pyboost.cmake). On failure no module is left behind (Python
+# then falls back to ops.Custom) and the compiler log goes to _cpu_pyboost.build-failed.log next to
+# where the module would be. STAMP is touched in both cases.
+string(REPLACE "|" ";" SRCS "${SRCS}")
+string(REPLACE "|" ";" INCS "${INCS}")
+set(args -shared -fPIC -O2 -std=c++17 -w -D_GLIBCXX_USE_CXX11_ABI=0 -DENABLE_FAST_HASH_TABLE=1
+    "-DMSKV_MS_VERSION=\"${MS_VERSION}\"" -fvisibility=hidden)
+foreach(i ${INCS})
+  list(APPEND args "-I${i}")
+endforeach()
+list(APPEND args -isystem "${PY_INC}")
+if(SAN_FLAGS)
+  list(APPEND args ${SAN_FLAGS})
+endif()
+list(APPEND args ${SRCS} -o "${OUT}.tmp" "-L${MS_LIB}" -lmindspore_core -lmindspore_ms_backend
+     -lmindspore_pynative -lmindspore_pyboost -lmindspore_runtime_pipeline -ldl "-Wl,-rpath,${RPATH}")
+get_filename_component(dir "${OUT}" DIRECTORY)
+file(MAKE_DIRECTORY "${dir}")
+execute_process(COMMAND "${CXX}" ${args} RESULT_VARIABLE rc OUTPUT_VARIABLE log ERROR_VARIABLE log)
+if(rc EQUAL 0)
+  file(RENAME "${OUT}.tmp" "${OUT}")
+  file(REMOVE "${dir}/_cpu_pyboost.build-failed.log")
+else()
+  file(REMOVE "${OUT}.tmp" "${OUT}")
+  file(WRITE "${dir}/_cpu_pyboost.build-failed.log" "${log}")
+  if(REQUIRED STREQUAL "ON")
+    message(FATAL_ERROR "ms_kvcache: _cpu_pyboost failed to compile against MindSpore ${MS_VERSION}:\n${log}")
+  endif()
+  message(WARNING "ms_kvcache: the PyNative fast path _cpu_pyboost did not compile against MindSpore "
+          "${MS_VERSION} (headers differ?); PyNative calls will use ops.Custom. Log: "
+          "${dir}/_cpu_pyboost.build-failed.log")
+endif()
+file(TOUCH "${STAMP}")

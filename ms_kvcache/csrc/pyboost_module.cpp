@@ -1,0 +1,196 @@
+// ms_kvcache._cpu_pyboost: the PyNative fast path of the "cpu" backend.
+//
+// ops.Custom in PyNative costs ~100 us per call (primitive infer, single-op graph, AOT loader). This
+// module launches the very same AOT entry points (cpu_kernel/*.cpp, inside ms_kvcache._cpu) through
+// MindSpore's PyboostRunner C++ API (the "CustomOpBuilder" mechanism), which costs a few us and runs
+// inside MindSpore's asynchronous PyNative pipeline: the call returns at once and the kernel runs in
+// order with the other ops. Only used in PyNative; graph mode keeps ops.Custom. Built by CMake against
+// the installed MindSpore's headers (cmake/pyboost.cmake); Python falls back to ops.Custom when this
+// module is missing or was built for another MindSpore version.
+//
+// Ordering: PyboostRunner normally hands LaunchKernel to MindSpore's *launch* queue, while MindSpore's
+// built-in CPU kernels run directly in the *backend* queue. A cache written from the launch queue could
+// then be read by a later built-in op before the write (seen on MindSpore 2.10 CPU). We therefore run
+// the kernel in the backend queue like the built-ins, after draining the launch queue, so the write is
+// ordered after every earlier op and before every later one.
+#include <chrono>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ms_extension/api.h"
+#include "include/runtime/pipeline/pipeline.h"
+
+#include "aot_bridge.h"
+#include "index_check.h"
+
+#ifndef MSKV_MS_VERSION
+#define MSKV_MS_VERSION "unknown"
+#endif
+
+namespace {
+
+const char* DTypeName(ms::TypeId t) {
+  switch (t) {
+    case ms::TypeId::kNumberTypeFloat16: return "float16";
+    case ms::TypeId::kNumberTypeBFloat16: return "bfloat16";
+    case ms::TypeId::kNumberTypeFloat32: return "float32";
+    case ms::TypeId::kNumberTypeFloat64: return "float64";
+    case ms::TypeId::kNumberTypeInt8: return "int8";
+    case ms::TypeId::kNumberTypeUInt8: return "uint8";
+    case ms::TypeId::kNumberTypeInt16: return "int16";
+    case ms::TypeId::kNumberTypeInt32: return "int32";
+    case ms::TypeId::kNumberTypeInt64: return "int64";
+    case ms::TypeId::kNumberTypeBool: return "bool";
+    default: return "unknown";
+  }
+}
+
+struct KernelHolder {
+  std::shared_ptr<mskv_bridge::Kernel> k;
+};
+
+class AotRunner : public ms::pynative::PyboostRunner {
+ public:
+  explicit AotRunner(std::shared_ptr<mskv_bridge::Kernel> k)
+      : PyboostRunner(mskv_bridge::KernelName(*k)), k_(std::move(k)) {}
+
+  void LaunchKernel() override {
+    const auto& ins = inputs();
+    const size_t n = ins.size() + 1;  // + the dummy int32 [1] status output of the AOT ABI
+    std::vector<void*> ptrs(n);
+    std::vector<int> ndims(n);
+    std::vector<int64_t*> shapes(n);
+    std::vector<const char*> dtypes(n);
+    for (size_t i = 0; i < ins.size(); ++i) {
+      ptrs[i] = ins[i].GetDataPtr();
+      const auto& s = ins[i].shape();
+      ndims[i] = static_cast<int>(s.size());
+      shapes[i] = const_cast<int64_t*>(s.data());
+      dtypes[i] = DTypeName(ins[i].data_type());
+    }
+    int32_t status = 0;
+    int64_t status_shape = 1;
+    ptrs[n - 1] = &status;
+    ndims[n - 1] = 1;
+    shapes[n - 1] = &status_shape;
+    dtypes[n - 1] = "int32";
+    std::string err;
+    if (mskv_bridge::Launch(*k_, static_cast<int>(n), ptrs.data(), ndims.data(), shapes.data(), dtypes.data(),
+                            &err) != 0) {
+      throw std::runtime_error("ms_kvcache: " + err);
+    }
+  }
+
+ protected:
+  void _DispatchLaunchTask() override {
+    mindspore::runtime::Pipeline::Get().launch_stage()->Wait();
+    LaunchKernel();
+  }
+
+ private:
+  std::shared_ptr<mskv_bridge::Kernel> k_;
+};
+
+void Eval(const std::shared_ptr<mskv_bridge::Kernel>& k, const std::vector<ms::Tensor>& ins) {
+  std::make_shared<AotRunner>(k)->Run(ins, {});
+}
+
+py::object RunKernel(const KernelHolder& h, const py::args& args) {
+  std::vector<ms::Tensor> ins;
+  ins.reserve(args.size());
+  for (const auto& a : args) ins.push_back(a.cast<ms::Tensor>());
+  return ms::pynative::PyboostRunner::Call<0>(mskv_bridge::KernelName(*h.k), Eval, h.k, std::move(ins));
+}
+
+// Index values of a host tensor, read without waiting for the pipeline. Only for tensors that are not
+// the output of a MindSpore op (those are still "stub" tensors here, tensor() == nullptr) and whose
+// memory is host memory (CPU device address, contiguous, int32/int64). Returns nullptr otherwise; the
+// caller then reads the values with Tensor.asnumpy(), which waits for pending ops.
+const void* HostIndexData(const ms::Tensor& t, size_t* elem, int64_t* n) {
+  const auto& tp = t.tensor();
+  if (tp == nullptr || tp->device_address() == nullptr) return nullptr;
+  if (tp->device_address()->GetDeviceType() != mindspore::device::DeviceType::kCPU) return nullptr;
+  if (!t.is_contiguous()) return nullptr;
+  const auto id = t.data_type();
+  if (id != ms::TypeId::kNumberTypeInt32 && id != ms::TypeId::kNumberTypeInt64) return nullptr;
+  *elem = id == ms::TypeId::kNumberTypeInt32 ? 4 : 8;
+  *n = static_cast<int64_t>(t.numel());
+  return t.GetDataPtr();
+}
+
+py::object CheckSlotsNoSync(const ms::Tensor& t, int64_t num_slots) {
+  size_t elem = 0;
+  int64_t n = 0;
+  const void* p = HostIndexData(t, &elem, &n);
+  if (p == nullptr) return py::none();
+  const mskv::IndexIssue e = mskv::CheckSlotValues(p, elem, n, num_slots);
+  return py::make_tuple(e.code, e.i, e.j, e.value);
+}
+
+py::object CheckBlockMappingNoSync(const ms::Tensor& t, int64_t src_blocks, int64_t dst_blocks) {
+  size_t elem = 0;
+  int64_t n = 0;
+  const void* p = HostIndexData(t, &elem, &n);
+  if (p == nullptr) return py::none();
+  const mskv::IndexIssue e = mskv::CheckBlockPairValues(p, elem, n / 2, src_blocks, dst_blocks);
+  return py::make_tuple(e.code, e.i, e.j, e.value);
+}
+
+// Wait until MindSpore's PyNative pipeline has no queued work, sleeping between polls instead of
+// busy-waiting (Tensor.asnumpy() spins the calling thread, which on a 2-core machine takes a core away
+// from the kernels being waited for). Returns False on timeout. Call asnumpy() afterwards to collect
+// errors (it is then immediate).
+bool WaitIdle(double timeout_s, double poll_us) {
+  auto& p = mindspore::runtime::Pipeline::Get();
+  py::gil_scoped_release nogil;
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto poll = std::chrono::microseconds(static_cast<int64_t>(poll_us));
+  for (;;) {
+    if (p.frontend_stage()->Empty() && p.backend_stage()->Empty() && p.launch_stage()->Empty()) return true;
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout_s) return false;
+    std::this_thread::sleep_for(poll);
+  }
+}
+
+KernelHolder MakeKernel(const std::string& library, const std::string& symbol, const std::string& op_name,
+                        const py::dict& attrs) {
+  mskv_bridge::AttrValues v;
+  for (const auto& item : attrs) {
+    const std::string name = item.first.cast<std::string>();
+    const py::handle val = item.second;
+    if (py::isinstance<py::bool_>(val)) {
+      v.bools.emplace_back(name, val.cast<bool>());
+    } else if (py::isinstance<py::int_>(val)) {
+      v.ints.emplace_back(name, val.cast<int64_t>());
+    } else if (py::isinstance<py::float_>(val)) {
+      v.floats.emplace_back(name, val.cast<double>());
+    } else if (py::isinstance<py::str>(val)) {
+      v.strs.emplace_back(name, val.cast<std::string>());
+    } else {
+      throw py::type_error("attribute " + name + ": expected bool, int, float or str");
+    }
+  }
+  return KernelHolder{mskv_bridge::MakeKernel(library, symbol, op_name, std::move(v))};
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_cpu_pyboost, m) {
+  m.doc() = "ms_kvcache PyNative fast path: AOT kernels launched through MindSpore's PyboostRunner";
+  m.attr("mindspore_version") = MSKV_MS_VERSION;
+  py::class_<KernelHolder>(m, "Kernel")
+      .def_property_readonly("name", [](const KernelHolder& h) { return mskv_bridge::KernelName(*h.k); });
+  m.def("kernel", &MakeKernel, py::arg("library"), py::arg("symbol"), py::arg("op_name"), py::arg("attrs"),
+        "Resolve AOT entry `symbol` of `library` with fixed attribute values.");
+  m.def("check_slots_nosync", &CheckSlotsNoSync, py::arg("slots"), py::arg("num_slots"),
+        "Like ms_kvcache._cpu.check_slots on a host index tensor read without a pipeline sync; None if the "
+        "tensor is not host-resident (an op output, non-CPU, strided or not int32/int64).");
+  m.def("check_block_mapping_nosync", &CheckBlockMappingNoSync, py::arg("block_mapping"), py::arg("src_blocks"),
+        py::arg("dst_blocks"), "Like ms_kvcache._cpu.check_block_mapping, without a pipeline sync (see check_slots_nosync).");
+  m.def("wait_idle", &WaitIdle, py::arg("timeout_s") = 60.0, py::arg("poll_us") = 20.0,
+        "Sleep-poll until MindSpore's PyNative pipeline is idle (no busy-wait); False on timeout.");
+  m.def("run", &RunKernel, "run(kernel, *tensors): launch kernel on the tensors (inputs in op order), in place, "
+        "asynchronously in MindSpore's PyNative pipeline. Returns None.");
+}

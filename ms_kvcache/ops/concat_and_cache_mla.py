@@ -1,0 +1,115 @@
+"""concat_and_cache_mla: write MLA latent (kv_c) and rotary key (k_pe) rows into their paged caches."""
+from mindspore.ops.primitive import constexpr
+
+from ms_kvcache import _backend
+from ms_kvcache import _validate as V
+from ms_kvcache._custom import (_get_cache_prim, _run_in_jit, eager_launcher, graph_backend, nosync_checker,
+                                prim_class)
+from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, OpSpec, TensorSpec, dtype_name, register
+
+__all__ = ["concat_and_cache_mla", "SPEC"]
+
+SPEC = register(OpSpec(
+    name="concat_and_cache_mla",
+    op_type="ConcatAndCacheMla",
+    inputs=(
+        TensorSpec("kv_c", "T", (2,)),
+        TensorSpec("k_pe", "T", (2, 3)),
+        TensorSpec("kv_c_cache", "T", (3,), inplace=True),
+        TensorSpec("k_pe_cache", "T", (3,), inplace=True),
+        TensorSpec("slot_mapping", "S", (1,)),
+    ),
+    dtype_groups={"T": KV_DTYPES, "S": INDEX_DTYPES},
+))
+
+
+def _check_static(c_shape, c_dtype, p_shape, p_dtype, cc_shape, cc_dtype, pc_shape, pc_dtype, s_shape, s_dtype):
+    op = SPEC.name
+    SPEC.check_ranks({"kv_c": c_shape, "k_pe": p_shape, "kv_c_cache": cc_shape, "k_pe_cache": pc_shape,
+                      "slot_mapping": s_shape})
+    SPEC.check_dtypes({"kv_c": dtype_name(c_dtype), "k_pe": dtype_name(p_dtype),
+                       "kv_c_cache": dtype_name(cc_dtype), "k_pe_cache": dtype_name(pc_dtype),
+                       "slot_mapping": dtype_name(s_dtype)})
+    nb, bs, rank = cc_shape
+    if tuple(pc_shape[:2]) != (nb, bs):
+        raise ValueError(f"{op}: argument 'k_pe_cache': expected shape [{nb}, {bs}, rope_dim] (num_blocks, "
+                         f"block_size of 'kv_c_cache'), got {tuple(pc_shape)}")
+    rope = pc_shape[2]
+    t = s_shape[0]
+    if c_shape[1] != rank:
+        raise ValueError(f"{op}: argument 'kv_c': expected shape [T', {rank}] (kv_lora_rank of 'kv_c_cache'), "
+                         f"got {tuple(c_shape)}")
+    if tuple(p_shape[1:]) not in ((rope,), (1, rope)):
+        raise ValueError(f"{op}: argument 'k_pe': expected shape [T', {rope}] or [T', 1, {rope}] (rope_dim of "
+                         f"'k_pe_cache'), got {tuple(p_shape)}")
+    for n, s in (("kv_c", c_shape), ("k_pe", p_shape)):
+        if s[0] < t:
+            raise ValueError(f"{op}: argument '{n}': expected at least len(slot_mapping) = {t} rows, got {s[0]}")
+    return nb * bs
+
+
+_check_static_graph = constexpr(_check_static)
+_Prim = prim_class(SPEC)
+_STATIC = {}
+_NAMES = ("kv_c", "k_pe", "kv_c_cache", "k_pe_cache", "slot_mapping")
+
+
+def concat_and_cache_mla(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping):
+    """Write the MLA latent rows (``kv_c``) and rotary key rows (``k_pe``) of the first
+    ``len(slot_mapping)`` tokens into their paged caches, in place.
+
+    Follows vLLM's ``concat_and_cache_mla`` (DeepSeek V2/V3 multi-head latent attention), with the two
+    planes of :attr:`ms_kvcache.KVCacheFormat.MLA_KV` kept as two caches instead of one concatenated
+    ``[.., kv_lora_rank + rope_dim]`` tensor; no fp8 scaling.
+
+    Args:
+        kv_c (Tensor): ``[T', kv_lora_rank]`` (e.g. 512); float16, bfloat16, float32 or int8.
+        k_pe (Tensor): ``[T', rope_dim]`` or ``[T', 1, rope_dim]`` (e.g. 64); same dtype as ``kv_c``.
+        kv_c_cache (Tensor | Parameter): ``[num_blocks, block_size, kv_lora_rank]``, same dtype;
+            contiguous. Written in place.
+        k_pe_cache (Tensor | Parameter): ``[num_blocks, block_size, rope_dim]``, same dtype; contiguous.
+            Written in place.
+        slot_mapping (Tensor): int32 or int64 ``[T]``, ``T <= T'``. Token ``t`` goes to block
+            ``slot // block_size``, row ``slot % block_size`` of both caches; ``slot < 0`` skips it;
+            rows ``T..T'-1`` are ignored.
+
+    Returns:
+        None. Both caches are modified in place (no copy; in graph mode the write is ordered before
+        later reads of the caches in the same graph).
+
+    Raises:
+        TypeError: an argument is not a Tensor; dtypes differ between inputs and caches or are
+            unsupported; slot_mapping is not int32/int64.
+        ValueError: a rank or shape mismatch (kv_lora_rank / rope_dim / num_blocks / block_size
+            between inputs and caches, ``len(slot_mapping)`` > rows of kv_c or k_pe); a slot
+            ``>= num_blocks * block_size`` or a duplicated non-negative slot (PyNative only; in graph
+            mode such slots are skipped, duplicates resolve to the last token); a non-contiguous cache.
+    """
+    if _run_in_jit():  # @jit.cond: True
+        _check_static_graph(kv_c.shape, kv_c.dtype, k_pe.shape, k_pe.dtype, kv_c_cache.shape, kv_c_cache.dtype,
+                            k_pe_cache.shape, k_pe_cache.dtype, slot_mapping.shape, slot_mapping.dtype)
+        _get_cache_prim(_Prim)(graph_backend())(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping)
+    else:
+        _eager(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping)
+    return None
+
+
+def _eager(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping):
+    op = SPEC.name
+    for n, x in zip(_NAMES, (kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping)):
+        V.require_tensor(op, n, x)
+    num_slots = V.cached_static(_STATIC, _check_static, (
+        kv_c.shape, kv_c.dtype, k_pe.shape, k_pe.dtype, kv_c_cache.shape, kv_c_cache.dtype, k_pe_cache.shape,
+        k_pe_cache.dtype, slot_mapping.shape, slot_mapping.dtype))
+    V.require_contiguous(op, "kv_c_cache", kv_c_cache)
+    V.require_contiguous(op, "k_pe_cache", k_pe_cache)
+    if slot_mapping.shape[0] == 0:
+        return
+    backend = _backend.get_backend()
+    nosync = nosync_checker(backend)
+    if nosync is None:  # ops.Custom path
+        V.require_not_view(op, "kv_c_cache", kv_c_cache)
+        V.require_not_view(op, "k_pe_cache", k_pe_cache)
+    V.check_slot_tensor(op, "slot_mapping", slot_mapping, num_slots, nosync)
+    eager_launcher(SPEC, backend)(V.contiguous_input(kv_c), V.contiguous_input(k_pe), kv_c_cache, k_pe_cache,
+                                  V.contiguous_input(slot_mapping))

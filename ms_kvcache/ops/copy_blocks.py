@@ -1,0 +1,174 @@
+"""copy_blocks: copy blocks within every layer's key and value caches (copy-on-write of shared blocks).
+
+How a list of L per-layer caches reaches ONE kernel launch in every MindSpore mode
+---------------------------------------------------------------------------------
+A Python list of Parameters cannot be a graph input, and an ``ops.Custom`` input that is a tuple of
+tensors cannot be marked as written in place. The primitive is therefore *specialised by arity*
+(``ms_kvcache._custom``, ``TensorSpec(sequence=True)``): ``CopyBlocks(backend, L)`` has ``2L + 1``
+inputs ``key_caches_0..L-1, value_caches_0..L-1, block_mapping``, every cache input marked
+``RW_WRITE`` and ``side_effect_mem`` set, so graph mode keeps the call and orders it before later
+reads of each cache. One class serves every L (the signature is set per instance); the kernel derives
+L from its parameter count (``cpu_kernel/copy_blocks.cpp``).
+
+- GRAPH_MODE: keep the caches as Cell attributes, e.g. ``self.key_caches = ParameterTuple(...)``, and
+  call ``copy_blocks(self.key_caches, self.value_caches, block_mapping)`` in ``construct``. L is the
+  (constant) tuple length; the wrapper unpacks the tuples into the primitive call.
+- ``@ms.jit``: the same inside a jitted Cell method, or pass the Parameters individually and build the
+  lists inside the function: ``copy_blocks([k0, k1], [v0, v1], bm)``.
+- PyNative: lists or tuples of Tensors/Parameters; the fast path takes the 2L tensors directly, the
+  ops.Custom fallback uses the primitive for that L (cached per L).
+
+Overlapping pairs: rows of block_mapping are applied in order, exactly as a Python loop over them
+would (a dst written by an earlier row is the new content when a later row reads it as src; a dst
+named twice ends with the block of its last row). vLLM launches all pairs in parallel and leaves such
+overlaps undefined; here they are defined and tested. The kernel stays parallel: threads split every
+block by byte range and each applies all pairs in order to its range.
+"""
+from mindspore.ops.primitive import constexpr
+
+from ms_kvcache import _backend
+from ms_kvcache import _validate as V
+from ms_kvcache._custom import (_get_cache_prim, _run_in_jit, eager_launcher, graph_backend, nosync_checker,
+                                prim_class)
+from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, OpSpec, TensorSpec, dtype_name, register
+from ms_kvcache.ops.swap_blocks import BLOCK_CACHE_RANKS, check_block_mapping_shape
+
+__all__ = ["copy_blocks", "SPEC"]
+
+SPEC = register(OpSpec(
+    name="copy_blocks",
+    op_type="CopyBlocks",
+    inputs=(
+        TensorSpec("key_caches", "T", BLOCK_CACHE_RANKS, inplace=True, sequence=True),
+        TensorSpec("value_caches", "T", BLOCK_CACHE_RANKS, inplace=True, sequence=True),
+        TensorSpec("block_mapping", "S", (2,)),
+    ),
+    dtype_groups={"T": KV_DTYPES, "S": INDEX_DTYPES},
+))
+
+
+def _check_counts(num_keys, num_values, m_shape, m_dtype):
+    op = SPEC.name
+    if num_keys != num_values:
+        raise ValueError(f"{op}: argument 'value_caches': expected {num_keys} caches (one per layer, "
+                         f"as 'key_caches'), got {num_values}")
+    SPEC.check_ranks({"block_mapping": m_shape})
+    SPEC.check_dtypes({"block_mapping": dtype_name(m_dtype)})
+    check_block_mapping_shape(op, "block_mapping", m_shape)
+    return 0
+
+
+def _check_cache(arg, i, shape, dtype, ref_shape, ref_dtype):
+    """One cache against key_caches[0] (shape, dtype); returns num_blocks."""
+    op = SPEC.name
+    name = f"{arg}[{i}]"
+    d, ref_d = dtype_name(dtype), dtype_name(ref_dtype)
+    if d not in KV_DTYPES:
+        raise TypeError(f"{op}: argument '{name}': expected dtype in {KV_DTYPES}, got {d}")
+    if d != ref_d:
+        raise TypeError(f"{op}: argument '{name}': expected dtype {ref_d} (same as 'key_caches[0]'), got {d}")
+    if len(shape) not in BLOCK_CACHE_RANKS:
+        raise ValueError(f"{op}: argument '{name}': expected rank in {BLOCK_CACHE_RANKS} ([num_blocks, "
+                         f"*block_shape]), got rank {len(shape)} (shape {tuple(shape)})")
+    if tuple(shape) != tuple(ref_shape):
+        raise ValueError(f"{op}: argument '{name}': expected shape {tuple(ref_shape)} (same as 'key_caches[0]'), "
+                         f"got {tuple(shape)}")
+    return shape[0]
+
+
+def _check_static(k_shapes, k_dtypes, v_shapes, v_dtypes, m_shape, m_dtype):
+    """Shape/dtype checks of L layers (PyNative); returns num_blocks (0 if L = 0)."""
+    _check_counts(len(k_shapes), len(v_shapes), m_shape, m_dtype)
+    if not k_shapes:
+        return 0
+    for arg, shapes, dtypes in (("key_caches", k_shapes, k_dtypes), ("value_caches", v_shapes, v_dtypes)):
+        for i, (shp, dt) in enumerate(zip(shapes, dtypes)):
+            _check_cache(arg, i, shp, dt, k_shapes[0], k_dtypes[0])
+    return k_shapes[0][0]
+
+
+# Graph mode checks one cache per constexpr call in an unrolled loop: a constexpr taking the list of all
+# 2L shapes costs seconds of compile time at L = 40, this costs ~10 ms.
+_check_counts_graph = constexpr(_check_counts)
+_check_cache_graph = constexpr(_check_cache)
+_Prim = prim_class(SPEC)
+_STATIC = {}
+
+
+def copy_blocks(key_caches, value_caches, block_mapping):
+    """Copy block ``src`` to block ``dst`` in every layer's key and value cache, in place, for each row
+    ``(src, dst)`` of ``block_mapping``, with one kernel launch for all layers.
+
+    Follows vLLM's ``copy_blocks`` (copy-on-write of blocks shared by forked sequences / beam search),
+    except that overlapping rows are defined: rows are applied in order (see the module docstring).
+
+    Args:
+        key_caches (list | tuple of Tensor/Parameter): L caches, one per layer, each
+            ``[num_blocks, *block_shape]`` (any layout; a block is everything after dim 0), float16,
+            bfloat16, float32 or int8; all 2L caches (keys and values) share one shape and dtype; each
+            contiguous and a distinct tensor. Written in place. In graph mode pass a ``ParameterTuple``
+            attribute of the Cell (or a list built inside ``@ms.jit`` from Parameters).
+        value_caches (list | tuple of Tensor/Parameter): L caches, same rules. Written in place.
+        block_mapping (Tensor): int32 or int64 ``[n, 2]``, rows ``(src, dst)`` with
+            ``0 <= src, dst < num_blocks``. ``n = 0`` and ``L = 0`` are no-ops.
+
+    Returns:
+        None. The caches are modified in place (no copy; in graph mode the writes are ordered before
+        later reads of the caches in the same graph).
+
+    Raises:
+        TypeError: key_caches/value_caches is not a list or tuple, an element or block_mapping is not a
+            Tensor, cache dtypes differ or are unsupported, block_mapping is not int32/int64.
+        ValueError: different numbers of key and value caches; a cache rank outside 2..6 or a shape
+            different from ``key_caches[0]``; block_mapping not ``[n, 2]``; a block id outside
+            ``[0, num_blocks)`` (PyNative only; in graph mode such rows are skipped); a non-contiguous
+            cache; the same tensor passed twice.
+    """
+    if _run_in_jit():  # @jit.cond: True
+        _check_counts_graph(len(key_caches), len(value_caches), block_mapping.shape, block_mapping.dtype)
+        if len(key_caches) > 0:
+            ref_shape = key_caches[0].shape
+            ref_dtype = key_caches[0].dtype
+            for i in range(len(key_caches)):
+                _check_cache_graph("key_caches", i, key_caches[i].shape, key_caches[i].dtype, ref_shape, ref_dtype)
+            for i in range(len(value_caches)):
+                _check_cache_graph("value_caches", i, value_caches[i].shape, value_caches[i].dtype, ref_shape,
+                                   ref_dtype)
+            _get_cache_prim(_Prim)(graph_backend(), len(key_caches))(*key_caches, *value_caches, block_mapping)
+    else:
+        _eager(key_caches, value_caches, block_mapping)
+    return None
+
+
+def _eager(key_caches, value_caches, block_mapping):
+    op = SPEC.name
+    for arg, seq in (("key_caches", key_caches), ("value_caches", value_caches)):
+        if not isinstance(seq, (list, tuple)):
+            raise TypeError(f"{op}: argument '{arg}': expected a list or tuple of Tensors (one per layer), "
+                            f"got {type(seq).__name__}")
+        for i, c in enumerate(seq):
+            V.require_tensor(op, f"{arg}[{i}]", c)
+    V.require_tensor(op, "block_mapping", block_mapping)
+    num_blocks = V.cached_static(_STATIC, _check_static, (
+        tuple(c.shape for c in key_caches), tuple(c.dtype for c in key_caches),
+        tuple(c.shape for c in value_caches), tuple(c.dtype for c in value_caches),
+        block_mapping.shape, block_mapping.dtype))
+    caches = tuple(key_caches) + tuple(value_caches)
+    seen = {}
+    for i, c in enumerate(caches):
+        name = f"key_caches[{i}]" if i < len(key_caches) else f"value_caches[{i - len(key_caches)}]"
+        V.require_contiguous(op, name, c)
+        if id(c) in seen:
+            raise ValueError(f"{op}: argument '{name}': expected a distinct cache tensor per layer and kind, got "
+                             f"the same tensor as '{seen[id(c)]}'")
+        seen[id(c)] = name
+    if not key_caches or block_mapping.shape[0] == 0:
+        return
+    backend = _backend.get_backend()
+    nosync = nosync_checker(backend)
+    if nosync is None:  # ops.Custom path
+        for i, c in enumerate(caches):
+            V.require_not_view(op, f"key_caches[{i}]" if i < len(key_caches) else
+                               f"value_caches[{i - len(key_caches)}]", c)
+    V.check_block_mapping_tensor(op, "block_mapping", block_mapping, num_blocks, num_blocks, nosync)
+    eager_launcher(SPEC, backend, (), len(key_caches))(*caches, V.contiguous_input(block_mapping))

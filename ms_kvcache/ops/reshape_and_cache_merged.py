@@ -1,0 +1,110 @@
+"""reshape_and_cache_merged: write new tokens' K and V rows into one merged paged cache per layer."""
+from mindspore.ops.primitive import constexpr
+
+from ms_kvcache import _backend
+from ms_kvcache import _validate as V
+from ms_kvcache._custom import (_get_cache_prim, _run_in_jit, eager_launcher, graph_backend, nosync_checker,
+                                prim_class)
+from ms_kvcache._formats import CACHE_LAYOUTS
+from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, register
+from ms_kvcache.ops.reshape_and_cache import cache_geometry, check_kv_rows
+
+__all__ = ["reshape_and_cache_merged", "SPEC"]
+
+SPEC = register(OpSpec(
+    name="reshape_and_cache_merged",
+    op_type="ReshapeAndCacheMerged",
+    inputs=(
+        TensorSpec("key", "T", (2, 3)),
+        TensorSpec("value", "T", (2, 3)),
+        TensorSpec("kv_cache", "T", (5,), inplace=True),
+        TensorSpec("slot_mapping", "S", (1,)),
+    ),
+    dtype_groups={"T": KV_DTYPES, "S": INDEX_DTYPES},
+    attrs=(AttrSpec("cache_layout", "str", "BSND", CACHE_LAYOUTS),),
+))
+
+
+def _check_static(k_shape, k_dtype, v_shape, v_dtype, c_shape, c_dtype, s_shape, s_dtype, cache_layout):
+    op = SPEC.name
+    SPEC.check_attrs({"cache_layout": cache_layout})
+    SPEC.check_ranks({"key": k_shape, "value": v_shape, "kv_cache": c_shape, "slot_mapping": s_shape})
+    SPEC.check_dtypes({"key": dtype_name(k_dtype), "value": dtype_name(v_dtype), "kv_cache": dtype_name(c_dtype),
+                       "slot_mapping": dtype_name(s_dtype)})
+    if c_shape[0] != 2:
+        exp = "[2, num_blocks, block_size, num_kv_heads, head_size]" if cache_layout == "BSND" else \
+            "[2, num_blocks, num_kv_heads, block_size, head_size]"
+        raise ValueError(f"{op}: argument 'kv_cache': expected shape {exp} (K plane, V plane), got "
+                         f"{tuple(c_shape)}")
+    nb, bs, h, d = cache_geometry(op, "kv_cache", tuple(c_shape[1:]), cache_layout)
+    t = s_shape[0]
+    check_kv_rows(op, "key", k_shape, t, h, d)
+    check_kv_rows(op, "value", v_shape, t, h, d)
+    return nb * bs
+
+
+_check_static_graph = constexpr(_check_static)
+_Prim = prim_class(SPEC)
+_STATIC = {}
+_NAMES = ("key", "value", "kv_cache", "slot_mapping")
+
+
+def reshape_and_cache_merged(key, value, kv_cache, slot_mapping, cache_layout="BSND"):
+    """Write the K and V rows of the first ``len(slot_mapping)`` tokens into a merged paged cache, in place.
+
+    Same semantics as :func:`ms_kvcache.reshape_and_cache` (vLLM's ``reshape_and_cache_flash``), for
+    the merged per-layer format :attr:`ms_kvcache.KVCacheFormat.MERGED_KV` (vLLM 0.9 style): one tensor
+    holding the K plane at index 0 and the V plane at index 1.
+
+    Args:
+        key (Tensor): ``[T', num_kv_heads, head_size]`` or ``[T', num_kv_heads * head_size]``;
+            float16, bfloat16, float32 or int8.
+        value (Tensor): same shape rules and dtype as ``key``.
+        kv_cache (Tensor | Parameter): ``[2, num_blocks, block_size, num_kv_heads, head_size]`` for
+            ``cache_layout="BSND"`` or ``[2, num_blocks, num_kv_heads, block_size, head_size]`` for
+            ``"BNSD"``; same dtype as ``key``; contiguous. Written in place (plane 0 from key, plane 1
+            from value).
+        slot_mapping (Tensor): int32 or int64 ``[T]``, ``T <= T'``. Token ``t`` goes to block
+            ``slot // block_size``, row ``slot % block_size`` of both planes. ``slot < 0`` skips the
+            token; rows ``T..T'-1`` of key/value are ignored.
+        cache_layout (str): ``"BSND"`` (default) or ``"BNSD"``.
+
+    Returns:
+        None. The cache is modified in place (no copy; in graph mode the write is ordered before later
+        reads of the cache in the same graph).
+
+    Raises:
+        TypeError: an argument is not a Tensor; dtypes of key/value/kv_cache differ or are unsupported;
+            slot_mapping is not int32/int64.
+        ValueError: unknown ``cache_layout``; a rank or shape mismatch (``kv_cache.shape[0] != 2``,
+            key/value rows not ``num_kv_heads * head_size``, ``len(slot_mapping)`` > rows of key);
+            a slot ``>= num_blocks * block_size`` or a duplicated non-negative slot (PyNative only; in
+            graph mode such slots are skipped, duplicates resolve to the last token); a non-contiguous
+            cache.
+    """
+    if _run_in_jit():  # @jit.cond: True
+        _check_static_graph(key.shape, key.dtype, value.shape, value.dtype, kv_cache.shape, kv_cache.dtype,
+                            slot_mapping.shape, slot_mapping.dtype, cache_layout)
+        _get_cache_prim(_Prim)(graph_backend(), cache_layout)(key, value, kv_cache, slot_mapping)
+    else:
+        _eager(key, value, kv_cache, slot_mapping, cache_layout)
+    return None
+
+
+def _eager(key, value, kv_cache, slot_mapping, cache_layout):
+    op = SPEC.name
+    for n, x in zip(_NAMES, (key, value, kv_cache, slot_mapping)):
+        V.require_tensor(op, n, x)
+    num_slots = V.cached_static(_STATIC, _check_static, (
+        key.shape, key.dtype, value.shape, value.dtype, kv_cache.shape, kv_cache.dtype, slot_mapping.shape,
+        slot_mapping.dtype, cache_layout))
+    V.require_contiguous(op, "kv_cache", kv_cache)
+    if slot_mapping.shape[0] == 0:
+        return
+    backend = _backend.get_backend()
+    nosync = nosync_checker(backend)
+    if nosync is None:  # ops.Custom path
+        V.require_not_view(op, "kv_cache", kv_cache)
+    V.check_slot_tensor(op, "slot_mapping", slot_mapping, num_slots, nosync)
+    eager_launcher(SPEC, backend, (cache_layout,))(
+        V.contiguous_input(key), V.contiguous_input(value), kv_cache, V.contiguous_input(slot_mapping))

@@ -1,0 +1,112 @@
+"""swap_blocks: copy whole blocks between two caches of the same block shape (e.g. device <-> host)."""
+from mindspore.ops.primitive import constexpr
+
+from ms_kvcache import _backend
+from ms_kvcache import _validate as V
+from ms_kvcache._custom import (_get_cache_prim, _run_in_jit, eager_launcher, graph_backend, nosync_checker,
+                                prim_class)
+from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, OpSpec, TensorSpec, dtype_name, register
+
+__all__ = ["swap_blocks", "SPEC"]
+
+#: Cache ranks accepted by the block copy ops: dim 0 is num_blocks, the rest is one block.
+BLOCK_CACHE_RANKS = (2, 3, 4, 5, 6)
+
+SPEC = register(OpSpec(
+    name="swap_blocks",
+    op_type="SwapBlocks",
+    inputs=(
+        TensorSpec("src_cache", "T", BLOCK_CACHE_RANKS),
+        TensorSpec("dst_cache", "T", BLOCK_CACHE_RANKS, inplace=True),
+        TensorSpec("block_mapping", "S", (2,)),
+    ),
+    dtype_groups={"T": KV_DTYPES, "S": INDEX_DTYPES},
+))
+
+
+def check_block_mapping_shape(op, name, shape):
+    if len(shape) != 2 or shape[1] != 2:
+        raise ValueError(f"{op}: argument '{name}': expected shape [n, 2] (src, dst block ids), got {tuple(shape)}")
+
+
+def _check_static(s_shape, s_dtype, d_shape, d_dtype, m_shape, m_dtype):
+    op = SPEC.name
+    SPEC.check_ranks({"src_cache": s_shape, "dst_cache": d_shape, "block_mapping": m_shape})
+    SPEC.check_dtypes({"src_cache": dtype_name(s_dtype), "dst_cache": dtype_name(d_dtype),
+                       "block_mapping": dtype_name(m_dtype)})
+    if tuple(d_shape[1:]) != tuple(s_shape[1:]):
+        raise ValueError(f"{op}: argument 'dst_cache': expected shape [num_blocks, {', '.join(map(str, s_shape[1:]))}] "
+                         f"(block shape of 'src_cache'), got {tuple(d_shape)}")
+    check_block_mapping_shape(op, "block_mapping", m_shape)
+    return s_shape[0], d_shape[0]
+
+
+_check_static_graph = constexpr(_check_static)
+_Prim = prim_class(SPEC)
+_STATIC = {}
+_NAMES = ("src_cache", "dst_cache", "block_mapping")
+
+
+def swap_blocks(src_cache, dst_cache, block_mapping):
+    """Copy whole blocks from ``src_cache`` to ``dst_cache``, in place: for each row ``(src, dst)`` of
+    ``block_mapping``, ``dst_cache[dst] = src_cache[src]``.
+
+    Follows vLLM's ``swap_blocks`` (cache offload/reload between a device cache and a host cache).
+    Rows are applied in order, as a Python loop over them would: a later row sees the blocks written by
+    earlier ones (this matters only when ``src_cache`` and ``dst_cache`` are the same tensor) and a
+    ``dst`` named twice ends with the block of its last row.
+
+    Backends: on the ``cpu`` backend both caches are host memory and the copy is one native kernel
+    (threads split every block by byte range). A backend module may define its own
+    ``swap_blocks(src_cache, dst_cache, block_mapping)`` (e.g. one runtime memcpy per block between
+    device and host memory); PyNative calls then go to it after the checks below.
+
+    Args:
+        src_cache (Tensor | Parameter): ``[src_blocks, *block_shape]`` (any layout; a block is
+            everything after dim 0), float16, bfloat16, float32 or int8; contiguous.
+        dst_cache (Tensor | Parameter): ``[dst_blocks, *block_shape]``, same block shape and dtype as
+            ``src_cache``; contiguous. Written in place.
+        block_mapping (Tensor): int32 or int64 ``[n, 2]``, rows ``(src, dst)`` with
+            ``0 <= src < src_blocks`` and ``0 <= dst < dst_blocks``. ``n = 0`` is a no-op.
+
+    Returns:
+        None. ``dst_cache`` is modified in place (no copy of either cache; in graph mode the write is
+        ordered before later reads of ``dst_cache`` in the same graph).
+
+    Raises:
+        TypeError: an argument is not a Tensor; cache dtypes differ or are unsupported; block_mapping is
+            not int32/int64.
+        ValueError: rank outside 2..6; block shapes differ; block_mapping is not ``[n, 2]``; a block id
+            out of range (PyNative only; in graph mode such rows are skipped); a non-contiguous cache.
+    """
+    if _run_in_jit():  # @jit.cond: True
+        _check_static_graph(src_cache.shape, src_cache.dtype, dst_cache.shape, dst_cache.dtype,
+                            block_mapping.shape, block_mapping.dtype)
+        _get_cache_prim(_Prim)(graph_backend())(src_cache, dst_cache, block_mapping)
+    else:
+        _eager(src_cache, dst_cache, block_mapping)
+    return None
+
+
+def _eager(src_cache, dst_cache, block_mapping):
+    op = SPEC.name
+    for n, x in zip(_NAMES, (src_cache, dst_cache, block_mapping)):
+        V.require_tensor(op, n, x)
+    src_blocks, dst_blocks = V.cached_static(_STATIC, _check_static, (
+        src_cache.shape, src_cache.dtype, dst_cache.shape, dst_cache.dtype, block_mapping.shape,
+        block_mapping.dtype))
+    V.require_contiguous(op, "src_cache", src_cache)
+    V.require_contiguous(op, "dst_cache", dst_cache)
+    if block_mapping.shape[0] == 0:
+        return
+    backend = _backend.get_backend()
+    impl = getattr(_backend.backend_module(backend), "swap_blocks", None)
+    if impl is not None:  # backend-specific implementation (e.g. runtime memcpy between device and host)
+        V.check_block_mapping_tensor(op, "block_mapping", block_mapping, src_blocks, dst_blocks)
+        impl(src_cache, dst_cache, V.contiguous_input(block_mapping))
+        return
+    nosync = nosync_checker(backend)
+    if nosync is None:  # ops.Custom path
+        V.require_not_view(op, "dst_cache", dst_cache)
+    V.check_block_mapping_tensor(op, "block_mapping", block_mapping, src_blocks, dst_blocks, nosync)
+    eager_launcher(SPEC, backend)(src_cache, dst_cache, V.contiguous_input(block_mapping))
