@@ -1,0 +1,164 @@
+// CopyBlocks AscendC kernel: for every layer's key and value cache, copy block src to block dst for
+// each (src, dst) row of block_mapping (vLLM's copy_blocks).
+//
+// GM arguments follow the OpDef (op_host/copy_blocks.cpp): the dynamic inputs key_caches and
+// value_caches (each a ListTensorDesc of one cache per layer), block_mapping [n, 2], then the output
+// status (never written), then workspace and tiling. Work unit u = (cache, pair, piece), numbered as
+// in op_host/copy_blocks_tiling.h; each core takes its main/tail share of units. A pair whose src or
+// dst is outside [0, num_blocks) is skipped (nothing outside a cache is written); src == dst is a
+// no-op. Pairs are independent: a block that is the dst of one pair and the src of another gives an
+// order-dependent result (as in vLLM). Tiling key = dtype * 100 + index dtype * 10 + DataCopyPad.
+#include "kernel_operator.h"
+#include "kv_copy_common.h"
+
+namespace {
+
+template <typename T, typename S, bool PAD>
+class BlockCopier {
+ public:
+  __aicore__ inline BlockCopier() {}
+
+  __aicore__ inline void Init(AscendC::TPipe* pipe, GM_ADDR keyCaches, GM_ADDR valueCaches, GM_ADDR blockMapping,
+                              int64_t bufferBytes) {
+    keys_.Init(reinterpret_cast<__gm__ void*>(keyCaches));
+    values_.Init(reinterpret_cast<__gm__ void*>(valueCaches));
+    mapGm_.SetGlobalBuffer(reinterpret_cast<__gm__ S*>(blockMapping));
+    pipe->InitBuffer(que_, mskv::kBufferNum, static_cast<uint32_t>(bufferBytes));
+  }
+
+  template <typename TD>
+  __aicore__ inline void Process(const TD& td, int64_t begin, int64_t end) {
+    const int64_t perCache = td.numPairs * td.piecesPerBlock;
+    int64_t curCache = -1;
+    int64_t curPair = -1;
+    int64_t src = -1;
+    int64_t dst = -1;
+    AscendC::GlobalTensor<T> cache;
+    for (int64_t u = begin; u < end; ++u) {
+      const int64_t c = u / perCache;
+      const int64_t rem = u - c * perCache;
+      const int64_t pair = rem / td.piecesPerBlock;
+      const int64_t piece = rem - pair * td.piecesPerBlock;
+      if (pair != curPair) {
+        curPair = pair;
+        src = static_cast<int64_t>(mapGm_.GetValue(static_cast<uint64_t>(2 * pair)));
+        dst = static_cast<int64_t>(mapGm_.GetValue(static_cast<uint64_t>(2 * pair + 1)));
+      }
+      if (src < 0 || src >= td.numBlocks || dst < 0 || dst >= td.numBlocks || src == dst) continue;
+      if (c != curCache) {
+        curCache = c;
+        __gm__ T* base = c < td.numLayers ? keys_.template GetDataPtr<__gm__ T>(static_cast<uint32_t>(c))
+                                          : values_.template GetDataPtr<__gm__ T>(static_cast<uint32_t>(c - td.numLayers));
+        cache.SetGlobalBuffer(base);
+      }
+      const int64_t first = piece * td.pieceElems;
+      const int64_t last = mskv::MinI64(first + td.pieceElems, td.blockElems);
+      const uint64_t from = static_cast<uint64_t>(src * td.blockElems);
+      const uint64_t to = static_cast<uint64_t>(dst * td.blockElems);
+      for (int64_t off = first; off < last; off += td.chunkElems) {
+        const int64_t len = mskv::MinI64(td.chunkElems, last - off);
+        CopyChunk(cache, from + static_cast<uint64_t>(off), to + static_cast<uint64_t>(off), len);
+      }
+    }
+  }
+
+ private:
+  __aicore__ inline void CopyChunk(AscendC::GlobalTensor<T>& cache, uint64_t from, uint64_t to, int64_t len) {
+    AscendC::LocalTensor<T> buf = que_.template AllocTensor<T>();
+#if MSKV_HAS_BF16_AND_PAD
+    if constexpr (PAD) {
+      AscendC::DataCopyExtParams in(1, static_cast<uint32_t>(len * sizeof(T)), 0, 0, 0);
+      AscendC::DataCopyPadExtParams<T> noPad(false, 0, 0, 0);
+      AscendC::DataCopyPad(buf, cache[from], in, noPad);
+    } else {
+      AscendC::DataCopy(buf, cache[from], static_cast<uint32_t>(len));
+    }
+#else
+    AscendC::DataCopy(buf, cache[from], static_cast<uint32_t>(len));
+#endif
+    que_.EnQue(buf);
+    AscendC::LocalTensor<T> ready = que_.template DeQue<T>();
+#if MSKV_HAS_BF16_AND_PAD
+    if constexpr (PAD) {
+      AscendC::DataCopyExtParams out(1, static_cast<uint32_t>(len * sizeof(T)), 0, 0, 0);
+      AscendC::DataCopyPad(cache[to], ready, out);
+    } else {
+      AscendC::DataCopy(cache[to], ready, static_cast<uint32_t>(len));
+    }
+#else
+    AscendC::DataCopy(cache[to], ready, static_cast<uint32_t>(len));
+#endif
+    que_.FreeTensor(ready);
+  }
+
+  AscendC::ListTensorDesc keys_;
+  AscendC::ListTensorDesc values_;
+  AscendC::GlobalTensor<S> mapGm_;
+  AscendC::TQueBind<AscendC::TPosition::VECIN, AscendC::TPosition::VECOUT, mskv::kBufferNum> que_;
+};
+
+}  // namespace
+
+template <typename T, typename S, bool PAD, typename TD>
+__aicore__ inline void RunCopyBlocks(GM_ADDR key_caches, GM_ADDR value_caches, GM_ADDR block_mapping, const TD& td) {
+  AscendC::TPipe pipe;
+  BlockCopier<T, S, PAD> copier;
+  copier.Init(&pipe, key_caches, value_caches, block_mapping, td.bufferBytes);
+  int64_t begin = 0;
+  int64_t end = 0;
+  mskv::CoreRange(td.formerNum, td.formerLen, td.tailLen, &begin, &end);
+  end = mskv::MinI64(end, 2 * td.numLayers * td.numPairs * td.piecesPerBlock);
+  copier.Process(td, begin, end);
+}
+
+extern "C" __global__ __aicore__ void copy_blocks(GM_ADDR key_caches, GM_ADDR value_caches, GM_ADDR block_mapping,
+                                                  GM_ADDR status, GM_ADDR workspace, GM_ADDR tiling) {
+  (void)status;
+  (void)workspace;
+  GET_TILING_DATA(td, tiling);
+  if (TILING_KEY_IS(100)) {
+    RunCopyBlocks<half, int32_t, false>(key_caches, value_caches, block_mapping, td);
+#if MSKV_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(101)) {
+    RunCopyBlocks<half, int32_t, true>(key_caches, value_caches, block_mapping, td);
+#endif
+  } else if (TILING_KEY_IS(110)) {
+    RunCopyBlocks<half, int64_t, false>(key_caches, value_caches, block_mapping, td);
+#if MSKV_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(111)) {
+    RunCopyBlocks<half, int64_t, true>(key_caches, value_caches, block_mapping, td);
+  } else if (TILING_KEY_IS(200)) {
+    RunCopyBlocks<bfloat16_t, int32_t, false>(key_caches, value_caches, block_mapping, td);
+  } else if (TILING_KEY_IS(201)) {
+    RunCopyBlocks<bfloat16_t, int32_t, true>(key_caches, value_caches, block_mapping, td);
+  } else if (TILING_KEY_IS(210)) {
+    RunCopyBlocks<bfloat16_t, int64_t, false>(key_caches, value_caches, block_mapping, td);
+  } else if (TILING_KEY_IS(211)) {
+    RunCopyBlocks<bfloat16_t, int64_t, true>(key_caches, value_caches, block_mapping, td);
+#endif
+  } else if (TILING_KEY_IS(300)) {
+    RunCopyBlocks<float, int32_t, false>(key_caches, value_caches, block_mapping, td);
+#if MSKV_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(301)) {
+    RunCopyBlocks<float, int32_t, true>(key_caches, value_caches, block_mapping, td);
+#endif
+  } else if (TILING_KEY_IS(310)) {
+    RunCopyBlocks<float, int64_t, false>(key_caches, value_caches, block_mapping, td);
+#if MSKV_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(311)) {
+    RunCopyBlocks<float, int64_t, true>(key_caches, value_caches, block_mapping, td);
+#endif
+  } else if (TILING_KEY_IS(400)) {
+    RunCopyBlocks<int8_t, int32_t, false>(key_caches, value_caches, block_mapping, td);
+#if MSKV_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(401)) {
+    RunCopyBlocks<int8_t, int32_t, true>(key_caches, value_caches, block_mapping, td);
+#endif
+  } else if (TILING_KEY_IS(410)) {
+    RunCopyBlocks<int8_t, int64_t, false>(key_caches, value_caches, block_mapping, td);
+#if MSKV_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(411)) {
+    RunCopyBlocks<int8_t, int64_t, true>(key_caches, value_caches, block_mapping, td);
+#endif
+  }
+}
