@@ -6,10 +6,13 @@
 // int64 (or int32) [n, 2] of (src, dst) block ids. Output: status, int32 [1], never written
 // (docs/design.md). No attributes.
 //
-// Tiling: the 2 * num_layers * n block copies (split into pieces when there are fewer copies than
-// cores) are spread over all vector cores (main/tail share); each piece moves through
-// double-buffered UB chunks sized from the platform's UB. Tiling key = dtype * 100 +
-// index dtype * 10 + DataCopyPad.
+// Semantics: for each cache, the pairs (src, dst) are applied in order (as ms_kvcache's cpu backend;
+// vLLM leaves chained pairs undefined). Pairs with an id outside [0, num_blocks) are skipped.
+//
+// Tiling: work units = the 2 * num_layers caches, each split into byte ranges ("pieces") when there
+// are fewer caches than cores; units are spread over all vector cores (main/tail share); every
+// piece moves through double-buffered UB chunks sized from the platform's UB. Tiling key =
+// dtype * 100 + index dtype * 10 + DataCopyPad.
 #include "copy_blocks_tiling.h"
 #include "kv_copy_tiling_common.h"
 
@@ -18,8 +21,8 @@ namespace {
 
 constexpr const char* kOp = "CopyBlocks";
 enum { kKeyCaches = 0, kValueCaches, kBlockMapping };
-// A block is split into pieces of at least this many bytes to keep cores busy when pairs are few.
-constexpr int64_t kMinPieceBytes = 2048;
+// A block is split into pieces of at least this many bytes to keep cores busy when caches are few.
+constexpr int64_t kMinPieceBytes = 1024;
 
 ge::graphStatus CopyBlocksTiling(gert::TilingContext* context) {
   using namespace mskv_tiling;
@@ -87,14 +90,14 @@ ge::graphStatus CopyBlocksTiling(gert::TilingContext* context) {
   }
 
   // ---- pieces, work split and UB chunks
-  const int64_t copies = 2 * layers * pairs;
+  const int64_t caches = 2 * layers;
   int64_t pieces = 1, pieceElems = blockElems;
-  if (copies > 0 && copies < hw.cores && blockBytes >= 2 * kMinPieceBytes) {
-    pieces = Min64(CeilDiv(hw.cores, copies), blockBytes / kMinPieceBytes);
+  if (caches < hw.cores && blockBytes >= 2 * kMinPieceBytes) {
+    pieces = Min64(CeilDiv(hw.cores, caches), blockBytes / kMinPieceBytes);
     pieceElems = AlignUp(CeilDiv(blockElems, pieces) * elem, kBlockBytes) / elem;
     pieces = CeilDiv(blockElems, pieceElems);
   }
-  const CoreSplit split = SplitWork(copies * pieces, hw.cores);
+  const CoreSplit split = SplitWork(pairs > 0 ? caches * pieces : 0, hw.cores);
   const int64_t maxChunkElems = AlignDown(hw.bufferBytes, kBlockBytes) / elem;
   const int64_t chunkElems = Max64(Min64(pieceElems, maxChunkElems), 1);
 

@@ -1,9 +1,10 @@
 // Tiling data of CopyBlocks (op_host/copy_blocks.cpp fills it, op_kernel/copy_blocks.cpp reads it with
 // GET_TILING_DATA). Sizes are element counts of the cache dtype unless named *Bytes.
 //
-// Work unit = one piece of one block of one cache for one block pair. Units are numbered
-// cache-major, then pair, then piece: u = (c * numPairs + p) * piecesPerBlock + k, where caches
-// c < numLayers are key_caches[c] and c >= numLayers are value_caches[c - numLayers].
+// Work unit = one byte range ("piece") of the blocks of one cache: u = c * piecesPerBlock + k, where
+// caches c < numLayers are key_caches[c] and c >= numLayers are value_caches[c - numLayers]. A unit
+// applies every (src, dst) pair of block_mapping, in order, to its piece, so units never touch the
+// same bytes and the result is the sequential one (as the cpu backend), also for chained pairs.
 #ifndef MS_KVCACHE_OP_HOST_COPY_BLOCKS_TILING_H_
 #define MS_KVCACHE_OP_HOST_COPY_BLOCKS_TILING_H_
 

@@ -3,11 +3,11 @@
 //
 // GM arguments follow the OpDef (op_host/copy_blocks.cpp): the dynamic inputs key_caches and
 // value_caches (each a ListTensorDesc of one cache per layer), block_mapping [n, 2], then the output
-// status (never written), then workspace and tiling. Work unit u = (cache, pair, piece), numbered as
-// in op_host/copy_blocks_tiling.h; each core takes its main/tail share of units. A pair whose src or
-// dst is outside [0, num_blocks) is skipped (nothing outside a cache is written); src == dst is a
-// no-op. Pairs are independent: a block that is the dst of one pair and the src of another gives an
-// order-dependent result (as in vLLM). Tiling key = dtype * 100 + index dtype * 10 + DataCopyPad.
+// status (never written), then workspace and tiling. Work unit u = (cache, piece of a block), as in
+// op_host/copy_blocks_tiling.h; each core takes its main/tail share of units, and a unit applies the
+// pairs in order to its piece, so the result is the sequential one also for chained pairs
+// (a -> b, b -> c). A pair whose src or dst is outside [0, num_blocks) is skipped (nothing outside a
+// cache is written); src == dst is a no-op. Tiling key = dtype * 100 + index dtype * 10 + DataCopyPad.
 #include "kernel_operator.h"
 #include "kv_copy_common.h"
 
@@ -28,36 +28,32 @@ class BlockCopier {
 
   template <typename TD>
   __aicore__ inline void Process(const TD& td, int64_t begin, int64_t end) {
-    const int64_t perCache = td.numPairs * td.piecesPerBlock;
-    int64_t curCache = -1;
-    int64_t curPair = -1;
-    int64_t src = -1;
-    int64_t dst = -1;
-    AscendC::GlobalTensor<T> cache;
     for (int64_t u = begin; u < end; ++u) {
-      const int64_t c = u / perCache;
-      const int64_t rem = u - c * perCache;
-      const int64_t pair = rem / td.piecesPerBlock;
-      const int64_t piece = rem - pair * td.piecesPerBlock;
-      if (pair != curPair) {
-        curPair = pair;
-        src = static_cast<int64_t>(mapGm_.GetValue(static_cast<uint64_t>(2 * pair)));
-        dst = static_cast<int64_t>(mapGm_.GetValue(static_cast<uint64_t>(2 * pair + 1)));
-      }
-      if (src < 0 || src >= td.numBlocks || dst < 0 || dst >= td.numBlocks || src == dst) continue;
-      if (c != curCache) {
-        curCache = c;
-        __gm__ T* base = c < td.numLayers ? keys_.template GetDataPtr<__gm__ T>(static_cast<uint32_t>(c))
-                                          : values_.template GetDataPtr<__gm__ T>(static_cast<uint32_t>(c - td.numLayers));
-        cache.SetGlobalBuffer(base);
-      }
+      const int64_t c = u / td.piecesPerBlock;
+      const int64_t piece = u - c * td.piecesPerBlock;
+      __gm__ T* base = c < td.numLayers ? keys_.template GetDataPtr<__gm__ T>(static_cast<uint32_t>(c))
+                                        : values_.template GetDataPtr<__gm__ T>(static_cast<uint32_t>(c - td.numLayers));
+      AscendC::GlobalTensor<T> cache;
+      cache.SetGlobalBuffer(base);
       const int64_t first = piece * td.pieceElems;
       const int64_t last = mskv::MinI64(first + td.pieceElems, td.blockElems);
-      const uint64_t from = static_cast<uint64_t>(src * td.blockElems);
-      const uint64_t to = static_cast<uint64_t>(dst * td.blockElems);
-      for (int64_t off = first; off < last; off += td.chunkElems) {
-        const int64_t len = mskv::MinI64(td.chunkElems, last - off);
-        CopyChunk(cache, from + static_cast<uint64_t>(off), to + static_cast<uint64_t>(off), len);
+      int64_t lastDst = -1;  // block written by the previous chunk (its copy-out may still be in flight)
+      for (int64_t i = 0; i < td.numPairs; ++i) {
+        const int64_t src = static_cast<int64_t>(mapGm_.GetValue(static_cast<uint64_t>(2 * i)));
+        const int64_t dst = static_cast<int64_t>(mapGm_.GetValue(static_cast<uint64_t>(2 * i + 1)));
+        if (src < 0 || src >= td.numBlocks || dst < 0 || dst >= td.numBlocks || src == dst) continue;
+        if (src == lastDst) {
+          // This pair reads what the previous pair just wrote: the copy-out (MTE3) must land before
+          // the copy-in (MTE2) reads it; double buffering alone does not order them.
+          AscendC::PipeBarrier<PIPE_ALL>();
+        }
+        const uint64_t from = static_cast<uint64_t>(src * td.blockElems);
+        const uint64_t to = static_cast<uint64_t>(dst * td.blockElems);
+        for (int64_t off = first; off < last; off += td.chunkElems) {
+          const int64_t len = mskv::MinI64(td.chunkElems, last - off);
+          CopyChunk(cache, from + static_cast<uint64_t>(off), to + static_cast<uint64_t>(off), len);
+        }
+        lastDst = dst;
       }
     }
   }
@@ -107,7 +103,7 @@ __aicore__ inline void RunCopyBlocks(GM_ADDR key_caches, GM_ADDR value_caches, G
   int64_t begin = 0;
   int64_t end = 0;
   mskv::CoreRange(td.formerNum, td.formerLen, td.tailLen, &begin, &end);
-  end = mskv::MinI64(end, 2 * td.numLayers * td.numPairs * td.piecesPerBlock);
+  end = td.numPairs > 0 ? mskv::MinI64(end, 2 * td.numLayers * td.piecesPerBlock) : 0;
   copier.Process(td, begin, end);
 }
 
