@@ -3,7 +3,6 @@ no-CANN errors, and the ACL runtime calls of swap_blocks / register_host_memory 
 stand-in libascendcl.so (tests/fake_acl/fake_ascendcl.c, compiled here with the system C compiler).
 Tests that need a real NPU carry the ``npu`` marker and are skipped here with the reason."""
 import ctypes
-import os
 import shutil
 import subprocess
 from pathlib import Path
