@@ -127,6 +127,8 @@ class OpDefFacts:
             for p in params:
                 if p.formats is None:
                     row.append(None)
+                elif not p.formats:
+                    return rows, None, f"{p.name}: empty Format list"
                 elif p.format_list or len(p.formats) == 1:
                     row.append(p.formats[0])
                 elif len(p.formats) == n_rows and not factors:
@@ -478,24 +480,31 @@ def parse_opdef(path, op_type):
 
 
 def opdef_from_sim(info, op_type):
-    """Normalise ``ms_kvcache._sim.opdef(op_type)`` (dict or object with the fields of
-    ``simhost::OpDefInfo``) into :class:`OpDefFacts`."""
+    """Normalise ``ms_kvcache._sim.opdef(op_type)`` into :class:`OpDefFacts`.
+
+    ``info`` is the dict of ms_kvcache/sim/csrc/host/py_bind.cpp: type; inputs / outputs as dicts
+    (name, param_type, dtypes, formats, dtype_is_list, format_is_list); attrs (name, type, required,
+    default -- None when the attr has none); configs (soc, override, inputs, outputs); has_tiling.
+    Objects with the same attribute names (simhost::OpDefInfo) are accepted too.
+    """
     def g(o, k, d=None):
         return o.get(k, d) if isinstance(o, dict) else getattr(o, k, d)
 
     def params(lst):
         return [Param(g(p, "name"), str(g(p, "param_type", "required")).lower(), list(g(p, "dtypes", []) or []),
-                      False, list(g(p, "formats", []) or []), False) for p in (lst or [])]
+                      bool(g(p, "dtype_is_list", False)), list(g(p, "formats", []) or []),
+                      bool(g(p, "format_is_list", False))) for p in (lst or [])]
 
     facts = OpDefFacts(g(info, "type", op_type), "emulation opdef")
     facts.inputs = params(g(info, "inputs"))
     facts.outputs = params(g(info, "outputs"))
     for a in g(info, "attrs", []) or []:
-        facts.attrs.append(Attr(g(a, "name"), g(a, "type"), bool(g(a, "required", False)),
-                                g(a, "default_value"), bool(g(a, "has_default", False))))
+        default = g(a, "default", g(a, "default_value"))
+        has_default = bool(g(a, "has_default", default is not None))
+        facts.attrs.append(Attr(g(a, "name"), g(a, "type"), bool(g(a, "required", False)), default, has_default))
     for c in g(info, "configs", []) or []:
         over = None
-        if g(c, "has_override", False):
+        if g(c, "override", g(c, "has_override", False)):
             over = {"inputs": params(g(c, "inputs")), "outputs": params(g(c, "outputs"))}
         facts.configs[g(c, "soc")] = over
     facts.has_tiling = bool(g(info, "has_tiling", False))

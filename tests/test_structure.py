@@ -164,21 +164,18 @@ def test_reg_info_derivation_is_checked_against_the_opdef(monkeypatch):
 
 # ------------------------------------------------------------------------------------------ emulation source
 def sim_dict_from_facts(f):
-    """What ms_kvcache._sim.opdef returns (simhost::OpDefInfo as a dict), built from parsed facts."""
-    def params(unit, which):
-        ins, outs = f.params_for(unit)
-        rows, fmts, _ = f.rows_for(unit)
-        lst = ins if which == "inputs" else outs
-        off = 0 if which == "inputs" else len(ins)
-        return [{"name": p.name, "param_type": p.param_type, "dtypes": [r[off + k] for r in rows],
-                 "formats": [r[off + k] for r in fmts]} for k, p in enumerate(lst)]
+    """What ms_kvcache._sim.opdef returns (the dict of sim/csrc/host/py_bind.cpp), from parsed facts."""
+    def params(lst):
+        return [{"name": p.name, "param_type": p.param_type, "dtypes": list(p.dtypes), "formats": list(p.formats),
+                 "unknown_shape_formats": [], "dtype_is_list": p.dtype_list, "format_is_list": p.format_list,
+                 "value_depend": False} for p in lst]
 
     return {
-        "type": f.type, "inputs": params("ascend910b", "inputs"), "outputs": params("ascend910b", "outputs"),
-        "attrs": [{"name": a.name, "type": a.type, "required": a.required, "has_default": a.has_default,
-                   "default_value": a.default} for a in f.attrs],
-        "configs": [{"soc": u, "has_override": ov is not None,
-                     "inputs": params(u, "inputs") if ov else [], "outputs": params(u, "outputs") if ov else []}
+        "type": f.type, "inputs": params(f.inputs), "outputs": params(f.outputs),
+        "attrs": [{"name": a.name, "type": a.type, "required": a.required,
+                   "default": a.default if a.has_default else None} for a in f.attrs],
+        "configs": [dict({"soc": u, "override": ov is not None},
+                         **({"inputs": params(ov["inputs"]), "outputs": params(ov["outputs"])} if ov else {}))
                     for u, ov in f.configs.items()],
         "has_tiling": f.has_tiling, "has_infer_shape": True, "has_infer_dtype": True,
     }
@@ -191,8 +188,8 @@ def test_emulation_registry_is_compared():
     bad = sim_dict_from_facts(f)
     ov = [c for c in bad["configs"] if c["soc"] == "ascend310p"][0]
     for p in ov["inputs"] + ov["outputs"]:   # the emulation would see a 310P row dropped
-        p["dtypes"], p["formats"] = p["dtypes"][:-1], p["formats"][:-1]
-    bad["attrs"][0]["default_value"] = "safe"
+        p["dtypes"] = p["dtypes"][:-1]
+    bad["attrs"][0]["default"] = "safe"
     lines = S.check_op(FIXTURE_SPEC, FIXTURE_SRC, sim=lambda t: bad)
     assert "FixtureCopy: emulation opdef: attr 'mode': expected default 'fast', got 'safe'" in lines
     assert any(ln.startswith("FixtureCopy: emulation opdef: ascend310p: missing dtype rows (int8,int8,int64,int32)")
