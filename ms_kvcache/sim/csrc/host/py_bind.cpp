@@ -64,6 +64,34 @@ std::vector<TensorDesc> ToDescs(const py::object& o, const char* what) {
   return v;
 }
 
+// Inputs of a call: a DYNAMIC OpDef input takes a list of descs; the result is flattened in IR order
+// with one instance count per IR input.
+std::pair<std::vector<TensorDesc>, std::vector<uint32_t>> ToInputs(const std::string& op, const py::object& o) {
+  const OpDefInfo& info = GetOpDef(op);
+  bool any_dynamic = false;
+  for (const auto& p : info.inputs) any_dynamic = any_dynamic || p.param_type == "dynamic";
+  if (!any_dynamic || o.is_none()) return {ToDescs(o, "inputs"), {}};
+  std::vector<py::handle> items;
+  for (auto h : py::iter(o)) items.push_back(h);
+  if (items.size() != info.inputs.size()) return {ToDescs(o, "inputs"), {}};  // RunTiling reports the count
+  std::vector<TensorDesc> flat;
+  std::vector<uint32_t> counts;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (info.inputs[i].param_type == "dynamic") {
+      if (!py::isinstance<py::list>(items[i]) && !py::isinstance<py::tuple>(items[i]))
+        throw py::type_error("inputs[" + std::to_string(i) + "] ('" + info.inputs[i].name +
+                             "') is DYNAMIC: pass a list of (shape, dtype) entries");
+      uint32_t n = 0;
+      for (auto h : py::iter(items[i])) flat.push_back(ToDesc(h, "inputs", i)), ++n;
+      counts.push_back(n);
+    } else {
+      flat.push_back(ToDesc(items[i], "inputs", i));
+      counts.push_back(1);
+    }
+  }
+  return {flat, counts};
+}
+
 bool IsInt(const py::handle& h) {
   return !py::isinstance<py::bool_>(h) && (PyLong_Check(h.ptr()) || py::hasattr(h, "__index__")) &&
          !PyFloat_Check(h.ptr());
@@ -230,15 +258,16 @@ void BindHost(pybind11::module_& m) {
       "tiling",
       [](const std::string& op, const py::object& inputs, const py::object& attrs, const std::string& soc,
          const py::object& outputs, const std::string& kernel_type) {
-        auto in = ToDescs(inputs, "inputs");
+        auto in = ToInputs(op, inputs);
         auto out = ToDescs(outputs, "outputs");
         auto at = ToAttrs(attrs);
         TilingOptions opt;
         opt.kernel_type = kernel_type;
+        opt.instance_counts = in.second;
         TilingResult r;
         {
           py::gil_scoped_release release;
-          r = RunTiling(op, in, out, at, soc, opt);
+          r = RunTiling(op, in.first, out, at, soc, opt);
         }
         py::dict d;
         py::dict fields;
@@ -274,7 +303,7 @@ void BindHost(pybind11::module_& m) {
       py::arg("outputs") = py::none(), py::arg("kernel_type") = "aiv",
       "Run the op's registered tiling function like CANN does and check the result.\n\n"
       "inputs: one entry per OpDef input, in order: (shape, dtype[, format]), a dict, an array, or None for an "
-      "absent OPTIONAL input. outputs: same form, or None to infer them with the op's InferShape/InferDataType. "
+      "absent OPTIONAL input; a DYNAMIC input takes a list of such entries. outputs: same form, or None to infer them with the op's InferShape/InferDataType. "
       "attrs: {name: value}; unset optional attributes take their OpDef default. soc: Ascend910B1, Ascend910B3, "
       "Ascend910_9391 or Ascend310P3. kernel_type: 'aiv' | 'aic' | 'mix' | 'any' (block dim limit).\n"
       "Returns dict(fields={name: value}, block_dim, tiling_key, workspace_bytes, workspace_sizes, tiling_bytes, "
@@ -283,9 +312,9 @@ void BindHost(pybind11::module_& m) {
   m.def(
       "infer_shape",
       [](const std::string& op, const py::object& inputs, const py::object& attrs) {
-        auto in = ToDescs(inputs, "inputs");
+        auto in = ToInputs(op, inputs);
         auto at = ToAttrs(attrs);
-        auto outs = RunInferShape(op, in, at);
+        auto outs = RunInferShape(op, in.first, at, in.second);
         py::list l;
         for (const auto& t : outs) l.append(py::make_tuple(py::tuple(py::cast(t.shape)), t.dtype));
         return l;

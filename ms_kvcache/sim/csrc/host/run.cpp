@@ -24,6 +24,13 @@ using detail::Fail;
 using detail::ShapeStr;
 
 namespace {
+// Message of a HostError without its "[rule] " prefix (for re-raising it with the op named).
+std::string Bare(const HostError& e) {
+  std::string m = e.what();
+  const std::string prefix = "[" + e.rule + "] ";
+  return m.compare(0, prefix.size(), prefix) == 0 ? m.substr(prefix.size()) : m;
+}
+
 std::string DescStr(const TensorDesc& t) {
   if (!t.present) return "absent";
   return t.dtype + ShapeStr(t.shape) + (t.format == "ND" ? "" : " " + t.format);
@@ -91,11 +98,17 @@ Groups Group(const std::string& op, const char* kind, const std::vector<ParamInf
     const uint32_t c = counts.empty() ? 1U : counts[i];
     const std::string who = std::string(kind) + " '" + params[i].name + "' (index " + std::to_string(i) + ")";
     for (uint32_t j = 0; j < c; ++j, ++k) {
-      const TensorDesc& t = flat[k];
+      TensorDesc t = flat[k];
       if (!t.present) {
         if (params[i].param_type != "optional")
           Fail(std::string(kind) + ".missing", op, who + " is " + params[i].param_type + " but was passed as absent");
         continue;
+      }
+      try {  // canonical names ("fp16" -> "float16", "format_nd" -> "ND")
+        t.dtype = DTypeName(ParseDType(t.dtype));
+        t.format = FormatName(ParseFormat(t.format));
+      } catch (const HostError& e) {
+        Fail(e.rule, op, who + ": " + Bare(e));
       }
       g[i].push_back(t);
     }
@@ -117,7 +130,7 @@ void FillTensors(const std::string& op, const char* kind, const std::vector<Para
         dt = ParseDType(t.dtype);
         fmt = ParseFormat(t.format);
       } catch (const HostError& e) {
-        Fail(e.rule, op, who + ": " + e.what());
+        Fail(e.rule, op, who + ": " + Bare(e));
       }
       if (t.shape.size() > gert::Shape::kMaxDimNum)
         Fail(std::string(kind) + ".rank", op,
@@ -365,7 +378,7 @@ std::vector<TensorDesc> Infer(const std::string& op, const Funcs& f, ContextData
     rc = f.infer_shape(&sctx);
   } catch (const HostError& e) {
     if (!e.op.empty()) throw;
-    Fail(e.rule, op, std::string(e.what()) + " during InferShape for " + CallSummary(ins, inputs, attrs, soc));
+    Fail(e.rule, op, Bare(e) + " during InferShape for " + CallSummary(ins, inputs, attrs, soc));
   }
   if (rc != ge::GRAPH_SUCCESS)
     Fail("infer_shape.failed", op,
@@ -613,7 +626,7 @@ TilingResult RunTiling(const std::string& op, const std::vector<TensorDesc>& inp
     } catch (const HostError& e) {
       captured = cap.Finish();
       if (!e.op.empty()) throw;
-      Fail(e.rule, op, std::string(e.what()) + " (in the tiling function, for " + summary + ")" + StderrNote(captured));
+      Fail(e.rule, op, Bare(e) + " (in the tiling function, for " + summary + ")" + StderrNote(captured));
     } catch (const std::exception& e) {
       captured = cap.Finish();
       Fail("tiling.exception", op,

@@ -1,0 +1,523 @@
+"""AscendC CPU emulation: compile and run AscendC kernels and CANN host tiling on any x86 CPU.
+
+The real kernel sources (``op_kernel/``), their tiling / OpDef (``op_host/``) and infer functions
+(``op_proto/``) compile unchanged with g++ against the emulated AscendC / CANN headers in
+:func:`include_dirs` and run core by core over real bytes. Every emulated API enforces the hardware
+rules documented for it (UB budget, 32-byte alignment, DataCopy parameter ranges, queue state
+machine, GM bounds, cross-core write conflicts, uninitialised UB, dtype / Cast round-mode
+whitelists, SetFlag/WaitFlag pairing, pipe hazards, ...) and raises :class:`EmulationError` naming
+the rule, the op, the core and the values. See ``docs/emulation.md`` for the rule table and its
+sources, and for what the emulation does not prove (that bisheng compiles the code, timing,
+cross-core ordering beyond the overlap check).
+
+Typical use::
+
+    from ms_kvcache import sim
+    mod = sim.build("my_ops", ["op_kernel/add_custom.cpp", "op_host/add_custom.cpp"])
+    stats = sim.launch("AddCustom", [x, y, z])          # z written in place
+    sim.launch_all_orders("AddCustom", [x, y, z])      # forward / reverse / threads agree
+"""
+import ctypes
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+__all__ = [
+    "EmulationError", "include_dirs", "library_dir", "library_path", "ops", "opdef", "tiling", "infer_shape",
+    "platform", "platforms", "kernels", "launch", "launch_kernel", "launch_all_orders",
+    "launch_kernel_all_orders", "build", "BuiltModule", "set_soc", "get_soc", "set_order", "get_order",
+    "set_hazards", "get_hazards", "last_error", "last_launch_stats", "ORDERS",
+]
+
+_HERE = Path(__file__).resolve().parent
+_PKG = _HERE.parent
+
+#: Core orders a launch can run in; all must give identical bytes.
+ORDERS = ("forward", "reverse", "threads")
+
+
+def _module():
+    try:
+        from ms_kvcache import _sim  # noqa: WPS433 - compiled extension
+    except ImportError as exc:  # pragma: no cover - depends on the build
+        raise ImportError(
+            "ms_kvcache._sim (the AscendC emulation) is not built: run scripts/dev_build.sh or reinstall "
+            f"ms_kvcache ({exc})") from exc
+    return _sim
+
+
+_sim = _module()
+
+#: Raised when a kernel, its tiling or a launch breaks a documented AscendC / CANN rule.
+#: Attributes: ``rule`` (str), ``op`` (str or None), ``core`` (int or None), ``message`` (str).
+EmulationError = _sim.EmulationError
+
+
+def _error(rule, op, core, detail):
+    where = f"op {op}" + (f", core {core}" if core is not None else "")
+    msg = f"{rule}: {where}: {detail}"
+    exc = EmulationError(msg)
+    exc.rule, exc.op, exc.core, exc.message = rule, op, core, msg
+    return exc
+
+
+# ------------------------------------------------------------------------------------------- paths
+def include_dirs():
+    """Include directories of the emulated AscendC / CANN headers (like ``pybind11.get_include()``).
+
+    Returns:
+        list[str]: ``[.../ms_kvcache/sim/include]``; it holds ``kernel_operator.h``,
+        ``register/op_def_registry.h``, ``register/tilingdata_base.h``,
+        ``exe_graph/runtime/tiling_context.h``, ``tiling/platform/platform_ascendc.h``, ...
+    """
+    return [str(_HERE / "include")]
+
+
+def library_path():
+    """Absolute path of the emulation runtime ``libascendc_sim.so`` loaded in this process."""
+    return _sim.library_path()
+
+
+def library_dir():
+    """Directory of ``libascendc_sim.so`` (link user modules with ``-L`` and an rpath to it)."""
+    return str(Path(library_path()).parent)
+
+
+# ------------------------------------------------------------------------------------------- host side
+ops = _sim.ops
+opdef = _sim.opdef
+tiling = _sim.tiling
+infer_shape = _sim.infer_shape
+platform = _sim.platform
+platforms = _sim.platforms
+kernels = _sim.kernels
+last_error = _sim.last_error
+last_launch_stats = _sim.last_launch_stats
+
+
+def set_soc(name):
+    """Select the SoC of later launches and of the MindSpore AOT entries ("sim" backend).
+
+    Args:
+        name (str): ``"Ascend910B1"`` (default, also ``$MS_KVCACHE_SIM_SOC``), ``"Ascend910B3"``,
+            ``"Ascend910_9391"`` or ``"Ascend310P3"``.
+
+    Raises:
+        EmulationError: unknown SoC (rule ``platform.unknown_soc``).
+    """
+    _sim.set_soc(name)
+
+
+def get_soc():
+    """The current default SoC name."""
+    return _sim.get_soc()
+
+
+def set_order(order):
+    """Default core order of launches and AOT entries: ``"forward"``, ``"reverse"`` or ``"threads"``
+    (also ``$MS_KVCACHE_SIM_ORDER``)."""
+    _sim.set_order(order)
+
+
+def get_order():
+    """The current default core order."""
+    return _sim.get_order()
+
+
+def set_hazards(on):
+    """Enable (default) or disable the intra-core pipe hazard tracker (``$MS_KVCACHE_SIM_HAZARDS=0``)."""
+    _sim.set_hazards(bool(on))
+
+
+def get_hazards():
+    """Whether the pipe hazard tracker is on by default."""
+    return _sim.get_hazards()
+
+
+# ------------------------------------------------------------------------------------------- launches
+def _dtype_name(a):
+    name = a.dtype.name
+    return "bool" if name == "bool" else name
+
+
+def _tensor(a, what, op):
+    if a is None:
+        return None
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"{op}: argument '{what}': expected a numpy array or None, got {type(a).__name__}")
+    if not a.flags.c_contiguous:
+        raise ValueError(f"{op}: argument '{what}': expected a C-contiguous array, got strides {a.strides}")
+    return (a, _dtype_name(a))
+
+
+def _split_arrays(op, arrays):
+    info = _sim.opdef(op)
+    names_in = [p["name"] for p in info["inputs"]]
+    names_out = [p["name"] for p in info["outputs"]]
+    if isinstance(arrays, dict):
+        unknown = set(arrays) - set(names_in) - set(names_out)
+        if unknown:
+            raise ValueError(f"{op}: unknown tensor name(s) {sorted(unknown)}; inputs {names_in}, outputs {names_out}")
+        ins = [arrays.get(n) for n in names_in]
+        outs = [arrays.get(n) if n not in names_in else arrays.get(n, None) for n in names_out]
+    else:
+        arrays = list(arrays)
+        want = len(names_in) + len(names_out)
+        if len(arrays) != want:
+            raise ValueError(f"{op}: expected {want} arrays (inputs {names_in} then outputs {names_out}), "
+                             f"got {len(arrays)}")
+        ins, outs = arrays[:len(names_in)], arrays[len(names_in):]
+    cin = []
+    for p, a in zip(info["inputs"], ins):
+        if p["param_type"] == "dynamic":
+            if not isinstance(a, (list, tuple)):
+                raise TypeError(f"{op}: argument '{p['name']}': DYNAMIC input, expected a list of arrays")
+            cin.append([_tensor(x, f"{p['name']}[{i}]", op) for i, x in enumerate(a)])
+        else:
+            cin.append(_tensor(a, p["name"], op))
+    cout = []
+    for p, a in zip(info["outputs"], outs):
+        if a is not None and p["name"] in names_in and a is ins[names_in.index(p["name"])]:
+            a = None  # ref output passed as the same array: alias the input
+        cout.append(_tensor(a, p["name"], op))
+    return cin, cout
+
+
+def launch(op, arrays, attrs=None, soc=None, order=None, hazards=None, seed=0, gm_copy=None):
+    """Run op ``op``'s registered tiling, then its kernel on every core, over numpy arrays.
+
+    Args:
+        op (str): OpDef type (CamelCase, e.g. ``"ReshapeAndCache"``); its kernel entry is
+            ``snake_case(op)``.
+        arrays (list | dict): the op's tensors in OpDef order, inputs then outputs (or a dict by
+            name). ``None`` for an absent OPTIONAL input, a list of arrays for a DYNAMIC input,
+            ``None`` (or the input array itself) for an output named like an input (CANN "ref"
+            output, aliased). C-contiguous numpy arrays; bfloat16 via ``ml_dtypes``. Outputs and
+            in-place inputs are written in place; nothing is written when an error is raised.
+        attrs (dict): attribute values by OpDef name; missing optional ones take their default.
+        soc (str): SoC name (default :func:`get_soc`).
+        order (str): ``"forward"``, ``"reverse"`` or ``"threads"`` (default :func:`get_order`).
+        hazards (bool): run the pipe hazard tracker (default :func:`get_hazards`).
+        seed (int): seed of the garbage that fills UB and workspace at kernel start.
+        gm_copy (str): ``"always"`` (copy tensors into guarded emulated GM, default for numpy),
+            ``"never"`` (run on the arrays' memory), ``"auto"`` (copy up to 256 MiB).
+
+    Returns:
+        dict: launch statistics: ``block_dim``, ``tiling_key``, ``cores_used``, ``gm_read_bytes``,
+        ``gm_write_bytes`` (totals) and per core ``gm_read_bytes_per_core``,
+        ``gm_write_bytes_per_core``, ``datacopy_calls_per_core``, ``datacopy_pad_calls_per_core``,
+        ``ub_bytes_per_core`` (peak InitBuffer bytes), ``scalar_gm_reads_per_core``, ... plus
+        ``tiling_fields``.
+
+    Raises:
+        EmulationError: a documented rule was broken (attributes ``rule``, ``op``, ``core``).
+        TypeError, ValueError: wrong argument types / counts / non-contiguous arrays.
+    """
+    cin, cout = _split_arrays(op, arrays)
+    return _sim.launch(op, cin, cout, attrs, soc or "", order or "", -1 if hazards is None else int(bool(hazards)),
+                       int(seed), gm_copy or "always")
+
+
+def launch_kernel(kernel, args, block_dim, tiling=b"", tiling_key=0, workspace_bytes=0, with_ws_tiling=True,
+                  soc=None, order=None, hazards=None, seed=0, gm_copy=None):
+    """Launch a registered kernel entry directly, without OpDef or tiling function.
+
+    Args:
+        kernel (str): kernel entry name (``extern "C" __global__ __aicore__ void <kernel>(GM_ADDR...)``).
+        args (list): one numpy array (or None = null GM_ADDR) per GM_ADDR parameter, without the
+            trailing workspace and tiling parameters when ``with_ws_tiling`` (the runner appends them).
+        block_dim (int): number of cores to run (GetBlockNum()).
+        tiling (bytes | numpy array | ctypes struct): bytes handed to GET_TILING_DATA.
+        tiling_key (int): value TILING_KEY_IS compares against.
+        workspace_bytes (int): size of the workspace GM buffer (0: null pointer).
+        Other arguments as in :func:`launch`.
+
+    Returns:
+        dict: launch statistics (see :func:`launch`).
+
+    Raises:
+        EmulationError: a documented rule was broken.
+    """
+    if isinstance(tiling, np.ndarray):
+        tiling = tiling.tobytes()
+    elif not isinstance(tiling, (bytes, bytearray)):
+        tiling = bytes(tiling)
+    targs = [_tensor(a, f"args[{i}]", kernel) for i, a in enumerate(args)]
+    return _sim.launch_kernel(kernel, targs, int(block_dim), bytes(tiling), int(tiling_key), int(workspace_bytes),
+                              bool(with_ws_tiling), soc or "", order or "",
+                              -1 if hazards is None else int(bool(hazards)), int(seed), gm_copy or "always")
+
+
+def _flatten(arrays):
+    if isinstance(arrays, dict):
+        return [a for k in sorted(arrays) for a in _flatten([arrays[k]])]
+    out = []
+    for a in arrays:
+        if isinstance(a, (list, tuple)):
+            out.extend(_flatten(a))
+        elif a is not None:
+            out.append(a)
+    return out
+
+
+def _copy_tree(arrays):
+    if isinstance(arrays, dict):
+        return {k: _copy_tree(v) if isinstance(v, (list, tuple)) else (None if v is None else v.copy())
+                for k, v in arrays.items()}
+    out = []
+    for a in arrays:
+        if isinstance(a, (list, tuple)):
+            out.append(_copy_tree(a))
+        else:
+            out.append(None if a is None else a.copy())
+    return out
+
+
+def _all_orders(name, arrays, run):
+    results = {}
+    stats = None
+    for order in ORDERS:
+        copies = _copy_tree(arrays)
+        st = run(copies, order)
+        results[order] = copies
+        if stats is None:
+            stats = st
+    ref = _flatten(results["forward"])
+    for order in ORDERS[1:]:
+        for i, (a, b) in enumerate(zip(ref, _flatten(results[order]))):
+            av, bv = a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8)
+            if not np.array_equal(av, bv):
+                first = int(np.nonzero(av != bv)[0][0])
+                raise _error("ORDER_DEPENDENT", name, None,
+                             f"array {i} differs between core orders 'forward' and '{order}' (first differing byte "
+                             f"{first} of {av.size}): the result depends on which core runs first")
+    for dst, src in zip(_flatten(arrays), ref):
+        if dst.flags.writeable:
+            np.copyto(dst, src)
+    return stats
+
+
+def launch_all_orders(op, arrays, **kwargs):
+    """Run :func:`launch` once per core order (forward, reverse, threads) on copies of ``arrays``,
+    check that all three give identical bytes, then store the result in ``arrays``.
+
+    Returns:
+        dict: the statistics of the forward run.
+
+    Raises:
+        EmulationError: a rule was broken in any order, or rule ``ORDER_DEPENDENT`` when the orders
+            disagree (a cross-core race).
+    """
+    kwargs.pop("order", None)
+    return _all_orders(op, arrays, lambda a, order: launch(op, a, order=order, **kwargs))
+
+
+def launch_kernel_all_orders(kernel, args, block_dim, **kwargs):
+    """:func:`launch_kernel` in all three core orders on copies; see :func:`launch_all_orders`."""
+    kwargs.pop("order", None)
+    return _all_orders(kernel, args, lambda a, order: launch_kernel(kernel, a, block_dim, order=order, **kwargs))
+
+
+# ------------------------------------------------------------------------------------------- build
+_ENTRY_RE = re.compile(
+    r"(?:__global__\s+__aicore__|__aicore__\s+__global__)\s+void\s+([A-Za-z_]\w*)\s*\(")
+_LOADED = {}
+_BUILD_LOCK = threading.Lock()
+
+
+def _camel(snake):
+    return "".join(p[:1].upper() + p[1:] for p in snake.split("_") if p)
+
+
+def _cache_dir():
+    env = os.environ.get("MS_KVCACHE_SIM_CACHE")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(tempfile.gettempdir(), f"ms_kvcache-{os.getuid()}")
+    return Path(base) / "ms_kvcache_sim"
+
+
+class BuiltModule:
+    """A module compiled by :func:`build` and loaded into this process.
+
+    Attributes:
+        name (str): the name given to :func:`build`.
+        path (str): the shared object (also usable as a MindSpore AOT library).
+        kernels (list[str]): kernel entries it registered.
+        op_types (list[str]): CamelCase op types of its kernel files (AOT entry symbols).
+    """
+
+    def __init__(self, name, path, kernels, op_types, handle):
+        self.name, self.path, self.kernels, self.op_types, self._handle = name, path, kernels, op_types, handle
+
+    def aot_func(self, op_type):
+        """``"<path>:<op_type>"``: the ``func`` argument of ``ops.Custom(func_type="aot")``."""
+        if op_type not in self.op_types:
+            raise ValueError(f"{self.name}: no AOT entry {op_type!r}; entries: {self.op_types}")
+        return f"{self.path}:{op_type}"
+
+    def __repr__(self):
+        return f"BuiltModule({self.name!r}, path={self.path!r}, kernels={self.kernels})"
+
+
+def _find_tiling_header(src, stem, extra_dirs):
+    cands = [src.parent / f"{stem}_tiling.h", src.parent.parent / "op_host" / f"{stem}_tiling.h"]
+    cands += [Path(d) / f"{stem}_tiling.h" for d in extra_dirs]
+    for c in cands:
+        if c.is_file():
+            return c.resolve()
+    return None
+
+
+def _hash_tree(h, root):
+    root = Path(root)
+    if not root.is_dir():
+        return
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and p.suffix in (".h", ".hpp", ".inl", ".cpp", ".cc") and p.stat().st_size < (1 << 22):
+            h.update(str(p.relative_to(root)).encode())
+            h.update(p.read_bytes())
+
+
+def build(name, sources, include_dirs=(), kernels=None, cxxflags=(), force=False, jobs=2, verbose=False):
+    """Compile AscendC kernel / host / proto sources against the emulation and load the result.
+
+    Every source containing ``__global__ __aicore__`` entries (or listed in ``kernels``) is compiled
+    like CANN compiles an op_kernel file: through a wrapper that includes ``kernel_operator.h``, the
+    op's ``<stem>_tiling.h`` (found next to the source, in ``../op_host`` or in ``include_dirs``) in
+    kernel mode, the source inside its own namespace, and registers each entry. Other sources
+    (op_host OpDef + tiling, op_proto infer shape) are compiled as host code, so their ops appear
+    in :func:`ops`. The module also exports a MindSpore AOT entry ``<OpType>`` per kernel file.
+    Builds are cached by content hash (``$MS_KVCACHE_SIM_CACHE`` or a per-user temp dir).
+
+    Args:
+        name (str): module name (letters, digits, underscore).
+        sources (list[str | Path]): .cpp files.
+        include_dirs (list): extra include directories.
+        kernels (list): sources to treat as kernels (default: detected by their entries).
+        cxxflags (list[str]): extra compiler flags (``$MS_KVCACHE_SIM_CXXFLAGS`` is appended too).
+        force (bool): rebuild even if cached.
+        jobs (int): parallel compiler processes.
+
+    Returns:
+        BuiltModule
+
+    Raises:
+        ValueError: bad name / missing source.
+        RuntimeError: the compiler failed (the message holds its output).
+    """
+    if not re.fullmatch(r"[A-Za-z_]\w*", name):
+        raise ValueError(f"build: argument 'name': expected an identifier, got {name!r}")
+    srcs = [Path(s).resolve() for s in sources]
+    for s in srcs:
+        if not s.is_file():
+            raise ValueError(f"build: argument 'sources': no such file {s}")
+    kset = {Path(k).resolve() for k in kernels} if kernels is not None else None
+    incs = [str(Path(d).resolve()) for d in include_dirs]
+    flags = list(cxxflags) + os.environ.get("MS_KVCACHE_SIM_CXXFLAGS", "").split()
+    libdir = library_dir()
+    cxx = os.environ.get("CXX", "g++")
+
+    plan = []  # (kind, source, stem, entries, tiling header)
+    for s in srcs:
+        text = s.read_text(errors="replace")
+        entries = sorted(set(_ENTRY_RE.findall(text)))
+        is_kernel = (s in kset) if kset is not None else bool(entries)
+        if is_kernel:
+            plan.append(("kernel", s, s.stem, entries, _find_tiling_header(s, s.stem, incs)))
+        else:
+            plan.append(("host", s, s.stem, [], None))
+
+    h = hashlib.sha256()
+    h.update(f"{name}|{cxx}|{flags}|{incs}|{libdir}|{sys.version_info[:2]}".encode())
+    _hash_tree(h, _HERE / "include")
+    for d in incs:
+        _hash_tree(h, d)
+    for kind, s, stem, entries, th in plan:
+        h.update(f"{kind}|{s}|{entries}".encode())
+        h.update(s.read_bytes())
+        if th is not None:
+            h.update(th.read_bytes())
+        for p in sorted(s.parent.glob("*.h")):
+            h.update(p.read_bytes())
+    key = h.hexdigest()[:20]
+    cache = _cache_dir()
+    out = cache / f"{name}-{key}.so"
+    op_types = [_camel(stem) for kind, _, stem, _, _ in plan if kind == "kernel"]
+    entry_names = [e for kind, _, _, entries, _ in plan if kind == "kernel" for e in entries]
+
+    with _BUILD_LOCK:
+        if force or not out.is_file():
+            _compile(name, plan, incs, flags, libdir, cxx, out, jobs, verbose)
+        path = str(out)
+        handle = _LOADED.get(path)
+        if handle is None:
+            handle = ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
+            _LOADED[path] = handle
+    return BuiltModule(name, path, entry_names, op_types, handle)
+
+
+def _compile(name, plan, incs, flags, libdir, cxx, out, jobs, verbose):
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=str(out.parent)))
+    try:
+        base = [cxx, "-std=c++17", "-fPIC", "-O1", "-D_GLIBCXX_USE_CXX11_ABI=0", "-ffp-contract=off",
+                "-fno-strict-aliasing", "-Wall"]
+        inc = [f"-I{d}" for d in include_dirs()] + [f"-I{d}" for d in incs]
+        jobsl = []
+        aot = ['// generated by ms_kvcache.sim.build', '#include "ascendc_sim/aot.h"']
+        for i, (kind, s, stem, entries, th) in enumerate(plan):
+            local = [f"-I{s.parent}"]
+            if (s.parent.parent / "op_host").is_dir():
+                local.append(f"-I{s.parent.parent / 'op_host'}")
+            if kind == "kernel":
+                op_type = _camel(stem)
+                w = [f"// generated by ms_kvcache.sim.build from {s}",
+                     "#define ASCENDC_SIM_KERNEL_SIDE 1", f"#define ASCENDC_SIM_OP_TYPE {op_type}",
+                     '#include "kernel_operator.h"', '#include "register/tilingdata_base.h"',
+                     f"namespace ascendc_sim_k_{stem} {{", "namespace optiling {}", "using namespace optiling;"]
+                if th is not None:
+                    w.append(f'#include "{th}"')
+                w += [f'#include "{s}"', f"}}  // namespace ascendc_sim_k_{stem}"]
+                w += [f"ASCENDC_SIM_REGISTER_KERNEL({e}, ascendc_sim_k_{stem}::{e})" for e in entries]
+                wf = work / f"k{i}_{stem}.cpp"
+                wf.write_text("\n".join(w) + "\n")
+                aot.append(f"ASCENDC_SIM_AOT_ENTRY({op_type})")
+                jobsl.append(base + ["-fvisibility=hidden"] + inc + local + flags + ["-c", str(wf), "-o",
+                                                                                      str(work / f"k{i}.o")])
+            else:
+                jobsl.append(base + inc + local + flags + ["-c", str(s), "-o", str(work / f"h{i}.o")])
+        af = work / "aot_entries.cpp"
+        af.write_text("\n".join(aot) + "\n")
+        jobsl.append(base + inc + flags + ["-c", str(af), "-o", str(work / "aot.o")])
+
+        def run(cmd):
+            if verbose:
+                print(" ".join(cmd), file=sys.stderr)
+            p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            return cmd, p.returncode, p.stdout
+
+        with ThreadPoolExecutor(max_workers=max(1, int(jobs))) as ex:
+            results = list(ex.map(run, jobsl))
+        for cmd, rc, log in results:
+            if rc != 0:
+                raise RuntimeError(f"build({name!r}): compiling {cmd[-3]} failed:\n{log}")
+        objs = [c[-1] for c in jobsl]
+        tmp_so = work / "module.so"
+        link = [cxx, "-shared", "-o", str(tmp_so)] + objs + [f"-L{libdir}", "-lascendc_sim",
+                                                             f"-Wl,-rpath,{libdir}"] + flags
+        _, rc, log = run(link)
+        if rc != 0:
+            raise RuntimeError(f"build({name!r}): linking failed:\n{log}")
+        os.replace(tmp_so, out)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -1,0 +1,82 @@
+// AscendC CPU emulation runtime: the runner (tiling + launch of a kernel on every core) as used by
+// the pybind11 module `_sim` and by the MindSpore AOT entry points.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ascendc_sim/rt.h"
+#include "runtime_internal.h"
+#include "sim_host.h"
+
+namespace ascendc_sim {
+
+// One tensor handed to a launch: a host buffer (numpy array data, MindSpore buffer) with its
+// description. data == nullptr with present == false: an absent OPTIONAL input.
+struct TensorArg {
+  std::string dtype;            // canonical name ("float16", "bfloat16", ...)
+  std::vector<int64_t> shape;
+  void* data = nullptr;
+  uint64_t nbytes = 0;
+  bool present = true;
+  bool writable = true;
+};
+// One OpDef parameter: a single tensor, or the instances of a DYNAMIC input.
+struct ParamArg {
+  bool dynamic = false;
+  std::vector<TensorArg> items;  // exactly 1 unless dynamic
+};
+
+struct LaunchOptions {
+  std::string soc;            // "" -> the default SoC (set_soc / MS_KVCACHE_SIM_SOC)
+  std::string order;          // "" -> default; "forward" | "reverse" | "threads"
+  int hazards = -1;           // -1 default, 0 off, 1 on (pipe hazard tracker)
+  std::string gm_copy;        // "" -> default; "always" | "never" | "auto"
+  uint64_t seed = 0;          // UB / workspace garbage seed (0: fixed default)
+};
+
+struct LaunchResult {
+  std::string op, kernel, soc, order;
+  uint32_t block_dim = 0;
+  uint64_t tiling_key = 0;
+  uint64_t workspace_bytes = 0;
+  std::vector<CoreStats> cores;
+  std::vector<std::pair<std::string, std::string>> tiling_fields;
+  bool gm_copied = false;
+};
+
+// Runs op `op_type`: its registered tiling for these tensors/attrs on the SoC, then its kernel
+// (snake_case(op_type)) on every core. inputs / outputs follow the OpDef order; an output whose name
+// equals an input name and has no data aliases that input. Buffers are updated in place on success
+// and left untouched when an EmulationError is raised (when GM is copied, the default).
+ASCENDC_SIM_API LaunchResult RunOp(const std::string& op_type, std::vector<ParamArg>& inputs,
+                                   std::vector<ParamArg>& outputs, const std::map<std::string, simhost::AttrValue>& attrs,
+                                   const LaunchOptions& opt);
+
+// Launches a registered kernel directly (no OpDef / tiling function): args are the kernel's GM_ADDR
+// parameters except the trailing workspace and tiling, which the runner appends when `with_ws_tiling`.
+ASCENDC_SIM_API LaunchResult RunKernel(const std::string& kernel, std::vector<TensorArg>& args, uint32_t block_dim,
+                                       const std::vector<uint8_t>& tiling, uint64_t tiling_key,
+                                       uint64_t workspace_bytes, bool with_ws_tiling, const LaunchOptions& opt);
+
+ASCENDC_SIM_API std::vector<std::string> ListKernels();
+ASCENDC_SIM_API std::string KernelSource(const std::string& kernel);
+ASCENDC_SIM_API std::string SnakeCase(const std::string& op_type);
+
+// Process-wide defaults (also read by the MindSpore AOT entry points).
+ASCENDC_SIM_API void SetDefaultSoc(const std::string& soc);
+ASCENDC_SIM_API std::string DefaultSoc();
+ASCENDC_SIM_API void SetDefaultOrder(const std::string& order);
+ASCENDC_SIM_API std::string DefaultOrder();
+ASCENDC_SIM_API void SetDefaultHazards(bool on);
+ASCENDC_SIM_API bool DefaultHazards();
+ASCENDC_SIM_API void SetDefaultGmCopy(const std::string& mode);
+ASCENDC_SIM_API std::string DefaultGmCopy();
+
+ASCENDC_SIM_API std::string LastError();
+ASCENDC_SIM_API void SetLastError(const std::string& msg);
+ASCENDC_SIM_API LaunchResult LastLaunch();
+
+}  // namespace ascendc_sim

@@ -1,0 +1,205 @@
+// AscendC CPU emulation runtime: internal state shared by the runtime translation units.
+//
+// One LaunchCtx per kernel launch (shared by all cores of the launch), one Core per emulated AI
+// core (vector core). The current core of a thread is a thread_local pointer, so cores can run on
+// their own OS threads ("threads" core order).
+#pragma once
+
+#include <atomic>
+#include <cstdarg>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ascendc_sim/rt.h"
+
+namespace ascendc_sim {
+
+// ------------------------------------------------------------------------------------------ errors
+// A violated hardware rule (or a misuse the hardware would punish). what() is the full message:
+// "<RULE>: op <op>, core <i> of <n>: <detail>".
+struct ASCENDC_SIM_API EmulationError : std::runtime_error {
+  std::string rule, op, detail;
+  int core;  // -1: not tied to a core (host side / launch setup)
+  EmulationError(std::string rule_, std::string op_, int core_, std::string detail_, const std::string& full)
+      : std::runtime_error(full), rule(std::move(rule_)), op(std::move(op_)), detail(std::move(detail_)), core(core_) {}
+};
+
+std::string Format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string VFormat(const char* fmt, va_list ap);
+// Error not tied to a core (launch setup).
+[[noreturn]] void FailLaunch(const std::string& rule, const std::string& op, const std::string& detail);
+EmulationError MakeError(const std::string& rule, const std::string& detail);
+
+// ------------------------------------------------------------------------------------------ SoC
+struct Caps {
+  std::string soc;         // "Ascend910B1"
+  std::string family;      // "A2", "A3", "310P"
+  uint64_t ub_size = 0;
+  uint32_t aiv_cores = 0;
+  bool has_pad = true;
+  bool has_bf16 = true;
+  bool saturation = false;  // float overflow saturates (310P) instead of IEEE inf/NaN (A2/A3 default)
+  uint64_t sys_ws = 0;      // GetLibApiWorkSpaceSize()
+  int event_ids = 8;        // SetFlag/WaitFlag ids per event type
+  int que_alloc_limit = 8;  // tensors allocated at once from the queues of one TPosition
+  int max_buffers = 64;     // buffers per kernel (all InitBuffer calls)
+};
+Caps CapsFor(const std::string& soc);
+
+// ------------------------------------------------------------------------------------------ GM
+enum class RegionKind { Input, Output, Workspace, Tiling, ListDesc };
+struct Region {
+  std::string name;  // "input 0 'x'", ...
+  uint8_t* base = nullptr;
+  uint64_t size = 0;
+  RegionKind kind = RegionKind::Input;
+  bool writable = true;
+};
+
+// Per-byte record of GM writes within one launch: 0 = not written; else (core + 1) << 24 | clock,
+// clock = the writing core's MTE3 instruction counter (0 for scalar SetValue).
+class GmShadow {
+ public:
+  static constexpr uint64_t kPageBits = 12;
+  static constexpr uint64_t kPage = uint64_t{1} << kPageBits;
+  std::atomic<uint32_t>* Page(uintptr_t addr, bool create);
+  void Clear();
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<uint64_t, std::unique_ptr<std::atomic<uint32_t>[]>> pages_;
+};
+
+struct LaunchCtx {
+  std::string op;       // OpDef type (or kernel name for raw launches)
+  std::string kernel;   // kernel entry name
+  Caps caps;
+  uint32_t block_dim = 1;
+  uint64_t tiling_key = 0;
+  std::vector<Region> regions;
+  const uint8_t* tiling = nullptr;
+  uint64_t tiling_written = 0;  // bytes the tiling function wrote
+  uint8_t* workspace = nullptr;
+  uint64_t workspace_size = 0;
+  uint64_t seed = 0;
+  bool hazards = true;
+  bool uninit_checks = true;
+  GmShadow shadow;
+};
+
+// ------------------------------------------------------------------------------------------ core
+enum BufState : uint8_t { kFree, kAlloc, kEnq, kDeq };
+constexpr int kNPipes = 3;  // tracked pipes: MTE2, V, MTE3 (index); S is index 3 in `known`
+enum PipeIdx : int { kMTE2 = 0, kV = 1, kMTE3 = 2, kS = 3, kNoPipe = -1 };
+struct VClock {
+  uint32_t c[kNPipes] = {0, 0, 0};
+  void Merge(const VClock& o) {
+    for (int i = 0; i < kNPipes; ++i)
+      if (o.c[i] > c[i]) c[i] = o.c[i];
+  }
+};
+
+struct Buf {
+  uint32_t start = 0;
+  uint32_t len = 0;   // bytes requested by InitBuffer
+  uint32_t cap = 0;   // bytes reserved (len rounded up to 32)
+  int32_t que = -1;   // owning queue, -1 for a TBuf
+  Pos pos = Pos::VECCALC;
+  BufState st = kFree;
+  VClock enq_snap, free_snap;
+};
+struct Que {
+  Pos src = Pos::VECIN, dst = Pos::VECIN;
+  int32_t depth = 1;
+  std::vector<int32_t> bufs;
+  std::deque<int32_t> fifo;
+  uint32_t next = 0;  // round-robin allocation cursor
+  int prod = kNoPipe, cons = kNoPipe;
+  bool checked = false;  // leak check done
+};
+struct BlockShadow {  // hazard record of one 32-byte UB block
+  uint8_t wpipe = 0xff;
+  uint32_t wclock = 0;
+  uint32_t rclock[kNPipes] = {0, 0, 0};
+};
+struct FlagState {
+  bool pending = false;
+  VClock snap;
+};
+
+struct CoreStats {
+  uint64_t gm_read = 0, gm_write = 0;
+  uint64_t datacopy_in = 0, datacopy_out = 0, datacopy_ub = 0;
+  uint64_t pad_in = 0, pad_out = 0;
+  uint64_t scalar_read = 0, scalar_write = 0;
+  uint64_t vec_ops = 0;
+  uint64_t ub_peak = 0;
+  uint64_t tiling_read = 0;
+};
+
+struct Core {
+  LaunchCtx* L = nullptr;
+  int idx = 0;
+  std::vector<uint8_t> ub, valid;
+  // TPipe
+  void* pipe = nullptr;
+  uint32_t gen = 1;
+  uint32_t top = 0;
+  std::vector<Buf> bufs;
+  std::vector<Que> ques;
+  // vector mask register
+  bool counter_mode = false;
+  uint64_t mask[2] = {~uint64_t{0}, ~uint64_t{0}};
+  // DataCopyPad SetPadValue
+  bool pad_set = false;
+  uint64_t pad_bits = 0;
+  // SetFlag / WaitFlag, event ids
+  std::map<std::pair<int, int64_t>, FlagState> flags;
+  std::map<int, uint32_t> event_ids_in_use;  // event -> bit set of AllocEventID ids
+  // pipe hazard tracker
+  uint32_t clock[kNPipes] = {0, 0, 0};
+  VClock known[kNPipes + 1];
+  std::vector<BlockShadow> blocks;
+  // results
+  std::unique_ptr<EmulationError> deferred;
+  CoreStats st;
+  uint64_t rng = 0;
+};
+
+Core& Cur();             // current core; throws if none
+Core* CurOrNull();
+void SetCurrent(Core* c);
+
+// helpers used across files
+uint32_t DTSize(DT dt);
+bool DTIsFloat(DT dt);
+const Buf& CheckUb(Core& c, const UbRef& t, uint64_t byte_off, uint64_t len, const char* api, const char* what);
+void FillGarbage(Core& c, uint8_t* p, uint64_t n);
+bool UbValid(Core& c, uint32_t addr, uint32_t n, uint32_t* first_bad);
+void UbMarkValid(Core& c, uint32_t addr, uint32_t n, bool v);
+
+// GM
+const Region& GmCheck(Core& c, int32_t region, const void* p, uint64_t len, bool write, const char* api);
+void GmNoteWrite(Core& c, const Region& r, uint8_t* p, uint64_t len, int pipe, const char* api);
+void GmNoteRead(Core& c, const Region& r, const uint8_t* p, uint64_t len, int pipe, const char* api);
+std::string DescribeGm(const LaunchCtx& L, const void* p);
+
+// hazards
+void HzIssue(Core& c, int pipe);  // an instruction on `pipe` is issued (pipe learns what the scalar knows)
+void HzUb(Core& c, int pipe, uint32_t addr, uint32_t len, bool write, const char* api);
+void HzUbScalar(Core& c, uint32_t addr, uint32_t len, bool write);
+VClock HzSnap(Core& c, int pipe);
+void HzLearn(Core& c, int pipe, const VClock& v);
+const char* PipeName(int pipe);
+
+// end-of-core checks (flags left set, queue leaks)
+void CoreFinish(Core& c);
+
+}  // namespace ascendc_sim
