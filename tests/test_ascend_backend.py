@@ -269,15 +269,20 @@ def test_register_host_memory_calls_acl(fake_acl):
         A.unregister_host_memory(ptr)
 
 
-def test_plan_block_copies_merges_and_validates():
-    assert A.plan_block_copies(np.zeros((0, 2), np.int64), 4, 4) == []
-    assert A.plan_block_copies([[3, 0], [1, 5], [2, 6], [0, 4]], 4, 8) == [(0, 4, 3), (3, 0, 1)]
+def test_plan_block_copies_merges_in_row_order_and_validates():
+    assert A.plan_block_copies(np.zeros((0, 2), np.int64), 4, 4) == ([], True)
+    # consecutive rows advancing together merge; row order is kept
+    assert A.plan_block_copies([[3, 0], [0, 4], [1, 5], [2, 6]], 4, 8) == ([(3, 0, 1), (0, 4, 3)], True)
+    # a destination named twice: kept in order (the last row wins), not order-free
+    assert A.plan_block_copies([[0, 2], [1, 2]], 4, 8) == ([(0, 2, 1), (1, 2, 1)], False)
+    # one buffer: a chain a->b, b->c must stay sequential, self-copies are dropped
+    assert A.plan_block_copies([[0, 1], [1, 2], [3, 3]], 4, 4, same_buffer=True) == ([(0, 1, 1), (1, 2, 1)], False)
+    assert A.plan_block_copies([[0, 2], [1, 3]], 4, 4, same_buffer=True) == ([(0, 2, 2)], True)
+    assert A.plan_block_copies([[2, 2]], 4, 4, same_buffer=True) == ([], True)
     with pytest.raises(ValueError, match=r"expected source block ids in \[0, 4\), got 4 at row 1"):
         A.plan_block_copies([[0, 0], [4, 1]], 4, 8)
     with pytest.raises(ValueError, match=r"expected destination block ids in \[0, 8\), got -1 at row 0"):
         A.plan_block_copies([[0, -1]], 4, 8)
-    with pytest.raises(ValueError, match=r"each destination block at most once, got block 2 2 times"):
-        A.plan_block_copies([[0, 2], [1, 2]], 4, 8)
     with pytest.raises(ValueError, match=r"expected integer shape \[N, 2\]"):
         A.plan_block_copies([[0.5, 1.0]], 4, 8)
 
@@ -294,8 +299,8 @@ def test_copy_runs_bytes_and_call_counts(fake_acl, rng, use_batch):
     src = rng.standard_normal((16, 4, 8)).astype(np.float32)
     dst = rng.standard_normal((12, 4, 8)).astype(np.float32)
     mapping = np.array([[0, 3], [1, 4], [2, 5], [15, 0], [7, 11], [8, 9]], np.int64)
-    runs = A.plan_block_copies(mapping, 16, 12)
-    assert len(runs) == 4
+    runs, order_free = A.plan_block_copies(mapping, 16, 12)
+    assert len(runs) == 4 and order_free
     reset_counters(fake_acl)
     block_bytes = src[0].nbytes
     calls = A._copy_runs(fake_acl, runs, src_ptr=src.ctypes.data, src_bytes=src.nbytes, dst_ptr=dst.ctypes.data,
@@ -321,7 +326,7 @@ def test_copy_runs_bytes_and_call_counts(fake_acl, rng, use_batch):
 def test_copy_runs_sync_path_without_stream(fake_acl, rng):
     src = rng.integers(-128, 128, size=(5, 33), dtype=np.int8)   # odd block size
     dst = np.zeros((5, 33), np.int8)
-    runs = A.plan_block_copies([[4, 0], [0, 4]], 5, 5)
+    runs, _ = A.plan_block_copies([[4, 0], [0, 4]], 5, 5)
     reset_counters(fake_acl)
     A._copy_runs(fake_acl, runs, src_ptr=src.ctypes.data, src_bytes=src.nbytes, dst_ptr=dst.ctypes.data,
                  dst_bytes=dst.nbytes, block_bytes=33, kind=_acl.MEMCPY_DEVICE_TO_HOST, stream=None,
@@ -372,13 +377,66 @@ def test_swap_blocks_end_to_end_host_tensors(fake_acl, rng, dtype):
     assert counter(fake_acl, "fake_last_kind", ctypes.c_int) == _acl.MEMCPY_HOST_TO_HOST
 
 
-def test_swap_blocks_rejects_mismatch_and_overlap(fake_acl):
+def test_swap_blocks_same_buffer_rows_in_order(fake_acl, rng):
+    from conftest import to_np
+
+    base = rng.standard_normal((6, 4)).astype(np.float32)
+    t = Tensor(base.copy())
+    mapping = np.array([[0, 1], [1, 2], [5, 5], [2, 3], [4, 0], [0, 4]], np.int64)
+    A.swap_blocks(t, t, mapping)
+    ref = base.copy()
+    for s_, d_ in mapping:   # a Python loop over the rows, as the public op documents
+        ref[d_] = ref[s_]
+    np.testing.assert_array_equal(to_np(t).view(np.uint32), ref.view(np.uint32))
+
+
+def test_swap_blocks_duplicate_destination_last_row_wins(fake_acl, rng):
+    from conftest import to_np
+
+    src_np = rng.standard_normal((4, 8)).astype(np.float32)
+    dst = Tensor(np.zeros((4, 8), np.float32))
+    A.swap_blocks(Tensor(src_np), dst, [[0, 1], [2, 1], [3, 0]])
+    out = to_np(dst)
+    np.testing.assert_array_equal(out[1], src_np[2])
+    np.testing.assert_array_equal(out[0], src_np[3])
+    assert not out[2:].any()
+
+
+def test_swap_blocks_rejects_block_shape_mismatch(fake_acl):
     a = Tensor(np.zeros((4, 8), np.float32))
     b = Tensor(np.zeros((4, 9), np.float32))
-    with pytest.raises(ValueError, match=r"argument 'dst': expected blocks of shape \(8,\)"):
+    with pytest.raises(ValueError, match=r"argument 'dst_cache': expected blocks of shape \(8,\)"):
         A.swap_blocks(a, b, [[0, 0]])
-    with pytest.raises(ValueError, match="same buffer"):
-        A.swap_blocks(a, a, [[0, 1], [1, 2]])
+
+
+def test_public_swap_blocks_dispatches_to_the_ascend_hook(fake_acl, rng, monkeypatch):
+    """ms_kvcache.swap_blocks (PyNative) with the ascend backend active calls ascend.swap_blocks."""
+    from conftest import to_np
+    from ms_kvcache import _backend
+
+    if not hasattr(ms_kvcache, "swap_blocks"):
+        pytest.skip("ms_kvcache.swap_blocks is not on this branch yet (copy-ops work)")
+    calls = []
+    real = A.swap_blocks
+    monkeypatch.setattr(A, "swap_blocks", lambda *a: (calls.append(a), real(*a))[1])
+    monkeypatch.setattr(_backend, "_current", "ascend")
+    src_np = rng.standard_normal((5, 2, 16)).astype(np.float16)
+    dst = Tensor(np.zeros((3, 2, 16), np.float16))
+    ms_kvcache.swap_blocks(Tensor(src_np), dst, Tensor(np.array([[4, 0], [1, 2]], np.int64)))
+    assert len(calls) == 1
+    out = to_np(dst)
+    np.testing.assert_array_equal(out[0], src_np[4])
+    np.testing.assert_array_equal(out[2], src_np[1])
+    assert not out[1].any()
+
+
+def test_swap_blocks_in_a_graph_is_a_clear_error():
+    from ms_kvcache._spec import OpSpec, TensorSpec
+
+    spec = OpSpec(name="swap_blocks", op_type="SwapBlocks", inputs=(TensorSpec("src_cache", "T", (2,)),),
+                  dtype_groups={"T": ("float16",)})
+    with pytest.raises(RuntimeError, match="ACL runtime copy, not a kernel .* call it in PyNative mode"):
+        A.aot_func(spec)
 
 
 # ------------------------------------------------------------------------------------------ NPU only

@@ -38,6 +38,9 @@ COMPUTE_UNITS = ("ascend910b", "ascend910_93", "ascend310p")
 #: Vendor folder shipped inside the wheel (filled by ``scripts/build_opp.sh --stage-into-package``).
 WHEEL_VENDOR_DIR = Path(__file__).resolve().parent.parent / "opp" / "vendors" / VENDOR_NAME
 
+#: Ops implemented on Ascend by the ACL runtime (backend functions of this module), not by a kernel.
+RUNTIME_OPS = ("swap_blocks",)
+
 _MS_DTYPE_PREFIX = {
     "float16": "F16", "bfloat16": "BF16", "float32": "F32", "float64": "F64", "int8": "I8",
     "uint8": "U8", "int16": "I16", "int32": "I32", "int64": "I64", "bool": "BOOL",
@@ -273,6 +276,9 @@ def aot_func(spec):
     Raises:
         PackageNotFoundError: the package, or this op inside it, is not installed.
     """
+    if spec.name in RUNTIME_OPS:
+        raise RuntimeError(f"{spec.name}: on the 'ascend' backend this op is an ACL runtime copy, not a kernel of the "
+                           f"CANN package, so it cannot be compiled into a graph; call it in PyNative mode")
     pkg = require_vendor()
     ops = pkg.ops()
     if spec.name not in ops:
@@ -314,19 +320,28 @@ def unregister_host_memory(ptr):
 
 
 # ---------------------------------------------------------------------------------------- swap_blocks
-def plan_block_copies(block_mapping, src_blocks, dst_blocks):
-    """Validate ``block_mapping`` and merge it into contiguous runs.
+def plan_block_copies(block_mapping, src_blocks, dst_blocks, same_buffer=False):
+    """Validate ``block_mapping`` and turn it into copies, keeping the row order semantics.
+
+    Rows are applied in order, as ``swap_blocks`` documents: a destination named twice ends with the
+    block of its last row, and when source and destination are one buffer a row sees the blocks
+    written by earlier rows. Consecutive rows whose source and destination blocks both advance by one
+    are merged into one copy (unless, in one buffer, the merged ranges would overlap); a row copying a
+    block onto itself in one buffer is dropped.
 
     Args:
         block_mapping: ``[N, 2]`` integers (src block, dst block); Tensor, numpy array or nested list.
         src_blocks / dst_blocks (int): number of blocks of the source / destination.
+        same_buffer (bool): source and destination are the same memory.
 
     Returns:
-        list of ``(src_block, dst_block, n_blocks)``: pairs whose source and destination blocks are
-        both consecutive are merged into one copy (sorted by source block).
+        (runs, order_free): ``runs`` is a list of ``(src_block, dst_block, n_blocks)`` in row order;
+        ``order_free`` is True when the runs may execute in any order with the same result (no
+        destination written twice, and in one buffer no block both read and written), which is what an
+        unordered batch copy needs.
 
     Raises:
-        ValueError: wrong shape, a block id out of range, or a destination block written twice.
+        ValueError: wrong shape or dtype, or a block id out of range.
     """
     import numpy as np
 
@@ -335,7 +350,7 @@ def plan_block_copies(block_mapping, src_blocks, dst_blocks):
         m = m.asnumpy()
     m = np.asarray(m)
     if m.size == 0:
-        return []
+        return [], True
     if m.ndim != 2 or m.shape[1] != 2 or m.dtype.kind not in "iu":
         raise ValueError(f"swap_blocks: argument 'block_mapping': expected integer shape [N, 2], got "
                          f"{m.dtype} {tuple(m.shape)}")
@@ -345,26 +360,39 @@ def plan_block_copies(block_mapping, src_blocks, dst_blocks):
         if bad.size:
             raise ValueError(f"swap_blocks: argument 'block_mapping': expected {name} block ids in [0, {limit}), "
                              f"got {int(m[bad[0], col])} at row {int(bad[0])}")
-    uniq, counts = np.unique(m[:, 1], return_counts=True)
-    if (counts > 1).any():
-        raise ValueError(f"swap_blocks: argument 'block_mapping': expected each destination block at most once, "
-                         f"got block {int(uniq[counts > 1][0])} {int(counts[counts > 1][0])} times")
-    m = m[np.argsort(m[:, 0], kind="stable")]
+    rows = m.tolist()
+    if same_buffer:
+        rows = [(s, d) for s, d in rows if s != d]
+        if not rows:
+            return [], True
     runs = []
-    s0, d0, n = int(m[0, 0]), int(m[0, 1]), 1
-    for s, d in m[1:].tolist():
-        if s == s0 + n and d == d0 + n:
+    s0, d0 = rows[0]
+    n = 1
+    for s, d in rows[1:]:
+        grow = s == s0 + n and d == d0 + n
+        if grow and same_buffer and not (s0 + n + 1 <= d0 or d0 + n + 1 <= s0):
+            grow = False  # merged ranges would overlap inside one buffer: keep row order exact
+        if grow:
             n += 1
         else:
             runs.append((s0, d0, n))
             s0, d0, n = s, d, 1
     runs.append((s0, d0, n))
-    return runs
+    dsts = [d for _, d in rows]
+    order_free = len(set(dsts)) == len(dsts)
+    if order_free and same_buffer:
+        order_free = not ({s for s, _ in rows} & set(dsts))
+    return runs, order_free
 
 
 def _copy_runs(acl, runs, *, src_ptr, src_bytes, dst_ptr, dst_bytes, block_bytes, kind, stream,
                src_loc, dst_loc, use_batch):
-    """Issue the copies of ``runs`` (see :func:`plan_block_copies`). Returns the number of ACL calls."""
+    """Issue the copies of ``runs`` (see :func:`plan_block_copies`), in order unless ``use_batch``.
+
+    stream None: synchronous ``aclrtMemcpy`` per run. ``use_batch`` (only for order-free runs): one
+    ``aclrtMemcpyBatchAsync``. Otherwise one ``aclrtMemcpyAsync`` per run on ``stream`` (a stream runs
+    its copies in issue order). Returns the number of ACL copy calls.
+    """
     copies = []
     for s, d, n in runs:
         so, do, nb = s * block_bytes, d * block_bytes, n * block_bytes
@@ -405,26 +433,26 @@ def _current_stream_ptr():
         return None
 
 
-def swap_blocks(src, dst, block_mapping):
-    """Copy whole blocks between two caches with the ACL runtime (vLLM's ``swap_blocks``), in place.
+def swap_blocks(src_cache, dst_cache, block_mapping):
+    """Backend implementation of :func:`ms_kvcache.swap_blocks` on Ascend: whole-block copies with the
+    ACL runtime, not a kernel (vLLM's ``swap_blocks``). Called by the public op in PyNative after its
+    checks; ``dst_cache[d] = src_cache[s]`` for every row ``(s, d)`` of ``block_mapping``, in row order.
 
-    ``dst[d] = src[s]`` for every row ``(s, d)`` of ``block_mapping``. Host <-> device and device ->
-    device copies are runtime memcpys, not a kernel: one ``aclrtMemcpyBatchAsync`` for the whole
-    mapping where the CANN runtime exports it (documented from CANN 8.3.RC1, experimental, A2/A3) and
-    the device is A2/A3, else one ``aclrtMemcpyAsync`` per run of consecutive blocks. Copies are queued
-    on MindSpore's current stream, so later ops on that stream see them; a host destination is
-    synchronised before returning. A pageable (not pinned) host tensor, or a MindSpore build that does
-    not expose its raw stream, makes the call synchronous (``ms.runtime.synchronize()`` then
-    ``aclrtMemcpy`` per run).
+    Host <-> device and device -> device copies are queued on MindSpore's current stream, so later ops
+    on that stream see them: one ``aclrtMemcpyBatchAsync`` for the whole mapping where the CANN runtime
+    exports it (documented from CANN 8.3.RC1, experimental, A2/A3), the device is A2/A3 and the rows are
+    order-free (no destination twice, no block both read and written); else one ``aclrtMemcpyAsync``
+    per run of consecutive blocks, in row order. A host destination is synchronised before returning.
+    A pageable (not pinned) host cache, or a MindSpore that does not expose its raw stream, makes the
+    call synchronous (``ms.runtime.synchronize()``, then ``aclrtMemcpy`` per run).
 
     Args:
-        src (Tensor): ``[num_blocks_src, ...]`` cache on host or device, contiguous.
-        dst (Tensor): ``[num_blocks_dst, ...]`` same dtype and per-block shape, contiguous.
-        block_mapping (Tensor | numpy.ndarray | list): ``[N, 2]`` int32/int64 on the host.
+        src_cache (Tensor): ``[src_blocks, ...]`` on host or device, contiguous.
+        dst_cache (Tensor): ``[dst_blocks, ...]`` same dtype and block shape, contiguous; written in place.
+        block_mapping (Tensor | numpy.ndarray | list): ``[N, 2]`` int32/int64 rows ``(src, dst)``.
 
     Raises:
-        ValueError: block shapes / dtypes differ, a block id is out of range, a destination block
-            repeats, or ``src`` and ``dst`` are the same buffer with overlapping blocks.
+        ValueError: block shapes / dtypes differ or a block id is out of range.
         RuntimeError: CANN runtime missing (``CannNotFoundError``) or an ACL call failed (``AclError``).
 
     Not run on hardware (no NPU here); the copy planning and the ctypes calls are tested against a
@@ -432,24 +460,19 @@ def swap_blocks(src, dst, block_mapping):
     """
     import numpy as np
 
+    src, dst = src_cache, dst_cache
     if tuple(src.shape[1:]) != tuple(dst.shape[1:]) or src.dtype != dst.dtype:
-        raise ValueError(f"swap_blocks: argument 'dst': expected blocks of shape {tuple(src.shape[1:])} and dtype "
-                         f"{src.dtype} (as 'src'), got {tuple(dst.shape[1:])} {dst.dtype}")
-    runs = plan_block_copies(block_mapping, int(src.shape[0]), int(dst.shape[0]))
+        raise ValueError(f"swap_blocks: argument 'dst_cache': expected blocks of shape {tuple(src.shape[1:])} and "
+                         f"dtype {src.dtype} (as 'src_cache'), got {tuple(dst.shape[1:])} {dst.dtype}")
+    src_ptr, dst_ptr = int(src.data_ptr()), int(dst.data_ptr())
+    runs, order_free = plan_block_copies(block_mapping, int(src.shape[0]), int(dst.shape[0]),
+                                         same_buffer=src_ptr == dst_ptr)
     if not runs:
         return None
-    itemsize = _itemsize(src)
-    block_bytes = int(np.prod(src.shape[1:], dtype=np.int64)) * itemsize
+    block_bytes = int(np.prod(src.shape[1:], dtype=np.int64)) * _itemsize(src)
     src_dev, dst_dev = _is_device_tensor(src), _is_device_tensor(dst)
     kind = {(False, False): _acl.MEMCPY_HOST_TO_HOST, (False, True): _acl.MEMCPY_HOST_TO_DEVICE,
             (True, False): _acl.MEMCPY_DEVICE_TO_HOST, (True, True): _acl.MEMCPY_DEVICE_TO_DEVICE}[(src_dev, dst_dev)]
-    src_ptr, dst_ptr = int(src.data_ptr()), int(dst.data_ptr())
-    if src_ptr == dst_ptr:
-        srcs = {b for s, _, n in runs for b in range(s, s + n)}
-        dsts = {b for _, d, n in runs for b in range(d, d + n)}
-        if srcs & dsts:
-            raise ValueError("swap_blocks: arguments 'src' and 'dst' are the same buffer and the mapping reads a "
-                             "block it also writes; use copy_blocks")
     acl = _acl.load()
     import mindspore as ms
 
@@ -461,7 +484,7 @@ def swap_blocks(src, dst, block_mapping):
     if stream is None:
         ms.runtime.synchronize()
     loc = lambda dev: (_acl.MEM_LOCATION_DEVICE, device_id) if dev else (_acl.MEM_LOCATION_HOST, 0)  # noqa: E731
-    use_batch = acl.has_batch and compute_unit(current_soc()) in ("ascend910b", "ascend910_93")
+    use_batch = order_free and acl.has_batch and compute_unit(current_soc()) in ("ascend910b", "ascend910_93")
     _copy_runs(acl, runs, src_ptr=src_ptr, src_bytes=int(src.shape[0]) * block_bytes, dst_ptr=dst_ptr,
                dst_bytes=int(dst.shape[0]) * block_bytes, block_bytes=block_bytes, kind=kind, stream=stream,
                src_loc=loc(src_dev), dst_loc=loc(dst_dev), use_batch=use_batch)
