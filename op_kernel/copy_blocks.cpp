@@ -37,16 +37,26 @@ class BlockCopier {
       cache.SetGlobalBuffer(base);
       const int64_t first = piece * td.pieceElems;
       const int64_t last = mskv::MinI64(first + td.pieceElems, td.blockElems);
-      int64_t lastDst = -1;  // block written by the previous chunk (its copy-out may still be in flight)
+      // GM ordering inside one core: a copy-in (MTE2) is ordered after every copy-out (MTE3) except
+      // the previous chunk's by the queue's buffer reuse, so a pair reading the block the previous
+      // pair wrote needs an MTE3 -> MTE2 barrier; two copy-outs to the same bytes need a
+      // PipeBarrier<PIPE_MTE3> between them. `written` holds the dst blocks copied out since the last
+      // barrier (a barrier is also issued when it is full).
+      int64_t written[kMaxTracked];
+      int32_t numWritten = 0;
+      int64_t lastDst = -1;
       for (int64_t i = 0; i < td.numPairs; ++i) {
         const int64_t src = static_cast<int64_t>(mapGm_.GetValue(static_cast<uint64_t>(2 * i)));
         const int64_t dst = static_cast<int64_t>(mapGm_.GetValue(static_cast<uint64_t>(2 * i + 1)));
         if (src < 0 || src >= td.numBlocks || dst < 0 || dst >= td.numBlocks || src == dst) continue;
         if (src == lastDst) {
-          // This pair reads what the previous pair just wrote: the copy-out (MTE3) must land before
-          // the copy-in (MTE2) reads it; double buffering alone does not order them.
           AscendC::PipeBarrier<PIPE_ALL>();
+          numWritten = 0;
+        } else if (numWritten == kMaxTracked || Contains(written, numWritten, dst)) {
+          AscendC::PipeBarrier<PIPE_MTE3>();
+          numWritten = 0;
         }
+        written[numWritten++] = dst;
         const uint64_t from = static_cast<uint64_t>(src * td.blockElems);
         const uint64_t to = static_cast<uint64_t>(dst * td.blockElems);
         for (int64_t off = first; off < last; off += td.chunkElems) {
@@ -59,6 +69,15 @@ class BlockCopier {
   }
 
  private:
+  static constexpr int32_t kMaxTracked = 16;
+
+  __aicore__ inline static bool Contains(const int64_t* v, int32_t n, int64_t x) {
+    for (int32_t i = 0; i < n; ++i) {
+      if (v[i] == x) return true;
+    }
+    return false;
+  }
+
   __aicore__ inline void CopyChunk(AscendC::GlobalTensor<T>& cache, uint64_t from, uint64_t to, int64_t len) {
     AscendC::LocalTensor<T> buf = que_.template AllocTensor<T>();
 #if MSKV_HAS_BF16_AND_PAD
