@@ -1,31 +1,17 @@
-"""Builds the host-side test module of the AscendC emulation (tests/test_sim_host_*.py).
+"""Builds the host-side test ops of the AscendC emulation (tests/test_sim_host_*.py).
 
-Compiles ms_kvcache/sim/csrc/host/*.cpp, the test ops under tests/sim_kernels/host/ and generated
-TilingData layout probes into one pybind11 extension with g++ (no CMake), caching object files by
-content hash under build/sim_host_test/. The layout probes are random TilingData definitions (fixed
-seed) compiled twice: as CANN host classes and, with ASCENDC_SIM_KERNEL_SIDE, as the kernel structs.
+The test ops under tests/sim_kernels/host/ (op_host OpDef + tiling, op_proto infer functions) and
+generated TilingData layout probes are compiled with ``ms_kvcache.sim.build`` exactly like a user's
+sources, so they register into the same registries ``ms_kvcache.sim.tiling`` reads. The layout probes
+are random TilingData definitions (fixed seed) compiled twice: as CANN host classes and, with
+ASCENDC_SIM_KERNEL_SIDE, as the kernel structs; they are called through ctypes.
 """
-import hashlib
-import importlib.util
+import ctypes
 import os
 import random
-import subprocess
-import sys
-import sysconfig
-from concurrent.futures import ThreadPoolExecutor
-
-import pybind11
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HOST_SRC = os.path.join(ROOT, "ms_kvcache", "sim", "csrc", "host")
-INCLUDE = os.path.join(ROOT, "ms_kvcache", "sim", "include")
 TEST_SRC = os.path.join(ROOT, "tests", "sim_kernels", "host")
-BUILD = os.path.join(ROOT, "build", "sim_host_test")
-CXX = os.environ.get("CXX", "g++")
-FLAGS = ["-std=c++17", "-D_GLIBCXX_USE_CXX11_ABI=0", "-fPIC", "-O1", "-g0", "-Wall", "-Wextra", "-Werror",
-         "-Wno-unused-parameter"]
-if os.environ.get("SIM_HOST_SANITIZE") == "1":
-    FLAGS += ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined"]
 
 # ------------------------------------------------------------------------------------ layout probes
 SCALARS = ["int8_t", "uint8_t", "int16_t", "uint16_t", "int32_t", "uint32_t", "int64_t", "uint64_t", "float"]
@@ -163,25 +149,29 @@ def generate_layout_sources(out_dir):
              "size_t LayoutKernelAliasSize() { return sizeof(kside::optiling::LayOp9_AscendcSimTilingData); }"]
     files["gen_layout_kernel.cpp"] = "\n".join(kern) + "\n"
 
-    bind = ["// generated", "#include <pybind11/pybind11.h>", "#include <pybind11/stl.h>", "#include <string>",
-            "#include <utility>", "#include <vector>",
+    capi = ["// generated: C entry points of the layout probes (called through ctypes)",
+            "#include <cstddef>", "#include <cstring>", "#include <string>", "#include <utility>", "#include <vector>",
             "std::vector<unsigned char> LayoutHostBytes(int k);",
             "std::vector<unsigned char> LayoutKernelBytes(int k);",
             "std::vector<std::pair<std::string, size_t>> LayoutKernelOffsets(int k);",
             "std::vector<std::pair<std::string, size_t>> LayoutHostOffsets(int k);",
             "size_t LayoutKernelAliasSize();",
-            "namespace py = pybind11;",
-            "void RegisterLayoutProbes(py::module_& m) {",
-            '  m.def("layout_host_bytes", [](int k) { auto v = LayoutHostBytes(k); '
-            'return py::bytes(reinterpret_cast<const char*>(v.data()), v.size()); });',
-            '  m.def("layout_kernel_bytes", [](int k) { auto v = LayoutKernelBytes(k); '
-            'return py::bytes(reinterpret_cast<const char*>(v.data()), v.size()); });',
-            '  m.def("layout_kernel_offsets", &LayoutKernelOffsets);',
-            '  m.def("layout_host_offsets", &LayoutHostOffsets);',
-            '  m.def("layout_kernel_alias_size", &LayoutKernelAliasSize);',
-            f'  m.attr("layout_count") = {len(specs)};',
-            "}"]
-    files["gen_layout_bind.cpp"] = "\n".join(bind) + "\n"
+            "static size_t Out(const std::string& s, char* out, size_t cap) {",
+            "  if (out != nullptr && cap > 0) std::memcpy(out, s.data(), s.size() < cap ? s.size() : cap);",
+            "  return s.size();",
+            "}",
+            'extern "C" size_t sim_host_layout_bytes(int k, int kernel, char* out, size_t cap) {',
+            "  auto v = kernel ? LayoutKernelBytes(k) : LayoutHostBytes(k);",
+            "  return Out(std::string(v.begin(), v.end()), out, cap);",
+            "}",
+            'extern "C" size_t sim_host_layout_offsets(int k, int kernel, char* out, size_t cap) {',
+            "  std::string s;",
+            "  for (const auto& p : kernel ? LayoutKernelOffsets(k) : LayoutHostOffsets(k))",
+            '    s += p.first + ":" + std::to_string(p.second) + "\\n";',
+            "  return Out(s, out, cap);",
+            "}",
+            'extern "C" size_t sim_host_layout_alias_size() { return LayoutKernelAliasSize(); }']
+    files["gen_layout_capi.cpp"] = "\n".join(capi) + "\n"
     os.makedirs(out_dir, exist_ok=True)
     paths = []
     for fname, text in files.items():
@@ -195,66 +185,64 @@ def generate_layout_sources(out_dir):
 
 
 # ------------------------------------------------------------------------------------ build
-def _sources(gen_dir):
-    srcs = [os.path.join(HOST_SRC, f) for f in sorted(os.listdir(HOST_SRC)) if f.endswith(".cpp")]
+class SimHostTests:
+    """``ms_kvcache.sim``'s host API plus the layout probes of the built test module."""
+
+    def __init__(self, sim, built):
+        self._sim = sim
+        self.built = built
+        self.EmulationError = sim.EmulationError
+        for name in ("ops", "opdef", "tiling", "infer_shape", "platform", "platforms"):
+            setattr(self, name, getattr(sim, name))
+        self._lib = ctypes.CDLL(built.path)
+        for fn in ("sim_host_layout_bytes", "sim_host_layout_offsets"):
+            f = getattr(self._lib, fn)
+            f.restype = ctypes.c_size_t
+            f.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
+        self._lib.sim_host_layout_alias_size.restype = ctypes.c_size_t
+        self.layout_count = N_LAYOUTS
+
+    def _call(self, fn, k, kernel):
+        n = fn(k, kernel, None, 0)
+        buf = ctypes.create_string_buffer(n + 1)
+        fn(k, kernel, buf, n + 1)
+        return buf.raw[:n]
+
+    def layout_host_bytes(self, k):
+        return self._call(self._lib.sim_host_layout_bytes, k, 0)
+
+    def layout_kernel_bytes(self, k):
+        return self._call(self._lib.sim_host_layout_bytes, k, 1)
+
+    def _offsets(self, k, kernel):
+        text = self._call(self._lib.sim_host_layout_offsets, k, kernel).decode()
+        return [(n, int(o)) for n, o in (line.split(":") for line in text.splitlines() if line)]
+
+    def layout_host_offsets(self, k):
+        return self._offsets(k, 0)
+
+    def layout_kernel_offsets(self, k):
+        return self._offsets(k, 1)
+
+    def layout_kernel_alias_size(self):
+        return self._lib.sim_host_layout_alias_size()
+
+
+def test_sources():
+    srcs = []
     for dirpath, _, files in sorted(os.walk(TEST_SRC)):
         srcs += [os.path.join(dirpath, f) for f in sorted(files) if f.endswith(".cpp")]
-    return srcs + generate_layout_sources(gen_dir)
-
-
-def _includes(gen_dir, src):
-    inc = [INCLUDE, HOST_SRC, gen_dir, os.path.dirname(src), pybind11.get_include(),
-           sysconfig.get_paths()["include"]]
-    # op_host headers are found from op_proto/op_kernel siblings as in a CANN project
-    for dirpath, dirs, _ in os.walk(TEST_SRC):
-        if os.path.basename(dirpath) == "op_host":
-            inc.append(dirpath)
-    return [f"-I{p}" for p in inc]
-
-
-def _all_headers_digest():
-    h = hashlib.sha256()
-    for base in (INCLUDE, HOST_SRC, TEST_SRC):
-        for dirpath, _, files in sorted(os.walk(base)):
-            for f in sorted(files):
-                if f.endswith((".h", ".hpp", ".inl")):
-                    with open(os.path.join(dirpath, f), "rb") as fh:
-                        h.update(f.encode() + fh.read())
-    return h.hexdigest()
+    return srcs
 
 
 def build_module():
-    """Compile (cached) and import the test module; returns it."""
-    tag = "asan" if os.environ.get("SIM_HOST_SANITIZE") == "1" else "rel"
-    out_dir = os.path.join(BUILD, tag)
-    gen_dir = os.path.join(out_dir, "gen")
-    os.makedirs(out_dir, exist_ok=True)
-    srcs = _sources(gen_dir)
-    hdr = _all_headers_digest()
-    objs, jobs = [], []
-    for src in srcs:
-        with open(src, "rb") as f:
-            digest = hashlib.sha256(f.read() + hdr.encode() + " ".join(FLAGS).encode()).hexdigest()[:16]
-        obj = os.path.join(out_dir, os.path.basename(src)[:-4] + "." + digest + ".o")
-        objs.append(obj)
-        if not os.path.exists(obj):
-            jobs.append([CXX, *FLAGS, *_includes(gen_dir, src), "-c", src, "-o", obj])
+    """Build (cached by content hash) and load the host test ops; returns a :class:`SimHostTests`."""
+    from ms_kvcache import sim
 
-    def run(cmd):
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        if r.returncode != 0:
-            raise RuntimeError("compile failed:\n" + " ".join(cmd) + "\n" + r.stderr[-6000:])
-
-    with ThreadPoolExecutor(max_workers=int(os.environ.get("JOBS", "2"))) as ex:
-        list(ex.map(run, jobs))
-    suffix = sysconfig.get_config_var("EXT_SUFFIX")
-    link_digest = hashlib.sha256("".join(objs).encode()).hexdigest()[:12]
-    so = os.path.join(out_dir, f"_sim_host_test_{link_digest}", "_sim_host_test" + suffix)
-    if not os.path.exists(so):
-        os.makedirs(os.path.dirname(so), exist_ok=True)
-        run([CXX, *FLAGS, "-shared", *objs, "-o", so])
-    spec = importlib.util.spec_from_file_location("_sim_host_test", so)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    sys.modules["_sim_host_test"] = mod
-    return mod
+    gen_dir = os.path.join(sim._cache_dir(), "sim_host_layout_gen")
+    gen = generate_layout_sources(gen_dir)
+    op_host_dirs = [d for d, _, _ in os.walk(TEST_SRC) if os.path.basename(d) == "op_host"]
+    built = sim.build("sim_host_tests", test_sources() + gen, include_dirs=[gen_dir] + op_host_dirs,
+                      cxxflags=["-Wextra", "-Werror", "-Wno-unused-parameter"],
+                      jobs=int(os.environ.get("JOBS", "2")))
+    return SimHostTests(sim, built)

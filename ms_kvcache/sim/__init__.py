@@ -328,8 +328,7 @@ def launch_kernel_all_orders(kernel, args, block_dim, **kwargs):
 
 
 # ------------------------------------------------------------------------------------------- build
-_ENTRY_RE = re.compile(
-    r"(?:__global__\s+__aicore__|__aicore__\s+__global__)\s+void\s+([A-Za-z_]\w*)\s*\(")
+_ENTRY_RE = re.compile(r"\bascendc_sim_global_marker\s+void\s+([A-Za-z_]\w*)\s*\(")
 _LOADED = {}
 _BUILD_LOCK = threading.Lock()
 
@@ -367,6 +366,16 @@ class BuiltModule:
 
     def __repr__(self):
         return f"BuiltModule({self.name!r}, path={self.path!r}, kernels={self.kernels})"
+
+
+def _scan_entries(cxx, src, incs):
+    """Kernel entry names of ``src``: preprocess it with ``__global__`` turned into a marker."""
+    cmd = [cxx, "-std=c++17", "-E", "-P", "-DASCENDC_SIM_SCAN", "-D_GLIBCXX_USE_CXX11_ABI=0"]
+    cmd += [f"-I{d}" for d in include_dirs()] + [f"-I{d}" for d in incs] + [f"-I{src.parent}", str(src)]
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"build: preprocessing {src} failed:\n{p.stderr}")
+    return sorted(set(_ENTRY_RE.findall(p.stdout)))
 
 
 def _find_tiling_header(src, stem, extra_dirs):
@@ -430,8 +439,8 @@ def build(name, sources, include_dirs=(), kernels=None, cxxflags=(), force=False
     plan = []  # (kind, source, stem, entries, tiling header)
     for s in srcs:
         text = s.read_text(errors="replace")
-        entries = sorted(set(_ENTRY_RE.findall(text)))
-        is_kernel = (s in kset) if kset is not None else bool(entries)
+        is_kernel = (s in kset) if kset is not None else "__global__" in text
+        entries = _scan_entries(cxx, s, incs) if is_kernel else []
         if is_kernel:
             plan.append(("kernel", s, s.stem, entries, _find_tiling_header(s, s.stem, incs)))
         else:

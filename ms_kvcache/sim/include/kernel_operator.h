@@ -8,5 +8,6 @@
 #define ASCENDC_SIM_KERNEL_OPERATOR_H_
 
 #include "ascendc_sim/kernel_api.h"
+#include "ascendc_sim/list_tensor.h"
 
 #endif  // ASCENDC_SIM_KERNEL_OPERATOR_H_

@@ -57,7 +57,7 @@ class KernelSimAxpy {
     LocalTensor<T> x = inX_.DeQue<T>();
     LocalTensor<T> y = inY_.DeQue<T>();
     LocalTensor<T> z = outZ_.AllocTensor<T>();
-    if constexpr (std::is_same<T, float>::value) {
+    if constexpr (IsSameType<T, float>::value) {
       Muls(z, y, alpha_, n);
       Add(z, x, z, n);
     } else {

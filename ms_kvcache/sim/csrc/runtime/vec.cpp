@@ -507,7 +507,7 @@ void Vec(VecOp op, const char* api, const VecShape& shape, bool use_mask_reg, co
           out = a;
           if (src0->dt == DT::F32 && dst.dt == DT::F32 && std::isfinite(a)) {  // float -> float: round to integral
             const long double q = static_cast<long double>(RoundUnits(std::fabs(a), round_mode, a < 0));
-            out = std::fabs(a) >= 8388608.0L ? a : (a < 0 ? -q : q);
+            out = std::fabs(a) >= 8388608.0L ? a : std::copysign(q, a);
           }
           break;
         default: break;

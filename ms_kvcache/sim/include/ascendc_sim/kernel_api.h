@@ -19,7 +19,11 @@
 #define __aicore__
 #endif
 #ifndef __global__
+#ifdef ASCENDC_SIM_SCAN  // ms_kvcache.sim.build() finds kernel entries in the preprocessed source
+#define __global__ ascendc_sim_global_marker
+#else
 #define __global__
+#endif
 #endif
 #ifndef __gm__
 #define __gm__
@@ -133,6 +137,10 @@ enum class RoundMode : uint8_t { CAST_NONE = 0, CAST_RINT, CAST_FLOOR, CAST_CEIL
 enum class MaskMode : uint8_t { NORMAL = 0, COUNTER };
 enum class PaddingMode : uint8_t { Normal = 0, Compact };
 enum class CacheMode : uint8_t { CACHE_MODE_NORMAL = 0, CACHE_MODE_DISABLE, CACHE_MODE_LAST, CACHE_MODE_PERSISTENT };
+
+// AscendC type helpers (kernel_utils): device code has no <type_traits>.
+template <typename T, typename U> struct IsSameType { static constexpr bool value = false; };
+template <typename T> struct IsSameType<T, T> { static constexpr bool value = true; };
 
 constexpr int32_t ONE_BLK_SIZE = 32;
 constexpr int32_t ONE_REPEAT_BYTE_SIZE = 256;
