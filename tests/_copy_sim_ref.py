@@ -168,3 +168,24 @@ def public_backend_or_skip(name):
     finally:
         ms_kvcache.set_backend("cpu")
     return ms_kvcache
+
+
+def reset_last_launch(other_than):
+    """Make the emulation's last launch a trivial one of an op other than ``other_than``, so a test
+    can then prove that the public op really ran through the sim backend."""
+    sim = sim_module()
+    if other_than != "CopyBlocks":
+        c = np.zeros((2, 32), np.float16)
+        sim.launch("CopyBlocks", [[c], [c.copy()], np.zeros((0, 2), np.int64), status()])
+    else:
+        kc = np.zeros((2, 16, 1, 16), np.float16)
+        sim.launch("ReshapeAndCache", [np.zeros((0, 1, 16), np.float16), np.zeros((0, 1, 16), np.float16), kc,
+                                       kc.copy(), np.zeros(0, np.int64), status()])
+
+
+def assert_last_launch(op, **fields):
+    """The emulation's most recent launch was ``op`` with these tiling field values."""
+    st = sim_module().last_launch_stats()
+    assert st["op"] == op, f"expected the sim backend to launch {op}, last launch was {st['op']!r}"
+    for k, v in fields.items():
+        assert st["tiling_fields"][k] == str(v), (k, st["tiling_fields"][k], v)

@@ -4,8 +4,9 @@ op, against the cpu backend."""
 import numpy as np
 import pytest
 
-from _copy_sim_ref import (INDEX_DTYPES, KV_DTYPES, SOCS, assert_same_bytes, cores_of, expect_tiling_error,
-                           launch, make_slots, public_backend_or_skip, rand, ref_concat_and_cache_mla, status)
+from _copy_sim_ref import (INDEX_DTYPES, KV_DTYPES, SOCS, assert_last_launch, assert_same_bytes, cores_of,
+                           expect_tiling_error, launch, make_slots, public_backend_or_skip, rand,
+                           ref_concat_and_cache_mla, reset_last_launch, status)
 
 OP = "ConcatAndCacheMla"
 
@@ -100,6 +101,7 @@ def test_public_op_sim_matches_cpu(mode):
     results = {}
     for backend in ("cpu", "sim"):
         mk.set_backend(backend)
+        reset_last_launch(OP)
         try:
             with ms_mode(mode):
                 net = Net()
@@ -108,6 +110,8 @@ def test_public_op_sim_matches_cpu(mode):
                 else:
                     mk.concat_and_cache_mla(to_ms(kv_c), to_ms(k_pe), net.a, net.b, ms.Tensor(slots))
                 results[backend] = (to_np(net.a), to_np(net.b))
+                if backend == "sim":
+                    assert_last_launch(OP, numTokens=30)
         finally:
             mk.set_backend("cpu")
     e1, e2 = ref_concat_and_cache_mla(kv_c, k_pe, kvcc, kpec, slots)

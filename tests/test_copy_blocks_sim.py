@@ -4,8 +4,9 @@ and, for the public op, against the cpu backend."""
 import numpy as np
 import pytest
 
-from _copy_sim_ref import (INDEX_DTYPES, KV_DTYPES, SOCS, assert_same_bytes, cores_of, expect_tiling_error,
-                           launch, public_backend_or_skip, rand, ref_copy_blocks, status)
+from _copy_sim_ref import (INDEX_DTYPES, KV_DTYPES, SOCS, assert_last_launch, assert_same_bytes, cores_of,
+                           expect_tiling_error, launch, public_backend_or_skip, rand, ref_copy_blocks,
+                           reset_last_launch, status)
 
 OP = "CopyBlocks"
 
@@ -113,6 +114,7 @@ def test_public_op_sim_matches_cpu(mode):
     results = {}
     for backend in ("cpu", "sim"):
         mk.set_backend(backend)
+        reset_last_launch(OP)
         try:
             with ms_mode(mode):
                 net = Net()
@@ -121,6 +123,8 @@ def test_public_op_sim_matches_cpu(mode):
                 else:
                     mk.copy_blocks(list(net.k), list(net.v), Tensor(bm))
                 results[backend] = [to_np(p) for p in list(net.k) + list(net.v)]
+                if backend == "sim":
+                    assert_last_launch(OP, numPairs=6, numLayers=3)
         finally:
             mk.set_backend("cpu")
     ek, ev = ref_copy_blocks(kcs, vcs, bm)

@@ -4,8 +4,9 @@ against the cpu backend."""
 import numpy as np
 import pytest
 
-from _copy_sim_ref import (INDEX_DTYPES, KV_DTYPES, SOCS, assert_same_bytes, cores_of, expect_tiling_error,
-                           launch, make_slots, public_backend_or_skip, rand, ref_reshape_and_cache_merged, status)
+from _copy_sim_ref import (INDEX_DTYPES, KV_DTYPES, SOCS, assert_last_launch, assert_same_bytes, cores_of,
+                           expect_tiling_error, launch, make_slots, public_backend_or_skip, rand,
+                           ref_reshape_and_cache_merged, reset_last_launch, status)
 
 OP = "ReshapeAndCacheMerged"
 
@@ -95,6 +96,7 @@ def test_public_op_sim_matches_cpu(mode):
     results = {}
     for backend in ("cpu", "sim"):
         mk.set_backend(backend)
+        reset_last_launch(OP)
         try:
             with ms_mode(mode):
                 net = Net()
@@ -103,6 +105,8 @@ def test_public_op_sim_matches_cpu(mode):
                 else:
                     mk.reshape_and_cache_merged(to_ms(key), to_ms(value), net.kv, ms.Tensor(slots), "BNSD")
                 results[backend] = to_np(net.kv)
+                if backend == "sim":
+                    assert_last_launch(OP, numTokens=40)
         finally:
             mk.set_backend("cpu")
     expected = ref_reshape_and_cache_merged(key, value, kv, slots, "BNSD")

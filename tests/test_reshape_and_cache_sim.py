@@ -8,8 +8,9 @@ op with set_backend("sim") against set_backend("cpu") in PyNative and GRAPH_MODE
 import numpy as np
 import pytest
 
-from _copy_sim_ref import (INDEX_DTYPES, KV_DTYPES, SOCS, assert_same_bytes, cores_of, expect_tiling_error,
-                           launch, make_slots, platform, public_backend_or_skip, rand, ref_reshape_and_cache, status)
+from _copy_sim_ref import (INDEX_DTYPES, KV_DTYPES, SOCS, assert_last_launch, assert_same_bytes, cores_of,
+                           expect_tiling_error, launch, make_slots, platform, public_backend_or_skip, rand,
+                           ref_reshape_and_cache, reset_last_launch, status)
 
 OP = "ReshapeAndCache"
 
@@ -210,6 +211,7 @@ def test_public_op_sim_matches_cpu(mode, layout, dtype):
     results = {}
     for backend in ("cpu", "sim"):
         mk.set_backend(backend)
+        reset_last_launch(OP)
         try:
             with ms_mode(mode):
                 net = Net()
@@ -218,6 +220,8 @@ def test_public_op_sim_matches_cpu(mode, layout, dtype):
                 else:
                     mk.reshape_and_cache(to_ms(key), to_ms(value), net.kc, net.vc, ms.Tensor(slots), layout)
                 results[backend] = (to_np(net.kc), to_np(net.vc))
+                if backend == "sim":
+                    assert_last_launch(OP, numTokens=50)
         finally:
             mk.set_backend("cpu")
     ek, ev = ref_reshape_and_cache(key, value, kc, vc, slots, layout)
