@@ -77,6 +77,20 @@ def test_padding_and_data_movement():
     assert st["cores_used"] == cores_of("Ascend910B1")
 
 
+def test_seeded_random_sample():
+    rng = np.random.default_rng(778)
+    for _ in range(10):
+        soc, dtype, sdtype = SOCS[rng.integers(len(SOCS))], KV_DTYPES[rng.integers(4)], INDEX_DTYPES[rng.integers(2)]
+        R, P = int(rng.choice([64, 128, 256, 512, 520])), int(rng.choice([8, 16, 32, 64]))
+        case = _case(rng, int(rng.integers(1, 300)), R, P, dtype, sdtype, bs=int(rng.choice([1, 16, 64])),
+                     pe_rank=int(rng.integers(2, 4)))
+        item = case[0].dtype.itemsize
+        if soc == "Ascend310P3" and (dtype == "bfloat16" or (R * item) % 32 or (P * item) % 32):
+            expect_tiling_error(OP, list(case) + [status()], None, soc, "Ascend310P")
+            continue
+        _run_and_check(*case, soc)
+
+
 @pytest.mark.parametrize("mode", ["pynative", "graph"])
 def test_public_op_sim_matches_cpu(mode):
     import mindspore as ms

@@ -91,6 +91,20 @@ def test_only_mapped_blocks_change_and_data_movement():
     assert st["cores_used"] == cores_of("Ascend910B1")
 
 
+def test_seeded_random_sample_with_repeats_and_chains():
+    rng = np.random.default_rng(779)
+    for _ in range(10):
+        soc, dtype, idtype = SOCS[rng.integers(len(SOCS))], KV_DTYPES[rng.integers(4)], INDEX_DTYPES[rng.integers(2)]
+        block = [(16, 8, 128), (4, 2, 16), (64, 576), (3, 5)][rng.integers(4)]
+        L, n, nb = int(rng.integers(1, 5)), int(rng.integers(1, 120)), int(rng.integers(2, 20))
+        kcs, vcs, _ = _case(rng, L, 0, block, dtype, idtype, nb=nb)
+        bm = rng.integers(-1, nb + 1, size=(n, 2)).astype(idtype)  # repeats, chains, ids out of range
+        if soc == "Ascend310P3" and (dtype == "bfloat16" or (np.prod(block) * kcs[0].dtype.itemsize) % 32):
+            expect_tiling_error(OP, [kcs, vcs, bm, status()], None, soc, "Ascend310P")
+            continue
+        _run_and_check(kcs, vcs, bm, soc, all_orders=True)
+
+
 @pytest.mark.parametrize("mode", ["pynative", "graph"])
 def test_public_op_sim_matches_cpu(mode):
     from mindspore import Parameter, ParameterTuple, Tensor, nn

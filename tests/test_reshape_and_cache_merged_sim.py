@@ -42,7 +42,7 @@ def test_every_soc_all_core_orders(soc):
     assert st["cores_used"] == cores_of(soc)
 
 
-@pytest.mark.parametrize("T", [1, 7, 49, 1000, 4097])
+@pytest.mark.parametrize("T", [1, 7, 48, 49, 1000, 4097])
 def test_token_counts(T):
     rng = np.random.default_rng(T + 1)
     _run_and_check(*_case(rng, T, 1, 32, "BSND", "int8", "int64", bs=64), "BSND", "Ascend910B3")
@@ -70,6 +70,21 @@ def test_padding_only_and_zero_tokens():
     st = launch(OP, [key, value, kv, slots, status()], {"cache_layout": "BSND"}, all_orders=True)
     assert st["block_dim"] == 1 and st["gm_write_bytes"] == 0
     assert_same_bytes(kv, kv0, "kv_cache after T = 0")
+
+
+def test_seeded_random_sample():
+    rng = np.random.default_rng(777)
+    for _ in range(10):
+        soc, layout = SOCS[rng.integers(len(SOCS))], ("BSND", "BNSD")[rng.integers(2)]
+        dtype, sdtype = KV_DTYPES[rng.integers(4)], INDEX_DTYPES[rng.integers(2)]
+        H, D, bs, T = int(rng.integers(1, 6)), int(rng.choice([16, 32, 48, 100, 128])), int(rng.choice([2, 16])), \
+            int(rng.integers(1, 200))
+        case = _case(rng, T, H, D, layout, dtype, sdtype, bs=bs)
+        seg = (D if layout == "BNSD" else H * D) * case[0].dtype.itemsize
+        if soc == "Ascend310P3" and (dtype == "bfloat16" or seg % 32):
+            expect_tiling_error(OP, list(case) + [status()], {"cache_layout": layout}, soc, "Ascend310P")
+            continue
+        _run_and_check(*case, layout, soc)
 
 
 @pytest.mark.parametrize("mode", ["pynative", "graph"])

@@ -148,6 +148,18 @@ def test_data_movement_minimum_and_all_cores_busy(soc, layout):
     assert st["cores_used"] == st["block_dim"] == cores_of(soc)
 
 
+def test_tiling_rejects_inconsistent_inputs():
+    rng = np.random.default_rng(22)
+    key, value, kc, vc, slots = _case(rng, 9, 2, 16, "BSND", "float16", "int64", extra_rows=0)
+    args = lambda **kw: [kw.get("key", key), kw.get("value", value), kw.get("kc", kc), kw.get("vc", vc),  # noqa: E731
+                         kw.get("slots", slots), status()]
+    expect_tiling_error(OP, args(key=key[:5]), {"cache_layout": "BSND"}, "Ascend910B1", "key", "at least")
+    expect_tiling_error(OP, args(value=rand(rng, (9, 2, 8), "float16")), {"cache_layout": "BSND"}, "Ascend910B1",
+                        "value", "elements per token")
+    expect_tiling_error(OP, args(vc=kc[:1].copy()), {"cache_layout": "BSND"}, "Ascend910B1", "value_cache")
+    expect_tiling_error(OP, args(), {"cache_layout": "NHD"}, "Ascend910B1", "cache_layout")
+
+
 def test_offsets_beyond_2_31_elements():
     # int8 cache of 2^31 + 2^16 elements: a slot in the last block lands past 2^31 elements.
     H, D, bs = 1, 128, 128
