@@ -9,8 +9,8 @@
 // Semantics: for each cache, the pairs (src, dst) are applied in order (as ms_kvcache's cpu backend;
 // vLLM leaves chained pairs undefined). Pairs with an id outside [0, num_blocks) are skipped.
 //
-// Tiling: work units = the 2 * num_layers caches, each split into byte ranges ("pieces") when there
-// are fewer caches than cores; units are spread over all vector cores (main/tail share); every
+// Tiling: work units = the 2 * num_layers caches, each split into byte ranges ("pieces") so that the
+// units fill the cores evenly; units are spread over all vector cores (main/tail share); every
 // piece moves through double-buffered UB chunks sized from the platform's UB. Tiling key =
 // dtype * 100 + index dtype * 10 + DataCopyPad.
 #include "copy_blocks_tiling.h"
@@ -89,13 +89,24 @@ ge::graphStatus CopyBlocksTiling(gert::TilingContext* context) {
                 "such caches are unsupported there", static_cast<long long>(blockBytes));
   }
 
-  // ---- pieces, work split and UB chunks
+  // ---- pieces, work split and UB chunks. Pieces per block: the smallest count (pieces >= 1 KiB)
+  // that gives every core work and keeps >= 95% of the cores' work slots busy
+  // (units / (ceil(units / cores) * cores)), else the best count found up to 64.
   const int64_t caches = 2 * layers;
+  const int64_t maxPieces = Min64(Max64(blockBytes / kMinPieceBytes, 1), 64);
   int64_t pieces = 1, pieceElems = blockElems;
-  if (caches < hw.cores && blockBytes >= 2 * kMinPieceBytes) {
-    pieces = Min64(CeilDiv(hw.cores, caches), blockBytes / kMinPieceBytes);
-    pieceElems = AlignUp(CeilDiv(blockElems, pieces) * elem, kBlockBytes) / elem;
-    pieces = CeilDiv(blockElems, pieceElems);
+  double bestEff = -1.0;
+  for (int64_t p = 1; p <= maxPieces; ++p) {
+    const int64_t pe = AlignUp(CeilDiv(blockElems, p) * elem, kBlockBytes) / elem;
+    const int64_t actual = CeilDiv(blockElems, pe);
+    const int64_t units = caches * actual;
+    const double eff = static_cast<double>(units) / static_cast<double>(CeilDiv(units, hw.cores) * hw.cores);
+    if (eff > bestEff + 1e-9) {
+      bestEff = eff;
+      pieces = actual;
+      pieceElems = pe;
+    }
+    if (bestEff >= 0.95 && caches * pieces >= hw.cores) break;
   }
   const CoreSplit split = SplitWork(pairs > 0 ? caches * pieces : 0, hw.cores);
   const int64_t maxChunkElems = AlignDown(hw.bufferBytes, kBlockBytes) / elem;
