@@ -122,12 +122,14 @@ namespace ops {
 class ConcatAndCacheMla : public OpDef {
  public:
   explicit ConcatAndCacheMla(const char* name) : OpDef(name) {
-    Declare(*this, mskv_tiling::MakeDTypeRows(true));
+    Declare(*this, mskv_tiling::kKvDTypes, mskv_tiling::kIndexDTypes, mskv_tiling::kStatusDTypes,
+            mskv_tiling::kNdFormats);
     this->AICore().SetTiling(optiling::ConcatAndCacheMlaTiling);
     this->AICore().AddConfig("ascend910b");
     this->AICore().AddConfig("ascend910_93");
     OpAICoreConfig cfg310p;
-    Declare(cfg310p, mskv_tiling::MakeDTypeRows(false));
+    Declare(cfg310p, mskv_tiling::kKvDTypes310P, mskv_tiling::kIndexDTypes310P, mskv_tiling::kStatusDTypes310P,
+            mskv_tiling::kNdFormats310P);
     cfg310p.DynamicCompileStaticFlag(true).DynamicFormatFlag(false).DynamicRankSupportFlag(true)
         .DynamicShapeSupportFlag(true).NeedCheckSupportFlag(false).PrecisionReduceFlag(true);
     this->AICore().AddConfig("ascend310p", cfg310p);
@@ -135,13 +137,14 @@ class ConcatAndCacheMla : public OpDef {
 
  private:
   template <typename Def>
-  static void Declare(Def& d, const mskv_tiling::DTypeRows& r) {
-    d.Input("kv_c").ParamType(REQUIRED).DataType(r.kv).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Input("k_pe").ParamType(REQUIRED).DataType(r.kv).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Input("kv_c_cache").ParamType(REQUIRED).DataType(r.kv).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Input("k_pe_cache").ParamType(REQUIRED).DataType(r.kv).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Input("slot_mapping").ParamType(REQUIRED).DataType(r.index).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Output("status").ParamType(REQUIRED).DataType(r.status).Format(r.fmt).UnknownShapeFormat(r.fmt);
+  static void Declare(Def& d, const std::vector<ge::DataType>& kv, const std::vector<ge::DataType>& index,
+                      const std::vector<ge::DataType>& status, const std::vector<ge::Format>& fmt) {
+    d.Input("kv_c").ParamType(REQUIRED).DataType(kv).Format(fmt).UnknownShapeFormat(fmt);
+    d.Input("k_pe").ParamType(REQUIRED).DataType(kv).Format(fmt).UnknownShapeFormat(fmt);
+    d.Input("kv_c_cache").ParamType(REQUIRED).DataType(kv).Format(fmt).UnknownShapeFormat(fmt);
+    d.Input("k_pe_cache").ParamType(REQUIRED).DataType(kv).Format(fmt).UnknownShapeFormat(fmt);
+    d.Input("slot_mapping").ParamType(REQUIRED).DataType(index).Format(fmt).UnknownShapeFormat(fmt);
+    d.Output("status").ParamType(REQUIRED).DataType(status).Format(fmt).UnknownShapeFormat(fmt);
   }
 };
 OP_ADD(ConcatAndCacheMla);

@@ -139,12 +139,14 @@ namespace ops {
 class CopyBlocks : public OpDef {
  public:
   explicit CopyBlocks(const char* name) : OpDef(name) {
-    Declare(*this, mskv_tiling::MakeDTypeRows(true));
+    Declare(*this, mskv_tiling::kKvDTypes, mskv_tiling::kIndexDTypes, mskv_tiling::kStatusDTypes,
+            mskv_tiling::kNdFormats);
     this->AICore().SetTiling(optiling::CopyBlocksTiling);
     this->AICore().AddConfig("ascend910b");
     this->AICore().AddConfig("ascend910_93");
     OpAICoreConfig cfg310p;
-    Declare(cfg310p, mskv_tiling::MakeDTypeRows(false));
+    Declare(cfg310p, mskv_tiling::kKvDTypes310P, mskv_tiling::kIndexDTypes310P, mskv_tiling::kStatusDTypes310P,
+            mskv_tiling::kNdFormats310P);
     cfg310p.DynamicCompileStaticFlag(true).DynamicFormatFlag(false).DynamicRankSupportFlag(true)
         .DynamicShapeSupportFlag(true).NeedCheckSupportFlag(false).PrecisionReduceFlag(true);
     this->AICore().AddConfig("ascend310p", cfg310p);
@@ -152,11 +154,12 @@ class CopyBlocks : public OpDef {
 
  private:
   template <typename Def>
-  static void Declare(Def& d, const mskv_tiling::DTypeRows& r) {
-    d.Input("key_caches").ParamType(DYNAMIC).DataType(r.kv).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Input("value_caches").ParamType(DYNAMIC).DataType(r.kv).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Input("block_mapping").ParamType(REQUIRED).DataType(r.index).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Output("status").ParamType(REQUIRED).DataType(r.status).Format(r.fmt).UnknownShapeFormat(r.fmt);
+  static void Declare(Def& d, const std::vector<ge::DataType>& kv, const std::vector<ge::DataType>& index,
+                      const std::vector<ge::DataType>& status, const std::vector<ge::Format>& fmt) {
+    d.Input("key_caches").ParamType(DYNAMIC).DataType(kv).Format(fmt).UnknownShapeFormat(fmt);
+    d.Input("value_caches").ParamType(DYNAMIC).DataType(kv).Format(fmt).UnknownShapeFormat(fmt);
+    d.Input("block_mapping").ParamType(REQUIRED).DataType(index).Format(fmt).UnknownShapeFormat(fmt);
+    d.Output("status").ParamType(REQUIRED).DataType(status).Format(fmt).UnknownShapeFormat(fmt);
   }
 };
 OP_ADD(CopyBlocks);

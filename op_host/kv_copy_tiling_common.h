@@ -278,26 +278,27 @@ inline ge::graphStatus SetSystemWorkspace(gert::TilingContext* context, const Ha
 
 // ------------------------------------------------------------------ OpDef dtype rows
 // One row per supported combination, in the order of ms_kvcache._spec.OpSpec.dtype_rows(): the cache
-// dtype (float16, bfloat16, float32, int8) outer, the index dtype (int32, int64) inner. Ascend310P
-// has no bfloat16, so its rows leave it out.
-struct DTypeRows {
-  std::vector<ge::DataType> kv, index, status;
-  std::vector<ge::Format> fmt;
-};
-
-inline DTypeRows MakeDTypeRows(bool withBf16, bool int32Index = true) {
-  DTypeRows r;
-  const ge::DataType kvs[] = {ge::DT_FLOAT16, ge::DT_BF16, ge::DT_FLOAT, ge::DT_INT8};
-  for (ge::DataType kv : kvs) {
-    if (kv == ge::DT_BF16 && !withBf16) continue;
-    if (int32Index) {
-      r.kv.push_back(kv); r.index.push_back(ge::DT_INT32); r.status.push_back(ge::DT_INT32);
-    }
-    r.kv.push_back(kv); r.index.push_back(ge::DT_INT64); r.status.push_back(ge::DT_INT32);
-  }
-  r.fmt.assign(r.kv.size(), ge::FORMAT_ND);
-  return r;
-}
+// dtype (float16, bfloat16, float32, int8) outer, the index dtype (int32, int64) inner; the status
+// output is int32 in every row. Ascend310P has no bfloat16, so its rows (the *310P lists, used through
+// an OpAICoreConfig) leave it out. Literal named lists, so that the structural check
+// (ms_kvcache/_structure.py) can read them from the source.
+static const std::vector<ge::DataType> kKvDTypes = {
+    ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_INT8, ge::DT_INT8};
+static const std::vector<ge::DataType> kIndexDTypes = {
+    ge::DT_INT32, ge::DT_INT64, ge::DT_INT32, ge::DT_INT64, ge::DT_INT32, ge::DT_INT64, ge::DT_INT32, ge::DT_INT64};
+static const std::vector<ge::DataType> kStatusDTypes = {
+    ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32};
+static const std::vector<ge::Format> kNdFormats = {
+    ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND,
+    ge::FORMAT_ND};
+static const std::vector<ge::DataType> kKvDTypes310P = {
+    ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_INT8, ge::DT_INT8};
+static const std::vector<ge::DataType> kIndexDTypes310P = {
+    ge::DT_INT32, ge::DT_INT64, ge::DT_INT32, ge::DT_INT64, ge::DT_INT32, ge::DT_INT64};
+static const std::vector<ge::DataType> kStatusDTypes310P = {
+    ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32};
+static const std::vector<ge::Format> kNdFormats310P = {
+    ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND};
 
 }  // namespace mskv_tiling
 

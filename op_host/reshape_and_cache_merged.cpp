@@ -110,14 +110,15 @@ namespace ops {
 class ReshapeAndCacheMerged : public OpDef {
  public:
   explicit ReshapeAndCacheMerged(const char* name) : OpDef(name) {
-    const mskv_tiling::DTypeRows all = mskv_tiling::MakeDTypeRows(true);
-    Declare(*this, all);
+    Declare(*this, mskv_tiling::kKvDTypes, mskv_tiling::kIndexDTypes, mskv_tiling::kStatusDTypes,
+            mskv_tiling::kNdFormats);
     this->Attr("cache_layout").AttrType(OPTIONAL).String("BSND");
     this->AICore().SetTiling(optiling::ReshapeAndCacheMergedTiling);
     this->AICore().AddConfig("ascend910b");
     this->AICore().AddConfig("ascend910_93");
     OpAICoreConfig cfg310p;
-    Declare(cfg310p, mskv_tiling::MakeDTypeRows(false));
+    Declare(cfg310p, mskv_tiling::kKvDTypes310P, mskv_tiling::kIndexDTypes310P, mskv_tiling::kStatusDTypes310P,
+            mskv_tiling::kNdFormats310P);
     cfg310p.DynamicCompileStaticFlag(true).DynamicFormatFlag(false).DynamicRankSupportFlag(true)
         .DynamicShapeSupportFlag(true).NeedCheckSupportFlag(false).PrecisionReduceFlag(true);
     this->AICore().AddConfig("ascend310p", cfg310p);
@@ -125,12 +126,13 @@ class ReshapeAndCacheMerged : public OpDef {
 
  private:
   template <typename Def>
-  static void Declare(Def& d, const mskv_tiling::DTypeRows& r) {
-    d.Input("key").ParamType(REQUIRED).DataType(r.kv).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Input("value").ParamType(REQUIRED).DataType(r.kv).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Input("kv_cache").ParamType(REQUIRED).DataType(r.kv).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Input("slot_mapping").ParamType(REQUIRED).DataType(r.index).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Output("status").ParamType(REQUIRED).DataType(r.status).Format(r.fmt).UnknownShapeFormat(r.fmt);
+  static void Declare(Def& d, const std::vector<ge::DataType>& kv, const std::vector<ge::DataType>& index,
+                      const std::vector<ge::DataType>& status, const std::vector<ge::Format>& fmt) {
+    d.Input("key").ParamType(REQUIRED).DataType(kv).Format(fmt).UnknownShapeFormat(fmt);
+    d.Input("value").ParamType(REQUIRED).DataType(kv).Format(fmt).UnknownShapeFormat(fmt);
+    d.Input("kv_cache").ParamType(REQUIRED).DataType(kv).Format(fmt).UnknownShapeFormat(fmt);
+    d.Input("slot_mapping").ParamType(REQUIRED).DataType(index).Format(fmt).UnknownShapeFormat(fmt);
+    d.Output("status").ParamType(REQUIRED).DataType(status).Format(fmt).UnknownShapeFormat(fmt);
   }
 };
 OP_ADD(ReshapeAndCacheMerged);
