@@ -5,6 +5,7 @@ on an in-repo AscendC CPU emulation ("sim"), and the installed CANN custom-op pa
 __version__ = "0.1.0"
 
 from ms_kvcache._backend import BACKENDS, get_backend, set_backend
+from ms_kvcache._backends import ascend as _ascend  # noqa: F401  (prepends a shipped CANN vendor folder to ASCEND_CUSTOM_OPP_PATH)
 from ms_kvcache._formats import CACHE_LAYOUTS, KVCacheFormat
 from ms_kvcache.ops import *  # noqa: F401,F403
 from ms_kvcache.ops import __all__ as _ops_all

@@ -1,0 +1,813 @@
+"""Structural check: every AscendC op agrees across its declarations.
+
+For each op (``op_kernel/<op>.cpp``) the following must describe the same interface as its
+:class:`~ms_kvcache._spec.OpSpec` (names, order, param types, dtype rows per SoC, formats, attrs):
+
+- ``op_kernel/<op>.cpp``: entry ``extern "C" __global__ __aicore__ void <op>(GM_ADDR ...)`` whose
+  parameters are the inputs, then the outputs, then ``workspace`` and ``tiling``; quoted includes resolve
+  inside op_kernel/ (the CANN kernel build copies op_kernel/ only);
+- ``op_host/<op>.cpp``: ``class <OpType> : public OpDef`` (inputs, outputs, dtype rows, formats, attrs,
+  ``AddConfig`` for every compute unit, ``SetTiling``), ``OP_ADD(<OpType>)``, and
+  ``REGISTER_TILING_DATA_CLASS(<OpType>, <Data>)`` with ``BEGIN_TILING_DATA_DEF(<Data>)`` in op_host/;
+- ``op_proto/<op>.cpp``: ``IMPL_OP_INFERSHAPE(<OpType>)`` with ``.InferShape(...)`` and ``.InferDataType(...)``;
+- the MindSpore reg_info the ascend backend derives from the OpSpec (:func:`ascend.reg_info`);
+- the emulation's OpDef registry (``ms_kvcache._sim.opdef(<OpType>)``), when the emulation is built.
+
+The OpDef is read twice, independently: by the emulation (which runs the C++ registration) and by the
+small source parser below, so a mismatch is caught even if either reader were lenient. The parser reads
+what CANN's own op_host files are made of: ``this->Input("x").ParamType(REQUIRED).DataType(...)
+.Format(...)`` chains (also inside a helper ``Declare(Def& d, ...)`` called with ``*this`` or an
+``OpAICoreConfig``), ``DataType``/``DataTypeList``/``Format``/``FormatList`` arguments written as literal
+``{ge::DT_..., ...}`` lists or as named ``std::vector<ge::DataType>`` / ``std::vector<ge::Format>``
+constants (in the op's file or an op_host header it includes, possibly passed through the helper's
+parameters), ``Attr("n").AttrType(OPTIONAL).String("v")``, ``OpAICoreConfig`` overrides added with
+``AddConfig("ascend310p", cfg)``. Anything else is reported as unreadable (one line), never guessed.
+
+Every problem is one line: ``<OpType>: <where>: <what>``. Run ``python -m ms_kvcache._structure``.
+"""
+import itertools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional
+
+__all__ = ["check_repository", "check_op", "parse_opdef", "opdef_from_sim", "OpDefFacts", "Param", "Attr",
+           "camel", "snake", "main"]
+
+DTYPES = {
+    "DT_FLOAT16": "float16", "DT_BF16": "bfloat16", "DT_FLOAT": "float32", "DT_DOUBLE": "float64",
+    "DT_INT8": "int8", "DT_UINT8": "uint8", "DT_INT16": "int16", "DT_UINT16": "uint16", "DT_INT32": "int32",
+    "DT_UINT32": "uint32", "DT_INT64": "int64", "DT_UINT64": "uint64", "DT_BOOL": "bool",
+}
+ATTR_TYPES = {"String": "str", "Int": "int", "Float": "float", "Bool": "bool", "ListInt": "list_int",
+              "ListFloat": "list_float"}
+# Headers the CANN kernel toolchain provides (not looked for in op_kernel/).
+CANN_KERNEL_HEADERS = ("kernel_operator.h", "kernel_tiling/", "lib/", "adv_api/", "basic_api/")
+
+
+def camel(op):
+    """reshape_and_cache -> ReshapeAndCache (docs/design.md)."""
+    return "".join(w[:1].upper() + w[1:] for w in op.split("_") if w)
+
+
+def snake(op_type):
+    """ReshapeAndCache -> reshape_and_cache (CANN's OpType -> aclnn_<name>.h / kernel file rule for
+    plain CamelCase names)."""
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", op_type).lower()
+
+
+# ---------------------------------------------------------------------------------------------- model
+@dataclass
+class Param:
+    name: str
+    param_type: str = "required"          # required | optional | dynamic
+    dtypes: Optional[List[str]] = None    # one per row (DataType) or the factor list (DataTypeList)
+    dtype_list: bool = False              # DataTypeList: combines with every row of the others
+    formats: Optional[List[str]] = None
+    format_list: bool = False
+    problems: List[str] = field(default_factory=list)
+
+
+@dataclass
+class Attr:
+    name: str
+    type: Optional[str] = None            # str | int | float | bool | list_int | list_float
+    required: Optional[bool] = None
+    default: object = None
+    has_default: bool = False
+
+
+@dataclass
+class OpDefFacts:
+    """What an OpDef declares, from either reader."""
+
+    type: str
+    source: str
+    inputs: List[Param] = field(default_factory=list)
+    outputs: List[Param] = field(default_factory=list)
+    attrs: List[Attr] = field(default_factory=list)
+    # compute unit -> None (base definition) or {"inputs": [...], "outputs": [...]} override
+    configs: Dict[str, Optional[dict]] = field(default_factory=dict)
+    has_tiling: bool = False
+    problems: List[str] = field(default_factory=list)
+    found: bool = True                    # False: no OpDef class of that type was found
+
+    def params_for(self, unit):
+        ov = self.configs.get(unit)
+        if not ov:
+            return self.inputs, self.outputs
+        merge = lambda base, new: [next((p for p in new if p.name == b.name), b) for b in base]  # noqa: E731
+        return merge(self.inputs, ov["inputs"]), merge(self.outputs, ov["outputs"])
+
+    def rows_for(self, unit):
+        """(dtype rows, format rows, problem) for compute unit ``unit``."""
+        ins, outs = self.params_for(unit)
+        params = ins + outs
+        for p in params:
+            if p.dtypes is None:
+                return None, None, f"{p.name}: dtypes not readable"
+        fixed = [p for p in params if not p.dtype_list]
+        n = {len(p.dtypes) for p in fixed}
+        if len(n) > 1:
+            lens = ", ".join(f"{p.name}={len(p.dtypes)}" for p in fixed)
+            return None, None, f"DataType lists of different lengths ({lens})"
+        n_rows = n.pop() if n else 1
+        base = [tuple(p.dtypes[i] if not p.dtype_list else None for p in params) for i in range(n_rows)]
+        factors = [(k, p.dtypes) for k, p in enumerate(params) if p.dtype_list]
+        rows = []
+        for b in base:
+            for combo in itertools.product(*[f for _, f in factors]) if factors else [()]:
+                r = list(b)
+                for (k, _), v in zip(factors, combo):
+                    r[k] = v
+                rows.append(tuple(r))
+        fmt_rows = []
+        for i in range(len(rows)):
+            row = []
+            for p in params:
+                if p.formats is None:
+                    row.append(None)
+                elif not p.formats:
+                    return rows, None, f"{p.name}: empty Format list"
+                elif p.format_list or len(p.formats) == 1:
+                    row.append(p.formats[0])
+                elif len(p.formats) == n_rows and not factors:
+                    row.append(p.formats[i])
+                elif len(p.formats) == len(rows):
+                    row.append(p.formats[i])
+                else:
+                    return rows, None, f"{p.name}: {len(p.formats)} formats for {len(rows)} dtype rows"
+            fmt_rows.append(tuple(row))
+        return rows, fmt_rows, None
+
+
+# ---------------------------------------------------------------------------------------------- C++ reading
+def _strip_comments(text):
+    out, i, n = [], 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == '"' or c == "'":
+            j = i + 1
+            while j < n and text[j] != c:
+                j += 2 if text[j] == "\\" else 1
+            out.append(text[i:j + 1])
+            i = j + 1
+        elif text.startswith("//", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append(" " + "\n" * text.count("\n", i, j))  # keep line numbers
+            i = j
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def _match_close(text, i, open_c="(", close_c=")"):
+    """Index just past the bracket matching text[i] (which is open_c)."""
+    depth = 0
+    n = len(text)
+    while i < n:
+        c = text[i]
+        if c == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            i = j + 1
+            continue
+        if c == open_c:
+            depth += 1
+        elif c == close_c:
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return n
+
+
+def _split_args(s):
+    """Split a C++ argument list at top-level commas."""
+    args, depth, cur = [], 0, []
+    for c in s:
+        if c in "({[":
+            depth += 1
+        elif c in ")}]":
+            depth -= 1
+        if c == "," and depth == 0:
+            args.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(c)
+    if "".join(cur).strip():
+        args.append("".join(cur).strip())
+    return args
+
+
+def _last_identifier(decl):
+    ids = re.findall(r"([A-Za-z_]\w*)", decl.split("=")[0])
+    return ids[-1] if ids else ""
+
+
+_CHAIN_START = re.compile(r"(\bthis\s*->|\*\s*this\s*\.|\b([A-Za-z_]\w*)\s*\.)\s*(Input|Output|Attr|AICore)\s*\(")
+
+
+_CALL = re.compile(r"\s*([A-Za-z_]\w*)\s*\(")
+_LINK = re.compile(r"\s*(\.|->)")
+
+
+def _read_chain(text, i):
+    """Read ``Name(args).Name(args)...`` from text[i]. Returns (calls, end)."""
+    calls = []
+    while True:
+        m = _CALL.match(text, i)
+        if not m:
+            break
+        open_at = m.end() - 1
+        close = _match_close(text, open_at)
+        calls.append((m.group(1), text[open_at + 1:close - 1].strip()))
+        i = close
+        m2 = _LINK.match(text, i)
+        if not m2:
+            break
+        i = m2.end()
+    return calls, i
+
+
+def _constants(text):
+    """Named dtype / format lists: std::vector<ge::DataType> NAME = {...}; or C arrays."""
+    consts = {}
+    pat = re.compile(r"(?:std::)?vector\s*<\s*(?:ge::)?(?:DataType|Format)\s*>\s+([A-Za-z_]\w*)\s*(?:=\s*)?[({]")
+    for m in pat.finditer(text):
+        start = m.end() - 1
+        if text[start] == "(":
+            inner_start = text.find("{", start)
+            end = _match_close(text, inner_start, "{", "}")
+            consts[m.group(1)] = text[inner_start:end]
+        else:
+            end = _match_close(text, start, "{", "}")
+            consts[m.group(1)] = text[start:end]
+    arr = re.compile(r"(?:ge::)?(?:DataType|Format)\s+([A-Za-z_]\w*)\s*\[\s*\w*\s*\]\s*=\s*\{")
+    for m in arr.finditer(text):
+        start = m.end() - 1
+        consts.setdefault(m.group(1), text[start:_match_close(text, start, "{", "}")])
+    return consts
+
+
+def _tokens(list_text):
+    return re.findall(r"(?:ge::)?((?:DT|FORMAT)_[A-Z0-9_]+)", list_text)
+
+
+class _Resolver:
+    def __init__(self, consts):
+        self.consts = consts
+
+    def values(self, expr, bindings, kind):
+        """Resolve a DataType/Format argument to a list of canonical names, or (None, why)."""
+        expr = expr.strip()
+        seen = 0
+        while not expr.startswith("{") and seen < 8:
+            seen += 1
+            key = expr.split("::")[-1].strip()
+            if key in bindings:
+                expr = bindings[key].strip()
+            elif key in self.consts:
+                expr = self.consts[key]
+            else:
+                return None, "unresolved"
+        toks = _tokens(expr)
+        out = []
+        for t in toks:
+            if t.startswith("DT_"):
+                if t not in DTYPES:
+                    return None, f"unknown dtype ge::{t}"
+                out.append(DTYPES[t])
+            else:
+                out.append(t[len("FORMAT_"):])
+        return out, None
+
+
+def _functions(text):
+    """Helper functions whose first parameter is a reference (``Declare(Def& d, ...)``): name ->
+    (first param name, [other param names], body)."""
+    funcs = {}
+    pat = re.compile(r"\b(?:static\s+)?(?:inline\s+)?void\s+([A-Za-z_]\w*)\s*\(")
+    for m in pat.finditer(text):
+        open_at = m.end() - 1
+        close = _match_close(text, open_at)
+        params = _split_args(text[open_at + 1:close - 1])
+        body_m = re.compile(r"\s*(?:const\s*)?\{").match(text, close)
+        if not params or not body_m or "&" not in params[0]:
+            continue
+        names = [_last_identifier(p) for p in params]
+        b0 = body_m.end() - 1
+        body = text[b0:_match_close(text, b0, "{", "}")]
+        funcs[m.group(1)] = (names[0], names[1:], body)
+    return funcs
+
+
+def _interpret_chain(calls, resolver, bindings, facts, where, attr_target):
+    head, arg = calls[0]
+    if head in ("Input", "Output"):
+        m = re.fullmatch(r'"([^"]*)"', arg)
+        if not m:
+            facts.problems.append(f"{where}: {head}({arg}): name is not a string literal")
+            return None
+        p = Param(m.group(1))
+        for name, a in calls[1:]:
+            if name == "ParamType":
+                p.param_type = a.split("::")[-1].strip().lower()
+            elif name in ("DataType", "DataTypeList"):
+                vals, why = resolver.values(a, bindings, name)
+                if vals is None:
+                    p.problems.append(("unresolved", a.strip()) if why == "unresolved" else
+                                      f"{head.lower()} '{p.name}': {why}")
+                p.dtypes, p.dtype_list = vals, name == "DataTypeList"
+            elif name in ("Format", "FormatList"):
+                vals, why = resolver.values(a, bindings, name)
+                if vals is None:
+                    p.problems.append(("unresolved", a.strip()) if why == "unresolved" else
+                                      f"{head.lower()} '{p.name}': {why}")
+                p.formats, p.format_list = vals, name == "FormatList"
+        if p.dtypes is None and not p.problems:
+            p.problems.append(f"{head.lower()} '{p.name}': no DataType(...) / DataTypeList(...)")
+        if p.formats is None and not p.problems:
+            p.problems.append(f"{head.lower()} '{p.name}': no Format(...) / FormatList(...)")
+        return (head, p)
+    if head == "Attr":
+        m = re.fullmatch(r'"([^"]*)"', arg)
+        if not m:
+            facts.problems.append(f"{where}: Attr({arg}): name is not a string literal")
+            return None
+        a = Attr(m.group(1))
+        for name, v in calls[1:]:
+            if name == "AttrType":
+                a.required = v.split("::")[-1].strip().upper() == "REQUIRED"
+            elif name in ATTR_TYPES:
+                a.type = ATTR_TYPES[name]
+                if v != "":
+                    a.has_default, a.default = True, _literal(v)
+        return ("Attr", a) if attr_target else None
+    if head == "AICore":
+        out = []
+        for name, v in calls[1:]:
+            if name == "SetTiling":
+                facts.has_tiling = True
+            elif name == "AddConfig":
+                args = _split_args(v)
+                unit = args[0].strip().strip('"') if args else ""
+                out.append((unit, args[1].strip() if len(args) > 1 else None))
+        return ("AICore", out)
+    return None
+
+
+def _literal(v):
+    v = v.strip()
+    if v.startswith('"') and v.endswith('"'):
+        return v[1:-1]
+    if v in ("true", "false"):
+        return v == "true"
+    if v.startswith("{"):
+        return [_literal(x) for x in _split_args(v[1:-1])]
+    try:
+        return int(v)
+    except ValueError:
+        try:
+            return float(v.rstrip("fF"))
+        except ValueError:
+            return v
+
+
+def _included_headers(path, text, seen=None):
+    """op_host headers included (transitively, quoted includes resolved next to the file)."""
+    seen = set() if seen is None else seen
+    out = []
+    for inc in re.findall(r'#\s*include\s*"([^"]+)"', text):
+        p = (path.parent / inc).resolve()
+        if p.is_file() and p not in seen:
+            seen.add(p)
+            t = _strip_comments(p.read_text(errors="replace"))
+            out.append((p, t))
+            out.extend(_included_headers(p, t, seen))
+    return out
+
+
+def parse_opdef(path, op_type):
+    """Read the OpDef of ``op_type`` from ``path`` (op_host/<op>.cpp) without compiling it."""
+    path = Path(path)
+    rel = f"{path.parent.name}/{path.name}"
+    facts = OpDefFacts(op_type, rel)
+    text = _strip_comments(path.read_text(errors="replace"))
+    headers = _included_headers(path, text)
+    consts = {}
+    for _, t in headers:
+        consts.update(_constants(t))
+    consts.update(_constants(text))
+    resolver = _Resolver(consts)
+    m = re.search(r"\bclass\s+" + re.escape(op_type) + r"\s*:\s*public\s+(?:ops::)?OpDef\b", text)
+    if not m:
+        facts.problems.append(f"{rel}: no 'class {op_type} : public OpDef'")
+        facts.found = False
+        return facts
+    body_start = text.find("{", m.end())
+    cls = text[body_start:_match_close(text, body_start, "{", "}")]
+    funcs = _functions(cls)
+    funcs.update({k: v for k, v in _functions(text).items() if k not in funcs})
+    config_vars = set(re.findall(r"\bOpAICoreConfig\s+([A-Za-z_]\w*)\s*[;({]", cls))
+    overrides = {v: {"inputs": [], "outputs": []} for v in config_vars}
+
+    def run(body, target_map, bindings, depth=0):
+        # helper calls: Name(<target>, args...)
+        for fname, (p0, pnames, fbody) in funcs.items():
+            for cm in re.finditer(r"(?<![\w.>])" + re.escape(fname) + r"\s*\(", body):
+                if re.search(r"\bvoid\s*$", body[:cm.start()]):
+                    continue  # the definition, not a call
+                close = _match_close(body, cm.end() - 1)
+                args = _split_args(body[cm.end():close - 1])
+                if not args or depth > 3:
+                    continue
+                tgt = args[0].replace(" ", "")
+                tgt = "this" if tgt in ("*this", "this") else target_map.get(tgt, tgt)
+                b = {pn: bindings.get(a.strip(), a) for pn, a in zip(pnames, args[1:])}
+                run(fbody, {p0: tgt}, b, depth + 1)
+        for cm in _CHAIN_START.finditer(body):
+            raw = cm.group(1).replace(" ", "")
+            tgt = "this" if raw in ("this->", "*this.") else target_map.get(cm.group(2), cm.group(2))
+            calls, _ = _read_chain(body, cm.start(3))
+            if tgt != "this" and tgt not in overrides:
+                continue
+            res = _interpret_chain(calls, resolver, bindings, facts, rel, attr_target=(tgt == "this"))
+            if res is None:
+                continue
+            kind, val = res
+            if kind in ("Input", "Output"):
+                lst = (facts.inputs if kind == "Input" else facts.outputs) if tgt == "this" else \
+                    overrides[tgt]["inputs" if kind == "Input" else "outputs"]
+                if any(p.name == val.name for p in lst):
+                    facts.problems.append(f"{rel}: {kind.lower()} '{val.name}' declared twice")
+                lst.append(val)
+            elif kind == "Attr":
+                facts.attrs.append(val)
+            elif kind == "AICore":
+                for unit, var in val:
+                    facts.configs[unit] = overrides.get(var) if var else None
+                    if var and var not in overrides:
+                        facts.problems.append(f"{rel}: AddConfig(\"{unit}\", {var}): {var} is not an OpAICoreConfig")
+
+    # the constructor (and anything else in the class) -- helper bodies are run through their calls
+    ctor_text = cls
+    for _, (_, _, fbody) in funcs.items():
+        ctor_text = ctor_text.replace(fbody, "{}")
+    run(ctor_text, {}, {})
+    unresolved = []
+    for p in facts.inputs + facts.outputs + [q for o in overrides.values() for q in o["inputs"] + o["outputs"]]:
+        for x in p.problems:
+            if isinstance(x, tuple):
+                if x[1] not in unresolved:
+                    unresolved.append(x[1])
+            elif f"{rel}: {x}" not in facts.problems:
+                facts.problems.append(f"{rel}: {x}")
+    if unresolved:
+        facts.problems.append(
+            f"{rel}: cannot read the DataType/Format arguments {', '.join(unresolved)}: write them as literal "
+            f"{{ge::DT_..., ...}} lists or named std::vector<ge::DataType> / std::vector<ge::Format> constants "
+            f"(in this file or an op_host header it includes), passed by name through helpers")
+    if not re.search(r"\bOP_ADD\s*\(\s*" + re.escape(op_type) + r"\s*\)", text):
+        facts.problems.append(f"{rel}: no OP_ADD({op_type})")
+    return facts
+
+
+def opdef_from_sim(info, op_type):
+    """Normalise ``ms_kvcache._sim.opdef(op_type)`` into :class:`OpDefFacts`.
+
+    ``info`` is the dict of ms_kvcache/sim/csrc/host/py_bind.cpp: type; inputs / outputs as dicts
+    (name, param_type, dtypes, formats, dtype_is_list, format_is_list); attrs (name, type, required,
+    default -- None when the attr has none); configs (soc, override, inputs, outputs); has_tiling.
+    Objects with the same attribute names (simhost::OpDefInfo) are accepted too.
+    """
+    def g(o, k, d=None):
+        return o.get(k, d) if isinstance(o, dict) else getattr(o, k, d)
+
+    def params(lst):
+        return [Param(g(p, "name"), str(g(p, "param_type", "required")).lower(), list(g(p, "dtypes", []) or []),
+                      bool(g(p, "dtype_is_list", False)), list(g(p, "formats", []) or []),
+                      bool(g(p, "format_is_list", False))) for p in (lst or [])]
+
+    facts = OpDefFacts(g(info, "type", op_type), "emulation opdef")
+    facts.inputs = params(g(info, "inputs"))
+    facts.outputs = params(g(info, "outputs"))
+    for a in g(info, "attrs", []) or []:
+        default = g(a, "default", g(a, "default_value"))
+        has_default = bool(g(a, "has_default", default is not None))
+        facts.attrs.append(Attr(g(a, "name"), g(a, "type"), bool(g(a, "required", False)), default, has_default))
+    for c in g(info, "configs", []) or []:
+        over = None
+        if g(c, "override", g(c, "has_override", False)):
+            over = {"inputs": params(g(c, "inputs")), "outputs": params(g(c, "outputs"))}
+        facts.configs[g(c, "soc")] = over
+    facts.has_tiling = bool(g(info, "has_tiling", False))
+    return facts
+
+
+# ---------------------------------------------------------------------------------------------- comparisons
+def _expected_param_type(t):
+    if getattr(t, "sequence", False):
+        return "dynamic"
+    return "optional" if t.optional else "required"
+
+
+def _rows_text(rows, limit=3):
+    rows = sorted(rows)
+    s = ", ".join("(" + ",".join(r) + ")" for r in rows[:limit])
+    return s + (f" and {len(rows) - limit} more" if len(rows) > limit else "")
+
+
+def compare_opdef(spec, facts):
+    """Lines where ``facts`` (one reader's view of the OpDef) disagrees with ``spec``."""
+    from ms_kvcache._backends.ascend import COMPUTE_UNITS, compute_unit
+    from ms_kvcache._spec import SOCS
+
+    out = []
+    pre = f"{spec.op_type}: {facts.source}"
+    out.extend(f"{spec.op_type}: {p}" for p in facts.problems)
+    if not facts.found:
+        return out
+    for kind, exp, got in (("inputs", spec.inputs, facts.inputs), ("outputs", spec.outputs, facts.outputs)):
+        en, gn = [t.name for t in exp], [p.name for p in got]
+        if en != gn:
+            out.append(f"{pre}: {kind}: expected {en} (OpSpec order), got {gn}")
+            continue
+        for t, p in zip(exp, got):
+            if _expected_param_type(t) != p.param_type:
+                out.append(f"{pre}: {kind[:-1]} '{t.name}': expected ParamType {_expected_param_type(t).upper()}, "
+                           f"got {p.param_type.upper()}")
+    an, gn = [a.name for a in spec.attrs], [a.name for a in facts.attrs]
+    if an != gn:
+        out.append(f"{pre}: attrs: expected {an}, got {gn}")
+    else:
+        for a, f in zip(spec.attrs, facts.attrs):
+            if f.type is not None and f.type != a.type:
+                out.append(f"{pre}: attr '{a.name}': expected type {a.type}, got {f.type}")
+            want_required = a.default is None
+            if f.required is not None and f.required != want_required:
+                out.append(f"{pre}: attr '{a.name}': expected AttrType "
+                           f"{'REQUIRED' if want_required else 'OPTIONAL'}, got {'REQUIRED' if f.required else 'OPTIONAL'}")
+            if not want_required and f.has_default and f.default != a.default:
+                out.append(f"{pre}: attr '{a.name}': expected default {a.default!r}, got {f.default!r}")
+    for unit in COMPUTE_UNITS:
+        if unit not in facts.configs:
+            out.append(f"{pre}: no AICore().AddConfig(\"{unit}\")")
+    for unit in sorted(set(facts.configs) - set(COMPUTE_UNITS)):
+        out.append(f"{pre}: AddConfig(\"{unit}\") is not one of the package's compute units {list(COMPUTE_UNITS)}")
+    if not facts.has_tiling:
+        out.append(f"{pre}: no AICore().SetTiling(...)")
+    if [t.name for t in spec.inputs] != [p.name for p in facts.inputs] or \
+            [t.name for t in spec.outputs] != [p.name for p in facts.outputs]:
+        return out
+    per_unit = {}
+    for soc in SOCS:
+        unit = compute_unit(soc)
+        if unit in per_unit or unit not in facts.configs:
+            continue
+        msgs = per_unit[unit] = []
+        rows, fmts, why = facts.rows_for(unit)
+        if why:
+            if "not readable" not in why:  # unreadable params are already reported from facts.problems
+                msgs.append(why)
+            continue
+        exp = set(spec.dtype_rows(soc))
+        got = set(rows)
+        if len(rows) != len(got):
+            msgs.append("duplicated dtype rows")
+        if exp - got:
+            msgs.append(f"missing dtype rows {_rows_text(exp - got)} "
+                        f"(columns {[t.name for t in spec.inputs + spec.outputs]})")
+        if got - exp:
+            msgs.append(f"dtype rows not in the OpSpec {_rows_text(got - exp)}")
+        if fmts is None:
+            msgs.append("formats not readable")
+        else:
+            bad = sorted({f for r in fmts for f in r if f != "ND"}, key=str)
+            if bad:
+                msgs.append(f"expected format ND everywhere, got {bad}")
+    # one line per distinct problem, naming every compute unit it applies to
+    grouped = {}
+    for unit, msgs in per_unit.items():
+        for m in msgs:
+            grouped.setdefault(m, []).append(unit)
+    out.extend(f"{pre}: {', '.join(units)}: {m}" for m, units in grouped.items())
+    return out
+
+
+def compare_reg_info(spec, facts):
+    """Lines where the ascend backend's reg_info disagrees with the OpDef ``facts``."""
+    from ms_kvcache._backends import ascend
+    from ms_kvcache._spec import SOCS
+
+    out = []
+    pre = f"{spec.op_type}: reg_info vs {facts.source}"
+    seen = set()
+    for soc in SOCS:
+        unit = ascend.compute_unit(soc)
+        if unit in seen:
+            continue
+        seen.add(unit)
+        info = ascend.reg_info(spec, soc)
+        if info["op_name"] != facts.type:
+            out.append(f"{pre}: op name {info['op_name']!r} != OpDef type {facts.type!r}")
+            return out
+        ins, outs = facts.params_for(unit)
+        for kind, regs, params in (("inputs", info["inputs"], ins), ("outputs", info["outputs"], outs)):
+            rn = [(r["name"], r["paramType"]) for r in regs]
+            pn = [(p.name, p.param_type) for p in params]
+            if rn != pn:
+                out.append(f"{pre}: {unit}: {kind}: reg_info {rn}, OpDef {pn}")
+        ra = [(a["name"], a["type"]) for a in info.get("attr", [])]
+        fa = [(a.name, a.type) for a in facts.attrs]
+        if ra != fa:
+            out.append(f"{pre}: attrs: reg_info {ra}, OpDef {fa}")
+        if unit not in facts.configs:
+            continue
+        rows, fmts, why = facts.rows_for(unit)
+        if why:
+            continue  # already reported by compare_opdef
+        reg_rows = {tuple(d for d, _ in r) for r in info["dtype_format"]}
+        if reg_rows != set(rows):
+            out.append(f"{pre}: {unit}: dtype rows differ: reg_info only {_rows_text(reg_rows - set(rows)) or '-'}; "
+                       f"OpDef only {_rows_text(set(rows) - reg_rows) or '-'}")
+        reg_fmts = {f for r in info["dtype_format"] for _, f in r}
+        if reg_fmts != {"DefaultFormat"}:
+            out.append(f"{pre}: {unit}: reg_info formats {sorted(reg_fmts)} (expected DefaultFormat = ND)")
+    return out
+
+
+def _check_kernel(spec, root):
+    out = []
+    rel = f"op_kernel/{spec.name}.cpp"
+    path = root / rel
+    if not path.is_file():
+        return [f"{spec.op_type}: {rel}: missing"]
+    text = _strip_comments(path.read_text(errors="replace"))
+    m = re.search(r'extern\s+"C"\s+__global__\s+__aicore__\s+void\s+([A-Za-z_]\w*)\s*\(', text)
+    if not m:
+        return [f"{spec.op_type}: {rel}: no 'extern \"C\" __global__ __aicore__ void {spec.name}(...)' entry"]
+    if m.group(1) != spec.name:
+        out.append(f"{spec.op_type}: {rel}: kernel entry is '{m.group(1)}', expected '{spec.name}' (snake_case of the OpType)")
+    params = _split_args(text[m.end():_match_close(text, m.end() - 1) - 1])
+    names = []
+    for p in params:
+        if not re.match(r"(GM_ADDR|__gm__\s+uint8_t\s*\*)", p.strip()):
+            out.append(f"{spec.op_type}: {rel}: kernel parameter '{p}' is not GM_ADDR")
+        names.append(re.findall(r"([A-Za-z_]\w*)\s*$", p)[0] if re.findall(r"([A-Za-z_]\w*)\s*$", p) else p)
+    expect = [t.name for t in spec.inputs + spec.outputs] + ["workspace", "tiling"]
+    norm = lambda s: s.replace("_", "").lower()  # noqa: E731
+    if len(names) != len(expect) or any(not norm(a).endswith(norm(b)) and norm(a) != norm(b)
+                                        for a, b in zip(names, expect)):
+        out.append(f"{spec.op_type}: {rel}: kernel parameters {names}, expected inputs then outputs then "
+                   f"workspace, tiling: {expect}")
+    # includes: the CANN kernel build sees op_kernel/ only; anything else must be guarded
+    depth = 0
+    for ln, line in enumerate(text.splitlines(), 1):
+        s = line.strip()
+        if re.match(r"#\s*if", s):
+            depth += 1
+        elif re.match(r"#\s*endif", s):
+            depth -= 1
+        im = re.match(r'#\s*include\s*"([^"]+)"', s)
+        if im and depth == 0:
+            inc = im.group(1)
+            if inc.startswith(CANN_KERNEL_HEADERS):
+                continue
+            if not (path.parent / inc).resolve().is_file() or ".." in Path(inc).parts:
+                out.append(f"{spec.op_type}: {rel}:{ln}: includes \"{inc}\" which is not in op_kernel/ (the CANN "
+                           f"kernel build copies op_kernel/ only; the tiling struct comes from GET_TILING_DATA)")
+    return out
+
+
+def _check_tiling_and_proto(spec, root):
+    out = []
+    host = root / "op_host" / f"{spec.name}.cpp"
+    texts = []
+    if host.is_file():
+        t = _strip_comments(host.read_text(errors="replace"))
+        texts = [t] + [h for _, h in _included_headers(host, t)]
+    tiling_h = root / "op_host" / f"{spec.name}_tiling.h"
+    if tiling_h.is_file():
+        texts.append(_strip_comments(tiling_h.read_text(errors="replace")))
+    blob = "\n".join(texts)
+    regs = re.findall(r"REGISTER_TILING_DATA_CLASS\s*\(\s*(\w+)\s*,\s*(\w+)\s*\)", blob)
+    mine = [d for o, d in regs if o == spec.op_type]
+    if not mine:
+        out.append(f"{spec.op_type}: op_host: no REGISTER_TILING_DATA_CLASS({spec.op_type}, <TilingData>) in "
+                   f"op_host/{spec.name}.cpp, op_host/{spec.name}_tiling.h or the op_host headers they include")
+    for d in mine:
+        if not re.search(r"BEGIN_TILING_DATA_DEF\s*\(\s*" + re.escape(d) + r"\s*\)", blob):
+            out.append(f"{spec.op_type}: op_host: REGISTER_TILING_DATA_CLASS({spec.op_type}, {d}) but no "
+                       f"BEGIN_TILING_DATA_DEF({d})")
+    proto = root / "op_proto" / f"{spec.name}.cpp"
+    rel = f"op_proto/{spec.name}.cpp"
+    if not proto.is_file():
+        out.append(f"{spec.op_type}: {rel}: missing")
+        return out
+    pt = _strip_comments(proto.read_text(errors="replace"))
+    m = re.search(r"\bIMPL_OP(?:_INFERSHAPE)?\s*\(\s*" + re.escape(spec.op_type) + r"\s*\)", pt)
+    if not m:
+        out.append(f"{spec.op_type}: {rel}: no IMPL_OP_INFERSHAPE({spec.op_type})")
+        return out
+    stmt_end = pt.find(";", m.end())
+    chain = pt[m.end():len(pt) if stmt_end < 0 else stmt_end]
+    calls = re.findall(r"\.\s*([A-Za-z_]\w*)\s*\(", chain)
+    names = set(calls)
+    for need in ("InferShape", "InferDataType"):
+        if need not in names:
+            out.append(f"{spec.op_type}: {rel}: IMPL_OP_INFERSHAPE({spec.op_type}) registers no .{need}(...)")
+    return out
+
+
+def _load_sim():
+    try:
+        from ms_kvcache import _sim  # noqa: WPS433 - optional compiled extension
+    except ImportError as exc:
+        return None, f"emulation module ms_kvcache._sim not built ({exc})"
+    if not hasattr(_sim, "opdef"):
+        return None, "ms_kvcache._sim has no opdef()"
+    return _sim, ""
+
+
+def check_op(spec, root, sim="auto"):
+    """All mismatch lines of one op. ``sim``: "auto" (use ms_kvcache._sim if built), None (skip), or a
+    callable ``opdef(op_type)``."""
+    root = Path(root)
+    out = []
+    if spec.op_type != camel(spec.name) or snake(spec.op_type) != spec.name:
+        out.append(f"{spec.op_type}: OpSpec: op_type must be the CamelCase of name {spec.name!r} "
+                   f"(and back: aclnn_{snake(spec.op_type)}.h)")
+    out.extend(_check_kernel(spec, root))
+    host = root / "op_host" / f"{spec.name}.cpp"
+    if not host.is_file():
+        out.append(f"{spec.op_type}: op_host/{spec.name}.cpp: missing")
+    else:
+        facts = parse_opdef(host, spec.op_type)
+        lines = compare_opdef(spec, facts)
+        out.extend(lines)
+        if not lines:  # reg_info derives from the OpSpec: only check it once OpSpec == OpDef
+            out.extend(compare_reg_info(spec, facts))
+    out.extend(_check_tiling_and_proto(spec, root))
+    if sim == "auto":
+        mod, _ = _load_sim()
+        sim = mod.opdef if mod is not None else None
+    if sim is not None:
+        try:
+            info = sim(spec.op_type)
+        except Exception as exc:  # the registry raises for an unregistered / invalid OpDef
+            out.append(f"{spec.op_type}: emulation opdef: {exc}")
+        else:
+            sf = opdef_from_sim(info, spec.op_type)
+            lines = compare_opdef(spec, sf)
+            out.extend(lines)
+            if not lines:
+                out.extend(compare_reg_info(spec, sf))
+    return out
+
+
+def repository_ops(root):
+    return sorted(p.stem for p in (Path(root) / "op_kernel").glob("*.cpp"))
+
+
+def check_repository(root=None, specs=None, sim="auto"):
+    """Mismatch lines for every op of ``root``/op_kernel (default: this checkout)."""
+    if root is None:
+        root = Path(__file__).resolve().parent.parent
+    if specs is None:
+        import ms_kvcache  # noqa: F401 - registers every public op
+        from ms_kvcache._spec import all_specs
+
+        specs = all_specs()
+    by_name = {s.name: s for s in specs}
+    out = []
+    for op in repository_ops(root):
+        spec = by_name.get(op)
+        if spec is None:
+            out.append(f"{camel(op)}: op_kernel/{op}.cpp has no registered OpSpec named {op!r}")
+            continue
+        out.extend(check_op(spec, root, sim))
+    return out
+
+
+def main(argv=None):
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--root", default=None, help="checkout to check (default: this one)")
+    ap.add_argument("--no-sim", action="store_true", help="do not consult the emulation's OpDef registry")
+    args = ap.parse_args(argv)
+    lines = check_repository(args.root, sim=None if args.no_sim else "auto")
+    for line in lines:
+        print(line)
+    return 1 if lines else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

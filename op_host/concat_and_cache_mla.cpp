@@ -1,0 +1,151 @@
+// ConcatAndCacheMla: OpDef and tiling.
+//
+// Inputs (MindSpore ops.Custom order, = ms_kvcache.ops.concat_and_cache_mla.SPEC): kv_c [T', R]
+// (R = kv_lora_rank), k_pe [T', P] or [T', 1, P] (P = rope dim), kv_c_cache [nb, bs, R],
+// k_pe_cache [nb, bs, P] (both written in place through their input addresses), slot_mapping
+// int32/int64 [T]. Output: status, int32 [1], never written (docs/design.md). No attributes.
+//
+// Tiling: tokens split over all vector cores (main/tail share); a run of consecutive valid tokens is
+// copied in with one DataCopy per plane and scattered out one row per token. Tiling key =
+// dtype * 100 + slot dtype * 10 + DataCopyPad.
+#include "concat_and_cache_mla_tiling.h"
+#include "kv_copy_tiling_common.h"
+
+namespace optiling {
+namespace {
+
+constexpr const char* kOp = "ConcatAndCacheMla";
+enum { kKvC = 0, kKPe, kKvCCache, kKPeCache, kSlotMapping, kNumInputs };
+
+ge::graphStatus ConcatAndCacheMlaTiling(gert::TilingContext* context) {
+  using namespace mskv_tiling;
+  Hardware hw;
+  if (GetHardware(context, kOp, &hw) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+
+  const gert::StorageShape* shapes[kNumInputs];
+  for (int i = 0; i < kNumInputs; ++i) {
+    shapes[i] = context->GetInputShape(i);
+    if (shapes[i] == nullptr || context->GetInputDesc(i) == nullptr) return Fail(kOp, "input %d is missing", i);
+  }
+  const gert::Shape& kvc = shapes[kKvC]->GetStorageShape();
+  const gert::Shape& kpe = shapes[kKPe]->GetStorageShape();
+  const gert::Shape& kvcc = shapes[kKvCCache]->GetStorageShape();
+  const gert::Shape& kpec = shapes[kKPeCache]->GetStorageShape();
+  const gert::Shape& sm = shapes[kSlotMapping]->GetStorageShape();
+
+  // ---- dtypes
+  const ge::DataType dt = context->GetInputDesc(kKvCCache)->GetDataType();
+  uint64_t dcode = 0;
+  const int64_t elem = KvDTypeSize(dt, &dcode);
+  if (elem == 0) return Fail(kOp, "kv_c_cache: expected float16, bfloat16, float32 or int8, got %s", DTypeName(dt));
+  const char* names[4] = {"kv_c", "k_pe", "kv_c_cache", "k_pe_cache"};
+  for (int i = 0; i < 4; ++i) {
+    const ge::DataType di = context->GetInputDesc(i)->GetDataType();
+    if (di != dt) return Fail(kOp, "%s: expected dtype %s (as kv_c_cache), got %s", names[i], DTypeName(dt), DTypeName(di));
+  }
+  if (dt == ge::DT_BF16 && hw.is310P) return Fail(kOp, "bfloat16 is not supported on Ascend310P");
+  const int scode = IndexDTypeCode(context->GetInputDesc(kSlotMapping)->GetDataType());
+  if (scode < 0) {
+    return Fail(kOp, "slot_mapping: expected int32 or int64, got %s",
+                DTypeName(context->GetInputDesc(kSlotMapping)->GetDataType()));
+  }
+
+  // ---- shapes
+  char b1[128], b2[128];
+  if (kvcc.GetDimNum() != 3) return Fail(kOp, "kv_c_cache: expected rank 3, got shape %s", ShapeText(kvcc, b1, sizeof(b1)));
+  if (kpec.GetDimNum() != 3) return Fail(kOp, "k_pe_cache: expected rank 3, got shape %s", ShapeText(kpec, b1, sizeof(b1)));
+  if (kpec.GetDim(0) != kvcc.GetDim(0) || kpec.GetDim(1) != kvcc.GetDim(1)) {
+    return Fail(kOp, "k_pe_cache: expected [num_blocks, block_size] = [%lld, %lld] (as kv_c_cache), got shape %s",
+                static_cast<long long>(kvcc.GetDim(0)), static_cast<long long>(kvcc.GetDim(1)),
+                ShapeText(kpec, b2, sizeof(b2)));
+  }
+  if (sm.GetDimNum() != 1) return Fail(kOp, "slot_mapping: expected rank 1, got shape %s", ShapeText(sm, b1, sizeof(b1)));
+  const int64_t numTokens = sm.GetDim(0);
+  const int64_t bs = kvcc.GetDim(1);
+  ScatterGeom gkv, gpe;
+  gkv.numTokens = gpe.numTokens = numTokens;
+  gkv.blockSize = gpe.blockSize = bs;
+  gkv.numSlots = gpe.numSlots = kvcc.GetDim(0) * bs;
+  gkv.rowElems = gkv.segElems = gkv.segStride = gkv.slotStride = kvcc.GetDim(2);
+  gkv.blockStride = bs * gkv.rowElems;
+  gpe.rowElems = gpe.segElems = gpe.segStride = gpe.slotStride = kpec.GetDim(2);
+  gpe.blockStride = bs * gpe.rowElems;
+  if (CheckTokenRows(kOp, "kv_c", kvc, numTokens, gkv.rowElems) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  if (CheckTokenRows(kOp, "k_pe", kpe, numTokens, gpe.rowElems) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+
+  // ---- work split and UB plan (one buffer size for both planes)
+  const CoreSplit split = SplitWork(numTokens, hw.cores);
+  bool padKv = false, padPe = false;
+  RowPlan pkv, ppe;
+  if (PlanScatter(kOp, hw, elem, gkv, split.formerLen, &padKv, &pkv) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  if (PlanScatter(kOp, hw, elem, gpe, split.formerLen, &padPe, &ppe) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  const bool pad = padKv || padPe;
+  int64_t rows = 0, bytes = 0;
+  if (pkv.rowsPerChunk > 0 && ppe.rowsPerChunk > 0) {
+    rows = Min64(pkv.rowsPerChunk, ppe.rowsPerChunk);
+    bytes = rows * Max64(AlignUp(gkv.rowElems * elem, kBlockBytes), AlignUp(gpe.rowElems * elem, kBlockBytes));
+  } else {
+    // A row of one plane is larger than a buffer: every token is moved plane by plane; a plane whose
+    // row fits moves it as one chunk (segsPerChunk = 1), the other in pieces.
+    if (pkv.rowsPerChunk > 0) { pkv.segsPerChunk = 1; pkv.pieceElems = 0; }
+    if (ppe.rowsPerChunk > 0) { ppe.segsPerChunk = 1; ppe.pieceElems = 0; }
+    bytes = hw.bufferBytes;
+  }
+
+  ConcatAndCacheMlaTilingData td;
+  td.set_numTokens(numTokens);
+  td.set_numSlots(gkv.numSlots);
+  td.set_blockSize(bs);
+  td.set_usedCoreNum(split.usedCoreNum);
+  td.set_formerNum(split.formerNum);
+  td.set_formerLen(split.formerLen);
+  td.set_tailLen(split.tailLen);
+  td.set_rowsPerChunk(rows);
+  td.set_bufferBytes(Max64(bytes, kBlockBytes));
+  td.set_kvRowElems(gkv.rowElems);
+  td.set_kvSegsPerChunk(pkv.segsPerChunk);
+  td.set_kvPieceElems(pkv.pieceElems);
+  td.set_peRowElems(gpe.rowElems);
+  td.set_peSegsPerChunk(ppe.segsPerChunk);
+  td.set_pePieceElems(ppe.pieceElems);
+
+  context->SetBlockDim(static_cast<uint32_t>(split.usedCoreNum));
+  context->SetTilingKey(dcode * 100u + static_cast<uint64_t>(scode) * 10u + (pad ? 1u : 0u));
+  if (SaveTiling(context, td, kOp) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  return SetSystemWorkspace(context, hw);
+}
+
+}  // namespace
+}  // namespace optiling
+
+namespace ops {
+class ConcatAndCacheMla : public OpDef {
+ public:
+  explicit ConcatAndCacheMla(const char* name) : OpDef(name) {
+    Declare(*this, mskv_tiling::kKvDTypes, mskv_tiling::kIndexDTypes, mskv_tiling::kStatusDTypes,
+            mskv_tiling::kNdFormats);
+    this->AICore().SetTiling(optiling::ConcatAndCacheMlaTiling);
+    this->AICore().AddConfig("ascend910b");
+    this->AICore().AddConfig("ascend910_93");
+    OpAICoreConfig cfg310p;
+    Declare(cfg310p, mskv_tiling::kKvDTypes310P, mskv_tiling::kIndexDTypes310P, mskv_tiling::kStatusDTypes310P,
+            mskv_tiling::kNdFormats310P);
+    cfg310p.DynamicCompileStaticFlag(true).DynamicFormatFlag(false).DynamicRankSupportFlag(true)
+        .DynamicShapeSupportFlag(true).NeedCheckSupportFlag(false).PrecisionReduceFlag(true);
+    this->AICore().AddConfig("ascend310p", cfg310p);
+  }
+
+ private:
+  template <typename Def>
+  static void Declare(Def& d, const std::vector<ge::DataType>& kv, const std::vector<ge::DataType>& index,
+                      const std::vector<ge::DataType>& status, const std::vector<ge::Format>& fmt) {
+    d.Input("kv_c").ParamType(REQUIRED).DataType(kv).Format(fmt).UnknownShapeFormat(fmt);
+    d.Input("k_pe").ParamType(REQUIRED).DataType(kv).Format(fmt).UnknownShapeFormat(fmt);
+    d.Input("kv_c_cache").ParamType(REQUIRED).DataType(kv).Format(fmt).UnknownShapeFormat(fmt);
+    d.Input("k_pe_cache").ParamType(REQUIRED).DataType(kv).Format(fmt).UnknownShapeFormat(fmt);
+    d.Input("slot_mapping").ParamType(REQUIRED).DataType(index).Format(fmt).UnknownShapeFormat(fmt);
+    d.Output("status").ParamType(REQUIRED).DataType(status).Format(fmt).UnknownShapeFormat(fmt);
+  }
+};
+OP_ADD(ConcatAndCacheMla);
+}  // namespace ops

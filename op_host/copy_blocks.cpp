@@ -1,0 +1,166 @@
+// CopyBlocks: OpDef and tiling.
+//
+// Inputs (MindSpore ops.Custom order, = ms_kvcache.ops.copy_blocks.SPEC): key_caches (DYNAMIC, one
+// tensor per layer), value_caches (DYNAMIC, same count), all caches of one shape
+// [num_blocks, ...] and dtype, written in place through their input addresses; block_mapping
+// int64 (or int32) [n, 2] of (src, dst) block ids. Output: status, int32 [1], never written
+// (docs/design.md). No attributes.
+//
+// Semantics: for each cache, the pairs (src, dst) are applied in order (as ms_kvcache's cpu backend;
+// vLLM leaves chained pairs undefined). Pairs with an id outside [0, num_blocks) are skipped.
+//
+// Tiling: work units = the 2 * num_layers caches, each split into byte ranges ("pieces") so that the
+// units fill the cores evenly; units are spread over all vector cores (main/tail share); every
+// piece moves through double-buffered UB chunks sized from the platform's UB. Tiling key =
+// dtype * 100 + index dtype * 10 + DataCopyPad.
+#include "copy_blocks_tiling.h"
+#include "kv_copy_tiling_common.h"
+
+namespace optiling {
+namespace {
+
+constexpr const char* kOp = "CopyBlocks";
+enum { kKeyCaches = 0, kValueCaches, kBlockMapping };
+// A block is split into pieces of at least this many bytes to keep cores busy when caches are few.
+constexpr int64_t kMinPieceBytes = 1024;
+
+ge::graphStatus CopyBlocksTiling(gert::TilingContext* context) {
+  using namespace mskv_tiling;
+  Hardware hw;
+  if (GetHardware(context, kOp, &hw) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  char b1[128], b2[128];
+
+  // ---- the caches: every instance of both dynamic inputs has the first key cache's shape and dtype
+  int64_t layers = 0;
+  while (context->GetDynamicInputShape(kKeyCaches, layers) != nullptr) ++layers;
+  int64_t vlayers = 0;
+  while (context->GetDynamicInputShape(kValueCaches, vlayers) != nullptr) ++vlayers;
+  if (vlayers != layers) {
+    return Fail(kOp, "value_caches: expected %lld caches (as key_caches), got %lld", static_cast<long long>(layers),
+                static_cast<long long>(vlayers));
+  }
+  if (layers == 0) return Fail(kOp, "key_caches: expected at least one cache, got none");
+  const gert::Shape& c0 = context->GetDynamicInputShape(kKeyCaches, 0)->GetStorageShape();
+  const gert::CompileTimeTensorDesc* d0 = context->GetDynamicInputDesc(kKeyCaches, 0);
+  if (d0 == nullptr) return Fail(kOp, "key_caches[0]: no tensor description");
+  const ge::DataType dt = d0->GetDataType();
+  uint64_t dcode = 0;
+  const int64_t elem = KvDTypeSize(dt, &dcode);
+  if (elem == 0) return Fail(kOp, "key_caches[0]: expected float16, bfloat16, float32 or int8, got %s", DTypeName(dt));
+  if (dt == ge::DT_BF16 && hw.is310P) return Fail(kOp, "bfloat16 is not supported on Ascend310P");
+  if (c0.GetDimNum() < 2) return Fail(kOp, "key_caches[0]: expected rank >= 2, got shape %s", ShapeText(c0, b1, sizeof(b1)));
+  for (int list = kKeyCaches; list <= kValueCaches; ++list) {
+    const char* lname = list == kKeyCaches ? "key_caches" : "value_caches";
+    for (int64_t i = 0; i < layers; ++i) {
+      const gert::Shape& ci = context->GetDynamicInputShape(list, i)->GetStorageShape();
+      const gert::CompileTimeTensorDesc* di = context->GetDynamicInputDesc(list, i);
+      if (di == nullptr) return Fail(kOp, "%s[%lld]: no tensor description", lname, static_cast<long long>(i));
+      if (di->GetDataType() != dt) {
+        return Fail(kOp, "%s[%lld]: expected dtype %s (as key_caches[0]), got %s", lname, static_cast<long long>(i),
+                    DTypeName(dt), DTypeName(di->GetDataType()));
+      }
+      if (!SameShape(ci, c0)) {
+        return Fail(kOp, "%s[%lld]: expected shape %s (as key_caches[0]), got %s", lname, static_cast<long long>(i),
+                    ShapeText(c0, b1, sizeof(b1)), ShapeText(ci, b2, sizeof(b2)));
+      }
+    }
+  }
+
+  // ---- block_mapping
+  const gert::StorageShape* bms = context->GetRequiredInputShape(kBlockMapping);
+  const gert::CompileTimeTensorDesc* bmd = context->GetRequiredInputDesc(kBlockMapping);
+  if (bms == nullptr || bmd == nullptr) return Fail(kOp, "block_mapping is missing");
+  const gert::Shape& bm = bms->GetStorageShape();
+  const int icode = IndexDTypeCode(bmd->GetDataType());
+  if (icode < 0) return Fail(kOp, "block_mapping: expected int64 or int32, got %s", DTypeName(bmd->GetDataType()));
+  if (bm.GetDimNum() != 2 || bm.GetDim(1) != 2) {
+    return Fail(kOp, "block_mapping: expected shape [n, 2], got %s", ShapeText(bm, b1, sizeof(b1)));
+  }
+  const int64_t pairs = bm.GetDim(0);
+
+  // ---- geometry
+  const int64_t numBlocks = c0.GetDim(0);
+  int64_t blockElems = 1;
+  for (size_t i = 1; i < c0.GetDimNum(); ++i) blockElems *= c0.GetDim(i);
+  const int64_t blockBytes = blockElems * elem;
+  const bool pad = (blockBytes % kBlockBytes) != 0;
+  if (pad && hw.is310P) {
+    return Fail(kOp, "cache blocks of %lld bytes are not a multiple of 32 bytes; Ascend310P has no DataCopyPad, so "
+                "such caches are unsupported there", static_cast<long long>(blockBytes));
+  }
+
+  // ---- pieces, work split and UB chunks. Pieces per block: the smallest count (pieces >= 1 KiB)
+  // that gives every core work and keeps >= 95% of the cores' work slots busy
+  // (units / (ceil(units / cores) * cores)), else the best count found up to 64.
+  const int64_t caches = 2 * layers;
+  const int64_t maxPieces = Min64(Max64(blockBytes / kMinPieceBytes, 1), 64);
+  int64_t pieces = 1, pieceElems = blockElems;
+  double bestEff = -1.0;
+  for (int64_t p = 1; p <= maxPieces; ++p) {
+    const int64_t pe = AlignUp(CeilDiv(blockElems, p) * elem, kBlockBytes) / elem;
+    const int64_t actual = CeilDiv(blockElems, pe);
+    const int64_t units = caches * actual;
+    const double eff = static_cast<double>(units) / static_cast<double>(CeilDiv(units, hw.cores) * hw.cores);
+    if (eff > bestEff + 1e-9) {
+      bestEff = eff;
+      pieces = actual;
+      pieceElems = pe;
+    }
+    if (bestEff >= 0.95 && caches * pieces >= hw.cores) break;
+  }
+  const CoreSplit split = SplitWork(pairs > 0 ? caches * pieces : 0, hw.cores);
+  const int64_t maxChunkElems = AlignDown(hw.bufferBytes, kBlockBytes) / elem;
+  const int64_t chunkElems = Max64(Min64(pieceElems, maxChunkElems), 1);
+
+  CopyBlocksTilingData td;
+  td.set_numLayers(layers);
+  td.set_numPairs(pairs);
+  td.set_numBlocks(numBlocks);
+  td.set_blockElems(blockElems);
+  td.set_piecesPerBlock(pieces);
+  td.set_pieceElems(pieceElems);
+  td.set_chunkElems(chunkElems);
+  td.set_bufferBytes(AlignUp(chunkElems * elem, kBlockBytes));
+  td.set_usedCoreNum(split.usedCoreNum);
+  td.set_formerNum(split.formerNum);
+  td.set_formerLen(split.formerLen);
+  td.set_tailLen(split.tailLen);
+
+  context->SetBlockDim(static_cast<uint32_t>(split.usedCoreNum));
+  context->SetTilingKey(dcode * 100u + static_cast<uint64_t>(icode) * 10u + (pad ? 1u : 0u));
+  if (SaveTiling(context, td, kOp) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  return SetSystemWorkspace(context, hw);
+}
+
+}  // namespace
+}  // namespace optiling
+
+namespace ops {
+class CopyBlocks : public OpDef {
+ public:
+  explicit CopyBlocks(const char* name) : OpDef(name) {
+    Declare(*this, mskv_tiling::kKvDTypes, mskv_tiling::kIndexDTypes, mskv_tiling::kStatusDTypes,
+            mskv_tiling::kNdFormats);
+    this->AICore().SetTiling(optiling::CopyBlocksTiling);
+    this->AICore().AddConfig("ascend910b");
+    this->AICore().AddConfig("ascend910_93");
+    OpAICoreConfig cfg310p;
+    Declare(cfg310p, mskv_tiling::kKvDTypes310P, mskv_tiling::kIndexDTypes310P, mskv_tiling::kStatusDTypes310P,
+            mskv_tiling::kNdFormats310P);
+    cfg310p.DynamicCompileStaticFlag(true).DynamicFormatFlag(false).DynamicRankSupportFlag(true)
+        .DynamicShapeSupportFlag(true).NeedCheckSupportFlag(false).PrecisionReduceFlag(true);
+    this->AICore().AddConfig("ascend310p", cfg310p);
+  }
+
+ private:
+  template <typename Def>
+  static void Declare(Def& d, const std::vector<ge::DataType>& kv, const std::vector<ge::DataType>& index,
+                      const std::vector<ge::DataType>& status, const std::vector<ge::Format>& fmt) {
+    d.Input("key_caches").ParamType(DYNAMIC).DataType(kv).Format(fmt).UnknownShapeFormat(fmt);
+    d.Input("value_caches").ParamType(DYNAMIC).DataType(kv).Format(fmt).UnknownShapeFormat(fmt);
+    d.Input("block_mapping").ParamType(REQUIRED).DataType(index).Format(fmt).UnknownShapeFormat(fmt);
+    d.Output("status").ParamType(REQUIRED).DataType(status).Format(fmt).UnknownShapeFormat(fmt);
+  }
+};
+OP_ADD(CopyBlocks);
+}  // namespace ops

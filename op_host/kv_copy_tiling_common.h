@@ -1,0 +1,305 @@
+// Host-side helpers shared by the tiling functions of the KV-cache copy operators
+// (reshape_and_cache, reshape_and_cache_merged, concat_and_cache_mla, copy_blocks).
+//
+// Everything the tiling needs about the hardware comes from platform_ascendc::PlatformAscendC:
+// the number of vector cores (GetCoreNumAiv: AIV cores on A2/A3, the coupled AI cores on 310P),
+// the UB size (GetCoreMemSize(UB)), and the SoC (310P has neither DataCopyPad nor bfloat16).
+#ifndef MS_KVCACHE_OP_HOST_KV_COPY_TILING_COMMON_H_
+#define MS_KVCACHE_OP_HOST_KV_COPY_TILING_COMMON_H_
+
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "register/tilingdata_base.h"
+#include "register/op_def_registry.h"
+#include "tiling/platform/platform_ascendc.h"
+
+namespace mskv_tiling {
+
+// Double buffering: two UB buffers per queue, copy-in of chunk i+1 overlaps copy-out of chunk i.
+constexpr int64_t kBufferNum = 2;
+// UB bytes left unused by the kernels (the official ops keep about 1 KiB back).
+constexpr int64_t kUbReserveBytes = 1024;
+// UB / DataCopy granule.
+constexpr int64_t kBlockBytes = 32;
+// Most tokens a kernel batches into one copy-in (it keeps their slots in a local array).
+constexpr int64_t kMaxRunRows = 128;
+// DataCopyParams / DataCopyExtParams blockCount limit.
+constexpr int64_t kMaxBurstCount = 4095;
+// DataCopyParams strides are uint16 counts of 32-byte blocks.
+constexpr int64_t kMaxStrideBlocks = 65535;
+
+// Tiling-key digits shared by the copy operators (see docs/design.md, "AscendC copy kernels").
+enum DTypeCode : uint64_t { kF16 = 1, kBF16 = 2, kF32 = 3, kI8 = 4 };
+
+inline int64_t CeilDiv(int64_t a, int64_t b) { return b == 0 ? 0 : (a + b - 1) / b; }
+inline int64_t AlignUp(int64_t a, int64_t b) { return CeilDiv(a, b) * b; }
+inline int64_t AlignDown(int64_t a, int64_t b) { return b == 0 ? 0 : (a / b) * b; }
+inline int64_t Min64(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t Max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+// Report a tiling error: one line on stderr naming the operator, then GRAPH_FAILED.
+inline ge::graphStatus Fail(const char* op, const char* fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  std::fprintf(stderr, "ms_kvcache: %s tiling: %s\n", op, msg);
+  std::fflush(stderr);
+  return ge::GRAPH_FAILED;
+}
+
+// Element size and tiling-key digit of a KV dtype; 0 for anything else.
+inline int64_t KvDTypeSize(ge::DataType dt, uint64_t* code) {
+  switch (dt) {
+    case ge::DT_FLOAT16: *code = kF16; return 2;
+    case ge::DT_BF16: *code = kBF16; return 2;
+    case ge::DT_FLOAT: *code = kF32; return 4;
+    case ge::DT_INT8: *code = kI8; return 1;
+    default: *code = 0; return 0;
+  }
+}
+
+// 0 for int32, 1 for int64, -1 otherwise.
+inline int IndexDTypeCode(ge::DataType dt) {
+  if (dt == ge::DT_INT32) return 0;
+  if (dt == ge::DT_INT64) return 1;
+  return -1;
+}
+
+inline const char* DTypeName(ge::DataType dt) {
+  switch (dt) {
+    case ge::DT_FLOAT16: return "float16";
+    case ge::DT_BF16: return "bfloat16";
+    case ge::DT_FLOAT: return "float32";
+    case ge::DT_INT8: return "int8";
+    case ge::DT_INT32: return "int32";
+    case ge::DT_INT64: return "int64";
+    default: return "unsupported dtype";
+  }
+}
+
+// Text of a shape for error messages.
+inline const char* ShapeText(const gert::Shape& s, char* buf, size_t cap) {
+  size_t n = 0;
+  n += std::snprintf(buf + n, cap - n, "[");
+  for (size_t i = 0; i < s.GetDimNum() && n < cap; ++i) {
+    n += std::snprintf(buf + n, cap - n, i ? ", %lld" : "%lld", static_cast<long long>(s.GetDim(i)));
+  }
+  if (n < cap) std::snprintf(buf + n, cap - n, "]");
+  return buf;
+}
+
+inline bool SameShape(const gert::Shape& a, const gert::Shape& b) {
+  if (a.GetDimNum() != b.GetDimNum()) return false;
+  for (size_t i = 0; i < a.GetDimNum(); ++i) {
+    if (a.GetDim(i) != b.GetDim(i)) return false;
+  }
+  return true;
+}
+
+// What the platform offers a vector kernel.
+struct Hardware {
+  int64_t cores = 0;        // vector cores a kernel may use (block dim upper bound)
+  int64_t ubBytes = 0;      // UB bytes per core
+  int64_t bufferBytes = 0;  // bytes of one of the kBufferNum UB buffers (32-byte multiple)
+  bool is310P = false;      // no DataCopyPad, no bfloat16
+  uint64_t sysWorkspace = 0;
+};
+
+inline ge::graphStatus GetHardware(gert::TilingContext* context, const char* op, Hardware* hw) {
+  auto platform = platform_ascendc::PlatformAscendC(context->GetPlatformInfo());
+  hw->cores = static_cast<int64_t>(platform.GetCoreNumAiv());
+  uint64_t ub = 0;
+  platform.GetCoreMemSize(platform_ascendc::CoreMemType::UB, ub);
+  hw->ubBytes = static_cast<int64_t>(ub);
+  hw->is310P = platform.GetSocVersion() == platform_ascendc::SocVersion::ASCEND310P;
+  hw->sysWorkspace = static_cast<uint64_t>(platform.GetLibApiWorkSpaceSize());
+  if (hw->cores <= 0) return Fail(op, "the platform reports %lld vector cores", static_cast<long long>(hw->cores));
+  const int64_t usable = hw->ubBytes - kUbReserveBytes;
+  hw->bufferBytes = AlignDown(usable / kBufferNum, kBlockBytes);
+  if (hw->bufferBytes < kBlockBytes) {
+    return Fail(op, "the platform reports %lld bytes of UB, too small for two %lld-byte buffers",
+                static_cast<long long>(hw->ubBytes), static_cast<long long>(kBlockBytes));
+  }
+  return ge::GRAPH_SUCCESS;
+}
+
+// Balanced split of `units` work items over at most `cores` cores: the first formerNum cores take
+// formerLen items (the main share), the remaining usedCoreNum - formerNum take tailLen =
+// formerLen - 1 (the tail share). Every launched core has work, and all cores are used once
+// units >= cores. units == 0 gives one core with nothing to do (a valid no-op launch).
+struct CoreSplit {
+  int64_t usedCoreNum = 1, formerNum = 0, formerLen = 0, tailLen = 0;
+};
+
+inline CoreSplit SplitWork(int64_t units, int64_t cores) {
+  CoreSplit s;
+  if (units <= 0) return s;
+  s.usedCoreNum = Min64(units, cores);
+  s.formerLen = CeilDiv(units, s.usedCoreNum);
+  s.tailLen = units / s.usedCoreNum;
+  s.formerNum = units - s.tailLen * s.usedCoreNum;  // cores that take one extra item
+  if (s.formerNum == 0) {                            // even split: every core takes formerLen
+    s.formerNum = s.usedCoreNum;
+    s.tailLen = s.formerLen;
+  }
+  return s;
+}
+
+// How one token's row is moved for one cache: a row is numSeg segments of segElems elements,
+// contiguous in the source (key/value) and segStride elements apart in the cache (BNSD: one segment
+// per head). rowsPerChunk > 0: up to that many whole rows per UB buffer; else segsPerChunk > 0:
+// that many segments per buffer; else pieces of pieceElems elements (a row larger than UB).
+struct RowPlan {
+  int64_t rowsPerChunk = 0, segsPerChunk = 0, pieceElems = 0;
+  int64_t bytesNeeded = 0;  // UB bytes one buffer actually needs under this plan
+};
+
+inline RowPlan PlanRow(int64_t numSeg, int64_t segElems, int64_t elem, int64_t bufferBytes, bool pad,
+                       int64_t maxRows) {
+  RowPlan p;
+  const int64_t segBytes = segElems * elem;
+  const int64_t segPitch = AlignUp(segBytes, kBlockBytes);  // bytes a segment occupies in UB
+  const int64_t rowPitch = numSeg * segPitch;
+  int64_t rows = bufferBytes / rowPitch;
+  rows = Min64(rows, Min64(kMaxRunRows, Max64(maxRows, 1)));
+  if (pad) rows = Min64(rows, kMaxBurstCount / numSeg);  // one DataCopyPad burst per segment
+  if (rows >= 1) {
+    p.rowsPerChunk = rows;
+    p.bytesNeeded = rows * rowPitch;
+    return p;
+  }
+  const int64_t segs = Min64(Min64(bufferBytes / segPitch, numSeg), kMaxBurstCount);
+  if (segs >= 1) {
+    p.segsPerChunk = segs;
+    p.bytesNeeded = segs * segPitch;
+    return p;
+  }
+  // A single segment is larger than a buffer: move it in 32-byte-multiple pieces.
+  p.pieceElems = AlignDown(bufferBytes, kBlockBytes) / elem;
+  p.bytesNeeded = AlignDown(bufferBytes, kBlockBytes);
+  return p;
+}
+
+// Where one token's row of one cache goes (element units). Slot s lands at
+//   (s / blockSize) * blockStride + (s % blockSize) * slotStride
+// and its numSeg segments of segElems elements are segStride elements apart.
+struct ScatterGeom {
+  int64_t numTokens = 0, numSlots = 0, blockSize = 1;
+  int64_t rowElems = 0, numSeg = 1, segElems = 0, segStride = 0, blockStride = 0, slotStride = 0;
+};
+
+// Geometry of a paged cache whose dims from `first` on are [nb, bs, H, D] ("BSND") or [nb, H, bs, D]
+// ("BNSD"): first = 0 for a rank-4 cache, 1 for one half of a merged [2, nb, ...] cache.
+inline void CacheGeom(const gert::Shape& c, size_t first, bool bnsd, ScatterGeom* g) {
+  const int64_t nb = c.GetDim(first);
+  const int64_t bs = bnsd ? c.GetDim(first + 2) : c.GetDim(first + 1);
+  const int64_t h = bnsd ? c.GetDim(first + 1) : c.GetDim(first + 2);
+  const int64_t d = c.GetDim(first + 3);
+  g->blockSize = bs;
+  g->numSlots = nb * bs;
+  g->rowElems = h * d;
+  g->blockStride = bs * h * d;
+  if (bnsd) {
+    g->numSeg = h; g->segElems = d; g->segStride = bs * d; g->slotStride = d;
+  } else {
+    g->numSeg = 1; g->segElems = h * d; g->segStride = h * d; g->slotStride = h * d;
+  }
+}
+
+// key / value rows: [T', H, D] or [T', H*D] with T' >= numTokens and H*D == rowElems.
+inline ge::graphStatus CheckTokenRows(const char* op, const char* name, const gert::Shape& x, int64_t numTokens,
+                                      int64_t rowElems) {
+  char b[128];
+  const size_t r = x.GetDimNum();
+  if (r < 2 || r > 3) return Fail(op, "%s: expected rank 2 or 3, got shape %s", name, ShapeText(x, b, sizeof(b)));
+  int64_t row = 1;
+  for (size_t i = 1; i < r; ++i) row *= x.GetDim(i);
+  if (row != rowElems) {
+    return Fail(op, "%s: expected %lld elements per token (as in the cache), got shape %s", name,
+                static_cast<long long>(rowElems), ShapeText(x, b, sizeof(b)));
+  }
+  if (x.GetDim(0) < numTokens) {
+    return Fail(op, "%s: expected at least len(slot_mapping) = %lld rows, got shape %s", name,
+                static_cast<long long>(numTokens), ShapeText(x, b, sizeof(b)));
+  }
+  return ge::GRAPH_SUCCESS;
+}
+
+// Checks every SoC rule for a scatter of rows with geometry g and element size elem, and plans the
+// UB chunks. pad: rows need DataCopyPad (a segment is not a multiple of 32 bytes).
+inline ge::graphStatus PlanScatter(const char* op, const Hardware& hw, int64_t elem, const ScatterGeom& g,
+                                   int64_t maxRows, bool* pad, RowPlan* plan) {
+  const int64_t segBytes = g.segElems * elem;
+  *pad = (segBytes % kBlockBytes) != 0;
+  if (*pad && hw.is310P) {
+    return Fail(op, "rows of %lld bytes (%s) are not a multiple of 32 bytes; Ascend310P has no DataCopyPad, "
+                "so such rows are unsupported there (use a head_size whose bytes are a multiple of 32)",
+                static_cast<long long>(segBytes), g.numSeg > 1 ? "one head of a BNSD cache" : "one token row");
+  }
+  if (g.numSeg > kMaxBurstCount) {
+    return Fail(op, "num_kv_heads = %lld exceeds %lld for a BNSD cache", static_cast<long long>(g.numSeg),
+                static_cast<long long>(kMaxBurstCount));
+  }
+  const int64_t gapBytes = (g.segStride - g.segElems) * elem;
+  if (g.numSeg > 1 && gapBytes > 0xFFFFFFFFll) {
+    return Fail(op, "block_size * head_size = %lld elements is too large for one strided copy",
+                static_cast<long long>(g.segStride));
+  }
+  *plan = PlanRow(g.numSeg, g.segElems, elem, hw.bufferBytes, *pad, maxRows);
+  return ge::GRAPH_SUCCESS;
+}
+
+// Write a registered TilingData object into the context's raw tiling buffer.
+template <typename TD>
+inline ge::graphStatus SaveTiling(gert::TilingContext* context, TD& td, const char* op) {
+  auto* raw = context->GetRawTilingData();
+  if (raw == nullptr) return Fail(op, "no tiling buffer");
+  if (td.GetDataSize() > raw->GetCapacity()) {
+    return Fail(op, "tiling data of %zu bytes exceeds the %zu-byte buffer", static_cast<size_t>(td.GetDataSize()),
+                static_cast<size_t>(raw->GetCapacity()));
+  }
+  td.SaveToBuffer(raw->GetData(), raw->GetCapacity());
+  raw->SetDataSize(td.GetDataSize());
+  return ge::GRAPH_SUCCESS;
+}
+
+inline ge::graphStatus SetSystemWorkspace(gert::TilingContext* context, const Hardware& hw) {
+  size_t* ws = context->GetWorkspaceSizes(1);
+  if (ws == nullptr) return ge::GRAPH_FAILED;
+  ws[0] = static_cast<size_t>(hw.sysWorkspace);
+  return ge::GRAPH_SUCCESS;
+}
+
+// ------------------------------------------------------------------ OpDef dtype rows
+// One row per supported combination, in the order of ms_kvcache._spec.OpSpec.dtype_rows(): the cache
+// dtype (float16, bfloat16, float32, int8) outer, the index dtype (int32, int64) inner; the status
+// output is int32 in every row. Ascend310P has no bfloat16, so its rows (the *310P lists, used through
+// an OpAICoreConfig) leave it out. Literal named lists, so that the structural check
+// (ms_kvcache/_structure.py) can read them from the source.
+static const std::vector<ge::DataType> kKvDTypes = {
+    ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_BF16, ge::DT_BF16, ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_INT8, ge::DT_INT8};
+static const std::vector<ge::DataType> kIndexDTypes = {
+    ge::DT_INT32, ge::DT_INT64, ge::DT_INT32, ge::DT_INT64, ge::DT_INT32, ge::DT_INT64, ge::DT_INT32, ge::DT_INT64};
+static const std::vector<ge::DataType> kStatusDTypes = {
+    ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32};
+static const std::vector<ge::Format> kNdFormats = {
+    ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND,
+    ge::FORMAT_ND};
+static const std::vector<ge::DataType> kKvDTypes310P = {
+    ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_INT8, ge::DT_INT8};
+static const std::vector<ge::DataType> kIndexDTypes310P = {
+    ge::DT_INT32, ge::DT_INT64, ge::DT_INT32, ge::DT_INT64, ge::DT_INT32, ge::DT_INT64};
+static const std::vector<ge::DataType> kStatusDTypes310P = {
+    ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32};
+static const std::vector<ge::Format> kNdFormats310P = {
+    ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND};
+
+}  // namespace mskv_tiling
+
+#endif  // MS_KVCACHE_OP_HOST_KV_COPY_TILING_COMMON_H_

@@ -1,0 +1,139 @@
+// ReshapeAndCacheMergedMerged: OpDef and tiling.
+//
+// Inputs (MindSpore ops.Custom order, = ms_kvcache.ops.reshape_and_cache_merged.SPEC): key, value
+// [T', H, D] or [T', H*D]; kv_cache [2, nb, bs, H, D] ("BSND") or [2, nb, H, bs, D] ("BNSD"), keys in
+// kv_cache[0] and values in kv_cache[1], written in place through its input address; slot_mapping
+// int32/int64 [T]. Output: status, int32 [1], never written (the in-place convention,
+// docs/design.md). Attr: cache_layout.
+//
+// Tiling: T tokens are split over all vector cores (main/tail share, SplitWork); each core batches
+// runs of consecutive valid tokens into double-buffered UB chunks sized from the platform's UB.
+// Tiling key = layout * 1000 + dtype * 100 + slot dtype * 10 + DataCopyPad (see docs/design.md).
+#include "reshape_and_cache_merged_tiling.h"
+#include "kv_copy_tiling_common.h"
+
+namespace optiling {
+namespace {
+
+constexpr const char* kOp = "ReshapeAndCacheMerged";
+enum { kKey = 0, kValue, kKvCache, kSlotMapping, kNumInputs };
+
+ge::graphStatus ReshapeAndCacheMergedTiling(gert::TilingContext* context) {
+  using namespace mskv_tiling;
+  Hardware hw;
+  if (GetHardware(context, kOp, &hw) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+
+  const gert::StorageShape* shapes[kNumInputs];
+  for (int i = 0; i < kNumInputs; ++i) {
+    shapes[i] = context->GetInputShape(i);
+    if (shapes[i] == nullptr || context->GetInputDesc(i) == nullptr) return Fail(kOp, "input %d is missing", i);
+  }
+  const gert::Shape& key = shapes[kKey]->GetStorageShape();
+  const gert::Shape& value = shapes[kValue]->GetStorageShape();
+  const gert::Shape& kv = shapes[kKvCache]->GetStorageShape();
+  const gert::Shape& sm = shapes[kSlotMapping]->GetStorageShape();
+
+  // ---- attrs
+  const gert::RuntimeAttrs* attrs = context->GetAttrs();
+  const char* layout = attrs == nullptr ? nullptr : attrs->GetAttrPointer<char>(0);
+  if (layout == nullptr) layout = "BSND";
+  const bool bnsd = std::strcmp(layout, "BNSD") == 0;
+  if (!bnsd && std::strcmp(layout, "BSND") != 0) {
+    return Fail(kOp, "cache_layout: expected \"BSND\" or \"BNSD\", got \"%s\"", layout);
+  }
+
+  // ---- dtypes
+  const ge::DataType dt = context->GetInputDesc(kKvCache)->GetDataType();
+  uint64_t dcode = 0;
+  const int64_t elem = KvDTypeSize(dt, &dcode);
+  if (elem == 0) return Fail(kOp, "kv_cache: expected float16, bfloat16, float32 or int8, got %s", DTypeName(dt));
+  const char* names[3] = {"key", "value", "kv_cache"};
+  for (int i = 0; i < 3; ++i) {
+    const ge::DataType di = context->GetInputDesc(i)->GetDataType();
+    if (di != dt) return Fail(kOp, "%s: expected dtype %s (as kv_cache), got %s", names[i], DTypeName(dt), DTypeName(di));
+  }
+  if (dt == ge::DT_BF16 && hw.is310P) return Fail(kOp, "bfloat16 is not supported on Ascend310P");
+  const int scode = IndexDTypeCode(context->GetInputDesc(kSlotMapping)->GetDataType());
+  if (scode < 0) {
+    return Fail(kOp, "slot_mapping: expected int32 or int64, got %s",
+                DTypeName(context->GetInputDesc(kSlotMapping)->GetDataType()));
+  }
+
+  // ---- shapes
+  char b1[128];
+  if (kv.GetDimNum() != 5 || kv.GetDim(0) != 2) {
+    return Fail(kOp, "kv_cache: expected shape [2, num_blocks, ...] of rank 5, got %s", ShapeText(kv, b1, sizeof(b1)));
+  }
+  if (sm.GetDimNum() != 1) return Fail(kOp, "slot_mapping: expected rank 1, got shape %s", ShapeText(sm, b1, sizeof(b1)));
+  ScatterGeom g;
+  CacheGeom(kv, 1, bnsd, &g);
+  g.numTokens = sm.GetDim(0);
+  if (CheckTokenRows(kOp, "key", key, g.numTokens, g.rowElems) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  if (CheckTokenRows(kOp, "value", value, g.numTokens, g.rowElems) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+
+  // ---- work split and UB plan
+  const CoreSplit split = SplitWork(g.numTokens, hw.cores);
+  bool pad = false;
+  RowPlan plan;
+  if (PlanScatter(kOp, hw, elem, g, split.formerLen, &pad, &plan) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+
+  ReshapeAndCacheMergedTilingData td;
+  td.set_numTokens(g.numTokens);
+  td.set_numSlots(g.numSlots);
+  td.set_blockSize(g.blockSize);
+  td.set_usedCoreNum(split.usedCoreNum);
+  td.set_formerNum(split.formerNum);
+  td.set_formerLen(split.formerLen);
+  td.set_tailLen(split.tailLen);
+  td.set_rowElems(g.rowElems);
+  td.set_numSeg(g.numSeg);
+  td.set_segElems(g.segElems);
+  td.set_segStride(g.segStride);
+  td.set_blockStride(g.blockStride);
+  td.set_slotStride(g.slotStride);
+  td.set_rowsPerChunk(plan.rowsPerChunk);
+  td.set_segsPerChunk(plan.segsPerChunk);
+  td.set_pieceElems(plan.pieceElems);
+  td.set_bufferBytes(Max64(plan.bytesNeeded, kBlockBytes));
+  td.set_valueOffset(g.numSlots * g.rowElems);
+
+  context->SetBlockDim(static_cast<uint32_t>(split.usedCoreNum));
+  context->SetTilingKey((bnsd ? 1000u : 0u) + dcode * 100u + static_cast<uint64_t>(scode) * 10u + (pad ? 1u : 0u));
+  if (SaveTiling(context, td, kOp) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  return SetSystemWorkspace(context, hw);
+}
+
+}  // namespace
+}  // namespace optiling
+
+namespace ops {
+class ReshapeAndCacheMerged : public OpDef {
+ public:
+  explicit ReshapeAndCacheMerged(const char* name) : OpDef(name) {
+    Declare(*this, mskv_tiling::kKvDTypes, mskv_tiling::kIndexDTypes, mskv_tiling::kStatusDTypes,
+            mskv_tiling::kNdFormats);
+    this->Attr("cache_layout").AttrType(OPTIONAL).String("BSND");
+    this->AICore().SetTiling(optiling::ReshapeAndCacheMergedTiling);
+    this->AICore().AddConfig("ascend910b");
+    this->AICore().AddConfig("ascend910_93");
+    OpAICoreConfig cfg310p;
+    Declare(cfg310p, mskv_tiling::kKvDTypes310P, mskv_tiling::kIndexDTypes310P, mskv_tiling::kStatusDTypes310P,
+            mskv_tiling::kNdFormats310P);
+    cfg310p.DynamicCompileStaticFlag(true).DynamicFormatFlag(false).DynamicRankSupportFlag(true)
+        .DynamicShapeSupportFlag(true).NeedCheckSupportFlag(false).PrecisionReduceFlag(true);
+    this->AICore().AddConfig("ascend310p", cfg310p);
+  }
+
+ private:
+  template <typename Def>
+  static void Declare(Def& d, const std::vector<ge::DataType>& kv, const std::vector<ge::DataType>& index,
+                      const std::vector<ge::DataType>& status, const std::vector<ge::Format>& fmt) {
+    d.Input("key").ParamType(REQUIRED).DataType(kv).Format(fmt).UnknownShapeFormat(fmt);
+    d.Input("value").ParamType(REQUIRED).DataType(kv).Format(fmt).UnknownShapeFormat(fmt);
+    d.Input("kv_cache").ParamType(REQUIRED).DataType(kv).Format(fmt).UnknownShapeFormat(fmt);
+    d.Input("slot_mapping").ParamType(REQUIRED).DataType(index).Format(fmt).UnknownShapeFormat(fmt);
+    d.Output("status").ParamType(REQUIRED).DataType(status).Format(fmt).UnknownShapeFormat(fmt);
+  }
+};
+OP_ADD(ReshapeAndCacheMerged);
+}  // namespace ops

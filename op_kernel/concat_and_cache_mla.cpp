@@ -1,0 +1,97 @@
+// ConcatAndCacheMla AscendC kernel: write the compressed latent kv_c and the rotary part k_pe of the
+// first T tokens into the MLA paged caches kv_c_cache [nb, bs, kv_lora_rank] and
+// k_pe_cache [nb, bs, rope_dim] at slot_mapping[t] (vLLM's concat_and_cache_mla, with the two parts
+// kept in separate caches as in ms_kvcache's MLA_KV format).
+//
+// GM arguments follow the OpDef (op_host/concat_and_cache_mla.cpp): inputs kv_c, k_pe, kv_c_cache,
+// k_pe_cache, slot_mapping, then the output status (never written), then workspace and tiling.
+// Slots < 0 or >= num_blocks * block_size are skipped; 64-bit GM offsets. Tiling key = dtype * 100 +
+// slot dtype * 10 + DataCopyPad.
+#include "kernel_operator.h"
+#include "kv_copy_common.h"
+
+template <typename T, typename S, bool PAD, typename TD>
+__aicore__ inline void RunConcatAndCacheMla(GM_ADDR kv_c, GM_ADDR k_pe, GM_ADDR kv_c_cache, GM_ADDR k_pe_cache,
+                                            GM_ADDR slot_mapping, const TD& td) {
+  AscendC::TPipe pipe;
+  mskv::SlotScatter<T, S, PAD, false> scatter;
+  scatter.Init(&pipe, slot_mapping, td.bufferBytes, td.numSlots, td.blockSize);
+  mskv::PlaneDesc planes[2];
+  planes[0].rowElems = td.kvRowElems;
+  planes[0].segsPerChunk = td.kvSegsPerChunk;
+  planes[0].pieceElems = td.kvPieceElems;
+  planes[1].rowElems = td.peRowElems;
+  planes[1].segsPerChunk = td.peSegsPerChunk;
+  planes[1].pieceElems = td.pePieceElems;
+  for (int32_t i = 0; i < 2; ++i) {  // one contiguous segment per row, [nb, bs, row] caches
+    planes[i].numSeg = 1;
+    planes[i].segElems = planes[i].rowElems;
+    planes[i].segStride = planes[i].rowElems;
+    planes[i].slotStride = planes[i].rowElems;
+    planes[i].blockStride = td.blockSize * planes[i].rowElems;
+  }
+  AscendC::GlobalTensor<T> src[2];
+  AscendC::GlobalTensor<T> dst[2];
+  src[0].SetGlobalBuffer(reinterpret_cast<__gm__ T*>(kv_c));
+  src[1].SetGlobalBuffer(reinterpret_cast<__gm__ T*>(k_pe));
+  dst[0].SetGlobalBuffer(reinterpret_cast<__gm__ T*>(kv_c_cache));
+  dst[1].SetGlobalBuffer(reinterpret_cast<__gm__ T*>(k_pe_cache));
+  int64_t begin = 0;
+  int64_t end = 0;
+  mskv::CoreRange(td.formerNum, td.formerLen, td.tailLen, &begin, &end);
+  end = mskv::MinI64(end, td.numTokens);
+  scatter.Process(begin, end, td.rowsPerChunk, planes, src, dst, 2);
+}
+
+extern "C" __global__ __aicore__ void concat_and_cache_mla(GM_ADDR kv_c, GM_ADDR k_pe, GM_ADDR kv_c_cache,
+                                                           GM_ADDR k_pe_cache, GM_ADDR slot_mapping, GM_ADDR status,
+                                                           GM_ADDR workspace, GM_ADDR tiling) {
+  (void)status;
+  (void)workspace;
+  GET_TILING_DATA(td, tiling);
+  if (TILING_KEY_IS(100)) {
+    RunConcatAndCacheMla<half, int32_t, false>(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, td);
+#if MSKV_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(101)) {
+    RunConcatAndCacheMla<half, int32_t, true>(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, td);
+#endif
+  } else if (TILING_KEY_IS(110)) {
+    RunConcatAndCacheMla<half, int64_t, false>(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, td);
+#if MSKV_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(111)) {
+    RunConcatAndCacheMla<half, int64_t, true>(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, td);
+  } else if (TILING_KEY_IS(200)) {
+    RunConcatAndCacheMla<bfloat16_t, int32_t, false>(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, td);
+  } else if (TILING_KEY_IS(201)) {
+    RunConcatAndCacheMla<bfloat16_t, int32_t, true>(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, td);
+  } else if (TILING_KEY_IS(210)) {
+    RunConcatAndCacheMla<bfloat16_t, int64_t, false>(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, td);
+  } else if (TILING_KEY_IS(211)) {
+    RunConcatAndCacheMla<bfloat16_t, int64_t, true>(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, td);
+#endif
+  } else if (TILING_KEY_IS(300)) {
+    RunConcatAndCacheMla<float, int32_t, false>(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, td);
+#if MSKV_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(301)) {
+    RunConcatAndCacheMla<float, int32_t, true>(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, td);
+#endif
+  } else if (TILING_KEY_IS(310)) {
+    RunConcatAndCacheMla<float, int64_t, false>(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, td);
+#if MSKV_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(311)) {
+    RunConcatAndCacheMla<float, int64_t, true>(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, td);
+#endif
+  } else if (TILING_KEY_IS(400)) {
+    RunConcatAndCacheMla<int8_t, int32_t, false>(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, td);
+#if MSKV_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(401)) {
+    RunConcatAndCacheMla<int8_t, int32_t, true>(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, td);
+#endif
+  } else if (TILING_KEY_IS(410)) {
+    RunConcatAndCacheMla<int8_t, int64_t, false>(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, td);
+#if MSKV_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(411)) {
+    RunConcatAndCacheMla<int8_t, int64_t, true>(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, td);
+#endif
+  }
+}

@@ -1,0 +1,139 @@
+// ReshapeAndCacheMerged AscendC kernel: write the key and value rows of the first T tokens into one
+// merged paged cache kv_cache[2, ...] at slot_mapping[t]: keys into kv_cache[0], values into
+// kv_cache[1] (vLLM 0.9 style merged KV tensor per layer).
+//
+// GM arguments follow the OpDef (op_host/reshape_and_cache_merged.cpp): inputs key, value, kv_cache,
+// slot_mapping, then the output status (never written), then workspace and tiling.
+// Each core takes its main/tail share of the tokens; a token whose slot is negative or
+// >= num_blocks * block_size is skipped and nothing outside the caches is ever written. All GM
+// offsets are 64-bit. Tiling key = layout (0 BSND, 1 BNSD) * 1000 + dtype (1 fp16, 2 bf16, 3 fp32,
+// 4 int8) * 100 + slot dtype (0 int32, 1 int64) * 10 + DataCopyPad (1 when a row/head is not a
+// multiple of 32 bytes; A2/A3 only).
+#include "kernel_operator.h"
+#include "kv_copy_common.h"
+
+template <typename T, typename S, bool PAD, bool SEG, typename TD>
+__aicore__ inline void RunReshapeAndCacheMerged(GM_ADDR key, GM_ADDR value, GM_ADDR kv_cache, GM_ADDR slot_mapping,
+                                                const TD& td) {
+  AscendC::TPipe pipe;
+  mskv::SlotScatter<T, S, PAD, SEG> scatter;
+  scatter.Init(&pipe, slot_mapping, td.bufferBytes, td.numSlots, td.blockSize);
+  mskv::PlaneDesc plane;
+  plane.rowElems = td.rowElems;
+  plane.numSeg = td.numSeg;
+  plane.segElems = td.segElems;
+  plane.segStride = td.segStride;
+  plane.blockStride = td.blockStride;
+  plane.slotStride = td.slotStride;
+  plane.segsPerChunk = td.segsPerChunk;
+  plane.pieceElems = td.pieceElems;
+  mskv::PlaneDesc planes[2] = {plane, plane};
+  AscendC::GlobalTensor<T> src[2];
+  AscendC::GlobalTensor<T> dst[2];
+  src[0].SetGlobalBuffer(reinterpret_cast<__gm__ T*>(key));
+  src[1].SetGlobalBuffer(reinterpret_cast<__gm__ T*>(value));
+  dst[0].SetGlobalBuffer(reinterpret_cast<__gm__ T*>(kv_cache));
+  dst[1].SetGlobalBuffer(reinterpret_cast<__gm__ T*>(kv_cache) + td.valueOffset);
+  int64_t begin = 0;
+  int64_t end = 0;
+  mskv::CoreRange(td.formerNum, td.formerLen, td.tailLen, &begin, &end);
+  end = mskv::MinI64(end, td.numTokens);
+  scatter.Process(begin, end, td.rowsPerChunk, planes, src, dst, 2);
+}
+
+extern "C" __global__ __aicore__ void reshape_and_cache_merged(GM_ADDR key, GM_ADDR value, GM_ADDR kv_cache,
+                                                               GM_ADDR slot_mapping, GM_ADDR status, GM_ADDR workspace,
+                                                               GM_ADDR tiling) {
+  (void)status;
+  (void)workspace;
+  GET_TILING_DATA(td, tiling);
+  if (TILING_KEY_IS(100)) {
+    RunReshapeAndCacheMerged<half, int32_t, false, false>(key, value, kv_cache, slot_mapping, td);
+#if MSKV_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(101)) {
+    RunReshapeAndCacheMerged<half, int32_t, true, false>(key, value, kv_cache, slot_mapping, td);
+#endif
+  } else if (TILING_KEY_IS(110)) {
+    RunReshapeAndCacheMerged<half, int64_t, false, false>(key, value, kv_cache, slot_mapping, td);
+#if MSKV_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(111)) {
+    RunReshapeAndCacheMerged<half, int64_t, true, false>(key, value, kv_cache, slot_mapping, td);
+  } else if (TILING_KEY_IS(200)) {
+    RunReshapeAndCacheMerged<bfloat16_t, int32_t, false, false>(key, value, kv_cache, slot_mapping, td);
+  } else if (TILING_KEY_IS(201)) {
+    RunReshapeAndCacheMerged<bfloat16_t, int32_t, true, false>(key, value, kv_cache, slot_mapping, td);
+  } else if (TILING_KEY_IS(210)) {
+    RunReshapeAndCacheMerged<bfloat16_t, int64_t, false, false>(key, value, kv_cache, slot_mapping, td);
+  } else if (TILING_KEY_IS(211)) {
+    RunReshapeAndCacheMerged<bfloat16_t, int64_t, true, false>(key, value, kv_cache, slot_mapping, td);
+#endif
+  } else if (TILING_KEY_IS(300)) {
+    RunReshapeAndCacheMerged<float, int32_t, false, false>(key, value, kv_cache, slot_mapping, td);
+#if MSKV_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(301)) {
+    RunReshapeAndCacheMerged<float, int32_t, true, false>(key, value, kv_cache, slot_mapping, td);
+#endif
+  } else if (TILING_KEY_IS(310)) {
+    RunReshapeAndCacheMerged<float, int64_t, false, false>(key, value, kv_cache, slot_mapping, td);
+#if MSKV_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(311)) {
+    RunReshapeAndCacheMerged<float, int64_t, true, false>(key, value, kv_cache, slot_mapping, td);
+#endif
+  } else if (TILING_KEY_IS(400)) {
+    RunReshapeAndCacheMerged<int8_t, int32_t, false, false>(key, value, kv_cache, slot_mapping, td);
+#if MSKV_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(401)) {
+    RunReshapeAndCacheMerged<int8_t, int32_t, true, false>(key, value, kv_cache, slot_mapping, td);
+#endif
+  } else if (TILING_KEY_IS(410)) {
+    RunReshapeAndCacheMerged<int8_t, int64_t, false, false>(key, value, kv_cache, slot_mapping, td);
+#if MSKV_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(411)) {
+    RunReshapeAndCacheMerged<int8_t, int64_t, true, false>(key, value, kv_cache, slot_mapping, td);
+#endif
+  } else if (TILING_KEY_IS(1100)) {
+    RunReshapeAndCacheMerged<half, int32_t, false, true>(key, value, kv_cache, slot_mapping, td);
+#if MSKV_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(1101)) {
+    RunReshapeAndCacheMerged<half, int32_t, true, true>(key, value, kv_cache, slot_mapping, td);
+#endif
+  } else if (TILING_KEY_IS(1110)) {
+    RunReshapeAndCacheMerged<half, int64_t, false, true>(key, value, kv_cache, slot_mapping, td);
+#if MSKV_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(1111)) {
+    RunReshapeAndCacheMerged<half, int64_t, true, true>(key, value, kv_cache, slot_mapping, td);
+  } else if (TILING_KEY_IS(1200)) {
+    RunReshapeAndCacheMerged<bfloat16_t, int32_t, false, true>(key, value, kv_cache, slot_mapping, td);
+  } else if (TILING_KEY_IS(1201)) {
+    RunReshapeAndCacheMerged<bfloat16_t, int32_t, true, true>(key, value, kv_cache, slot_mapping, td);
+  } else if (TILING_KEY_IS(1210)) {
+    RunReshapeAndCacheMerged<bfloat16_t, int64_t, false, true>(key, value, kv_cache, slot_mapping, td);
+  } else if (TILING_KEY_IS(1211)) {
+    RunReshapeAndCacheMerged<bfloat16_t, int64_t, true, true>(key, value, kv_cache, slot_mapping, td);
+#endif
+  } else if (TILING_KEY_IS(1300)) {
+    RunReshapeAndCacheMerged<float, int32_t, false, true>(key, value, kv_cache, slot_mapping, td);
+#if MSKV_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(1301)) {
+    RunReshapeAndCacheMerged<float, int32_t, true, true>(key, value, kv_cache, slot_mapping, td);
+#endif
+  } else if (TILING_KEY_IS(1310)) {
+    RunReshapeAndCacheMerged<float, int64_t, false, true>(key, value, kv_cache, slot_mapping, td);
+#if MSKV_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(1311)) {
+    RunReshapeAndCacheMerged<float, int64_t, true, true>(key, value, kv_cache, slot_mapping, td);
+#endif
+  } else if (TILING_KEY_IS(1400)) {
+    RunReshapeAndCacheMerged<int8_t, int32_t, false, true>(key, value, kv_cache, slot_mapping, td);
+#if MSKV_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(1401)) {
+    RunReshapeAndCacheMerged<int8_t, int32_t, true, true>(key, value, kv_cache, slot_mapping, td);
+#endif
+  } else if (TILING_KEY_IS(1410)) {
+    RunReshapeAndCacheMerged<int8_t, int64_t, false, true>(key, value, kv_cache, slot_mapping, td);
+#if MSKV_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(1411)) {
+    RunReshapeAndCacheMerged<int8_t, int64_t, true, true>(key, value, kv_cache, slot_mapping, td);
+#endif
+  }
+}

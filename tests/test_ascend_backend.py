@@ -1,0 +1,460 @@
+"""The "ascend" backend without an NPU: package discovery, reg_info derived from the OpSpec, the
+no-CANN errors, and the ACL runtime calls of swap_blocks / register_host_memory against a host-only
+stand-in libascendcl.so (tests/fake_acl/fake_ascendcl.c, compiled here with the system C compiler).
+Tests that need a real NPU carry the ``npu`` marker and are skipped here with the reason."""
+import ctypes
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mindspore as ms
+from mindspore import Tensor
+
+import ms_kvcache
+from ms_kvcache import _spec
+from ms_kvcache._backends import _acl
+from ms_kvcache._backends import ascend as A
+
+HERE = Path(__file__).resolve().parent
+ON_NPU = ms.get_context("device_target") == "Ascend"
+npu_only = pytest.mark.skipif(not ON_NPU, reason="needs an Ascend NPU with CANN and the ms_kvcache package "
+                                                 "installed (device target here: "
+                                                 f"{ms.get_context('device_target')})")
+
+
+# ------------------------------------------------------------------------------------------ helpers
+def _build_fake(tmp_path_factory, batch):
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build the stand-in libascendcl.so")
+    d = tmp_path_factory.mktemp("fake_acl_batch" if batch else "fake_acl")
+    (d / "lib64").mkdir()
+    out = d / "lib64" / "libascendcl.so"
+    cmd = [cc, "-shared", "-fPIC", "-O1", "-o", str(out), str(HERE / "fake_acl" / "fake_ascendcl.c")]
+    if batch:
+        cmd.insert(1, "-DFAKE_WITH_BATCH")
+    subprocess.run(cmd, check=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def fake_lib_path(tmp_path_factory):
+    return _build_fake(tmp_path_factory, batch=True)
+
+
+@pytest.fixture(scope="module")
+def fake_lib_nobatch_path(tmp_path_factory):
+    return _build_fake(tmp_path_factory, batch=False)
+
+
+@pytest.fixture
+def fake_acl(fake_lib_path, monkeypatch):
+    monkeypatch.setenv("MS_KVCACHE_LIBASCENDCL", str(fake_lib_path))
+    _acl.reset()
+    rt = _acl.load()
+    yield rt
+    _acl.reset()
+
+
+@pytest.fixture
+def fake_acl_nobatch(fake_lib_nobatch_path, monkeypatch):
+    monkeypatch.setenv("MS_KVCACHE_LIBASCENDCL", str(fake_lib_nobatch_path))
+    _acl.reset()
+    rt = _acl.load()
+    yield rt
+    _acl.reset()
+
+
+def counter(rt, name, ctype=ctypes.c_long):
+    return ctype.in_dll(rt.lib, name).value
+
+
+def reset_counters(rt):
+    for n in ("fake_memcpy_calls", "fake_memcpy_async_calls", "fake_batch_calls", "fake_batch_copies",
+              "fake_sync_calls", "fake_set_device_calls"):
+        ctypes.c_long.in_dll(rt.lib, n).value = 0
+
+
+@pytest.fixture
+def no_cann(monkeypatch):
+    for v in ("MS_KVCACHE_LIBASCENDCL", "ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME", "ASCEND_CANN_PACKAGE_PATH",
+              "ASCEND_OPP_PATH", "ASCEND_CUSTOM_OPP_PATH"):
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setattr(_acl, "_DEFAULT_ROOTS", ())
+    _acl.reset()
+    yield
+    _acl.reset()
+
+
+def make_vendor(root, ops=("reshape_and_cache",), name=A.VENDOR_NAME):
+    v = Path(root) / "vendors" / name
+    (v / "op_api" / "include").mkdir(parents=True)
+    (v / "op_api" / "lib").mkdir(parents=True)
+    for op in ops:
+        (v / "op_api" / "include" / f"aclnn_{op}.h").write_text("// stand-in\n")
+    return v
+
+
+# ------------------------------------------------------------------------------------------ availability
+def test_not_available_off_npu_says_why():
+    ok, why = A.available()
+    if ON_NPU:
+        pytest.skip("runs on an NPU")
+    assert not ok and "device target" in why and "'Ascend'" in why
+
+
+def test_set_backend_ascend_fails_clearly_off_npu():
+    if ON_NPU:
+        pytest.skip("runs on an NPU")
+    with pytest.raises(RuntimeError, match=r"set_backend\('ascend'\): backend unavailable: MindSpore device target"):
+        ms_kvcache.set_backend("ascend")
+    assert ms_kvcache.get_backend() != "ascend"
+
+
+def test_default_backend_is_ascend_on_ascend_target(monkeypatch):
+    from ms_kvcache import _backend
+
+    monkeypatch.delenv("MS_KVCACHE_BACKEND", raising=False)
+    monkeypatch.setattr(ms, "get_context", lambda k: "Ascend" if k == "device_target" else None)
+    assert _backend._default_backend() == "ascend"
+
+
+# ------------------------------------------------------------------------------------------ package discovery
+def test_find_vendor_via_custom_opp_path(tmp_path, no_cann):
+    v = make_vendor(tmp_path / "inst")
+    other = make_vendor(tmp_path / "other", name="customize")
+    env = {"ASCEND_CUSTOM_OPP_PATH": f"{other}:{v}:"}
+    pkg, notes = A.find_vendor(env)
+    assert pkg is not None and pkg.path == v and pkg.source == "ASCEND_CUSTOM_OPP_PATH"
+    assert pkg.ops() == {"reshape_and_cache"}
+
+
+def test_find_vendor_via_config_ini(tmp_path, no_cann):
+    opp = tmp_path / "opp"
+    v = make_vendor(opp)
+    (opp / "vendors" / "config.ini").write_text("load_priority=customize,ms_kvcache\n")
+    pkg, _ = A.find_vendor({"ASCEND_OPP_PATH": str(opp)})
+    assert pkg is not None and pkg.path == v and pkg.source == "config.ini"
+    # ASCEND_HOME_PATH/opp is the default ASCEND_OPP_PATH
+    pkg2, _ = A.find_vendor({"ASCEND_HOME_PATH": str(tmp_path)})
+    assert pkg2 is not None and pkg2.path == v
+
+
+def test_find_vendor_not_listed_in_config_ini(tmp_path, no_cann):
+    opp = tmp_path / "opp"
+    make_vendor(opp)
+    (opp / "vendors" / "config.ini").write_text("load_priority=customize\n")
+    pkg, notes = A.find_vendor({"ASCEND_OPP_PATH": str(opp)})
+    assert pkg is None
+    assert any("does not list 'ms_kvcache' in load_priority" in n for n in notes)
+
+
+def test_missing_package_error_names_package(no_cann, monkeypatch):
+    monkeypatch.setattr(A, "WHEEL_VENDOR_DIR", Path("/nonexistent/ms_kvcache"))
+    with pytest.raises(A.PackageNotFoundError) as ei:
+        A.aot_func(_spec.get_spec("reshape_and_cache"))
+    msg = str(ei.value)
+    assert "CANN custom-op package 'ms_kvcache' not found" in msg
+    assert "ASCEND_CUSTOM_OPP_PATH" in msg and "scripts/build_opp.sh" in msg and "--install-path" in msg
+
+
+def test_aot_func_missing_op_in_installed_package(tmp_path, no_cann, monkeypatch):
+    v = make_vendor(tmp_path, ops=("copy_blocks",))
+    monkeypatch.setenv("ASCEND_CUSTOM_OPP_PATH", str(v))
+    with pytest.raises(A.PackageNotFoundError, match=r"has no op ReshapeAndCache \(missing "
+                                                     r"op_api/include/aclnn_reshape_and_cache\.h; installed: copy_blocks\)"):
+        A.aot_func(_spec.get_spec("reshape_and_cache"))
+
+
+def test_aot_func_returns_op_type_and_reg_info(tmp_path, no_cann, monkeypatch):
+    v = make_vendor(tmp_path)
+    monkeypatch.setenv("ASCEND_CUSTOM_OPP_PATH", str(v))
+    spec = _spec.get_spec("reshape_and_cache")
+    func, info = A.aot_func(spec)
+    assert func == "ReshapeAndCache" and info["op_name"] == "ReshapeAndCache" and info["target"] == "Ascend"
+
+
+def test_wheel_vendor_is_prepended_once(tmp_path, monkeypatch):
+    wheel = tmp_path / "opp" / "vendors" / "ms_kvcache"
+    wheel.mkdir(parents=True)
+    monkeypatch.setattr(A, "WHEEL_VENDOR_DIR", wheel)
+    env = {"ASCEND_CUSTOM_OPP_PATH": "/a/vendors/x"}
+    assert A._prepend_wheel_vendor(env) is True
+    assert env["ASCEND_CUSTOM_OPP_PATH"] == f"{wheel}:/a/vendors/x"
+    assert A._prepend_wheel_vendor(env) is False
+    assert env["ASCEND_CUSTOM_OPP_PATH"].count(str(wheel)) == 1
+    env2 = {}
+    A._prepend_wheel_vendor(env2)
+    assert env2["ASCEND_CUSTOM_OPP_PATH"] == str(wheel)
+    pkg, _ = A.find_vendor(env)
+    assert pkg.source == "wheel" and pkg.path == wheel
+
+
+# ------------------------------------------------------------------------------------------ reg_info
+@pytest.mark.parametrize("soc", [None, "Ascend910B1", "Ascend910_9391", "Ascend310P3"])
+def test_reg_info_derived_from_spec(soc):
+    spec = _spec.get_spec("reshape_and_cache")
+    info = A.reg_info(spec, soc)
+    assert [(i["index"], i["name"], i["paramType"]) for i in info["inputs"]] == \
+        [(k, t.name, "optional" if t.optional else "required") for k, t in enumerate(spec.inputs)]
+    assert [o["name"] for o in info["outputs"]] == [t.name for t in spec.outputs]
+    assert [(a["name"], a["type"]) for a in info["attr"]] == [(a.name, a.type) for a in spec.attrs]
+    rows = [tuple(d for d, _ in row) for row in info["dtype_format"]]
+    assert rows == spec.dtype_rows(soc)
+    assert all(f == "DefaultFormat" for row in info["dtype_format"] for _, f in row)
+    has_bf16 = any("bfloat16" in r for r in rows)
+    assert has_bf16 == (soc != "Ascend310P3")
+    # one row per combination of the dtype groups: 4 (or 3 without bf16) KV dtypes x 2 slot dtypes
+    assert len(rows) == (3 if soc == "Ascend310P3" else 4) * 2
+
+
+def test_reg_info_follows_a_changed_spec():
+    spec = _spec.OpSpec(
+        name="fixture_copy", op_type="FixtureCopy",
+        inputs=(_spec.TensorSpec("x", "T", (2,)), _spec.TensorSpec("cache", "T", (3,), inplace=True),
+                _spec.TensorSpec("idx", "S", (1,), optional=True)),
+        dtype_groups={"T": ("float16", "int8"), "S": ("int64",)},
+        attrs=(_spec.AttrSpec("mode", "int", 0), _spec.AttrSpec("flag", "bool", False)))
+    info = A.reg_info(spec)
+    assert [i["name"] for i in info["inputs"]] == ["x", "cache", "idx"]
+    assert info["inputs"][2]["paramType"] == "optional"
+    assert [(a["name"], a["type"]) for a in info["attr"]] == [("mode", "int"), ("flag", "bool")]
+    assert [tuple(d for d, _ in r) for r in info["dtype_format"]] == [
+        ("float16", "float16", "int64", "int32"), ("int8", "int8", "int64", "int32")]
+
+
+def test_compute_unit_mapping():
+    assert A.compute_unit("Ascend910B1") == "ascend910b"
+    assert A.compute_unit("Ascend910B3") == "ascend910b"
+    assert A.compute_unit("Ascend910_9391") == "ascend910_93"
+    assert A.compute_unit("Ascend310P3") == "ascend310p"
+    assert A.compute_unit("Ascend310B4") is None and A.compute_unit(None) is None
+    assert {A.compute_unit(s) for s in _spec.SOCS} == set(A.COMPUTE_UNITS)
+
+
+# ------------------------------------------------------------------------------------------ no CANN
+def test_acl_missing_is_a_clear_error(no_cann):
+    with pytest.raises(_acl.CannNotFoundError, match=r"cannot load the CANN runtime library libascendcl\.so; "
+                                                     r"tried: libascendcl\.so"):
+        _acl.load()
+    with pytest.raises(RuntimeError, match="set_env.sh"):
+        A.register_host_memory(4096 * 4, 4096)
+
+
+def test_register_host_memory_argument_checks():
+    with pytest.raises(ValueError, match=r"argument 'ptr': expected a 4096-byte aligned"):
+        A.register_host_memory(4097, 10)
+    with pytest.raises(ValueError, match=r"argument 'nbytes': expected > 0, got 0"):
+        A.register_host_memory(8192, 0)
+
+
+# ------------------------------------------------------------------------------------------ ACL calls (stand-in)
+def test_struct_layouts_match_c():
+    assert ctypes.sizeof(_acl.MemLocation) == 8
+    assert ctypes.sizeof(_acl.MemcpyBatchAttr) == 32
+    assert _acl.MemcpyBatchAttr.srcLoc.offset == 8 and _acl.MemcpyBatchAttr.rsv.offset == 16
+
+
+def test_register_host_memory_calls_acl(fake_acl):
+    buf = ctypes.create_string_buffer(3 * 4096)
+    ptr = (ctypes.addressof(buf) + 4095) // 4096 * 4096
+    dev = A.register_host_memory(ptr, 4096)
+    assert dev == ptr + 0x10000000000
+    assert counter(fake_acl, "fake_last_registered", ctypes.c_size_t) == ptr
+    A.unregister_host_memory(ptr)
+    with pytest.raises(_acl.AclError, match=r"aclrtHostUnregister failed with aclError 100000: not registered"):
+        A.unregister_host_memory(ptr)
+
+
+def test_plan_block_copies_merges_in_row_order_and_validates():
+    assert A.plan_block_copies(np.zeros((0, 2), np.int64), 4, 4) == ([], True)
+    # consecutive rows advancing together merge; row order is kept
+    assert A.plan_block_copies([[3, 0], [0, 4], [1, 5], [2, 6]], 4, 8) == ([(3, 0, 1), (0, 4, 3)], True)
+    # a destination named twice: kept in order (the last row wins), not order-free
+    assert A.plan_block_copies([[0, 2], [1, 2]], 4, 8) == ([(0, 2, 1), (1, 2, 1)], False)
+    # one buffer: a chain a->b, b->c must stay sequential, self-copies are dropped
+    assert A.plan_block_copies([[0, 1], [1, 2], [3, 3]], 4, 4, same_buffer=True) == ([(0, 1, 1), (1, 2, 1)], False)
+    assert A.plan_block_copies([[0, 2], [1, 3]], 4, 4, same_buffer=True) == ([(0, 2, 2)], True)
+    assert A.plan_block_copies([[2, 2]], 4, 4, same_buffer=True) == ([], True)
+    with pytest.raises(ValueError, match=r"expected source block ids in \[0, 4\), got 4 at row 1"):
+        A.plan_block_copies([[0, 0], [4, 1]], 4, 8)
+    with pytest.raises(ValueError, match=r"expected destination block ids in \[0, 8\), got -1 at row 0"):
+        A.plan_block_copies([[0, -1]], 4, 8)
+    with pytest.raises(ValueError, match=r"expected integer shape \[N, 2\]"):
+        A.plan_block_copies([[0.5, 1.0]], 4, 8)
+
+
+def _np_swap_reference(src, dst, mapping):
+    out = dst.copy()
+    for s, d in mapping:
+        out[d] = src[s]
+    return out
+
+
+@pytest.mark.parametrize("use_batch", [True, False])
+def test_copy_runs_bytes_and_call_counts(fake_acl, rng, use_batch):
+    src = rng.standard_normal((16, 4, 8)).astype(np.float32)
+    dst = rng.standard_normal((12, 4, 8)).astype(np.float32)
+    mapping = np.array([[0, 3], [1, 4], [2, 5], [15, 0], [7, 11], [8, 9]], np.int64)
+    runs, order_free = A.plan_block_copies(mapping, 16, 12)
+    assert len(runs) == 4 and order_free
+    reset_counters(fake_acl)
+    block_bytes = src[0].nbytes
+    calls = A._copy_runs(fake_acl, runs, src_ptr=src.ctypes.data, src_bytes=src.nbytes, dst_ptr=dst.ctypes.data,
+                         dst_bytes=dst.nbytes, block_bytes=block_bytes, kind=_acl.MEMCPY_HOST_TO_DEVICE,
+                         stream=0x1234, src_loc=(_acl.MEM_LOCATION_HOST, 0),
+                         dst_loc=(_acl.MEM_LOCATION_DEVICE, 3), use_batch=use_batch)
+    expect = _np_swap_reference(src, dst.copy(), mapping)
+    # dst was written in place
+    np.testing.assert_array_equal(dst.view(np.uint32), expect.view(np.uint32))
+    assert counter(fake_acl, "fake_last_stream", ctypes.c_size_t) == 0x1234
+    if use_batch:
+        assert calls == 1 and counter(fake_acl, "fake_batch_calls") == 1
+        assert counter(fake_acl, "fake_batch_copies") == 4 and counter(fake_acl, "fake_memcpy_async_calls") == 0
+        assert counter(fake_acl, "fake_last_dst_type", ctypes.c_int) == _acl.MEM_LOCATION_DEVICE
+        assert counter(fake_acl, "fake_last_src_type", ctypes.c_int) == _acl.MEM_LOCATION_HOST
+        assert counter(fake_acl, "fake_last_dst_id", ctypes.c_uint32) == 3
+        assert counter(fake_acl, "fake_last_rsv_nonzero", ctypes.c_int) == 0
+    else:
+        assert calls == 4 and counter(fake_acl, "fake_memcpy_async_calls") == 4
+        assert counter(fake_acl, "fake_last_kind", ctypes.c_int) == _acl.MEMCPY_HOST_TO_DEVICE
+
+
+def test_copy_runs_sync_path_without_stream(fake_acl, rng):
+    src = rng.integers(-128, 128, size=(5, 33), dtype=np.int8)   # odd block size
+    dst = np.zeros((5, 33), np.int8)
+    runs, _ = A.plan_block_copies([[4, 0], [0, 4]], 5, 5)
+    reset_counters(fake_acl)
+    A._copy_runs(fake_acl, runs, src_ptr=src.ctypes.data, src_bytes=src.nbytes, dst_ptr=dst.ctypes.data,
+                 dst_bytes=dst.nbytes, block_bytes=33, kind=_acl.MEMCPY_DEVICE_TO_HOST, stream=None,
+                 src_loc=(1, 0), dst_loc=(0, 0), use_batch=True)
+    assert counter(fake_acl, "fake_memcpy_calls") == 2 and counter(fake_acl, "fake_batch_calls") == 0
+    np.testing.assert_array_equal(dst[0], src[4])
+    np.testing.assert_array_equal(dst[4], src[0])
+    assert not dst[1:4].any()
+
+
+def test_copy_runs_never_passes_out_of_bounds(fake_acl):
+    src = np.zeros((2, 8), np.float32)
+    dst = np.zeros((2, 8), np.float32)
+    with pytest.raises(ValueError, match="exceeds the buffers"):
+        A._copy_runs(fake_acl, [(1, 0, 2)], src_ptr=src.ctypes.data, src_bytes=src.nbytes, dst_ptr=dst.ctypes.data,
+                     dst_bytes=dst.nbytes, block_bytes=32, kind=0, stream=None, src_loc=(0, 0), dst_loc=(0, 0),
+                     use_batch=False)
+
+
+def test_batch_error_reports_failing_copy(fake_acl):
+    a = np.zeros(64, np.uint8)
+    with pytest.raises(_acl.AclError, match=r"aclrtMemcpyBatchAsync failed with aclError 100000: "
+                                            r"size exceeds destMax; failing copy #1"):
+        fake_acl.memcpy_batch_async([a.ctypes.data, a.ctypes.data], [8, 4], [a.ctypes.data, a.ctypes.data],
+                                    [8, 8], (1, 0), (0, 0), 0x1)
+
+
+def test_no_batch_symbol_means_per_run_copies(fake_acl_nobatch):
+    assert not fake_acl_nobatch.has_batch
+    with pytest.raises(_acl.AclError, match="needs CANN >= 8.3"):
+        fake_acl_nobatch.memcpy_batch_async([1], [1], [1], [1], (0, 0), (0, 0), 0x1)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "int8"])
+def test_swap_blocks_end_to_end_host_tensors(fake_acl, rng, dtype):
+    from conftest import random_array, to_ms, to_np, assert_bits_equal
+
+    src_np = random_array(rng, (9, 3, 16, 5), dtype)
+    dst_np = random_array(rng, (7, 3, 16, 5), dtype)
+    mapping = np.array([[8, 0], [2, 3], [3, 4], [0, 6]], np.int64)
+    src, dst = to_ms(src_np), to_ms(dst_np)
+    reset_counters(fake_acl)
+    A.swap_blocks(src, dst, Tensor(mapping))
+    assert_bits_equal(to_np(dst), _np_swap_reference(src_np, dst_np, mapping), f"swap_blocks {dtype}")
+    assert_bits_equal(to_np(src), src_np, "source untouched")
+    # host tensors here are pageable -> synchronous aclrtMemcpy, one per run ([2,3]+[3,4] merged)
+    assert counter(fake_acl, "fake_memcpy_calls") == 3
+    assert counter(fake_acl, "fake_last_kind", ctypes.c_int) == _acl.MEMCPY_HOST_TO_HOST
+
+
+def test_swap_blocks_same_buffer_rows_in_order(fake_acl, rng):
+    from conftest import to_np
+
+    base = rng.standard_normal((6, 4)).astype(np.float32)
+    t = Tensor(base.copy())
+    mapping = np.array([[0, 1], [1, 2], [5, 5], [2, 3], [4, 0], [0, 4]], np.int64)
+    A.swap_blocks(t, t, mapping)
+    ref = base.copy()
+    for s_, d_ in mapping:   # a Python loop over the rows, as the public op documents
+        ref[d_] = ref[s_]
+    np.testing.assert_array_equal(to_np(t).view(np.uint32), ref.view(np.uint32))
+
+
+def test_swap_blocks_duplicate_destination_last_row_wins(fake_acl, rng):
+    from conftest import to_np
+
+    src_np = rng.standard_normal((4, 8)).astype(np.float32)
+    dst = Tensor(np.zeros((4, 8), np.float32))
+    A.swap_blocks(Tensor(src_np), dst, [[0, 1], [2, 1], [3, 0]])
+    out = to_np(dst)
+    np.testing.assert_array_equal(out[1], src_np[2])
+    np.testing.assert_array_equal(out[0], src_np[3])
+    assert not out[2:].any()
+
+
+def test_swap_blocks_rejects_block_shape_mismatch(fake_acl):
+    a = Tensor(np.zeros((4, 8), np.float32))
+    b = Tensor(np.zeros((4, 9), np.float32))
+    with pytest.raises(ValueError, match=r"argument 'dst_cache': expected blocks of shape \(8,\)"):
+        A.swap_blocks(a, b, [[0, 0]])
+
+
+def test_public_swap_blocks_dispatches_to_the_ascend_hook(fake_acl, rng, monkeypatch):
+    """ms_kvcache.swap_blocks (PyNative) with the ascend backend active calls ascend.swap_blocks."""
+    from conftest import to_np
+    from ms_kvcache import _backend
+
+    if not hasattr(ms_kvcache, "swap_blocks"):
+        pytest.skip("ms_kvcache.swap_blocks is not on this branch yet (copy-ops work)")
+    calls = []
+    real = A.swap_blocks
+    monkeypatch.setattr(A, "swap_blocks", lambda *a: (calls.append(a), real(*a))[1])
+    monkeypatch.setattr(_backend, "_current", "ascend")
+    src_np = rng.standard_normal((5, 2, 16)).astype(np.float16)
+    dst = Tensor(np.zeros((3, 2, 16), np.float16))
+    ms_kvcache.swap_blocks(Tensor(src_np), dst, Tensor(np.array([[4, 0], [1, 2]], np.int64)))
+    assert len(calls) == 1
+    out = to_np(dst)
+    np.testing.assert_array_equal(out[0], src_np[4])
+    np.testing.assert_array_equal(out[2], src_np[1])
+    assert not out[1].any()
+
+
+def test_swap_blocks_in_a_graph_is_a_clear_error():
+    from ms_kvcache._spec import OpSpec, TensorSpec
+
+    spec = OpSpec(name="swap_blocks", op_type="SwapBlocks", inputs=(TensorSpec("src_cache", "T", (2,)),),
+                  dtype_groups={"T": ("float16",)})
+    with pytest.raises(RuntimeError, match="ACL runtime copy, not a kernel .* call it in PyNative mode"):
+        A.aot_func(spec)
+
+
+# ------------------------------------------------------------------------------------------ NPU only
+@npu_only
+@pytest.mark.npu
+def test_reshape_and_cache_on_npu_matches_cpu(rng):  # pragma: no cover - needs hardware
+    from conftest import random_array, to_ms, to_np, assert_bits_equal
+
+    k = random_array(rng, (7, 2, 64), "float16")
+    v = random_array(rng, (7, 2, 64), "float16")
+    kc = np.zeros((4, 16, 2, 64), np.float16)
+    vc = np.zeros_like(kc)
+    slots = np.array([0, 17, -1, 33, 5, 63, 2], np.int32)
+    ms_kvcache.set_backend("ascend")
+    kc_t, vc_t = ms.Parameter(to_ms(kc), name="kc"), ms.Parameter(to_ms(vc), name="vc")
+    ms_kvcache.reshape_and_cache(to_ms(k), to_ms(v), kc_t, vc_t, Tensor(slots))
+    ref_k = kc.copy()
+    for t, s in enumerate(slots):
+        if s >= 0:
+            ref_k[s // 16, s % 16] = k[t]
+    assert_bits_equal(to_np(kc_t), ref_k, "key_cache on NPU")

@@ -1,0 +1,221 @@
+"""Structural check of the AscendC ops (ms_kvcache._structure): kernel entry, OpDef (names, order,
+param types, dtype rows per SoC, formats, attrs, compute units, SetTiling), tiling-data registration,
+infer registration, the ascend backend's reg_info and the emulation's OpDef registry must all agree
+with the op's OpSpec.
+
+The checker itself is tested on a small fixture op (tests/fixtures/opp_src) and on mutated copies of
+it (each mutation must produce a mismatch line naming it); then every op of op_kernel/ is checked.
+"""
+import shutil
+from pathlib import Path
+
+import pytest
+
+import ms_kvcache  # noqa: F401 - registers every public op
+from ms_kvcache import _structure as S
+from ms_kvcache._backends import ascend
+from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, AttrSpec, OpSpec, TensorSpec, all_specs
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURE_SRC = Path(__file__).resolve().parent / "fixtures" / "opp_src"
+
+FIXTURE_SPEC = OpSpec(
+    name="fixture_copy",
+    op_type="FixtureCopy",
+    inputs=(TensorSpec("x", "T", (2,)), TensorSpec("cache", "T", (2,), inplace=True), TensorSpec("idx", "S", (1,))),
+    dtype_groups={"T": KV_DTYPES, "S": INDEX_DTYPES},
+    attrs=(AttrSpec("mode", "str", "fast", ("fast", "safe")),),
+)
+
+
+def mutated(tmp_path, rel, old, new, count=1):
+    root = tmp_path / "src"
+    shutil.copytree(FIXTURE_SRC, root)
+    p = root / rel
+    text = p.read_text()
+    assert text.count(old) >= count, f"fixture has no {old!r} in {rel}"
+    p.write_text(text.replace(old, new, count))
+    return root
+
+
+def test_names():
+    assert S.camel("reshape_and_cache") == "ReshapeAndCache"
+    assert S.snake("ConcatAndCacheMla") == "concat_and_cache_mla"
+    for spec in all_specs():
+        assert S.snake(spec.op_type) == spec.name and S.camel(spec.name) == spec.op_type
+
+
+def test_fixture_is_consistent():
+    assert S.check_op(FIXTURE_SPEC, FIXTURE_SRC, sim=None) == []
+
+
+def test_fixture_parse():
+    f = S.parse_opdef(FIXTURE_SRC / "op_host" / "fixture_copy.cpp", "FixtureCopy")
+    assert f.problems == []
+    assert [p.name for p in f.inputs] == ["x", "cache", "idx"] and [p.name for p in f.outputs] == ["status"]
+    assert list(f.configs) == ["ascend910b", "ascend910_93", "ascend310p"]
+    assert f.configs["ascend910b"] is None and f.configs["ascend310p"] is not None
+    rows, fmts, why = f.rows_for("ascend910b")
+    assert why is None and len(rows) == 8 and set(rows) == set(FIXTURE_SPEC.dtype_rows("Ascend910B1"))
+    rows310, _, _ = f.rows_for("ascend310p")
+    assert len(rows310) == 6 and not any("bfloat16" in r for r in rows310)
+    assert all(x == "ND" for r in fmts for x in r)
+    (a,) = f.attrs
+    assert (a.name, a.type, a.required, a.default) == ("mode", "str", False, "fast")
+
+
+MUTATIONS = [
+    # (file, old, new, expected line fragment)
+    ("op_host/fixture_copy.cpp", 'Input("idx")', 'Input("index")',
+     "inputs: expected ['x', 'cache', 'idx'] (OpSpec order), got ['x', 'cache', 'index']"),
+    ("op_host/fixture_copy.cpp", 'this->Input("x").ParamType(REQUIRED).DataType(kData).FormatList({ge::FORMAT_ND});\n'
+                                 '        this->Input("cache")\n            .ParamType(REQUIRED)\n'
+                                 '            .DataType(kData)\n            .FormatList({ge::FORMAT_ND});',
+     'this->Input("cache").ParamType(REQUIRED).DataType(kData).FormatList({ge::FORMAT_ND});\n'
+     '        this->Input("x").ParamType(REQUIRED).DataType(kData).FormatList({ge::FORMAT_ND});',
+     "got ['cache', 'x', 'idx']"),
+    ("op_host/fixture_copy.cpp", 'Output("status")', 'Output("y")', "outputs: expected ['status']"),
+    ("op_host/fixture_copy.cpp", 'this->Input("idx").ParamType(REQUIRED)', 'this->Input("idx").ParamType(OPTIONAL)',
+     "input 'idx': expected ParamType REQUIRED, got OPTIONAL"),
+    ("op_host/fixture_copy.cpp", "kIndex = {ge::DT_INT32, ge::DT_INT64,", "kIndex = {ge::DT_INT32, ge::DT_INT32,",
+     "ascend910b, ascend910_93: missing dtype rows (float16,float16,int64,int32)"),
+    ("op_host/fixture_copy.cpp", "kData310p = {ge::DT_FLOAT16, ge::DT_FLOAT16,", "kData310p = {ge::DT_BF16, ge::DT_BF16,",
+     "ascend310p: dtype rows not in the OpSpec (bfloat16,bfloat16,int32,int32)"),
+    ("op_host/fixture_copy.cpp", "kData310p = {ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT, ge::DT_FLOAT,",
+     "kData310p = {ge::DT_FLOAT16, ge::DT_FLOAT16, ge::DT_FLOAT,",
+     "ascend310p: DataType lists of different lengths"),
+    ("op_host/fixture_copy.cpp", 'this->Input("x").ParamType(REQUIRED).DataType(kData).FormatList({ge::FORMAT_ND})',
+     'this->Input("x").ParamType(REQUIRED).DataType(kData).FormatList({ge::FORMAT_NCHW})',
+     "ascend910b, ascend910_93: expected format ND everywhere, got ['NCHW']"),
+    ("op_host/fixture_copy.cpp", '.String("fast")', '.String("safe")', "attr 'mode': expected default 'fast', got 'safe'"),
+    ("op_host/fixture_copy.cpp", '.String("fast")', '.Int(1)', "attr 'mode': expected type str, got int"),
+    ("op_host/fixture_copy.cpp", 'AttrType(OPTIONAL)', 'AttrType(REQUIRED)',
+     "attr 'mode': expected AttrType OPTIONAL, got REQUIRED"),
+    ("op_host/fixture_copy.cpp", 'this->Attr("mode")', 'this->Attr("layout")', "attrs: expected ['mode'], got ['layout']"),
+    ("op_host/fixture_copy.cpp", '        this->AICore().AddConfig("ascend910_93");\n', '',
+     'no AICore().AddConfig("ascend910_93")'),
+    ("op_host/fixture_copy.cpp", 'AddConfig("ascend910_93")', 'AddConfig("ascend910")',
+     "AddConfig(\"ascend910\") is not one of the package's compute units"),
+    ("op_host/fixture_copy.cpp", "this->AICore().SetTiling(optiling::FixtureCopyTiling);", "",
+     "no AICore().SetTiling(...)"),
+    ("op_host/fixture_copy.cpp", "OP_ADD(FixtureCopy);", "", "op_host/fixture_copy.cpp: no OP_ADD(FixtureCopy)"),
+    ("op_host/fixture_copy.cpp", "class FixtureCopy : public OpDef", "class FixtureCopyOp : public OpDef",
+     "no 'class FixtureCopy : public OpDef'"),
+    ("op_host/fixture_copy.cpp", '.DataType(kIndex)', '.DataType(MakeIndexRows(true))',
+     "cannot read the DataType/Format arguments MakeIndexRows(true)"),
+    ("op_host/fixture_copy_tiling.h", "REGISTER_TILING_DATA_CLASS(FixtureCopy,", "REGISTER_TILING_DATA_CLASS(OtherOp,",
+     "no REGISTER_TILING_DATA_CLASS(FixtureCopy, <TilingData>)"),
+    ("op_host/fixture_copy_tiling.h", "BEGIN_TILING_DATA_DEF(FixtureCopyTilingData)", "BEGIN_TILING_DATA_DEF(OtherData)",
+     "REGISTER_TILING_DATA_CLASS(FixtureCopy, FixtureCopyTilingData) but no BEGIN_TILING_DATA_DEF(FixtureCopyTilingData)"),
+    ("op_proto/fixture_copy.cpp", "IMPL_OP_INFERSHAPE(FixtureCopy)", "IMPL_OP_INFERSHAPE(Other)",
+     "op_proto/fixture_copy.cpp: no IMPL_OP_INFERSHAPE(FixtureCopy)"),
+    ("op_proto/fixture_copy.cpp", ".InferDataType(InferDataTypeFixtureCopy)", "",
+     "IMPL_OP_INFERSHAPE(FixtureCopy) registers no .InferDataType(...)"),
+    ("op_kernel/fixture_copy.cpp", "void fixture_copy(", "void fixturecopy(",
+     "kernel entry is 'fixturecopy', expected 'fixture_copy'"),
+    ("op_kernel/fixture_copy.cpp", "GM_ADDR x, GM_ADDR cache", "GM_ADDR cache, GM_ADDR x",
+     "kernel parameters ['cache', 'x', 'idx', 'status', 'workspace', 'tiling'], expected"),
+    ("op_kernel/fixture_copy.cpp", "GM_ADDR status,", "", "kernel parameters ['x', 'cache', 'idx', 'workspace', 'tiling']"),
+    ("op_kernel/fixture_copy.cpp", '#include "kernel_operator.h"',
+     '#include "kernel_operator.h"\n#include "../op_host/fixture_copy_tiling.h"',
+     "op_kernel/fixture_copy.cpp:3: includes \"../op_host/fixture_copy_tiling.h\" which is not in op_kernel/"),
+]
+
+
+@pytest.mark.parametrize("rel,old,new,expect", MUTATIONS, ids=[m[3][:48] for m in MUTATIONS])
+def test_each_mutation_is_reported(tmp_path, rel, old, new, expect):
+    root = mutated(tmp_path, rel, old, new)
+    lines = S.check_op(FIXTURE_SPEC, root, sim=None)
+    assert any(expect in ln for ln in lines), "\n".join(lines) or "(no lines)"
+    assert all(ln.startswith("FixtureCopy: ") for ln in lines)
+    assert len(lines) <= 3, "one mismatch should give one (or very few) lines:\n" + "\n".join(lines)
+
+
+def test_guarded_host_include_in_kernel_is_allowed(tmp_path):
+    root = mutated(tmp_path, "op_kernel/fixture_copy.cpp", '#include "kernel_operator.h"',
+                   '#include "kernel_operator.h"\n#ifdef ASCENDC_SIM_KERNEL_SIDE\n'
+                   '#include "../op_host/fixture_copy_tiling.h"\n#endif')
+    assert S.check_op(FIXTURE_SPEC, root, sim=None) == []
+
+
+def test_spec_side_change_is_reported():
+    spec = OpSpec(name="fixture_copy", op_type="FixtureCopy", inputs=FIXTURE_SPEC.inputs,
+                  dtype_groups={"T": KV_DTYPES, "S": ("int32",)}, attrs=FIXTURE_SPEC.attrs)
+    lines = S.check_op(spec, FIXTURE_SRC, sim=None)
+    assert any("ascend910b, ascend910_93: dtype rows not in the OpSpec (bfloat16,bfloat16,int64,int32)" in ln
+               for ln in lines), lines
+
+
+def test_reg_info_derivation_is_checked_against_the_opdef(monkeypatch):
+    facts = S.parse_opdef(FIXTURE_SRC / "op_host" / "fixture_copy.cpp", "FixtureCopy")
+    assert S.compare_reg_info(FIXTURE_SPEC, facts) == []
+    real = ascend.reg_info
+
+    def broken(spec, soc=None):   # a reg_info that forgot the int64 slot rows
+        info = real(spec, soc)
+        info["dtype_format"] = [r for r in info["dtype_format"] if r[2][0] != "int64"]
+        return info
+
+    monkeypatch.setattr(ascend, "reg_info", broken)
+    lines = S.compare_reg_info(FIXTURE_SPEC, facts)
+    assert any("reg_info vs op_host/fixture_copy.cpp: ascend910b: dtype rows differ: reg_info only -; "
+               "OpDef only (bfloat16,bfloat16,int64,int32)" in ln for ln in lines), lines
+
+
+# ------------------------------------------------------------------------------------------ emulation source
+def sim_dict_from_facts(f):
+    """What ms_kvcache._sim.opdef returns (the dict of sim/csrc/host/py_bind.cpp), from parsed facts."""
+    def params(lst):
+        return [{"name": p.name, "param_type": p.param_type, "dtypes": list(p.dtypes), "formats": list(p.formats),
+                 "unknown_shape_formats": [], "dtype_is_list": p.dtype_list, "format_is_list": p.format_list,
+                 "value_depend": False} for p in lst]
+
+    return {
+        "type": f.type, "inputs": params(f.inputs), "outputs": params(f.outputs),
+        "attrs": [{"name": a.name, "type": a.type, "required": a.required,
+                   "default": a.default if a.has_default else None} for a in f.attrs],
+        "configs": [dict({"soc": u, "override": ov is not None},
+                         **({"inputs": params(ov["inputs"]), "outputs": params(ov["outputs"])} if ov else {}))
+                    for u, ov in f.configs.items()],
+        "has_tiling": f.has_tiling, "has_infer_shape": True, "has_infer_dtype": True,
+    }
+
+
+def test_emulation_registry_is_compared():
+    f = S.parse_opdef(FIXTURE_SRC / "op_host" / "fixture_copy.cpp", "FixtureCopy")
+    good = sim_dict_from_facts(f)
+    assert S.check_op(FIXTURE_SPEC, FIXTURE_SRC, sim=lambda t: good) == []
+    bad = sim_dict_from_facts(f)
+    ov = [c for c in bad["configs"] if c["soc"] == "ascend310p"][0]
+    for p in ov["inputs"] + ov["outputs"]:   # the emulation would see a 310P row dropped
+        p["dtypes"] = p["dtypes"][:-1]
+    bad["attrs"][0]["default"] = "safe"
+    lines = S.check_op(FIXTURE_SPEC, FIXTURE_SRC, sim=lambda t: bad)
+    assert "FixtureCopy: emulation opdef: attr 'mode': expected default 'fast', got 'safe'" in lines
+    assert any(ln.startswith("FixtureCopy: emulation opdef: ascend310p: missing dtype rows (int8,int8,int64,int32)")
+               for ln in lines), lines
+
+
+def test_emulation_error_is_a_line():
+    def raising(op_type):
+        raise RuntimeError(f"opdef.unknown_op: {op_type} is not registered")
+
+    lines = S.check_op(FIXTURE_SPEC, FIXTURE_SRC, sim=raising)
+    assert lines == ["FixtureCopy: emulation opdef: opdef.unknown_op: FixtureCopy is not registered"]
+
+
+# ------------------------------------------------------------------------------------------ the repository's ops
+REPO_OPS = S.repository_ops(ROOT)
+SPECS = {s.name: s for s in all_specs()}
+
+
+@pytest.mark.parametrize("op", REPO_OPS or ["<none>"])
+def test_repository_op_structure(op):
+    if op == "<none>":
+        pytest.skip("no AscendC ops in op_kernel/ yet")
+    if op not in SPECS:
+        pytest.skip(f"no OpSpec named {op!r} registered on this branch (the public op comes from the copy-ops work)")
+    mod, why = S._load_sim()
+    lines = S.check_op(SPECS[op], ROOT, sim="auto")
+    assert lines == [], ("\n" + "\n".join(lines)
+                         + ("" if mod is not None else f"\n(emulation registry not consulted: {why})"))
