@@ -131,17 +131,136 @@ inline void Rotate(const float* __restrict x, float* __restrict out, const float
   }
 }
 
-// One head: rotate the first rd elements of src into dst (dtype DT), copy the rest.
-// buf: 2 * rd floats of scratch.
+// ------------------------------------------------------------------ one head
+
 template <DType DT>
-inline void RopeHead(const uint8_t* src, uint8_t* dst, int64_t head_size, int64_t rd, bool neox,
-                     const float* c, const float* s, float* buf) {
-  using T = typename Elem<DT>::T;
+inline float LoadOne(const uint8_t* p, int64_t i) {
+  if constexpr (DT == DType::kF32) {
+    float f;
+    std::memcpy(&f, p + 4 * i, 4);
+    return f;
+  } else {
+    uint16_t h;
+    std::memcpy(&h, p + 2 * i, 2);
+    return DT == DType::kF16 ? F16ToF32(h) : Bf16ToF32(h);
+  }
+}
+
+template <DType DT>
+inline void StoreOne(uint8_t* p, int64_t i, float f) {
+  if constexpr (DT == DType::kF32) {
+    std::memcpy(p + 4 * i, &f, 4);
+  } else {
+    const uint16_t h = DT == DType::kF16 ? F32ToF16(f) : F32ToBf16(f);
+    std::memcpy(p + 2 * i, &h, 2);
+  }
+}
+
+#if MSKV_ROPE_AVX2
+template <DType DT>
+inline __m256 Load8(const uint8_t* p) {
+  if constexpr (DT == DType::kF32) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+  } else if constexpr (DT == DType::kF16) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  } else {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  }
+}
+
+template <DType DT>
+inline void Store8(uint8_t* p, __m256 v) {
+  if constexpr (DT == DType::kF32) {
+    _mm256_storeu_ps(reinterpret_cast<float*>(p), v);
+  } else if constexpr (DT == DType::kF16) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  } else {
+    // same rounding as F32ToBf16: RNE via the carry trick, NaN -> quiet NaN
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i hi = _mm256_srli_epi32(u, 16);
+    const __m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
+    const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
+    const __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                              _mm256_set1_epi32(0x7f800000));
+    const __m256i r = _mm256_blendv_epi8(rounded, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), is_nan);
+    const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), packed);
+  }
+}
+#endif
+
+// Rotate the first rd elements of src into dst (may be the same row). c, s: [rd/2] per-pair cos
+// and sin; cc, ss: [rd] the GPT-J expansion (cc[2i] = cc[2i+1] = c[i], ss[2i] = -s[i],
+// ss[2i+1] = s[i]). buf: 2 * rd floats of scratch. Every output is fl(fl(x*c) -/+ fl(y*s)).
+template <DType DT>
+inline void RotateRow(const uint8_t* src, uint8_t* dst, int64_t rd, bool neox, const float* c, const float* s,
+                      const float* cc, const float* ss, float* buf) {
+#if MSKV_ROPE_AVX2
+  constexpr int64_t esz = DT == DType::kF32 ? 4 : 2;
+  const int64_t half = rd / 2;
+  if (neox) {
+    const uint8_t* x0 = src;
+    const uint8_t* x1 = src + half * esz;
+    uint8_t* o0 = dst;
+    uint8_t* o1 = dst + half * esz;
+    int64_t i = 0;
+    for (; i + 8 <= half; i += 8) {
+      const __m256 a = Load8<DT>(x0 + i * esz), b = Load8<DT>(x1 + i * esz);
+      const __m256 vc = _mm256_loadu_ps(c + i), vs = _mm256_loadu_ps(s + i);
+      const __m256 ra = _mm256_sub_ps(_mm256_mul_ps(a, vc), _mm256_mul_ps(b, vs));
+      const __m256 rb = _mm256_add_ps(_mm256_mul_ps(b, vc), _mm256_mul_ps(a, vs));
+      Store8<DT>(o0 + i * esz, ra);
+      Store8<DT>(o1 + i * esz, rb);
+    }
+    for (; i < half; ++i) {
+      const float a = LoadOne<DT>(x0, i), b = LoadOne<DT>(x1, i);
+      StoreOne<DT>(o0, i, a * c[i] - b * s[i]);
+      StoreOne<DT>(o1, i, b * c[i] + a * s[i]);
+    }
+  } else {
+    int64_t j = 0;
+    for (; j + 8 <= rd; j += 8) {
+      const __m256 x = Load8<DT>(src + j * esz);
+      const __m256 xs = _mm256_permute_ps(x, 0xB1);  // swap each (2i, 2i+1)
+      // even: x*c + y*(-s) == x*c - y*s exactly; odd: y*c + x*s
+      const __m256 r = _mm256_add_ps(_mm256_mul_ps(x, _mm256_loadu_ps(cc + j)), _mm256_mul_ps(xs, _mm256_loadu_ps(ss + j)));
+      Store8<DT>(dst + j * esz, r);
+    }
+    for (int64_t i = j / 2; i < half; ++i) {
+      const float a = LoadOne<DT>(src, 2 * i), b = LoadOne<DT>(src, 2 * i + 1);
+      StoreOne<DT>(dst, 2 * i, a * c[i] - b * s[i]);
+      StoreOne<DT>(dst, 2 * i + 1, b * c[i] + a * s[i]);
+    }
+  }
+  (void)buf;
+#else
+  (void)cc;
+  (void)ss;
   float* xin = buf;
   float* xout = buf + rd;
   LoadRow<DT>(src, xin, rd);
   Rotate(xin, xout, c, s, rd, neox);
   StoreRow<DT>(xout, dst, rd);
+#endif
+}
+
+// GPT-J expansion of a cos/sin row (see RotateRow).
+inline void ExpandPairs(const float* c, const float* s, float* cc, float* ss, int64_t half) {
+  for (int64_t i = 0; i < half; ++i) {
+    cc[2 * i] = c[i];
+    cc[2 * i + 1] = c[i];
+    ss[2 * i] = -s[i];
+    ss[2 * i + 1] = s[i];
+  }
+}
+
+// One head: rotate the first rd elements of src into dst (dtype DT), copy the rest.
+template <DType DT>
+inline void RopeHead(const uint8_t* src, uint8_t* dst, int64_t head_size, int64_t rd, bool neox,
+                     const float* c, const float* s, const float* cc, const float* ss, float* buf) {
+  using T = typename Elem<DT>::T;
+  RotateRow<DT>(src, dst, rd, neox, c, s, cc, ss, buf);
   if (head_size > rd) {
     std::memcpy(dst + rd * sizeof(T), src + rd * sizeof(T), static_cast<size_t>(head_size - rd) * sizeof(T));
   }
@@ -189,10 +308,12 @@ void RopeAndCacheT(const RopeCacheArgs& a) {
   ::mskv::ParallelFor(a.rows, bytes, [&](int64_t begin, int64_t end) {
     // scratch: cos, sin, 2*rd rotation buffer, norm row + fp32 norm weight
     const int64_t norm_n = (mla && a.norm_weight) ? a.kv_c_dim : 0;
-    std::vector<float> scratch(static_cast<size_t>(2 * half + 2 * rd + 2 * norm_n + 8));
+    std::vector<float> scratch(static_cast<size_t>(2 * half + 4 * rd + 2 * norm_n + 8));
     float* c = scratch.data();
     float* s = c + half;
-    float* buf = s + half;
+    float* cc = s + half;
+    float* ss = cc + rd;
+    float* buf = ss + rd;
     float* nbuf = buf + 2 * rd;
     float* wbuf = nbuf + norm_n;
     if (norm_n) {
@@ -228,13 +349,14 @@ void RopeAndCacheT(const RopeCacheArgs& a) {
         continue;
       }
       LoadCosSin(a.table, pos, c, s);
+      if (!a.neox) ExpandPairs(c, s, cc, ss, half);
       const uint8_t* qi = a.q + t * q_row;
       for (int64_t h = 0; h < a.q_heads; ++h) {
-        RopeHead<DT>(qi + h * hd * esz, qo + h * hd * esz, hd, rd, a.neox, c, s, buf);
+        RopeHead<DT>(qi + h * hd * esz, qo + h * hd * esz, hd, rd, a.neox, c, s, cc, ss, buf);
       }
       const uint8_t* ki = a.k + t * k_row;
       for (int64_t h = 0; h < a.k_heads; ++h) {
-        RopeHead<DT>(ki + h * hd * esz, ko + h * hd * esz, hd, rd, a.neox, c, s, buf);
+        RopeHead<DT>(ki + h * hd * esz, ko + h * hd * esz, hd, rd, a.neox, c, s, cc, ss, buf);
       }
       if (t >= a.num_write) continue;
       const int64_t slot = ReadIndex(a.slots, a.slot_dtype, t);
@@ -285,14 +407,16 @@ void ReropeT(const ReropeArgs& a) {
   const int64_t num_slots = cp.num_slots();
   const int64_t bytes = a.count * 2 * cp.heads * hd * esz;
   ::mskv::ParallelFor(a.count, bytes, [&](int64_t begin, int64_t end) {
-    std::vector<float> scratch(static_cast<size_t>(6 * half + 2 * rd + 8));
+    std::vector<float> scratch(static_cast<size_t>(6 * half + 4 * rd + 8));
     float* co = scratch.data();
     float* so = co + half;
     float* cn = so + half;
     float* sn = cn + half;
     float* cd = sn + half;
     float* sd = cd + half;
-    float* buf = sd + half;
+    float* cc = sd + half;
+    float* ss = cc + rd;
+    float* buf = ss + rd;
     for (int64_t i = begin; i < end; ++i) {
       const int64_t slot = ReadIndex(a.slots, a.slot_dtype, i);
       if (slot < 0 || slot >= num_slots) continue;
@@ -302,14 +426,10 @@ void ReropeT(const ReropeArgs& a) {
       LoadCosSin(a.table, po, co, so);
       LoadCosSin(a.table, pn, cn, sn);
       if (!DeltaCosSin(co, so, cn, sn, cd, sd, half)) continue;
+      if (!a.neox) ExpandPairs(cd, sd, cc, ss, half);
       for (int64_t h = 0; h < cp.heads; ++h) {
         uint8_t* p = cp.base + cp.HeadOffset(slot, h);
-        // in place: RopeHead loads the rotated part into buf before storing; the tail is untouched
-        float* xin = buf;
-        float* xout = buf + rd;
-        LoadRow<DT>(p, xin, rd);
-        Rotate(xin, xout, cd, sd, rd, a.neox);
-        StoreRow<DT>(xout, p, rd);
+        RotateRow<DT>(p, p, rd, a.neox, cd, sd, cc, ss, buf);  // in place; the tail is untouched
       }
     }
   });
