@@ -1,4 +1,6 @@
 """rerope_cached_keys: in-place re-rotation of cached keys from old to new positions."""
+import os
+
 import numpy as np
 import pytest
 import mindspore as ms
@@ -246,3 +248,27 @@ def test_bad_inputs(rng, bad, exc, match):
     with pytest.raises(exc, match="rerope_cached_keys: " + match):
         ms_kvcache.rerope_cached_keys(cache, slots, old, new, table)
     assert_bits_equal(to_np(cache), before, "cache unchanged after a rejected call")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("MS_KVCACHE_BIG_TESTS") != "1",
+                    reason="needs ~5 GiB of free memory: set MS_KVCACHE_BIG_TESTS=1")
+def test_cache_over_2g_elements(rng):
+    """64-bit offsets: re-rotate the last slot of a cache with more than 2**31 elements."""
+    bs, d = 16, 128
+    nb = (1 << 31) // (bs * d) + 1
+    cache = ops.zeros((nb, bs, d), ms.float16)        # one-head plane, 2**31 + 2048 elements (4 GiB)
+    table = make_table(64, d)
+    row = rand(rng, (2, 1, d), "float16")
+    c, s = table[[3, 5]][:, None, : d // 2], table[[3, 5]][:, None, d // 2:]
+    cached = rope_f32_model(row, c, s, d, True, "float16")
+    cache[nb - 1, bs - 1] = to_ms(cached[0, 0])
+    cache[0, 0] = to_ms(cached[1, 0])
+    slots = Tensor(np.array([nb * bs - 1, 0], np.int64))
+    ms_kvcache.rerope_cached_keys(cache, slots, Tensor(np.array([3, 5])), Tensor(np.array([9, 9])), to_ms(table))
+    c9, s9 = table[[9, 9]][:, None, : d // 2], table[[9, 9]][:, None, d // 2:]
+    fresh = rope_f32_model(row, c9, s9, d, True, "float16")
+    for got, exp in ((to_np(cache[nb - 1, bs - 1]), fresh[0, 0]), (to_np(cache[0, 0]), fresh[1, 0])):
+        e = pair_magnitude_ulps(got[None], exp[None], "float16", d, True)
+        assert e.max() <= 1.0
+    assert not to_np(cache[nb - 1, bs - 2]).any()
