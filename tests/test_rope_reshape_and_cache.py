@@ -387,3 +387,10 @@ def test_graph_mode_static_errors_raise_at_compile_time(rng):
         cell = RopeCell(kc, vc, True, "BSND")
         with pytest.raises((TypeError, ValueError), match=r"argument 'cos_sin_cache'"):
             cell(p, q, k, v, to_ms(make_table(64, 66)), s)
+
+
+def test_backend_without_kernel_is_a_clear_error():
+    from ms_kvcache._custom import prim_class
+    from ms_kvcache.ops.rope_reshape_and_cache import SPEC
+    with pytest.raises(NotImplementedError, match=r"rope_reshape_and_cache: backend 'sim' has no kernel for this op"):
+        prim_class(SPEC)("sim", True, "BSND")

@@ -18,12 +18,13 @@ Conventions (vLLM ``rotary_embedding`` / ``get_rope``):
 """
 import numpy as np
 
-from ms_kvcache._spec import dtype_name
-
 __all__ = [
     "COS_SIN_RULE", "table_geometry", "heads_of", "check_positions_shape", "check_position_values",
-    "check_bool", "out_like",
+    "check_bool", "out_like", "BACKENDS",
 ]
+
+#: Backends with kernels for the RoPE-write family (the AscendC kernels for sim/ascend come later).
+BACKENDS = ("cpu",)
 
 #: group rule of OpSpec: the cos_sin_cache group "C" is float32 or the data group "T"'s dtype.
 COS_SIN_RULE = {"C": ("float32", "=T")}
@@ -88,7 +89,3 @@ def out_like(*idx):
     def f(*args):
         return tuple(args[i] for i in idx)
     return f
-
-
-def dtype_str(d):
-    return dtype_name(d)

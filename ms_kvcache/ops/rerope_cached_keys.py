@@ -27,6 +27,7 @@ SPEC = register(OpSpec(
         AttrSpec("is_neox_style", "bool", True, (True, False)),
         AttrSpec("cache_layout", "str", "BSND", CACHE_LAYOUTS),
     ),
+    extra={"backends": R.BACKENDS},
 ))
 
 

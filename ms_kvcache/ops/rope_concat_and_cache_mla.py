@@ -42,7 +42,8 @@ SPEC = register(OpSpec(
         AttrSpec("is_neox_style", "bool", False, (True, False)),
         AttrSpec("epsilon", "float", 1e-6),
     ),
-    extra={"out_shape": R.out_like(1, 2, 3), "out_dtype": R.out_like(1, 2, 3)},
+    extra={"out_shape": R.out_like(1, 2, 3), "out_dtype": R.out_like(1, 2, 3),
+           "backends": R.BACKENDS},
 ))
 
 #: stands in for kv_c_norm_weight=None (no RMSNorm) on the cpu backend

@@ -35,7 +35,8 @@ SPEC = register(OpSpec(
         AttrSpec("is_neox_style", "bool", True, (True, False)),
         AttrSpec("cache_layout", "str", "BSND", CACHE_LAYOUTS),
     ),
-    extra={"out_shape": R.out_like(1, 2), "out_dtype": R.out_like(1, 2)},
+    extra={"out_shape": R.out_like(1, 2), "out_dtype": R.out_like(1, 2),
+           "backends": R.BACKENDS},
 ))
 
 
