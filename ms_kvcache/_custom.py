@@ -61,10 +61,6 @@ class InplaceCustom(ops.Custom):
 
     def __init__(self, backend, *attr_values):
         spec = self.SPEC
-        supported = spec.extra.get("backends")  # None: every backend
-        if supported is not None and backend not in supported:
-            raise NotImplementedError(f"{spec.name}: backend {backend!r} has no kernel for this op yet "
-                                      f"(implemented: {', '.join(supported)}); use ms_kvcache.set_backend('cpu')")
         func, reg_info = _backend.backend_module(backend).aot_func(spec)
         kwargs = {}
         if reg_info is not None:

@@ -389,8 +389,16 @@ def test_graph_mode_static_errors_raise_at_compile_time(rng):
             cell(p, q, k, v, to_ms(make_table(64, 66)), s)
 
 
-def test_backend_without_kernel_is_a_clear_error():
-    from ms_kvcache._custom import prim_class
-    from ms_kvcache.ops.rope_reshape_and_cache import SPEC
-    with pytest.raises(NotImplementedError, match=r"rope_reshape_and_cache: backend 'sim' has no kernel for this op"):
-        prim_class(SPEC)("sim", True, "BSND")
+@pytest.mark.parametrize("mode", ["pynative", "graph"])
+def test_backend_without_kernel_is_a_clear_error(rng, monkeypatch, mode):
+    from ms_kvcache import _backend
+    case = Case(rng, "float16", 64, 64)
+    p, q, k, v, cs, kc, vc, s = case.tensors()
+    with ms_mode(mode):
+        cell = RopeCell(kc, vc, True, "BSND")
+        monkeypatch.setattr(_backend, "_current", "sim")  # as if set_backend("sim") had succeeded
+        with pytest.raises(NotImplementedError, match=r"rope_reshape_and_cache: backend 'sim' has no kernel"):
+            if mode == "graph":
+                cell(p, q, k, v, cs, s)
+            else:
+                ms_kvcache.rope_reshape_and_cache(p, q, k, v, cs, kc, vc, s)

@@ -20,7 +20,7 @@ import numpy as np
 
 __all__ = [
     "COS_SIN_RULE", "table_geometry", "heads_of", "check_positions_shape", "check_position_values",
-    "check_bool", "out_like", "BACKENDS",
+    "check_bool", "out_like", "BACKENDS", "require_backend",
 ]
 
 #: Backends with kernels for the RoPE-write family (the AscendC kernels for sim/ascend come later).
@@ -28,6 +28,14 @@ BACKENDS = ("cpu",)
 
 #: group rule of OpSpec: the cos_sin_cache group "C" is float32 or the data group "T"'s dtype.
 COS_SIN_RULE = {"C": ("float32", "=T")}
+
+
+def require_backend(op, backend):
+    """Raise NotImplementedError unless ``backend`` has kernels for this family; returns ``backend``."""
+    if backend not in BACKENDS:
+        raise NotImplementedError(f"{op}: backend {backend!r} has no kernel for this op yet (implemented: "
+                                  f"{', '.join(BACKENDS)}); use ms_kvcache.set_backend('cpu')")
+    return backend
 
 
 def check_bool(op, name, value):

@@ -27,7 +27,6 @@ SPEC = register(OpSpec(
         AttrSpec("is_neox_style", "bool", True, (True, False)),
         AttrSpec("cache_layout", "str", "BSND", CACHE_LAYOUTS),
     ),
-    extra={"backends": R.BACKENDS},
 ))
 
 
@@ -56,6 +55,11 @@ def _check_static(kc_shape, kc_dtype, s_shape, s_dtype, o_shape, o_dtype, n_shap
 
 _check_static_graph = constexpr(_check_static)
 _Prim = prim_class(SPEC)
+
+
+@constexpr
+def _graph_backend(backend):
+    return R.require_backend(SPEC.name, backend)
 
 
 def rerope_cached_keys(key_cache, slot_mapping, old_positions, new_positions, cos_sin_cache, *,
@@ -104,7 +108,7 @@ def rerope_cached_keys(key_cache, slot_mapping, old_positions, new_positions, co
         _check_static_graph(key_cache.shape, key_cache.dtype, slot_mapping.shape, slot_mapping.dtype,
                             old_positions.shape, old_positions.dtype, new_positions.shape, new_positions.dtype,
                             cos_sin_cache.shape, cos_sin_cache.dtype, is_neox_style, cache_layout)
-        _get_cache_prim(_Prim)(graph_backend(), is_neox_style, cache_layout)(
+        _get_cache_prim(_Prim)(_graph_backend(graph_backend()), is_neox_style, cache_layout)(
             key_cache, slot_mapping, old_positions, new_positions, cos_sin_cache)
     else:
         op = SPEC.name
@@ -121,6 +125,6 @@ def rerope_cached_keys(key_cache, slot_mapping, old_positions, new_positions, co
         R.check_position_values(op, "old_positions", V.index_values(old_positions), max_position)
         R.check_position_values(op, "new_positions", V.index_values(new_positions), max_position)
         V.check_slot_values(op, "slot_mapping", V.index_values(slot_mapping), num_slots)
-        eager_op(SPEC, _backend.get_backend(), (is_neox_style, cache_layout))(
+        eager_op(SPEC, R.require_backend(op, _backend.get_backend()), (is_neox_style, cache_layout))(
             key_cache, slot_mapping, old_positions, new_positions, cos_sin_cache)
     return None

@@ -42,8 +42,7 @@ SPEC = register(OpSpec(
         AttrSpec("is_neox_style", "bool", False, (True, False)),
         AttrSpec("epsilon", "float", 1e-6),
     ),
-    extra={"out_shape": R.out_like(1, 2, 3), "out_dtype": R.out_like(1, 2, 3),
-           "backends": R.BACKENDS},
+    extra={"out_shape": R.out_like(1, 2, 3), "out_dtype": R.out_like(1, 2, 3)},
 ))
 
 #: stands in for kv_c_norm_weight=None (no RMSNorm) on the cpu backend
@@ -96,6 +95,11 @@ def _check_static(p_shape, p_dtype, q_shape, q_dtype, k_shape, k_dtype, c_shape,
 
 _check_static_graph = constexpr(_check_static)
 _Prim = prim_class(SPEC)
+
+
+@constexpr
+def _graph_backend(backend):
+    return R.require_backend(SPEC.name, backend)
 
 
 def rope_concat_and_cache_mla(positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_cache, k_pe_cache, slot_mapping, *,
@@ -162,7 +166,7 @@ def rope_concat_and_cache_mla(positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_c
                                       slot_mapping.shape, slot_mapping.dtype, kv_c_norm_weight.shape,
                                       kv_c_norm_weight.dtype, is_neox_style, epsilon)[2]
             weight = kv_c_norm_weight
-        q_out, k_out, c_out = _get_cache_prim(_Prim)(graph_backend(), is_neox_style, eps)(
+        q_out, k_out, c_out = _get_cache_prim(_Prim)(_graph_backend(graph_backend()), is_neox_style, eps)(
             positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_cache, k_pe_cache, slot_mapping, weight)
     else:
         op = SPEC.name
@@ -185,7 +189,7 @@ def rope_concat_and_cache_mla(positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_c
         R.check_position_values(op, "positions", V.index_values(positions), max_position)
         if slot_mapping.shape[0]:
             V.check_slot_values(op, "slot_mapping", V.index_values(slot_mapping), num_slots)
-        q_out, k_out, c_out = eager_op(SPEC, _backend.get_backend(), (is_neox_style, eps))(
+        q_out, k_out, c_out = eager_op(SPEC, R.require_backend(op, _backend.get_backend()), (is_neox_style, eps))(
             positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_cache, k_pe_cache, slot_mapping,
             kv_c_norm_weight if has_w else _NO_WEIGHT)
     return q_out, k_out, c_out

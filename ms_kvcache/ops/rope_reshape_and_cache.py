@@ -35,8 +35,7 @@ SPEC = register(OpSpec(
         AttrSpec("is_neox_style", "bool", True, (True, False)),
         AttrSpec("cache_layout", "str", "BSND", CACHE_LAYOUTS),
     ),
-    extra={"out_shape": R.out_like(1, 2), "out_dtype": R.out_like(1, 2),
-           "backends": R.BACKENDS},
+    extra={"out_shape": R.out_like(1, 2), "out_dtype": R.out_like(1, 2)},
 ))
 
 
@@ -88,6 +87,11 @@ def _check_static(p_shape, p_dtype, q_shape, q_dtype, k_shape, k_dtype, v_shape,
 
 _check_static_graph = constexpr(_check_static)
 _Prim = prim_class(SPEC)
+
+
+@constexpr
+def _graph_backend(backend):
+    return R.require_backend(SPEC.name, backend)
 
 
 def check_index_values(op, positions, slot_mapping, num_slots, max_position):
@@ -155,7 +159,7 @@ def rope_reshape_and_cache(positions, query, key, value, cos_sin_cache, key_cach
                             value.shape, value.dtype, cos_sin_cache.shape, cos_sin_cache.dtype,
                             key_cache.shape, key_cache.dtype, value_cache.shape, value_cache.dtype,
                             slot_mapping.shape, slot_mapping.dtype, is_neox_style, cache_layout)
-        query_out, key_out = _get_cache_prim(_Prim)(graph_backend(), is_neox_style, cache_layout)(
+        query_out, key_out = _get_cache_prim(_Prim)(_graph_backend(graph_backend()), is_neox_style, cache_layout)(
             positions, query, key, value, cos_sin_cache, key_cache, value_cache, slot_mapping)
     else:
         op = SPEC.name
@@ -173,6 +177,6 @@ def rope_reshape_and_cache(positions, query, key, value, cos_sin_cache, key_cach
         if key.shape[0] == 0:
             return ops.zeros_like(query), ops.zeros_like(key)
         check_index_values(op, positions, slot_mapping, num_slots, max_position)
-        query_out, key_out = eager_op(SPEC, _backend.get_backend(), (is_neox_style, cache_layout))(
+        query_out, key_out = eager_op(SPEC, R.require_backend(op, _backend.get_backend()), (is_neox_style, cache_layout))(
             positions, query, key, value, cos_sin_cache, key_cache, value_cache, slot_mapping)
     return query_out, key_out
