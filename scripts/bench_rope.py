@@ -10,8 +10,9 @@ fp32 cos_sin_cache, paged cache block_size 128 (BSND). In one run, interleaved r
 - builtin:     RoPE from MindSpore built-in ops (cast to fp32, gather cos/sin rows, mul/sub/add/concat,
                cast back; what a MindSpore CPU user has today: ApplyRotaryPosEmb has no CPU kernel)
                then ms_kvcache.reshape_and_cache. Informational; skipped with --quick.
-- kernel_only: the fused kernel called directly through ctypes on numpy buffers (no MindSpore),
-               to separate the kernel's time from the framework's; diagnostic.
+- kernel_only / kernel_two_step: the fused kernel, and the rope-only kernel followed by the
+               reshape_and_cache kernel, called directly through ctypes on numpy buffers (no
+               MindSpore): the kernels' own times, without the framework; diagnostic.
 - memcpy:      numpy copies of the bytes the fused op writes from the bytes it reads (query -> out,
                key -> out, key -> cache rows, value -> cache rows), on 2 threads (and 1 thread); the
                faster is the bandwidth reference.
@@ -184,34 +185,47 @@ def _memcpy_paths(env):
     return {"memcpy_1thread": memcpy_1t, "memcpy_2threads": memcpy_2t}, nbytes, pool
 
 
-def _kernel_only(env):
-    """The fused kernel's AOT entry called through ctypes on host copies of the inputs (default attrs:
-    NeoX, BSND; same shapes and dtypes), without MindSpore."""
+def _kernel_paths(env):
+    """The AOT entries called through ctypes on host copies of the inputs (default attrs: NeoX, BSND;
+    same shapes and dtypes), without MindSpore: fused, and rope-only + ReshapeAndCache."""
     import ctypes
 
     from ms_kvcache import _cpu
+
+    lib = ctypes.CDLL(_cpu.__file__)
+    keep = []
 
     def host(t):
         a = np.ascontiguousarray(t.asnumpy())
         return a.view(np.uint16) if a.dtype.itemsize == 2 and a.dtype.kind not in "iu" else a
 
-    names = ("positions", "q", "k", "v", "cos_sin_cache", "key_cache", "value_cache", "slot_mapping")
-    arrs = [host(env[n]) for n in names]
-    arrs += [np.empty_like(arrs[1]), np.empty_like(arrs[2])]
-    dts = [b"int64", b"bfloat16", b"bfloat16", b"bfloat16", b"float32", b"bfloat16", b"bfloat16", b"int32",
-           b"bfloat16", b"bfloat16"]
-    n = len(arrs)
-    params = (ctypes.c_void_p * n)(*[a.ctypes.data for a in arrs])
-    ndims = (ctypes.c_int * n)(*[a.ndim for a in arrs])
-    dims = [(ctypes.c_int64 * a.ndim)(*a.shape) for a in arrs]
-    shapes = (ctypes.POINTER(ctypes.c_int64) * n)(*[ctypes.cast(d, ctypes.POINTER(ctypes.c_int64)) for d in dims])
-    dtypes = (ctypes.c_char_p * n)(*dts)
-    fn = ctypes.CDLL(_cpu.__file__).RopeReshapeAndCache
+    def entry(fn, arrs, dts):
+        n = len(arrs)
+        params = (ctypes.c_void_p * n)(*[a.ctypes.data for a in arrs])
+        ndims = (ctypes.c_int * n)(*[a.ndim for a in arrs])
+        dims = [(ctypes.c_int64 * a.ndim)(*a.shape) for a in arrs]
+        shapes = (ctypes.POINTER(ctypes.c_int64) * n)(*[ctypes.cast(d, ctypes.POINTER(ctypes.c_int64)) for d in dims])
+        dtypes = (ctypes.c_char_p * n)(*dts)
+        keep.append((arrs, params, ndims, dims, shapes, dtypes))
 
-    def call():
-        if fn(n, params, ndims, shapes, dtypes, None, None) != 0:
-            raise RuntimeError(_cpu.last_error())
-    return call, arrs
+        def call():
+            if fn(n, params, ndims, shapes, dtypes, None, None) != 0:
+                raise RuntimeError(_cpu.last_error())
+        return call
+
+    names = ("positions", "q", "k", "v", "cos_sin_cache", "key_cache", "value_cache", "slot_mapping")
+    p, q, k, v, cs, kc, vc, s = [host(env[n]) for n in names]
+    qo, ko, status, no_slots = np.empty_like(q), np.empty_like(k), np.zeros(1, np.int32), np.zeros(0, np.int32)
+    b16, rope_dt = b"bfloat16", [b"int64", b"bfloat16", b"bfloat16", b"bfloat16", b"float32", b"bfloat16",
+                                 b"bfloat16", b"int32", b"bfloat16", b"bfloat16"]
+    fused = entry(lib.RopeReshapeAndCache, [p, q, k, v, cs, kc, vc, s, qo, ko], rope_dt)
+    rope = entry(lib.RopeReshapeAndCache, [p, q, k, v, cs, kc, vc, no_slots, qo, ko], rope_dt)
+    rac = entry(lib.ReshapeAndCache, [ko, v, kc, vc, s, status], [b16, b16, b16, b16, b"int32", b"int32"])
+
+    def two_step():
+        rope()
+        rac()
+    return {"kernel_only": fused, "kernel_two_step": two_step}, keep
 
 
 def _bytes_touched(tokens):
@@ -238,8 +252,10 @@ def run(quick=False, tokens=4096, rounds=None, calls=None):
             out[1][0, 0, 0].asnumpy()
             env["value_cache"][0, 0, 0, 0].asnumpy()
 
-    kernel, _keep = _kernel_only(env)
-    timed = {**paths, ("kernel_only", "ctypes"): kernel, **{(name, "numpy"): fn for name, fn in mem.items()}}
+    kernels, _keep = _kernel_paths(env)
+    load_before = os.getloadavg()[0]
+    timed = {**paths, **{(name, "ctypes"): fn for name, fn in kernels.items()},
+             **{(name, "numpy"): fn for name, fn in mem.items()}}
     best = {key: float("inf") for key in timed}
     for fn in timed.values():  # warm up (graph compilation, memory pools, page faults)
         sync(fn())
@@ -260,12 +276,16 @@ def run(quick=False, tokens=4096, rounds=None, calls=None):
     rows = []
     for (name, mode), sec in best.items():
         moved = (2 * mem_bytes) if name.startswith("memcpy") else (read + written)
-        ref = best.get(("fused", mode), best[("fused", "graph")])
+        ref = best.get(("fused", mode), best[("kernel_only", "ctypes")] if mode == "ctypes" else best[("fused", "graph")])
         rows.append({"name": name, "mode": mode, "tokens": tokens, "ms": sec * 1e3, "gb_per_s": moved / sec / 1e9,
                      "vs_fused": sec / ref})
-    for mode in ("pynative", "pynative_sync", "graph"):
-        f = best[("fused", mode)]
-        speedup, mem_ratio = best[("two_step", mode)] / f, f / memcpy_best
+    load = (load_before, os.getloadavg()[0])
+    for r in rows:
+        r["load_average"] = load
+    for mode in ("pynative", "pynative_sync", "graph", "ctypes"):
+        f = best[("kernel_only" if mode == "ctypes" else "fused", mode)]
+        two = best[("kernel_two_step" if mode == "ctypes" else "two_step", mode)]
+        speedup, mem_ratio = two / f, f / memcpy_best
         t = {"name": "targets", "mode": mode, "tokens": tokens,
              "fused_speedup_vs_two_step": speedup, "speedup_target": TARGET_SPEEDUP,
              "speedup_met": speedup >= TARGET_SPEEDUP,
@@ -273,6 +293,7 @@ def run(quick=False, tokens=4096, rounds=None, calls=None):
              "memcpy_met": mem_ratio <= TARGET_MEMCPY_RATIO}
         if ("builtin", mode) in best:
             t["fused_speedup_vs_builtin"] = best[("builtin", mode)] / f
+        t["load_average"] = load
         rows.append(t)
     return rows
 
@@ -285,7 +306,9 @@ def _print(rows):
     for r in rows:
         if r["name"] != "targets":
             print(f"{r['name']:16s} {r['mode']:14s} {r['ms']:9.2f} {r['gb_per_s']:7.2f} {r['vs_fused']:8.2f}")
-    print("(GB/s: bytes the fused op reads + writes, or bytes memcpy reads + writes, per second)")
+    print("(GB/s: bytes the fused op reads + writes, or bytes memcpy reads + writes, per second; "
+          f"1-min load average before/after: {rows[0]['load_average'][0]:.1f} / {rows[0]['load_average'][1]:.1f} "
+          f"on {os.cpu_count()} CPUs)")
     for t in rows:
         if t["name"] != "targets":
             continue
