@@ -1,8 +1,9 @@
-// Body of the rope kernels, compiled twice by rope_common.cpp: once for the baseline target
-// (namespace isa_generic, MSKV_ROPE_AVX2 = 0) and once under `#pragma GCC target("avx2,f16c")`
-// (namespace isa_avx2, MSKV_ROPE_AVX2 = 1). Only the dtype conversions use intrinsics; the
-// arithmetic is plain C++ that the compiler vectorises. No FMA is enabled in either target and the
-// file is compiled with -ffp-contract=off, so both paths round every product and sum the same way.
+// Body of the rope kernels, compiled three times by rope_common.cpp: for the baseline target
+// (namespace isa_generic: portable C++ the compiler vectorises), under `#pragma GCC
+// target("avx2,f16c")` (isa_avx2, MSKV_ROPE_AVX2 = 1: 8-lane intrinsics) and under
+// target("avx512f,avx512bw,avx512vl,avx2,f16c") (isa_avx512, also MSKV_ROPE_AVX512 = 1: 16 lanes
+// first). No FMA is enabled in any target and the file is compiled with -ffp-contract=off, so every
+// path rounds every product and sum the same way and gives the same bits.
 // (Included inside a namespace; no #include here.)
 
 using ::mskv::DType;
@@ -190,6 +191,37 @@ inline void Store8(uint8_t* p, __m256 v) {
 }
 #endif
 
+#if MSKV_ROPE_AVX512
+template <DType DT>
+inline __m512 Load16(const uint8_t* p) {
+  if constexpr (DT == DType::kF32) {
+    return _mm512_loadu_ps(reinterpret_cast<const float*>(p));
+  } else if constexpr (DT == DType::kF16) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  } else {
+    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+  }
+}
+
+template <DType DT>
+inline void Store16(uint8_t* p, __m512 v) {
+  if constexpr (DT == DType::kF32) {
+    _mm512_storeu_ps(reinterpret_cast<float*>(p), v);
+  } else if constexpr (DT == DType::kF16) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  } else {
+    // F32ToBf16 on 16 lanes: RNE carry trick; NaN lanes: (u | 0x400000) >> 16 = quiet NaN
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+    const __mmask16 is_nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    r = _mm512_mask_mov_epi32(r, is_nan, _mm512_or_si512(u, _mm512_set1_epi32(0x400000)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
+  }
+}
+#endif
+
 // Rotate the first rd elements of src into dst (may be the same row). c, s: [rd/2] per-pair cos
 // and sin; cc, ss: [rd] the GPT-J expansion (cc[2i] = cc[2i+1] = c[i], ss[2i] = -s[i],
 // ss[2i+1] = s[i]). buf: 2 * rd floats of scratch. Every output is fl(fl(x*c) -/+ fl(y*s)).
@@ -205,6 +237,14 @@ inline void RotateRow(const uint8_t* src, uint8_t* dst, int64_t rd, bool neox, c
     uint8_t* o0 = dst;
     uint8_t* o1 = dst + half * esz;
     int64_t i = 0;
+#if MSKV_ROPE_AVX512
+    for (; i + 16 <= half; i += 16) {
+      const __m512 a = Load16<DT>(x0 + i * esz), b = Load16<DT>(x1 + i * esz);
+      const __m512 vc = _mm512_loadu_ps(c + i), vs = _mm512_loadu_ps(s + i);
+      Store16<DT>(o0 + i * esz, _mm512_sub_ps(_mm512_mul_ps(a, vc), _mm512_mul_ps(b, vs)));
+      Store16<DT>(o1 + i * esz, _mm512_add_ps(_mm512_mul_ps(b, vc), _mm512_mul_ps(a, vs)));
+    }
+#endif
     for (; i + 8 <= half; i += 8) {
       const __m256 a = Load8<DT>(x0 + i * esz), b = Load8<DT>(x1 + i * esz);
       const __m256 vc = _mm256_loadu_ps(c + i), vs = _mm256_loadu_ps(s + i);
@@ -220,6 +260,14 @@ inline void RotateRow(const uint8_t* src, uint8_t* dst, int64_t rd, bool neox, c
     }
   } else {
     int64_t j = 0;
+#if MSKV_ROPE_AVX512
+    for (; j + 16 <= rd; j += 16) {
+      const __m512 x = Load16<DT>(src + j * esz);
+      const __m512 xs = _mm512_permute_ps(x, 0xB1);
+      Store16<DT>(dst + j * esz, _mm512_add_ps(_mm512_mul_ps(x, _mm512_loadu_ps(cc + j)),
+                                               _mm512_mul_ps(xs, _mm512_loadu_ps(ss + j))));
+    }
+#endif
     for (; j + 8 <= rd; j += 8) {
       const __m256 x = Load8<DT>(src + j * esz);
       const __m256 xs = _mm256_permute_ps(x, 0xB1);  // swap each (2i, 2i+1)
@@ -444,14 +492,31 @@ void ReropeImpl(const ReropeArgs& a) {
   }
 }
 
-// Conversion entry for the tests (exhaustive fp16 / bf16 round trips on both paths).
+// Conversion entry for the tests (exhaustive fp16 / bf16 conversions on every path): the row
+// converters, and on the AVX-512 path the 16-lane converters of RotateRow for the bulk.
 void ConvertImpl(int kind, const void* src, void* dst, int64_t n) {
   float* f = static_cast<float*>(kind < 2 ? dst : const_cast<void*>(src));
+  int64_t i = 0;
+#if MSKV_ROPE_AVX512
+  const uint8_t* s8 = static_cast<const uint8_t*>(src);
+  uint8_t* d8 = static_cast<uint8_t*>(dst);
+  for (; i + 16 <= n; i += 16) {
+    switch (kind) {
+      case 0: _mm512_storeu_ps(f + i, Load16<DType::kF16>(s8 + 2 * i)); break;
+      case 1: _mm512_storeu_ps(f + i, Load16<DType::kBF16>(s8 + 2 * i)); break;
+      case 2: Store16<DType::kF16>(d8 + 2 * i, _mm512_loadu_ps(f + i)); break;
+      case 3: Store16<DType::kBF16>(d8 + 2 * i, _mm512_loadu_ps(f + i)); break;
+      default: break;
+    }
+  }
+#endif
+  const uint16_t* h = static_cast<const uint16_t*>(src) + i;
+  uint16_t* hd = static_cast<uint16_t*>(dst) + i;
   switch (kind) {
-    case 0: LoadRow<DType::kF16>(src, f, n); break;    // f16 -> f32
-    case 1: LoadRow<DType::kBF16>(src, f, n); break;   // bf16 -> f32
-    case 2: StoreRow<DType::kF16>(f, dst, n); break;   // f32 -> f16
-    case 3: StoreRow<DType::kBF16>(f, dst, n); break;  // f32 -> bf16
+    case 0: LoadRow<DType::kF16>(h, f + i, n - i); break;    // f16 -> f32
+    case 1: LoadRow<DType::kBF16>(h, f + i, n - i); break;   // bf16 -> f32
+    case 2: StoreRow<DType::kF16>(f + i, hd, n - i); break;  // f32 -> f16
+    case 3: StoreRow<DType::kBF16>(f + i, hd, n - i); break; // f32 -> bf16
     default: break;
   }
 }

@@ -9,7 +9,7 @@
 //     x' = x*cos[i] - y*sin[i]        y' = y*cos[i] + x*sin[i]
 // evaluated in fp32 as exactly these two products and one add/subtract (no FMA contraction: the
 // sources are compiled with -ffp-contract=off), then rounded to the output dtype with
-// round-to-nearest-even. The scalar and the AVX2/F16C paths give bit-identical results.
+// round-to-nearest-even. The portable, AVX2/F16C and AVX-512 paths give bit-identical results.
 //
 // Index handling: a token whose position is outside [0, max_position) gets zero rows in the rotated
 // outputs and is not written to any cache (graph mode cannot raise on index values; Python raises
@@ -177,8 +177,9 @@ struct ReropeArgs {
 void RopeAndCache(const RopeCacheArgs& a);
 void Rerope(const ReropeArgs& a);
 
-// Instruction-set path of the rope kernels: 0 = portable scalar C++, 1 = AVX2 + F16C.
-// Default: the best the CPU supports; MS_KVCACHE_ROPE_ISA=generic|avx2 or MskvRopeSetIsa override.
+// Instruction-set path of the rope kernels: 0 = portable C++, 1 = AVX2 + F16C, 2 = AVX-512 (F, BW,
+// VL) + AVX2 + F16C. Default: the best the CPU supports; MS_KVCACHE_ROPE_ISA=generic|avx2 or
+// MskvRopeSetIsa (tests) override.
 int ActiveIsa();
 
 }  // namespace rope

@@ -151,10 +151,21 @@ def _lib():
 
 
 def set_isa(isa):
-    """0 = scalar path, 1 = AVX2/F16C path (if the CPU has it); returns the active path."""
+    """0 = portable path, 1 = AVX2/F16C, 2 = AVX-512 (if the CPU has it); returns the active path."""
     f = _lib().MskvRopeSetIsa
     f.restype = ctypes.c_int
     return f(ctypes.c_int(isa))
+
+
+def available_isas():
+    """The instruction-set paths this CPU runs (leaves the best one active)."""
+    out = [i for i in (0, 1, 2) if set_isa(i) == i]
+    set_isa(out[-1])
+    return out
+
+
+def reset_isa():
+    set_isa(available_isas()[-1])
 
 
 def convert(kind, src, n_out_dtype):

@@ -8,7 +8,7 @@ from mindspore import Parameter, Tensor, nn, ops
 
 import ms_kvcache
 from conftest import NP_DTYPES, assert_bits_equal, ms_mode, to_ms, to_np
-from rope_ref import MANT, NP, assert_close_rope, assert_ulp_le, rope64, rope_f32_model, set_isa
+from rope_ref import MANT, NP, assert_close_rope, assert_ulp_le, available_isas, reset_isa, rope64, rope_f32_model, set_isa
 from test_rope_reshape_and_cache import make_table, rand
 
 pytestmark = pytest.mark.usefixtures("cpu_backend")
@@ -142,19 +142,21 @@ def test_identity(rng, dtype):
 
 @pytest.mark.parametrize("neox", [True, False], ids=["neox", "gptj"])
 def test_isa_paths_bit_identical(rng, neox):
-    if set_isa(1) != 1:
-        pytest.skip("CPU lacks AVX2/F16C")
+    isas = available_isas()
+    if len(isas) < 2:
+        pytest.skip("only the portable path runs on this CPU")
     try:
         for dtype in ("float16", "bfloat16", "float32"):
             case = ReropeCase(rng, dtype, 80, 74, neox=neox)
             got = []
-            for isa in (0, 1):
+            for isa in isas:
                 set_isa(isa)
                 got.append(case.run())
-            assert_bits_equal(got[0], got[1], f"{dtype} scalar vs avx2")
-            assert_bits_equal(got[1], case.expected_cache(), f"{dtype} key_cache")
+            for isa, other in zip(isas[1:], got[1:]):
+                assert_bits_equal(got[0], other, f"{dtype}: portable vs path {isa}")
+            assert_bits_equal(got[-1], case.expected_cache(), f"{dtype} key_cache")
     finally:
-        set_isa(1)
+        reset_isa()
 
 
 def test_mla_plane_and_table_in_data_dtype(rng):

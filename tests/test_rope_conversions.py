@@ -5,19 +5,19 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from rope_ref import convert, set_isa
+from rope_ref import available_isas, convert, reset_isa, set_isa
 
 pytestmark = pytest.mark.usefixtures("cpu_backend")
 
 
-@pytest.fixture(params=[0, 1], ids=["scalar", "avx2"])
+@pytest.fixture(params=[0, 1, 2], ids=["portable", "avx2", "avx512"])
 def isa(request):
     active = set_isa(request.param)
     if active != request.param:
-        set_isa(1)
-        pytest.skip("CPU lacks AVX2/F16C")
+        reset_isa()
+        pytest.skip("CPU lacks this instruction set")
     yield active
-    set_isa(1)
+    reset_isa()
 
 
 def _f32_samples():
@@ -65,17 +65,19 @@ def test_float_to_half_rne(isa):
 
 
 def test_paths_bit_identical_including_nan():
-    if set_isa(1) != 1:
-        pytest.skip("CPU lacks AVX2/F16C")
+    isas = available_isas()
+    if len(isas) < 2:
+        pytest.skip("only the portable path runs on this CPU")
     u = _f32_samples()
     h = np.arange(1 << 16, dtype=np.uint16)
     outs = []
     try:
-        for isa in (0, 1):
+        for isa in isas:
             set_isa(isa)
             outs.append([convert(0, h, np.float32).view(np.uint32), convert(1, h, np.float32).view(np.uint32),
                          convert(2, u.view(np.float32), np.uint16), convert(3, u.view(np.float32), np.uint16)])
     finally:
-        set_isa(1)
-    for a, b, name in zip(outs[0], outs[1], ("f16->f32", "bf16->f32", "f32->f16", "f32->bf16")):
-        assert np.array_equal(a, b), f"{name}: scalar and avx2 differ at {np.nonzero(a != b)[0][:5]}"
+        reset_isa()
+    for isa, other in zip(isas[1:], outs[1:]):
+        for a, b, name in zip(outs[0], other, ("f16->f32", "bf16->f32", "f32->f16", "f32->bf16")):
+            assert np.array_equal(a, b), f"{name}: portable and path {isa} differ at {np.nonzero(a != b)[0][:5]}"

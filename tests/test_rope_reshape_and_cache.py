@@ -7,7 +7,7 @@ from mindspore import Parameter, Tensor, nn, ops
 
 import ms_kvcache
 from conftest import MS_DTYPES, NP_DTYPES, assert_bits_equal, ms_mode, to_ms, to_np
-from rope_ref import assert_close_rope, rope64, rope_f32_model, set_isa
+from rope_ref import assert_close_rope, available_isas, reset_isa, rope64, rope_f32_model, set_isa
 
 pytestmark = pytest.mark.usefixtures("cpu_backend")
 
@@ -158,25 +158,33 @@ def test_no_tokens_written_and_zero_rows(rng):
 
 @pytest.mark.parametrize("neox", [True, False], ids=["neox", "gptj"])
 def test_isa_paths_bit_identical(rng, neox):
-    """The scalar and the AVX2/F16C kernels give the same bits (every dtype; rotary_dim 74 leaves
-    vector tails in both pairings)."""
-    if set_isa(1) != 1:
-        pytest.skip("CPU lacks AVX2/F16C")
+    """The portable, AVX2/F16C and AVX-512 kernels give the same bits (every dtype; head_size 80 with
+    rotary_dim 74 leaves 16-, 8-lane and scalar tails in both pairings), also for inf, NaN (payload
+    included), fp32 subnormals and values that overflow fp16."""
+    isas = available_isas()
+    if len(isas) < 2:
+        pytest.skip("only the portable path runs on this CPU")
+    specials = np.array([np.inf, -np.inf, np.nan, 1e-40, -3e-39, 7e4, -1e5, 0.0, -0.0, 6.1e-5], np.float32)
     try:
         for dtype in FLOATS:
             case = Case(rng, dtype, 80, 74, rows=40, tokens=30, num_blocks=10, block_size=4, neox=neox)
+            flat = case.q.reshape(-1)
+            idx = rng.choice(flat.size, size=200, replace=False)
+            with np.errstate(over="ignore"):  # 7e4 and 1e5 are inf in fp16, on purpose
+                flat[idx] = np.resize(specials, idx.size).astype(NP_DTYPES[dtype])
             outs = []
-            for isa in (0, 1):
+            for isa in isas:
                 set_isa(isa)
                 qo, ko, kc, vc, _ = run_case(case)
                 outs.append([to_np(x) for x in (qo, ko, kc, vc)])
-            for a, b, n in zip(outs[0], outs[1], ("query_out", "key_out", "key_cache", "value_cache")):
-                assert_bits_equal(a, b, f"{dtype} {n} scalar vs avx2")
-            case.check_rotated(case.q, outs[1][0], "query_out")
+            for isa, other in zip(isas[1:], outs[1:]):
+                for a, b, n in zip(outs[0], other, ("query_out", "key_out", "key_cache", "value_cache")):
+                    assert_bits_equal(a, b, f"{dtype} {n}: portable vs path {isa}")
+            assert_bits_equal(outs[-1][1], case.expected_model(case.k), "key_out (fp32 model)")
             ekc, evc = case.expected_caches()
-            assert_bits_equal(outs[1][2], ekc, "key_cache")
+            assert_bits_equal(outs[-1][2], ekc, "key_cache")
     finally:
-        set_isa(1)
+        reset_isa()
 
 
 # ------------------------------------------------------------------ merged cache
