@@ -77,6 +77,10 @@ class OpSpec:
     #: dtype groups whose dtype must be equal (e.g. data and cache): already implied by one group.
     doc: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
+    #: Constraints between groups: ``{group: (choice, ...)}`` where a choice is a dtype name or
+    #: ``"=G"`` ("the dtype of group G"). E.g. ``{"C": ("float32", "=T")}``: group C is float32 or
+    #: the dtype of group T. Applied by :meth:`check_dtypes` and :meth:`dtype_rows`.
+    group_rules: Mapping[str, Tuple[str, ...]] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ derived views
     def input(self, name) -> TensorSpec:
@@ -124,8 +128,21 @@ class OpSpec:
         rows = []
         for combo in itertools.product(*choices):
             pick = dict(zip(groups, combo))
-            rows.append(tuple(pick[t.group] for t in self.inputs + self.outputs))
+            if all(self._rule_ok(g, pick) for g in self.group_rules):
+                rows.append(tuple(pick[t.group] for t in self.inputs + self.outputs))
         return rows
+
+    def _rule_choices(self, group, pick):
+        """Dtypes group ``group`` may take given the other groups' dtypes in ``pick``."""
+        out = []
+        for c in self.group_rules[group]:
+            d = pick.get(c[1:]) if c.startswith("=") else c
+            if d is not None and d not in out:
+                out.append(d)
+        return tuple(out)
+
+    def _rule_ok(self, group, pick):
+        return group not in pick or pick[group] in self._rule_choices(group, pick)
 
     # ------------------------------------------------------------------ checks
     def check_dtypes(self, dtypes: Mapping[str, str]):
@@ -146,6 +163,15 @@ class OpSpec:
                 raise TypeError(f"{self.name}: argument '{t.name}': expected dtype {seen[t.group][1]} "
                                 f"(same as '{first}'), got {d}")
             seen.setdefault(t.group, (t.name, d))
+        pick = {g: v[1] for g, v in seen.items()}
+        for g in self.group_rules:
+            if not self._rule_ok(g, pick):
+                name, d = seen[g]
+                refs = [c[1:] for c in self.group_rules[g] if c.startswith("=")]
+                same = ", ".join(f"same as '{seen[r][0]}'" for r in refs if r in seen)
+                allowed = self._rule_choices(g, pick)
+                raise TypeError(f"{self.name}: argument '{name}': expected dtype in {allowed}"
+                                f"{' (' + same + ')' if same else ''}, got {d}")
 
     def check_ranks(self, shapes: Mapping[str, Tuple[int, ...]]):
         """Raise ValueError unless every given input has one of its declared ranks."""

@@ -1,0 +1,522 @@
+// Body of the rope kernels, compiled three times by rope_common.cpp: for the baseline target
+// (namespace isa_generic: portable C++ the compiler vectorises), under `#pragma GCC
+// target("avx2,f16c")` (isa_avx2, MSKV_ROPE_AVX2 = 1: 8-lane intrinsics) and under
+// target("avx512f,avx512bw,avx512vl,avx2,f16c") (isa_avx512, also MSKV_ROPE_AVX512 = 1: 16 lanes
+// first). No FMA is enabled in any target and the file is compiled with -ffp-contract=off, so every
+// path rounds every product and sum the same way and gives the same bits.
+// (Included inside a namespace; no #include here.)
+
+using ::mskv::DType;
+using ::mskv::ReadIndex;
+using ::mskv::rope::Bf16ToF32;
+using ::mskv::rope::CachePlane;
+using ::mskv::rope::F16ToF32;
+using ::mskv::rope::F32ToBf16;
+using ::mskv::rope::F32ToF16;
+using ::mskv::rope::ReropeArgs;
+using ::mskv::rope::RopeCacheArgs;
+using ::mskv::rope::RopeTable;
+
+// ------------------------------------------------------------------ row conversions
+
+template <DType DT>
+struct Elem;
+template <>
+struct Elem<DType::kF32> { using T = float; };
+template <>
+struct Elem<DType::kF16> { using T = uint16_t; };
+template <>
+struct Elem<DType::kBF16> { using T = uint16_t; };
+
+template <DType DT>
+inline void LoadRow(const void* src, float* dst, int64_t n) {
+  if constexpr (DT == DType::kF32) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+  } else {
+    const uint16_t* s = static_cast<const uint16_t*>(src);
+    int64_t i = 0;
+#if MSKV_ROPE_AVX2
+    if constexpr (DT == DType::kF16) {
+      for (; i + 8 <= n; i += 8) {
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
+      }
+    } else {
+      for (; i + 8 <= n; i += 8) {
+        const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
+        _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+      }
+    }
+#endif
+    for (; i < n; ++i) dst[i] = DT == DType::kF16 ? F16ToF32(s[i]) : Bf16ToF32(s[i]);
+  }
+}
+
+template <DType DT>
+inline void StoreRow(const float* src, void* dst, int64_t n) {
+  if constexpr (DT == DType::kF32) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+  } else {
+    uint16_t* d = static_cast<uint16_t*>(dst);
+    int64_t i = 0;
+#if MSKV_ROPE_AVX2
+    if constexpr (DT == DType::kF16) {
+      for (; i + 8 <= n; i += 8) {
+        const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), h);
+      }
+    } else {
+      const __m256i bias = _mm256_set1_epi32(0x7fff);
+      const __m256i one = _mm256_set1_epi32(1);
+      const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+      const __m256i inf = _mm256_set1_epi32(0x7f800000);
+      const __m256i quiet = _mm256_set1_epi32(0x40);
+      for (; i + 8 <= n; i += 8) {
+        const __m256i u = _mm256_castps_si256(_mm256_loadu_ps(src + i));
+        const __m256i hi = _mm256_srli_epi32(u, 16);
+        const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(bias, _mm256_and_si256(hi, one))), 16);
+        const __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
+        const __m256i r = _mm256_blendv_epi8(rounded, _mm256_or_si256(hi, quiet), is_nan);
+        // 8 x u32 (each <= 0xffff) -> 8 x u16 in order
+        const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), _mm256_castsi256_si128(packed));
+      }
+    }
+#endif
+    for (; i < n; ++i) d[i] = DT == DType::kF16 ? F32ToF16(src[i]) : F32ToBf16(src[i]);
+  }
+}
+
+// Load cos/sin row `pos` of the table into fp32 buffers c[half], s[half].
+inline void LoadCosSin(const RopeTable& t, int64_t pos, float* c, float* s) {
+  const int64_t half = t.rotary_dim / 2;
+  const int64_t esz = t.dtype == DType::kF32 ? 4 : 2;
+  const uint8_t* row = static_cast<const uint8_t*>(t.data) + pos * t.rotary_dim * esz;
+  switch (t.dtype) {
+    case DType::kF16:
+      LoadRow<DType::kF16>(row, c, half);
+      LoadRow<DType::kF16>(row + half * 2, s, half);
+      break;
+    case DType::kBF16:
+      LoadRow<DType::kBF16>(row, c, half);
+      LoadRow<DType::kBF16>(row + half * 2, s, half);
+      break;
+    default:
+      LoadRow<DType::kF32>(row, c, half);
+      LoadRow<DType::kF32>(row + half * 4, s, half);
+      break;
+  }
+}
+
+// ------------------------------------------------------------------ rotation (fp32)
+
+// out[0:rd] = rotate(x[0:rd]) with per-pair cos c[i], sin s[i], i < rd/2.
+inline void Rotate(const float* __restrict x, float* __restrict out, const float* __restrict c,
+                   const float* __restrict s, int64_t rd, bool neox) {
+  const int64_t half = rd / 2;
+  if (neox) {
+    const float* __restrict x0 = x;
+    const float* __restrict x1 = x + half;
+    float* __restrict o0 = out;
+    float* __restrict o1 = out + half;
+    for (int64_t i = 0; i < half; ++i) {
+      const float a = x0[i], b = x1[i];
+      o0[i] = a * c[i] - b * s[i];
+      o1[i] = b * c[i] + a * s[i];
+    }
+  } else {
+    for (int64_t i = 0; i < half; ++i) {
+      const float a = x[2 * i], b = x[2 * i + 1];
+      out[2 * i] = a * c[i] - b * s[i];
+      out[2 * i + 1] = b * c[i] + a * s[i];
+    }
+  }
+}
+
+// ------------------------------------------------------------------ one head
+
+template <DType DT>
+inline float LoadOne(const uint8_t* p, int64_t i) {
+  if constexpr (DT == DType::kF32) {
+    float f;
+    std::memcpy(&f, p + 4 * i, 4);
+    return f;
+  } else {
+    uint16_t h;
+    std::memcpy(&h, p + 2 * i, 2);
+    return DT == DType::kF16 ? F16ToF32(h) : Bf16ToF32(h);
+  }
+}
+
+template <DType DT>
+inline void StoreOne(uint8_t* p, int64_t i, float f) {
+  if constexpr (DT == DType::kF32) {
+    std::memcpy(p + 4 * i, &f, 4);
+  } else {
+    const uint16_t h = DT == DType::kF16 ? F32ToF16(f) : F32ToBf16(f);
+    std::memcpy(p + 2 * i, &h, 2);
+  }
+}
+
+#if MSKV_ROPE_AVX2
+template <DType DT>
+inline __m256 Load8(const uint8_t* p) {
+  if constexpr (DT == DType::kF32) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+  } else if constexpr (DT == DType::kF16) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  } else {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  }
+}
+
+template <DType DT>
+inline void Store8(uint8_t* p, __m256 v) {
+  if constexpr (DT == DType::kF32) {
+    _mm256_storeu_ps(reinterpret_cast<float*>(p), v);
+  } else if constexpr (DT == DType::kF16) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  } else {
+    // same rounding as F32ToBf16: RNE via the carry trick, NaN -> quiet NaN
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i hi = _mm256_srli_epi32(u, 16);
+    const __m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
+    const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
+    const __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                              _mm256_set1_epi32(0x7f800000));
+    const __m256i r = _mm256_blendv_epi8(rounded, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), is_nan);
+    const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), packed);
+  }
+}
+#endif
+
+#if MSKV_ROPE_AVX512
+template <DType DT>
+inline __m512 Load16(const uint8_t* p) {
+  if constexpr (DT == DType::kF32) {
+    return _mm512_loadu_ps(reinterpret_cast<const float*>(p));
+  } else if constexpr (DT == DType::kF16) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  } else {
+    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+  }
+}
+
+template <DType DT>
+inline void Store16(uint8_t* p, __m512 v) {
+  if constexpr (DT == DType::kF32) {
+    _mm512_storeu_ps(reinterpret_cast<float*>(p), v);
+  } else if constexpr (DT == DType::kF16) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  } else {
+    // F32ToBf16 on 16 lanes: RNE carry trick; NaN lanes: (u | 0x400000) >> 16 = quiet NaN
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+    const __mmask16 is_nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    r = _mm512_mask_mov_epi32(r, is_nan, _mm512_or_si512(u, _mm512_set1_epi32(0x400000)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
+  }
+}
+#endif
+
+// Rotate the first rd elements of src into dst (may be the same row). c, s: [rd/2] per-pair cos
+// and sin; cc, ss: [rd] the GPT-J expansion (cc[2i] = cc[2i+1] = c[i], ss[2i] = -s[i],
+// ss[2i+1] = s[i]). buf: 2 * rd floats of scratch. Every output is fl(fl(x*c) -/+ fl(y*s)).
+template <DType DT>
+inline void RotateRow(const uint8_t* src, uint8_t* dst, int64_t rd, bool neox, const float* c, const float* s,
+                      const float* cc, const float* ss, float* buf) {
+#if MSKV_ROPE_AVX2
+  constexpr int64_t esz = DT == DType::kF32 ? 4 : 2;
+  const int64_t half = rd / 2;
+  if (neox) {
+    const uint8_t* x0 = src;
+    const uint8_t* x1 = src + half * esz;
+    uint8_t* o0 = dst;
+    uint8_t* o1 = dst + half * esz;
+    int64_t i = 0;
+#if MSKV_ROPE_AVX512
+    for (; i + 16 <= half; i += 16) {
+      const __m512 a = Load16<DT>(x0 + i * esz), b = Load16<DT>(x1 + i * esz);
+      const __m512 vc = _mm512_loadu_ps(c + i), vs = _mm512_loadu_ps(s + i);
+      Store16<DT>(o0 + i * esz, _mm512_sub_ps(_mm512_mul_ps(a, vc), _mm512_mul_ps(b, vs)));
+      Store16<DT>(o1 + i * esz, _mm512_add_ps(_mm512_mul_ps(b, vc), _mm512_mul_ps(a, vs)));
+    }
+#endif
+    for (; i + 8 <= half; i += 8) {
+      const __m256 a = Load8<DT>(x0 + i * esz), b = Load8<DT>(x1 + i * esz);
+      const __m256 vc = _mm256_loadu_ps(c + i), vs = _mm256_loadu_ps(s + i);
+      const __m256 ra = _mm256_sub_ps(_mm256_mul_ps(a, vc), _mm256_mul_ps(b, vs));
+      const __m256 rb = _mm256_add_ps(_mm256_mul_ps(b, vc), _mm256_mul_ps(a, vs));
+      Store8<DT>(o0 + i * esz, ra);
+      Store8<DT>(o1 + i * esz, rb);
+    }
+    for (; i < half; ++i) {
+      const float a = LoadOne<DT>(x0, i), b = LoadOne<DT>(x1, i);
+      StoreOne<DT>(o0, i, a * c[i] - b * s[i]);
+      StoreOne<DT>(o1, i, b * c[i] + a * s[i]);
+    }
+  } else {
+    int64_t j = 0;
+#if MSKV_ROPE_AVX512
+    for (; j + 16 <= rd; j += 16) {
+      const __m512 x = Load16<DT>(src + j * esz);
+      const __m512 xs = _mm512_permute_ps(x, 0xB1);
+      Store16<DT>(dst + j * esz, _mm512_add_ps(_mm512_mul_ps(x, _mm512_loadu_ps(cc + j)),
+                                               _mm512_mul_ps(xs, _mm512_loadu_ps(ss + j))));
+    }
+#endif
+    for (; j + 8 <= rd; j += 8) {
+      const __m256 x = Load8<DT>(src + j * esz);
+      const __m256 xs = _mm256_permute_ps(x, 0xB1);  // swap each (2i, 2i+1)
+      // even: x*c + y*(-s) == x*c - y*s exactly; odd: y*c + x*s
+      const __m256 r = _mm256_add_ps(_mm256_mul_ps(x, _mm256_loadu_ps(cc + j)), _mm256_mul_ps(xs, _mm256_loadu_ps(ss + j)));
+      Store8<DT>(dst + j * esz, r);
+    }
+    for (int64_t i = j / 2; i < half; ++i) {
+      const float a = LoadOne<DT>(src, 2 * i), b = LoadOne<DT>(src, 2 * i + 1);
+      StoreOne<DT>(dst, 2 * i, a * c[i] - b * s[i]);
+      StoreOne<DT>(dst, 2 * i + 1, b * c[i] + a * s[i]);
+    }
+  }
+  (void)buf;
+#else
+  (void)cc;
+  (void)ss;
+  float* xin = buf;
+  float* xout = buf + rd;
+  LoadRow<DT>(src, xin, rd);
+  Rotate(xin, xout, c, s, rd, neox);
+  StoreRow<DT>(xout, dst, rd);
+#endif
+}
+
+// GPT-J expansion of a cos/sin row (see RotateRow).
+inline void ExpandPairs(const float* c, const float* s, float* cc, float* ss, int64_t half) {
+  for (int64_t i = 0; i < half; ++i) {
+    cc[2 * i] = c[i];
+    cc[2 * i + 1] = c[i];
+    ss[2 * i] = -s[i];
+    ss[2 * i + 1] = s[i];
+  }
+}
+
+// One head: rotate the first rd elements of src into dst (dtype DT), copy the rest.
+template <DType DT>
+inline void RopeHead(const uint8_t* src, uint8_t* dst, int64_t head_size, int64_t rd, bool neox,
+                     const float* c, const float* s, const float* cc, const float* ss, float* buf) {
+  using T = typename Elem<DT>::T;
+  RotateRow<DT>(src, dst, rd, neox, c, s, cc, ss, buf);
+  if (head_size > rd) {
+    std::memcpy(dst + rd * sizeof(T), src + rd * sizeof(T), static_cast<size_t>(head_size - rd) * sizeof(T));
+  }
+}
+
+// RMSNorm of one row: out = x / sqrt(mean(x^2) + eps) * w, fp32 except the sum of squares, which is
+// accumulated in fp64 over 8 fixed lanes (exact squares, deterministic order on every path).
+template <DType DT>
+inline void RmsNormRow(const uint8_t* src, uint8_t* dst, int64_t n, const float* w, float eps,
+                       float* buf) {
+  LoadRow<DT>(src, buf, n);
+  double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    for (int l = 0; l < 8; ++l) {
+      const double v = buf[j + l];
+      acc[l] += v * v;
+    }
+  }
+  for (int l = 0; j + l < n; ++l) {
+    const double v = buf[j + l];
+    acc[l] += v * v;
+  }
+  const double sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  const float inv = static_cast<float>(1.0 / std::sqrt(sum / static_cast<double>(n) + static_cast<double>(eps)));
+  for (int64_t i = 0; i < n; ++i) buf[i] = (buf[i] * inv) * w[i];
+  StoreRow<DT>(buf, dst, n);
+}
+
+// ------------------------------------------------------------------ fused rope + cache write
+
+template <DType DT>
+void RopeAndCacheT(const RopeCacheArgs& a) {
+  using T = typename Elem<DT>::T;
+  const int64_t esz = sizeof(T);
+  const int64_t hd = a.head_size;
+  const int64_t rd = a.table.rotary_dim;
+  const int64_t half = rd / 2;
+  const int64_t q_row = a.q_heads * hd * esz;
+  const int64_t k_row = a.k_heads * hd * esz;
+  const bool mla = a.kv_c != nullptr;
+  const int64_t v_row = mla ? a.kv_c_dim * esz : k_row;
+  const int64_t bytes = a.rows * 2 * (q_row + k_row + (mla ? v_row : 0)) + a.num_write * 2 * v_row;
+
+  ::mskv::ParallelFor(a.rows, bytes, [&](int64_t begin, int64_t end) {
+    // scratch: cos, sin, 2*rd rotation buffer, norm row + fp32 norm weight
+    const int64_t norm_n = (mla && a.norm_weight) ? a.kv_c_dim : 0;
+    std::vector<float> scratch(static_cast<size_t>(2 * half + 4 * rd + 2 * norm_n + 8));
+    float* c = scratch.data();
+    float* s = c + half;
+    float* cc = s + half;
+    float* ss = cc + rd;
+    float* buf = ss + rd;
+    float* nbuf = buf + 2 * rd;
+    float* wbuf = nbuf + norm_n;
+    if (norm_n) {
+      switch (a.norm_dtype) {
+        case DType::kF16: LoadRow<DType::kF16>(a.norm_weight, wbuf, norm_n); break;
+        case DType::kBF16: LoadRow<DType::kBF16>(a.norm_weight, wbuf, norm_n); break;
+        default: LoadRow<DType::kF32>(a.norm_weight, wbuf, norm_n); break;
+      }
+    }
+    const int64_t num_k_slots = a.k_cache.num_slots();
+    const int64_t num_v_slots = a.v_cache.num_slots();
+    for (int64_t t = begin; t < end; ++t) {
+      const uint8_t* v_src = nullptr;  // the row that goes to v_cache
+      if (mla) {
+        uint8_t* kvo = a.kv_c_out + t * v_row;
+        const uint8_t* kvi = a.kv_c + t * v_row;
+        if (norm_n) {
+          RmsNormRow<DT>(kvi, kvo, norm_n, wbuf, a.epsilon, nbuf);
+        } else {
+          std::memcpy(kvo, kvi, static_cast<size_t>(v_row));
+        }
+        v_src = kvo;
+      } else if (a.v != nullptr) {
+        v_src = a.v + t * v_row;
+      }
+      uint8_t* qo = a.q_out + t * q_row;
+      uint8_t* ko = a.k_out + t * k_row;
+      const int64_t pos = ReadIndex(a.positions, a.pos_dtype, t);
+      if (pos < 0 || pos >= a.table.max_position) {
+        // never read the table out of bounds: zero rows, no cache write for this token
+        std::memset(qo, 0, static_cast<size_t>(q_row));
+        std::memset(ko, 0, static_cast<size_t>(k_row));
+        continue;
+      }
+      LoadCosSin(a.table, pos, c, s);
+      if (!a.neox) ExpandPairs(c, s, cc, ss, half);
+      const uint8_t* qi = a.q + t * q_row;
+      for (int64_t h = 0; h < a.q_heads; ++h) {
+        RopeHead<DT>(qi + h * hd * esz, qo + h * hd * esz, hd, rd, a.neox, c, s, cc, ss, buf);
+      }
+      const uint8_t* ki = a.k + t * k_row;
+      for (int64_t h = 0; h < a.k_heads; ++h) {
+        RopeHead<DT>(ki + h * hd * esz, ko + h * hd * esz, hd, rd, a.neox, c, s, cc, ss, buf);
+      }
+      if (t >= a.num_write) continue;
+      const int64_t slot = ReadIndex(a.slots, a.slot_dtype, t);
+      if (slot < 0 || slot >= num_k_slots || slot >= num_v_slots) continue;
+      a.k_cache.WriteRow(slot, ko);
+      if (v_src != nullptr) a.v_cache.WriteRow(slot, v_src);
+    }
+  });
+}
+
+void RopeAndCacheImpl(const RopeCacheArgs& a) {
+  switch (a.dtype) {
+    case DType::kF16: RopeAndCacheT<DType::kF16>(a); break;
+    case DType::kBF16: RopeAndCacheT<DType::kBF16>(a); break;
+    case DType::kF32: RopeAndCacheT<DType::kF32>(a); break;
+    default: throw ::mskv::KernelError("unsupported dtype");
+  }
+}
+
+// ------------------------------------------------------------------ rerope
+
+// Rotation by (new - old) from the two table rows, in fp64 from the fp32 values:
+//   R(new) R(old)^-1 = R(new) R(old)^T / (cos_o^2 + sin_o^2)
+//   cd = (cn*co + sn*so) / n,  sd = (sn*co - cn*so) / n,  n = co^2 + so^2
+// then rounded to fp32. Products of fp32 values are exact in fp64, so old == new gives cd = 1,
+// sd = 0 exactly (identity). Returns false if some n == 0 (table row not invertible).
+inline bool DeltaCosSin(const float* co, const float* so, const float* cn, const float* sn, float* cd,
+                        float* sd, int64_t half) {
+  bool ok = true;
+  for (int64_t i = 0; i < half; ++i) {
+    const double c0 = co[i], s0 = so[i], c1 = cn[i], s1 = sn[i];
+    const double n = c0 * c0 + s0 * s0;
+    ok = ok && n > 0.0;
+    cd[i] = static_cast<float>((c1 * c0 + s1 * s0) / n);
+    sd[i] = static_cast<float>((s1 * c0 - c1 * s0) / n);
+  }
+  return ok;
+}
+
+template <DType DT>
+void ReropeT(const ReropeArgs& a) {
+  using T = typename Elem<DT>::T;
+  const int64_t esz = sizeof(T);
+  const CachePlane& cp = a.cache;
+  const int64_t hd = cp.head_size;
+  const int64_t rd = a.table.rotary_dim;
+  const int64_t half = rd / 2;
+  const int64_t num_slots = cp.num_slots();
+  const int64_t bytes = a.count * 2 * cp.heads * hd * esz;
+  ::mskv::ParallelFor(a.count, bytes, [&](int64_t begin, int64_t end) {
+    std::vector<float> scratch(static_cast<size_t>(6 * half + 4 * rd + 8));
+    float* co = scratch.data();
+    float* so = co + half;
+    float* cn = so + half;
+    float* sn = cn + half;
+    float* cd = sn + half;
+    float* sd = cd + half;
+    float* cc = sd + half;
+    float* ss = cc + rd;
+    float* buf = ss + rd;
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t slot = ReadIndex(a.slots, a.slot_dtype, i);
+      if (slot < 0 || slot >= num_slots) continue;
+      const int64_t po = ReadIndex(a.old_positions, a.pos_dtype, i);
+      const int64_t pn = ReadIndex(a.new_positions, a.pos_dtype, i);
+      if (po < 0 || po >= a.table.max_position || pn < 0 || pn >= a.table.max_position) continue;
+      LoadCosSin(a.table, po, co, so);
+      LoadCosSin(a.table, pn, cn, sn);
+      if (!DeltaCosSin(co, so, cn, sn, cd, sd, half)) continue;
+      if (!a.neox) ExpandPairs(cd, sd, cc, ss, half);
+      for (int64_t h = 0; h < cp.heads; ++h) {
+        uint8_t* p = cp.base + cp.HeadOffset(slot, h);
+        RotateRow<DT>(p, p, rd, a.neox, cd, sd, cc, ss, buf);  // in place; the tail is untouched
+      }
+    }
+  });
+}
+
+void ReropeImpl(const ReropeArgs& a) {
+  switch (a.dtype) {
+    case DType::kF16: ReropeT<DType::kF16>(a); break;
+    case DType::kBF16: ReropeT<DType::kBF16>(a); break;
+    case DType::kF32: ReropeT<DType::kF32>(a); break;
+    default: throw ::mskv::KernelError("unsupported dtype");
+  }
+}
+
+// Conversion entry for the tests (exhaustive fp16 / bf16 conversions on every path): the row
+// converters, and on the AVX-512 path the 16-lane converters of RotateRow for the bulk.
+void ConvertImpl(int kind, const void* src, void* dst, int64_t n) {
+  float* f = static_cast<float*>(kind < 2 ? dst : const_cast<void*>(src));
+  int64_t i = 0;
+#if MSKV_ROPE_AVX512
+  const uint8_t* s8 = static_cast<const uint8_t*>(src);
+  uint8_t* d8 = static_cast<uint8_t*>(dst);
+  for (; i + 16 <= n; i += 16) {
+    switch (kind) {
+      case 0: _mm512_storeu_ps(f + i, Load16<DType::kF16>(s8 + 2 * i)); break;
+      case 1: _mm512_storeu_ps(f + i, Load16<DType::kBF16>(s8 + 2 * i)); break;
+      case 2: Store16<DType::kF16>(d8 + 2 * i, _mm512_loadu_ps(f + i)); break;
+      case 3: Store16<DType::kBF16>(d8 + 2 * i, _mm512_loadu_ps(f + i)); break;
+      default: break;
+    }
+  }
+#endif
+  const uint16_t* h = static_cast<const uint16_t*>(src) + i;
+  uint16_t* hd = static_cast<uint16_t*>(dst) + i;
+  switch (kind) {
+    case 0: LoadRow<DType::kF16>(h, f + i, n - i); break;    // f16 -> f32
+    case 1: LoadRow<DType::kBF16>(h, f + i, n - i); break;   // bf16 -> f32
+    case 2: StoreRow<DType::kF16>(f + i, hd, n - i); break;  // f32 -> f16
+    case 3: StoreRow<DType::kBF16>(f + i, hd, n - i); break; // f32 -> bf16
+    default: break;
+  }
+}

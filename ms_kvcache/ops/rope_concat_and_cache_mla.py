@@ -1,0 +1,195 @@
+"""rope_concat_and_cache_mla: DeepSeek MLA. RoPE on q_pe / k_pe, optional RMSNorm of kv_c, and the
+write of both cache planes (kv_c and k_pe), in one pass."""
+import math
+
+import numpy as np
+from mindspore import Tensor, ops
+from mindspore.ops.primitive import constexpr
+
+from ms_kvcache import _backend
+from ms_kvcache import _validate as V
+from ms_kvcache._custom import _get_cache_prim, _run_in_jit, eager_op, graph_backend, prim_class
+from ms_kvcache._spec import FLOAT_DTYPES, INDEX_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, register
+from ms_kvcache.ops import _rope_common as R
+
+__all__ = ["rope_concat_and_cache_mla", "SPEC"]
+
+SPEC = register(OpSpec(
+    name="rope_concat_and_cache_mla",
+    op_type="RopeConcatAndCacheMla",
+    inputs=(
+        TensorSpec("positions", "P", (1,)),
+        TensorSpec("q_pe", "T", (2, 3)),
+        TensorSpec("k_pe", "T", (2, 3)),
+        TensorSpec("kv_c", "T", (2,)),
+        TensorSpec("cos_sin_cache", "C", (2,)),
+        TensorSpec("kv_c_cache", "T", (3,), inplace=True),
+        TensorSpec("k_pe_cache", "T", (3,), inplace=True),
+        TensorSpec("slot_mapping", "S", (1,)),
+        # Absent = no RMSNorm. The cpu backend receives an empty float32 [0] tensor in its place;
+        # an AscendC OpDef declares it OPTIONAL.
+        TensorSpec("kv_c_norm_weight", "W", (1,), optional=True),
+    ),
+    outputs=(
+        TensorSpec("q_pe_out", "T", (2, 3)),
+        TensorSpec("k_pe_out", "T", (2, 3)),
+        TensorSpec("kv_c_out", "T", (2,)),
+    ),
+    dtype_groups={"T": FLOAT_DTYPES, "C": FLOAT_DTYPES, "W": FLOAT_DTYPES, "P": INDEX_DTYPES,
+                  "S": INDEX_DTYPES},
+    group_rules={"C": ("float32", "=T"), "W": ("float32", "=T")},
+    attrs=(
+        AttrSpec("is_neox_style", "bool", False, (True, False)),
+        AttrSpec("epsilon", "float", 1e-6),
+    ),
+    extra={"out_shape": R.out_like(1, 2, 3), "out_dtype": R.out_like(1, 2, 3)},
+))
+
+#: stands in for kv_c_norm_weight=None (no RMSNorm) on the cpu backend
+_NO_WEIGHT = Tensor(np.zeros((0,), np.float32))
+
+
+def _check_static(p_shape, p_dtype, q_shape, q_dtype, k_shape, k_dtype, c_shape, c_dtype, cs_shape, cs_dtype,
+                  cc_shape, cc_dtype, kc_shape, kc_dtype, s_shape, s_dtype, w_shape, w_dtype, is_neox_style,
+                  epsilon):
+    """Shape/dtype/attr checks (w_shape None = no norm weight); returns (num_slots, max_position, eps)."""
+    op = SPEC.name
+    R.check_bool(op, "is_neox_style", is_neox_style)
+    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not math.isfinite(epsilon) \
+            or epsilon < 0:
+        raise ValueError(f"{op}: argument 'epsilon': expected a finite float >= 0, got {epsilon!r}")
+    shapes = {"positions": p_shape, "q_pe": q_shape, "k_pe": k_shape, "kv_c": c_shape, "cos_sin_cache": cs_shape,
+              "kv_c_cache": cc_shape, "k_pe_cache": kc_shape, "slot_mapping": s_shape, "kv_c_norm_weight": w_shape}
+    SPEC.check_ranks(shapes)
+    SPEC.check_dtypes({"positions": dtype_name(p_dtype), "q_pe": dtype_name(q_dtype), "k_pe": dtype_name(k_dtype),
+                       "kv_c": dtype_name(c_dtype), "cos_sin_cache": dtype_name(cs_dtype),
+                       "kv_c_cache": dtype_name(cc_dtype), "k_pe_cache": dtype_name(kc_dtype),
+                       "slot_mapping": dtype_name(s_dtype),
+                       "kv_c_norm_weight": None if w_shape is None else dtype_name(w_dtype)})
+    nb, bs, rank = cc_shape
+    if tuple(kc_shape[:2]) != (nb, bs):
+        raise ValueError(f"{op}: argument 'k_pe_cache': expected shape [{nb}, {bs}, rope_dim] (num_blocks, "
+                         f"block_size of 'kv_c_cache'), got {tuple(kc_shape)}")
+    rope_dim = int(kc_shape[2])
+    rows = int(k_shape[0])
+    if (len(k_shape) == 2 and k_shape[1] != rope_dim) or (len(k_shape) == 3 and tuple(k_shape[1:]) != (1, rope_dim)):
+        raise ValueError(f"{op}: argument 'k_pe': expected shape [T', {rope_dim}] or [T', 1, {rope_dim}] (rope_dim "
+                         f"of 'k_pe_cache'), got {tuple(k_shape)}")
+    if tuple(c_shape) != (rows, rank):
+        raise ValueError(f"{op}: argument 'kv_c': expected shape [{rows}, {rank}] (T' of 'k_pe', kv_lora_rank "
+                         f"of 'kv_c_cache'), got {tuple(c_shape)}")
+    R.heads_of(op, "q_pe", q_shape, rope_dim, "num_heads")
+    if q_shape[0] != rows:
+        raise ValueError(f"{op}: argument 'q_pe': expected {rows} rows (same T' as 'k_pe'), got shape "
+                         f"{tuple(q_shape)}")
+    R.check_positions_shape(op, "positions", p_shape, rows, "k_pe")
+    if s_shape[0] > rows:
+        raise ValueError(f"{op}: argument 'slot_mapping': expected shape [T] with T <= {rows} (rows of 'k_pe'), "
+                         f"got {tuple(s_shape)}")
+    if w_shape is not None and tuple(w_shape) != (rank,):
+        raise ValueError(f"{op}: argument 'kv_c_norm_weight': expected shape [{rank}] (kv_lora_rank), got "
+                         f"{tuple(w_shape)}")
+    max_position, _ = R.table_geometry(op, cs_shape, rope_dim)
+    return nb * bs, max_position, float(epsilon)
+
+
+_check_static_graph = constexpr(_check_static)
+_Prim = prim_class(SPEC)
+
+
+@constexpr
+def _graph_backend(backend):
+    return R.require_backend(SPEC.name, backend)
+
+
+def rope_concat_and_cache_mla(positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_cache, k_pe_cache, slot_mapping, *,
+                              is_neox_style=False, kv_c_norm_weight=None, epsilon=1e-6):
+    """DeepSeek V2/V3 multi-head latent attention: rotary embedding on ``q_pe`` and ``k_pe``,
+    optional RMSNorm of the compressed latent ``kv_c``, and the write of ``kv_c`` and ``k_pe`` into
+    their cache planes (``KVCacheFormat.MLA_KV``), in one pass.
+
+    Follows vLLM's DeepSeek path: ``rotary_embedding`` on the rope part (DeepSeek uses GPT-J style,
+    hence ``is_neox_style=False`` by default) and ``concat_and_cache_mla``; the RMSNorm is the
+    model's ``kv_a_layernorm`` (as fused by Ascend's kv_rmsnorm_rope_cache).
+
+    Args:
+        positions (Tensor): int32 or int64 ``[T']``, each in ``[0, max_position)``.
+        q_pe (Tensor): ``[T', num_heads, rope_dim]`` or ``[T', num_heads * rope_dim]``; float16,
+            bfloat16 or float32. Not modified.
+        k_pe (Tensor): ``[T', rope_dim]`` or ``[T', 1, rope_dim]``; same dtype. Not modified.
+        kv_c (Tensor): ``[T', kv_lora_rank]``; same dtype. Not modified.
+        cos_sin_cache (Tensor): ``[max_position, rotary_dim]``, cos | sin halves (vLLM layout);
+            float32 (recommended) or the dtype of ``q_pe``; ``rotary_dim`` even, ``<= rope_dim``
+            (normally equal).
+        kv_c_cache (Tensor | Parameter): ``[num_blocks, block_size, kv_lora_rank]``; same dtype;
+            contiguous; written in place.
+        k_pe_cache (Tensor | Parameter): ``[num_blocks, block_size, rope_dim]``; same dtype;
+            contiguous; written in place.
+        slot_mapping (Tensor): int32 or int64 ``[T]``, ``T <= T'``; ``slot < 0`` skips the token.
+        is_neox_style (bool): pairs ``(i, i + rotary_dim/2)`` if True, ``(2i, 2i+1)`` if False
+            (default, DeepSeek).
+        kv_c_norm_weight (Tensor | None): ``[kv_lora_rank]``, float32 or the dtype of ``kv_c``. If
+            given, ``kv_c`` is replaced by ``kv_c / sqrt(mean(kv_c**2) + epsilon) * weight`` (per
+            row; mean of squares accumulated in fp64, the rest fp32, one rounding at the end) before
+            it is cached and returned. None (default): ``kv_c`` is cached unchanged.
+        epsilon (float): RMSNorm epsilon, >= 0 (default 1e-6; passed to the kernel as fp32).
+
+    Returns:
+        tuple(Tensor, Tensor, Tensor): ``(q_pe_out, k_pe_out, kv_c_out)``, new tensors shaped like
+        ``q_pe``, ``k_pe`` and ``kv_c``: rotated q_pe and k_pe (fp32 compute, round to nearest
+        even) and the normalised (or copied) kv_c, i.e. exactly what was cached.
+
+    Raises:
+        TypeError: a non-Tensor argument; a non-bool ``is_neox_style``; q_pe, k_pe, kv_c and the
+            caches differ in dtype or are not float16/bfloat16/float32; ``cos_sin_cache`` or
+            ``kv_c_norm_weight`` neither float32 nor the data dtype; non-integer positions/slots.
+        ValueError: rank/shape mismatches (rope_dim, kv_lora_rank, num_blocks/block_size of the two
+            planes, T' of the inputs, ``len(slot_mapping) > T'``, weight size); odd ``rotary_dim`` or
+            ``rotary_dim > rope_dim``; a negative or non-finite ``epsilon``; PyNative only:
+            positions outside ``[0, max_position)``, slots ``>= num_blocks * block_size``, duplicated
+            non-negative slots; non-contiguous caches. In graph mode a token with an out-of-range
+            position gets zero ``q_pe_out``/``k_pe_out`` rows and is not cached; out-of-range slots
+            are skipped.
+    """
+    if _run_in_jit():  # @jit.cond: True
+        if kv_c_norm_weight is None:
+            eps = _check_static_graph(positions.shape, positions.dtype, q_pe.shape, q_pe.dtype, k_pe.shape,
+                                      k_pe.dtype, kv_c.shape, kv_c.dtype, cos_sin_cache.shape, cos_sin_cache.dtype,
+                                      kv_c_cache.shape, kv_c_cache.dtype, k_pe_cache.shape, k_pe_cache.dtype,
+                                      slot_mapping.shape, slot_mapping.dtype, None, None, is_neox_style,
+                                      epsilon)[2]
+            weight = _NO_WEIGHT
+        else:
+            eps = _check_static_graph(positions.shape, positions.dtype, q_pe.shape, q_pe.dtype, k_pe.shape,
+                                      k_pe.dtype, kv_c.shape, kv_c.dtype, cos_sin_cache.shape, cos_sin_cache.dtype,
+                                      kv_c_cache.shape, kv_c_cache.dtype, k_pe_cache.shape, k_pe_cache.dtype,
+                                      slot_mapping.shape, slot_mapping.dtype, kv_c_norm_weight.shape,
+                                      kv_c_norm_weight.dtype, is_neox_style, epsilon)[2]
+            weight = kv_c_norm_weight
+        q_out, k_out, c_out = _get_cache_prim(_Prim)(_graph_backend(graph_backend()), is_neox_style, eps)(
+            positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_cache, k_pe_cache, slot_mapping, weight)
+    else:
+        op = SPEC.name
+        for n, x in (("positions", positions), ("q_pe", q_pe), ("k_pe", k_pe), ("kv_c", kv_c),
+                     ("cos_sin_cache", cos_sin_cache), ("kv_c_cache", kv_c_cache), ("k_pe_cache", k_pe_cache),
+                     ("slot_mapping", slot_mapping)):
+            V.require_tensor(op, n, x)
+        V.require_tensor(op, "kv_c_norm_weight", kv_c_norm_weight, optional=True)
+        has_w = kv_c_norm_weight is not None
+        num_slots, max_position, eps = _check_static(
+            positions.shape, positions.dtype, q_pe.shape, q_pe.dtype, k_pe.shape, k_pe.dtype, kv_c.shape,
+            kv_c.dtype, cos_sin_cache.shape, cos_sin_cache.dtype, kv_c_cache.shape, kv_c_cache.dtype,
+            k_pe_cache.shape, k_pe_cache.dtype, slot_mapping.shape, slot_mapping.dtype,
+            kv_c_norm_weight.shape if has_w else None, kv_c_norm_weight.dtype if has_w else None,
+            is_neox_style, epsilon)
+        V.require_contiguous(op, "kv_c_cache", kv_c_cache)
+        V.require_contiguous(op, "k_pe_cache", k_pe_cache)
+        if k_pe.shape[0] == 0:
+            return ops.zeros_like(q_pe), ops.zeros_like(k_pe), ops.zeros_like(kv_c)
+        R.check_position_values(op, "positions", V.index_values(positions), max_position)
+        if slot_mapping.shape[0]:
+            V.check_slot_values(op, "slot_mapping", V.index_values(slot_mapping), num_slots)
+        q_out, k_out, c_out = eager_op(SPEC, R.require_backend(op, _backend.get_backend()), (is_neox_style, eps))(
+            positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_cache, k_pe_cache, slot_mapping,
+            kv_c_norm_weight if has_w else _NO_WEIGHT)
+    return q_out, k_out, c_out

@@ -1,0 +1,182 @@
+"""rope_reshape_and_cache: rotary position embedding on query and key fused with the paged-cache write
+of the rotated key and the value (one pass over K)."""
+from mindspore import ops
+from mindspore.ops.primitive import constexpr
+
+from ms_kvcache import _backend
+from ms_kvcache import _validate as V
+from ms_kvcache._custom import _get_cache_prim, _run_in_jit, eager_op, graph_backend, prim_class
+from ms_kvcache._formats import CACHE_LAYOUTS
+from ms_kvcache._spec import FLOAT_DTYPES, INDEX_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, register
+from ms_kvcache.ops import _rope_common as R
+
+__all__ = ["rope_reshape_and_cache", "SPEC"]
+
+SPEC = register(OpSpec(
+    name="rope_reshape_and_cache",
+    op_type="RopeReshapeAndCache",
+    inputs=(
+        TensorSpec("positions", "P", (1,)),
+        TensorSpec("query", "T", (2, 3)),
+        TensorSpec("key", "T", (2, 3)),
+        TensorSpec("value", "T", (2, 3)),
+        TensorSpec("cos_sin_cache", "C", (2,)),
+        TensorSpec("key_cache", "T", (4,), inplace=True),
+        TensorSpec("value_cache", "T", (4,), inplace=True),
+        TensorSpec("slot_mapping", "S", (1,)),
+    ),
+    outputs=(
+        TensorSpec("query_out", "T", (2, 3)),
+        TensorSpec("key_out", "T", (2, 3)),
+    ),
+    dtype_groups={"T": FLOAT_DTYPES, "C": FLOAT_DTYPES, "P": INDEX_DTYPES, "S": INDEX_DTYPES},
+    group_rules=R.COS_SIN_RULE,
+    attrs=(
+        AttrSpec("is_neox_style", "bool", True, (True, False)),
+        AttrSpec("cache_layout", "str", "BSND", CACHE_LAYOUTS),
+    ),
+    extra={"out_shape": R.out_like(1, 2), "out_dtype": R.out_like(1, 2)},
+))
+
+
+def check_gqa(op, p_shape, q_shape, k_shape, v_shape, cs_shape, s_shape, heads, head_size):
+    """Shape checks shared with rope_reshape_and_cache_merged; returns (rows, max_position)."""
+    rows = int(k_shape[0])
+    kh = R.heads_of(op, "key", k_shape, head_size, "num_kv_heads")
+    if kh != heads:
+        raise ValueError(f"{op}: argument 'key': expected num_kv_heads = {heads} (heads of the cache), got "
+                         f"{kh} (shape {tuple(k_shape)})")
+    vh = R.heads_of(op, "value", v_shape, head_size, "num_kv_heads")
+    if vh != heads or v_shape[0] != rows:
+        raise ValueError(f"{op}: argument 'value': expected {rows} rows of {heads} heads x {head_size} "
+                         f"(like 'key'), got shape {tuple(v_shape)}")
+    R.heads_of(op, "query", q_shape, head_size, "num_heads")
+    if q_shape[0] != rows:
+        raise ValueError(f"{op}: argument 'query': expected {rows} rows (same T' as 'key'), got shape "
+                         f"{tuple(q_shape)}")
+    R.check_positions_shape(op, "positions", p_shape, rows, "key")
+    if len(s_shape) != 1 or s_shape[0] > rows:
+        raise ValueError(f"{op}: argument 'slot_mapping': expected shape [T] with T <= {rows} (rows of "
+                         f"'key'), got {tuple(s_shape)}")
+    max_position, _ = R.table_geometry(op, cs_shape, head_size)
+    return rows, max_position
+
+
+def _check_static(p_shape, p_dtype, q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, cs_shape, cs_dtype,
+                  kc_shape, kc_dtype, vc_shape, vc_dtype, s_shape, s_dtype, is_neox_style, cache_layout):
+    op = SPEC.name
+    R.check_bool(op, "is_neox_style", is_neox_style)
+    SPEC.check_attrs({"cache_layout": cache_layout})
+    SPEC.check_ranks({"positions": p_shape, "query": q_shape, "key": k_shape, "value": v_shape,
+                      "cos_sin_cache": cs_shape, "key_cache": kc_shape, "value_cache": vc_shape,
+                      "slot_mapping": s_shape})
+    SPEC.check_dtypes({"positions": dtype_name(p_dtype), "key": dtype_name(k_dtype), "query": dtype_name(q_dtype),
+                       "value": dtype_name(v_dtype), "cos_sin_cache": dtype_name(cs_dtype),
+                       "key_cache": dtype_name(kc_dtype), "value_cache": dtype_name(vc_dtype),
+                       "slot_mapping": dtype_name(s_dtype)})
+    if tuple(vc_shape) != tuple(kc_shape):
+        raise ValueError(f"{op}: argument 'value_cache': expected shape {tuple(kc_shape)} (same as "
+                         f"'key_cache'), got {tuple(vc_shape)}")
+    if cache_layout == "BSND":
+        nb, bs, h, d = kc_shape
+    else:
+        nb, h, bs, d = kc_shape
+    rows, max_position = check_gqa(op, p_shape, q_shape, k_shape, v_shape, cs_shape, s_shape, h, d)
+    return nb * bs, max_position
+
+
+_check_static_graph = constexpr(_check_static)
+_Prim = prim_class(SPEC)
+
+
+@constexpr
+def _graph_backend(backend):
+    return R.require_backend(SPEC.name, backend)
+
+
+def check_index_values(op, positions, slot_mapping, num_slots, max_position):
+    """PyNative value checks of positions and slot_mapping (shared with the merged variant)."""
+    R.check_position_values(op, "positions", V.index_values(positions), max_position)
+    if slot_mapping.shape[0]:
+        V.check_slot_values(op, "slot_mapping", V.index_values(slot_mapping), num_slots)
+
+
+def rope_reshape_and_cache(positions, query, key, value, cos_sin_cache, key_cache, value_cache, slot_mapping,
+                           *, is_neox_style=True, cache_layout="BSND"):
+    """Apply rotary position embedding to ``query`` and ``key`` and write the rotated key and the
+    value rows into a paged KV cache, in one pass (saves the re-read of K of a separate
+    rope + ``reshape_and_cache``).
+
+    Follows vLLM's ``rotary_embedding`` (``cos_sin_cache`` layout, NeoX / GPT-J pairing, partial
+    rotary) followed by vLLM's ``reshape_and_cache`` (slot mapping, ``slot < 0`` skips).
+
+    Args:
+        positions (Tensor): int32 or int64 ``[T']``: the position of each row, used to gather row
+            ``positions[t]`` of ``cos_sin_cache``. Must be in ``[0, max_position)``.
+        query (Tensor): ``[T', num_heads, head_size]`` or the flattened view
+            ``[T', num_heads * head_size]``; float16, bfloat16 or float32. Not modified.
+        key (Tensor): ``[T', num_kv_heads, head_size]`` or ``[T', num_kv_heads * head_size]``;
+            same dtype as ``query``. Not modified.
+        value (Tensor): same shape rules and dtype as ``key``; copied into ``value_cache`` unrotated.
+        cos_sin_cache (Tensor): ``[max_position, rotary_dim]``, cos in the first ``rotary_dim/2``
+            columns and sin in the last ``rotary_dim/2`` (vLLM layout; see
+            :func:`ms_kvcache.build_cos_sin_cache`). float32 (recommended) or the dtype of
+            ``query``. ``rotary_dim`` must be even and ``<= head_size``; elements
+            ``rotary_dim..head_size-1`` of every head pass through unchanged.
+        key_cache (Tensor | Parameter): ``[num_blocks, block_size, num_kv_heads, head_size]`` for
+            ``cache_layout="BSND"`` or ``[num_blocks, num_kv_heads, block_size, head_size]`` for
+            ``"BNSD"``; same dtype as ``query``; contiguous. Written in place.
+        value_cache (Tensor | Parameter): same shape, dtype and layout as ``key_cache``.
+        slot_mapping (Tensor): int32 or int64 ``[T]``, ``T <= T'``. Rotated key row ``t`` and
+            value row ``t`` go to block ``slot // block_size``, row ``slot % block_size``;
+            ``slot < 0`` skips the token. Rows ``T..T'-1`` are rotated (returned) but not cached.
+        is_neox_style (bool): True: rotate pairs ``(i, i + rotary_dim/2)`` (GPT-NeoX / Llama);
+            False: pairs ``(2i, 2i+1)`` (GPT-J). Keyword only.
+        cache_layout (str): ``"BSND"`` (default) or ``"BNSD"``. Keyword only.
+
+    Returns:
+        tuple(Tensor, Tensor): ``(query_out, key_out)``, new tensors with the shapes and dtype of
+        ``query`` and ``key``: all ``T'`` rows rotated. Pair ``(x, y)`` with angle index ``i``
+        becomes ``(x*cos_i - y*sin_i, y*cos_i + x*sin_i)`` computed in fp32 and rounded to nearest
+        even. The caches are written in place (no copy; in graph mode the write is ordered before
+        later reads of the caches in the same graph).
+
+    Raises:
+        TypeError: an argument is not a Tensor; ``is_neox_style`` is not a bool; query, key, value
+            and the caches differ in dtype or are not float16/bfloat16/float32; ``cos_sin_cache``
+            is neither float32 nor the query dtype; positions/slot_mapping are not int32/int64.
+        ValueError: unknown ``cache_layout``; a rank or shape mismatch (head_size or num_kv_heads of
+            key/value versus the cache, T' of query/key/value/positions, ``len(slot_mapping) > T'``);
+            ``rotary_dim`` odd or ``> head_size``; PyNative only: a position outside
+            ``[0, max_position)``, a slot ``>= num_blocks * block_size`` or a duplicated
+            non-negative slot; a non-contiguous cache. In graph mode, where index values cannot be
+            checked, a token with an out-of-range position gets zero rows in ``query_out`` /
+            ``key_out`` and is not cached, and out-of-range slots are skipped: nothing is ever read
+            or written out of bounds.
+    """
+    if _run_in_jit():  # @jit.cond: True
+        _check_static_graph(positions.shape, positions.dtype, query.shape, query.dtype, key.shape, key.dtype,
+                            value.shape, value.dtype, cos_sin_cache.shape, cos_sin_cache.dtype,
+                            key_cache.shape, key_cache.dtype, value_cache.shape, value_cache.dtype,
+                            slot_mapping.shape, slot_mapping.dtype, is_neox_style, cache_layout)
+        query_out, key_out = _get_cache_prim(_Prim)(_graph_backend(graph_backend()), is_neox_style, cache_layout)(
+            positions, query, key, value, cos_sin_cache, key_cache, value_cache, slot_mapping)
+    else:
+        op = SPEC.name
+        for n, x in (("positions", positions), ("query", query), ("key", key), ("value", value),
+                     ("cos_sin_cache", cos_sin_cache), ("key_cache", key_cache), ("value_cache", value_cache),
+                     ("slot_mapping", slot_mapping)):
+            V.require_tensor(op, n, x)
+        num_slots, max_position = _check_static(
+            positions.shape, positions.dtype, query.shape, query.dtype, key.shape, key.dtype, value.shape,
+            value.dtype, cos_sin_cache.shape, cos_sin_cache.dtype, key_cache.shape, key_cache.dtype,
+            value_cache.shape, value_cache.dtype, slot_mapping.shape, slot_mapping.dtype, is_neox_style,
+            cache_layout)
+        V.require_contiguous(op, "key_cache", key_cache)
+        V.require_contiguous(op, "value_cache", value_cache)
+        if key.shape[0] == 0:
+            return ops.zeros_like(query), ops.zeros_like(key)
+        check_index_values(op, positions, slot_mapping, num_slots, max_position)
+        query_out, key_out = eager_op(SPEC, R.require_backend(op, _backend.get_backend()), (is_neox_style, cache_layout))(
+            positions, query, key, value, cos_sin_cache, key_cache, value_cache, slot_mapping)
+    return query_out, key_out

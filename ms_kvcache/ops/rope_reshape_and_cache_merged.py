@@ -1,0 +1,132 @@
+"""rope_reshape_and_cache_merged: rope_reshape_and_cache with the merged per-layer cache
+``[2, num_blocks, ...]`` (KVCacheFormat.MERGED_KV)."""
+from mindspore import ops
+from mindspore.ops.primitive import constexpr
+
+from ms_kvcache import _backend
+from ms_kvcache import _validate as V
+from ms_kvcache._custom import _get_cache_prim, _run_in_jit, eager_op, graph_backend, prim_class
+from ms_kvcache._formats import CACHE_LAYOUTS
+from ms_kvcache._spec import FLOAT_DTYPES, INDEX_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, register
+from ms_kvcache.ops import _rope_common as R
+from ms_kvcache.ops.rope_reshape_and_cache import check_gqa, check_index_values
+
+__all__ = ["rope_reshape_and_cache_merged", "SPEC"]
+
+SPEC = register(OpSpec(
+    name="rope_reshape_and_cache_merged",
+    op_type="RopeReshapeAndCacheMerged",
+    inputs=(
+        TensorSpec("positions", "P", (1,)),
+        TensorSpec("query", "T", (2, 3)),
+        TensorSpec("key", "T", (2, 3)),
+        TensorSpec("value", "T", (2, 3)),
+        TensorSpec("cos_sin_cache", "C", (2,)),
+        TensorSpec("kv_cache", "T", (5,), inplace=True),
+        TensorSpec("slot_mapping", "S", (1,)),
+    ),
+    outputs=(
+        TensorSpec("query_out", "T", (2, 3)),
+        TensorSpec("key_out", "T", (2, 3)),
+    ),
+    dtype_groups={"T": FLOAT_DTYPES, "C": FLOAT_DTYPES, "P": INDEX_DTYPES, "S": INDEX_DTYPES},
+    group_rules=R.COS_SIN_RULE,
+    attrs=(
+        AttrSpec("is_neox_style", "bool", True, (True, False)),
+        AttrSpec("cache_layout", "str", "BSND", CACHE_LAYOUTS),
+    ),
+    extra={"out_shape": R.out_like(1, 2), "out_dtype": R.out_like(1, 2)},
+))
+
+
+def _check_static(p_shape, p_dtype, q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, cs_shape, cs_dtype,
+                  kv_shape, kv_dtype, s_shape, s_dtype, is_neox_style, cache_layout):
+    op = SPEC.name
+    R.check_bool(op, "is_neox_style", is_neox_style)
+    SPEC.check_attrs({"cache_layout": cache_layout})
+    SPEC.check_ranks({"positions": p_shape, "query": q_shape, "key": k_shape, "value": v_shape,
+                      "cos_sin_cache": cs_shape, "kv_cache": kv_shape, "slot_mapping": s_shape})
+    SPEC.check_dtypes({"positions": dtype_name(p_dtype), "key": dtype_name(k_dtype), "query": dtype_name(q_dtype),
+                       "value": dtype_name(v_dtype), "cos_sin_cache": dtype_name(cs_dtype),
+                       "kv_cache": dtype_name(kv_dtype), "slot_mapping": dtype_name(s_dtype)})
+    if kv_shape[0] != 2:
+        lay = "[2, num_blocks, block_size, num_kv_heads, head_size]" if cache_layout == "BSND" else \
+              "[2, num_blocks, num_kv_heads, block_size, head_size]"
+        raise ValueError(f"{op}: argument 'kv_cache': expected shape {lay} (K plane 0, V plane 1), got "
+                         f"{tuple(kv_shape)}")
+    if cache_layout == "BSND":
+        _, nb, bs, h, d = kv_shape
+    else:
+        _, nb, h, bs, d = kv_shape
+    _, max_position = check_gqa(op, p_shape, q_shape, k_shape, v_shape, cs_shape, s_shape, h, d)
+    return nb * bs, max_position
+
+
+_check_static_graph = constexpr(_check_static)
+_Prim = prim_class(SPEC)
+
+
+@constexpr
+def _graph_backend(backend):
+    return R.require_backend(SPEC.name, backend)
+
+
+def rope_reshape_and_cache_merged(positions, query, key, value, cos_sin_cache, kv_cache, slot_mapping, *,
+                                  is_neox_style=True, cache_layout="BSND"):
+    """:func:`ms_kvcache.rope_reshape_and_cache` for a merged per-layer cache (vLLM 0.9 style,
+    ``KVCacheFormat.MERGED_KV``): rotary embedding on ``query`` and ``key``, then the rotated key
+    row goes to ``kv_cache[0]`` and the value row to ``kv_cache[1]``, in one pass.
+
+    Follows vLLM's ``rotary_embedding`` (cos_sin_cache layout, NeoX / GPT-J pairs, partial rotary)
+    and ``reshape_and_cache`` semantics on the merged layout of ``reshape_and_cache_merged``.
+
+    Args:
+        positions (Tensor): int32 or int64 ``[T']``, each in ``[0, max_position)``.
+        query (Tensor): ``[T', num_heads, head_size]`` or ``[T', num_heads * head_size]``; float16,
+            bfloat16 or float32. Not modified.
+        key (Tensor): ``[T', num_kv_heads, head_size]`` or ``[T', num_kv_heads * head_size]``; same
+            dtype as ``query``. Not modified.
+        value (Tensor): same shape rules and dtype as ``key``.
+        cos_sin_cache (Tensor): ``[max_position, rotary_dim]``, cos | sin halves (vLLM layout);
+            float32 (recommended) or the dtype of ``query``; ``rotary_dim`` even, ``<= head_size``.
+        kv_cache (Tensor | Parameter): ``[2, num_blocks, block_size, num_kv_heads, head_size]``
+            (``"BSND"``) or ``[2, num_blocks, num_kv_heads, block_size, head_size]`` (``"BNSD"``);
+            K at index 0, V at index 1; same dtype as ``query``; contiguous. Written in place.
+        slot_mapping (Tensor): int32 or int64 ``[T]``, ``T <= T'``; ``slot < 0`` skips the token.
+        is_neox_style (bool): pairs ``(i, i + rotary_dim/2)`` if True, ``(2i, 2i+1)`` if False.
+        cache_layout (str): ``"BSND"`` (default) or ``"BNSD"``.
+
+    Returns:
+        tuple(Tensor, Tensor): ``(query_out, key_out)``, new tensors shaped like ``query`` and
+        ``key``, every row rotated (fp32 compute, round to nearest even).
+
+    Raises:
+        TypeError: as :func:`ms_kvcache.rope_reshape_and_cache` (dtypes, non-Tensor arguments,
+            non-bool ``is_neox_style``).
+        ValueError: as :func:`ms_kvcache.rope_reshape_and_cache`; also ``kv_cache.shape[0] != 2``.
+            In graph mode out-of-range positions give zero output rows and no cache write;
+            out-of-range slots are skipped.
+    """
+    if _run_in_jit():  # @jit.cond: True
+        _check_static_graph(positions.shape, positions.dtype, query.shape, query.dtype, key.shape, key.dtype,
+                            value.shape, value.dtype, cos_sin_cache.shape, cos_sin_cache.dtype,
+                            kv_cache.shape, kv_cache.dtype, slot_mapping.shape, slot_mapping.dtype,
+                            is_neox_style, cache_layout)
+        query_out, key_out = _get_cache_prim(_Prim)(_graph_backend(graph_backend()), is_neox_style, cache_layout)(
+            positions, query, key, value, cos_sin_cache, kv_cache, slot_mapping)
+    else:
+        op = SPEC.name
+        for n, x in (("positions", positions), ("query", query), ("key", key), ("value", value),
+                     ("cos_sin_cache", cos_sin_cache), ("kv_cache", kv_cache), ("slot_mapping", slot_mapping)):
+            V.require_tensor(op, n, x)
+        num_slots, max_position = _check_static(
+            positions.shape, positions.dtype, query.shape, query.dtype, key.shape, key.dtype, value.shape,
+            value.dtype, cos_sin_cache.shape, cos_sin_cache.dtype, kv_cache.shape, kv_cache.dtype,
+            slot_mapping.shape, slot_mapping.dtype, is_neox_style, cache_layout)
+        V.require_contiguous(op, "kv_cache", kv_cache)
+        if key.shape[0] == 0:
+            return ops.zeros_like(query), ops.zeros_like(key)
+        check_index_values(op, positions, slot_mapping, num_slots, max_position)
+        query_out, key_out = eager_op(SPEC, R.require_backend(op, _backend.get_backend()), (is_neox_style, cache_layout))(
+            positions, query, key, value, cos_sin_cache, kv_cache, slot_mapping)
+    return query_out, key_out

@@ -1,0 +1,333 @@
+#!/usr/bin/env python
+"""Benchmark of the fused RoPE-write op on the "cpu" backend (CPU figures, not NPU figures).
+
+Llama-3-8B prefill shapes: T tokens, 32 query heads, 8 KV heads, head_size 128, bfloat16, NeoX,
+fp32 cos_sin_cache, paged cache block_size 128 (BSND). In one run, interleaved round by round:
+
+- fused:       ms_kvcache.rope_reshape_and_cache (RoPE on q and k + K/V cache write, one pass)
+- two-step:    ms_kvcache.rope_reshape_and_cache with an empty slot_mapping (RoPE only: the same
+               kernel, no cache write) then ms_kvcache.reshape_and_cache(key_out, value, ...)
+- builtin:     RoPE from MindSpore built-in ops (cast to fp32, gather cos/sin rows, mul/sub/add/concat,
+               cast back; what a MindSpore CPU user has today: ApplyRotaryPosEmb has no CPU kernel)
+               then ms_kvcache.reshape_and_cache. Informational; skipped with --quick.
+- kernel_only / kernel_two_step: the fused kernel, and the rope-only kernel followed by the
+               reshape_and_cache kernel, called directly through ctypes on numpy buffers (no
+               MindSpore): the kernels' own times, without the framework; diagnostic.
+- memcpy:      numpy copies of the bytes the fused op writes from the bytes it reads (query -> out,
+               key -> out, key -> cache rows, value -> cache rows), on 2 threads (and 1 thread); the
+               faster is the bandwidth reference.
+
+Every op is called through the public API, so the figures include MindSpore's per-call cost (and,
+in PyNative, the wrappers' index checks). Modes: "pynative" (MindSpore default: asynchronous
+pipeline), "pynative_sync" (``ms.set_context(pynative_synchronize=True)``: MindSpore's pipeline thread
+then does not busy-wait next to the kernel, which matters on a 2-core machine), "graph" (GRAPH_MODE
+Cells holding the caches as Parameters; fused and two-step only). Time = best of the rounds of
+(n calls + one sync); all paths and modes are interleaved round by round.
+
+    PYTHONPATH=$PWD python scripts/bench_rope.py [--quick] [--tokens 4096]
+
+``run(quick=False) -> list[dict]`` returns the rows (for a future ``ms-kvcache bench`` CLI).
+Targets (issue #6): fused >= 1.5x faster than two-step; fused within 2x of memcpy.
+"""
+import argparse
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+os.environ.setdefault("GLOG_v", "3")
+
+import numpy as np  # noqa: E402
+
+SHAPES = {"num_heads": 32, "num_kv_heads": 8, "head_size": 128, "block_size": 128}
+TARGET_SPEEDUP = 1.5
+TARGET_MEMCPY_RATIO = 2.0
+
+
+def _setup(tokens, seed=0):
+    import mindspore as ms
+    from mindspore import Tensor
+
+    import ms_kvcache
+
+    ms_kvcache.set_backend("cpu")
+    hq, hk, d, bs = (SHAPES[k] for k in ("num_heads", "num_kv_heads", "head_size", "block_size"))
+    rng = np.random.default_rng(seed)
+
+    def bf16(shape):
+        return Tensor(rng.standard_normal(shape, dtype=np.float32), dtype=ms.bfloat16)
+
+    num_blocks = tokens // bs + 2
+    env = {
+        "q": bf16((tokens, hq, d)), "k": bf16((tokens, hk, d)), "v": bf16((tokens, hk, d)),
+        "key_cache": bf16((num_blocks, bs, hk, d)), "value_cache": bf16((num_blocks, bs, hk, d)),
+        "cos_sin_cache": ms_kvcache.build_cos_sin_cache(d, max(8192, 2 * tokens), base=500000.0),
+        "positions": Tensor(np.arange(tokens, dtype=np.int64) + 7),
+        # prefill of one sequence into blocks 1.. (block 0 belongs to someone else)
+        "slot_mapping": Tensor(np.arange(tokens, dtype=np.int32) + bs),
+        "no_slots": Tensor(np.zeros((0,), np.int32)),
+    }
+    return env
+
+
+def _paths(env, with_builtin):
+    import mindspore as ms
+    from mindspore import Parameter, nn, ops
+
+    import ms_kvcache
+
+    e = env
+    rd = SHAPES["head_size"]
+
+    def fused():
+        return ms_kvcache.rope_reshape_and_cache(e["positions"], e["q"], e["k"], e["v"], e["cos_sin_cache"],
+                                                 e["key_cache"], e["value_cache"], e["slot_mapping"])
+
+    def two_step():
+        qo, ko = ms_kvcache.rope_reshape_and_cache(e["positions"], e["q"], e["k"], e["v"], e["cos_sin_cache"],
+                                                   e["key_cache"], e["value_cache"], e["no_slots"])
+        ms_kvcache.reshape_and_cache(ko, e["v"], e["key_cache"], e["value_cache"], e["slot_mapping"])
+        return qo, ko
+
+    def builtin_rope(x, cos, sin):
+        xf = ops.cast(x, ms.float32)
+        x1, x2 = xf[..., : rd // 2], xf[..., rd // 2:]
+        return ops.cast(ops.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), -1), ms.bfloat16)
+
+    def builtin():
+        cs = ops.gather(e["cos_sin_cache"], e["positions"], 0)
+        cos, sin = cs[:, None, : rd // 2], cs[:, None, rd // 2:]
+        qo, ko = builtin_rope(e["q"], cos, sin), builtin_rope(e["k"], cos, sin)
+        ms_kvcache.reshape_and_cache(ko, e["v"], e["key_cache"], e["value_cache"], e["slot_mapping"])
+        return qo, ko
+
+    class FusedCell(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.key_cache = Parameter(e["key_cache"].copy(), name="key_cache")
+            self.value_cache = Parameter(e["value_cache"].copy(), name="value_cache")
+
+        def construct(self, positions, q, k, v, cos_sin_cache, slot_mapping):
+            return ms_kvcache.rope_reshape_and_cache(positions, q, k, v, cos_sin_cache, self.key_cache,
+                                                     self.value_cache, slot_mapping)
+
+    class TwoStepCell(FusedCell):
+        def construct(self, positions, q, k, v, cos_sin_cache, slot_mapping):
+            qo, ko = ms_kvcache.rope_reshape_and_cache(positions, q, k, v, cos_sin_cache, self.key_cache,
+                                                       self.value_cache, slot_mapping[:0])
+            ms_kvcache.reshape_and_cache(ko, v, self.key_cache, self.value_cache, slot_mapping)
+            return qo, ko
+
+    graph_args = (e["positions"], e["q"], e["k"], e["v"], e["cos_sin_cache"], e["slot_mapping"])
+    cells = {"fused": FusedCell(), "two_step": TwoStepCell()}
+
+    def in_graph(cell):
+        def call():
+            ms.set_context(mode=ms.GRAPH_MODE)
+            try:
+                return cell(*graph_args)
+            finally:
+                ms.set_context(mode=ms.PYNATIVE_MODE)
+        return call
+
+    def in_pynative(fn, sync):
+        def call():
+            ms.set_context(pynative_synchronize=sync)
+            try:
+                return fn()
+            finally:
+                ms.set_context(pynative_synchronize=False)
+        return call
+
+    paths = {}
+    for name, fn in (("fused", fused), ("two_step", two_step)) + ((("builtin", builtin),) if with_builtin else ()):
+        paths[(name, "pynative")] = in_pynative(fn, False)
+        paths[(name, "pynative_sync")] = in_pynative(fn, True)
+    for name, cell in cells.items():
+        paths[(name, "graph")] = in_graph(cell)
+    return paths
+
+
+def _memcpy_paths(env):
+    """numpy copies of the fused op's output bytes from its input bytes, 1 and 2 threads."""
+    hk, d, bs = SHAPES["num_kv_heads"], SHAPES["head_size"], SHAPES["block_size"]
+
+    def u16(t):
+        return np.ascontiguousarray(t.asnumpy()).view(np.uint16)
+
+    q, k, v = u16(env["q"]), u16(env["k"]), u16(env["v"])
+    tokens = k.shape[0]
+    kc = np.zeros((tokens // bs + 2) * bs * hk * d, np.uint16)
+    vc = np.zeros_like(kc)
+    lo, hi = bs * hk * d, (bs + tokens) * hk * d
+    pairs = [(np.empty_like(q).reshape(-1), q.reshape(-1)), (np.empty_like(k).reshape(-1), k.reshape(-1)),
+             (kc[lo:hi], k.reshape(-1)), (vc[lo:hi], v.reshape(-1))]
+    for dst, src in pairs:  # touch the destinations once (no first-touch page faults in the timing)
+        np.copyto(dst, src)
+    halves = [[], []]
+    for dst, src in pairs:
+        h = dst.size // 2
+        halves[0].append((dst[:h], src[:h]))
+        halves[1].append((dst[h:], src[h:]))
+    pool = ThreadPoolExecutor(2)
+
+    def copy_part(part):
+        for dst, src in part:
+            np.copyto(dst, src)
+
+    def memcpy_1t():
+        copy_part(halves[0] + halves[1])
+
+    def memcpy_2t():
+        list(pool.map(copy_part, halves))
+
+    nbytes = sum(dst.nbytes for dst, _ in pairs)
+    return {"memcpy_1thread": memcpy_1t, "memcpy_2threads": memcpy_2t}, nbytes, pool
+
+
+def _kernel_paths(env):
+    """The AOT entries called through ctypes on host copies of the inputs (default attrs: NeoX, BSND;
+    same shapes and dtypes), without MindSpore: fused, and rope-only + ReshapeAndCache."""
+    import ctypes
+
+    from ms_kvcache import _cpu
+
+    lib = ctypes.CDLL(_cpu.__file__)
+    keep = []
+
+    def host(t):
+        a = np.ascontiguousarray(t.asnumpy())
+        return a.view(np.uint16) if a.dtype.itemsize == 2 and a.dtype.kind not in "iu" else a
+
+    def entry(fn, arrs, dts):
+        n = len(arrs)
+        params = (ctypes.c_void_p * n)(*[a.ctypes.data for a in arrs])
+        ndims = (ctypes.c_int * n)(*[a.ndim for a in arrs])
+        dims = [(ctypes.c_int64 * a.ndim)(*a.shape) for a in arrs]
+        shapes = (ctypes.POINTER(ctypes.c_int64) * n)(*[ctypes.cast(d, ctypes.POINTER(ctypes.c_int64)) for d in dims])
+        dtypes = (ctypes.c_char_p * n)(*dts)
+        keep.append((arrs, params, ndims, dims, shapes, dtypes))
+
+        def call():
+            if fn(n, params, ndims, shapes, dtypes, None, None) != 0:
+                raise RuntimeError(_cpu.last_error())
+        return call
+
+    names = ("positions", "q", "k", "v", "cos_sin_cache", "key_cache", "value_cache", "slot_mapping")
+    p, q, k, v, cs, kc, vc, s = [host(env[n]) for n in names]
+    qo, ko, status, no_slots = np.empty_like(q), np.empty_like(k), np.zeros(1, np.int32), np.zeros(0, np.int32)
+    b16, rope_dt = b"bfloat16", [b"int64", b"bfloat16", b"bfloat16", b"bfloat16", b"float32", b"bfloat16",
+                                 b"bfloat16", b"int32", b"bfloat16", b"bfloat16"]
+    fused = entry(lib.RopeReshapeAndCache, [p, q, k, v, cs, kc, vc, s, qo, ko], rope_dt)
+    rope = entry(lib.RopeReshapeAndCache, [p, q, k, v, cs, kc, vc, no_slots, qo, ko], rope_dt)
+    rac = entry(lib.ReshapeAndCache, [ko, v, kc, vc, s, status], [b16, b16, b16, b16, b"int32", b"int32"])
+
+    def two_step():
+        rope()
+        rac()
+    return {"kernel_only": fused, "kernel_two_step": two_step}, keep
+
+
+def _bytes_touched(tokens):
+    hq, hk, d = SHAPES["num_heads"], SHAPES["num_kv_heads"], SHAPES["head_size"]
+    q, kv = tokens * hq * d * 2, tokens * hk * d * 2
+    read = q + 2 * kv + tokens * (8 + 4 + d * 4)        # q, k, v, positions, slots, cos/sin rows
+    written = q + kv + 2 * kv                           # query_out, key_out, key and value cache rows
+    return read, written
+
+
+def run(quick=False, tokens=4096, rounds=None, calls=None):
+    """Run the benchmark; return a list of dicts: one per (path, mode) ``{"name", "mode", "tokens", "ms",
+    "gb_per_s", "vs_fused"}`` (vs_fused: time relative to the fused op in the same mode), one per memcpy
+    variant, and one ``{"name": "targets", "mode", ...}`` per mode with the two ratios of issue #6 and
+    whether each target is met. quick: 3 rounds, no built-in-ops path."""
+    rounds = rounds or (3 if quick else 7)
+    calls = calls or (2 if quick else 5)
+    env = _setup(tokens)
+    paths = _paths(env, with_builtin=not quick)
+    mem, mem_bytes, pool = _memcpy_paths(env)
+
+    def sync(out):
+        if isinstance(out, tuple):
+            out[1][0, 0, 0].asnumpy()
+            env["value_cache"][0, 0, 0, 0].asnumpy()
+
+    kernels, _keep = _kernel_paths(env)
+    load_before = os.getloadavg()[0]
+    timed = {**paths, **{(name, "ctypes"): fn for name, fn in kernels.items()},
+             **{(name, "numpy"): fn for name, fn in mem.items()}}
+    best = {key: float("inf") for key in timed}
+    for fn in timed.values():  # warm up (graph compilation, memory pools, page faults)
+        sync(fn())
+    for rnd in range(rounds):
+        for key, fn in timed.items():
+            if key[0] == "builtin" and rnd >= 3:
+                continue  # ~3 s per call: three rounds are enough
+            n = 1 if key[0] == "builtin" else calls
+            t0 = time.perf_counter()
+            for _ in range(n):
+                out = fn()
+            sync(out)
+            best[key] = min(best[key], (time.perf_counter() - t0) / n)
+    pool.shutdown()
+
+    read, written = _bytes_touched(tokens)
+    memcpy_best = min(best[("memcpy_1thread", "numpy")], best[("memcpy_2threads", "numpy")])
+    rows = []
+    for (name, mode), sec in best.items():
+        moved = (2 * mem_bytes) if name.startswith("memcpy") else (read + written)
+        ref = best.get(("fused", mode), best[("kernel_only", "ctypes")] if mode == "ctypes" else best[("fused", "graph")])
+        rows.append({"name": name, "mode": mode, "tokens": tokens, "ms": sec * 1e3, "gb_per_s": moved / sec / 1e9,
+                     "vs_fused": sec / ref})
+    load = (load_before, os.getloadavg()[0])
+    for r in rows:
+        r["load_average"] = load
+    for mode in ("pynative", "pynative_sync", "graph", "ctypes"):
+        f = best[("kernel_only" if mode == "ctypes" else "fused", mode)]
+        two = best[("kernel_two_step" if mode == "ctypes" else "two_step", mode)]
+        speedup, mem_ratio = two / f, f / memcpy_best
+        t = {"name": "targets", "mode": mode, "tokens": tokens,
+             "fused_speedup_vs_two_step": speedup, "speedup_target": TARGET_SPEEDUP,
+             "speedup_met": speedup >= TARGET_SPEEDUP,
+             "fused_over_memcpy": mem_ratio, "memcpy_target": TARGET_MEMCPY_RATIO,
+             "memcpy_met": mem_ratio <= TARGET_MEMCPY_RATIO}
+        if ("builtin", mode) in best:
+            t["fused_speedup_vs_builtin"] = best[("builtin", mode)] / f
+        t["load_average"] = load
+        rows.append(t)
+    return rows
+
+
+def _print(rows):
+    print("rope_reshape_and_cache, cpu backend (CPU figures, not NPU), Llama-3-8B shapes: "
+          f"{SHAPES['num_heads']} q heads, {SHAPES['num_kv_heads']} kv heads, head_size {SHAPES['head_size']}, "
+          f"bf16, T = {rows[0]['tokens']}")
+    print(f"{'path':16s} {'mode':14s} {'ms':>9s} {'GB/s':>7s} {'x fused':>8s}")
+    for r in rows:
+        if r["name"] != "targets":
+            print(f"{r['name']:16s} {r['mode']:14s} {r['ms']:9.2f} {r['gb_per_s']:7.2f} {r['vs_fused']:8.2f}")
+    print("(GB/s: bytes the fused op reads + writes, or bytes memcpy reads + writes, per second; "
+          f"1-min load average before/after: {rows[0]['load_average'][0]:.1f} / {rows[0]['load_average'][1]:.1f} "
+          f"on {os.cpu_count()} CPUs)")
+    for t in rows:
+        if t["name"] != "targets":
+            continue
+        line = (f"{t['mode']:14s} fused vs two-step: {t['fused_speedup_vs_two_step']:.2f}x "
+                f"(target >= {t['speedup_target']}: {'met' if t['speedup_met'] else 'NOT met'});  "
+                f"fused / memcpy: {t['fused_over_memcpy']:.2f} (target <= {t['memcpy_target']}: "
+                f"{'met' if t['memcpy_met'] else 'NOT met'})")
+        if "fused_speedup_vs_builtin" in t:
+            line += f";  vs built-in rope: {t['fused_speedup_vs_builtin']:.1f}x"
+        print(line)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer rounds, skip the built-in-ops path")
+    ap.add_argument("--tokens", type=int, default=4096)
+    args = ap.parse_args(argv)
+    _print(run(quick=args.quick, tokens=args.tokens))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
