@@ -12,6 +12,8 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <set>
 #include <unordered_map>
 
 #include "runtime_internal.h"
@@ -314,6 +316,11 @@ void Vec(VecOp op, const char* api, const VecShape& shape, bool use_mask_reg, co
       if (dst.dt != DT::F16 && dst.dt != DT::F32)
         Fail("VEC_DTYPE", "Abs on %s: supported types are half and float", DTName(dst.dt));
       break;
+    case VecOp::Div:
+    case VecOp::Sqrt:
+      if (dst.dt != DT::F16 && dst.dt != DT::F32)
+        Fail("VEC_DTYPE", "%s on %s: supported types are half and float", api, DTName(dst.dt));
+      break;
     case VecOp::Relu:
       if (dst.dt != DT::F16 && dst.dt != DT::F32 && dst.dt != DT::I32)
         Fail("VEC_DTYPE", "Relu on %s: supported types are half, int32_t and float", DTName(dst.dt));
@@ -512,6 +519,8 @@ void Vec(VecOp op, const char* api, const VecShape& shape, bool use_mask_reg, co
       case VecOp::Min: case VecOp::Mins: return (std::isnan(a) || std::isnan(b)) ? a + b : (a <= b ? a : b);
       case VecOp::Abs: return std::fabs(a);
       case VecOp::Relu: return std::isnan(a) ? a : (a > 0 ? a : 0.0f);
+      case VecOp::Div: return a / b;           // IEEE fp32 division, one rounding
+      case VecOp::Sqrt: return std::sqrt(a);   // correctly rounded (a > 0 here, see `undefined`)
       default: return a * b;
     }
   };
@@ -527,7 +536,12 @@ void Vec(VecOp op, const char* api, const VecShape& shape, bool use_mask_reg, co
   };
   const bool arith_op = op == VecOp::Add || op == VecOp::Sub || op == VecOp::Mul || op == VecOp::Adds ||
                         op == VecOp::Muls || op == VecOp::Max || op == VecOp::Min || op == VecOp::Maxs ||
-                        op == VecOp::Mins || op == VecOp::Abs || op == VecOp::Relu;
+                        op == VecOp::Mins || op == VecOp::Abs || op == VecOp::Relu || op == VecOp::Div ||
+                        op == VecOp::Sqrt;
+  // Sqrt.md: "如果src中的数值为非正数，可能会产生未知结果" - the result of a non-positive element is
+  // unknown: the emulation writes a NaN and leaves the element marked unwritten (garbage), so it raises
+  // UB_UNINIT_TO_GM / UB_UNINIT_READ if it ever reaches GM or a scalar read.
+  auto undefined = [&](float a) { return op == VecOp::Sqrt && !std::isnan(a) && a <= 0.0f; };
   if (op == VecOp::Duplicate) {
     visit([&](uint32_t d, uint32_t, uint32_t) {
       std::memcpy(ub + d, scalar, dsz);  // bit copy of the scalar
@@ -540,8 +554,9 @@ void Vec(VecOp op, const char* api, const VecShape& shape, bool use_mask_reg, co
       float x, y = sc;
       std::memcpy(&x, ub + a0, 4);
       if (src1) std::memcpy(&y, ub + a1, 4);
-      const float r = satf(arith(x, y));  // one IEEE fp32 rounding
-      const bool v = ok(a0, 4) && (!src1 || ok(a1, 4));
+      const bool bad = undefined(x);
+      const float r = bad ? std::numeric_limits<float>::quiet_NaN() : satf(arith(x, y));  // one IEEE fp32 rounding
+      const bool v = !bad && ok(a0, 4) && (!src1 || ok(a1, 4));
       std::memcpy(ub + d, &r, 4);
       mark(d, v);
     });
@@ -554,11 +569,22 @@ void Vec(VecOp op, const char* api, const VecShape& shape, bool use_mask_reg, co
       std::memcpy(&h, scalar, 2);
       sc = HalfBitsToFloat(h);
     }
+    // Div / Sqrt: the exact quotient / root is computed in double (53 bits: no half midpoint can be
+    // hit by that first rounding) and rounded once to half
     visit([&](uint32_t d, uint32_t a0, uint32_t a1) {
       const float x = HalfBitsToFloat(ld16(a0));
       const float y = src1 ? HalfBitsToFloat(ld16(a1)) : sc;
-      const uint16_t h = sath(FloatToHalfBits(arith(x, y)));
-      const bool v = ok(a0, 2) && (!src1 || ok(a1, 2));
+      const bool bad = undefined(x);
+      uint16_t h;
+      if (bad) {
+        h = 0x7e00u;
+      } else if (op == VecOp::Div || op == VecOp::Sqrt) {
+        const double q = op == VecOp::Div ? static_cast<double>(x) / static_cast<double>(y) : std::sqrt(static_cast<double>(x));
+        h = sath(static_cast<uint16_t>(EncodeFloat(q, kF16, kRint, false)));
+      } else {
+        h = sath(FloatToHalfBits(arith(x, y)));
+      }
+      const bool v = !bad && ok(a0, 2) && (!src1 || ok(a1, 2));
       std::memcpy(ub + d, &h, 2);
       mark(d, v);
     });
@@ -640,6 +666,82 @@ void Vec(VecOp op, const char* api, const VecShape& shape, bool use_mask_reg, co
   } else {
     Fail("VEC_DTYPE", "%s: no implementation for %s", api, DTName(dst.dt));
   }
+}
+
+
+// Gather, tensor front-n form (离散与聚合/Gather.md): dst[i] = src element at byte srcBaseAddr + srcOffset[i].
+// Rules: T in the SoC's list (VEC_DTYPE); dst, src, srcOffset 32-byte aligned (VEC_ALIGN); srcBaseAddr and
+// every offset a multiple of sizeof(T) (GATHER_OFFSET: "应保证src元素类型位宽对齐"); every element read lies
+// inside src's buffer (UB_OUT_OF_BUFFER; the documented limit is the UB, the emulation's LocalTensor policy is
+// the buffer); an offset nothing has written is a garbage address (UB_UNINIT_READ); dst may not share memory
+// with src ("不支持源操作数与目的操作数使用同一块内存地址") nor partially with srcOffset (VEC_OVERLAP);
+// count 0 is a NOP.
+void Gather(const VecOperand& dst, const VecOperand& src, const VecOperand& off, uint32_t base, uint64_t count) {
+  Core& c = Cur();
+  const char* api = "Gather";
+  ++c.st.vec_ops;
+  RequireDtype(dst.dt, api);
+  RequireDtype(src.dt, api);
+  const bool p310 = c.L->caps.family == "310P";
+  const DT t = dst.dt;
+  const bool ok_dt = t == DT::I16 || t == DT::U16 || t == DT::F16 || t == DT::I32 || t == DT::U32 || t == DT::F32 ||
+                     (t == DT::BF16 && !p310);
+  if (!ok_dt || src.dt != dst.dt)
+    Fail("VEC_DTYPE", "Gather on %s: %s supports only int16_t, uint16_t, half, %sint32_t, uint32_t, float (dst and src "
+         "of one type)", DTName(t), c.L->caps.soc.c_str(), p310 ? "" : "bfloat16_t, ");
+  if (off.dt != DT::U32) Fail("VEC_DTYPE", "Gather: srcOffset must be LocalTensor<uint32_t>, got %s", DTName(off.dt));
+  if (count == 0) return;  // documented NOP on A2/A3
+  const uint32_t sz = DTSize(t);
+  const struct { const VecOperand* o; const char* name; } ops[3] = {{&dst, "dst"}, {&src, "src"}, {&off, "srcOffset"}};
+  for (const auto& o : ops)
+    if (o.o->ub.addr % 32 != 0)
+      Fail("VEC_ALIGN", "Gather: operand %s starts at UB address %u, not 32-byte aligned", o.name, o.o->ub.addr);
+  if (base % sz != 0)
+    Fail("GATHER_OFFSET", "Gather: srcBaseAddr = %u is not a multiple of sizeof(%s) = %u", base, DTName(t), sz);
+  CheckUb(c, dst.ub, 0, count * sz, api, "operand dst");
+  CheckUb(c, off.ub, 0, count * 4, api, "operand srcOffset");
+  uint8_t* ub = c.ub.data();
+  const uint64_t d0 = dst.ub.addr, d1 = d0 + count * sz;
+  const uint64_t o0 = off.ub.addr, o1 = o0 + count * 4;
+  if (d0 < o1 && o0 < d1 && !(d0 == o0 && sz == 4))
+    Fail("VEC_OVERLAP", "Gather: dst [%" PRIu64 ", %" PRIu64 ") and srcOffset [%" PRIu64 ", %" PRIu64
+         ") overlap partially", d0, d1, o0, o1);
+  std::vector<uint32_t> addr(count);
+  for (uint64_t i = 0; i < count; ++i) {
+    const uint32_t oa = static_cast<uint32_t>(o0 + 4 * i);
+    uint32_t bad = 0;
+    if (c.L->uninit_checks && !UbValid(c, oa, 4, &bad))
+      Fail("UB_UNINIT_READ", "Gather: srcOffset[%" PRIu64 "] (UB byte %u) was never written: it holds a garbage "
+           "address", i, bad);
+    uint32_t o;
+    std::memcpy(&o, ub + oa, 4);
+    if (o % sz != 0)
+      Fail("GATHER_OFFSET", "Gather: srcOffset[%" PRIu64 "] = %u is not a multiple of sizeof(%s) = %u", i, o, DTName(t),
+           sz);
+    const uint64_t rel = static_cast<uint64_t>(base) + o;
+    CheckUb(c, src.ub, rel, sz, api, Format("src element srcBaseAddr + srcOffset[%" PRIu64 "] = %" PRIu64, i, rel).c_str());
+    const uint64_t a = src.ub.addr + rel;
+    if (a < d1 && d0 < a + sz)
+      Fail("VEC_OVERLAP", "Gather: srcOffset[%" PRIu64 "] reads UB byte %" PRIu64 " inside dst [%" PRIu64 ", %" PRIu64
+           "): source and destination may not share memory", i, a, d0, d1);
+    addr[i] = static_cast<uint32_t>(a);
+  }
+  HzIssue(c, kV);
+  if (c.L->hazards) {
+    HzUb(c, kV, static_cast<uint32_t>(o0), static_cast<uint32_t>(count * 4), false, api);
+    std::set<uint32_t> blocks;
+    for (uint32_t a : addr) blocks.insert(a / 32);
+    for (uint32_t b : blocks) HzUb(c, kV, b * 32, 32, false, api);
+    HzUb(c, kV, static_cast<uint32_t>(d0), static_cast<uint32_t>(count * sz), true, api);
+  }
+  std::vector<uint8_t> vals(count * sz), valid(count);
+  for (uint64_t i = 0; i < count; ++i) {
+    std::memcpy(vals.data() + i * sz, ub + addr[i], sz);
+    uint32_t bad = 0;
+    valid[i] = UbValid(c, addr[i], sz, &bad) ? 1 : 0;
+  }
+  std::memcpy(ub + d0, vals.data(), count * sz);
+  for (uint64_t i = 0; i < count; ++i) UbMarkValid(c, static_cast<uint32_t>(d0 + i * sz), sz, valid[i] != 0);
 }
 
 }  // namespace rt

@@ -748,6 +748,7 @@ ASCENDC_SIM_BINARY_OP(Sub)
 ASCENDC_SIM_BINARY_OP(Mul)
 ASCENDC_SIM_BINARY_OP(Max)
 ASCENDC_SIM_BINARY_OP(Min)
+ASCENDC_SIM_BINARY_OP(Div)
 #undef ASCENDC_SIM_BINARY_OP
 
 #define ASCENDC_SIM_SCALAR_OP(NAME)                                                                                \
@@ -807,6 +808,7 @@ ASCENDC_SIM_SCALAR_OP(Mins)
 
 ASCENDC_SIM_UNARY_OP(Abs)
 ASCENDC_SIM_UNARY_OP(Relu)
+ASCENDC_SIM_UNARY_OP(Sqrt)
 #undef ASCENDC_SIM_UNARY_OP
 
 template <typename T, bool isSetMask = true>
@@ -828,6 +830,16 @@ __aicore__ inline void Duplicate(const LocalTensor<T>& dst, const T& scalarValue
   auto d = ascendc_sim_detail::Opnd(dst, dstBlockStride, dstRepeatStride);
   ascendc_sim::rt::Vec(ascendc_sim::VecOp::Duplicate, "Duplicate", ascendc_sim_detail::LenShape(mask, repeatTime),
                        !isSetMask, d, nullptr, nullptr, &scalarValue, 0);
+}
+
+// Gather, tensor front-n form (the mask / repeat forms are not emulated): dst[i] = the element of src at
+// byte srcBaseAddr + srcOffset[i] (offsets in bytes, relative to src's start), i < count.
+template <typename T>
+__aicore__ inline void Gather(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LocalTensor<uint32_t>& srcOffset,
+                              const uint32_t srcBaseAddr, const uint32_t count) {
+  auto d = ascendc_sim_detail::Opnd(dst, 1, 8), a = ascendc_sim_detail::Opnd(src, 1, 8),
+       o = ascendc_sim_detail::Opnd(srcOffset, 1, 8);
+  ascendc_sim::rt::Gather(d, a, o, srcBaseAddr, count);
 }
 
 template <typename T, typename U, bool isSetMask = true>

@@ -70,7 +70,7 @@ struct VecOperand {
   uint32_t avail;       // elements the tensor object claims (for messages only)
 };
 
-enum class VecOp : uint8_t { Add, Sub, Mul, Adds, Muls, Duplicate, Cast, CopyUb, Max, Min, Maxs, Mins, Abs, Relu };
+enum class VecOp : uint8_t { Add, Sub, Mul, Adds, Muls, Duplicate, Cast, CopyUb, Max, Min, Maxs, Mins, Abs, Relu, Div, Sqrt };
 
 namespace rt {
 
@@ -132,6 +132,9 @@ ASCENDC_SIM_API void SetPadValue(uint64_t bits, uint32_t elem);
 // --------------------------------------------------------------------------------------- vector
 ASCENDC_SIM_API void Vec(VecOp op, const char* api, const VecShape& shape, bool use_mask_reg, const VecOperand& dst,
                          const VecOperand* src0, const VecOperand* src1, const void* scalar, int round_mode);
+// Gather (tensor front-n form): dst[i] = element at byte src + base + offsets[i], i < count.
+ASCENDC_SIM_API void Gather(const VecOperand& dst, const VecOperand& src, const VecOperand& offsets, uint32_t base,
+                            uint64_t count);
 ASCENDC_SIM_API void SetMaskMode(bool counter);
 ASCENDC_SIM_API void SetVectorMask(uint64_t hi, uint64_t lo, DT dt);
 ASCENDC_SIM_API void SetVectorMaskLen(int64_t len, DT dt);
