@@ -524,6 +524,15 @@ def _rows_text(rows, limit=3):
     return s + (f" and {len(rows) - limit} more" if len(rows) > limit else "")
 
 
+def _same_default(attr, value):
+    """OpAttrDef::Float stores a C++ float: compare float attributes at float32 precision."""
+    if attr.type == "float" and isinstance(value, (int, float)) and isinstance(attr.default, (int, float)):
+        import struct
+
+        return struct.pack("<f", float(value)) == struct.pack("<f", float(attr.default))
+    return value == attr.default
+
+
 def compare_opdef(spec, facts):
     """Lines where ``facts`` (one reader's view of the OpDef) disagrees with ``spec``."""
     from ms_kvcache._backends.ascend import COMPUTE_UNITS, compute_unit
@@ -554,7 +563,7 @@ def compare_opdef(spec, facts):
             if f.required is not None and f.required != want_required:
                 out.append(f"{pre}: attr '{a.name}': expected AttrType "
                            f"{'REQUIRED' if want_required else 'OPTIONAL'}, got {'REQUIRED' if f.required else 'OPTIONAL'}")
-            if not want_required and f.has_default and f.default != a.default:
+            if not want_required and f.has_default and not _same_default(a, f.default):
                 out.append(f"{pre}: attr '{a.name}': expected default {a.default!r}, got {f.default!r}")
     for unit in COMPUTE_UNITS:
         if unit not in facts.configs:

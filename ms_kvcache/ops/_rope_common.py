@@ -23,8 +23,9 @@ __all__ = [
     "check_bool", "out_like", "BACKENDS", "require_backend",
 ]
 
-#: Backends with kernels for the RoPE-write family (the AscendC kernels for sim/ascend come later).
-BACKENDS = ("cpu",)
+#: Backends with kernels for the RoPE-write family: the native cpu kernels (cpu_kernel/) and the AscendC
+#: kernels (op_kernel/ + op_host/), run through the emulation ("sim") or the CANN package ("ascend").
+BACKENDS = ("cpu", "sim", "ascend")
 
 #: group rule of OpSpec: the cos_sin_cache group "C" is float32 or the data group "T"'s dtype.
 COS_SIN_RULE = {"C": ("float32", "=T")}

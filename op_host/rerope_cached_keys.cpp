@@ -1,0 +1,167 @@
+// ReropeCachedKeys: OpDef and tiling.
+//
+// Inputs (MindSpore ops.Custom order, = ms_kvcache.ops.rerope_cached_keys.SPEC): key_cache [nb, bs, H, D]
+// (BSND) / [nb, H, bs, D] (BNSD) / [nb, bs, D] (one head), rotated in place through its input address;
+// slot_mapping [N], old_positions [N], new_positions [N] (one index dtype), cos_sin_cache
+// [max_position, rd]. Output: status, int32 [1], never written. Attrs: is_neox_style, cache_layout.
+//
+// Tiling: the N entries over all vector cores (main/tail share); each core gathers batches of valid
+// entries (slot and both positions in range), UB planned as for RopeReshapeAndCache with two table rows
+// per entry and the fp32 scratch of the delta rotation. Tiling key = pad * 10000 + layout * 1000 +
+// dtype * 100 + table * 10 + style (as RopeReshapeAndCache).
+#include "rerope_cached_keys_tiling.h"
+#include "rope_tiling_common.h"
+
+namespace optiling {
+namespace {
+
+constexpr const char* kOp = "ReropeCachedKeys";
+enum { kCache = 0, kSlots, kOld, kNew, kTable };
+
+ge::graphStatus ReropeCachedKeysTiling(gert::TilingContext* context) {
+  using namespace mskv_tiling;
+  using namespace mskv_rope_tiling;
+  Hardware hw;
+  if (GetHardware(context, kOp, &hw) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  const gert::StorageShape* shapes[5];
+  for (int i = 0; i < 5; ++i) {
+    shapes[i] = context->GetInputShape(i);
+    if (shapes[i] == nullptr || context->GetInputDesc(i) == nullptr) return Fail(kOp, "input %d is missing", i);
+  }
+  const gert::Shape& kc = shapes[kCache]->GetStorageShape();
+  const gert::Shape& sm = shapes[kSlots]->GetStorageShape();
+  const gert::Shape& po = shapes[kOld]->GetStorageShape();
+  const gert::Shape& pn = shapes[kNew]->GetStorageShape();
+  const gert::Shape& cs = shapes[kTable]->GetStorageShape();
+  char b1[128], b2[128];
+
+  const bool neox = BoolAttr(context, 0, true);
+  bool bnsd = false;
+  if (LayoutAttr(context, 1, kOp, &bnsd) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+
+  const ge::DataType dt = context->GetInputDesc(kCache)->GetDataType();
+  uint64_t dcode = 0;
+  const int64_t esz = FloatSize(dt, &dcode);
+  if (esz == 0) return Fail(kOp, "key_cache: expected float16, bfloat16 or float32, got %s", DTypeName(dt));
+  if (dt == ge::DT_BF16 && hw.is310P) return Fail(kOp, "bfloat16 is not supported on Ascend310P");
+  int64_t slotIs64 = 0, posIs64 = 0, newIs64 = 0;
+  if (IndexCode(kOp, "slot_mapping", context->GetInputDesc(kSlots)->GetDataType(), &slotIs64) != ge::GRAPH_SUCCESS ||
+      IndexCode(kOp, "old_positions", context->GetInputDesc(kOld)->GetDataType(), &posIs64) != ge::GRAPH_SUCCESS ||
+      IndexCode(kOp, "new_positions", context->GetInputDesc(kNew)->GetDataType(), &newIs64) != ge::GRAPH_SUCCESS)
+    return ge::GRAPH_FAILED;
+  if (newIs64 != posIs64) return Fail(kOp, "new_positions: expected the dtype of old_positions");
+
+  // ---- cache geometry: [nb, bs, D] is one head per slot
+  int64_t nb = 0, bs = 0, h = 1, d = 0;
+  if (kc.GetDimNum() == 3) {
+    nb = kc.GetDim(0);
+    bs = kc.GetDim(1);
+    d = kc.GetDim(2);
+    bnsd = false;
+  } else if (kc.GetDimNum() == 4) {
+    nb = kc.GetDim(0);
+    bs = bnsd ? kc.GetDim(2) : kc.GetDim(1);
+    h = bnsd ? kc.GetDim(1) : kc.GetDim(2);
+    d = kc.GetDim(3);
+  } else {
+    return Fail(kOp, "key_cache: expected rank 3 or 4, got shape %s", ShapeText(kc, b1, sizeof(b1)));
+  }
+  if (bs < 1 || h < 1 || d < 1)
+    return Fail(kOp, "key_cache: empty block / head dimension in shape %s", ShapeText(kc, b1, sizeof(b1)));
+  if (sm.GetDimNum() != 1) return Fail(kOp, "slot_mapping: expected rank 1, got shape %s", ShapeText(sm, b1, sizeof(b1)));
+  const int64_t n = sm.GetDim(0);
+  if (!SameShape(po, sm) || !SameShape(pn, sm))
+    return Fail(kOp, "old_positions / new_positions: expected shape [%lld] (as slot_mapping), got %s / %s",
+                static_cast<long long>(n), ShapeText(po, b1, sizeof(b1)), ShapeText(pn, b2, sizeof(b2)));
+
+  RopeGeom g;
+  if (TableGeom(kOp, cs, context->GetInputDesc(kTable)->GetDataType(), dt, esz, d, hw, &g) != ge::GRAPH_SUCCESS)
+    return ge::GRAPH_FAILED;
+  if (bnsd && (bs - 1) * d * esz > 0xFFFFFFFFll)
+    return Fail(kOp, "block_size * head_size = %lld elements is too large for one strided copy",
+                static_cast<long long>(bs * d));
+  int64_t tree = 8;
+  while (tree < g.rotPitch) tree *= 2;
+
+  const CoreSplit split = SplitWork(n, hw.cores);
+  PlanInputs in;
+  in.g = g;
+  in.rotHeads = h;
+  in.csSets = 1;
+  in.expandedSets = 7;  // A..F (cos/sin of old and new, den, scratch) + the expansion offsets
+  in.extraBytes = tree * 4;
+  RopePlan plan;
+  if (PlanUb(kOp, hw, in, split.formerLen, &plan) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+
+  ReropeCachedKeysTilingData td;
+  td.set_numEntries(n);
+  td.set_numSlots(nb * bs);
+  td.set_blockSize(bs);
+  td.set_maxPosition(g.maxPosition);
+  td.set_headSize(d);
+  td.set_pitch(g.pitch);
+  td.set_rotaryDim(g.rotaryDim);
+  td.set_csPitch(g.csPitch);
+  td.set_rotPitch(g.rotPitch);
+  td.set_heads(h);
+  td.set_batch(plan.batch);
+  td.set_headsPerChunk(plan.headsPerChunk);
+  td.set_chunkElems(plan.chunkElems);
+  td.set_partnerRows(PartnerRows(in.rotHeads, plan.headsPerChunk));
+  td.set_treeElems(tree);
+  td.set_usedCoreNum(split.usedCoreNum);
+  td.set_formerNum(split.formerNum);
+  td.set_formerLen(split.formerLen);
+  td.set_tailLen(split.tailLen);
+  td.set_posIs64(posIs64);
+  td.set_slotIs64(slotIs64);
+  td.set_blockStride(bs * h * d);
+  td.set_slotStride(bnsd ? d : h * d);
+  td.set_headStride(bnsd ? bs * d : d);
+
+  const bool tableIsData = context->GetInputDesc(kTable)->GetDataType() != ge::DT_FLOAT;
+  context->SetBlockDim(static_cast<uint32_t>(split.usedCoreNum));
+  context->SetTilingKey((g.pad ? 10000u : 0u) + (bnsd ? 1000u : 0u) + dcode * 100u + (tableIsData ? 10u : 0u) +
+                        (neox ? 1u : 0u));
+  if (SaveTiling(context, td, kOp) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  return SetSystemWorkspace(context, hw);
+}
+
+}  // namespace
+}  // namespace optiling
+
+namespace ops {
+class ReropeCachedKeys : public OpDef {
+ public:
+  explicit ReropeCachedKeys(const char* name) : OpDef(name) {
+    Declare(*this, mskv_rope_tiling::kRopeTDTypes, mskv_rope_tiling::kRopeSDTypes, mskv_rope_tiling::kRopePDTypes,
+            mskv_rope_tiling::kRopeCDTypes, mskv_rope_tiling::kRopeStatusDTypes, mskv_rope_tiling::kRopeFormats);
+    this->Attr("is_neox_style").AttrType(OPTIONAL).Bool(true);
+    this->Attr("cache_layout").AttrType(OPTIONAL).String("BSND");
+    this->AICore().SetTiling(optiling::ReropeCachedKeysTiling);
+    this->AICore().AddConfig("ascend910b");
+    this->AICore().AddConfig("ascend910_93");
+    OpAICoreConfig cfg310p;
+    Declare(cfg310p, mskv_rope_tiling::kRopeTDTypes310P, mskv_rope_tiling::kRopeSDTypes310P,
+            mskv_rope_tiling::kRopePDTypes310P, mskv_rope_tiling::kRopeCDTypes310P,
+            mskv_rope_tiling::kRopeStatusDTypes310P, mskv_rope_tiling::kRopeFormats310P);
+    cfg310p.DynamicCompileStaticFlag(true).DynamicFormatFlag(false).DynamicRankSupportFlag(true)
+        .DynamicShapeSupportFlag(true).NeedCheckSupportFlag(false).PrecisionReduceFlag(true);
+    this->AICore().AddConfig("ascend310p", cfg310p);
+  }
+
+ private:
+  template <typename Def>
+  static void Declare(Def& d, const std::vector<ge::DataType>& data, const std::vector<ge::DataType>& slots,
+                      const std::vector<ge::DataType>& pos, const std::vector<ge::DataType>& table,
+                      const std::vector<ge::DataType>& status, const std::vector<ge::Format>& fmt) {
+    d.Input("key_cache").ParamType(REQUIRED).DataType(data).Format(fmt).UnknownShapeFormat(fmt);
+    d.Input("slot_mapping").ParamType(REQUIRED).DataType(slots).Format(fmt).UnknownShapeFormat(fmt);
+    d.Input("old_positions").ParamType(REQUIRED).DataType(pos).Format(fmt).UnknownShapeFormat(fmt);
+    d.Input("new_positions").ParamType(REQUIRED).DataType(pos).Format(fmt).UnknownShapeFormat(fmt);
+    d.Input("cos_sin_cache").ParamType(REQUIRED).DataType(table).Format(fmt).UnknownShapeFormat(fmt);
+    d.Output("status").ParamType(REQUIRED).DataType(status).Format(fmt).UnknownShapeFormat(fmt);
+  }
+};
+OP_ADD(ReropeCachedKeys);
+}  // namespace ops

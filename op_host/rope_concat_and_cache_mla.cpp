@@ -1,0 +1,225 @@
+// RopeConcatAndCacheMla: OpDef and tiling.
+//
+// Inputs (MindSpore ops.Custom order, = ms_kvcache.ops.rope_concat_and_cache_mla.SPEC): positions [T'],
+// q_pe [T', Hq, R] or [T', Hq*R], k_pe [T', R] or [T', 1, R], kv_c [T', L], cos_sin_cache [max_position, rd],
+// kv_c_cache [nb, bs, L] and k_pe_cache [nb, bs, R] (written in place through their input addresses),
+// slot_mapping [T], kv_c_norm_weight [L] (OPTIONAL: absent or an empty [0] tensor = no RMSNorm).
+// Outputs: q_pe_out, k_pe_out, kv_c_out (kv_c normalised, or a copy). Attrs: is_neox_style, epsilon.
+//
+// Tiling: the T' rows over all vector cores (main/tail share); UB batches as for RopeReshapeAndCache
+// (op_host/rope_tiling_common.h), the kv_c rows (RMSNorm) going through the rotated-chunk buffers.
+// Tiling key = pad * 10000 + weight (0 none, 1 float32, 2 the data dtype) * 1000 + dtype * 100 +
+// table * 10 + style (1 NeoX, 0 GPT-J).
+#include "rope_concat_and_cache_mla_tiling.h"
+#include "rope_tiling_common.h"
+
+namespace optiling {
+namespace {
+
+constexpr const char* kOp = "RopeConcatAndCacheMla";
+enum { kPos = 0, kQpe, kKpe, kKvc, kTable, kKvcCache, kKpeCache, kSlots, kWeight };
+
+ge::graphStatus RopeConcatAndCacheMlaTiling(gert::TilingContext* context) {
+  using namespace mskv_tiling;
+  using namespace mskv_rope_tiling;
+  Hardware hw;
+  if (GetHardware(context, kOp, &hw) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  const gert::StorageShape* shapes[8];
+  for (int i = 0; i < 8; ++i) {
+    shapes[i] = context->GetInputShape(i);
+    if (shapes[i] == nullptr || context->GetInputDesc(i) == nullptr) return Fail(kOp, "input %d is missing", i);
+  }
+  const gert::Shape& pos = shapes[kPos]->GetStorageShape();
+  const gert::Shape& qpe = shapes[kQpe]->GetStorageShape();
+  const gert::Shape& kpe = shapes[kKpe]->GetStorageShape();
+  const gert::Shape& kvc = shapes[kKvc]->GetStorageShape();
+  const gert::Shape& cs = shapes[kTable]->GetStorageShape();
+  const gert::Shape& cc = shapes[kKvcCache]->GetStorageShape();
+  const gert::Shape& kc = shapes[kKpeCache]->GetStorageShape();
+  const gert::Shape& sm = shapes[kSlots]->GetStorageShape();
+  char b1[128], b2[128];
+
+  // ---- attrs
+  const bool neox = BoolAttr(context, 0, false);
+  const gert::RuntimeAttrs* attrs = context->GetAttrs();
+  const float* epsPtr = attrs == nullptr ? nullptr : attrs->GetAttrPointer<float>(1);
+  const float eps = epsPtr == nullptr ? 1e-6f : *epsPtr;
+  if (!(eps >= 0.0f) || eps > 3.0e38f) return Fail(kOp, "epsilon: expected a finite value >= 0, got %g", eps);
+
+  // ---- dtypes
+  const ge::DataType dt = context->GetInputDesc(kQpe)->GetDataType();
+  uint64_t dcode = 0;
+  const int64_t esz = FloatSize(dt, &dcode);
+  if (esz == 0) return Fail(kOp, "q_pe: expected float16, bfloat16 or float32, got %s", DTypeName(dt));
+  const struct {
+    int idx;
+    const char* name;
+  } data[4] = {{kKpe, "k_pe"}, {kKvc, "kv_c"}, {kKvcCache, "kv_c_cache"}, {kKpeCache, "k_pe_cache"}};
+  for (const auto& x : data) {
+    const ge::DataType di = context->GetInputDesc(x.idx)->GetDataType();
+    if (di != dt) return Fail(kOp, "%s: expected dtype %s (as q_pe), got %s", x.name, DTypeName(dt), DTypeName(di));
+  }
+  if (dt == ge::DT_BF16 && hw.is310P) return Fail(kOp, "bfloat16 is not supported on Ascend310P");
+  int64_t posIs64 = 0, slotIs64 = 0;
+  if (IndexCode(kOp, "positions", context->GetInputDesc(kPos)->GetDataType(), &posIs64) != ge::GRAPH_SUCCESS ||
+      IndexCode(kOp, "slot_mapping", context->GetInputDesc(kSlots)->GetDataType(), &slotIs64) != ge::GRAPH_SUCCESS)
+    return ge::GRAPH_FAILED;
+
+  // ---- caches
+  if (cc.GetDimNum() != 3 || kc.GetDimNum() != 3 || cc.GetDim(0) != kc.GetDim(0) || cc.GetDim(1) != kc.GetDim(1))
+    return Fail(kOp, "kv_c_cache / k_pe_cache: expected [num_blocks, block_size, kv_lora_rank] and [num_blocks, "
+                "block_size, rope_dim], got %s and %s", ShapeText(cc, b1, sizeof(b1)), ShapeText(kc, b2, sizeof(b2)));
+  const int64_t nb = cc.GetDim(0);
+  const int64_t bs = cc.GetDim(1);
+  const int64_t L = cc.GetDim(2);
+  const int64_t R = kc.GetDim(2);
+  if (bs < 1 || L < 1 || R < 1)
+    return Fail(kOp, "kv_c_cache / k_pe_cache: empty dimension in %s / %s", ShapeText(cc, b1, sizeof(b1)),
+                ShapeText(kc, b2, sizeof(b2)));
+
+  // ---- rows
+  if (pos.GetDimNum() != 1) return Fail(kOp, "positions: expected rank 1, got shape %s", ShapeText(pos, b1, sizeof(b1)));
+  const int64_t rows = pos.GetDim(0);
+  const int64_t hq = HeadsOf(kOp, "q_pe", qpe, rows, R);
+  if (hq < 0) return ge::GRAPH_FAILED;
+  const int64_t hk = HeadsOf(kOp, "k_pe", kpe, rows, R);
+  if (hk < 0) return ge::GRAPH_FAILED;
+  if (hk != 1) return Fail(kOp, "k_pe: expected [T', %lld] or [T', 1, %lld], got shape %s", static_cast<long long>(R),
+                           static_cast<long long>(R), ShapeText(kpe, b1, sizeof(b1)));
+  if (kvc.GetDimNum() != 2 || kvc.GetDim(0) != rows || kvc.GetDim(1) != L)
+    return Fail(kOp, "kv_c: expected shape [%lld, %lld] (T', kv_lora_rank), got %s", static_cast<long long>(rows),
+                static_cast<long long>(L), ShapeText(kvc, b1, sizeof(b1)));
+  if (sm.GetDimNum() != 1 || sm.GetDim(0) > rows)
+    return Fail(kOp, "slot_mapping: expected shape [T] with T <= %lld (rows of k_pe), got %s",
+                static_cast<long long>(rows), ShapeText(sm, b1, sizeof(b1)));
+
+  // ---- optional RMSNorm weight
+  const gert::StorageShape* wShape = context->GetOptionalInputShape(kWeight);
+  const gert::CompileTimeTensorDesc* wDesc = context->GetOptionalInputDesc(kWeight);
+  bool norm = false;
+  int64_t wsz = 4;
+  uint64_t wcode = 0;
+  if (wShape != nullptr && wDesc != nullptr && wShape->GetStorageShape().GetShapeSize() > 0) {
+    const gert::Shape& w = wShape->GetStorageShape();
+    const ge::DataType wdt = wDesc->GetDataType();
+    if (w.GetDimNum() != 1 || w.GetDim(0) != L)
+      return Fail(kOp, "kv_c_norm_weight: expected shape [%lld] (kv_lora_rank) or [0], got %s",
+                  static_cast<long long>(L), ShapeText(w, b1, sizeof(b1)));
+    if (wdt != ge::DT_FLOAT && wdt != dt)
+      return Fail(kOp, "kv_c_norm_weight: expected dtype float32 or %s (the data dtype), got %s", DTypeName(dt),
+                  DTypeName(wdt));
+    norm = true;
+    wsz = wdt == ge::DT_FLOAT ? 4 : 2;
+    wcode = wdt == ge::DT_FLOAT ? 1 : 2;
+  }
+
+  // ---- geometry and SoC rules
+  RopeGeom g;
+  if (TableGeom(kOp, cs, context->GetInputDesc(kTable)->GetDataType(), dt, esz, R, hw, &g) != ge::GRAPH_SUCCESS)
+    return ge::GRAPH_FAILED;
+  const int64_t kvPitch = AlignUp(L, Max64(PerBlock(esz), 8));
+  const int64_t wPitch = AlignUp(L, Max64(PerBlock(wsz), 8));
+  const bool kvPad = (L * esz) % kBlockBytes != 0 || (norm && (L * wsz) % kBlockBytes != 0);
+  if (kvPad && hw.is310P)
+    return Fail(kOp, "kv_c rows of %lld bytes (or their norm weight) are not a multiple of 32 bytes; Ascend310P has no "
+                "DataCopyPad, so such rows are unsupported there", static_cast<long long>(L * esz));
+  const bool pad = g.pad || kvPad;
+  int64_t tree = 8;
+  while (tree < L) tree *= 2;
+
+  // ---- work split and UB plan
+  const CoreSplit split = SplitWork(rows, hw.cores);
+  PlanInputs in;
+  in.g = g;
+  in.rotHeads = hq;
+  in.copyHeads = 0;
+  in.copyRowElems = norm ? 0 : kvPitch;
+  in.normRowElems = norm ? kvPitch : 0;
+  // norm scratch: the tree, 16 floats of scalars, the fp32 weight and the weight's staging row
+  in.extraBytes = norm ? tree * 4 + 64 + wPitch * 4 + wPitch * wsz : 0;
+  RopePlan plan;
+  if (PlanUb(kOp, hw, in, split.formerLen, &plan) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+
+  RopeConcatAndCacheMlaTilingData td;
+  td.set_numRows(rows);
+  td.set_numWrite(sm.GetDim(0));
+  td.set_numSlots(nb * bs);
+  td.set_blockSize(bs);
+  td.set_maxPosition(g.maxPosition);
+  td.set_headSize(R);
+  td.set_pitch(g.pitch);
+  td.set_rotaryDim(g.rotaryDim);
+  td.set_csPitch(g.csPitch);
+  td.set_rotPitch(g.rotPitch);
+  td.set_qHeads(hq);
+  td.set_batch(plan.batch);
+  td.set_headsPerChunk(plan.headsPerChunk);
+  td.set_chunkElems(plan.chunkElems);
+  td.set_copyElems(Max64(plan.copyElems, kvPitch));
+  td.set_partnerRows(PartnerRows(in.rotHeads, plan.headsPerChunk));
+  td.set_kvRank(L);
+  td.set_kvPitch(kvPitch);
+  td.set_weightPitch(wPitch);
+  td.set_treeElems(tree);
+  td.set_hasNorm(norm ? 1 : 0);
+  td.set_usedCoreNum(split.usedCoreNum);
+  td.set_formerNum(split.formerNum);
+  td.set_formerLen(split.formerLen);
+  td.set_tailLen(split.tailLen);
+  td.set_posIs64(posIs64);
+  td.set_slotIs64(slotIs64);
+  td.set_epsilon(eps);
+
+  const bool tableIsData = context->GetInputDesc(kTable)->GetDataType() != ge::DT_FLOAT;
+  context->SetBlockDim(static_cast<uint32_t>(split.usedCoreNum));
+  context->SetTilingKey((pad ? 10000u : 0u) + wcode * 1000u + dcode * 100u + (tableIsData ? 10u : 0u) +
+                        (neox ? 1u : 0u));
+  if (SaveTiling(context, td, kOp) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  return SetSystemWorkspace(context, hw);
+}
+
+}  // namespace
+}  // namespace optiling
+
+namespace ops {
+class RopeConcatAndCacheMla : public OpDef {
+ public:
+  explicit RopeConcatAndCacheMla(const char* name) : OpDef(name) {
+    Declare(*this, mskv_rope_tiling::kRopeMlaPDTypes, mskv_rope_tiling::kRopeMlaTDTypes,
+            mskv_rope_tiling::kRopeMlaCDTypes, mskv_rope_tiling::kRopeMlaSDTypes, mskv_rope_tiling::kRopeMlaWDTypes,
+            mskv_rope_tiling::kRopeMlaFormats);
+    this->Attr("is_neox_style").AttrType(OPTIONAL).Bool(false);
+    this->Attr("epsilon").AttrType(OPTIONAL).Float(1e-6);
+    this->AICore().SetTiling(optiling::RopeConcatAndCacheMlaTiling);
+    this->AICore().AddConfig("ascend910b");
+    this->AICore().AddConfig("ascend910_93");
+    OpAICoreConfig cfg310p;
+    Declare(cfg310p, mskv_rope_tiling::kRopeMlaPDTypes310P, mskv_rope_tiling::kRopeMlaTDTypes310P,
+            mskv_rope_tiling::kRopeMlaCDTypes310P, mskv_rope_tiling::kRopeMlaSDTypes310P,
+            mskv_rope_tiling::kRopeMlaWDTypes310P, mskv_rope_tiling::kRopeMlaFormats310P);
+    cfg310p.DynamicCompileStaticFlag(true).DynamicFormatFlag(false).DynamicRankSupportFlag(true)
+        .DynamicShapeSupportFlag(true).NeedCheckSupportFlag(false).PrecisionReduceFlag(true);
+    this->AICore().AddConfig("ascend310p", cfg310p);
+  }
+
+ private:
+  template <typename Def>
+  static void Declare(Def& d, const std::vector<ge::DataType>& pos, const std::vector<ge::DataType>& data,
+                      const std::vector<ge::DataType>& table, const std::vector<ge::DataType>& slots,
+                      const std::vector<ge::DataType>& weight, const std::vector<ge::Format>& fmt) {
+    d.Input("positions").ParamType(REQUIRED).DataType(pos).Format(fmt).UnknownShapeFormat(fmt);
+    d.Input("q_pe").ParamType(REQUIRED).DataType(data).Format(fmt).UnknownShapeFormat(fmt);
+    d.Input("k_pe").ParamType(REQUIRED).DataType(data).Format(fmt).UnknownShapeFormat(fmt);
+    d.Input("kv_c").ParamType(REQUIRED).DataType(data).Format(fmt).UnknownShapeFormat(fmt);
+    d.Input("cos_sin_cache").ParamType(REQUIRED).DataType(table).Format(fmt).UnknownShapeFormat(fmt);
+    d.Input("kv_c_cache").ParamType(REQUIRED).DataType(data).Format(fmt).UnknownShapeFormat(fmt);
+    d.Input("k_pe_cache").ParamType(REQUIRED).DataType(data).Format(fmt).UnknownShapeFormat(fmt);
+    d.Input("slot_mapping").ParamType(REQUIRED).DataType(slots).Format(fmt).UnknownShapeFormat(fmt);
+    d.Input("kv_c_norm_weight").ParamType(OPTIONAL).DataType(weight).Format(fmt).UnknownShapeFormat(fmt);
+    d.Output("q_pe_out").ParamType(REQUIRED).DataType(data).Format(fmt).UnknownShapeFormat(fmt);
+    d.Output("k_pe_out").ParamType(REQUIRED).DataType(data).Format(fmt).UnknownShapeFormat(fmt);
+    d.Output("kv_c_out").ParamType(REQUIRED).DataType(data).Format(fmt).UnknownShapeFormat(fmt);
+  }
+};
+OP_ADD(RopeConcatAndCacheMla);
+}  // namespace ops

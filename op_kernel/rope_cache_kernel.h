@@ -1,0 +1,75 @@
+// Kernel body of RopeReshapeAndCache and RopeReshapeAndCacheMerged (op_kernel/rope_kernel_common.h has
+// the engine). Per core: its main/tail share of the T' rows, in batches of `batch` tokens:
+//   positions (and, for rows < T, slots) read with GetValue; cos/sin rows gathered by position;
+//   query rows -> rotated -> query_out; key rows -> rotated -> key_out and, for the written tokens,
+//   the key cache; value rows -> the value cache (written tokens only; nothing is loaded for a batch
+//   without one). A token whose position is outside [0, max_position) gets zero query_out / key_out
+//   rows and is not cached; a slot < 0 or >= num_blocks * block_size is skipped. The cache layout
+//   (BSND / BNSD) only changes the strides (tiling data), not the code.
+#ifndef MS_KVCACHE_OP_KERNEL_ROPE_CACHE_KERNEL_H_
+#define MS_KVCACHE_OP_KERNEL_ROPE_CACHE_KERNEL_H_
+
+#include "kernel_operator.h"
+#include "rope_kernel_common.h"
+
+namespace mskv {
+namespace rope {
+
+template <typename T, typename C, bool NEOX, bool PAD, typename TD>
+__aicore__ inline void RunRopeCache(GM_ADDR positions, GM_ADDR query, GM_ADDR key, GM_ADDR value, GM_ADDR table,
+                                    GM_ADDR keyCache, GM_ADDR valueCache, GM_ADDR slotMapping, GM_ADDR queryOut,
+                                    GM_ADDR keyOut, const TD& td) {
+  AscendC::TPipe pipe;
+  RotGeom g;
+  g.headSize = td.headSize;
+  g.pitch = td.pitch;
+  g.rotaryDim = td.rotaryDim;
+  g.csPitch = td.csPitch;
+  g.rotPitch = td.rotPitch;
+  g.maxPosition = td.maxPosition;
+  RopeEngine<T, C, NEOX, PAD> eng;
+  eng.Init(&pipe, table, g, td.chunkElems, td.batch, td.partnerRows, 2);
+  AscendC::TQueBind<AscendC::TPosition::VECIN, AscendC::TPosition::VECOUT, 2> valueQue;
+  pipe.InitBuffer(valueQue, 2, static_cast<uint32_t>(td.copyElems * static_cast<int64_t>(sizeof(T))));
+
+  IndexGm pos;
+  IndexGm slots;
+  pos.Init(positions, td.posIs64);
+  slots.Init(slotMapping, td.slotIs64);
+  AscendC::GlobalTensor<T> q, k, v, qOut, kOut, kCache, vCache;
+  q.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(query));
+  k.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(key));
+  v.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(value));
+  qOut.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(queryOut));
+  kOut.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(keyOut));
+  kCache.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(keyCache));
+  vCache.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(valueCache) + td.vPlaneOffset);
+  CacheGeom cg;
+  cg.numSlots = td.numSlots;
+  cg.blockSize = td.blockSize;
+  cg.blockStride = td.blockStride;
+  cg.slotStride = td.slotStride;
+  cg.headStride = td.headStride;
+  cg.heads = td.kHeads;
+
+  int64_t begin = 0;
+  int64_t end = 0;
+  CoreRange(td.formerNum, td.formerLen, td.tailLen, &begin, &end);
+  end = MinI64(end, td.numRows);
+  AscendC::LocalTensor<float> cc = eng.RotSet(0);
+  AscendC::LocalTensor<float> sc = eng.RotSet(1);
+  Batch b;
+  for (int64_t t = begin; t < end; t += td.batch) {
+    const int64_t n = MinI64(td.batch, end - t);
+    ReadBatch(&b, t, n, pos, slots, td.maxPosition, td.numWrite, td.numSlots);
+    eng.GatherTable(n, b.rows, cc, sc);
+    RotatePlane<T, C, NEOX, PAD>(eng, b, q, qOut, td.qHeads, td.headsPerChunk, nullptr, cg, cc, sc);
+    RotatePlane<T, C, NEOX, PAD>(eng, b, k, kOut, td.kHeads, td.headsPerChunk, &kCache, cg, cc, sc);
+    CopyPlane<T, PAD>(valueQue, b, v, td.kHeads, td.headSize, td.pitch, td.headsPerChunk, vCache, cg);
+  }
+}
+
+}  // namespace rope
+}  // namespace mskv
+
+#endif  // MS_KVCACHE_OP_KERNEL_ROPE_CACHE_KERNEL_H_

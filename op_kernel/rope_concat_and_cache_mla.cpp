@@ -1,0 +1,254 @@
+// RopeConcatAndCacheMla AscendC kernel: DeepSeek MLA. RoPE on q_pe [T', Hq, R] and k_pe [T', R], optional
+// RMSNorm of kv_c [T', L], then the kv_c row and the rotated k_pe row of every written token into their
+// cache planes (ms_kvcache.rope_concat_and_cache_mla).
+//
+// GM arguments follow the OpDef (op_host/rope_concat_and_cache_mla.cpp): inputs positions, q_pe, k_pe,
+// kv_c, cos_sin_cache, kv_c_cache, k_pe_cache, slot_mapping, kv_c_norm_weight (may be absent / empty),
+// outputs q_pe_out, k_pe_out, kv_c_out, then workspace and tiling. Rotation: op_kernel/rope_kernel_common.h.
+// kv_c_out is written for every row (normalised or copied), also for tokens with an invalid position
+// (those get zero q_pe_out / k_pe_out rows and are not cached), as on the cpu backend.
+//
+// RMSNorm (fp32): out = (x * inv) * w with inv = 1 / sqrt(sum(x^2) / L + eps). The squares are summed by
+// a halving tree of vector Adds down to 8 lanes (zero-padded to 8 * 2^k elements), the 8 lanes by the
+// scalar unit as ((s0+s1)+(s2+s3))+((s4+s5)+(s6+s7)); / L, + eps, Sqrt and 1 / x are vector Div / Adds /
+// Sqrt on 8 lanes. The cpu backend sums the squares in fp64, so inv can differ in its last bits (see
+// docs/rope.md); a zero mean with eps = 0 gives inv = +inf (Sqrt of 0 is undefined on the device and is
+// never issued), as 1 / sqrt(0) does on the cpu.
+//
+// Tiling key = pad * 10000 + weight (0 none, 1 float32, 2 the data dtype) * 1000 + dtype (1 fp16, 2 bf16,
+// 3 fp32) * 100 + table (0 float32, 1 the data dtype) * 10 + style (1 NeoX, 0 GPT-J). bfloat16 and
+// DataCopyPad templates are compiled only where __CCE_AICORE__ >= 220 (not for Ascend310P).
+#include "kernel_operator.h"
+#include "rope_kernel_common.h"
+
+namespace mskv {
+namespace rope {
+
+// RMSNorm of kv_c rows with an fp32 copy of the weight kept in UB.
+template <typename T, typename W, bool PAD>
+class KvNorm {
+ public:
+  __aicore__ inline KvNorm() {}
+
+  __aicore__ inline void Init(AscendC::TPipe* pipe, GM_ADDR weight, int64_t L, int64_t wPitch, int64_t tree,
+                              float eps) {
+    L_ = L;
+    tree_ = tree;
+    eps_ = eps;
+    pipe->InitBuffer(treeBuf_, static_cast<uint32_t>(tree * 4));
+    pipe->InitBuffer(smallBuf_, 64);
+    pipe->InitBuffer(w32Buf_, static_cast<uint32_t>(wPitch * 4));
+    pipe->InitBuffer(wQue_, 1, static_cast<uint32_t>(wPitch * static_cast<int64_t>(sizeof(W))));
+    AscendC::GlobalTensor<W> wGm;
+    wGm.SetGlobalBuffer(reinterpret_cast<__gm__ W*>(weight));
+    AscendC::LocalTensor<W> w = wQue_.template AllocTensor<W>();
+    const bool aligned = (L * static_cast<int64_t>(sizeof(W))) % kBlockBytes == 0;
+    RowsIn<W, PAD>(w, wGm, 1, L, aligned ? L : wPitch);
+    wQue_.EnQue(w);
+    w = wQue_.template DeQue<W>();
+    AscendC::LocalTensor<float> w32 = w32Buf_.Get<float>();
+    if constexpr (AscendC::IsSameType<W, float>::value) {
+      AscendC::DataCopy(w32, w, static_cast<uint32_t>(wPitch));
+    } else {
+      AscendC::Cast(w32, w, AscendC::RoundMode::CAST_NONE, static_cast<uint32_t>(wPitch));
+    }
+    wQue_.FreeTensor(w);
+  }
+
+  // y[0..L) = x * inv(x) * w (fp32 rows, 32-byte aligned; y may be x).
+  __aicore__ inline void Row(const AscendC::LocalTensor<float>& x, const AscendC::LocalTensor<float>& y) {
+    const int32_t L = static_cast<int32_t>(L_);
+    AscendC::LocalTensor<float> sq = treeBuf_.Get<float>();
+    AscendC::Duplicate(sq, 0.0f, static_cast<int32_t>(tree_));
+    AscendC::Mul(sq, x, x, L);
+    for (int64_t len = tree_; len > 8;) {
+      len /= 2;
+      AscendC::Add(sq, sq, sq[static_cast<uint32_t>(len)], static_cast<int32_t>(len));
+    }
+    const float s = ((sq.GetValue(0) + sq.GetValue(1)) + (sq.GetValue(2) + sq.GetValue(3))) +
+                    ((sq.GetValue(4) + sq.GetValue(5)) + (sq.GetValue(6) + sq.GetValue(7)));
+    AscendC::LocalTensor<float> t8 = smallBuf_.Get<float>();
+    AscendC::LocalTensor<float> c8 = t8[8];
+    AscendC::Duplicate(t8, s, 8);
+    AscendC::Duplicate(c8, static_cast<float>(L_), 8);
+    AscendC::Div(t8, t8, c8, 8);
+    AscendC::Adds(t8, t8, eps_, 8);
+    const float m = t8.GetValue(0);
+    float inv = m;  // NaN stays NaN
+    if (m > 0.0f) {
+      AscendC::Sqrt(t8, t8, 8);
+      AscendC::Duplicate(c8, 1.0f, 8);
+      AscendC::Div(t8, c8, t8, 8);
+      inv = t8.GetValue(0);
+    } else if (m == 0.0f) {
+      inv = __builtin_inff();
+    }
+    AscendC::Muls(y, x, inv, L);
+    AscendC::Mul(y, y, w32Buf_.Get<float>(), L);
+  }
+
+ private:
+  int64_t L_ = 0;
+  int64_t tree_ = 8;
+  float eps_ = 0.0f;
+  AscendC::TBuf<AscendC::TPosition::VECCALC> treeBuf_;
+  AscendC::TBuf<AscendC::TPosition::VECCALC> smallBuf_;
+  AscendC::TBuf<AscendC::TPosition::VECCALC> w32Buf_;
+  AscendC::TQue<AscendC::TPosition::VECIN, 1> wQue_;
+};
+
+template <typename T, typename C, typename W, bool NEOX, bool PAD, typename TD>
+__aicore__ inline void RunRopeMla(GM_ADDR positions, GM_ADDR qPe, GM_ADDR kPe, GM_ADDR kvC, GM_ADDR table,
+                                  GM_ADDR kvCCache, GM_ADDR kPeCache, GM_ADDR slotMapping, GM_ADDR weight,
+                                  GM_ADDR qPeOut, GM_ADDR kPeOut, GM_ADDR kvCOut, const TD& td) {
+  AscendC::TPipe pipe;
+  RotGeom g;
+  g.headSize = td.headSize;
+  g.pitch = td.pitch;
+  g.rotaryDim = td.rotaryDim;
+  g.csPitch = td.csPitch;
+  g.rotPitch = td.rotPitch;
+  g.maxPosition = td.maxPosition;
+  RopeEngine<T, C, NEOX, PAD> eng;
+  eng.Init(&pipe, table, g, td.chunkElems, td.batch, td.partnerRows, 2);
+  const bool norm = td.hasNorm != 0;
+  KvNorm<T, W, PAD> kvNorm;
+  AscendC::TQueBind<AscendC::TPosition::VECIN, AscendC::TPosition::VECOUT, 2> kvQue;
+  if (norm) {
+    kvNorm.Init(&pipe, weight, td.kvRank, td.weightPitch, td.treeElems, td.epsilon);
+  } else {
+    pipe.InitBuffer(kvQue, 2, static_cast<uint32_t>(td.copyElems * static_cast<int64_t>(sizeof(T))));
+  }
+
+  IndexGm pos;
+  IndexGm slots;
+  pos.Init(positions, td.posIs64);
+  slots.Init(slotMapping, td.slotIs64);
+  AscendC::GlobalTensor<T> q, k, kv, qOut, kOut, kvOut, kvCache, kCache;
+  q.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(qPe));
+  k.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(kPe));
+  kv.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(kvC));
+  qOut.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(qPeOut));
+  kOut.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(kPeOut));
+  kvOut.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(kvCOut));
+  kvCache.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(kvCCache));
+  kCache.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(kPeCache));
+  const int64_t L = td.kvRank;
+  const int64_t Lp = td.kvPitch;
+  CacheGeom kg;  // k_pe_cache [nb, bs, R]: one head per slot
+  kg.numSlots = td.numSlots;
+  kg.blockSize = td.blockSize;
+  kg.blockStride = td.blockSize * td.headSize;
+  kg.slotStride = td.headSize;
+  kg.headStride = td.headSize;
+  kg.heads = 1;
+  CacheGeom cg = kg;  // kv_c_cache [nb, bs, L]
+  cg.blockStride = td.blockSize * L;
+  cg.slotStride = L;
+  cg.headStride = L;
+
+  int64_t begin = 0;
+  int64_t end = 0;
+  CoreRange(td.formerNum, td.formerLen, td.tailLen, &begin, &end);
+  end = MinI64(end, td.numRows);
+  AscendC::LocalTensor<float> cc = eng.RotSet(0);
+  AscendC::LocalTensor<float> sc = eng.RotSet(1);
+  Batch b;
+  for (int64_t t = begin; t < end; t += td.batch) {
+    const int64_t n = MinI64(td.batch, end - t);
+    ReadBatch(&b, t, n, pos, slots, td.maxPosition, td.numWrite, td.numSlots);
+    eng.GatherTable(n, b.rows, cc, sc);
+    RotatePlane<T, C, NEOX, PAD>(eng, b, q, qOut, td.qHeads, td.headsPerChunk, nullptr, kg, cc, sc);
+    RotatePlane<T, C, NEOX, PAD>(eng, b, k, kOut, 1, td.headsPerChunk, &kCache, kg, cc, sc);
+    const uint64_t off = static_cast<uint64_t>(t * L);
+    AscendC::LocalTensor<T> ready;
+    if (norm) {
+      AscendC::LocalTensor<T> xT = eng.AllocIn();
+      RowsIn<T, PAD>(xT, kv[off], n, L, Lp);
+      xT = eng.ReadyIn(xT);
+      AscendC::LocalTensor<T> yT = eng.AllocOut();
+      if constexpr (AscendC::IsSameType<T, float>::value) {
+        for (int64_t i = 0; i < n; ++i) kvNorm.Row(xT[static_cast<uint32_t>(i * Lp)], yT[static_cast<uint32_t>(i * Lp)]);
+      } else {
+        AscendC::LocalTensor<float> x32 = eng.Work32();
+        AscendC::Cast(x32, xT, AscendC::RoundMode::CAST_NONE, static_cast<uint32_t>(n * Lp));
+        for (int64_t i = 0; i < n; ++i) {
+          kvNorm.Row(x32[static_cast<uint32_t>(i * Lp)], x32[static_cast<uint32_t>(i * Lp)]);
+        }
+        AscendC::Cast(yT, x32, RopeEngine<T, C, NEOX, PAD>::OutMode(), static_cast<uint32_t>(n * Lp));
+      }
+      ready = eng.ReadyOut(yT);
+      eng.FreeIn(xT);
+    } else {
+      AscendC::LocalTensor<T> buf = kvQue.template AllocTensor<T>();
+      RowsIn<T, PAD>(buf, kv[off], n, L, Lp);
+      kvQue.EnQue(buf);
+      ready = kvQue.template DeQue<T>();
+    }
+    RowsOut<T, PAD>(kvOut[off], ready, n, L, Lp);
+    for (int64_t i = 0; i < n; ++i) {
+      if (!b.write[i]) continue;
+      HeadsCopy<T, PAD>(kvCache[SlotOffset(cg, b.slot[i], 0)], ready[static_cast<uint32_t>(i * Lp)], 1, L, Lp, L, true);
+    }
+    if (norm) eng.FreeOut(ready);
+    else kvQue.FreeTensor(ready);
+  }
+}
+
+}  // namespace rope
+}  // namespace mskv
+
+#define MSKV_ROPE_RUN(T, C, W, NEOX, PAD)                                                                           \
+  mskv::rope::RunRopeMla<T, C, W, NEOX, PAD>(positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_cache, k_pe_cache,     \
+                                             slot_mapping, kv_c_norm_weight, q_pe_out, k_pe_out, kv_c_out, td)
+
+extern "C" __global__ __aicore__ void rope_concat_and_cache_mla(GM_ADDR positions, GM_ADDR q_pe, GM_ADDR k_pe,
+                                                                GM_ADDR kv_c, GM_ADDR cos_sin_cache,
+                                                                GM_ADDR kv_c_cache, GM_ADDR k_pe_cache,
+                                                                GM_ADDR slot_mapping, GM_ADDR kv_c_norm_weight,
+                                                                GM_ADDR q_pe_out, GM_ADDR k_pe_out, GM_ADDR kv_c_out,
+                                                                GM_ADDR workspace, GM_ADDR tiling) {
+  (void)workspace;
+  GET_TILING_DATA(td, tiling);
+  if (TILING_KEY_IS(100) || TILING_KEY_IS(1100)) return MSKV_ROPE_RUN(half, float, float, false, false);
+  if (TILING_KEY_IS(101) || TILING_KEY_IS(1101)) return MSKV_ROPE_RUN(half, float, float, true, false);
+  if (TILING_KEY_IS(2100)) return MSKV_ROPE_RUN(half, float, half, false, false);
+  if (TILING_KEY_IS(2101)) return MSKV_ROPE_RUN(half, float, half, true, false);
+  if (TILING_KEY_IS(110) || TILING_KEY_IS(1110)) return MSKV_ROPE_RUN(half, half, float, false, false);
+  if (TILING_KEY_IS(111) || TILING_KEY_IS(1111)) return MSKV_ROPE_RUN(half, half, float, true, false);
+  if (TILING_KEY_IS(2110)) return MSKV_ROPE_RUN(half, half, half, false, false);
+  if (TILING_KEY_IS(2111)) return MSKV_ROPE_RUN(half, half, half, true, false);
+#if MSKV_HAS_BF16_AND_PAD
+  if (TILING_KEY_IS(200) || TILING_KEY_IS(1200)) return MSKV_ROPE_RUN(bfloat16_t, float, float, false, false);
+  if (TILING_KEY_IS(201) || TILING_KEY_IS(1201)) return MSKV_ROPE_RUN(bfloat16_t, float, float, true, false);
+  if (TILING_KEY_IS(2200)) return MSKV_ROPE_RUN(bfloat16_t, float, bfloat16_t, false, false);
+  if (TILING_KEY_IS(2201)) return MSKV_ROPE_RUN(bfloat16_t, float, bfloat16_t, true, false);
+  if (TILING_KEY_IS(210) || TILING_KEY_IS(1210)) return MSKV_ROPE_RUN(bfloat16_t, bfloat16_t, float, false, false);
+  if (TILING_KEY_IS(211) || TILING_KEY_IS(1211)) return MSKV_ROPE_RUN(bfloat16_t, bfloat16_t, float, true, false);
+  if (TILING_KEY_IS(2210)) return MSKV_ROPE_RUN(bfloat16_t, bfloat16_t, bfloat16_t, false, false);
+  if (TILING_KEY_IS(2211)) return MSKV_ROPE_RUN(bfloat16_t, bfloat16_t, bfloat16_t, true, false);
+#endif
+  if (TILING_KEY_IS(300) || TILING_KEY_IS(1300)) return MSKV_ROPE_RUN(float, float, float, false, false);
+  if (TILING_KEY_IS(301) || TILING_KEY_IS(1301)) return MSKV_ROPE_RUN(float, float, float, true, false);
+#if MSKV_HAS_BF16_AND_PAD
+  if (TILING_KEY_IS(10100) || TILING_KEY_IS(11100)) return MSKV_ROPE_RUN(half, float, float, false, true);
+  if (TILING_KEY_IS(10101) || TILING_KEY_IS(11101)) return MSKV_ROPE_RUN(half, float, float, true, true);
+  if (TILING_KEY_IS(12100)) return MSKV_ROPE_RUN(half, float, half, false, true);
+  if (TILING_KEY_IS(12101)) return MSKV_ROPE_RUN(half, float, half, true, true);
+  if (TILING_KEY_IS(10110) || TILING_KEY_IS(11110)) return MSKV_ROPE_RUN(half, half, float, false, true);
+  if (TILING_KEY_IS(10111) || TILING_KEY_IS(11111)) return MSKV_ROPE_RUN(half, half, float, true, true);
+  if (TILING_KEY_IS(12110)) return MSKV_ROPE_RUN(half, half, half, false, true);
+  if (TILING_KEY_IS(12111)) return MSKV_ROPE_RUN(half, half, half, true, true);
+  if (TILING_KEY_IS(10200) || TILING_KEY_IS(11200)) return MSKV_ROPE_RUN(bfloat16_t, float, float, false, true);
+  if (TILING_KEY_IS(10201) || TILING_KEY_IS(11201)) return MSKV_ROPE_RUN(bfloat16_t, float, float, true, true);
+  if (TILING_KEY_IS(12200)) return MSKV_ROPE_RUN(bfloat16_t, float, bfloat16_t, false, true);
+  if (TILING_KEY_IS(12201)) return MSKV_ROPE_RUN(bfloat16_t, float, bfloat16_t, true, true);
+  if (TILING_KEY_IS(10210) || TILING_KEY_IS(11210)) return MSKV_ROPE_RUN(bfloat16_t, bfloat16_t, float, false, true);
+  if (TILING_KEY_IS(10211) || TILING_KEY_IS(11211)) return MSKV_ROPE_RUN(bfloat16_t, bfloat16_t, float, true, true);
+  if (TILING_KEY_IS(12210)) return MSKV_ROPE_RUN(bfloat16_t, bfloat16_t, bfloat16_t, false, true);
+  if (TILING_KEY_IS(12211)) return MSKV_ROPE_RUN(bfloat16_t, bfloat16_t, bfloat16_t, true, true);
+  if (TILING_KEY_IS(10300) || TILING_KEY_IS(11300)) return MSKV_ROPE_RUN(float, float, float, false, true);
+  if (TILING_KEY_IS(10301) || TILING_KEY_IS(11301)) return MSKV_ROPE_RUN(float, float, float, true, true);
+#endif
+}
+#undef MSKV_ROPE_RUN
