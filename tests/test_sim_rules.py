@@ -72,6 +72,17 @@ CASES = [
     ("rule_tiling_size", "TILING_SIZE", {}, 0),
     ("rule_unsupported_api", "UNSUPPORTED_API", {}, 0),
     ("rule_pipe_state", "PIPE_STATE", {}, 0),
+    # Div, Sqrt, Gather (added for the fused RoPE-write kernels)
+    ("rule_div_dtype", "VEC_DTYPE", {}, 0),
+    ("rule_sqrt_dtype", "VEC_DTYPE", {}, 0),
+    ("rule_sqrt_nonpositive", "UB_UNINIT_TO_GM", {}, 0),
+    ("rule_gather_dtype", "VEC_DTYPE", {}, 0),
+    ("rule_gather_offset", "GATHER_OFFSET", {}, 0),
+    ("rule_gather_base", "GATHER_OFFSET", {}, 0),
+    ("rule_gather_oob", "UB_OUT_OF_BUFFER", {}, 0),
+    ("rule_gather_uninit", "UB_UNINIT_READ", {}, 0),
+    ("rule_gather_overlap", "VEC_OVERLAP", {}, 0),
+    ("rule_gather_align", "VEC_ALIGN", {}, 0),
 ]
 
 
@@ -108,6 +119,26 @@ def test_rule_messages_carry_values(rules):
         sim.launch_kernel("rule_cast_pair", _args(), 1, tiling=TILING, tiling_key=1)
     with pytest.raises(sim.EmulationError, match=r"core 0 already wrote"):
         sim.launch_kernel("rule_gm_write_conflict", _args(), 4, tiling=TILING, tiling_key=1)
+
+
+def test_gather_div_sqrt_messages(rules):
+    with pytest.raises(sim.EmulationError, match=r"Div on int32_t: supported types are half and float"):
+        sim.launch_kernel("rule_div_dtype", _args(), 1, tiling=TILING, tiling_key=1)
+    with pytest.raises(sim.EmulationError, match=r"srcOffset\[5\] = 6 is not a multiple of sizeof\(float\) = 4"):
+        sim.launch_kernel("rule_gather_offset", _args(), 1, tiling=TILING, tiling_key=1)
+    with pytest.raises(sim.EmulationError, match=r"srcBaseAddr = 2 is not a multiple"):
+        sim.launch_kernel("rule_gather_base", _args(), 1, tiling=TILING, tiling_key=1)
+    with pytest.raises(sim.EmulationError, match=r"srcOffset\[63\] = 256.*spans"):
+        sim.launch_kernel("rule_gather_oob", _args(), 1, tiling=TILING, tiling_key=1)
+    with pytest.raises(sim.EmulationError, match=r"srcOffset\[63\].*never written"):
+        sim.launch_kernel("rule_gather_uninit", _args(), 1, tiling=TILING, tiling_key=1)
+    with pytest.raises(sim.EmulationError, match=r"int8_t: Ascend910B1 supports only"):
+        sim.launch_kernel("rule_gather_dtype", _args(), 1, tiling=TILING, tiling_key=1)
+
+
+def test_gather_int16_exists_on_310p(rules):
+    # the documented Atlas inference series list includes int16_t (not bfloat16_t: DTYPE_UNSUPPORTED there)
+    sim.launch_kernel("rule_gather_dtype", _args(), 1, tiling=TILING, tiling_key=0, soc="Ascend310P3")
 
 
 @pytest.mark.parametrize("kernel,rule", [("rule_datacopypad_soc", "DATACOPYPAD_UNSUPPORTED"),

@@ -275,3 +275,57 @@ def test_repeat_mask_and_counter_forms(sem):
     e[768:] = h.astype(np.float32)
     np.testing.assert_array_equal(y, e)
     assert st["vector_ops_per_core"][0] == 7
+
+
+# ------------------------------------------------------------------------------ Div, Sqrt, Gather
+@pytest.mark.parametrize("t", [np.float16, np.float32], ids=["half", "float"])
+@pytest.mark.parametrize("soc", ["Ascend910B1", "Ascend310P3"])
+def test_div_correctly_rounded(sem, t, soc):
+    # one rounding of the exact quotient (float64 holds it to 53 bits: no double-rounding midpoint for
+    # half / float operands); IEEE inf / NaN on A2, saturation on 310P
+    rng = np.random.default_rng(11)
+    n = 2048
+    a = (rng.standard_normal(n) * np.exp2(rng.integers(-10, 10, n))).astype(t)
+    b = (rng.standard_normal(n) * np.exp2(rng.integers(-10, 10, n))).astype(t)
+    a[:6] = [1, -1, 0, 3, 1, 60000]
+    b[:6] = [0, 0, 0, 3, 3, 1e-3 if t == np.float16 else 1e-30]
+    y = np.zeros(n, t)
+    sim.launch_kernel("sem_divsqrt", [a, b, y], 1, tiling=tiling(n), tiling_key=int(t == np.float32), soc=soc)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        ref = (a.astype(np.float64) / b.astype(np.float64)).astype(t)
+    if soc == "Ascend310P3":  # saturation mode: +-inf -> +-max, NaN -> 0
+        big = np.finfo(t).max
+        ref = np.where(np.isnan(ref), t(0), np.where(np.isinf(ref), np.sign(ref) * big, ref)).astype(t)
+    nan = np.isnan(ref)
+    assert np.array_equal(np.isnan(y), nan)
+    assert_same_bits(y[~nan], ref[~nan], f"Div {np.dtype(t).name} {soc}")
+
+
+@pytest.mark.parametrize("t", [np.float16, np.float32], ids=["half", "float"])
+def test_sqrt_correctly_rounded(sem, t):
+    rng = np.random.default_rng(12)
+    n = 2048
+    a = np.abs(rng.standard_normal(n) * np.exp2(rng.integers(-20, 20, n))).astype(t)
+    a[a == 0] = t(1)
+    a[:4] = [np.finfo(t).tiny, np.finfo(t).max, 2, np.inf]  # smallest normal, largest, exact root of 4 below
+    a[4] = 4
+    y = np.zeros(n, t)
+    sim.launch_kernel("sem_divsqrt", [a, a.copy(), y], 1, tiling=tiling(n), tiling_key=10 + int(t == np.float32))
+    assert_same_bits(y, np.sqrt(a.astype(np.float64)).astype(t), f"Sqrt {np.dtype(t).name}")
+
+
+GATHER_TYPES = [(np.float16, 0), (np.float32, 1), (np.int32, 2), (BF16, 3), (np.int16, 4), (np.uint32, 5)]
+
+
+@pytest.mark.parametrize("t,key", GATHER_TYPES, ids=[np.dtype(t).name for t, _ in GATHER_TYPES])
+def test_gather_permutes_by_byte_offsets(sem, t, key):
+    rng = np.random.default_rng(key)
+    src = rng.integers(-30000, 30000, 512).astype(np.int64).astype(np.float32).astype(t) if t != np.uint32 else \
+        rng.integers(0, 2 ** 32, 512, dtype=np.uint64).astype(np.uint32)
+    n, size = 256, np.dtype(t).itemsize
+    base = 16 * size                                    # srcBaseAddr: element 16 of src
+    idx = rng.integers(0, 512 - 16, n)                  # any element from there on, repeats allowed
+    off = (idx * size).astype(np.uint32)
+    y = np.zeros(n, t)
+    sim.launch_kernel("sem_gather", [src, off, y], 1, tiling=tiling(n, 0.0, base), tiling_key=key)
+    assert_same_bits(y, src[16 + idx], f"Gather {np.dtype(t).name}")

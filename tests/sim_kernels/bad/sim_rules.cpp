@@ -636,3 +636,139 @@ RULE_KERNEL(vec_repeat_forms) {
   DataCopy(yg, o, kN);
   qout.FreeTensor(o);
 }
+
+// --------------------------------------------------------------------------------------- Div, Sqrt, Gather
+// (the APIs added for the fused RoPE-write kernels)
+RULE_KERNEL(rule_div_dtype) {
+  GLOBALS;
+  TPipe pipe;
+  TBuf<TPosition::VECCALC> b;
+  pipe.InitBuffer(b, 1024);
+  if (Bad()) {
+    LocalTensor<int32_t> t = b.Get<int32_t>();
+    Duplicate(t, 3, 64);
+    Div(t, t, t, 64);  // Div exists for half and float only
+  } else {
+    LocalTensor<float> t = b.Get<float>();
+    Duplicate(t, 3.0f, 64);
+    Div(t, t, t, 64);
+  }
+}
+
+RULE_KERNEL(rule_sqrt_dtype) {
+  GLOBALS;
+  TPipe pipe;
+  TBuf<TPosition::VECCALC> b;
+  pipe.InitBuffer(b, 1024);
+  if (Bad()) {
+    LocalTensor<int16_t> t = b.Get<int16_t>();
+    Duplicate(t, static_cast<int16_t>(4), 128);
+    Sqrt(t, t, 128);  // Sqrt exists for half and float only
+  } else {
+    LocalTensor<half> t = b.Get<half>();
+    Duplicate(t, half(4.0f), 128);
+    Sqrt(t, t, 128);
+  }
+}
+
+// Sqrt of a non-positive element has an unknown result (Sqrt.md): copying it to GM is an error.
+RULE_KERNEL(rule_sqrt_nonpositive) {
+  GLOBALS;
+  TPipe pipe;
+  TQue<TPosition::VECOUT, 1> q;
+  pipe.InitBuffer(q, 1, 64 * sizeof(float));
+  LocalTensor<float> t = q.AllocTensor<float>();
+  Duplicate(t, 4.0f, 64);
+  if (Bad()) Duplicate(t[8], 0.0f, 8);
+  Sqrt(t, t, 64);
+  q.EnQue(t);
+  t = q.DeQue<float>();
+  DataCopy(yg, t, 64);
+  q.FreeTensor(t);
+}
+
+// Gather: x viewed as float data; offsets built in a VECCALC buffer.
+__aicore__ inline void GatherSetup(TPipe& pipe, TBuf<TPosition::VECCALC>& src, TBuf<TPosition::VECCALC>& dst,
+                                   TBuf<TPosition::VECCALC>& off, uint32_t n) {
+  pipe.InitBuffer(src, n * sizeof(float));
+  pipe.InitBuffer(dst, n * sizeof(float));
+  pipe.InitBuffer(off, n * sizeof(uint32_t));
+  Duplicate(src.Get<float>(), 1.0f, n);
+}
+
+RULE_KERNEL(rule_gather_dtype) {
+  GLOBALS;
+  TPipe pipe;
+  TBuf<TPosition::VECCALC> src, dst, off;
+  GatherSetup(pipe, src, dst, off, 64);
+  LocalTensor<uint32_t> o = off.Get<uint32_t>();
+  for (uint32_t i = 0; i < 64; ++i) o.SetValue(i, 2 * i);
+  if (Bad()) {
+    Gather(dst.Get<int8_t>(), src.Get<int8_t>(), o, 0, 64);  // no int8_t Gather on A2/A3
+  } else {
+    Gather(dst.Get<int16_t>(), src.Get<int16_t>(), o, 0, 64);  // even byte offsets: int16_t aligned
+  }
+}
+
+RULE_KERNEL(rule_gather_offset) {
+  GLOBALS;
+  TPipe pipe;
+  TBuf<TPosition::VECCALC> src, dst, off;
+  GatherSetup(pipe, src, dst, off, 64);
+  LocalTensor<uint32_t> o = off.Get<uint32_t>();
+  for (uint32_t i = 0; i < 64; ++i) o.SetValue(i, (63 - i) * 4);
+  if (Bad()) o.SetValue(5, 6);  // not a multiple of sizeof(float)
+  Gather(dst.Get<float>(), src.Get<float>(), o, 0, 64);
+}
+
+RULE_KERNEL(rule_gather_base) {
+  GLOBALS;
+  TPipe pipe;
+  TBuf<TPosition::VECCALC> src, dst, off;
+  GatherSetup(pipe, src, dst, off, 64);
+  LocalTensor<uint32_t> o = off.Get<uint32_t>();
+  for (uint32_t i = 0; i < 32; ++i) o.SetValue(i, i * 4);
+  Gather(dst.Get<float>(), src.Get<float>(), o, Bad() ? 2 : 8, 32);  // srcBaseAddr 2 is not float aligned
+}
+
+RULE_KERNEL(rule_gather_oob) {
+  GLOBALS;
+  TPipe pipe;
+  TBuf<TPosition::VECCALC> src, dst, off;
+  GatherSetup(pipe, src, dst, off, 64);
+  LocalTensor<uint32_t> o = off.Get<uint32_t>();
+  for (uint32_t i = 0; i < 64; ++i) o.SetValue(i, i * 4);
+  if (Bad()) o.SetValue(63, 64 * 4);  // one element past the source buffer
+  Gather(dst.Get<float>(), src.Get<float>(), o, 0, 64);
+}
+
+RULE_KERNEL(rule_gather_uninit) {
+  GLOBALS;
+  TPipe pipe;
+  TBuf<TPosition::VECCALC> src, dst, off;
+  GatherSetup(pipe, src, dst, off, 64);
+  LocalTensor<uint32_t> o = off.Get<uint32_t>();
+  for (uint32_t i = 0; i < (Bad() ? 63u : 64u); ++i) o.SetValue(i, i * 4);  // offset 63 never written
+  Gather(dst.Get<float>(), src.Get<float>(), o, 0, 64);
+}
+
+RULE_KERNEL(rule_gather_overlap) {
+  GLOBALS;
+  TPipe pipe;
+  TBuf<TPosition::VECCALC> src, dst, off;
+  GatherSetup(pipe, src, dst, off, 64);
+  LocalTensor<uint32_t> o = off.Get<uint32_t>();
+  for (uint32_t i = 0; i < 64; ++i) o.SetValue(i, (63 - i) * 4);
+  LocalTensor<float> s = src.Get<float>();
+  Gather(Bad() ? s : dst.Get<float>(), s, o, 0, 64);  // source and destination may not share memory
+}
+
+RULE_KERNEL(rule_gather_align) {
+  GLOBALS;
+  TPipe pipe;
+  TBuf<TPosition::VECCALC> src, dst, off;
+  GatherSetup(pipe, src, dst, off, 64);
+  LocalTensor<uint32_t> o = off.Get<uint32_t>();
+  for (uint32_t i = 0; i < 32; ++i) o.SetValue(i, i * 4);
+  Gather(dst.Get<float>(), src.Get<float>()[Bad() ? 4 : 8], o, 0, 32);  // src at byte 16: not 32-byte aligned
+}

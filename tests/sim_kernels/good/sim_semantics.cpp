@@ -249,3 +249,93 @@ extern "C" __global__ __aicore__ void sem_repeat(GM_ADDR x, GM_ADDR y, GM_ADDR w
   DataCopy(yg, o, kN);
   qout.FreeTensor(o);
 }
+
+// -------------------------------------------------------------------------------------------------
+// Div / Sqrt (front-n form): y = a / b (tiling key 0 half, 1 float) or y = sqrt(a) (key 10 half, 11 float).
+template <typename T>
+__aicore__ inline void DivSqrtRun(GM_ADDR a, GM_ADDR b, GM_ADDR y, uint32_t n, bool sqrt) {
+  GlobalTensor<T> ag, bg, yg;
+  ag.SetGlobalBuffer((__gm__ T*)a, n);
+  bg.SetGlobalBuffer((__gm__ T*)b, n);
+  yg.SetGlobalBuffer((__gm__ T*)y, n);
+  TPipe pipe;
+  TQue<TPosition::VECIN, 1> qa, qb;
+  TQue<TPosition::VECOUT, 1> qy;
+  pipe.InitBuffer(qa, 1, n * sizeof(T));
+  pipe.InitBuffer(qb, 1, n * sizeof(T));
+  pipe.InitBuffer(qy, 1, n * sizeof(T));
+  LocalTensor<T> la = qa.AllocTensor<T>();
+  LocalTensor<T> lb = qb.AllocTensor<T>();
+  DataCopy(la, ag, n);
+  DataCopy(lb, bg, n);
+  qa.EnQue(la);
+  qb.EnQue(lb);
+  la = qa.DeQue<T>();
+  lb = qb.DeQue<T>();
+  LocalTensor<T> ly = qy.AllocTensor<T>();
+  if (sqrt) Sqrt(ly, la, static_cast<int32_t>(n));
+  else Div(ly, la, lb, static_cast<int32_t>(n));
+  qy.EnQue(ly);
+  qa.FreeTensor(la);
+  qb.FreeTensor(lb);
+  ly = qy.DeQue<T>();
+  DataCopy(yg, ly, n);
+  qy.FreeTensor(ly);
+}
+
+extern "C" __global__ __aicore__ void sem_divsqrt(GM_ADDR a, GM_ADDR b, GM_ADDR y, GM_ADDR workspace, GM_ADDR tiling) {
+  (void)workspace;
+  GET_TILING_DATA_WITH_STRUCT(SemTiling, t, tiling);
+  if (TILING_KEY_IS(0)) DivSqrtRun<half>(a, b, y, t.n, false);
+  if (TILING_KEY_IS(1)) DivSqrtRun<float>(a, b, y, t.n, false);
+  if (TILING_KEY_IS(10)) DivSqrtRun<half>(a, b, y, t.n, true);
+  if (TILING_KEY_IS(11)) DivSqrtRun<float>(a, b, y, t.n, true);
+}
+
+// -------------------------------------------------------------------------------------------------
+// Gather (front-n form): y[i] = src element at byte srcBaseAddr + off[i], i < n; src has 512 elements of T,
+// srcBaseAddr = tiling scalarI. Key: 0 half, 1 float, 2 int32_t, 3 bfloat16_t, 4 int16_t, 5 uint32_t.
+template <typename T>
+__aicore__ inline void GatherRun(GM_ADDR src, GM_ADDR off, GM_ADDR y, uint32_t n, uint32_t base) {
+  constexpr uint32_t kSrc = 512;
+  GlobalTensor<T> sg, yg;
+  GlobalTensor<uint32_t> og;
+  sg.SetGlobalBuffer((__gm__ T*)src, kSrc);
+  og.SetGlobalBuffer((__gm__ uint32_t*)off, n);
+  yg.SetGlobalBuffer((__gm__ T*)y, n);
+  TPipe pipe;
+  TQue<TPosition::VECIN, 1> qs, qo;
+  TQue<TPosition::VECOUT, 1> qy;
+  pipe.InitBuffer(qs, 1, kSrc * sizeof(T));
+  pipe.InitBuffer(qo, 1, n * sizeof(uint32_t));
+  pipe.InitBuffer(qy, 1, n * sizeof(T));
+  LocalTensor<T> ls = qs.AllocTensor<T>();
+  LocalTensor<uint32_t> lo = qo.AllocTensor<uint32_t>();
+  DataCopy(ls, sg, kSrc);
+  DataCopy(lo, og, n);
+  qs.EnQue(ls);
+  qo.EnQue(lo);
+  ls = qs.DeQue<T>();
+  lo = qo.DeQue<uint32_t>();
+  LocalTensor<T> ly = qy.AllocTensor<T>();
+  Gather(ly, ls, lo, base, n);
+  qy.EnQue(ly);
+  qs.FreeTensor(ls);
+  qo.FreeTensor(lo);
+  ly = qy.DeQue<T>();
+  DataCopy(yg, ly, n);
+  qy.FreeTensor(ly);
+}
+
+extern "C" __global__ __aicore__ void sem_gather(GM_ADDR src, GM_ADDR off, GM_ADDR y, GM_ADDR workspace,
+                                                 GM_ADDR tiling) {
+  (void)workspace;
+  GET_TILING_DATA_WITH_STRUCT(SemTiling, t, tiling);
+  const uint32_t base = static_cast<uint32_t>(t.scalarI);
+  if (TILING_KEY_IS(0)) GatherRun<half>(src, off, y, t.n, base);
+  if (TILING_KEY_IS(1)) GatherRun<float>(src, off, y, t.n, base);
+  if (TILING_KEY_IS(2)) GatherRun<int32_t>(src, off, y, t.n, base);
+  if (TILING_KEY_IS(3)) GatherRun<bfloat16_t>(src, off, y, t.n, base);
+  if (TILING_KEY_IS(4)) GatherRun<int16_t>(src, off, y, t.n, base);
+  if (TILING_KEY_IS(5)) GatherRun<uint32_t>(src, off, y, t.n, base);
+}
