@@ -80,15 +80,18 @@ ge::graphStatus ReropeCachedKeysTiling(gert::TilingContext* context) {
   if (bnsd && (bs - 1) * d * esz > 0xFFFFFFFFll)
     return Fail(kOp, "block_size * head_size = %lld elements is too large for one strided copy",
                 static_cast<long long>(bs * d));
+  const int64_t halfPitch = AlignUp(g.rotaryDim / 2, 8);
   int64_t tree = 8;
-  while (tree < g.rotPitch) tree *= 2;
+  while (tree < halfPitch) tree *= 2;
 
   const CoreSplit split = SplitWork(n, hw.cores);
   PlanInputs in;
   in.g = g;
   in.rotHeads = h;
   in.csSets = 1;
-  in.expandedSets = 7;  // A..F (cos/sin of old and new, den, scratch) + the expansion offsets
+  // per entry: 25 compact fp32 rows of the double-float delta (op_kernel kWork), the compact gather
+  // offsets and the expansion offsets; fixed: the min tree
+  in.extraBytesPerToken = (25 * halfPitch + halfPitch + g.rotPitch) * 4;
   in.extraBytes = tree * 4;
   RopePlan plan;
   if (PlanUb(kOp, hw, in, split.formerLen, &plan) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
@@ -103,6 +106,7 @@ ge::graphStatus ReropeCachedKeysTiling(gert::TilingContext* context) {
   td.set_rotaryDim(g.rotaryDim);
   td.set_csPitch(g.csPitch);
   td.set_rotPitch(g.rotPitch);
+  td.set_halfPitch(halfPitch);
   td.set_heads(h);
   td.set_batch(plan.batch);
   td.set_headsPerChunk(plan.headsPerChunk);

@@ -16,12 +16,13 @@ BEGIN_TILING_DATA_DEF(ReropeCachedKeysTilingData)
   TILING_DATA_FIELD_DEF(int64_t, rotaryDim);
   TILING_DATA_FIELD_DEF(int64_t, csPitch);
   TILING_DATA_FIELD_DEF(int64_t, rotPitch);
+  TILING_DATA_FIELD_DEF(int64_t, halfPitch);      // fp32 elements per compact delta row (rd / 2 rounded up to 8)
   TILING_DATA_FIELD_DEF(int64_t, heads);          // heads per slot (1 for a rank-3 plane)
   TILING_DATA_FIELD_DEF(int64_t, batch);          // entries per batch
   TILING_DATA_FIELD_DEF(int64_t, headsPerChunk);
   TILING_DATA_FIELD_DEF(int64_t, chunkElems);
   TILING_DATA_FIELD_DEF(int64_t, partnerRows);
-  TILING_DATA_FIELD_DEF(int64_t, treeElems);      // fp32 elements of the min tree over one delta row
+  TILING_DATA_FIELD_DEF(int64_t, treeElems);      // fp32 elements of the min tree over one compact delta row
   TILING_DATA_FIELD_DEF(int64_t, usedCoreNum);
   TILING_DATA_FIELD_DEF(int64_t, formerNum);
   TILING_DATA_FIELD_DEF(int64_t, formerLen);

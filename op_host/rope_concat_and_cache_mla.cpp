@@ -135,8 +135,10 @@ ge::graphStatus RopeConcatAndCacheMlaTiling(gert::TilingContext* context) {
   in.copyHeads = 0;
   in.copyRowElems = norm ? 0 : kvPitch;
   in.normRowElems = norm ? kvPitch : 0;
-  // norm scratch: the tree, 16 floats of scalars, the fp32 weight and the weight's staging row
-  in.extraBytes = norm ? tree * 4 + 64 + wPitch * 4 + wPitch * wsz : 0;
+  // norm scratch (op_kernel KvNorm): the tree (fp32 data: 5 double-float rows) and the 8-lane scalars, the
+  // fp32 weight and the weight's staging row
+  const bool dd = dt == ge::DT_FLOAT;
+  in.extraBytes = norm ? (dd ? 5 * tree * 4 + 16 * 32 + 32 : tree * 4 + 64) + wPitch * 4 + wPitch * wsz : 0;
   RopePlan plan;
   if (PlanUb(kOp, hw, in, split.formerLen, &plan) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
 

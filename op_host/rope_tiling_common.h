@@ -130,6 +130,7 @@ struct PlanInputs {
   int64_t fp32Work = 2;      // fp32 buffers of chunkElems (X32 when the data is not fp32, XS)
   int64_t expandedSets = 3;  // fp32 / uint32 buffers of batch * rotPitch (cc, sc, offsets; rerope more)
   int64_t extraBytes = 0;
+  int64_t extraBytesPerToken = 0;  // other buffers that grow with the batch (rerope double-float rows)
   int64_t maxBatch = kMaxBatch;
 };
 
@@ -155,7 +156,7 @@ inline int64_t PlanBytes(const PlanInputs& in, int64_t batch, int64_t heads, Rop
   bytes += (g.csz == 4 ? 0 : in.csSets * batch * g.csPitch * 4);     // their fp32 cast
   bytes += in.expandedSets * batch * g.rotPitch * 4;                 // expanded cos / sin / offsets
   bytes += 2 * copy * g.esz;                                         // pass-through queue, double buffered
-  bytes += in.extraBytes;
+  bytes += in.extraBytes + batch * in.extraBytesPerToken;
   p->batch = batch;
   p->headsPerChunk = heads;
   p->chunkElems = chunk;

@@ -7,25 +7,52 @@
 // Each core takes its main/tail share of the entries and collects batches of valid ones (slot in
 // [0, num_blocks * block_size), both positions in [0, max_position)); invalid entries are never read.
 //
-// Delta rotation R(new) R(old)^-1 per angle index, in fp32 vector ops on the expanded table rows:
+// Delta rotation R(new) R(old)^-1 per angle index, the cpu backend's formula
 //   den = co*co + so*so,  cd = (cn*co + sn*so) / den,  sd = (sn*co - cn*so) / den
-// (the cpu backend evaluates the same formula in fp64 and rounds cd / sd once to fp32, so the two can
-// differ in the last bits of cd / sd; see docs/rope.md). With old == new, the numerator of cd is the
-// same fp32 computation as den, so cd = 1 and sd = 0 exactly and the entry is left unchanged (up to the
-// sign of a zero). An entry whose den has a zero (a table row with cos^2 + sin^2 == 0, no inverse) is
-// skipped: min(den) over the row is taken by a halving tree of vector Mins and checked on the scalar
-// unit. The heads are then rotated with (cd, sd) as in op_kernel/rope_kernel_common.h and written back
-// (the pass-through elements rd..D-1 unchanged).
+// evaluated in double-float (op_kernel/rope_dd.h: exact products, ~48-bit sums, a corrected quotient)
+// on compact [entries, rd/2] rows and rounded once to fp32, which is what the cpu backend's fp64
+// evaluation gives too (both are the correctly rounded value except when the exact quotient lies
+// within ~2^-40 of a rounding boundary). The rows are then expanded to rd columns by a Gather. With
+// old == new the numerator equals den bit for bit, so cd = 1 and sd = 0 exactly and the entry is left
+// unchanged (up to the sign of a zero). An entry whose den has a zero (a table row with
+// cos^2 + sin^2 == 0, no inverse) is skipped: min(den) over the row is taken by a halving tree of
+// vector Mins and checked on the scalar unit. The heads are then rotated with (cd, sd) as in
+// op_kernel/rope_kernel_common.h and written back (the pass-through elements rd..D-1 unchanged).
 //
 // Tiling key = pad * 10000 + layout (0 BSND or rank 3, 1 BNSD) * 1000 + dtype (1 fp16, 2 bf16, 3 fp32) * 100
 // + table (0 float32, 1 the data dtype) * 10 + style (1 NeoX, 0 GPT-J); the layout only changes strides.
 #include "kernel_operator.h"
+#include "rope_dd.h"
 #include "rope_kernel_common.h"
 
 namespace mskv {
 namespace rope {
 
 constexpr float kFloatMax = 3.4028234663852886e38f;
+
+// Compact double-float work rows: kWork arrays of batch * halfPitch fp32 each (see DeltaRows).
+constexpr int64_t kWork = 25;
+
+// Byte-offset tables of the compact gathers: cmp[t * hp + i] = (t * csPitch + i) * 4 (table row t,
+// column i < rd / 2, else column 0) and exp[t * rotPitch + j] = (t * hp + i(j)) * 4 (compact row t,
+// pair index i(j) of column j < rd, else 0). Row 0 by scalar writes, the others by int32 Adds.
+template <bool NEOX>
+__aicore__ inline void BuildCompactTables(const AscendC::LocalTensor<uint32_t>& cmp,
+                                          const AscendC::LocalTensor<uint32_t>& exp, int64_t batch, int64_t half,
+                                          int64_t hp, int64_t csPitch, int64_t rd, int64_t rotPitch) {
+  for (int64_t i = 0; i < hp; ++i) cmp.SetValue(static_cast<uint32_t>(i), static_cast<uint32_t>((i < half ? i : 0) * 4));
+  for (int64_t j = 0; j < rotPitch; ++j) {
+    const int64_t idx = j < rd ? (NEOX ? j % half : j / 2) : 0;
+    exp.SetValue(static_cast<uint32_t>(j), static_cast<uint32_t>(idx * 4));
+  }
+  AscendC::LocalTensor<int32_t> cmpI = cmp.template ReinterpretCast<int32_t>();
+  AscendC::LocalTensor<int32_t> expI = exp.template ReinterpretCast<int32_t>();
+  for (int64_t t = 1; t < batch; ++t) {
+    AscendC::Adds(cmpI[static_cast<uint32_t>(t * hp)], cmpI, static_cast<int32_t>(t * csPitch * 4), static_cast<int32_t>(hp));
+    AscendC::Adds(expI[static_cast<uint32_t>(t * rotPitch)], expI, static_cast<int32_t>(t * hp * 4),
+                  static_cast<int32_t>(rotPitch));
+  }
+}
 
 template <typename T, typename C, bool NEOX, bool PAD, typename TD>
 __aicore__ inline void RunRerope(GM_ADDR keyCache, GM_ADDR slotMapping, GM_ADDR oldPositions, GM_ADDR newPositions,
@@ -39,9 +66,20 @@ __aicore__ inline void RunRerope(GM_ADDR keyCache, GM_ADDR slotMapping, GM_ADDR 
   g.rotPitch = td.rotPitch;
   g.maxPosition = td.maxPosition;
   RopeEngine<T, C, NEOX, PAD> eng;
-  eng.Init(&pipe, table, g, td.chunkElems, td.batch, td.partnerRows, 6);
+  eng.Init(&pipe, table, g, td.chunkElems, td.batch, td.partnerRows, 2);
+  const int64_t hp = td.halfPitch;
+  const int64_t stride = td.batch * hp;  // elements per compact work array
+  AscendC::TBuf<AscendC::TPosition::VECCALC> workBuf;
+  AscendC::TBuf<AscendC::TPosition::VECCALC> cmpBuf;
+  AscendC::TBuf<AscendC::TPosition::VECCALC> expBuf;
   AscendC::TBuf<AscendC::TPosition::VECCALC> treeBuf;
+  pipe.InitBuffer(workBuf, static_cast<uint32_t>(kWork * stride * 4));
+  pipe.InitBuffer(cmpBuf, static_cast<uint32_t>(stride * 4));
+  pipe.InitBuffer(expBuf, static_cast<uint32_t>(td.batch * td.rotPitch * 4));
   pipe.InitBuffer(treeBuf, static_cast<uint32_t>(td.treeElems * 4));
+  AscendC::LocalTensor<uint32_t> cmpTab = cmpBuf.Get<uint32_t>();
+  AscendC::LocalTensor<uint32_t> expTab = expBuf.Get<uint32_t>();
+  BuildCompactTables<NEOX>(cmpTab, expTab, td.batch, td.rotaryDim / 2, hp, td.csPitch, td.rotaryDim, td.rotPitch);
 
   IndexGm slots;
   IndexGm oldPos;
@@ -59,13 +97,36 @@ __aicore__ inline void RunRerope(GM_ADDR keyCache, GM_ADDR slotMapping, GM_ADDR 
   cg.headStride = td.headStride;
   cg.heads = td.heads;
 
-  // expanded rows: A = cos_old, B = sin_old, Cn = cos_new, Dn = sin_new, E = den, F = scratch
-  AscendC::LocalTensor<float> A = eng.RotSet(0);
-  AscendC::LocalTensor<float> F = eng.RotSet(1);
-  AscendC::LocalTensor<float> B = eng.RotSet(2);
-  AscendC::LocalTensor<float> Cn = eng.RotSet(3);
-  AscendC::LocalTensor<float> Dn = eng.RotSet(4);
-  AscendC::LocalTensor<float> E = eng.RotSet(5);
+  AscendC::LocalTensor<float> work = workBuf.Get<float>();
+  AscendC::LocalTensor<float> w[kWork];
+  for (int64_t i = 0; i < kWork; ++i) w[i] = work[static_cast<uint32_t>(i * stride)];
+  AscendC::LocalTensor<float>& Co = w[0];  // cos / sin of the old and the new position
+  AscendC::LocalTensor<float>& So = w[1];
+  AscendC::LocalTensor<float>& Cn = w[2];
+  AscendC::LocalTensor<float>& Sn = w[3];
+  AscendC::LocalTensor<float>& CoH = w[4];  // their Veltkamp splits
+  AscendC::LocalTensor<float>& CoL = w[5];
+  AscendC::LocalTensor<float>& SoH = w[6];
+  AscendC::LocalTensor<float>& SoL = w[7];
+  AscendC::LocalTensor<float>& CnH = w[8];
+  AscendC::LocalTensor<float>& CnL = w[9];
+  AscendC::LocalTensor<float>& SnH = w[10];
+  AscendC::LocalTensor<float>& SnL = w[11];
+  AscendC::LocalTensor<float>& P1 = w[12];  // exact products p + e
+  AscendC::LocalTensor<float>& E1 = w[13];
+  AscendC::LocalTensor<float>& P2 = w[14];
+  AscendC::LocalTensor<float>& E2 = w[15];
+  AscendC::LocalTensor<float>& S = w[16];  // scratch
+  AscendC::LocalTensor<float>& Er = w[17];
+  AscendC::LocalTensor<float>& Tt = w[18];
+  AscendC::LocalTensor<float>& DNh = w[19];  // den, cos and sin numerators (double-float)
+  AscendC::LocalTensor<float>& DNl = w[20];
+  AscendC::LocalTensor<float>& NCh = w[21];
+  AscendC::LocalTensor<float>& NCl = w[22];
+  AscendC::LocalTensor<float>& NSh = w[23];
+  AscendC::LocalTensor<float>& NSl = w[24];
+  AscendC::LocalTensor<float> cc = eng.RotSet(0);
+  AscendC::LocalTensor<float> sc = eng.RotSet(1);
   AscendC::LocalTensor<float> tree = treeBuf.Get<float>();
 
   int64_t begin = 0;
@@ -93,24 +154,34 @@ __aicore__ inline void RunRerope(GM_ADDR keyCache, GM_ADDR slotMapping, GM_ADDR 
       ++n;
     }
     if (n == 0) break;
-    // ---- delta cos / sin, expanded: cd -> A, sd -> F
-    eng.GatherTable(n, oldRows, A, B);
-    eng.GatherTable(n, newRows, Cn, Dn);
-    const int32_t cnt = static_cast<int32_t>(eng.RotElems(n));
-    AscendC::Mul(E, A, A, cnt);     // co*co
-    AscendC::Mul(F, B, B, cnt);     // so*so
-    AscendC::Add(E, E, F, cnt);     // den
-    AscendC::Mul(F, Dn, A, cnt);    // sn*co
-    AscendC::Mul(A, Cn, A, cnt);    // cn*co
-    AscendC::Mul(Cn, Cn, B, cnt);   // cn*so
-    AscendC::Mul(B, Dn, B, cnt);    // sn*so
-    AscendC::Add(A, A, B, cnt);     // cn*co + sn*so
-    AscendC::Sub(F, F, Cn, cnt);    // sn*co - cn*so
-    AscendC::Div(A, A, E, cnt);     // cd
-    AscendC::Div(F, F, E, cnt);     // sd
-    for (int64_t i = 0; i < n; ++i) {  // den > 0 everywhere on the row (NaN: no)
+    // ---- delta cos / sin in double-float on compact rows: cd -> Co, sd -> So, then expanded into cc / sc
+    eng.GatherTable(n, oldRows, Co, So, cmpTab, hp);
+    eng.GatherTable(n, newRows, Cn, Sn, cmpTab, hp);
+    const int32_t cnt = static_cast<int32_t>(n * hp);
+    dd::Split(Co, CoH, CoL, Tt, cnt);
+    dd::Split(So, SoH, SoL, Tt, cnt);
+    dd::Split(Cn, CnH, CnL, Tt, cnt);
+    dd::Split(Sn, SnH, SnL, Tt, cnt);
+    dd::Prod(Co, CoH, CoL, Co, CoH, CoL, P1, E1, Tt, cnt);  // co*co
+    dd::Prod(So, SoH, SoL, So, SoH, SoL, P2, E2, Tt, cnt);  // so*so
+    dd::Add2(P1, E1, P2, E2, DNh, DNl, S, Er, Tt, cnt);
+    dd::Prod(Cn, CnH, CnL, Co, CoH, CoL, P1, E1, Tt, cnt);  // cn*co
+    dd::Prod(Sn, SnH, SnL, So, SoH, SoL, P2, E2, Tt, cnt);  // sn*so
+    dd::Add2(P1, E1, P2, E2, NCh, NCl, S, Er, Tt, cnt);
+    dd::Prod(Sn, SnH, SnL, Co, CoH, CoL, P1, E1, Tt, cnt);  // sn*co
+    dd::Prod(Cn, CnH, CnL, So, SoH, SoL, P2, E2, Tt, cnt);  // cn*so
+    AscendC::Muls(P2, P2, -1.0f, cnt);
+    AscendC::Muls(E2, E2, -1.0f, cnt);
+    dd::Add2(P1, E1, P2, E2, NSh, NSl, S, Er, Tt, cnt);
+    dd::Split(DNh, CoH, CoL, Tt, cnt);
+    dd::Quotient(NCh, NCl, DNh, DNl, CoH, CoL, Co, SoH, SoL, CnH, CnL, SnH, SnL, cnt);  // cd
+    dd::Quotient(NSh, NSl, DNh, DNl, CoH, CoL, So, SoH, SoL, CnH, CnL, SnH, SnL, cnt);  // sd
+    const uint32_t expCount = static_cast<uint32_t>(n * td.rotPitch);
+    AscendC::Gather(cc, Co, expTab, 0, expCount);
+    AscendC::Gather(sc, So, expTab, 0, expCount);
+    for (int64_t i = 0; i < n; ++i) {  // den > 0 on the whole row (NaN: no)
       AscendC::Duplicate(tree, kFloatMax, static_cast<int32_t>(td.treeElems));
-      AscendC::DataCopy(tree, E[static_cast<uint32_t>(i * td.rotPitch)], static_cast<uint32_t>(td.rotPitch));
+      AscendC::DataCopy(tree, DNh[static_cast<uint32_t>(i * hp)], static_cast<uint32_t>(hp));
       for (int64_t len = td.treeElems; len > 8;) {
         len /= 2;
         AscendC::Min(tree, tree, tree[static_cast<uint32_t>(len)], static_cast<int32_t>(len));
@@ -137,7 +208,7 @@ __aicore__ inline void RunRerope(GM_ADDR keyCache, GM_ADDR slotMapping, GM_ADDR 
         }
         xT = eng.ReadyIn(xT);
         AscendC::LocalTensor<T> yT = eng.AllocOut();
-        eng.Rotate(xT, yT, nt, hc, ti0, A, F);
+        eng.Rotate(xT, yT, nt, hc, ti0, cc, sc);
         yT = eng.ReadyOut(yT);
         eng.FreeIn(xT);
         for (int64_t i = 0; i < nt; ++i) {

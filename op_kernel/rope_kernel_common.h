@@ -216,6 +216,14 @@ class RopeEngine {
   // Table rows rows[0..n) -> cosDst / sinDst [n, rotPitch] fp32, expanded to rd columns (see the header).
   __aicore__ inline void GatherTable(int64_t n, const int64_t* rows, const AscendC::LocalTensor<float>& cosDst,
                                      const AscendC::LocalTensor<float>& sinDst) {
+    GatherTable(n, rows, cosDst, sinDst, expBuf_.Get<uint32_t>(), g_.rotPitch);
+  }
+
+  // Same with a caller's offset table: dst[t * dstPitch + j] = row t's cos (sin) element at byte
+  // offsets[t * dstPitch + j] of the fp32 table row block (rows csPitch apart).
+  __aicore__ inline void GatherTable(int64_t n, const int64_t* rows, const AscendC::LocalTensor<float>& cosDst,
+                                     const AscendC::LocalTensor<float>& sinDst,
+                                     const AscendC::LocalTensor<uint32_t>& exp, int64_t dstPitch) {
     AscendC::LocalTensor<C> cs = csQ_.template AllocTensor<C>();
     for (int64_t i = 0; i < n; ++i) {
       const uint64_t src = static_cast<uint64_t>(rows[i] * g_.rotaryDim);
@@ -224,8 +232,7 @@ class RopeEngine {
     }
     csQ_.EnQue(cs);
     cs = csQ_.template DeQue<C>();
-    AscendC::LocalTensor<uint32_t> exp = expBuf_.Get<uint32_t>();
-    const uint32_t count = static_cast<uint32_t>(n * g_.rotPitch);
+    const uint32_t count = static_cast<uint32_t>(n * dstPitch);
     if constexpr (AscendC::IsSameType<C, float>::value) {
       AscendC::Gather(cosDst, cs, exp, 0, count);
       AscendC::Gather(sinDst, cs, exp, static_cast<uint32_t>(half_ * 4), count);

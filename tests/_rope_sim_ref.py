@@ -5,9 +5,12 @@ The models redo the kernels' documented fp32 arithmetic with numpy float32 opera
 per operation), so a kernel result must equal them bit for bit:
 
 - rotation: ``rope_ref.rope_f32_model`` (two products, one add / subtract, RNE to the output dtype);
-- RMSNorm (``rms_model``): squares in fp32, a halving tree over 8 * 2^k zero-padded lanes, the 8 lanes
-  summed as ((s0+s1)+(s2+s3))+((s4+s5)+(s6+s7)), / L, + eps, sqrt, 1 / x, then (x * inv) * w;
-- rerope delta (``delta_model``): den = co*co + so*so, cd = (cn*co + sn*so) / den, sd = (sn*co - cn*so) / den.
+- RMSNorm (``rms_model``), fp16 / bf16: squares in fp32, a halving tree over 8 * 2^k zero-padded lanes,
+  the 8 lanes summed as ((s0+s1)+(s2+s3))+((s4+s5)+(s6+s7)), / L, + eps, sqrt, 1 / x, then (x * inv) * w;
+  fp32: the same in double-float (op_kernel/rope_dd.h: exact squares, double-float tree, corrected
+  quotients and root), rounded once;
+- rerope delta (``delta_model``): den = co*co + so*so, cd = (cn*co + sn*so) / den, sd = (sn*co - cn*so) / den
+  in double-float, rounded once to fp32.
 
 They are also checked against float64 references (``rope_ref.rope64``, an fp64 RMSNorm) with the issue's
 tolerances, so a model error cannot hide a kernel error.
@@ -110,14 +113,93 @@ def write_rows(cache, rows, slots, valid, layout="BSND"):
     return out
 
 
+# ----------------------------------------------------------------- double-float (op_kernel/rope_dd.h)
+def dd_split(a):
+    c = F32(4097) * a
+    hi = c - (c - a)
+    return hi, a - hi
+
+
+def dd_prod(a, b):
+    """p + e == a * b exactly (Dekker, the kernel's operation order)."""
+    ah, al = dd_split(a)
+    bh, bl = dd_split(b)
+    p = a * b
+    e = ah * bh - p
+    e = e + ah * bl
+    e = e + al * bh
+    e = e + al * bl
+    return p, e
+
+
+def dd_add(ah, al, bh, bl):
+    s = ah + bh
+    t = s - ah
+    e = ah - (s - t)
+    e = e + (bh - t)
+    e = e + al
+    e = e + bl
+    rh = s + e
+    return rh, e - (rh - s)
+
+
+def dd_quotient(nh, nl, dh, dl):
+    dhh, dhl = dd_split(dh)
+    q1 = nh / dh
+    qh, ql = dd_split(q1)
+    p = q1 * dh
+    pe = qh * dhh - p
+    pe = pe + qh * dhl
+    pe = pe + ql * dhh
+    pe = pe + ql * dhl
+    t = nh - p
+    t = t - pe
+    t = t + nl
+    t = t - q1 * dl
+    return q1 + t / dh
+
+
+def _inv_dd(s_hi, s_lo, L, eps):
+    """The kernel's double-float 1 / sqrt(S / L + eps) from the sum S = s_hi + s_lo (float32 arrays)."""
+    Lv = np.full_like(s_hi, F32(L))
+    q1 = s_hi / Lv
+    p, pe = dd_prod(q1, Lv)
+    r = ((s_hi - p) - pe) + s_lo
+    r = r / Lv
+    mh = q1 + r
+    ml = r - (mh - q1)
+    mh, ml = dd_add(mh, ml, np.full_like(mh, F32(eps)), np.zeros_like(mh))
+    pos = mh > 0
+    s1 = np.sqrt(np.where(pos, mh, F32(1)))
+    p, pe = dd_prod(s1, s1)
+    r = ((mh - p) - pe) + ml
+    r = r / (s1 * F32(2))
+    yh = s1 + r
+    yl = r - (yh - s1)
+    inv = dd_quotient(np.ones_like(yh), np.zeros_like(yh), yh, yl)
+    return np.where(pos, inv, np.where(mh == 0, F32(np.inf), mh)).astype(F32)
+
+
 def rms_model(x, w, eps, dtype):
-    """The kernel's RMSNorm of rows x [T', L] with weight w [L] (see the module docstring)."""
+    """The kernel's RMSNorm of rows x [T', L] with weight w [L] (see the module docstring); fp32 data
+    uses the double-float scale."""
     x32 = np.asarray(x).astype(F32)
     w32 = np.asarray(w).astype(F32)
     n, L = x32.shape
     lanes = 8
     while lanes < L:
         lanes *= 2
+    if dtype == "float32":
+        with np.errstate(over="ignore", invalid="ignore"):
+            sh = np.zeros((n, lanes), F32)
+            sl = np.zeros((n, lanes), F32)
+            sh[:, :L], sl[:, :L] = dd_prod(x32, x32)
+            while lanes > 1:
+                lanes //= 2
+                sh[:, :lanes], sl[:, :lanes] = dd_add(sh[:, :lanes], sl[:, :lanes], sh[:, lanes:2 * lanes],
+                                                      sl[:, lanes:2 * lanes])
+            inv = _inv_dd(sh[:, 0], sl[:, 0], L, eps)
+            return ((x32 * inv[:, None]) * w32).astype(F32)
     sq = np.zeros((n, lanes), F32)
     sq[:, :L] = x32 * x32
     while lanes > 8:
@@ -137,14 +219,18 @@ def rms64(x, w, eps):
 
 
 def delta_model(table, old, new, rd):
-    """(cd, sd, ok): the kernel's fp32 delta rotation rows and whether every den > 0."""
+    """(cd, sd, ok): the kernel's double-float delta rotation rows (rounded to fp32) and whether every
+    den > 0 (its high part)."""
     co, so = split(table[old].astype(F32), rd)
     cn, sn = split(table[new].astype(F32), rd)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        den = co * co + so * so
-        cd = (cn * co + sn * so) / den
-        sd = (sn * co - cn * so) / den
-    return cd, sd, (den > 0).all(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        dh, dl = dd_add(*dd_prod(co, co), *dd_prod(so, so))
+        nh, nl = dd_add(*dd_prod(cn, co), *dd_prod(sn, so))
+        p, e = dd_prod(cn, so)
+        mh, ml = dd_add(*dd_prod(sn, co), -p, -e)
+        cd = dd_quotient(nh, nl, dh, dl)
+        sd = dd_quotient(mh, ml, dh, dl)
+    return cd, sd, (dh > 0).all(axis=1)
 
 
 def heads_of_slot(cache, slot, layout):
