@@ -400,11 +400,14 @@ def test_graph_mode_static_errors_raise_at_compile_time(rng):
 @pytest.mark.parametrize("mode", ["pynative", "graph"])
 def test_backend_without_kernel_is_a_clear_error(rng, monkeypatch, mode):
     from ms_kvcache import _backend
+    from ms_kvcache.ops import _rope_common
     case = Case(rng, "float16", 64, 64)
     p, q, k, v, cs, kc, vc, s = case.tensors()
     with ms_mode(mode):
         cell = RopeCell(kc, vc, True, "BSND")
-        monkeypatch.setattr(_backend, "_current", "sim")  # as if set_backend("sim") had succeeded
+        # as if set_backend("sim") had succeeded on a build whose sim backend had no RoPE-write kernels
+        monkeypatch.setattr(_rope_common, "BACKENDS", ("cpu",))
+        monkeypatch.setattr(_backend, "_current", "sim")
         with pytest.raises(NotImplementedError, match=r"rope_reshape_and_cache: backend 'sim' has no kernel"):
             if mode == "graph":
                 cell(p, q, k, v, cs, s)
