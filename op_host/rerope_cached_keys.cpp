@@ -112,6 +112,7 @@ ge::graphStatus ReropeCachedKeysTiling(gert::TilingContext* context) {
   td.set_headsPerChunk(plan.headsPerChunk);
   td.set_chunkElems(plan.chunkElems);
   td.set_partnerRows(PartnerRows(in.rotHeads, plan.headsPerChunk));
+  td.set_ubBytes(plan.bytes);
   td.set_treeElems(tree);
   td.set_usedCoreNum(split.usedCoreNum);
   td.set_formerNum(split.formerNum);

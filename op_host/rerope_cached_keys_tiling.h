@@ -22,6 +22,7 @@ BEGIN_TILING_DATA_DEF(ReropeCachedKeysTilingData)
   TILING_DATA_FIELD_DEF(int64_t, headsPerChunk);
   TILING_DATA_FIELD_DEF(int64_t, chunkElems);
   TILING_DATA_FIELD_DEF(int64_t, partnerRows);
+  TILING_DATA_FIELD_DEF(int64_t, ubBytes);        // UB bytes the kernel allocates (the plan; <= UB - 1 KiB)
   TILING_DATA_FIELD_DEF(int64_t, treeElems);      // fp32 elements of the min tree over one compact delta row
   TILING_DATA_FIELD_DEF(int64_t, usedCoreNum);
   TILING_DATA_FIELD_DEF(int64_t, formerNum);

@@ -25,6 +25,7 @@ BEGIN_TILING_DATA_DEF(RopeReshapeAndCacheTilingData)
   TILING_DATA_FIELD_DEF(int64_t, chunkElems);     // UB elements of a rotated chunk buffer
   TILING_DATA_FIELD_DEF(int64_t, copyElems);      // UB elements of a value chunk buffer
   TILING_DATA_FIELD_DEF(int64_t, partnerRows);    // head rows per partner Gather
+  TILING_DATA_FIELD_DEF(int64_t, ubBytes);        // UB bytes the kernel allocates (the plan; <= UB - 1 KiB)
   TILING_DATA_FIELD_DEF(int64_t, usedCoreNum);    // block dim
   TILING_DATA_FIELD_DEF(int64_t, formerNum);      // cores [0, formerNum) take formerLen rows
   TILING_DATA_FIELD_DEF(int64_t, formerLen);

@@ -138,6 +138,7 @@ inline ge::graphStatus RopeCacheTiling(gert::TilingContext* context, const char*
   td.set_chunkElems(plan.chunkElems);
   td.set_copyElems(Max64(plan.copyElems, g.pitch));
   td.set_partnerRows(PartnerRows(in.rotHeads, plan.headsPerChunk));
+  td.set_ubBytes(plan.bytes);
   td.set_usedCoreNum(split.usedCoreNum);
   td.set_formerNum(split.formerNum);
   td.set_formerLen(split.formerLen);

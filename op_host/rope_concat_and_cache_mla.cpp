@@ -159,6 +159,7 @@ ge::graphStatus RopeConcatAndCacheMlaTiling(gert::TilingContext* context) {
   td.set_chunkElems(plan.chunkElems);
   td.set_copyElems(Max64(plan.copyElems, kvPitch));
   td.set_partnerRows(PartnerRows(in.rotHeads, plan.headsPerChunk));
+  td.set_ubBytes(plan.bytes);
   td.set_kvRank(L);
   td.set_kvPitch(kvPitch);
   td.set_weightPitch(wPitch);

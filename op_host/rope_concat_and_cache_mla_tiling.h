@@ -24,6 +24,7 @@ BEGIN_TILING_DATA_DEF(RopeConcatAndCacheMlaTilingData)
   TILING_DATA_FIELD_DEF(int64_t, chunkElems);     // UB elements of a rotated / normalised chunk buffer
   TILING_DATA_FIELD_DEF(int64_t, copyElems);      // UB elements of a kv_c pass-through buffer (no norm)
   TILING_DATA_FIELD_DEF(int64_t, partnerRows);
+  TILING_DATA_FIELD_DEF(int64_t, ubBytes);        // UB bytes the kernel allocates (the plan; <= UB - 1 KiB)
   TILING_DATA_FIELD_DEF(int64_t, kvRank);         // kv_lora_rank L
   TILING_DATA_FIELD_DEF(int64_t, kvPitch);        // UB elements per kv_c row
   TILING_DATA_FIELD_DEF(int64_t, weightPitch);    // UB elements per kv_c_norm_weight row (its dtype)

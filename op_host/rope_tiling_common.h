@@ -116,19 +116,17 @@ struct RopePlan {
   int64_t bytes = 0;          // UB bytes the kernel allocates
 };
 
-// UB bytes of the kernel buffers (op_kernel/rope_kernel_common.h, RopeEngine::Init and the op's own
-// queues) for a plan. rotHeads: largest head count of the rotated tensors; copyRow: UB elements of one
-// token's pass-through row (0 = none); extraRot: UB elements a rotated chunk must hold besides head rows
-// (MLA kv_c rows for RMSNorm); extraBytes: other fixed buffers (norm scratch, second cos/sin set).
+// What a kernel allocates besides the engine's fixed set (op_kernel/rope_kernel_common.h,
+// RopeEngine::Init, and the op's own buffers); PlanBytes sums exactly the kernel's InitBuffer sizes.
 struct PlanInputs {
   RopeGeom g;
   int64_t rotHeads = 1;
   int64_t copyHeads = 0;     // heads of the pass-through tensor (copied in head rows of pitch P)
   int64_t copyRowElems = 0;  // or: elements of one pass-through row (pitch already applied)
   int64_t normRowElems = 0;  // > 0: RMSNorm rows of this pitch go through the rotated chunk buffers
-  int64_t csSets = 1;        // cos/sin rows per token (rerope: old and new)
+  int64_t csSets = 1;        // gathered cos/sin rows per token held at once
   int64_t fp32Work = 2;      // fp32 buffers of chunkElems (X32 when the data is not fp32, XS)
-  int64_t expandedSets = 3;  // fp32 / uint32 buffers of batch * rotPitch (cc, sc, offsets; rerope more)
+  int64_t expandedSets = 3;  // fp32 / uint32 buffers of batch * rotPitch (cc, sc, the expansion offsets)
   int64_t extraBytes = 0;
   int64_t extraBytesPerToken = 0;  // other buffers that grow with the batch (rerope double-float rows)
   int64_t maxBatch = kMaxBatch;
@@ -184,7 +182,7 @@ inline ge::graphStatus PlanUb(const char* op, const mskv_tiling::Hardware& hw, c
               static_cast<long long>(budget), hw.is310P ? "Ascend310P" : "this SoC");
 }
 
-// is_neox_style (bool attr) at index i: default true unless `defaultNeox` says otherwise.
+// Bool attribute at OpDef index i (is_neox_style), `dflt` when absent.
 inline bool BoolAttr(gert::TilingContext* context, size_t i, bool dflt) {
   const gert::RuntimeAttrs* attrs = context->GetAttrs();
   const bool* v = attrs == nullptr ? nullptr : attrs->GetAttrPointer<bool>(i);

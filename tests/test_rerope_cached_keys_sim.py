@@ -10,7 +10,8 @@ against set_backend("cpu") (which computes the delta in fp64: the same bits) in 
 import numpy as np
 import pytest
 
-from _copy_sim_ref import SOCS, assert_last_launch, cores_of, expect_tiling_error, launch, public_backend_or_skip, reset_last_launch, status
+from _copy_sim_ref import (SOCS, assert_last_launch, cores_of, expect_tiling_error, launch, platform,
+                           public_backend_or_skip, reset_last_launch, status)
 from _rope_sim_ref import assert_same, delta_model, heads_of_slot, make_table, rand
 from rope_ref import rope64, rope_f32_model
 
@@ -104,6 +105,7 @@ def test_every_soc_all_core_orders(soc):
     st = c.run(soc, all_orders=True)
     c.check(soc)
     assert st["block_dim"] == cores_of(soc)
+    assert max(st["ub_bytes_per_core"]) == int(st["tiling_fields"]["ubBytes"]) <= platform(soc)["ub_size"] - 1024
 
 
 @pytest.mark.parametrize("d,rd,dtype", [(80, 80, "float16"), (128, 64, "bfloat16"), (256, 256, "float32"),

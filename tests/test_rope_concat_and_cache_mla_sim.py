@@ -11,7 +11,8 @@ with set_backend("sim") against set_backend("cpu") in PyNative and GRAPH_MODE.
 import numpy as np
 import pytest
 
-from _copy_sim_ref import SOCS, assert_last_launch, cores_of, expect_tiling_error, launch, public_backend_or_skip, reset_last_launch
+from _copy_sim_ref import (SOCS, assert_last_launch, cores_of, expect_tiling_error, launch, platform,
+                           public_backend_or_skip, reset_last_launch)
 from _rope_sim_ref import (assert_same, make_table, positions_with_edges, rand, rms64, rms_model, rotate_model,
                            slots_with_edges, write_rows)
 from rope_ref import NP, assert_ulp_le, ordered, round64
@@ -95,6 +96,7 @@ def test_dtypes_tables_weights_styles(dtype, table_dtype, weight_dtype, neox, no
             flat_k=seed % 2 == 0)
     st = c.run()
     c.check(f"{dtype}/{table_dtype}/{weight_dtype}")
+    assert max(st["ub_bytes_per_core"]) == int(st["tiling_fields"]["ubBytes"])
     wcode = 0 if not norm else (1 if weight_dtype == "float32" else 2)
     assert st["tiling_key"] == wcode * 1000 + DCODE[dtype] * 100 + (table_dtype != "float32") * 10 + int(neox)
 
@@ -109,6 +111,7 @@ def test_deepseek_shapes_every_soc(soc, norm):
     st = c.run(soc, all_orders=soc in ("Ascend910B3", "Ascend310P3"))
     c.check(soc)
     assert st["block_dim"] == cores_of(soc)
+    assert max(st["ub_bytes_per_core"]) == int(st["tiling_fields"]["ubBytes"]) <= platform(soc)["ub_size"] - 1024
 
 
 def test_128_query_heads():

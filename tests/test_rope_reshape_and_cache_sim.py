@@ -201,7 +201,7 @@ def test_tokens_larger_than_ub_go_by_head_groups(soc):
     c.check("head groups")
     f = st["tiling_fields"]
     assert int(f["batch"]) == 1 and int(f["headsPerChunk"]) < 48
-    assert max(st["ub_bytes_per_core"]) <= platform(soc)["ub_size"]
+    assert max(st["ub_bytes_per_core"]) == int(f["ubBytes"]) <= platform(soc)["ub_size"] - 1024
 
 
 def test_positions_slots_and_padding_rows():
@@ -252,6 +252,8 @@ def test_data_movement_minimum_and_all_cores_busy(soc, layout):
     minimum = _min_gm_bytes(c)
     assert minimum <= total <= 1.05 * minimum, (total, minimum)
     assert st["cores_used"] == st["block_dim"] == cores_of(soc)
+    # the tiling's UB plan is exactly what the kernel allocates, within the SoC's UB minus the reserve
+    assert max(st["ub_bytes_per_core"]) == int(st["tiling_fields"]["ubBytes"]) <= platform(soc)["ub_size"] - 1024
 
 
 def test_tiling_rejects_inconsistent_inputs():
