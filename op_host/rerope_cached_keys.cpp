@@ -68,7 +68,8 @@ ge::graphStatus ReropeCachedKeysTiling(gert::TilingContext* context) {
   }
   if (bs < 1 || h < 1 || d < 1)
     return Fail(kOp, "key_cache: empty block / head dimension in shape %s", ShapeText(kc, b1, sizeof(b1)));
-  if (sm.GetDimNum() != 1) return Fail(kOp, "slot_mapping: expected rank 1, got shape %s", ShapeText(sm, b1, sizeof(b1)));
+  if (sm.GetDimNum() != 1)
+    return Fail(kOp, "slot_mapping: expected rank 1, got shape %s", ShapeText(sm, b1, sizeof(b1)));
   const int64_t n = sm.GetDim(0);
   if (!SameShape(po, sm) || !SameShape(pn, sm))
     return Fail(kOp, "old_positions / new_positions: expected shape [%lld] (as slot_mapping), got %s / %s",

@@ -100,8 +100,8 @@ inline ge::graphStatus RopeCacheTiling(gert::TilingContext* context, const char*
     return Fail(op, "key / value: expected num_kv_heads = %lld (heads of the cache), got %lld / %lld",
                 static_cast<long long>(hk), static_cast<long long>(hkk), static_cast<long long>(hv));
   if (sm.GetDimNum() != 1 || sm.GetDim(0) > rows)
-    return Fail(op, "slot_mapping: expected shape [T] with T <= %lld (rows of key), got %s", static_cast<long long>(rows),
-                ShapeText(sm, b1, sizeof(b1)));
+    return Fail(op, "slot_mapping: expected shape [T] with T <= %lld (rows of key), got %s",
+                static_cast<long long>(rows), ShapeText(sm, b1, sizeof(b1)));
 
   // ---- rotation geometry, SoC rules
   RopeGeom g;

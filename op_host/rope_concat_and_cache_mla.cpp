@@ -78,7 +78,8 @@ ge::graphStatus RopeConcatAndCacheMlaTiling(gert::TilingContext* context) {
                 ShapeText(kc, b2, sizeof(b2)));
 
   // ---- rows
-  if (pos.GetDimNum() != 1) return Fail(kOp, "positions: expected rank 1, got shape %s", ShapeText(pos, b1, sizeof(b1)));
+  if (pos.GetDimNum() != 1)
+    return Fail(kOp, "positions: expected rank 1, got shape %s", ShapeText(pos, b1, sizeof(b1)));
   const int64_t rows = pos.GetDim(0);
   const int64_t hq = HeadsOf(kOp, "q_pe", qpe, rows, R);
   if (hq < 0) return ge::GRAPH_FAILED;

@@ -40,7 +40,9 @@ template <bool NEOX>
 __aicore__ inline void BuildCompactTables(const AscendC::LocalTensor<uint32_t>& cmp,
                                           const AscendC::LocalTensor<uint32_t>& exp, int64_t batch, int64_t half,
                                           int64_t hp, int64_t csPitch, int64_t rd, int64_t rotPitch) {
-  for (int64_t i = 0; i < hp; ++i) cmp.SetValue(static_cast<uint32_t>(i), static_cast<uint32_t>((i < half ? i : 0) * 4));
+  for (int64_t i = 0; i < hp; ++i) {
+    cmp.SetValue(static_cast<uint32_t>(i), static_cast<uint32_t>((i < half ? i : 0) * 4));
+  }
   for (int64_t j = 0; j < rotPitch; ++j) {
     const int64_t idx = j < rd ? (NEOX ? j % half : j / 2) : 0;
     exp.SetValue(static_cast<uint32_t>(j), static_cast<uint32_t>(idx * 4));
@@ -48,7 +50,8 @@ __aicore__ inline void BuildCompactTables(const AscendC::LocalTensor<uint32_t>& 
   AscendC::LocalTensor<int32_t> cmpI = cmp.template ReinterpretCast<int32_t>();
   AscendC::LocalTensor<int32_t> expI = exp.template ReinterpretCast<int32_t>();
   for (int64_t t = 1; t < batch; ++t) {
-    AscendC::Adds(cmpI[static_cast<uint32_t>(t * hp)], cmpI, static_cast<int32_t>(t * csPitch * 4), static_cast<int32_t>(hp));
+    AscendC::Adds(cmpI[static_cast<uint32_t>(t * hp)], cmpI, static_cast<int32_t>(t * csPitch * 4),
+                  static_cast<int32_t>(hp));
     AscendC::Adds(expI[static_cast<uint32_t>(t * rotPitch)], expI, static_cast<int32_t>(t * hp * 4),
                   static_cast<int32_t>(rotPitch));
   }

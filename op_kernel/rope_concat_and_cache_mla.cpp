@@ -249,7 +249,9 @@ __aicore__ inline void RunRopeMla(GM_ADDR positions, GM_ADDR qPe, GM_ADDR kPe, G
       xT = eng.ReadyIn(xT);
       AscendC::LocalTensor<T> yT = eng.AllocOut();
       if constexpr (AscendC::IsSameType<T, float>::value) {
-        for (int64_t i = 0; i < n; ++i) kvNorm.Row(xT[static_cast<uint32_t>(i * Lp)], yT[static_cast<uint32_t>(i * Lp)]);
+        for (int64_t i = 0; i < n; ++i) {
+          kvNorm.Row(xT[static_cast<uint32_t>(i * Lp)], yT[static_cast<uint32_t>(i * Lp)]);
+        }
       } else {
         AscendC::LocalTensor<float> x32 = eng.Work32();
         AscendC::Cast(x32, xT, AscendC::RoundMode::CAST_NONE, static_cast<uint32_t>(n * Lp));

@@ -126,7 +126,8 @@ __aicore__ inline void HeadsCopy(const AscendC::GlobalTensor<T>& gm, const Ascen
     if (p != d || (gapElems * static_cast<int64_t>(sizeof(T))) % kBlockBytes != 0) {
       const uint32_t gapBytes = static_cast<uint32_t>(gapElems * static_cast<int64_t>(sizeof(T)));
       if (toCache) {
-        AscendC::DataCopyExtParams out(static_cast<uint16_t>(cnt), static_cast<uint32_t>(d * sizeof(T)), 0, gapBytes, 0);
+        AscendC::DataCopyExtParams out(static_cast<uint16_t>(cnt), static_cast<uint32_t>(d * sizeof(T)), 0, gapBytes,
+                                       0);
         AscendC::DataCopyPad(gm, ub, out);
       } else {
         AscendC::DataCopyExtParams in(static_cast<uint16_t>(cnt), static_cast<uint32_t>(d * sizeof(T)), gapBytes, 0, 0);

@@ -147,7 +147,8 @@ def _print(rows):
         total = (r["gm_read_bytes"] + r["gm_write_bytes"]) / 1e6
         print(f"{r['op']:<30} {r['shape']:<44} {r['soc']:<14} {r['work']:>5} {total:>8.2f} "
               f"{r['gm_min_bytes'] / 1e6:>8.2f} {r['gm_ratio']:>6.3f} {r['datacopy_per_core_max']:>15} "
-              f"{r['datacopy_per_core_mean']:>7.1f} {r['vector_ops_per_core_max']:>8} {r['cores_used']:>3}/{r['cores']:<3} "
+              f"{r['datacopy_per_core_mean']:>7.1f} {r['vector_ops_per_core_max']:>8} "
+              f"{r['cores_used']:>3}/{r['cores']:<3} "
               f"{r['ub_bytes_per_core'] / 1024:>7.1f} {r['batch']:>5}")
     worst = max(r["gm_ratio"] for r in rows)
     idle = [r for r in rows if r["cores_used"] < r["cores"]]

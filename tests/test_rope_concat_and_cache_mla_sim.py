@@ -146,8 +146,8 @@ def test_invalid_positions_still_write_kv_c_out():
                                                 (64, 2, 512, "float32")])
 def test_unaligned_rows_use_datacopypad(rope, rd, rank, dtype):
     rng = np.random.default_rng(rank)
-    c = Mla(rng, 17, 15, hq=3, rope=rope, rd=rd, rank=rank, dtype=dtype, weight_dtype=dtype if rank == 520 else "float32",
-            neox=rd == 24)
+    c = Mla(rng, 17, 15, hq=3, rope=rope, rd=rd, rank=rank, dtype=dtype,
+            weight_dtype=dtype if rank == 520 else "float32", neox=rd == 24)
     st = c.run("Ascend910_9391", all_orders=True)
     c.check(f"R={rope} rd={rd} L={rank}")
     assert st["tiling_key"] // 10000 == 1 and sum(st["datacopy_pad_calls_per_core"]) > 0
@@ -212,7 +212,6 @@ def test_tiling_rejects_inconsistent_inputs():
 @pytest.mark.parametrize("norm,dtype", [(True, "bfloat16"), (False, "bfloat16"), (True, "float32")],
                          ids=["norm-bf16", "no-norm-bf16", "norm-fp32"])
 def test_public_op_sim_matches_cpu(mode, norm, dtype):
-    import mindspore as ms
     from mindspore import Parameter, Tensor, nn
 
     from conftest import ms_mode, to_ms, to_np

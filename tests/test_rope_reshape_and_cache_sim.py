@@ -179,7 +179,8 @@ def test_unaligned_rows_use_datacopypad(d, rd, dtype, table_dtype):
     assert sum(st["datacopy_pad_calls_per_core"]) > 0
 
 
-@pytest.mark.parametrize("d,rd,words", [(40, 40, ("head rows", "80 bytes")), (64, 6, ("cos_sin_cache rows", "24 bytes"))])
+@pytest.mark.parametrize("d,rd,words", [(40, 40, ("head rows", "80 bytes")),
+                                        (64, 6, ("cos_sin_cache rows", "24 bytes"))])
 def test_unaligned_rows_rejected_on_310p(d, rd, words):
     rng = np.random.default_rng(1)
     c = Gqa(rng, 9, 7, 2, 2, d, rd, dtype="float16", table_dtype="float32")
@@ -313,7 +314,6 @@ def test_merged_cache(dtype, layout, neox):
 @pytest.mark.parametrize("mode", ["pynative", "graph"])
 @pytest.mark.parametrize("merged", [False, True], ids=["separate", "merged"])
 def test_public_op_sim_matches_cpu(mode, merged):
-    import mindspore as ms
     from mindspore import Parameter, Tensor, nn
 
     from conftest import ms_mode, to_ms, to_np
@@ -349,7 +349,8 @@ def test_public_op_sim_matches_cpu(mode, merged):
                     qo, ko = net(*args)
                 else:
                     qo, ko = net.construct(*args)
-                results[backend] = [to_np(qo), to_np(ko)] + [to_np(x) for x in ([net.c0] if merged else [net.c0, net.c1])]
+                caches = [net.c0] if merged else [net.c0, net.c1]
+                results[backend] = [to_np(qo), to_np(ko)] + [to_np(x) for x in caches]
                 if backend == "sim":
                     assert_last_launch(OP_MERGED if merged else OP, numRows=21, numWrite=17)
         finally:
