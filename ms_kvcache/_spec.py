@@ -40,6 +40,11 @@ class TensorSpec:
     ranks: accepted ranks.
     inplace: the op writes this tensor in place (a cache); marked RW_WRITE for MindSpore.
     optional: may be None.
+    dynamic: a list of tensors of one dtype (AscendC ``ParamType(DYNAMIC)``, aclnn ``aclTensorList``);
+        MindSpore receives its tensors flattened as consecutive positional arguments (see
+        ``_custom.prim_class``). ``ranks`` then applies to every tensor of the list.
+    inplace_if: ``(attr, value)``: written in place only when attribute ``attr`` equals ``value``
+        (e.g. ``("direction", "h2d")``); the primitive class then depends on that attribute.
     """
 
     name: str
@@ -47,6 +52,8 @@ class TensorSpec:
     ranks: Tuple[int, ...]
     inplace: bool = False
     optional: bool = False
+    dynamic: bool = False
+    inplace_if: Optional[Tuple[str, Any]] = None
 
 
 @dataclass(frozen=True)
@@ -83,7 +90,15 @@ class OpSpec:
 
     @property
     def inplace_inputs(self):
-        return tuple(t.name for t in self.inputs if t.inplace)
+        """Inputs the op may write (unconditionally or for some attribute value)."""
+        return tuple(t.name for t in self.inputs if t.inplace or t.inplace_if is not None)
+
+    def written_inputs(self, attr_values: Optional[Mapping[str, Any]] = None):
+        """Inputs written for these attribute values ({name: value}; defaults fill the gaps)."""
+        values = {a.name: a.default for a in self.attrs}
+        values.update(attr_values or {})
+        return tuple(t.name for t in self.inputs
+                     if t.inplace or (t.inplace_if is not None and values.get(t.inplace_if[0]) == t.inplace_if[1]))
 
     def group_dtypes(self, group, soc: Optional[str] = None):
         if group == "__status__":
