@@ -20,6 +20,7 @@ CANN is missing.
 """
 import ctypes
 import errno as _errno
+import operator
 import os
 import resource
 import threading
@@ -148,15 +149,15 @@ def alloc_host_buffer(shape, dtype, numa_node=None, pinned=True):
     from ms_kvcache import _cpu
 
     name = _dtype_name(dtype)
+    given = shape
     if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
-        shape = (int(shape),)
+        shape = (shape,)
     try:
-        shape = tuple(int(d) for d in shape)
-        bad = any(isinstance(d, bool) for d in shape)
+        if isinstance(shape, (str, bytes)) or any(isinstance(d, bool) for d in shape):
+            raise TypeError
+        shape = tuple(operator.index(d) for d in shape)
     except TypeError:
-        bad = True
-    if bad:
-        raise TypeError(f"{_OP}: argument 'shape': expected an int or a sequence of ints, got {shape!r}")
+        raise TypeError(f"{_OP}: argument 'shape': expected an int or a sequence of ints, got {given!r}") from None
     if any(d < 0 for d in shape):
         raise ValueError(f"{_OP}: argument 'shape': expected dimensions >= 0, got {shape}")
     nodes = online_numa_nodes()

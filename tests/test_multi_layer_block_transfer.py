@@ -1,0 +1,311 @@
+"""multi_layer_block_transfer: numpy references, round trips, staging vs zero-copy, bad input, graph modes
+(cpu backend)."""
+import numpy as np
+import pytest
+
+import mindspore as ms
+from mindspore import Parameter, ParameterTuple, Tensor, nn
+
+import ms_kvcache as mk
+from conftest import assert_bits_equal, ms_mode, random_array, to_ms, to_np
+from _multi_layer_ref import (DSA, DTYPES, MERGED, MLA, SEPARATE, Geometry, host_block_shape, ref_block_gather,
+                              ref_block_scatter)
+
+OP = mk.multi_layer_block_transfer
+
+LAYOUTS = [(MERGED, "BNSD"), (MERGED, "BSND"), (SEPARATE, "BNSD"), (SEPARATE, "BSND"), (MLA, "BSND"),
+           (DSA, "BSND")]
+
+
+@pytest.fixture(autouse=True)
+def _cpu(cpu_backend):
+    yield
+
+
+def staging_for(geo, blocks, dtype):
+    """A staging buffer holding ``blocks`` blocks of every plane (odd shape: any shape is accepted)."""
+    n = blocks * geo.bs * geo.L * sum(geo.hidden)
+    return to_ms(np.zeros((n + 3,), np.float32).astype(np.float32), dtype) if dtype == "bfloat16" else \
+        Tensor(np.zeros((n + 3,), np.dtype(dtype)))
+
+
+def host_zeros(geo, n, dtype):
+    return [to_ms(np.zeros(host_block_shape(geo, p, n), np.float32), dtype) if dtype == "bfloat16" else
+            Tensor(np.zeros(host_block_shape(geo, p, n), np.dtype(dtype))) for p in range(geo.P)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("fmt,layout", LAYOUTS, ids=lambda x: getattr(x, "name", x))
+def test_round_trip_and_staging_vs_numpy(rng, fmt, layout, dtype):
+    geo = Geometry(fmt, layout, num_layers=3, num_blocks=7, block_size=4, heads=2, head_size=16)
+    planes = geo.random_planes(rng, dtype)
+    caches = geo.to_ms(planes, dtype)
+    ids = np.array([5, 0, 6, 2], np.int64)
+    n = len(ids)
+    # d2h, zero-copy and staged (a staging buffer of 1 block: 4 chunks), against numpy
+    host = host_zeros(geo, n, dtype)
+    OP(caches, host, Tensor(ids), direction="d2h", cache_layout=layout)
+    expected = ref_block_gather(geo, planes, ids)
+    for p in range(geo.P):
+        assert_bits_equal(to_np(host[p]), expected[p], f"d2h plane {p}")
+    host_staged = host_zeros(geo, n, dtype)
+    OP(caches, host_staged, Tensor(ids), direction="d2h", cache_layout=layout, staging=staging_for(geo, 1, dtype))
+    for p in range(geo.P):
+        assert_bits_equal(to_np(host_staged[p]), to_np(host[p]), f"staged d2h plane {p}")
+    # h2d into fresh caches (random data), zero-copy and staged (3 blocks: chunks of 3 + 1)
+    fresh = geo.random_planes(rng, dtype)
+    ref = ref_block_scatter(geo, fresh, [to_np(h) for h in host], ids)
+    for staging in (None, staging_for(geo, 3, dtype)):
+        fresh_ms = geo.to_ms(fresh, dtype)
+        OP(fresh_ms, host, Tensor(ids), direction="h2d", cache_layout=layout, staging=staging)
+        got = geo.from_ms(fresh_ms)
+        for l in range(geo.L):
+            for p in range(geo.P):
+                assert_bits_equal(got[l][p], ref[l][p], f"h2d staging={staging is not None} l{l} p{p}")
+                # round trip: the device blocks equal the originals, bit for bit
+                rows = geo.rows(got[l][p]).reshape(geo.nb, geo.bs, -1)[ids]
+                orig = geo.rows(planes[l][p]).reshape(geo.nb, geo.bs, -1)[ids]
+                assert_bits_equal(rows, orig, "round trip")
+
+
+def test_independent_host_blocks_h2d(rng):
+    """h2d of random host blocks (not produced by d2h), int32 ids, BNSD."""
+    geo = Geometry(SEPARATE, "BNSD", num_layers=2, num_blocks=6, block_size=8, heads=4, head_size=8)
+    ids = np.array([3, 1, 4], np.int32)
+    host_np = [random_array(rng, host_block_shape(geo, p, 3), "float16") for p in range(2)]
+    planes = geo.random_planes(rng, "float16")
+    caches = geo.to_ms(planes, "float16")
+    OP(caches, [Tensor(h) for h in host_np], Tensor(ids), direction="h2d")  # BNSD is the default
+    ref = ref_block_scatter(geo, planes, host_np, ids)
+    for l, layer in enumerate(geo.from_ms(caches)):
+        for p in range(2):
+            assert_bits_equal(layer[p], ref[l][p], f"l{l} p{p}")
+
+
+def test_hundreds_of_blocks_multithreaded(rng):
+    geo = Geometry(SEPARATE, "BNSD", num_layers=4, num_blocks=400, block_size=8, heads=2, head_size=32)
+    planes = geo.random_planes(rng, "float16")
+    caches = geo.to_ms(planes, "float16")
+    ids = rng.permutation(400)[:300].astype(np.int64)
+    host = host_zeros(geo, 300, "float16")
+    OP(caches, host, Tensor(ids), direction="d2h")
+    expected = ref_block_gather(geo, planes, ids)
+    for p in range(2):
+        assert_bits_equal(to_np(host[p]), expected[p], f"d2h plane {p}")
+    fresh = [[np.zeros_like(x) for x in layer] for layer in planes]
+    fresh_ms = geo.to_ms(fresh, "float16")
+    OP(fresh_ms, host, Tensor(ids), direction="h2d", staging=staging_for(geo, 64, "float16"))
+    ref = ref_block_scatter(geo, fresh, expected, ids)
+    for l, layer in enumerate(geo.from_ms(fresh_ms)):
+        for p in range(2):
+            assert_bits_equal(layer[p], ref[l][p], f"h2d l{l} p{p}")
+
+
+@pytest.mark.parametrize("fmt", [MLA, DSA], ids=["mla_512_64", "dsa_512_64_128"])
+def test_deepseek_61_layers(rng, fmt):
+    geo = Geometry(fmt, "BSND", num_layers=61, num_blocks=3, block_size=2, mla=(512, 64), dsa_index=128)
+    planes = geo.random_planes(rng, "bfloat16")
+    caches = geo.to_ms(planes, "bfloat16")
+    ids = np.array([2, 0], np.int64)
+    host = host_zeros(geo, 2, "bfloat16")
+    OP(caches, host, Tensor(ids), direction="d2h")  # kv_format inferred from 2/3 rank-4 host planes
+    expected = ref_block_gather(geo, planes, ids)
+    for p in range(geo.P):
+        assert_bits_equal(to_np(host[p]), expected[p], f"plane {p}")
+    fresh = [[np.zeros_like(x) for x in layer] for layer in planes]
+    fresh_ms = geo.to_ms(fresh, "bfloat16")
+    OP(fresh_ms, host, Tensor(ids), direction="h2d", kv_format=fmt, staging=staging_for(geo, 1, "bfloat16"))
+    ref = ref_block_scatter(geo, fresh, expected, ids)
+    got = geo.from_ms(fresh_ms)
+    for l in (0, 31, 60):
+        for p in range(geo.P):
+            assert_bits_equal(got[l][p], ref[l][p], f"l{l} p{p}")
+
+
+def test_zero_blocks(rng):
+    geo = Geometry(SEPARATE, "BNSD", num_layers=2, num_blocks=2, block_size=4)
+    planes = geo.random_planes(rng, "float32")
+    caches = geo.to_ms(planes, "float32")
+    host = host_zeros(geo, 0, "float32")
+    OP(caches, host, Tensor(np.zeros(0, np.int64)), direction="h2d")
+    OP(caches, host, Tensor(np.zeros(0, np.int64)), direction="d2h", staging=staging_for(geo, 1, "float32"))
+    for l, layer in enumerate(geo.from_ms(caches)):
+        for p in range(2):
+            assert_bits_equal(layer[p], planes[l][p], "untouched")
+
+
+def test_flat_caches_and_list_host_blocks(rng):
+    geo = Geometry(MLA, "BSND", num_layers=3, num_blocks=3, block_size=4)
+    planes = geo.random_planes(rng, "int8")
+    flat = [x for layer in geo.to_ms(planes, "int8") for x in layer]
+    ids = np.array([1], np.int64)
+    host = host_zeros(geo, 1, "int8")
+    OP(flat, list(host), Tensor(ids), direction="d2h", kv_format="MLA_KV")
+    expected = ref_block_gather(geo, planes, ids)
+    for p in range(2):
+        assert_bits_equal(to_np(host[p]), expected[p], f"plane {p}")
+
+
+# -------------------------------------------------------------------------------------------------- bad input
+def _setup(rng, L=2, nb=4, dtype="float16"):
+    geo = Geometry(SEPARATE, "BNSD", num_layers=L, num_blocks=nb, block_size=4)
+    return geo, geo.to_ms(geo.random_planes(rng, dtype), dtype)
+
+
+@pytest.mark.parametrize("ids,direction,match", [
+    ([0, 4], "h2d", r"expected block ids in \[0, 4\), got 4"),
+    ([-1, 2], "d2h", r"expected block ids in \[0, 4\), got -1"),
+    ([1, 1], "h2d", "distinct ids"),
+])
+def test_block_ids_out_of_range_or_repeated(rng, ids, direction, match):
+    geo, caches = _setup(rng)
+    with pytest.raises(ValueError, match=match):
+        OP(caches, host_zeros(geo, 2, "float16"), Tensor(np.array(ids, np.int64)), direction=direction)
+
+
+def test_repeated_ids_allowed_for_d2h(rng):
+    geo, caches = _setup(rng)
+    host = host_zeros(geo, 2, "float16")
+    OP(caches, host, Tensor(np.array([3, 3], np.int64)), direction="d2h")
+    h = to_np(host[0])
+    assert_bits_equal(h[0], h[1], "same block twice")
+
+
+def test_host_shape_mismatches(rng):
+    geo, caches = _setup(rng)
+    ids = Tensor(np.array([0, 1], np.int64))
+    bad_n = host_zeros(geo, 3, "float16")
+    with pytest.raises(ValueError, match=r"'host_blocks\[0\]': expected the key_cache host blocks"):
+        OP(caches, bad_n, ids, direction="h2d")
+    other = Geometry(SEPARATE, "BNSD", num_layers=3, num_blocks=4, block_size=4)  # host for 3 layers
+    with pytest.raises(ValueError, match=r"num_layers = 2\), got \(2, 4, 3, 2, 16\)"):
+        OP(caches, host_zeros(other, 2, "float16"), ids, direction="d2h")
+    with pytest.raises(ValueError, match="expected 2 planes"):
+        OP(caches, host_zeros(geo, 2, "float16")[:1] * 3, ids, direction="d2h", kv_format=SEPARATE)
+
+
+def test_layer_count_mismatch_and_mixed_dtypes(rng):
+    geo, caches = _setup(rng, L=3)
+    ids = Tensor(np.array([0], np.int64))
+    two_layer = Geometry(SEPARATE, "BNSD", num_layers=2, num_blocks=4, block_size=4)
+    with pytest.raises(ValueError, match="num_layers = 3"):
+        OP(caches, host_zeros(two_layer, 1, "float16"), ids, direction="h2d")
+    caches[2] = (Tensor(to_np(caches[2][0]).astype(np.float32)), caches[2][1])
+    with pytest.raises(TypeError, match=r"'kv_caches\[2\]\[0\]': expected dtype float16"):
+        OP(caches, host_zeros(geo, 1, "float16"), ids, direction="h2d")
+
+
+def test_dtype_mismatches(rng):
+    geo, caches = _setup(rng)
+    ids = Tensor(np.array([0], np.int64))
+    with pytest.raises(TypeError, match=r"'host_blocks\[0\]': expected dtype float16"):
+        OP(caches, host_zeros(geo, 1, "float32"), ids, direction="h2d")
+    with pytest.raises(TypeError, match="'staging': expected dtype float16"):
+        OP(caches, host_zeros(geo, 1, "float16"), ids, direction="h2d", staging=staging_for(geo, 1, "float32"))
+    with pytest.raises(TypeError, match="'block_ids': expected dtype"):
+        OP(caches, host_zeros(geo, 1, "float16"), Tensor(np.array([0.0], np.float32)), direction="h2d")
+
+
+def test_staging_too_small(rng):
+    geo, caches = _setup(rng)
+    small = Tensor(np.zeros(geo.bs * geo.L * sum(geo.hidden) - 1, np.float16))
+    with pytest.raises(ValueError, match="'staging': expected at least one block"):
+        OP(caches, host_zeros(geo, 1, "float16"), Tensor(np.array([0], np.int64)), direction="d2h", staging=small)
+
+
+@pytest.mark.parametrize("kw,exc,match", [
+    (dict(direction="sideways"), ValueError, "argument 'direction'"),
+    (dict(direction="h2d", kv_format=11), ValueError, "argument 'kv_format'"),
+    (dict(direction="h2d", cache_layout="HND"), ValueError, "argument 'cache_layout'"),
+    (dict(direction="h2d", kv_format=MERGED), TypeError, "MERGED_KV"),
+    (dict(direction="h2d", kv_format=DSA), ValueError, "expected 3 planes"),
+])
+def test_bad_attrs(rng, kw, exc, match):
+    geo, caches = _setup(rng)
+    with pytest.raises(exc, match=match):
+        OP(caches, host_zeros(geo, 1, "float16"), Tensor(np.array([0], np.int64)), **kw)
+
+
+def test_mla_bnsd_rejected(rng):
+    geo = Geometry(MLA, "BSND", num_layers=1, num_blocks=2, block_size=4)
+    caches = geo.to_ms(geo.random_planes(rng, "float16"), "float16")
+    with pytest.raises(ValueError, match="expected 'BSND' for MLA_KV"):
+        OP(caches, host_zeros(geo, 1, "float16"), Tensor(np.array([0], np.int64)), direction="d2h",
+           cache_layout="BNSD")
+
+
+# ------------------------------------------------------------------------------------------------- graph modes
+class BlockCell(nn.Cell):
+    def __init__(self, geo, planes, dtype, staged):
+        super().__init__()
+        self.fmt, self.layout, self.staged = geo.fmt, geo.layout, staged
+        # a persistent device staging buffer, as a Parameter
+        self.staging = Parameter(staging_for(geo, 1, dtype), name="staging") if staged else None
+        tensors = geo.to_ms(planes, dtype)
+        if geo.fmt == MERGED:
+            self.params = ParameterTuple([Parameter(t, name=f"kv{l}") for l, t in enumerate(tensors)])
+            self.layers = tuple(self.params)
+        else:
+            self.params = ParameterTuple([Parameter(x, name=f"c{l}_{p}") for l, layer in enumerate(tensors)
+                                          for p, x in enumerate(layer)])
+            self.layers = tuple(tuple(self.params[l * geo.P + p] for p in range(geo.P)) for l in range(geo.L))
+
+    def construct(self, host_in, ids_in, ids_out, *host_out):
+        # load blocks, read a cache, then offload other blocks (must see the loaded data). Host blocks that
+        # are written must be separate graph inputs (or Parameters): MindSpore 2.10 cannot write into an
+        # element of a tuple graph input ("Parameter[i] has no default param"); reading from one works.
+        if self.staged:
+            mk.multi_layer_block_transfer(self.layers, host_in, ids_in, direction="h2d", staging=self.staging,
+                                          kv_format=self.fmt, cache_layout=self.layout)
+        else:
+            mk.multi_layer_block_transfer(self.layers, host_in, ids_in, direction="h2d", kv_format=self.fmt,
+                                          cache_layout=self.layout)
+        after = self.params[0] * 1
+        mk.multi_layer_block_transfer(self.layers, host_out, ids_out, direction="d2h", cache_layout=self.layout)
+        return after
+
+
+@pytest.mark.parametrize("mode", ["graph", "jit"])
+@pytest.mark.parametrize("fmt,layout,staged", [(SEPARATE, "BNSD", False), (MERGED, "BSND", True),
+                                               (DSA, "BSND", True)], ids=["separate", "merged_staged", "dsa_staged"])
+def test_graph_modes(rng, mode, fmt, layout, staged):
+    geo = Geometry(fmt, layout, num_layers=3, num_blocks=5, block_size=4)
+    dtype = "float16"
+    planes = geo.random_planes(rng, dtype)
+    ids_in, ids_out = np.array([4, 1], np.int64), np.array([1, 3, 4], np.int64)
+    host_in_np = [random_array(rng, host_block_shape(geo, p, 2), dtype) for p in range(geo.P)]
+    with ms_mode(mode):
+        net = BlockCell(geo, planes, dtype, staged)
+        ptrs = [p.data_ptr() for p in net.params]
+        if mode == "jit":
+            net.construct = ms.jit(net.construct)
+        host_out = tuple(host_zeros(geo, 3, dtype))
+        after = net(tuple(Tensor(h) for h in host_in_np), Tensor(ids_in), Tensor(ids_out), *host_out)
+        assert [p.data_ptr() for p in net.params] == ptrs
+    ref = ref_block_scatter(geo, planes, host_in_np, ids_in)
+    first = np.stack(ref[0]) if fmt == MERGED else ref[0][0]
+    assert_bits_equal(to_np(after), first, "read after h2d sees the write")
+    expected = ref_block_gather(geo, ref, ids_out)
+    for p in range(geo.P):
+        assert_bits_equal(to_np(host_out[p]), expected[p], f"{mode}: d2h after h2d plane {p}")
+
+
+class BadHostCell(nn.Cell):
+    def __init__(self, caches):
+        super().__init__()
+        self.c = ParameterTuple([Parameter(x, name=f"c{i}") for i, x in enumerate(caches)])
+
+    def construct(self, k, v, ids):
+        mk.multi_layer_block_transfer(self.c, (k, v), ids, direction="h2d", kv_format=SEPARATE)
+        return ids
+
+
+def test_graph_mode_static_errors(rng):
+    geo, caches = _setup(rng)
+    flat = [x for layer in caches for x in layer]
+    other = Geometry(SEPARATE, "BNSD", num_layers=2, num_blocks=4, block_size=8)
+    with ms_mode("graph"):
+        net = BadHostCell(flat)
+        k, v = host_zeros(other, 1, "float16")
+        with pytest.raises(ValueError, match=r"'host_blocks\[0\]': expected"):
+            net(k, v, Tensor(np.array([0], np.int64)))
