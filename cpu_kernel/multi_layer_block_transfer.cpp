@@ -29,6 +29,7 @@ void BlockCopy(const ml::LayerCaches& c, uint8_t* const* host, const void* ids, 
   const int64_t elem = static_cast<int64_t>(c.elem);
   int64_t bytes_per_block_layer = 0;
   for (int p = 0; p < c.planes; ++p) bytes_per_block_layer += c.plane[p].bs * c.plane[p].hidden() * elem;
+  const bool stream = n * L * bytes_per_block_layer >= ml::kStreamBytes;
   ml::ParallelForCapped(n * L, n * L * bytes_per_block_layer, aiv, [&](int64_t begin, int64_t end) {
     for (int64_t it = begin; it < end; ++it) {
       const int64_t i = it / L, l = it % L;
@@ -46,8 +47,8 @@ void BlockCopy(const ml::LayerCaches& c, uint8_t* const* host, const void* ids, 
         uint8_t* dev = c.at(p, l) + blk * pl.bs * row;  // the device block (bs * hidden elements)
         if (!pl.bnsd) {
           for (int64_t s = 0; s < pl.bs; ++s) {
-            if (d2h) ml::CopyBytes(h + s * host_stride, dev + s * row, row);
-            else ml::CopyBytes(dev + s * row, h + s * host_stride, row);
+            if (d2h) ml::Copy(h + s * host_stride, dev + s * row, row, stream);
+            else ml::Copy(dev + s * row, h + s * host_stride, row, stream);
           }
         } else {
           const int64_t hb = pl.head * elem;
@@ -55,13 +56,14 @@ void BlockCopy(const ml::LayerCaches& c, uint8_t* const* host, const void* ids, 
             uint8_t* hr = h + s * host_stride;
             uint8_t* dr = dev + s * hb;
             for (int64_t hh = 0; hh < pl.heads; ++hh) {
-              if (d2h) ml::CopyBytes(hr + hh * hb, dr + hh * pl.bs * hb, hb);
-              else ml::CopyBytes(dr + hh * pl.bs * hb, hr + hh * hb, hb);
+              if (d2h) ml::Copy(hr + hh * hb, dr + hh * pl.bs * hb, hb, stream);
+              else ml::Copy(dr + hh * pl.bs * hb, hr + hh * hb, hb, stream);
             }
           }
         }
       }
     }
+    if (stream) ml::StreamFence();
   });
 }
 

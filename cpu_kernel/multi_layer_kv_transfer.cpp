@@ -63,6 +63,7 @@ MSKV_AOT_EXPORT int MultiLayerKvTransfer(int nparam, void** params, int* ndims, 
     uint8_t* buffer = a.ptr(0);
     const void* slots = a.ptr<void>(1);
     const int64_t num_slots = c.plane[0].slots();
+    const bool stream = plane_off[c.planes] >= ml::kStreamBytes;
     ml::ParallelForCapped(items[c.planes], plane_off[c.planes], aiv, [&](int64_t begin, int64_t end) {
       int p = 0;
       for (int64_t it = begin; it < end; ++it) {
@@ -81,9 +82,10 @@ MSKV_AOT_EXPORT int MultiLayerKvTransfer(int nparam, void** params, int* ndims, 
             if (d2h) std::memset(row, 0, static_cast<size_t>(row_bytes[p]));
             continue;
           }
-          ml::CopyTokenRow(cache, row, pl, slot, c.elem, !d2h);
+          ml::CopyTokenRow(cache, row, pl, slot, c.elem, !d2h, stream);
         }
       }
+      if (stream) ml::StreamFence();
     });
   })
 }

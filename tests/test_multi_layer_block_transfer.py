@@ -83,7 +83,8 @@ def test_independent_host_blocks_h2d(rng):
 
 
 def test_hundreds_of_blocks_multithreaded(rng):
-    geo = Geometry(SEPARATE, "BNSD", num_layers=4, num_blocks=400, block_size=8, heads=2, head_size=32)
+    """300 blocks, 4.9 MB: multi-threaded, streaming stores, staging in chunks of 64 blocks."""
+    geo = Geometry(SEPARATE, "BNSD", num_layers=8, num_blocks=400, block_size=8, heads=2, head_size=32)
     planes = geo.random_planes(rng, "float16")
     caches = geo.to_ms(planes, "float16")
     ids = rng.permutation(400)[:300].astype(np.int64)

@@ -143,14 +143,34 @@ def test_deepseek_61_layers(rng, fmt):
 
 
 def test_single_layer_many_tokens_parallel(rng):
-    """L = 1, every slot of a cache big enough to take the multi-threaded path."""
-    geo = Geometry(SEPARATE, "BNSD", num_layers=1, num_blocks=64, block_size=16, heads=4, head_size=64)
+    """L = 1, every slot of a cache big enough to take the multi-threaded, streaming-store path (>= 4 MiB)."""
+    geo = Geometry(SEPARATE, "BNSD", num_layers=1, num_blocks=160, block_size=16, heads=4, head_size=64)
     planes = geo.random_planes(rng, "float32")
     caches = geo.to_ms(planes, "float32")
     slots = rng.permutation(geo.slots).astype(np.int64)
+    slots[7] = -1
     shape = mk.transfer_buffer_shape(SEPARATE, 1, len(slots), 256)
-    buf = run(geo, "float32", np.zeros(shape, np.float32), caches, slots, "d2h")
+    buf = run(geo, "float32", np.ones(shape, np.float32), caches, slots, "d2h")
     assert_bits_equal(to_np(buf), pack_buffer(geo, ref_gather(geo, planes, slots)), "d2h")
+
+
+@pytest.mark.parametrize("direction", ["d2h", "h2d"])
+def test_streaming_path_odd_unaligned_rows(rng, direction):
+    """> 4 MiB with 200-byte rows (not 16-byte aligned): the streaming copy's head/tail handling."""
+    geo = Geometry(SEPARATE, "BSND", num_layers=4, num_blocks=375, block_size=8, heads=1, head_size=100)
+    planes = geo.random_planes(rng, "float16")
+    caches = geo.to_ms(planes, "float16")
+    slots = rng.permutation(geo.slots).astype(np.int64)
+    shape = mk.transfer_buffer_shape(SEPARATE, 4, len(slots), 100)
+    buf_np = random_array(rng, shape, "float16")
+    buf = run(geo, "float16", buf_np, caches, slots, direction)
+    if direction == "d2h":
+        assert_bits_equal(to_np(buf), pack_buffer(geo, ref_gather(geo, planes, slots)), "d2h")
+    else:
+        ref = ref_scatter(geo, planes, unpack_buffer(geo, buf_np, len(slots)), slots)
+        for l, layer in enumerate(geo.from_ms(caches)):
+            for p in range(2):
+                assert_bits_equal(layer[p], ref[l][p], f"h2d l{l} p{p}")
 
 
 def test_flat_and_nested_caches_agree(rng):
