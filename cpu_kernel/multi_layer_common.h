@@ -198,11 +198,12 @@ inline void CopyTokenRow(uint8_t* cache, uint8_t* row, const Plane& pl, int64_t 
   }
 }
 
-// ParallelFor with an optional cap on threads (the op's aiv_num attribute: 0 = all, 1 = inline).
+// ParallelFor with an optional cap on threads (the op's aiv_num attribute: 0 = all, 1 = inline): at
+// most `cap` parts run concurrently. Built on mskv::ParallelFor only (whatever its thread machinery).
 template <typename F>
 void ParallelForCapped(int64_t n, int64_t total_bytes, int64_t cap, F&& body) {
   if (n <= 0) return;
-  if (cap == 1 || n < 2) {
+  if (cap == 1) {
     body(int64_t{0}, n);
     return;
   }
@@ -210,19 +211,13 @@ void ParallelForCapped(int64_t n, int64_t total_bytes, int64_t cap, F&& body) {
     ParallelFor(n, total_bytes, body);
     return;
   }
-  if (total_bytes < ParallelThresholdBytes()) {
-    body(int64_t{0}, n);
-    return;
-  }
-  const int parts = static_cast<int>(std::min<int64_t>(n, cap));
-#pragma omp parallel num_threads(parts)
-  {
-    const int tid = omp_get_thread_num();
-    const int64_t share = n / parts, rem = n % parts;
-    const int64_t begin = tid * share + (tid < rem ? tid : rem);
-    const int64_t end = begin + share + (tid < rem ? 1 : 0);
-    if (begin < end) body(begin, end);
-  }
+  const int64_t parts = std::min<int64_t>(n, cap);
+  ParallelFor(parts, total_bytes, [&](int64_t pb, int64_t pe) {
+    for (int64_t p = pb; p < pe; ++p) {
+      const int64_t b = p * n / parts, e = (p + 1) * n / parts;
+      if (b < e) body(b, e);
+    }
+  });
 }
 
 // Large contiguous copy split over threads (the staging DMA of the block transfer on CPU).

@@ -484,3 +484,21 @@ def test_deepseek_61_layers_graph(rng):
     ref = ref_scatter(geo, planes, unpack_buffer(geo, buf_np, 3), slots)
     assert_bits_equal(to_np(buf_out), pack_buffer(geo, ref_gather(geo, ref, slots)), "61-layer DSA graph")
     assert_bits_equal(to_np(net.params[60 * 3 + 2]), ref[60][2], "last layer indexer cache")
+
+
+@pytest.mark.parametrize("aiv_num", [1, 2, 3])
+def test_aiv_num_attribute_caps_threads_same_result(rng, aiv_num):
+    """The op's aiv_num attribute (cores on Ascend, threads on cpu; not in the public signature yet)."""
+    import sys
+
+    mod = sys.modules["ms_kvcache.ops.multi_layer_kv_transfer"]  # the module (the package exports the function)
+
+    geo = Geometry(SEPARATE, "BNSD", num_layers=3, num_blocks=64, block_size=16, heads=2, head_size=64)
+    planes = geo.random_planes(rng, "float32")
+    flat = [x for layer in geo.to_ms(planes, "float32") for x in layer]
+    slots = rng.permutation(geo.slots).astype(np.int64)
+    shape = mk.transfer_buffer_shape(SEPARATE, 3, len(slots), 128)
+    buf = Tensor(np.zeros(shape, np.float32))
+    prim = mod._PRIM_D2H("cpu", int(SEPARATE), "d2h", "BNSD", 3, aiv_num)
+    prim(buf, Tensor(slots), *flat)
+    assert_bits_equal(to_np(buf), pack_buffer(geo, ref_gather(geo, planes, slots)), f"aiv_num={aiv_num}")
