@@ -51,14 +51,18 @@ void BlockCopy(const ml::LayerCaches& c, uint8_t* const* host, const void* ids, 
             else ml::Copy(dev + s * row, h + s * host_stride, row, stream);
           }
         } else {
+          // BNSD block [H, bs, D] <-> host [bs, (L,) H, D]: the loop runs along the destination, so the
+          // (streaming) stores go to one contiguous range at a time (writes scattered over H ranges ran
+          // at a fifth of the speed on this machine), and the strided side is read.
           const int64_t hb = pl.head * elem;
-          for (int64_t s = 0; s < pl.bs; ++s) {
-            uint8_t* hr = h + s * host_stride;
-            uint8_t* dr = dev + s * hb;
-            for (int64_t hh = 0; hh < pl.heads; ++hh) {
-              if (d2h) ml::Copy(hr + hh * hb, dr + hh * pl.bs * hb, hb, stream);
-              else ml::Copy(dr + hh * pl.bs * hb, hr + hh * hb, hb, stream);
-            }
+          if (d2h) {
+            for (int64_t s = 0; s < pl.bs; ++s)
+              for (int64_t hh = 0; hh < pl.heads; ++hh)
+                ml::Copy(h + s * host_stride + hh * hb, dev + (hh * pl.bs + s) * hb, hb, stream);
+          } else {
+            for (int64_t hh = 0; hh < pl.heads; ++hh)
+              for (int64_t s = 0; s < pl.bs; ++s)
+                ml::Copy(dev + (hh * pl.bs + s) * hb, h + s * host_stride + hh * hb, hb, stream);
           }
         }
       }

@@ -76,13 +76,40 @@ MSKV_AOT_EXPORT int MultiLayerKvTransfer(int nparam, void** params, int* ndims, 
         const ml::Plane& pl = c.plane[p];
         uint8_t* cache = c.at(p, l);
         uint8_t* row = buffer + plane_off[p] + (l * T + t0) * row_bytes[p];
-        for (int64_t t = t0; t < t1; ++t, row += row_bytes[p]) {
+        if (pl.bnsd && !d2h) {
+          // BNSD h2d: one head at a time, so the stores run along one contiguous cache range (the block's
+          // [bs, D] piece of that head) instead of being scattered over H ranges (5x slower here).
+          const int64_t hb = pl.head * static_cast<int64_t>(c.elem);
+          for (int64_t h = 0; h < pl.heads; ++h) {
+            for (int64_t t = t0; t < t1; ++t) {
+              const int64_t slot = mskv::ReadIndex(slots, sd, t);
+              if (slot < 0 || slot >= num_slots) continue;
+              const int64_t blk = slot / pl.bs, off = slot % pl.bs;
+              ml::Copy(cache + ((blk * pl.heads + h) * pl.bs + off) * hb, row + (t - t0) * row_bytes[p] + h * hb, hb,
+                       stream);
+            }
+          }
+          continue;
+        }
+        for (int64_t t = t0; t < t1;) {
           const int64_t slot = mskv::ReadIndex(slots, sd, t);
           if (slot < 0 || slot >= num_slots) {
             if (d2h) std::memset(row, 0, static_cast<size_t>(row_bytes[p]));
+            ++t, row += row_bytes[p];
+            continue;
+          }
+          if (!pl.bnsd) {
+            // tokens with consecutive slots are one contiguous piece on both sides (a block's tokens)
+            int64_t run = 1;
+            while (t + run < t1 && slot + run < num_slots && mskv::ReadIndex(slots, sd, t + run) == slot + run) ++run;
+            uint8_t* cs = cache + slot * row_bytes[p];
+            if (d2h) ml::Copy(row, cs, run * row_bytes[p], stream);
+            else ml::Copy(cs, row, run * row_bytes[p], stream);
+            t += run, row += run * row_bytes[p];
             continue;
           }
           ml::CopyTokenRow(cache, row, pl, slot, c.elem, !d2h, stream);
+          ++t, row += row_bytes[p];
         }
       }
       if (stream) ml::StreamFence();

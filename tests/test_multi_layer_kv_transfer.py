@@ -142,16 +142,46 @@ def test_deepseek_61_layers(rng, fmt):
             assert_bits_equal(got[l][p], ref[l][p], f"l{l} p{p}")
 
 
-def test_single_layer_many_tokens_parallel(rng):
-    """L = 1, every slot of a cache big enough to take the multi-threaded, streaming-store path (>= 4 MiB)."""
+@pytest.mark.parametrize("direction", ["d2h", "h2d"])
+def test_single_layer_many_tokens_parallel(rng, direction):
+    """L = 1, every slot of a BNSD cache big enough for the multi-threaded, streaming-store path (>= 4 MiB)."""
     geo = Geometry(SEPARATE, "BNSD", num_layers=1, num_blocks=160, block_size=16, heads=4, head_size=64)
     planes = geo.random_planes(rng, "float32")
     caches = geo.to_ms(planes, "float32")
     slots = rng.permutation(geo.slots).astype(np.int64)
     slots[7] = -1
     shape = mk.transfer_buffer_shape(SEPARATE, 1, len(slots), 256)
-    buf = run(geo, "float32", np.ones(shape, np.float32), caches, slots, "d2h")
-    assert_bits_equal(to_np(buf), pack_buffer(geo, ref_gather(geo, planes, slots)), "d2h")
+    buf_np = random_array(rng, shape, "float32")
+    buf = run(geo, "float32", buf_np, caches, slots, direction)
+    if direction == "d2h":
+        assert_bits_equal(to_np(buf), pack_buffer(geo, ref_gather(geo, planes, slots)), "d2h")
+    else:
+        ref = ref_scatter(geo, planes, unpack_buffer(geo, buf_np, len(slots)), slots)
+        for p, got in enumerate(geo.from_ms(caches)[0]):
+            assert_bits_equal(got, ref[0][p], f"h2d plane {p}")
+
+
+@pytest.mark.parametrize("direction", ["d2h", "h2d"])
+@pytest.mark.parametrize("fmt,num_blocks", [(SEPARATE, 6), (SEPARATE, 700), (MLA, 9)], ids=["small", "streaming", "mla"])
+def test_consecutive_slot_runs(rng, fmt, num_blocks, direction):
+    """Realistic slot mappings (a sequence's tokens fill blocks in order): runs of consecutive slots are
+    copied as one piece; runs broken by skipped slots, block changes, chunk ends and the last slot."""
+    geo = Geometry(fmt, "BSND", num_layers=2, num_blocks=num_blocks, block_size=16, heads=2, head_size=64)
+    blocks = rng.permutation(geo.nb)
+    slots = (blocks[:, None] * geo.bs + np.arange(geo.bs)).reshape(-1).astype(np.int64)
+    slots[[3, 40, 41]] = -1  # every block is used, so one run ends at the last slot
+    planes = geo.random_planes(rng, "float16")
+    caches = geo.to_ms(planes, "float16")
+    T = len(slots)
+    buf_np = random_array(rng, mk.transfer_buffer_shape(fmt, 2, T, hidden_arg(geo)), "float16")
+    buf = run(geo, "float16", buf_np, caches, slots, direction)
+    if direction == "d2h":
+        assert_bits_equal(to_np(buf), pack_buffer(geo, ref_gather(geo, planes, slots)), "d2h")
+    else:
+        ref = ref_scatter(geo, planes, unpack_buffer(geo, buf_np, T), slots)
+        for l, layer in enumerate(geo.from_ms(caches)):
+            for p in range(geo.P):
+                assert_bits_equal(layer[p], ref[l][p], f"h2d l{l} p{p}")
 
 
 @pytest.mark.parametrize("direction", ["d2h", "h2d"])
