@@ -12,7 +12,8 @@
 // launch; this only matters in graph mode). Work is split by (block, layer).
 // staging present: the host blocks go through the staging buffer in chunks of whole blocks (one bulk
 // copy per plane and chunk, then the scatter/gather from/to staging), as the Ascend "fused memcpy"
-// path does with its device staging buffer. Results are identical to the direct path.
+// path does with its device staging buffer; each thread uses its own part of the buffer. Results are
+// identical to the direct path. (On a CPU this is two passes over the data; it exists for parity.)
 #include "multi_layer_common.h"
 
 namespace {
@@ -21,49 +22,147 @@ using mskv::AotArgs;
 using mskv::KernelError;
 namespace ml = mskv::ml;
 
-// Copies blocks [0, n) of `host[p]` (planes laid out [n, bs, L, hidden_p]) to/from the device blocks
-// ids[0..n).
-void BlockCopy(const ml::LayerCaches& c, uint8_t* const* host, const void* ids, mskv::DType id_dtype,
-               int64_t id_offset, int64_t n, bool d2h, int64_t aiv) {
+// Bytes of one block of one layer, all planes.
+int64_t BlockLayerBytes(const ml::LayerCaches& c) {
+  int64_t b = 0;
+  for (int p = 0; p < c.planes; ++p) b += c.plane[p].bs * c.plane[p].hidden() * static_cast<int64_t>(c.elem);
+  return b;
+}
+
+// Work items [begin, end) of (block i, layer l) = i * L + l: host block i of `host[p]` (planes laid out
+// [*, bs, L, hidden_p]) <-> device block ids[id_offset + i]. Serial; callers split the items.
+void BlockItems(const ml::LayerCaches& c, uint8_t* const* host, const void* ids, mskv::DType id_dtype,
+                int64_t id_offset, int64_t begin, int64_t end, bool d2h, bool stream) {
   const int64_t L = c.num_layers;
   const int64_t elem = static_cast<int64_t>(c.elem);
-  int64_t bytes_per_block_layer = 0;
-  for (int p = 0; p < c.planes; ++p) bytes_per_block_layer += c.plane[p].bs * c.plane[p].hidden() * elem;
-  const bool stream = n * L * bytes_per_block_layer >= ml::kStreamBytes;
-  ml::ParallelForCapped(n * L, n * L * bytes_per_block_layer, aiv, [&](int64_t begin, int64_t end) {
-    for (int64_t it = begin; it < end; ++it) {
-      const int64_t i = it / L, l = it % L;
-      const int64_t blk = mskv::ReadIndex(ids, id_dtype, id_offset + i);
-      for (int p = 0; p < c.planes; ++p) {
-        const ml::Plane& pl = c.plane[p];
-        const int64_t row = pl.hidden() * elem;          // one token of one layer
-        const int64_t host_stride = L * row;              // next token of the same layer
-        uint8_t* h = host[p] + (i * pl.bs * L + l) * row;
-        if (blk < 0 || blk >= pl.nb) {
-          if (d2h)
-            for (int64_t s = 0; s < pl.bs; ++s) std::memset(h + s * host_stride, 0, static_cast<size_t>(row));
-          continue;
+  for (int64_t it = begin; it < end; ++it) {
+    const int64_t i = it / L, l = it % L;
+    const int64_t blk = mskv::ReadIndex(ids, id_dtype, id_offset + i);
+    for (int p = 0; p < c.planes; ++p) {
+      const ml::Plane& pl = c.plane[p];
+      const int64_t row = pl.hidden() * elem;          // one token of one layer
+      const int64_t host_stride = L * row;              // next token of the same layer
+      uint8_t* h = host[p] + (i * pl.bs * L + l) * row;
+      if (blk < 0 || blk >= pl.nb) {
+        if (d2h)
+          for (int64_t s = 0; s < pl.bs; ++s) std::memset(h + s * host_stride, 0, static_cast<size_t>(row));
+        continue;
+      }
+      uint8_t* dev = c.at(p, l) + blk * pl.bs * row;  // the device block (bs * hidden elements)
+      if (!pl.bnsd) {
+        for (int64_t s = 0; s < pl.bs; ++s) {
+          if (d2h) ml::Copy(h + s * host_stride, dev + s * row, row, stream);
+          else ml::Copy(dev + s * row, h + s * host_stride, row, stream);
         }
-        uint8_t* dev = c.at(p, l) + blk * pl.bs * row;  // the device block (bs * hidden elements)
-        if (!pl.bnsd) {
-          for (int64_t s = 0; s < pl.bs; ++s) {
-            if (d2h) ml::Copy(h + s * host_stride, dev + s * row, row, stream);
-            else ml::Copy(dev + s * row, h + s * host_stride, row, stream);
-          }
-        } else {
-          // BNSD block [H, bs, D] <-> host [bs, (L,) H, D]: the loop runs along the destination, so the
-          // (streaming) stores go to one contiguous range at a time (writes scattered over H ranges ran
-          // at a fifth of the speed on this machine), and the strided side is read.
-          const int64_t hb = pl.head * elem;
-          if (d2h) {
-            for (int64_t s = 0; s < pl.bs; ++s)
-              for (int64_t hh = 0; hh < pl.heads; ++hh)
-                ml::Copy(h + s * host_stride + hh * hb, dev + (hh * pl.bs + s) * hb, hb, stream);
-          } else {
+      } else {
+        // BNSD block [H, bs, D] <-> host [bs, (L,) H, D]: the loop runs along the destination, so the
+        // (streaming) stores go to one contiguous range at a time (writes scattered over H ranges ran
+        // at a fifth of the speed on this machine), and the strided side is read.
+        const int64_t hb = pl.head * elem;
+        if (d2h) {
+          for (int64_t s = 0; s < pl.bs; ++s)
             for (int64_t hh = 0; hh < pl.heads; ++hh)
-              for (int64_t s = 0; s < pl.bs; ++s)
-                ml::Copy(dev + (hh * pl.bs + s) * hb, h + s * host_stride + hh * hb, hb, stream);
+              ml::Copy(h + s * host_stride + hh * hb, dev + (hh * pl.bs + s) * hb, hb, stream);
+        } else {
+          for (int64_t hh = 0; hh < pl.heads; ++hh)
+            for (int64_t s = 0; s < pl.bs; ++s)
+              ml::Copy(dev + (hh * pl.bs + s) * hb, h + s * host_stride + hh * hb, hb, stream);
+        }
+      }
+    }
+  }
+}
+
+// Zero-copy path: every (block, layer) item over the threads.
+void BlockCopy(const ml::LayerCaches& c, uint8_t* const* host, const void* ids, mskv::DType id_dtype, int64_t n,
+               bool d2h, int64_t aiv) {
+  const int64_t L = c.num_layers;
+  const int64_t total = n * L * BlockLayerBytes(c);
+  const bool stream = total >= ml::kStreamBytes;
+  ml::ParallelForCapped(n * L, total, aiv, [&](int64_t begin, int64_t end) {
+    BlockItems(c, host, ids, id_dtype, 0, begin, end, d2h, stream);
+    if (stream) ml::StreamFence();
+  });
+}
+
+// Rows [s0, s1) of device block `blk`, every layer and plane <-> `staged[p]` laid out [s1 - s0, L,
+// hidden_p] (the same rows of a host block, which are contiguous there). Serial.
+void BlockRows(const ml::LayerCaches& c, uint8_t* const* staged, int64_t blk, int64_t s0, int64_t s1, bool d2h,
+               bool stream) {
+  const int64_t L = c.num_layers;
+  const int64_t elem = static_cast<int64_t>(c.elem);
+  for (int p = 0; p < c.planes; ++p) {
+    const ml::Plane& pl = c.plane[p];
+    const int64_t row = pl.hidden() * elem, host_stride = L * row, hb = pl.head * elem;
+    for (int64_t l = 0; l < L; ++l) {
+      uint8_t* h = staged[p] + l * row;
+      if (blk < 0 || blk >= pl.nb) {
+        if (d2h)
+          for (int64_t s = s0; s < s1; ++s) std::memset(h + (s - s0) * host_stride, 0, static_cast<size_t>(row));
+        continue;
+      }
+      uint8_t* dev = c.at(p, l) + blk * pl.bs * row;
+      if (!pl.bnsd) {
+        for (int64_t s = s0; s < s1; ++s) {
+          if (d2h) ml::Copy(h + (s - s0) * host_stride, dev + s * row, row, stream);
+          else ml::Copy(dev + s * row, h + (s - s0) * host_stride, row, stream);
+        }
+      } else if (d2h) {
+        for (int64_t s = s0; s < s1; ++s)
+          for (int64_t hh = 0; hh < pl.heads; ++hh)
+            ml::Copy(h + (s - s0) * host_stride + hh * hb, dev + (hh * pl.bs + s) * hb, hb, stream);
+      } else {
+        for (int64_t hh = 0; hh < pl.heads; ++hh)
+          for (int64_t s = s0; s < s1; ++s)
+            ml::Copy(dev + (hh * pl.bs + s) * hb, h + (s - s0) * host_stride + hh * hb, hb, stream);
+      }
+    }
+  }
+}
+
+// Staged path: the staging buffer is cut into one lane per thread, and each lane moves its share of the
+// blocks through its part of the buffer a few token rows (all layers, ~512 KiB) at a time: bulk copy of
+// those rows of the host block into staging, then the scatter from staging (h2d), or the gather into
+// staging then the bulk copy out (d2h). Pieces that small stay in the core's L2, so the data crosses
+// DRAM about once, as in the direct path. One parallel region per call. (On Ascend the staging copy is
+// a DMA of whole blocks followed by the on-device scatter; the buffer holds at least one block.)
+void StagedCopy(const ml::LayerCaches& c, uint8_t* const* host, const void* ids, mskv::DType id_dtype, int64_t n,
+                uint8_t* staging, int64_t staging_bytes, bool d2h, int64_t aiv) {
+  constexpr int64_t kPieceBytes = int64_t{512} << 10;
+  const int planes = c.planes;
+  const int64_t L = c.num_layers, bs = c.plane[0].bs;
+  std::vector<int64_t> token_bytes(planes);  // one token of one host block, all layers, plane p
+  int64_t all_token_bytes = 0;
+  for (int p = 0; p < planes; ++p) {
+    token_bytes[p] = L * c.plane[p].hidden() * static_cast<int64_t>(c.elem);
+    all_token_bytes += token_bytes[p];
+  }
+  const int64_t capacity = staging_bytes / (bs * all_token_bytes);  // whole blocks the buffer holds
+  if (capacity < 1) throw KernelError("staging holds less than one block of every plane");
+  const int64_t threads = aiv > 0 ? std::min<int64_t>(aiv, mskv::NumThreads()) : mskv::NumThreads();
+  const int64_t lanes = std::max<int64_t>(1, std::min({threads, capacity, n}));
+  const int64_t lane_bytes = staging_bytes / lanes;
+  const int64_t rows = std::max<int64_t>(1, std::min(bs, std::min(lane_bytes, kPieceBytes) / all_token_bytes));
+  const bool stream = n * bs * all_token_bytes >= ml::kStreamBytes;
+  ml::ParallelForCapped(lanes, n * bs * all_token_bytes, aiv, [&](int64_t lb, int64_t le) {
+    std::vector<uint8_t*> staged(planes);
+    for (int64_t lane = lb; lane < le; ++lane) {
+      uint8_t* area = staging + lane * lane_bytes;
+      for (int64_t i = lane * n / lanes; i < (lane + 1) * n / lanes; ++i) {
+        const int64_t blk = mskv::ReadIndex(ids, id_dtype, i);
+        for (int64_t s0 = 0; s0 < bs; s0 += rows) {
+          const int64_t s1 = std::min(bs, s0 + rows);
+          int64_t off = 0;
+          for (int p = 0; p < planes; ++p) {
+            staged[p] = area + off;
+            off += (s1 - s0) * token_bytes[p];
           }
+          auto host_rows = [&](int p) { return host[p] + (i * bs + s0) * token_bytes[p]; };
+          if (!d2h)
+            for (int p = 0; p < planes; ++p) ml::CopyBytes(staged[p], host_rows(p), (s1 - s0) * token_bytes[p]);
+          BlockRows(c, staged.data(), blk, s0, s1, d2h, stream && !d2h);
+          if (d2h)
+            for (int p = 0; p < planes; ++p) ml::Copy(host_rows(p), staged[p], (s1 - s0) * token_bytes[p], stream);
         }
       }
     }
@@ -101,43 +200,21 @@ MSKV_AOT_EXPORT int MultiLayerBlockTransfer(int nparam, void** params, int* ndim
     const int64_t n = a.dim(0, 0);
     const int64_t elem = static_cast<int64_t>(c.elem);
     std::vector<uint8_t*> host(planes);
-    std::vector<int64_t> block_bytes(planes);  // one host block of plane p
-    int64_t all_block_bytes = 0;
     for (int p = 0; p < planes; ++p) {
       const int idx = host0 + p;
       if (a.dtype(idx) != c.dtype) throw KernelError("host block dtype differs from the caches");
       if (a.rank(idx) < 1 || a.dim(idx, 0) != n) throw KernelError("host blocks must have len(block_ids) blocks");
-      block_bytes[p] = c.plane[p].bs * L * c.plane[p].hidden() * elem;
-      if (a.numel(idx) * elem != n * block_bytes[p]) throw KernelError("host block shape does not match the caches");
+      const int64_t block_bytes = c.plane[p].bs * L * c.plane[p].hidden() * elem;  // one host block, all layers
+      if (a.numel(idx) * elem != n * block_bytes) throw KernelError("host block shape does not match the caches");
       host[p] = a.ptr(idx);
-      all_block_bytes += block_bytes[p];
     }
     if (n == 0) return 0;
     const void* ids = a.ptr<void>(0);
     if (!staged) {
-      BlockCopy(c, host.data(), ids, id_dtype, 0, n, d2h, aiv);
+      BlockCopy(c, host.data(), ids, id_dtype, n, d2h, aiv);
       return 0;
     }
     if (a.dtype(1) != c.dtype) throw KernelError("staging dtype differs from the caches");
-    const int64_t staging_bytes = a.numel(1) * elem;
-    const int64_t chunk = staging_bytes / all_block_bytes;
-    if (chunk < 1) throw KernelError("staging holds less than one block of every plane");
-    uint8_t* staging = a.ptr(1);
-    std::vector<uint8_t*> staged_planes(planes);
-    for (int64_t i0 = 0; i0 < n; i0 += chunk) {
-      const int64_t m = std::min(chunk, n - i0);
-      int64_t off = 0;
-      for (int p = 0; p < planes; ++p) {
-        staged_planes[p] = staging + off;
-        off += m * block_bytes[p];
-      }
-      if (!d2h)
-        for (int p = 0; p < planes; ++p)
-          ml::ParallelCopy(staged_planes[p], host[p] + i0 * block_bytes[p], m * block_bytes[p], aiv);
-      BlockCopy(c, staged_planes.data(), ids, id_dtype, i0, m, d2h, aiv);
-      if (d2h)
-        for (int p = 0; p < planes; ++p)
-          ml::ParallelCopy(host[p] + i0 * block_bytes[p], staged_planes[p], m * block_bytes[p], aiv);
-    }
+    StagedCopy(c, host.data(), ids, id_dtype, n, a.ptr(1), a.numel(1) * elem, d2h, aiv);
   })
 }
