@@ -118,12 +118,15 @@ void CopyBuffers(py::buffer dst, py::buffer src, int64_t threads_cap) {
 }  // namespace
 
 namespace mskv {
+namespace ml = mskv::ml;
 
 void BindHostMemory(py::module_& m) {
   m.def("host_alloc", &HostAlloc, py::arg("nbytes"), py::arg("numa_node"), py::arg("pinned"),
         "mmap + mbind + mlock; returns (uint8 array | None, failing call, errno).");
   m.def("host_node_of", &NodeOfAddress, py::arg("address"), "NUMA node of the page at address (-1: unknown).");
   m.def("host_live", &LiveStats, "Bytes and count of live host_alloc buffers.");
+  m.def("transfer_calls", [] { return ml::CompletedCalls().load(std::memory_order_acquire); },
+        "Completed calls of the multi-layer transfer kernels (benchmark: wait without spinning).");
   m.def("copy_buffers", &CopyBuffers, py::arg("dst"), py::arg("src"), py::arg("threads_cap") = 0,
         "Parallel memcpy between two buffers of equal size (benchmark baseline).");
 }

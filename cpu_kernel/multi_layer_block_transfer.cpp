@@ -22,102 +22,98 @@ using mskv::AotArgs;
 using mskv::KernelError;
 namespace ml = mskv::ml;
 
-// Bytes of one block of one layer, all planes.
-int64_t BlockLayerBytes(const ml::LayerCaches& c) {
-  int64_t b = 0;
-  for (int p = 0; p < c.planes; ++p) b += c.plane[p].bs * c.plane[p].hidden() * static_cast<int64_t>(c.elem);
-  return b;
-}
-
-// Work items [begin, end) of (block i, layer l) = i * L + l: host block i of `host[p]` (planes laid out
-// [*, bs, L, hidden_p]) <-> device block ids[id_offset + i]. Serial; callers split the items.
-void BlockItems(const ml::LayerCaches& c, uint8_t* const* host, const void* ids, mskv::DType id_dtype,
-                int64_t id_offset, int64_t begin, int64_t end, bool d2h, bool stream) {
-  const int64_t L = c.num_layers;
+// Rows [s0, s1) of device block `blk` of plane p, layer l <-> host rows starting at `h` (row s0),
+// `host_stride` bytes apart. The loops run along the destination so that (streaming) stores go to
+// one contiguous range at a time; stores scattered over many ranges ran up to 5x slower here.
+inline void LayerRows(const ml::LayerCaches& c, int p, int64_t l, int64_t blk, int64_t s0, int64_t s1, uint8_t* h,
+                      int64_t host_stride, bool d2h, bool stream) {
+  const ml::Plane& pl = c.plane[p];
   const int64_t elem = static_cast<int64_t>(c.elem);
-  for (int64_t it = begin; it < end; ++it) {
-    const int64_t i = it / L, l = it % L;
-    const int64_t blk = mskv::ReadIndex(ids, id_dtype, id_offset + i);
-    for (int p = 0; p < c.planes; ++p) {
-      const ml::Plane& pl = c.plane[p];
-      const int64_t row = pl.hidden() * elem;          // one token of one layer
-      const int64_t host_stride = L * row;              // next token of the same layer
-      uint8_t* h = host[p] + (i * pl.bs * L + l) * row;
-      if (blk < 0 || blk >= pl.nb) {
-        if (d2h)
-          for (int64_t s = 0; s < pl.bs; ++s) std::memset(h + s * host_stride, 0, static_cast<size_t>(row));
-        continue;
-      }
-      uint8_t* dev = c.at(p, l) + blk * pl.bs * row;  // the device block (bs * hidden elements)
-      if (!pl.bnsd) {
-        for (int64_t s = 0; s < pl.bs; ++s) {
-          if (d2h) ml::Copy(h + s * host_stride, dev + s * row, row, stream);
-          else ml::Copy(dev + s * row, h + s * host_stride, row, stream);
-        }
-      } else {
-        // BNSD block [H, bs, D] <-> host [bs, (L,) H, D]: the loop runs along the destination, so the
-        // (streaming) stores go to one contiguous range at a time (writes scattered over H ranges ran
-        // at a fifth of the speed on this machine), and the strided side is read.
-        const int64_t hb = pl.head * elem;
-        if (d2h) {
-          for (int64_t s = 0; s < pl.bs; ++s)
-            for (int64_t hh = 0; hh < pl.heads; ++hh)
-              ml::Copy(h + s * host_stride + hh * hb, dev + (hh * pl.bs + s) * hb, hb, stream);
-        } else {
-          for (int64_t hh = 0; hh < pl.heads; ++hh)
-            for (int64_t s = 0; s < pl.bs; ++s)
-              ml::Copy(dev + (hh * pl.bs + s) * hb, h + s * host_stride + hh * hb, hb, stream);
-        }
-      }
+  const int64_t row = pl.hidden() * elem;
+  uint8_t* dev = c.at(p, l) + blk * pl.bs * row;  // the device block (bs * hidden elements)
+  if (!pl.bnsd) {
+    for (int64_t s = s0; s < s1; ++s) {
+      if (d2h) ml::Copy(h + (s - s0) * host_stride, dev + s * row, row, stream);
+      else ml::Copy(dev + s * row, h + (s - s0) * host_stride, row, stream);
     }
+    return;
+  }
+  const int64_t hb = pl.head * elem;  // BNSD block [H, bs, D] <-> host row [H, D]
+  if (d2h) {
+    for (int64_t s = s0; s < s1; ++s)
+      for (int64_t hh = 0; hh < pl.heads; ++hh)
+        ml::Copy(h + (s - s0) * host_stride + hh * hb, dev + (hh * pl.bs + s) * hb, hb, stream);
+  } else {
+    for (int64_t hh = 0; hh < pl.heads; ++hh)
+      for (int64_t s = s0; s < s1; ++s)
+        ml::Copy(dev + (hh * pl.bs + s) * hb, h + (s - s0) * host_stride + hh * hb, hb, stream);
   }
 }
 
-// Zero-copy path: every (block, layer) item over the threads.
-void BlockCopy(const ml::LayerCaches& c, uint8_t* const* host, const void* ids, mskv::DType id_dtype, int64_t n,
-               bool d2h, int64_t aiv) {
-  const int64_t L = c.num_layers;
-  const int64_t total = n * L * BlockLayerBytes(c);
-  const bool stream = total >= ml::kStreamBytes;
-  ml::ParallelForCapped(n * L, total, aiv, [&](int64_t begin, int64_t end) {
-    BlockItems(c, host, ids, id_dtype, 0, begin, end, d2h, stream);
-    if (stream) ml::StreamFence();
-  });
-}
-
-// Rows [s0, s1) of device block `blk`, every layer and plane <-> `staged[p]` laid out [s1 - s0, L,
-// hidden_p] (the same rows of a host block, which are contiguous there). Serial.
-void BlockRows(const ml::LayerCaches& c, uint8_t* const* staged, int64_t blk, int64_t s0, int64_t s1, bool d2h,
+// Token rows [s0, s1) of a host block (all layers and planes; `rows[p]` points at token s0, layer 0 of
+// plane p, laid out [s1 - s0, L, hidden_p]) <-> device block `blk`. h2d goes layer by layer (each layer's device block is the contiguous side);
+// d2h goes token by token, layers inside (the host rows of one token are the contiguous side). Ids
+// outside [0, nb): h2d skips, d2h writes zeros.
+void BlockRows(const ml::LayerCaches& c, uint8_t* const* host_rows, int64_t blk, int64_t s0, int64_t s1, bool d2h,
                bool stream) {
   const int64_t L = c.num_layers;
-  const int64_t elem = static_cast<int64_t>(c.elem);
   for (int p = 0; p < c.planes; ++p) {
     const ml::Plane& pl = c.plane[p];
-    const int64_t row = pl.hidden() * elem, host_stride = L * row, hb = pl.head * elem;
-    for (int64_t l = 0; l < L; ++l) {
-      uint8_t* h = staged[p] + l * row;
-      if (blk < 0 || blk >= pl.nb) {
-        if (d2h)
-          for (int64_t s = s0; s < s1; ++s) std::memset(h + (s - s0) * host_stride, 0, static_cast<size_t>(row));
-        continue;
-      }
-      uint8_t* dev = c.at(p, l) + blk * pl.bs * row;
-      if (!pl.bnsd) {
-        for (int64_t s = s0; s < s1; ++s) {
-          if (d2h) ml::Copy(h + (s - s0) * host_stride, dev + s * row, row, stream);
-          else ml::Copy(dev + s * row, h + (s - s0) * host_stride, row, stream);
-        }
-      } else if (d2h) {
-        for (int64_t s = s0; s < s1; ++s)
-          for (int64_t hh = 0; hh < pl.heads; ++hh)
-            ml::Copy(h + (s - s0) * host_stride + hh * hb, dev + (hh * pl.bs + s) * hb, hb, stream);
-      } else {
-        for (int64_t hh = 0; hh < pl.heads; ++hh)
-          for (int64_t s = s0; s < s1; ++s)
-            ml::Copy(dev + (hh * pl.bs + s) * hb, h + (s - s0) * host_stride + hh * hb, hb, stream);
-      }
+    const int64_t row = pl.hidden() * static_cast<int64_t>(c.elem);
+    uint8_t* rows = host_rows[p];
+    if (blk < 0 || blk >= pl.nb) {
+      if (d2h) std::memset(rows, 0, static_cast<size_t>((s1 - s0) * L * row));
+      continue;
+    }
+    if (d2h) {
+      for (int64_t s = s0; s < s1; ++s)
+        for (int64_t l = 0; l < L; ++l) LayerRows(c, p, l, blk, s, s + 1, rows + ((s - s0) * L + l) * row, 0, true, stream);
+    } else {
+      for (int64_t l = 0; l < L; ++l) LayerRows(c, p, l, blk, s0, s1, rows + l * row, L * row, false, stream);
     }
   }
+}
+
+// Token rows per work item: ~256 KiB of data (all layers and planes), so n blocks give enough items.
+int64_t RowsPerItem(const ml::LayerCaches& c) {
+  int64_t token_bytes = 0;
+  for (int p = 0; p < c.planes; ++p) token_bytes += c.num_layers * c.plane[p].hidden() * static_cast<int64_t>(c.elem);
+  return std::max<int64_t>(1, std::min(c.plane[0].bs, (int64_t{256} << 10) / token_bytes));
+}
+
+// Zero-copy path. h2d: items (block, layer), each a whole device block (the contiguous destination);
+// d2h: items (block, chunk of token rows), each a contiguous range of the host block. Over the threads.
+void BlockCopy(const ml::LayerCaches& c, uint8_t* const* host, const void* ids, mskv::DType id_dtype, int64_t n,
+               bool d2h, int64_t aiv) {
+  const int64_t bs = c.plane[0].bs, L = c.num_layers, elem = static_cast<int64_t>(c.elem);
+  int64_t total = 0;
+  for (int p = 0; p < c.planes; ++p) total += n * bs * L * c.plane[p].hidden() * elem;
+  const bool stream = total >= ml::kStreamBytes;
+  if (!d2h) {
+    ml::ParallelForCapped(n * L, total, aiv, [&](int64_t begin, int64_t end) {
+      for (int64_t it = begin; it < end; ++it) {
+        const int64_t i = it / L, l = it % L;
+        const int64_t blk = mskv::ReadIndex(ids, id_dtype, i);
+        if (blk < 0 || blk >= c.plane[0].nb) continue;
+        for (int p = 0; p < c.planes; ++p) {
+          const int64_t row = c.plane[p].hidden() * elem;
+          LayerRows(c, p, l, blk, 0, bs, host[p] + (i * bs * L + l) * row, L * row, false, stream);
+        }
+      }
+      if (stream) ml::StreamFence();
+    });
+    return;
+  }
+  const int64_t rows = RowsPerItem(c), chunks = (bs + rows - 1) / rows;
+  ml::ParallelForCapped(n * chunks, total, aiv, [&](int64_t begin, int64_t end) {
+    std::vector<uint8_t*> at(c.planes);
+    for (int64_t it = begin; it < end; ++it) {
+      const int64_t i = it / chunks, s0 = (it % chunks) * rows;
+      for (int p = 0; p < c.planes; ++p) at[p] = host[p] + (i * bs + s0) * L * c.plane[p].hidden() * elem;
+      BlockRows(c, at.data(), mskv::ReadIndex(ids, id_dtype, i), s0, std::min(bs, s0 + rows), true, stream);
+    }
+    if (stream) ml::StreamFence();
+  });
 }
 
 // Staged path: the staging buffer is cut into one lane per thread, and each lane moves its share of the
@@ -154,7 +150,7 @@ void StagedCopy(const ml::LayerCaches& c, uint8_t* const* host, const void* ids,
           const int64_t s1 = std::min(bs, s0 + rows);
           int64_t off = 0;
           for (int p = 0; p < planes; ++p) {
-            staged[p] = area + off;
+            staged[p] = area + off;  // host rows [s1 - s0, L, hidden_p], as in the host block
             off += (s1 - s0) * token_bytes[p];
           }
           auto host_rows = [&](int p) { return host[p] + (i * bs + s0) * token_bytes[p]; };
@@ -175,6 +171,7 @@ void StagedCopy(const ml::LayerCaches& c, uint8_t* const* host, const void* ids,
 MSKV_AOT_EXPORT int MultiLayerBlockTransfer(int nparam, void** params, int* ndims, int64_t** shapes,
                                             const char** dtypes, void* /*stream*/, void* extra) {
   MSKV_AOT_GUARD("multi_layer_block_transfer", {
+    const ml::CountCall count_call;
     AotArgs a{nparam, params, ndims, shapes, dtypes, static_cast<mindspore::AotExtra*>(extra)};
     const int64_t fmt = a.attr_int("kv_format", 0);
     const std::string direction = a.attr_str("direction", "");

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -222,6 +223,18 @@ void ParallelForCapped(int64_t n, int64_t total_bytes, int64_t cap, F&& body) {
     }
   });
 }
+
+// Completed calls of the transfer kernels (successful or not). Read by scripts/bench_transfer.py to
+// wait for a PyNative launch without MindSpore's spinning synchronize, which takes one of two cores
+// away from the kernel on a small machine.
+inline std::atomic<int64_t>& CompletedCalls() {
+  static std::atomic<int64_t> n{0};
+  return n;
+}
+
+struct CountCall {
+  ~CountCall() { CompletedCalls().fetch_add(1, std::memory_order_release); }
+};
 
 // Large contiguous copy split over threads (the staging DMA of the block transfer on CPU).
 inline void ParallelCopy(uint8_t* dst, const uint8_t* src, int64_t nbytes, int64_t cap) {

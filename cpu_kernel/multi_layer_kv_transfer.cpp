@@ -27,6 +27,7 @@ constexpr int64_t kChunkBytes = int64_t{64} << 10;
 MSKV_AOT_EXPORT int MultiLayerKvTransfer(int nparam, void** params, int* ndims, int64_t** shapes,
                                          const char** dtypes, void* /*stream*/, void* extra) {
   MSKV_AOT_GUARD("multi_layer_kv_transfer", {
+    const ml::CountCall count_call;
     AotArgs a{nparam, params, ndims, shapes, dtypes, static_cast<mindspore::AotExtra*>(extra)};
     const int64_t fmt = a.attr_int("kv_format", 0);
     const std::string direction = a.attr_str("direction", "");
