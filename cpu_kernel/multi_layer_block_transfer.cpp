@@ -16,6 +16,8 @@
 // identical to the direct path. (On a CPU this is two passes over the data; it exists for parity.)
 #include "multi_layer_common.h"
 
+#include <climits>
+
 namespace {
 
 using mskv::AotArgs;
@@ -81,23 +83,34 @@ int64_t RowsPerItem(const ml::LayerCaches& c) {
   return std::max<int64_t>(1, std::min(c.plane[0].bs, (int64_t{256} << 10) / token_bytes));
 }
 
-// Zero-copy path. h2d: items (block, layer), each a whole device block (the contiguous destination);
-// d2h: items (block, chunk of token rows), each a contiguous range of the host block. Over the threads.
+// Zero-copy path, over the threads. Items (block, layer) - a whole device block, read or written as one
+// range, with host rows of `row` bytes on the other side - for h2d, and for d2h when every plane's
+// row is >= 2 KiB. d2h with shorter rows (MLA: 1 KiB kv_c, 128 B k_pe) writes host rows that short
+// scattered over the block; there items are (block, chunk of token rows) instead, whose host side is
+// one contiguous range (measured here: MLA d2h 3 -> 8 GB/s; Llama BNSD d2h is better per layer).
 void BlockCopy(const ml::LayerCaches& c, uint8_t* const* host, const void* ids, mskv::DType id_dtype, int64_t n,
                bool d2h, int64_t aiv) {
   const int64_t bs = c.plane[0].bs, L = c.num_layers, elem = static_cast<int64_t>(c.elem);
-  int64_t total = 0;
-  for (int p = 0; p < c.planes; ++p) total += n * bs * L * c.plane[p].hidden() * elem;
+  int64_t total = 0, min_row = INT64_MAX;
+  for (int p = 0; p < c.planes; ++p) {
+    total += n * bs * L * c.plane[p].hidden() * elem;
+    min_row = std::min(min_row, c.plane[p].hidden() * elem);
+  }
   const bool stream = total >= ml::kStreamBytes;
-  if (!d2h) {
+  if (!d2h || min_row >= 2048) {
     ml::ParallelForCapped(n * L, total, aiv, [&](int64_t begin, int64_t end) {
       for (int64_t it = begin; it < end; ++it) {
         const int64_t i = it / L, l = it % L;
         const int64_t blk = mskv::ReadIndex(ids, id_dtype, i);
-        if (blk < 0 || blk >= c.plane[0].nb) continue;
         for (int p = 0; p < c.planes; ++p) {
           const int64_t row = c.plane[p].hidden() * elem;
-          LayerRows(c, p, l, blk, 0, bs, host[p] + (i * bs * L + l) * row, L * row, false, stream);
+          uint8_t* h = host[p] + (i * bs * L + l) * row;
+          if (blk < 0 || blk >= c.plane[p].nb) {
+            if (d2h)
+              for (int64_t s = 0; s < bs; ++s) std::memset(h + s * L * row, 0, static_cast<size_t>(row));
+            continue;
+          }
+          LayerRows(c, p, l, blk, 0, bs, h, L * row, d2h, stream);
         }
       }
       if (stream) ml::StreamFence();

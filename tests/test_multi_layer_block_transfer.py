@@ -355,10 +355,12 @@ class OutOfRangeBlocks(nn.Cell):
         return self.k * 1
 
 
+@pytest.mark.parametrize("head_size", [16, 512], ids=["short_rows", "2KiB_rows"])
 @pytest.mark.parametrize("staged", [False, True], ids=["zero_copy", "staged"])
-def test_graph_mode_out_of_range_block_ids(rng, staged):
-    """Graph mode cannot check id values: d2h gives zero host blocks for them, h2d skips them."""
-    geo = Geometry(SEPARATE, "BNSD", num_layers=1, num_blocks=3, block_size=4)
+def test_graph_mode_out_of_range_block_ids(rng, staged, head_size):
+    """Graph mode cannot check id values: d2h gives zero host blocks for them, h2d skips them (both d2h
+    work splits: per (block, token rows) for short rows, per (block, layer) for rows >= 2 KiB)."""
+    geo = Geometry(SEPARATE, "BNSD", num_layers=1, num_blocks=3, block_size=4, heads=1, head_size=head_size)
     planes = geo.random_planes(rng, "float32")
     ids_out = np.array([2, 7, -1], np.int64)
     ids_in = np.array([1 << 40, 0], np.int64)
@@ -375,3 +377,18 @@ def test_graph_mode_out_of_range_block_ids(rng, staged):
         assert not got[1:].any(), "out-of-range ids give zero host blocks"
     ref = ref_block_scatter(geo, planes, [h[1:] for h in host_in], [0])
     assert_bits_equal(to_np(k), ref[0][0], "only block 0 loaded")
+
+
+@pytest.mark.parametrize("layout", ["BNSD", "BSND"])
+def test_long_rows_d2h_per_layer_split(rng, layout):
+    """Rows of >= 2 KiB (4 heads x 128 x fp32) take the (block, layer) d2h split; > 4 MiB: streaming."""
+    geo = Geometry(SEPARATE, layout, num_layers=3, num_blocks=40, block_size=16, heads=4, head_size=128)
+    planes = geo.random_planes(rng, "float32")
+    caches = geo.to_ms(planes, "float32")
+    ids = rng.permutation(40)[:30].astype(np.int64)
+    for staging in (None, staging_for(geo, 2, "float32")):
+        host = host_zeros(geo, 30, "float32")
+        OP(caches, host, Tensor(ids), direction="d2h", cache_layout=layout, staging=staging)
+        expected = ref_block_gather(geo, planes, ids)
+        for p in range(2):
+            assert_bits_equal(to_np(host[p]), expected[p], f"staging={staging is not None} plane {p}")
