@@ -347,9 +347,12 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="small sizes (seconds)")
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--no-baseline", action="store_true", help="skip the per-layer built-in loop")
+    ap.add_argument("--tokens", type=int, nargs="+", help=f"token counts (default {TOKENS})")
+    ap.add_argument("--models", nargs="+", choices=sorted(MODELS), help="models (default: all)")
     ap.add_argument("--json", help="write the rows to this file")
     args = ap.parse_args(argv)
-    results = run(quick=args.quick, repeats=args.repeats, baseline=not args.no_baseline)
+    results = run(quick=args.quick, repeats=args.repeats, baseline=not args.no_baseline, tokens=args.tokens,
+                  models=args.models)
     print("cpu backend, CPU figures of this machine. GB/s = bytes of the buffer / time from the call to the "
           "kernel's end (waited for without spinning); +sync = GB/s including ms_kvcache.synchronize() (MindSpore "
           "busy-waits there); memcpy = best of multi-threaded and 1-thread copies of the same bytes; speedup = "

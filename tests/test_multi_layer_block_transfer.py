@@ -314,9 +314,9 @@ def test_graph_mode_static_errors(rng):
 
 @pytest.mark.parametrize("staging_blocks", [1, 2, 5])
 def test_staging_pieces_smaller_than_a_block(rng, staging_blocks):
-    """61 layers x (512 + 64) x bf16 is 70 KiB per token: the cpu staging path moves 7 token rows at a time
-    (pieces of a block) through 1 or 2 lanes; identical to zero-copy both ways."""
-    geo = Geometry(MLA, "BSND", num_layers=61, num_blocks=4, block_size=16, mla=(512, 64))
+    """61 layers x (512 + 64) x bf16 is 70 KiB per token: the cpu staging path moves 21 token rows at a
+    time (pieces of a 64-token block: 21, 21, 21, 1) through 1 or 2 lanes; identical to zero-copy both ways."""
+    geo = Geometry(MLA, "BSND", num_layers=61, num_blocks=4, block_size=64, mla=(512, 64))
     planes = geo.random_planes(rng, "bfloat16")
     caches = geo.to_ms(planes, "bfloat16")
     ids = np.array([3, 0, 2], np.int64)
