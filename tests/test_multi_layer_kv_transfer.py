@@ -532,3 +532,35 @@ def test_aiv_num_attribute_caps_threads_same_result(rng, aiv_num):
     prim = mod._PRIM_D2H("cpu", int(SEPARATE), "d2h", "BNSD", 3, aiv_num)
     prim(buf, Tensor(slots), *flat)
     assert_bits_equal(to_np(buf), pack_buffer(geo, ref_gather(geo, planes, slots)), f"aiv_num={aiv_num}")
+
+
+def test_jit_function_caches_from_closure_and_tuple_argument(rng):
+    """@ms.jit functions: Parameters the function refers to (closure/global) are written in place by h2d;
+    a tuple of Tensors given as an argument can be read (d2h). (Writing into an element of a tuple
+    argument fails in MindSpore 2.10 with "Parameter[i] has no default param".)"""
+    geo = Geometry(SEPARATE, "BSND", num_layers=2, num_blocks=2, block_size=4)
+    planes = geo.random_planes(rng, "float32")
+    params = tuple((Parameter(Tensor(k), name=f"jk{l}"), Parameter(Tensor(v), name=f"jv{l}"))
+                   for l, (k, v) in enumerate(planes))
+    slots = np.array([6, -1, 1], np.int64)
+    shape = mk.transfer_buffer_shape(SEPARATE, 2, 3, geo.hidden[0])
+    buf_np = random_array(rng, shape, "float32")
+
+    @ms.jit
+    def load(buf, slot_mapping):
+        mk.multi_layer_kv_transfer(buf, params, slot_mapping, kv_format=SEPARATE, direction="h2d")
+        return slot_mapping
+
+    @ms.jit
+    def offload(buf, caches, slot_mapping):
+        mk.multi_layer_kv_transfer(buf, caches, slot_mapping, kv_format=SEPARATE, direction="d2h")
+        return slot_mapping
+
+    load(Tensor(buf_np), Tensor(slots))
+    ref = ref_scatter(geo, planes, unpack_buffer(geo, buf_np, 3), slots)
+    for l in range(2):
+        for p in range(2):
+            assert_bits_equal(to_np(params[l][p]), ref[l][p], f"closure h2d l{l} p{p}")
+    out = Tensor(np.full(shape, 4.0, np.float32))
+    offload(out, tuple((Tensor(ref[l][0]), Tensor(ref[l][1])) for l in range(2)), Tensor(slots))
+    assert_bits_equal(to_np(out), pack_buffer(geo, ref_gather(geo, ref, slots)), "tuple-argument d2h")
