@@ -30,6 +30,20 @@ optional module ``ms_kvcache._cpu_pyboost`` was built for the running MindSpore 
 launch the same AOT entry through MindSpore's PyboostRunner API instead (a few us, asynchronous, in
 order with other ops; see ms_kvcache/csrc/pyboost_module.cpp). ``MS_KVCACHE_PYNATIVE_FAST=0`` or
 :func:`set_fast_path` (False) turns it off; graph mode always uses ops.Custom.
+
+Lists of tensors (``TensorSpec(dynamic=True)``, e.g. one cache per layer): the tensors are passed
+flattened, as consecutive positional arguments. The signature of the last input, when it is dynamic,
+is one ``KIND_VAR_POSITIONAL`` entry, so one class serves every list length; a dynamic input that is
+not last gets one entry per tensor, so its length is part of the class (``counts``). Each tensor must
+be its own argument: MindSpore also accepts a (nested) tuple argument and flattens it for the kernel,
+but then RW_WRITE does not reach the Parameters inside and graph mode reads stale values after the
+write (checked on MindSpore 2.10). Optional inputs that are absent are left out (``absent``). Inputs
+written only for some attribute value (``TensorSpec.inplace_if``) get one class per written set
+(``written``).
+
+``spec.extra["infer_shape"](attrs, *shapes)`` / ``["infer_dtype"](attrs, *dtypes)``, when given, run
+in MindSpore's infer step (``attrs`` = {attr name: value}): at graph compile time and at every
+PyNative call. Ops use them for the shape/dtype checks that must also run in graph mode.
 """
 import functools
 import os
@@ -84,14 +98,16 @@ def _signatures(inputs):
 
 
 class InplaceCustom(ops.Custom):
-    """Base of every ms_kvcache primitive; subclasses set ``SPEC`` (and, without sequence inputs, a
-    class-level ``__mindspore_signature__``).
+    """Base of every ms_kvcache primitive; subclasses set ``SPEC``, ``WRITTEN`` and (unless the spec has
+    sequence inputs) a class-level ``__mindspore_signature__``.
 
     ``__init__(backend, *attr_values)``, or ``__init__(backend, arity, *attr_values)`` when the spec has
     sequence inputs (the primitive then has ``arity`` inputs per sequence argument).
     """
 
     SPEC = None
+    #: names of the inputs this class writes (None: every ``inplace`` input of the spec)
+    WRITTEN = None
 
     def __init__(self, backend, *init_args):
         spec = self.SPEC
@@ -105,40 +121,81 @@ class InplaceCustom(ops.Custom):
             kwargs["reg_info"] = reg_info
         out_shape = spec.extra.get("out_shape", _status_shape)
         out_dtype = spec.extra.get("out_dtype", _status_dtype)
+        attrs = {a.name: v for a, v in zip(spec.attrs, attr_values)}
+        if "infer_shape" in spec.extra:
+            shape_fn = spec.extra["infer_shape"]
+
+            def out_shape(*shapes):
+                return shape_fn(attrs, *shapes)
+        if "infer_dtype" in spec.extra:
+            dtype_fn = spec.extra["infer_dtype"]
+
+            def out_dtype(*dtypes):
+                return dtype_fn(attrs, *dtypes)
         super().__init__(func, out_shape=out_shape, out_dtype=out_dtype, func_type="aot", **kwargs)
         if arity is not None:
             self.set_signatures(_signatures(spec.expanded_inputs(arity)))
             self.add_prim_attr("ms_kvcache_arity", arity)
-        if spec.inplace_inputs:
+        written = spec.inplace_inputs if self.WRITTEN is None else self.WRITTEN
+        if written:
             self.add_prim_attr("side_effect_mem", True)
         for attr, value in zip(spec.attrs, attr_values):
             self.add_prim_attr(attr.name, value)
         self.add_prim_attr("ms_kvcache_backend", backend)
 
 
-def prim_class(spec):
-    """The ops.Custom subclass for ``spec`` (one class per op, created once).
+def prim_class(spec, written=None, counts=None, absent=()):
+    """The ops.Custom subclass for ``spec`` (one class per op and variant, created once).
 
-    For a spec with sequence inputs the class is shared by every arity: instantiate it as
-    ``cls(backend, arity, *attr_values)``.
+    Args:
+        spec: the op's OpSpec.
+        written: names of the inputs written in place (default: the ``inplace`` inputs); use
+            ``spec.written_inputs(attrs)`` for inputs with ``inplace_if``.
+        counts: {name: number of tensors} for each dynamic input that is not the last input.
+        absent: names of optional inputs left out of the call.
+
+    Call graph-mode code through a module-level name bound to the returned class.
     """
-    cls = _CLASSES.get(spec.name)
+    written = tuple(t.name for t in spec.inputs if t.inplace) if written is None else tuple(written)
+    counts = dict(counts or {})
+    absent = tuple(absent)
+    key = (spec.name, frozenset(written), tuple(sorted(counts.items())), frozenset(absent))
+    cls = _CLASSES.get(key)
+    if cls is None and spec.has_sequences:  # arity-specialised: the signature is set per instance
+        cls = _CLASSES[key] = type(spec.op_type, (InplaceCustom,), {"SPEC": spec, "WRITTEN": written})
     if cls is None:
-        ns = {"SPEC": spec}
-        if not spec.has_sequences:
-            ns["__mindspore_signature__"] = _signatures(spec.inputs)
-        cls = type(spec.op_type, (InplaceCustom,), ns)
-        _CLASSES[spec.name] = cls
+        present = [t for t in spec.inputs if t.name not in absent]
+        sigs = []
+        for i, t in enumerate(present):
+            rw = sig.sig_rw.RW_WRITE if t.name in written else sig.sig_rw.RW_READ
+            if t.dynamic and i == len(present) - 1:
+                sigs.append(sig.make_sig(t.name, rw, sig.sig_kind.KIND_VAR_POSITIONAL))
+            elif t.dynamic:
+                if t.name not in counts:
+                    raise ValueError(f"prim_class({spec.name}): dynamic input {t.name!r} is not last; "
+                                     f"give its length in counts")
+                sigs.extend(sig.make_sig(f"{t.name}{j}", rw) for j in range(counts[t.name]))
+            else:
+                sigs.append(sig.make_sig(t.name, rw))
+        # distinct names: _get_cache_prim keys PyNative instances by str(cls)
+        default = (frozenset(t.name for t in spec.inputs if t.inplace), (), frozenset())
+        suffix = "" if key[1:] == default else "[" + ";".join(
+            [f"writes={','.join(sorted(written)) or '-'}"] + [f"{n}={c}" for n, c in sorted(counts.items())]
+            + ([f"absent={','.join(sorted(absent))}"] if absent else [])) + "]"
+        cls = type(spec.op_type + suffix, (InplaceCustom,),
+                   {"SPEC": spec, "WRITTEN": written, "__mindspore_signature__": tuple(sigs)})
+        _CLASSES[key] = cls
     return cls
 
 
-def eager_op(spec, backend, attr_values=(), arity=None):
-    """Cached ops.Custom primitive instance for PyNative calls (``arity`` for sequence specs)."""
-    key = (spec.name, backend, attr_values, arity)
+def eager_op(spec, backend, attr_values=(), arity=None, cls=None):
+    """Cached ops.Custom primitive instance for PyNative calls (``arity`` for sequence specs; ``cls``: a
+    variant from :func:`prim_class`)."""
+    key = (spec.name, backend, attr_values, arity, cls)
     op = _EAGER.get(key)
     if op is None:
         args = (backend,) + ((arity,) if spec.has_sequences else ()) + tuple(attr_values)
-        op = _EAGER[key] = prim_class(spec)(*args)
+        op = _EAGER[key] = (prim_class(spec) if cls is None else cls)(*args)
     return op
 
 

@@ -43,6 +43,11 @@ class TensorSpec:
     sequence: the argument is a list/tuple of tensors of one shape and dtype (e.g. one cache per
         layer); the primitive is specialised by its length L and takes the L tensors as L consecutive
         inputs named ``<name>_0 .. <name>_{L-1}`` (see ``_custom.prim_class``).
+    dynamic: a list of tensors of one dtype (AscendC ``ParamType(DYNAMIC)``, aclnn ``aclTensorList``);
+        MindSpore receives its tensors flattened as consecutive positional arguments (see
+        ``_custom.prim_class``). ``ranks`` then applies to every tensor of the list.
+    inplace_if: ``(attr, value)``: written in place only when attribute ``attr`` equals ``value``
+        (e.g. ``("direction", "h2d")``); the primitive class then depends on that attribute.
     """
 
     name: str
@@ -51,6 +56,8 @@ class TensorSpec:
     inplace: bool = False
     optional: bool = False
     sequence: bool = False
+    dynamic: bool = False
+    inplace_if: Optional[Tuple[str, Any]] = None
 
 
 @dataclass(frozen=True)
@@ -91,7 +98,15 @@ class OpSpec:
 
     @property
     def inplace_inputs(self):
-        return tuple(t.name for t in self.inputs if t.inplace)
+        """Inputs the op may write (unconditionally or for some attribute value)."""
+        return tuple(t.name for t in self.inputs if t.inplace or t.inplace_if is not None)
+
+    def written_inputs(self, attr_values: Optional[Mapping[str, Any]] = None):
+        """Inputs written for these attribute values ({name: value}; defaults fill the gaps)."""
+        values = {a.name: a.default for a in self.attrs}
+        values.update(attr_values or {})
+        return tuple(t.name for t in self.inputs
+                     if t.inplace or (t.inplace_if is not None and values.get(t.inplace_if[0]) == t.inplace_if[1]))
 
     @property
     def has_sequences(self):
