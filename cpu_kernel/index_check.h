@@ -123,6 +123,18 @@ IndexIssue CheckBlockPairValues(const I* m, int64_t n, int64_t src_blocks, int64
   return {};
 }
 
+// Block ids [n] (multi_layer_block_transfer): 1 = ids[i] (= value) outside [0, num_blocks); with
+// `distinct`, 2 = ids[i] == ids[j] (= value), i < j, j the earliest such position.
+template <typename I>
+IndexIssue CheckBlockIdValues(const I* ids, int64_t n, int64_t num_blocks, bool distinct) {
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t v = ids[t];
+    if (v < 0 || v >= num_blocks) return {1, t, -1, v};
+  }
+  if (!distinct) return {};
+  return CheckSlotValues(ids, n, num_blocks);  // all in range now: only the duplicate search remains
+}
+
 // Dispatch on the element size (4: int32, 8: int64).
 inline IndexIssue CheckSlotValues(const void* p, size_t elem, int64_t n, int64_t num_slots) {
   return elem == 4 ? CheckSlotValues(static_cast<const int32_t*>(p), n, num_slots)
@@ -132,6 +144,11 @@ inline IndexIssue CheckBlockPairValues(const void* p, size_t elem, int64_t n, in
                                        int64_t dst_blocks) {
   return elem == 4 ? CheckBlockPairValues(static_cast<const int32_t*>(p), n, src_blocks, dst_blocks)
                    : CheckBlockPairValues(static_cast<const int64_t*>(p), n, src_blocks, dst_blocks);
+}
+
+inline IndexIssue CheckBlockIdValues(const void* p, size_t elem, int64_t n, int64_t num_blocks, bool distinct) {
+  return elem == 4 ? CheckBlockIdValues(static_cast<const int32_t*>(p), n, num_blocks, distinct)
+                   : CheckBlockIdValues(static_cast<const int64_t*>(p), n, num_blocks, distinct);
 }
 
 // The messages of the Python wrappers (ms_kvcache/_validate.py), for the kernels' strict mode.
@@ -148,6 +165,16 @@ inline std::string BlockIssueMessage(const std::string& arg, const IndexIssue& e
   return "argument '" + arg + "': expected " + (e.j == 0 ? "src" : "dst") + " block ids in [0, " +
          std::to_string(e.j == 0 ? src_blocks : dst_blocks) + "), got " + std::to_string(e.value) + " at row " +
          std::to_string(e.i) + " (column " + std::to_string(e.j) + ")";
+}
+
+inline std::string BlockIdIssueMessage(const std::string& arg, const IndexIssue& e, int64_t num_blocks) {
+  if (e.code == 1) {
+    return "argument '" + arg + "': expected block ids in [0, " + std::to_string(num_blocks) + "), got " +
+           std::to_string(e.value) + " at index " + std::to_string(e.i);
+  }
+  return "argument '" + arg + "': expected distinct ids for h2d (two host blocks cannot load into one device "
+         "block), got " + std::to_string(e.value) + " at indices [" + std::to_string(e.i) + ", " + std::to_string(e.j) +
+         "]";
 }
 
 }  // namespace mskv

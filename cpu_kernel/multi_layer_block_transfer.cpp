@@ -1,9 +1,10 @@
 // multi_layer_block_transfer, native CPU kernel ("cpu" backend): whole blocks of every layer between
 // per-layer paged caches and token-major host blocks (HeteroFusedKernels "pcieThrough" style).
 //
-// AOT params (OpSpec order): block_ids [n] int32/int64, staging (optional), host_blocks... (dynamic,
-// one tensor per plane), kv_caches... (dynamic, num_layers * tensors_per_layer, layer-major), then the
-// int32 [1] status output. Attrs: kv_format, direction, cache_layout, num_layers, aiv_num.
+// AOT params (OpSpec order): block_ids [n] int32/int64, staging (optional: an empty [0] tensor when
+// absent), host_blocks... (list, one tensor per plane), kv_caches... (list, num_layers *
+// tensors_per_layer, layer-major), then the int32 [1] status output; the list lengths come from
+// dyn_input_sizes (mskv::InputSpans). Attrs: kv_format, direction, cache_layout, num_layers, aiv_num.
 // Host plane p: [n, block_size, L, H, D] (MLA/DSA: [n, block_size, L, hidden_p]), i.e. block i,
 // token s, layer l is the row at ((i * bs + s) * L + l) * hidden_p elements: one contiguous piece per
 // block. Device plane p of layer l: [nb, bs, H, D] (BSND) or [nb, H, bs, D] (BNSD).
@@ -197,13 +198,13 @@ MSKV_AOT_EXPORT int MultiLayerBlockTransfer(int nparam, void** params, int* ndim
     if (layout != "BSND" && layout != "BNSD") throw KernelError("unknown cache_layout " + layout);
     const int planes = ml::PlanesOf(fmt);
     const int tpl = ml::TensorsPerLayer(fmt);
-    const int64_t fixed = nparam - 1 - planes - L * tpl;  // block_ids [+ staging]
-    if (fixed != 1 && fixed != 2)
-      throw KernelError("expected block_ids, [staging], " + std::to_string(planes) + " host planes and " +
-                        std::to_string(L * tpl) + " caches, got " + std::to_string(nparam - 1) + " inputs");
-    const bool staged = fixed == 2;
-    const int host0 = static_cast<int>(fixed);
-    const ml::LayerCaches c = ml::ParseLayerCaches(a, host0 + planes, fmt, L, layout == "BNSD");
+    const std::vector<mskv::InputSpan> in = mskv::InputSpans(a, 4);  // block_ids, staging, host_blocks, kv_caches
+    if (in[2].count != planes || in[3].count != L * tpl)
+      throw KernelError("expected " + std::to_string(planes) + " host planes and " + std::to_string(L * tpl) +
+                        " caches, got " + std::to_string(in[2].count) + " and " + std::to_string(in[3].count));
+    const bool staged = a.numel(in[1].first) > 0;
+    const int host0 = in[2].first;
+    const ml::LayerCaches c = ml::ParseLayerCaches(a, in[3].first, fmt, L, layout == "BNSD");
     const mskv::DType id_dtype = a.dtype(0);
     if (id_dtype != mskv::DType::kI32 && id_dtype != mskv::DType::kI64) throw KernelError("block_ids must be int32/int64");
     if (a.rank(0) != 1) throw KernelError("block_ids must be rank 1");
@@ -220,11 +221,13 @@ MSKV_AOT_EXPORT int MultiLayerBlockTransfer(int nparam, void** params, int* ndim
     }
     if (n == 0) return 0;
     const void* ids = a.ptr<void>(0);
+    ml::StrictCheckBlockIds(a, ids, id_dtype, n, c.plane[0].nb, /*distinct=*/!d2h);
     if (!staged) {
       BlockCopy(c, host.data(), ids, id_dtype, n, d2h, aiv);
       return 0;
     }
-    if (a.dtype(1) != c.dtype) throw KernelError("staging dtype differs from the caches");
-    StagedCopy(c, host.data(), ids, id_dtype, n, a.ptr(1), a.numel(1) * elem, d2h, aiv);
+    const int st = in[1].first;
+    if (a.dtype(st) != c.dtype) throw KernelError("staging dtype differs from the caches");
+    StagedCopy(c, host.data(), ids, id_dtype, n, a.ptr(st), a.numel(st) * elem, d2h, aiv);
   })
 }

@@ -2,10 +2,11 @@
 // multi_layer_block_transfer.cpp): cache formats, per-plane geometry, the flattened list of per-layer
 // caches, row copies and a core-capped parallel loop.
 //
-// How the per-layer caches reach a kernel: the op has one *dynamic* input `kv_caches` (AscendC
+// How the per-layer caches reach a kernel: the op has one list (dynamic) input `kv_caches` (AscendC
 // ParamType(DYNAMIC), an aclTensorList on the aclnn side); MindSpore passes its tensors as consecutive
-// AOT params in layer-major order: layer l, component c at index l * tensors_per_layer + c, where
-// tensors_per_layer is 1 for MERGED_KV ([2, nb, ...] holds both planes) and the plane count otherwise.
+// AOT params (where they start and how many: mskv::InputSpans, from dyn_input_sizes) in layer-major
+// order: layer l, component c at l * tensors_per_layer + c, where tensors_per_layer is 1 for MERGED_KV
+// ([2, nb, ...] holds both planes) and the plane count otherwise.
 #pragma once
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "aot_abi.h"
+#include "index_check.h"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -244,6 +246,29 @@ inline void ParallelCopy(uint8_t* dst, const uint8_t* src, int64_t nbytes, int64
     const int64_t lo = b * kPiece, hi = std::min(nbytes, e * kPiece);
     if (hi > lo) std::memcpy(dst + lo, src + lo, static_cast<size_t>(hi - lo));  // glibc streams big copies
   });
+}
+
+// Strict mode (attribute "mskv_strict", set only by the PyNative fast path, whose wrappers may read the
+// index tensor without waiting for pending ops): re-check the values the kernel actually sees and fail,
+// writing nothing, instead of skipping invalid ones. Same messages as the Python checks.
+inline bool Strict(const AotArgs& a) { return a.attr_bool("mskv_strict", false); }
+
+inline void StrictCheckSlots(const AotArgs& a, const void* slots, DType d, int64_t n, int64_t num_slots,
+                             bool allow_duplicates) {
+  if (!Strict(a) || n <= 0) return;
+  const IndexIssue e = CheckSlotValues(slots, DTypeSize(d), n, num_slots);
+  if (e.code == 1 || (e.code == 2 && !allow_duplicates))
+    throw KernelError(SlotIssueMessage("slot_mapping", e, num_slots) +
+                      " (checked at launch: was slot_mapping modified after the call?)");
+}
+
+inline void StrictCheckBlockIds(const AotArgs& a, const void* ids, DType d, int64_t n, int64_t num_blocks,
+                                bool distinct) {
+  if (!Strict(a) || n <= 0) return;
+  const IndexIssue e = CheckBlockIdValues(ids, DTypeSize(d), n, num_blocks, distinct);
+  if (e.code != 0)
+    throw KernelError(BlockIdIssueMessage("block_ids", e, num_blocks) +
+                      " (checked at launch: was block_ids modified after the call?)");
 }
 
 }  // namespace ml

@@ -1,8 +1,8 @@
 // multi_layer_kv_transfer, native CPU kernel ("cpu" backend): all layers' K/V rows of T tokens
 // between paged caches and one contiguous buffer (LMCache "KV_2LTD" style), in one call.
 //
-// AOT params (OpSpec order): buffer, slot_mapping [T] int32/int64, kv_caches... (dynamic input:
-// num_layers * tensors_per_layer tensors, layer-major), then the int32 [1] status output.
+// AOT params (OpSpec order): buffer, slot_mapping [T] int32/int64, kv_caches... (list input:
+// num_layers * tensors_per_layer tensors, layer-major; dyn_input_sizes), then the int32 [1] status output.
 // Attrs: kv_format (1..4), direction ("d2h" | "h2d"), cache_layout ("BSND" | "BNSD"),
 // num_layers, aiv_num (thread cap, 0 = all).
 // Buffer: plane p, layer l, token t is the row at byte offset
@@ -39,10 +39,11 @@ MSKV_AOT_EXPORT int MultiLayerKvTransfer(int nparam, void** params, int* ndims, 
     const bool d2h = direction == "d2h";
     if (layout != "BSND" && layout != "BNSD") throw KernelError("unknown cache_layout " + layout);
     const int tpl = ml::TensorsPerLayer(fmt);
-    if (nparam != 2 + L * tpl + 1)
-      throw KernelError("expected 2 + num_layers*" + std::to_string(tpl) + " inputs + 1 output, got " +
-                        std::to_string(nparam) + " params for num_layers=" + std::to_string(L));
-    const ml::LayerCaches c = ml::ParseLayerCaches(a, 2, fmt, L, layout == "BNSD");
+    const std::vector<mskv::InputSpan> in = mskv::InputSpans(a, 3);
+    if (in[2].count != L * tpl)
+      throw KernelError("expected num_layers*" + std::to_string(tpl) + " = " + std::to_string(L * tpl) +
+                        " caches, got " + std::to_string(in[2].count));
+    const ml::LayerCaches c = ml::ParseLayerCaches(a, in[2].first, fmt, L, layout == "BNSD");
     if (a.dtype(0) != c.dtype) throw KernelError("buffer dtype differs from the caches");
     const mskv::DType sd = a.dtype(1);
     if (sd != mskv::DType::kI32 && sd != mskv::DType::kI64) throw KernelError("slot_mapping must be int32/int64");
@@ -64,6 +65,7 @@ MSKV_AOT_EXPORT int MultiLayerKvTransfer(int nparam, void** params, int* ndims, 
     uint8_t* buffer = a.ptr(0);
     const void* slots = a.ptr<void>(1);
     const int64_t num_slots = c.plane[0].slots();
+    ml::StrictCheckSlots(a, slots, sd, T, num_slots, /*allow_duplicates=*/d2h);
     const bool stream = plane_off[c.planes] >= ml::kStreamBytes;
     ml::ParallelForCapped(items[c.planes], plane_off[c.planes], aiv, [&](int64_t begin, int64_t end) {
       int p = 0;

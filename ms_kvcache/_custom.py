@@ -11,18 +11,32 @@ The public wrappers call :func:`eager_launcher` in PyNative and, in graph mode,
 ``_get_cache_prim(prim_class(spec))(backend, *attr_values)`` so the graph compiler instantiates the
 primitive with constant arguments.
 
-Lists of tensors (one cache per layer: ``copy_blocks``, multi-layer transfer). A Python list of
-Parameters cannot be a graph input, and an ops.Custom input cannot be a tuple that is written in place.
-So an op whose :class:`~ms_kvcache._spec.TensorSpec` has ``sequence=True`` gets a primitive
-*specialised by arity*: ``prim_class(spec)(backend, L, *attr_values)`` takes the L tensors of each
-sequence argument as L consecutive inputs (``key_caches_0 .. key_caches_{L-1}``), each marked
-``RW_WRITE`` if the argument is in place. The signature is set per instance (``set_signatures``), so
-one class serves every L; the kernel infers L from the number of parameters. In a graph, L is the
-length of the (constant-length) tuple, so the wrapper writes
-``_get_cache_prim(Prim)(graph_backend(), len(caches))(*caches, ...)``: this works in a GRAPH_MODE
-``Cell.construct`` with the caches in a ``ParameterTuple`` attribute and in ``@ms.jit`` functions that
-build the list from Parameters. In PyNative, :func:`eager_launcher` with ``arity=L`` does the same
-(or the fast path takes the L tensors directly).
+Lists of tensors (one cache per layer: ``copy_blocks``, the multi-layer transfers). A Python list of
+Parameters cannot be a graph input, and an ops.Custom input that is a tuple of tensors is not written
+in place (RW_WRITE does not reach the Parameters inside it; graph mode then reads stale values). So an
+input declared ``TensorSpec(..., dynamic=True)`` reaches the primitive *flattened*: its n tensors are
+n consecutive inputs ``<name>_0 .. <name>_{n-1}``, each its own argument (RW_WRITE if written). The
+counts are per instance: ``prim_class(spec)(backend, counts, *attr_values)`` with ``counts`` one int
+per dynamic input (an int alone: the same count for every dynamic input), so one class serves every
+layer count and several lists of different lengths. The instance sets its signature
+(``Primitive.set_signatures``) and the attribute ``dyn_input_sizes`` (one entry per input: the count of
+a dynamic input, -1 otherwise): MindSpore's own convention, which its Ascend custom kernel uses to
+regroup the flat inputs into aclTensorLists, which the sim AOT entry reads the same way and which the
+cpu kernels read through ``mskv::InputSpans`` (the fast path passes it too). In a graph the counts
+are tuple lengths (constants), e.g. ``_get_cache_prim(Prim)(graph_backend(), (len(k), len(v)))(*k, *v,
+m)``: this works in a GRAPH_MODE ``Cell.construct`` with ParameterTuple attributes and in ``@ms.jit``
+functions.
+
+Inputs written only for some attribute value (``TensorSpec.inplace_if``, e.g. the buffer of a d2h
+transfer) are resolved per instance from its attribute values: RW_WRITE in its signature,
+``side_effect_mem`` if anything is written. An optional input that is absent is passed as an empty
+``[0]`` tensor (every backend), so every instance of an op has the same inputs.
+
+``spec.extra["infer_shape"](attrs, *shapes)`` / ``["infer_dtype"](attrs, *dtypes)``, when given, run
+in MindSpore's infer step (``attrs`` = {attr name: value}, defaults filled; a dynamic input's shapes /
+dtypes come as one tuple): at graph compile time and at every ops.Custom PyNative call (not on the
+fast path). Ops with lists use them for the shape/dtype checks of every tensor of a list, which
+costs one Python call per op at compile time instead of one constexpr per tensor.
 
 PyNative fast path. ``ops.Custom`` costs ~0.1-2 ms per PyNative call on this CPU. When the backend
 offers an AOT library usable outside ops.Custom (``fast_library()``; the cpu backend does) and the
@@ -30,26 +44,13 @@ optional module ``ms_kvcache._cpu_pyboost`` was built for the running MindSpore 
 launch the same AOT entry through MindSpore's PyboostRunner API instead (a few us, asynchronous, in
 order with other ops; see ms_kvcache/csrc/pyboost_module.cpp). ``MS_KVCACHE_PYNATIVE_FAST=0`` or
 :func:`set_fast_path` (False) turns it off; graph mode always uses ops.Custom.
-
-Lists of tensors (``TensorSpec(dynamic=True)``, e.g. one cache per layer): the tensors are passed
-flattened, as consecutive positional arguments. The signature of the last input, when it is dynamic,
-is one ``KIND_VAR_POSITIONAL`` entry, so one class serves every list length; a dynamic input that is
-not last gets one entry per tensor, so its length is part of the class (``counts``). Each tensor must
-be its own argument: MindSpore also accepts a (nested) tuple argument and flattens it for the kernel,
-but then RW_WRITE does not reach the Parameters inside and graph mode reads stale values after the
-write (checked on MindSpore 2.10). Optional inputs that are absent are left out (``absent``). Inputs
-written only for some attribute value (``TensorSpec.inplace_if``) get one class per written set
-(``written``).
-
-``spec.extra["infer_shape"](attrs, *shapes)`` / ``["infer_dtype"](attrs, *dtypes)``, when given, run
-in MindSpore's infer step (``attrs`` = {attr name: value}): at graph compile time and at every
-PyNative call. Ops use them for the shape/dtype checks that must also run in graph mode.
 """
 import functools
 import os
 
 import mindspore as ms
-from mindspore import ops
+import numpy as np
+from mindspore import Tensor, ops
 from mindspore.ops import signature as sig
 from mindspore.ops.primitive import constexpr
 
@@ -58,7 +59,7 @@ from ms_kvcache import _backend
 from mindspore.ops._primitive_cache import _get_cache_prim  # noqa: F401  (re-exported)
 
 __all__ = ["prim_class", "eager_op", "eager_launcher", "graph_backend", "_run_in_jit", "_get_cache_prim",
-           "fast_path_available", "set_fast_path", "nosync_checker"]
+           "fast_path_available", "set_fast_path", "nosync_checker", "empty_input", "empty_input_graph"]
 
 
 def _probe():
@@ -97,105 +98,92 @@ def _signatures(inputs):
     return tuple(sig.make_sig(t.name, sig.sig_rw.RW_WRITE if t.inplace else sig.sig_rw.RW_READ) for t in inputs)
 
 
-class InplaceCustom(ops.Custom):
-    """Base of every ms_kvcache primitive; subclasses set ``SPEC``, ``WRITTEN`` and (unless the spec has
-    sequence inputs) a class-level ``__mindspore_signature__``.
+def _regroup(spec, counts, flat):
+    """Flat infer-step arguments -> one per spec input (a dynamic input's as one tuple)."""
+    if counts is None:
+        return flat
+    out, i, it = [], 0, iter(counts)
+    for t in spec.inputs:
+        if t.dynamic:
+            n = next(it)
+            out.append(tuple(flat[i:i + n]))
+            i += n
+        else:
+            out.append(flat[i])
+            i += 1
+    return out
 
-    ``__init__(backend, *attr_values)``, or ``__init__(backend, arity, *attr_values)`` when the spec has
-    sequence inputs (the primitive then has ``arity`` inputs per sequence argument).
+
+class InplaceCustom(ops.Custom):
+    """Base of every ms_kvcache primitive; subclasses set ``SPEC`` (and, for a spec without dynamic or
+    conditionally written inputs, a class-level ``__mindspore_signature__``).
+
+    ``__init__(backend, *attr_values)``, or ``__init__(backend, counts, *attr_values)`` when the spec
+    has dynamic inputs (``counts``: one int per dynamic input, or one int for all of them).
     """
 
     SPEC = None
-    #: names of the inputs this class writes (None: every ``inplace`` input of the spec)
-    WRITTEN = None
 
     def __init__(self, backend, *init_args):
         spec = self.SPEC
-        arity = None
+        counts = None
         attr_values = init_args
-        if spec.has_sequences:
-            arity, attr_values = int(init_args[0]), init_args[1:]
+        if spec.has_dynamic:
+            counts, attr_values = spec.counts(init_args[0]), init_args[1:]
         func, reg_info = _backend.backend_module(backend).aot_func(spec)
         kwargs = {}
         if reg_info is not None:
             kwargs["reg_info"] = reg_info
         out_shape = spec.extra.get("out_shape", _status_shape)
         out_dtype = spec.extra.get("out_dtype", _status_dtype)
-        attrs = {a.name: v for a, v in zip(spec.attrs, attr_values)}
+        attrs = spec.attr_values(attr_values)
         if "infer_shape" in spec.extra:
             shape_fn = spec.extra["infer_shape"]
 
             def out_shape(*shapes):
-                return shape_fn(attrs, *shapes)
+                return shape_fn(attrs, *_regroup(spec, counts, shapes))
         if "infer_dtype" in spec.extra:
             dtype_fn = spec.extra["infer_dtype"]
 
             def out_dtype(*dtypes):
-                return dtype_fn(attrs, *dtypes)
+                return dtype_fn(attrs, *_regroup(spec, counts, dtypes))
         super().__init__(func, out_shape=out_shape, out_dtype=out_dtype, func_type="aot", **kwargs)
-        if arity is not None:
-            self.set_signatures(_signatures(spec.expanded_inputs(arity)))
-            self.add_prim_attr("ms_kvcache_arity", arity)
-        written = spec.inplace_inputs if self.WRITTEN is None else self.WRITTEN
-        if written:
+        if spec.has_dynamic or spec.has_conditional_writes:
+            self.set_signatures(_signatures(spec.expanded_inputs(counts, attrs)))
+        if counts is not None:
+            self.add_prim_attr("dyn_input_sizes", spec.dyn_input_sizes(counts))
+        if spec.written_inputs(attrs):
             self.add_prim_attr("side_effect_mem", True)
         for attr, value in zip(spec.attrs, attr_values):
             self.add_prim_attr(attr.name, value)
         self.add_prim_attr("ms_kvcache_backend", backend)
 
 
-def prim_class(spec, written=None, counts=None, absent=()):
-    """The ops.Custom subclass for ``spec`` (one class per op and variant, created once).
+def prim_class(spec):
+    """The ops.Custom subclass for ``spec`` (one class per op, created once).
 
-    Args:
-        spec: the op's OpSpec.
-        written: names of the inputs written in place (default: the ``inplace`` inputs); use
-            ``spec.written_inputs(attrs)`` for inputs with ``inplace_if``.
-        counts: {name: number of tensors} for each dynamic input that is not the last input.
-        absent: names of optional inputs left out of the call.
-
-    Call graph-mode code through a module-level name bound to the returned class.
+    Instantiate it as ``cls(backend, *attr_values)``, or ``cls(backend, counts, *attr_values)`` for a
+    spec with dynamic inputs. Graph-mode code calls it through a module-level name bound to the class:
+    ``_get_cache_prim(_Prim)(graph_backend(), ...)``.
     """
-    written = tuple(t.name for t in spec.inputs if t.inplace) if written is None else tuple(written)
-    counts = dict(counts or {})
-    absent = tuple(absent)
-    key = (spec.name, frozenset(written), tuple(sorted(counts.items())), frozenset(absent))
-    cls = _CLASSES.get(key)
-    if cls is None and spec.has_sequences:  # arity-specialised: the signature is set per instance
-        cls = _CLASSES[key] = type(spec.op_type, (InplaceCustom,), {"SPEC": spec, "WRITTEN": written})
+    cls = _CLASSES.get(spec.name)
     if cls is None:
-        present = [t for t in spec.inputs if t.name not in absent]
-        sigs = []
-        for i, t in enumerate(present):
-            rw = sig.sig_rw.RW_WRITE if t.name in written else sig.sig_rw.RW_READ
-            if t.dynamic and i == len(present) - 1:
-                sigs.append(sig.make_sig(t.name, rw, sig.sig_kind.KIND_VAR_POSITIONAL))
-            elif t.dynamic:
-                if t.name not in counts:
-                    raise ValueError(f"prim_class({spec.name}): dynamic input {t.name!r} is not last; "
-                                     f"give its length in counts")
-                sigs.extend(sig.make_sig(f"{t.name}{j}", rw) for j in range(counts[t.name]))
-            else:
-                sigs.append(sig.make_sig(t.name, rw))
-        # distinct names: _get_cache_prim keys PyNative instances by str(cls)
-        default = (frozenset(t.name for t in spec.inputs if t.inplace), (), frozenset())
-        suffix = "" if key[1:] == default else "[" + ";".join(
-            [f"writes={','.join(sorted(written)) or '-'}"] + [f"{n}={c}" for n, c in sorted(counts.items())]
-            + ([f"absent={','.join(sorted(absent))}"] if absent else [])) + "]"
-        cls = type(spec.op_type + suffix, (InplaceCustom,),
-                   {"SPEC": spec, "WRITTEN": written, "__mindspore_signature__": tuple(sigs)})
-        _CLASSES[key] = cls
+        ns = {"SPEC": spec}
+        if not (spec.has_dynamic or spec.has_conditional_writes):
+            ns["__mindspore_signature__"] = _signatures(spec.expanded_inputs())
+        cls = type(spec.op_type, (InplaceCustom,), ns)
+        _CLASSES[spec.name] = cls
     return cls
 
 
-def eager_op(spec, backend, attr_values=(), arity=None, cls=None):
-    """Cached ops.Custom primitive instance for PyNative calls (``arity`` for sequence specs; ``cls``: a
-    variant from :func:`prim_class`)."""
-    key = (spec.name, backend, attr_values, arity, cls)
+def eager_op(spec, backend, attr_values=(), counts=None):
+    """Cached ops.Custom primitive instance for PyNative calls (``counts`` for specs with dynamic
+    inputs, as :class:`InplaceCustom`)."""
+    key = (spec.name, backend, attr_values, counts)
     op = _EAGER.get(key)
     if op is None:
-        args = (backend,) + ((arity,) if spec.has_sequences else ()) + tuple(attr_values)
-        op = _EAGER[key] = (prim_class(spec) if cls is None else cls)(*args)
+        args = (backend,) + ((spec.counts(counts),) if spec.has_dynamic else ()) + tuple(attr_values)
+        op = _EAGER[key] = prim_class(spec)(*args)
     return op
 
 
@@ -241,14 +229,15 @@ def set_fast_path(enabled):
     return old
 
 
-def eager_launcher(spec, backend, attr_values=(), arity=None):
+def eager_launcher(spec, backend, attr_values=(), counts=None):
     """Callable ``f(*tensors)`` that runs ``spec`` in PyNative on its inputs in primitive order
-    (sequence arguments flattened). Uses the fast path when available, else the ops.Custom primitive.
+    (dynamic inputs flattened; ``counts`` as for :class:`InplaceCustom`). Uses the fast path when
+    available, else the ops.Custom primitive.
 
     On the fast path the kernel runs in strict mode (attribute ``mskv_strict``): it re-checks the index
     values it reads at launch and fails the op, writing nothing, if one is invalid (see
-    :func:`nosync_checker`)."""
-    key = (spec.name, backend, attr_values, arity)
+    :func:`nosync_checker`). It gets the attributes the primitive would set, ``dyn_input_sizes`` included."""
+    key = (spec.name, backend, attr_values, counts)
     f = _LAUNCHERS.get(key)
     if f is None:
         if fast_path_available(backend)[0]:
@@ -256,9 +245,11 @@ def eager_launcher(spec, backend, attr_values=(), arity=None):
             lib = _backend.backend_module(backend).fast_library()
             attrs = {a.name: v for a, v in zip(spec.attrs, attr_values)}
             attrs["mskv_strict"] = True
+            if spec.has_dynamic:
+                attrs["dyn_input_sizes"] = spec.dyn_input_sizes(counts)
             f = functools.partial(mod.run, mod.kernel(lib, spec.op_type, spec.name, attrs))
         else:
-            f = eager_op(spec, backend, attr_values, arity)
+            f = eager_op(spec, backend, attr_values, counts)
         _LAUNCHERS[key] = f
     return f
 
@@ -280,6 +271,22 @@ def nosync_checker(backend):
         mod = _fast_module() if fast_path_available(backend)[0] else None
         _LAUNCHERS[key] = mod
     return mod
+
+
+_EMPTY = {}
+
+
+def empty_input(dtype):
+    """The empty ``[0]`` tensor of ``dtype`` passed in place of an absent optional input (eager code;
+    one cached tensor per dtype)."""
+    t = _EMPTY.get(dtype)
+    if t is None:
+        t = _EMPTY[dtype] = Tensor(np.zeros((0,), np.float32), dtype=dtype)
+    return t
+
+
+#: :func:`empty_input` for graph-mode code (a constant of the compiled graph).
+empty_input_graph = constexpr(empty_input)
 
 
 @constexpr(reuse_result=False)

@@ -513,7 +513,7 @@ def opdef_from_sim(info, op_type):
 
 # ---------------------------------------------------------------------------------------------- comparisons
 def _expected_param_type(t):
-    if getattr(t, "sequence", False):
+    if t.dynamic:
         return "dynamic"
     return "optional" if t.optional else "required"
 

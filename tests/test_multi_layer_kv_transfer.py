@@ -529,7 +529,7 @@ def test_aiv_num_attribute_caps_threads_same_result(rng, aiv_num):
     slots = rng.permutation(geo.slots).astype(np.int64)
     shape = mk.transfer_buffer_shape(SEPARATE, 3, len(slots), 128)
     buf = Tensor(np.zeros(shape, np.float32))
-    prim = mod._PRIM_D2H("cpu", int(SEPARATE), "d2h", "BNSD", 3, aiv_num)
+    prim = mod._Prim("cpu", (len(flat),), int(SEPARATE), "d2h", "BNSD", 3, aiv_num)
     prim(buf, Tensor(slots), *flat)
     assert_bits_equal(to_np(buf), pack_buffer(geo, ref_gather(geo, planes, slots)), f"aiv_num={aiv_num}")
 

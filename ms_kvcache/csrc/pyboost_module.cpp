@@ -138,6 +138,15 @@ py::object CheckBlockMappingNoSync(const ms::Tensor& t, int64_t src_blocks, int6
   return py::make_tuple(e.code, e.i, e.j, e.value);
 }
 
+py::object CheckBlockIdsNoSync(const ms::Tensor& t, int64_t num_blocks, bool distinct) {
+  size_t elem = 0;
+  int64_t n = 0;
+  const void* p = HostIndexData(t, &elem, &n);
+  if (p == nullptr) return py::none();
+  const mskv::IndexIssue e = mskv::CheckBlockIdValues(p, elem, n, num_blocks, distinct);
+  return py::make_tuple(e.code, e.i, e.j, e.value);
+}
+
 // Wait until MindSpore's PyNative pipeline has no queued work, sleeping between polls instead of
 // busy-waiting (Tensor.asnumpy() spins the calling thread, which on a 2-core machine takes a core away
 // from the kernels being waited for). Returns False on timeout. Call asnumpy() afterwards to collect
@@ -168,8 +177,12 @@ KernelHolder MakeKernel(const std::string& library, const std::string& symbol, c
       v.floats.emplace_back(name, val.cast<double>());
     } else if (py::isinstance<py::str>(val)) {
       v.strs.emplace_back(name, val.cast<std::string>());
+    } else if (py::isinstance<py::list>(val) || py::isinstance<py::tuple>(val)) {
+      std::vector<int64_t> l;  // e.g. dyn_input_sizes
+      for (const auto& x : val) l.push_back(x.cast<int64_t>());
+      v.int_lists.emplace_back(name, std::move(l));
     } else {
-      throw py::type_error("attribute " + name + ": expected bool, int, float or str");
+      throw py::type_error("attribute " + name + ": expected bool, int, float, str or a list of ints");
     }
   }
   return KernelHolder{mskv_bridge::MakeKernel(library, symbol, op_name, std::move(v))};
@@ -189,6 +202,9 @@ PYBIND11_MODULE(_cpu_pyboost, m) {
         "tensor is not host-resident (an op output, non-CPU, strided or not int32/int64).");
   m.def("check_block_mapping_nosync", &CheckBlockMappingNoSync, py::arg("block_mapping"), py::arg("src_blocks"),
         py::arg("dst_blocks"), "Like ms_kvcache._cpu.check_block_mapping, without a pipeline sync (see check_slots_nosync).");
+  m.def("check_block_ids_nosync", &CheckBlockIdsNoSync, py::arg("block_ids"), py::arg("num_blocks"),
+        py::arg("distinct"), "(code, i, j, value) for block ids [n] read without a pipeline sync: 0 ok; 1 ids[i] = "
+        "value outside [0, num_blocks); 2 (distinct only) ids[i] == ids[j] = value, i < j. None as check_slots_nosync.");
   m.def("wait_idle", &WaitIdle, py::arg("timeout_s") = 60.0, py::arg("poll_us") = 20.0,
         "Sleep-poll until MindSpore's PyNative pipeline is idle (no busy-wait); False on timeout.");
   m.def("run", &RunKernel, "run(kernel, *tensors): launch kernel on the tensors (inputs in op order), in place, "

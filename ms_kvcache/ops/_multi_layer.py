@@ -1,15 +1,15 @@
 """Shared pieces of the multi-layer ops (``multi_layer_kv_transfer``, ``multi_layer_block_transfer``).
 
-How a list of per-layer caches reaches the kernel (design, see docs/design.md "Lists of per-layer
-caches"): the op has one *dynamic* input ``kv_caches`` - AscendC ``ParamType(DYNAMIC)`` / an aclnn
-``aclTensorList`` - whose tensors MindSpore receives as consecutive positional arguments, in
-layer-major order: layer ``l``, component ``c`` is tensor ``l * tensors_per_layer + c``, where
-``tensors_per_layer`` is 1 for MERGED_KV (the ``[2, nb, ...]`` tensor) and the plane count otherwise.
-Every cache is its own argument, marked RW_WRITE when the op writes caches, so graph mode orders the
-op against other reads/writes of each Parameter and copies nothing. Not chosen: a table of per-layer
-base addresses (an int64 tensor) - graph mode cannot know addresses at compile time and the compiler
-could no longer see which Parameters the op touches; primitives specialised by layer count - one
-class per L, while a variadic signature serves every L with one class.
+How a list of per-layer caches reaches the kernel (docs/design.md, "Lists of tensors"): the op has one
+list input ``kv_caches`` (``TensorSpec(dynamic=True)``; AscendC ``ParamType(DYNAMIC)`` / an aclnn
+``aclTensorList``), whose tensors the primitive takes as consecutive inputs, in layer-major order:
+layer ``l``, component ``c`` is tensor ``l * tensors_per_layer + c``, where ``tensors_per_layer`` is 1
+for MERGED_KV (the ``[2, nb, ...]`` tensor) and the plane count otherwise. Every cache is its own
+argument, marked RW_WRITE when the op writes caches, so graph mode orders the op against other
+reads/writes of each Parameter and copies nothing; the list length is a per-instance count
+(``dyn_input_sizes``), so one primitive class serves every layer count. Not chosen: a table of
+per-layer base addresses (an int64 tensor) - graph mode cannot know addresses at compile time and the
+compiler could no longer see which Parameters the op touches.
 
 Users pass ``kv_caches`` either nested (one entry per layer: a tensor for MERGED_KV, a tuple of planes
 otherwise) or already flat (``L * planes`` tensors in that layer-major order, e.g. one
@@ -79,9 +79,7 @@ def check_layout(op, fmt, cache_layout):
 
 
 def dtype_name(dtype):
-    """Canonical dtype name; also unwraps the ``tensor[int64]`` types MindSpore's infer step passes."""
-    if hasattr(dtype, "element_type"):
-        dtype = dtype.element_type()
+    """Canonical dtype name (:func:`ms_kvcache._spec.dtype_name`, which unwraps infer-step types)."""
     return _dtype_name(dtype)
 
 

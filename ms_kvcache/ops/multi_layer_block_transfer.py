@@ -3,17 +3,17 @@ token-major host blocks, in one call (block granularity, HeteroFusedKernels "pci
 
 Op interface (what the cpu kernel implements today and an AscendC kernel implements later):
 
-- inputs, in order: ``block_ids`` int32/int64 ``[n]``; ``staging`` (optional, written); ``host_blocks``
-  - a dynamic input of one tensor per plane (written for ``direction="d2h"``); ``kv_caches`` - a
-  dynamic input of ``num_layers * tensors_per_layer`` caches in layer-major order (written for
-  ``"h2d"``). AscendC: two ``ParamType(DYNAMIC)`` inputs and one ``OPTIONAL``; MindSpore: the tensors as
-  consecutive positional arguments (the host-plane count, 2 or 3, and the presence of ``staging`` select
-  one of eight primitive classes; the layer list is variadic);
+- inputs, in order: ``block_ids`` int32/int64 ``[n]``; ``staging`` (optional, written; an empty ``[0]``
+  tensor when absent); ``host_blocks`` - a list input of one tensor per plane (written for
+  ``direction="d2h"``); ``kv_caches`` - a list input of ``num_layers * tensors_per_layer`` caches in
+  layer-major order (written for ``"h2d"``). AscendC: two ``ParamType(DYNAMIC)`` inputs and one
+  ``OPTIONAL``; MindSpore: the tensors as consecutive inputs of one primitive class, the two list
+  lengths per instance (``dyn_input_sizes`` ``[-1, -1, planes, n]``);
 - attrs: ``kv_format``, ``direction``, ``cache_layout``, ``num_layers``, ``aiv_num`` (0 = all cores);
 - output: the dummy int32 ``[1]`` status.
 
-See :mod:`ms_kvcache.ops._multi_layer` and docs/design.md ("Lists of per-layer caches") for why the
-layers are a dynamic input.
+See :mod:`ms_kvcache.ops._multi_layer` and docs/design.md ("Lists of tensors") for why the layers are
+a list input.
 """
 import numpy as np
 import mindspore as ms
@@ -22,7 +22,8 @@ from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
 from ms_kvcache import _validate as V
-from ms_kvcache._custom import _get_cache_prim, _run_in_jit, eager_op, graph_backend, prim_class
+from ms_kvcache._custom import (_get_cache_prim, _run_in_jit, eager_launcher, empty_input, empty_input_graph,
+                                graph_backend, nosync_checker, prim_class)
 from ms_kvcache._formats import CACHE_LAYOUTS, KVCacheFormat
 from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, AttrSpec, OpSpec, TensorSpec, register
 from ms_kvcache.ops import _multi_layer as ML
@@ -62,14 +63,13 @@ def _host_plane_shape(fmt, n, plane, num_layers):
     return (n, bs, num_layers, h * d)
 
 
-def _check_shapes(attrs, shapes, has_staging):
+def _check_shapes(attrs, ids_shape, staging_shape, host_shapes, cache_shapes, has_staging):
     """Shape checks (eager and infer); returns (planes, n, staging elements needed per block)."""
     fmt, layout, num_layers = attrs["kv_format"], attrs["cache_layout"], attrs["num_layers"]
     planes_n = ML.planes_of(fmt)
-    ids_shape = shapes[0]
-    staging_shape = shapes[1] if has_staging else None
-    host_shapes = shapes[1 + has_staging: 1 + has_staging + planes_n]
-    cache_shapes = shapes[1 + has_staging + planes_n:]
+    if len(host_shapes) != planes_n:
+        raise ValueError(f"{_OP}: argument 'host_blocks': expected {planes_n} planes {ML.PLANE_NAMES[fmt]} for "
+                         f"{KVCacheFormat(fmt).name}, got {len(host_shapes)}")
     planes = ML.cache_planes(_OP, fmt, layout, num_layers, cache_shapes)
     if len(ids_shape) != 1:
         raise ValueError(f"{_OP}: argument 'block_ids': expected rank 1, got shape {tuple(ids_shape)}")
@@ -86,7 +86,7 @@ def _check_shapes(attrs, shapes, has_staging):
                              f"num_layers = {num_layers}), got {got}")
     per_block = sum(bs * num_layers * h * d for (_, bs, h, d) in planes)
     if has_staging:
-        size = int(np.prod(staging_shape, dtype=np.int64)) if len(staging_shape) else 1
+        size = _numel(staging_shape)
         if size < per_block:
             raise ValueError(f"{_OP}: argument 'staging': expected at least one block of every plane, "
                              f"block_size * num_layers * sum(hidden) = {per_block} elements, got {size} "
@@ -94,31 +94,32 @@ def _check_shapes(attrs, shapes, has_staging):
     return planes, n, per_block
 
 
-def _split_counts(attrs, count):
-    planes_n = ML.planes_of(attrs["kv_format"])
-    caches = attrs["num_layers"] * ML.tensors_per_layer(attrs["kv_format"])
-    has_staging = count - 1 - planes_n - caches
-    if has_staging not in (0, 1):
-        raise ValueError(f"{_OP}: expected block_ids, [staging], {planes_n} host planes and {caches} caches, "
-                         f"got {count} tensors")
-    return has_staging
+def _numel(shape):
+    return int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
 
 
-def _infer_shape(attrs, *shapes):
-    """Run in MindSpore's infer step: at graph compile time and at every PyNative call."""
-    _check_shapes(attrs, shapes, _split_counts(attrs, len(shapes)))
+def _infer_shape(attrs, ids_shape, staging_shape, host_shapes, cache_shapes):
+    """Run in MindSpore's infer step: at graph compile time and at every ops.Custom PyNative call. An
+    empty staging tensor stands for "no staging" (the wrapper passes one when ``staging`` is None)."""
+    _check_shapes(attrs, ids_shape, staging_shape, host_shapes, cache_shapes, _numel(staging_shape) > 0)
     return [1]
 
 
-def _infer_dtype(attrs, *dtypes):
-    has_staging = _split_counts(attrs, len(dtypes))
-    planes_n = ML.planes_of(attrs["kv_format"])
-    ML.check_index(_OP, "block_ids", (0,), dtypes[0])
-    others = {f"host_blocks[{p}]": dtypes[1 + has_staging + p] for p in range(planes_n)}
-    if has_staging:
-        others["staging"] = dtypes[1]
-    ML.check_kv_dtypes(_OP, attrs["kv_format"], dtypes[1 + has_staging + planes_n:], others)
+def _infer_dtype(attrs, ids_dtype, staging_dtype, host_dtypes, cache_dtypes):
+    ML.check_index(_OP, "block_ids", (0,), ids_dtype)
+    others = {f"host_blocks[{p}]": d for p, d in enumerate(host_dtypes)}
+    others["staging"] = staging_dtype  # the empty stand-in has the caches' dtype
+    ML.check_kv_dtypes(_OP, attrs["kv_format"], cache_dtypes, others)
     return ms.int32
+
+
+def _check_static(attr_values, shapes, dtypes, has_staging):
+    """Eager shape/dtype checks (memoised by the wrapper): shapes/dtypes of (block_ids, staging, host
+    planes, caches); returns what :func:`_check_shapes` returns."""
+    attrs = SPEC.attr_values(attr_values)
+    ids_d, st_d, host_d, cache_d = dtypes
+    _infer_dtype(attrs, ids_d, st_d if has_staging else cache_d[0], host_d, cache_d)
+    return _check_shapes(attrs, *shapes, has_staging)
 
 
 SPEC = register(OpSpec(
@@ -143,18 +144,13 @@ SPEC = register(OpSpec(
 ))
 
 
-def _variant(direction, num_host_planes, staged):
-    return prim_class(SPEC, written=SPEC.written_inputs({"direction": direction}),
-                      counts={"host_blocks": num_host_planes}, absent=() if staged else ("staging",))
-
-
-#: one class per (direction, host planes, staging given); the layer list is variadic in each.
-_PRIMS = {(d, p, s): _variant(d, p, s) for d in ML.DIRECTIONS for p in (2, 3) for s in (False, True)}
+_Prim = prim_class(SPEC)
+_STATIC = {}
 
 
 @constexpr
-def _graph_attrs(kv_format, direction, cache_layout, num_host_planes, host_rank, cache_rank, num_tensors, staged):
-    """Compile-time checks of the graph branch; returns (kv_format value, num_layers, class key)."""
+def _graph_attrs(kv_format, direction, cache_layout, num_host_planes, host_rank, cache_rank, num_tensors):
+    """Compile-time checks of the graph branch; returns (kv_format value, num_layers, cache_layout)."""
     ML.check_direction(_OP, direction)
     fmt = _guess_format(_OP, kv_format, num_host_planes, host_rank, cache_rank)
     cache_layout = _default_layout(fmt, cache_layout)
@@ -166,7 +162,7 @@ def _graph_attrs(kv_format, direction, cache_layout, num_host_planes, host_rank,
     if num_tensors % tpl:
         raise ValueError(f"{_OP}: argument 'kv_caches': expected num_layers * {tpl} tensors for "
                          f"{KVCacheFormat(fmt).name}, got {num_tensors}")
-    return fmt, num_tensors // tpl, (direction, num_host_planes, staged), cache_layout
+    return fmt, num_tensors // tpl, cache_layout
 
 
 def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, staging=None, kv_format=None,
@@ -214,19 +210,19 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
             host blocks whose shape does not match (``n``, block_size, layer count, heads, head size);
             a staging buffer smaller than one block; a block id outside ``[0, num_blocks)`` or (h2d) a
             repeated id (PyNative only: in graph mode such ids are skipped by h2d and give zero host
-            blocks in d2h, never a write outside a cache); a non-contiguous tensor that would be written.
+            blocks in d2h, never a write outside a cache); a non-contiguous tensor that would be written, or
+            (without the PyNative fast path, where ops.Custom would write into a copy) a view.
     """
     if _run_in_jit():  # @jit.cond: True
         flat = ML.flatten_graph(kv_caches)
         host = tuple(host_blocks)
-        fmt, num_layers, key, layout = _graph_attrs(kv_format, direction, cache_layout, len(host), len(host[0].shape),
-                                            len(flat[0].shape), len(flat), staging is not None)
+        fmt, num_layers, layout = _graph_attrs(kv_format, direction, cache_layout, len(host), len(host[0].shape),
+                                               len(flat[0].shape), len(flat))
+        prim = _get_cache_prim(_Prim)(graph_backend(), (len(host), len(flat)), fmt, direction, layout, num_layers, 0)
         if staging is None:
-            _get_cache_prim(_PRIMS[key])(graph_backend(), fmt, direction, layout, num_layers, 0)(
-                block_ids, *host, *flat)
+            prim(block_ids, empty_input_graph(flat[0].dtype), *host, *flat)
         else:
-            _get_cache_prim(_PRIMS[key])(graph_backend(), fmt, direction, layout, num_layers, 0)(
-                block_ids, staging, *host, *flat)
+            prim(block_ids, staging, *host, *flat)
     else:
         op = _OP
         V.require_tensor(op, "block_ids", block_ids)
@@ -250,30 +246,33 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
             raise ValueError(f"{op}: argument 'host_blocks': expected {ML.planes_of(fmt)} planes "
                              f"{ML.PLANE_NAMES[fmt]} for {KVCacheFormat(fmt).name}, got {len(host_blocks)}")
         flat, num_layers = ML.flatten_eager(op, kv_caches, fmt)
+        host = tuple(host_blocks)
         staged = staging is not None
-        attrs = {"kv_format": fmt, "direction": direction, "cache_layout": cache_layout, "num_layers": num_layers}
-        args = (block_ids,) + ((staging,) if staged else ()) + tuple(host_blocks) + flat
-        _infer_dtype(attrs, *(x.dtype for x in args))
-        planes, n, _ = _check_shapes(attrs, [x.shape for x in args], int(staged))
-        written = list(host_blocks) if direction == "d2h" else list(flat)
-        names = [f"host_blocks[{p}]" for p in range(len(host_blocks))] if direction == "d2h" else \
-            [f"kv_caches (tensor {i} in layer-major order)" for i in range(len(flat))]
+        attr_values = (fmt, direction, cache_layout, num_layers, 0)
+        planes, n, _ = V.cached_static(_STATIC, _check_static, (
+            attr_values,
+            (block_ids.shape, staging.shape if staged else (0,), tuple(x.shape for x in host),
+             tuple(x.shape for x in flat)),
+            (block_ids.dtype, staging.dtype if staged else None, tuple(x.dtype for x in host),
+             tuple(x.dtype for x in flat)),
+            staged))
+        if direction == "d2h":
+            written = [(f"host_blocks[{p}]", x) for p, x in enumerate(host)]
+        else:
+            written = [(f"kv_caches (tensor {i} in layer-major order)", x) for i, x in enumerate(flat)]
         if staged:
-            written.append(staging)
-            names.append("staging")
-        for name, x in zip(names, written):
+            written.append(("staging", staging))
+        for name, x in written:
             V.require_contiguous(op, name, x)
         if n == 0:
             return None
-        ids = V.index_values(block_ids)
-        V.check_block_ids(op, "block_ids", ids, planes[0][0])
-        if direction == "h2d" and ids.size > 1:
-            uniq, counts = np.unique(ids, return_counts=True)
-            if uniq.size != ids.size:
-                dup = int(uniq[np.argmax(counts > 1)])
-                where = np.nonzero(ids == dup)[0][:2].tolist()
-                raise ValueError(f"{op}: argument 'block_ids': expected distinct ids for h2d (two host blocks "
-                                 f"cannot load into one device block), got {dup} at indices {where}")
-        cls = _PRIMS[(direction, len(host_blocks), staged)]
-        eager_op(SPEC, _backend.get_backend(), (fmt, direction, cache_layout, num_layers, 0), cls=cls)(*args)
+        backend = _backend.get_backend()
+        nosync = nosync_checker(backend)
+        if nosync is None:  # ops.Custom path: it would write into a copy of a view
+            for name, x in written:
+                V.require_not_view(op, name, x)
+        V.check_block_id_tensor(op, "block_ids", block_ids, planes[0][0], distinct=(direction == "h2d"),
+                                nosync=nosync)
+        eager_launcher(SPEC, backend, attr_values, (len(host), len(flat)))(
+            V.contiguous_input(block_ids), staging if staged else empty_input(flat[0].dtype), *host, *flat)
     return None

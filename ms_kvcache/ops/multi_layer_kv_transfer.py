@@ -4,14 +4,15 @@ contiguous buffer, in one call (token granularity, LMCache "KV_2LTD" style).
 Op interface (what the cpu kernel implements today and an AscendC kernel implements later):
 
 - inputs, in order: ``buffer`` (written for ``direction="d2h"``), ``slot_mapping`` int32/int64
-  ``[T]``, ``kv_caches`` - a *dynamic* input (AscendC ``ParamType(DYNAMIC)``, aclnn ``aclTensorList``)
-  of ``num_layers * tensors_per_layer`` caches in layer-major order (written for ``"h2d"``);
+  ``[T]``, ``kv_caches`` - a list input (``TensorSpec(dynamic=True)``; AscendC ``ParamType(DYNAMIC)``,
+  aclnn ``aclTensorList``) of ``num_layers * tensors_per_layer`` caches in layer-major order (written
+  for ``"h2d"``); the primitive gets its length per instance (``dyn_input_sizes`` ``[-1, -1, n]``);
 - attrs: ``kv_format`` (KVCacheFormat value), ``direction``, ``cache_layout``, ``num_layers``,
   ``aiv_num`` (cap on cores / threads; 0 = all);
 - output: the dummy int32 ``[1]`` status of every in-place op.
 
-Why a dynamic input rather than a table of per-layer base addresses or one primitive per layer count:
-see :mod:`ms_kvcache.ops._multi_layer` and docs/design.md ("Lists of per-layer caches").
+Why a list input rather than a table of per-layer base addresses: see :mod:`ms_kvcache.ops._multi_layer`
+and docs/design.md ("Lists of tensors").
 """
 import operator
 
@@ -20,7 +21,8 @@ from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
 from ms_kvcache import _validate as V
-from ms_kvcache._custom import _get_cache_prim, _run_in_jit, eager_op, graph_backend, prim_class
+from ms_kvcache._custom import (_get_cache_prim, _run_in_jit, eager_launcher, graph_backend, nosync_checker,
+                                prim_class)
 from ms_kvcache._formats import CACHE_LAYOUTS, KVCacheFormat
 from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, AttrSpec, OpSpec, TensorSpec, register
 from ms_kvcache.ops import _multi_layer as ML
@@ -121,16 +123,23 @@ def _check_shapes(attrs, buffer_shape, slot_shape, cache_shapes):
     return planes
 
 
-def _infer_shape(attrs, buffer_shape, slot_shape, *cache_shapes):
-    """Run in MindSpore's infer step: at graph compile time and at every PyNative call."""
+def _infer_shape(attrs, buffer_shape, slot_shape, cache_shapes):
+    """Run in MindSpore's infer step: at graph compile time and at every ops.Custom PyNative call."""
     _check_shapes(attrs, buffer_shape, slot_shape, cache_shapes)
     return [1]
 
 
-def _infer_dtype(attrs, buffer_dtype, slot_dtype, *cache_dtypes):
+def _infer_dtype(attrs, buffer_dtype, slot_dtype, cache_dtypes):
     ML.check_index(_OP, "slot_mapping", (0,), slot_dtype)
     ML.check_kv_dtypes(_OP, attrs["kv_format"], cache_dtypes, {"buffer": buffer_dtype})
     return ms.int32
+
+
+def _check_static(attr_values, buffer_shape, buffer_dtype, slot_shape, slot_dtype, cache_shapes, cache_dtypes):
+    """Eager shape/dtype checks (memoised by the wrapper); returns the per-plane geometry."""
+    attrs = SPEC.attr_values(attr_values)
+    _infer_dtype(attrs, buffer_dtype, slot_dtype, cache_dtypes)
+    return _check_shapes(attrs, buffer_shape, slot_shape, cache_shapes)
 
 
 SPEC = register(OpSpec(
@@ -153,8 +162,8 @@ SPEC = register(OpSpec(
     extra={"infer_shape": _infer_shape, "infer_dtype": _infer_dtype},
 ))
 
-_PRIM_D2H = prim_class(SPEC, written=SPEC.written_inputs({"direction": "d2h"}))
-_PRIM_H2D = prim_class(SPEC, written=SPEC.written_inputs({"direction": "h2d"}))
+_Prim = prim_class(SPEC)
+_STATIC = {}
 
 
 @constexpr
@@ -215,17 +224,14 @@ def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direc
             ``transfer_buffer_shape(...)`` (this also catches a layer-count mismatch); a slot
             ``>= num_blocks * block_size``, or (h2d) a repeated non-negative slot (PyNative only: graph
             mode skips out-of-range slots and never writes outside a cache); a non-contiguous tensor
-            that would be written.
+            that would be written, or (without the PyNative fast path, where ops.Custom would write
+            into a copy) a view.
     """
     if _run_in_jit():  # @jit.cond: True
         flat = ML.flatten_graph(kv_caches)
         fmt, num_layers = _graph_attrs(kv_format, direction, cache_layout, len(flat))
-        if direction == "d2h":
-            _get_cache_prim(_PRIM_D2H)(graph_backend(), fmt, direction, cache_layout, num_layers, 0)(
-                buffer, slot_mapping, *flat)
-        else:
-            _get_cache_prim(_PRIM_H2D)(graph_backend(), fmt, direction, cache_layout, num_layers, 0)(
-                buffer, slot_mapping, *flat)
+        _get_cache_prim(_Prim)(graph_backend(), (len(flat),), fmt, direction, cache_layout, num_layers, 0)(
+            buffer, slot_mapping, *flat)
     else:
         op = _OP
         V.require_tensor(op, "buffer", buffer)
@@ -234,20 +240,24 @@ def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direc
         ML.check_direction(op, direction)
         ML.check_layout(op, fmt, cache_layout)
         flat, num_layers = ML.flatten_eager(op, kv_caches, fmt)
-        attrs = {"kv_format": fmt, "direction": direction, "cache_layout": cache_layout, "num_layers": num_layers}
-        _infer_dtype(attrs, buffer.dtype, slot_mapping.dtype, *(x.dtype for x in flat))
-        planes = _check_shapes(attrs, buffer.shape, slot_mapping.shape, [x.shape for x in flat])
+        attr_values = (fmt, direction, cache_layout, num_layers, 0)
+        planes = V.cached_static(_STATIC, _check_static, (
+            attr_values, buffer.shape, buffer.dtype, slot_mapping.shape, slot_mapping.dtype,
+            tuple(x.shape for x in flat), tuple(x.dtype for x in flat)))
         if direction == "d2h":
-            V.require_contiguous(op, "buffer", buffer)
+            written = (("buffer", buffer),)
         else:
-            for i, x in enumerate(flat):
-                V.require_contiguous(op, f"kv_caches (tensor {i} in layer-major order)", x)
+            written = tuple((f"kv_caches (tensor {i} in layer-major order)", x) for i, x in enumerate(flat))
+        for name, x in written:
+            V.require_contiguous(op, name, x)
         if slot_mapping.shape[0] == 0:
             return None
+        backend = _backend.get_backend()
+        nosync = nosync_checker(backend)
+        if nosync is None:  # ops.Custom path: it would write into a copy of a view
+            for name, x in written:
+                V.require_not_view(op, name, x)
         nb, bs = planes[0][0], planes[0][1]
-        V.check_slot_values(op, "slot_mapping", V.index_values(slot_mapping), nb * bs,
-                            allow_duplicates=(direction == "d2h"))
-        cls = _PRIM_D2H if direction == "d2h" else _PRIM_H2D
-        eager_op(SPEC, _backend.get_backend(), (fmt, direction, cache_layout, num_layers, 0), cls=cls)(
-            buffer, slot_mapping, *flat)
+        V.check_slot_tensor(op, "slot_mapping", slot_mapping, nb * bs, nosync, allow_duplicates=(direction == "d2h"))
+        eager_launcher(SPEC, backend, attr_values, (len(flat),))(buffer, V.contiguous_input(slot_mapping), *flat)
     return None

@@ -684,8 +684,9 @@ extern "C" int ascendc_sim_aot_launch(const char* op_type, int nparam, void** pa
         }
       }
     }
-    // how many MindSpore params each OpDef parameter takes: MindSpore's dyn_input_sizes, else
-    // ms_kvcache_arity (instances per DYNAMIC input), else the leftover params split evenly
+    // how many MindSpore params each OpDef parameter takes: MindSpore's dyn_input_sizes (one entry per
+    // OpDef input: the count of a DYNAMIC input, -1 otherwise; every ms_kvcache primitive with list
+    // inputs sets it), else the leftover params split evenly over the DYNAMIC inputs
     std::vector<int64_t> dyn;
     if (ex != nullptr && ex->HasAttr("dyn_input_sizes")) dyn = ex->GetAttrIntVec("dyn_input_sizes");
     size_t fixed = 0, ndyn = 0;
@@ -696,11 +697,11 @@ extern "C" int ascendc_sim_aot_launch(const char* op_type, int nparam, void** pa
       for (const auto& p : def.inputs) ref[j] = ref[j] || (p.name == def.outputs[j].name && p.param_type != "dynamic");
       ms_outputs += ref[j] ? 0 : 1;
     }
+    if (!dyn.empty() && dyn.size() != def.inputs.size())
+      FailLaunch("LAUNCH", op, Format("attribute dyn_input_sizes has %zu entries, the OpDef %zu inputs", dyn.size(),
+                                      def.inputs.size()));
     int64_t per_dyn = 0;
-    if (ndyn > 0 && dyn.size() != def.inputs.size() && ex != nullptr && ex->HasAttr("ms_kvcache_arity")) {
-      per_dyn = ex->GetAttrInt("ms_kvcache_arity");  // ms_kvcache's arity-specialised primitives
-      if (per_dyn < 0) FailLaunch("LAUNCH", op, "attribute ms_kvcache_arity must be >= 0");
-    } else if (ndyn > 0 && dyn.size() != def.inputs.size()) {
+    if (ndyn > 0 && dyn.empty()) {
       const int64_t left = static_cast<int64_t>(nparam) - static_cast<int64_t>(fixed + ms_outputs);
       if (left < 0 || left % static_cast<int64_t>(ndyn) != 0)
         FailLaunch("LAUNCH", op,
@@ -728,7 +729,7 @@ extern "C" int ascendc_sim_aot_launch(const char* op_type, int nparam, void** pa
     for (size_t i = 0; i < def.inputs.size(); ++i) {
       if (def.inputs[i].param_type == "dynamic") {
         ins[i].dynamic = true;
-        const int64_t k = dyn.size() == def.inputs.size() ? dyn[i] : per_dyn;
+        const int64_t k = dyn.empty() ? per_dyn : dyn[i];
         for (int64_t x = 0; x < k; ++x) ins[i].items.push_back(take("dynamic input"));
       } else {
         ins[i].items.push_back(take("input"));
