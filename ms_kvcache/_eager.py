@@ -1,0 +1,234 @@
+"""The PyNative branch of every public wrapper, declared once per op.
+
+A wrapper's eager branch is the same sequence for every op: argument types, shape/dtype checks
+(memoised per signature), in-place arguments contiguous (and, without the fast path, not views), a
+no-work early return, index *value* checks (without a pipeline sync on the fast path), read-only
+inputs made contiguous, then one launch through :func:`ms_kvcache._custom.eager_launcher` (fast path or
+ops.Custom). :class:`EagerOp` runs that sequence from the op's :class:`~ms_kvcache._spec.OpSpec` plus a
+few declarations, so an op module only states what is particular to it::
+
+    _EAGER = EagerOp(SPEC, _check_static,
+                     index_checks=(Positions("positions", bound=1), Slots("slot_mapping", bound=0)),
+                     skip_if_empty=("key",))
+
+    def op(positions, query, ..., *, is_neox_style=True, cache_layout="BSND"):
+        if _run_in_jit():  # @jit.cond: True
+            ...                                   # graph branch: unchanged
+        else:
+            return _EAGER(backend, (is_neox_style, cache_layout), positions, query, ...)
+
+Conventions it relies on (those of every op module):
+
+- ``check_static(*shape_dtype_pairs, *attr_values)``: for each input in ``spec.inputs`` order its shape
+  and dtype; ``(tuple of shapes, tuple of dtypes)`` for a sequence (list) input; ``(None, None)`` for
+  an absent optional input; then the attribute values in ``spec.attrs`` order. It raises on bad input
+  and returns the bounds the index checks need (a tuple, or one value).
+- outputs are declared in the spec (``OpSpec.outputs`` + ``extra["out_shape"/"out_dtype"]``) and are
+  each *like* one input (:func:`ms_kvcache._custom.output_sources`).
+
+Sequence inputs (one tensor per layer, ``TensorSpec(sequence=True)``): pass the list; its tensors are
+checked as ``name[i]`` and launched flattened (``eager_launcher(..., arity=len(list))``), so multi-layer
+ops get the fast path with no extra code.
+"""
+from mindspore import Tensor, ops
+
+from ms_kvcache import _backend
+from ms_kvcache import _validate as V
+from ms_kvcache._custom import eager_launcher, nosync_checker, output_sources
+
+__all__ = ["EagerOp", "Slots", "Positions", "BlockPairs"]
+
+
+def _bound(result, where):
+    """A bound from the static check's result: ``where`` is an index into a tuple result, None for the
+    whole result, or a callable of the result."""
+    if where is None:
+        return result
+    if callable(where):
+        return where(result)
+    return result[where]
+
+
+class Slots:
+    """``name`` is a slot_mapping: every slot < the bound (num_blocks * block_size), non-negative slots
+    distinct, ``slot < 0`` = skip (:func:`ms_kvcache._validate.check_slot_tensor`)."""
+
+    def __init__(self, name, bound=None):
+        self.name, self.bound = name, bound
+
+    def check(self, op, x, result, nosync):
+        if x.shape[0]:
+            V.check_slot_tensor(op, self.name, x, _bound(result, self.bound), nosync)
+
+
+class Positions:
+    """``name`` holds positions: every value in [0, bound) (rows of cos_sin_cache)."""
+
+    def __init__(self, name, bound=None):
+        self.name, self.bound = name, bound
+
+    def check(self, op, x, result, nosync):
+        if x.shape[0]:
+            V.check_position_tensor(op, self.name, x, _bound(result, self.bound), nosync)
+
+
+class BlockPairs:
+    """``name`` is an [n, 2] block mapping: rows (src, dst) with src < src bound, dst < dst bound."""
+
+    def __init__(self, name, src=0, dst=1, src_name="src", dst_name="dst"):
+        self.name, self.src, self.dst, self.src_name, self.dst_name = name, src, dst, src_name, dst_name
+
+    def check(self, op, x, result, nosync):
+        V.check_block_mapping_tensor(op, self.name, x, _bound(result, self.src), _bound(result, self.dst), nosync,
+                                     self.src_name, self.dst_name)
+
+
+class EagerOp:
+    """The PyNative implementation of one op (see the module docstring).
+
+    Args:
+        spec: the op's OpSpec (inputs, in-place inputs, sequences, optional inputs, attrs, outputs).
+        check_static: the op's shape/dtype/attr check (the function the graph branch wraps in constexpr).
+        index_checks: :class:`Slots` / :class:`Positions` / :class:`BlockPairs` (or any object with
+            ``name`` and ``check(op, tensor, static_result, nosync)``), run in order.
+        skip_if_empty: inputs whose dim 0 being 0 (or, for a sequence, the list being empty) means no
+            work: nothing is launched and the outputs are zeros shaped like their source inputs.
+        absent: ``{optional input: tensor}`` passed to the kernel in place of a None argument (the CPU
+            AOT ABI cannot express a missing input).
+        launch_attrs: ``f(static_result, attr_values) -> attr_values`` for the kernel when the static
+            check normalises an attribute (e.g. ``float(epsilon)``); default: the values as given.
+        distinct: inputs whose tensors must all be different objects (e.g. one cache per layer and kind).
+        contiguous: read-only inputs that must be contiguous (raise) instead of being copied (e.g. a
+            whole source cache, where a silent copy would cost more than the op); in-place inputs always
+            must be.
+        backend_impl: name of an optional function of the backend module that replaces the kernel
+            (called with the inputs after the checks, which then read index tensors with a sync).
+    """
+
+    def __init__(self, spec, check_static, index_checks=(), skip_if_empty=(), absent=None, launch_attrs=None,
+                 distinct=(), contiguous=(), backend_impl=None):
+        self.spec = spec
+        self.check_static = check_static
+        self.index_checks = tuple(index_checks)
+        self.absent = dict(absent or {})
+        self.launch_attrs = launch_attrs
+        self.backend_impl = backend_impl
+        names = [t.name for t in spec.inputs]
+        pos = {n: i for i, n in enumerate(names)}
+        self._inputs = tuple((t.name, t.sequence, t.optional, t.inplace) for t in spec.inputs)
+        self._index = tuple((pos[c.name], c) for c in self.index_checks)
+        self._skip = tuple(pos[n] for n in skip_if_empty)
+        self._distinct = tuple(pos[n] for n in distinct)
+        self._inplace = tuple(i for i, t in enumerate(spec.inputs) if t.inplace)
+        self._contig = tuple(i for i, t in enumerate(spec.inputs) if t.inplace or t.name in contiguous)
+        self._sequence = next((i for i, t in enumerate(spec.inputs) if t.sequence), None)
+        self._static = {}
+        self._has_outputs = "out_shape" in spec.extra
+        self._outs = None if spec.has_sequences else output_sources(spec)
+
+    # ------------------------------------------------------------------ helpers
+    def _static_result(self, args, attr_values):
+        """``check_static(*args)`` memoised on args + the attribute types (True == 1 for a dict, but
+        is_neox_style=1 must still raise); only successful checks are stored."""
+        key = args + tuple(type(v) for v in attr_values)
+        try:
+            return self._static[key]
+        except KeyError:
+            pass
+        except TypeError:  # an unhashable attribute value: let the check report it
+            return self.check_static(*args)
+        out = self.check_static(*args)
+        if len(self._static) >= 4096:
+            self._static.clear()
+        self._static[key] = out
+        return out
+
+    def _types(self, args):
+        op = self.spec.name
+        for (name, seq, optional, _), x in zip(self._inputs, args):
+            if seq:
+                if not isinstance(x, (list, tuple)):
+                    raise TypeError(f"{op}: argument '{name}': expected a list or tuple of Tensors (one per layer), "
+                                    f"got {type(x).__name__}")
+                for i, c in enumerate(x):
+                    if not isinstance(c, Tensor):
+                        raise TypeError(f"{op}: argument '{name}[{i}]': expected a mindspore.Tensor, got "
+                                        f"{type(c).__name__}")
+            elif not isinstance(x, Tensor) and not (optional and x is None):
+                raise TypeError(f"{op}: argument '{name}': expected a mindspore.Tensor, got {type(x).__name__}")
+
+    def _each(self, idx, args):
+        """(display name, tensor) of input ``idx`` (every element of a sequence)."""
+        name, seq, _, _ = self._inputs[idx]
+        if seq:
+            return [(f"{name}[{i}]", c) for i, c in enumerate(args[idx])]
+        return [(name, args[idx])] if args[idx] is not None else []
+
+    def _empty_outputs(self, args):
+        outs = self._outs if self._outs is not None else ()
+        if not outs:
+            return None
+        flat = self._flatten(args)
+        res = tuple(ops.zeros_like(flat[j]) for j in outs)
+        return res[0] if len(res) == 1 else res
+
+    def _flatten(self, args, contiguous=False):
+        flat = []
+        for (name, seq, _, inplace), x in zip(self._inputs, args):
+            if seq:
+                flat.extend(x if inplace or not contiguous else [V.contiguous_input(c) for c in x])
+            elif x is None:
+                flat.append(self.absent[name])
+            else:
+                flat.append(x if inplace or not contiguous else V.contiguous_input(x))
+        return flat
+
+    # ------------------------------------------------------------------ the eager branch
+    def __call__(self, backend, attr_values, *args):
+        """Run the op in PyNative on ``args`` (the inputs in ``spec.inputs`` order) with ``attr_values``
+        (in ``spec.attrs`` order) on ``backend``; returns None, the output or the tuple of outputs."""
+        spec, op = self.spec, self.spec.name
+        self._types(args)
+        key = []
+        for (_, seq, _, _), x in zip(self._inputs, args):
+            if seq:
+                key.append(tuple(c.shape for c in x))
+                key.append(tuple(c.dtype for c in x))
+            elif x is None:
+                key.extend((None, None))
+            else:
+                key.append(x.shape)
+                key.append(x.dtype)
+        key.extend(attr_values)
+        result = self._static_result(tuple(key), attr_values)
+        for i in self._contig:
+            for name, x in self._each(i, args):
+                V.require_contiguous(op, name, x)
+        if self._distinct:
+            seen = {}
+            for i in self._distinct:
+                for name, x in self._each(i, args):
+                    if id(x) in seen:
+                        raise ValueError(f"{op}: argument '{name}': expected a distinct cache tensor per layer and "
+                                         f"kind, got the same tensor as '{seen[id(x)]}'")
+                    seen[id(x)] = name
+        for i in self._skip:
+            x = args[i]
+            if (len(x) == 0) if self._inputs[i][1] else (x.shape[0] == 0):
+                return self._empty_outputs(args)
+        impl = getattr(_backend.backend_module(backend), self.backend_impl, None) if self.backend_impl else None
+        nosync = None if impl is not None else nosync_checker(backend)
+        if nosync is None and impl is None:  # ops.Custom would write into a copy of a view
+            for i in self._inplace:
+                for name, x in self._each(i, args):
+                    V.require_not_view(op, name, x)
+        for i, check in self._index:
+            check.check(op, args[i], result, nosync)
+        flat = self._flatten(args, contiguous=True)
+        if impl is not None:
+            return impl(*flat)
+        if self.launch_attrs is not None:
+            attr_values = self.launch_attrs(result, attr_values)
+        arity = None if self._sequence is None else len(args[self._sequence])
+        out = eager_launcher(spec, backend, tuple(attr_values), arity)(*flat)
+        return out if self._has_outputs else None
