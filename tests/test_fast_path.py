@@ -355,3 +355,27 @@ def test_env_var_disables_fast_path():
                                         [p for p in [env.get("PYTHONPATH")] if p])
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
+
+
+def test_static_checks_memoised_per_signature(rng, monkeypatch):
+    """The shape/dtype check runs once per signature (shapes, dtypes, attribute values and types):
+    repeated decode-step calls pay one dict lookup; a new shape, dtype or attribute type re-checks."""
+    mod = _module("rope_reshape_and_cache")
+    calls = []
+    real = mod._EAGER.check_static
+    monkeypatch.setattr(mod._EAGER, "check_static", lambda *a: calls.append(a) or real(*a))
+    monkeypatch.setattr(mod._EAGER, "_static", {})
+    q, k, v, cs, kc, vc, pos, slots = _rope_args(rng, "float16")
+    args = [Tensor(pos), to_ms(q), to_ms(k), to_ms(v), to_ms(cs), to_ms(kc), to_ms(vc), Tensor(slots)]
+    for _ in range(3):
+        ms_kvcache.rope_reshape_and_cache(*args)
+    assert len(calls) == 1
+    ms_kvcache.rope_reshape_and_cache(*args, is_neox_style=False)
+    ms_kvcache.rope_reshape_and_cache(Tensor(pos.astype(np.int32)), *args[1:])
+    assert len(calls) == 3
+    with pytest.raises(TypeError, match="argument 'is_neox_style': expected a bool"):
+        ms_kvcache.rope_reshape_and_cache(*args, is_neox_style=1)  # == True, but not a bool
+    args[1] = to_ms(q.astype(np.float32))
+    with pytest.raises(TypeError, match=r"argument 'key': expected dtype float32 \(same as 'query'\)"):
+        ms_kvcache.rope_reshape_and_cache(*args)
+    assert calls[0][1] is ms.int64 and calls[0][3] is ms.float16  # the check sees real dtypes
