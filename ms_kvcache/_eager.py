@@ -39,6 +39,11 @@ from ms_kvcache._custom import eager_launcher, nosync_checker, output_sources
 __all__ = ["EagerOp", "Slots", "Positions", "BlockPairs"]
 
 
+def _is_sequence(t):
+    """A list input (``TensorSpec.sequence``; ``dynamic`` on specs written for the transfer branch)."""
+    return bool(getattr(t, "sequence", False) or getattr(t, "dynamic", False))
+
+
 def _bound(result, where):
     """A bound from the static check's result: ``where`` is an index into a tuple result, None for the
     whole result, or a callable of the result."""
@@ -51,14 +56,17 @@ def _bound(result, where):
 
 class Slots:
     """``name`` is a slot_mapping: every slot < the bound (num_blocks * block_size), non-negative slots
-    distinct, ``slot < 0`` = skip (:func:`ms_kvcache._validate.check_slot_tensor`)."""
+    distinct unless ``allow_duplicates`` (a bool, or a function of the attribute values, e.g. True for a
+    gather, False for a scatter), ``slot < 0`` = skip (:func:`ms_kvcache._validate.check_slot_tensor`)."""
 
-    def __init__(self, name, bound=None):
-        self.name, self.bound = name, bound
+    def __init__(self, name, bound=None, allow_duplicates=False):
+        self.name, self.bound, self.allow_duplicates = name, bound, allow_duplicates
 
-    def check(self, op, x, result, nosync):
+    def check(self, op, x, result, nosync, attr_values):
         if x.shape[0]:
-            V.check_slot_tensor(op, self.name, x, _bound(result, self.bound), nosync)
+            dup = self.allow_duplicates
+            dup = dup(attr_values) if callable(dup) else dup
+            V.check_slot_tensor(op, self.name, x, _bound(result, self.bound), nosync, dup)
 
 
 class Positions:
@@ -67,7 +75,7 @@ class Positions:
     def __init__(self, name, bound=None):
         self.name, self.bound = name, bound
 
-    def check(self, op, x, result, nosync):
+    def check(self, op, x, result, nosync, attr_values):
         if x.shape[0]:
             V.check_position_tensor(op, self.name, x, _bound(result, self.bound), nosync)
 
@@ -78,7 +86,7 @@ class BlockPairs:
     def __init__(self, name, src=0, dst=1, src_name="src", dst_name="dst"):
         self.name, self.src, self.dst, self.src_name, self.dst_name = name, src, dst, src_name, dst_name
 
-    def check(self, op, x, result, nosync):
+    def check(self, op, x, result, nosync, attr_values):
         V.check_block_mapping_tensor(op, self.name, x, _bound(result, self.src), _bound(result, self.dst), nosync,
                                      self.src_name, self.dst_name)
 
@@ -90,7 +98,7 @@ class EagerOp:
         spec: the op's OpSpec (inputs, in-place inputs, sequences, optional inputs, attrs, outputs).
         check_static: the op's shape/dtype/attr check (the function the graph branch wraps in constexpr).
         index_checks: :class:`Slots` / :class:`Positions` / :class:`BlockPairs` (or any object with
-            ``name`` and ``check(op, tensor, static_result, nosync)``), run in order.
+            ``name`` and ``check(op, tensor, static_result, nosync, attr_values)``), run in order.
         skip_if_empty: inputs whose dim 0 being 0 (or, for a sequence, the list being empty) means no
             work: nothing is launched and the outputs are zeros shaped like their source inputs.
         absent: ``{optional input: tensor}`` passed to the kernel in place of a None argument (the CPU
@@ -115,19 +123,25 @@ class EagerOp:
         self.backend_impl = backend_impl
         names = [t.name for t in spec.inputs]
         pos = {n: i for i, n in enumerate(names)}
-        self._inputs = tuple((t.name, t.sequence, t.optional, t.inplace) for t in spec.inputs)
+        # an input written only for some attribute value (TensorSpec.inplace_if = (attr, value), e.g. a
+        # transfer buffer written for direction="d2h") counts as in place when that value is given
+        attr_pos = {a.name: j for j, a in enumerate(spec.attrs)}
+        self._cond = tuple((i, attr_pos[t.inplace_if[0]], t.inplace_if[1]) for i, t in enumerate(spec.inputs)
+                           if getattr(t, "inplace_if", None) is not None)
+        self._inputs = tuple((t.name, _is_sequence(t), t.optional, t.inplace) for t in spec.inputs)
         self._index = tuple((pos[c.name], c) for c in self.index_checks)
         self._skip = tuple(pos[n] for n in skip_if_empty)
         self._distinct = tuple(pos[n] for n in distinct)
+        self._contiguous = frozenset(contiguous)
         self._inplace = tuple(i for i, t in enumerate(spec.inputs) if t.inplace)
         self._contig = tuple(i for i, t in enumerate(spec.inputs) if t.inplace or t.name in contiguous)
-        self._sequence = next((i for i, t in enumerate(spec.inputs) if t.sequence), None)
+        self._sequence = next((i for i, t in enumerate(spec.inputs) if _is_sequence(t)), None)
         self._optional = tuple(i for i, t in enumerate(spec.inputs) if t.optional)
         self._plain = self._sequence is None
         self._ro = {}
         self._static = {}
         self._has_outputs = "out_shape" in spec.extra
-        self._outs = None if spec.has_sequences else output_sources(spec)
+        self._outs = None if self._sequence is not None else output_sources(spec)
 
     # ------------------------------------------------------------------ helpers
     def _static_result(self, key, args, attr_values):
@@ -152,6 +166,15 @@ class EagerOp:
             self._static.clear()
         self._static[key] = (out, full)
         return out
+
+    def _written(self, attr_values):
+        """(in-place input indices, indices that must be contiguous) for these attribute values."""
+        if not self._cond:
+            return self._inplace, self._contig
+        extra = tuple(i for i, j, v in self._cond if attr_values[j] == v)
+        inplace = tuple(sorted(set(self._inplace + extra)))
+        contig = tuple(i for i, t in enumerate(self._inputs) if i in inplace or t[0] in self._contiguous)
+        return inplace, contig
 
     def _types(self, args):
         op = self.spec.name
@@ -211,7 +234,7 @@ class EagerOp:
         key = (*[v for x in args for v in (x.shape, id(x.dtype))], *attr_values)
         result = self._static_result(key, lambda: (*[v for x in args for v in (x.shape, x.dtype)], *attr_values),
                                      attr_values)
-        for i in self._contig:
+        for i in (self._contig if not self._cond else self._written(attr_values)[1]):
             if not args[i].is_contiguous():
                 V.require_contiguous(self.spec.name, self._inputs[i][0], args[i])
         for i in self._skip:
@@ -237,7 +260,7 @@ class EagerOp:
             return tuple(out)
 
         result = self._static_result(static_args(id), static_args, attr_values)
-        for i in self._contig:
+        for i in self._written(attr_values)[1]:
             for name, x in self._each(i, args):
                 V.require_contiguous(op, name, x)
         if self._distinct:
@@ -258,13 +281,14 @@ class EagerOp:
         """Index checks, read-only inputs made contiguous, then the launch (or the backend's own impl)."""
         impl = getattr(_backend.backend_module(backend), self.backend_impl, None) if self.backend_impl else None
         nosync = None if impl is not None else nosync_checker(backend)
+        inplace = self._inplace if not self._cond else self._written(attr_values)[0]
         if nosync is None and impl is None:  # ops.Custom would write into a copy of a view
-            for i in self._inplace:
+            for i in inplace:
                 for name, x in self._each(i, args):
                     V.require_not_view(self.spec.name, name, x)
         for i, check in self._index:
-            check.check(self.spec.name, args[i], result, nosync)
-        for j in self._readonly_flat(len(flat)):
+            check.check(self.spec.name, args[i], result, nosync, attr_values)
+        for j in self._readonly_flat(len(flat), inplace):
             x = flat[j]
             if not x.is_contiguous():
                 flat[j] = x.contiguous()
@@ -276,16 +300,16 @@ class EagerOp:
         out = eager_launcher(self.spec, backend, tuple(attr_values), arity)(*flat)
         return out if self._has_outputs else None
 
-    def _readonly_flat(self, n):
-        """Positions of read-only tensors in the flattened input list of length ``n`` (cached per n)."""
-        r = self._ro.get(n)
+    def _readonly_flat(self, n, inplace):
+        """Positions of read-only tensors in the flattened input list of length ``n`` (cached)."""
+        r = self._ro.get((n, inplace))
         if r is None:
             arity = (n - sum(1 for t in self._inputs if not t[1])) // max(1, sum(1 for t in self._inputs if t[1]))
             r, j = [], 0
-            for name, seq, _, inplace in self._inputs:
+            for i, (_, seq, _, _) in enumerate(self._inputs):
                 for _ in range(arity if seq else 1):
-                    if not inplace:
+                    if i not in inplace:
                         r.append(j)
                     j += 1
-            r = self._ro[n] = tuple(r)
+            r = self._ro[(n, inplace)] = tuple(r)
         return r

@@ -123,7 +123,7 @@ def check_block_mapping_values(op, name, mapping, src_blocks, dst_blocks, src_na
                          f"at row {row} (column {col})")
 
 
-def check_slot_tensor(op, name, slots, num_slots, nosync=None):
+def check_slot_tensor(op, name, slots, num_slots, nosync=None, allow_duplicates=False):
     """Value check of a slot_mapping tensor (see :func:`check_slot_values`).
 
     nosync: ``_custom.nosync_checker(backend)``; if given, a host tensor is read without waiting for
@@ -132,9 +132,9 @@ def check_slot_tensor(op, name, slots, num_slots, nosync=None):
     """
     if nosync is not None:
         r = nosync.check_slots_nosync(slots, int(num_slots))
-        if r is not None and r[0] == 0:
+        if r is not None and (r[0] == 0 or (r[0] == 2 and allow_duplicates)):
             return
-    check_slot_values(op, name, index_values(slots), num_slots)
+    check_slot_values(op, name, index_values(slots), num_slots, allow_duplicates)
 
 
 def check_position_values(op, name, values, max_position):

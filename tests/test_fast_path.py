@@ -379,3 +379,53 @@ def test_static_checks_memoised_per_signature(rng, monkeypatch):
     with pytest.raises(TypeError, match=r"argument 'key': expected dtype float32 \(same as 'query'\)"):
         ms_kvcache.rope_reshape_and_cache(*args)
     assert calls[0][1] is ms.int64 and calls[0][3] is ms.float16  # the check sees real dtypes
+
+
+def test_eager_op_list_inputs_and_attribute_dependent_writes(monkeypatch):
+    """EagerOp on a multi-layer-transfer-like spec (declared as on the transfer branch: a ``dynamic``
+    list input, inputs written only for one ``direction``): the list is flattened with its length as
+    the arity, in-place inputs depend on the attribute (contiguity enforced, never copied), read-only
+    ones are made contiguous, and the slot check allows duplicates only for the gather direction."""
+    import dataclasses
+    from ms_kvcache import _eager
+    from ms_kvcache._spec import AttrSpec, OpSpec, TensorSpec
+
+    @dataclasses.dataclass(frozen=True)
+    class TS(TensorSpec):
+        dynamic: bool = False
+        inplace_if: tuple = None
+
+    spec = OpSpec(name="fake_transfer", op_type="FakeTransfer",
+                  inputs=(TS("buffer", "T", (2,), inplace_if=("direction", "d2h")), TS("slot_mapping", "S", (1,)),
+                          TS("kv_caches", "T", (4,), dynamic=True, inplace_if=("direction", "h2d"))),
+                  dtype_groups={"T": ("float32",), "S": ("int32", "int64")},
+                  attrs=(AttrSpec("direction", "str", "d2h", ("d2h", "h2d")),))
+
+    def check_static(b_shape, b_dtype, s_shape, s_dtype, c_shapes, c_dtypes, direction):
+        assert isinstance(c_shapes, tuple) and all(d is ms.float32 for d in c_dtypes)
+        return c_shapes[0][0] * c_shapes[0][1]
+
+    launched = []
+    monkeypatch.setattr(_eager, "eager_launcher",
+                        lambda spec_, backend, attrs, arity: lambda *flat: launched.append((attrs, arity, flat)))
+    op = EagerOp(spec, check_static, index_checks=(_eager.Slots("slot_mapping", allow_duplicates=lambda a: a[0] == "d2h"),),
+                 skip_if_empty=("slot_mapping",))
+    caches = [to_ms(np.zeros((2, 4, 1, 8), np.float32)) for _ in range(3)]
+    strided = to_ms(np.zeros((8, 6), np.float32)).transpose(1, 0)   # [6, 8] view, not contiguous
+    dup = Tensor(np.array([3, 3], np.int32))
+
+    op("cpu", ("d2h",), to_ms(np.zeros((6, 8), np.float32)), dup, caches)  # gather: duplicates fine
+    attrs, arity, flat = launched[-1]
+    assert attrs == ("d2h",) and arity == 3 and len(flat) == 5 and all(a is b for a, b in zip(flat[2:], caches))
+    with pytest.raises(ValueError, match="argument 'buffer': expected a contiguous tensor"):
+        op("cpu", ("d2h",), strided, dup, caches)
+    with pytest.raises(ValueError, match="argument 'slot_mapping': expected distinct non-negative slots"):
+        op("cpu", ("h2d",), to_ms(np.zeros((6, 8), np.float32)), dup, caches)
+    op("cpu", ("h2d",), strided, Tensor(np.array([0, 7], np.int64)), caches)  # h2d: buffer read-only, copied
+    flat = launched[-1][2]
+    assert flat[0] is not strided and flat[0].is_contiguous() and np.array_equal(flat[0].asnumpy(), strided.asnumpy())
+    bad = caches[:2] + [to_ms(np.zeros((4, 2, 1, 8), np.float32)).transpose(1, 0, 2, 3)]
+    with pytest.raises(ValueError, match=r"argument 'kv_caches\[2\]': expected a contiguous tensor"):
+        op("cpu", ("h2d",), to_ms(np.zeros((6, 8), np.float32)), Tensor(np.array([0], np.int32)), bad)
+    n = len(launched)
+    assert op("cpu", ("h2d",), strided, Tensor(np.zeros((0,), np.int32)), caches) is None and len(launched) == n
