@@ -21,8 +21,12 @@ Every op is called through the public API, so the figures include MindSpore's pe
 in PyNative, the wrappers' index checks). Modes: "pynative" (MindSpore default: asynchronous
 pipeline), "pynative_sync" (``ms.set_context(pynative_synchronize=True)``: MindSpore's pipeline thread
 then does not busy-wait next to the kernel, which matters on a 2-core machine), "graph" (GRAPH_MODE
-Cells holding the caches as Parameters; fused and two-step only). Time = best of the rounds of
-(n calls + one sync); all paths and modes are interleaved round by round.
+Cells holding the caches as Parameters; fused and two-step only), "pynative_custom" (PyNative through
+ops.Custom: the path without ms_kvcache._cpu_pyboost, i.e. before the RoPE-write ops had the fast path).
+Time = best of the rounds of (n calls + one sync); all paths and modes are interleaved round by round.
+The sync first sleep-polls MindSpore's pipeline until idle (``_cpu_pyboost.wait_idle``), then reads a
+value: ``Tensor.asnumpy()`` alone busy-waits, taking one of this machine's 2 cores from the kernel;
+"pynative_spin" is the fused op in default PyNative closed by that plain ``asnumpy()``.
 
     PYTHONPATH=$PWD python scripts/bench_rope.py [--quick] [--tokens 4096 | --tokens 0] [--no-overhead]
 
@@ -153,6 +157,7 @@ def _paths(env, with_builtin):
         paths[(name, "pynative_sync")] = in_pynative(fn, True)
     for name, fn in (("fused", fused), ("two_step", two_step)):
         paths[(name, "pynative_custom")] = in_pynative(fn, False, fast=False)
+    paths[("fused", "pynative_spin")] = in_pynative(fused, False)
     for name, cell in cells.items():
         paths[(name, "graph")] = in_graph(cell)
     return paths
@@ -350,8 +355,13 @@ def run(quick=False, tokens=4096, rounds=None, calls=None, with_overhead=True):
     paths = _paths(env, with_builtin=not quick)
     mem, mem_bytes, pool = _memcpy_paths(env)
 
-    def sync(out):
+    from ms_kvcache import _custom
+    fast_mod = _custom._fast_module()
+
+    def sync(out, spin=False):
         if isinstance(out, tuple):
+            if fast_mod is not None and not spin:
+                fast_mod.wait_idle()  # sleep-poll the pipeline: asnumpy() alone busy-waits a core
             out[1][0, 0, 0].asnumpy()
             env["value_cache"][0, 0, 0, 0].asnumpy()
 
@@ -370,7 +380,7 @@ def run(quick=False, tokens=4096, rounds=None, calls=None, with_overhead=True):
             t0 = time.perf_counter()
             for _ in range(n):
                 out = fn()
-            sync(out)
+            sync(out, spin=key[1] == "pynative_spin")
             best[key] = min(best[key], (time.perf_counter() - t0) / n)
     pool.shutdown()
 
@@ -385,7 +395,7 @@ def run(quick=False, tokens=4096, rounds=None, calls=None, with_overhead=True):
     load = (load_before, os.getloadavg()[0])
     for r in rows:
         r["load_average"] = load
-    for mode in ("pynative", "pynative_custom", "pynative_sync", "graph", "ctypes"):
+    for mode in ("pynative", "pynative_custom", "pynative_sync", "graph", "ctypes"):  # (no two-step spin row)
         f = best[("kernel_only" if mode == "ctypes" else "fused", mode)]
         two = best[("kernel_two_step" if mode == "ctypes" else "two_step", mode)]
         speedup, mem_ratio = two / f, f / memcpy_best
