@@ -152,7 +152,8 @@ class EagerOp:
         Dtypes are keyed by identity because hashing a MindSpore dtype costs ~0.6 us (a Python-level
         ``__hash__``; 5 us for an op with 8 inputs, a tenth of a decode step's budget). MindSpore hands
         out its dtype singletons (``t.dtype is ms.bfloat16``); the stored entry keeps the dtype objects
-        of its key alive, so an ``id`` in a stored key can never be reused by another object."""
+        of its key alive (callers read each dtype once and build both the key and ``args()`` from that
+        object), so an ``id`` in a stored key can never be reused by another object."""
         key = (*key, *map(type, attr_values))
         try:
             return self._static[key][0]
@@ -231,9 +232,9 @@ class EagerOp:
         for x in args:
             if not isinstance(x, Tensor):
                 self._types(args)
-        key = (*[v for x in args for v in (x.shape, id(x.dtype))], *attr_values)
-        result = self._static_result(key, lambda: (*[v for x in args for v in (x.shape, x.dtype)], *attr_values),
-                                     attr_values)
+        sd = [(x.shape, x.dtype) for x in args]  # each dtype read once: its id is the key, the object is stored
+        key = (*[v for s, d in sd for v in (s, id(d))], *attr_values)
+        result = self._static_result(key, lambda: (*[v for p in sd for v in p], *attr_values), attr_values)
         for i in (self._contig if not self._cond else self._written(attr_values)[1]):
             if not args[i].is_contiguous():
                 V.require_contiguous(self.spec.name, self._inputs[i][0], args[i])
@@ -245,21 +246,18 @@ class EagerOp:
     def _call_general(self, backend, attr_values, args):
         op = self.spec.name
         self._types(args)
-        def static_args(dtype=lambda d: d):
-            out = []
-            for (_, seq, _, _), x in zip(self._inputs, args):
-                if seq:
-                    out.append(tuple(c.shape for c in x))
-                    out.append(tuple(dtype(c.dtype) for c in x))
-                elif x is None:
-                    out.extend((None, None))
-                else:
-                    out.append(x.shape)
-                    out.append(dtype(x.dtype))
-            out.extend(attr_values)
-            return tuple(out)
+        sd = []  # (shape, dtype) per input, each dtype read once (see _static_result)
+        for (_, seq, _, _), x in zip(self._inputs, args):
+            if seq:
+                sd.append((tuple(c.shape for c in x), tuple(c.dtype for c in x)))
+            else:
+                sd.append((None, None) if x is None else (x.shape, x.dtype))
 
-        result = self._static_result(static_args(id), static_args, attr_values)
+        def ident(d):
+            return tuple(map(id, d)) if isinstance(d, tuple) else id(d)
+
+        key = (*[v for s, d in sd for v in (s, ident(d))], *attr_values)
+        result = self._static_result(key, lambda: (*[v for p in sd for v in p], *attr_values), attr_values)
         for i in self._written(attr_values)[1]:
             for name, x in self._each(i, args):
                 V.require_contiguous(op, name, x)
