@@ -59,7 +59,8 @@ from ms_kvcache import _backend
 from mindspore.ops._primitive_cache import _get_cache_prim  # noqa: F401  (re-exported)
 
 __all__ = ["prim_class", "eager_op", "eager_launcher", "graph_backend", "_run_in_jit", "_get_cache_prim",
-           "fast_path_available", "set_fast_path", "nosync_checker", "empty_input", "empty_input_graph"]
+           "fast_path_available", "set_fast_path", "nosync_checker", "empty_input", "empty_input_graph",
+           "output_sources"]
 
 
 def _probe():
@@ -229,14 +230,55 @@ def set_fast_path(enabled):
     return old
 
 
+def output_sources(spec, counts=None):
+    """For each real output of ``spec`` (``OpSpec.outputs`` without the dummy status), the index of the
+    primitive input (dynamic inputs flattened for ``counts``) whose shape and dtype it has.
+
+    Derived from the same ``extra["out_shape"]`` / ``["out_dtype"]`` callables ops.Custom uses, by calling
+    them once on one marker per input: an output must be *like* an input (the rope ops' ``query_out``
+    is like ``query``, ...). Raises ValueError for an output that is computed otherwise (the fast path
+    then does not serve the op). ``()`` for ops without real outputs.
+    """
+    if "out_shape" not in spec.extra:
+        return ()
+    n = len(spec.expanded_inputs(counts) if spec.has_dynamic else spec.inputs)
+    marks = [_Mark(i) for i in range(n)]
+    found = []
+    for key in ("out_shape", "out_dtype"):
+        try:
+            res = spec.extra[key](*marks)
+        except Exception as exc:  # noqa: BLE001 - any failure means "not a copy of an input"
+            raise ValueError(f"{spec.name}: {key} is not 'like an input' ({exc})") from None
+        res = res if isinstance(res, (tuple, list)) else (res,)
+        if not all(isinstance(r, _Mark) for r in res):
+            raise ValueError(f"{spec.name}: {key} is not 'like an input'")
+        found.append(tuple(r.index for r in res))
+    if found[0] != found[1]:
+        raise ValueError(f"{spec.name}: outputs take shape and dtype from different inputs ({found})")
+    return found[0]
+
+
+class _Mark:
+    """Stand-in for an input's shape/dtype when probing out_shape/out_dtype (see output_sources)."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index):
+        self.index = index
+
+
 def eager_launcher(spec, backend, attr_values=(), counts=None):
     """Callable ``f(*tensors)`` that runs ``spec`` in PyNative on its inputs in primitive order
     (dynamic inputs flattened; ``counts`` as for :class:`InplaceCustom`). Uses the fast path when
-    available, else the ops.Custom primitive.
+    available, else the ops.Custom primitive. Returns what the primitive returns: the output tensor or
+    the tuple of output tensors for ops with real outputs (``OpSpec.outputs``), else None (fast path) or
+    the dummy status tensor (ops.Custom).
 
     On the fast path the kernel runs in strict mode (attribute ``mskv_strict``): it re-checks the index
     values it reads at launch and fails the op, writing nothing, if one is invalid (see
-    :func:`nosync_checker`). It gets the attributes the primitive would set, ``dyn_input_sizes`` included."""
+    :func:`nosync_checker`). It gets the attributes the primitive would set, ``dyn_input_sizes`` included.
+    Outputs are new tensors allocated in MindSpore's pipeline with the shape and dtype of the input given
+    by :func:`output_sources`."""
     key = (spec.name, backend, attr_values, counts)
     f = _LAUNCHERS.get(key)
     if f is None:
@@ -247,7 +289,8 @@ def eager_launcher(spec, backend, attr_values=(), counts=None):
             attrs["mskv_strict"] = True
             if spec.has_dynamic:
                 attrs["dyn_input_sizes"] = spec.dyn_input_sizes(counts)
-            f = functools.partial(mod.run, mod.kernel(lib, spec.op_type, spec.name, attrs))
+            f = functools.partial(mod.run, mod.kernel(lib, spec.op_type, spec.name, attrs,
+                                                      list(output_sources(spec, counts))))
         else:
             f = eager_op(spec, backend, attr_values, counts)
         _LAUNCHERS[key] = f

@@ -14,6 +14,7 @@ __all__ = [
     "require_tensor", "require_contiguous", "index_values", "check_slot_values",
     "check_block_ids", "check_block_mapping_values", "dtype_name", "cached_static", "contiguous_input",
     "check_slot_tensor", "check_block_mapping_tensor", "require_not_view", "check_block_id_tensor",
+    "check_position_values", "check_position_tensor",
 ]
 
 
@@ -152,6 +153,27 @@ def check_block_id_tensor(op, name, ids, num_blocks, distinct=False, nosync=None
         if r is not None and r[0] == 0:
             return
     check_block_ids(op, name, index_values(ids), num_blocks, distinct)
+
+
+def check_position_values(op, name, values, max_position):
+    """Raise ValueError unless every position is in [0, max_position) (rows of a cos_sin_cache)."""
+    if values.size == 0:
+        return
+    bad = (values < 0) | (values >= max_position)
+    if bad.any():
+        idx = int(np.argmax(bad))
+        raise ValueError(f"{op}: argument '{name}': expected positions in [0, {max_position}) (rows of "
+                         f"cos_sin_cache), got {int(values[idx])} at index {idx}")
+
+
+def check_position_tensor(op, name, positions, max_position, nosync=None):
+    """Value check of a positions tensor (see :func:`check_position_values`; ``nosync`` as in
+    :func:`check_slot_tensor`)."""
+    if nosync is not None:
+        r = nosync.check_positions_nosync(positions, int(max_position))
+        if r is not None and r[0] == 0:
+            return
+    check_position_values(op, name, index_values(positions), max_position)
 
 
 def check_block_mapping_tensor(op, name, mapping, src_blocks, dst_blocks, nosync=None, src_name="src",

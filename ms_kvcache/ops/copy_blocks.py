@@ -28,8 +28,8 @@ from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
 from ms_kvcache import _validate as V
-from ms_kvcache._custom import (_get_cache_prim, _run_in_jit, eager_launcher, graph_backend, nosync_checker,
-                                prim_class)
+from ms_kvcache._custom import _get_cache_prim, _run_in_jit, graph_backend, prim_class
+from ms_kvcache._eager import BlockPairs, EagerOp
 from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, OpSpec, TensorSpec, dtype_name, register
 from ms_kvcache.ops.swap_blocks import BLOCK_CACHE_RANKS, check_block_mapping_shape
 
@@ -123,7 +123,10 @@ def _check_static(k_shapes, k_dtypes, v_shapes, v_dtypes, m_shape, m_dtype):
 # Graph mode: one constexpr for the counts and block_mapping; the 2L cache checks run in the infer step.
 _check_counts_graph = constexpr(_check_counts)
 _Prim = prim_class(SPEC)
-_STATIC = {}
+#: PyNative branch (fast path when available; the 2L caches are launched flattened): static check ->
+#: num_blocks; every cache a distinct tensor; no layers or no pairs launches nothing.
+_EAGER = EagerOp(SPEC, _check_static, index_checks=(BlockPairs("block_mapping", None, None),),
+                 skip_if_empty=("key_caches", "block_mapping"), distinct=("key_caches", "value_caches"))
 
 
 def copy_blocks(key_caches, value_caches, block_mapping):
@@ -161,39 +164,5 @@ def copy_blocks(key_caches, value_caches, block_mapping):
             _get_cache_prim(_Prim)(graph_backend(), (len(key_caches), len(value_caches)))(
                 *key_caches, *value_caches, block_mapping)
     else:
-        _eager(key_caches, value_caches, block_mapping)
+        _EAGER(_backend.get_backend(), (), key_caches, value_caches, block_mapping)
     return None
-
-
-def _eager(key_caches, value_caches, block_mapping):
-    op = SPEC.name
-    for arg, seq in (("key_caches", key_caches), ("value_caches", value_caches)):
-        if not isinstance(seq, (list, tuple)):
-            raise TypeError(f"{op}: argument '{arg}': expected a list or tuple of Tensors (one per layer), "
-                            f"got {type(seq).__name__}")
-        for i, c in enumerate(seq):
-            V.require_tensor(op, f"{arg}[{i}]", c)
-    V.require_tensor(op, "block_mapping", block_mapping)
-    num_blocks = V.cached_static(_STATIC, _check_static, (
-        tuple(c.shape for c in key_caches), tuple(c.dtype for c in key_caches),
-        tuple(c.shape for c in value_caches), tuple(c.dtype for c in value_caches),
-        block_mapping.shape, block_mapping.dtype))
-    caches = tuple(key_caches) + tuple(value_caches)
-    seen = {}
-    for i, c in enumerate(caches):
-        name = f"key_caches[{i}]" if i < len(key_caches) else f"value_caches[{i - len(key_caches)}]"
-        V.require_contiguous(op, name, c)
-        if id(c) in seen:
-            raise ValueError(f"{op}: argument '{name}': expected a distinct cache tensor per layer and kind, got "
-                             f"the same tensor as '{seen[id(c)]}'")
-        seen[id(c)] = name
-    if not key_caches or block_mapping.shape[0] == 0:
-        return
-    backend = _backend.get_backend()
-    nosync = nosync_checker(backend)
-    if nosync is None:  # ops.Custom path
-        for i, c in enumerate(caches):
-            V.require_not_view(op, f"key_caches[{i}]" if i < len(key_caches) else
-                               f"value_caches[{i - len(key_caches)}]", c)
-    V.check_block_mapping_tensor(op, "block_mapping", block_mapping, num_blocks, num_blocks, nosync)
-    eager_launcher(SPEC, backend, (), (len(key_caches), len(value_caches)))(*caches, V.contiguous_input(block_mapping))
