@@ -51,7 +51,7 @@ EmulationError MakeError(const std::string& rule, const std::string& detail) {
 }
 
 void FailLaunch(const std::string& rule, const std::string& op, const std::string& detail) {
-  throw EmulationError(rule, op, -1, detail, rule + ": op " + op + ": " + detail);
+  throw EmulationError(rule, op, -1, detail, rule + (op.empty() ? std::string(": ") : ": op " + op + ": ") + detail);
 }
 
 namespace rt {

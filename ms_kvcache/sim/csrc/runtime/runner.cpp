@@ -129,13 +129,16 @@ Settings& Set() {
   static auto* s = new Settings();
   return *s;
 }
-void CheckOrder(const std::string& o) {
+// op: the op or kernel of the launch ("" for set_order / set_gm_copy, which name themselves).
+void CheckOrder(const std::string& o, const std::string& op = "") {
   if (o != "forward" && o != "reverse" && o != "threads")
-    FailLaunch("LAUNCH", "", "core order must be 'forward', 'reverse' or 'threads', got '" + o + "'");
+    FailLaunch("LAUNCH", op, std::string(op.empty() ? "set_order: " : "") +
+                                 "core order must be 'forward', 'reverse' or 'threads', got '" + o + "'");
 }
-void CheckGmCopy(const std::string& o) {
+void CheckGmCopy(const std::string& o, const std::string& op = "") {
   if (o != "always" && o != "never" && o != "auto")
-    FailLaunch("LAUNCH", "", "gm_copy must be 'always', 'never' or 'auto', got '" + o + "'");
+    FailLaunch("LAUNCH", op, std::string(op.empty() ? "set_gm_copy: " : "") +
+                                 "gm_copy must be 'always', 'never' or 'auto', got '" + o + "'");
 }
 std::mutex g_err_mu;
 std::string g_last_error;
@@ -331,14 +334,14 @@ bool DecideCopy(const std::string& mode, const std::vector<const TensorArg*>& ts
   return total <= (uint64_t{256} << 20);
 }
 
-LaunchOptions Resolve(const LaunchOptions& o) {
+LaunchOptions Resolve(const LaunchOptions& o, const std::string& op) {
   LaunchOptions r = o;
   if (r.soc.empty()) r.soc = DefaultSoc();
   if (r.order.empty()) r.order = DefaultOrder();
-  CheckOrder(r.order);
+  CheckOrder(r.order, op);
   if (r.hazards < 0) r.hazards = DefaultHazards() ? 1 : 0;
   if (r.gm_copy.empty()) r.gm_copy = DefaultGmCopy();
-  CheckGmCopy(r.gm_copy);
+  CheckGmCopy(r.gm_copy, op);
   return r;
 }
 
@@ -424,7 +427,7 @@ void Remember(const LaunchResult& r) {
 // ============================================================================================ RunOp
 LaunchResult RunOp(const std::string& op_type, std::vector<ParamArg>& inputs, std::vector<ParamArg>& outputs,
                    const std::map<std::string, simhost::AttrValue>& attrs, const LaunchOptions& opt_in) {
-  const LaunchOptions opt = Resolve(opt_in);
+  const LaunchOptions opt = Resolve(opt_in, op_type);
   const simhost::OpDefInfo* defp = nullptr;
   try {
     defp = &simhost::GetOpDef(op_type);
@@ -589,7 +592,7 @@ LaunchResult RunOp(const std::string& op_type, std::vector<ParamArg>& inputs, st
 LaunchResult RunKernel(const std::string& kernel, std::vector<TensorArg>& targs, uint32_t block_dim,
                        const std::vector<uint8_t>& tiling_bytes, uint64_t tiling_key, uint64_t workspace_bytes,
                        bool with_ws_tiling, const LaunchOptions& opt_in) {
-  const LaunchOptions opt = Resolve(opt_in);
+  const LaunchOptions opt = Resolve(opt_in, kernel);
   const KernelEntry k = FindKernel(kernel, kernel);
   const size_t want = targs.size() + (with_ws_tiling ? 2 : 0);
   if (static_cast<size_t>(k.nargs) != want)
