@@ -22,11 +22,19 @@ def _module():
 
 
 def available():
+    """``(ok, why)``: the emulation module is built and its settings (``$MS_KVCACHE_SIM_SOC``,
+    ``$MS_KVCACHE_SIM_ORDER``, ``$MS_KVCACHE_SIM_GM_COPY``, ``$MS_KVCACHE_SIM_HAZARDS``) are valid."""
     try:
         _module()
     except ImportError as exc:
         return False, (f"the AscendC emulation module ms_kvcache._sim is not importable ({exc}); "
                        "build it with scripts/dev_build.sh or reinstall ms_kvcache")
+    from ms_kvcache import sim as simpkg
+
+    try:
+        simpkg.check_settings()
+    except ValueError as exc:
+        return False, str(exc)
     return True, ""
 
 

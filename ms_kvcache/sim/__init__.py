@@ -35,7 +35,7 @@ __all__ = [
     "EmulationError", "include_dirs", "library_dir", "library_path", "ops", "opdef", "tiling", "infer_shape",
     "platform", "platforms", "kernels", "launch", "launch_kernel", "launch_all_orders",
     "launch_kernel_all_orders", "build", "BuiltModule", "set_soc", "get_soc", "set_order", "get_order",
-    "set_hazards", "get_hazards", "last_error", "last_launch_stats", "ORDERS",
+    "set_hazards", "get_hazards", "last_error", "last_launch_stats", "ORDERS", "GM_COPY_MODES", "check_settings",
 ]
 
 _HERE = Path(__file__).resolve().parent
@@ -43,6 +43,12 @@ _PKG = _HERE.parent
 
 #: Core orders a launch can run in; all must give identical bytes.
 ORDERS = ("forward", "reverse", "threads")
+
+#: Values of ``gm_copy=`` / ``$MS_KVCACHE_SIM_GM_COPY``.
+GM_COPY_MODES = ("always", "never", "auto")
+
+#: Values of ``$MS_KVCACHE_SIM_HAZARDS`` (unset = on).
+_HAZARD_VALUES = ("0", "1")
 
 
 def _module():
@@ -141,6 +147,34 @@ def set_hazards(on):
 def get_hazards():
     """Whether the pipe hazard tracker is on by default."""
     return _sim.get_hazards()
+
+
+def check_settings():
+    """Check the emulation's default settings, which come from the environment unless set in Python.
+
+    ``set_soc`` / ``set_order`` validate their argument, but ``$MS_KVCACHE_SIM_SOC``,
+    ``$MS_KVCACHE_SIM_ORDER``, ``$MS_KVCACHE_SIM_GM_COPY`` and ``$MS_KVCACHE_SIM_HAZARDS`` are only read;
+    ``ms_kvcache.set_backend("sim")`` calls this so that a typo is reported there and not as a failed
+    launch later.
+
+    Raises:
+        ValueError: names every bad variable, its value and the accepted values.
+    """
+    problems = []
+    soc = _sim.get_soc()
+    if soc not in _sim.platforms():
+        problems.append(f"MS_KVCACHE_SIM_SOC={soc!r}: expected one of {list(_sim.platforms())}")
+    order = _sim.get_order()
+    if order not in ORDERS:
+        problems.append(f"MS_KVCACHE_SIM_ORDER={order!r}: expected one of {list(ORDERS)}")
+    gm_copy = _sim.get_gm_copy()
+    if gm_copy not in GM_COPY_MODES:
+        problems.append(f"MS_KVCACHE_SIM_GM_COPY={gm_copy!r}: expected one of {list(GM_COPY_MODES)}")
+    hz = os.environ.get("MS_KVCACHE_SIM_HAZARDS")
+    if hz and hz not in _HAZARD_VALUES:
+        problems.append(f"MS_KVCACHE_SIM_HAZARDS={hz!r}: expected '0' (off) or '1' (on)")
+    if problems:
+        raise ValueError("AscendC emulation settings: " + "; ".join(problems))
 
 
 # ------------------------------------------------------------------------------------------- launches
