@@ -90,3 +90,109 @@ def test_good_sim_environment_accepted(tmp_path):
     """, {"MS_KVCACHE_SIM_SOC": "Ascend310P3", "MS_KVCACHE_SIM_ORDER": "threads", "MS_KVCACHE_SIM_GM_COPY": "never",
           "MS_KVCACHE_SIM_HAZARDS": "0"}, tmp_path)
     assert rc == 0 and "OK Ascend310P3 threads False" in out, out
+
+
+# ----------------------------------------------------------------------------- failing AOT calls (U1, W1)
+def _graph_rac(mk, slots, cache_shape=(16, 8, 2, 16)):
+    import mindspore as ms
+    from mindspore import Parameter, Tensor, nn
+
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.kc = Parameter(Tensor(np.zeros(cache_shape, np.float32)), name="key_cache")
+            self.vc = Parameter(Tensor(np.zeros(cache_shape, np.float32)), name="value_cache")
+
+        def construct(self, k, v, s):
+            mk.reshape_and_cache(k, v, self.kc, self.vc, s)
+            return s
+
+    rng = np.random.default_rng(len(slots))
+    k = Tensor(rng.standard_normal((len(slots),) + cache_shape[2:]).astype(np.float32))
+    net = Net()
+    old = ms.get_context("mode")
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        with pytest.raises(RuntimeError, match="Return value"):
+            net(k, k, Tensor(np.asarray(slots, np.int32)))
+    finally:
+        ms.set_context(mode=old)
+    return net
+
+
+def test_pynative_tiling_rejection_reason_on_stderr(capfd):
+    from _copy_sim_ref import public_backend_or_skip
+
+    mk = public_backend_or_skip("reshape_and_cache")
+    import mindspore as ms
+    from mindspore import Parameter, Tensor
+
+    sim = sim_module()
+    kc = Parameter(Tensor(np.zeros((4, 8, 2, 3), np.float16)), name="kc")
+    vc = Parameter(Tensor(np.zeros((4, 8, 2, 3), np.float16)), name="vc")
+    x = Tensor(np.ones((3, 2, 3), np.float16))
+    old_soc = sim.get_soc()
+    mk.set_backend("sim")
+    sim.set_soc("Ascend310P3")
+    try:
+        capfd.readouterr()
+        with pytest.raises(RuntimeError):
+            mk.reshape_and_cache(x, x, kc, vc, Tensor(np.array([0, 1, 2], np.int32)))
+            kc.asnumpy()
+    finally:
+        sim.set_soc(old_soc)
+        mk.set_backend("cpu")
+    err = capfd.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith("ms_kvcache sim: ")]
+    assert len(lines) == 1, err
+    assert "TILING_FAILED: op ReshapeAndCache" in lines[0] and "Ascend310P has no DataCopyPad" in lines[0]
+    assert ms.get_context("mode") == ms.PYNATIVE_MODE
+
+
+# ----------------------------------------------------------------------------- check_tiling
+def _rac_shapes(D, dtype, T=3):
+    return [((T, 2, D), dtype), ((T, 2 * D), dtype), ((4, 8, 2, D), dtype), ((4, 8, 2, D), dtype), ((T,), "int32")]
+
+
+def test_check_tiling_accepts_and_memoises():
+    import mindspore as ms
+
+    sim = sim_module()
+    r = sim.check_tiling("reshape_and_cache", _rac_shapes(16, "float16"), {"cache_layout": "BSND"}, "Ascend310P3")
+    ref = sim.tiling("ReshapeAndCache", _rac_shapes(16, "float16"), {"cache_layout": "BSND"}, "Ascend310P3")
+    assert r["tiling_bytes"] == ref["tiling_bytes"] and r["tiling_key"] == 100
+    # MindSpore tensors, numpy arrays and dtypes, CamelCase name: same signature, same (memoised) result
+    t = ms.Tensor(np.zeros((3, 2, 16), np.float16))
+    again = sim.check_tiling("ReshapeAndCache", [t, ((3, 32), ms.float16), np.zeros((4, 8, 2, 16), np.float16),
+                                                 ((4, 8, 2, 16), np.float16), ((3,), np.int32)],
+                             {"cache_layout": "BSND"}, "Ascend310P3")
+    assert again is r
+    # DYNAMIC inputs as lists; default SoC = sim.get_soc()
+    args = [[((6, 16, 2, 16), "float32")] * 3, [((6, 16, 2, 16), "float32")] * 3, ((5, 2), "int64")]
+    cb = sim.check_tiling("copy_blocks", args)
+    assert cb["fields"]["numLayers"] == 3 and cb["block_dim"] == cb["fields"]["usedCoreNum"] > 1
+    assert sim.check_tiling("CopyBlocks", args, None, sim.get_soc()) is cb
+
+
+def test_check_tiling_raises_rejections_at_the_call_site():
+    sim = sim_module()
+    with pytest.raises(sim.TilingRejectedError) as ei:
+        sim.check_tiling("reshape_and_cache", _rac_shapes(3, "float16"), {"cache_layout": "BSND"}, "Ascend310P3")
+    e = ei.value
+    assert isinstance(e, ValueError) and not isinstance(e, TypeError)
+    assert (e.op, e.op_type, e.soc, e.rule) == ("reshape_and_cache", "ReshapeAndCache", "Ascend310P3", "TILING_FAILED")
+    assert str(e).startswith("reshape_and_cache: the AscendC tiling for Ascend310P3 rejects this call: rows of 12 "
+                             "bytes (one token row) are not a multiple of 32 bytes"), str(e)
+    assert str(e).endswith("(TILING_FAILED)") and "\n" not in str(e)
+    assert "GRAPH_FAILED" in e.emulation_message
+    with pytest.raises(TypeError) as ei:
+        sim.check_tiling("reshape_and_cache", _rac_shapes(16, "bfloat16"), {}, "Ascend310P3")
+    assert isinstance(ei.value, sim.TilingDTypeRejectedError) and ei.value.rule == "SOC_BF16"
+    assert "has no bfloat16 support" in str(ei.value)
+    with pytest.raises(sim.TilingRejectedError, match="cache_layout"):
+        sim.check_tiling("reshape_and_cache", _rac_shapes(16, "float16"), {"cache_layout": "NHD"}, "Ascend910B1")
+    with pytest.raises(sim.TilingRejectedError) as again:  # memoised, raised afresh
+        sim.check_tiling("reshape_and_cache", _rac_shapes(3, "float16"), {"cache_layout": "BSND"}, "Ascend310P3")
+    assert again.value is not e and str(again.value) == str(e)
+    with pytest.raises(KeyError, match="no op 'no_such_op'"):
+        sim.check_tiling("no_such_op", [], {})

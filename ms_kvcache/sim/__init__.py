@@ -36,6 +36,7 @@ __all__ = [
     "platform", "platforms", "kernels", "launch", "launch_kernel", "launch_all_orders",
     "launch_kernel_all_orders", "build", "BuiltModule", "set_soc", "get_soc", "set_order", "get_order",
     "set_hazards", "get_hazards", "last_error", "last_launch_stats", "ORDERS", "GM_COPY_MODES", "check_settings",
+    "check_tiling", "TilingRejectedError", "TilingDTypeRejectedError", "set_error_hint",
 ]
 
 _HERE = Path(__file__).resolve().parent
@@ -108,6 +109,141 @@ platforms = _sim.platforms
 kernels = _sim.kernels
 last_error = _sim.last_error
 last_launch_stats = _sim.last_launch_stats
+
+
+def set_error_hint(op, rule, hint):
+    """Append ``hint`` in brackets to the message of a failing MindSpore AOT call of ``op`` whose error
+    has rule ``rule`` (see :func:`last_error`); ``""`` removes it. The sim backend uses it to say what a
+    rule means for an op, e.g. that GM_WRITE_CONFLICT in a slot scatter is a repeated slot."""
+    _sim.set_error_hint(str(op), str(rule), str(hint))
+
+
+# ------------------------------------------------------------------------------------------- eager tiling check
+class TilingRejectedError(ValueError):
+    """The op's AscendC host tiling (or its OpDef) rejects a call on a SoC (:func:`check_tiling`).
+
+    Attributes: ``op`` (public snake_case name), ``op_type``, ``soc``, ``rule`` (the emulation's rule,
+    e.g. ``TILING_FAILED``, ``SOC_BF16``, ``OPDEF_DTYPE_ROW``), ``reason`` (the tiling's own sentence),
+    ``emulation_message`` (the full :class:`EmulationError` text).
+    """
+
+    def __init__(self, message, op, op_type, soc, rule, reason, emulation_message):
+        super().__init__(message)
+        self.op, self.op_type, self.soc, self.rule = op, op_type, soc, rule
+        self.reason, self.emulation_message = reason, emulation_message
+
+
+class TilingDTypeRejectedError(TilingRejectedError, TypeError):
+    """A :class:`TilingRejectedError` about dtypes (no OpDef row / no bfloat16 on the SoC); also a TypeError."""
+
+
+_DTYPE_RULES = ("SOC_BF16", "OPDEF_DTYPE_ROW", "INPUT_DTYPE")
+_TILING_CACHE = {}
+_TILING_CACHE_MAX = 4096
+_OP_DYNAMIC = {}  # name as given -> (OpType, DYNAMIC flag per OpDef input)
+_STDERR_MARK = "the tiling function wrote to stderr:"
+
+
+def _norm_dtype(dt):
+    if isinstance(dt, str):
+        return dt.lower()
+    if isinstance(dt, np.dtype) or (isinstance(dt, type) and issubclass(dt, np.generic)):
+        return np.dtype(dt).name
+    return str(dt).lower()  # MindSpore dtypes: Float16 -> float16, BFloat16 -> bfloat16
+
+
+def _norm_tensor(x, what):
+    if x is None:
+        return None
+    if hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(x, (tuple, list)):
+        return (tuple(int(d) for d in x.shape), _norm_dtype(x.dtype))
+    if isinstance(x, (tuple, list)) and len(x) == 2:
+        return (tuple(int(d) for d in x[0]), _norm_dtype(x[1]))
+    raise TypeError(f"check_tiling: {what}: expected a tensor, an array, (shape, dtype) or None, got {x!r}")
+
+
+def _freeze(v):
+    return tuple(_freeze(x) for x in v) if isinstance(v, (list, tuple)) else v  # attribute lists
+
+
+def _reason(rule, op_type, msg):
+    """The tiling's own sentence out of an EmulationError message."""
+    if _STDERR_MARK in msg:
+        lines = [ln.strip() for ln in msg.split(_STDERR_MARK, 1)[1].splitlines() if ln.strip()]
+        if lines:
+            text = lines[-1]
+            tag = f"{op_type} tiling: "
+            return text.split(tag, 1)[1] if tag in text else text
+    head = f"{rule}: op {op_type}: "
+    return msg[len(head):] if msg.startswith(head) else msg
+
+
+def check_tiling(op, inputs, attrs=None, soc=None):
+    """Run op ``op``'s AscendC host tiling for these input shapes / dtypes, as a launch would, and raise
+    its rejection as a Python exception at the call site.
+
+    The sim backend's MindSpore AOT entry runs the same tiling inside the launch, where a rejection
+    only surfaces as MindSpore's generic "Return value ... is 1" (in PyNative at the next sync). A
+    PyNative wrapper calls this first (shapes only, no data; results are memoised per signature, so a
+    repeated call costs one dict lookup), e.g. to report bfloat16 or rows that are not a multiple of
+    32 bytes on Ascend310P3 where the user made the call.
+
+    Args:
+        op (str): public snake_case name (``"reshape_and_cache"``) or OpDef type (``"ReshapeAndCache"``).
+        inputs (list): one entry per OpDef input, in order: a MindSpore Tensor / Parameter, a numpy
+            array, a ``(shape, dtype)`` pair (dtype a name, numpy or MindSpore dtype) or None for an
+            absent optional input; a list of such entries for a DYNAMIC input (e.g. copy_blocks'
+            ``key_caches``).
+        attrs (dict): attribute values by OpDef name (missing optional ones take their default).
+        soc (str): SoC name; default :func:`get_soc` (what the sim backend launches on).
+
+    Returns:
+        dict: the tiling result (as :func:`tiling`; shared by later calls with the same signature, do
+        not modify it).
+
+    Raises:
+        TilingDTypeRejectedError: (a TypeError and ValueError) no OpDef dtype row for these dtypes on
+            the SoC, e.g. bfloat16 on Ascend310P3.
+        TilingRejectedError: (a ValueError) any other rejection by the tiling or the OpDef checks;
+            the message is ``"<op>: the AscendC tiling for <soc> rejects this call: <reason> (<RULE>)"``.
+        KeyError: no such op in the emulation.
+    """
+    dyn_inputs = _OP_DYNAMIC.get(op)
+    if dyn_inputs is None:
+        op_type = op if op in _sim.ops() else _camel(op)
+        if op_type not in _sim.ops():
+            raise KeyError(f"check_tiling: no op {op!r} in the AscendC emulation; registered ops: {_sim.ops()}")
+        dyn_inputs = (op_type, tuple(p["param_type"] == "dynamic" for p in _sim.opdef(op_type)["inputs"]))
+        _OP_DYNAMIC[op] = dyn_inputs
+    op_type, dyn = dyn_inputs
+    soc = soc or _sim.get_soc()
+    norm = []
+    for i, x in enumerate(inputs):
+        if i < len(dyn) and dyn[i] and isinstance(x, (list, tuple)) and not (len(x) == 2 and isinstance(x[1], str)):
+            norm.append(tuple(_norm_tensor(y, f"inputs[{i}][{j}]") for j, y in enumerate(x)))
+        else:
+            norm.append(_norm_tensor(x, f"inputs[{i}]"))
+    attrs = dict(attrs or {})
+    key = (op_type, soc, tuple(norm), tuple(sorted((k, _freeze(v)) for k, v in attrs.items())))
+    hit = _TILING_CACHE.get(key)
+    if hit is None:
+        name = _sim.snake_case(op_type)
+        try:
+            hit = _sim.tiling(op_type, [list(x) if d else x for x, d in zip(norm, dyn + (False,) * len(norm))],
+                              attrs or None, soc)
+        except EmulationError as exc:
+            msg = str(exc)
+            rule = getattr(exc, "rule", "") or msg.split(":", 1)[0]
+            reason = _reason(rule, op_type, msg)
+            cls = TilingDTypeRejectedError if rule in _DTYPE_RULES else TilingRejectedError
+            hit = (cls, (f"{name}: the AscendC tiling for {soc} rejects this call: {reason} ({rule})", name,
+                         op_type, soc, rule, reason, msg))
+        if len(_TILING_CACHE) >= _TILING_CACHE_MAX:
+            _TILING_CACHE.clear()
+        _TILING_CACHE[key] = hit
+    if isinstance(hit, tuple):  # a memoised rejection: a fresh exception per call
+        raise hit[0](*hit[1]) from None
+    return hit
 
 
 def set_soc(name):

@@ -8,9 +8,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <map>
 #include <thread>
 
 #include "runtime_internal.h"
@@ -142,6 +144,7 @@ void CheckGmCopy(const std::string& o, const std::string& op = "") {
 }
 std::mutex g_err_mu;
 std::string g_last_error;
+std::map<std::pair<std::string, std::string>, std::string> g_hints;  // guarded by g_err_mu
 std::mutex g_last_mu;
 LaunchResult g_last_launch;
 }  // namespace
@@ -188,6 +191,16 @@ std::string LastError() {
 void SetLastError(const std::string& msg) {
   std::lock_guard<std::mutex> lk(g_err_mu);
   g_last_error = msg;
+}
+void SetErrorHint(const std::string& op, const std::string& rule, const std::string& hint) {
+  std::lock_guard<std::mutex> lk(g_err_mu);
+  if (hint.empty()) g_hints.erase({op, rule});
+  else g_hints[{op, rule}] = hint;
+}
+std::string ErrorHint(const std::string& op, const std::string& rule) {
+  std::lock_guard<std::mutex> lk(g_err_mu);
+  auto it = g_hints.find({op, rule});
+  return it == g_hints.end() ? std::string() : it->second;
 }
 LaunchResult LastLaunch() {
   std::lock_guard<std::mutex> lk(g_last_mu);
@@ -664,6 +677,23 @@ extern "C" const char* ascendc_sim_last_error() {
   return s.c_str();
 }
 
+namespace {
+// A failing AOT call: MindSpore only reports "Return value ... is 1", so the reason (plus the op's
+// hint for this rule, if any) is kept for last_error() and printed once, as one line, on stderr.
+void ReportAotFailure(const std::string& op, const std::string& rule, const std::string& what) {
+  std::string msg = what;
+  const std::string hint = rule.empty() ? std::string() : ascendc_sim::ErrorHint(op, rule);
+  if (!hint.empty()) msg += " [" + hint + "]";
+  ascendc_sim::SetLastError(msg);
+  std::string line = msg;
+  for (char& ch : line) {
+    if (ch == '\n' || ch == '\r') ch = ' ';
+  }
+  std::fprintf(stderr, "ms_kvcache sim: %s\n", line.c_str());
+  std::fflush(stderr);
+}
+}  // namespace
+
 extern "C" int ascendc_sim_aot_launch(const char* op_type, int nparam, void** params, int* ndims, int64_t** shapes,
                                       const char** dtypes, void* extra) {
   using namespace ascendc_sim;
@@ -756,11 +786,11 @@ extern "C" int ascendc_sim_aot_launch(const char* op_type, int nparam, void** pa
     RunOp(op, ins, outs, attrs, opt);
     return 0;
   } catch (const ascendc_sim::EmulationError& e) {
-    ascendc_sim::SetLastError(e.what());
+    ReportAotFailure(op, e.rule, e.what());
   } catch (const simhost::HostError& e) {
-    ascendc_sim::SetLastError(e.what());
+    ReportAotFailure(op, e.rule, e.what());
   } catch (const std::exception& e) {
-    ascendc_sim::SetLastError(op + ": " + e.what());
+    ReportAotFailure(op, "", op + ": " + e.what());
   }
   return 1;
 }
