@@ -120,6 +120,31 @@ def _graph_rac(mk, slots, cache_shape=(16, 8, 2, 16)):
     return net
 
 
+@pytest.mark.parametrize("case,rule", [("cores", "GM_WRITE_CONFLICT"), ("one_core", "PIPE_HAZARD")])
+def test_graph_mode_duplicate_slot_error_is_explained(case, rule, capfd):
+    # Duplicated non-negative slots are undefined on the AscendC backends in graph mode (docs/design.md);
+    # the sim backend fails the call and says why, on stderr and in last_error().
+    from _copy_sim_ref import public_backend_or_skip
+
+    mk = public_backend_or_skip("reshape_and_cache")
+    from ms_kvcache._backends import sim as simbackend
+
+    slots = [3, 7, 3, 3] if case == "cores" else [0, 0] + list(range(1, 99))  # 100 tokens: 0 and 1 on core 0
+    mk.set_backend("sim")
+    try:
+        capfd.readouterr()
+        net = _graph_rac(mk, slots)
+    finally:
+        mk.set_backend("cpu")
+    err = capfd.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith("ms_kvcache sim: ")]
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"ms_kvcache sim: {rule}: op ReshapeAndCache"), lines[0]
+    assert "slot_mapping repeats a non-negative slot" in lines[0] and "undefined on the AscendC backends" in lines[0]
+    assert simbackend.last_error() == lines[0][len("ms_kvcache sim: "):]
+    assert not net.kc.asnumpy().any(), "the cache changed although the call failed"
+
+
 def test_pynative_tiling_rejection_reason_on_stderr(capfd):
     from _copy_sim_ref import public_backend_or_skip
 
