@@ -62,9 +62,9 @@ _DUPLICATE_SLOT_RULES = ("GM_WRITE_CONFLICT", "PIPE_HAZARD")
 
 def _slot_hints(spec):
     """Register, for ops with a ``slot_mapping`` input, what a write conflict means for that op."""
-    if not any(t.name == "slot_mapping" for t in spec.inputs):
+    if not any(getattr(t, "name", None) == "slot_mapping" for t in getattr(spec, "inputs", ())):
         return
-    hint = (f"{spec.name}: this usually means slot_mapping repeats a non-negative slot. In graph mode a "
+    hint = (f"{getattr(spec, 'name', spec.op_type)}: this usually means slot_mapping repeats a non-negative slot. In graph mode a "
             "duplicated slot is undefined on the AscendC backends (sim, ascend): cores race, as in vLLM's "
             "kernels, and the emulation fails the call; PyNative rejects duplicates and the cpu backend keeps "
             "the last token's row. Give each slot to at most one token (-1 skips a token)")
