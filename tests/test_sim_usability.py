@@ -221,3 +221,26 @@ def test_check_tiling_raises_rejections_at_the_call_site():
     assert again.value is not e and str(again.value) == str(e)
     with pytest.raises(KeyError, match="no op 'no_such_op'"):
         sim.check_tiling("no_such_op", [], {})
+
+
+# ----------------------------------------------------------------------------- read-only arrays (W4)
+@pytest.mark.parametrize("all_orders", [False, True])
+def test_launch_refuses_to_write_a_read_only_array(all_orders):
+    sim = sim_module()
+    rng = np.random.default_rng(4)
+    key = rng.standard_normal((3, 2, 16)).astype(np.float32)
+    key.setflags(write=False)  # only read by the kernel: fine
+    kc = np.zeros((4, 8, 2, 16), np.float32)
+    vc = np.zeros_like(kc)
+    ro = np.zeros_like(kc)
+    ro.setflags(write=False)
+    slots = np.array([0, 9, 30], np.int32)
+    run = sim.launch_all_orders if all_orders else sim.launch
+    with pytest.raises(sim.EmulationError) as ei:
+        run("ReshapeAndCache", [key, key, ro, vc, slots, status()], attrs={"cache_layout": "BSND"})
+    msg = str(ei.value)
+    assert ei.value.rule == "GM_READONLY", msg
+    assert "into input 2 'key_cache', which is read-only" in msg and "writeable False" in msg, msg
+    assert not ro.any() and not vc.any()
+    run("ReshapeAndCache", [key, key, kc, vc, slots, status()], attrs={"cache_layout": "BSND"})
+    assert np.array_equal(kc.reshape(32, 2, 16)[[0, 9, 30]], key)

@@ -380,6 +380,8 @@ def launch(op, arrays, attrs=None, soc=None, order=None, hazards=None, seed=0, g
         seed (int): seed of the garbage that fills UB and workspace at kernel start.
         gm_copy (str): ``"always"`` (copy tensors into guarded emulated GM, default for numpy),
             ``"never"`` (run on the arrays' memory), ``"auto"`` (copy up to 256 MiB).
+            A read-only array (``flags.writeable`` False) may be passed for a tensor the kernel only
+            reads; a kernel write into it raises rule ``GM_READONLY`` naming the argument.
 
     Returns:
         dict: launch statistics: ``block_dim``, ``tiling_key``, ``cores_used``, ``gm_read_bytes``,
@@ -439,16 +441,25 @@ def _flatten(arrays):
     return out
 
 
+def _copy_leaf(a):
+    """A copy that keeps a read-only array read-only (so a kernel write into it is still GM_READONLY)."""
+    if a is None:
+        return None
+    c = a.copy()
+    if isinstance(a, np.ndarray) and not a.flags.writeable:
+        c.setflags(write=False)
+    return c
+
+
 def _copy_tree(arrays):
     if isinstance(arrays, dict):
-        return {k: _copy_tree(v) if isinstance(v, (list, tuple)) else (None if v is None else v.copy())
-                for k, v in arrays.items()}
+        return {k: _copy_tree(v) if isinstance(v, (list, tuple)) else _copy_leaf(v) for k, v in arrays.items()}
     out = []
     for a in arrays:
         if isinstance(a, (list, tuple)):
             out.append(_copy_tree(a))
         else:
-            out.append(None if a is None else a.copy())
+            out.append(_copy_leaf(a))
     return out
 
 

@@ -298,7 +298,7 @@ class GmBuilder {
     r.name = name;
     r.size = t.nbytes;
     r.kind = kind;
-    r.writable = true;
+    r.writable = t.writable;  // a read-only numpy array: a kernel write into it is GM_READONLY
     if (copy_) {
       r.base = arena_.Alloc(t.nbytes, L_.op);
       if (t.nbytes) std::memcpy(r.base, t.data, t.nbytes);
