@@ -244,3 +244,39 @@ def test_launch_refuses_to_write_a_read_only_array(all_orders):
     assert not ro.any() and not vc.any()
     run("ReshapeAndCache", [key, key, kc, vc, slots, status()], attrs={"cache_layout": "BSND"})
     assert np.array_equal(kc.reshape(32, 2, 16)[[0, 9, 30]], key)
+
+
+# ----------------------------------------------------------------------------- sim.build messages (U5)
+KERNEL_WITH_TILING = """
+#include "kernel_operator.h"
+extern "C" __global__ __aicore__ void breaker_k2(GM_ADDR x, GM_ADDR workspace, GM_ADDR tiling) {
+  (void)x; (void)workspace;
+  GET_TILING_DATA(td, tiling);
+  (void)td;
+}
+"""
+
+
+def test_build_names_a_missing_tiling_header(tmp_path):
+    sim = sim_module()
+    kdir = tmp_path / "op_kernel"
+    kdir.mkdir()
+    src = kdir / "breaker_k2.cpp"
+    src.write_text(KERNEL_WITH_TILING)
+    extra = tmp_path / "inc"
+    extra.mkdir()
+    with pytest.raises(ValueError) as ei:
+        sim.build("breaker_k2", [src], include_dirs=[extra])
+    msg = str(ei.value)
+    assert "uses GET_TILING_DATA but no breaker_k2_tiling.h was found" in msg, msg
+    for where in (kdir / "breaker_k2_tiling.h", tmp_path / "op_host" / "breaker_k2_tiling.h",
+                  extra / "breaker_k2_tiling.h"):
+        assert str(where) in msg, msg
+    assert "REGISTER_TILING_DATA_CLASS(BreakerK2" in msg
+    # with the header next to the kernel it builds
+    (kdir / "breaker_k2_tiling.h").write_text(
+        '#include "register/tilingdata_base.h"\nnamespace optiling {\nBEGIN_TILING_DATA_DEF(BreakerK2TD)\n'
+        "  TILING_DATA_FIELD_DEF(uint32_t, n);\nEND_TILING_DATA_DEF;\n"
+        "REGISTER_TILING_DATA_CLASS(BreakerK2, BreakerK2TD)\n}\n")
+    mod = sim.build("breaker_k2", [src])
+    assert mod.kernels == ["breaker_k2"]

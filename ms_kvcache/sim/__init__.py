@@ -559,13 +559,34 @@ def _scan_entries(cxx, src, incs):
     return sorted(set(_ENTRY_RE.findall(p.stdout)))
 
 
-def _find_tiling_header(src, stem, extra_dirs):
+def _tiling_header_candidates(src, stem, extra_dirs):
     cands = [src.parent / f"{stem}_tiling.h", src.parent.parent / "op_host" / f"{stem}_tiling.h"]
-    cands += [Path(d) / f"{stem}_tiling.h" for d in extra_dirs]
-    for c in cands:
+    return cands + [Path(d) / f"{stem}_tiling.h" for d in extra_dirs]
+
+
+def _find_tiling_header(src, stem, extra_dirs):
+    for c in _tiling_header_candidates(src, stem, extra_dirs):
         if c.is_file():
             return c.resolve()
     return None
+
+
+_GET_TILING_RE = re.compile(r"\bGET_TILING_DATA\s*\(")
+_TILING_INCLUDE_RE = re.compile(r'#\s*include\s*[<"][^>"]*tiling[^>"]*[>"]')
+
+
+def _check_tiling_header(name, src, stem, text, header, extra_dirs):
+    """A kernel using GET_TILING_DATA(var, tiling) needs its op's ``<stem>_tiling.h`` (the TilingData
+    definition); without it g++ reports a cascade of undeclared names, so say what is missing first."""
+    if header is not None or not _GET_TILING_RE.search(text):
+        return
+    if "BEGIN_TILING_DATA_DEF" in text or _TILING_INCLUDE_RE.search(text):
+        return  # the kernel defines or includes its TilingData itself
+    looked = ", ".join(str(c) for c in _tiling_header_candidates(src, stem, extra_dirs))
+    raise ValueError(
+        f"build({name!r}): {src} uses GET_TILING_DATA but no {stem}_tiling.h was found (looked for {looked}); put "
+        f"the op's TilingData header (BEGIN_TILING_DATA_DEF ... REGISTER_TILING_DATA_CLASS({_camel(stem)}, ...)) "
+        "next to the kernel, in ../op_host, or in one of include_dirs")
 
 
 def _hash_tree(h, root):
@@ -602,7 +623,8 @@ def build(name, sources, include_dirs=(), kernels=None, cxxflags=(), force=False
         BuiltModule
 
     Raises:
-        ValueError: bad name / missing source.
+        ValueError: bad name / missing source; a kernel that uses ``GET_TILING_DATA`` without a
+            ``<stem>_tiling.h`` (the message lists where it looked).
         RuntimeError: the compiler failed (the message holds its output).
     """
     if not re.fullmatch(r"[A-Za-z_]\w*", name):
@@ -623,7 +645,9 @@ def build(name, sources, include_dirs=(), kernels=None, cxxflags=(), force=False
         is_kernel = (s in kset) if kset is not None else "__global__" in text
         entries = _scan_entries(cxx, s, incs) if is_kernel else []
         if is_kernel:
-            plan.append(("kernel", s, s.stem, entries, _find_tiling_header(s, s.stem, incs)))
+            th = _find_tiling_header(s, s.stem, incs)
+            _check_tiling_header(name, s, s.stem, text, th, incs)
+            plan.append(("kernel", s, s.stem, entries, th))
         else:
             plan.append(("host", s, s.stem, [], None))
 
