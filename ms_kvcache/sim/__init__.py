@@ -599,7 +599,7 @@ def _hash_tree(h, root):
             h.update(p.read_bytes())
 
 
-def build(name, sources, include_dirs=(), kernels=None, cxxflags=(), force=False, jobs=2, verbose=False):
+def build(name, sources, include_dirs=(), kernels=None, cxxflags=(), force=False, jobs=2, verbose=False, lint=True):
     """Compile AscendC kernel / host / proto sources against the emulation and load the result.
 
     Every source containing ``__global__ __aicore__`` entries (or listed in ``kernels``) is compiled
@@ -618,6 +618,11 @@ def build(name, sources, include_dirs=(), kernels=None, cxxflags=(), force=False
         cxxflags (list[str]): extra compiler flags (``$MS_KVCACHE_SIM_CXXFLAGS`` is appended too).
         force (bool): rebuild even if cached.
         jobs (int): parallel compiler processes.
+        lint (bool): check every kernel source (and the op's own headers it includes) against the
+            device-code subset of :mod:`ms_kvcache.sim.lint` before compiling (default). g++ accepts
+            what bisheng rejects (std::, heap, exceptions, host I/O, includes outside the allowlist),
+            so a kernel that fails the lint would run here but not build for an NPU; ``False``
+            builds it anyway.
 
     Returns:
         BuiltModule
@@ -625,6 +630,8 @@ def build(name, sources, include_dirs=(), kernels=None, cxxflags=(), force=False
     Raises:
         ValueError: bad name / missing source; a kernel that uses ``GET_TILING_DATA`` without a
             ``<stem>_tiling.h`` (the message lists where it looked).
+        ms_kvcache.sim.lint.KernelLintError: (a ValueError) a kernel source breaks the device-code
+            subset; ``problems`` lists ``(path, line, rule, message)``.
         RuntimeError: the compiler failed (the message holds its output).
     """
     if not re.fullmatch(r"[A-Za-z_]\w*", name):
@@ -652,7 +659,7 @@ def build(name, sources, include_dirs=(), kernels=None, cxxflags=(), force=False
             plan.append(("host", s, s.stem, [], None))
 
     h = hashlib.sha256()
-    h.update(f"{name}|{cxx}|{flags}|{incs}|{libdir}|{sys.version_info[:2]}".encode())
+    h.update(f"{name}|{cxx}|{flags}|{incs}|{libdir}|{sys.version_info[:2]}|lint={bool(lint)}".encode())
     _hash_tree(h, _HERE / "include")
     for d in incs:
         _hash_tree(h, d)
@@ -671,6 +678,8 @@ def build(name, sources, include_dirs=(), kernels=None, cxxflags=(), force=False
 
     with _BUILD_LOCK:
         if force or not out.is_file():
+            if lint:
+                _lint_kernels(name, [s for kind, s, _, _, _ in plan if kind == "kernel"])
             _compile(name, plan, incs, flags, libdir, cxx, out, jobs, verbose)
         path = str(out)
         handle = _LOADED.get(path)
@@ -678,6 +687,19 @@ def build(name, sources, include_dirs=(), kernels=None, cxxflags=(), force=False
             handle = ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
             _LOADED[path] = handle
     return BuiltModule(name, path, entry_names, op_types, handle)
+
+
+def _lint_kernels(name, kernel_sources):
+    from ms_kvcache.sim import lint as _lint
+
+    problems = []
+    for s in kernel_sources:
+        problems.extend(_lint.lint_file(s))
+    if problems:
+        raise _lint.KernelLintError(
+            f"build({name!r}): {len(problems)} kernel lint problem(s): the emulation would run this code but the "
+            f"AscendC device compiler rejects it (pass lint=False to build anyway):\n{_lint.format_problems(problems)}",
+            problems)
 
 
 def _compile(name, plan, incs, flags, libdir, cxx, out, jobs, verbose):
