@@ -76,6 +76,26 @@ bool AotArgs::attr_bool(const char* name, bool dflt) const {
   return (extra && extra->HasAttr(name)) ? extra->GetAttrBool(name) : dflt;
 }
 
+std::vector<InputSpan> InputSpans(const AotArgs& a, int num_inputs, int num_outputs) {
+  std::vector<int64_t> sizes;
+  if (a.extra != nullptr && a.extra->HasAttr("dyn_input_sizes")) sizes = a.extra->GetAttrIntVec("dyn_input_sizes");
+  if (!sizes.empty() && static_cast<int>(sizes.size()) != num_inputs)
+    throw KernelError("attribute dyn_input_sizes has " + std::to_string(sizes.size()) + " entries, expected one per "
+                      "input (" + std::to_string(num_inputs) + ")");
+  std::vector<InputSpan> spans(static_cast<size_t>(num_inputs));
+  int pos = 0;
+  for (int i = 0; i < num_inputs; ++i) {
+    const int64_t k = sizes.empty() ? -1 : sizes[static_cast<size_t>(i)];
+    if (k == 0 || k < -1) throw KernelError("attribute dyn_input_sizes: bad entry " + std::to_string(k));
+    spans[static_cast<size_t>(i)] = {pos, k < 0 ? 1 : static_cast<int>(k)};
+    pos += spans[static_cast<size_t>(i)].count;
+  }
+  if (pos + num_outputs != a.nparam)
+    throw KernelError("expected " + std::to_string(pos) + " input tensors (dyn_input_sizes) + " +
+                      std::to_string(num_outputs) + " output(s), got " + std::to_string(a.nparam) + " params");
+  return spans;
+}
+
 int NumThreads() {
   static const int n = [] {
     const char* env = std::getenv("MS_KVCACHE_NUM_THREADS");

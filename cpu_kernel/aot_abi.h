@@ -81,6 +81,17 @@ struct AotArgs {
   bool attr_bool(const char* name, bool dflt) const;
 };
 
+// Where the tensors of each OpSpec input are among the params. A list input (TensorSpec dynamic=True)
+// reaches the kernel flattened; the attribute dyn_input_sizes (MindSpore's convention, set by every
+// ms_kvcache primitive with list inputs and by the PyNative fast path) has one entry per OpSpec input:
+// the tensor count of a list input, -1 for a plain input. Without the attribute every input is one
+// tensor. Throws KernelError unless the spans and `num_outputs` outputs cover exactly nparam params.
+struct InputSpan {
+  int first;  // index of the input's first tensor in params
+  int count;  // tensors of the input (1 for a plain input)
+};
+std::vector<InputSpan> InputSpans(const AotArgs& a, int num_inputs, int num_outputs = 1);
+
 // Raised inside kernels for inconsistent arguments; turned into a non-zero return by MSKV_AOT_GUARD.
 struct KernelError : std::runtime_error {
   using std::runtime_error::runtime_error;

@@ -1,8 +1,8 @@
 // copy_blocks, native CPU kernel ("cpu" backend).
 // Inputs: key_caches[0..L-1], value_caches[0..L-1] (2L caches of one shape [num_blocks, ...] and
-// dtype, written in place), block_mapping int32/int64 [n, 2]; output: a dummy int32 [1]. L comes
-// from the number of parameters (nparam = 2L + 2). For every cache, block src is copied to block
-// dst for each row (src, dst) of block_mapping, pairs applied in order (mskv::CopyBlockPairs);
+// dtype, written in place), block_mapping int32/int64 [n, 2]; output: a dummy int32 [1]. The lists
+// arrive flattened, their lengths in dyn_input_sizes (mskv::InputSpans). For every cache, block src
+// is copied to block dst for each row (src, dst) of block_mapping, pairs applied in order (mskv::CopyBlockPairs);
 // pairs with an id outside [0, num_blocks) are skipped (Python rejects them before launch).
 #include <vector>
 
@@ -15,10 +15,12 @@ MSKV_AOT_EXPORT int CopyBlocks(int nparam, void** params, int* ndims, int64_t** 
                                void* /*stream*/, void* extra) {
   MSKV_AOT_GUARD("copy_blocks", {
     AotArgs a{nparam, params, ndims, shapes, dtypes, static_cast<mindspore::AotExtra*>(extra)};
-    if (nparam < 4 || nparam % 2 != 0)
-      throw KernelError("expected 2L caches + block_mapping + 1 output, got " + std::to_string(nparam));
-    const int ncaches = nparam - 2;
-    const int bm = nparam - 2;
+    const std::vector<mskv::InputSpan> in = mskv::InputSpans(a, 3);
+    if (in[0].count != in[1].count || in[1].first != in[0].first + in[0].count)
+      throw KernelError("expected as many value caches as key caches, got " + std::to_string(in[0].count) + " and " +
+                        std::to_string(in[1].count));
+    const int ncaches = in[0].count + in[1].count;
+    const int bm = in[2].first;
     if (a.rank(0) < 1) throw KernelError("caches must have rank >= 1");
     const mskv::DType dt = a.dtype(0);
     const size_t elem = mskv::DTypeSize(dt);

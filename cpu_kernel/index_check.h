@@ -14,6 +14,7 @@ namespace mskv {
 
 // code 0: fine. Slots: 1 = slot[i] (= value) >= num_slots; 2 = slot[i] == slot[j] (= value) >= 0,
 // i < j, j the earliest such token. Block mappings: 1 = mapping[i][j] (= value) out of range.
+// Positions: 1 = position[i] (= value) outside [0, max_position).
 struct IndexIssue {
   int code = 0;
   int64_t i = -1;
@@ -123,15 +124,46 @@ IndexIssue CheckBlockPairValues(const I* m, int64_t n, int64_t src_blocks, int64
   return {};
 }
 
+// Block ids [n] (multi_layer_block_transfer): 1 = ids[i] (= value) outside [0, num_blocks); with
+// `distinct`, 2 = ids[i] == ids[j] (= value), i < j, j the earliest such position.
+template <typename I>
+IndexIssue CheckBlockIdValues(const I* ids, int64_t n, int64_t num_blocks, bool distinct) {
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t v = ids[t];
+    if (v < 0 || v >= num_blocks) return {1, t, -1, v};
+  }
+  if (!distinct) return {};
+  return CheckSlotValues(ids, n, num_blocks);  // all in range now: only the duplicate search remains
+}
+
+// Positions (rows of a cos_sin_cache): code 1 = position[i] (= value) outside [0, max_position).
+template <typename I>
+IndexIssue CheckPositionValues(const I* p, int64_t n, int64_t max_position) {
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t v = static_cast<int64_t>(p[t]);
+    if (v < 0 || v >= max_position) return {1, t, -1, v};
+  }
+  return {};
+}
+
 // Dispatch on the element size (4: int32, 8: int64).
 inline IndexIssue CheckSlotValues(const void* p, size_t elem, int64_t n, int64_t num_slots) {
   return elem == 4 ? CheckSlotValues(static_cast<const int32_t*>(p), n, num_slots)
                    : CheckSlotValues(static_cast<const int64_t*>(p), n, num_slots);
 }
+inline IndexIssue CheckPositionValues(const void* p, size_t elem, int64_t n, int64_t max_position) {
+  return elem == 4 ? CheckPositionValues(static_cast<const int32_t*>(p), n, max_position)
+                   : CheckPositionValues(static_cast<const int64_t*>(p), n, max_position);
+}
 inline IndexIssue CheckBlockPairValues(const void* p, size_t elem, int64_t n, int64_t src_blocks,
                                        int64_t dst_blocks) {
   return elem == 4 ? CheckBlockPairValues(static_cast<const int32_t*>(p), n, src_blocks, dst_blocks)
                    : CheckBlockPairValues(static_cast<const int64_t*>(p), n, src_blocks, dst_blocks);
+}
+
+inline IndexIssue CheckBlockIdValues(const void* p, size_t elem, int64_t n, int64_t num_blocks, bool distinct) {
+  return elem == 4 ? CheckBlockIdValues(static_cast<const int32_t*>(p), n, num_blocks, distinct)
+                   : CheckBlockIdValues(static_cast<const int64_t*>(p), n, num_blocks, distinct);
 }
 
 // The messages of the Python wrappers (ms_kvcache/_validate.py), for the kernels' strict mode.
@@ -143,11 +175,25 @@ inline std::string SlotIssueMessage(const std::string& arg, const IndexIssue& e,
   return "argument '" + arg + "': expected distinct non-negative slots, got slot " + std::to_string(e.value) +
          " at indices [" + std::to_string(e.i) + ", " + std::to_string(e.j) + "]";
 }
+inline std::string PositionIssueMessage(const std::string& arg, const IndexIssue& e, int64_t max_position) {
+  return "argument '" + arg + "': expected positions in [0, " + std::to_string(max_position) +
+         ") (rows of cos_sin_cache), got " + std::to_string(e.value) + " at index " + std::to_string(e.i);
+}
 inline std::string BlockIssueMessage(const std::string& arg, const IndexIssue& e, int64_t src_blocks,
                                      int64_t dst_blocks) {
   return "argument '" + arg + "': expected " + (e.j == 0 ? "src" : "dst") + " block ids in [0, " +
          std::to_string(e.j == 0 ? src_blocks : dst_blocks) + "), got " + std::to_string(e.value) + " at row " +
          std::to_string(e.i) + " (column " + std::to_string(e.j) + ")";
+}
+
+inline std::string BlockIdIssueMessage(const std::string& arg, const IndexIssue& e, int64_t num_blocks) {
+  if (e.code == 1) {
+    return "argument '" + arg + "': expected block ids in [0, " + std::to_string(num_blocks) + "), got " +
+           std::to_string(e.value) + " at index " + std::to_string(e.i);
+  }
+  return "argument '" + arg + "': expected distinct ids for h2d (two host blocks cannot load into one device "
+         "block), got " + std::to_string(e.value) + " at indices [" + std::to_string(e.i) + ", " + std::to_string(e.j) +
+         "]";
 }
 
 }  // namespace mskv

@@ -4,7 +4,8 @@
 // Inputs: key_cache [nb, bs, H, D] (BSND) / [nb, H, bs, D] (BNSD) or [nb, bs, D] (one head, e.g.
 // the MLA k_pe plane), written in place; slot_mapping, old_positions, new_positions [N] int;
 // cos_sin_cache [max_position, rotary_dim]. Output: dummy int32 [1].
-// Attrs: is_neox_style, cache_layout. Invalid slots/positions are skipped.
+// Attrs: is_neox_style, cache_layout. Invalid slots/positions are skipped (strict mode of the PyNative
+// fast path, attribute mskv_strict: they make the op fail before anything is written).
 #include "rope_common.h"
 
 MSKV_AOT_EXPORT int ReropeCachedKeys(int nparam, void** params, int* ndims, int64_t** shapes,
@@ -30,6 +31,7 @@ MSKV_AOT_EXPORT int ReropeCachedKeys(int nparam, void** params, int* ndims, int6
     r.new_positions = a.ptr<void>(3);
     r.pos_dtype = a.dtype(2);
     r.neox = a.attr_bool("is_neox_style", true);
+    mskv::rope::StrictCheck(a, r);
     mskv::rope::Rerope(r);
   })
 }

@@ -13,7 +13,8 @@
 //
 // Index handling: a token whose position is outside [0, max_position) gets zero rows in the rotated
 // outputs and is not written to any cache (graph mode cannot raise on index values; Python raises
-// in PyNative). A slot < 0 or >= num_blocks*block_size is skipped.
+// in PyNative). A slot < 0 or >= num_blocks*block_size is skipped. Strict mode (PyNative fast
+// path): an invalid position or slot makes the op fail before it writes anything (StrictCheck).
 #pragma once
 
 #include <cmath>
@@ -21,6 +22,7 @@
 #include <cstring>
 
 #include "aot_abi.h"
+#include "index_check.h"
 
 namespace mskv {
 namespace rope {
@@ -242,6 +244,42 @@ inline bool LayoutAttr(const AotArgs& a) {
   const std::string layout = a.attr_str("cache_layout", "BSND");
   Require(layout == "BSND" || layout == "BNSD", "unknown cache_layout " + layout);
   return layout == "BNSD";
+}
+
+// Strict mode (attribute "mskv_strict", set only by the PyNative fast path, whose wrappers may read
+// positions/slots without waiting for pending ops): re-check the index values the kernel reads now
+// and throw, writing nothing, instead of skipping invalid entries (graph mode / ops.Custom).
+inline bool Strict(const AotArgs& a) { return a.attr_bool("mskv_strict", false); }
+
+inline void StrictPositions(const char* arg, const void* p, DType d, int64_t n, int64_t max_position) {
+  const IndexIssue e = CheckPositionValues(p, DTypeSize(d), n, max_position);
+  if (e.code != 0) {
+    throw KernelError(PositionIssueMessage(arg, e, max_position) +
+                      " (checked at launch: was it modified after the call?)");
+  }
+}
+
+inline void StrictSlots(const void* s, DType d, int64_t n, int64_t num_slots) {
+  if (n <= 0) return;
+  const IndexIssue e = CheckSlotValues(s, DTypeSize(d), n, num_slots);
+  if (e.code != 0) {
+    throw KernelError(SlotIssueMessage("slot_mapping", e, num_slots) +
+                      " (checked at launch: was slot_mapping modified after the call?)");
+  }
+}
+
+// rope_reshape_and_cache(_merged), rope_concat_and_cache_mla: positions of all rows, slots.
+inline void StrictCheck(const AotArgs& a, const RopeCacheArgs& r) {
+  if (!Strict(a)) return;
+  StrictPositions("positions", r.positions, r.pos_dtype, r.rows, r.table.max_position);
+  StrictSlots(r.slots, r.slot_dtype, r.num_write, r.k_cache.num_slots());
+}
+
+inline void StrictCheck(const AotArgs& a, const ReropeArgs& r) {
+  if (!Strict(a)) return;
+  StrictPositions("old_positions", r.old_positions, r.pos_dtype, r.count, r.table.max_position);
+  StrictPositions("new_positions", r.new_positions, r.pos_dtype, r.count, r.table.max_position);
+  StrictSlots(r.slots, r.slot_dtype, r.count, r.cache.num_slots());
 }
 
 }  // namespace rope

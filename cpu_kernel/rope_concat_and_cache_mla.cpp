@@ -56,6 +56,7 @@ MSKV_AOT_EXPORT int RopeConcatAndCacheMla(int nparam, void** params, int* ndims,
     r.kv_c_out = a.ptr(11);
     r.k_cache = kpc;
     r.v_cache = kvc;
+    mskv::rope::StrictCheck(a, r);
     mskv::rope::RopeAndCache(r);
   })
 }

@@ -9,5 +9,7 @@ from ms_kvcache._backends import ascend as _ascend  # noqa: F401  (prepends a sh
 from ms_kvcache._formats import CACHE_LAYOUTS, KVCacheFormat
 from ms_kvcache.ops import *  # noqa: F401,F403
 from ms_kvcache.ops import __all__ as _ops_all
+from ms_kvcache._host_memory import alloc_host_buffer, synchronize
 
 __all__ = ["__version__", "BACKENDS", "get_backend", "set_backend", "CACHE_LAYOUTS", "KVCacheFormat"] + list(_ops_all)
+__all__ += ["alloc_host_buffer", "synchronize"]

@@ -20,6 +20,10 @@ def _default_backend():
     if env:
         if env not in BACKENDS:
             raise ValueError(f"MS_KVCACHE_BACKEND: expected one of {BACKENDS}, got {env!r}")
+        if env == "sim":  # report a missing build or bad MS_KVCACHE_SIM_* settings here, not at launch
+            ok, why = backend_module(env).available()
+            if not ok:
+                raise RuntimeError(f"MS_KVCACHE_BACKEND='sim': backend unavailable: {why}")
         return env
     try:
         import mindspore as ms

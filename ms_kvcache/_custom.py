@@ -11,18 +11,32 @@ The public wrappers call :func:`eager_launcher` in PyNative and, in graph mode,
 ``_get_cache_prim(prim_class(spec))(backend, *attr_values)`` so the graph compiler instantiates the
 primitive with constant arguments.
 
-Lists of tensors (one cache per layer: ``copy_blocks``, multi-layer transfer). A Python list of
-Parameters cannot be a graph input, and an ops.Custom input cannot be a tuple that is written in place.
-So an op whose :class:`~ms_kvcache._spec.TensorSpec` has ``sequence=True`` gets a primitive
-*specialised by arity*: ``prim_class(spec)(backend, L, *attr_values)`` takes the L tensors of each
-sequence argument as L consecutive inputs (``key_caches_0 .. key_caches_{L-1}``), each marked
-``RW_WRITE`` if the argument is in place. The signature is set per instance (``set_signatures``), so
-one class serves every L; the kernel infers L from the number of parameters. In a graph, L is the
-length of the (constant-length) tuple, so the wrapper writes
-``_get_cache_prim(Prim)(graph_backend(), len(caches))(*caches, ...)``: this works in a GRAPH_MODE
-``Cell.construct`` with the caches in a ``ParameterTuple`` attribute and in ``@ms.jit`` functions that
-build the list from Parameters. In PyNative, :func:`eager_launcher` with ``arity=L`` does the same
-(or the fast path takes the L tensors directly).
+Lists of tensors (one cache per layer: ``copy_blocks``, the multi-layer transfers). A Python list of
+Parameters cannot be a graph input, and an ops.Custom input that is a tuple of tensors is not written
+in place (RW_WRITE does not reach the Parameters inside it; graph mode then reads stale values). So an
+input declared ``TensorSpec(..., dynamic=True)`` reaches the primitive *flattened*: its n tensors are
+n consecutive inputs ``<name>_0 .. <name>_{n-1}``, each its own argument (RW_WRITE if written). The
+counts are per instance: ``prim_class(spec)(backend, counts, *attr_values)`` with ``counts`` one int
+per dynamic input (an int alone: the same count for every dynamic input), so one class serves every
+layer count and several lists of different lengths. The instance sets its signature
+(``Primitive.set_signatures``) and the attribute ``dyn_input_sizes`` (one entry per input: the count of
+a dynamic input, -1 otherwise): MindSpore's own convention, which its Ascend custom kernel uses to
+regroup the flat inputs into aclTensorLists, which the sim AOT entry reads the same way and which the
+cpu kernels read through ``mskv::InputSpans`` (the fast path passes it too). In a graph the counts
+are tuple lengths (constants), e.g. ``_get_cache_prim(Prim)(graph_backend(), (len(k), len(v)))(*k, *v,
+m)``: this works in a GRAPH_MODE ``Cell.construct`` with ParameterTuple attributes and in ``@ms.jit``
+functions.
+
+Inputs written only for some attribute value (``TensorSpec.inplace_if``, e.g. the buffer of a d2h
+transfer) are resolved per instance from its attribute values: RW_WRITE in its signature,
+``side_effect_mem`` if anything is written. An optional input that is absent is passed as an empty
+``[0]`` tensor (every backend), so every instance of an op has the same inputs.
+
+``spec.extra["infer_shape"](attrs, *shapes)`` / ``["infer_dtype"](attrs, *dtypes)``, when given, run
+in MindSpore's infer step (``attrs`` = {attr name: value}, defaults filled; a dynamic input's shapes /
+dtypes come as one tuple): at graph compile time and at every ops.Custom PyNative call (not on the
+fast path). Ops with lists use them for the shape/dtype checks of every tensor of a list, which
+costs one Python call per op at compile time instead of one constexpr per tensor.
 
 PyNative fast path. ``ops.Custom`` costs ~0.1-2 ms per PyNative call on this CPU. When the backend
 offers an AOT library usable outside ops.Custom (``fast_library()``; the cpu backend does) and the
@@ -35,7 +49,8 @@ import functools
 import os
 
 import mindspore as ms
-from mindspore import ops
+import numpy as np
+from mindspore import Tensor, ops
 from mindspore.ops import signature as sig
 from mindspore.ops.primitive import constexpr
 
@@ -44,7 +59,8 @@ from ms_kvcache import _backend
 from mindspore.ops._primitive_cache import _get_cache_prim  # noqa: F401  (re-exported)
 
 __all__ = ["prim_class", "eager_op", "eager_launcher", "graph_backend", "_run_in_jit", "_get_cache_prim",
-           "fast_path_available", "set_fast_path", "nosync_checker"]
+           "fast_path_available", "set_fast_path", "nosync_checker", "empty_input", "empty_input_graph",
+           "output_sources"]
 
 
 def _probe():
@@ -83,33 +99,61 @@ def _signatures(inputs):
     return tuple(sig.make_sig(t.name, sig.sig_rw.RW_WRITE if t.inplace else sig.sig_rw.RW_READ) for t in inputs)
 
 
-class InplaceCustom(ops.Custom):
-    """Base of every ms_kvcache primitive; subclasses set ``SPEC`` (and, without sequence inputs, a
-    class-level ``__mindspore_signature__``).
+def _regroup(spec, counts, flat):
+    """Flat infer-step arguments -> one per spec input (a dynamic input's as one tuple)."""
+    if counts is None:
+        return flat
+    out, i, it = [], 0, iter(counts)
+    for t in spec.inputs:
+        if t.dynamic:
+            n = next(it)
+            out.append(tuple(flat[i:i + n]))
+            i += n
+        else:
+            out.append(flat[i])
+            i += 1
+    return out
 
-    ``__init__(backend, *attr_values)``, or ``__init__(backend, arity, *attr_values)`` when the spec has
-    sequence inputs (the primitive then has ``arity`` inputs per sequence argument).
+
+class InplaceCustom(ops.Custom):
+    """Base of every ms_kvcache primitive; subclasses set ``SPEC`` (and, for a spec without dynamic or
+    conditionally written inputs, a class-level ``__mindspore_signature__``).
+
+    ``__init__(backend, *attr_values)``, or ``__init__(backend, counts, *attr_values)`` when the spec
+    has dynamic inputs (``counts``: one int per dynamic input, or one int for all of them).
     """
 
     SPEC = None
 
     def __init__(self, backend, *init_args):
         spec = self.SPEC
-        arity = None
+        counts = None
         attr_values = init_args
-        if spec.has_sequences:
-            arity, attr_values = int(init_args[0]), init_args[1:]
+        if spec.has_dynamic:
+            counts, attr_values = spec.counts(init_args[0]), init_args[1:]
         func, reg_info = _backend.backend_module(backend).aot_func(spec)
         kwargs = {}
         if reg_info is not None:
             kwargs["reg_info"] = reg_info
         out_shape = spec.extra.get("out_shape", _status_shape)
         out_dtype = spec.extra.get("out_dtype", _status_dtype)
+        attrs = spec.attr_values(attr_values)
+        if "infer_shape" in spec.extra:
+            shape_fn = spec.extra["infer_shape"]
+
+            def out_shape(*shapes):
+                return shape_fn(attrs, *_regroup(spec, counts, shapes))
+        if "infer_dtype" in spec.extra:
+            dtype_fn = spec.extra["infer_dtype"]
+
+            def out_dtype(*dtypes):
+                return dtype_fn(attrs, *_regroup(spec, counts, dtypes))
         super().__init__(func, out_shape=out_shape, out_dtype=out_dtype, func_type="aot", **kwargs)
-        if arity is not None:
-            self.set_signatures(_signatures(spec.expanded_inputs(arity)))
-            self.add_prim_attr("ms_kvcache_arity", arity)
-        if spec.inplace_inputs:
+        if spec.has_dynamic or spec.has_conditional_writes:
+            self.set_signatures(_signatures(spec.expanded_inputs(counts, attrs)))
+        if counts is not None:
+            self.add_prim_attr("dyn_input_sizes", spec.dyn_input_sizes(counts))
+        if spec.written_inputs(attrs):
             self.add_prim_attr("side_effect_mem", True)
         for attr, value in zip(spec.attrs, attr_values):
             self.add_prim_attr(attr.name, value)
@@ -119,25 +163,27 @@ class InplaceCustom(ops.Custom):
 def prim_class(spec):
     """The ops.Custom subclass for ``spec`` (one class per op, created once).
 
-    For a spec with sequence inputs the class is shared by every arity: instantiate it as
-    ``cls(backend, arity, *attr_values)``.
+    Instantiate it as ``cls(backend, *attr_values)``, or ``cls(backend, counts, *attr_values)`` for a
+    spec with dynamic inputs. Graph-mode code calls it through a module-level name bound to the class:
+    ``_get_cache_prim(_Prim)(graph_backend(), ...)``.
     """
     cls = _CLASSES.get(spec.name)
     if cls is None:
         ns = {"SPEC": spec}
-        if not spec.has_sequences:
-            ns["__mindspore_signature__"] = _signatures(spec.inputs)
+        if not (spec.has_dynamic or spec.has_conditional_writes):
+            ns["__mindspore_signature__"] = _signatures(spec.expanded_inputs())
         cls = type(spec.op_type, (InplaceCustom,), ns)
         _CLASSES[spec.name] = cls
     return cls
 
 
-def eager_op(spec, backend, attr_values=(), arity=None):
-    """Cached ops.Custom primitive instance for PyNative calls (``arity`` for sequence specs)."""
-    key = (spec.name, backend, attr_values, arity)
+def eager_op(spec, backend, attr_values=(), counts=None):
+    """Cached ops.Custom primitive instance for PyNative calls (``counts`` for specs with dynamic
+    inputs, as :class:`InplaceCustom`)."""
+    key = (spec.name, backend, attr_values, counts)
     op = _EAGER.get(key)
     if op is None:
-        args = (backend,) + ((arity,) if spec.has_sequences else ()) + tuple(attr_values)
+        args = (backend,) + ((spec.counts(counts),) if spec.has_dynamic else ()) + tuple(attr_values)
         op = _EAGER[key] = prim_class(spec)(*args)
     return op
 
@@ -184,14 +230,56 @@ def set_fast_path(enabled):
     return old
 
 
-def eager_launcher(spec, backend, attr_values=(), arity=None):
+def output_sources(spec, counts=None):
+    """For each real output of ``spec`` (``OpSpec.outputs`` without the dummy status), the index of the
+    primitive input (dynamic inputs flattened for ``counts``) whose shape and dtype it has.
+
+    Derived from the same ``extra["out_shape"]`` / ``["out_dtype"]`` callables ops.Custom uses, by calling
+    them once on one marker per input: an output must be *like* an input (the rope ops' ``query_out``
+    is like ``query``, ...). Raises ValueError for an output that is computed otherwise (the fast path
+    then does not serve the op). ``()`` for ops without real outputs.
+    """
+    if "out_shape" not in spec.extra:
+        return ()
+    n = len(spec.expanded_inputs(counts) if spec.has_dynamic else spec.inputs)
+    marks = [_Mark(i) for i in range(n)]
+    found = []
+    for key in ("out_shape", "out_dtype"):
+        try:
+            res = spec.extra[key](*marks)
+        except Exception as exc:  # noqa: BLE001 - any failure means "not a copy of an input"
+            raise ValueError(f"{spec.name}: {key} is not 'like an input' ({exc})") from None
+        res = res if isinstance(res, (tuple, list)) else (res,)
+        if not all(isinstance(r, _Mark) for r in res):
+            raise ValueError(f"{spec.name}: {key} is not 'like an input'")
+        found.append(tuple(r.index for r in res))
+    if found[0] != found[1]:
+        raise ValueError(f"{spec.name}: outputs take shape and dtype from different inputs ({found})")
+    return found[0]
+
+
+class _Mark:
+    """Stand-in for an input's shape/dtype when probing out_shape/out_dtype (see output_sources)."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index):
+        self.index = index
+
+
+def eager_launcher(spec, backend, attr_values=(), counts=None):
     """Callable ``f(*tensors)`` that runs ``spec`` in PyNative on its inputs in primitive order
-    (sequence arguments flattened). Uses the fast path when available, else the ops.Custom primitive.
+    (dynamic inputs flattened; ``counts`` as for :class:`InplaceCustom`). Uses the fast path when
+    available, else the ops.Custom primitive. Returns what the primitive returns: the output tensor or
+    the tuple of output tensors for ops with real outputs (``OpSpec.outputs``), else None (fast path) or
+    the dummy status tensor (ops.Custom).
 
     On the fast path the kernel runs in strict mode (attribute ``mskv_strict``): it re-checks the index
     values it reads at launch and fails the op, writing nothing, if one is invalid (see
-    :func:`nosync_checker`)."""
-    key = (spec.name, backend, attr_values, arity)
+    :func:`nosync_checker`). It gets the attributes the primitive would set, ``dyn_input_sizes`` included.
+    Outputs are new tensors allocated in MindSpore's pipeline with the shape and dtype of the input given
+    by :func:`output_sources`."""
+    key = (spec.name, backend, attr_values, counts)
     f = _LAUNCHERS.get(key)
     if f is None:
         if fast_path_available(backend)[0]:
@@ -199,9 +287,12 @@ def eager_launcher(spec, backend, attr_values=(), arity=None):
             lib = _backend.backend_module(backend).fast_library()
             attrs = {a.name: v for a, v in zip(spec.attrs, attr_values)}
             attrs["mskv_strict"] = True
-            f = functools.partial(mod.run, mod.kernel(lib, spec.op_type, spec.name, attrs))
+            if spec.has_dynamic:
+                attrs["dyn_input_sizes"] = spec.dyn_input_sizes(counts)
+            f = functools.partial(mod.run, mod.kernel(lib, spec.op_type, spec.name, attrs,
+                                                      list(output_sources(spec, counts))))
         else:
-            f = eager_op(spec, backend, attr_values, arity)
+            f = eager_op(spec, backend, attr_values, counts)
         _LAUNCHERS[key] = f
     return f
 
@@ -223,6 +314,22 @@ def nosync_checker(backend):
         mod = _fast_module() if fast_path_available(backend)[0] else None
         _LAUNCHERS[key] = mod
     return mod
+
+
+_EMPTY = {}
+
+
+def empty_input(dtype):
+    """The empty ``[0]`` tensor of ``dtype`` passed in place of an absent optional input (eager code;
+    one cached tensor per dtype)."""
+    t = _EMPTY.get(dtype)
+    if t is None:
+        t = _EMPTY[dtype] = Tensor(np.zeros((0,), np.float32), dtype=dtype)
+    return t
+
+
+#: :func:`empty_input` for graph-mode code (a constant of the compiled graph).
+empty_input_graph = constexpr(empty_input)
 
 
 @constexpr(reuse_result=False)

@@ -12,6 +12,7 @@ ranks, its attributes, and its dtype support per SoC. From it we derive:
 """
 from dataclasses import dataclass, field
 import itertools
+import operator
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 __all__ = [
@@ -40,9 +41,13 @@ class TensorSpec:
     ranks: accepted ranks.
     inplace: the op writes this tensor in place (a cache); marked RW_WRITE for MindSpore.
     optional: may be None.
-    sequence: the argument is a list/tuple of tensors of one shape and dtype (e.g. one cache per
-        layer); the primitive is specialised by its length L and takes the L tensors as L consecutive
-        inputs named ``<name>_0 .. <name>_{L-1}`` (see ``_custom.prim_class``).
+    dynamic: a list of tensors of one dtype (one cache per layer, one plane per KV plane...): AscendC
+        ``ParamType(DYNAMIC)`` / aclnn ``aclTensorList`` / reg_info "dynamic". The primitive takes its
+        tensors as consecutive inputs ``<name>_0 .. <name>_{n-1}``, and the count n is given per
+        primitive instance (``_custom.prim_class``), so one class serves every count; an op may have
+        several dynamic inputs with different counts. ``ranks`` applies to every tensor of the list.
+    inplace_if: ``(attr, value)``: written in place only when attribute ``attr`` equals ``value``
+        (e.g. ``("direction", "h2d")``); the written set is resolved per primitive instance.
     """
 
     name: str
@@ -50,7 +55,8 @@ class TensorSpec:
     ranks: Tuple[int, ...]
     inplace: bool = False
     optional: bool = False
-    sequence: bool = False
+    dynamic: bool = False
+    inplace_if: Optional[Tuple[str, Any]] = None
 
 
 @dataclass(frozen=True)
@@ -91,23 +97,67 @@ class OpSpec:
 
     @property
     def inplace_inputs(self):
-        return tuple(t.name for t in self.inputs if t.inplace)
+        """Inputs the op may write (unconditionally or for some attribute value)."""
+        return tuple(t.name for t in self.inputs if t.inplace or t.inplace_if is not None)
+
+    def written_inputs(self, attr_values: Optional[Mapping[str, Any]] = None):
+        """Inputs written for these attribute values ({name: value}; defaults fill the gaps)."""
+        values = {a.name: a.default for a in self.attrs}
+        values.update(attr_values or {})
+        return tuple(t.name for t in self.inputs
+                     if t.inplace or (t.inplace_if is not None and values.get(t.inplace_if[0]) == t.inplace_if[1]))
 
     @property
-    def has_sequences(self):
-        """True if some input is a list of tensors (the primitive is specialised by its length)."""
-        return any(t.sequence for t in self.inputs)
+    def has_dynamic(self):
+        """True if some input is a list of tensors (``dynamic``): the primitive then takes per-instance
+        counts (see ``_custom.prim_class``)."""
+        return any(t.dynamic for t in self.inputs)
 
-    def expanded_inputs(self, arity=None):
-        """Primitive inputs in order: sequence inputs repeated ``arity`` times as ``<name>_<i>``."""
+    @property
+    def has_conditional_writes(self):
+        """True if some input is written only for some attribute values (``inplace_if``)."""
+        return any(t.inplace_if is not None for t in self.inputs)
+
+    def attr_values(self, values=()):
+        """{attr name: value} for positional attribute ``values`` (spec order); defaults fill the rest."""
+        out = {a.name: a.default for a in self.attrs}
+        out.update(zip((a.name for a in self.attrs), values))
+        return out
+
+    def counts(self, counts):
+        """Normalise the per-instance counts of the dynamic inputs to a tuple (one int >= 1 per dynamic
+        input, in input order). An int means "every dynamic input has this many tensors"."""
+        n = sum(1 for t in self.inputs if t.dynamic)
+        if isinstance(counts, int) and not isinstance(counts, bool):
+            counts = (counts,) * n
+        try:
+            counts = tuple(operator.index(c) for c in counts)
+        except TypeError:
+            raise ValueError(f"{self.name}: expected a count per dynamic input, got {counts!r}") from None
+        if len(counts) != n or any(c < 1 for c in counts):
+            names = [t.name for t in self.inputs if t.dynamic]
+            raise ValueError(f"{self.name}: expected one count >= 1 per dynamic input {names}, got {counts}")
+        return counts
+
+    def dyn_input_sizes(self, counts):
+        """MindSpore's ``dyn_input_sizes`` for these counts: one entry per input, the number of tensors
+        of a dynamic input and -1 for a plain one (how MindSpore, the sim AOT entry and the cpu
+        kernels regroup the flat primitive inputs)."""
+        it = iter(self.counts(counts))
+        return [next(it) if t.dynamic else -1 for t in self.inputs]
+
+    def expanded_inputs(self, counts=None, attr_values=None):
+        """The primitive's inputs in order: a dynamic input repeated ``counts[i]`` times as
+        ``<name>_<j>``; ``inplace`` set for the inputs written with ``attr_values`` ({name: value})."""
+        written = set(self.written_inputs(attr_values))
+        it = iter(self.counts(counts)) if self.has_dynamic else iter(())
         out = []
         for t in self.inputs:
-            if t.sequence:
-                if arity is None:
-                    raise ValueError(f"{self.name}: input {t.name!r} is a sequence; an arity is required")
-                out.extend(TensorSpec(f"{t.name}_{i}", t.group, t.ranks, t.inplace, t.optional) for i in range(arity))
+            w = t.name in written
+            if t.dynamic:
+                out.extend(TensorSpec(f"{t.name}_{j}", t.group, t.ranks, w, t.optional) for j in range(next(it)))
             else:
-                out.append(t)
+                out.append(TensorSpec(t.name, t.group, t.ranks, w, t.optional))
         return tuple(out)
 
     def group_dtypes(self, group, soc: Optional[str] = None):
@@ -219,7 +269,10 @@ _MS_NAMES = {
 
 
 def dtype_name(dtype) -> str:
-    """Canonical lower-case name of a MindSpore or numpy dtype ("float16", "bfloat16", ...)."""
+    """Canonical lower-case name of a MindSpore or numpy dtype ("float16", "bfloat16", ...); also
+    unwraps the ``tensor[...]`` / ``ref[tensor[...]]`` types MindSpore's infer step passes."""
+    if hasattr(dtype, "element_type"):
+        dtype = dtype.element_type()
     s = str(dtype)
     if s in _MS_NAMES:
         return _MS_NAMES[s]

@@ -513,7 +513,7 @@ def opdef_from_sim(info, op_type):
 
 # ---------------------------------------------------------------------------------------------- comparisons
 def _expected_param_type(t):
-    if getattr(t, "sequence", False):
+    if t.dynamic:
         return "dynamic"
     return "optional" if t.optional else "required"
 
@@ -815,6 +815,11 @@ def main(argv=None):
     lines = check_repository(args.root, sim=None if args.no_sim else "auto")
     for line in lines:
         print(line)
+    if not lines:
+        root = Path(args.root) if args.root else Path(__file__).resolve().parent.parent
+        ops = repository_ops(root)
+        print(f"OK: {len(ops)} AscendC op(s) in {root} agree with their OpSpec (kernel entry, OpDef, tiling, "
+              f"infer shape, reg_info): {', '.join(ops) or 'none'}")
     return 1 if lines else 0
 
 

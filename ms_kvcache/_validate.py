@@ -13,7 +13,8 @@ from ms_kvcache._spec import dtype_name
 __all__ = [
     "require_tensor", "require_contiguous", "index_values", "check_slot_values",
     "check_block_ids", "check_block_mapping_values", "dtype_name", "cached_static", "contiguous_input",
-    "check_slot_tensor", "check_block_mapping_tensor", "require_not_view",
+    "check_slot_tensor", "check_block_mapping_tensor", "require_not_view", "check_block_id_tensor",
+    "check_position_values", "check_position_tensor",
 ]
 
 
@@ -89,8 +90,8 @@ def check_slot_values(op, name, slots, num_slots, allow_duplicates=False):
                                  f"slot {dup} at indices {where}")
 
 
-def check_block_ids(op, name, ids, num_blocks):
-    """Raise ValueError unless 0 <= id < num_blocks for every id."""
+def check_block_ids(op, name, ids, num_blocks, distinct=False):
+    """Raise ValueError unless 0 <= id < num_blocks for every id and, with ``distinct``, no id repeats."""
     if ids.size == 0:
         return
     ids = np.asarray(ids, dtype=np.int64)
@@ -98,6 +99,13 @@ def check_block_ids(op, name, ids, num_blocks):
     if lo < 0 or hi >= num_blocks:
         bad = int(ids[(ids < 0) | (ids >= num_blocks)][0])
         raise ValueError(f"{op}: argument '{name}': expected block ids in [0, {num_blocks}), got {bad}")
+    if distinct and ids.size > 1:
+        uniq, counts = np.unique(ids, return_counts=True)
+        if uniq.size != ids.size:
+            dup = int(uniq[np.argmax(counts > 1)])
+            where = np.nonzero(ids == dup)[0][:2].tolist()
+            raise ValueError(f"{op}: argument '{name}': expected distinct ids for h2d (two host blocks cannot load "
+                             f"into one device block), got {dup} at indices {where}")
 
 
 def check_block_mapping_values(op, name, mapping, src_blocks, dst_blocks, src_name="src", dst_name="dst"):
@@ -122,7 +130,7 @@ def check_block_mapping_values(op, name, mapping, src_blocks, dst_blocks, src_na
                          f"at row {row} (column {col})")
 
 
-def check_slot_tensor(op, name, slots, num_slots, nosync=None):
+def check_slot_tensor(op, name, slots, num_slots, nosync=None, allow_duplicates=False):
     """Value check of a slot_mapping tensor (see :func:`check_slot_values`).
 
     nosync: ``_custom.nosync_checker(backend)``; if given, a host tensor is read without waiting for
@@ -131,9 +139,41 @@ def check_slot_tensor(op, name, slots, num_slots, nosync=None):
     """
     if nosync is not None:
         r = nosync.check_slots_nosync(slots, int(num_slots))
+        if r is not None and (r[0] == 0 or (r[0] == 2 and allow_duplicates)):
+            return
+    check_slot_values(op, name, index_values(slots), num_slots, allow_duplicates)
+
+
+def check_block_id_tensor(op, name, ids, num_blocks, distinct=False, nosync=None):
+    """Value check of a block id tensor [n] (see :func:`check_block_ids` and, for ``nosync``,
+    :func:`check_slot_tensor`)."""
+    f = getattr(nosync, "check_block_ids_nosync", None)
+    if f is not None:
+        r = f(ids, int(num_blocks), bool(distinct))
         if r is not None and r[0] == 0:
             return
-    check_slot_values(op, name, index_values(slots), num_slots)
+    check_block_ids(op, name, index_values(ids), num_blocks, distinct)
+
+
+def check_position_values(op, name, values, max_position):
+    """Raise ValueError unless every position is in [0, max_position) (rows of a cos_sin_cache)."""
+    if values.size == 0:
+        return
+    bad = (values < 0) | (values >= max_position)
+    if bad.any():
+        idx = int(np.argmax(bad))
+        raise ValueError(f"{op}: argument '{name}': expected positions in [0, {max_position}) (rows of "
+                         f"cos_sin_cache), got {int(values[idx])} at index {idx}")
+
+
+def check_position_tensor(op, name, positions, max_position, nosync=None):
+    """Value check of a positions tensor (see :func:`check_position_values`; ``nosync`` as in
+    :func:`check_slot_tensor`)."""
+    if nosync is not None:
+        r = nosync.check_positions_nosync(positions, int(max_position))
+        if r is not None and r[0] == 0:
+            return
+    check_position_values(op, name, index_values(positions), max_position)
 
 
 def check_block_mapping_tensor(op, name, mapping, src_blocks, dst_blocks, nosync=None, src_name="src",

@@ -60,6 +60,10 @@ ge::graphStatus ConcatAndCacheMlaTiling(gert::TilingContext* context) {
                 ShapeText(kpec, b2, sizeof(b2)));
   }
   if (sm.GetDimNum() != 1) return Fail(kOp, "slot_mapping: expected rank 1, got shape %s", ShapeText(sm, b1, sizeof(b1)));
+  for (int i = 0; i < 4; ++i) {
+    if (CheckTensorSize(kOp, names[i], shapes[i]->GetStorageShape(), elem) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  }
+  if (CheckTensorSize(kOp, "slot_mapping", sm, scode == 0 ? 4 : 8) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   const int64_t numTokens = sm.GetDim(0);
   const int64_t bs = kvcc.GetDim(1);
   ScatterGeom gkv, gpe;
@@ -73,16 +77,26 @@ ge::graphStatus ConcatAndCacheMlaTiling(gert::TilingContext* context) {
   if (CheckTokenRows(kOp, "kv_c", kvc, numTokens, gkv.rowElems) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   if (CheckTokenRows(kOp, "k_pe", kpe, numTokens, gpe.rowElems) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
 
-  // ---- work split and UB plan (one buffer size for both planes)
-  const CoreSplit split = SplitWork(numTokens, hw.cores);
+  // ---- work split and UB plan (one buffer size for both planes). A plane with zero-sized rows
+  // (kv_lora_rank or rope_dim 0) is not moved (its row length 0 tells the kernel); nothing to write at
+  // all (both planes empty, or no slots) is a no-op launch.
+  const bool kvOn = gkv.rowElems > 0, peOn = gpe.rowElems > 0;
+  const bool noWork = (!kvOn && !peOn) || gkv.numSlots == 0;
+  const CoreSplit split = noWork ? NoWork() : SplitWork(numTokens, hw.cores);
   bool padKv = false, padPe = false;
   RowPlan pkv, ppe;
-  if (PlanScatter(kOp, hw, elem, gkv, split.formerLen, &padKv, &pkv) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
-  if (PlanScatter(kOp, hw, elem, gpe, split.formerLen, &padPe, &ppe) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  if (!noWork && kvOn && PlanScatter(kOp, hw, elem, gkv, split.formerLen, &padKv, &pkv) != ge::GRAPH_SUCCESS) {
+    return ge::GRAPH_FAILED;
+  }
+  if (!noWork && peOn && PlanScatter(kOp, hw, elem, gpe, split.formerLen, &padPe, &ppe) != ge::GRAPH_SUCCESS) {
+    return ge::GRAPH_FAILED;
+  }
   const bool pad = padKv || padPe;
   int64_t rows = 0, bytes = 0;
-  if (pkv.rowsPerChunk > 0 && ppe.rowsPerChunk > 0) {
-    rows = Min64(pkv.rowsPerChunk, ppe.rowsPerChunk);
+  if (noWork) {
+    bytes = kBlockBytes;
+  } else if ((!kvOn || pkv.rowsPerChunk > 0) && (!peOn || ppe.rowsPerChunk > 0)) {
+    rows = Min64(kvOn ? pkv.rowsPerChunk : kMaxRunRows, peOn ? ppe.rowsPerChunk : kMaxRunRows);
     bytes = rows * Max64(AlignUp(gkv.rowElems * elem, kBlockBytes), AlignUp(gpe.rowElems * elem, kBlockBytes));
   } else {
     // A row of one plane is larger than a buffer: every token is moved plane by plane; a plane whose

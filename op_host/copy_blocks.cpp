@@ -59,6 +59,7 @@ ge::graphStatus CopyBlocksTiling(gert::TilingContext* context) {
         return Fail(kOp, "%s[%lld]: expected dtype %s (as key_caches[0]), got %s", lname, static_cast<long long>(i),
                     DTypeName(dt), DTypeName(di->GetDataType()));
       }
+      if (i == 0 && CheckTensorSize(kOp, lname, ci, elem) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
       if (!SameShape(ci, c0)) {
         return Fail(kOp, "%s[%lld]: expected shape %s (as key_caches[0]), got %s", lname, static_cast<long long>(i),
                     ShapeText(c0, b1, sizeof(b1)), ShapeText(ci, b2, sizeof(b2)));
@@ -76,14 +77,17 @@ ge::graphStatus CopyBlocksTiling(gert::TilingContext* context) {
   if (bm.GetDimNum() != 2 || bm.GetDim(1) != 2) {
     return Fail(kOp, "block_mapping: expected shape [n, 2], got %s", ShapeText(bm, b1, sizeof(b1)));
   }
+  if (CheckTensorSize(kOp, "block_mapping", bm, icode == 0 ? 4 : 8) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   const int64_t pairs = bm.GetDim(0);
 
   // ---- geometry
   const int64_t numBlocks = c0.GetDim(0);
-  int64_t blockElems = 1;
-  for (size_t i = 1; i < c0.GetDimNum(); ++i) blockElems *= c0.GetDim(i);
+  int64_t blockElems = 0;
+  DimProduct(c0, 1, 1, &blockElems);  // in range: CheckTensorSize above
   const int64_t blockBytes = blockElems * elem;
-  const bool pad = (blockBytes % kBlockBytes) != 0;
+  // Nothing to copy (no pairs, no blocks, or zero-sized blocks): a no-op launch.
+  const bool noWork = pairs == 0 || numBlocks == 0 || blockElems == 0;
+  const bool pad = !noWork && (blockBytes % kBlockBytes) != 0;
   if (pad && hw.is310P) {
     return Fail(kOp, "cache blocks of %lld bytes are not a multiple of 32 bytes; Ascend310P has no DataCopyPad, so "
                 "such caches are unsupported there", static_cast<long long>(blockBytes));
@@ -96,7 +100,7 @@ ge::graphStatus CopyBlocksTiling(gert::TilingContext* context) {
   const int64_t maxPieces = Min64(Max64(blockBytes / kMinPieceBytes, 1), 64);
   int64_t pieces = 1, pieceElems = blockElems;
   double bestEff = -1.0;
-  for (int64_t p = 1; p <= maxPieces; ++p) {
+  for (int64_t p = 1; p <= maxPieces && !noWork; ++p) {
     const int64_t pe = AlignUp(CeilDiv(blockElems, p) * elem, kBlockBytes) / elem;
     const int64_t actual = CeilDiv(blockElems, pe);
     const int64_t units = caches * actual;
@@ -108,9 +112,10 @@ ge::graphStatus CopyBlocksTiling(gert::TilingContext* context) {
     }
     if (bestEff >= 0.95 && caches * pieces >= hw.cores) break;
   }
-  const CoreSplit split = SplitWork(pairs > 0 ? caches * pieces : 0, hw.cores);
+  const CoreSplit split = noWork ? NoWork() : SplitWork(caches * pieces, hw.cores);
   const int64_t maxChunkElems = AlignDown(hw.bufferBytes, kBlockBytes) / elem;
   const int64_t chunkElems = Max64(Min64(pieceElems, maxChunkElems), 1);
+  if (pieces < 1) pieces = 1;  // the kernel divides a unit index by it
 
   CopyBlocksTilingData td;
   td.set_numLayers(layers);

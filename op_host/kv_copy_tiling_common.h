@@ -94,6 +94,43 @@ inline const char* ShapeText(const gert::Shape& s, char* buf, size_t cap) {
   return buf;
 }
 
+// Largest tensor the tiling accepts, in bytes (2^62). Every input is checked against it before any
+// product of its dims is used, so no size, stride or GM offset derived from the shapes can overflow
+// int64 (offsets are at most a tensor's element count; pitches add at most 32 bytes per segment).
+constexpr int64_t kMaxTensorBytes = int64_t{1} << 62;
+
+// Product of a shape's dims from `first` on, times `elem`; false (and *out untouched) when a dim is
+// negative or the product of the dims, zeros counted as 1, exceeds kMaxTensorBytes. (Counting zeros as
+// 1 keeps products of the other dims, e.g. num_blocks * block_size of a cache with head_size 0, in
+// range too.)
+inline bool DimProduct(const gert::Shape& s, size_t first, int64_t elem, int64_t* out) {
+  int64_t bound = elem;  // product with zero dims counted as 1
+  bool zero = false;
+  for (size_t i = first; i < s.GetDimNum(); ++i) {
+    const int64_t d = s.GetDim(i);
+    if (d < 0) return false;
+    if (d == 0) {
+      zero = true;
+      continue;
+    }
+    if (bound > kMaxTensorBytes / d) return false;
+    bound *= d;
+  }
+  *out = zero ? 0 : bound;
+  return true;
+}
+
+// Every dim >= 0 and the tensor at most kMaxTensorBytes (elements of elem bytes).
+inline ge::graphStatus CheckTensorSize(const char* op, const char* name, const gert::Shape& s, int64_t elem) {
+  int64_t bytes = 0;
+  if (!DimProduct(s, 0, elem, &bytes)) {
+    char b[160];
+    return Fail(op, "%s: shape %s has a negative dimension, or its dimensions (zeros counted as 1) span more "
+                "than 2^62 bytes", name, ShapeText(s, b, sizeof(b)));
+  }
+  return ge::GRAPH_SUCCESS;
+}
+
 inline bool SameShape(const gert::Shape& a, const gert::Shape& b) {
   if (a.GetDimNum() != b.GetDimNum()) return false;
   for (size_t i = 0; i < a.GetDimNum(); ++i) {
@@ -151,6 +188,13 @@ inline CoreSplit SplitWork(int64_t units, int64_t cores) {
   return s;
 }
 
+// Degenerate shapes are valid calls with nothing to move, as on the cpu backend: zero tokens, a
+// zero-sized row (head_size, num_kv_heads, kv_lora_rank or rope_dim 0; one plane of an MLA call may
+// be empty while the other is written), a cache without slots (num_blocks or block_size 0), no block
+// pairs, or zero-sized cache blocks. The tiling then returns block dim 1 with no work (a no-op
+// launch) instead of planning a row of 0 bytes; the kernels never touch GM in that case.
+inline CoreSplit NoWork() { return CoreSplit(); }
+
 // How one token's row is moved for one cache: a row is numSeg segments of segElems elements,
 // contiguous in the source (key/value) and segStride elements apart in the cache (BNSD: one segment
 // per head). rowsPerChunk > 0: up to that many whole rows per UB buffer; else segsPerChunk > 0:
@@ -166,6 +210,7 @@ inline RowPlan PlanRow(int64_t numSeg, int64_t segElems, int64_t elem, int64_t b
   const int64_t segBytes = segElems * elem;
   const int64_t segPitch = AlignUp(segBytes, kBlockBytes);  // bytes a segment occupies in UB
   const int64_t rowPitch = numSeg * segPitch;
+  if (rowPitch <= 0 || elem <= 0) return p;
   int64_t rows = bufferBytes / rowPitch;
   rows = Min64(rows, Min64(kMaxRunRows, Max64(maxRows, 1)));
   if (pad) rows = Min64(rows, kMaxBurstCount / numSeg);  // one DataCopyPad burst per segment
@@ -185,6 +230,8 @@ inline RowPlan PlanRow(int64_t numSeg, int64_t segElems, int64_t elem, int64_t b
   p.bytesNeeded = AlignDown(bufferBytes, kBlockBytes);
   return p;
 }
+// (Callers plan only rows with numSeg >= 1 and segElems >= 1; a zero-sized row is a no-op launch,
+// see NoWork below. PlanRow still returns an empty plan for one instead of dividing by zero.)
 
 // Where one token's row of one cache goes (element units). Slot s lands at
 //   (s / blockSize) * blockStride + (s % blockSize) * slotStride
@@ -218,9 +265,8 @@ inline ge::graphStatus CheckTokenRows(const char* op, const char* name, const ge
   char b[128];
   const size_t r = x.GetDimNum();
   if (r < 2 || r > 3) return Fail(op, "%s: expected rank 2 or 3, got shape %s", name, ShapeText(x, b, sizeof(b)));
-  int64_t row = 1;
-  for (size_t i = 1; i < r; ++i) row *= x.GetDim(i);
-  if (row != rowElems) {
+  int64_t row = 0;
+  if (!DimProduct(x, 1, 1, &row) || row != rowElems) {
     return Fail(op, "%s: expected %lld elements per token (as in the cache), got shape %s", name,
                 static_cast<long long>(rowElems), ShapeText(x, b, sizeof(b)));
   }

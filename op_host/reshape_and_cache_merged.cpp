@@ -65,17 +65,24 @@ ge::graphStatus ReshapeAndCacheMergedTiling(gert::TilingContext* context) {
     return Fail(kOp, "kv_cache: expected shape [2, num_blocks, ...] of rank 5, got %s", ShapeText(kv, b1, sizeof(b1)));
   }
   if (sm.GetDimNum() != 1) return Fail(kOp, "slot_mapping: expected rank 1, got shape %s", ShapeText(sm, b1, sizeof(b1)));
+  for (int i = 0; i < 3; ++i) {
+    if (CheckTensorSize(kOp, names[i], shapes[i]->GetStorageShape(), elem) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  }
+  if (CheckTensorSize(kOp, "slot_mapping", sm, scode == 0 ? 4 : 8) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   ScatterGeom g;
   CacheGeom(kv, 1, bnsd, &g);
   g.numTokens = sm.GetDim(0);
   if (CheckTokenRows(kOp, "key", key, g.numTokens, g.rowElems) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   if (CheckTokenRows(kOp, "value", value, g.numTokens, g.rowElems) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
 
-  // ---- work split and UB plan
-  const CoreSplit split = SplitWork(g.numTokens, hw.cores);
+  // ---- work split and UB plan (nothing to write: zero-sized rows or no slots -> no-op launch)
+  const bool noWork = g.rowElems == 0 || g.numSlots == 0;
+  const CoreSplit split = noWork ? NoWork() : SplitWork(g.numTokens, hw.cores);
   bool pad = false;
   RowPlan plan;
-  if (PlanScatter(kOp, hw, elem, g, split.formerLen, &pad, &plan) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  if (!noWork && PlanScatter(kOp, hw, elem, g, split.formerLen, &pad, &plan) != ge::GRAPH_SUCCESS) {
+    return ge::GRAPH_FAILED;
+  }
 
   ReshapeAndCacheMergedTilingData td;
   td.set_numTokens(g.numTokens);

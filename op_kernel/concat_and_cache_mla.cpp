@@ -16,31 +16,37 @@ __aicore__ inline void RunConcatAndCacheMla(GM_ADDR kv_c, GM_ADDR k_pe, GM_ADDR 
   AscendC::TPipe pipe;
   mskv::SlotScatter<T, S, PAD, false> scatter;
   scatter.Init(&pipe, slot_mapping, td.bufferBytes, td.numSlots, td.blockSize);
+  // Plane 0: kv_c -> kv_c_cache, plane 1: k_pe -> k_pe_cache; a plane whose rows have 0 elements
+  // (kv_lora_rank or rope_dim 0) is left out.
+  const int64_t rowElems[2] = {td.kvRowElems, td.peRowElems};
+  const int64_t segsPerChunk[2] = {td.kvSegsPerChunk, td.peSegsPerChunk};
+  const int64_t pieceElems[2] = {td.kvPieceElems, td.pePieceElems};
+  GM_ADDR srcAddr[2] = {kv_c, k_pe};
+  GM_ADDR dstAddr[2] = {kv_c_cache, k_pe_cache};
   mskv::PlaneDesc planes[2];
-  planes[0].rowElems = td.kvRowElems;
-  planes[0].segsPerChunk = td.kvSegsPerChunk;
-  planes[0].pieceElems = td.kvPieceElems;
-  planes[1].rowElems = td.peRowElems;
-  planes[1].segsPerChunk = td.peSegsPerChunk;
-  planes[1].pieceElems = td.pePieceElems;
-  for (int32_t i = 0; i < 2; ++i) {  // one contiguous segment per row, [nb, bs, row] caches
-    planes[i].numSeg = 1;
-    planes[i].segElems = planes[i].rowElems;
-    planes[i].segStride = planes[i].rowElems;
-    planes[i].slotStride = planes[i].rowElems;
-    planes[i].blockStride = td.blockSize * planes[i].rowElems;
-  }
   AscendC::GlobalTensor<T> src[2];
   AscendC::GlobalTensor<T> dst[2];
-  src[0].SetGlobalBuffer(reinterpret_cast<__gm__ T*>(kv_c));
-  src[1].SetGlobalBuffer(reinterpret_cast<__gm__ T*>(k_pe));
-  dst[0].SetGlobalBuffer(reinterpret_cast<__gm__ T*>(kv_c_cache));
-  dst[1].SetGlobalBuffer(reinterpret_cast<__gm__ T*>(k_pe_cache));
+  int32_t numPlanes = 0;
+  for (int32_t i = 0; i < 2; ++i) {  // one contiguous segment per row, [nb, bs, row] caches
+    if (rowElems[i] <= 0) continue;
+    mskv::PlaneDesc& p = planes[numPlanes];
+    p.rowElems = rowElems[i];
+    p.segsPerChunk = segsPerChunk[i];
+    p.pieceElems = pieceElems[i];
+    p.numSeg = 1;
+    p.segElems = p.rowElems;
+    p.segStride = p.rowElems;
+    p.slotStride = p.rowElems;
+    p.blockStride = td.blockSize * p.rowElems;
+    src[numPlanes].SetGlobalBuffer(reinterpret_cast<__gm__ T*>(srcAddr[i]));
+    dst[numPlanes].SetGlobalBuffer(reinterpret_cast<__gm__ T*>(dstAddr[i]));
+    ++numPlanes;
+  }
   int64_t begin = 0;
   int64_t end = 0;
   mskv::CoreRange(td.formerNum, td.formerLen, td.tailLen, &begin, &end);
   end = mskv::MinI64(end, td.numTokens);
-  scatter.Process(begin, end, td.rowsPerChunk, planes, src, dst, 2);
+  if (numPlanes > 0) scatter.Process(begin, end, td.rowsPerChunk, planes, src, dst, numPlanes);
 }
 
 extern "C" __global__ __aicore__ void concat_and_cache_mla(GM_ADDR kv_c, GM_ADDR k_pe, GM_ADDR kv_c_cache,

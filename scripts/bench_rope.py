@@ -21,10 +21,18 @@ Every op is called through the public API, so the figures include MindSpore's pe
 in PyNative, the wrappers' index checks). Modes: "pynative" (MindSpore default: asynchronous
 pipeline), "pynative_sync" (``ms.set_context(pynative_synchronize=True)``: MindSpore's pipeline thread
 then does not busy-wait next to the kernel, which matters on a 2-core machine), "graph" (GRAPH_MODE
-Cells holding the caches as Parameters; fused and two-step only). Time = best of the rounds of
-(n calls + one sync); all paths and modes are interleaved round by round.
+Cells holding the caches as Parameters; fused and two-step only), "pynative_custom" (PyNative through
+ops.Custom: the path without ms_kvcache._cpu_pyboost, i.e. before the RoPE-write ops had the fast path).
+Time = best of the rounds of (n calls + one sync); all paths and modes are interleaved round by round.
+The sync first sleep-polls MindSpore's pipeline until idle (``_cpu_pyboost.wait_idle``), then reads a
+value: ``Tensor.asnumpy()`` alone busy-waits, taking one of this machine's 2 cores from the kernel;
+"pynative_spin" is the fused op in default PyNative closed by that plain ``asnumpy()``.
 
-    PYTHONPATH=$PWD python scripts/bench_rope.py [--quick] [--tokens 4096]
+    PYTHONPATH=$PWD python scripts/bench_rope.py [--quick] [--tokens 4096 | --tokens 0] [--no-overhead]
+
+Then, per op, the PyNative per-call time of one decode step (T = 1) of every RoPE-write op next to
+``ops.add`` in the same run, with the fast path (ms_kvcache._cpu_pyboost) and through ops.Custom
+(``--tokens 0``: only this table).
 
 ``run(quick=False) -> list[dict]`` returns the rows (for a future ``ms-kvcache bench`` CLI).
 Targets (issue #6): fused >= 1.5x faster than two-step; fused within 2x of memcpy.
@@ -75,6 +83,7 @@ def _paths(env, with_builtin):
     from mindspore import Parameter, nn, ops
 
     import ms_kvcache
+    from ms_kvcache import _custom
 
     e = env
     rd = SHAPES["head_size"]
@@ -130,19 +139,25 @@ def _paths(env, with_builtin):
                 ms.set_context(mode=ms.PYNATIVE_MODE)
         return call
 
-    def in_pynative(fn, sync):
+    def in_pynative(fn, sync, fast=True):
         def call():
             ms.set_context(pynative_synchronize=sync)
+            old = _custom.set_fast_path(fast) if not fast else None
             try:
                 return fn()
             finally:
                 ms.set_context(pynative_synchronize=False)
+                if old is not None:
+                    _custom.set_fast_path(old)
         return call
 
     paths = {}
     for name, fn in (("fused", fused), ("two_step", two_step)) + ((("builtin", builtin),) if with_builtin else ()):
         paths[(name, "pynative")] = in_pynative(fn, False)
         paths[(name, "pynative_sync")] = in_pynative(fn, True)
+    for name, fn in (("fused", fused), ("two_step", two_step)):
+        paths[(name, "pynative_custom")] = in_pynative(fn, False, fast=False)
+    paths[("fused", "pynative_spin")] = in_pynative(fused, False)
     for name, cell in cells.items():
         paths[(name, "graph")] = in_graph(cell)
     return paths
@@ -236,19 +251,117 @@ def _bytes_touched(tokens):
     return read, written
 
 
-def run(quick=False, tokens=4096, rounds=None, calls=None):
+def _overhead_cases():
+    """One decode step (T = 1) of each RoPE-write op, Llama-3-8B / DeepSeek-like shapes, bf16; plus
+    ``ops.add`` on a [1] float32 tensor, the PyNative per-call reference."""
+    import mindspore as ms
+    from mindspore import Parameter, Tensor, ops
+
+    import ms_kvcache
+
+    ms_kvcache.set_backend("cpu")
+    hq, hk, d, bs = (SHAPES[k] for k in ("num_heads", "num_kv_heads", "head_size", "block_size"))
+    rng = np.random.default_rng(1)
+
+    def bf16(shape):
+        return Tensor(rng.standard_normal(shape, dtype=np.float32), dtype=ms.bfloat16)
+
+    nb = 64
+    q, k, v = bf16((1, hq, d)), bf16((1, hk, d)), bf16((1, hk, d))
+    kc, vc = Parameter(bf16((nb, bs, hk, d)), name="ovh_kc"), Parameter(bf16((nb, bs, hk, d)), name="ovh_vc")
+    kv = Parameter(bf16((2, nb, bs, hk, d)), name="ovh_kv")
+    cs = ms_kvcache.build_cos_sin_cache(d, 8192, base=500000.0)
+    pos, slot = Tensor(np.array([4100], np.int64)), Tensor(np.array([777], np.int32))
+    q_pe, k_pe, kv_c = bf16((1, 16, 64)), bf16((1, 64)), bf16((1, 512))
+    ccache, pcache = Parameter(bf16((nb, bs, 512)), name="ovh_cc"), Parameter(bf16((nb, bs, 64)), name="ovh_pc")
+    cs_mla = ms_kvcache.build_cos_sin_cache(64, 8192)
+    w = Tensor(rng.uniform(0.5, 1.5, 512).astype(np.float32))
+    new_pos = Tensor(np.array([12], np.int64))
+    a = Tensor(np.ones((1,), np.float32))
+    cases = {
+        "ops.add": lambda: ops.add(a, a),
+        "rope_reshape_and_cache": lambda: ms_kvcache.rope_reshape_and_cache(pos, q, k, v, cs, kc, vc, slot),
+        "rope_reshape_and_cache_merged": lambda: ms_kvcache.rope_reshape_and_cache_merged(pos, q, k, v, cs, kv, slot),
+        "rope_concat_and_cache_mla": lambda: ms_kvcache.rope_concat_and_cache_mla(
+            pos, q_pe, k_pe, kv_c, cs_mla, ccache, pcache, slot, kv_c_norm_weight=w),
+        "rerope_cached_keys": lambda: ms_kvcache.rerope_cached_keys(kc, slot, pos, new_pos, cs),
+        "reshape_and_cache": lambda: ms_kvcache.reshape_and_cache(k, v, kc, vc, slot),
+    }
+    return cases, kc
+
+
+def overhead(quick=False, calls=None, rounds=None):
+    """PyNative per-call time at T = 1 of every RoPE-write op (and reshape_and_cache) next to ``ops.add``,
+    with the fast path and through ops.Custom (``set_fast_path(False)``, the path before the fast path
+    served these ops). Rows ``{"name": "overhead", "op", "us", "ops_add_us", "x_add", "us_ops_custom",
+    "x_add_ops_custom", "fast_path"}``. Time = best over rounds of (calls + one sync), rounds interleaved
+    over the ops so all see the same machine load; the sync first sleep-polls MindSpore's pipeline
+    (its own wait busy-spins a core)."""
+    from ms_kvcache import _custom
+
+    calls = calls or (200 if quick else 1000)
+    rounds = rounds or (3 if quick else 7)
+    cases, anchor = _overhead_cases()
+    mod = _custom._fast_module()
+
+    def sync():
+        if mod is not None:
+            mod.wait_idle()
+        anchor[0, 0, 0, 0].asnumpy()
+
+    def best_of(fns, n, reps):
+        for fn in fns.values():
+            fn()
+        sync()
+        best = {key: float("inf") for key in fns}
+        for _ in range(reps):
+            for key, fn in fns.items():
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    fn()
+                sync()
+                best[key] = min(best[key], (time.perf_counter() - t0) / n)
+        return best
+
+    fast = best_of(cases, calls, rounds)
+    old = _custom.set_fast_path(False)
+    try:
+        slow = best_of({key: fn for key, fn in cases.items()}, max(calls // 10, 20), max(rounds // 2, 2))
+    finally:
+        _custom.set_fast_path(old)
+    ok = _custom.fast_path_available("cpu")[0]
+    rows = []
+    for op in cases:
+        if op == "ops.add":
+            continue
+        rows.append({"name": "overhead", "op": op, "tokens": 1, "us": fast[op] * 1e6, "ops_add_us": fast["ops.add"] * 1e6,
+                     "x_add": fast[op] / fast["ops.add"], "us_ops_custom": slow[op] * 1e6,
+                     "x_add_ops_custom": slow[op] / fast["ops.add"], "fast_path": ok, "load_average": os.getloadavg()})
+    return rows
+
+
+def run(quick=False, tokens=4096, rounds=None, calls=None, with_overhead=True):
     """Run the benchmark; return a list of dicts: one per (path, mode) ``{"name", "mode", "tokens", "ms",
     "gb_per_s", "vs_fused"}`` (vs_fused: time relative to the fused op in the same mode), one per memcpy
-    variant, and one ``{"name": "targets", "mode", ...}`` per mode with the two ratios of issue #6 and
-    whether each target is met. quick: 3 rounds, no built-in-ops path."""
+    variant, one ``{"name": "targets", "mode", ...}`` per mode with the two ratios of issue #6 and
+    whether each target is met, and (``with_overhead``) the T = 1 rows of :func:`overhead`. Modes:
+    pynative (fast path), pynative_custom (PyNative through ops.Custom), pynative_sync, graph, ctypes.
+    quick: 3 rounds, no built-in-ops path. tokens = 0: only the T = 1 overhead rows."""
+    if tokens == 0:
+        return overhead(quick)
     rounds = rounds or (3 if quick else 7)
     calls = calls or (2 if quick else 5)
     env = _setup(tokens)
     paths = _paths(env, with_builtin=not quick)
     mem, mem_bytes, pool = _memcpy_paths(env)
 
-    def sync(out):
+    from ms_kvcache import _custom
+    fast_mod = _custom._fast_module()
+
+    def sync(out, spin=False):
         if isinstance(out, tuple):
+            if fast_mod is not None and not spin:
+                fast_mod.wait_idle()  # sleep-poll the pipeline: asnumpy() alone busy-waits a core
             out[1][0, 0, 0].asnumpy()
             env["value_cache"][0, 0, 0, 0].asnumpy()
 
@@ -267,7 +380,7 @@ def run(quick=False, tokens=4096, rounds=None, calls=None):
             t0 = time.perf_counter()
             for _ in range(n):
                 out = fn()
-            sync(out)
+            sync(out, spin=key[1] == "pynative_spin")
             best[key] = min(best[key], (time.perf_counter() - t0) / n)
     pool.shutdown()
 
@@ -282,7 +395,7 @@ def run(quick=False, tokens=4096, rounds=None, calls=None):
     load = (load_before, os.getloadavg()[0])
     for r in rows:
         r["load_average"] = load
-    for mode in ("pynative", "pynative_sync", "graph", "ctypes"):
+    for mode in ("pynative", "pynative_custom", "pynative_sync", "graph", "ctypes"):  # (no two-step spin row)
         f = best[("kernel_only" if mode == "ctypes" else "fused", mode)]
         two = best[("kernel_two_step" if mode == "ctypes" else "two_step", mode)]
         speedup, mem_ratio = two / f, f / memcpy_best
@@ -295,10 +408,28 @@ def run(quick=False, tokens=4096, rounds=None, calls=None):
             t["fused_speedup_vs_builtin"] = best[("builtin", mode)] / f
         t["load_average"] = load
         rows.append(t)
+    if with_overhead:
+        rows.extend(overhead(quick))
     return rows
 
 
 def _print(rows):
+    ovh = [r for r in rows if r["name"] == "overhead"]
+    rows = [r for r in rows if r["name"] != "overhead"]
+    if rows:
+        _print_bandwidth(rows)
+    if ovh:
+        print(f"\nPyNative per-call time at T = 1 (bf16 decode step; CPU figures; fast path "
+              f"{'on' if ovh[0]['fast_path'] else 'UNAVAILABLE'}), next to ops.add = {ovh[0]['ops_add_us']:.1f} us "
+              f"in the same run; target <= 2x ops.add:")
+        print(f"{'op':32s} {'us':>8s} {'x add':>6s}  {'ops.Custom us':>13s} {'x add':>6s}")
+        for r in ovh:
+            print(f"{r['op']:32s} {r['us']:8.1f} {r['x_add']:6.2f}  {r['us_ops_custom']:13.1f} "
+                  f"{r['x_add_ops_custom']:6.1f}  {'met' if r['x_add'] <= 2 else 'NOT met'}")
+        print(f"(1-min load average after: {ovh[-1]['load_average'][0]:.1f} on {os.cpu_count()} CPUs)")
+
+
+def _print_bandwidth(rows):
     print("rope_reshape_and_cache, cpu backend (CPU figures, not NPU), Llama-3-8B shapes: "
           f"{SHAPES['num_heads']} q heads, {SHAPES['num_kv_heads']} kv heads, head_size {SHAPES['head_size']}, "
           f"bf16, T = {rows[0]['tokens']}")
@@ -324,9 +455,10 @@ def _print(rows):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer rounds, skip the built-in-ops path")
-    ap.add_argument("--tokens", type=int, default=4096)
+    ap.add_argument("--tokens", type=int, default=4096, help="0: only the T = 1 per-call overhead table")
+    ap.add_argument("--no-overhead", action="store_true", help="skip the T = 1 per-call overhead table")
     args = ap.parse_args(argv)
-    _print(run(quick=args.quick, tokens=args.tokens))
+    _print(run(quick=args.quick, tokens=args.tokens, with_overhead=not args.no_overhead))
 
 
 if __name__ == "__main__":

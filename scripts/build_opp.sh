@@ -40,7 +40,7 @@ while [[ $# -gt 0 ]]; do
     --stage-into-package) stage=1; shift ;;
     -j) jobs="${2:-}"; shift 2 ;;
     -j*) jobs="${1#-j}"; shift ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "$0"; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
 done

@@ -1,11 +1,18 @@
 """Independent numpy references and data builders for the sim-backend tests of the AscendC copy
 kernels (tests/test_*_sim.py). Pure numpy: every reference works on raw element bits (it never
 does arithmetic), so comparisons can be byte-exact for every dtype, bfloat16 included."""
+import zlib
+
 import ml_dtypes
 import numpy as np
 
 NP = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float32": np.float32, "int8": np.int8,
       "int32": np.int32, "int64": np.int64}
+
+
+def stable_seed(*parts):
+    """A seed that is the same in every process (Python's str hash is randomised per process)."""
+    return zlib.crc32(repr(parts).encode())
 
 
 def rand(rng, shape, dtype):

@@ -48,6 +48,17 @@ def one_line_failure(res):
     return lines[0]
 
 
+def test_help_prints_the_usage_text_only():
+    res = run(["--help"], clean_env())
+    assert res.returncode == 0 and res.stderr == "", res.stderr
+    out = res.stdout
+    assert out.startswith("Build the CANN custom-op package of ms_kvcache") and "Usage: scripts/build_opp.sh" in out
+    assert "--stage-into-package" in out and out.rstrip().endswith("prepends ASCEND_CUSTOM_OPP_PATH")
+    for code in ("set -uo pipefail", "here=", "rc=0", "#!/usr/bin/env bash"):
+        assert code not in out, code
+    assert not any(ln.startswith("#") for ln in out.splitlines())
+
+
 # ------------------------------------------------------------------------------------------ no CANN
 def test_no_cann_exits_with_one_line():
     line = one_line_failure(run([], clean_env()))

@@ -10,7 +10,7 @@ import pytest
 
 from _copy_sim_ref import (INDEX_DTYPES, KV_DTYPES, SOCS, assert_last_launch, assert_same_bytes, cores_of,
                            expect_tiling_error, launch, make_slots, platform, public_backend_or_skip, rand,
-                           ref_reshape_and_cache, reset_last_launch, status)
+                           ref_reshape_and_cache, reset_last_launch, status, stable_seed)
 
 OP = "ReshapeAndCache"
 
@@ -43,7 +43,7 @@ def _min_gm_bytes(key, slots, num_slots, H, D, planes=2):
 @pytest.mark.parametrize("dtype", KV_DTYPES)
 @pytest.mark.parametrize("sdtype", INDEX_DTYPES)
 def test_dtype_layout_slot_dtype(dtype, layout, sdtype):
-    rng = np.random.default_rng(hash((dtype, layout, sdtype)) % 2**32)
+    rng = np.random.default_rng(stable_seed(dtype, layout, sdtype))
     st = _run_and_check(*_case(rng, 49, 4, 32, layout, dtype, sdtype), layout)
     assert st["tiling_key"] == ({"BSND": 0, "BNSD": 1000}[layout] + 100 * (1 + KV_DTYPES.index(dtype))
                                 + 10 * INDEX_DTYPES.index(sdtype))
@@ -58,9 +58,10 @@ def test_every_soc_all_core_orders(soc, layout):
     assert st["block_dim"] == st["cores_used"] == cores_of(soc)
 
 
-@pytest.mark.parametrize("T", [1, 7, 48, 49, 1000, 4097])
+@pytest.mark.parametrize("T", [1, 7, 41, 49, 1001, 4097])
 def test_token_counts_uneven_split(T):
-    soc = "Ascend910B3"  # 40 cores: none of these counts divides evenly
+    soc = "Ascend910B3"  # 40 cores: fewer tokens than cores (1, 7) or counts that do not divide by 40
+    assert T < 40 or T % 40 != 0
     rng = np.random.default_rng(T)
     key, value, kc, vc, slots = _case(rng, T, 1, 16, "BSND", "float16", "int32", bs=128)
     st = _run_and_check(key, value, kc, vc, slots, "BSND", soc)

@@ -6,6 +6,7 @@ tiling is recomputed here in Python from the same formula and the platform numbe
 """
 import struct
 import threading
+import zlib
 
 import numpy as np
 from hypothesis import given, settings
@@ -26,8 +27,8 @@ ESIZE = {"float16": 2, "float32": 4, "bfloat16": 2}
 
 @pytest.fixture
 def rng(request):
-    # local (the ASan run uses --noconftest): stable per test, different across tests
-    return np.random.default_rng(abs(hash(request.node.nodeid)) % (2**32))
+    # local (the ASan run uses --noconftest): stable per test and process, different across tests
+    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
 
 
 @pytest.fixture(scope="module")

@@ -232,16 +232,33 @@ def test_dynamic_input_aot_entry_splits_flat_params(sum_list):
     assert "SimSumList" in sim.last_error() and "cannot be split" in sim.last_error()
 
 
-def test_dynamic_input_from_mindspore_with_arity_attr(sum_list):
-    """MindSpore hands k0..k2, bias flattened; the prim attr ms_kvcache_arity says how many belong to srcs."""
-    from mindspore import Tensor, ops
+@pytest.mark.parametrize("mode", ["pynative", "graph"])
+def test_dynamic_input_from_mindspore_with_dyn_input_sizes(sum_list, mode):
+    """MindSpore hands k0..k2, bias flattened; the prim attr dyn_input_sizes (what every ms_kvcache
+    primitive with list inputs sets) says how many belong to srcs. A wrong count gives another result,
+    so the attribute really reaches the AOT entry in both modes."""
+    from mindspore import Tensor, nn, ops
+
+    from conftest import ms_mode
 
     rng = np.random.default_rng(21)
     n = 8 * 40
     srcs = [rng.standard_normal(n).astype(np.float32) for _ in range(3)]
     bias = rng.standard_normal(n).astype(np.float32)
-    op = ops.Custom(sum_list.aot_func("SimSumList"), out_shape=lambda *shapes: shapes[-1],
-                    out_dtype=lambda *types: types[-1], func_type="aot")
-    op.add_prim_attr("ms_kvcache_arity", 3)
-    out = op(*[Tensor(s) for s in srcs], Tensor(bias))
-    np.testing.assert_array_equal(out.asnumpy(), _sum_ref(srcs, bias))
+
+    class Net(nn.Cell):
+        def __init__(self, sizes):
+            super().__init__()
+            self.op = ops.Custom(sum_list.aot_func("SimSumList"), out_shape=lambda *shapes: shapes[-1],
+                                 out_dtype=lambda *types: types[-1], func_type="aot")
+            self.op.add_prim_attr("dyn_input_sizes", sizes)
+
+        def construct(self, a, b, c, d):
+            return self.op(a, b, c, d)
+
+    args = [Tensor(s) for s in srcs] + [Tensor(bias)]
+    with ms_mode(mode):
+        out = Net([3, -1])(*args)
+        np.testing.assert_array_equal(out.asnumpy(), _sum_ref(srcs, bias))
+        wrong = Net([2, -1])(*args)  # srcs = k0, k1; bias = k2; the real output is not the kernel's output
+        assert not np.array_equal(wrong.asnumpy(), _sum_ref(srcs, bias))

@@ -49,6 +49,11 @@ CASES = [
     ("rule_que_deque_empty", "QUE_DEQUE_EMPTY", {}, 0),
     ("rule_que_double_free", "QUE_FREE", {}, 0),
     ("rule_que_leak", "QUE_LEAK", {}, 0),
+    ("rule_use_after_free_realloc", "UB_USE_AFTER_FREE", {}, 0),
+    ("rule_use_after_free_copy_out", "UB_USE_AFTER_FREE", {}, 0),
+    ("rule_use_after_free_view", "UB_USE_AFTER_FREE", {}, 0),
+    ("rule_use_after_free_stale_free", "UB_USE_AFTER_FREE", {}, 0),
+    ("rule_tbuf_after_reset", "PIPE_STATE", {}, 0),
     ("rule_que_depth", "QUE_DEPTH", {}, 0),
     ("rule_que_foreign", "QUE_STATE", {}, 0),
     ("rule_que_alloc_limit", "QUE_ALLOC_LIMIT", {}, 0),
@@ -139,6 +144,26 @@ def test_gather_div_sqrt_messages(rules):
 def test_gather_int16_exists_on_310p(rules):
     # the documented Atlas inference series list includes int16_t (not bfloat16_t: DTYPE_UNSUPPORTED there)
     sim.launch_kernel("rule_gather_dtype", _args(), 1, tiling=TILING, tiling_key=0, soc="Ascend310P3")
+
+
+def test_use_after_free_messages(rules):
+    # the breaker's case: the buffer was handed out again and refilled (y would be 8 everywhere)
+    y = np.zeros(N, np.float32)
+    with pytest.raises(sim.EmulationError, match=r"UB_USE_AFTER_FREE: .*Adds: operand src0 is a stale LocalTensor of "
+                                                 r"TQue #0 \(VECIN, UB \[0, 4096\)\): FreeTensor released it and "
+                                                 r"AllocTensor has since handed the buffer out again \(1 time"):
+        sim.launch_kernel("rule_use_after_free_realloc", [_args()[0], y], 1, tiling=TILING, tiling_key=1)
+    assert not y.any()
+    x = _args()[0]
+    sim.launch_kernel("rule_use_after_free_realloc", [x, y], 1, tiling=TILING, tiling_key=0)
+    assert np.all(y == 8.0)
+    with pytest.raises(sim.EmulationError, match=r"DataCopy.*the source is a LocalTensor of TQue #0 .* that FreeTensor "
+                                                 r"released"):
+        sim.launch_kernel("rule_use_after_free_copy_out", _args(), 1, tiling=TILING, tiling_key=1)
+    with pytest.raises(sim.EmulationError, match=r"LocalTensor::GetValue: the tensor is a LocalTensor of TQue #0"):
+        sim.launch_kernel("rule_use_after_free_view", _args(), 1, tiling=TILING, tiling_key=1)
+    with pytest.raises(sim.EmulationError, match=r"FreeTensor: the tensor is a stale LocalTensor"):
+        sim.launch_kernel("rule_use_after_free_stale_free", _args(), 1, tiling=TILING, tiling_key=1)
 
 
 @pytest.mark.parametrize("kernel,rule", [("rule_datacopypad_soc", "DATACOPYPAD_UNSUPPORTED"),

@@ -219,3 +219,11 @@ def test_repository_op_structure(op):
     lines = S.check_op(SPECS[op], ROOT, sim="auto")
     assert lines == [], ("\n" + "\n".join(lines)
                          + ("" if mod is not None else f"\n(emulation registry not consulted: {why})"))
+
+
+def test_main_prints_a_one_line_summary_on_success(capsys):
+    assert S.main([]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    ops = S.repository_ops(ROOT)
+    assert len(out) == 1 and out[0].startswith(f"OK: {len(ops)} AscendC op(s) in "), out
+    assert out[0].endswith(", ".join(ops))

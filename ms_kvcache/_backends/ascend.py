@@ -28,7 +28,7 @@ from ms_kvcache._backends import _acl
 __all__ = [
     "VENDOR_NAME", "COMPUTE_UNITS", "WHEEL_VENDOR_DIR", "available", "aot_func", "reg_info",
     "find_vendor", "VendorPackage", "PackageNotFoundError", "compute_unit", "current_soc",
-    "swap_blocks", "register_host_memory", "unregister_host_memory", "plan_block_copies", "prim_attrs",
+    "swap_blocks", "register_host_memory", "unregister_host_memory", "plan_block_copies",
 ]
 
 #: Vendor name of the CANN custom-op package (scripts/opp/CMakePresets.json ``vendor_name``).
@@ -215,31 +215,23 @@ def _dtype_format(dtype, fmt="ND"):
 
 
 def _param_type(t):
-    """reg_info / OpDef param type of a TensorSpec: a list of tensors (``sequence``) is "dynamic"."""
-    if getattr(t, "sequence", False):
+    """reg_info / OpDef param type of a TensorSpec: a list of tensors (``dynamic``) is "dynamic".
+
+    MindSpore passes a list's tensors as consecutive inputs; the primitive's ``dyn_input_sizes``
+    attribute (set by ``_custom.InplaceCustom``: the count of each dynamic input, -1 for the others)
+    tells MindSpore's Ascend custom kernel how to regroup them into the aclTensorLists of the aclnn call.
+    """
+    if t.dynamic:
         return "dynamic"
     return "optional" if t.optional else "required"
-
-
-def prim_attrs(spec, arity=None):
-    """Extra primitive attributes the Ascend kernel mod needs beyond reg_info.
-
-    A spec with sequence inputs is launched with each list flattened into ``arity`` consecutive inputs
-    (``_custom.prim_class``); MindSpore's Ascend custom kernel regroups them into the OpDef's DYNAMIC
-    inputs from ``dyn_input_sizes`` (one entry per reg_info input: ``arity`` for a sequence, -1 else).
-    """
-    if not any(getattr(t, "sequence", False) for t in spec.inputs):
-        return {}
-    if arity is None:
-        raise ValueError(f"{spec.name}: sequence inputs need the list length (arity)")
-    return {"dyn_input_sizes": [int(arity) if getattr(t, "sequence", False) else -1 for t in spec.inputs]}
 
 
 def reg_info(spec, soc=None):
     """MindSpore ``CustomRegOp`` registration of ``spec`` for the CANN op ``spec.op_type``.
 
     Derived from the OpSpec only: inputs then outputs in spec order (names = OpDef names),
-    ``optional`` inputs as "optional", ``sequence`` inputs (lists of tensors) as "dynamic", one ``dtype_format`` row per ``spec.dtype_rows(soc)`` (all ND
+    ``optional`` inputs as "optional", ``dynamic`` inputs (lists of tensors) as "dynamic", one
+    ``dtype_format`` row per ``spec.dtype_rows(soc)`` (all ND
     = MindSpore "DefaultFormat"), attrs in spec order (= OpDef attr order, which is also the order of
     the attribute parameters of the generated aclnn API) as "required" with no value: their values
     come from the primitive attributes the in-place primitive sets (``_custom.InplaceCustom``).

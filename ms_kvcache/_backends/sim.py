@@ -8,6 +8,12 @@ Ascend910B1); the core order ``ms_kvcache.sim.set_order`` / ``$MS_KVCACHE_SIM_OR
 violation makes the AOT call fail; MindSpore raises it as a RuntimeError and
 :func:`last_error` holds the emulation's message.
 
+MindSpore reports a failing AOT call only as "Return value ... is 1" (in PyNative at the next sync), so
+the AOT entry also prints the reason once on stderr as one line starting with ``ms_kvcache sim:``. For
+ops that scatter rows by ``slot_mapping``, a cross-core write conflict or an MTE3 write-after-write
+hazard means a non-negative slot is repeated (graph mode only; PyNative rejects it): the message says
+so (see ``_slot_hints``).
+
 Ops compiled later with ``ms_kvcache.sim.build`` are found too: their module's file is used.
 """
 import ctypes
@@ -22,11 +28,19 @@ def _module():
 
 
 def available():
+    """``(ok, why)``: the emulation module is built and its settings (``$MS_KVCACHE_SIM_SOC``,
+    ``$MS_KVCACHE_SIM_ORDER``, ``$MS_KVCACHE_SIM_GM_COPY``, ``$MS_KVCACHE_SIM_HAZARDS``) are valid."""
     try:
         _module()
     except ImportError as exc:
         return False, (f"the AscendC emulation module ms_kvcache._sim is not importable ({exc}); "
                        "build it with scripts/dev_build.sh or reinstall ms_kvcache")
+    from ms_kvcache import sim as simpkg
+
+    try:
+        simpkg.check_settings()
+    except ValueError as exc:
+        return False, str(exc)
     return True, ""
 
 
@@ -42,6 +56,22 @@ def _has_symbol(path, name):
         return False
 
 
+# Rules that, for a kernel scattering token rows by slot, mean two tokens write one slot.
+_DUPLICATE_SLOT_RULES = ("GM_WRITE_CONFLICT", "PIPE_HAZARD")
+
+
+def _slot_hints(spec):
+    """Register, for ops with a ``slot_mapping`` input, what a write conflict means for that op."""
+    if not any(getattr(t, "name", None) == "slot_mapping" for t in getattr(spec, "inputs", ())):
+        return
+    hint = (f"{getattr(spec, 'name', spec.op_type)}: this usually means slot_mapping repeats a non-negative slot. In graph mode a "
+            "duplicated slot is undefined on the AscendC backends (sim, ascend): cores race, as in vLLM's "
+            "kernels, and the emulation fails the call; PyNative rejects duplicates and the cpu backend keeps "
+            "the last token's row. Give each slot to at most one token (-1 skips a token)")
+    for rule in _DUPLICATE_SLOT_RULES:
+        _module().set_error_hint(spec.op_type, rule, hint)
+
+
 def aot_func(spec):
     """``("<library>:<OpType>", None)`` for ``ops.Custom(func_type="aot")``.
 
@@ -50,6 +80,7 @@ def aot_func(spec):
     """
     sim = _module()
     op = spec.op_type
+    _slot_hints(spec)
     if _has_symbol(sim.__file__, op):
         return f"{sim.__file__}:{op}", None
     from ms_kvcache import sim as simpkg  # built modules
@@ -62,5 +93,6 @@ def aot_func(spec):
 
 
 def last_error():
-    """Message of the last failing emulated AOT call ('' if none)."""
+    """Message of the last failing emulated AOT call ('' if none): ``"<RULE>: op <OpType>...: <values>"``,
+    plus the op's hint in brackets for a rule with a known meaning (e.g. a repeated slot)."""
     return _module().last_error()

@@ -27,7 +27,8 @@ class StaticExtra final : public mindspore::AotExtra {
  public:
   explicit StaticExtra(AttrValues v) : v_(std::move(v)) {}
   bool HasAttr(std::string name) override {
-    return Find(v_.strs, name) || Find(v_.ints, name) || Find(v_.floats, name) || Find(v_.bools, name);
+    return Find(v_.strs, name) || Find(v_.ints, name) || Find(v_.floats, name) || Find(v_.bools, name) ||
+           Find(v_.int_lists, name);
   }
   bool GetAttrBool(std::string name) override {
     const bool* b = Find(v_.bools, name);
@@ -45,7 +46,10 @@ class StaticExtra final : public mindspore::AotExtra {
     const std::string* s = Find(v_.strs, name);
     return s ? *s : std::string();
   }
-  std::vector<int64_t> GetAttrIntVec(std::string) override { return {}; }
+  std::vector<int64_t> GetAttrIntVec(std::string name) override {
+    const std::vector<int64_t>* l = Find(v_.int_lists, name);
+    return l ? *l : std::vector<int64_t>();
+  }
   std::vector<float> GetAttrFloatVec(std::string) override { return {}; }
 
  private:

@@ -20,6 +20,7 @@ struct AttrValues {
   std::vector<std::pair<std::string, int64_t>> ints;
   std::vector<std::pair<std::string, double>> floats;
   std::vector<std::pair<std::string, bool>> bools;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> int_lists;  // e.g. dyn_input_sizes
 };
 
 // dlopen(library) (reusing the copy Python already loaded) and dlsym(symbol); throws

@@ -46,6 +46,10 @@ std::tuple<int, int64_t, int64_t, int64_t> CheckBlockMapping(const py::array& a,
 
 }  // namespace
 
+namespace mskv {
+void BindHostMemory(py::module_& m);  // cpu_kernel/host_memory.cpp
+}  // namespace mskv
+
 PYBIND11_MODULE(_cpu, m) {
   m.doc() = "ms_kvcache native CPU kernels (MindSpore AOT entry points + helpers)";
   m.def("last_error", &mskv::LastError, "Message of the most recent failing CPU kernel call.");
@@ -59,4 +63,5 @@ PYBIND11_MODULE(_cpu, m) {
         py::arg("dst_blocks"),
         "(code, row, col, value) for an int32/int64 [n, 2] array: 0 ok; 1 block_mapping[row][col] = value "
         "is outside [0, src_blocks) (col 0) or [0, dst_blocks) (col 1).");
+  mskv::BindHostMemory(m);
 }

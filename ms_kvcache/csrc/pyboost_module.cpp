@@ -8,6 +8,12 @@
 // the installed MindSpore's headers (cmake/pyboost.cmake); Python falls back to ops.Custom when this
 // module is missing or was built for another MindSpore version.
 //
+// Outputs: ops with real outputs (the rope ops' query_out, key_out, ...) get new tensors created in
+// MindSpore's frontend stage with the shape and dtype of one input each (Kernel.out_like), memory
+// assigned in the backend stage by PyboostRunner right before the launch, handed back to Python as the
+// op's result (PyboostRunner::Call<N>), so later ops that read them wait for this op like for any
+// built-in. Ops without outputs pass the AOT ABI a dummy int32 [1] status instead.
+//
 // Ordering: PyboostRunner normally hands LaunchKernel to MindSpore's *launch* queue, while MindSpore's
 // built-in CPU kernels run directly in the *backend* queue. A cache written from the launch queue could
 // then be read by a later built-in op before the write (seen on MindSpore 2.10 CPU). We therefore run
@@ -47,8 +53,16 @@ const char* DTypeName(ms::TypeId t) {
   }
 }
 
-struct KernelHolder {
+// A kernel plus the rule for its real outputs: output i is a new tensor with the shape and dtype of
+// input out_like[i] (the rope ops' query_out, key_out, ...). No real outputs: the AOT ABI still gets
+// a dummy int32 [1] status output (host memory of the launch, never seen by MindSpore).
+struct Op {
   std::shared_ptr<mskv_bridge::Kernel> k;
+  std::vector<int> out_like;
+};
+
+struct KernelHolder {
+  std::shared_ptr<Op> op;
 };
 
 class AotRunner : public ms::pynative::PyboostRunner {
@@ -58,24 +72,30 @@ class AotRunner : public ms::pynative::PyboostRunner {
 
   void LaunchKernel() override {
     const auto& ins = inputs();
-    const size_t n = ins.size() + 1;  // + the dummy int32 [1] status output of the AOT ABI
+    const auto& outs = outputs();
+    const size_t n = ins.size() + (outs.empty() ? 1 : outs.size());
     std::vector<void*> ptrs(n);
     std::vector<int> ndims(n);
     std::vector<int64_t*> shapes(n);
     std::vector<const char*> dtypes(n);
-    for (size_t i = 0; i < ins.size(); ++i) {
-      ptrs[i] = ins[i].GetDataPtr();
-      const auto& s = ins[i].shape();
+    auto put = [&](size_t i, const ms::Tensor& t) {
+      ptrs[i] = t.GetDataPtr();
+      const auto& s = t.shape();
       ndims[i] = static_cast<int>(s.size());
       shapes[i] = const_cast<int64_t*>(s.data());
-      dtypes[i] = DTypeName(ins[i].data_type());
-    }
+      dtypes[i] = DTypeName(t.data_type());
+    };
+    for (size_t i = 0; i < ins.size(); ++i) put(i, ins[i]);
     int32_t status = 0;
     int64_t status_shape = 1;
-    ptrs[n - 1] = &status;
-    ndims[n - 1] = 1;
-    shapes[n - 1] = &status_shape;
-    dtypes[n - 1] = "int32";
+    if (outs.empty()) {
+      ptrs[n - 1] = &status;
+      ndims[n - 1] = 1;
+      shapes[n - 1] = &status_shape;
+      dtypes[n - 1] = "int32";
+    } else {
+      for (size_t i = 0; i < outs.size(); ++i) put(ins.size() + i, outs[i]);
+    }
     std::string err;
     if (mskv_bridge::Launch(*k_, static_cast<int>(n), ptrs.data(), ndims.data(), shapes.data(), dtypes.data(),
                             &err) != 0) {
@@ -93,15 +113,48 @@ class AotRunner : public ms::pynative::PyboostRunner {
   std::shared_ptr<mskv_bridge::Kernel> k_;
 };
 
-void Eval(const std::shared_ptr<mskv_bridge::Kernel>& k, const std::vector<ms::Tensor>& ins) {
-  std::make_shared<AotRunner>(k)->Run(ins, {});
+// Runs in MindSpore's frontend stage (inputs are real tensors by now): allocate the outputs (memory is
+// assigned in the backend stage, right before the launch) and queue the launch.
+std::vector<ms::Tensor> Eval(const std::shared_ptr<Op>& op, const std::vector<ms::Tensor>& ins) {
+  std::vector<ms::Tensor> outs;
+  outs.reserve(op->out_like.size());
+  for (int j : op->out_like) outs.emplace_back(ins[j].data_type(), ins[j].shape());
+  std::make_shared<AotRunner>(op->k)->Run(ins, outs);
+  return outs;
+}
+
+void EvalNoOutput(const std::shared_ptr<Op>& op, const std::vector<ms::Tensor>& ins) {
+  std::make_shared<AotRunner>(op->k)->Run(ins, {});
+}
+
+template <int N>
+py::object CallWithOutputs(const std::shared_ptr<Op>& op, std::vector<ms::Tensor> ins) {
+  return ms::pynative::PyboostRunner::Call<N>(mskv_bridge::KernelName(*op->k), Eval, op, std::move(ins));
 }
 
 py::object RunKernel(const KernelHolder& h, const py::args& args) {
+  const auto& op = h.op;
   std::vector<ms::Tensor> ins;
   ins.reserve(args.size());
   for (const auto& a : args) ins.push_back(a.cast<ms::Tensor>());
-  return ms::pynative::PyboostRunner::Call<0>(mskv_bridge::KernelName(*h.k), Eval, h.k, std::move(ins));
+  for (int j : op->out_like) {
+    if (j < 0 || static_cast<size_t>(j) >= ins.size()) {
+      throw py::value_error(mskv_bridge::KernelName(*op->k) + ": output shaped like input " + std::to_string(j) +
+                            ", but only " + std::to_string(ins.size()) + " inputs were given");
+    }
+  }
+  switch (op->out_like.size()) {
+    case 0:
+      return ms::pynative::PyboostRunner::Call<0>(mskv_bridge::KernelName(*op->k), EvalNoOutput, op, std::move(ins));
+    case 1: {
+      py::object r = CallWithOutputs<1>(op, std::move(ins));
+      return py::isinstance<py::tuple>(r) ? py::object(r.cast<py::tuple>()[0]) : r;
+    }
+    case 2: return CallWithOutputs<2>(op, std::move(ins));
+    case 3: return CallWithOutputs<3>(op, std::move(ins));
+    case 4: return CallWithOutputs<4>(op, std::move(ins));
+    default: throw py::value_error("ms_kvcache._cpu_pyboost: at most 4 outputs are supported");
+  }
 }
 
 // Index values of a host tensor, read without waiting for the pipeline. Only for tensors that are not
@@ -138,6 +191,24 @@ py::object CheckBlockMappingNoSync(const ms::Tensor& t, int64_t src_blocks, int6
   return py::make_tuple(e.code, e.i, e.j, e.value);
 }
 
+py::object CheckBlockIdsNoSync(const ms::Tensor& t, int64_t num_blocks, bool distinct) {
+  size_t elem = 0;
+  int64_t n = 0;
+  const void* p = HostIndexData(t, &elem, &n);
+  if (p == nullptr) return py::none();
+  const mskv::IndexIssue e = mskv::CheckBlockIdValues(p, elem, n, num_blocks, distinct);
+  return py::make_tuple(e.code, e.i, e.j, e.value);
+}
+
+py::object CheckPositionsNoSync(const ms::Tensor& t, int64_t max_position) {
+  size_t elem = 0;
+  int64_t n = 0;
+  const void* p = HostIndexData(t, &elem, &n);
+  if (p == nullptr) return py::none();
+  const mskv::IndexIssue e = mskv::CheckPositionValues(p, elem, n, max_position);
+  return py::make_tuple(e.code, e.i, e.j, e.value);
+}
+
 // Wait until MindSpore's PyNative pipeline has no queued work, sleeping between polls instead of
 // busy-waiting (Tensor.asnumpy() spins the calling thread, which on a 2-core machine takes a core away
 // from the kernels being waited for). Returns False on timeout. Call asnumpy() afterwards to collect
@@ -155,7 +226,7 @@ bool WaitIdle(double timeout_s, double poll_us) {
 }
 
 KernelHolder MakeKernel(const std::string& library, const std::string& symbol, const std::string& op_name,
-                        const py::dict& attrs) {
+                        const py::dict& attrs, const std::vector<int>& out_like) {
   mskv_bridge::AttrValues v;
   for (const auto& item : attrs) {
     const std::string name = item.first.cast<std::string>();
@@ -168,11 +239,19 @@ KernelHolder MakeKernel(const std::string& library, const std::string& symbol, c
       v.floats.emplace_back(name, val.cast<double>());
     } else if (py::isinstance<py::str>(val)) {
       v.strs.emplace_back(name, val.cast<std::string>());
+    } else if (py::isinstance<py::list>(val) || py::isinstance<py::tuple>(val)) {
+      std::vector<int64_t> l;  // e.g. dyn_input_sizes
+      for (const auto& x : val) l.push_back(x.cast<int64_t>());
+      v.int_lists.emplace_back(name, std::move(l));
     } else {
-      throw py::type_error("attribute " + name + ": expected bool, int, float or str");
+      throw py::type_error("attribute " + name + ": expected bool, int, float, str or a list of ints");
     }
   }
-  return KernelHolder{mskv_bridge::MakeKernel(library, symbol, op_name, std::move(v))};
+  if (out_like.size() > 4) throw py::value_error(op_name + ": at most 4 outputs are supported by the fast path");
+  auto op = std::make_shared<Op>();
+  op->k = mskv_bridge::MakeKernel(library, symbol, op_name, std::move(v));
+  op->out_like = out_like;
+  return KernelHolder{op};
 }
 
 }  // namespace
@@ -181,16 +260,26 @@ PYBIND11_MODULE(_cpu_pyboost, m) {
   m.doc() = "ms_kvcache PyNative fast path: AOT kernels launched through MindSpore's PyboostRunner";
   m.attr("mindspore_version") = MSKV_MS_VERSION;
   py::class_<KernelHolder>(m, "Kernel")
-      .def_property_readonly("name", [](const KernelHolder& h) { return mskv_bridge::KernelName(*h.k); });
+      .def_property_readonly("name", [](const KernelHolder& h) { return mskv_bridge::KernelName(*h.op->k); })
+      .def_property_readonly("out_like", [](const KernelHolder& h) { return h.op->out_like; });
   m.def("kernel", &MakeKernel, py::arg("library"), py::arg("symbol"), py::arg("op_name"), py::arg("attrs"),
-        "Resolve AOT entry `symbol` of `library` with fixed attribute values.");
+        py::arg("out_like") = std::vector<int>(),
+        "Resolve AOT entry `symbol` of `library` with fixed attribute values. out_like[i]: output i is a new "
+        "tensor shaped and typed like input out_like[i] (none: the op has no outputs and run() returns None).");
   m.def("check_slots_nosync", &CheckSlotsNoSync, py::arg("slots"), py::arg("num_slots"),
         "Like ms_kvcache._cpu.check_slots on a host index tensor read without a pipeline sync; None if the "
         "tensor is not host-resident (an op output, non-CPU, strided or not int32/int64).");
   m.def("check_block_mapping_nosync", &CheckBlockMappingNoSync, py::arg("block_mapping"), py::arg("src_blocks"),
         py::arg("dst_blocks"), "Like ms_kvcache._cpu.check_block_mapping, without a pipeline sync (see check_slots_nosync).");
+  m.def("check_block_ids_nosync", &CheckBlockIdsNoSync, py::arg("block_ids"), py::arg("num_blocks"),
+        py::arg("distinct"), "(code, i, j, value) for block ids [n] read without a pipeline sync: 0 ok; 1 ids[i] = "
+        "value outside [0, num_blocks); 2 (distinct only) ids[i] == ids[j] = value, i < j. None as check_slots_nosync.");
+  m.def("check_positions_nosync", &CheckPositionsNoSync, py::arg("positions"), py::arg("max_position"),
+        "(code, index, -1, value) of the first position outside [0, max_position) (code 0: none) of a host index "
+        "tensor read without a pipeline sync; None if the tensor is not host-resident (see check_slots_nosync).");
   m.def("wait_idle", &WaitIdle, py::arg("timeout_s") = 60.0, py::arg("poll_us") = 20.0,
         "Sleep-poll until MindSpore's PyNative pipeline is idle (no busy-wait); False on timeout.");
-  m.def("run", &RunKernel, "run(kernel, *tensors): launch kernel on the tensors (inputs in op order), in place, "
-        "asynchronously in MindSpore's PyNative pipeline. Returns None.");
+  m.def("run", &RunKernel, "run(kernel, *tensors): launch kernel on the tensors (inputs in op order), "
+        "asynchronously in MindSpore's PyNative pipeline; in-place inputs are written through their memory. "
+        "Returns None (no outputs), the output tensor, or a tuple of output tensors.");
 }

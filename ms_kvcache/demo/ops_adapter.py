@@ -9,7 +9,9 @@ Every function here is written against the final public API of its op family:
   and ``ms_kvcache.alloc_host_buffer``.
 
 TEMPORARY FALLBACKS. While an op is not yet in ``ms_kvcache`` (detected with ``hasattr`` at import),
-the block marked ``# FALLBACK(<family>)`` next to it stands in for it, so the demo runs end to end.
+or the active backend has no kernel for it yet (:func:`on_backend`, checked at each call / graph
+compile: e.g. the RoPE-write and transfer ops on "sim" until their AscendC kernels land), the block
+marked ``# FALLBACK(<family>)`` next to it stands in for it, so the demo runs end to end.
 Each fallback is built from ops that exist today (MindSpore built-ins, numpy, and the real
 ``ms_kvcache.reshape_and_cache``) and is never used once the real op is importable. Removing the
 fallbacks is a change to this file only: delete every ``FALLBACK`` block and the ``if HAVE_...``
@@ -19,15 +21,18 @@ Functions called from ``nn.Cell.construct`` (``rope_and_cache``, ``rope_and_cach
 ``cache_write``, ``cache_write_merged``) are module-level functions that the MindSpore graph
 compiler parses; everything else is called from Python between graph steps.
 """
+import weakref
+
 import numpy as np
 import mindspore as ms
 from mindspore import Tensor, nn, ops
+from mindspore.ops.primitive import constexpr
 
 import ms_kvcache
 from ms_kvcache._formats import KVCacheFormat
 
 __all__ = [
-    "HAVE", "status", "cos_sin_cache", "rope_and_cache", "rope_and_cache_merged", "cache_write",
+    "HAVE", "on_backend", "status", "cos_sin_cache", "rope_and_cache", "rope_and_cache_merged", "cache_write",
     "cache_write_merged", "transfer_buffer_shape", "alloc_host_buffer", "kv_transfer",
     "FallbackUnsupported",
 ]
@@ -49,6 +54,34 @@ IS_NEOX_STYLE = True
 CACHE_LAYOUT = "BSND"
 
 
+_ON_BACKEND = {}
+
+
+def on_backend(op):
+    """True if ``ms_kvcache.<op>`` exists and the active backend has a kernel for it (cpu: every op;
+    another backend: its ``aot_func`` finds the op's kernel)."""
+    backend = ms_kvcache.get_backend()
+    key = (op, backend)
+    if key not in _ON_BACKEND:
+        ok = bool(HAVE.get(op))
+        if ok and backend != "cpu":
+            from ms_kvcache._backend import backend_module
+            from ms_kvcache._spec import get_spec
+
+            try:
+                backend_module(backend).aot_func(get_spec(op))
+            except Exception:  # noqa: BLE001 - no kernel / package for this op on this backend
+                ok = False
+        _ON_BACKEND[key] = ok
+    return _ON_BACKEND[key]
+
+
+@constexpr(reuse_result=False)
+def _on_backend_graph(op):
+    """:func:`on_backend` folded to a constant when a Cell is compiled."""
+    return on_backend(op)
+
+
 class FallbackUnsupported(RuntimeError):
     """A configuration the temporary fallback cannot run; the real op is needed."""
 
@@ -58,7 +91,7 @@ def status(kv_format="separate"):
     merged = kv_format == "merged"
     rope_op = "rope_reshape_and_cache_merged" if merged else "rope_reshape_and_cache"
     out = {}
-    if HAVE[rope_op]:
+    if on_backend(rope_op):
         out["rope-write"] = f"ms_kvcache.{rope_op}"
     elif merged and not HAVE["reshape_and_cache_merged"]:
         out["rope-write"] = ("FALLBACK: MindSpore-ops RoPE + tensor_scatter_update/assign into the merged "
@@ -68,7 +101,7 @@ def status(kv_format="separate"):
         out["rope-write"] = f"FALLBACK: MindSpore-ops RoPE + {write} (stands in for {rope_op})"
     out["cos_sin_cache"] = ("ms_kvcache.build_cos_sin_cache" if HAVE["build_cos_sin_cache"]
                             else "FALLBACK: numpy (stands in for build_cos_sin_cache)")
-    out["kv-transfer"] = ("ms_kvcache.multi_layer_kv_transfer" if HAVE["multi_layer_kv_transfer"]
+    out["kv-transfer"] = ("ms_kvcache.multi_layer_kv_transfer" if on_backend("multi_layer_kv_transfer")
                           else "FALLBACK: numpy gather/scatter on the caches' host memory "
                                "(stands in for multi_layer_kv_transfer)")
     out["host-buffer"] = ("ms_kvcache.alloc_host_buffer" if HAVE["alloc_host_buffer"]
@@ -153,34 +186,45 @@ else:
 
 
 # ------------------------------------------------------------------------------ fused RoPE + write
+def _rope_and_cache_fallback(positions, query, key, value, cos_sin, key_cache, value_cache, slot_mapping):
+    """FALLBACK(rope): MindSpore-ops RoPE, then ``ms_kvcache.reshape_and_cache``."""
+    q = _rope_neox_fallback(positions, query, cos_sin)
+    k = _rope_neox_fallback(positions, key, cos_sin)
+    cache_write(k, value, key_cache, value_cache, slot_mapping)
+    return q, k
+
+
+def _rope_and_cache_merged_fallback(positions, query, key, value, cos_sin, kv_cache, slot_mapping):
+    """FALLBACK(rope): MindSpore-ops RoPE, then :func:`cache_write_merged`."""
+    q = _rope_neox_fallback(positions, query, cos_sin)
+    k = _rope_neox_fallback(positions, key, cos_sin)
+    cache_write_merged(k, value, kv_cache, slot_mapping)
+    return q, k
+
+
 if HAVE["rope_reshape_and_cache"]:
     def rope_and_cache(positions, query, key, value, cos_sin, key_cache, value_cache, slot_mapping):
         """RoPE on query/key, rotated key and value written into separate caches; returns
-        (query_out, key_out). ``ms_kvcache.rope_reshape_and_cache``."""
-        return ms_kvcache.rope_reshape_and_cache(positions, query, key, value, cos_sin, key_cache, value_cache,
-                                                 slot_mapping, is_neox_style=IS_NEOX_STYLE,
-                                                 cache_layout=CACHE_LAYOUT)
+        (query_out, key_out). ``ms_kvcache.rope_reshape_and_cache`` (FALLBACK on a backend without it)."""
+        if _on_backend_graph("rope_reshape_and_cache"):
+            return ms_kvcache.rope_reshape_and_cache(positions, query, key, value, cos_sin, key_cache, value_cache,
+                                                     slot_mapping, is_neox_style=IS_NEOX_STYLE,
+                                                     cache_layout=CACHE_LAYOUT)
+        return _rope_and_cache_fallback(positions, query, key, value, cos_sin, key_cache, value_cache, slot_mapping)
 else:
-    def rope_and_cache(positions, query, key, value, cos_sin, key_cache, value_cache, slot_mapping):
-        """FALLBACK(rope): MindSpore-ops RoPE, then ``ms_kvcache.reshape_and_cache``."""
-        q = _rope_neox_fallback(positions, query, cos_sin)
-        k = _rope_neox_fallback(positions, key, cos_sin)
-        cache_write(k, value, key_cache, value_cache, slot_mapping)
-        return q, k
+    rope_and_cache = _rope_and_cache_fallback
 
 if HAVE["rope_reshape_and_cache_merged"]:
     def rope_and_cache_merged(positions, query, key, value, cos_sin, kv_cache, slot_mapping):
-        """Merged-cache variant; ``ms_kvcache.rope_reshape_and_cache_merged``."""
-        return ms_kvcache.rope_reshape_and_cache_merged(positions, query, key, value, cos_sin, kv_cache,
-                                                        slot_mapping, is_neox_style=IS_NEOX_STYLE,
-                                                        cache_layout=CACHE_LAYOUT)
+        """Merged-cache variant; ``ms_kvcache.rope_reshape_and_cache_merged`` (FALLBACK on a backend
+        without it)."""
+        if _on_backend_graph("rope_reshape_and_cache_merged"):
+            return ms_kvcache.rope_reshape_and_cache_merged(positions, query, key, value, cos_sin, kv_cache,
+                                                            slot_mapping, is_neox_style=IS_NEOX_STYLE,
+                                                            cache_layout=CACHE_LAYOUT)
+        return _rope_and_cache_merged_fallback(positions, query, key, value, cos_sin, kv_cache, slot_mapping)
 else:
-    def rope_and_cache_merged(positions, query, key, value, cos_sin, kv_cache, slot_mapping):
-        """FALLBACK(rope): MindSpore-ops RoPE, then :func:`cache_write_merged`."""
-        q = _rope_neox_fallback(positions, query, cos_sin)
-        k = _rope_neox_fallback(positions, key, cos_sin)
-        cache_write_merged(k, value, kv_cache, slot_mapping)
-        return q, k
+    rope_and_cache_merged = _rope_and_cache_merged_fallback
 
 
 # ------------------------------------------------------------------------------ multi-layer transfer
@@ -238,7 +282,9 @@ class TransferCell(nn.Cell):
         return slot_mapping
 
 
-_TRANSFER_CELLS = {}
+#: {model: {direction: TransferCell}}; weak keys, so a new model never gets a stale cell whose id()
+#: matched a collected one.
+_TRANSFER_CELLS = weakref.WeakKeyDictionary()
 
 
 def kv_transfer(model, buffer, slot_mapping, direction):
@@ -247,11 +293,11 @@ def kv_transfer(model, buffer, slot_mapping, direction):
     the buffer, ``"h2d"`` scatters buffer rows into the caches. Returns after the data has moved."""
     if direction not in ("d2h", "h2d"):
         raise ValueError(f"kv_transfer: argument 'direction': expected 'd2h' or 'h2d', got {direction!r}")
-    if HAVE["multi_layer_kv_transfer"]:
-        key = (id(model), direction)
-        cell = _TRANSFER_CELLS.get(key)
+    if on_backend("multi_layer_kv_transfer"):
+        cells = _TRANSFER_CELLS.setdefault(model, {})
+        cell = cells.get(direction)
         if cell is None:
-            cell = _TRANSFER_CELLS[key] = TransferCell(model, direction)
+            cell = cells[direction] = TransferCell(model, direction)
         cell(buffer, slot_mapping).asnumpy()  # asnumpy: wait for the graph to finish
         return
     # FALLBACK(transfer): numpy gather/scatter on the host memory behind the CPU tensors. MindSpore 2.10

@@ -2,9 +2,8 @@
 from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
-from ms_kvcache import _validate as V
-from ms_kvcache._custom import (_get_cache_prim, _run_in_jit, eager_launcher, graph_backend, nosync_checker,
-                                prim_class)
+from ms_kvcache._custom import _get_cache_prim, _run_in_jit, graph_backend, prim_class
+from ms_kvcache._eager import EagerOp, Slots
 from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, OpSpec, TensorSpec, dtype_name, register
 
 __all__ = ["concat_and_cache_mla", "SPEC"]
@@ -50,8 +49,8 @@ def _check_static(c_shape, c_dtype, p_shape, p_dtype, cc_shape, cc_dtype, pc_sha
 
 _check_static_graph = constexpr(_check_static)
 _Prim = prim_class(SPEC)
-_STATIC = {}
-_NAMES = ("kv_c", "k_pe", "kv_c_cache", "k_pe_cache", "slot_mapping")
+#: PyNative branch (fast path when available): static check -> num_slots; no slots launches nothing.
+_EAGER = EagerOp(SPEC, _check_static, index_checks=(Slots("slot_mapping"),), skip_if_empty=("slot_mapping",))
 
 
 def concat_and_cache_mla(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping):
@@ -90,26 +89,6 @@ def concat_and_cache_mla(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping):
                             k_pe_cache.shape, k_pe_cache.dtype, slot_mapping.shape, slot_mapping.dtype)
         _get_cache_prim(_Prim)(graph_backend())(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping)
     else:
-        _eager(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping)
+        _EAGER(_backend.get_backend(), (), kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping)
     return None
 
-
-def _eager(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping):
-    op = SPEC.name
-    for n, x in zip(_NAMES, (kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping)):
-        V.require_tensor(op, n, x)
-    num_slots = V.cached_static(_STATIC, _check_static, (
-        kv_c.shape, kv_c.dtype, k_pe.shape, k_pe.dtype, kv_c_cache.shape, kv_c_cache.dtype, k_pe_cache.shape,
-        k_pe_cache.dtype, slot_mapping.shape, slot_mapping.dtype))
-    V.require_contiguous(op, "kv_c_cache", kv_c_cache)
-    V.require_contiguous(op, "k_pe_cache", k_pe_cache)
-    if slot_mapping.shape[0] == 0:
-        return
-    backend = _backend.get_backend()
-    nosync = nosync_checker(backend)
-    if nosync is None:  # ops.Custom path
-        V.require_not_view(op, "kv_c_cache", kv_c_cache)
-        V.require_not_view(op, "k_pe_cache", k_pe_cache)
-    V.check_slot_tensor(op, "slot_mapping", slot_mapping, num_slots, nosync)
-    eager_launcher(SPEC, backend)(V.contiguous_input(kv_c), V.contiguous_input(k_pe), kv_c_cache, k_pe_cache,
-                                  V.contiguous_input(slot_mapping))

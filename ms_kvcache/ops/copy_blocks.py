@@ -2,17 +2,16 @@
 
 How a list of L per-layer caches reaches ONE kernel launch in every MindSpore mode
 ---------------------------------------------------------------------------------
-A Python list of Parameters cannot be a graph input, and an ``ops.Custom`` input that is a tuple of
-tensors cannot be marked as written in place. The primitive is therefore *specialised by arity*
-(``ms_kvcache._custom``, ``TensorSpec(sequence=True)``): ``CopyBlocks(backend, L)`` has ``2L + 1``
-inputs ``key_caches_0..L-1, value_caches_0..L-1, block_mapping``, every cache input marked
-``RW_WRITE`` and ``side_effect_mem`` set, so graph mode keeps the call and orders it before later
-reads of each cache. One class serves every L (the signature is set per instance); the kernel derives
-L from its parameter count (``cpu_kernel/copy_blocks.cpp``).
+``key_caches`` and ``value_caches`` are list inputs (``TensorSpec(dynamic=True)``, see
+``ms_kvcache._custom``): the primitive takes the 2L caches as ``2L`` consecutive inputs, every one
+marked ``RW_WRITE`` with ``side_effect_mem`` set, so graph mode keeps the call and orders it before
+later reads of each cache. One class serves every L: ``CopyBlocks(backend, (L, L))``; the counts reach
+every backend as the ``dyn_input_sizes`` attribute ``[L, L, -1]`` (AscendC: two DYNAMIC inputs).
 
 - GRAPH_MODE: keep the caches as Cell attributes, e.g. ``self.key_caches = ParameterTuple(...)``, and
   call ``copy_blocks(self.key_caches, self.value_caches, block_mapping)`` in ``construct``. L is the
-  (constant) tuple length; the wrapper unpacks the tuples into the primitive call.
+  (constant) tuple length; the wrapper unpacks the tuples into the primitive call, and the per-cache
+  shape/dtype checks run once in the primitive's infer step (not one constexpr per cache).
 - ``@ms.jit``: the same inside a jitted Cell method, or pass the Parameters individually and build the
   lists inside the function: ``copy_blocks([k0, k1], [v0, v1], bm)``.
 - PyNative: lists or tuples of Tensors/Parameters; the fast path takes the 2L tensors directly, the
@@ -24,26 +23,44 @@ named twice ends with the block of its last row). vLLM launches all pairs in par
 overlaps undefined; here they are defined and tested. The kernel stays parallel: threads split every
 block by byte range and each applies all pairs in order to its range.
 """
+import mindspore as ms
 from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
 from ms_kvcache import _validate as V
-from ms_kvcache._custom import (_get_cache_prim, _run_in_jit, eager_launcher, graph_backend, nosync_checker,
-                                prim_class)
+from ms_kvcache._custom import _get_cache_prim, _run_in_jit, graph_backend, prim_class
+from ms_kvcache._eager import BlockPairs, EagerOp
 from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, OpSpec, TensorSpec, dtype_name, register
 from ms_kvcache.ops.swap_blocks import BLOCK_CACHE_RANKS, check_block_mapping_shape
 
 __all__ = ["copy_blocks", "SPEC"]
 
+# The 2L per-cache checks run in the primitive's infer step (graph compile, ops.Custom PyNative): one
+# Python call per op instead of one constexpr per cache (see _check_shapes / _check_dtypes below).
+_INFERRED = {}
+
+
+def _infer_shape(_attrs, k_shapes, v_shapes, _m_shape):
+    """Infer step (graph compile, ops.Custom PyNative): the per-cache shape checks, one call for 2L caches."""
+    V.cached_static(_INFERRED, _check_shapes, (tuple(map(tuple, k_shapes)), tuple(map(tuple, v_shapes))))
+    return [1]
+
+
+def _infer_dtype(_attrs, k_dtypes, v_dtypes, _m_dtype):
+    V.cached_static(_INFERRED, _check_dtypes, (tuple(k_dtypes), tuple(v_dtypes)))
+    return ms.int32
+
+
 SPEC = register(OpSpec(
     name="copy_blocks",
     op_type="CopyBlocks",
     inputs=(
-        TensorSpec("key_caches", "T", BLOCK_CACHE_RANKS, inplace=True, sequence=True),
-        TensorSpec("value_caches", "T", BLOCK_CACHE_RANKS, inplace=True, sequence=True),
+        TensorSpec("key_caches", "T", BLOCK_CACHE_RANKS, inplace=True, dynamic=True),
+        TensorSpec("value_caches", "T", BLOCK_CACHE_RANKS, inplace=True, dynamic=True),
         TensorSpec("block_mapping", "S", (2,)),
     ),
     dtype_groups={"T": KV_DTYPES, "S": INDEX_DTYPES},
+    extra={"infer_shape": _infer_shape, "infer_dtype": _infer_dtype},
 ))
 
 
@@ -58,22 +75,39 @@ def _check_counts(num_keys, num_values, m_shape, m_dtype):
     return 0
 
 
-def _check_cache(arg, i, shape, dtype, ref_shape, ref_dtype):
-    """One cache against key_caches[0] (shape, dtype); returns num_blocks."""
+def _check_cache_dtype(name, dtype, ref_dtype):
     op = SPEC.name
-    name = f"{arg}[{i}]"
     d, ref_d = dtype_name(dtype), dtype_name(ref_dtype)
     if d not in KV_DTYPES:
         raise TypeError(f"{op}: argument '{name}': expected dtype in {KV_DTYPES}, got {d}")
     if d != ref_d:
         raise TypeError(f"{op}: argument '{name}': expected dtype {ref_d} (same as 'key_caches[0]'), got {d}")
+
+
+def _check_cache_shape(name, shape, ref_shape):
+    op = SPEC.name
     if len(shape) not in BLOCK_CACHE_RANKS:
         raise ValueError(f"{op}: argument '{name}': expected rank in {BLOCK_CACHE_RANKS} ([num_blocks, "
                          f"*block_shape]), got rank {len(shape)} (shape {tuple(shape)})")
     if tuple(shape) != tuple(ref_shape):
         raise ValueError(f"{op}: argument '{name}': expected shape {tuple(ref_shape)} (same as 'key_caches[0]'), "
                          f"got {tuple(shape)}")
-    return shape[0]
+
+
+def _names(k_count, v_count):
+    return [f"key_caches[{i}]" for i in range(k_count)] + [f"value_caches[{i}]" for i in range(v_count)]
+
+
+def _check_shapes(k_shapes, v_shapes):
+    shapes = tuple(k_shapes) + tuple(v_shapes)
+    for name, shp in zip(_names(len(k_shapes), len(v_shapes)), shapes):
+        _check_cache_shape(name, shp, shapes[0])
+
+
+def _check_dtypes(k_dtypes, v_dtypes):
+    dtypes = tuple(k_dtypes) + tuple(v_dtypes)
+    for name, dt in zip(_names(len(k_dtypes), len(v_dtypes)), dtypes):
+        _check_cache_dtype(name, dt, dtypes[0])
 
 
 def _check_static(k_shapes, k_dtypes, v_shapes, v_dtypes, m_shape, m_dtype):
@@ -81,18 +115,18 @@ def _check_static(k_shapes, k_dtypes, v_shapes, v_dtypes, m_shape, m_dtype):
     _check_counts(len(k_shapes), len(v_shapes), m_shape, m_dtype)
     if not k_shapes:
         return 0
-    for arg, shapes, dtypes in (("key_caches", k_shapes, k_dtypes), ("value_caches", v_shapes, v_dtypes)):
-        for i, (shp, dt) in enumerate(zip(shapes, dtypes)):
-            _check_cache(arg, i, shp, dt, k_shapes[0], k_dtypes[0])
+    _check_dtypes(k_dtypes, v_dtypes)
+    _check_shapes(k_shapes, v_shapes)
     return k_shapes[0][0]
 
 
-# Graph mode checks one cache per constexpr call in an unrolled loop: a constexpr taking the list of all
-# 2L shapes costs seconds of compile time at L = 40, this costs ~10 ms.
+# Graph mode: one constexpr for the counts and block_mapping; the 2L cache checks run in the infer step.
 _check_counts_graph = constexpr(_check_counts)
-_check_cache_graph = constexpr(_check_cache)
 _Prim = prim_class(SPEC)
-_STATIC = {}
+#: PyNative branch (fast path when available; the 2L caches are launched flattened): static check ->
+#: num_blocks; every cache a distinct tensor; no layers or no pairs launches nothing.
+_EAGER = EagerOp(SPEC, _check_static, index_checks=(BlockPairs("block_mapping", None, None),),
+                 skip_if_empty=("key_caches", "block_mapping"), distinct=("key_caches", "value_caches"))
 
 
 def copy_blocks(key_caches, value_caches, block_mapping):
@@ -127,48 +161,8 @@ def copy_blocks(key_caches, value_caches, block_mapping):
     if _run_in_jit():  # @jit.cond: True
         _check_counts_graph(len(key_caches), len(value_caches), block_mapping.shape, block_mapping.dtype)
         if len(key_caches) > 0:
-            ref_shape = key_caches[0].shape
-            ref_dtype = key_caches[0].dtype
-            for i in range(len(key_caches)):
-                _check_cache_graph("key_caches", i, key_caches[i].shape, key_caches[i].dtype, ref_shape, ref_dtype)
-            for i in range(len(value_caches)):
-                _check_cache_graph("value_caches", i, value_caches[i].shape, value_caches[i].dtype, ref_shape,
-                                   ref_dtype)
-            _get_cache_prim(_Prim)(graph_backend(), len(key_caches))(*key_caches, *value_caches, block_mapping)
+            _get_cache_prim(_Prim)(graph_backend(), (len(key_caches), len(value_caches)))(
+                *key_caches, *value_caches, block_mapping)
     else:
-        _eager(key_caches, value_caches, block_mapping)
+        _EAGER(_backend.get_backend(), (), key_caches, value_caches, block_mapping)
     return None
-
-
-def _eager(key_caches, value_caches, block_mapping):
-    op = SPEC.name
-    for arg, seq in (("key_caches", key_caches), ("value_caches", value_caches)):
-        if not isinstance(seq, (list, tuple)):
-            raise TypeError(f"{op}: argument '{arg}': expected a list or tuple of Tensors (one per layer), "
-                            f"got {type(seq).__name__}")
-        for i, c in enumerate(seq):
-            V.require_tensor(op, f"{arg}[{i}]", c)
-    V.require_tensor(op, "block_mapping", block_mapping)
-    num_blocks = V.cached_static(_STATIC, _check_static, (
-        tuple(c.shape for c in key_caches), tuple(c.dtype for c in key_caches),
-        tuple(c.shape for c in value_caches), tuple(c.dtype for c in value_caches),
-        block_mapping.shape, block_mapping.dtype))
-    caches = tuple(key_caches) + tuple(value_caches)
-    seen = {}
-    for i, c in enumerate(caches):
-        name = f"key_caches[{i}]" if i < len(key_caches) else f"value_caches[{i - len(key_caches)}]"
-        V.require_contiguous(op, name, c)
-        if id(c) in seen:
-            raise ValueError(f"{op}: argument '{name}': expected a distinct cache tensor per layer and kind, got "
-                             f"the same tensor as '{seen[id(c)]}'")
-        seen[id(c)] = name
-    if not key_caches or block_mapping.shape[0] == 0:
-        return
-    backend = _backend.get_backend()
-    nosync = nosync_checker(backend)
-    if nosync is None:  # ops.Custom path
-        for i, c in enumerate(caches):
-            V.require_not_view(op, f"key_caches[{i}]" if i < len(key_caches) else
-                               f"value_caches[{i - len(key_caches)}]", c)
-    V.check_block_mapping_tensor(op, "block_mapping", block_mapping, num_blocks, num_blocks, nosync)
-    eager_launcher(SPEC, backend, (), len(key_caches))(*caches, V.contiguous_input(block_mapping))

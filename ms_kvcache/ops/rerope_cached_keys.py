@@ -3,8 +3,8 @@ old position and apply it at the new one, in one pass (reuse of cached KV at ano
 from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
-from ms_kvcache import _validate as V
-from ms_kvcache._custom import _get_cache_prim, _run_in_jit, eager_op, graph_backend, prim_class
+from ms_kvcache._custom import _get_cache_prim, _run_in_jit, graph_backend, prim_class
+from ms_kvcache._eager import EagerOp, Positions, Slots
 from ms_kvcache._formats import CACHE_LAYOUTS
 from ms_kvcache._spec import FLOAT_DTYPES, INDEX_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, register
 from ms_kvcache.ops import _rope_common as R
@@ -62,6 +62,12 @@ def _graph_backend(backend):
     return R.require_backend(SPEC.name, backend)
 
 
+#: PyNative branch: static check -> (num_slots, max_position); no entries launches nothing.
+_EAGER = EagerOp(SPEC, _check_static, index_checks=(Positions("old_positions", 1), Positions("new_positions", 1),
+                                                    Slots("slot_mapping", 0)),
+                 skip_if_empty=("slot_mapping",))
+
+
 def rerope_cached_keys(key_cache, slot_mapping, old_positions, new_positions, cos_sin_cache, *,
                        is_neox_style=True, cache_layout="BSND"):
     """Re-rotate cached keys in place: for each ``i``, the key heads stored at ``slot_mapping[i]``
@@ -111,20 +117,6 @@ def rerope_cached_keys(key_cache, slot_mapping, old_positions, new_positions, co
         _get_cache_prim(_Prim)(_graph_backend(graph_backend()), is_neox_style, cache_layout)(
             key_cache, slot_mapping, old_positions, new_positions, cos_sin_cache)
     else:
-        op = SPEC.name
-        for n, x in (("key_cache", key_cache), ("slot_mapping", slot_mapping), ("old_positions", old_positions),
-                     ("new_positions", new_positions), ("cos_sin_cache", cos_sin_cache)):
-            V.require_tensor(op, n, x)
-        num_slots, max_position = _check_static(
-            key_cache.shape, key_cache.dtype, slot_mapping.shape, slot_mapping.dtype, old_positions.shape,
-            old_positions.dtype, new_positions.shape, new_positions.dtype, cos_sin_cache.shape,
-            cos_sin_cache.dtype, is_neox_style, cache_layout)
-        V.require_contiguous(op, "key_cache", key_cache)
-        if slot_mapping.shape[0] == 0:
-            return None
-        R.check_position_values(op, "old_positions", V.index_values(old_positions), max_position)
-        R.check_position_values(op, "new_positions", V.index_values(new_positions), max_position)
-        V.check_slot_values(op, "slot_mapping", V.index_values(slot_mapping), num_slots)
-        eager_op(SPEC, R.require_backend(op, _backend.get_backend()), (is_neox_style, cache_layout))(
-            key_cache, slot_mapping, old_positions, new_positions, cos_sin_cache)
+        _EAGER(R.require_backend(SPEC.name, _backend.get_backend()), (is_neox_style, cache_layout),
+               key_cache, slot_mapping, old_positions, new_positions, cos_sin_cache)
     return None

@@ -2,11 +2,10 @@
 from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
-from ms_kvcache._custom import (_get_cache_prim, _run_in_jit, eager_launcher, graph_backend, nosync_checker,
-                                prim_class)
+from ms_kvcache._custom import _get_cache_prim, _run_in_jit, graph_backend, prim_class
+from ms_kvcache._eager import EagerOp, Slots
 from ms_kvcache._formats import CACHE_LAYOUTS
 from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, register
-from ms_kvcache import _validate as V
 
 __all__ = ["reshape_and_cache", "SPEC"]
 
@@ -110,33 +109,9 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, cache_la
         _get_cache_prim(_Prim)(graph_backend(), cache_layout)(
             key, value, key_cache, value_cache, slot_mapping)
     else:
-        _eager(key, value, key_cache, value_cache, slot_mapping, cache_layout)
+        _EAGER(_backend.get_backend(), (cache_layout,), key, value, key_cache, value_cache, slot_mapping)
     return None
 
 
-_STATIC = {}
-_NAMES = ("key", "value", "key_cache", "value_cache", "slot_mapping")
-
-
-def _eager(key, value, key_cache, value_cache, slot_mapping, cache_layout):
-    """PyNative: every check (shapes/dtypes memoised per signature, slot values read to the host),
-    then one launch (fast path or ops.Custom)."""
-    op = SPEC.name
-    for n, x in zip(_NAMES, (key, value, key_cache, value_cache, slot_mapping)):
-        V.require_tensor(op, n, x)
-    num_slots = V.cached_static(_STATIC, _check_static, (
-        key.shape, key.dtype, value.shape, value.dtype, key_cache.shape, key_cache.dtype, value_cache.shape,
-        value_cache.dtype, slot_mapping.shape, slot_mapping.dtype, cache_layout))
-    V.require_contiguous(op, "key_cache", key_cache)
-    V.require_contiguous(op, "value_cache", value_cache)
-    if slot_mapping.shape[0] == 0:
-        return
-    backend = _backend.get_backend()
-    nosync = nosync_checker(backend)
-    if nosync is None:  # ops.Custom path
-        V.require_not_view(op, "key_cache", key_cache)
-        V.require_not_view(op, "value_cache", value_cache)
-    V.check_slot_tensor(op, "slot_mapping", slot_mapping, num_slots, nosync)
-    eager_launcher(SPEC, backend, (cache_layout,))(
-        V.contiguous_input(key), V.contiguous_input(value), key_cache, value_cache,
-        V.contiguous_input(slot_mapping))
+#: PyNative branch (fast path when available): static check -> num_slots; no slots launches nothing.
+_EAGER = EagerOp(SPEC, _check_static, index_checks=(Slots("slot_mapping"),), skip_if_empty=("slot_mapping",))

@@ -2,9 +2,8 @@
 from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
-from ms_kvcache import _validate as V
-from ms_kvcache._custom import (_get_cache_prim, _run_in_jit, eager_launcher, graph_backend, nosync_checker,
-                                prim_class)
+from ms_kvcache._custom import _get_cache_prim, _run_in_jit, graph_backend, prim_class
+from ms_kvcache._eager import EagerOp, Slots
 from ms_kvcache._formats import CACHE_LAYOUTS
 from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, register
 from ms_kvcache.ops.reshape_and_cache import cache_geometry, check_kv_rows
@@ -45,8 +44,8 @@ def _check_static(k_shape, k_dtype, v_shape, v_dtype, c_shape, c_dtype, s_shape,
 
 _check_static_graph = constexpr(_check_static)
 _Prim = prim_class(SPEC)
-_STATIC = {}
-_NAMES = ("key", "value", "kv_cache", "slot_mapping")
+#: PyNative branch (fast path when available): static check -> num_slots; no slots launches nothing.
+_EAGER = EagerOp(SPEC, _check_static, index_checks=(Slots("slot_mapping"),), skip_if_empty=("slot_mapping",))
 
 
 def reshape_and_cache_merged(key, value, kv_cache, slot_mapping, cache_layout="BSND"):
@@ -87,24 +86,6 @@ def reshape_and_cache_merged(key, value, kv_cache, slot_mapping, cache_layout="B
                             slot_mapping.shape, slot_mapping.dtype, cache_layout)
         _get_cache_prim(_Prim)(graph_backend(), cache_layout)(key, value, kv_cache, slot_mapping)
     else:
-        _eager(key, value, kv_cache, slot_mapping, cache_layout)
+        _EAGER(_backend.get_backend(), (cache_layout,), key, value, kv_cache, slot_mapping)
     return None
 
-
-def _eager(key, value, kv_cache, slot_mapping, cache_layout):
-    op = SPEC.name
-    for n, x in zip(_NAMES, (key, value, kv_cache, slot_mapping)):
-        V.require_tensor(op, n, x)
-    num_slots = V.cached_static(_STATIC, _check_static, (
-        key.shape, key.dtype, value.shape, value.dtype, kv_cache.shape, kv_cache.dtype, slot_mapping.shape,
-        slot_mapping.dtype, cache_layout))
-    V.require_contiguous(op, "kv_cache", kv_cache)
-    if slot_mapping.shape[0] == 0:
-        return
-    backend = _backend.get_backend()
-    nosync = nosync_checker(backend)
-    if nosync is None:  # ops.Custom path
-        V.require_not_view(op, "kv_cache", kv_cache)
-    V.check_slot_tensor(op, "slot_mapping", slot_mapping, num_slots, nosync)
-    eager_launcher(SPEC, backend, (cache_layout,))(
-        V.contiguous_input(key), V.contiguous_input(value), kv_cache, V.contiguous_input(slot_mapping))

@@ -3,12 +3,12 @@ write of both cache planes (kv_c and k_pe), in one pass."""
 import math
 
 import numpy as np
-from mindspore import Tensor, ops
+from mindspore import Tensor
 from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
-from ms_kvcache import _validate as V
-from ms_kvcache._custom import _get_cache_prim, _run_in_jit, eager_op, graph_backend, prim_class
+from ms_kvcache._custom import _get_cache_prim, _run_in_jit, graph_backend, prim_class
+from ms_kvcache._eager import EagerOp, Positions, Slots
 from ms_kvcache._spec import FLOAT_DTYPES, INDEX_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, register
 from ms_kvcache.ops import _rope_common as R
 
@@ -102,6 +102,13 @@ def _graph_backend(backend):
     return R.require_backend(SPEC.name, backend)
 
 
+#: PyNative branch: static check -> (num_slots, max_position, float epsilon); kv_c_norm_weight=None
+#: reaches the kernel as the empty [0] tensor; T' = 0 launches nothing (empty outputs).
+_EAGER = EagerOp(SPEC, _check_static, index_checks=(Positions("positions", 1), Slots("slot_mapping", 0)),
+                 skip_if_empty=("k_pe",), absent={"kv_c_norm_weight": _NO_WEIGHT},
+                 launch_attrs=lambda static, attrs: (attrs[0], static[2]))
+
+
 def rope_concat_and_cache_mla(positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_cache, k_pe_cache, slot_mapping, *,
                               is_neox_style=False, kv_c_norm_weight=None, epsilon=1e-6):
     """DeepSeek V2/V3 multi-head latent attention: rotary embedding on ``q_pe`` and ``k_pe``,
@@ -169,27 +176,7 @@ def rope_concat_and_cache_mla(positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_c
         q_out, k_out, c_out = _get_cache_prim(_Prim)(_graph_backend(graph_backend()), is_neox_style, eps)(
             positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_cache, k_pe_cache, slot_mapping, weight)
     else:
-        op = SPEC.name
-        for n, x in (("positions", positions), ("q_pe", q_pe), ("k_pe", k_pe), ("kv_c", kv_c),
-                     ("cos_sin_cache", cos_sin_cache), ("kv_c_cache", kv_c_cache), ("k_pe_cache", k_pe_cache),
-                     ("slot_mapping", slot_mapping)):
-            V.require_tensor(op, n, x)
-        V.require_tensor(op, "kv_c_norm_weight", kv_c_norm_weight, optional=True)
-        has_w = kv_c_norm_weight is not None
-        num_slots, max_position, eps = _check_static(
-            positions.shape, positions.dtype, q_pe.shape, q_pe.dtype, k_pe.shape, k_pe.dtype, kv_c.shape,
-            kv_c.dtype, cos_sin_cache.shape, cos_sin_cache.dtype, kv_c_cache.shape, kv_c_cache.dtype,
-            k_pe_cache.shape, k_pe_cache.dtype, slot_mapping.shape, slot_mapping.dtype,
-            kv_c_norm_weight.shape if has_w else None, kv_c_norm_weight.dtype if has_w else None,
-            is_neox_style, epsilon)
-        V.require_contiguous(op, "kv_c_cache", kv_c_cache)
-        V.require_contiguous(op, "k_pe_cache", k_pe_cache)
-        if k_pe.shape[0] == 0:
-            return ops.zeros_like(q_pe), ops.zeros_like(k_pe), ops.zeros_like(kv_c)
-        R.check_position_values(op, "positions", V.index_values(positions), max_position)
-        if slot_mapping.shape[0]:
-            V.check_slot_values(op, "slot_mapping", V.index_values(slot_mapping), num_slots)
-        q_out, k_out, c_out = eager_op(SPEC, R.require_backend(op, _backend.get_backend()), (is_neox_style, eps))(
-            positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_cache, k_pe_cache, slot_mapping,
-            kv_c_norm_weight if has_w else _NO_WEIGHT)
+        q_out, k_out, c_out = _EAGER(R.require_backend(SPEC.name, _backend.get_backend()), (is_neox_style, epsilon),
+                                     positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_cache, k_pe_cache, slot_mapping,
+                                     kv_c_norm_weight)
     return q_out, k_out, c_out

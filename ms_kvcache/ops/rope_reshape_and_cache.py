@@ -1,11 +1,10 @@
 """rope_reshape_and_cache: rotary position embedding on query and key fused with the paged-cache write
 of the rotated key and the value (one pass over K)."""
-from mindspore import ops
 from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
-from ms_kvcache import _validate as V
-from ms_kvcache._custom import _get_cache_prim, _run_in_jit, eager_op, graph_backend, prim_class
+from ms_kvcache._custom import _get_cache_prim, _run_in_jit, graph_backend, prim_class
+from ms_kvcache._eager import EagerOp, Positions, Slots
 from ms_kvcache._formats import CACHE_LAYOUTS
 from ms_kvcache._spec import FLOAT_DTYPES, INDEX_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, register
 from ms_kvcache.ops import _rope_common as R
@@ -94,11 +93,10 @@ def _graph_backend(backend):
     return R.require_backend(SPEC.name, backend)
 
 
-def check_index_values(op, positions, slot_mapping, num_slots, max_position):
-    """PyNative value checks of positions and slot_mapping (shared with the merged variant)."""
-    R.check_position_values(op, "positions", V.index_values(positions), max_position)
-    if slot_mapping.shape[0]:
-        V.check_slot_values(op, "slot_mapping", V.index_values(slot_mapping), num_slots)
+#: PyNative branch (fast path when available): checks of index values, then one launch. The static
+#: check returns (num_slots, max_position); T' = 0 launches nothing (empty outputs).
+_EAGER = EagerOp(SPEC, _check_static, index_checks=(Positions("positions", 1), Slots("slot_mapping", 0)),
+                 skip_if_empty=("key",))
 
 
 def rope_reshape_and_cache(positions, query, key, value, cos_sin_cache, key_cache, value_cache, slot_mapping,
@@ -162,21 +160,6 @@ def rope_reshape_and_cache(positions, query, key, value, cos_sin_cache, key_cach
         query_out, key_out = _get_cache_prim(_Prim)(_graph_backend(graph_backend()), is_neox_style, cache_layout)(
             positions, query, key, value, cos_sin_cache, key_cache, value_cache, slot_mapping)
     else:
-        op = SPEC.name
-        for n, x in (("positions", positions), ("query", query), ("key", key), ("value", value),
-                     ("cos_sin_cache", cos_sin_cache), ("key_cache", key_cache), ("value_cache", value_cache),
-                     ("slot_mapping", slot_mapping)):
-            V.require_tensor(op, n, x)
-        num_slots, max_position = _check_static(
-            positions.shape, positions.dtype, query.shape, query.dtype, key.shape, key.dtype, value.shape,
-            value.dtype, cos_sin_cache.shape, cos_sin_cache.dtype, key_cache.shape, key_cache.dtype,
-            value_cache.shape, value_cache.dtype, slot_mapping.shape, slot_mapping.dtype, is_neox_style,
-            cache_layout)
-        V.require_contiguous(op, "key_cache", key_cache)
-        V.require_contiguous(op, "value_cache", value_cache)
-        if key.shape[0] == 0:
-            return ops.zeros_like(query), ops.zeros_like(key)
-        check_index_values(op, positions, slot_mapping, num_slots, max_position)
-        query_out, key_out = eager_op(SPEC, R.require_backend(op, _backend.get_backend()), (is_neox_style, cache_layout))(
-            positions, query, key, value, cos_sin_cache, key_cache, value_cache, slot_mapping)
+        query_out, key_out = _EAGER(R.require_backend(SPEC.name, _backend.get_backend()), (is_neox_style, cache_layout),
+                                    positions, query, key, value, cos_sin_cache, key_cache, value_cache, slot_mapping)
     return query_out, key_out

@@ -1,15 +1,14 @@
 """rope_reshape_and_cache_merged: rope_reshape_and_cache with the merged per-layer cache
 ``[2, num_blocks, ...]`` (KVCacheFormat.MERGED_KV)."""
-from mindspore import ops
 from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
-from ms_kvcache import _validate as V
-from ms_kvcache._custom import _get_cache_prim, _run_in_jit, eager_op, graph_backend, prim_class
+from ms_kvcache._custom import _get_cache_prim, _run_in_jit, graph_backend, prim_class
+from ms_kvcache._eager import EagerOp, Positions, Slots
 from ms_kvcache._formats import CACHE_LAYOUTS
 from ms_kvcache._spec import FLOAT_DTYPES, INDEX_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, register
 from ms_kvcache.ops import _rope_common as R
-from ms_kvcache.ops.rope_reshape_and_cache import check_gqa, check_index_values
+from ms_kvcache.ops.rope_reshape_and_cache import check_gqa
 
 __all__ = ["rope_reshape_and_cache_merged", "SPEC"]
 
@@ -71,6 +70,11 @@ def _graph_backend(backend):
     return R.require_backend(SPEC.name, backend)
 
 
+#: PyNative branch (see rope_reshape_and_cache): static check -> (num_slots, max_position).
+_EAGER = EagerOp(SPEC, _check_static, index_checks=(Positions("positions", 1), Slots("slot_mapping", 0)),
+                 skip_if_empty=("key",))
+
+
 def rope_reshape_and_cache_merged(positions, query, key, value, cos_sin_cache, kv_cache, slot_mapping, *,
                                   is_neox_style=True, cache_layout="BSND"):
     """:func:`ms_kvcache.rope_reshape_and_cache` for a merged per-layer cache (vLLM 0.9 style,
@@ -115,18 +119,6 @@ def rope_reshape_and_cache_merged(positions, query, key, value, cos_sin_cache, k
         query_out, key_out = _get_cache_prim(_Prim)(_graph_backend(graph_backend()), is_neox_style, cache_layout)(
             positions, query, key, value, cos_sin_cache, kv_cache, slot_mapping)
     else:
-        op = SPEC.name
-        for n, x in (("positions", positions), ("query", query), ("key", key), ("value", value),
-                     ("cos_sin_cache", cos_sin_cache), ("kv_cache", kv_cache), ("slot_mapping", slot_mapping)):
-            V.require_tensor(op, n, x)
-        num_slots, max_position = _check_static(
-            positions.shape, positions.dtype, query.shape, query.dtype, key.shape, key.dtype, value.shape,
-            value.dtype, cos_sin_cache.shape, cos_sin_cache.dtype, kv_cache.shape, kv_cache.dtype,
-            slot_mapping.shape, slot_mapping.dtype, is_neox_style, cache_layout)
-        V.require_contiguous(op, "kv_cache", kv_cache)
-        if key.shape[0] == 0:
-            return ops.zeros_like(query), ops.zeros_like(key)
-        check_index_values(op, positions, slot_mapping, num_slots, max_position)
-        query_out, key_out = eager_op(SPEC, R.require_backend(op, _backend.get_backend()), (is_neox_style, cache_layout))(
-            positions, query, key, value, cos_sin_cache, kv_cache, slot_mapping)
+        query_out, key_out = _EAGER(R.require_backend(SPEC.name, _backend.get_backend()), (is_neox_style, cache_layout),
+                                    positions, query, key, value, cos_sin_cache, kv_cache, slot_mapping)
     return query_out, key_out

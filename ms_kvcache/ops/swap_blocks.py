@@ -2,9 +2,8 @@
 from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
-from ms_kvcache import _validate as V
-from ms_kvcache._custom import (_get_cache_prim, _run_in_jit, eager_launcher, graph_backend, nosync_checker,
-                                prim_class)
+from ms_kvcache._custom import _get_cache_prim, _run_in_jit, graph_backend, prim_class
+from ms_kvcache._eager import BlockPairs, EagerOp
 from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, OpSpec, TensorSpec, dtype_name, register
 
 __all__ = ["swap_blocks", "SPEC"]
@@ -43,8 +42,11 @@ def _check_static(s_shape, s_dtype, d_shape, d_dtype, m_shape, m_dtype):
 
 _check_static_graph = constexpr(_check_static)
 _Prim = prim_class(SPEC)
-_STATIC = {}
-_NAMES = ("src_cache", "dst_cache", "block_mapping")
+#: PyNative branch: static check -> (src_blocks, dst_blocks); a backend module's own
+#: ``swap_blocks(src_cache, dst_cache, block_mapping)`` replaces the kernel; the source cache must be
+#: contiguous (never silently copied); no pairs launches nothing.
+_EAGER = EagerOp(SPEC, _check_static, index_checks=(BlockPairs("block_mapping", 0, 1),),
+                 skip_if_empty=("block_mapping",), contiguous=("src_cache",), backend_impl="swap_blocks")
 
 
 def swap_blocks(src_cache, dst_cache, block_mapping):
@@ -84,29 +86,6 @@ def swap_blocks(src_cache, dst_cache, block_mapping):
                             block_mapping.shape, block_mapping.dtype)
         _get_cache_prim(_Prim)(graph_backend())(src_cache, dst_cache, block_mapping)
     else:
-        _eager(src_cache, dst_cache, block_mapping)
+        _EAGER(_backend.get_backend(), (), src_cache, dst_cache, block_mapping)
     return None
 
-
-def _eager(src_cache, dst_cache, block_mapping):
-    op = SPEC.name
-    for n, x in zip(_NAMES, (src_cache, dst_cache, block_mapping)):
-        V.require_tensor(op, n, x)
-    src_blocks, dst_blocks = V.cached_static(_STATIC, _check_static, (
-        src_cache.shape, src_cache.dtype, dst_cache.shape, dst_cache.dtype, block_mapping.shape,
-        block_mapping.dtype))
-    V.require_contiguous(op, "src_cache", src_cache)
-    V.require_contiguous(op, "dst_cache", dst_cache)
-    if block_mapping.shape[0] == 0:
-        return
-    backend = _backend.get_backend()
-    impl = getattr(_backend.backend_module(backend), "swap_blocks", None)
-    if impl is not None:  # backend-specific implementation (e.g. runtime memcpy between device and host)
-        V.check_block_mapping_tensor(op, "block_mapping", block_mapping, src_blocks, dst_blocks)
-        impl(src_cache, dst_cache, V.contiguous_input(block_mapping))
-        return
-    nosync = nosync_checker(backend)
-    if nosync is None:  # ops.Custom path
-        V.require_not_view(op, "dst_cache", dst_cache)
-    V.check_block_mapping_tensor(op, "block_mapping", block_mapping, src_blocks, dst_blocks, nosync)
-    eager_launcher(SPEC, backend)(src_cache, dst_cache, V.contiguous_input(block_mapping))

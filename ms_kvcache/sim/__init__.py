@@ -35,7 +35,8 @@ __all__ = [
     "EmulationError", "include_dirs", "library_dir", "library_path", "ops", "opdef", "tiling", "infer_shape",
     "platform", "platforms", "kernels", "launch", "launch_kernel", "launch_all_orders",
     "launch_kernel_all_orders", "build", "BuiltModule", "set_soc", "get_soc", "set_order", "get_order",
-    "set_hazards", "get_hazards", "last_error", "last_launch_stats", "ORDERS",
+    "set_hazards", "get_hazards", "last_error", "last_launch_stats", "ORDERS", "GM_COPY_MODES", "check_settings",
+    "check_tiling", "TilingRejectedError", "TilingDTypeRejectedError", "set_error_hint",
 ]
 
 _HERE = Path(__file__).resolve().parent
@@ -43,6 +44,12 @@ _PKG = _HERE.parent
 
 #: Core orders a launch can run in; all must give identical bytes.
 ORDERS = ("forward", "reverse", "threads")
+
+#: Values of ``gm_copy=`` / ``$MS_KVCACHE_SIM_GM_COPY``.
+GM_COPY_MODES = ("always", "never", "auto")
+
+#: Values of ``$MS_KVCACHE_SIM_HAZARDS`` (unset = on).
+_HAZARD_VALUES = ("0", "1")
 
 
 def _module():
@@ -104,6 +111,141 @@ last_error = _sim.last_error
 last_launch_stats = _sim.last_launch_stats
 
 
+def set_error_hint(op, rule, hint):
+    """Append ``hint`` in brackets to the message of a failing MindSpore AOT call of ``op`` whose error
+    has rule ``rule`` (see :func:`last_error`); ``""`` removes it. The sim backend uses it to say what a
+    rule means for an op, e.g. that GM_WRITE_CONFLICT in a slot scatter is a repeated slot."""
+    _sim.set_error_hint(str(op), str(rule), str(hint))
+
+
+# ------------------------------------------------------------------------------------------- eager tiling check
+class TilingRejectedError(ValueError):
+    """The op's AscendC host tiling (or its OpDef) rejects a call on a SoC (:func:`check_tiling`).
+
+    Attributes: ``op`` (public snake_case name), ``op_type``, ``soc``, ``rule`` (the emulation's rule,
+    e.g. ``TILING_FAILED``, ``SOC_BF16``, ``OPDEF_DTYPE_ROW``), ``reason`` (the tiling's own sentence),
+    ``emulation_message`` (the full :class:`EmulationError` text).
+    """
+
+    def __init__(self, message, op, op_type, soc, rule, reason, emulation_message):
+        super().__init__(message)
+        self.op, self.op_type, self.soc, self.rule = op, op_type, soc, rule
+        self.reason, self.emulation_message = reason, emulation_message
+
+
+class TilingDTypeRejectedError(TilingRejectedError, TypeError):
+    """A :class:`TilingRejectedError` about dtypes (no OpDef row / no bfloat16 on the SoC); also a TypeError."""
+
+
+_DTYPE_RULES = ("SOC_BF16", "OPDEF_DTYPE_ROW", "INPUT_DTYPE")
+_TILING_CACHE = {}
+_TILING_CACHE_MAX = 4096
+_OP_DYNAMIC = {}  # name as given -> (OpType, DYNAMIC flag per OpDef input)
+_STDERR_MARK = "the tiling function wrote to stderr:"
+
+
+def _norm_dtype(dt):
+    if isinstance(dt, str):
+        return dt.lower()
+    if isinstance(dt, np.dtype) or (isinstance(dt, type) and issubclass(dt, np.generic)):
+        return np.dtype(dt).name
+    return str(dt).lower()  # MindSpore dtypes: Float16 -> float16, BFloat16 -> bfloat16
+
+
+def _norm_tensor(x, what):
+    if x is None:
+        return None
+    if hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(x, (tuple, list)):
+        return (tuple(int(d) for d in x.shape), _norm_dtype(x.dtype))
+    if isinstance(x, (tuple, list)) and len(x) == 2:
+        return (tuple(int(d) for d in x[0]), _norm_dtype(x[1]))
+    raise TypeError(f"check_tiling: {what}: expected a tensor, an array, (shape, dtype) or None, got {x!r}")
+
+
+def _freeze(v):
+    return tuple(_freeze(x) for x in v) if isinstance(v, (list, tuple)) else v  # attribute lists
+
+
+def _reason(rule, op_type, msg):
+    """The tiling's own sentence out of an EmulationError message."""
+    if _STDERR_MARK in msg:
+        lines = [ln.strip() for ln in msg.split(_STDERR_MARK, 1)[1].splitlines() if ln.strip()]
+        if lines:
+            text = lines[-1]
+            tag = f"{op_type} tiling: "
+            return text.split(tag, 1)[1] if tag in text else text
+    head = f"{rule}: op {op_type}: "
+    return msg[len(head):] if msg.startswith(head) else msg
+
+
+def check_tiling(op, inputs, attrs=None, soc=None):
+    """Run op ``op``'s AscendC host tiling for these input shapes / dtypes, as a launch would, and raise
+    its rejection as a Python exception at the call site.
+
+    The sim backend's MindSpore AOT entry runs the same tiling inside the launch, where a rejection
+    only surfaces as MindSpore's generic "Return value ... is 1" (in PyNative at the next sync). A
+    PyNative wrapper calls this first (shapes only, no data; results are memoised per signature, so a
+    repeated call costs one dict lookup), e.g. to report bfloat16 or rows that are not a multiple of
+    32 bytes on Ascend310P3 where the user made the call.
+
+    Args:
+        op (str): public snake_case name (``"reshape_and_cache"``) or OpDef type (``"ReshapeAndCache"``).
+        inputs (list): one entry per OpDef input, in order: a MindSpore Tensor / Parameter, a numpy
+            array, a ``(shape, dtype)`` pair (dtype a name, numpy or MindSpore dtype) or None for an
+            absent optional input; a list of such entries for a DYNAMIC input (e.g. copy_blocks'
+            ``key_caches``).
+        attrs (dict): attribute values by OpDef name (missing optional ones take their default).
+        soc (str): SoC name; default :func:`get_soc` (what the sim backend launches on).
+
+    Returns:
+        dict: the tiling result (as :func:`tiling`; shared by later calls with the same signature, do
+        not modify it).
+
+    Raises:
+        TilingDTypeRejectedError: (a TypeError and ValueError) no OpDef dtype row for these dtypes on
+            the SoC, e.g. bfloat16 on Ascend310P3.
+        TilingRejectedError: (a ValueError) any other rejection by the tiling or the OpDef checks;
+            the message is ``"<op>: the AscendC tiling for <soc> rejects this call: <reason> (<RULE>)"``.
+        KeyError: no such op in the emulation.
+    """
+    dyn_inputs = _OP_DYNAMIC.get(op)
+    if dyn_inputs is None:
+        op_type = op if op in _sim.ops() else _camel(op)
+        if op_type not in _sim.ops():
+            raise KeyError(f"check_tiling: no op {op!r} in the AscendC emulation; registered ops: {_sim.ops()}")
+        dyn_inputs = (op_type, tuple(p["param_type"] == "dynamic" for p in _sim.opdef(op_type)["inputs"]))
+        _OP_DYNAMIC[op] = dyn_inputs
+    op_type, dyn = dyn_inputs
+    soc = soc or _sim.get_soc()
+    norm = []
+    for i, x in enumerate(inputs):
+        if i < len(dyn) and dyn[i] and isinstance(x, (list, tuple)) and not (len(x) == 2 and isinstance(x[1], str)):
+            norm.append(tuple(_norm_tensor(y, f"inputs[{i}][{j}]") for j, y in enumerate(x)))
+        else:
+            norm.append(_norm_tensor(x, f"inputs[{i}]"))
+    attrs = dict(attrs or {})
+    key = (op_type, soc, tuple(norm), tuple(sorted((k, _freeze(v)) for k, v in attrs.items())))
+    hit = _TILING_CACHE.get(key)
+    if hit is None:
+        name = _sim.snake_case(op_type)
+        try:
+            hit = _sim.tiling(op_type, [list(x) if d else x for x, d in zip(norm, dyn + (False,) * len(norm))],
+                              attrs or None, soc)
+        except EmulationError as exc:
+            msg = str(exc)
+            rule = getattr(exc, "rule", "") or msg.split(":", 1)[0]
+            reason = _reason(rule, op_type, msg)
+            cls = TilingDTypeRejectedError if rule in _DTYPE_RULES else TilingRejectedError
+            hit = (cls, (f"{name}: the AscendC tiling for {soc} rejects this call: {reason} ({rule})", name,
+                         op_type, soc, rule, reason, msg))
+        if len(_TILING_CACHE) >= _TILING_CACHE_MAX:
+            _TILING_CACHE.clear()
+        _TILING_CACHE[key] = hit
+    if isinstance(hit, tuple):  # a memoised rejection: a fresh exception per call
+        raise hit[0](*hit[1]) from None
+    return hit
+
+
 def set_soc(name):
     """Select the SoC of later launches and of the MindSpore AOT entries ("sim" backend).
 
@@ -141,6 +283,34 @@ def set_hazards(on):
 def get_hazards():
     """Whether the pipe hazard tracker is on by default."""
     return _sim.get_hazards()
+
+
+def check_settings():
+    """Check the emulation's default settings, which come from the environment unless set in Python.
+
+    ``set_soc`` / ``set_order`` validate their argument, but ``$MS_KVCACHE_SIM_SOC``,
+    ``$MS_KVCACHE_SIM_ORDER``, ``$MS_KVCACHE_SIM_GM_COPY`` and ``$MS_KVCACHE_SIM_HAZARDS`` are only read;
+    ``ms_kvcache.set_backend("sim")`` calls this so that a typo is reported there and not as a failed
+    launch later.
+
+    Raises:
+        ValueError: names every bad variable, its value and the accepted values.
+    """
+    problems = []
+    soc = _sim.get_soc()
+    if soc not in _sim.platforms():
+        problems.append(f"MS_KVCACHE_SIM_SOC={soc!r}: expected one of {list(_sim.platforms())}")
+    order = _sim.get_order()
+    if order not in ORDERS:
+        problems.append(f"MS_KVCACHE_SIM_ORDER={order!r}: expected one of {list(ORDERS)}")
+    gm_copy = _sim.get_gm_copy()
+    if gm_copy not in GM_COPY_MODES:
+        problems.append(f"MS_KVCACHE_SIM_GM_COPY={gm_copy!r}: expected one of {list(GM_COPY_MODES)}")
+    hz = os.environ.get("MS_KVCACHE_SIM_HAZARDS")
+    if hz and hz not in _HAZARD_VALUES:
+        problems.append(f"MS_KVCACHE_SIM_HAZARDS={hz!r}: expected '0' (off) or '1' (on)")
+    if problems:
+        raise ValueError("AscendC emulation settings: " + "; ".join(problems))
 
 
 # ------------------------------------------------------------------------------------------- launches
@@ -210,6 +380,8 @@ def launch(op, arrays, attrs=None, soc=None, order=None, hazards=None, seed=0, g
         seed (int): seed of the garbage that fills UB and workspace at kernel start.
         gm_copy (str): ``"always"`` (copy tensors into guarded emulated GM, default for numpy),
             ``"never"`` (run on the arrays' memory), ``"auto"`` (copy up to 256 MiB).
+            A read-only array (``flags.writeable`` False) may be passed for a tensor the kernel only
+            reads; a kernel write into it raises rule ``GM_READONLY`` naming the argument.
 
     Returns:
         dict: launch statistics: ``block_dim``, ``tiling_key``, ``cores_used``, ``gm_read_bytes``,
@@ -269,16 +441,25 @@ def _flatten(arrays):
     return out
 
 
+def _copy_leaf(a):
+    """A copy that keeps a read-only array read-only (so a kernel write into it is still GM_READONLY)."""
+    if a is None:
+        return None
+    c = a.copy()
+    if isinstance(a, np.ndarray) and not a.flags.writeable:
+        c.setflags(write=False)
+    return c
+
+
 def _copy_tree(arrays):
     if isinstance(arrays, dict):
-        return {k: _copy_tree(v) if isinstance(v, (list, tuple)) else (None if v is None else v.copy())
-                for k, v in arrays.items()}
+        return {k: _copy_tree(v) if isinstance(v, (list, tuple)) else _copy_leaf(v) for k, v in arrays.items()}
     out = []
     for a in arrays:
         if isinstance(a, (list, tuple)):
             out.append(_copy_tree(a))
         else:
-            out.append(None if a is None else a.copy())
+            out.append(_copy_leaf(a))
     return out
 
 
@@ -378,13 +559,34 @@ def _scan_entries(cxx, src, incs):
     return sorted(set(_ENTRY_RE.findall(p.stdout)))
 
 
-def _find_tiling_header(src, stem, extra_dirs):
+def _tiling_header_candidates(src, stem, extra_dirs):
     cands = [src.parent / f"{stem}_tiling.h", src.parent.parent / "op_host" / f"{stem}_tiling.h"]
-    cands += [Path(d) / f"{stem}_tiling.h" for d in extra_dirs]
-    for c in cands:
+    return cands + [Path(d) / f"{stem}_tiling.h" for d in extra_dirs]
+
+
+def _find_tiling_header(src, stem, extra_dirs):
+    for c in _tiling_header_candidates(src, stem, extra_dirs):
         if c.is_file():
             return c.resolve()
     return None
+
+
+_GET_TILING_RE = re.compile(r"\bGET_TILING_DATA\s*\(")
+_TILING_INCLUDE_RE = re.compile(r'#\s*include\s*[<"][^>"]*tiling[^>"]*[>"]')
+
+
+def _check_tiling_header(name, src, stem, text, header, extra_dirs):
+    """A kernel using GET_TILING_DATA(var, tiling) needs its op's ``<stem>_tiling.h`` (the TilingData
+    definition); without it g++ reports a cascade of undeclared names, so say what is missing first."""
+    if header is not None or not _GET_TILING_RE.search(text):
+        return
+    if "BEGIN_TILING_DATA_DEF" in text or _TILING_INCLUDE_RE.search(text):
+        return  # the kernel defines or includes its TilingData itself
+    looked = ", ".join(str(c) for c in _tiling_header_candidates(src, stem, extra_dirs))
+    raise ValueError(
+        f"build({name!r}): {src} uses GET_TILING_DATA but no {stem}_tiling.h was found (looked for {looked}); put "
+        f"the op's TilingData header (BEGIN_TILING_DATA_DEF ... REGISTER_TILING_DATA_CLASS({_camel(stem)}, ...)) "
+        "next to the kernel, in ../op_host, or in one of include_dirs")
 
 
 def _hash_tree(h, root):
@@ -397,7 +599,7 @@ def _hash_tree(h, root):
             h.update(p.read_bytes())
 
 
-def build(name, sources, include_dirs=(), kernels=None, cxxflags=(), force=False, jobs=2, verbose=False):
+def build(name, sources, include_dirs=(), kernels=None, cxxflags=(), force=False, jobs=2, verbose=False, lint=True):
     """Compile AscendC kernel / host / proto sources against the emulation and load the result.
 
     Every source containing ``__global__ __aicore__`` entries (or listed in ``kernels``) is compiled
@@ -416,12 +618,20 @@ def build(name, sources, include_dirs=(), kernels=None, cxxflags=(), force=False
         cxxflags (list[str]): extra compiler flags (``$MS_KVCACHE_SIM_CXXFLAGS`` is appended too).
         force (bool): rebuild even if cached.
         jobs (int): parallel compiler processes.
+        lint (bool): check every kernel source (and the op's own headers it includes) against the
+            device-code subset of :mod:`ms_kvcache.sim.lint` before compiling (default). g++ accepts
+            what bisheng rejects (std::, heap, exceptions, host I/O, includes outside the allowlist),
+            so a kernel that fails the lint would run here but not build for an NPU; ``False``
+            builds it anyway.
 
     Returns:
         BuiltModule
 
     Raises:
-        ValueError: bad name / missing source.
+        ValueError: bad name / missing source; a kernel that uses ``GET_TILING_DATA`` without a
+            ``<stem>_tiling.h`` (the message lists where it looked).
+        ms_kvcache.sim.lint.KernelLintError: (a ValueError) a kernel source breaks the device-code
+            subset; ``problems`` lists ``(path, line, rule, message)``.
         RuntimeError: the compiler failed (the message holds its output).
     """
     if not re.fullmatch(r"[A-Za-z_]\w*", name):
@@ -442,12 +652,14 @@ def build(name, sources, include_dirs=(), kernels=None, cxxflags=(), force=False
         is_kernel = (s in kset) if kset is not None else "__global__" in text
         entries = _scan_entries(cxx, s, incs) if is_kernel else []
         if is_kernel:
-            plan.append(("kernel", s, s.stem, entries, _find_tiling_header(s, s.stem, incs)))
+            th = _find_tiling_header(s, s.stem, incs)
+            _check_tiling_header(name, s, s.stem, text, th, incs)
+            plan.append(("kernel", s, s.stem, entries, th))
         else:
             plan.append(("host", s, s.stem, [], None))
 
     h = hashlib.sha256()
-    h.update(f"{name}|{cxx}|{flags}|{incs}|{libdir}|{sys.version_info[:2]}".encode())
+    h.update(f"{name}|{cxx}|{flags}|{incs}|{libdir}|{sys.version_info[:2]}|lint={bool(lint)}".encode())
     _hash_tree(h, _HERE / "include")
     for d in incs:
         _hash_tree(h, d)
@@ -466,6 +678,8 @@ def build(name, sources, include_dirs=(), kernels=None, cxxflags=(), force=False
 
     with _BUILD_LOCK:
         if force or not out.is_file():
+            if lint:
+                _lint_kernels(name, [s for kind, s, _, _, _ in plan if kind == "kernel"])
             _compile(name, plan, incs, flags, libdir, cxx, out, jobs, verbose)
         path = str(out)
         handle = _LOADED.get(path)
@@ -473,6 +687,19 @@ def build(name, sources, include_dirs=(), kernels=None, cxxflags=(), force=False
             handle = ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
             _LOADED[path] = handle
     return BuiltModule(name, path, entry_names, op_types, handle)
+
+
+def _lint_kernels(name, kernel_sources):
+    from ms_kvcache.sim import lint as _lint
+
+    problems = []
+    for s in kernel_sources:
+        problems.extend(_lint.lint_file(s))
+    if problems:
+        raise _lint.KernelLintError(
+            f"build({name!r}): {len(problems)} kernel lint problem(s): the emulation would run this code but the "
+            f"AscendC device compiler rejects it (pass lint=False to build anyway):\n{_lint.format_problems(problems)}",
+            problems)
 
 
 def _compile(name, plan, incs, flags, libdir, cxx, out, jobs, verbose):

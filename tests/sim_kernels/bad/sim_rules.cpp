@@ -289,6 +289,87 @@ RULE_KERNEL(rule_que_double_free) {
   if (Bad()) q.FreeTensor(a);
 }
 
+// Use after FreeTensor: the freed buffer is handed out again and refilled, then the stale tensor is
+// read (on hardware it would read the new content).
+RULE_KERNEL(rule_use_after_free_realloc) {
+  GLOBALS;
+  TPipe pipe;
+  TQue<TPosition::VECIN, 1> qin;
+  TQue<TPosition::VECOUT, 1> qout;
+  pipe.InitBuffer(qin, 1, kN * sizeof(float));
+  pipe.InitBuffer(qout, 1, kN * sizeof(float));
+  LocalTensor<float> a = qin.AllocTensor<float>();
+  DataCopy(a, xg, kN);
+  qin.EnQue(a);
+  LocalTensor<float> b = qin.DeQue<float>();
+  qin.FreeTensor(b);
+  LocalTensor<float> a2 = qin.AllocTensor<float>();  // the same buffer
+  Duplicate(a2, 7.0f, kN);
+  LocalTensor<float> c = qout.AllocTensor<float>();
+  Adds(c, Bad() ? b : a2, 1.0f, kN);
+  qout.EnQue(c);
+  qin.FreeTensor(a2);
+  c = qout.DeQue<float>();
+  DataCopy(yg, c, kN);
+  qout.FreeTensor(c);
+}
+
+// FreeTensor, then copy the freed tensor out (no reallocation in between).
+RULE_KERNEL(rule_use_after_free_copy_out) {
+  GLOBALS;
+  TPipe pipe;
+  TQueBind<TPosition::VECIN, TPosition::VECOUT, 1> q;
+  pipe.InitBuffer(q, 1, kN * sizeof(float));
+  LocalTensor<float> a = q.AllocTensor<float>();
+  DataCopy(a, xg, kN);
+  q.EnQue(a);
+  LocalTensor<float> b = q.DeQue<float>();
+  if (Bad()) q.FreeTensor(b);
+  DataCopy(yg, b, kN);
+  if (!Bad()) q.FreeTensor(b);
+}
+
+// A sub-view (operator[]) of a tensor, used after FreeTensor of the tensor.
+RULE_KERNEL(rule_use_after_free_view) {
+  GLOBALS;
+  TPipe pipe;
+  TQue<TPosition::VECCALC, 1> q;
+  pipe.InitBuffer(q, 1, 1024);
+  LocalTensor<float> a = q.AllocTensor<float>();
+  LocalTensor<float> v = a[16];
+  v.SetValue(0, 5.0f);
+  if (Bad()) q.FreeTensor(a);
+  yg.SetValue(0, v.GetValue(0));
+  if (!Bad()) q.FreeTensor(a);
+}
+
+// FreeTensor through a stale handle after the buffer was handed out again: it would free the new tensor.
+RULE_KERNEL(rule_use_after_free_stale_free) {
+  GLOBALS;
+  TPipe pipe;
+  TQue<TPosition::VECCALC, 1> q;
+  pipe.InitBuffer(q, 1, 1024);
+  LocalTensor<float> a = q.AllocTensor<float>();
+  q.FreeTensor(a);
+  LocalTensor<float> b = q.AllocTensor<float>();
+  q.FreeTensor(Bad() ? a : b);
+}
+
+// A TBuf tensor used after TPipe::Reset (its memory may belong to a new buffer).
+RULE_KERNEL(rule_tbuf_after_reset) {
+  GLOBALS;
+  TPipe pipe;
+  TBuf<TPosition::VECCALC> tb;
+  pipe.InitBuffer(tb, 1024);
+  LocalTensor<float> t = tb.Get<float>();
+  pipe.Reset();
+  TBuf<TPosition::VECCALC> tb2;
+  pipe.InitBuffer(tb2, 1024);
+  if (!Bad()) t = tb2.Get<float>();
+  t.SetValue(0, 1.0f);
+  yg.SetValue(0, t.GetValue(0));
+}
+
 RULE_KERNEL(rule_que_leak) {
   GLOBALS;
   TPipe pipe;

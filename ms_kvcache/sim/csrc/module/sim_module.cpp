@@ -262,6 +262,9 @@ PYBIND11_MODULE(_sim, m) {
   m.def("set_gm_copy", &ascendc_sim::SetDefaultGmCopy, py::arg("mode"), "always|never|auto (<= 256 MiB).");
   m.def("get_gm_copy", &ascendc_sim::DefaultGmCopy);
   m.def("last_error", &ascendc_sim::LastError, "Message of the last failing AOT launch.");
+  m.def("set_error_hint", &ascendc_sim::SetErrorHint, py::arg("op"), py::arg("rule"), py::arg("hint"),
+        "Sentence appended to a failing AOT call's message for this op and rule ('' removes it).");
+  m.def("error_hint", &ascendc_sim::ErrorHint, py::arg("op"), py::arg("rule"));
   m.def("last_launch_stats", []() { return StatsDict(ascendc_sim::LastLaunch()); },
         "Statistics of the most recent successful launch (any path, including the MindSpore AOT entry).");
   m.def("library_path", &LibraryPath, "Path of libascendc_sim.so.");

@@ -144,6 +144,7 @@ namespace rt {
 void CopyGmToUb(const UbRef& dst, int32_t region, const uint8_t* src, DT dt, CopyKind kind, const CopyParamsRaw& p,
                 const PadSpec* pad, const char* api) {
   Core& c = Cur();
+  CheckHandle(c, dst, api, "the destination");
   RequireDtype(dt, api);
   const bool is_pad = kind == kCopyPadExt || kind == kCopyPadLegacy;
   if (is_pad) ++c.st.pad_in;
@@ -186,6 +187,7 @@ void CopyGmToUb(const UbRef& dst, int32_t region, const uint8_t* src, DT dt, Cop
 void CopyUbToGm(int32_t region, uint8_t* dst, const UbRef& src, DT dt, CopyKind kind, const CopyParamsRaw& p,
                 const char* api) {
   Core& c = Cur();
+  CheckHandle(c, src, api, "the source");
   RequireDtype(dt, api);
   const bool is_pad = kind == kCopyPadExt || kind == kCopyPadLegacy;
   if (is_pad) ++c.st.pad_out;
@@ -220,6 +222,8 @@ void CopyUbToGm(int32_t region, uint8_t* dst, const UbRef& src, DT dt, CopyKind 
 
 void CopyUbToUb(const UbRef& dst, const UbRef& src, DT dt, CopyKind kind, const CopyParamsRaw& p, const char* api) {
   Core& c = Cur();
+  CheckHandle(c, src, api, "the source");
+  CheckHandle(c, dst, api, "the destination");
   RequireDtype(dt, api);
   ++c.st.datacopy_ub;
   if (dst.addr % 32 != 0 || src.addr % 32 != 0)

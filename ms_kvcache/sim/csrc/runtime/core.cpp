@@ -51,7 +51,7 @@ EmulationError MakeError(const std::string& rule, const std::string& detail) {
 }
 
 void FailLaunch(const std::string& rule, const std::string& op, const std::string& detail) {
-  throw EmulationError(rule, op, -1, detail, rule + ": op " + op + ": " + detail);
+  throw EmulationError(rule, op, -1, detail, rule + (op.empty() ? std::string(": ") : ": op " + op + ": ") + detail);
 }
 
 namespace rt {
@@ -231,6 +231,29 @@ static const char* PosName(Pos p) {
   }
 }
 
+// A LocalTensor of a queue buffer is valid from AllocTensor (through EnQue / DeQue, which keep its
+// lease) until FreeTensor; any later use of it, or of a view of it (operator[], ReinterpretCast), is a
+// use after free, whether or not the queue has handed the buffer out again.
+void CheckLease(Core& c, const UbRef& t, const Buf& b, const char* api, const char* what) {
+  if (b.que < 0) return;  // TBuf: valid until its TPipe is reset or destroyed (checked by gen)
+  if (b.st != kFree && t.lease == b.lease) return;
+  const size_t q = static_cast<size_t>(b.que);
+  if (b.st == kFree && t.lease == b.lease)
+    rt::Fail("UB_USE_AFTER_FREE",
+             "%s: %s is a LocalTensor of TQue #%zu (%s, UB [%u, %u)) that FreeTensor released: its buffer may be "
+             "reused by the next AllocTensor at any time",
+             api, what, q, PosName(c.ques[q].src), b.start, b.start + b.cap);
+  rt::Fail("UB_USE_AFTER_FREE",
+           "%s: %s is a stale LocalTensor of TQue #%zu (%s, UB [%u, %u)): FreeTensor released it and AllocTensor has "
+           "since handed the buffer out again (%u time(s)), so it now holds another tensor's data",
+           api, what, q, PosName(c.ques[q].src), b.start, b.start + b.cap, b.lease - t.lease);
+}
+
+void CheckHandle(Core& c, const UbRef& t, const char* api, const char* what) {
+  if (t.buf < 0 || t.gen != c.gen || static_cast<size_t>(t.buf) >= c.bufs.size()) return;  // CheckUb reports these
+  CheckLease(c, t, c.bufs[static_cast<size_t>(t.buf)], api, what);
+}
+
 const Buf& CheckUb(Core& c, const UbRef& t, uint64_t byte_off, uint64_t len, const char* api, const char* what) {
   if (t.buf < 0)
     rt::Fail("UB_OUT_OF_BUFFER", "%s: %s is a LocalTensor that was never allocated (AllocTensor / TBuf::Get)", api,
@@ -238,6 +261,7 @@ const Buf& CheckUb(Core& c, const UbRef& t, uint64_t byte_off, uint64_t len, con
   if (t.gen != c.gen || static_cast<size_t>(t.buf) >= c.bufs.size())
     rt::Fail("PIPE_STATE", "%s: %s belongs to a TPipe that was reset or destroyed", api, what);
   const Buf& b = c.bufs[static_cast<size_t>(t.buf)];
+  CheckLease(c, t, b, api, what);
   const uint64_t a = static_cast<uint64_t>(t.addr) + byte_off;
   if (a < b.start || a + len > static_cast<uint64_t>(b.start) + b.cap) {
     rt::Fail("UB_OUT_OF_BUFFER",
@@ -468,9 +492,10 @@ UbRef QueAlloc(int32_t h, uint32_t gen, uint32_t* len) {
          outstanding + 1, PosName(q.src), c.L->caps.que_alloc_limit);
   Buf& b = c.bufs[static_cast<size_t>(pick)];
   b.st = kAlloc;
+  ++b.lease;
   if (q.prod != kNoPipe) HzLearn(c, q.prod, b.free_snap);  // WaitFlag(consumer -> producer)
   *len = b.len;
-  return UbRef{b.start, pick, c.gen};
+  return UbRef{b.start, pick, c.gen, b.lease};
 }
 
 static int32_t OwnBuffer(Core& c, Que& q, const UbRef& t, const char* api) {
@@ -496,6 +521,7 @@ void QueEnQue(int32_t h, uint32_t gen, const UbRef& t, Pos su, Pos du) {
   Que& q = GetQue(c, h, gen, "EnQue");
   const int32_t bi = OwnBuffer(c, q, t, "EnQue");
   Buf& b = c.bufs[static_cast<size_t>(bi)];
+  if (t.lease != b.lease) CheckLease(c, t, b, "EnQue", "the tensor");
   if (b.st != kAlloc && b.st != kDeq)
     Fail("QUE_STATE", "EnQue of a tensor that is %s (expected allocated or dequeued)", StName(b.st));
   if (q.depth > 0 && static_cast<int32_t>(q.fifo.size()) >= q.depth)
@@ -527,7 +553,7 @@ UbRef QueDeQue(int32_t h, uint32_t gen, uint32_t* len, Pos su, Pos du) {
   (void)su;
   if (cons != kNoPipe) HzLearn(c, cons, b.enq_snap);  // WaitFlag(producer -> consumer)
   *len = b.len;
-  return UbRef{b.start, bi, c.gen};
+  return UbRef{b.start, bi, c.gen, b.lease};
 }
 
 void QueFree(int32_t h, uint32_t gen, const UbRef& t) {
@@ -536,6 +562,7 @@ void QueFree(int32_t h, uint32_t gen, const UbRef& t) {
   const int32_t bi = OwnBuffer(c, q, t, "FreeTensor");
   Buf& b = c.bufs[static_cast<size_t>(bi)];
   if (b.st == kFree) Fail("QUE_FREE", "FreeTensor of a tensor that is already free (double free)");
+  if (t.lease != b.lease) CheckLease(c, t, b, "FreeTensor", "the tensor");  // freed, then handed out again
   if (b.st == kEnq) Fail("QUE_FREE", "FreeTensor of a tensor that is still in the queue (EnQue'd, not DeQue'd)");
   b.st = kFree;
   const int cons = q.cons != kNoPipe ? q.cons : q.prod;
@@ -581,7 +608,7 @@ UbRef TBufGet(int32_t h, uint32_t gen, uint32_t* len) {
     Fail("PIPE_STATE", "TBuf::Get on a TBuf whose TPipe was reset or destroyed");
   const Buf& b = c.bufs[static_cast<size_t>(h)];
   *len = b.len;
-  return UbRef{b.start, h, c.gen};
+  return UbRef{b.start, h, c.gen, 0};
 }
 
 // ============================================================================================ mask registers

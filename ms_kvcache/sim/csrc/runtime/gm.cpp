@@ -78,7 +78,11 @@ const Region& GmCheck(Core& c, int32_t region, const void* p, uint64_t len, bool
              off < 0 ? -off : static_cast<int64_t>(off + static_cast<int64_t>(len) - static_cast<int64_t>(r.size)));
   }
   if (write && !r.writable)
-    rt::Fail("GM_READONLY", "%s writes %" PRIu64 " B into %s, which is read-only", api, len, r.name.c_str());
+    rt::Fail("GM_READONLY", "%s writes %" PRIu64 " B into %s, which is read-only%s", api, len, r.name.c_str(),
+             r.kind == RegionKind::Input || r.kind == RegionKind::Output
+                 ? " (the caller passed a read-only array, e.g. a numpy array with flags.writeable False; the "
+                   "kernel writes this argument, so pass a writable array)"
+                 : "");
   return r;
 }
 

@@ -8,9 +8,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <map>
 #include <thread>
 
 #include "runtime_internal.h"
@@ -129,16 +131,20 @@ Settings& Set() {
   static auto* s = new Settings();
   return *s;
 }
-void CheckOrder(const std::string& o) {
+// op: the op or kernel of the launch ("" for set_order / set_gm_copy, which name themselves).
+void CheckOrder(const std::string& o, const std::string& op = "") {
   if (o != "forward" && o != "reverse" && o != "threads")
-    FailLaunch("LAUNCH", "", "core order must be 'forward', 'reverse' or 'threads', got '" + o + "'");
+    FailLaunch("LAUNCH", op, std::string(op.empty() ? "set_order: " : "") +
+                                 "core order must be 'forward', 'reverse' or 'threads', got '" + o + "'");
 }
-void CheckGmCopy(const std::string& o) {
+void CheckGmCopy(const std::string& o, const std::string& op = "") {
   if (o != "always" && o != "never" && o != "auto")
-    FailLaunch("LAUNCH", "", "gm_copy must be 'always', 'never' or 'auto', got '" + o + "'");
+    FailLaunch("LAUNCH", op, std::string(op.empty() ? "set_gm_copy: " : "") +
+                                 "gm_copy must be 'always', 'never' or 'auto', got '" + o + "'");
 }
 std::mutex g_err_mu;
 std::string g_last_error;
+std::map<std::pair<std::string, std::string>, std::string> g_hints;  // guarded by g_err_mu
 std::mutex g_last_mu;
 LaunchResult g_last_launch;
 }  // namespace
@@ -185,6 +191,16 @@ std::string LastError() {
 void SetLastError(const std::string& msg) {
   std::lock_guard<std::mutex> lk(g_err_mu);
   g_last_error = msg;
+}
+void SetErrorHint(const std::string& op, const std::string& rule, const std::string& hint) {
+  std::lock_guard<std::mutex> lk(g_err_mu);
+  if (hint.empty()) g_hints.erase({op, rule});
+  else g_hints[{op, rule}] = hint;
+}
+std::string ErrorHint(const std::string& op, const std::string& rule) {
+  std::lock_guard<std::mutex> lk(g_err_mu);
+  auto it = g_hints.find({op, rule});
+  return it == g_hints.end() ? std::string() : it->second;
 }
 LaunchResult LastLaunch() {
   std::lock_guard<std::mutex> lk(g_last_mu);
@@ -282,7 +298,7 @@ class GmBuilder {
     r.name = name;
     r.size = t.nbytes;
     r.kind = kind;
-    r.writable = true;
+    r.writable = t.writable;  // a read-only numpy array: a kernel write into it is GM_READONLY
     if (copy_) {
       r.base = arena_.Alloc(t.nbytes, L_.op);
       if (t.nbytes) std::memcpy(r.base, t.data, t.nbytes);
@@ -331,14 +347,14 @@ bool DecideCopy(const std::string& mode, const std::vector<const TensorArg*>& ts
   return total <= (uint64_t{256} << 20);
 }
 
-LaunchOptions Resolve(const LaunchOptions& o) {
+LaunchOptions Resolve(const LaunchOptions& o, const std::string& op) {
   LaunchOptions r = o;
   if (r.soc.empty()) r.soc = DefaultSoc();
   if (r.order.empty()) r.order = DefaultOrder();
-  CheckOrder(r.order);
+  CheckOrder(r.order, op);
   if (r.hazards < 0) r.hazards = DefaultHazards() ? 1 : 0;
   if (r.gm_copy.empty()) r.gm_copy = DefaultGmCopy();
-  CheckGmCopy(r.gm_copy);
+  CheckGmCopy(r.gm_copy, op);
   return r;
 }
 
@@ -424,7 +440,7 @@ void Remember(const LaunchResult& r) {
 // ============================================================================================ RunOp
 LaunchResult RunOp(const std::string& op_type, std::vector<ParamArg>& inputs, std::vector<ParamArg>& outputs,
                    const std::map<std::string, simhost::AttrValue>& attrs, const LaunchOptions& opt_in) {
-  const LaunchOptions opt = Resolve(opt_in);
+  const LaunchOptions opt = Resolve(opt_in, op_type);
   const simhost::OpDefInfo* defp = nullptr;
   try {
     defp = &simhost::GetOpDef(op_type);
@@ -589,7 +605,7 @@ LaunchResult RunOp(const std::string& op_type, std::vector<ParamArg>& inputs, st
 LaunchResult RunKernel(const std::string& kernel, std::vector<TensorArg>& targs, uint32_t block_dim,
                        const std::vector<uint8_t>& tiling_bytes, uint64_t tiling_key, uint64_t workspace_bytes,
                        bool with_ws_tiling, const LaunchOptions& opt_in) {
-  const LaunchOptions opt = Resolve(opt_in);
+  const LaunchOptions opt = Resolve(opt_in, kernel);
   const KernelEntry k = FindKernel(kernel, kernel);
   const size_t want = targs.size() + (with_ws_tiling ? 2 : 0);
   if (static_cast<size_t>(k.nargs) != want)
@@ -661,6 +677,23 @@ extern "C" const char* ascendc_sim_last_error() {
   return s.c_str();
 }
 
+namespace {
+// A failing AOT call: MindSpore only reports "Return value ... is 1", so the reason (plus the op's
+// hint for this rule, if any) is kept for last_error() and printed once, as one line, on stderr.
+void ReportAotFailure(const std::string& op, const std::string& rule, const std::string& what) {
+  std::string msg = what;
+  const std::string hint = rule.empty() ? std::string() : ascendc_sim::ErrorHint(op, rule);
+  if (!hint.empty()) msg += " [" + hint + "]";
+  ascendc_sim::SetLastError(msg);
+  std::string line = msg;
+  for (char& ch : line) {
+    if (ch == '\n' || ch == '\r') ch = ' ';
+  }
+  std::fprintf(stderr, "ms_kvcache sim: %s\n", line.c_str());
+  std::fflush(stderr);
+}
+}  // namespace
+
 extern "C" int ascendc_sim_aot_launch(const char* op_type, int nparam, void** params, int* ndims, int64_t** shapes,
                                       const char** dtypes, void* extra) {
   using namespace ascendc_sim;
@@ -684,8 +717,9 @@ extern "C" int ascendc_sim_aot_launch(const char* op_type, int nparam, void** pa
         }
       }
     }
-    // how many MindSpore params each OpDef parameter takes: MindSpore's dyn_input_sizes, else
-    // ms_kvcache_arity (instances per DYNAMIC input), else the leftover params split evenly
+    // how many MindSpore params each OpDef parameter takes: MindSpore's dyn_input_sizes (one entry per
+    // OpDef input: the count of a DYNAMIC input, -1 otherwise; every ms_kvcache primitive with list
+    // inputs sets it), else the leftover params split evenly over the DYNAMIC inputs
     std::vector<int64_t> dyn;
     if (ex != nullptr && ex->HasAttr("dyn_input_sizes")) dyn = ex->GetAttrIntVec("dyn_input_sizes");
     size_t fixed = 0, ndyn = 0;
@@ -696,11 +730,11 @@ extern "C" int ascendc_sim_aot_launch(const char* op_type, int nparam, void** pa
       for (const auto& p : def.inputs) ref[j] = ref[j] || (p.name == def.outputs[j].name && p.param_type != "dynamic");
       ms_outputs += ref[j] ? 0 : 1;
     }
+    if (!dyn.empty() && dyn.size() != def.inputs.size())
+      FailLaunch("LAUNCH", op, Format("attribute dyn_input_sizes has %zu entries, the OpDef %zu inputs", dyn.size(),
+                                      def.inputs.size()));
     int64_t per_dyn = 0;
-    if (ndyn > 0 && dyn.size() != def.inputs.size() && ex != nullptr && ex->HasAttr("ms_kvcache_arity")) {
-      per_dyn = ex->GetAttrInt("ms_kvcache_arity");  // ms_kvcache's arity-specialised primitives
-      if (per_dyn < 0) FailLaunch("LAUNCH", op, "attribute ms_kvcache_arity must be >= 0");
-    } else if (ndyn > 0 && dyn.size() != def.inputs.size()) {
+    if (ndyn > 0 && dyn.empty()) {
       const int64_t left = static_cast<int64_t>(nparam) - static_cast<int64_t>(fixed + ms_outputs);
       if (left < 0 || left % static_cast<int64_t>(ndyn) != 0)
         FailLaunch("LAUNCH", op,
@@ -728,7 +762,7 @@ extern "C" int ascendc_sim_aot_launch(const char* op_type, int nparam, void** pa
     for (size_t i = 0; i < def.inputs.size(); ++i) {
       if (def.inputs[i].param_type == "dynamic") {
         ins[i].dynamic = true;
-        const int64_t k = dyn.size() == def.inputs.size() ? dyn[i] : per_dyn;
+        const int64_t k = dyn.empty() ? per_dyn : dyn[i];
         for (int64_t x = 0; x < k; ++x) ins[i].items.push_back(take("dynamic input"));
       } else {
         ins[i].items.push_back(take("input"));
@@ -753,11 +787,11 @@ extern "C" int ascendc_sim_aot_launch(const char* op_type, int nparam, void** pa
     RunOp(op, ins, outs, attrs, opt);
     return 0;
   } catch (const ascendc_sim::EmulationError& e) {
-    ascendc_sim::SetLastError(e.what());
+    ReportAotFailure(op, e.rule, e.what());
   } catch (const simhost::HostError& e) {
-    ascendc_sim::SetLastError(e.what());
+    ReportAotFailure(op, e.rule, e.what());
   } catch (const std::exception& e) {
-    ascendc_sim::SetLastError(op + ": " + e.what());
+    ReportAotFailure(op, "", op + ": " + e.what());
   }
   return 1;
 }

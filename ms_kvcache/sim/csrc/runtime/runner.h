@@ -77,6 +77,10 @@ ASCENDC_SIM_API std::string DefaultGmCopy();
 
 ASCENDC_SIM_API std::string LastError();
 ASCENDC_SIM_API void SetLastError(const std::string& msg);
+// A sentence appended to the message of a failing AOT call of `op` whose error has rule `rule`
+// (what the rule usually means for that op, e.g. a repeated slot); "" removes it.
+ASCENDC_SIM_API void SetErrorHint(const std::string& op, const std::string& rule, const std::string& hint);
+ASCENDC_SIM_API std::string ErrorHint(const std::string& op, const std::string& rule);
 ASCENDC_SIM_API LaunchResult LastLaunch();
 
 }  // namespace ascendc_sim

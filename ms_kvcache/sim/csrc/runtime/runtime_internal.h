@@ -114,6 +114,7 @@ struct Buf {
   int32_t que = -1;   // owning queue, -1 for a TBuf
   Pos pos = Pos::VECCALC;
   BufState st = kFree;
+  uint32_t lease = 0;  // queue buffers: count of AllocTensor calls that handed this buffer out
   VClock enq_snap, free_snap;
 };
 struct Que {
@@ -182,6 +183,10 @@ void SetCurrent(Core* c);
 uint32_t DTSize(DT dt);
 bool DTIsFloat(DT dt);
 const Buf& CheckUb(Core& c, const UbRef& t, uint64_t byte_off, uint64_t len, const char* api, const char* what);
+// UB_USE_AFTER_FREE if `t` is a LocalTensor of a queue buffer that FreeTensor released (checked at
+// every API entry, also when the call moves no bytes); CheckUb does it too.
+void CheckLease(Core& c, const UbRef& t, const Buf& b, const char* api, const char* what);
+void CheckHandle(Core& c, const UbRef& t, const char* api, const char* what);
 void FillGarbage(Core& c, uint8_t* p, uint64_t n);
 bool UbValid(Core& c, uint32_t addr, uint32_t n, uint32_t* first_bad);
 void UbMarkValid(Core& c, uint32_t addr, uint32_t n, bool v);

@@ -300,6 +300,9 @@ void Vec(VecOp op, const char* api, const VecShape& shape, bool use_mask_reg, co
          const VecOperand* src0, const VecOperand* src1, const void* scalar, int round_mode) {
   Core& c = Cur();
   const Caps& caps = c.L->caps;
+  if (src0) CheckHandle(c, src0->ub, api, "operand src0");
+  if (src1) CheckHandle(c, src1->ub, api, "operand src1");
+  CheckHandle(c, dst.ub, api, "operand dst");
   ++c.st.vec_ops;
   // ---- data types
   RequireDtype(dst.dt, api);

@@ -304,7 +304,7 @@ template <typename T>
 class LocalTensor {
  public:
   using PrimType = T;
-  __aicore__ LocalTensor() : ub_{0, -1, 0}, size_(0), pos_(TPosition::VECCALC) {}
+  __aicore__ LocalTensor() : ub_{0, -1, 0, 0}, size_(0), pos_(TPosition::VECCALC) {}
   __aicore__ inline T GetValue(const uint32_t index) const {
     ascendc_sim::rt::RequireDtype(DTOf<T>::value, "LocalTensor::GetValue");
     T v;

@@ -25,9 +25,10 @@ enum class Pipe : uint8_t { S, V, M, MTE1, MTE2, MTE3, FIX, ALL };
 
 // Reference to a piece of unified buffer held by a LocalTensor.
 struct UbRef {
-  uint32_t addr;  // byte address in UB
-  int32_t buf;    // buffer index in the current pipe (-1: not from a buffer)
-  uint32_t gen;   // pipe generation the buffer belongs to
+  uint32_t addr;   // byte address in UB
+  int32_t buf;     // buffer index in the current pipe (-1: not from a buffer)
+  uint32_t gen;    // pipe generation the buffer belongs to
+  uint32_t lease;  // which AllocTensor of a queue buffer handed it out (0 for a TBuf); FreeTensor ends it
 };
 
 // Copy parameters as the kernel wrote them (units depend on `CopyKind`).

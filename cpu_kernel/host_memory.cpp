@@ -1,0 +1,134 @@
+// Host buffers for KV offload (ms_kvcache.alloc_host_buffer) and the CPU copy baseline of the
+// transfer benchmark. Not a MindSpore kernel: pybind11 functions registered into ms_kvcache._cpu by
+// mskv::BindHostMemory (called from ms_kvcache/csrc/cpu_module.cpp).
+//
+// host_alloc(nbytes, numa_node, pinned) maps anonymous, page-aligned memory, binds it to `numa_node`
+// with the raw mbind(2) syscall (MPOL_BIND; no libnuma build dependency: libnuma's
+// numa_tonode_memory is a wrapper of the same call), then either page-locks it with mlock(2) (which
+// also faults every page in, on that node) or, unpinned, faults the pages in by writing them. It returns
+// a 1-D uint8 numpy array whose base is a capsule that munmaps the memory when the last reference
+// (numpy view, MindSpore Tensor made by Tensor.from_numpy) goes away. Errors are returned, not
+// raised, so Python can word them: (array or None, failing call name, errno).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "multi_layer_common.h"
+
+namespace py = pybind11;
+
+namespace {
+
+std::atomic<int64_t> g_live_bytes{0};
+std::atomic<int64_t> g_live_buffers{0};
+
+constexpr int kMpolBind = 2;
+constexpr unsigned kMpolFNode = 1, kMpolFAddr = 2;
+
+struct Mapping {
+  void* addr;
+  size_t len;        // mapped length (page multiple, >= 1 page)
+  int64_t nbytes;    // user-visible bytes
+};
+
+void ReleaseMapping(void* p) {
+  auto* m = static_cast<Mapping*>(p);
+  munmap(m->addr, m->len);  // also drops an mlock
+  g_live_bytes -= m->nbytes;
+  g_live_buffers -= 1;
+  delete m;
+}
+
+py::tuple HostAlloc(int64_t nbytes, int numa_node, bool pinned) {
+  if (nbytes < 0) throw py::value_error("nbytes must be >= 0");
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t len = std::max<size_t>(page, (static_cast<size_t>(nbytes) + page - 1) / page * page);
+  void* addr = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (addr == MAP_FAILED) return py::make_tuple(py::none(), "mmap", errno);
+  if (len >= (size_t{2} << 20)) madvise(addr, len, MADV_HUGEPAGE);  // fewer TLB misses; advisory
+  if (numa_node >= 0) {
+    const size_t words = static_cast<size_t>(numa_node) / (8 * sizeof(unsigned long)) + 1;
+    std::vector<unsigned long> mask(words, 0UL);
+    mask[static_cast<size_t>(numa_node) / (8 * sizeof(unsigned long))] |=
+        1UL << (static_cast<size_t>(numa_node) % (8 * sizeof(unsigned long)));
+    const unsigned long maxnode = words * 8 * sizeof(unsigned long) + 1;
+    if (syscall(SYS_mbind, addr, len, kMpolBind, mask.data(), maxnode, 0U) != 0) {
+      const int err = errno;
+      // ENOSYS: kernel without NUMA; node 0 is then the whole machine.
+      if (!(err == ENOSYS && numa_node == 0)) {
+        munmap(addr, len);
+        return py::make_tuple(py::none(), "mbind", err);
+      }
+    }
+  }
+  if (pinned) {
+    if (mlock(addr, len) != 0) {
+      const int err = errno;
+      munmap(addr, len);
+      return py::make_tuple(py::none(), "mlock", err);
+    }
+  } else {
+    auto* bytes = static_cast<volatile uint8_t*>(addr);
+    for (size_t off = 0; off < len; off += page) bytes[off] = 0;  // fault in on the bound node
+  }
+  auto* m = new Mapping{addr, len, nbytes};
+  g_live_bytes += nbytes;
+  g_live_buffers += 1;
+  py::capsule owner(m, "ms_kvcache.host_buffer", ReleaseMapping);
+  py::array_t<uint8_t> arr({static_cast<py::ssize_t>(nbytes)}, {static_cast<py::ssize_t>(1)},
+                           static_cast<uint8_t*>(addr), owner);
+  return py::make_tuple(arr, "", 0);
+}
+
+// NUMA node of the page holding `address` (faults it in if needed), or -1 if unknown.
+int NodeOfAddress(uintptr_t address) {
+  int node = -1;
+  if (syscall(SYS_get_mempolicy, &node, nullptr, 0UL, reinterpret_cast<void*>(address), kMpolFNode | kMpolFAddr) != 0)
+    return -1;
+  return node;
+}
+
+// Bytes and number of host_alloc buffers not yet released (tests check that dropping the Tensor frees).
+py::dict LiveStats() {
+  py::dict d;
+  d["bytes"] = g_live_bytes.load();
+  d["buffers"] = g_live_buffers.load();
+  return d;
+}
+
+// dst[:] = src[:] for two equally sized contiguous buffers, split over the kernel threads
+// (the memcpy baseline of scripts/bench_transfer.py).
+void CopyBuffers(py::buffer dst, py::buffer src, int64_t threads_cap) {
+  py::buffer_info d = dst.request(true), s = src.request(false);
+  const int64_t nd = d.size * d.itemsize, ns = s.size * s.itemsize;
+  if (nd != ns) throw py::value_error("copy_buffers: sizes differ");
+  auto* dp = static_cast<uint8_t*>(d.ptr);
+  const auto* sp = static_cast<const uint8_t*>(s.ptr);
+  py::gil_scoped_release nogil;
+  mskv::ml::ParallelCopy(dp, sp, nd, threads_cap);
+}
+
+}  // namespace
+
+namespace mskv {
+namespace ml = mskv::ml;
+
+void BindHostMemory(py::module_& m) {
+  m.def("host_alloc", &HostAlloc, py::arg("nbytes"), py::arg("numa_node"), py::arg("pinned"),
+        "mmap + mbind + mlock; returns (uint8 array | None, failing call, errno).");
+  m.def("host_node_of", &NodeOfAddress, py::arg("address"), "NUMA node of the page at address (-1: unknown).");
+  m.def("host_live", &LiveStats, "Bytes and count of live host_alloc buffers.");
+  m.def("transfer_calls", [] { return ml::CompletedCalls().load(std::memory_order_acquire); },
+        "Completed calls of the multi-layer transfer kernels (benchmark: wait without spinning).");
+  m.def("copy_buffers", &CopyBuffers, py::arg("dst"), py::arg("src"), py::arg("threads_cap") = 0,
+        "Parallel memcpy between two buffers of equal size (benchmark baseline).");
+}
+
+}  // namespace mskv

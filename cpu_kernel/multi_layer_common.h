@@ -1,0 +1,275 @@
+// Shared pieces of the multi-layer KV transfer kernels (multi_layer_kv_transfer.cpp,
+// multi_layer_block_transfer.cpp): cache formats, per-plane geometry, the flattened list of per-layer
+// caches, row copies and a core-capped parallel loop.
+//
+// How the per-layer caches reach a kernel: the op has one list (dynamic) input `kv_caches` (AscendC
+// ParamType(DYNAMIC), an aclTensorList on the aclnn side); MindSpore passes its tensors as consecutive
+// AOT params (where they start and how many: mskv::InputSpans, from dyn_input_sizes) in layer-major
+// order: layer l, component c at l * tensors_per_layer + c, where tensors_per_layer is 1 for MERGED_KV
+// ([2, nb, ...] holds both planes) and the plane count otherwise.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "aot_abi.h"
+#include "index_check.h"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+namespace mskv {
+namespace ml {
+
+// KVCacheFormat values (ms_kvcache/_formats.py, kvcache-ops numbering).
+enum Format : int64_t { kMerged = 1, kSeparate = 2, kMla = 3, kDsa = 4 };
+
+inline int PlanesOf(int64_t fmt) { return fmt == kDsa ? 3 : 2; }
+inline int TensorsPerLayer(int64_t fmt) { return fmt == kMerged ? 1 : PlanesOf(fmt); }
+
+inline void CheckFormat(int64_t fmt) {
+  if (fmt < kMerged || fmt > kDsa) throw KernelError("unknown kv_format " + std::to_string(fmt));
+}
+
+// One KV plane of one layer's paged cache: [nb, bs, heads, head] (BSND) or [nb, heads, bs, head]
+// (BNSD). MLA/DSA planes are [nb, bs, hidden] (or [nb, bs, 1, hidden]): heads = 1.
+struct Plane {
+  int64_t nb = 0, bs = 0, heads = 1, head = 0;
+  bool bnsd = false;
+  int64_t hidden() const { return heads * head; }
+  int64_t slots() const { return nb * bs; }
+  int64_t elems() const { return nb * bs * heads * head; }
+};
+
+// Geometry of plane p from cache tensor `idx` (the first layer's). Throws on ranks that cannot be.
+inline Plane PlaneFromCache(const AotArgs& a, int idx, int64_t fmt, bool bnsd) {
+  Plane pl;
+  const int r = a.rank(idx);
+  if (fmt == kMerged) {
+    if (r != 5 || a.dim(idx, 0) != 2) throw KernelError("MERGED_KV caches must be [2, nb, bs, H, D]");
+    pl.nb = a.dim(idx, 1);
+    pl.bs = bnsd ? a.dim(idx, 3) : a.dim(idx, 2);
+    pl.heads = bnsd ? a.dim(idx, 2) : a.dim(idx, 3);
+    pl.head = a.dim(idx, 4);
+    pl.bnsd = bnsd;
+  } else if (fmt == kSeparate) {
+    if (r != 4) throw KernelError("SEPARATE_KV caches must be rank 4");
+    pl.nb = a.dim(idx, 0);
+    pl.bs = bnsd ? a.dim(idx, 2) : a.dim(idx, 1);
+    pl.heads = bnsd ? a.dim(idx, 1) : a.dim(idx, 2);
+    pl.head = a.dim(idx, 3);
+    pl.bnsd = bnsd;
+  } else {
+    if (r != 3 && !(r == 4 && a.dim(idx, 2) == 1)) throw KernelError("MLA/DSA caches must be [nb, bs, hidden]");
+    pl.nb = a.dim(idx, 0);
+    pl.bs = a.dim(idx, 1);
+    pl.heads = 1;
+    pl.head = a.dim(idx, r - 1);
+    pl.bnsd = false;
+  }
+  return pl;
+}
+
+// Per-plane geometry and per-(plane, layer) base pointers of the flattened cache list that starts at
+// AOT param `first`. Every layer must match layer 0 (Python checks this; re-checked here because
+// graph mode has no eager checks).
+struct LayerCaches {
+  int64_t fmt = 0, num_layers = 0;
+  int planes = 0;
+  size_t elem = 0;
+  DType dtype = DType::kUnknown;
+  std::vector<Plane> plane;       // [planes]
+  std::vector<uint8_t*> base;     // [planes * num_layers], index p * num_layers + l
+
+  uint8_t* at(int p, int64_t l) const { return base[static_cast<size_t>(p * num_layers + l)]; }
+};
+
+inline LayerCaches ParseLayerCaches(const AotArgs& a, int first, int64_t fmt, int64_t num_layers, bool bnsd) {
+  CheckFormat(fmt);
+  LayerCaches c;
+  c.fmt = fmt;
+  c.num_layers = num_layers;
+  c.planes = PlanesOf(fmt);
+  const int tpl = TensorsPerLayer(fmt);
+  if (num_layers < 1) throw KernelError("num_layers must be >= 1");
+  if (first + num_layers * tpl > a.nparam - 1) throw KernelError("fewer cache tensors than num_layers");
+  c.dtype = a.dtype(first);
+  c.elem = DTypeSize(c.dtype);
+  if (c.elem == 0) throw KernelError("unsupported cache dtype");
+  for (int p = 0; p < c.planes; ++p) {
+    c.plane.push_back(PlaneFromCache(a, first + (fmt == kMerged ? 0 : p), fmt, bnsd));
+  }
+  for (int p = 1; p < c.planes; ++p) {
+    if (c.plane[p].nb != c.plane[0].nb || c.plane[p].bs != c.plane[0].bs)
+      throw KernelError("planes disagree on num_blocks/block_size");
+  }
+  c.base.resize(static_cast<size_t>(c.planes * num_layers));
+  for (int64_t l = 0; l < num_layers; ++l) {
+    for (int t = 0; t < tpl; ++t) {
+      const int idx = static_cast<int>(first + l * tpl + t);
+      if (a.dtype(idx) != c.dtype) throw KernelError("caches of different dtypes");
+      const int ref = first + t;  // layer 0's tensor of the same component
+      if (a.rank(idx) != a.rank(ref)) throw KernelError("caches of different ranks across layers");
+      for (int d = 0; d < a.rank(idx); ++d)
+        if (a.dim(idx, d) != a.dim(ref, d)) throw KernelError("caches of different shapes across layers");
+    }
+    if (fmt == kMerged) {
+      uint8_t* p0 = a.ptr(static_cast<int>(first + l));
+      const int64_t plane_bytes = c.plane[0].elems() * static_cast<int64_t>(c.elem);
+      c.base[static_cast<size_t>(0 * num_layers + l)] = p0;
+      c.base[static_cast<size_t>(1 * num_layers + l)] = p0 + plane_bytes;
+    } else {
+      for (int p = 0; p < c.planes; ++p)
+        c.base[static_cast<size_t>(p * num_layers + l)] = a.ptr(static_cast<int>(first + l * tpl + p));
+    }
+  }
+  return c;
+}
+
+// memcpy with the common small row sizes inlined (a BNSD head row is often 64..512 bytes).
+inline void CopyBytes(uint8_t* dst, const uint8_t* src, int64_t n) {
+  switch (n) {
+    case 64: __builtin_memcpy(dst, src, 64); return;
+    case 128: __builtin_memcpy(dst, src, 128); return;
+    case 256: __builtin_memcpy(dst, src, 256); return;
+    case 512: __builtin_memcpy(dst, src, 512); return;
+    default: std::memcpy(dst, src, static_cast<size_t>(n));
+  }
+}
+
+// Transfers larger than this write their destination with non-temporal (streaming) stores: the rows
+// are not read again soon, and ordinary stores of row-sized pieces first read every destination line
+// (read-for-ownership), which costs a third of the bandwidth; glibc only streams single copies larger
+// than a fraction of the L3. Measured on this project's 2-core VM (token d2h, 2 KiB rows, one thread):
+// 0.62 of memcpy with plain copies, 0.75 streaming, 0.80 streaming + source prefetch.
+constexpr int64_t kStreamBytes = int64_t{4} << 20;
+
+// dst[0, n) = src[0, n); `stream`: non-temporal stores for the 16-byte-aligned middle (x86 SSE2; a plain
+// copy elsewhere). Call StreamFence() before the data is handed to another thread.
+inline void Copy(uint8_t* dst, const uint8_t* src, int64_t n, bool stream) {
+#if defined(__SSE2__)
+  if (stream && n >= 128) {
+    const int64_t head = static_cast<int64_t>((16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16);
+    if (head) {
+      std::memcpy(dst, src, static_cast<size_t>(head));
+      dst += head, src += head, n -= head;
+    }
+    const int64_t lines = n / 64;
+    for (int64_t i = 0; i < lines; ++i, dst += 64, src += 64) {
+      // 1 KiB ahead: the source pieces are short (rows), so the hardware prefetcher lags; never faults
+      _mm_prefetch(reinterpret_cast<const char*>(src) + 1024, _MM_HINT_T0);
+      const __m128i* s = reinterpret_cast<const __m128i*>(src);
+      const __m128i x0 = _mm_loadu_si128(s), x1 = _mm_loadu_si128(s + 1), x2 = _mm_loadu_si128(s + 2),
+                    x3 = _mm_loadu_si128(s + 3);
+      __m128i* d = reinterpret_cast<__m128i*>(dst);
+      _mm_stream_si128(d, x0);
+      _mm_stream_si128(d + 1, x1);
+      _mm_stream_si128(d + 2, x2);
+      _mm_stream_si128(d + 3, x3);
+    }
+    if (n - lines * 64) std::memcpy(dst, src, static_cast<size_t>(n - lines * 64));
+    return;
+  }
+#endif
+  (void)stream;
+  CopyBytes(dst, src, n);
+}
+
+inline void StreamFence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
+
+// One token row of a plane, cache side, at `slot`: BSND rows are contiguous, BNSD rows are `heads`
+// pieces of `head` elements, block_size rows apart. to_cache: row -> cache, else cache -> row.
+inline void CopyTokenRow(uint8_t* cache, uint8_t* row, const Plane& pl, int64_t slot, size_t elem, bool to_cache,
+                         bool stream) {
+  const int64_t head_bytes = pl.head * static_cast<int64_t>(elem);
+  if (!pl.bnsd) {
+    uint8_t* c = cache + slot * pl.hidden() * static_cast<int64_t>(elem);
+    if (to_cache) Copy(c, row, pl.heads * head_bytes, stream);
+    else Copy(row, c, pl.heads * head_bytes, stream);
+    return;
+  }
+  const int64_t block = slot / pl.bs, off = slot % pl.bs;
+  uint8_t* c = cache + ((block * pl.heads) * pl.bs + off) * head_bytes;
+  const int64_t stride = pl.bs * head_bytes;
+  for (int64_t h = 0; h < pl.heads; ++h) {
+    if (to_cache) Copy(c + h * stride, row + h * head_bytes, head_bytes, stream);
+    else Copy(row + h * head_bytes, c + h * stride, head_bytes, stream);
+  }
+}
+
+// ParallelFor with an optional cap on threads (the op's aiv_num attribute: 0 = all, 1 = inline): at
+// most `cap` parts run concurrently. Built on mskv::ParallelFor only (whatever its thread machinery).
+template <typename F>
+void ParallelForCapped(int64_t n, int64_t total_bytes, int64_t cap, F&& body) {
+  if (n <= 0) return;
+  if (cap == 1) {
+    body(int64_t{0}, n);
+    return;
+  }
+  if (cap <= 0 || cap >= NumThreads()) {
+    ParallelFor(n, total_bytes, body);
+    return;
+  }
+  const int64_t parts = std::min<int64_t>(n, cap);
+  ParallelFor(parts, total_bytes, [&](int64_t pb, int64_t pe) {
+    for (int64_t p = pb; p < pe; ++p) {
+      const int64_t b = p * n / parts, e = (p + 1) * n / parts;
+      if (b < e) body(b, e);
+    }
+  });
+}
+
+// Completed calls of the transfer kernels (successful or not). Read by scripts/bench_transfer.py to
+// wait for a PyNative launch without MindSpore's spinning synchronize, which takes one of two cores
+// away from the kernel on a small machine.
+inline std::atomic<int64_t>& CompletedCalls() {
+  static std::atomic<int64_t> n{0};
+  return n;
+}
+
+struct CountCall {
+  ~CountCall() { CompletedCalls().fetch_add(1, std::memory_order_release); }
+};
+
+// Large contiguous copy split over threads (the staging DMA of the block transfer on CPU).
+inline void ParallelCopy(uint8_t* dst, const uint8_t* src, int64_t nbytes, int64_t cap) {
+  constexpr int64_t kPiece = int64_t{1} << 20;
+  const int64_t pieces = (nbytes + kPiece - 1) / kPiece;
+  ParallelForCapped(pieces, nbytes, cap, [&](int64_t b, int64_t e) {
+    const int64_t lo = b * kPiece, hi = std::min(nbytes, e * kPiece);
+    if (hi > lo) std::memcpy(dst + lo, src + lo, static_cast<size_t>(hi - lo));  // glibc streams big copies
+  });
+}
+
+// Strict mode (attribute "mskv_strict", set only by the PyNative fast path, whose wrappers may read the
+// index tensor without waiting for pending ops): re-check the values the kernel actually sees and fail,
+// writing nothing, instead of skipping invalid ones. Same messages as the Python checks.
+inline bool Strict(const AotArgs& a) { return a.attr_bool("mskv_strict", false); }
+
+inline void StrictCheckSlots(const AotArgs& a, const void* slots, DType d, int64_t n, int64_t num_slots,
+                             bool allow_duplicates) {
+  if (!Strict(a) || n <= 0) return;
+  const IndexIssue e = CheckSlotValues(slots, DTypeSize(d), n, num_slots);
+  if (e.code == 1 || (e.code == 2 && !allow_duplicates))
+    throw KernelError(SlotIssueMessage("slot_mapping", e, num_slots) +
+                      " (checked at launch: was slot_mapping modified after the call?)");
+}
+
+inline void StrictCheckBlockIds(const AotArgs& a, const void* ids, DType d, int64_t n, int64_t num_blocks,
+                                bool distinct) {
+  if (!Strict(a) || n <= 0) return;
+  const IndexIssue e = CheckBlockIdValues(ids, DTypeSize(d), n, num_blocks, distinct);
+  if (e.code != 0)
+    throw KernelError(BlockIdIssueMessage("block_ids", e, num_blocks) +
+                      " (checked at launch: was block_ids modified after the call?)");
+}
+
+}  // namespace ml
+}  // namespace mskv

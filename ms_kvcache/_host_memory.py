@@ -1,0 +1,288 @@
+"""Host (CPU) memory for KV offload: :func:`alloc_host_buffer`.
+
+What holds (MindSpore 2.10 CPU, checked by tests/test_alloc_host_buffer.py):
+
+- ``Tensor.from_numpy(array)`` does not copy: the Tensor's ``data_ptr()`` is the array's address, a
+  write through either is seen by the other, and the Tensor keeps the array (and so the mapping)
+  alive: the memory is unmapped only when the Tensor, every view of it and the array are gone.
+- Such a Tensor passed to an op - in PyNative, or as an argument of a GRAPH_MODE Cell / ``@ms.jit``
+  function - is written in place: a d2h transfer lands in the pinned pages.
+- ``Parameter(host_tensor)`` copies the data into new memory; ``param.set_data(host_tensor)`` keeps
+  the address. Pass host buffers as call arguments, or ``set_data`` them into a Parameter.
+- PyNative launches are asynchronous: an op call returns before its kernel has run. Reading the
+  Tensor (``asnumpy()``) waits; reading the same memory through another alias (the numpy array, a
+  storage library given ``data_ptr()``) must call :func:`synchronize` first.
+
+The Ascend part (registering the pages with ``aclrtHostRegister`` so AI cores can read them directly,
+the zero-copy path of :func:`ms_kvcache.multi_layer_block_transfer`) is the hook
+:func:`ascend_host_register`; the ascend backend calls it, and it raises a clear RuntimeError where
+CANN is missing.
+"""
+import ctypes
+import errno as _errno
+import operator
+import os
+import resource
+import threading
+import weakref
+
+import numpy as np
+
+__all__ = ["alloc_host_buffer", "synchronize", "online_numa_nodes", "ascend_host_register", "ascend_host_unregister",
+           "ascend_device_numa_node"]
+
+_OP = "alloc_host_buffer"
+
+_DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "uint8", "int16", "int32", "int64", "bool")
+
+
+def _np_dtype(name):
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def _dtype_name(dtype):
+    from ms_kvcache._spec import dtype_name
+
+    if isinstance(dtype, str):
+        name = dtype.lower()
+    elif isinstance(dtype, np.dtype) or (isinstance(dtype, type) and issubclass(dtype, np.generic)):
+        name = np.dtype(dtype).name
+    else:
+        name = dtype_name(dtype)
+    if name not in _DTYPES:
+        raise TypeError(f"{_OP}: argument 'dtype': expected one of {_DTYPES} (a mindspore, numpy or str dtype), "
+                        f"got {dtype!r}")
+    return name
+
+
+def online_numa_nodes():
+    """NUMA nodes with memory that the kernel reports online (``[0]`` on a machine without NUMA)."""
+    path = "/sys/devices/system/node/online"
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+    except OSError:
+        return [0]
+    nodes = []
+    for part in text.split(","):
+        if not part:
+            continue
+        if "-" in part:
+            lo, hi = part.split("-")
+            nodes.extend(range(int(lo), int(hi) + 1))
+        else:
+            nodes.append(int(part))
+    return nodes or [0]
+
+
+def _current_node():
+    """NUMA node of the CPU this thread runs on (0 if unknown)."""
+    try:
+        cpu = os.sched_getaffinity(0)
+        first = min(cpu)
+        for node in online_numa_nodes():
+            if os.path.exists(f"/sys/devices/system/node/node{node}/cpu{first}"):
+                return node
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _default_node():
+    from ms_kvcache import _backend
+
+    if _backend.get_backend() == "ascend":
+        return ascend_device_numa_node()
+    return _current_node()
+
+
+def _memlock_text():
+    soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+
+    def fmt(v):
+        return "unlimited" if v == resource.RLIM_INFINITY else f"{v} bytes ({v / 2**20:.1f} MiB)"
+
+    return f"RLIMIT_MEMLOCK soft={fmt(soft)}, hard={fmt(hard)}"
+
+
+def alloc_host_buffer(shape, dtype, numa_node=None, pinned=True):
+    """Allocate a host buffer for KV offload, as a MindSpore Tensor over page-aligned, NUMA-bound,
+    page-locked memory.
+
+    The memory is an anonymous ``mmap`` (page-aligned), bound to one NUMA node with ``mbind(2)``
+    (MPOL_BIND), locked with ``mlock(2)`` when ``pinned`` (which also faults every page in on that node;
+    unpinned buffers are faulted in by touching each page), and wrapped zero-copy with
+    ``Tensor.from_numpy``. The Tensor owns the memory: it is unmapped when the Tensor and every view of
+    it are released. On the ascend backend the pages are also registered with ``aclrtHostRegister`` so
+    kernels can read/write them directly (zero-copy transfers); see :func:`ascend_host_register`.
+
+    Pass the Tensor as an argument of the transfer ops / of a graph Cell (written in place), or
+    ``param.set_data(buffer)`` into a Parameter; ``Parameter(buffer)`` would copy it.
+
+    Args:
+        shape (int | sequence of int): dimensions, each >= 0.
+        dtype: mindspore dtype (``ms.bfloat16``...), numpy dtype or name (``"float16"``, ``"bfloat16"``,
+            ``"float32"``, ``"float64"``, ``"int8"``, ``"uint8"``, ``"int16"``, ``"int32"``, ``"int64"``,
+            ``"bool"``).
+        numa_node (int, optional): node to bind to; default: the NUMA node of the device (ascend
+            backend) or of the calling CPU (node 0 on a single-node machine).
+        pinned (bool): page-lock the memory (default). ``False`` skips ``mlock`` - the way out when the
+            memlock limit is too small; such memory is pageable (and on Ascend registered unpinned,
+            which CANN supports on kernels newer than 5.10).
+
+    Returns:
+        mindspore.Tensor: of ``shape`` and ``dtype``, zero-filled, ``data_ptr()`` page-aligned.
+
+    Raises:
+        TypeError: unsupported ``dtype``; ``shape`` not ints.
+        ValueError: negative dimensions; ``numa_node`` not an online node.
+        OSError: ``mmap``/``mbind`` failed, or pinning failed - the message gives ``RLIMIT_MEMLOCK``
+            (soft/hard) and the remedies (``ulimit -l``, ``pinned=False``).
+        RuntimeError: ascend backend without a usable CANN runtime (registration hook).
+    """
+    from mindspore import Tensor
+
+    from ms_kvcache import _cpu
+
+    name = _dtype_name(dtype)
+    given = shape
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+        shape = (shape,)
+    try:
+        if isinstance(shape, (str, bytes)) or any(isinstance(d, bool) for d in shape):
+            raise TypeError
+        shape = tuple(operator.index(d) for d in shape)
+    except TypeError:
+        raise TypeError(f"{_OP}: argument 'shape': expected an int or a sequence of ints, got {given!r}") from None
+    if any(d < 0 for d in shape):
+        raise ValueError(f"{_OP}: argument 'shape': expected dimensions >= 0, got {shape}")
+    nodes = online_numa_nodes()
+    if numa_node is None:
+        node = _default_node()
+    else:
+        if isinstance(numa_node, bool) or not isinstance(numa_node, (int, np.integer)) or int(numa_node) not in nodes:
+            raise ValueError(f"{_OP}: argument 'numa_node': expected an online NUMA node {nodes}, got {numa_node!r}")
+        node = int(numa_node)
+    np_dtype = _np_dtype(name)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * np_dtype.itemsize
+    raw, failed, err = _cpu.host_alloc(nbytes, node, bool(pinned))
+    if raw is None:
+        reason = os.strerror(err) if err else "unknown error"
+        if failed == "mlock":
+            raise OSError(err, f"{_OP}: cannot page-lock {nbytes} bytes (mlock: {reason}); {_memlock_text()}. "
+                               f"Raise the limit (ulimit -l, /etc/security/limits.conf 'memlock', docker "
+                               f"--ulimit memlock=-1, CAP_IPC_LOCK) or pass pinned=False")
+        if failed == "mbind":
+            raise OSError(err, f"{_OP}: cannot bind {nbytes} bytes to NUMA node {node} (mbind: {reason})")
+        raise OSError(err if err else _errno.ENOMEM, f"{_OP}: cannot map {nbytes} bytes ({failed}: {reason})")
+    array = raw.view(np_dtype).reshape(shape)
+    tensor = Tensor.from_numpy(array)
+    from ms_kvcache import _backend
+
+    if _backend.get_backend() == "ascend":
+        # ASCEND BACKEND HOOK: make the pages device-accessible (zero-copy transfers).
+        ascend_host_register(raw.ctypes.data, max(nbytes, 1))
+        weakref.finalize(raw, ascend_host_unregister, raw.ctypes.data)
+    return tensor
+
+
+def synchronize():
+    """Wait until every op launched from PyNative so far has run.
+
+    Needed before host memory written by an op (e.g. a d2h transfer into an :func:`alloc_host_buffer`
+    Tensor) is read through another alias of it - the numpy array, or a pointer given to a storage
+    library; ``Tensor.asnumpy()`` waits by itself. (``mindspore.runtime.synchronize()`` rejects the
+    CPU device in MindSpore 2.10; this uses the PyNative executor's sync.)
+    """
+    try:
+        from mindspore.graph.api import _pynative_executor
+    except ImportError:  # pragma: no cover - other MindSpore layouts
+        from mindspore.common.api import _pynative_executor
+    _pynative_executor.sync()
+
+
+# ------------------------------------------------------------------------------------------------ Ascend
+# Hooks for the ascend backend (ms_kvcache/_backends/ascend.py calls these). They use the CANN runtime
+# (libascendcl.so) through ctypes; nothing here runs on a machine without CANN.
+_ACL = None
+_ACL_LOCK = threading.Lock()
+_REGISTERED = {}  # host address -> device address from aclrtHostRegister
+ACL_HOST_REGISTER_MAPPED = 0
+
+
+def _acl():
+    global _ACL
+    with _ACL_LOCK:
+        if _ACL is None:
+            try:
+                lib = ctypes.CDLL("libascendcl.so")
+            except OSError as exc:
+                raise RuntimeError(
+                    "ms_kvcache: the Ascend host-memory registration (aclrtHostRegister) needs the CANN runtime "
+                    f"libascendcl.so, which cannot be loaded ({exc}); source CANN's set_env.sh, or use the cpu "
+                    "backend / pinned host memory without registration") from None
+            lib.aclrtHostRegister.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int,
+                                              ctypes.POINTER(ctypes.c_void_p)]
+            lib.aclrtHostRegister.restype = ctypes.c_int
+            lib.aclrtHostUnregister.argtypes = [ctypes.c_void_p]
+            lib.aclrtHostUnregister.restype = ctypes.c_int
+            _ACL = lib
+    return _ACL
+
+
+def ascend_host_register(address, nbytes):
+    """ASCEND BACKEND HOOK: register ``nbytes`` of page-aligned host memory at ``address`` with
+    ``aclrtHostRegister(ptr, size, ACL_HOST_REGISTER_MAPPED, &dev_ptr)`` so AI cores can access it;
+    returns the device-side address (the one to hand kernels for zero-copy access).
+
+    Raises:
+        RuntimeError: CANN's libascendcl.so cannot be loaded, or the call fails (the ACL error code).
+    """
+    lib = _acl()
+    dev = ctypes.c_void_p()
+    ret = lib.aclrtHostRegister(ctypes.c_void_p(address), ctypes.c_uint64(nbytes), ACL_HOST_REGISTER_MAPPED,
+                                ctypes.byref(dev))
+    if ret != 0:
+        raise RuntimeError(f"ms_kvcache: aclrtHostRegister({address:#x}, {nbytes}) failed with ACL error {ret}")
+    _REGISTERED[address] = dev.value
+    return dev.value
+
+
+def ascend_host_unregister(address):
+    """ASCEND BACKEND HOOK: undo :func:`ascend_host_register` (called before the memory is unmapped)."""
+    if _REGISTERED.pop(address, None) is None:
+        return
+    _acl().aclrtHostUnregister(ctypes.c_void_p(address))
+
+
+def ascend_device_numa_node(device_id=None):
+    """ASCEND BACKEND HOOK: NUMA node of the NPU ``device_id`` (default: MindSpore's ``device_id``),
+    read from ``/sys/bus/pci/devices/<bdf>/numa_node`` of the Huawei (vendor 0x19e5) PCI devices in bus
+    order; 0 when it cannot be determined."""
+    if device_id is None:
+        try:
+            import mindspore as ms
+
+            device_id = int(ms.get_context("device_id"))
+        except Exception:  # pragma: no cover - context unavailable
+            device_id = 0
+    root = "/sys/bus/pci/devices"
+    try:
+        npus = []
+        for bdf in sorted(os.listdir(root)):
+            with open(os.path.join(root, bdf, "vendor")) as f:
+                if f.read().strip() != "0x19e5":
+                    continue
+            with open(os.path.join(root, bdf, "class")) as f:
+                if not f.read().strip().startswith("0x12"):  # processing accelerator
+                    continue
+            npus.append(bdf)
+        with open(os.path.join(root, npus[device_id], "numa_node")) as f:
+            node = int(f.read().strip())
+        return node if node >= 0 else 0
+    except (OSError, IndexError, ValueError):
+        return 0

@@ -1,0 +1,228 @@
+"""Shared pieces of the multi-layer ops (``multi_layer_kv_transfer``, ``multi_layer_block_transfer``).
+
+How a list of per-layer caches reaches the kernel (docs/design.md, "Lists of tensors"): the op has one
+list input ``kv_caches`` (``TensorSpec(dynamic=True)``; AscendC ``ParamType(DYNAMIC)`` / an aclnn
+``aclTensorList``), whose tensors the primitive takes as consecutive inputs, in layer-major order:
+layer ``l``, component ``c`` is tensor ``l * tensors_per_layer + c``, where ``tensors_per_layer`` is 1
+for MERGED_KV (the ``[2, nb, ...]`` tensor) and the plane count otherwise. Every cache is its own
+argument, marked RW_WRITE when the op writes caches, so graph mode orders the op against other
+reads/writes of each Parameter and copies nothing; the list length is a per-instance count
+(``dyn_input_sizes``), so one primitive class serves every layer count. Not chosen: a table of
+per-layer base addresses (an int64 tensor) - graph mode cannot know addresses at compile time and the
+compiler could no longer see which Parameters the op touches.
+
+Users pass ``kv_caches`` either nested (one entry per layer: a tensor for MERGED_KV, a tuple of planes
+otherwise) or already flat (``L * planes`` tensors in that layer-major order, e.g. one
+``ParameterTuple``). In graph mode nested input is flattened by :func:`flatten_graph` (recursive
+halving: about 0.8 s extra compile time for 61 layers x 3 planes on this machine; a flat tuple costs
+nothing) - a nested tuple handed to the primitive as one argument would also run, but MindSpore does
+not apply RW_WRITE to Parameters inside a tuple and graph mode would read stale caches.
+"""
+from ms_kvcache._formats import CACHE_LAYOUTS, KVCacheFormat
+from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES
+from ms_kvcache._spec import dtype_name as _dtype_name
+
+__all__ = [
+    "DIRECTIONS", "PLANE_NAMES", "planes_of", "tensors_per_layer", "format_code", "check_direction",
+    "check_layout", "flatten_eager", "flatten_graph", "cache_planes", "check_index", "check_kv_dtypes",
+]
+
+#: Accepted ``direction`` values: device (cache) -> host (buffer) and back.
+DIRECTIONS = ("d2h", "h2d")
+
+#: Names of the planes of each format (used in messages).
+PLANE_NAMES = {
+    KVCacheFormat.MERGED_KV: ("key", "value"),
+    KVCacheFormat.SEPARATE_KV: ("key_cache", "value_cache"),
+    KVCacheFormat.MLA_KV: ("kv_c_cache", "k_pe_cache"),
+    KVCacheFormat.DSA_KV: ("kv_c_cache", "k_pe_cache", "indexer_k_cache"),
+}
+
+
+def planes_of(fmt):
+    """Number of KV planes per layer (2, or 3 for DSA_KV)."""
+    return 3 if fmt == KVCacheFormat.DSA_KV else 2
+
+
+def tensors_per_layer(fmt):
+    """Tensors per layer in ``kv_caches`` (1 for MERGED_KV, else the plane count)."""
+    return 1 if fmt == KVCacheFormat.MERGED_KV else planes_of(fmt)
+
+
+def format_code(op, kv_format):
+    """``kv_format`` (KVCacheFormat, its int value or its name) -> int value; ValueError otherwise."""
+    if isinstance(kv_format, KVCacheFormat):
+        return int(kv_format)
+    if isinstance(kv_format, str):
+        name = kv_format.upper()
+        if name in KVCacheFormat.__members__:
+            return int(KVCacheFormat[name])
+    elif isinstance(kv_format, int) and not isinstance(kv_format, bool):
+        if kv_format in {int(f) for f in KVCacheFormat}:
+            return int(kv_format)
+    names = ", ".join(f"KVCacheFormat.{f.name}" for f in KVCacheFormat)
+    raise ValueError(f"{op}: argument 'kv_format': expected one of {names}, got {kv_format!r}")
+
+
+def check_direction(op, direction):
+    if direction not in DIRECTIONS:
+        raise ValueError(f"{op}: argument 'direction': expected 'd2h' (caches -> host) or 'h2d' "
+                         f"(host -> caches), got {direction!r}")
+
+
+def check_layout(op, fmt, cache_layout):
+    if cache_layout not in CACHE_LAYOUTS:
+        raise ValueError(f"{op}: argument 'cache_layout': expected one of {CACHE_LAYOUTS}, got {cache_layout!r}")
+    if fmt in (KVCacheFormat.MLA_KV, KVCacheFormat.DSA_KV) and cache_layout != "BSND":
+        raise ValueError(f"{op}: argument 'cache_layout': expected 'BSND' for {KVCacheFormat(fmt).name} "
+                         f"(its caches are [num_blocks, block_size, hidden]), got {cache_layout!r}")
+
+
+def dtype_name(dtype):
+    """Canonical dtype name (:func:`ms_kvcache._spec.dtype_name`, which unwraps infer-step types)."""
+    return _dtype_name(dtype)
+
+
+def _is_seq(x):
+    return isinstance(x, (tuple, list))
+
+
+def flatten_eager(op, kv_caches, fmt):
+    """(flat tuple of tensors in layer-major order, num_layers); TypeError/ValueError naming the entry."""
+    from mindspore import Tensor
+
+    if not _is_seq(kv_caches):
+        raise TypeError(f"{op}: argument 'kv_caches': expected a list/tuple with one entry per layer, "
+                        f"got {type(kv_caches).__name__}")
+    if len(kv_caches) == 0:
+        raise ValueError(f"{op}: argument 'kv_caches': expected at least one layer, got an empty sequence")
+    tpl = tensors_per_layer(fmt)
+    fname = KVCacheFormat(fmt).name
+    if tpl == 1 or not _is_seq(kv_caches[0]):
+        flat = tuple(kv_caches)
+        for i, x in enumerate(flat):
+            if not isinstance(x, Tensor):
+                what = "a Tensor per layer" if tpl == 1 else "a flat sequence of Tensors"
+                raise TypeError(f"{op}: argument 'kv_caches[{i}]': expected {what} for {fname}, "
+                                f"got {type(x).__name__}")
+        if len(flat) % tpl:
+            raise ValueError(f"{op}: argument 'kv_caches': a flat sequence for {fname} needs num_layers * {tpl} "
+                             f"tensors in layer-major order, got {len(flat)}")
+        return flat, len(flat) // tpl
+    flat = []
+    for l, layer in enumerate(kv_caches):
+        if not _is_seq(layer) or len(layer) != tpl:
+            got = f"{len(layer)} tensors" if _is_seq(layer) else type(layer).__name__
+            raise ValueError(f"{op}: argument 'kv_caches[{l}]': expected a tuple of {tpl} tensors "
+                             f"{PLANE_NAMES[fmt]} for {fname}, got {got}")
+        for c, x in enumerate(layer):
+            if not isinstance(x, Tensor):
+                raise TypeError(f"{op}: argument 'kv_caches[{l}][{c}]': expected a Tensor, got {type(x).__name__}")
+            flat.append(x)
+    return tuple(flat), len(kv_caches)
+
+
+def flatten_graph(kv_caches):
+    """Graph-mode flattening of nested per-layer caches into one tuple (layer-major).
+
+    Written in the subset of Python the MindSpore graph compiler accepts; recursive halving keeps the
+    compiled graph small (a loop of tuple concatenations costs ~3x the compile time).
+    """
+    if isinstance(kv_caches[0], (tuple, list)):
+        return _halve(kv_caches)
+    return tuple(kv_caches)
+
+
+def _halve(kv):
+    n = len(kv)
+    if n == 1:
+        return tuple(kv[0])
+    h = n // 2
+    return _halve(kv[:h]) + _halve(kv[h:])
+
+
+def _name(fmt, i):
+    tpl = tensors_per_layer(fmt)
+    if tpl == 1:
+        return f"kv_caches[{i}]"
+    return f"kv_caches[{i // tpl}][{i % tpl}]"
+
+
+def cache_planes(op, fmt, cache_layout, num_layers, shapes):
+    """Check the flat per-layer cache shapes; return one (nb, bs, heads, head) tuple per plane.
+
+    shapes: the ``num_layers * tensors_per_layer`` cache shapes in layer-major order. Every layer must
+    have the shapes of layer 0; MERGED_KV is ``[2, nb, bs, H, D]`` (BSND) / ``[2, nb, H, bs, D]`` (BNSD);
+    SEPARATE_KV planes ``[nb, bs, H, D]`` / ``[nb, H, bs, D]`` with key and value of one shape; MLA/DSA
+    planes ``[nb, bs, hidden]`` (or ``[nb, bs, 1, hidden]``) sharing nb and bs.
+    """
+    tpl = tensors_per_layer(fmt)
+    if len(shapes) != num_layers * tpl:
+        raise ValueError(f"{op}: argument 'kv_caches': expected {num_layers} layers x {tpl} tensors = "
+                         f"{num_layers * tpl} caches for {KVCacheFormat(fmt).name}, got {len(shapes)} tensors")
+    shapes = [tuple(int(d) for d in s) for s in shapes]
+    for i in range(tpl, len(shapes)):
+        if shapes[i] != shapes[i % tpl]:
+            raise ValueError(f"{op}: argument '{_name(fmt, i)}': expected shape {shapes[i % tpl]} (same as "
+                             f"'{_name(fmt, i % tpl)}': every layer has the same cache shape), got {shapes[i]}")
+    bnsd = cache_layout == "BNSD"
+    lay = "[2, num_blocks, num_kv_heads, block_size, head_size]" if bnsd else \
+        "[2, num_blocks, block_size, num_kv_heads, head_size]"
+    if fmt == KVCacheFormat.MERGED_KV:
+        s = shapes[0]
+        if len(s) != 5 or s[0] != 2:
+            raise ValueError(f"{op}: argument 'kv_caches[0]': expected a {cache_layout} MERGED_KV cache {lay}, "
+                             f"got shape {s}")
+        nb, bs, h, d = (s[1], s[3], s[2], s[4]) if bnsd else (s[1], s[2], s[3], s[4])
+        return [(nb, bs, h, d)] * 2
+    if fmt == KVCacheFormat.SEPARATE_KV:
+        k, v = shapes[0], shapes[1]
+        for c, s in enumerate((k, v)):
+            if len(s) != 4:
+                exp = "[num_blocks, num_kv_heads, block_size, head_size]" if bnsd else \
+                    "[num_blocks, block_size, num_kv_heads, head_size]"
+                raise ValueError(f"{op}: argument 'kv_caches[0][{c}]': expected a {cache_layout} cache {exp}, "
+                                 f"got shape {s}")
+        if v != k:
+            raise ValueError(f"{op}: argument 'kv_caches[0][1]': expected shape {k} (same as the key cache), got {v}")
+        nb, bs, h, d = (k[0], k[2], k[1], k[3]) if bnsd else k
+        return [(nb, bs, h, d)] * 2
+    planes = []
+    for c in range(tpl):
+        s = shapes[c]
+        if not (len(s) == 3 or (len(s) == 4 and s[2] == 1)):
+            raise ValueError(f"{op}: argument 'kv_caches[0][{c}]': expected a {KVCacheFormat(fmt).name} "
+                             f"{PLANE_NAMES[fmt][c]} [num_blocks, block_size, hidden] (or [num_blocks, block_size, "
+                             f"1, hidden]), got shape {s}")
+        planes.append((s[0], s[1], 1, s[-1]))
+        if (s[0], s[1]) != (planes[0][0], planes[0][1]):
+            raise ValueError(f"{op}: argument 'kv_caches[0][{c}]': expected num_blocks, block_size = "
+                             f"{planes[0][0]}, {planes[0][1]} (same as '{PLANE_NAMES[fmt][0]}'), got shape {s}")
+    return planes
+
+
+def check_kv_dtypes(op, fmt, cache_dtypes, others):
+    """All caches share one dtype from KV_DTYPES; ``others`` ({arg name: dtype}) must equal it."""
+    names = [dtype_name(d) for d in cache_dtypes]
+    first = names[0]
+    if first not in KV_DTYPES:
+        raise TypeError(f"{op}: argument '{_name(fmt, 0)}': expected dtype in {KV_DTYPES}, got {first}")
+    for i, d in enumerate(names):
+        if d != first:
+            raise TypeError(f"{op}: argument '{_name(fmt, i)}': expected dtype {first} (same as "
+                            f"'{_name(fmt, 0)}': every layer and plane has one dtype), got {d}")
+    for name, d in others.items():
+        d = dtype_name(d)
+        if d != first:
+            raise TypeError(f"{op}: argument '{name}': expected dtype {first} (the caches' dtype), got {d}")
+    return first
+
+
+def check_index(op, name, shape, dtype):
+    """A rank-1 int32/int64 index tensor; returns its length."""
+    d = dtype_name(dtype)
+    if d not in INDEX_DTYPES:
+        raise TypeError(f"{op}: argument '{name}': expected dtype in {INDEX_DTYPES}, got {d}")
+    if len(shape) != 1:
+        raise ValueError(f"{op}: argument '{name}': expected rank 1, got rank {len(shape)} (shape {tuple(shape)})")
+    return int(shape[0])

@@ -1,0 +1,278 @@
+"""multi_layer_block_transfer: whole blocks of every layer between the per-layer paged caches and
+token-major host blocks, in one call (block granularity, HeteroFusedKernels "pcieThrough" style).
+
+Op interface (what the cpu kernel implements today and an AscendC kernel implements later):
+
+- inputs, in order: ``block_ids`` int32/int64 ``[n]``; ``staging`` (optional, written; an empty ``[0]``
+  tensor when absent); ``host_blocks`` - a list input of one tensor per plane (written for
+  ``direction="d2h"``); ``kv_caches`` - a list input of ``num_layers * tensors_per_layer`` caches in
+  layer-major order (written for ``"h2d"``). AscendC: two ``ParamType(DYNAMIC)`` inputs and one
+  ``OPTIONAL``; MindSpore: the tensors as consecutive inputs of one primitive class, the two list
+  lengths per instance (``dyn_input_sizes`` ``[-1, -1, planes, n]``);
+- attrs: ``kv_format``, ``direction``, ``cache_layout``, ``num_layers``, ``aiv_num`` (0 = all cores);
+- output: the dummy int32 ``[1]`` status.
+
+See :mod:`ms_kvcache.ops._multi_layer` and docs/design.md ("Lists of tensors") for why the layers are
+a list input.
+"""
+import numpy as np
+import mindspore as ms
+from mindspore import Tensor
+from mindspore.ops.primitive import constexpr
+
+from ms_kvcache import _backend
+from ms_kvcache import _validate as V
+from ms_kvcache._custom import (_get_cache_prim, _run_in_jit, eager_launcher, empty_input, empty_input_graph,
+                                graph_backend, nosync_checker, prim_class)
+from ms_kvcache._formats import CACHE_LAYOUTS, KVCacheFormat
+from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, AttrSpec, OpSpec, TensorSpec, register
+from ms_kvcache.ops import _multi_layer as ML
+
+__all__ = ["multi_layer_block_transfer", "SPEC"]
+
+_OP = "multi_layer_block_transfer"
+
+
+def _guess_format(op, kv_format, num_host_planes, host_rank, cache_rank):
+    """kv_format given, or inferred from the structure: 3 host planes -> DSA_KV; host planes of rank 4
+    ([n, bs, L, hidden]) -> MLA_KV; rank 5 ([n, bs, L, H, D]) -> MERGED_KV when the caches are rank 5,
+    else SEPARATE_KV."""
+    if kv_format is not None:
+        return ML.format_code(op, kv_format)
+    if num_host_planes == 3:
+        return int(KVCacheFormat.DSA_KV)
+    if num_host_planes == 2 and host_rank == 4:
+        return int(KVCacheFormat.MLA_KV)
+    if num_host_planes == 2 and host_rank == 5:
+        return int(KVCacheFormat.MERGED_KV if cache_rank == 5 else KVCacheFormat.SEPARATE_KV)
+    raise ValueError(f"{op}: argument 'host_blocks': expected 2 planes [n, block_size, L, H, D] (K, V), "
+                     f"2 planes [n, block_size, L, hidden] (MLA) or 3 (DSA), got {num_host_planes} tensors of "
+                     f"rank {host_rank}; pass kv_format= to say which format")
+
+
+def _default_layout(fmt, cache_layout):
+    if cache_layout is not None:
+        return cache_layout
+    return "BSND" if fmt in (KVCacheFormat.MLA_KV, KVCacheFormat.DSA_KV) else "BNSD"
+
+
+def _host_plane_shape(fmt, n, plane, num_layers):
+    nb, bs, h, d = plane
+    if fmt in (KVCacheFormat.MERGED_KV, KVCacheFormat.SEPARATE_KV):
+        return (n, bs, num_layers, h, d)
+    return (n, bs, num_layers, h * d)
+
+
+def _check_shapes(attrs, ids_shape, staging_shape, host_shapes, cache_shapes, has_staging):
+    """Shape checks (eager and infer); returns (planes, n, staging elements needed per block)."""
+    fmt, layout, num_layers = attrs["kv_format"], attrs["cache_layout"], attrs["num_layers"]
+    planes_n = ML.planes_of(fmt)
+    if len(host_shapes) != planes_n:
+        raise ValueError(f"{_OP}: argument 'host_blocks': expected {planes_n} planes {ML.PLANE_NAMES[fmt]} for "
+                         f"{KVCacheFormat(fmt).name}, got {len(host_shapes)}")
+    planes = ML.cache_planes(_OP, fmt, layout, num_layers, cache_shapes)
+    if len(ids_shape) != 1:
+        raise ValueError(f"{_OP}: argument 'block_ids': expected rank 1, got shape {tuple(ids_shape)}")
+    n = int(ids_shape[0])
+    names = ML.PLANE_NAMES[fmt]
+    for p in range(planes_n):
+        expected = _host_plane_shape(fmt, n, planes[p], num_layers)
+        got = tuple(int(d) for d in host_shapes[p])
+        if got != expected:
+            layout_txt = "[n, block_size, num_layers, num_kv_heads, head_size]" if len(expected) == 5 else \
+                "[n, block_size, num_layers, hidden]"
+            raise ValueError(f"{_OP}: argument 'host_blocks[{p}]': expected the {names[p]} host blocks "
+                             f"{layout_txt} = {expected} (n = len(block_ids), geometry of the caches, "
+                             f"num_layers = {num_layers}), got {got}")
+    per_block = sum(bs * num_layers * h * d for (_, bs, h, d) in planes)
+    if has_staging:
+        size = _numel(staging_shape)
+        if size < per_block:
+            raise ValueError(f"{_OP}: argument 'staging': expected at least one block of every plane, "
+                             f"block_size * num_layers * sum(hidden) = {per_block} elements, got {size} "
+                             f"(shape {tuple(staging_shape)})")
+    return planes, n, per_block
+
+
+def _numel(shape):
+    return int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
+
+
+def _infer_shape(attrs, ids_shape, staging_shape, host_shapes, cache_shapes):
+    """Run in MindSpore's infer step: at graph compile time and at every ops.Custom PyNative call. An
+    empty staging tensor stands for "no staging" (the wrapper passes one when ``staging`` is None)."""
+    _check_shapes(attrs, ids_shape, staging_shape, host_shapes, cache_shapes, _numel(staging_shape) > 0)
+    return [1]
+
+
+def _infer_dtype(attrs, ids_dtype, staging_dtype, host_dtypes, cache_dtypes):
+    ML.check_index(_OP, "block_ids", (0,), ids_dtype)
+    others = {f"host_blocks[{p}]": d for p, d in enumerate(host_dtypes)}
+    others["staging"] = staging_dtype  # the empty stand-in has the caches' dtype
+    ML.check_kv_dtypes(_OP, attrs["kv_format"], cache_dtypes, others)
+    return ms.int32
+
+
+def _check_static(attr_values, shapes, dtypes, has_staging):
+    """Eager shape/dtype checks (memoised by the wrapper): shapes/dtypes of (block_ids, staging, host
+    planes, caches); returns what :func:`_check_shapes` returns."""
+    attrs = SPEC.attr_values(attr_values)
+    ids_d, st_d, host_d, cache_d = dtypes
+    _infer_dtype(attrs, ids_d, st_d if has_staging else cache_d[0], host_d, cache_d)
+    return _check_shapes(attrs, *shapes, has_staging)
+
+
+SPEC = register(OpSpec(
+    name=_OP,
+    op_type="MultiLayerBlockTransfer",
+    inputs=(
+        TensorSpec("block_ids", "S", (1,)),
+        TensorSpec("staging", "T", (1, 2, 3, 4, 5), inplace=True, optional=True),
+        TensorSpec("host_blocks", "T", (4, 5), dynamic=True, inplace_if=("direction", "d2h")),
+        TensorSpec("kv_caches", "T", (3, 4, 5), dynamic=True, inplace_if=("direction", "h2d")),
+    ),
+    dtype_groups={"T": KV_DTYPES, "S": INDEX_DTYPES},
+    attrs=(
+        AttrSpec("kv_format", "int", int(KVCacheFormat.MERGED_KV), tuple(int(f) for f in KVCacheFormat)),
+        AttrSpec("direction", "str", "h2d", ML.DIRECTIONS),
+        AttrSpec("cache_layout", "str", "BNSD", CACHE_LAYOUTS),
+        AttrSpec("num_layers", "int", 1),
+        AttrSpec("aiv_num", "int", 0),
+    ),
+    doc="Whole blocks of every layer between per-layer paged caches and token-major host blocks.",
+    extra={"infer_shape": _infer_shape, "infer_dtype": _infer_dtype},
+))
+
+
+_Prim = prim_class(SPEC)
+_STATIC = {}
+
+
+@constexpr
+def _graph_attrs(kv_format, direction, cache_layout, num_host_planes, host_rank, cache_rank, num_tensors):
+    """Compile-time checks of the graph branch; returns (kv_format value, num_layers, cache_layout)."""
+    ML.check_direction(_OP, direction)
+    fmt = _guess_format(_OP, kv_format, num_host_planes, host_rank, cache_rank)
+    cache_layout = _default_layout(fmt, cache_layout)
+    ML.check_layout(_OP, fmt, cache_layout)
+    if num_host_planes != ML.planes_of(fmt):
+        raise ValueError(f"{_OP}: argument 'host_blocks': expected {ML.planes_of(fmt)} planes "
+                         f"{ML.PLANE_NAMES[fmt]} for {KVCacheFormat(fmt).name}, got {num_host_planes}")
+    tpl = ML.tensors_per_layer(fmt)
+    if num_tensors % tpl:
+        raise ValueError(f"{_OP}: argument 'kv_caches': expected num_layers * {tpl} tensors for "
+                         f"{KVCacheFormat(fmt).name}, got {num_tensors}")
+    return fmt, num_tensors // tpl, cache_layout
+
+
+def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, staging=None, kv_format=None,
+                               cache_layout=None):
+    """Move whole blocks of every layer between the paged caches and host blocks, in one call.
+
+    ``direction="h2d"`` copies host block ``i`` into device block ``block_ids[i]`` of every layer (load);
+    ``"d2h"`` copies device block ``block_ids[i]`` of every layer into host block ``i`` (offload). Host
+    blocks are token-major, one contiguous piece per block and plane, as offload stores keep them
+    (HeteroFusedKernels' pcieThrough layout, extended to many blocks and both directions).
+
+    Args:
+        kv_caches (sequence): one entry per layer, as in :func:`multi_layer_kv_transfer` (MERGED_KV
+            tensor, ``(key_cache, value_cache)``, MLA ``(kv_c_cache, k_pe_cache)``, DSA adds
+            ``indexer_k_cache``), or the flat layer-major sequence. Device caches per layer are BNSD
+            ``[num_blocks, H, block_size, D]`` by default or BSND ``[num_blocks, block_size, H, D]``
+            (``cache_layout``); MLA/DSA planes ``[num_blocks, block_size, hidden]``. Written for ``"h2d"``.
+        host_blocks (sequence of Tensor): one tensor per plane - ``(key_blocks, value_blocks)`` for
+            MERGED/SEPARATE, each ``[n, block_size, L, H, D]``; ``(kv_c_blocks [n, block_size, L,
+            kv_lora_rank], k_pe_blocks [n, block_size, L, rope_dim])`` for MLA, plus ``indexer_blocks
+            [n, block_size, L, index_head_dim]`` for DSA. Same dtype as the caches; contiguous; written
+            for ``"d2h"`` (a buffer from :func:`ms_kvcache.alloc_host_buffer` is the usual choice).
+        block_ids (Tensor): int64 (or int32) ``[n]``, device block of each host block; n may be large.
+        direction (str): keyword-only, ``"h2d"`` or ``"d2h"``.
+        staging (Tensor, optional): a device buffer of the caches' dtype with at least
+            ``block_size * L * sum(hidden)`` elements (one block of every plane). When given, host blocks
+            go through it: on Ascend one DMA per chunk of ``staging.size // that`` blocks, then the
+            scatter/gather on device ("fused memcpy"); without it the kernel reads/writes host memory
+            directly (zero-copy). Both give identical results on every backend (the cpu backend stages
+            through the given buffer).
+        kv_format (KVCacheFormat | int | str, optional): inferred when None: 3 host planes -> DSA_KV,
+            rank-4 host planes -> MLA_KV, rank-5 host planes -> MERGED_KV if the caches are rank 5 else
+            SEPARATE_KV.
+        cache_layout (str, optional): ``"BNSD"`` (the default for MERGED/SEPARATE, as pcieThrough) or
+            ``"BSND"``; MLA/DSA caches have no head axis and only take ``"BSND"`` (their default).
+
+    Returns:
+        None. Host blocks (d2h) or caches (h2d) are written in place, without copies, in PyNative,
+        GRAPH_MODE and ``@ms.jit``, ordered against other reads/writes of the same Parameters.
+
+    Raises:
+        TypeError: non-Tensor arguments; dtypes differing between layers, planes, host blocks and staging;
+            block_ids not int32/int64.
+        ValueError: unknown ``direction``/``kv_format``/``cache_layout``; shapes differing between layers;
+            host blocks whose shape does not match (``n``, block_size, layer count, heads, head size);
+            a staging buffer smaller than one block; a block id outside ``[0, num_blocks)`` or (h2d) a
+            repeated id (PyNative only: in graph mode such ids are skipped by h2d and give zero host
+            blocks in d2h, never a write outside a cache); a non-contiguous tensor that would be written, or
+            (without the PyNative fast path, where ops.Custom would write into a copy) a view.
+    """
+    if _run_in_jit():  # @jit.cond: True
+        flat = ML.flatten_graph(kv_caches)
+        host = tuple(host_blocks)
+        fmt, num_layers, layout = _graph_attrs(kv_format, direction, cache_layout, len(host), len(host[0].shape),
+                                               len(flat[0].shape), len(flat))
+        prim = _get_cache_prim(_Prim)(graph_backend(), (len(host), len(flat)), fmt, direction, layout, num_layers, 0)
+        if staging is None:
+            prim(block_ids, empty_input_graph(flat[0].dtype), *host, *flat)
+        else:
+            prim(block_ids, staging, *host, *flat)
+    else:
+        op = _OP
+        V.require_tensor(op, "block_ids", block_ids)
+        V.require_tensor(op, "staging", staging, optional=True)
+        ML.check_direction(op, direction)
+        if not isinstance(host_blocks, (tuple, list)) or not host_blocks:
+            raise TypeError(f"{op}: argument 'host_blocks': expected a tuple of per-plane Tensors, "
+                            f"got {type(host_blocks).__name__}")
+        for p, x in enumerate(host_blocks):
+            if not isinstance(x, Tensor):
+                raise TypeError(f"{op}: argument 'host_blocks[{p}]': expected a Tensor, got {type(x).__name__}")
+        if not isinstance(kv_caches, (tuple, list)) or not kv_caches:
+            raise TypeError(f"{op}: argument 'kv_caches': expected a non-empty list/tuple with one entry per "
+                            f"layer, got {type(kv_caches).__name__}")
+        first = kv_caches[0][0] if isinstance(kv_caches[0], (tuple, list)) and kv_caches[0] else kv_caches[0]
+        fmt = _guess_format(op, kv_format, len(host_blocks), len(host_blocks[0].shape),
+                            len(first.shape) if isinstance(first, Tensor) else -1)
+        cache_layout = _default_layout(fmt, cache_layout)
+        ML.check_layout(op, fmt, cache_layout)
+        if len(host_blocks) != ML.planes_of(fmt):
+            raise ValueError(f"{op}: argument 'host_blocks': expected {ML.planes_of(fmt)} planes "
+                             f"{ML.PLANE_NAMES[fmt]} for {KVCacheFormat(fmt).name}, got {len(host_blocks)}")
+        flat, num_layers = ML.flatten_eager(op, kv_caches, fmt)
+        host = tuple(host_blocks)
+        staged = staging is not None
+        attr_values = (fmt, direction, cache_layout, num_layers, 0)
+        planes, n, _ = V.cached_static(_STATIC, _check_static, (
+            attr_values,
+            (block_ids.shape, staging.shape if staged else (0,), tuple(x.shape for x in host),
+             tuple(x.shape for x in flat)),
+            (block_ids.dtype, staging.dtype if staged else None, tuple(x.dtype for x in host),
+             tuple(x.dtype for x in flat)),
+            staged))
+        if direction == "d2h":
+            written = [(f"host_blocks[{p}]", x) for p, x in enumerate(host)]
+        else:
+            written = [(f"kv_caches (tensor {i} in layer-major order)", x) for i, x in enumerate(flat)]
+        if staged:
+            written.append(("staging", staging))
+        for name, x in written:
+            V.require_contiguous(op, name, x)
+        if n == 0:
+            return None
+        backend = _backend.get_backend()
+        nosync = nosync_checker(backend)
+        if nosync is None:  # ops.Custom path: it would write into a copy of a view
+            for name, x in written:
+                V.require_not_view(op, name, x)
+        V.check_block_id_tensor(op, "block_ids", block_ids, planes[0][0], distinct=(direction == "h2d"),
+                                nosync=nosync)
+        eager_launcher(SPEC, backend, attr_values, (len(host), len(flat)))(
+            V.contiguous_input(block_ids), staging if staged else empty_input(flat[0].dtype), *host, *flat)
+    return None

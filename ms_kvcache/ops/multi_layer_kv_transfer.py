@@ -1,0 +1,263 @@
+"""multi_layer_kv_transfer: every layer's K/V rows of T tokens between the paged caches and one
+contiguous buffer, in one call (token granularity, LMCache "KV_2LTD" style).
+
+Op interface (what the cpu kernel implements today and an AscendC kernel implements later):
+
+- inputs, in order: ``buffer`` (written for ``direction="d2h"``), ``slot_mapping`` int32/int64
+  ``[T]``, ``kv_caches`` - a list input (``TensorSpec(dynamic=True)``; AscendC ``ParamType(DYNAMIC)``,
+  aclnn ``aclTensorList``) of ``num_layers * tensors_per_layer`` caches in layer-major order (written
+  for ``"h2d"``); the primitive gets its length per instance (``dyn_input_sizes`` ``[-1, -1, n]``);
+- attrs: ``kv_format`` (KVCacheFormat value), ``direction``, ``cache_layout``, ``num_layers``,
+  ``aiv_num`` (cap on cores / threads; 0 = all);
+- output: the dummy int32 ``[1]`` status of every in-place op.
+
+Why a list input rather than a table of per-layer base addresses: see :mod:`ms_kvcache.ops._multi_layer`
+and docs/design.md ("Lists of tensors").
+"""
+import operator
+
+import mindspore as ms
+from mindspore.ops.primitive import constexpr
+
+from ms_kvcache import _backend
+from ms_kvcache import _validate as V
+from ms_kvcache._custom import (_get_cache_prim, _run_in_jit, eager_launcher, graph_backend, nosync_checker,
+                                prim_class)
+from ms_kvcache._formats import CACHE_LAYOUTS, KVCacheFormat
+from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, AttrSpec, OpSpec, TensorSpec, register
+from ms_kvcache.ops import _multi_layer as ML
+
+__all__ = ["multi_layer_kv_transfer", "transfer_buffer_shape", "SPEC"]
+
+_OP = "multi_layer_kv_transfer"
+
+
+def _hidden_sizes(op, fmt, hidden_sizes):
+    """Per-plane row sizes (elements) from ``hidden_sizes`` as given to transfer_buffer_shape."""
+    planes = ML.planes_of(fmt)
+    name = KVCacheFormat(fmt).name
+    if fmt in (KVCacheFormat.MERGED_KV, KVCacheFormat.SEPARATE_KV):
+        if isinstance(hidden_sizes, (tuple, list)):
+            vals = list(hidden_sizes)
+            if len(vals) not in (1, 2) or len(set(vals)) != 1:
+                raise ValueError(f"{op}: argument 'hidden_sizes': expected num_kv_heads * head_size (an int, or "
+                                 f"K and V sizes that are equal) for {name}, got {hidden_sizes!r}")
+            vals = vals[:1] * 2
+        else:
+            vals = [hidden_sizes] * 2
+    else:
+        if not isinstance(hidden_sizes, (tuple, list)) or len(hidden_sizes) != planes:
+            exp = "(kv_lora_rank, rope_dim), e.g. (512, 64)" if planes == 2 else \
+                "(kv_lora_rank, rope_dim, index_head_dim), e.g. (512, 64, 128)"
+            raise ValueError(f"{op}: argument 'hidden_sizes': expected {exp} for {name}, got {hidden_sizes!r}")
+        vals = list(hidden_sizes)
+    out = []
+    for v in vals:
+        try:
+            iv = operator.index(v)
+        except TypeError:
+            iv = None
+        if iv is None or isinstance(v, bool) or iv <= 0:
+            raise ValueError(f"{op}: argument 'hidden_sizes': expected positive ints, got {hidden_sizes!r}")
+        out.append(iv)
+    return out
+
+
+def _count(op, name, value, minimum):
+    try:
+        iv = operator.index(value)
+    except TypeError:
+        iv = None
+    if iv is None or isinstance(value, bool) or iv < minimum:
+        raise ValueError(f"{op}: argument '{name}': expected an int >= {minimum}, got {value!r}")
+    return iv
+
+
+def _buffer_shape(fmt, num_layers, num_tokens, hidden):
+    if fmt in (KVCacheFormat.MERGED_KV, KVCacheFormat.SEPARATE_KV):
+        return (2, num_layers, num_tokens, hidden[0])
+    return (num_layers * num_tokens * sum(hidden),)
+
+
+def transfer_buffer_shape(kv_format, num_layers, num_tokens, hidden_sizes):
+    """Shape of the contiguous buffer of :func:`multi_layer_kv_transfer`.
+
+    Args:
+        kv_format (KVCacheFormat | int | str): the cache format.
+        num_layers (int): L >= 1.
+        num_tokens (int): T >= 0 (``len(slot_mapping)``).
+        hidden_sizes: elements of one token row of one layer, per plane. MERGED_KV / SEPARATE_KV:
+            ``num_kv_heads * head_size`` (an int; a pair of equal ints is accepted). MLA_KV:
+            ``(kv_lora_rank, rope_dim)``, e.g. ``(512, 64)``. DSA_KV: ``(kv_lora_rank, rope_dim,
+            index_head_dim)``, e.g. ``(512, 64, 128)``.
+
+    Returns:
+        tuple: ``(2, L, T, H*D)`` for MERGED/SEPARATE (plane, layer, token, hidden); for MLA/DSA the
+        planes ``[L, T, hidden_p]`` are stored one after another, plane-major, in a 1-D buffer of
+        ``L * T * sum(hidden_sizes)`` elements.
+
+    Raises:
+        ValueError: unknown ``kv_format``, non-positive sizes, or ``hidden_sizes`` of the wrong form.
+    """
+    op = "transfer_buffer_shape"
+    fmt = ML.format_code(op, kv_format)
+    num_layers = _count(op, "num_layers", num_layers, 1)
+    num_tokens = _count(op, "num_tokens", num_tokens, 0)
+    return _buffer_shape(fmt, num_layers, num_tokens, _hidden_sizes(op, fmt, hidden_sizes))
+
+
+# ---------------------------------------------------------------------------------------------- checks
+def _check_shapes(attrs, buffer_shape, slot_shape, cache_shapes):
+    """Shape checks (eager and infer); returns the per-plane (num_blocks, block_size, H, D)."""
+    fmt, layout, num_layers = attrs["kv_format"], attrs["cache_layout"], attrs["num_layers"]
+    planes = ML.cache_planes(_OP, fmt, layout, num_layers, cache_shapes)
+    if len(slot_shape) != 1:
+        raise ValueError(f"{_OP}: argument 'slot_mapping': expected rank 1, got shape {tuple(slot_shape)}")
+    num_tokens = int(slot_shape[0])
+    hidden = [h * d for (_, _, h, d) in planes]
+    expected = _buffer_shape(fmt, num_layers, num_tokens, hidden)
+    if tuple(int(d) for d in buffer_shape) != expected:
+        raise ValueError(f"{_OP}: argument 'buffer': expected shape {expected} (transfer_buffer_shape("
+                         f"{KVCacheFormat(fmt).name}, num_layers={num_layers}, num_tokens={num_tokens}, "
+                         f"hidden_sizes={hidden})), got {tuple(buffer_shape)}")
+    return planes
+
+
+def _infer_shape(attrs, buffer_shape, slot_shape, cache_shapes):
+    """Run in MindSpore's infer step: at graph compile time and at every ops.Custom PyNative call."""
+    _check_shapes(attrs, buffer_shape, slot_shape, cache_shapes)
+    return [1]
+
+
+def _infer_dtype(attrs, buffer_dtype, slot_dtype, cache_dtypes):
+    ML.check_index(_OP, "slot_mapping", (0,), slot_dtype)
+    ML.check_kv_dtypes(_OP, attrs["kv_format"], cache_dtypes, {"buffer": buffer_dtype})
+    return ms.int32
+
+
+def _check_static(attr_values, buffer_shape, buffer_dtype, slot_shape, slot_dtype, cache_shapes, cache_dtypes):
+    """Eager shape/dtype checks (memoised by the wrapper); returns the per-plane geometry."""
+    attrs = SPEC.attr_values(attr_values)
+    _infer_dtype(attrs, buffer_dtype, slot_dtype, cache_dtypes)
+    return _check_shapes(attrs, buffer_shape, slot_shape, cache_shapes)
+
+
+SPEC = register(OpSpec(
+    name=_OP,
+    op_type="MultiLayerKvTransfer",
+    inputs=(
+        TensorSpec("buffer", "T", (1, 4), inplace_if=("direction", "d2h")),
+        TensorSpec("slot_mapping", "S", (1,)),
+        TensorSpec("kv_caches", "T", (3, 4, 5), dynamic=True, inplace_if=("direction", "h2d")),
+    ),
+    dtype_groups={"T": KV_DTYPES, "S": INDEX_DTYPES},
+    attrs=(
+        AttrSpec("kv_format", "int", int(KVCacheFormat.MERGED_KV), tuple(int(f) for f in KVCacheFormat)),
+        AttrSpec("direction", "str", "d2h", ML.DIRECTIONS),
+        AttrSpec("cache_layout", "str", "BSND", CACHE_LAYOUTS),
+        AttrSpec("num_layers", "int", 1),
+        AttrSpec("aiv_num", "int", 0),
+    ),
+    doc="All layers' K/V rows of T tokens between paged caches and one contiguous buffer.",
+    extra={"infer_shape": _infer_shape, "infer_dtype": _infer_dtype},
+))
+
+_Prim = prim_class(SPEC)
+_STATIC = {}
+
+
+@constexpr
+def _graph_attrs(kv_format, direction, cache_layout, num_tensors):
+    """Compile-time checks of the graph branch; returns (kv_format value, num_layers)."""
+    fmt = ML.format_code(_OP, kv_format)
+    ML.check_direction(_OP, direction)
+    ML.check_layout(_OP, fmt, cache_layout)
+    tpl = ML.tensors_per_layer(fmt)
+    if num_tensors % tpl:
+        raise ValueError(f"{_OP}: argument 'kv_caches': expected num_layers * {tpl} tensors for "
+                         f"{KVCacheFormat(fmt).name}, got {num_tensors}")
+    return fmt, num_tensors // tpl
+
+
+def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direction, cache_layout="BSND"):
+    """Move the K/V rows of T tokens of every layer between the paged caches and one buffer, in one call.
+
+    ``direction="d2h"`` gathers cache rows into ``buffer`` (offload); ``"h2d"`` scatters ``buffer`` rows
+    into the caches (load). Follows LMCache's multi-layer KV transfer ("KV_2LTD" buffer, one launch for
+    all layers) with vLLM's slot convention (``slot = block * block_size + offset``, ``slot < 0`` skips).
+
+    Args:
+        buffer (Tensor): shape ``transfer_buffer_shape(kv_format, L, T, hidden_sizes)``: ``[2, L, T, H*D]``
+            for MERGED_KV / SEPARATE_KV (plane, layer, token, row); for MLA_KV / DSA_KV a 1-D buffer
+            holding the planes ``[L, T, hidden_p]`` one after another (kv_c, then k_pe, then the DSA
+            indexer keys). Same dtype as the caches; contiguous. Written in place for ``"d2h"``; a host
+            buffer from :func:`ms_kvcache.alloc_host_buffer` is the usual choice.
+        kv_caches (sequence): one entry per layer (L >= 1), every layer of the same shapes and dtype:
+
+            - MERGED_KV: the layer's ``[2, num_blocks, block_size, H, D]`` tensor (BSND) or
+              ``[2, num_blocks, H, block_size, D]`` (BNSD);
+            - SEPARATE_KV: ``(key_cache, value_cache)``, each ``[num_blocks, block_size, H, D]`` (BSND) or
+              ``[num_blocks, H, block_size, D]`` (BNSD);
+            - MLA_KV: ``(kv_c_cache [nb, bs, kv_lora_rank], k_pe_cache [nb, bs, rope_dim])``;
+            - DSA_KV: MLA's planes plus ``indexer_k_cache [nb, bs, index_head_dim]``
+              (MLA/DSA planes may also be ``[nb, bs, 1, hidden]``).
+
+            A flat sequence of ``L * planes`` tensors in the same layer-major order
+            (``k0, v0, k1, v1, ...``; e.g. one ``ParameterTuple``) is accepted too and compiles fastest in
+            graph mode. dtype float16, bfloat16, float32 or int8; contiguous; written in place for ``"h2d"``.
+        slot_mapping (Tensor): int32/int64 ``[T]``: token ``t`` is cache row ``slot_mapping[t]``.
+            ``slot < 0``: d2h writes a zero row to the buffer, h2d skips the token.
+        kv_format (KVCacheFormat | int | str): keyword-only.
+        direction (str): keyword-only, ``"d2h"`` (caches -> buffer) or ``"h2d"`` (buffer -> caches).
+        cache_layout (str): ``"BSND"`` (default) or ``"BNSD"`` (MERGED/SEPARATE only).
+
+    Returns:
+        None. The buffer (d2h) or the caches (h2d) are written in place, without copies, in PyNative,
+        GRAPH_MODE and ``@ms.jit``; in a graph the transfer is ordered after earlier and before later
+        reads/writes of the same Parameters.
+
+    Raises:
+        TypeError: non-Tensor arguments; dtypes differing between layers, planes and the buffer;
+            unsupported dtypes (slot_mapping must be int32/int64).
+        ValueError: unknown ``kv_format``, ``direction`` or ``cache_layout``; a layer entry of the wrong
+            arity; shapes differing between layers; a buffer whose shape is not
+            ``transfer_buffer_shape(...)`` (this also catches a layer-count mismatch); a slot
+            ``>= num_blocks * block_size``, or (h2d) a repeated non-negative slot (PyNative only: graph
+            mode skips out-of-range slots and never writes outside a cache); a non-contiguous tensor
+            that would be written, or (without the PyNative fast path, where ops.Custom would write
+            into a copy) a view.
+    """
+    if _run_in_jit():  # @jit.cond: True
+        flat = ML.flatten_graph(kv_caches)
+        fmt, num_layers = _graph_attrs(kv_format, direction, cache_layout, len(flat))
+        _get_cache_prim(_Prim)(graph_backend(), (len(flat),), fmt, direction, cache_layout, num_layers, 0)(
+            buffer, slot_mapping, *flat)
+    else:
+        op = _OP
+        V.require_tensor(op, "buffer", buffer)
+        V.require_tensor(op, "slot_mapping", slot_mapping)
+        fmt = ML.format_code(op, kv_format)
+        ML.check_direction(op, direction)
+        ML.check_layout(op, fmt, cache_layout)
+        flat, num_layers = ML.flatten_eager(op, kv_caches, fmt)
+        attr_values = (fmt, direction, cache_layout, num_layers, 0)
+        planes = V.cached_static(_STATIC, _check_static, (
+            attr_values, buffer.shape, buffer.dtype, slot_mapping.shape, slot_mapping.dtype,
+            tuple(x.shape for x in flat), tuple(x.dtype for x in flat)))
+        if direction == "d2h":
+            written = (("buffer", buffer),)
+        else:
+            written = tuple((f"kv_caches (tensor {i} in layer-major order)", x) for i, x in enumerate(flat))
+        for name, x in written:
+            V.require_contiguous(op, name, x)
+        if slot_mapping.shape[0] == 0:
+            return None
+        backend = _backend.get_backend()
+        nosync = nosync_checker(backend)
+        if nosync is None:  # ops.Custom path: it would write into a copy of a view
+            for name, x in written:
+                V.require_not_view(op, name, x)
+        nb, bs = planes[0][0], planes[0][1]
+        V.check_slot_tensor(op, "slot_mapping", slot_mapping, nb * bs, nosync, allow_duplicates=(direction == "d2h"))
+        eager_launcher(SPEC, backend, attr_values, (len(flat),))(buffer, V.contiguous_input(slot_mapping), *flat)
+    return None

@@ -1,0 +1,195 @@
+"""alloc_host_buffer: page-aligned, NUMA-bound, pinned host memory as a zero-copy MindSpore Tensor."""
+import ctypes
+import gc
+import mmap
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import mindspore as ms
+from mindspore import Parameter, Tensor, nn
+
+import ms_kvcache as mk
+from ms_kvcache import _cpu, _host_memory
+from conftest import NP_DTYPES, assert_bits_equal, ms_mode, random_array, to_np
+
+PAGE = mmap.PAGESIZE
+
+
+def alias(t, np_dtype):
+    """A numpy array over the Tensor's memory (independent of the allocator's own array)."""
+    n = int(np.prod(t.shape)) * np.dtype(np_dtype).itemsize
+    raw = (ctypes.c_uint8 * n).from_address(t.data_ptr())
+    return np.frombuffer(raw, dtype=np.uint8).view(np_dtype).reshape(t.shape)
+
+
+def vm_locked_kib():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmLck:"):
+                return int(line.split()[1])
+    return None
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "int8", "int32", "int64"])
+def test_shape_dtype_alignment_node(dtype):
+    t = mk.alloc_host_buffer((3, 1000), getattr(ms, dtype))
+    assert tuple(t.shape) == (3, 1000) and t.dtype == getattr(ms, dtype)
+    assert t.data_ptr() % PAGE == 0
+    assert _cpu.host_node_of(t.data_ptr()) == 0  # this machine: one node, node 0
+    assert not np.any(to_np(t).astype(np.float64))
+
+
+def test_dtype_spellings_and_explicit_node():
+    for d in ("bfloat16", np.float16, np.dtype("int8"), ms.float32):
+        t = mk.alloc_host_buffer(16, d, numa_node=0)
+        assert t.shape == (16,)
+    assert mk.alloc_host_buffer((0, 8), "float32").shape == (0, 8)
+
+
+def test_pinned_memory_is_locked_and_released():
+    base_live = _cpu.host_live()
+    before = vm_locked_kib()
+    t = mk.alloc_host_buffer((1 << 20,), "int8")  # 1 MiB, under the default 8 MiB memlock limit
+    assert vm_locked_kib() - before >= 1024
+    assert _cpu.host_live()["bytes"] == base_live["bytes"] + (1 << 20)
+    view = t[16:]  # a view keeps the memory alive
+    del t
+    gc.collect()
+    assert _cpu.host_live()["bytes"] == base_live["bytes"] + (1 << 20)
+    del view
+    gc.collect()
+    assert _cpu.host_live() == base_live
+    assert vm_locked_kib() == before
+
+
+def test_unpinned_is_not_locked():
+    before = vm_locked_kib()
+    t = mk.alloc_host_buffer((4 << 20,), "int8", pinned=False)
+    assert vm_locked_kib() == before
+    assert t.data_ptr() % PAGE == 0
+    del t
+
+
+def test_zero_copy_both_ways_and_kernel_writes_visible():
+    t = mk.alloc_host_buffer((2, 1, 4, 32), ms.bfloat16)
+    view = alias(t, NP_DTYPES["bfloat16"])
+    view[0, 0, 1, 3] = 2.5
+    assert float(to_np(t)[0, 0, 1, 3]) == 2.5  # numpy write -> Tensor
+    rng = np.random.default_rng(3)
+    k = random_array(rng, (2, 4, 2, 16), "bfloat16")
+    v = random_array(rng, (2, 4, 2, 16), "bfloat16")
+    caches = [(Tensor(k.astype(np.float32), ms.bfloat16), Tensor(v.astype(np.float32), ms.bfloat16))]
+    slots = np.array([7, 0, -1, 2])
+    mk.multi_layer_kv_transfer(t, caches, Tensor(slots), kv_format=mk.KVCacheFormat.SEPARATE_KV, direction="d2h")
+    mk.synchronize()  # PyNative launches are asynchronous; we read through another alias
+    expected = np.zeros((2, 1, 4, 32), NP_DTYPES["bfloat16"])
+    for i, s in enumerate(slots):
+        if s >= 0:
+            expected[0, 0, i] = k.reshape(8, 32)[s]
+            expected[1, 0, i] = v.reshape(8, 32)[s]
+    assert_bits_equal(view, expected, "kernel write seen through the numpy alias")
+    assert_bits_equal(to_np(t), expected, "and through the Tensor")
+
+
+class Offload(nn.Cell):
+    def __init__(self, k, v):
+        super().__init__()
+        self.k, self.v = Parameter(k, name="k"), Parameter(v, name="v")
+
+    def construct(self, buf, slots):
+        mk.multi_layer_kv_transfer(buf, ((self.k, self.v),), slots, kv_format=2, direction="d2h")
+        return slots
+
+
+class OffloadIntoParam(Offload):
+    def __init__(self, k, v, host):
+        super().__init__(k, v)
+        self.host = Parameter(Tensor(np.zeros(host.shape, np.float32)), name="host")
+        self.host.set_data(host)  # set_data keeps the address; Parameter(host) would copy
+
+    def construct(self, slots):
+        mk.multi_layer_kv_transfer(self.host, ((self.k, self.v),), slots, kv_format=2, direction="d2h")
+        return slots
+
+
+@pytest.mark.parametrize("mode", ["graph", "jit"])
+def test_graph_mode_writes_land_in_host_memory(mode):
+    rng = np.random.default_rng(5)
+    k, v = (rng.standard_normal((2, 4, 1, 8)).astype(np.float32) for _ in range(2))
+    slots = np.array([5, 1, 6])
+    expected = np.stack([k.reshape(8, 8)[slots], v.reshape(8, 8)[slots]])[:, None]
+    with ms_mode(mode):
+        host = mk.alloc_host_buffer((2, 1, 3, 8), "float32")
+        view = alias(host, np.float32)
+        net = Offload(Tensor(k), Tensor(v))
+        if mode == "jit":
+            net.construct = ms.jit(net.construct)
+        net(host, Tensor(slots))
+        mk.synchronize()
+        assert_bits_equal(view, expected, "graph input host buffer")
+        host2 = mk.alloc_host_buffer((2, 1, 3, 8), "float32")
+        view2 = alias(host2, np.float32)
+        net2 = OffloadIntoParam(Tensor(k), Tensor(v), host2)
+        assert net2.host.data_ptr() == host2.data_ptr()
+        if mode == "jit":
+            net2.construct = ms.jit(net2.construct)
+        net2(Tensor(slots))
+        mk.synchronize()
+        assert_bits_equal(view2, expected, "Parameter.set_data(host buffer)")
+
+
+def test_parameter_constructor_copies():
+    """Documented behaviour: Parameter(host_tensor) copies (so pass buffers as arguments or set_data)."""
+    host = mk.alloc_host_buffer((64,), "float32")
+    p = Parameter(host, name="p")
+    assert p.data_ptr() != host.data_ptr()
+
+
+@pytest.mark.parametrize("kw,exc,match", [
+    (dict(shape=(-1, 4), dtype="float16"), ValueError, "argument 'shape'"),
+    (dict(shape="abc", dtype="float16"), TypeError, "argument 'shape'"),
+    (dict(shape=(4,), dtype="complex64"), TypeError, "argument 'dtype'"),
+    (dict(shape=(4,), dtype="float16", numa_node=999), ValueError, "argument 'numa_node'"),
+    (dict(shape=(4,), dtype="float16", numa_node="0"), ValueError, "argument 'numa_node'"),
+])
+def test_bad_arguments(kw, exc, match):
+    with pytest.raises(exc, match=match):
+        mk.alloc_host_buffer(**kw)
+
+
+def test_pin_failure_reports_memlock_limit():
+    """In a child process limited to 64 KiB of locked memory (and, when root, without CAP_IPC_LOCK), pinning
+    1 MiB fails with the limit in the message; pinned=False still works."""
+    code = textwrap.dedent("""
+        import os, resource
+        os.environ["GLOG_v"] = "3"
+        import ms_kvcache as mk
+        resource.setrlimit(resource.RLIMIT_MEMLOCK, (65536, 65536))
+        if os.geteuid() == 0:
+            os.setgid(65534); os.setuid(65534)   # drops CAP_IPC_LOCK
+        try:
+            mk.alloc_host_buffer((1 << 20,), "int8")
+            print("PINNED")
+        except OSError as e:
+            print("ERR", e)
+        t = mk.alloc_host_buffer((1 << 20,), "int8", pinned=False)
+        print("UNPINNED", t.shape)
+    """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    lines = [l for l in out.stdout.splitlines() if l.startswith(("ERR", "PINNED", "UNPINNED"))]
+    assert lines and lines[0].startswith("ERR"), out.stdout + out.stderr[-2000:]
+    assert "RLIMIT_MEMLOCK soft=65536 bytes" in lines[0] and "pinned=False" in lines[0], lines[0]
+    assert lines[1] == "UNPINNED (1048576,)", lines
+
+
+def test_ascend_hooks_without_cann():
+    with pytest.raises(RuntimeError, match="libascendcl.so"):
+        _host_memory.ascend_host_register(0x1000, 4096)
+    assert _host_memory.ascend_device_numa_node(0) == 0
+    _host_memory.ascend_host_unregister(0x1000)  # never registered: a no-op
