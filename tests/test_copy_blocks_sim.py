@@ -32,11 +32,17 @@ def _run_and_check(kcs, vcs, bm, soc="Ascend910B1", all_orders=False):
     return st
 
 
+@pytest.mark.parametrize("soc", SOCS)
 @pytest.mark.parametrize("dtype", KV_DTYPES)
 @pytest.mark.parametrize("idtype", INDEX_DTYPES)
-def test_dtype_index_dtype(dtype, idtype):
+def test_dtype_index_dtype(dtype, idtype, soc):
+    """The full product op x dtype x index dtype x SoC (bfloat16 on Ascend310P: a tiling error)."""
     rng = np.random.default_rng(stable_seed(dtype, idtype, 3))
-    st = _run_and_check(*_case(rng, 2, 9, (16, 2, 32), dtype, idtype))
+    kcs, vcs, bm = _case(rng, 2, 9, (16, 2, 32), dtype, idtype)
+    if soc == "Ascend310P3" and dtype == "bfloat16":
+        expect_tiling_error(OP, [kcs, vcs, bm, status()], None, soc, "bfloat16", "Ascend310P")
+        return
+    st = _run_and_check(kcs, vcs, bm, soc)
     assert st["tiling_key"] == 100 * (1 + KV_DTYPES.index(dtype)) + 10 * INDEX_DTYPES.index(idtype)
 
 

@@ -26,12 +26,18 @@ def _run_and_check(key, value, kv, slots, layout, soc="Ascend910B1", all_orders=
     return st
 
 
+@pytest.mark.parametrize("soc", SOCS)
 @pytest.mark.parametrize("layout", ["BSND", "BNSD"])
 @pytest.mark.parametrize("dtype", KV_DTYPES)
 @pytest.mark.parametrize("sdtype", INDEX_DTYPES)
-def test_dtype_layout_slot_dtype(dtype, layout, sdtype):
+def test_dtype_layout_slot_dtype(dtype, layout, sdtype, soc):
+    """The full product op x dtype x layout x slot dtype x SoC (bfloat16 on Ascend310P: a tiling error)."""
     rng = np.random.default_rng(stable_seed(dtype, layout, sdtype, 1))
-    _run_and_check(*_case(rng, 48, 2, 64, layout, dtype, sdtype), layout)
+    args = _case(rng, 48, 2, 64, layout, dtype, sdtype)
+    if soc == "Ascend310P3" and dtype == "bfloat16":
+        expect_tiling_error(OP, [*args, status()], {"cache_layout": layout}, soc, "bfloat16", "Ascend310P")
+        return
+    _run_and_check(*args, layout, soc)
 
 
 @pytest.mark.parametrize("soc", SOCS)

@@ -39,12 +39,18 @@ def _min_gm_bytes(key, slots, num_slots, H, D, planes=2):
     return 2 * planes * valid * H * D * key.dtype.itemsize + slots.nbytes
 
 
+@pytest.mark.parametrize("soc", SOCS)
 @pytest.mark.parametrize("layout", ["BSND", "BNSD"])
 @pytest.mark.parametrize("dtype", KV_DTYPES)
 @pytest.mark.parametrize("sdtype", INDEX_DTYPES)
-def test_dtype_layout_slot_dtype(dtype, layout, sdtype):
+def test_dtype_layout_slot_dtype(dtype, layout, sdtype, soc):
+    """The full product op x dtype x layout x slot dtype x SoC (bfloat16 on Ascend310P: a tiling error)."""
     rng = np.random.default_rng(stable_seed(dtype, layout, sdtype))
-    st = _run_and_check(*_case(rng, 49, 4, 32, layout, dtype, sdtype), layout)
+    args = _case(rng, 49, 4, 32, layout, dtype, sdtype)
+    if soc == "Ascend310P3" and dtype == "bfloat16":
+        expect_tiling_error(OP, [*args, status()], {"cache_layout": layout}, soc, "bfloat16", "Ascend310P")
+        return
+    st = _run_and_check(*args, layout, soc)
     assert st["tiling_key"] == ({"BSND": 0, "BNSD": 1000}[layout] + 100 * (1 + KV_DTYPES.index(dtype))
                                 + 10 * INDEX_DTYPES.index(sdtype))
 
