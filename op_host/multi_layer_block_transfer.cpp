@@ -7,7 +7,8 @@
 // caches, layer-major), written for "h2d". Output: status, int32 [1], never written.
 // Attrs: kv_format, direction, cache_layout (default BNSD), num_layers, aiv_num (0 = all cores).
 //
-// Tiling: the n * L (block, layer) units are split over min(aiv_num, vector cores) cores (main/tail
+// Tiling: the n * L (block, layer) units - times tokenChunks token chunks per block when n * L < cores
+// (direct mode) - are split over min(aiv_num, vector cores) cores (main/tail
 // share); per plane, tokensPerInnerLoop token rows fit one of the two UB buffers (perLoopBuffSize,
 // from GetCoreMemSize(UB) - 1 KiB reserve - a 4 KiB buffer of zeros for d2h). Staging: each core owns
 // stagingSliceElems = staging elements / cores and stages layersPerStage units of one block at a time;
@@ -112,7 +113,25 @@ ge::graphStatus MultiLayerBlockTransferTiling(gert::TilingContext* context) {
   }
   int64_t cores = CoreCap(hw, a);
   if (staged && !noWork) cores = Max64(Min64(cores, stagingElems / unitElems), 1);
-  const CoreSplit split = noWork ? NoWork() : SplitWork(n * L, cores);
+  // Token chunks per block: 1 when the n * L units fill the cores; else the fewest chunks that give every
+  // core work and keep >= 95% of the cores' work slots busy (direct mode only; chunks of >= 8 tokens).
+  int64_t chunks = 1, perChunk = bs;
+  if (!staged && !noWork && n * L < cores) {
+    double best = -1.0;
+    for (int64_t c = 1; c <= Max64(bs / 8, 1); ++c) {
+      const int64_t tpc = CeilDiv(bs, c);
+      const int64_t actual = CeilDiv(bs, tpc);
+      const int64_t units = n * L * actual;
+      const double eff = static_cast<double>(units) / static_cast<double>(CeilDiv(units, cores) * cores);
+      if (eff > best + 1e-9) {
+        best = eff;
+        chunks = actual;
+        perChunk = tpc;
+      }
+      if (best >= 0.95 && n * L * chunks >= cores) break;
+    }
+  }
+  const CoreSplit split = noWork ? NoWork() : SplitWork(n * L * chunks, cores);
   const int64_t zeroBytes = (a.d2h && !noWork) ? kZeroBuffBytes : 0;
   const int64_t loopBytes = LoopBufferBytes(hw, zeroBytes);
   if (loopBytes < kBlockBytes) return Fail(kOp, "UB of %lld bytes is too small", static_cast<long long>(hw.ubBytes));
@@ -139,7 +158,7 @@ ge::graphStatus MultiLayerBlockTransferTiling(gert::TilingContext* context) {
     prefix[p] = run;
     run += g.rowElems;
     if (noWork || g.rowElems == 0) continue;
-    const MlRowPlan rp = PlanMlRow(g.numSeg, g.segElems, cl.elem, loopBytes, bs);
+    const MlRowPlan rp = PlanMlRow(g.numSeg, g.segElems, cl.elem, loopBytes, perChunk);
     rows[p] = rp.rowsPerLoop;
     segs[p] = rp.segsPerLoop;
     pieces[p] = rp.pieceElems;
@@ -156,6 +175,8 @@ ge::graphStatus MultiLayerBlockTransferTiling(gert::TilingContext* context) {
   td.set_formerNum(split.formerNum);
   td.set_formerLen(split.formerLen);
   td.set_tailLen(split.tailLen);
+  td.set_tokenChunks(chunks);
+  td.set_tokensPerChunk(perChunk);
   td.set_perLoopBuffSize(AlignUp(needed, kBlockBytes));
   td.set_zeroBuffSize(zeroBytes);
   td.set_staging(staged && !noWork ? 1 : 0);

@@ -2,7 +2,8 @@
 // op_kernel/multi_layer_block_transfer.cpp reads it with GET_TILING_DATA). Sizes are element counts
 // of the cache dtype unless named *Size / *Bytes. Per-plane arrays have 3 entries (DSA_KV).
 //
-// Work unit = (block, layer): unit = i * numLayers + layer (i indexes block_ids / the host blocks);
+// Work unit = (block, layer, token chunk): unit = (i * numLayers + layer) * tokenChunks + chunk (i indexes
+// block_ids / the host blocks);
 // cores [0, formerNum) take formerLen units, the others tailLen, each a contiguous range.
 #ifndef MS_KVCACHE_OP_HOST_MULTI_LAYER_BLOCK_TRANSFER_TILING_H_
 #define MS_KVCACHE_OP_HOST_MULTI_LAYER_BLOCK_TRANSFER_TILING_H_
@@ -20,8 +21,10 @@ BEGIN_TILING_DATA_DEF(MultiLayerBlockTransferTilingData)
   TILING_DATA_FIELD_DEF(int64_t, direction);         // 0 d2h (caches -> host blocks), 1 h2d
   TILING_DATA_FIELD_DEF(int64_t, usedCoreNum);
   TILING_DATA_FIELD_DEF(int64_t, formerNum);
-  TILING_DATA_FIELD_DEF(int64_t, formerLen);         // (block, layer) units of a main core
+  TILING_DATA_FIELD_DEF(int64_t, formerLen);         // (block, layer, token chunk) units of a main core
   TILING_DATA_FIELD_DEF(int64_t, tailLen);
+  TILING_DATA_FIELD_DEF(int64_t, tokenChunks);       // token chunks per block (1 unless n * L < cores; staging 1)
+  TILING_DATA_FIELD_DEF(int64_t, tokensPerChunk);    // tokens of a chunk (the last may be shorter)
   TILING_DATA_FIELD_DEF(int64_t, perLoopBuffSize);   // bytes of each of the two UB buffers
   TILING_DATA_FIELD_DEF(int64_t, zeroBuffSize);      // bytes of the UB buffer of zeros (d2h), else 0
   TILING_DATA_FIELD_DEF(int64_t, staging);           // 1: host rows go through the staging buffer

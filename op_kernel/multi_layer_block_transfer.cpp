@@ -6,8 +6,9 @@
 // [n, block_size, L, H, D] / [n, block_size, L, hidden]), kv_caches (DYNAMIC, L * tensorsPerLayer
 // caches, layer-major), then the output status (never written), workspace and tiling.
 //
-// Work: the n * L (block, layer) units (unit = i * L + l) are split over the cores (main/tail share).
-// A unit moves block_size token rows of every plane between host block i (rows L * hidden apart) and
+// Work: the n * L * tokenChunks (block, layer, token chunk) units (unit = (i * L + l) * tokenChunks + k;
+// tokenChunks > 1 only when n * L alone would leave cores idle) are split over the cores (main/tail
+// share). A unit moves tokensPerChunk token rows of every plane between host block i (rows L * hidden apart) and
 // device block block_ids[i] of layer l (contiguous [bs, H, D], or [H, bs, D] for BNSD), in chunks of
 // tokensPerInnerLoop rows per UB buffer: one strided copy on the host side and one contiguous copy
 // (BNSD: one per head) on the device side per chunk. Ids outside [0, num_blocks): h2d skips the
@@ -47,6 +48,8 @@ class BlockTransfer {
     bufferBytes_ = td.perLoopBuffSize;
     sliceElems_ = td.stagingSliceElems;
     layersPerStage_ = td.layersPerStage < 1 ? 1 : td.layersPerStage;
+    chunks_ = td.tokenChunks < 1 ? 1 : td.tokenChunks;
+    tokensPerChunk_ = td.tokensPerChunk;
     for (int32_t p = 0; p < mskv_ml::kMaxPlanes; ++p) {
       plan_[p].rowElems = td.rowElems[p];
       plan_[p].numSeg = td.numSeg[p];
@@ -67,20 +70,26 @@ class BlockTransfer {
     const int64_t L = numLayers_;
     int64_t u = begin;
     while (u < end) {
-      const int64_t i = u / L;
-      const int64_t l0 = u - i * L;
+      const int64_t i = u / (L * chunks_);
+      const int64_t l0 = u - i * L;  // staging mode: chunks_ == 1
       const int64_t blk = static_cast<int64_t>(idGm_.GetValue(static_cast<uint64_t>(i)));
       const bool valid = blk >= 0 && blk < numBlocks_;
-      if (!staged_) {
-        const int64_t nl = mskv_ml::MinI64(end - u, L - l0);
-        for (int64_t l = l0; l < l0 + nl; ++l) {
-          for (int32_t p = 0; p < numPlanes_; ++p) {
-            const uint64_t hostOff = static_cast<uint64_t>((i * blockSize_ * L + l) * plan_[p].rowElems);
-            if (valid) Unit(p, l, blk, hostGm_[p], hostOff, L * plan_[p].rowElems);
-            else if (d2h_) mover_.ZeroRows(hostGm_[p], hostOff, blockSize_, plan_[p].rowElems, L * plan_[p].rowElems);
+      if (!staged_) {  // unit = (block i, layer, token chunk)
+        const int64_t rem = u - i * L * chunks_;
+        const int64_t l = rem / chunks_;
+        const int64_t k = rem - l * chunks_;
+        const int64_t sb = k * tokensPerChunk_;
+        const int64_t se = mskv_ml::MinI64(sb + tokensPerChunk_, blockSize_);
+        for (int32_t p = 0; p < numPlanes_; ++p) {
+          const uint64_t hostOff = static_cast<uint64_t>((i * blockSize_ * L + l) * plan_[p].rowElems);
+          if (valid) {
+            Unit(p, l, blk, hostGm_[p], hostOff, L * plan_[p].rowElems, sb, se);
+          } else if (d2h_) {
+            mover_.ZeroRows(hostGm_[p], hostOff + static_cast<uint64_t>(sb * L * plan_[p].rowElems), se - sb,
+                            plan_[p].rowElems, L * plan_[p].rowElems);
           }
         }
-        u += nl;
+        u += 1;
         continue;
       }
       const int64_t nl = mskv_ml::MinI64(mskv_ml::MinI64(end - u, L - l0), layersPerStage_);
@@ -111,7 +120,7 @@ class BlockTransfer {
         for (int32_t p = 0; p < numPlanes_; ++p) {
           const int64_t hid = plan_[p].rowElems;
           Unit(p, l, blk, stagingGm_, slice + static_cast<uint64_t>(blockSize_ * nl * prefix_[p] + (l - l0) * hid),
-               nl * hid);
+               nl * hid, 0, blockSize_);
         }
       }
       AscendC::PipeBarrier<PIPE_ALL>();  // the slice is written before it is read back
@@ -134,16 +143,17 @@ class BlockTransfer {
         for (int32_t p = 0; p < numPlanes_; ++p) {
           const int64_t hid = plan_[p].rowElems;
           Unit(p, l, blk, stagingGm_, slice + static_cast<uint64_t>(blockSize_ * nl * prefix_[p] + (l - l0) * hid),
-               nl * hid);
+               nl * hid, 0, blockSize_);
         }
       }
       AscendC::PipeBarrier<PIPE_ALL>();  // the slice is read before the next group overwrites it
     }
   }
 
-  // Block `blk` of plane p, layer l <-> host rows at hostOff, hostStride elements apart.
+  // Tokens [sb, se) of block `blk` of plane p, layer l <-> host rows at hostOff (token 0), hostStride
+  // elements apart.
   __aicore__ inline void Unit(int32_t p, int64_t l, int64_t blk, AscendC::GlobalTensor<T>& host, uint64_t hostOff,
-                              int64_t hostStride) {
+                              int64_t hostStride, int64_t sb, int64_t se) {
     const mskv_ml::RowPlan& rp = plan_[p];
     if (rp.rowElems <= 0) return;
     const int64_t idx = l * tpl_ + (tpl_ == 1 ? 0 : p);
@@ -154,7 +164,7 @@ class BlockTransfer {
     // SEG: device block [H, bs, D], token s of head h at h * segStride + s * D; else [bs, hid].
     const int64_t tokStride = SEG ? rp.segElems : hid;
     if (rp.rowsPerLoop <= 0) {  // a row larger than a buffer: token by token
-      for (int64_t s = 0; s < blockSize_; ++s) {
+      for (int64_t s = sb; s < se; ++s) {
         const uint64_t h = hostOff + static_cast<uint64_t>(s * hostStride);
         const uint64_t d = devOff + static_cast<uint64_t>(s * tokStride);
         if (d2h_) mover_.BigRow(rp, dev, d, rp.segStride, host, h, rp.segElems);
@@ -165,8 +175,8 @@ class BlockTransfer {
     const int64_t segPitch = mover_.Pitch(rp.segElems);
     const int64_t rowPitch = rp.numSeg * segPitch;
     const bool wholeRows = !SEG || segPitch == rp.segElems;  // host rows move as one burst each
-    for (int64_t s0 = 0; s0 < blockSize_; s0 += rp.rowsPerLoop) {
-      const int64_t k = mskv_ml::MinI64(rp.rowsPerLoop, blockSize_ - s0);
+    for (int64_t s0 = sb; s0 < se; s0 += rp.rowsPerLoop) {
+      const int64_t k = mskv_ml::MinI64(rp.rowsPerLoop, se - s0);
       const uint64_t h = hostOff + static_cast<uint64_t>(s0 * hostStride);
       const uint64_t d = devOff + static_cast<uint64_t>(s0 * tokStride);
       AscendC::LocalTensor<T> buf = mover_.Alloc();
@@ -229,6 +239,8 @@ class BlockTransfer {
   int64_t bufferBytes_ = 0;
   int64_t sliceElems_ = 0;
   int64_t layersPerStage_ = 1;
+  int64_t chunks_ = 1;
+  int64_t tokensPerChunk_ = 0;
   bool staged_ = false;
   bool d2h_ = false;
 };
@@ -244,7 +256,7 @@ __aicore__ inline void RunBlockTransfer(GM_ADDR block_ids, GM_ADDR staging, GM_A
   int64_t begin = 0;
   int64_t end = 0;
   mskv_ml::CoreRange(td.formerNum, td.formerLen, td.tailLen, &begin, &end);
-  end = mskv_ml::MinI64(end, td.numIds * td.numLayers);
+  end = mskv_ml::MinI64(end, td.numIds * td.numLayers * (td.tokenChunks < 1 ? 1 : td.tokenChunks));
   op.Process(begin, end);
 }
 

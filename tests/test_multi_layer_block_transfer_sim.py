@@ -298,3 +298,18 @@ def test_public_op_sim_matches_cpu(mode):
         for l in range(geo.L):
             for p in range(geo.P):
                 assert_same_bytes(got[l][p], exp[l][p], f"{key} layer {l} plane {p}")
+
+
+def test_few_blocks_split_by_token_chunks():
+    """n * L < cores: each block is split into token chunks so that more cores work (direct mode)."""
+    rng = np.random.default_rng(17)
+    geo = _geo(MERGED, "BNSD", L=2, nb=5, bs=64, heads=2, head_size=16)
+    planes = geo.random_planes(rng, "float16")
+    ids = np.array([3, -1], np.int64)
+    host, st = d2h(geo, planes, ids, "float16", rng, all_orders=True)
+    f = st["tiling_fields"]
+    assert int(f["tokenChunks"]) == 8 and int(f["tokensPerChunk"]) == 8  # chunks of >= 8 tokens
+    assert st["cores_used"] == 2 * 2 * 8
+    h2d(geo, geo.random_planes(rng, "float16"), host, ids, all_orders=True)
+    _, st2 = h2d(geo, geo.random_planes(rng, "float16"), host, ids, staging=1)
+    assert int(st2["tiling_fields"]["tokenChunks"]) == 1
