@@ -313,3 +313,26 @@ def test_few_blocks_split_by_token_chunks():
     h2d(geo, geo.random_planes(rng, "float16"), host, ids, all_orders=True)
     _, st2 = h2d(geo, geo.random_planes(rng, "float16"), host, ids, staging=1)
     assert int(st2["tiling_fields"]["tokenChunks"]) == 1
+
+
+def test_public_op_bad_input_on_sim_raises_clear_errors():
+    from mindspore import Tensor
+
+    from conftest import to_ms
+
+    mk = public_backend_or_skip("multi_layer_block_transfer")
+    rng = np.random.default_rng(32)
+    geo = _geo(SEPARATE, "BNSD", L=2, nb=4, bs=4, heads=1, head_size=16)
+    caches = [tuple(to_ms(x) for x in layer) for layer in geo.random_planes(rng, "float16")]
+    host = [to_ms(np.zeros(host_block_shape(geo, p, 2), np.float16)) for p in range(2)]
+    mk.set_backend("sim")
+    try:
+        with pytest.raises(ValueError, match="block_ids"):
+            mk.multi_layer_block_transfer(caches, host, Tensor(np.array([1, 4], np.int64)), direction="h2d")
+        with pytest.raises(ValueError, match="host_blocks"):
+            mk.multi_layer_block_transfer(caches[:1], host, Tensor(np.array([1, 2], np.int64)), direction="d2h")
+        with pytest.raises(ValueError, match="staging"):
+            mk.multi_layer_block_transfer(caches, host, Tensor(np.array([1, 2], np.int64)), direction="h2d",
+                                          staging=Tensor(np.zeros(8, np.float16)))
+    finally:
+        mk.set_backend("cpu")

@@ -319,3 +319,35 @@ def test_public_op_sim_matches_cpu(mode):
     expected = pack_buffer(geo, ref_gather(geo, planes, slots))
     for backend, out in results.items():
         assert_same_bytes(out, expected, f"{backend} d2h buffer")
+
+
+def test_public_op_bad_input_on_sim_raises_clear_errors():
+    """On the sim backend the public op rejects bad input before any launch, as on cpu."""
+    from mindspore import Tensor
+
+    from conftest import to_ms
+
+    mk = public_backend_or_skip("multi_layer_kv_transfer")
+    rng = np.random.default_rng(31)
+    geo = _geo(SEPARATE, "BSND", L=2, nb=4, bs=4, heads=1, head_size=16)
+    planes = geo.random_planes(rng, "float16")
+    caches = [tuple(to_ms(x) for x in layer) for layer in planes]
+    slots = Tensor(np.array([1, 5, -1], np.int64))
+    mk.set_backend("sim")
+    try:
+        with pytest.raises(ValueError, match="argument 'buffer'"):
+            mk.multi_layer_kv_transfer(to_ms(np.zeros((2, 2, 4, 16), np.float16)), caches, slots,
+                                       kv_format="SEPARATE_KV", direction="d2h")
+        with pytest.raises(ValueError, match="argument 'buffer'"):  # layer count mismatch
+            mk.multi_layer_kv_transfer(to_ms(np.zeros((2, 3, 3, 16), np.float16)), caches, slots,
+                                       kv_format="SEPARATE_KV", direction="d2h")
+        mixed = [caches[0], (caches[1][0], to_ms(planes[1][1].astype(np.float32)))]
+        with pytest.raises(TypeError, match="dtype"):
+            mk.multi_layer_kv_transfer(to_ms(np.zeros((2, 2, 3, 16), np.float16)), mixed, slots,
+                                       kv_format="SEPARATE_KV", direction="d2h")
+        with pytest.raises(ValueError, match="slot_mapping"):
+            mk.multi_layer_kv_transfer(to_ms(np.zeros((2, 2, 3, 16), np.float16)), caches,
+                                       Tensor(np.array([1, 16, 2], np.int64)), kv_format="SEPARATE_KV",
+                                       direction="h2d")
+    finally:
+        mk.set_backend("cpu")
