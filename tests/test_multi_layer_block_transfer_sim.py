@@ -336,3 +336,22 @@ def test_public_op_bad_input_on_sim_raises_clear_errors():
                                           staging=Tensor(np.zeros(8, np.float16)))
     finally:
         mk.set_backend("cpu")
+
+
+def test_cache_over_2_pow_31_elements_64bit_offsets():
+    """A BSND cache of 2^31 + 16 Ki int8 elements (lazily zeroed, in place): the last block moves both ways."""
+    nb = 65537
+    geo = _geo(SEPARATE, "BSND", L=1, nb=nb, bs=128, heads=1, head_size=256)
+    k = np.zeros((nb, 128, 1, 256), np.int8)
+    v = np.zeros((nb, 128, 1, 256), np.int8)
+    assert k.size > 2**31
+    rng = np.random.default_rng(34)
+    host = [rng.integers(-128, 128, size=host_block_shape(geo, p, 1), dtype=np.int8) for p in range(2)]
+    ids = np.array([nb - 1], np.int64)
+    launch(OP, [ids, None, host, [k, v], status()], attrs(geo, "h2d"), gm_copy="never")
+    assert_same_bytes(k[nb - 1], host[0][0, :, 0], "last block of key_cache")
+    assert_same_bytes(v[nb - 1], host[1][0, :, 0], "last block of value_cache")
+    out = [np.zeros_like(h) for h in host]
+    launch(OP, [ids, None, out, [k, v], status()], attrs(geo, "d2h"), gm_copy="never")
+    for p in range(2):
+        assert_same_bytes(out[p], host[p], f"d2h plane {p}")

@@ -351,3 +351,49 @@ def test_public_op_bad_input_on_sim_raises_clear_errors():
                                        direction="h2d")
     finally:
         mk.set_backend("cpu")
+
+
+def test_cache_over_2_pow_31_elements_64bit_offsets():
+    """MLA kv_c cache of 2^31 + 32 Ki int8 elements (lazily zeroed, used in place: gm_copy="never"):
+    the last slot is written (h2d) and read back (d2h) through 64-bit offsets."""
+    nb, hid = 65537, 32768
+    geo = _geo(MLA, "BSND", L=1, nb=nb, bs=1, mla=(hid, 32))
+    kv_c = np.zeros((nb, 1, hid), np.int8)  # calloc: pages materialise only where written
+    k_pe = np.zeros((nb, 1, 32), np.int8)
+    assert kv_c.size > 2**31
+    slots = np.array([nb - 1, -1, 0], np.int64)
+    rng = np.random.default_rng(33)
+    rows_c = rng.integers(-128, 128, size=(3, hid), dtype=np.int8)
+    rows_pe = rng.integers(-128, 128, size=(3, 32), dtype=np.int8)
+    buf = np.concatenate([rows_c.reshape(-1), rows_pe.reshape(-1)])
+    launch(OP, [buf, slots, [kv_c, k_pe], status()], attrs(geo, "h2d"), gm_copy="never")
+    assert_same_bytes(kv_c[nb - 1, 0], rows_c[0], "last slot (byte offset ~2^31)")
+    assert_same_bytes(kv_c[0, 0], rows_c[2], "slot 0")
+    assert_same_bytes(k_pe[nb - 1, 0], rows_pe[0], "k_pe last slot")
+    out = np.full_like(buf, 7)
+    launch(OP, [out, slots, [kv_c, k_pe], status()], attrs(geo, "d2h"), gm_copy="never")
+    exp = buf.copy()
+    exp[hid:2 * hid] = 0
+    exp[3 * hid + 32:3 * hid + 64] = 0
+    assert_same_bytes(out, exp, "d2h of the last slot")
+    assert np.count_nonzero(kv_c[1:nb - 1]) == 0 and kv_c.nbytes > 2**31
+
+
+def test_slots_past_the_cache_zero_in_d2h_skipped_in_h2d():
+    """Graph-mode input (PyNative rejects it): a slot >= num_blocks * block_size is treated like -1."""
+    rng = np.random.default_rng(35)
+    geo = _geo(MERGED, "BNSD", L=2, nb=5, bs=4, heads=2, head_size=16)
+    planes = geo.random_planes(rng, "float16")
+    slots = np.array([3, 20, 7, 1 << 40, -1, 19], np.int64)  # 20 slots: 20 and 2^40 are past the end
+    clipped = np.where((slots >= 0) & (slots < geo.slots), slots, -1)
+    buf = random_array(rng, buffer_shape(geo, 6), "float16")
+    launch(OP, [buf, slots, flat_caches(geo, planes), status()], attrs(geo, "d2h"), all_orders=True)
+    assert_same_bytes(buf, pack_buffer(geo, ref_gather(geo, planes, clipped)), "d2h")
+    fresh = geo.random_planes(rng, "float16")
+    caches = flat_caches(geo, [[x.copy() for x in layer] for layer in fresh])
+    launch(OP, [buf, slots, caches, status()], attrs(geo, "h2d"), all_orders=True)
+    exp = ref_scatter(geo, fresh, unpack_buffer(geo, buf, 6), clipped)
+    got = unflat(geo, caches)
+    for l in range(geo.L):
+        for p in range(geo.P):
+            assert_same_bytes(got[l][p], exp[l][p], f"h2d layer {l} plane {p}")
