@@ -99,7 +99,8 @@ ge::graphStatus MultiLayerBlockTransferTiling(gert::TilingContext* context) {
   const bool staged = stagingElems > 0;
 
   // ---- work split and UB plan
-  const bool noWork = n == 0 || unitElems == 0 || cl.plane[0].numBlocks == 0;
+  // A cache without blocks still gets a d2h launch: every id is out of range and its host block is zeroed.
+  const bool noWork = n == 0 || unitElems == 0 || (cl.plane[0].numBlocks == 0 && !a.d2h);
   bool pad = false;
   for (int p = 0; p < cl.planes && !noWork; ++p) {
     const PlaneGeom& g = cl.plane[p];

@@ -76,7 +76,8 @@ ge::graphStatus MultiLayerKvTransferTiling(gert::TilingContext* context) {
 
   // ---- work split and UB plan
   const int64_t numSlots = cl.plane[0].numBlocks * cl.plane[0].blockSize;
-  bool noWork = T == 0 || numSlots == 0 || sumHidden == 0;
+  // A cache without slots still gets a d2h launch: every token is skipped and its buffer rows are zeroed.
+  const bool noWork = T == 0 || sumHidden == 0 || (numSlots == 0 && !a.d2h);
   bool pad = false;
   for (int p = 0; p < cl.planes && !noWork; ++p) {
     const PlaneGeom& g = cl.plane[p];

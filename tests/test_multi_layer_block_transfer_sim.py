@@ -355,3 +355,18 @@ def test_cache_over_2_pow_31_elements_64bit_offsets():
     launch(OP, [ids, None, out, [k, v], status()], attrs(geo, "d2h"), gm_copy="never")
     for p in range(2):
         assert_same_bytes(out[p], host[p], f"d2h plane {p}")
+
+
+def test_cache_without_blocks_d2h_writes_zero_blocks():
+    rng = np.random.default_rng(37)
+    geo = _geo(MLA, "BSND", L=2, nb=0, bs=4, mla=(16, 8))
+    caches = flat_caches(geo, geo.random_planes(rng, "float16"))
+    host = [random_array(rng, host_block_shape(geo, p, 2), "float16") for p in range(2)]
+    ids = np.array([0, -1], np.int64)
+    for staging in (None, 2):
+        launch(OP, [ids, staging_array(geo, "float16", staging), host, caches, status()], attrs(geo, "d2h"),
+               all_orders=True)
+        assert not any(h.any() for h in host)
+        host = [random_array(rng, host_block_shape(geo, p, 2), "float16") for p in range(2)]
+    st = launch(OP, [ids, None, host, caches, status()], attrs(geo, "h2d"))
+    assert st["block_dim"] == 1 and st["gm_write_bytes"] == 0

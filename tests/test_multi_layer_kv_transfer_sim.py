@@ -397,3 +397,16 @@ def test_slots_past_the_cache_zero_in_d2h_skipped_in_h2d():
     for l in range(geo.L):
         for p in range(geo.P):
             assert_same_bytes(got[l][p], exp[l][p], f"h2d layer {l} plane {p}")
+
+
+def test_cache_without_slots_d2h_writes_zero_rows():
+    """num_blocks = 0: h2d is a no-op launch; d2h still zeroes every buffer row (every slot is skipped)."""
+    rng = np.random.default_rng(36)
+    g0 = _geo(SEPARATE, "BNSD", L=2, nb=0, bs=4, heads=2, head_size=16)
+    caches = flat_caches(g0, g0.random_planes(rng, "float32"))
+    buf = random_array(rng, buffer_shape(g0, 3), "float32")
+    slots = np.array([-1, -1, 2], np.int64)  # 2 is past the end of an empty cache
+    st = launch(OP, [buf, slots, caches, status()], attrs(g0, "d2h"), all_orders=True)
+    assert st["cores_used"] >= 1 and not buf.any()
+    st = launch(OP, [buf, slots, caches, status()], attrs(g0, "h2d"))
+    assert st["block_dim"] == 1 and st["gm_write_bytes"] == 0
