@@ -1,7 +1,8 @@
 """multi_layer_block_transfer: whole blocks of every layer between the per-layer paged caches and
 token-major host blocks, in one call (block granularity, HeteroFusedKernels "pcieThrough" style).
 
-Op interface (what the cpu kernel implements today and an AscendC kernel implements later):
+Op interface (implemented by the cpu kernel ``cpu_kernel/multi_layer_block_transfer.cpp`` and the AscendC kernel
+``op_kernel/multi_layer_block_transfer.cpp`` + ``op_host/multi_layer_block_transfer.cpp``, run by the sim and ascend backends):
 
 - inputs, in order: ``block_ids`` int32/int64 ``[n]``; ``staging`` (optional, written; an empty ``[0]``
   tensor when absent); ``host_blocks`` - a list input of one tensor per plane (written for
@@ -189,10 +190,11 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
         direction (str): keyword-only, ``"h2d"`` or ``"d2h"``.
         staging (Tensor, optional): a device buffer of the caches' dtype with at least
             ``block_size * L * sum(hidden)`` elements (one block of every plane). When given, host blocks
-            go through it: on Ascend one DMA per chunk of ``staging.size // that`` blocks, then the
-            scatter/gather on device ("fused memcpy"); without it the kernel reads/writes host memory
-            directly (zero-copy). Both give identical results on every backend (the cpu backend stages
-            through the given buffer).
+            go through it ("fused memcpy"): the AscendC kernel (sim, ascend) gives each core a slice of
+            the buffer, copies the host rows of up to a slice of (block, layer) units into it with large
+            strided copies, then scatters/gathers on device; without it the kernel reads/writes host
+            memory directly (zero-copy). Both give identical results on every backend (the cpu backend
+            stages through the given buffer too). See docs/ops-transfer.md, "AscendC kernels".
         kv_format (KVCacheFormat | int | str, optional): inferred when None: 3 host planes -> DSA_KV,
             rank-4 host planes -> MLA_KV, rank-5 host planes -> MERGED_KV if the caches are rank 5 else
             SEPARATE_KV.

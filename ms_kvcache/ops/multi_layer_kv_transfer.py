@@ -1,7 +1,8 @@
 """multi_layer_kv_transfer: every layer's K/V rows of T tokens between the paged caches and one
 contiguous buffer, in one call (token granularity, LMCache "KV_2LTD" style).
 
-Op interface (what the cpu kernel implements today and an AscendC kernel implements later):
+Op interface (implemented by the cpu kernel ``cpu_kernel/multi_layer_kv_transfer.cpp`` and the AscendC kernel
+``op_kernel/multi_layer_kv_transfer.cpp`` + ``op_host/multi_layer_kv_transfer.cpp``, run by the sim and ascend backends):
 
 - inputs, in order: ``buffer`` (written for ``direction="d2h"``), ``slot_mapping`` int32/int64
   ``[T]``, ``kv_caches`` - a list input (``TensorSpec(dynamic=True)``; AscendC ``ParamType(DYNAMIC)``,

@@ -1,0 +1,374 @@
+// MultiLayerBlockTransfer AscendC kernel: whole blocks of every layer between the per-layer paged
+// caches and token-major host blocks, in one launch (block granularity, pcieThrough style).
+//
+// GM arguments follow the OpDef (op_host/multi_layer_block_transfer.cpp): block_ids, staging
+// (OPTIONAL; absent or empty = direct mode), host_blocks (DYNAMIC, one tensor per plane
+// [n, block_size, L, H, D] / [n, block_size, L, hidden]), kv_caches (DYNAMIC, L * tensorsPerLayer
+// caches, layer-major), then the output status (never written), workspace and tiling.
+//
+// Work: the n * L * tokenChunks (block, layer, token chunk) units (unit = (i * L + l) * tokenChunks + k;
+// tokenChunks > 1 only when n * L alone would leave cores idle) are split over the cores (main/tail
+// share). A unit moves tokensPerChunk token rows of every plane between host block i (rows L * hidden apart) and
+// device block block_ids[i] of layer l (contiguous [bs, H, D], or [H, bs, D] for BNSD), in chunks of
+// tokensPerInnerLoop rows per UB buffer: one strided copy on the host side and one contiguous copy
+// (BNSD: one per head) on the device side per chunk. Ids outside [0, num_blocks): h2d skips the
+// unit, d2h writes zeros into the host block.
+//
+// Staging mode (staging given): every core owns a slice of the staging buffer (stagingSliceElems).
+// A group = up to layersPerStage consecutive units of one block. h2d: the group's host rows are first
+// copied into the slice with few large strided copies (the "one DMA host -> device" of the fused
+// memcpy mode; in this kernel it is a GM -> UB -> GM copy by the same core), a barrier, then the
+// scatter from the slice into the caches; d2h the reverse. Results are identical to direct mode.
+// Tiling key = layout (0 BSND/MLA/DSA, 1 BNSD) * 1000 + dtype * 100 + id dtype * 10 + DataCopyPad.
+#include "kernel_operator.h"
+#include "multi_layer_copy.h"
+
+namespace {
+
+template <typename T, typename S, bool PAD, bool SEG>
+class BlockTransfer {
+ public:
+  __aicore__ inline BlockTransfer() {}
+
+  template <typename TD>
+  __aicore__ inline void Init(AscendC::TPipe* pipe, GM_ADDR blockIds, GM_ADDR staging, GM_ADDR hostBlocks,
+                              GM_ADDR kvCaches, const TD& td) {
+    mover_.Init(pipe, td.perLoopBuffSize, td.zeroBuffSize);
+    idGm_.SetGlobalBuffer(reinterpret_cast<__gm__ S*>(blockIds));
+    host_.Init(reinterpret_cast<__gm__ void*>(hostBlocks));
+    caches_.Init(reinterpret_cast<__gm__ void*>(kvCaches));
+    staged_ = td.staging != 0;
+    if (staged_) stagingGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(staging));
+    numPlanes_ = static_cast<int32_t>(td.numPlanes);
+    numLayers_ = td.numLayers;
+    numBlocks_ = td.numBlocks;
+    blockSize_ = td.blockSize;
+    tpl_ = td.tensorsPerLayer;
+    d2h_ = td.direction == 0;
+    bufferBytes_ = td.perLoopBuffSize;
+    sliceElems_ = td.stagingSliceElems;
+    layersPerStage_ = td.layersPerStage < 1 ? 1 : td.layersPerStage;
+    chunks_ = td.tokenChunks < 1 ? 1 : td.tokenChunks;
+    tokensPerChunk_ = td.tokensPerChunk;
+    for (int32_t p = 0; p < mskv_ml::kMaxPlanes; ++p) {
+      plan_[p].rowElems = td.rowElems[p];
+      plan_[p].numSeg = td.numSeg[p];
+      plan_[p].segElems = td.segElems[p];
+      plan_[p].segStride = td.segStride[p];
+      plan_[p].rowsPerLoop = td.tokensPerInnerLoop[p];
+      plan_[p].segsPerLoop = td.segsPerLoop[p];
+      plan_[p].pieceElems = td.pieceElems[p];
+      planeOffset_[p] = td.planeOffset[p];
+      prefix_[p] = td.hiddenPrefix[p];
+    }
+    for (int32_t p = 0; p < numPlanes_; ++p) {
+      hostGm_[p].SetGlobalBuffer(host_.template GetDataPtr<__gm__ T>(static_cast<uint32_t>(p)));
+    }
+  }
+
+  __aicore__ inline void Process(int64_t begin, int64_t end) {
+    const int64_t L = numLayers_;
+    int64_t u = begin;
+    while (u < end) {
+      const int64_t i = u / (L * chunks_);
+      const int64_t l0 = u - i * L;  // staging mode: chunks_ == 1
+      const int64_t blk = static_cast<int64_t>(idGm_.GetValue(static_cast<uint64_t>(i)));
+      const bool valid = blk >= 0 && blk < numBlocks_;
+      if (!staged_) {  // unit = (block i, layer, token chunk)
+        const int64_t rem = u - i * L * chunks_;
+        const int64_t l = rem / chunks_;
+        const int64_t k = rem - l * chunks_;
+        const int64_t sb = k * tokensPerChunk_;
+        const int64_t se = mskv_ml::MinI64(sb + tokensPerChunk_, blockSize_);
+        for (int32_t p = 0; p < numPlanes_; ++p) {
+          const uint64_t hostOff = static_cast<uint64_t>((i * blockSize_ * L + l) * plan_[p].rowElems);
+          if (valid) {
+            Unit(p, l, blk, hostGm_[p], hostOff, L * plan_[p].rowElems, sb, se);
+          } else if (d2h_) {
+            mover_.ZeroRows(hostGm_[p], hostOff + static_cast<uint64_t>(sb * L * plan_[p].rowElems), se - sb,
+                            plan_[p].rowElems, L * plan_[p].rowElems);
+          }
+        }
+        u += 1;
+        continue;
+      }
+      const int64_t nl = mskv_ml::MinI64(mskv_ml::MinI64(end - u, L - l0), layersPerStage_);
+      if (!valid) {
+        if (d2h_) {
+          for (int32_t p = 0; p < numPlanes_; ++p) {
+            const int64_t hid = plan_[p].rowElems;
+            mover_.ZeroRows(hostGm_[p], static_cast<uint64_t>((i * blockSize_ * L + l0) * hid), blockSize_, nl * hid,
+                            L * hid);
+          }
+        }
+        u += nl;
+        continue;
+      }
+      StagedGroup(i, l0, nl, blk);
+      u += nl;
+    }
+  }
+
+ private:
+  // Host rows of block i, layers [l0, l0 + nl) <-> this core's staging slice ([bs, nl, hidden_p] per
+  // plane, planes one after another), then the units from / to the slice.
+  __aicore__ inline void StagedGroup(int64_t i, int64_t l0, int64_t nl, int64_t blk) {
+    const int64_t L = numLayers_;
+    const uint64_t slice = static_cast<uint64_t>(static_cast<int64_t>(AscendC::GetBlockIdx()) * sliceElems_);
+    if (d2h_) {
+      for (int64_t l = l0; l < l0 + nl; ++l) {
+        for (int32_t p = 0; p < numPlanes_; ++p) {
+          const int64_t hid = plan_[p].rowElems;
+          Unit(p, l, blk, stagingGm_, slice + static_cast<uint64_t>(blockSize_ * nl * prefix_[p] + (l - l0) * hid),
+               nl * hid, 0, blockSize_);
+        }
+      }
+      AscendC::PipeBarrier<PIPE_ALL>();  // the slice is written before it is read back
+    }
+    for (int32_t p = 0; p < numPlanes_; ++p) {
+      const int64_t hid = plan_[p].rowElems;
+      const int64_t len = nl * hid;
+      if (len <= 0) continue;
+      const uint64_t hostOff = static_cast<uint64_t>((i * blockSize_ * L + l0) * hid);
+      const uint64_t sliceOff = slice + static_cast<uint64_t>(blockSize_ * nl * prefix_[p]);
+      const int64_t pitchBytes = mover_.Pitch(len) * static_cast<int64_t>(sizeof(T));
+      const int64_t rows = bufferBytes_ / pitchBytes;
+      const int64_t piece = bufferBytes_ / static_cast<int64_t>(sizeof(T));
+      if (d2h_) mover_.Copy2D(stagingGm_, sliceOff, len, hostGm_[p], hostOff, L * hid, blockSize_, len, rows, piece);
+      else mover_.Copy2D(hostGm_[p], hostOff, L * hid, stagingGm_, sliceOff, len, blockSize_, len, rows, piece);
+    }
+    AscendC::PipeBarrier<PIPE_ALL>();  // the slice is complete before the scatter (h2d) / reuse (d2h)
+    if (!d2h_) {
+      for (int64_t l = l0; l < l0 + nl; ++l) {
+        for (int32_t p = 0; p < numPlanes_; ++p) {
+          const int64_t hid = plan_[p].rowElems;
+          Unit(p, l, blk, stagingGm_, slice + static_cast<uint64_t>(blockSize_ * nl * prefix_[p] + (l - l0) * hid),
+               nl * hid, 0, blockSize_);
+        }
+      }
+      AscendC::PipeBarrier<PIPE_ALL>();  // the slice is read before the next group overwrites it
+    }
+  }
+
+  // Tokens [sb, se) of block `blk` of plane p, layer l <-> host rows at hostOff (token 0), hostStride
+  // elements apart.
+  __aicore__ inline void Unit(int32_t p, int64_t l, int64_t blk, AscendC::GlobalTensor<T>& host, uint64_t hostOff,
+                              int64_t hostStride, int64_t sb, int64_t se) {
+    const mskv_ml::RowPlan& rp = plan_[p];
+    if (rp.rowElems <= 0) return;
+    const int64_t idx = l * tpl_ + (tpl_ == 1 ? 0 : p);
+    AscendC::GlobalTensor<T> dev;
+    dev.SetGlobalBuffer(caches_.template GetDataPtr<__gm__ T>(static_cast<uint32_t>(idx)));
+    const int64_t hid = rp.rowElems;
+    const uint64_t devOff = static_cast<uint64_t>(planeOffset_[p] + blk * blockSize_ * hid);
+    // SEG: device block [H, bs, D], token s of head h at h * segStride + s * D; else [bs, hid].
+    const int64_t tokStride = SEG ? rp.segElems : hid;
+    if (rp.rowsPerLoop <= 0) {  // a row larger than a buffer: token by token
+      for (int64_t s = sb; s < se; ++s) {
+        const uint64_t h = hostOff + static_cast<uint64_t>(s * hostStride);
+        const uint64_t d = devOff + static_cast<uint64_t>(s * tokStride);
+        if (d2h_) mover_.BigRow(rp, dev, d, rp.segStride, host, h, rp.segElems);
+        else mover_.BigRow(rp, host, h, rp.segElems, dev, d, rp.segStride);
+      }
+      return;
+    }
+    const int64_t segPitch = mover_.Pitch(rp.segElems);
+    const int64_t rowPitch = rp.numSeg * segPitch;
+    const bool wholeRows = !SEG || segPitch == rp.segElems;  // host rows move as one burst each
+    for (int64_t s0 = sb; s0 < se; s0 += rp.rowsPerLoop) {
+      const int64_t k = mskv_ml::MinI64(rp.rowsPerLoop, se - s0);
+      const uint64_t h = hostOff + static_cast<uint64_t>(s0 * hostStride);
+      const uint64_t d = devOff + static_cast<uint64_t>(s0 * tokStride);
+      AscendC::LocalTensor<T> buf = mover_.Alloc();
+      if (d2h_) {
+        if (SEG) {
+          for (int64_t hh = 0; hh < rp.numSeg; ++hh) {
+            mover_.GmToUb(buf[static_cast<uint32_t>(hh * segPitch)], dev, d + static_cast<uint64_t>(hh * rp.segStride),
+                          k, rp.segElems, rp.segElems, rowPitch);
+          }
+        } else {
+          mover_.GmToUb(buf, dev, d, k, hid, hid, rowPitch);
+        }
+        AscendC::LocalTensor<T> ready = mover_.Ready(buf);
+        if (wholeRows) {
+          mover_.UbToGm(host, h, ready, k, hid, hostStride, rowPitch);
+        } else {
+          for (int64_t hh = 0; hh < rp.numSeg; ++hh) {
+            mover_.UbToGm(host, h + static_cast<uint64_t>(hh * rp.segElems), ready[static_cast<uint32_t>(hh * segPitch)],
+                          k, rp.segElems, hostStride, rowPitch);
+          }
+        }
+        mover_.Free(ready);
+      } else {
+        if (wholeRows) {
+          mover_.GmToUb(buf, host, h, k, hid, hostStride, rowPitch);
+        } else {
+          for (int64_t hh = 0; hh < rp.numSeg; ++hh) {
+            mover_.GmToUb(buf[static_cast<uint32_t>(hh * segPitch)], host, h + static_cast<uint64_t>(hh * rp.segElems),
+                          k, rp.segElems, hostStride, rowPitch);
+          }
+        }
+        AscendC::LocalTensor<T> ready = mover_.Ready(buf);
+        if (SEG) {
+          for (int64_t hh = 0; hh < rp.numSeg; ++hh) {
+            mover_.UbToGm(dev, d + static_cast<uint64_t>(hh * rp.segStride), ready[static_cast<uint32_t>(hh * segPitch)],
+                          k, rp.segElems, rp.segElems, rowPitch);
+          }
+        } else {
+          mover_.UbToGm(dev, d, ready, k, hid, hid, rowPitch);
+        }
+        mover_.Free(ready);
+      }
+    }
+  }
+
+  mskv_ml::Mover<T, PAD> mover_;
+  AscendC::GlobalTensor<S> idGm_;
+  AscendC::GlobalTensor<T> stagingGm_;
+  AscendC::ListTensorDesc host_;
+  AscendC::ListTensorDesc caches_;
+  AscendC::GlobalTensor<T> hostGm_[mskv_ml::kMaxPlanes];
+  mskv_ml::RowPlan plan_[mskv_ml::kMaxPlanes];
+  int64_t planeOffset_[mskv_ml::kMaxPlanes];
+  int64_t prefix_[mskv_ml::kMaxPlanes];
+  int32_t numPlanes_ = 0;
+  int64_t numLayers_ = 1;
+  int64_t numBlocks_ = 0;
+  int64_t blockSize_ = 0;
+  int64_t tpl_ = 1;
+  int64_t bufferBytes_ = 0;
+  int64_t sliceElems_ = 0;
+  int64_t layersPerStage_ = 1;
+  int64_t chunks_ = 1;
+  int64_t tokensPerChunk_ = 0;
+  bool staged_ = false;
+  bool d2h_ = false;
+};
+
+}  // namespace
+
+template <typename T, typename S, bool PAD, bool SEG, typename TD>
+__aicore__ inline void RunBlockTransfer(GM_ADDR block_ids, GM_ADDR staging, GM_ADDR host_blocks, GM_ADDR kv_caches,
+                                        const TD& td) {
+  AscendC::TPipe pipe;
+  BlockTransfer<T, S, PAD, SEG> op;
+  op.Init(&pipe, block_ids, staging, host_blocks, kv_caches, td);
+  int64_t begin = 0;
+  int64_t end = 0;
+  mskv_ml::CoreRange(td.formerNum, td.formerLen, td.tailLen, &begin, &end);
+  end = mskv_ml::MinI64(end, td.numIds * td.numLayers * (td.tokenChunks < 1 ? 1 : td.tokenChunks));
+  op.Process(begin, end);
+}
+
+extern "C" __global__ __aicore__ void multi_layer_block_transfer(GM_ADDR block_ids, GM_ADDR staging,
+                                                                 GM_ADDR host_blocks, GM_ADDR kv_caches,
+                                                                 GM_ADDR status, GM_ADDR workspace, GM_ADDR tiling) {
+  (void)status;
+  (void)workspace;
+  GET_TILING_DATA(td, tiling);
+  if (TILING_KEY_IS(100)) {
+    RunBlockTransfer<half, int32_t, false, false>(block_ids, staging, host_blocks, kv_caches, td);
+#if MSKV_ML_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(101)) {
+    RunBlockTransfer<half, int32_t, true, false>(block_ids, staging, host_blocks, kv_caches, td);
+#endif
+  } else if (TILING_KEY_IS(110)) {
+    RunBlockTransfer<half, int64_t, false, false>(block_ids, staging, host_blocks, kv_caches, td);
+#if MSKV_ML_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(111)) {
+    RunBlockTransfer<half, int64_t, true, false>(block_ids, staging, host_blocks, kv_caches, td);
+#endif
+#if MSKV_ML_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(200)) {
+    RunBlockTransfer<bfloat16_t, int32_t, false, false>(block_ids, staging, host_blocks, kv_caches, td);
+#endif
+#if MSKV_ML_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(201)) {
+    RunBlockTransfer<bfloat16_t, int32_t, true, false>(block_ids, staging, host_blocks, kv_caches, td);
+#endif
+#if MSKV_ML_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(210)) {
+    RunBlockTransfer<bfloat16_t, int64_t, false, false>(block_ids, staging, host_blocks, kv_caches, td);
+#endif
+#if MSKV_ML_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(211)) {
+    RunBlockTransfer<bfloat16_t, int64_t, true, false>(block_ids, staging, host_blocks, kv_caches, td);
+#endif
+  } else if (TILING_KEY_IS(300)) {
+    RunBlockTransfer<float, int32_t, false, false>(block_ids, staging, host_blocks, kv_caches, td);
+#if MSKV_ML_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(301)) {
+    RunBlockTransfer<float, int32_t, true, false>(block_ids, staging, host_blocks, kv_caches, td);
+#endif
+  } else if (TILING_KEY_IS(310)) {
+    RunBlockTransfer<float, int64_t, false, false>(block_ids, staging, host_blocks, kv_caches, td);
+#if MSKV_ML_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(311)) {
+    RunBlockTransfer<float, int64_t, true, false>(block_ids, staging, host_blocks, kv_caches, td);
+#endif
+  } else if (TILING_KEY_IS(400)) {
+    RunBlockTransfer<int8_t, int32_t, false, false>(block_ids, staging, host_blocks, kv_caches, td);
+#if MSKV_ML_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(401)) {
+    RunBlockTransfer<int8_t, int32_t, true, false>(block_ids, staging, host_blocks, kv_caches, td);
+#endif
+  } else if (TILING_KEY_IS(410)) {
+    RunBlockTransfer<int8_t, int64_t, false, false>(block_ids, staging, host_blocks, kv_caches, td);
+#if MSKV_ML_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(411)) {
+    RunBlockTransfer<int8_t, int64_t, true, false>(block_ids, staging, host_blocks, kv_caches, td);
+#endif
+  } else if (TILING_KEY_IS(1100)) {
+    RunBlockTransfer<half, int32_t, false, true>(block_ids, staging, host_blocks, kv_caches, td);
+#if MSKV_ML_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(1101)) {
+    RunBlockTransfer<half, int32_t, true, true>(block_ids, staging, host_blocks, kv_caches, td);
+#endif
+  } else if (TILING_KEY_IS(1110)) {
+    RunBlockTransfer<half, int64_t, false, true>(block_ids, staging, host_blocks, kv_caches, td);
+#if MSKV_ML_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(1111)) {
+    RunBlockTransfer<half, int64_t, true, true>(block_ids, staging, host_blocks, kv_caches, td);
+#endif
+#if MSKV_ML_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(1200)) {
+    RunBlockTransfer<bfloat16_t, int32_t, false, true>(block_ids, staging, host_blocks, kv_caches, td);
+#endif
+#if MSKV_ML_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(1201)) {
+    RunBlockTransfer<bfloat16_t, int32_t, true, true>(block_ids, staging, host_blocks, kv_caches, td);
+#endif
+#if MSKV_ML_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(1210)) {
+    RunBlockTransfer<bfloat16_t, int64_t, false, true>(block_ids, staging, host_blocks, kv_caches, td);
+#endif
+#if MSKV_ML_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(1211)) {
+    RunBlockTransfer<bfloat16_t, int64_t, true, true>(block_ids, staging, host_blocks, kv_caches, td);
+#endif
+  } else if (TILING_KEY_IS(1300)) {
+    RunBlockTransfer<float, int32_t, false, true>(block_ids, staging, host_blocks, kv_caches, td);
+#if MSKV_ML_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(1301)) {
+    RunBlockTransfer<float, int32_t, true, true>(block_ids, staging, host_blocks, kv_caches, td);
+#endif
+  } else if (TILING_KEY_IS(1310)) {
+    RunBlockTransfer<float, int64_t, false, true>(block_ids, staging, host_blocks, kv_caches, td);
+#if MSKV_ML_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(1311)) {
+    RunBlockTransfer<float, int64_t, true, true>(block_ids, staging, host_blocks, kv_caches, td);
+#endif
+  } else if (TILING_KEY_IS(1400)) {
+    RunBlockTransfer<int8_t, int32_t, false, true>(block_ids, staging, host_blocks, kv_caches, td);
+#if MSKV_ML_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(1401)) {
+    RunBlockTransfer<int8_t, int32_t, true, true>(block_ids, staging, host_blocks, kv_caches, td);
+#endif
+  } else if (TILING_KEY_IS(1410)) {
+    RunBlockTransfer<int8_t, int64_t, false, true>(block_ids, staging, host_blocks, kv_caches, td);
+#if MSKV_ML_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(1411)) {
+    RunBlockTransfer<int8_t, int64_t, true, true>(block_ids, staging, host_blocks, kv_caches, td);
+#endif
+  }
+}

@@ -1,0 +1,312 @@
+// MultiLayerKvTransfer AscendC kernel: the K/V rows of T tokens of every layer between the paged
+// caches and one contiguous buffer, in one launch (token granularity, LMCache "KV_2LTD" style).
+//
+// GM arguments follow the OpDef (op_host/multi_layer_kv_transfer.cpp): buffer, slot_mapping, the
+// dynamic input kv_caches (a ListTensorDesc of num_layers * tensorsPerLayer caches, layer-major),
+// then the output status (never written), workspace and tiling.
+//
+// Work: the L * T (layer, token) items are split over the cores (main/tail share), so a core owns
+// one contiguous range: a token chunk of one layer, or the tail of one layer and the head of the
+// next. Inside a layer the core walks its tokens in runs of up to maxTokensPerLoop consecutive tokens
+// with valid slots (slot in [0, num_blocks * block_size)); per plane a run is one UB buffer:
+//   d2h: cache rows -> UB (one copy per run of consecutive slots for BSND/MLA/DSA, one strided copy per
+//        token for BNSD), then one copy UB -> buffer rows (contiguous);
+//   h2d: buffer rows -> UB (one copy), then UB -> cache rows (per run of consecutive slots / token).
+// Tokens with an invalid slot: d2h writes zero rows into the buffer (from a UB buffer of zeros), h2d
+// skips them. A row larger than a buffer moves by groups of heads or pieces. All offsets are 64-bit.
+// Tiling key = layout (0 BSND/MLA/DSA, 1 BNSD) * 1000 + dtype (1 fp16, 2 bf16, 3 fp32, 4 int8) * 100
+// + slot dtype (0 int32, 1 int64) * 10 + DataCopyPad (1 when a row/head is not a multiple of 32 bytes).
+#include "kernel_operator.h"
+#include "multi_layer_copy.h"
+
+namespace {
+
+template <typename T, typename S, bool PAD, bool SEG>
+class KvTransfer {
+ public:
+  __aicore__ inline KvTransfer() {}
+
+  template <typename TD>
+  __aicore__ inline void Init(AscendC::TPipe* pipe, GM_ADDR buffer, GM_ADDR slotMapping, GM_ADDR kvCaches,
+                              const TD& td) {
+    mover_.Init(pipe, td.perLoopBuffSize, td.zeroBuffSize);
+    bufGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(buffer));
+    slotGm_.SetGlobalBuffer(reinterpret_cast<__gm__ S*>(slotMapping));
+    caches_.Init(reinterpret_cast<__gm__ void*>(kvCaches));
+    numPlanes_ = static_cast<int32_t>(td.numPlanes);
+    numTokens_ = td.numTokens;
+    numSlots_ = td.numSlots;
+    blockSize_ = td.blockSize;
+    tpl_ = td.tensorsPerLayer;
+    d2h_ = td.direction == 0;
+    maxRun_ = MinRun(td.maxTokensPerLoop);
+    for (int32_t p = 0; p < mskv_ml::kMaxPlanes; ++p) {
+      plan_[p].rowElems = td.rowElems[p];
+      plan_[p].numSeg = td.numSeg[p];
+      plan_[p].segElems = td.segElems[p];
+      plan_[p].segStride = td.segStride[p];
+      plan_[p].rowsPerLoop = td.tokensPerInnerLoop[p];
+      plan_[p].segsPerLoop = td.segsPerLoop[p];
+      plan_[p].pieceElems = td.pieceElems[p];
+      blockStride_[p] = td.blockStride[p];
+      slotStride_[p] = td.slotStride[p];
+      planeOffset_[p] = td.planeOffset[p];
+      bufOffset_[p] = td.bufOffset[p];
+    }
+  }
+
+  // (layer, token) items [begin, end), item = layer * T + token.
+  __aicore__ inline void Process(int64_t begin, int64_t end) {
+    if (numTokens_ <= 0 || begin >= end) return;
+    for (int64_t l = begin / numTokens_; l * numTokens_ < end; ++l) {
+      const int64_t t0 = mskv_ml::MaxI64(begin - l * numTokens_, 0);
+      const int64_t t1 = mskv_ml::MinI64(end - l * numTokens_, numTokens_);
+      Layer(l, t0, t1);
+    }
+  }
+
+ private:
+  __aicore__ inline static int64_t MinRun(int64_t r) {
+    return r < 1 ? 1 : (r > mskv_ml::kMaxRun ? mskv_ml::kMaxRun : r);
+  }
+  __aicore__ inline int64_t ReadSlot(int64_t t) {
+    return static_cast<int64_t>(slotGm_.GetValue(static_cast<uint64_t>(t)));
+  }
+  __aicore__ inline bool Valid(int64_t s) const { return s >= 0 && s < numSlots_; }
+  __aicore__ inline uint64_t CacheOff(int32_t p, int64_t slot) const {
+    const int64_t block = slot / blockSize_;
+    return static_cast<uint64_t>(planeOffset_[p] + block * blockStride_[p] + (slot - block * blockSize_) * slotStride_[p]);
+  }
+
+  __aicore__ inline void Layer(int64_t l, int64_t t0, int64_t t1) {
+    for (int32_t p = 0; p < numPlanes_; ++p) {
+      const int64_t idx = l * tpl_ + (tpl_ == 1 ? 0 : p);
+      cache_[p].SetGlobalBuffer(caches_.template GetDataPtr<__gm__ T>(static_cast<uint32_t>(idx)));
+      rowBase_[p] = bufOffset_[p] + l * numTokens_ * plan_[p].rowElems;
+    }
+    int64_t slots[mskv_ml::kMaxRun];
+    int64_t t = t0;
+    while (t < t1) {
+      const int64_t s = ReadSlot(t);
+      if (!Valid(s)) {  // a run of skipped tokens: zero rows in the buffer (d2h), nothing (h2d)
+        int64_t n = 1;
+        while (t + n < t1 && !Valid(ReadSlot(t + n))) ++n;
+        if (d2h_) {
+          for (int32_t p = 0; p < numPlanes_; ++p) {
+            mover_.ZeroRows(bufGm_, static_cast<uint64_t>(rowBase_[p] + t * plan_[p].rowElems), n,
+                            plan_[p].rowElems, plan_[p].rowElems);
+          }
+        }
+        t += n;
+        continue;
+      }
+      slots[0] = s;
+      int64_t n = 1;
+      while (n < maxRun_ && t + n < t1) {
+        const int64_t sn = ReadSlot(t + n);
+        if (!Valid(sn)) break;
+        slots[n++] = sn;
+      }
+      for (int32_t p = 0; p < numPlanes_; ++p) Run(p, t, n, slots);
+      t += n;
+    }
+  }
+
+  // Consecutive slots from slots[j] on (BSND / MLA rows are linear in the slot), at most n - j.
+  __aicore__ inline int64_t Consecutive(const int64_t* slots, int64_t j, int64_t n) const {
+    if (SEG) return 1;
+    int64_t m = 1;
+    while (j + m < n && slots[j + m] == slots[j] + m) ++m;
+    return m;
+  }
+
+  // Tokens [t, t + n) of plane p, all with valid slots.
+  __aicore__ inline void Run(int32_t p, int64_t t, int64_t n, const int64_t* slots) {
+    const mskv_ml::RowPlan& rp = plan_[p];
+    if (rp.rowElems <= 0) return;  // an empty plane (e.g. hidden size 0): nothing to move
+    const uint64_t bufRow = static_cast<uint64_t>(rowBase_[p] + t * rp.rowElems);
+    if (rp.rowsPerLoop <= 0) {  // rows larger than a buffer: token by token
+      for (int64_t j = 0; j < n; ++j) {
+        const uint64_t b = bufRow + static_cast<uint64_t>(j * rp.rowElems);
+        if (d2h_) mover_.BigRow(rp, cache_[p], CacheOff(p, slots[j]), rp.segStride, bufGm_, b, rp.segElems);
+        else mover_.BigRow(rp, bufGm_, b, rp.segElems, cache_[p], CacheOff(p, slots[j]), rp.segStride);
+      }
+      return;
+    }
+    const int64_t segPitch = mover_.Pitch(rp.segElems);
+    const int64_t rowPitch = rp.numSeg * segPitch;  // BSND/MLA: numSeg = 1
+    for (int64_t j0 = 0; j0 < n; j0 += rp.rowsPerLoop) {
+      const int64_t k = mskv_ml::MinI64(rp.rowsPerLoop, n - j0);
+      const uint64_t b = bufRow + static_cast<uint64_t>(j0 * rp.rowElems);
+      AscendC::LocalTensor<T> buf = mover_.Alloc();
+      if (d2h_) {
+        for (int64_t j = j0; j < j0 + k;) {
+          const int64_t m = Consecutive(slots, j, j0 + k);
+          AscendC::LocalTensor<T> at = buf[static_cast<uint32_t>((j - j0) * rowPitch)];
+          if (SEG) mover_.GmToUb(at, cache_[p], CacheOff(p, slots[j]), rp.numSeg, rp.segElems, rp.segStride, segPitch);
+          else mover_.GmToUb(at, cache_[p], CacheOff(p, slots[j]), m, rp.rowElems, rp.rowElems, rowPitch);
+          j += m;
+        }
+        AscendC::LocalTensor<T> ready = mover_.Ready(buf);
+        mover_.UbToGm(bufGm_, b, ready, k * rp.numSeg, rp.segElems, rp.segElems, segPitch);
+        mover_.Free(ready);
+      } else {
+        mover_.GmToUb(buf, bufGm_, b, k * rp.numSeg, rp.segElems, rp.segElems, segPitch);
+        AscendC::LocalTensor<T> ready = mover_.Ready(buf);
+        for (int64_t j = j0; j < j0 + k;) {
+          const int64_t m = Consecutive(slots, j, j0 + k);
+          AscendC::LocalTensor<T> at = ready[static_cast<uint32_t>((j - j0) * rowPitch)];
+          if (SEG) mover_.UbToGm(cache_[p], CacheOff(p, slots[j]), at, rp.numSeg, rp.segElems, rp.segStride, segPitch);
+          else mover_.UbToGm(cache_[p], CacheOff(p, slots[j]), at, m, rp.rowElems, rp.rowElems, rowPitch);
+          j += m;
+        }
+        mover_.Free(ready);
+      }
+    }
+  }
+
+  mskv_ml::Mover<T, PAD> mover_;
+  AscendC::GlobalTensor<T> bufGm_;
+  AscendC::GlobalTensor<S> slotGm_;
+  AscendC::ListTensorDesc caches_;
+  AscendC::GlobalTensor<T> cache_[mskv_ml::kMaxPlanes];
+  mskv_ml::RowPlan plan_[mskv_ml::kMaxPlanes];
+  int64_t blockStride_[mskv_ml::kMaxPlanes];
+  int64_t slotStride_[mskv_ml::kMaxPlanes];
+  int64_t planeOffset_[mskv_ml::kMaxPlanes];
+  int64_t bufOffset_[mskv_ml::kMaxPlanes];
+  int64_t rowBase_[mskv_ml::kMaxPlanes];
+  int32_t numPlanes_ = 0;
+  int64_t numTokens_ = 0;
+  int64_t numSlots_ = 0;
+  int64_t blockSize_ = 1;
+  int64_t tpl_ = 1;
+  int64_t maxRun_ = 1;
+  bool d2h_ = true;
+};
+
+}  // namespace
+
+template <typename T, typename S, bool PAD, bool SEG, typename TD>
+__aicore__ inline void RunKvTransfer(GM_ADDR buffer, GM_ADDR slot_mapping, GM_ADDR kv_caches, const TD& td) {
+  AscendC::TPipe pipe;
+  KvTransfer<T, S, PAD, SEG> op;
+  op.Init(&pipe, buffer, slot_mapping, kv_caches, td);
+  int64_t begin = 0;
+  int64_t end = 0;
+  mskv_ml::CoreRange(td.formerNum, td.formerLen, td.tailLen, &begin, &end);
+  end = mskv_ml::MinI64(end, td.numLayers * td.numTokens);
+  op.Process(begin, end);
+}
+
+extern "C" __global__ __aicore__ void multi_layer_kv_transfer(GM_ADDR buffer, GM_ADDR slot_mapping, GM_ADDR kv_caches,
+                                                              GM_ADDR status, GM_ADDR workspace, GM_ADDR tiling) {
+  (void)status;
+  (void)workspace;
+  GET_TILING_DATA(td, tiling);
+  if (TILING_KEY_IS(100)) {
+    RunKvTransfer<half, int32_t, false, false>(buffer, slot_mapping, kv_caches, td);
+#if MSKV_ML_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(101)) {
+    RunKvTransfer<half, int32_t, true, false>(buffer, slot_mapping, kv_caches, td);
+#endif
+  } else if (TILING_KEY_IS(110)) {
+    RunKvTransfer<half, int64_t, false, false>(buffer, slot_mapping, kv_caches, td);
+#if MSKV_ML_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(111)) {
+    RunKvTransfer<half, int64_t, true, false>(buffer, slot_mapping, kv_caches, td);
+#endif
+#if MSKV_ML_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(200)) {
+    RunKvTransfer<bfloat16_t, int32_t, false, false>(buffer, slot_mapping, kv_caches, td);
+#endif
+#if MSKV_ML_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(201)) {
+    RunKvTransfer<bfloat16_t, int32_t, true, false>(buffer, slot_mapping, kv_caches, td);
+#endif
+#if MSKV_ML_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(210)) {
+    RunKvTransfer<bfloat16_t, int64_t, false, false>(buffer, slot_mapping, kv_caches, td);
+#endif
+#if MSKV_ML_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(211)) {
+    RunKvTransfer<bfloat16_t, int64_t, true, false>(buffer, slot_mapping, kv_caches, td);
+#endif
+  } else if (TILING_KEY_IS(300)) {
+    RunKvTransfer<float, int32_t, false, false>(buffer, slot_mapping, kv_caches, td);
+#if MSKV_ML_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(301)) {
+    RunKvTransfer<float, int32_t, true, false>(buffer, slot_mapping, kv_caches, td);
+#endif
+  } else if (TILING_KEY_IS(310)) {
+    RunKvTransfer<float, int64_t, false, false>(buffer, slot_mapping, kv_caches, td);
+#if MSKV_ML_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(311)) {
+    RunKvTransfer<float, int64_t, true, false>(buffer, slot_mapping, kv_caches, td);
+#endif
+  } else if (TILING_KEY_IS(400)) {
+    RunKvTransfer<int8_t, int32_t, false, false>(buffer, slot_mapping, kv_caches, td);
+#if MSKV_ML_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(401)) {
+    RunKvTransfer<int8_t, int32_t, true, false>(buffer, slot_mapping, kv_caches, td);
+#endif
+  } else if (TILING_KEY_IS(410)) {
+    RunKvTransfer<int8_t, int64_t, false, false>(buffer, slot_mapping, kv_caches, td);
+#if MSKV_ML_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(411)) {
+    RunKvTransfer<int8_t, int64_t, true, false>(buffer, slot_mapping, kv_caches, td);
+#endif
+  } else if (TILING_KEY_IS(1100)) {
+    RunKvTransfer<half, int32_t, false, true>(buffer, slot_mapping, kv_caches, td);
+#if MSKV_ML_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(1101)) {
+    RunKvTransfer<half, int32_t, true, true>(buffer, slot_mapping, kv_caches, td);
+#endif
+  } else if (TILING_KEY_IS(1110)) {
+    RunKvTransfer<half, int64_t, false, true>(buffer, slot_mapping, kv_caches, td);
+#if MSKV_ML_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(1111)) {
+    RunKvTransfer<half, int64_t, true, true>(buffer, slot_mapping, kv_caches, td);
+#endif
+#if MSKV_ML_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(1200)) {
+    RunKvTransfer<bfloat16_t, int32_t, false, true>(buffer, slot_mapping, kv_caches, td);
+#endif
+#if MSKV_ML_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(1201)) {
+    RunKvTransfer<bfloat16_t, int32_t, true, true>(buffer, slot_mapping, kv_caches, td);
+#endif
+#if MSKV_ML_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(1210)) {
+    RunKvTransfer<bfloat16_t, int64_t, false, true>(buffer, slot_mapping, kv_caches, td);
+#endif
+#if MSKV_ML_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(1211)) {
+    RunKvTransfer<bfloat16_t, int64_t, true, true>(buffer, slot_mapping, kv_caches, td);
+#endif
+  } else if (TILING_KEY_IS(1300)) {
+    RunKvTransfer<float, int32_t, false, true>(buffer, slot_mapping, kv_caches, td);
+#if MSKV_ML_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(1301)) {
+    RunKvTransfer<float, int32_t, true, true>(buffer, slot_mapping, kv_caches, td);
+#endif
+  } else if (TILING_KEY_IS(1310)) {
+    RunKvTransfer<float, int64_t, false, true>(buffer, slot_mapping, kv_caches, td);
+#if MSKV_ML_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(1311)) {
+    RunKvTransfer<float, int64_t, true, true>(buffer, slot_mapping, kv_caches, td);
+#endif
+  } else if (TILING_KEY_IS(1400)) {
+    RunKvTransfer<int8_t, int32_t, false, true>(buffer, slot_mapping, kv_caches, td);
+#if MSKV_ML_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(1401)) {
+    RunKvTransfer<int8_t, int32_t, true, true>(buffer, slot_mapping, kv_caches, td);
+#endif
+  } else if (TILING_KEY_IS(1410)) {
+    RunKvTransfer<int8_t, int64_t, false, true>(buffer, slot_mapping, kv_caches, td);
+#if MSKV_ML_HAS_BF16_AND_PAD
+  } else if (TILING_KEY_IS(1411)) {
+    RunKvTransfer<int8_t, int64_t, true, true>(buffer, slot_mapping, kv_caches, td);
+#endif
+  }
+}
