@@ -293,8 +293,30 @@ def eager_launcher(spec, backend, attr_values=(), counts=None):
                                                       list(output_sources(spec, counts))))
         else:
             f = eager_op(spec, backend, attr_values, counts)
+            if backend == "sim":
+                f = _sim_checked(spec, f, attr_values, counts)
         _LAUNCHERS[key] = f
     return f
+
+
+def _sim_checked(spec, launch, attr_values, counts):
+    """``launch`` preceded by the op's AscendC tiling on the emulated SoC (:func:`ms_kvcache.sim.check_tiling`,
+    memoised per signature), so that a call the tiling rejects (bfloat16 or unaligned rows on
+    Ascend310P3, ...) raises its reason at the call site instead of MindSpore's generic failed-AOT error at
+    the next sync."""
+    from ms_kvcache import sim  # noqa: WPS433 - only for the sim backend
+
+    attrs = spec.attr_values(attr_values)
+    norm = spec.counts(counts) if spec.has_dynamic else None
+
+    def run(*tensors):
+        try:
+            sim.check_tiling(spec.op_type, _regroup(spec, norm, list(tensors)), attrs)
+        except KeyError:  # no kernel in the emulation: the launch reports it
+            pass
+        return launch(*tensors)
+
+    return run
 
 
 def nosync_checker(backend):

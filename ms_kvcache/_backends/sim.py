@@ -9,7 +9,9 @@ violation makes the AOT call fail; MindSpore raises it as a RuntimeError and
 :func:`last_error` holds the emulation's message.
 
 MindSpore reports a failing AOT call only as "Return value ... is 1" (in PyNative at the next sync), so
-the AOT entry also prints the reason once on stderr as one line starting with ``ms_kvcache sim:``. For
+the AOT entry also prints the reason once on stderr as one line starting with ``ms_kvcache sim:``
+(PyNative calls run the tiling first, :func:`ms_kvcache.sim.check_tiling`, and raise a rejection at the
+call site). For
 ops that scatter rows by ``slot_mapping``, a cross-core write conflict or an MTE3 write-after-write
 hazard means a non-negative slot is repeated (graph mode only; PyNative rejects it): the message says
 so (see ``_slot_hints``).
