@@ -18,12 +18,10 @@ the zero-copy path of :func:`ms_kvcache.multi_layer_block_transfer`) is the hook
 :func:`ascend_host_register`; the ascend backend calls it, and it raises a clear RuntimeError where
 CANN is missing.
 """
-import ctypes
 import errno as _errno
 import operator
 import os
 import resource
-import threading
 import weakref
 
 import numpy as np
@@ -208,55 +206,33 @@ def synchronize():
 # ------------------------------------------------------------------------------------------------ Ascend
 # Hooks for the ascend backend (ms_kvcache/_backends/ascend.py calls these). They use the CANN runtime
 # (libascendcl.so) through ctypes; nothing here runs on a machine without CANN.
-_ACL = None
-_ACL_LOCK = threading.Lock()
 _REGISTERED = {}  # host address -> device address from aclrtHostRegister
-ACL_HOST_REGISTER_MAPPED = 0
-
-
-def _acl():
-    global _ACL
-    with _ACL_LOCK:
-        if _ACL is None:
-            try:
-                lib = ctypes.CDLL("libascendcl.so")
-            except OSError as exc:
-                raise RuntimeError(
-                    "ms_kvcache: the Ascend host-memory registration (aclrtHostRegister) needs the CANN runtime "
-                    f"libascendcl.so, which cannot be loaded ({exc}); source CANN's set_env.sh, or use the cpu "
-                    "backend / pinned host memory without registration") from None
-            lib.aclrtHostRegister.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int,
-                                              ctypes.POINTER(ctypes.c_void_p)]
-            lib.aclrtHostRegister.restype = ctypes.c_int
-            lib.aclrtHostUnregister.argtypes = [ctypes.c_void_p]
-            lib.aclrtHostUnregister.restype = ctypes.c_int
-            _ACL = lib
-    return _ACL
 
 
 def ascend_host_register(address, nbytes):
     """ASCEND BACKEND HOOK: register ``nbytes`` of page-aligned host memory at ``address`` with
     ``aclrtHostRegister(ptr, size, ACL_HOST_REGISTER_MAPPED, &dev_ptr)`` so AI cores can access it;
-    returns the device-side address (the one to hand kernels for zero-copy access).
+    returns the device-side address (the one to hand kernels for zero-copy access). The ACL call is
+    :func:`ms_kvcache._backends.ascend.register_host_memory` (one ACL loader for the package).
 
     Raises:
-        RuntimeError: CANN's libascendcl.so cannot be loaded, or the call fails (the ACL error code).
+        RuntimeError: CANN's libascendcl.so cannot be loaded (``CannNotFoundError``), or the call fails
+            (``AclError`` with the ACL error code).
     """
-    lib = _acl()
-    dev = ctypes.c_void_p()
-    ret = lib.aclrtHostRegister(ctypes.c_void_p(address), ctypes.c_uint64(nbytes), ACL_HOST_REGISTER_MAPPED,
-                                ctypes.byref(dev))
-    if ret != 0:
-        raise RuntimeError(f"ms_kvcache: aclrtHostRegister({address:#x}, {nbytes}) failed with ACL error {ret}")
-    _REGISTERED[address] = dev.value
-    return dev.value
+    from ms_kvcache._backends import ascend  # noqa: WPS433 - only on the Ascend path
+
+    dev = ascend.register_host_memory(address, nbytes)
+    _REGISTERED[address] = dev
+    return dev
 
 
 def ascend_host_unregister(address):
     """ASCEND BACKEND HOOK: undo :func:`ascend_host_register` (called before the memory is unmapped)."""
     if _REGISTERED.pop(address, None) is None:
         return
-    _acl().aclrtHostUnregister(ctypes.c_void_p(address))
+    from ms_kvcache._backends import ascend  # noqa: WPS433
+
+    ascend.unregister_host_memory(address)
 
 
 def ascend_device_numa_node(device_id=None):

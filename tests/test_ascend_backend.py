@@ -462,3 +462,22 @@ def test_reshape_and_cache_on_npu_matches_cpu(rng):  # pragma: no cover - needs 
         if s >= 0:
             ref_k[s // 16, s % 16] = k[t]
     assert_bits_equal(to_np(kc_t), ref_k, "key_cache on NPU")
+
+
+def test_alloc_host_buffer_registration_hooks_use_the_acl_runtime(fake_acl):
+    """ms_kvcache._host_memory's Ascend hooks go through the package's one ACL loader: aclrtHostRegister
+    (MAPPED) of a page-aligned address returns the device address, the unregister hook undoes it once."""
+    from ms_kvcache import _host_memory
+
+    ctypes.c_long.in_dll(fake_acl.lib, "fake_register_calls").value = 0
+    ctypes.c_long.in_dll(fake_acl.lib, "fake_unregister_calls").value = 0
+    buf = np.zeros(2 * 4096 + 4096, np.uint8)
+    addr = (buf.ctypes.data + 4095) // 4096 * 4096
+    dev = _host_memory.ascend_host_register(addr, 8192)
+    assert dev == addr + 0x10000000000  # what the stand-in maps it to
+    assert counter(fake_acl, "fake_register_calls") == 1
+    _host_memory.ascend_host_unregister(addr)
+    _host_memory.ascend_host_unregister(addr)  # second time: not registered any more, no ACL call
+    assert counter(fake_acl, "fake_unregister_calls") == 1
+    with pytest.raises(ValueError, match="4096-byte aligned"):
+        _host_memory.ascend_host_register(addr + 8, 4096)

@@ -10,7 +10,7 @@ Every function here is written against the final public API of its op family:
 
 TEMPORARY FALLBACKS. While an op is not yet in ``ms_kvcache`` (detected with ``hasattr`` at import),
 or the active backend has no kernel for it yet (:func:`on_backend`, checked at each call / graph
-compile: e.g. the RoPE-write and transfer ops on "sim" until their AscendC kernels land), the block
+compile; today every op has cpu and sim kernels, so this only happens on a backend without them), the block
 marked ``# FALLBACK(<family>)`` next to it stands in for it, so the demo runs end to end.
 Each fallback is built from ops that exist today (MindSpore built-ins, numpy, and the real
 ``ms_kvcache.reshape_and_cache``) and is never used once the real op is importable. Removing the
