@@ -227,8 +227,10 @@ def _param_type(t):
     """reg_info / OpDef param type of a TensorSpec: a list of tensors (``dynamic``) is "dynamic".
 
     MindSpore passes a list's tensors as consecutive inputs; the primitive's ``dyn_input_sizes``
-    attribute (set by ``_custom.InplaceCustom``: the count of each dynamic input, -1 for the others)
-    tells MindSpore's Ascend custom kernel how to regroup them into the aclTensorLists of the aclnn call.
+    attribute (set by ``_custom.InplaceCustom``: the count of each dynamic input, -1 for the other inputs
+    and for each trailing attribute input) tells MindSpore's Ascend custom kernel
+    (``CustomV2AclnnKernelMod::GetCustomInputs``) how to regroup them into the aclTensorLists of the
+    aclnn call.
     """
     if t.dynamic:
         return "dynamic"
