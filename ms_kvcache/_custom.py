@@ -27,6 +27,14 @@ are tuple lengths (constants), e.g. ``_get_cache_prim(Prim)(graph_backend(), (le
 m)``: this works in a GRAPH_MODE ``Cell.construct`` with ParameterTuple attributes and in ``@ms.jit``
 functions.
 
+Attribute values as trailing inputs (backends with ``ATTRS_AS_INPUTS = True``: ascend). MindSpore 2.10's
+Ascend C custom kernel (``CustomV2AclnnKernelMod``) takes an op's attribute values from the primitive's
+*inputs*, after the tensors, in the order of the generated ``aclnn<Op>GetWorkspaceSize`` prototype
+(= OpDef attr order = ``spec.attrs``). The instance then declares one signature entry per attribute with
+its value as default (the graph compiler appends them to every ``prim(*tensors)`` call), ends
+``dyn_input_sizes`` with one -1 per attribute, strips them before the infer functions, and copies its
+attributes to ``custom_pyboost``; PyNative calls go through :func:`graph_launcher`.
+
 Inputs written only for some attribute value (``TensorSpec.inplace_if``, e.g. the buffer of a d2h
 transfer) are resolved per instance from its attribute values: RW_WRITE in its signature,
 ``side_effect_mem`` if anything is written. An optional input that is absent is passed as an empty
@@ -59,8 +67,8 @@ from ms_kvcache import _backend
 from mindspore.ops._primitive_cache import _get_cache_prim  # noqa: F401  (re-exported)
 
 __all__ = ["prim_class", "eager_op", "eager_launcher", "graph_backend", "_run_in_jit", "_get_cache_prim",
-           "fast_path_available", "set_fast_path", "nosync_checker", "empty_input", "empty_input_graph",
-           "output_sources"]
+           "graph_launcher", "fast_path_available", "set_fast_path", "nosync_checker", "empty_input",
+           "empty_input_graph", "output_sources"]
 
 
 def _probe():
@@ -131,7 +139,8 @@ class InplaceCustom(ops.Custom):
         attr_values = init_args
         if spec.has_dynamic:
             counts, attr_values = spec.counts(init_args[0]), init_args[1:]
-        func, reg_info = _backend.backend_module(backend).aot_func(spec)
+        bmod = _backend.backend_module(backend)
+        func, reg_info = bmod.aot_func(spec)
         kwargs = {}
         if reg_info is not None:
             kwargs["reg_info"] = reg_info
@@ -148,16 +157,47 @@ class InplaceCustom(ops.Custom):
 
             def out_dtype(*dtypes):
                 return dtype_fn(attrs, *_regroup(spec, counts, dtypes))
+        # Backends whose kernel takes the attribute values as trailing inputs (ascend: MindSpore's Ascend C
+        # custom kernel reads them there, see attrs_as_inputs below): the infer functions see them too.
+        n_attr = len(spec.attrs) if getattr(bmod, "ATTRS_AS_INPUTS", False) else 0
+        if n_attr:
+            out_shape, out_dtype = _drop_trailing(out_shape, n_attr), _drop_trailing(out_dtype, n_attr)
         super().__init__(func, out_shape=out_shape, out_dtype=out_dtype, func_type="aot", **kwargs)
-        if spec.has_dynamic or spec.has_conditional_writes:
-            self.set_signatures(_signatures(spec.expanded_inputs(counts, attrs)))
+        sigs = None
+        if spec.has_dynamic or spec.has_conditional_writes or n_attr:
+            sigs = _signatures(spec.expanded_inputs(counts, attrs))
+        if n_attr:
+            # the attribute values as trailing inputs with defaults: the graph compiler appends them to
+            # every call ``prim(*tensors)`` (MindSpore fills missing arguments from signature defaults)
+            sigs += tuple(sig.make_sig(a.name, default=attrs[a.name]) for a in spec.attrs)
+        if sigs is not None:
+            self.set_signatures(sigs)
         if counts is not None:
-            self.add_prim_attr("dyn_input_sizes", spec.dyn_input_sizes(counts))
+            self.add_prim_attr("dyn_input_sizes", spec.dyn_input_sizes(counts) + [-1] * n_attr)
         if spec.written_inputs(attrs):
             self.add_prim_attr("side_effect_mem", True)
         for attr, value in zip(spec.attrs, attr_values):
             self.add_prim_attr(attr.name, value)
         self.add_prim_attr("ms_kvcache_backend", backend)
+        #: attribute values the primitive takes as trailing inputs (spec order), () if none
+        self.attr_inputs = tuple(attrs[a.name] for a in spec.attrs) if n_attr else ()
+        pyboost = getattr(self, "custom_pyboost", None)
+        if pyboost is not None:
+            # ops.Custom on Ascend copies the attributes to its PyNative twin (``_CustomExt``) at the end of
+            # its own __init__; the ones set above (and custom_callback_func / custom_inputs_type, set
+            # after that copy) would be missing there
+            for key, value in self.get_attr_dict().items():
+                pyboost.add_prim_attr(key, value)
+
+
+def _drop_trailing(fn, n):
+    """``fn`` called without its last ``n`` arguments (the attribute inputs' shapes / dtypes)."""
+    if not callable(fn):
+        return fn
+
+    def wrapped(*args):
+        return fn(*args[:-n])
+    return wrapped
 
 
 def prim_class(spec):
@@ -186,6 +226,24 @@ def eager_op(spec, backend, attr_values=(), counts=None):
         args = (backend,) + ((spec.counts(counts),) if spec.has_dynamic else ()) + tuple(attr_values)
         op = _EAGER[key] = prim_class(spec)(*args)
     return op
+
+
+def graph_launcher(prim):
+    """``f(*tensors)``: ``prim(*tensors)`` compiled as a graph (``ms.jit``), for PyNative calls on a backend
+    whose primitive takes the attribute values as trailing inputs (ascend).
+
+    Why: on Ascend, ``ops.Custom.__call__`` (PyNative) hands its arguments to ``pyboost_custom_ext``,
+    whose converter accepts tensors only (MindSpore 2.10 ``custom_ext_op.yaml``: ``tuple[tensor]``; an
+    int, bool, str or tuple argument is a TypeError, tested in tests/test_ascend_backend.py), and whose
+    kernel is the templated ``CustomAclnnPyboostKernelMod<N>`` (N <= 12, no aclTensorList regrouping, no
+    RW_WRITE bookkeeping). In a graph the call gets its attribute inputs from the signature defaults and
+    runs on ``CustomV2AclnnKernelMod`` (see docs/design.md "In-place ops in CANN OpDefs"). Each tensor is
+    its own graph input, so in-place writes reach the caller's tensors. One compile per new input
+    shape/dtype combination (MindSpore's jit cache).
+    """
+    def launch(*tensors):
+        return prim(*tensors)
+    return ms.jit(launch)
 
 
 # ---------------------------------------------------------------------------- PyNative fast path
@@ -295,6 +353,8 @@ def eager_launcher(spec, backend, attr_values=(), counts=None):
             f = eager_op(spec, backend, attr_values, counts)
             if backend == "sim":
                 f = _sim_checked(spec, f, attr_values, counts)
+            elif getattr(_backend.backend_module(backend), "ATTRS_AS_INPUTS", False):
+                f = graph_launcher(f)
         _LAUNCHERS[key] = f
     return f
 

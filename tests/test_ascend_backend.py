@@ -481,3 +481,320 @@ def test_alloc_host_buffer_registration_hooks_use_the_acl_runtime(fake_acl):
     assert counter(fake_acl, "fake_unregister_calls") == 1
     with pytest.raises(ValueError, match="4096-byte aligned"):
         _host_memory.ascend_host_register(addr + 8, 4096)
+
+
+# ------------------------------------------------------------------------------------------ MindSpore's Ascend C path
+# MindSpore 2.10 on device target "Ascend" turns every ops.Custom(func_type="aot") into an Ascend C (aclnn)
+# op (custom_ops.py, Custom.__init__: is_ascend_c): it reads the installed op's
+# aclnn<Op>GetWorkspaceSize prototype from the vendor folder (_custom_ops_utils.py CustomInfoGenerator),
+# generates and compiles (g++) a callback calling it, and sets the primitive attributes
+# custom_callback_func and custom_inputs_type, which select CustomV2AclnnKernelMod at graph kernel build.
+# The tests below run that branch on this CPU machine: device target patched to "Ascend" where
+# custom_ops.py reads it, a fake CANN root (ASCEND_OPP_PATH; only include/acl/acl_base.h, stubbed) and a fake
+# vendor folder whose op_api/include/aclnn_<op>.h carry the prototypes CANN's op build would generate
+# from our OpDefs. They stop before any launch (the graph-mode calls fail at the CPU kernel build).
+
+#: aclnn parameter type of an OpDef attribute type (CANN's generated aclnn API: Int -> int64_t,
+#: Bool -> bool, Float -> double, String -> char *)
+_ACLNN_ATTR = {"int": "int64_t ", "bool": "bool ", "float": "double ", "str": "char *"}
+#: the types MindSpore reads from those parameters (const and spaces dropped)
+_MS_TYPE = {"int": "int64_t", "bool": "bool", "float": "double", "str": "char*"}
+
+
+def _camel(name):
+    head, *rest = name.split("_")
+    return head + "".join(p.title() for p in rest)
+
+
+def aclnn_header(spec):
+    """Text of op_api/include/aclnn_<op>.h as CANN's op build writes it for ``spec``'s OpDef: inputs
+    (DYNAMIC -> ``const aclTensorList *``, OPTIONAL named ``...Optional``), attributes, outputs, then
+    ``uint64_t *workspaceSize, aclOpExecutor **executor``; plus the launch function."""
+    params = [f"const {'aclTensorList' if t.dynamic else 'aclTensor'} *{_camel(t.name)}"
+              f"{'Optional' if t.optional else ''}" for t in spec.inputs]
+    params += [f"{_ACLNN_ATTR[a.type]}{_camel(a.name)}" for a in spec.attrs]
+    params += [f"const aclTensor *{_camel(o.name)}" for o in spec.outputs]
+    params += ["uint64_t *workspaceSize", "aclOpExecutor **executor"]
+    guard = f"ACLNN_{spec.name.upper()}_H_"
+    body = ",\n    ".join(params)
+    return (f"#ifndef {guard}\n#define {guard}\n\n#include \"aclnn/acl_meta.h\"\n\n#ifdef __cplusplus\n"
+            f"extern \"C\" {{\n#endif\n\n/* function: aclnn{spec.op_type}GetWorkspaceSize\n * generated */\n"
+            f"__attribute__((visibility(\"default\")))\naclnnStatus aclnn{spec.op_type}GetWorkspaceSize(\n"
+            f"    {body});\n\n__attribute__((visibility(\"default\")))\naclnnStatus aclnn{spec.op_type}(\n"
+            f"    void *workspace,\n    uint64_t workspaceSize,\n    aclOpExecutor *executor,\n"
+            f"    aclrtStream stream);\n\n#ifdef __cplusplus\n}}\n#endif\n\n#endif\n")
+
+
+def _kernel_specs():
+    return [s for s in _spec.all_specs() if s.name not in A.RUNTIME_OPS]
+
+
+def _expected_types(spec):
+    """custom_inputs_type for ``spec``: the prototype's parameter types without the last two."""
+    return ([("aclTensorList*" if t.dynamic else "aclTensor*") for t in spec.inputs]
+            + [_MS_TYPE[a.type] for a in spec.attrs] + ["aclTensor*"] * len(spec.outputs))
+
+
+@pytest.fixture(scope="module")
+def _ascend_c_files():
+    """Fake CANN root and vendor folder (one per module: MindSpore compiles each op's callback once)."""
+    import tempfile
+
+    from ms_kvcache import _custom
+
+    if shutil.which("g++") is None:
+        pytest.skip("no g++: MindSpore compiles the aclnn callback with it")
+    for _ in range(5):   # MindSpore derives the CANN root as ASCEND_OPP_PATH.split('opp')[0]
+        base = Path(tempfile.mkdtemp(prefix="mskv_ascend_c_"))
+        if "opp" not in str(base):
+            break
+        shutil.rmtree(base)
+    cann = base / "cann"
+    (cann / "opp" / "vendors").mkdir(parents=True)
+    (cann / "include" / "acl").mkdir(parents=True)
+    # the only CANN header the generated callback includes; it needs nothing from it but <cstdint>
+    (cann / "include" / "acl" / "acl_base.h").write_text("#pragma once\n#include <cstdint>\n")
+    vendor = base / "vendors" / A.VENDOR_NAME
+    inc = vendor / "op_api" / "include"
+    inc.mkdir(parents=True)
+    for spec in _kernel_specs():
+        (inc / f"aclnn_{spec.name}.h").write_text(aclnn_header(spec))
+    yield base, cann, vendor
+    for cache in (_custom._EAGER, _custom._LAUNCHERS):
+        for key in [k for k in cache if "ascend" in k]:
+            del cache[key]
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def ascend_c(_ascend_c_files, monkeypatch):
+    """MindSpore's Ascend branch of ops.Custom, on this machine (see the comment above)."""
+    from mindspore import context
+
+    base, cann, vendor = _ascend_c_files
+    real_get_context = context.get_context
+    monkeypatch.setenv("ASCEND_OPP_PATH", str(cann / "opp"))
+    monkeypatch.setenv("ASCEND_CUSTOM_OPP_PATH", str(vendor))
+    monkeypatch.setenv("MS_COMPILER_CACHE_PATH", str(base / "kernel_meta"))
+    # custom_ops.py reads `context.get_context("device_target")` (is_ascend_c, _compile_aot)
+    monkeypatch.setattr(context, "get_context",
+                        lambda key: "Ascend" if key == "device_target" else real_get_context(key))
+    return vendor
+
+
+def _ascend_prim(spec, counts=None):
+    from ms_kvcache._custom import prim_class
+
+    args = ("ascend",) + ((counts,) if spec.has_dynamic else ()) + tuple(a.default for a in spec.attrs)
+    return prim_class(spec)(*args)
+
+
+def _counts_for(spec, layers):
+    """Per-dynamic-input counts for ``layers`` layers (K and V planes per layer for the transfers)."""
+    return {"copy_blocks": (layers, layers), "multi_layer_kv_transfer": (2 * layers,),
+            "multi_layer_block_transfer": (2, 2 * layers)}.get(spec.name)
+
+
+def test_aclnn_header_text_matches_cann_form():
+    # written out by hand from op_host/reshape_and_cache.cpp / copy_blocks.cpp (not from the OpSpec)
+    h = aclnn_header(_spec.get_spec("reshape_and_cache"))
+    assert ("aclnnStatus aclnnReshapeAndCacheGetWorkspaceSize(\n    const aclTensor *key,\n    const aclTensor *value,\n"
+            "    const aclTensor *keyCache,\n    const aclTensor *valueCache,\n    const aclTensor *slotMapping,\n"
+            "    char *cacheLayout,\n    const aclTensor *status,\n    uint64_t *workspaceSize,\n"
+            "    aclOpExecutor **executor);") in h
+    h = aclnn_header(_spec.get_spec("copy_blocks"))
+    assert ("aclnnCopyBlocksGetWorkspaceSize(\n    const aclTensorList *keyCaches,\n    const aclTensorList *valueCaches,\n"
+            "    const aclTensor *blockMapping,\n    const aclTensor *status,\n") in h
+    h = aclnn_header(_spec.get_spec("rope_concat_and_cache_mla"))
+    assert "const aclTensor *kvCNormWeightOptional,\n    bool isNeoxStyle,\n    double epsilon,\n    const aclTensor *qPeOut," in h
+
+
+def test_mindspore_finds_each_header_by_op_type():
+    """MindSpore derives the header name from the op type (CustomInfoGenerator._get_aclnn_api_file_name);
+    it must be the aclnn_<op>.h the package installs (ascend.VendorPackage.ops)."""
+    from mindspore.ops.operations._custom_ops_utils import CustomInfoGenerator
+
+    for spec in _kernel_specs():
+        assert CustomInfoGenerator._get_aclnn_api_file_name(f"aclnn{spec.op_type}") == f"aclnn_{spec.name}.h"
+
+
+@pytest.mark.parametrize("name,layers", [(s.name, l) for s in _spec.all_specs() if s.name not in A.RUNTIME_OPS
+                                         for l in ((32, 61) if s.has_dynamic else (None,))])
+def test_primitive_inputs_line_up_with_aclnn_prototype(ascend_c, name, layers):
+    spec = _spec.get_spec(name)
+    counts = _counts_for(spec, layers) if spec.has_dynamic else None
+    prim = _ascend_prim(spec, counts)
+    assert prim.is_ascend_c
+    attrs = prim.attrs
+    # MindSpore parsed the installed prototype: types in order, without workspaceSize / executor
+    assert list(attrs["custom_inputs_type"]) == _expected_types(spec)
+    if name == "reshape_and_cache":
+        assert list(attrs["custom_inputs_type"]) == ["aclTensor*"] * 5 + ["char*", "aclTensor*"]
+    if name == "copy_blocks":
+        assert list(attrs["custom_inputs_type"]) == ["aclTensorList*", "aclTensorList*", "aclTensor*", "aclTensor*"]
+    # the compiled callback exports <OpType>GetWorkSpaceSize
+    so, func = attrs["custom_callback_func"].rsplit(":", 1)
+    assert func == spec.op_type and hasattr(ctypes.CDLL(so), f"{spec.op_type}GetWorkSpaceSize")
+    # the primitive's inputs as called: the tensors (lists flattened), then the attribute values,
+    # filled in from the signature defaults (spec order = prototype order)
+    n_tensors = len(spec.expanded_inputs(counts) if spec.has_dynamic else spec.inputs)
+    assert prim.attr_inputs == tuple(a.default for a in spec.attrs)
+    called = [("tensor", None)] * n_tensors + [("attr", v) for v in prim.attr_inputs]
+    # regroup them as CustomV2AclnnKernelMod::GetCustomInputs does (dyn_input_sizes, else one each)
+    sizes = list(attrs["dyn_input_sizes"]) if "dyn_input_sizes" in attrs else [-1] * len(called)
+    assert sum(max(s, 1) for s in sizes) == len(called)
+    groups, off = [], 0
+    for s in sizes:
+        groups.append(called[off:off + max(s, 1)])
+        off += max(s, 1)
+    # 2.10's GetWorkSpaceInfo: grouped inputs + outputs must equal custom_inputs_type, one for one
+    types = list(attrs["custom_inputs_type"])
+    assert len(groups) + len(spec.outputs) == len(types)
+    scalar_type = {bool: "bool", int: "int64_t", float: "double", str: "char*"}
+    for g, t, i in zip(groups, types, range(len(groups))):
+        kind, value = g[0]
+        if kind == "tensor":
+            want = "aclTensorList*" if spec.inputs[i].dynamic else "aclTensor*"
+            assert t == want, (name, i, t)
+            if not spec.inputs[i].dynamic:
+                assert len(g) == 1
+            else:
+                assert len(g) == counts[sum(1 for x in spec.inputs[:i] if x.dynamic)]
+        else:
+            assert t == scalar_type[type(value)], (name, i, t, value)
+    assert types[len(groups):] == ["aclTensor*"] * len(spec.outputs)
+    # what the kernel needs is also on the PyNative twin (Custom copies its attrs before ours exist)
+    pyboost = prim.custom_pyboost.get_attr_dict()
+    for key in ("dyn_input_sizes", "side_effect_mem", "custom_inputs_type", "custom_callback_func"):
+        if key in attrs:
+            assert key in pyboost and pyboost[key] == attrs[key], key
+    if spec.has_dynamic:
+        assert "dyn_input_sizes" in pyboost
+    for a in spec.attrs:
+        assert pyboost[a.name] == a.default
+
+
+def _spy_infer(monkeypatch):
+    """Record the argument shapes/dtypes MindSpore's infer step passes to ascend primitives built from now on."""
+    from ms_kvcache import _custom
+
+    seen = []
+    real = _custom._drop_trailing
+
+    def spy(fn, n):
+        inner = real(fn, n)
+
+        def wrapped(*args):
+            seen.append(args)
+            return inner(*args)
+        return wrapped
+    monkeypatch.setattr(_custom, "_drop_trailing", spy)
+    return seen
+
+
+def _run_until_kernel_build(f, *args):
+    """Compile and run ``f``; on this CPU machine the Ascend C primitive fails at its CPU kernel build,
+    after the infer step (no launch)."""
+    with pytest.raises(RuntimeError, match="user defined function path '.*' is illegal"):
+        f(*args)
+
+
+def test_graph_mode_appends_attribute_inputs(ascend_c, monkeypatch, tmp_path):
+    """The public op's graph branch calls the primitive with the tensors only; the compiled call has the
+    attribute value after them (MindSpore fills it from the signature default)."""
+    from ms_kvcache import _backend
+
+    monkeypatch.chdir(tmp_path)        # MindSpore writes rank_0/om/analyze_fail.ir on the failure
+    seen = _spy_infer(monkeypatch)
+    monkeypatch.setattr(_backend, "_current", "ascend")
+    k = Tensor(np.ones((3, 2, 16), np.float16))
+    kc = Tensor(np.zeros((2, 4, 2, 16), np.float16))
+    vc = Tensor(np.zeros((2, 4, 2, 16), np.float16))
+
+    @ms.jit
+    def g(k, v, kc, vc, s):
+        ms_kvcache.reshape_and_cache(k, v, kc, vc, s, cache_layout="BSND")
+        return kc
+
+    _run_until_kernel_build(g, k, k, kc, vc, Tensor(np.array([0, 5, -1], np.int32)))
+    shapes, dtypes = seen[0], seen[1]
+    assert len(shapes) == 6 and list(shapes[:5]) == [[3, 2, 16], [3, 2, 16], [2, 4, 2, 16], [2, 4, 2, 16], [3]]
+    assert str(dtypes[5]) == "String"
+
+
+def test_graph_mode_copy_blocks_32_layers(ascend_c, monkeypatch, tmp_path):
+    """copy_blocks at L = 32 (66 primitive inputs, far over the templated kernel's 12) compiles with the
+    Ascend C primitive: infer sees both lists of 32, the primitive has dyn_input_sizes [32, 32, -1]."""
+    from ms_kvcache import _backend, _custom
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(_backend, "_current", "ascend")
+    made = []
+    real_init = _custom.InplaceCustom.__init__
+    monkeypatch.setattr(_custom.InplaceCustom, "__init__", lambda self, *a: (real_init(self, *a), made.append(self))[0])
+    spec = _spec.get_spec("copy_blocks")
+    seen = []
+    real = spec.extra["infer_shape"]
+    monkeypatch.setitem(spec.extra, "infer_shape", lambda attrs, *a: (seen.append(a), real(attrs, *a))[1])
+    caches = [ms.Parameter(Tensor(np.zeros((4, 2, 8), np.float16)), name=f"c{i}") for i in range(64)]
+
+    class Net(ms.nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.k = ms.ParameterTuple(caches[:32])
+            self.v = ms.ParameterTuple(caches[32:])
+
+        def construct(self, m):
+            ms_kvcache.copy_blocks(self.k, self.v, m)
+            return m
+
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        _run_until_kernel_build(Net(), Tensor(np.array([[0, 1]], np.int64)))
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    assert seen and [len(seen[0][0]), len(seen[0][1])] == [32, 32] and list(seen[0][2]) == [1, 2]
+    assert len(made) == 1 and type(made[0]).__name__ == "CopyBlocks" and made[0].is_ascend_c
+    assert list(made[0].attrs["dyn_input_sizes"]) == [32, 32, -1]
+    assert list(made[0].custom_pyboost.get_attr_dict()["dyn_input_sizes"]) == [32, 32, -1]
+
+
+def test_pynative_goes_through_a_graph(ascend_c, monkeypatch, tmp_path):
+    """PyNative on Ascend: the launcher is a jit graph with the attribute inputs appended, because the
+    pyboost path of ops.Custom (pyboost_custom_ext) takes tensors only."""
+    from mindspore._c_expression import pyboost_custom_ext
+    from ms_kvcache import _custom
+
+    monkeypatch.chdir(tmp_path)
+    spec = _spec.get_spec("rope_reshape_and_cache")
+    prim = _ascend_prim(spec)
+    x = Tensor(np.ones((3,), np.float32))
+    # MindSpore 2.10's converter for CustomExt (custom_ext_op.yaml: tuple[tensor]) rejects a scalar input
+    for extra in ("BSND", True, 3, (x, x)):
+        with pytest.raises(TypeError, match="Failed calling CustomExt"):
+            pyboost_custom_ext(prim.custom_pyboost, [(x, extra)])
+    seen = _spy_infer(monkeypatch)
+    launcher = _custom.eager_launcher(_spec.get_spec("reshape_and_cache"), "ascend", ("BSND",))
+    assert not isinstance(launcher, ms.ops.Custom)
+    k = Tensor(np.ones((3, 2, 16), np.float16))
+    c = Tensor(np.zeros((2, 4, 2, 16), np.float16))
+    _run_until_kernel_build(launcher, k, k, c, c, Tensor(np.array([0, 5, -1], np.int32)))
+    assert len(seen[0]) == 6 and str(seen[1][5]) == "String"
+
+
+def test_graph_launcher_writes_in_place_cpu(rng):
+    """The PyNative jit launcher keeps in-place writes (run here with the cpu backend's primitive)."""
+    from ms_kvcache import _custom
+
+    spec = _spec.get_spec("reshape_and_cache")
+    f = _custom.graph_launcher(_custom.eager_op(spec, "cpu", ("BSND",)))
+    k = rng.standard_normal((3, 2, 16)).astype(np.float16)
+    v = rng.standard_normal((3, 2, 16)).astype(np.float16)
+    kc = ms.Parameter(Tensor(np.zeros((2, 4, 2, 16), np.float16)), name="kc")   # a Parameter and a Tensor
+    vc = Tensor(np.zeros((2, 4, 2, 16), np.float16))
+    f(Tensor(k), Tensor(v), kc, vc, Tensor(np.array([0, 5, -1], np.int32)))
+    ref = np.zeros((2, 4, 2, 16), np.float16)
+    ref[0, 0], ref[1, 1] = k[0], k[1]
+    np.testing.assert_array_equal(kc.asnumpy(), ref)
+    ref[0, 0], ref[1, 1] = v[0], v[1]
+    np.testing.assert_array_equal(vc.asnumpy(), ref)

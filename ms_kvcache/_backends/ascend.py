@@ -38,6 +38,15 @@ COMPUTE_UNITS = ("ascend910b", "ascend910_93", "ascend310p")
 #: Vendor folder shipped inside the wheel (filled by ``scripts/build_opp.sh --stage-into-package``).
 WHEEL_VENDOR_DIR = Path(__file__).resolve().parent.parent / "opp" / "vendors" / VENDOR_NAME
 
+#: The primitive takes the attribute values as trailing inputs, after the tensors, in OpDef attr order
+#: (read by ``_custom.InplaceCustom``). MindSpore 2.10 on Ascend runs every ``func_type="aot"`` Custom as an
+#: Ascend C (aclnn) op: ``Custom._generate_get_workspace_size_func`` parses the installed
+#: ``op_api/include/aclnn_<op>.h`` prototype into the attribute ``custom_inputs_type``, and with it the
+#: kernel factory picks ``CustomV2AclnnKernelMod``, which converts the primitive's inputs (regrouped by
+#: ``dyn_input_sizes``) one by one to those types: scalars (bool, int64_t, double, char*) included, read
+#: from the inputs, not from primitive attributes.
+ATTRS_AS_INPUTS = True
+
 #: Ops implemented on Ascend by the ACL runtime (backend functions of this module), not by a kernel.
 RUNTIME_OPS = ("swap_blocks",)
 
@@ -218,8 +227,10 @@ def _param_type(t):
     """reg_info / OpDef param type of a TensorSpec: a list of tensors (``dynamic``) is "dynamic".
 
     MindSpore passes a list's tensors as consecutive inputs; the primitive's ``dyn_input_sizes``
-    attribute (set by ``_custom.InplaceCustom``: the count of each dynamic input, -1 for the others)
-    tells MindSpore's Ascend custom kernel how to regroup them into the aclTensorLists of the aclnn call.
+    attribute (set by ``_custom.InplaceCustom``: the count of each dynamic input, -1 for the other inputs
+    and for each trailing attribute input) tells MindSpore's Ascend custom kernel
+    (``CustomV2AclnnKernelMod::GetCustomInputs``) how to regroup them into the aclTensorLists of the
+    aclnn call.
     """
     if t.dynamic:
         return "dynamic"
@@ -234,7 +245,9 @@ def reg_info(spec, soc=None):
     ``dtype_format`` row per ``spec.dtype_rows(soc)`` (all ND
     = MindSpore "DefaultFormat"), attrs in spec order (= OpDef attr order, which is also the order of
     the attribute parameters of the generated aclnn API) as "required" with no value: their values
-    come from the primitive attributes the in-place primitive sets (``_custom.InplaceCustom``).
+    are trailing inputs of the primitive (:data:`ATTRS_AS_INPUTS`). MindSpore counts the reg_info attrs
+    as inputs (``CustomCodeGenerator._get_input_output_types``) and checks that inputs + attrs +
+    outputs + 2 equals the number of parameters of the installed aclnn prototype.
 
     Args:
         spec (OpSpec): the op.
@@ -272,6 +285,11 @@ def aot_func(spec):
         raise RuntimeError(f"{spec.name}: on the 'ascend' backend this op is an ACL runtime copy, not a kernel of the "
                            f"CANN package, so it cannot be compiled into a graph; call it in PyNative mode")
     pkg = require_vendor()
+    if _device_target() == "Ascend" and not os.environ.get("ASCEND_OPP_PATH"):
+        # ops.Custom on Ascend compiles its aclnn callback with -I${ASCEND_OPP_PATH%opp*}/include and looks
+        # up vendors/config.ini under it; without it MindSpore fails with an AttributeError on None
+        raise PackageNotFoundError("ASCEND_OPP_PATH is not set: source the CANN toolkit's set_env.sh (MindSpore "
+                                   "compiles each Ascend custom op's aclnn callback against its headers)")
     ops = pkg.ops()
     if spec.name not in ops:
         raise PackageNotFoundError(
