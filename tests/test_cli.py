@@ -239,6 +239,74 @@ def test_tiling_calls_the_emulation_as_documented(capsys, monkeypatch):
     assert "48 AIV cores" in out and "48 values: min 0, max 47" in out
 
 
+CB_SHAPES = ["--shape", "key_caches=64x16x8x128@4", "--shape", "value_caches=64x16x8x128@4",
+             "--shape", "block_mapping=10x2"]
+
+
+@pytest.mark.skipif(not _sim_has_tiling(), reason="ms_kvcache.sim (emulation) not in this build")
+def test_tiling_copy_blocks_list_inputs(capsys):
+    """A list input takes NAME=DIMS@COUNT and the tiling sees COUNT tensors (numLayers)."""
+    assert main(["tiling", "copy_blocks"] + CB_SHAPES) == 0
+    out = capsys.readouterr().out
+    assert "input key_caches: [64, 16, 8, 128] bfloat16 x 4" in out
+    assert "numLayers = 4" in out and "numPairs = 10" in out
+    assert main(["tiling", "copy_blocks", "--json"] + CB_SHAPES) == 0
+    js = json.loads(capsys.readouterr().out)
+    assert [i.get("count") for i in js["inputs"]] == [4, 4, None]
+    assert dict(js["fields"])["numLayers"] == "4"
+
+
+@pytest.mark.skipif(not _sim_has_tiling(), reason="ms_kvcache.sim (emulation) not in this build")
+@pytest.mark.parametrize("argv, needle", [
+    # a list input without @COUNT (was: silently one tensor per list)
+    (["tiling", "copy_blocks", "--shape", "key_caches=64x16x8x128", "--shape", "value_caches=64x16x8x128@4",
+      "--shape", "block_mapping=10x2"], "key_caches=64x16x8x128@4"),
+    (["tiling", "copy_blocks", "--shape", "key_caches=64x16x8x128@0", "--shape", "value_caches=64x16x8x128@4",
+      "--shape", "block_mapping=10x2"], "@COUNT >= 1"),
+    (["tiling", "copy_blocks", "--shape", "key_caches=64x16x8x128@x"] + CB_SHAPES[2:], "@COUNT to be an int"),
+    (["tiling", "reshape_and_cache", "--shape", "key=64x8x128@2"] + RAC_SHAPES[2:], "only for list"),
+    # an empty dimension (was: parsed as 16x8)
+    (["tiling", "reshape_and_cache", "--shape", "key=16xx8"] + RAC_SHAPES[2:], "expected dimensions"),
+    (["tiling", "reshape_and_cache", "--shape", "key=16x8x"] + RAC_SHAPES[2:], "expected dimensions"),
+    # a repeated input (was: the last one silently won)
+    (["tiling", "reshape_and_cache"] + RAC_SHAPES + ["--shape", "key=64x8x64"], "given twice"),
+    # a documented tiling rejection (was: exit 1)
+    (["tiling", "reshape_and_cache", "--soc", "Ascend310P3", "--dtype", "float16", "--shape", "key=16x8x3",
+      "--shape", "value=16x8x3", "--shape", "key_cache=64x16x8x3", "--shape", "value_cache=64x16x8x3",
+      "--shape", "slot_mapping=16"], "not a multiple of 32 bytes"),
+    # an op without an AscendC tiling (was: OPDEF_UNKNOWN_OP, exit 1)
+    (["tiling", "rope_reshape_and_cache", "--shape", "positions=4", "--shape", "query=4x2x8",
+      "--shape", "key=4x2x8", "--shape", "value=4x2x8", "--shape", "cos_sin_cache=16x8",
+      "--shape", "key_cache=4x8x2x8", "--shape", "value_cache=4x8x2x8", "--shape", "slot_mapping=4",
+      "--dtype", "float32"], "no AscendC tiling"),
+    # --launch of a cache that would need ~62 GiB of synthetic arrays (was: tried to allocate it)
+    (["tiling", "reshape_and_cache", "--launch", "--shape", "key=16x8x128", "--shape", "value=16x8x128",
+      "--shape", "key_cache=1000000x16x8x128", "--shape", "value_cache=1000000x16x8x128",
+      "--shape", "slot_mapping=16"], "--launch-max-mib"),
+])
+def test_tiling_usage_errors_exit_2(capsys, argv, needle):
+    assert main(argv) == 2
+    assert needle in _one_error_line(capsys.readouterr().err)
+
+
+@pytest.mark.skipif(not _sim_has_tiling(), reason="ms_kvcache.sim (emulation) not in this build")
+def test_tiling_launch_within_limit_runs(capsys):
+    small = ["--shape", "key=4x2x16", "--shape", "value=4x2x16", "--shape", "key_cache=4x8x2x16",
+             "--shape", "value_cache=4x8x2x16", "--shape", "slot_mapping=4", "--dtype", "float32"]
+    assert main(["tiling", "reshape_and_cache", "--launch"] + small) == 0
+    assert "launch statistics" in capsys.readouterr().out
+    # the same shapes above a 0 MiB limit are refused before anything is allocated
+    assert main(["tiling", "reshape_and_cache", "--launch", "--launch-max-mib", "0"] + small) == 2
+    assert "--launch-max-mib 0" in _one_error_line(capsys.readouterr().err)
+
+
+def test_tiling_help_documents_exit_codes(capsys):
+    with pytest.raises(SystemExit):
+        main(["tiling", "--help"])
+    out = capsys.readouterr().out
+    assert "exit codes:" in out and "rejecting these shapes" in out and "@COUNT" in out
+
+
 def test_bench_script_wrapper_main_for(tmp_path, capsys):
     """scripts/bench_<family>.py wrappers call main_for(module): table on stdout, files with --out."""
     import types
