@@ -441,6 +441,13 @@ def _sim_ops(sim):
 
 
 def _no_tiling_message(spec, sim):
+    try:
+        from ms_kvcache._backends.sim import HOST_OPS
+    except ImportError:  # pragma: no cover
+        HOST_OPS = ()
+    if spec.op_type in HOST_OPS:
+        return (f"{spec.name} has no tiling: on Ascend it is a runtime memcpy (aclrtMemcpy per block through "
+                f"the ACL runtime), not an AscendC kernel; the sim backend runs the cpu backend's host copy for it")
     return (f"{spec.name} has no AscendC tiling to show: no OpDef / kernel for {spec.op_type} in the AscendC "
             f"emulation (ops with a tiling: {', '.join(sorted(_sim_ops(sim) or ())) or 'none'})")
 

@@ -279,6 +279,9 @@ def test_tiling_copy_blocks_list_inputs(capsys):
       "--shape", "key=4x2x8", "--shape", "value=4x2x8", "--shape", "cos_sin_cache=16x8",
       "--shape", "key_cache=4x8x2x8", "--shape", "value_cache=4x8x2x8", "--shape", "slot_mapping=4",
       "--dtype", "float32"], "no AscendC tiling"),
+    # swap_blocks is a runtime memcpy (was: listed as known, then OPDEF_UNKNOWN_OP, exit 1)
+    (["tiling", "swap_blocks", "--shape", "src_cache=4x16x8x128", "--shape", "dst_cache=4x16x8x128",
+      "--shape", "block_mapping=3x2"], "swap_blocks has no tiling: on Ascend it is a runtime memcpy"),
     # --launch of a cache that would need ~62 GiB of synthetic arrays (was: tried to allocate it)
     (["tiling", "reshape_and_cache", "--launch", "--shape", "key=16x8x128", "--shape", "value=16x8x128",
       "--shape", "key_cache=1000000x16x8x128", "--shape", "value_cache=1000000x16x8x128",
