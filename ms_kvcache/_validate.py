@@ -33,15 +33,43 @@ def require_contiguous(op, name, x):
                          f"view of shape {tuple(x.shape)} (call .contiguous() on a copy, or pass the cache itself)")
 
 
+def _view_info(x):
+    """``(is_view, viewed shape, storage offset)`` from MindSpore's C++ storage metadata (through the
+    optional ``ms_kvcache._cpu_pyboost``), or None when that module is unavailable."""
+    from ms_kvcache import _custom
+
+    mod = _custom._fast_module()  # noqa: WPS437 - importable even when the fast path itself is turned off
+    fn = getattr(mod, "view_info", None)
+    if fn is None:
+        return None
+    info = fn(x)
+    if info is None:
+        return None
+    return (False, None, 0) if info is False else (True, tuple(info[1]), int(info[2]))
+
+
 def require_not_view(op, name, x):
-    """Caches written through ops.Custom in PyNative (no fast path) must not be views: MindSpore hands
-    the kernel a copy of a view (slice, select, even a contiguous reshape) and the write is lost. Views
-    with a storage offset are detected here; a whole-tensor reshape view is not detectable (see README)."""
-    need = getattr(x, "_need_contiguous", None)
-    if (need is not None and need()) or x.storage_offset() != 0:
-        raise ValueError(f"{op}: argument '{name}': expected a tensor that owns its memory, got a view (offset "
-                         f"{x.storage_offset()}) of another tensor; without the PyNative fast path "
-                         f"(ms_kvcache._cpu_pyboost) ops.Custom would write into a copy")
+    """Caches written through ops.Custom in PyNative (the sim and ascend backends, and cpu without the
+    fast path) must not be views: ops.Custom runs the kernel on a copy of a view (slice, select,
+    transpose, and also a contiguous reshape / view / flatten of a whole tensor), so the write is lost.
+
+    Every view is detected from MindSpore's storage metadata (``TensorStorageInfo``, read by
+    ``ms_kvcache._cpu_pyboost.view_info``; the output of a pending op is waited for). Python's Tensor has
+    no such flag: a whole-tensor reshape view has storage offset 0 and is contiguous. Without that
+    optional module, only views with a storage offset or needing a contiguous copy are detected."""
+    info = _view_info(x)
+    if info is not None:
+        is_view, base_shape, offset = info
+    else:
+        need = getattr(x, "_need_contiguous", None)
+        is_view, base_shape, offset = (need is not None and need()) or x.storage_offset() != 0, None, x.storage_offset()
+    if is_view:
+        of = f" of a tensor of shape {list(base_shape)}" if base_shape is not None else " of another tensor"
+        raise ValueError(f"{op}: argument '{name}': expected a tensor that owns its memory, got a view{of} "
+                         f"(shape {list(x.shape)}, storage offset {offset}), e.g. a slice or a reshape; this "
+                         f"PyNative call goes through ops.Custom, which runs the kernel on a copy of a view, so the "
+                         f"write would be lost. Pass the cache tensor itself (allocate it in the shape the op "
+                         f"expects)")
 
 
 def index_values(x):
