@@ -14,7 +14,7 @@ __all__ = [
     "require_tensor", "require_contiguous", "index_values", "check_slot_values",
     "check_block_ids", "check_block_mapping_values", "dtype_name", "cached_static", "contiguous_input",
     "check_slot_tensor", "check_block_mapping_tensor", "require_not_view", "check_block_id_tensor",
-    "check_position_values", "check_position_tensor",
+    "check_position_values", "check_position_tensor", "require_disjoint",
 ]
 
 
@@ -70,6 +70,35 @@ def require_not_view(op, name, x):
                          f"PyNative call goes through ops.Custom, which runs the kernel on a copy of a view, so the "
                          f"write would be lost. Pass the cache tensor itself (allocate it in the shape the op "
                          f"expects)")
+
+
+def require_disjoint(op, named):
+    """The tensors an op writes must not share memory: ``named`` is ``[(argument name, tensor), ...]`` in
+    argument order. The same tensor twice (``reshape_and_cache(k, v, c, c, s)``) or two views of one
+    storage whose bytes overlap raise ValueError naming the later argument and the earlier one. Written
+    tensors are contiguous (checked before), so each spans ``[data_ptr, data_ptr + nbytes)``. Graph mode
+    cannot check this (a graph sees no tensor identity or address): see the ops' docstrings."""
+    if len(named) < 2:
+        return
+    spans = []
+    for order, (name, x) in enumerate(named):
+        n = x.nbytes
+        if n:
+            p = x.data_ptr()
+            spans.append((p, p + n, order, name, x))
+    spans.sort(key=lambda s: (s[0], s[2]))
+    last = None  # the span reaching furthest so far
+    for s in spans:
+        if last is not None and s[0] < last[1]:
+            first, second = (last, s) if last[2] < s[2] else (s, last)
+            how = ("the same tensor as" if first[4] is second[4] else
+                   f"a tensor sharing memory with (bytes {max(s[0], last[0]) - first[0]}.."
+                   f"{min(s[1], last[1]) - first[0]} of)")
+            raise ValueError(f"{op}: argument '{second[3]}': expected a distinct cache tensor (no memory shared with "
+                             f"another argument the op writes), got {how} '{first[3]}'; both would be written "
+                             f"through one buffer")
+        if last is None or s[1] > last[1]:
+            last = s
 
 
 def index_values(x):
