@@ -132,3 +132,19 @@ def test_swap_blocks_same_tensor_still_allowed(rng):
     exp = c0.copy()
     exp[1] = exp[0]
     assert_bits_equal(to_np(c), exp, "in place")
+
+
+def test_disjoint_memo_never_hides_a_new_alias(rng):
+    """The identity memo of checked tensor sets: a new pair (or a recreated tensor reusing an id) is
+    checked afresh."""
+    from ms_kvcache import _validate as V
+
+    a, b = Tensor(np.zeros((4, 8), np.float32)), Tensor(np.zeros((4, 8), np.float32))
+    V.require_disjoint("op", [("x", a), ("y", b)])
+    V.require_disjoint("op", [("x", a), ("y", b)])  # memoised
+    with pytest.raises(ValueError, match="argument 'y'.*the same tensor as 'x'"):
+        V.require_disjoint("op", [("x", a), ("y", a)])
+    m = Tensor(np.zeros((2, 4, 8), np.float32))
+    for _ in range(3):  # views made afresh each time (ids may repeat): always checked
+        with pytest.raises(ValueError, match="sharing memory"):
+            V.require_disjoint("op", [("x", m.reshape(8, 8)[2:6]), ("y", m[1])])
