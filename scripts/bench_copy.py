@@ -371,7 +371,33 @@ def run(ops=None, quick=False):
     finally:
         ms.set_context(mode=old_mode)
         ms_kvcache.set_backend(old_backend)
-    return rows
+    return [_standard_keys(r) for r in rows]
+
+
+def _standard_keys(r):
+    """Add the ``ms-kvcache bench`` row keys (``ms_kvcache.bench.ROW_KEYS``: op, case, tokens, seconds,
+    gbps, memcpy_gbps, ratio_memcpy, speedup, ...) to a row of this script (its own keys stay, for
+    format_table)."""
+    kind = r["bench"]
+    out = {"backend": "cpu", "dtype": r.get("dtype", "bfloat16")}
+    if kind == "reshape_and_cache":
+        out.update(op="reshape_and_cache", case=f"bf16 H{HEADS} D{HEAD_SIZE} bs{BLOCK_SIZE}", tokens=r["T"],
+                   bytes=r["bytes"], seconds=r["op_us"] / 1e6, gbps=r["op_gbps"], memcpy_gbps=r["memcpy_gbps"],
+                   ratio_memcpy=r["ratio_to_memcpy"],
+                   speedup={"numpy fancy index": r["speedup_vs_numpy"],
+                            "scatter_update": r["speedup_vs_scatter_update"], "setitem": r["speedup_vs_setitem"]})
+    elif kind == "overhead":
+        out.update(op="reshape_and_cache", case=f"per-call overhead T=1, {r['mode']}", tokens=1,
+                   seconds=r["op_us"] / 1e6, speedup={"ops.add": r["ops_add_us"] / r["op_us"]},
+                   note=f"{r['op_us']:.1f} us per call, ops.add {r['ops_add_us']:.1f} us")
+    elif kind == "no_copy":
+        out.update(op="reshape_and_cache", case=f"no copy: T=1 into a {r['cache_mib']:.2f} MiB cache", tokens=1,
+                   dtype="int8", seconds=r["op_us"] / 1e6,
+                   note=f"{r['op_us']:.1f} us per call, {r['ratio_to_smallest']:.2f}x the smallest cache")
+    else:
+        out.update(op=kind, case=r["shape"], bytes=r["bytes"], seconds=r["op_us"] / 1e6, gbps=r["op_gbps"],
+                   memcpy_gbps=r["memcpy_gbps"], ratio_memcpy=r["ratio_to_memcpy"])
+    return {**r, **out}
 
 
 def format_table(rows):

@@ -189,6 +189,40 @@ def test_bench_failing_module_is_reported(tmp_path, capsys):
     assert (tmp_path / "o" / "bench.csv").is_file()  # the good module's rows are still written
 
 
+GRAPH_BENCH = '''
+"""A benchmark script whose run() compiles a GRAPH_MODE Cell defined in the script itself."""
+import numpy as np
+import mindspore as ms
+from mindspore import nn, ops
+
+
+class AddCell(nn.Cell):
+    def construct(self, x):
+        return ops.add(x, x)
+
+
+def run(quick=False):
+    old = ms.get_context("mode")
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        y = AddCell()(ms.Tensor(np.ones(4, np.float32))).asnumpy()
+    finally:
+        ms.set_context(mode=old)
+    return [{"op": "reshape_and_cache", "case": "graph cell", "note": str(float(y.sum()))}]
+'''
+
+
+def test_bench_script_with_a_graph_cell(tmp_path, capsys):
+    """A bench script loaded by path can compile its own Cells (MindSpore re-imports the Cell's module by
+    name: it failed with "No module named '_ms_kvcache_bench_...'" for bench_copy, bench_rope and
+    bench_list_ops)."""
+    d = tmp_path / "benches"
+    d.mkdir()
+    (d / "bench_graphcell.py").write_text(GRAPH_BENCH)
+    assert main(["bench", "--from", str(d), "--ops", "graphcell", "--out", str(tmp_path / "o"), "--no-progress"]) == 0
+    assert "8.0" in capsys.readouterr().out
+
+
 def test_bench_list(tmp_path, capsys):
     d = tmp_path / "benches"
     d.mkdir()
@@ -323,3 +357,79 @@ def test_bench_script_wrapper_main_for(tmp_path, capsys):
     assert main_for(mod, ["--quick", "--out", str(tmp_path)]) == 0
     assert "fake_copy" in capsys.readouterr().out
     assert (tmp_path / "bench.csv").is_file() and (tmp_path / "bench.md").is_file()
+
+
+# ------------------------------------------------------------------ the benchmark scripts of this checkout
+_LOADED = {}
+
+
+def _script_modules():
+    from ms_kvcache import bench
+
+    return {m.name: m for m in bench.discover() if m.origin != "package"}
+
+
+def _load_script(name):
+    if name not in _LOADED:
+        _LOADED[name] = _script_modules()[name].load()
+    return _LOADED[name]
+
+
+def test_bench_discovers_every_script_with_run():
+    """Every scripts/bench_*.py is found by `ms-kvcache bench` and has run(quick=...) (bench_list_ops had
+    none: 'ms-kvcache bench' reported it as failed)."""
+    import inspect
+
+    mods = _script_modules()
+    expected = {p.stem[len("bench_"):] for p in (ROOT / "scripts").glob("bench_*.py")}
+    assert expected and expected <= set(mods)
+    for name in expected:
+        run = getattr(_load_script(name), "run", None)
+        assert callable(run) and "quick" in inspect.signature(run).parameters, name
+
+
+def _public_ops():
+    import ms_kvcache
+
+    return set(ms_kvcache.ops.__all__) if hasattr(ms_kvcache.ops, "__all__") else set()
+
+
+@pytest.mark.parametrize("script, raw", [
+    ("copy", {"bench": "reshape_and_cache", "T": 16, "dtype": "bfloat16", "bytes": 8192, "op_us": 10.0,
+              "op_gbps": 0.8, "op_gbps_spin_sync": 0.7, "memcpy_us": 5.0, "memcpy_gbps": 1.6, "ratio_to_memcpy": 0.5,
+              "numpy_fancy_us": 20.0, "speedup_vs_numpy": 2.0, "scatter_update_fp16_us": 40.0,
+              "speedup_vs_scatter_update": 4.0, "setitem_fp16_us": 80.0, "speedup_vs_setitem": 8.0, "cache_mib": 1.0,
+              "correct": True}),
+    ("copy", {"bench": "overhead", "mode": "graph", "T": 1, "op_us": 30.0, "ops_add_us": 20.0, "ratio_to_add": 1.5}),
+    ("copy", {"bench": "no_copy", "cache_mib": 256.0, "T": 1, "op_us": 9.0, "ratio_to_smallest": 1.1}),
+    ("copy", {"bench": "copy_blocks", "shape": "L=8, 8 pairs", "dtype": "bfloat16", "bytes": 100, "op_us": 1.0,
+              "op_gbps": 0.1, "memcpy_gbps": 0.2, "ratio_to_memcpy": 0.5}),
+    ("rope", {"name": "fused", "mode": "pynative", "tokens": 4096, "ms": 2.0, "gb_per_s": 3.0, "vs_fused": 1.0}),
+    ("rope", {"name": "targets", "mode": "graph", "tokens": 4096, "fused_speedup_vs_two_step": 1.4,
+              "speedup_target": 1.3, "speedup_met": True, "fused_over_memcpy": 1.9, "memcpy_target": 2.0,
+              "memcpy_met": True}),
+    ("rope", {"name": "overhead", "op": "rerope_cached_keys", "tokens": 1, "us": 20.0, "ops_add_us": 10.0,
+              "x_add": 2.0, "us_ops_custom": 200.0, "x_add_ops_custom": 20.0, "fast_path": True}),
+])
+def test_bench_rows_have_the_standard_keys(script, raw):
+    """Each kind of row the scripts produce gets 'op' (a public op name) and the standard keys that
+    `ms-kvcache bench` tables and plots (bench_copy rows had only 'bench', bench_rope rows only 'name')."""
+    from ms_kvcache.bench import ROW_KEYS
+
+    row = _load_script(script)._standard_keys(dict(raw))
+    assert row["op"] in _public_ops(), row["op"]
+    assert set(row) >= {"op", "case", "backend"} and set(row) - set(raw) <= set(ROW_KEYS)
+    assert all(row[k] == v for k, v in raw.items() if k != "op") and isinstance(row["case"], str)
+    if "gbps" in row:
+        assert row["gbps"] > 0
+
+
+@pytest.mark.slow
+def test_bench_quick_end_to_end(tmp_path, capsys):
+    """`ms-kvcache bench --quick` runs every benchmark of the checkout and writes its outputs."""
+    assert main(["bench", "--quick", "--no-progress", "--out", str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    assert "failed" not in captured.err
+    rows = list(csv.DictReader(open(tmp_path / "bench.csv")))
+    assert {r["module"] for r in rows} >= set(_script_modules())
+    assert all(r["op"] in _public_ops() for r in rows)
