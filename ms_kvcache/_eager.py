@@ -105,7 +105,8 @@ class EagerOp:
             AOT ABI cannot express a missing input).
         launch_attrs: ``f(static_result, attr_values) -> attr_values`` for the kernel when the static
             check normalises an attribute (e.g. ``float(epsilon)``); default: the values as given.
-        distinct: inputs whose tensors must all be different objects (e.g. one cache per layer and kind).
+        distinct: read-only inputs that must not share memory with each other or with the written ones
+            (written inputs never may: :func:`ms_kvcache._validate.require_disjoint` runs on every call).
         contiguous: read-only inputs that must be contiguous (raise) instead of being copied (e.g. a
             whole source cache, where a silent copy would cost more than the op); in-place inputs always
             must be.
@@ -238,6 +239,9 @@ class EagerOp:
         for i in (self._contig if not self._cond else self._written(attr_values)[1]):
             if not args[i].is_contiguous():
                 V.require_contiguous(self.spec.name, self._inputs[i][0], args[i])
+        written = self._inplace if not self._cond else self._written(attr_values)[0]
+        if len(written) > 1:
+            V.require_disjoint(self.spec.name, [(self._inputs[i][0], args[i]) for i in written])
         for i in self._skip:
             if args[i].shape[0] == 0:
                 return self._empty_outputs(args)
@@ -261,14 +265,9 @@ class EagerOp:
         for i in self._written(attr_values)[1]:
             for name, x in self._each(i, args):
                 V.require_contiguous(op, name, x)
-        if self._distinct:
-            seen = {}
-            for i in self._distinct:
-                for name, x in self._each(i, args):
-                    if id(x) in seen:
-                        raise ValueError(f"{op}: argument '{name}': expected a distinct cache tensor per layer and "
-                                         f"kind, got the same tensor as '{seen[id(x)]}'")
-                    seen[id(x)] = name
+        written = [nx for i in self._written(attr_values)[0] for nx in self._each(i, args)]
+        written += [nx for i in self._distinct if i not in self._written(attr_values)[0] for nx in self._each(i, args)]
+        V.require_disjoint(op, written)
         for i in self._skip:
             x = args[i]
             if (len(x) == 0) if self._inputs[i][1] else (x.shape[0] == 0):

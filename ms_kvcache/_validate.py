@@ -5,6 +5,8 @@ and, wrapped in ``constexpr``, at graph compile time. Value checks (slot ranges,
 ids) read the index tensor to the host and only run eagerly; kernels skip out-of-range indices in
 every mode.
 """
+import weakref
+
 import numpy as np
 from mindspore import Tensor
 
@@ -14,7 +16,7 @@ __all__ = [
     "require_tensor", "require_contiguous", "index_values", "check_slot_values",
     "check_block_ids", "check_block_mapping_values", "dtype_name", "cached_static", "contiguous_input",
     "check_slot_tensor", "check_block_mapping_tensor", "require_not_view", "check_block_id_tensor",
-    "check_position_values", "check_position_tensor",
+    "check_position_values", "check_position_tensor", "require_disjoint",
 ]
 
 
@@ -33,15 +35,102 @@ def require_contiguous(op, name, x):
                          f"view of shape {tuple(x.shape)} (call .contiguous() on a copy, or pass the cache itself)")
 
 
+def _view_info(x):
+    """``(is_view, viewed shape, storage offset)`` from MindSpore's C++ storage metadata (through the
+    optional ``ms_kvcache._cpu_pyboost``), or None when that module is unavailable."""
+    from ms_kvcache import _custom
+
+    mod = _custom._fast_module()  # noqa: WPS437 - importable even when the fast path itself is turned off
+    fn = getattr(mod, "view_info", None)
+    if fn is None:
+        return None
+    info = fn(x)
+    if info is None:
+        return None
+    return (False, None, 0) if info is False else (True, tuple(info[1]), int(info[2]))
+
+
 def require_not_view(op, name, x):
-    """Caches written through ops.Custom in PyNative (no fast path) must not be views: MindSpore hands
-    the kernel a copy of a view (slice, select, even a contiguous reshape) and the write is lost. Views
-    with a storage offset are detected here; a whole-tensor reshape view is not detectable (see README)."""
-    need = getattr(x, "_need_contiguous", None)
-    if (need is not None and need()) or x.storage_offset() != 0:
-        raise ValueError(f"{op}: argument '{name}': expected a tensor that owns its memory, got a view (offset "
-                         f"{x.storage_offset()}) of another tensor; without the PyNative fast path "
-                         f"(ms_kvcache._cpu_pyboost) ops.Custom would write into a copy")
+    """Caches written through ops.Custom in PyNative (the sim and ascend backends, and cpu without the
+    fast path) must not be views: ops.Custom runs the kernel on a copy of a view (slice, select,
+    transpose, and also a contiguous reshape / view / flatten of a whole tensor), so the write is lost.
+
+    Every view is detected from MindSpore's storage metadata (``TensorStorageInfo``, read by
+    ``ms_kvcache._cpu_pyboost.view_info``; the output of a pending op is waited for). Python's Tensor has
+    no such flag: a whole-tensor reshape view has storage offset 0 and is contiguous. Without that
+    optional module, only views with a storage offset or needing a contiguous copy are detected."""
+    info = _view_info(x)
+    if info is not None:
+        is_view, base_shape, offset = info
+    else:
+        need = getattr(x, "_need_contiguous", None)
+        is_view, base_shape, offset = (need is not None and need()) or x.storage_offset() != 0, None, x.storage_offset()
+    if is_view:
+        of = f" of a tensor of shape {list(base_shape)}" if base_shape is not None else " of another tensor"
+        raise ValueError(f"{op}: argument '{name}': expected a tensor that owns its memory, got a view{of} "
+                         f"(shape {list(x.shape)}, storage offset {offset}), e.g. a slice or a reshape; this "
+                         f"PyNative call goes through ops.Custom, which runs the kernel on a copy of a view, so the "
+                         f"write would be lost. Pass the cache tensor itself (allocate it in the shape the op "
+                         f"expects)")
+
+
+def require_disjoint(op, named):
+    """The tensors an op writes must not share memory: ``named`` is ``[(argument name, tensor), ...]`` in
+    argument order. The same tensor twice (``reshape_and_cache(k, v, c, c, s)``) or two views of one
+    storage whose bytes overlap raise ValueError naming the later argument and the earlier one. Written
+    tensors are contiguous (checked before), so each spans ``[address, address + nbytes)``; the address is
+    read without a pipeline sync through ``ms_kvcache._cpu_pyboost.data_address_nosync`` (``data_ptr()``
+    waits for every pending op, ~3 ms) except for a tensor a pending op still has to produce. Graph mode
+    cannot check this (a graph sees no tensor identity or address): see the ops' docstrings. A set of
+    tensors found disjoint is remembered by identity (weak references), so a loop passing the same caches
+    pays ~2 us per call instead of ~6 us."""
+    if len(named) < 2:
+        return
+    key = tuple(id(x) for _, x in named)
+    hit = _DISJOINT.get(key)
+    if hit is not None and all(r() is x for r, (_, x) in zip(hit, named)):
+        return  # these very tensors were checked before (a decode loop passes the same caches every step)
+    _check_disjoint(op, named)
+    try:
+        refs = tuple(weakref.ref(x) for _, x in named)
+    except TypeError:  # pragma: no cover - MindSpore tensors accept weak references
+        return
+    if len(_DISJOINT) >= 1024:
+        _DISJOINT.clear()
+    _DISJOINT[key] = refs
+
+
+#: require_disjoint memo: tuple of tensor ids -> weak references to those tensors (an id is only trusted
+#: while its weak reference still returns the same object, so a reused id never matches).
+_DISJOINT = {}
+
+
+def _check_disjoint(op, named):
+    from ms_kvcache import _custom
+
+    mod = _custom._fast_module()  # noqa: WPS437 - importable even when the fast path itself is turned off
+    nosync = getattr(mod, "data_address_nosync", None)
+    spans = []
+    for order, (name, x) in enumerate(named):
+        n = x.nbytes
+        if n:
+            p = nosync(x) if nosync is not None else None
+            if p is None:  # output of a pending op (or no fast module): Tensor.data_ptr() waits for it
+                p = x.data_ptr()
+            spans.append((p, p + n, order, name, x))
+    spans.sort(key=lambda s: (s[0], s[2]))
+    last = None  # the span reaching furthest so far
+    for s in spans:
+        if last is not None and s[0] < last[1]:
+            first, second = (last, s) if last[2] < s[2] else (s, last)
+            how = ("the same tensor as" if first[4] is second[4] else
+                   f"a tensor sharing memory with (bytes {max(s[0], last[0]) - first[0]}.."
+                   f"{min(s[1], last[1]) - first[0]} of)")
+            raise ValueError(f"{op}: argument '{second[3]}': expected a distinct cache tensor (no memory shared with "
+                             f"another argument the op writes), got {how} '{first[3]}'; both would be written "
+                             f"through one buffer")
+        if last is None or s[1] > last[1]:
+            last = s
 
 
 def index_values(x):

@@ -8,7 +8,8 @@ Commands:
     tiling   what an op's host tiling decides for given shapes on a SoC (through the emulation)
 
 Exit codes: 0 success; 1 a check / benchmark failed or an unexpected error; 2 a usage error (bad
-argument, unavailable backend). Errors are one line on stderr; ``MS_KVCACHE_DEBUG=1`` shows tracebacks.
+argument, unavailable backend; for ``tiling`` also an op without an AscendC tiling, --launch shapes above
+--launch-max-mib, and the tiling rejecting the given shapes / dtypes on the SoC). Errors are one line on stderr; ``MS_KVCACHE_DEBUG=1`` shows tracebacks.
 """
 import argparse
 import json
@@ -307,9 +308,15 @@ def cmd_bench(args):
 
 # ============================================================================================== tiling
 def _parse_shape(text):
-    parts = text.replace(",", "x").replace("*", "x").lower().split("x") if text.strip() not in ("", "[]") else []
+    """``"4096x8x128"`` (or ``,`` / ``*`` separators; ``""`` or ``[]`` for a scalar) -> [4096, 8, 128].
+    An empty dimension (``16xx8``, a trailing ``x``) or a non-integer one is a usage error."""
+    if text.strip() in ("", "[]"):
+        return []
+    parts = text.replace(",", "x").replace("*", "x").lower().split("x")
     try:
-        dims = [int(p) for p in parts if p.strip() != ""]
+        if any(p.strip() == "" for p in parts):
+            raise ValueError
+        dims = [int(p) for p in parts]
     except ValueError:
         raise CLIError(f"--shape: expected dimensions like 4096x8x128, got {text!r}") from None
     if any(d < 0 for d in dims):
@@ -334,7 +341,7 @@ def _tiling_request(args):
     spec = _find_spec(args.op)
     if args.soc not in SOCS:
         raise CLIError(f"--soc: expected one of {', '.join(SOCS)}, got {args.soc!r}")
-    shapes, counts = {}, {}
+    shapes, counts, shapes_text = {}, {}, {}
     for item in args.shape or []:
         name, sep, dims = item.partition("=")
         if not sep:
@@ -342,15 +349,24 @@ def _tiling_request(args):
         names = [t.name for t in spec.inputs]
         if name not in names:
             raise CLIError(f"--shape: {spec.name} has no input {name!r}; inputs: {', '.join(names)}")
-        dims, _, count = dims.partition("@")
+        if name in shapes:
+            raise CLIError(f"--shape {name}: given twice ({shapes_text[name]!r} and {dims!r}); give each input once")
+        shapes_text[name] = dims
+        dims, at, count = dims.partition("@")
         shapes[name] = _parse_shape(dims)
-        if count:
-            if not getattr(spec.input(name), "dynamic", False):
-                raise CLIError(f"--shape {name}: '@COUNT' is only for list (dynamic) inputs")
+        dynamic = spec.input(name).dynamic
+        if at and not dynamic:
+            raise CLIError(f"--shape {name}: '@COUNT' is only for list (dynamic) inputs; {name!r} is one tensor")
+        if dynamic:
+            if not at:
+                raise CLIError(f"--shape {name}: {name!r} is a list of tensors (one per layer): give the shape of "
+                               f"one tensor and the list length, e.g. {name}={dims or '64x16x8x128'}@4")
             try:
                 counts[name] = int(count)
             except ValueError:
                 raise CLIError(f"--shape {name}: expected @COUNT to be an int, got {count!r}") from None
+            if counts[name] < 1:
+                raise CLIError(f"--shape {name}: expected @COUNT >= 1 (tensors in the list), got {counts[name]}")
     missing = [t for t in spec.inputs if t.name not in shapes and not t.optional]
     if missing:
         need = ", ".join(f"{t.name} (rank {'/'.join(map(str, t.ranks))})" for t in missing)
@@ -388,8 +404,8 @@ def _tiling_request(args):
     for t in spec.inputs:
         if t.name in shapes:
             entry = {"name": t.name, "shape": shapes[t.name], "dtype": dtypes[t.name], "format": "ND"}
-            if getattr(t, "dynamic", False):
-                entry["count"] = counts.get(t.name, 1)  # a list input: COUNT tensors of this shape
+            if t.dynamic:
+                entry["count"] = counts[t.name]  # a list input: COUNT tensors of this shape
             inputs.append(entry)
     return spec, inputs, attrs
 
@@ -411,6 +427,29 @@ def _sim_tiling(sim, spec, inputs, attrs, soc):
     as ``[(shape, dtype)]`` in OpDef order; returns its dict (fields, block_dim, tiling_key, workspace, ...)."""
     args = [[(i["shape"], i["dtype"])] * i["count"] if "count" in i else (i["shape"], i["dtype"]) for i in inputs]
     return sim.tiling(spec.op_type, args, attrs, soc)
+
+
+def _sim_ops(sim):
+    """OpTypes the emulation has an OpDef (and so a tiling) for; None if this build cannot say."""
+    ops_fn = getattr(sim, "ops", None)
+    if ops_fn is None:
+        return None
+    try:
+        return set(ops_fn())
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _no_tiling_message(spec, sim):
+    try:
+        from ms_kvcache._backends.sim import HOST_OPS
+    except ImportError:  # pragma: no cover
+        HOST_OPS = ()
+    if spec.op_type in HOST_OPS:
+        return (f"{spec.name} has no tiling: on Ascend it is a runtime memcpy (aclrtMemcpy per block through "
+                f"the ACL runtime), not an AscendC kernel; the sim backend runs the cpu backend's host copy for it")
+    return (f"{spec.name} has no AscendC tiling to show: no OpDef / kernel for {spec.op_type} in the AscendC "
+            f"emulation (ops with a tiling: {', '.join(sorted(_sim_ops(sim) or ())) or 'none'})")
 
 
 def _get(obj, key, default=None):
@@ -464,15 +503,53 @@ def _fmt_stat(v):
     return str(v)
 
 
+#: ``tiling --launch`` allocates every input (and output) as a numpy array: refuse above this many bytes.
+LAUNCH_MAX_BYTES = 1 << 30
+
+
+def _launch_bytes(inputs, tiling_result):
+    """Bytes ``--launch`` would allocate: every input (a list input COUNT times) plus the outputs."""
+    import numpy as np
+
+    total = 0
+    for i in inputs:
+        n = int(np.prod(i["shape"], dtype=object)) * _np_dtype(i["dtype"]).itemsize
+        total += n * i.get("count", 1)
+    for shape, dt in _get(tiling_result, "outputs") or []:
+        try:
+            total += int(np.prod(tuple(shape), dtype=object)) * _np_dtype(dt).itemsize
+        except TypeError:
+            continue
+    return total
+
+
+def _is_emulation_error(sim, exc):
+    cls = getattr(sim, "EmulationError", None)
+    return (isinstance(cls, type) and isinstance(exc, cls)) or bool(getattr(exc, "rule", None))
+
+
 def cmd_tiling(args):
     spec, inputs, attrs = _tiling_request(args)
     sim = _load_sim()
+    known = _sim_ops(sim)
+    if known is not None and spec.op_type not in known:
+        raise CLIError(_no_tiling_message(spec, sim))
     try:
         res = _sim_tiling(sim, spec, inputs, attrs, args.soc)
     except Exception as exc:  # noqa: BLE001 - emulation errors name the rule; show them on one line
+        if _is_emulation_error(sim, exc):  # the tiling / OpDef refuses these inputs on this SoC: exit 2
+            msg, rule = _one_line(exc), getattr(exc, "rule", "")
+            reason = getattr(sim, "_reason", None)
+            why = f"{reason(rule, spec.op_type, str(exc))} ({rule})" if reason and rule else msg
+            raise CLIError(f"{spec.name}: the tiling for {args.soc} rejects these inputs: {_one_line(why)}") from None
         raise CLIError(f"{spec.name} tiling on {args.soc} failed: {_one_line(exc)}", code=EXIT_FAIL) from None
     stats = None
     if args.launch:
+        need = _launch_bytes(inputs, res)
+        if need > args.launch_max_mib * (1 << 20):
+            raise CLIError(f"--launch: these shapes need {need / (1 << 20):,.1f} MiB of synthetic input/output arrays, "
+                           f"more than --launch-max-mib {args.launch_max_mib}; use smaller shapes for --launch (the "
+                           f"tiling alone needs no memory) or raise --launch-max-mib")
         try:
             stats = _sim_launch_stats(sim, spec, inputs, attrs, args.soc, res)
         except Exception as exc:  # noqa: BLE001
@@ -566,19 +643,35 @@ def build_parser():
     b.set_defaults(func=cmd_bench)
 
     t = sub.add_parser("tiling", help="what an op's host tiling decides for given shapes on a SoC (emulation)",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Runs OP's registered host tiling through the AscendC emulation for the given input "
                                    "shapes, dtypes, attributes and SoC, and prints block dim, tiling key, workspace "
-                                   "and every tiling-data field (per-core token shares, chunk sizes, ...).")
+                                   "and every tiling-data field (per-core token shares, chunk sizes, ...).",
+                       epilog="exit codes:\n"
+                              "  0  the tiling (and --launch) ran\n"
+                              "  2  the request cannot be served as given: a bad or missing argument, an op without an "
+                              "AscendC tiling\n"
+                              "     (e.g. swap_blocks, a runtime memcpy), --launch shapes above --launch-max-mib, or the "
+                              "op's tiling / OpDef\n"
+                              "     rejecting these shapes, dtypes or attributes on this SoC (a documented rejection, "
+                              "e.g. bfloat16 or\n"
+                              "     rows that are not a multiple of 32 bytes on Ascend310P3)\n"
+                              "  1  anything unexpected: the emulation failed otherwise, or the --launch kernel broke an "
+                              "emulation rule")
     t.add_argument("op", help="op name (snake_case or OpType), e.g. reshape_and_cache")
     t.add_argument("--soc", default="Ascend910B1", help="CANN SoC name (default Ascend910B1)")
     t.add_argument("--shape", action="append", metavar="NAME=DIMS",
-                   help="shape of input NAME, e.g. key=4096x8x128 (repeat for every input); for a list input "
-                        "append @COUNT, e.g. kv_caches=64x16x8x128@64")
+                   help="shape of input NAME, e.g. key=4096x8x128 (once per input); a list input (one tensor "
+                        "per layer, e.g. copy_blocks' key_caches) needs @COUNT, the list length: "
+                        "key_caches=64x16x8x128@32")
     t.add_argument("--dtype", default="bfloat16", help="data dtype (default bfloat16)")
     t.add_argument("--index-dtype", default="int32", help="dtype of index inputs (default int32)")
     t.add_argument("--attr", action="append", metavar="NAME=VALUE", help="op attribute, e.g. cache_layout=BNSD")
     t.add_argument("--launch", action="store_true",
                    help="also run the kernel once on synthetic data and print the emulation's data-movement figures")
+    t.add_argument("--launch-max-mib", type=int, default=LAUNCH_MAX_BYTES >> 20, metavar="MIB",
+                   help="--launch refuses shapes whose synthetic arrays exceed this many MiB "
+                        f"(default {LAUNCH_MAX_BYTES >> 20})")
     t.add_argument("--json", action="store_true", help="print as JSON")
     t.set_defaults(func=cmd_tiling)
     return p

@@ -10,7 +10,8 @@ the cache by a random slot permutation. For each T it measures, in one run:
 - MindSpore's in-place ``ops.scatter_update`` on Parameters (no bf16 kernel on CPU: float16, same bytes),
 - MindSpore's ``param[idx] = value`` (Tensor setitem on the Parameter; float16 like scatter_update),
 
-and the per-call overhead at T = 1 in PyNative and in a GRAPH_MODE Cell, next to ``ops.add``.
+and the per-call overhead at T = 1 in PyNative and in a GRAPH_MODE Cell, next to ``ops.add``, and the
+per-call time against the cache size (256 KiB vs 256 MiB; ``--ops no_copy``).
 A few more rows give the other copy ops' bandwidth against memcpy.
 
     python scripts/bench_copy.py               # full table
@@ -33,8 +34,8 @@ import numpy as np  # noqa: E402
 HEADS, HEAD_SIZE, BLOCK_SIZE = 8, 128, 128
 TOKENS = (1, 16, 256, 4096, 16384)
 QUICK_TOKENS = (1, 256, 4096)
-ALL_OPS = ("reshape_and_cache", "overhead", "reshape_and_cache_merged", "concat_and_cache_mla", "copy_blocks",
-           "swap_blocks")
+ALL_OPS = ("reshape_and_cache", "overhead", "no_copy", "reshape_and_cache_merged", "concat_and_cache_mla",
+           "copy_blocks", "swap_blocks")
 
 
 def _ms():
@@ -254,6 +255,31 @@ def bench_overhead(reps, rng):
     return rows
 
 
+def bench_no_copy(reps, rng):
+    """Per-call time of reshape_and_cache at T = 1 (int8, 8 heads x 128) into a 256 KiB and a 256 MiB cache
+    per plane, PyNative: an op that copied its cache would cost ~100 ms more at 256 MiB. (This was a timed
+    test; tests/test_reshape_and_cache.py now checks the no-copy property structurally.)"""
+    ms = _ms()
+    from mindspore import Parameter
+
+    import ms_kvcache
+
+    h, d, bs = HEADS, HEAD_SIZE, 16
+    key = ms.Tensor(rng.integers(-128, 128, size=(1, h, d), dtype=np.int8))
+    slot = ms.Tensor(np.array([3], np.int32))
+    rows, per_call = [], {}
+    for nb in (8, 8192):
+        kc = Parameter(ms.Tensor(np.zeros((nb, bs, h, d), np.int8)), name=f"nocopy_k{nb}")
+        vc = Parameter(ms.Tensor(np.zeros((nb, bs, h, d), np.int8)), name=f"nocopy_v{nb}")
+        per_call[nb] = _timeit(lambda: ms_kvcache.reshape_and_cache(key, key, kc, vc, slot), lambda: _polite_sync(kc),
+                               reps, inner=50)
+        rows.append({"bench": "no_copy", "cache_mib": nb * bs * h * d / 2**20, "T": 1, "op_us": per_call[nb] * 1e6})
+        del kc, vc
+    for r in rows:
+        r["ratio_to_smallest"] = r["op_us"] / rows[0]["op_us"]
+    return rows
+
+
 def bench_other_ops(selected, reps, rng, t=4096):
     """Bandwidth of the other copy ops against a memcpy of the same bytes (bf16, Llama-like shapes)."""
     ms = _ms()
@@ -339,11 +365,39 @@ def run(ops=None, quick=False):
             rows += bench_reshape_and_cache(QUICK_TOKENS if quick else TOKENS, reps, rng)
         if "overhead" in selected:
             rows += bench_overhead(reps, rng)
+        if "no_copy" in selected:
+            rows += bench_no_copy(reps, rng)
         rows += bench_other_ops(selected, reps, rng)
     finally:
         ms.set_context(mode=old_mode)
         ms_kvcache.set_backend(old_backend)
-    return rows
+    return [_standard_keys(r) for r in rows]
+
+
+def _standard_keys(r):
+    """Add the ``ms-kvcache bench`` row keys (``ms_kvcache.bench.ROW_KEYS``: op, case, tokens, seconds,
+    gbps, memcpy_gbps, ratio_memcpy, speedup, ...) to a row of this script (its own keys stay, for
+    format_table)."""
+    kind = r["bench"]
+    out = {"backend": "cpu", "dtype": r.get("dtype", "bfloat16")}
+    if kind == "reshape_and_cache":
+        out.update(op="reshape_and_cache", case=f"bf16 H{HEADS} D{HEAD_SIZE} bs{BLOCK_SIZE}", tokens=r["T"],
+                   bytes=r["bytes"], seconds=r["op_us"] / 1e6, gbps=r["op_gbps"], memcpy_gbps=r["memcpy_gbps"],
+                   ratio_memcpy=r["ratio_to_memcpy"],
+                   speedup={"numpy fancy index": r["speedup_vs_numpy"],
+                            "scatter_update": r["speedup_vs_scatter_update"], "setitem": r["speedup_vs_setitem"]})
+    elif kind == "overhead":
+        out.update(op="reshape_and_cache", case=f"per-call overhead T=1, {r['mode']}", tokens=1,
+                   seconds=r["op_us"] / 1e6, speedup={"ops.add": r["ops_add_us"] / r["op_us"]},
+                   note=f"{r['op_us']:.1f} us per call, ops.add {r['ops_add_us']:.1f} us")
+    elif kind == "no_copy":
+        out.update(op="reshape_and_cache", case=f"no copy: T=1 into a {r['cache_mib']:.2f} MiB cache", tokens=1,
+                   dtype="int8", seconds=r["op_us"] / 1e6,
+                   note=f"{r['op_us']:.1f} us per call, {r['ratio_to_smallest']:.2f}x the smallest cache")
+    else:
+        out.update(op=kind, case=r["shape"], bytes=r["bytes"], seconds=r["op_us"] / 1e6, gbps=r["op_gbps"],
+                   memcpy_gbps=r["memcpy_gbps"], ratio_memcpy=r["ratio_to_memcpy"])
+    return {**r, **out}
 
 
 def format_table(rows):
@@ -373,7 +427,14 @@ def format_table(rows):
                          f"{r['ops_custom_us']:.1f} us)")
             out.append(f"  {r['mode']:>8}: reshape_and_cache {r['op_us']:7.1f} us, ops.add {r['ops_add_us']:7.1f} us, "
                        f"ratio {r['ratio_to_add']:.2f}{extra}")
-    other = [r for r in rows if r["bench"] not in ("reshape_and_cache", "overhead")]
+    nocopy = [r for r in rows if r["bench"] == "no_copy"]
+    if nocopy:
+        out.append("")
+        out.append("no copy: reshape_and_cache at T = 1, PyNative, per call against the cache size (int8, K and V)")
+        for r in nocopy:
+            out.append(f"  cache {r['cache_mib']:8.2f} MiB per plane: {r['op_us']:8.1f} us  "
+                       f"({r['ratio_to_smallest']:.2f}x the smallest)")
+    other = [r for r in rows if r["bench"] not in ("reshape_and_cache", "overhead", "no_copy")]
     if other:
         out.append("")
         out.append("other copy ops (bf16, PyNative)")

@@ -41,7 +41,10 @@ def _row(sim, soc, op, label, dtype, work, minimum, st):
     copies = [a + b for a, b in zip(st["datacopy_calls_per_core"], st["datacopy_pad_calls_per_core"])][:used]
     total = int(st["gm_read_bytes"]) + int(st["gm_write_bytes"])
     return {
-        "op": op, "shape": label, "soc": soc, "dtype": dtype, "work": work,
+        "op": op, "shape": label, "soc": soc, "dtype": dtype, "work": work, "backend": "sim",
+        "case": f"{label} on {soc}", "tokens": work, "bytes": int(minimum),
+        "note": f"emulation: GM traffic / minimum {total / minimum if minimum else float('nan'):.4f}, "
+                f"{used}/{cores} cores",
         "gm_read_bytes": int(st["gm_read_bytes"]), "gm_write_bytes": int(st["gm_write_bytes"]),
         "gm_min_bytes": int(minimum), "gm_ratio": total / minimum if minimum else float("nan"),
         "datacopy_per_core_max": max(copies) if copies else 0,

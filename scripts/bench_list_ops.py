@@ -10,6 +10,8 @@ Not bandwidth (see bench_copy.py / bench_transfer.py): what the list-of-tensors 
   and multi_layer_block_transfer, with the fast path (ms_kvcache._cpu_pyboost) and with ops.Custom.
 
     python scripts/bench_list_ops.py [--quick] [--layers 40 61] [--reps 3]
+
+``run(quick=False) -> list[dict]`` is the programmatic entry (used by ``ms-kvcache bench``).
 """
 import argparse
 import os
@@ -157,6 +159,34 @@ def pynative_rows(layers_list, n):
                 finally:
                     _custom.set_fast_path(old)
             rows.append((name, got[True], got[False]))
+    return rows
+
+
+def run(quick=False, layers=None, reps=None, calls=None):
+    """Rows in the ``ms-kvcache bench`` convention (``ms_kvcache.bench.ROW_KEYS``): one per graph compile
+    case (``seconds`` = compile time) and per PyNative case (``seconds`` = per call on the fast path,
+    ``speedup["ops.Custom"]`` = its per-call time over the fast path's). quick: L = 40, one compile per
+    case, 50 calls."""
+    layers = layers or ([40] if quick else [40, 61])
+    reps = reps or (1 if quick else 3)
+    calls = calls or (50 if quick else 200)
+    old = mk.get_backend()
+    mk.set_backend("cpu")
+    rows = []
+    try:
+        for name, t in graph_rows(layers, reps):
+            rows.append({"op": name.split()[0], "case": f"graph compile time, {name.split(' ', 1)[1]}",
+                         "backend": "cpu", "seconds": t, "note": f"compile {t * 1e3:.1f} ms"})
+        for name, fast, slow in pynative_rows(layers, calls):
+            row = {"op": name.split()[0], "case": f"PyNative per call (tiny payload), {name.split(' ', 1)[1]}",
+                   "backend": "cpu", "seconds": fast if fast is not None else slow,
+                   "note": ("fast path n/a" if fast is None else f"fast path {fast * 1e6:.1f} us")
+                           + f", ops.Custom {slow * 1e6:.1f} us"}
+            if fast:
+                row["speedup"] = {"ops.Custom": slow / fast}
+            rows.append(row)
+    finally:
+        mk.set_backend(old)
     return rows
 
 

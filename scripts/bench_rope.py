@@ -347,6 +347,29 @@ def run(quick=False, tokens=4096, rounds=None, calls=None, with_overhead=True):
     whether each target is met, and (``with_overhead``) the T = 1 rows of :func:`overhead`. Modes:
     pynative (fast path), pynative_custom (PyNative through ops.Custom), pynative_sync, graph, ctypes.
     quick: 3 rounds, no built-in-ops path. tokens = 0: only the T = 1 overhead rows."""
+    return [_standard_keys(r) for r in _run(quick, tokens, rounds, calls, with_overhead)]
+
+
+def _standard_keys(r):
+    """Add the ``ms-kvcache bench`` row keys (``ms_kvcache.bench.ROW_KEYS``: op, case, seconds, gbps, ...)
+    to a row of this script (its own keys stay, for _print). Every row is about rope_reshape_and_cache
+    (the paths, memcpy references and targets) except the overhead rows, which name their op."""
+    out = {"backend": "cpu", "dtype": "bfloat16"}
+    if r["name"] == "overhead":
+        out.update(case="per-call overhead T=1, PyNative", seconds=r["us"] / 1e6,
+                   speedup={"ops.add": r["ops_add_us"] / r["us"]},
+                   note=f"{r['us']:.1f} us per call, {r['x_add']:.2f}x ops.add; ops.Custom {r['us_ops_custom']:.1f} us")
+    elif r["name"] == "targets":
+        out.update(op="rope_reshape_and_cache", case=f"targets, {r['mode']}",
+                   note=f"fused vs two-step {r['fused_speedup_vs_two_step']:.2f}x (target >= {r['speedup_target']}), "
+                        f"fused / memcpy {r['fused_over_memcpy']:.2f} (target <= {r['memcpy_target']})")
+    else:
+        out.update(op="rope_reshape_and_cache", case=f"{r['name']}, {r['mode']}", seconds=r["ms"] / 1e3,
+                   gbps=r["gb_per_s"])
+    return {**r, **out}
+
+
+def _run(quick, tokens, rounds, calls, with_overhead):
     if tokens == 0:
         return overhead(quick)
     rounds = rounds or (3 if quick else 7)

@@ -310,7 +310,11 @@ def run(quick=False, repeats=None, models=None, tokens=None, baseline=True):
                         gbs = case.nbytes / t / 1e9
                         results.append({
                             "model": model, "kv_format": case.fmt, "num_layers": case.L, "tokens": T,
-                            "op": op, "direction": direction, "mode": mode,
+                            "op": "multi_layer_kv_transfer" if op == "token" else "multi_layer_block_transfer",
+                            "kind": op, "direction": direction, "mode": mode,
+                            "case": f"{model} {direction}" + ("" if mode == "-" else f" {mode}"),
+                            "seconds": t, "gbps": gbs, "memcpy_gbps": mem_best, "ratio_memcpy": gbs / mem_best,
+                            "speedup": None if base is None else {"python loop": base / t_sync},
                             "layout": "BSND" if op == "token" else case.block_layout,
                             "bytes": case.nbytes, "ms": t * 1e3, "GB/s": gbs,
                             "ms_with_sync": t_sync * 1e3, "GB/s_with_sync": case.nbytes / t_sync / 1e9,
@@ -335,7 +339,7 @@ def format_table(results):
     for r in results:
         loop = "" if r["loop_ms"] is None else f"{r['loop_ms']:8.1f}"
         sp = "" if r["speedup_vs_loop"] is None else f"{r['speedup_vs_loop']:6.1f}x"
-        lines.append(f"{r['model']:16} {r['tokens']:5d} {r['op']:5} {r['direction']:3} {r['mode']:9} "
+        lines.append(f"{r['model']:16} {r['tokens']:5d} {r['kind']:5} {r['direction']:3} {r['mode']:9} "
                      f"{r['bytes'] / 2**20:6.0f} {r['ms']:8.2f} {r['GB/s']:6.2f} "
                      f"{max(r['memcpy_GB/s'], r['memcpy_1thread_GB/s']):6.2f} {r['ratio_vs_memcpy']:5.2f} "
                      f"{r['GB/s_with_sync']:6.2f} {loop:>8} {sp:>7}")

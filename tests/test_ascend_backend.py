@@ -798,3 +798,98 @@ def test_graph_launcher_writes_in_place_cpu(rng):
     np.testing.assert_array_equal(kc.asnumpy(), ref)
     ref[0, 0], ref[1, 1] = v[0], v[1]
     np.testing.assert_array_equal(vc.asnumpy(), ref)
+
+
+# ------------------------------------------------------------------------- lists of tensors (M3)
+@pytest.fixture
+def ascend_prims(tmp_path, no_cann, monkeypatch):
+    """The ascend backend active with a stand-in vendor package holding the list-input ops; every
+    ops.Custom primitive the public ops build is the real ascend one (op type + reg_info), but its launch
+    is recorded instead of run (no NPU). Yields the list of (primitive, flat inputs) launched."""
+    from ms_kvcache import _backend, _custom
+
+    v = make_vendor(tmp_path, ops=("copy_blocks", "multi_layer_kv_transfer", "multi_layer_block_transfer"))
+    monkeypatch.setenv("ASCEND_CUSTOM_OPP_PATH", str(v))
+    monkeypatch.setattr(_backend, "_current", "ascend")  # as if set_backend("ascend") had succeeded on an NPU
+    launched = []
+    real_eager_op = _custom.eager_op
+
+    def recording_eager_op(spec, backend, attr_values=(), counts=None):
+        prim = real_eager_op(spec, backend, attr_values, counts)
+        return lambda *flat: launched.append((prim, flat))
+
+    monkeypatch.setattr(_custom, "eager_op", recording_eager_op)
+    monkeypatch.setattr(_custom, "_LAUNCHERS", {})
+    monkeypatch.setattr(_custom, "_EAGER", {})
+    yield launched
+
+
+def _regroup_like_mindspore(prim, flat):
+    """What MindSpore's Ascend custom kernel does with the flat inputs: one group per dyn_input_sizes
+    entry (a list of n tensors for n >= 0, one tensor for -1)."""
+    sizes = prim.attrs["dyn_input_sizes"]
+    assert sum(1 if n == -1 else n for n in sizes) == len(flat), (sizes, len(flat))
+    out, i = [], 0
+    for n in sizes:
+        out.append(flat[i] if n == -1 else list(flat[i:i + n]))
+        i += 1 if n == -1 else n
+    return out
+
+
+def _check_against_reg_info(prim, spec):
+    """reg_info's "dynamic" inputs are exactly the inputs dyn_input_sizes gives a count."""
+    assert prim.reg_info["op_name"].endswith(spec.op_type)  # MindSpore may prefix it when registering
+    dyn = [e["paramType"] == "dynamic" for e in prim.reg_info["inputs"]]
+    assert dyn == [n != -1 for n in prim.attrs["dyn_input_sizes"]]
+
+
+@pytest.mark.parametrize("layers", [1, 3, 40])
+def test_ascend_copy_blocks_prim_gets_dyn_input_sizes(ascend_prims, layers):
+    """copy_blocks on the ascend backend: the primitive handed to MindSpore (op type CopyBlocks with its
+    reg_info) carries dyn_input_sizes [L, L, -1], so MindSpore regroups the 2L + 1 flat inputs into the
+    OpDef's two DYNAMIC lists (M3: this attribute used to be built by a helper nothing called)."""
+    k = [Tensor(np.full((4, 2, 8), i, np.float16)) for i in range(layers)]
+    v = [Tensor(np.full((4, 2, 8), 100 + i, np.float16)) for i in range(layers)]
+    bm = Tensor(np.array([[0, 1], [2, 3]], np.int32))
+    ms_kvcache.copy_blocks(k, v, bm)
+    (prim, flat), = ascend_prims
+    assert prim.func == "CopyBlocks"  # the CANN op type (the cpu / sim backends give "<library>:CopyBlocks")
+    assert prim.attrs["dyn_input_sizes"] == [layers, layers, -1]
+    assert prim.attrs["ms_kvcache_backend"] == "ascend" and prim.attrs["side_effect_mem"]
+    groups = _regroup_like_mindspore(prim, flat)
+    assert [x is y for x, y in zip(groups[0], k)] == [True] * layers
+    assert [x is y for x, y in zip(groups[1], v)] == [True] * layers
+    assert groups[2] is bm
+    _check_against_reg_info(prim, _spec.get_spec("copy_blocks"))
+
+
+def test_ascend_graph_prims_get_dyn_input_sizes(no_cann, tmp_path, monkeypatch):
+    """The graph branches build their primitive as ``_get_cache_prim(_Prim)("ascend", counts, *attrs)``:
+    the same attribute for every list-input op and count."""
+    from ms_kvcache._custom import prim_class
+
+    v = make_vendor(tmp_path, ops=("copy_blocks", "multi_layer_kv_transfer", "multi_layer_block_transfer"))
+    monkeypatch.setenv("ASCEND_CUSTOM_OPP_PATH", str(v))
+    cb = prim_class(_spec.get_spec("copy_blocks"))("ascend", (61, 61))
+    assert cb.attrs["dyn_input_sizes"] == [61, 61, -1]
+    kt = prim_class(_spec.get_spec("multi_layer_kv_transfer"))("ascend", (80,), 2, "h2d", "BSND", 40, 0)
+    assert kt.attrs["dyn_input_sizes"] == [-1, -1, 80]
+    bt = prim_class(_spec.get_spec("multi_layer_block_transfer"))("ascend", (2, 122), 2, "d2h", "BSND", 61, 0)
+    assert bt.attrs["dyn_input_sizes"] == [-1, -1, 2, 122]
+    for prim, name in ((cb, "copy_blocks"), (kt, "multi_layer_kv_transfer"), (bt, "multi_layer_block_transfer")):
+        _check_against_reg_info(prim, _spec.get_spec(name))
+
+
+def test_ascend_kv_transfer_prim_gets_dyn_input_sizes(ascend_prims):
+    """multi_layer_kv_transfer (SEPARATE_KV, 3 layers) on the ascend backend: dyn_input_sizes [-1, -1, 6]."""
+    layers, nb, bs, h, d, t = 3, 4, 8, 2, 16, 5
+    caches = [(Tensor(np.zeros((nb, bs, h, d), np.float16)), Tensor(np.zeros((nb, bs, h, d), np.float16)))
+              for _ in range(layers)]
+    buf = Tensor(np.zeros((2, layers, t, h * d), np.float16))
+    slots = Tensor(np.array([0, 9, 17, -1, 31], np.int32))
+    ms_kvcache.multi_layer_kv_transfer(buf, caches, slots, kv_format="SEPARATE_KV", direction="d2h")
+    (prim, flat), = ascend_prims
+    assert prim.attrs["dyn_input_sizes"] == [-1, -1, 2 * layers]
+    groups = _regroup_like_mindspore(prim, flat)
+    assert groups[0] is buf and [x is y for x, y in zip(groups[2], [c for kv in caches for c in kv])] == [True] * 6
+    _check_against_reg_info(prim, _spec.get_spec("multi_layer_kv_transfer"))

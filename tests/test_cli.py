@@ -189,6 +189,40 @@ def test_bench_failing_module_is_reported(tmp_path, capsys):
     assert (tmp_path / "o" / "bench.csv").is_file()  # the good module's rows are still written
 
 
+GRAPH_BENCH = '''
+"""A benchmark script whose run() compiles a GRAPH_MODE Cell defined in the script itself."""
+import numpy as np
+import mindspore as ms
+from mindspore import nn, ops
+
+
+class AddCell(nn.Cell):
+    def construct(self, x):
+        return ops.add(x, x)
+
+
+def run(quick=False):
+    old = ms.get_context("mode")
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        y = AddCell()(ms.Tensor(np.ones(4, np.float32))).asnumpy()
+    finally:
+        ms.set_context(mode=old)
+    return [{"op": "reshape_and_cache", "case": "graph cell", "note": str(float(y.sum()))}]
+'''
+
+
+def test_bench_script_with_a_graph_cell(tmp_path, capsys):
+    """A bench script loaded by path can compile its own Cells (MindSpore re-imports the Cell's module by
+    name: it failed with "No module named '_ms_kvcache_bench_...'" for bench_copy, bench_rope and
+    bench_list_ops)."""
+    d = tmp_path / "benches"
+    d.mkdir()
+    (d / "bench_graphcell.py").write_text(GRAPH_BENCH)
+    assert main(["bench", "--from", str(d), "--ops", "graphcell", "--out", str(tmp_path / "o"), "--no-progress"]) == 0
+    assert "8.0" in capsys.readouterr().out
+
+
 def test_bench_list(tmp_path, capsys):
     d = tmp_path / "benches"
     d.mkdir()
@@ -239,6 +273,77 @@ def test_tiling_calls_the_emulation_as_documented(capsys, monkeypatch):
     assert "48 AIV cores" in out and "48 values: min 0, max 47" in out
 
 
+CB_SHAPES = ["--shape", "key_caches=64x16x8x128@4", "--shape", "value_caches=64x16x8x128@4",
+             "--shape", "block_mapping=10x2"]
+
+
+@pytest.mark.skipif(not _sim_has_tiling(), reason="ms_kvcache.sim (emulation) not in this build")
+def test_tiling_copy_blocks_list_inputs(capsys):
+    """A list input takes NAME=DIMS@COUNT and the tiling sees COUNT tensors (numLayers)."""
+    assert main(["tiling", "copy_blocks"] + CB_SHAPES) == 0
+    out = capsys.readouterr().out
+    assert "input key_caches: [64, 16, 8, 128] bfloat16 x 4" in out
+    assert "numLayers = 4" in out and "numPairs = 10" in out
+    assert main(["tiling", "copy_blocks", "--json"] + CB_SHAPES) == 0
+    js = json.loads(capsys.readouterr().out)
+    assert [i.get("count") for i in js["inputs"]] == [4, 4, None]
+    assert dict(js["fields"])["numLayers"] == "4"
+
+
+@pytest.mark.skipif(not _sim_has_tiling(), reason="ms_kvcache.sim (emulation) not in this build")
+@pytest.mark.parametrize("argv, needle", [
+    # a list input without @COUNT (was: silently one tensor per list)
+    (["tiling", "copy_blocks", "--shape", "key_caches=64x16x8x128", "--shape", "value_caches=64x16x8x128@4",
+      "--shape", "block_mapping=10x2"], "key_caches=64x16x8x128@4"),
+    (["tiling", "copy_blocks", "--shape", "key_caches=64x16x8x128@0", "--shape", "value_caches=64x16x8x128@4",
+      "--shape", "block_mapping=10x2"], "@COUNT >= 1"),
+    (["tiling", "copy_blocks", "--shape", "key_caches=64x16x8x128@x"] + CB_SHAPES[2:], "@COUNT to be an int"),
+    (["tiling", "reshape_and_cache", "--shape", "key=64x8x128@2"] + RAC_SHAPES[2:], "only for list"),
+    # an empty dimension (was: parsed as 16x8)
+    (["tiling", "reshape_and_cache", "--shape", "key=16xx8"] + RAC_SHAPES[2:], "expected dimensions"),
+    (["tiling", "reshape_and_cache", "--shape", "key=16x8x"] + RAC_SHAPES[2:], "expected dimensions"),
+    # a repeated input (was: the last one silently won)
+    (["tiling", "reshape_and_cache"] + RAC_SHAPES + ["--shape", "key=64x8x64"], "given twice"),
+    # a documented tiling rejection (was: exit 1)
+    (["tiling", "reshape_and_cache", "--soc", "Ascend310P3", "--dtype", "float16", "--shape", "key=16x8x3",
+      "--shape", "value=16x8x3", "--shape", "key_cache=64x16x8x3", "--shape", "value_cache=64x16x8x3",
+      "--shape", "slot_mapping=16"], "not a multiple of 32 bytes"),
+    # an op without an AscendC tiling (was: OPDEF_UNKNOWN_OP, exit 1)
+    (["tiling", "rope_reshape_and_cache", "--shape", "positions=4", "--shape", "query=4x2x8",
+      "--shape", "key=4x2x8", "--shape", "value=4x2x8", "--shape", "cos_sin_cache=16x8",
+      "--shape", "key_cache=4x8x2x8", "--shape", "value_cache=4x8x2x8", "--shape", "slot_mapping=4",
+      "--dtype", "float32"], "no AscendC tiling"),
+    # swap_blocks is a runtime memcpy (was: listed as known, then OPDEF_UNKNOWN_OP, exit 1)
+    (["tiling", "swap_blocks", "--shape", "src_cache=4x16x8x128", "--shape", "dst_cache=4x16x8x128",
+      "--shape", "block_mapping=3x2"], "swap_blocks has no tiling: on Ascend it is a runtime memcpy"),
+    # --launch of a cache that would need ~62 GiB of synthetic arrays (was: tried to allocate it)
+    (["tiling", "reshape_and_cache", "--launch", "--shape", "key=16x8x128", "--shape", "value=16x8x128",
+      "--shape", "key_cache=1000000x16x8x128", "--shape", "value_cache=1000000x16x8x128",
+      "--shape", "slot_mapping=16"], "--launch-max-mib"),
+])
+def test_tiling_usage_errors_exit_2(capsys, argv, needle):
+    assert main(argv) == 2
+    assert needle in _one_error_line(capsys.readouterr().err)
+
+
+@pytest.mark.skipif(not _sim_has_tiling(), reason="ms_kvcache.sim (emulation) not in this build")
+def test_tiling_launch_within_limit_runs(capsys):
+    small = ["--shape", "key=4x2x16", "--shape", "value=4x2x16", "--shape", "key_cache=4x8x2x16",
+             "--shape", "value_cache=4x8x2x16", "--shape", "slot_mapping=4", "--dtype", "float32"]
+    assert main(["tiling", "reshape_and_cache", "--launch"] + small) == 0
+    assert "launch statistics" in capsys.readouterr().out
+    # the same shapes above a 0 MiB limit are refused before anything is allocated
+    assert main(["tiling", "reshape_and_cache", "--launch", "--launch-max-mib", "0"] + small) == 2
+    assert "--launch-max-mib 0" in _one_error_line(capsys.readouterr().err)
+
+
+def test_tiling_help_documents_exit_codes(capsys):
+    with pytest.raises(SystemExit):
+        main(["tiling", "--help"])
+    out = capsys.readouterr().out
+    assert "exit codes:" in out and "rejecting these shapes" in out and "@COUNT" in out
+
+
 def test_bench_script_wrapper_main_for(tmp_path, capsys):
     """scripts/bench_<family>.py wrappers call main_for(module): table on stdout, files with --out."""
     import types
@@ -252,3 +357,79 @@ def test_bench_script_wrapper_main_for(tmp_path, capsys):
     assert main_for(mod, ["--quick", "--out", str(tmp_path)]) == 0
     assert "fake_copy" in capsys.readouterr().out
     assert (tmp_path / "bench.csv").is_file() and (tmp_path / "bench.md").is_file()
+
+
+# ------------------------------------------------------------------ the benchmark scripts of this checkout
+_LOADED = {}
+
+
+def _script_modules():
+    from ms_kvcache import bench
+
+    return {m.name: m for m in bench.discover() if m.origin != "package"}
+
+
+def _load_script(name):
+    if name not in _LOADED:
+        _LOADED[name] = _script_modules()[name].load()
+    return _LOADED[name]
+
+
+def test_bench_discovers_every_script_with_run():
+    """Every scripts/bench_*.py is found by `ms-kvcache bench` and has run(quick=...) (bench_list_ops had
+    none: 'ms-kvcache bench' reported it as failed)."""
+    import inspect
+
+    mods = _script_modules()
+    expected = {p.stem[len("bench_"):] for p in (ROOT / "scripts").glob("bench_*.py")}
+    assert expected and expected <= set(mods)
+    for name in expected:
+        run = getattr(_load_script(name), "run", None)
+        assert callable(run) and "quick" in inspect.signature(run).parameters, name
+
+
+def _public_ops():
+    import ms_kvcache
+
+    return set(ms_kvcache.ops.__all__) if hasattr(ms_kvcache.ops, "__all__") else set()
+
+
+@pytest.mark.parametrize("script, raw", [
+    ("copy", {"bench": "reshape_and_cache", "T": 16, "dtype": "bfloat16", "bytes": 8192, "op_us": 10.0,
+              "op_gbps": 0.8, "op_gbps_spin_sync": 0.7, "memcpy_us": 5.0, "memcpy_gbps": 1.6, "ratio_to_memcpy": 0.5,
+              "numpy_fancy_us": 20.0, "speedup_vs_numpy": 2.0, "scatter_update_fp16_us": 40.0,
+              "speedup_vs_scatter_update": 4.0, "setitem_fp16_us": 80.0, "speedup_vs_setitem": 8.0, "cache_mib": 1.0,
+              "correct": True}),
+    ("copy", {"bench": "overhead", "mode": "graph", "T": 1, "op_us": 30.0, "ops_add_us": 20.0, "ratio_to_add": 1.5}),
+    ("copy", {"bench": "no_copy", "cache_mib": 256.0, "T": 1, "op_us": 9.0, "ratio_to_smallest": 1.1}),
+    ("copy", {"bench": "copy_blocks", "shape": "L=8, 8 pairs", "dtype": "bfloat16", "bytes": 100, "op_us": 1.0,
+              "op_gbps": 0.1, "memcpy_gbps": 0.2, "ratio_to_memcpy": 0.5}),
+    ("rope", {"name": "fused", "mode": "pynative", "tokens": 4096, "ms": 2.0, "gb_per_s": 3.0, "vs_fused": 1.0}),
+    ("rope", {"name": "targets", "mode": "graph", "tokens": 4096, "fused_speedup_vs_two_step": 1.4,
+              "speedup_target": 1.3, "speedup_met": True, "fused_over_memcpy": 1.9, "memcpy_target": 2.0,
+              "memcpy_met": True}),
+    ("rope", {"name": "overhead", "op": "rerope_cached_keys", "tokens": 1, "us": 20.0, "ops_add_us": 10.0,
+              "x_add": 2.0, "us_ops_custom": 200.0, "x_add_ops_custom": 20.0, "fast_path": True}),
+])
+def test_bench_rows_have_the_standard_keys(script, raw):
+    """Each kind of row the scripts produce gets 'op' (a public op name) and the standard keys that
+    `ms-kvcache bench` tables and plots (bench_copy rows had only 'bench', bench_rope rows only 'name')."""
+    from ms_kvcache.bench import ROW_KEYS
+
+    row = _load_script(script)._standard_keys(dict(raw))
+    assert row["op"] in _public_ops(), row["op"]
+    assert set(row) >= {"op", "case", "backend"} and set(row) - set(raw) <= set(ROW_KEYS)
+    assert all(row[k] == v for k, v in raw.items() if k != "op") and isinstance(row["case"], str)
+    if "gbps" in row:
+        assert row["gbps"] > 0
+
+
+@pytest.mark.slow
+def test_bench_quick_end_to_end(tmp_path, capsys):
+    """`ms-kvcache bench --quick` runs every benchmark of the checkout and writes its outputs."""
+    assert main(["bench", "--quick", "--no-progress", "--out", str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    assert "failed" not in captured.err
+    rows = list(csv.DictReader(open(tmp_path / "bench.csv")))
+    assert {r["module"] for r in rows} >= set(_script_modules())
+    assert all(r["op"] in _public_ops() for r in rows)

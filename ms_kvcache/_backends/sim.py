@@ -20,7 +20,7 @@ Ops compiled later with ``ms_kvcache.sim.build`` are found too: their module's f
 """
 import ctypes
 
-__all__ = ["available", "aot_func", "library_path", "last_error"]
+__all__ = ["available", "aot_func", "library_path", "last_error", "HOST_OPS"]
 
 
 def _module():
@@ -74,14 +74,25 @@ def _slot_hints(spec):
         _module().set_error_hint(spec.op_type, rule, hint)
 
 
+#: Ops that are a runtime memcpy on Ascend (the ascend backend's ``RUNTIME_OPS``: ``aclrtMemcpy`` per
+#: block), not an AscendC kernel: there is no kernel or tiling to emulate, so the sim backend runs the
+#: cpu backend's host kernel for them (same semantics, PyNative and graph mode).
+HOST_OPS = ("SwapBlocks",)
+
+
 def aot_func(spec):
-    """``("<library>:<OpType>", None)`` for ``ops.Custom(func_type="aot")``.
+    """``("<library>:<OpType>", None)`` for ``ops.Custom(func_type="aot")``. An op of :data:`HOST_OPS`
+    gets the cpu backend's AOT entry (a host memcpy per block).
 
     Raises:
         RuntimeError: no emulated kernel / OpDef is registered for ``spec.op_type``.
     """
-    sim = _module()
     op = spec.op_type
+    if op in HOST_OPS:
+        from ms_kvcache._backends import cpu
+
+        return cpu.aot_func(spec)
+    sim = _module()
     _slot_hints(spec)
     if _has_symbol(sim.__file__, op):
         return f"{sim.__file__}:{op}", None

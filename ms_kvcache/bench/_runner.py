@@ -44,9 +44,17 @@ class BenchModule:
     def load(self):
         if self.module_name:
             return importlib.import_module(self.module_name)
-        spec = importlib.util.spec_from_file_location(f"_ms_kvcache_bench_{self.name}", str(self.path))
+        name = f"_ms_kvcache_bench_{self.name}"
+        spec = importlib.util.spec_from_file_location(name, str(self.path))
         mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
+        # registered before it runs: MindSpore's graph compiler re-imports the module of a GRAPH_MODE Cell
+        # or @jit function by name (a script's Cells failed with "No module named '_ms_kvcache_bench_...'")
+        sys.modules[name] = mod
+        try:
+            spec.loader.exec_module(mod)
+        except BaseException:
+            sys.modules.pop(name, None)
+            raise
         return mod
 
 

@@ -209,6 +209,35 @@ py::object CheckPositionsNoSync(const ms::Tensor& t, int64_t max_position) {
   return py::make_tuple(e.code, e.i, e.j, e.value);
 }
 
+// Whether a tensor is a view of another tensor's memory: MindSpore gives every view (slice, select,
+// transpose, and also a contiguous reshape / view / flatten of a whole tensor) a TensorStorageInfo,
+// while a tensor that owns its memory has none. Python's Tensor exposes no such flag (storage_offset()
+// is 0 and is_contiguous() True for a whole-tensor reshape), but ops.Custom copies every view before
+// its kernel runs, so a write into one is lost. The output of a pending op (a "stub") is realised
+// first, which waits for the op that produces it. Returns None if there is still no tensor.
+py::object ViewInfo(const ms::Tensor& t) {
+  if (t.tensor() == nullptr && t.stub_node() != nullptr) {
+    py::gil_scoped_release nogil;
+    t.ConvertStubNodeToTensor();
+  }
+  const auto& tp = t.tensor();
+  if (tp == nullptr) return py::none();
+  const auto info = tp->storage_info();
+  if (info == nullptr) return py::bool_(false);
+  return py::make_tuple(py::bool_(true), info->ori_shape, static_cast<int64_t>(info->storage_offset));
+}
+
+// Address of a tensor's first byte, read without waiting for the pipeline (Tensor.data_ptr() waits for
+// every pending op: ~3 ms here). None if the tensor is the output of a still-pending op (a "stub") or has
+// no memory yet; the caller then falls back to a waiting read.
+py::object DataAddressNoSync(const ms::Tensor& t) {
+  const auto& tp = t.tensor();
+  if (tp == nullptr || tp->device_address() == nullptr) return py::none();
+  const void* p = t.GetDataPtr();
+  if (p == nullptr) return py::none();
+  return py::int_(reinterpret_cast<uintptr_t>(p));
+}
+
 // Wait until MindSpore's PyNative pipeline has no queued work, sleeping between polls instead of
 // busy-waiting (Tensor.asnumpy() spins the calling thread, which on a 2-core machine takes a core away
 // from the kernels being waited for). Returns False on timeout. Call asnumpy() afterwards to collect
@@ -277,6 +306,13 @@ PYBIND11_MODULE(_cpu_pyboost, m) {
   m.def("check_positions_nosync", &CheckPositionsNoSync, py::arg("positions"), py::arg("max_position"),
         "(code, index, -1, value) of the first position outside [0, max_position) (code 0: none) of a host index "
         "tensor read without a pipeline sync; None if the tensor is not host-resident (see check_slots_nosync).");
+  m.def("view_info", &ViewInfo, py::arg("tensor"),
+        "False for a tensor that owns its memory; (True, shape of the viewed tensor, storage offset) for a view "
+        "(any view op, a whole-tensor reshape included); None if there is no tensor to inspect. The output "
+        "of a pending op is waited for.");
+  m.def("data_address_nosync", &DataAddressNoSync, py::arg("tensor"),
+        "Address of the tensor's first byte (storage offset included) without a pipeline sync; None if the "
+        "tensor is the output of a pending op or has no memory yet.");
   m.def("wait_idle", &WaitIdle, py::arg("timeout_s") = 60.0, py::arg("poll_us") = 20.0,
         "Sleep-poll until MindSpore's PyNative pipeline is idle (no busy-wait); False on timeout.");
   m.def("run", &RunKernel, "run(kernel, *tensors): launch kernel on the tensors (inputs in op order), "

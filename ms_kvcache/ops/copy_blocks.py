@@ -156,7 +156,9 @@ def copy_blocks(key_caches, value_caches, block_mapping):
         ValueError: different numbers of key and value caches; a cache rank outside 2..6 or a shape
             different from ``key_caches[0]``; block_mapping not ``[n, 2]``; a block id outside
             ``[0, num_blocks)`` (PyNative only; in graph mode such rows are skipped); a non-contiguous
-            cache; the same tensor passed twice.
+            cache; the same tensor passed twice, or two caches sharing memory (views of one storage)
+            (PyNative only: graph code sees no tensor identity, so in GRAPH_MODE / ``@ms.jit`` the same
+            Parameter given twice is not detected and its result is undefined).
     """
     if _run_in_jit():  # @jit.cond: True
         _check_counts_graph(len(key_caches), len(value_caches), block_mapping.shape, block_mapping.dtype)

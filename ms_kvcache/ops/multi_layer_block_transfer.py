@@ -266,6 +266,7 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
             written.append(("staging", staging))
         for name, x in written:
             V.require_contiguous(op, name, x)
+        V.require_disjoint(op, written)
         if n == 0:
             return None
         backend = _backend.get_backend()

@@ -251,6 +251,7 @@ def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direc
             written = tuple((f"kv_caches (tensor {i} in layer-major order)", x) for i, x in enumerate(flat))
         for name, x in written:
             V.require_contiguous(op, name, x)
+        V.require_disjoint(op, written)
         if slot_mapping.shape[0] == 0:
             return None
         backend = _backend.get_backend()

@@ -100,7 +100,9 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, cache_la
         ValueError: unknown ``cache_layout``; rank or shape mismatch between key/value and the caches;
             ``len(slot_mapping)`` > rows of key; a slot ``>= num_blocks * block_size`` or a duplicated
             non-negative slot (PyNative only; in graph mode such slots are skipped, never written);
-            a non-contiguous cache.
+            a non-contiguous cache; ``key_cache`` and ``value_cache`` the same tensor or sharing memory
+            (PyNative only: graph code sees no tensor identity, so in GRAPH_MODE / ``@ms.jit`` the same
+            Parameter given for both is not detected and its result is undefined).
     """
     if _run_in_jit():  # @jit.cond: True
         _check_static_graph(key.shape, key.dtype, value.shape, value.dtype, key_cache.shape,

@@ -61,7 +61,9 @@ def swap_blocks(src_cache, dst_cache, block_mapping):
     Backends: on the ``cpu`` backend both caches are host memory and the copy is one native kernel
     (threads split every block by byte range). A backend module may define its own
     ``swap_blocks(src_cache, dst_cache, block_mapping)`` (e.g. one runtime memcpy per block between
-    device and host memory); PyNative calls then go to it after the checks below.
+    device and host memory); PyNative calls then go to it after the checks below. On Ascend it is such a
+    runtime memcpy, not an AscendC kernel, so it has no tiling and nothing to emulate: the ``sim``
+    backend runs the cpu backend's host kernel for it (PyNative and graph mode).
 
     Args:
         src_cache (Tensor | Parameter): ``[src_blocks, *block_shape]`` (any layout; a block is
