@@ -819,15 +819,25 @@ def ascend_prims(tmp_path, no_cann, monkeypatch):
         return lambda *flat: launched.append((prim, flat))
 
     monkeypatch.setattr(_custom, "eager_op", recording_eager_op)
+    monkeypatch.setattr(_custom, "graph_launcher", lambda f: f)  # record the primitive, not a jit graph of it
     monkeypatch.setattr(_custom, "_LAUNCHERS", {})
     monkeypatch.setattr(_custom, "_EAGER", {})
     yield launched
 
 
+def _tensor_sizes(prim):
+    """dyn_input_sizes of the tensor inputs: on the ascend backend the attribute values follow them as
+    scalar inputs (ATTRS_AS_INPUTS, MindSpore 2.10's Ascend C path), one trailing -1 each."""
+    sizes = list(prim.attrs["dyn_input_sizes"])
+    spec = _spec.get_spec(prim.SPEC.name)
+    assert sizes[len(spec.inputs):] == [-1] * len(spec.attrs), sizes
+    return sizes[:len(spec.inputs)]
+
+
 def _regroup_like_mindspore(prim, flat):
-    """What MindSpore's Ascend custom kernel does with the flat inputs: one group per dyn_input_sizes
-    entry (a list of n tensors for n >= 0, one tensor for -1)."""
-    sizes = prim.attrs["dyn_input_sizes"]
+    """What MindSpore's Ascend custom kernel does with the flat tensor inputs: one group per
+    dyn_input_sizes entry (a list of n tensors for n >= 0, one tensor for -1)."""
+    sizes = _tensor_sizes(prim)
     assert sum(1 if n == -1 else n for n in sizes) == len(flat), (sizes, len(flat))
     out, i = [], 0
     for n in sizes:
@@ -840,7 +850,7 @@ def _check_against_reg_info(prim, spec):
     """reg_info's "dynamic" inputs are exactly the inputs dyn_input_sizes gives a count."""
     assert prim.reg_info["op_name"].endswith(spec.op_type)  # MindSpore may prefix it when registering
     dyn = [e["paramType"] == "dynamic" for e in prim.reg_info["inputs"]]
-    assert dyn == [n != -1 for n in prim.attrs["dyn_input_sizes"]]
+    assert dyn == [n != -1 for n in _tensor_sizes(prim)]
 
 
 @pytest.mark.parametrize("layers", [1, 3, 40])
@@ -854,7 +864,7 @@ def test_ascend_copy_blocks_prim_gets_dyn_input_sizes(ascend_prims, layers):
     ms_kvcache.copy_blocks(k, v, bm)
     (prim, flat), = ascend_prims
     assert prim.func == "CopyBlocks"  # the CANN op type (the cpu / sim backends give "<library>:CopyBlocks")
-    assert prim.attrs["dyn_input_sizes"] == [layers, layers, -1]
+    assert _tensor_sizes(prim) == [layers, layers, -1]
     assert prim.attrs["ms_kvcache_backend"] == "ascend" and prim.attrs["side_effect_mem"]
     groups = _regroup_like_mindspore(prim, flat)
     assert [x is y for x, y in zip(groups[0], k)] == [True] * layers
@@ -871,11 +881,11 @@ def test_ascend_graph_prims_get_dyn_input_sizes(no_cann, tmp_path, monkeypatch):
     v = make_vendor(tmp_path, ops=("copy_blocks", "multi_layer_kv_transfer", "multi_layer_block_transfer"))
     monkeypatch.setenv("ASCEND_CUSTOM_OPP_PATH", str(v))
     cb = prim_class(_spec.get_spec("copy_blocks"))("ascend", (61, 61))
-    assert cb.attrs["dyn_input_sizes"] == [61, 61, -1]
+    assert _tensor_sizes(cb) == [61, 61, -1]
     kt = prim_class(_spec.get_spec("multi_layer_kv_transfer"))("ascend", (80,), 2, "h2d", "BSND", 40, 0)
-    assert kt.attrs["dyn_input_sizes"] == [-1, -1, 80]
+    assert _tensor_sizes(kt) == [-1, -1, 80]
     bt = prim_class(_spec.get_spec("multi_layer_block_transfer"))("ascend", (2, 122), 2, "d2h", "BSND", 61, 0)
-    assert bt.attrs["dyn_input_sizes"] == [-1, -1, 2, 122]
+    assert _tensor_sizes(bt) == [-1, -1, 2, 122]
     for prim, name in ((cb, "copy_blocks"), (kt, "multi_layer_kv_transfer"), (bt, "multi_layer_block_transfer")):
         _check_against_reg_info(prim, _spec.get_spec(name))
 
@@ -889,7 +899,7 @@ def test_ascend_kv_transfer_prim_gets_dyn_input_sizes(ascend_prims):
     slots = Tensor(np.array([0, 9, 17, -1, 31], np.int32))
     ms_kvcache.multi_layer_kv_transfer(buf, caches, slots, kv_format="SEPARATE_KV", direction="d2h")
     (prim, flat), = ascend_prims
-    assert prim.attrs["dyn_input_sizes"] == [-1, -1, 2 * layers]
+    assert _tensor_sizes(prim) == [-1, -1, 2 * layers]
     groups = _regroup_like_mindspore(prim, flat)
     assert groups[0] is buf and [x is y for x, y in zip(groups[2], [c for kv in caches for c in kv])] == [True] * 6
     _check_against_reg_info(prim, _spec.get_spec("multi_layer_kv_transfer"))

@@ -308,11 +308,6 @@ def test_tiling_copy_blocks_list_inputs(capsys):
     (["tiling", "reshape_and_cache", "--soc", "Ascend310P3", "--dtype", "float16", "--shape", "key=16x8x3",
       "--shape", "value=16x8x3", "--shape", "key_cache=64x16x8x3", "--shape", "value_cache=64x16x8x3",
       "--shape", "slot_mapping=16"], "not a multiple of 32 bytes"),
-    # an op without an AscendC tiling (was: OPDEF_UNKNOWN_OP, exit 1)
-    (["tiling", "rope_reshape_and_cache", "--shape", "positions=4", "--shape", "query=4x2x8",
-      "--shape", "key=4x2x8", "--shape", "value=4x2x8", "--shape", "cos_sin_cache=16x8",
-      "--shape", "key_cache=4x8x2x8", "--shape", "value_cache=4x8x2x8", "--shape", "slot_mapping=4",
-      "--dtype", "float32"], "no AscendC tiling"),
     # swap_blocks is a runtime memcpy (was: listed as known, then OPDEF_UNKNOWN_OP, exit 1)
     (["tiling", "swap_blocks", "--shape", "src_cache=4x16x8x128", "--shape", "dst_cache=4x16x8x128",
       "--shape", "block_mapping=3x2"], "swap_blocks has no tiling: on Ascend it is a runtime memcpy"),
