@@ -24,55 +24,42 @@ using mskv::AotArgs;
 using mskv::KernelError;
 namespace ml = mskv::ml;
 
-// Rows [s0, s1) of device block `blk` of plane p, layer l <-> host rows starting at `h` (row s0),
+// d2h of rows [s0, s1) of device block `blk` of plane p, layer l -> host rows starting at `h` (row s0),
 // `host_stride` bytes apart. The loops run along the destination so that (streaming) stores go to
 // one contiguous range at a time; stores scattered over many ranges ran up to 5x slower here.
-inline void LayerRows(const ml::LayerCaches& c, int p, int64_t l, int64_t blk, int64_t s0, int64_t s1, uint8_t* h,
-                      int64_t host_stride, bool d2h, bool stream) {
+inline void LayerRowsToHost(const ml::LayerCaches& c, int p, int64_t l, int64_t blk, int64_t s0, int64_t s1, uint8_t* h,
+                            int64_t host_stride, bool stream) {
   const ml::Plane& pl = c.plane[p];
   const int64_t elem = static_cast<int64_t>(c.elem);
   const int64_t row = pl.hidden() * elem;
-  uint8_t* dev = c.at(p, l) + blk * pl.bs * row;  // the device block (bs * hidden elements)
+  const uint8_t* dev = c.at(p, l) + blk * pl.bs * row;  // the device block (bs * hidden elements)
   if (!pl.bnsd) {
-    for (int64_t s = s0; s < s1; ++s) {
-      if (d2h) ml::Copy(h + (s - s0) * host_stride, dev + s * row, row, stream);
-      else ml::Copy(dev + s * row, h + (s - s0) * host_stride, row, stream);
-    }
+    for (int64_t s = s0; s < s1; ++s) ml::Copy(h + (s - s0) * host_stride, dev + s * row, row, stream);
     return;
   }
-  const int64_t hb = pl.head * elem;  // BNSD block [H, bs, D] <-> host row [H, D]
-  if (d2h) {
-    for (int64_t s = s0; s < s1; ++s)
-      for (int64_t hh = 0; hh < pl.heads; ++hh)
-        ml::Copy(h + (s - s0) * host_stride + hh * hb, dev + (hh * pl.bs + s) * hb, hb, stream);
-  } else {
+  const int64_t hb = pl.head * elem;  // BNSD block [H, bs, D] -> host row [H, D]
+  for (int64_t s = s0; s < s1; ++s)
     for (int64_t hh = 0; hh < pl.heads; ++hh)
-      for (int64_t s = s0; s < s1; ++s)
-        ml::Copy(dev + (hh * pl.bs + s) * hb, h + (s - s0) * host_stride + hh * hb, hb, stream);
-  }
+      ml::Copy(h + (s - s0) * host_stride + hh * hb, dev + (hh * pl.bs + s) * hb, hb, stream);
 }
 
-// Token rows [s0, s1) of a host block (all layers and planes; `rows[p]` points at token s0, layer 0 of
-// plane p, laid out [s1 - s0, L, hidden_p]) <-> device block `blk`. h2d goes layer by layer (each layer's device block is the contiguous side);
-// d2h goes token by token, layers inside (the host rows of one token are the contiguous side). Ids
-// outside [0, nb): h2d skips, d2h writes zeros.
-void BlockRows(const ml::LayerCaches& c, uint8_t* const* host_rows, int64_t blk, int64_t s0, int64_t s1, bool d2h,
-               bool stream) {
+// d2h of token rows [s0, s1) of device block `blk` (all layers and planes) -> host rows (`rows[p]`
+// points at token s0, layer 0 of plane p, laid out [s1 - s0, L, hidden_p]), token by token, layers
+// inside (the host rows of one token are the contiguous side). Ids outside [0, nb) give zeros.
+void BlockRowsToHost(const ml::LayerCaches& c, uint8_t* const* host_rows, int64_t blk, int64_t s0, int64_t s1,
+                     bool stream) {
   const int64_t L = c.num_layers;
   for (int p = 0; p < c.planes; ++p) {
     const ml::Plane& pl = c.plane[p];
     const int64_t row = pl.hidden() * static_cast<int64_t>(c.elem);
     uint8_t* rows = host_rows[p];
     if (blk < 0 || blk >= pl.nb) {
-      if (d2h) std::memset(rows, 0, static_cast<size_t>((s1 - s0) * L * row));
+      std::memset(rows, 0, static_cast<size_t>((s1 - s0) * L * row));
       continue;
     }
-    if (d2h) {
-      for (int64_t s = s0; s < s1; ++s)
-        for (int64_t l = 0; l < L; ++l) LayerRows(c, p, l, blk, s, s + 1, rows + ((s - s0) * L + l) * row, 0, true, stream);
-    } else {
-      for (int64_t l = 0; l < L; ++l) LayerRows(c, p, l, blk, s0, s1, rows + l * row, L * row, false, stream);
-    }
+    for (int64_t s = s0; s < s1; ++s)
+      for (int64_t l = 0; l < L; ++l)
+        LayerRowsToHost(c, p, l, blk, s, s + 1, rows + ((s - s0) * L + l) * row, 0, stream);
   }
 }
 
@@ -157,7 +144,7 @@ void BlockCopy(const ml::LayerCaches& c, uint8_t* const* host, const void* ids, 
             for (int64_t s = 0; s < bs; ++s) std::memset(h + s * L * row, 0, static_cast<size_t>(row));
             continue;
           }
-          LayerRows(c, p, l, blk, 0, bs, h, L * row, true, stream);
+          LayerRowsToHost(c, p, l, blk, 0, bs, h, L * row, stream);
         }
       }
       if (stream) ml::StreamFence();
@@ -170,7 +157,7 @@ void BlockCopy(const ml::LayerCaches& c, uint8_t* const* host, const void* ids, 
     for (int64_t it = begin; it < end; ++it) {
       const int64_t i = it / chunks, s0 = (it % chunks) * rows;
       for (int p = 0; p < c.planes; ++p) at[p] = host[p] + (i * bs + s0) * L * c.plane[p].hidden() * elem;
-      BlockRows(c, at.data(), mskv::ReadIndex(ids, id_dtype, i), s0, std::min(bs, s0 + rows), true, stream);
+      BlockRowsToHost(c, at.data(), mskv::ReadIndex(ids, id_dtype, i), s0, std::min(bs, s0 + rows), stream);
     }
     if (stream) ml::StreamFence();
   });

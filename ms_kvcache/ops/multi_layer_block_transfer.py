@@ -3,8 +3,8 @@ token-major host blocks, in one call (block granularity, HeteroFusedKernels "pci
 
 Op interface (what the cpu kernel implements today and an AscendC kernel implements later):
 
-- inputs, in order: ``block_ids`` int32/int64 ``[n]``; ``staging`` (optional, written; an empty ``[0]``
-  tensor when absent); ``host_blocks`` - a list input of one tensor per plane (written for
+- inputs, in order: ``block_ids`` int32/int64 ``[n]``; ``staging`` (optional scratch, may be written,
+  contents afterwards unspecified - the cpu kernel does not touch it; an empty ``[0]`` tensor when absent); ``host_blocks`` - a list input of one tensor per plane (written for
   ``direction="d2h"``); ``kv_caches`` - a list input of ``num_layers * tensors_per_layer`` caches in
   layer-major order (written for ``"h2d"``). AscendC: two ``ParamType(DYNAMIC)`` inputs and one
   ``OPTIONAL``; MindSpore: the tensors as consecutive inputs of one primitive class, the two list
@@ -191,8 +191,11 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
             ``block_size * L * sum(hidden)`` elements (one block of every plane). When given, host blocks
             go through it: on Ascend one DMA per chunk of ``staging.size // that`` blocks, then the
             scatter/gather on device ("fused memcpy"); without it the kernel reads/writes host memory
-            directly (zero-copy). Both give identical results on every backend (the cpu backend stages
-            through the given buffer).
+            directly (zero-copy). Both give identical caches and host blocks on every backend. The buffer
+            is scratch: its dtype and size are checked on every backend, its contents after the call are
+            unspecified. The cpu backend (host memory is its device memory, so staging buys nothing)
+            checks it and runs the zero-copy path; sim/ascend move the blocks through it
+            (docs/ops-transfer.md).
         kv_format (KVCacheFormat | int | str, optional): inferred when None: 3 host planes -> DSA_KV,
             rank-4 host planes -> MLA_KV, rank-5 host planes -> MERGED_KV if the caches are rank 5 else
             SEPARATE_KV.
