@@ -21,6 +21,7 @@ memlock limit allows, else unpinned; the row says which).
     python scripts/bench_transfer.py            # full run (~3 GiB of RAM at 8192 tokens)
     python scripts/bench_transfer.py --quick    # small sizes, seconds
     python scripts/bench_transfer.py --json out.json
+    python scripts/bench_transfer.py --only block:h2d --tokens 8192 --no-baseline   # some rows only
 
 ``run(quick=False) -> list[dict]`` is the entry point for ``ms-kvcache bench``.
 The emulation (sim backend) figures - GM traffic vs the minimum and cores used per launch - belong in the
@@ -271,8 +272,22 @@ def _baseline_block(case, direction, repeats):
     return t
 
 
-def run(quick=False, repeats=None, models=None, tokens=None, baseline=True):
-    """Run the benchmark; returns one dict per (model, tokens, op, direction, mode)."""
+def _selected(only, op, direction, mode):
+    """True when the row (op, direction, mode) matches one of the ``only`` filters ("block", "token:h2d",
+    "block:d2h:staged", "block::zero-copy": colon-separated op, direction, mode; empty parts match all)."""
+    if not only:
+        return True
+    for f in only:
+        parts = (f.split(":") + ["", "", ""])[:3]
+        if all(not want or want == have for want, have in zip(parts, (op, direction, mode))):
+            return True
+    return False
+
+
+def run(quick=False, repeats=None, models=None, tokens=None, baseline=True, only=None):
+    """Run the benchmark; returns one dict per (model, tokens, op, direction, mode).
+
+    ``only``: list of row filters ``op[:direction[:mode]]`` (e.g. ``["block:h2d"]``); None runs every row."""
     import mindspore as ms
     import ms_kvcache as mk
     from ms_kvcache import _cpu
@@ -289,6 +304,8 @@ def run(quick=False, repeats=None, models=None, tokens=None, baseline=True):
             for op in ("token", "block"):
                 for direction in ("d2h", "h2d"):
                     for mode in (("-",) if op == "token" else ("zero-copy", "staged")):
+                        if not _selected(only, op, direction, mode):
+                            continue
                         if op == "token":
                             def call():
                                 mk.multi_layer_kv_transfer(case.buffer, case.token_caches, case.slot_t,
@@ -353,10 +370,13 @@ def main(argv=None):
     ap.add_argument("--no-baseline", action="store_true", help="skip the per-layer built-in loop")
     ap.add_argument("--tokens", type=int, nargs="+", help=f"token counts (default {TOKENS})")
     ap.add_argument("--models", nargs="+", choices=sorted(MODELS), help="models (default: all)")
+    ap.add_argument("--only", nargs="+", metavar="OP[:DIR[:MODE]]",
+                    help="run only these rows, e.g. --only block  --only block:h2d token:h2d  "
+                         "--only block::staged (op token|block, dir d2h|h2d, mode zero-copy|staged)")
     ap.add_argument("--json", help="write the rows to this file")
     args = ap.parse_args(argv)
     results = run(quick=args.quick, repeats=args.repeats, baseline=not args.no_baseline, tokens=args.tokens,
-                  models=args.models)
+                  models=args.models, only=args.only)
     print("cpu backend, CPU figures of this machine. GB/s = bytes of the buffer / time from the call to the "
           "kernel's end (waited for without spinning); +sync = GB/s including ms_kvcache.synchronize() (MindSpore "
           "busy-waits there); memcpy = best of multi-threaded and 1-thread copies of the same bytes; speedup = "

@@ -4,8 +4,8 @@ token-major host blocks, in one call (block granularity, HeteroFusedKernels "pci
 Op interface (implemented by the cpu kernel ``cpu_kernel/multi_layer_block_transfer.cpp`` and the AscendC kernel
 ``op_kernel/multi_layer_block_transfer.cpp`` + ``op_host/multi_layer_block_transfer.cpp``, run by the sim and ascend backends):
 
-- inputs, in order: ``block_ids`` int32/int64 ``[n]``; ``staging`` (optional, written; an empty ``[0]``
-  tensor when absent); ``host_blocks`` - a list input of one tensor per plane (written for
+- inputs, in order: ``block_ids`` int32/int64 ``[n]``; ``staging`` (optional scratch, may be written,
+  contents afterwards unspecified - the cpu kernel does not touch it; an empty ``[0]`` tensor when absent); ``host_blocks`` - a list input of one tensor per plane (written for
   ``direction="d2h"``); ``kv_caches`` - a list input of ``num_layers * tensors_per_layer`` caches in
   layer-major order (written for ``"h2d"``). AscendC: two ``ParamType(DYNAMIC)`` inputs and one
   ``OPTIONAL``; MindSpore: the tensors as consecutive inputs of one primitive class, the two list
@@ -193,8 +193,10 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
             go through it ("fused memcpy"): the AscendC kernel (sim, ascend) gives each core a slice of
             the buffer, copies the host rows of up to a slice of (block, layer) units into it with large
             strided copies, then scatters/gathers on device; without it the kernel reads/writes host
-            memory directly (zero-copy). Both give identical results on every backend (the cpu backend
-            stages through the given buffer too). See docs/ops-transfer.md, "AscendC kernels".
+            memory directly (zero-copy). Both give identical caches and host blocks on every backend. The
+            buffer is scratch: its dtype and size are checked on every backend, its contents after the call
+            are unspecified. The cpu backend (host memory is its device memory, so staging buys nothing)
+            checks it and runs the zero-copy path. See docs/ops-transfer.md, "AscendC kernels".
         kv_format (KVCacheFormat | int | str, optional): inferred when None: 3 host planes -> DSA_KV,
             rank-4 host planes -> MLA_KV, rank-5 host planes -> MERGED_KV if the caches are rank 5 else
             SEPARATE_KV.
