@@ -74,9 +74,11 @@ def require_not_view(op, name, x):
                          f"expects)")
 
 
-def require_disjoint(op, named):
-    """The tensors an op writes must not share memory: ``named`` is ``[(argument name, tensor), ...]`` in
-    argument order. The same tensor twice (``reshape_and_cache(k, v, c, c, s)``) or two views of one
+def require_disjoint(op, named, read=()):
+    """The tensors an op writes must not share memory with each other nor with a tensor it reads:
+    ``named`` is ``[(argument name, tensor), ...]`` of the written tensors in argument order, ``read`` the
+    same for contiguous tensors the op only reads (e.g. the caches of a d2h transfer, which a ``staging``
+    buffer must not overlap); read tensors may share memory with each other. The same tensor twice (``reshape_and_cache(k, v, c, c, s)``) or two views of one
     storage whose bytes overlap raise ValueError naming the later argument and the earlier one. Written
     tensors are contiguous (checked before), so each spans ``[address, address + nbytes)``; the address is
     read without a pipeline sync through ``ms_kvcache._cpu_pyboost.data_address_nosync`` (``data_ptr()``
@@ -84,15 +86,16 @@ def require_disjoint(op, named):
     cannot check this (a graph sees no tensor identity or address): see the ops' docstrings. A set of
     tensors found disjoint is remembered by identity (weak references), so a loop passing the same caches
     pays ~2 us per call instead of ~6 us."""
-    if len(named) < 2:
+    if len(named) + len(read) < 2 or not named:
         return
-    key = tuple(id(x) for _, x in named)
+    every = list(named) + list(read)
+    key = (len(named),) + tuple(id(x) for _, x in every)
     hit = _DISJOINT.get(key)
-    if hit is not None and all(r() is x for r, (_, x) in zip(hit, named)):
+    if hit is not None and all(r() is x for r, (_, x) in zip(hit, every)):
         return  # these very tensors were checked before (a decode loop passes the same caches every step)
-    _check_disjoint(op, named)
+    _check_disjoint(op, named, read)
     try:
-        refs = tuple(weakref.ref(x) for _, x in named)
+        refs = tuple(weakref.ref(x) for _, x in every)
     except TypeError:  # pragma: no cover - MindSpore tensors accept weak references
         return
     if len(_DISJOINT) >= 1024:
@@ -105,32 +108,44 @@ def require_disjoint(op, named):
 _DISJOINT = {}
 
 
-def _check_disjoint(op, named):
+def _check_disjoint(op, named, read=()):
     from ms_kvcache import _custom
 
     mod = _custom._fast_module()  # noqa: WPS437 - importable even when the fast path itself is turned off
     nosync = getattr(mod, "data_address_nosync", None)
-    spans = []
-    for order, (name, x) in enumerate(named):
+    spans = []  # (start, end, argument order, name, tensor, written)
+    for order, (name, x) in enumerate(list(named) + list(read)):
         n = x.nbytes
         if n:
             p = nosync(x) if nosync is not None else None
             if p is None:  # output of a pending op (or no fast module): Tensor.data_ptr() waits for it
                 p = x.data_ptr()
-            spans.append((p, p + n, order, name, x))
+            spans.append((p, p + n, order, name, x, order < len(named)))
     spans.sort(key=lambda s: (s[0], s[2]))
-    last = None  # the span reaching furthest so far
+    last_any = last_written = None  # the spans reaching furthest so far (of any kind / written)
     for s in spans:
-        if last is not None and s[0] < last[1]:
-            first, second = (last, s) if last[2] < s[2] else (s, last)
-            how = ("the same tensor as" if first[4] is second[4] else
-                   f"a tensor sharing memory with (bytes {max(s[0], last[0]) - first[0]}.."
-                   f"{min(s[1], last[1]) - first[0]} of)")
-            raise ValueError(f"{op}: argument '{second[3]}': expected a distinct cache tensor (no memory shared with "
-                             f"another argument the op writes), got {how} '{first[3]}'; both would be written "
-                             f"through one buffer")
-        if last is None or s[1] > last[1]:
-            last = s
+        other = last_any if s[5] else last_written  # a written span may meet anything, a read one only writes
+        if other is not None and s[0] < other[1]:
+            _overlap_error(op, s, other)
+        if last_any is None or s[1] > last_any[1]:
+            last_any = s
+        if s[5] and (last_written is None or s[1] > last_written[1]):
+            last_written = s
+
+
+def _overlap_error(op, s, last):
+    first, second = (last, s) if last[2] < s[2] else (s, last)
+    how = ("the same tensor as" if first[4] is second[4] else
+           f"a tensor sharing memory with (bytes {max(s[0], last[0]) - first[0]}.."
+           f"{min(s[1], last[1]) - first[0]} of)")
+    if first[5] and second[5]:
+        raise ValueError(f"{op}: argument '{second[3]}': expected a distinct cache tensor (no memory shared with "
+                         f"another argument the op writes), got {how} '{first[3]}'; both would be written "
+                         f"through one buffer")
+    written, other = (first, second) if first[5] else (second, first)
+    rel = "the same tensor as" if written[4] is other[4] else "memory shared with"
+    raise ValueError(f"{op}: argument '{written[3]}': expected a tensor sharing no memory with the tensors the op "
+                     f"reads, got {rel} '{other[3]}'; writing it would change the data being read")
 
 
 def index_values(x):

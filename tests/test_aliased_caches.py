@@ -148,3 +148,51 @@ def test_disjoint_memo_never_hides_a_new_alias(rng):
     for _ in range(3):  # views made afresh each time (ids may repeat): always checked
         with pytest.raises(ValueError, match="sharing memory"):
             V.require_disjoint("op", [("x", m.reshape(8, 8)[2:6]), ("y", m[1])])
+
+
+# ------------------------------------------------------------- transfers: written vs read tensors
+def _block_caches(rng, layers=2, shape=(4, 2, 8, 16)):
+    return [(Parameter(Tensor(random_array(rng, shape, "float32")), name=f"xk{i}"),
+             Parameter(Tensor(random_array(rng, shape, "float32")), name=f"xv{i}")) for i in range(layers)]
+
+
+@pytest.mark.parametrize("p", PATHS)
+def test_block_transfer_staging_must_not_be_a_cache(p, rng):
+    """d2h reads the caches and writes staging: a staging buffer that is (a view of) a cache would
+    overwrite the KV being offloaded. Rejected naming both, nothing written (was: accepted, cache and
+    host blocks corrupted)."""
+    caches = _block_caches(rng)
+    before = [to_np(c) for kv in caches for c in kv]
+    hb = (Tensor(np.zeros((2, 8, 2, 2, 16), np.float32)), Tensor(np.zeros((2, 8, 2, 2, 16), np.float32)))
+    with path(p):
+        with pytest.raises(ValueError, match=r"argument 'staging': expected a tensor sharing no memory with the "
+                                             r"tensors the op reads, got the same tensor as 'kv_caches \(tensor 0"):
+            ms_kvcache.multi_layer_block_transfer(caches, hb, Tensor(np.array([1, 3], np.int64)), direction="d2h",
+                                                  staging=caches[0][0])
+    for a, b in zip([to_np(c) for kv in caches for c in kv], before):
+        assert_bits_equal(a, b, "cache untouched")
+    assert not to_np(hb[0]).any() and not to_np(hb[1]).any()
+
+
+@pytest.mark.parametrize("p", PATHS)
+def test_transfer_h2d_reads_strided_views_correctly(p, rng):
+    """h2d reads the buffer / host blocks: a strided view of a bigger tensor is read as the view (copied
+    first), not as the first bytes of its storage (was: silently wrong on the cpu fast path)."""
+    nb, bs, H, D = 4, 8, 2, 16
+    big = random_array(rng, (2, 1, 3, 2 * H * D), "float32")
+    kc = Parameter(Tensor(np.zeros((nb, bs, H, D), np.float32)), name="tk")
+    vc = Parameter(Tensor(np.zeros((nb, bs, H, D), np.float32)), name="tv")
+    slots = np.array([0, 9, 17], np.int32)
+    with path(p):
+        ms_kvcache.multi_layer_kv_transfer(Tensor(big)[:, :, :, :H * D], [(kc, vc)], Tensor(slots),
+                                           kv_format="SEPARATE_KV", direction="h2d")
+        assert_bits_equal(to_np(kc).reshape(-1, H * D)[slots], big[0, 0, :, :H * D], "key rows from the view")
+        assert_bits_equal(to_np(vc).reshape(-1, H * D)[slots], big[1, 0, :, :H * D], "value rows from the view")
+        caches = _block_caches(rng, layers=2)
+        host = random_array(rng, (1, 8, 2, 2, 32), "float32")
+        ht = Tensor(host)
+        ms_kvcache.multi_layer_block_transfer(caches, (ht[..., :16], ht[..., 16:]), Tensor(np.array([2], np.int64)),
+                                              direction="h2d")
+        for layer in range(2):  # host block [bs, L, H, D] -> BNSD cache block [H, bs, D]
+            assert_bits_equal(to_np(caches[layer][0])[2], host[0, :, layer, :, :16].transpose(1, 0, 2), "K block")
+            assert_bits_equal(to_np(caches[layer][1])[2], host[0, :, layer, :, 16:].transpose(1, 0, 2), "V block")

@@ -260,15 +260,17 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
             (block_ids.dtype, staging.dtype if staged else None, tuple(x.dtype for x in host),
              tuple(x.dtype for x in flat)),
             staged))
-        if direction == "d2h":
-            written = [(f"host_blocks[{p}]", x) for p, x in enumerate(host)]
-        else:
-            written = [(f"kv_caches (tensor {i} in layer-major order)", x) for i, x in enumerate(flat)]
-        if staged:
+        caches = [(f"kv_caches (tensor {i} in layer-major order)", x) for i, x in enumerate(flat)]
+        if direction == "d2h":  # whole caches are read in place (a copy would cost more than the op): contiguous
+            written, read = [(f"host_blocks[{p}]", x) for p, x in enumerate(host)], caches
+        else:  # host blocks are read: a strided view is copied first, as for key/value of the copy ops
+            host = tuple(V.contiguous_input(x) for x in host)
+            written, read = caches, [(f"host_blocks[{p}]", x) for p, x in enumerate(host)]
+        if staged:  # scratch the kernel writes: no memory shared with anything the op touches
             written.append(("staging", staging))
-        for name, x in written:
+        for name, x in written + read:
             V.require_contiguous(op, name, x)
-        V.require_disjoint(op, written)
+        V.require_disjoint(op, written, read)
         if n == 0:
             return None
         backend = _backend.get_backend()

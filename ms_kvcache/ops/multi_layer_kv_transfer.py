@@ -245,13 +245,15 @@ def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direc
         planes = V.cached_static(_STATIC, _check_static, (
             attr_values, buffer.shape, buffer.dtype, slot_mapping.shape, slot_mapping.dtype,
             tuple(x.shape for x in flat), tuple(x.dtype for x in flat)))
-        if direction == "d2h":
-            written = (("buffer", buffer),)
-        else:
-            written = tuple((f"kv_caches (tensor {i} in layer-major order)", x) for i, x in enumerate(flat))
-        for name, x in written:
+        caches = tuple((f"kv_caches (tensor {i} in layer-major order)", x) for i, x in enumerate(flat))
+        if direction == "d2h":  # whole caches are read in place (a copy would cost more than the op): contiguous
+            written, read = (("buffer", buffer),), caches
+        else:  # the buffer is read: a strided view is copied first, as for key/value of the copy ops
+            buffer = V.contiguous_input(buffer)
+            written, read = caches, (("buffer", buffer),)
+        for name, x in written + read:
             V.require_contiguous(op, name, x)
-        V.require_disjoint(op, written)
+        V.require_disjoint(op, written, read)
         if slot_mapping.shape[0] == 0:
             return None
         backend = _backend.get_backend()
