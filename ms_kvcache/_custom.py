@@ -369,9 +369,16 @@ def _sim_checked(spec, launch, attr_values, counts):
     attrs = spec.attr_values(attr_values)
     norm = spec.counts(counts) if spec.has_dynamic else None
 
+    optional = [t.optional for t in spec.inputs]
+
     def run(*tensors):
+        grouped = _regroup(spec, norm, list(tensors))
+        # an absent OPTIONAL input travels as an empty [0] tensor: the tiling is told "absent" (so a
+        # rejection names the inputs the user passed, not the stand-in)
+        grouped = [None if opt and not isinstance(x, (tuple, list)) and tuple(x.shape) == (0,) else x
+                   for opt, x in zip(optional, grouped)]
         try:
-            sim.check_tiling(spec.op_type, _regroup(spec, norm, list(tensors)), attrs)
+            sim.check_tiling(spec.op_type, grouped, attrs)
         except KeyError:  # no kernel in the emulation: the launch reports it
             pass
         return launch(*tensors)

@@ -290,3 +290,47 @@ def test_build_names_a_missing_tiling_header(tmp_path):
         "REGISTER_TILING_DATA_CLASS(BreakerK2, BreakerK2TD)\n}\n")
     mod = sim.build("breaker_k2", [src])
     assert mod.kernels == ["breaker_k2"]
+
+
+def test_set_soc_canonical_name_and_type():
+    """set_soc matches names case-insensitively and stores the canonical spelling (a lower-case name used to
+    be accepted for launches and then rejected by set_backend('sim') as a bad environment variable); a
+    non-str is a TypeError naming the argument; an unknown name is PLATFORM_UNKNOWN_SOC."""
+    sim = sim_module()
+    old = sim.get_soc()
+    try:
+        sim.set_soc("ascend310p3")
+        assert sim.get_soc() == "Ascend310P3"
+        sim.check_settings()  # no complaint about a name set_soc accepted
+        with pytest.raises(TypeError, match="set_soc: argument 'name': expected a SoC name"):
+            sim.set_soc(None)
+        with pytest.raises(sim.EmulationError, match="PLATFORM_UNKNOWN_SOC"):
+            sim.set_soc("Ascend999")
+        assert sim.get_soc() == "Ascend310P3"
+    finally:
+        sim.set_soc(old)
+
+
+def test_pynative_rejection_names_a_passed_input_not_the_absent_optional():
+    """multi_layer_block_transfer without staging: the wrapper passes an empty stand-in for the absent
+    OPTIONAL input; a dtype rejection must name an input the user gave (was: 'staging')."""
+    from _copy_sim_ref import public_backend_or_skip
+
+    mk = public_backend_or_skip("multi_layer_block_transfer")
+    import mindspore as ms
+    from mindspore import Parameter, Tensor
+
+    sim = sim_module()
+    kc = Parameter(Tensor(np.zeros((4, 2, 8, 16), np.float32), ms.bfloat16), name="bk")
+    vc = Parameter(Tensor(np.zeros((4, 2, 8, 16), np.float32), ms.bfloat16), name="bv")
+    hb = tuple(Tensor(np.zeros((1, 8, 1, 2, 16), np.float32), ms.bfloat16) for _ in range(2))
+    old = sim.get_soc()
+    mk.set_backend("sim")
+    sim.set_soc("Ascend310P3")
+    try:
+        with pytest.raises(sim.TilingDTypeRejectedError) as ei:
+            mk.multi_layer_block_transfer([(kc, vc)], hb, Tensor(np.array([1], np.int64)), direction="h2d")
+        assert "'staging'" not in str(ei.value) and "bfloat16" in str(ei.value), str(ei.value)
+    finally:
+        sim.set_soc(old)
+        mk.set_backend("cpu")

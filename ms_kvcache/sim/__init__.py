@@ -253,10 +253,18 @@ def set_soc(name):
         name (str): ``"Ascend910B1"`` (default, also ``$MS_KVCACHE_SIM_SOC``), ``"Ascend910B3"``,
             ``"Ascend910_9391"`` or ``"Ascend310P3"``.
 
+    The name is matched case-insensitively and stored in its canonical spelling (``get_soc()`` returns
+    e.g. ``"Ascend310P3"`` after ``set_soc("ascend310p3")``).
+
     Raises:
+        TypeError: ``name`` is not a str.
         EmulationError: unknown SoC (rule ``platform.unknown_soc``).
     """
-    _sim.set_soc(name)
+    if not isinstance(name, str):
+        raise TypeError(f"set_soc: argument 'name': expected a SoC name (str), one of {list(_sim.platforms())}, "
+                        f"got {type(name).__name__}")
+    canon = {p.lower(): p for p in _sim.platforms()}
+    _sim.set_soc(canon.get(name.lower(), name))
 
 
 def get_soc():
@@ -299,7 +307,8 @@ def check_settings():
     problems = []
     soc = _sim.get_soc()
     if soc not in _sim.platforms():
-        problems.append(f"MS_KVCACHE_SIM_SOC={soc!r}: expected one of {list(_sim.platforms())}")
+        src = f"MS_KVCACHE_SIM_SOC={soc!r}" if os.environ.get("MS_KVCACHE_SIM_SOC") == soc else f"sim.set_soc({soc!r})"
+        problems.append(f"{src}: expected one of {list(_sim.platforms())}")
     order = _sim.get_order()
     if order not in ORDERS:
         problems.append(f"MS_KVCACHE_SIM_ORDER={order!r}: expected one of {list(ORDERS)}")
