@@ -414,3 +414,35 @@ def test_h2d_partial_tiles(rng, layout, num_blocks):
         for l, layer in enumerate(geo.from_ms(fresh_ms)):
             for p in range(2):
                 assert_bits_equal(layer[p], ref[l][p], f"staging={staging is not None} l{l} p{p}")
+
+
+def test_square_caches_need_an_explicit_layout(rng):
+    """num_kv_heads == block_size: BSND caches (reshape_and_cache's default) read with this op's BNSD
+    default would be transposed without a shape error, so the default refuses; with cache_layout given,
+    each layout moves the right rows (breaker-2 W3)."""
+    kc0 = random_array(rng, (4, 16, 16, 32), "float32")   # BSND, H == block_size == 16
+    vc0 = random_array(rng, (4, 16, 16, 32), "float32")
+    caches = [(Parameter(Tensor(kc0.copy()), name="sqk"), Parameter(Tensor(vc0.copy()), name="sqv"))]
+    hb = (Tensor(np.zeros((1, 16, 1, 16, 32), np.float32)), Tensor(np.zeros((1, 16, 1, 16, 32), np.float32)))
+    ids = Tensor(np.array([2], np.int64))
+    with pytest.raises(ValueError, match=r"argument 'cache_layout': .*num_kv_heads == block_size = 16.*"
+                                         r"pass cache_layout='BSND'"):
+        mk.multi_layer_block_transfer(caches, hb, ids, direction="d2h")
+    assert not to_np(hb[0]).any()
+
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.k, self.v = caches[0]
+
+        def construct(self, h0, h1, i):
+            mk.multi_layer_block_transfer([(self.k, self.v)], (h0, h1), i, direction="d2h")
+            return i
+
+    with ms_mode(ms.GRAPH_MODE), pytest.raises(ValueError, match="num_kv_heads == block_size"):
+        Net()(hb[0], hb[1], ids)
+    mk.multi_layer_block_transfer(caches, hb, ids, direction="d2h", cache_layout="BSND")
+    assert_bits_equal(to_np(hb[0])[0, :, 0], kc0[2], "BSND block -> host rows")
+    assert_bits_equal(to_np(hb[1])[0, :, 0], vc0[2], "BSND block -> host rows")
+    mk.multi_layer_block_transfer(caches, hb, ids, direction="d2h", cache_layout="BNSD")
+    assert_bits_equal(to_np(hb[0])[0, :, 0], kc0[2].transpose(1, 0, 2), "BNSD block -> host rows")

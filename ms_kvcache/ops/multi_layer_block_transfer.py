@@ -51,10 +51,26 @@ def _guess_format(op, kv_format, num_host_planes, host_rank, cache_rank):
                      f"rank {host_rank}; pass kv_format= to say which format")
 
 
-def _default_layout(fmt, cache_layout):
+def _default_layout(fmt, cache_layout, cache_shape=None):
+    """``cache_layout`` if given; else BNSD for MERGED_KV / SEPARATE_KV (pcieThrough's device layout) and
+    BSND for MLA_KV / DSA_KV (no head axis). With the default, caches whose head and block axes have the
+    same length (``[nb, 16, 16, D]``) are ambiguous - BSND caches (what reshape_and_cache writes by
+    default) would be read transposed without any shape error - so they raise ValueError asking for
+    ``cache_layout``."""
     if cache_layout is not None:
         return cache_layout
-    return "BSND" if fmt in (KVCacheFormat.MLA_KV, KVCacheFormat.DSA_KV) else "BNSD"
+    if fmt in (KVCacheFormat.MLA_KV, KVCacheFormat.DSA_KV):
+        return "BSND"
+    if cache_shape is not None:
+        dims = tuple(int(d) for d in cache_shape)
+        dims = dims[1:] if fmt == KVCacheFormat.MERGED_KV else dims  # [2, nb, ...] -> [nb, ...]
+        if len(dims) == 4 and dims[1] == dims[2]:
+            raise ValueError(f"{_OP}: argument 'cache_layout': the caches {list(cache_shape)} have num_kv_heads == "
+                             f"block_size = {dims[1]}, so their layout cannot be told from the shape; pass "
+                             f"cache_layout='BSND' ([num_blocks, block_size, num_kv_heads, head_size], the default "
+                             f"of reshape_and_cache) or cache_layout='BNSD' ([num_blocks, num_kv_heads, block_size, "
+                             f"head_size]) explicitly (this op's default is BNSD)")
+    return "BNSD"
 
 
 def _host_plane_shape(fmt, n, plane, num_layers):
@@ -83,8 +99,10 @@ def _check_shapes(attrs, ids_shape, staging_shape, host_shapes, cache_shapes, ha
             layout_txt = "[n, block_size, num_layers, num_kv_heads, head_size]" if len(expected) == 5 else \
                 "[n, block_size, num_layers, hidden]"
             raise ValueError(f"{_OP}: argument 'host_blocks[{p}]': expected the {names[p]} host blocks "
-                             f"{layout_txt} = {expected} (n = len(block_ids), geometry of the caches, "
-                             f"num_layers = {num_layers}), got {got}")
+                             f"{layout_txt} = {expected} (n = len(block_ids), geometry of the caches read as "
+                             f"cache_layout={layout!r} - this op's default is BNSD for MERGED_KV / SEPARATE_KV, "
+                             f"pass cache_layout='BSND' for [num_blocks, block_size, num_kv_heads, head_size] caches "
+                             f"- num_layers = {num_layers}), got {got}")
     per_block = sum(bs * num_layers * h * d for (_, bs, h, d) in planes)
     if has_staging:
         size = _numel(staging_shape)
@@ -150,11 +168,11 @@ _STATIC = {}
 
 
 @constexpr
-def _graph_attrs(kv_format, direction, cache_layout, num_host_planes, host_rank, cache_rank, num_tensors):
+def _graph_attrs(kv_format, direction, cache_layout, num_host_planes, host_rank, cache_shape, num_tensors):
     """Compile-time checks of the graph branch; returns (kv_format value, num_layers, cache_layout)."""
     ML.check_direction(_OP, direction)
-    fmt = _guess_format(_OP, kv_format, num_host_planes, host_rank, cache_rank)
-    cache_layout = _default_layout(fmt, cache_layout)
+    fmt = _guess_format(_OP, kv_format, num_host_planes, host_rank, len(cache_shape))
+    cache_layout = _default_layout(fmt, cache_layout, cache_shape)
     ML.check_layout(_OP, fmt, cache_layout)
     if num_host_planes != ML.planes_of(fmt):
         raise ValueError(f"{_OP}: argument 'host_blocks': expected {ML.planes_of(fmt)} planes "
@@ -201,7 +219,10 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
             rank-4 host planes -> MLA_KV, rank-5 host planes -> MERGED_KV if the caches are rank 5 else
             SEPARATE_KV.
         cache_layout (str, optional): ``"BNSD"`` (the default for MERGED/SEPARATE, as pcieThrough) or
-            ``"BSND"``; MLA/DSA caches have no head axis and only take ``"BSND"`` (their default).
+            ``"BSND"``; MLA/DSA caches have no head axis and only take ``"BSND"`` (their default). Note the
+            other ops default to BSND: pass ``cache_layout="BSND"`` for caches written by
+            ``reshape_and_cache`` with its default. Without ``cache_layout``, MERGED/SEPARATE caches with
+            num_kv_heads == block_size raise ValueError (the layout cannot be told from the shape).
 
     Returns:
         None. Host blocks (d2h) or caches (h2d) are written in place, without copies, in PyNative,
@@ -221,7 +242,7 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
         flat = ML.flatten_graph(kv_caches)
         host = tuple(host_blocks)
         fmt, num_layers, layout = _graph_attrs(kv_format, direction, cache_layout, len(host), len(host[0].shape),
-                                               len(flat[0].shape), len(flat))
+                                               flat[0].shape, len(flat))
         prim = _get_cache_prim(_Prim)(graph_backend(), (len(host), len(flat)), fmt, direction, layout, num_layers, 0)
         if staging is None:
             prim(block_ids, empty_input_graph(flat[0].dtype), *host, *flat)
@@ -244,7 +265,7 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
         first = kv_caches[0][0] if isinstance(kv_caches[0], (tuple, list)) and kv_caches[0] else kv_caches[0]
         fmt = _guess_format(op, kv_format, len(host_blocks), len(host_blocks[0].shape),
                             len(first.shape) if isinstance(first, Tensor) else -1)
-        cache_layout = _default_layout(fmt, cache_layout)
+        cache_layout = _default_layout(fmt, cache_layout, first.shape if isinstance(first, Tensor) else None)
         ML.check_layout(op, fmt, cache_layout)
         if len(host_blocks) != ML.planes_of(fmt):
             raise ValueError(f"{op}: argument 'host_blocks': expected {ML.planes_of(fmt)} planes "
