@@ -78,7 +78,8 @@ def require_disjoint(op, named, read=()):
     """The tensors an op writes must not share memory with each other nor with a tensor it reads:
     ``named`` is ``[(argument name, tensor), ...]`` of the written tensors in argument order, ``read`` the
     same for contiguous tensors the op only reads (e.g. the caches of a d2h transfer, which a ``staging``
-    buffer must not overlap); read tensors may share memory with each other. The same tensor twice (``reshape_and_cache(k, v, c, c, s)``) or two views of one
+    buffer must not overlap); read tensors may share memory with each other. The same tensor twice
+    (``reshape_and_cache(k, v, c, c, s)``) or two views of one
     storage whose bytes overlap raise ValueError naming the later argument and the earlier one. Written
     tensors are contiguous (checked before), so each spans ``[address, address + nbytes)``; the address is
     read without a pipeline sync through ``ms_kvcache._cpu_pyboost.data_address_nosync`` (``data_ptr()``

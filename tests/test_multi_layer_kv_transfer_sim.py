@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from _copy_sim_ref import (SOCS, assert_last_launch, assert_same_bytes, cores_of, expect_tiling_error, launch,
-                           platform, public_backend_or_skip, reset_last_launch, stable_seed, status)
+                           sim_module, platform, public_backend_or_skip, reset_last_launch, stable_seed, status)
 from _multi_layer_ref import (DSA, DTYPES, FORMAT_LAYOUTS, MERGED, MLA, SEPARATE, Geometry, pack_buffer, ref_gather,
                               ref_scatter, unpack_buffer)
 from conftest import random_array
@@ -410,3 +410,50 @@ def test_cache_without_slots_d2h_writes_zero_rows():
     assert st["cores_used"] >= 1 and not buf.any()
     st = launch(OP, [buf, slots, caches, status()], attrs(g0, "h2d"))
     assert st["block_dim"] == 1 and st["gm_write_bytes"] == 0
+
+
+@pytest.mark.parametrize("mode", ["pynative", "graph"])
+def test_public_aiv_num_caps_cores(mode):
+    """The public ops' keyword aiv_num reaches the kernel: at most that many cores are used (PyNative and
+    GRAPH_MODE), the rows are right; a bad value is a ValueError naming 'aiv_num'."""
+    import mindspore as ms
+    from mindspore import Parameter, Tensor, nn
+
+    from conftest import ms_mode
+
+    mk = public_backend_or_skip("multi_layer_kv_transfer")
+    sim = sim_module()
+    nb, bs, H, D, T = 8, 16, 2, 16, 100
+    rng = np.random.default_rng(21)
+    buf = rng.standard_normal((2, 1, T, H * D)).astype(np.float32)
+    kc = Parameter(Tensor(np.zeros((nb, bs, H, D), np.float32)), name="aiv_k")
+    vc = Parameter(Tensor(np.zeros((nb, bs, H, D), np.float32)), name="aiv_v")
+    slots = Tensor(np.arange(T, dtype=np.int32))
+
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.k, self.v = kc, vc
+
+        def construct(self, b, s):
+            mk.multi_layer_kv_transfer(b, [(self.k, self.v)], s, kv_format="SEPARATE_KV", direction="h2d", aiv_num=3)
+            return s
+
+    mk.set_backend("sim")
+    try:
+        if mode == "graph":
+            with ms_mode(ms.GRAPH_MODE):
+                Net()(Tensor(buf), slots)
+        else:
+            mk.multi_layer_kv_transfer(Tensor(buf), [(kc, vc)], slots, kv_format="SEPARATE_KV", direction="h2d",
+                                       aiv_num=3)
+        got = kc.asnumpy()
+        st = sim.last_launch_stats()
+        assert st["op"] == "MultiLayerKvTransfer" and st["cores_used"] == 3 <= st["block_dim"] <= 3, st
+        np.testing.assert_array_equal(got.reshape(-1, H * D)[:T], buf[0, 0])
+        for bad in (-1, 1.5, True, "2"):
+            with pytest.raises(ValueError, match="argument 'aiv_num'"):
+                mk.multi_layer_kv_transfer(Tensor(buf), [(kc, vc)], slots, kv_format="SEPARATE_KV", direction="h2d",
+                                           aiv_num=bad)
+    finally:
+        mk.set_backend("cpu")

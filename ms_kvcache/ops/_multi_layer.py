@@ -18,6 +18,8 @@ halving: about 0.8 s extra compile time for 61 layers x 3 planes on this machine
 nothing) - a nested tuple handed to the primitive as one argument would also run, but MindSpore does
 not apply RW_WRITE to Parameters inside a tuple and graph mode would read stale caches.
 """
+import operator
+
 from ms_kvcache._formats import CACHE_LAYOUTS, KVCacheFormat
 from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES
 from ms_kvcache._spec import dtype_name as _dtype_name
@@ -25,6 +27,7 @@ from ms_kvcache._spec import dtype_name as _dtype_name
 __all__ = [
     "DIRECTIONS", "PLANE_NAMES", "planes_of", "tensors_per_layer", "format_code", "check_direction",
     "check_layout", "flatten_eager", "flatten_graph", "cache_planes", "check_index", "check_kv_dtypes",
+    "check_aiv_num",
 ]
 
 #: Accepted ``direction`` values: device (cache) -> host (buffer) and back.
@@ -226,3 +229,14 @@ def check_index(op, name, shape, dtype):
     if len(shape) != 1:
         raise ValueError(f"{op}: argument '{name}': expected rank 1, got rank {len(shape)} (shape {tuple(shape)})")
     return int(shape[0])
+
+
+def check_aiv_num(op, aiv_num):
+    """``aiv_num``: an int >= 0 (0 = every core / thread); raises ValueError naming the argument."""
+    try:
+        iv = operator.index(aiv_num)
+    except TypeError:
+        iv = None
+    if iv is None or isinstance(aiv_num, bool) or iv < 0 or iv > 2**31 - 1:
+        raise ValueError(f"{op}: argument 'aiv_num': expected an int >= 0 (a cap on the vector cores, 0 = all), "
+                         f"got {aiv_num!r}")

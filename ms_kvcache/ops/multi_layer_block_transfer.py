@@ -168,8 +168,9 @@ _STATIC = {}
 
 
 @constexpr
-def _graph_attrs(kv_format, direction, cache_layout, num_host_planes, host_rank, cache_shape, num_tensors):
+def _graph_attrs(kv_format, direction, cache_layout, num_host_planes, host_rank, cache_shape, num_tensors, aiv_num):
     """Compile-time checks of the graph branch; returns (kv_format value, num_layers, cache_layout)."""
+    ML.check_aiv_num(_OP, aiv_num)
     ML.check_direction(_OP, direction)
     fmt = _guess_format(_OP, kv_format, num_host_planes, host_rank, len(cache_shape))
     cache_layout = _default_layout(fmt, cache_layout, cache_shape)
@@ -185,7 +186,7 @@ def _graph_attrs(kv_format, direction, cache_layout, num_host_planes, host_rank,
 
 
 def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, staging=None, kv_format=None,
-                               cache_layout=None):
+                               cache_layout=None, aiv_num=0):
     """Move whole blocks of every layer between the paged caches and host blocks, in one call.
 
     ``direction="h2d"`` copies host block ``i`` into device block ``block_ids[i]`` of every layer (load);
@@ -223,6 +224,9 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
             other ops default to BSND: pass ``cache_layout="BSND"`` for caches written by
             ``reshape_and_cache`` with its default. Without ``cache_layout``, MERGED/SEPARATE caches with
             num_kv_heads == block_size raise ValueError (the layout cannot be told from the shape).
+        aiv_num (int): keyword-only cap on the vector cores (AIV) the AscendC kernel uses (sim, ascend),
+            like pcieThrough's ``aivNum`` (leave cores to concurrent compute); on the cpu backend a cap on
+            threads. 0 (default) = all.
 
     Returns:
         None. Host blocks (d2h) or caches (h2d) are written in place, without copies, in PyNative,
@@ -231,7 +235,8 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
     Raises:
         TypeError: non-Tensor arguments; dtypes differing between layers, planes, host blocks and staging;
             block_ids not int32/int64.
-        ValueError: unknown ``direction``/``kv_format``/``cache_layout``; shapes differing between layers;
+        ValueError: unknown ``direction``/``kv_format``/``cache_layout``; ``aiv_num`` not an int >= 0;
+            shapes differing between layers;
             host blocks whose shape does not match (``n``, block_size, layer count, heads, head size);
             a staging buffer smaller than one block; a block id outside ``[0, num_blocks)`` or (h2d) a
             repeated id (PyNative only: in graph mode such ids are skipped by h2d and give zero host
@@ -242,8 +247,9 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
         flat = ML.flatten_graph(kv_caches)
         host = tuple(host_blocks)
         fmt, num_layers, layout = _graph_attrs(kv_format, direction, cache_layout, len(host), len(host[0].shape),
-                                               flat[0].shape, len(flat))
-        prim = _get_cache_prim(_Prim)(graph_backend(), (len(host), len(flat)), fmt, direction, layout, num_layers, 0)
+                                               flat[0].shape, len(flat), aiv_num)
+        prim = _get_cache_prim(_Prim)(graph_backend(), (len(host), len(flat)), fmt, direction, layout, num_layers,
+                                      aiv_num)
         if staging is None:
             prim(block_ids, empty_input_graph(flat[0].dtype), *host, *flat)
         else:
@@ -273,7 +279,8 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
         flat, num_layers = ML.flatten_eager(op, kv_caches, fmt)
         host = tuple(host_blocks)
         staged = staging is not None
-        attr_values = (fmt, direction, cache_layout, num_layers, 0)
+        ML.check_aiv_num(op, aiv_num)
+        attr_values = (fmt, direction, cache_layout, num_layers, int(aiv_num))
         planes, n, _ = V.cached_static(_STATIC, _check_static, (
             attr_values,
             (block_ids.shape, staging.shape if staged else (0,), tuple(x.shape for x in host),

@@ -168,8 +168,9 @@ _STATIC = {}
 
 
 @constexpr
-def _graph_attrs(kv_format, direction, cache_layout, num_tensors):
+def _graph_attrs(kv_format, direction, cache_layout, num_tensors, aiv_num):
     """Compile-time checks of the graph branch; returns (kv_format value, num_layers)."""
+    ML.check_aiv_num(_OP, aiv_num)
     fmt = ML.format_code(_OP, kv_format)
     ML.check_direction(_OP, direction)
     ML.check_layout(_OP, fmt, cache_layout)
@@ -180,7 +181,7 @@ def _graph_attrs(kv_format, direction, cache_layout, num_tensors):
     return fmt, num_tensors // tpl
 
 
-def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direction, cache_layout="BSND"):
+def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direction, cache_layout="BSND", aiv_num=0):
     """Move the K/V rows of T tokens of every layer between the paged caches and one buffer, in one call.
 
     ``direction="d2h"`` gathers cache rows into ``buffer`` (offload); ``"h2d"`` scatters ``buffer`` rows
@@ -211,6 +212,9 @@ def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direc
         kv_format (KVCacheFormat | int | str): keyword-only.
         direction (str): keyword-only, ``"d2h"`` (caches -> buffer) or ``"h2d"`` (buffer -> caches).
         cache_layout (str): ``"BSND"`` (default) or ``"BNSD"`` (MERGED/SEPARATE only).
+        aiv_num (int): keyword-only cap on the vector cores (AIV) the AscendC kernel uses (sim, ascend),
+            e.g. to leave cores to concurrent compute as pcieThrough's ``aivNum``; on the cpu backend a cap
+            on threads. 0 (default) = all.
 
     Returns:
         None. The buffer (d2h) or the caches (h2d) are written in place, without copies, in PyNative,
@@ -220,7 +224,8 @@ def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direc
     Raises:
         TypeError: non-Tensor arguments; dtypes differing between layers, planes and the buffer;
             unsupported dtypes (slot_mapping must be int32/int64).
-        ValueError: unknown ``kv_format``, ``direction`` or ``cache_layout``; a layer entry of the wrong
+        ValueError: unknown ``kv_format``, ``direction`` or ``cache_layout``; ``aiv_num`` not an int >= 0;
+            a layer entry of the wrong
             arity; shapes differing between layers; a buffer whose shape is not
             ``transfer_buffer_shape(...)`` (this also catches a layer-count mismatch); a slot
             ``>= num_blocks * block_size``, or (h2d) a repeated non-negative slot (PyNative only: graph
@@ -230,8 +235,8 @@ def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direc
     """
     if _run_in_jit():  # @jit.cond: True
         flat = ML.flatten_graph(kv_caches)
-        fmt, num_layers = _graph_attrs(kv_format, direction, cache_layout, len(flat))
-        _get_cache_prim(_Prim)(graph_backend(), (len(flat),), fmt, direction, cache_layout, num_layers, 0)(
+        fmt, num_layers = _graph_attrs(kv_format, direction, cache_layout, len(flat), aiv_num)
+        _get_cache_prim(_Prim)(graph_backend(), (len(flat),), fmt, direction, cache_layout, num_layers, aiv_num)(
             buffer, slot_mapping, *flat)
     else:
         op = _OP
@@ -240,8 +245,9 @@ def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direc
         fmt = ML.format_code(op, kv_format)
         ML.check_direction(op, direction)
         ML.check_layout(op, fmt, cache_layout)
+        ML.check_aiv_num(op, aiv_num)
         flat, num_layers = ML.flatten_eager(op, kv_caches, fmt)
-        attr_values = (fmt, direction, cache_layout, num_layers, 0)
+        attr_values = (fmt, direction, cache_layout, num_layers, int(aiv_num))
         planes = V.cached_static(_STATIC, _check_static, (
             attr_values, buffer.shape, buffer.dtype, slot_mapping.shape, slot_mapping.dtype,
             tuple(x.shape for x in flat), tuple(x.dtype for x in flat)))
