@@ -55,6 +55,7 @@ order with other ops; see ms_kvcache/csrc/pyboost_module.cpp). ``MS_KVCACHE_PYNA
 """
 import functools
 import os
+import threading
 
 import mindspore as ms
 import numpy as np
@@ -347,8 +348,8 @@ def eager_launcher(spec, backend, attr_values=(), counts=None):
             attrs["mskv_strict"] = True
             if spec.has_dynamic:
                 attrs["dyn_input_sizes"] = spec.dyn_input_sizes(counts)
-            f = functools.partial(mod.run, mod.kernel(lib, spec.op_type, spec.name, attrs,
-                                                      list(output_sources(spec, counts))))
+            f = _serialised(functools.partial(mod.run, mod.kernel(lib, spec.op_type, spec.name, attrs,
+                                                                  list(output_sources(spec, counts)))))
         else:
             f = eager_op(spec, backend, attr_values, counts)
             if backend == "sim":
@@ -357,6 +358,20 @@ def eager_launcher(spec, backend, attr_values=(), counts=None):
                 f = graph_launcher(f)
         _LAUNCHERS[key] = f
     return f
+
+
+#: One submission at a time into MindSpore's PyNative pipeline from the fast path: MindSpore's frontend is
+#: not thread-safe, and a race between two Python threads submitting through PyboostRunner raised a C++
+#: exception on a pipeline thread that aborted the process (MindSpore's own ops raise RuntimeError there).
+_SUBMIT = threading.Lock()
+
+
+def _serialised(run):
+    def call(*tensors):
+        with _SUBMIT:
+            return run(*tensors)
+
+    return call
 
 
 def _sim_checked(spec, launch, attr_values, counts):
