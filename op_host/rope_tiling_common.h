@@ -177,7 +177,8 @@ inline ge::graphStatus PlanUb(const char* op, const mskv_tiling::Hardware& hw, c
     if (PlanBytes(in, 1, h, plan) <= budget) return ge::GRAPH_SUCCESS;
   }
   PlanBytes(in, 1, 1, plan);
-  return Fail(op, "one head row of %lld elements needs %lld bytes of UB, more than the %lld bytes %s offers",
+  return Fail(op, "the smallest UB plan (one token: one head row of %lld elements plus the op's other rows, "
+                  "e.g. MLA's kv_c row) needs %lld bytes of UB, more than the %lld bytes %s offers",
               static_cast<long long>(in.g.headSize), static_cast<long long>(plan->bytes),
               static_cast<long long>(budget), hw.is310P ? "Ascend310P" : "this SoC");
 }
