@@ -424,8 +424,16 @@ def _load_sim():
 
 def _sim_tiling(sim, spec, inputs, attrs, soc):
     """Call the emulation's host tiling: ``ms_kvcache.sim.tiling(op_type, inputs, attrs, soc)`` with inputs
-    as ``[(shape, dtype)]`` in OpDef order; returns its dict (fields, block_dim, tiling_key, workspace, ...)."""
-    args = [[(i["shape"], i["dtype"])] * i["count"] if "count" in i else (i["shape"], i["dtype"]) for i in inputs]
+    as ``[(shape, dtype)]`` in OpDef order (None for an absent OPTIONAL input); returns its dict (fields,
+    block_dim, tiling_key, workspace, ...)."""
+    by_name = {i["name"]: i for i in inputs}
+    args = []
+    for t in spec.inputs:
+        i = by_name.get(t.name)
+        if i is None:
+            args.append(None)  # an OPTIONAL input the request leaves out
+        else:
+            args.append([(i["shape"], i["dtype"])] * i["count"] if "count" in i else (i["shape"], i["dtype"]))
     return sim.tiling(spec.op_type, args, attrs, soc)
 
 

@@ -428,3 +428,17 @@ def test_bench_quick_end_to_end(tmp_path, capsys):
     rows = list(csv.DictReader(open(tmp_path / "bench.csv")))
     assert {r["module"] for r in rows} >= set(_script_modules())
     assert all(r["op"] in _public_ops() for r in rows)
+
+
+@pytest.mark.skipif(not _sim_has_tiling(), reason="ms_kvcache.sim (emulation) not in this build")
+def test_tiling_with_an_absent_optional_input(capsys):
+    """rope_concat_and_cache_mla without kv_c_norm_weight (OPTIONAL): the tiling gets it as absent (was:
+    INPUT_COUNT, 8 inputs for 9), and --launch runs."""
+    argv = ["tiling", "rope_concat_and_cache_mla", "--dtype", "float32", "--shape", "positions=4",
+            "--shape", "q_pe=4x2x64", "--shape", "k_pe=4x64", "--shape", "kv_c=4x512",
+            "--shape", "cos_sin_cache=16x64", "--shape", "kv_c_cache=4x8x512", "--shape", "k_pe_cache=4x8x64",
+            "--shape", "slot_mapping=4"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "block dim" in out and "tiling data" in out
+    assert main(argv + ["--launch"]) == 0
