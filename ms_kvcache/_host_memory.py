@@ -43,14 +43,9 @@ def _np_dtype(name):
 
 
 def _dtype_name(dtype):
-    from ms_kvcache._spec import dtype_name
+    from ms_kvcache._spec import dtype_arg_name
 
-    if isinstance(dtype, str):
-        name = dtype.lower()
-    elif isinstance(dtype, np.dtype) or (isinstance(dtype, type) and issubclass(dtype, np.generic)):
-        name = np.dtype(dtype).name
-    else:
-        name = dtype_name(dtype)
+    name = dtype_arg_name(dtype)
     if name not in _DTYPES:
         raise TypeError(f"{_OP}: argument 'dtype': expected one of {_DTYPES} (a mindspore, numpy or str dtype), "
                         f"got {dtype!r}")
@@ -128,7 +123,7 @@ def alloc_host_buffer(shape, dtype, numa_node=None, pinned=True):
             ``"bool"``).
         numa_node (int, optional): node to bind to; default: the NUMA node of the device (ascend
             backend) or of the calling CPU (node 0 on a single-node machine).
-        pinned (bool): page-lock the memory (default). ``False`` skips ``mlock`` - the way out when the
+        pinned (bool | numpy.bool_): page-lock the memory (default). ``False`` skips ``mlock`` - the way out when the
             memlock limit is too small; such memory is pageable (and on Ascend registered unpinned,
             which CANN supports on kernels newer than 5.10).
 
@@ -136,7 +131,7 @@ def alloc_host_buffer(shape, dtype, numa_node=None, pinned=True):
         mindspore.Tensor: of ``shape`` and ``dtype``, zero-filled, ``data_ptr()`` page-aligned.
 
     Raises:
-        TypeError: unsupported ``dtype``; ``shape`` not ints.
+        TypeError: unsupported ``dtype``; ``shape`` not ints; ``pinned`` not a bool or numpy.bool_.
         ValueError: negative dimensions; ``numa_node`` not an online node.
         OSError: ``mmap``/``mbind`` failed, or pinning failed - the message gives ``RLIMIT_MEMLOCK``
             (soft/hard) and the remedies (``ulimit -l``, ``pinned=False``).
@@ -147,6 +142,9 @@ def alloc_host_buffer(shape, dtype, numa_node=None, pinned=True):
     from ms_kvcache import _cpu
 
     name = _dtype_name(dtype)
+    if not isinstance(pinned, (bool, np.bool_)):
+        raise TypeError(f"{_OP}: argument 'pinned': expected a bool (or numpy.bool_), got {type(pinned).__name__} "
+                        f"{pinned!r}")
     given = shape
     if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
         shape = (shape,)

@@ -17,7 +17,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 __all__ = [
     "TensorSpec", "AttrSpec", "OpSpec", "register", "get_spec", "all_specs",
-    "KV_DTYPES", "FLOAT_DTYPES", "INDEX_DTYPES", "SOCS", "dtype_name",
+    "KV_DTYPES", "FLOAT_DTYPES", "INDEX_DTYPES", "SOCS", "dtype_name", "dtype_arg_name",
 ]
 
 #: Cache/data dtypes of the copy ops.
@@ -279,3 +279,22 @@ def dtype_name(dtype) -> str:
     if s.startswith("mindspore."):
         s = s[len("mindspore."):]
     return s.lower()
+
+
+def dtype_arg_name(dtype):
+    """Canonical lower-case name of a ``dtype`` argument given as a MindSpore dtype (``ms.bfloat16``), a
+    numpy dtype or scalar type (``np.dtype("float16")``, ``np.float32``, ``ml_dtypes.bfloat16``) or a
+    name string in any case (``"float32"``, ``"BFloat16"``); None when ``dtype`` is none of these (the
+    caller raises TypeError). The name is not checked against a list of supported dtypes: callers do that
+    (:func:`ms_kvcache.alloc_host_buffer`, :func:`ms_kvcache.build_cos_sin_cache`)."""
+    import numpy as np
+
+    if isinstance(dtype, str):
+        return dtype.lower()
+    if isinstance(dtype, np.dtype) or (isinstance(dtype, type) and issubclass(dtype, np.generic)):
+        return np.dtype(dtype).name
+    from mindspore.common import dtype as mstype
+
+    if isinstance(dtype, mstype.Type):
+        return dtype_name(dtype)
+    return None

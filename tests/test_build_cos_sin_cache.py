@@ -99,7 +99,7 @@ def test_table_feeds_the_ops():
     ({"rope_scaling": {k: v for k, v in LLAMA3_8B.items() if k != "original_max_position_embeddings"}}, ValueError,
      r"argument 'rope_scaling': expected key 'original_max_position_embeddings'"),
     ({"rope_scaling": "linear"}, TypeError, r"argument 'rope_scaling': expected None or a dict"),
-    ({"dtype": ms.int32}, ValueError, r"argument 'dtype': expected mindspore.float32, float16 or bfloat16"),
+    ({"dtype": ms.int32}, ValueError, r"argument 'dtype': expected float32, float16 or bfloat16"),
 ])
 def test_bad_inputs(kwargs, exc, match):
     args = dict(rotary_dim=64, max_position=16)

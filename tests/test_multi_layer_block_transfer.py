@@ -147,6 +147,28 @@ def test_flat_caches_and_list_host_blocks(rng):
         assert_bits_equal(to_np(host[p]), expected[p], f"plane {p}")
 
 
+@pytest.mark.parametrize("spelling", ["mla", "Mla", "mla_kv", 3])
+def test_short_format_names(rng, spelling):
+    """kv_format takes the demo's short names (any case) and the int value as well as "MLA_KV"."""
+    geo = Geometry(MLA, "BSND", num_layers=2, num_blocks=3, block_size=4)
+    planes = geo.random_planes(rng, "float32")
+    ids = np.array([2, 0], np.int64)
+    host = host_zeros(geo, 2, "float32")
+    OP(geo.to_ms(planes, "float32"), host, Tensor(ids), direction="d2h", kv_format=spelling)
+    expected = ref_block_gather(geo, planes, ids)
+    for p in range(2):
+        assert_bits_equal(to_np(host[p]), expected[p], f"plane {p}")
+
+
+def test_bad_format_lists_spellings(rng):
+    geo = Geometry(SEPARATE, "BNSD", num_layers=1, num_blocks=3, block_size=4)
+    caches = geo.to_ms(geo.random_planes(rng, "float32"), "float32")
+    with pytest.raises(ValueError, match=r"argument 'kv_format': expected .*'separate' / 'SEPARATE_KV'.*"
+                                         r"'dsa' / 'DSA_KV'.*got 'separated'"):
+        OP(caches, host_zeros(geo, 1, "float32"), Tensor(np.array([0], np.int64)), direction="d2h",
+           kv_format="separated")
+
+
 # -------------------------------------------------------------------------------------------------- bad input
 def _setup(rng, L=2, nb=4, dtype="float16"):
     geo = Geometry(SEPARATE, "BNSD", num_layers=L, num_blocks=nb, block_size=4)

@@ -245,6 +245,40 @@ def test_transfer_buffer_shape_values():
     assert mk.transfer_buffer_shape(DSA, 61, 2, [512, 64, 128]) == (61 * 2 * 704,)
 
 
+@pytest.mark.parametrize("spelling,fmt", [
+    ("separate", SEPARATE), ("Separate", SEPARATE), ("SEPARATE_KV", SEPARATE), ("separate_kv", SEPARATE),
+    ("merged", MERGED), ("MERGED", MERGED), ("mla", MLA), ("MLA_KV", MLA), ("dsa", DSA), ("Dsa_Kv", DSA),
+    (mk.KVCacheFormat.MLA_KV, MLA), (int(DSA), DSA),
+])
+def test_kv_format_spellings(spelling, fmt):
+    """Every documented spelling of kv_format (the demo's short names included) names the same format."""
+    hidden = {MERGED: 64, SEPARATE: 64, MLA: (512, 64), DSA: (512, 64, 128)}[fmt]
+    assert mk.transfer_buffer_shape(spelling, 2, 3, hidden) == mk.transfer_buffer_shape(fmt, 2, 3, hidden)
+
+
+@pytest.mark.parametrize("bad", ["sep", "NOPE", "", 0, 5, True, 2.0, None])
+def test_kv_format_error_lists_every_spelling(bad):
+    with pytest.raises(ValueError, match="argument 'kv_format'") as info:
+        mk.transfer_buffer_shape(bad, 2, 3, 64)
+    msg = str(info.value)
+    for f in mk.KVCacheFormat:
+        short = f.name.lower()[:-len("_kv")]
+        assert f.name in msg and f"'{short}'" in msg and str(int(f)) in msg, (f, msg)
+    assert "any case" in msg and repr(bad) in msg
+
+
+def test_multi_layer_kv_transfer_short_format_name(rng):
+    """kv_format="separate" (the demo's --kv-format spelling) moves the same rows as SEPARATE_KV."""
+    geo, caches = _sep(rng, dtype="float32")
+    slots = Tensor(np.array([0, 5, 9], np.int64))
+    shape = mk.transfer_buffer_shape("separate", 2, 3, 32)
+    got, ref = Tensor(np.zeros(shape, np.float32)), Tensor(np.zeros(shape, np.float32))
+    OP(got, caches, slots, kv_format="separate", direction="d2h")
+    OP(ref, caches, slots, kv_format=SEPARATE, direction="d2h")
+    assert np.abs(to_np(ref)).sum() > 0
+    assert_bits_equal(to_np(got), to_np(ref), "separate vs SEPARATE_KV")
+
+
 @pytest.mark.parametrize("args,match", [
     ((9, 2, 3, 64), "kv_format"),
     (("NOPE", 2, 3, 64), "kv_format"),

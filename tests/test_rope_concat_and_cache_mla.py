@@ -152,7 +152,8 @@ def test_graph_modes(rng, mode, norm):
     ("weight_shape", ValueError, r"argument 'kv_c_norm_weight': expected shape \[512\]"),
     ("weight_dtype", TypeError, r"argument 'kv_c_norm_weight': expected dtype in \('float32', 'float16'\)"),
     ("epsilon", ValueError, r"argument 'epsilon': expected a finite float >= 0"),
-    ("table_wide", ValueError, r"argument 'cos_sin_cache': expected rotary_dim \(shape\[1\]\) <= head_size = 64"),
+    ("table_wide", ValueError, r"argument 'cos_sin_cache': expected rotary_dim \(shape\[1\]\) <= rope_dim \(last dim of "
+     r"'k_pe' and 'k_pe_cache'\) = 64, got 66"),
     ("cache_dtype", TypeError, r"argument 'k_pe_cache': expected dtype float16 \(same as 'q_pe'\), got float32"),
     ("position", ValueError, r"argument 'positions': expected positions in \[0, 128\)"),
     ("slot", ValueError, r"argument 'slot_mapping': expected every slot < num_blocks\*block_size = 32"),

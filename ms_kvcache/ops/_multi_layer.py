@@ -27,7 +27,7 @@ from ms_kvcache._spec import dtype_name as _dtype_name
 __all__ = [
     "DIRECTIONS", "PLANE_NAMES", "planes_of", "tensors_per_layer", "format_code", "check_direction",
     "check_layout", "flatten_eager", "flatten_graph", "cache_planes", "check_index", "check_kv_dtypes",
-    "check_aiv_num",
+    "check_aiv_num", "FORMAT_NAMES", "FORMAT_SPELLINGS",
 ]
 
 #: Accepted ``direction`` values: device (cache) -> host (buffer) and back.
@@ -52,19 +52,32 @@ def tensors_per_layer(fmt):
     return 1 if fmt == KVCacheFormat.MERGED_KV else planes_of(fmt)
 
 
+#: Accepted string spellings of ``kv_format`` (any case): the member name or its short form (the demo's
+#: ``--kv-format`` spelling), e.g. ``"SEPARATE_KV"`` / ``"separate"``.
+FORMAT_NAMES = {n: f for f in KVCacheFormat for n in (f.name.lower(), f.name.lower()[:-len("_kv")])}
+
+#: One line listing every accepted ``kv_format`` spelling (used in error messages).
+FORMAT_SPELLINGS = ("a KVCacheFormat member ({}), its int value ({}) or a name, any case ({})".format(
+    ", ".join(f.name for f in KVCacheFormat), ", ".join(str(int(f)) for f in KVCacheFormat),
+    ", ".join(f"'{f.name.lower()[:-3]}' / '{f.name}'" for f in KVCacheFormat)))
+
+
 def format_code(op, kv_format):
-    """``kv_format`` (KVCacheFormat, its int value or its name) -> int value; ValueError otherwise."""
+    """``kv_format`` -> its int value; ValueError listing every accepted spelling otherwise.
+
+    Accepted: a :class:`KVCacheFormat` member, its int value (1-4) or a string naming it in any case,
+    either the member name (``"SEPARATE_KV"``) or its short form (``"separate"``, ``"merged"``, ``"mla"``,
+    ``"dsa"``)."""
     if isinstance(kv_format, KVCacheFormat):
         return int(kv_format)
     if isinstance(kv_format, str):
-        name = kv_format.upper()
-        if name in KVCacheFormat.__members__:
-            return int(KVCacheFormat[name])
+        fmt = FORMAT_NAMES.get(kv_format.lower())
+        if fmt is not None:
+            return int(fmt)
     elif isinstance(kv_format, int) and not isinstance(kv_format, bool):
         if kv_format in {int(f) for f in KVCacheFormat}:
             return int(kv_format)
-    names = ", ".join(f"KVCacheFormat.{f.name}" for f in KVCacheFormat)
-    raise ValueError(f"{op}: argument 'kv_format': expected one of {names}, got {kv_format!r}")
+    raise ValueError(f"{op}: argument 'kv_format': expected {FORMAT_SPELLINGS}, got {kv_format!r}")
 
 
 def check_direction(op, direction):

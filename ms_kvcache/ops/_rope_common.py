@@ -40,12 +40,19 @@ def require_backend(op, backend):
 
 
 def check_bool(op, name, value):
-    if not isinstance(value, bool):
-        raise TypeError(f"{op}: argument '{name}': expected a bool, got {type(value).__name__} {value!r}")
+    """``value`` as a Python bool: a bool or a numpy bool (``np.bool_``, as read from a config array);
+    anything else (``1``, ``"yes"``, ``None``) raises TypeError naming the argument."""
+    if type(value) is bool:  # noqa: E721 - the common case, exact type
+        return value
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise TypeError(f"{op}: argument '{name}': expected a bool (or numpy.bool_), got {type(value).__name__} "
+                    f"{value!r}")
 
 
-def table_geometry(op, shape, head_size, name="cos_sin_cache"):
-    """(max_position, rotary_dim) of ``cos_sin_cache``; rotary_dim even and in (0, head_size]."""
+def table_geometry(op, shape, head_size, name="cos_sin_cache", limit="head_size"):
+    """(max_position, rotary_dim) of ``cos_sin_cache``; rotary_dim even and in (0, head_size]. ``limit``
+    names ``head_size`` in the message (MLA: the rope_dim of ``k_pe`` / ``k_pe_cache``)."""
     if len(shape) != 2:
         raise ValueError(f"{op}: argument '{name}': expected shape [max_position, rotary_dim], got "
                          f"{tuple(shape)}")
@@ -56,7 +63,7 @@ def table_geometry(op, shape, head_size, name="cos_sin_cache"):
         raise ValueError(f"{op}: argument '{name}': expected an even rotary_dim >= 2 (shape[1]), got "
                          f"{rotary_dim} (shape {tuple(shape)})")
     if rotary_dim > head_size:
-        raise ValueError(f"{op}: argument '{name}': expected rotary_dim (shape[1]) <= head_size = {head_size}, "
+        raise ValueError(f"{op}: argument '{name}': expected rotary_dim (shape[1]) <= {limit} = {head_size}, "
                          f"got {rotary_dim} (shape {tuple(shape)})")
     return max_position, rotary_dim
 

@@ -5,6 +5,8 @@ import mindspore as ms
 import numpy as np
 from mindspore import Tensor
 
+from ms_kvcache._spec import dtype_arg_name
+
 __all__ = ["build_cos_sin_cache", "ROPE_TYPES"]
 
 #: rope_scaling types understood by :func:`build_cos_sin_cache` ("rope_type", or legacy "type").
@@ -13,17 +15,40 @@ ROPE_TYPES = ("default", "linear", "llama3")
 _OP = "build_cos_sin_cache"
 
 
+#: Table dtypes: canonical name -> MindSpore dtype.
+_TABLE_DTYPES = {"float32": ms.float32, "float16": ms.float16, "bfloat16": ms.bfloat16}
+
+
 def _positive_number(name, value, allow_zero=False):
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
-            or not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+    """A real number (int/float, numpy ones included; not bool): TypeError otherwise; ValueError unless
+    finite and > 0."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{_OP}: argument '{name}': expected a number (int or float), got "
+                        f"{type(value).__name__} {value!r}")
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
         raise ValueError(f"{_OP}: argument '{name}': expected a finite number > 0, got {value!r}")
     return float(value)
 
 
 def _positive_int(name, value, minimum):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+    """An int (numpy ints included; not bool): TypeError otherwise; ValueError if < ``minimum``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{_OP}: argument '{name}': expected an int, got {type(value).__name__} {value!r}")
+    if value < minimum:
         raise ValueError(f"{_OP}: argument '{name}': expected an int >= {minimum}, got {value!r}")
     return int(value)
+
+
+def _table_dtype(dtype):
+    """The MindSpore dtype of the table from a MindSpore dtype, numpy dtype / type or dtype name."""
+    name = dtype_arg_name(dtype)
+    if name is None:
+        raise TypeError(f"{_OP}: argument 'dtype': expected a mindspore dtype, numpy dtype or dtype name, got "
+                        f"{type(dtype).__name__} {dtype!r}")
+    if name not in _TABLE_DTYPES:
+        raise ValueError(f"{_OP}: argument 'dtype': expected float32, float16 or bfloat16 (a mindspore, numpy or "
+                         f"str dtype), got {dtype!r}")
+    return _TABLE_DTYPES[name]
 
 
 def _scaling_field(rope_scaling, key):
@@ -111,13 +136,14 @@ def build_cos_sin_cache(rotary_dim, max_position, base=10000.0, rope_scaling=Non
     ``p * 2**-24`` rad that this table does not have.)
 
     Args:
-        rotary_dim (int): even, >= 2: number of rotated elements per head (``head_size`` unless
+        rotary_dim (int): even, >= 2 (numpy ints accepted, not floats): number of rotated elements per head (``head_size`` unless
             the model uses partial rotary, e.g. ``partial_rotary_factor * head_size``).
         max_position (int): >= 1: number of rows (``max_position_embeddings``).
         base (float): ``rope_theta`` (> 0), default 10000.
         rope_scaling (dict | None): see above.
-        dtype (mindspore dtype): ``ms.float32`` (default, recommended: the kernels compute in fp32),
-            ``ms.float16`` or ``ms.bfloat16`` (the table dtype may also equal the data dtype).
+        dtype: float32 (default, recommended: the kernels compute in fp32), float16 or bfloat16 (the
+            table dtype may also equal the data dtype), given as a mindspore dtype (``ms.float32``), a
+            numpy dtype or type (``np.float16``, ``ml_dtypes.bfloat16``) or a name (``"bfloat16"``).
 
     Returns:
         Tensor: ``[max_position, rotary_dim]`` of ``dtype``.
@@ -125,11 +151,12 @@ def build_cos_sin_cache(rotary_dim, max_position, base=10000.0, rope_scaling=Non
     Raises:
         ValueError: ``rotary_dim`` odd or < 2; ``max_position`` < 1; non-positive/non-finite
             ``base`` or scaling factors; unknown ``rope_type``; a missing scaling key;
-            ``high_freq_factor <= low_freq_factor``; unsupported ``dtype``.
-        TypeError: ``rope_scaling`` is not None or a dict.
+            ``high_freq_factor <= low_freq_factor``; a ``dtype`` other than float32/float16/bfloat16.
+        TypeError: ``rotary_dim`` or ``max_position`` not an int (``8.0``, ``"8"``, a bool); ``base`` or a
+            scaling factor not a number (``"1e4"``); ``rope_scaling`` not None or a dict; ``dtype`` not a
+            mindspore dtype, numpy dtype or dtype name.
     """
-    if dtype not in (ms.float32, ms.float16, ms.bfloat16):
-        raise ValueError(f"{_OP}: argument 'dtype': expected mindspore.float32, float16 or bfloat16, got {dtype}")
+    dtype = _table_dtype(dtype)
     inv_freq = inv_freq_f64(rotary_dim, base, rope_scaling)
     max_position = _positive_int("max_position", max_position, 1)
     angles = np.outer(np.arange(max_position, dtype=np.float64), inv_freq)

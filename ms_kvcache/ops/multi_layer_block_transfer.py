@@ -216,7 +216,10 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
             buffer is scratch: its dtype and size are checked on every backend, its contents after the call
             are unspecified. The cpu backend (host memory is its device memory, so staging buys nothing)
             checks it and runs the zero-copy path. See docs/ops-transfer.md, "AscendC kernels".
-        kv_format (KVCacheFormat | int | str, optional): inferred when None: 3 host planes -> DSA_KV,
+        kv_format (KVCacheFormat | int | str, optional): a ``KVCacheFormat`` member, its int value (1-4)
+            or a string in any case, the member name or its short form (``"MERGED_KV"`` / ``"merged"``,
+            ``"SEPARATE_KV"`` / ``"separate"``, ``"MLA_KV"`` / ``"mla"``, ``"DSA_KV"`` / ``"dsa"``);
+            inferred when None: 3 host planes -> DSA_KV,
             rank-4 host planes -> MLA_KV, rank-5 host planes -> MERGED_KV if the caches are rank 5 else
             SEPARATE_KV.
         cache_layout (str, optional): ``"BNSD"`` (the default for MERGED/SEPARATE, as pcieThrough) or

@@ -84,7 +84,10 @@ def transfer_buffer_shape(kv_format, num_layers, num_tokens, hidden_sizes):
     """Shape of the contiguous buffer of :func:`multi_layer_kv_transfer`.
 
     Args:
-        kv_format (KVCacheFormat | int | str): the cache format.
+        kv_format (KVCacheFormat | int | str): the cache format: a ``KVCacheFormat`` member, its int
+            value (1-4) or a string in any case, the member name or its short form: ``"MERGED_KV"`` /
+            ``"merged"``, ``"SEPARATE_KV"`` / ``"separate"``, ``"MLA_KV"`` / ``"mla"``, ``"DSA_KV"`` /
+            ``"dsa"``.
         num_layers (int): L >= 1.
         num_tokens (int): T >= 0 (``len(slot_mapping)``).
         hidden_sizes: elements of one token row of one layer, per plane. MERGED_KV / SEPARATE_KV:
@@ -209,7 +212,10 @@ def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direc
             graph mode. dtype float16, bfloat16, float32 or int8; contiguous; written in place for ``"h2d"``.
         slot_mapping (Tensor): int32/int64 ``[T]``: token ``t`` is cache row ``slot_mapping[t]``.
             ``slot < 0``: d2h writes a zero row to the buffer, h2d skips the token.
-        kv_format (KVCacheFormat | int | str): keyword-only.
+        kv_format (KVCacheFormat | int | str): keyword-only; a ``KVCacheFormat`` member, its int value
+            (1-4) or a string in any case, the member name or its short form (``"SEPARATE_KV"`` /
+            ``"separate"``, ``"MERGED_KV"`` / ``"merged"``, ``"MLA_KV"`` / ``"mla"``, ``"DSA_KV"`` /
+            ``"dsa"``).
         direction (str): keyword-only, ``"d2h"`` (caches -> buffer) or ``"h2d"`` (buffer -> caches).
         cache_layout (str): ``"BSND"`` (default) or ``"BNSD"`` (MERGED/SEPARATE only).
         aiv_num (int): keyword-only cap on the vector cores (AIV) the AscendC kernel uses (sim, ascend),

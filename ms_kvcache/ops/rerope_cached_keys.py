@@ -94,7 +94,7 @@ def rerope_cached_keys(key_cache, slot_mapping, old_positions, new_positions, co
         cos_sin_cache (Tensor): ``[max_position, rotary_dim]``, cos | sin halves (vLLM layout);
             float32 (recommended) or the cache dtype; ``rotary_dim`` even and ``<= head_size``;
             only the first ``rotary_dim`` elements of each head change.
-        is_neox_style (bool): pairs ``(i, i + rotary_dim/2)`` if True, ``(2i, 2i+1)`` if False.
+        is_neox_style (bool | numpy.bool_): pairs ``(i, i + rotary_dim/2)`` if True, ``(2i, 2i+1)`` if False.
         cache_layout (str): ``"BSND"`` (default) or ``"BNSD"``; ignored for a rank-3 plane.
 
     Returns:
@@ -117,6 +117,8 @@ def rerope_cached_keys(key_cache, slot_mapping, old_positions, new_positions, co
         _get_cache_prim(_Prim)(_graph_backend(graph_backend()), is_neox_style, cache_layout)(
             key_cache, slot_mapping, old_positions, new_positions, cos_sin_cache)
     else:
+        if type(is_neox_style) is not bool:  # noqa: E721 - np.bool_ -> bool (other types raise TypeError)
+            is_neox_style = R.check_bool(SPEC.name, "is_neox_style", is_neox_style)
         _EAGER(R.require_backend(SPEC.name, _backend.get_backend()), (is_neox_style, cache_layout),
                key_cache, slot_mapping, old_positions, new_positions, cos_sin_cache)
     return None

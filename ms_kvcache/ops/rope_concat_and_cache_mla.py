@@ -55,8 +55,9 @@ def _check_static(p_shape, p_dtype, q_shape, q_dtype, k_shape, k_dtype, c_shape,
     """Shape/dtype/attr checks (w_shape None = no norm weight); returns (num_slots, max_position, eps)."""
     op = SPEC.name
     R.check_bool(op, "is_neox_style", is_neox_style)
-    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not math.isfinite(epsilon) \
-            or epsilon < 0:
+    if isinstance(epsilon, (bool, np.bool_)) or not isinstance(epsilon, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{op}: argument 'epsilon': expected a float, got {type(epsilon).__name__} {epsilon!r}")
+    if not math.isfinite(epsilon) or epsilon < 0:
         raise ValueError(f"{op}: argument 'epsilon': expected a finite float >= 0, got {epsilon!r}")
     shapes = {"positions": p_shape, "q_pe": q_shape, "k_pe": k_shape, "kv_c": c_shape, "cos_sin_cache": cs_shape,
               "kv_c_cache": cc_shape, "k_pe_cache": kc_shape, "slot_mapping": s_shape, "kv_c_norm_weight": w_shape}
@@ -89,7 +90,8 @@ def _check_static(p_shape, p_dtype, q_shape, q_dtype, k_shape, k_dtype, c_shape,
     if w_shape is not None and tuple(w_shape) != (rank,):
         raise ValueError(f"{op}: argument 'kv_c_norm_weight': expected shape [{rank}] (kv_lora_rank), got "
                          f"{tuple(w_shape)}")
-    max_position, _ = R.table_geometry(op, cs_shape, rope_dim)
+    max_position, _ = R.table_geometry(op, cs_shape, rope_dim,
+                                       limit="rope_dim (last dim of 'k_pe' and 'k_pe_cache')")
     return nb * bs, max_position, float(epsilon)
 
 
@@ -133,13 +135,14 @@ def rope_concat_and_cache_mla(positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_c
         k_pe_cache (Tensor | Parameter): ``[num_blocks, block_size, rope_dim]``; same dtype;
             contiguous; written in place.
         slot_mapping (Tensor): int32 or int64 ``[T]``, ``T <= T'``; ``slot < 0`` skips the token.
-        is_neox_style (bool): pairs ``(i, i + rotary_dim/2)`` if True, ``(2i, 2i+1)`` if False
+        is_neox_style (bool | numpy.bool_): pairs ``(i, i + rotary_dim/2)`` if True, ``(2i, 2i+1)`` if False
             (default, DeepSeek).
         kv_c_norm_weight (Tensor | None): ``[kv_lora_rank]``, float32 or the dtype of ``kv_c``. If
             given, ``kv_c`` is replaced by ``kv_c / sqrt(mean(kv_c**2) + epsilon) * weight`` (per
             row; mean of squares accumulated in fp64, the rest fp32, one rounding at the end) before
             it is cached and returned. None (default): ``kv_c`` is cached unchanged.
-        epsilon (float): RMSNorm epsilon, >= 0 (default 1e-6; passed to the kernel as fp32).
+        epsilon (float): RMSNorm epsilon, >= 0 (default 1e-6; passed to the kernel as fp32); an int or a
+            numpy float/int is accepted.
 
     Returns:
         tuple(Tensor, Tensor, Tensor): ``(q_pe_out, k_pe_out, kv_c_out)``, new tensors shaped like
@@ -147,9 +150,10 @@ def rope_concat_and_cache_mla(positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_c
         even) and the normalised (or copied) kv_c, i.e. exactly what was cached.
 
     Raises:
-        TypeError: a non-Tensor argument; a non-bool ``is_neox_style``; q_pe, k_pe, kv_c and the
-            caches differ in dtype or are not float16/bfloat16/float32; ``cos_sin_cache`` or
-            ``kv_c_norm_weight`` neither float32 nor the data dtype; non-integer positions/slots.
+        TypeError: a non-Tensor argument; ``is_neox_style`` not a bool or numpy.bool_; ``epsilon`` not a
+            number (e.g. the string ``"1e-6"``); q_pe, k_pe, kv_c and the caches differ in dtype or are
+            not float16/bfloat16/float32; ``cos_sin_cache`` or ``kv_c_norm_weight`` neither float32 nor
+            the data dtype; non-integer positions/slots.
         ValueError: rank/shape mismatches (rope_dim, kv_lora_rank, num_blocks/block_size of the two
             planes, T' of the inputs, ``len(slot_mapping) > T'``, weight size); odd ``rotary_dim`` or
             ``rotary_dim > rope_dim``; a negative or non-finite ``epsilon``; PyNative only:
@@ -176,6 +180,8 @@ def rope_concat_and_cache_mla(positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_c
         q_out, k_out, c_out = _get_cache_prim(_Prim)(_graph_backend(graph_backend()), is_neox_style, eps)(
             positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_cache, k_pe_cache, slot_mapping, weight)
     else:
+        if type(is_neox_style) is not bool:  # noqa: E721 - np.bool_ -> bool (other types raise TypeError)
+            is_neox_style = R.check_bool(SPEC.name, "is_neox_style", is_neox_style)
         q_out, k_out, c_out = _EAGER(R.require_backend(SPEC.name, _backend.get_backend()), (is_neox_style, epsilon),
                                      positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_cache, k_pe_cache, slot_mapping,
                                      kv_c_norm_weight)

@@ -128,7 +128,7 @@ def rope_reshape_and_cache(positions, query, key, value, cos_sin_cache, key_cach
         slot_mapping (Tensor): int32 or int64 ``[T]``, ``T <= T'``. Rotated key row ``t`` and
             value row ``t`` go to block ``slot // block_size``, row ``slot % block_size``;
             ``slot < 0`` skips the token. Rows ``T..T'-1`` are rotated (returned) but not cached.
-        is_neox_style (bool): True: rotate pairs ``(i, i + rotary_dim/2)`` (GPT-NeoX / Llama);
+        is_neox_style (bool | numpy.bool_): True: rotate pairs ``(i, i + rotary_dim/2)`` (GPT-NeoX / Llama);
             False: pairs ``(2i, 2i+1)`` (GPT-J). Keyword only.
         cache_layout (str): ``"BSND"`` (default) or ``"BNSD"``. Keyword only.
 
@@ -140,9 +140,10 @@ def rope_reshape_and_cache(positions, query, key, value, cos_sin_cache, key_cach
         later reads of the caches in the same graph).
 
     Raises:
-        TypeError: an argument is not a Tensor; ``is_neox_style`` is not a bool; query, key, value
-            and the caches differ in dtype or are not float16/bfloat16/float32; ``cos_sin_cache``
-            is neither float32 nor the query dtype; positions/slot_mapping are not int32/int64.
+        TypeError: an argument is not a Tensor; ``is_neox_style`` is not a bool or numpy.bool_;
+            query, key, value and the caches differ in dtype or are not float16/bfloat16/float32;
+            ``cos_sin_cache`` is neither float32 nor the query dtype; positions/slot_mapping are not
+            int32/int64.
         ValueError: unknown ``cache_layout``; a rank or shape mismatch (head_size or num_kv_heads of
             key/value versus the cache, T' of query/key/value/positions, ``len(slot_mapping) > T'``);
             ``rotary_dim`` odd or ``> head_size``; PyNative only: a position outside
@@ -160,6 +161,8 @@ def rope_reshape_and_cache(positions, query, key, value, cos_sin_cache, key_cach
         query_out, key_out = _get_cache_prim(_Prim)(_graph_backend(graph_backend()), is_neox_style, cache_layout)(
             positions, query, key, value, cos_sin_cache, key_cache, value_cache, slot_mapping)
     else:
+        if type(is_neox_style) is not bool:  # noqa: E721 - np.bool_ -> bool (other types raise TypeError)
+            is_neox_style = R.check_bool(SPEC.name, "is_neox_style", is_neox_style)
         query_out, key_out = _EAGER(R.require_backend(SPEC.name, _backend.get_backend()), (is_neox_style, cache_layout),
                                     positions, query, key, value, cos_sin_cache, key_cache, value_cache, slot_mapping)
     return query_out, key_out

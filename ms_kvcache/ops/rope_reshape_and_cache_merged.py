@@ -97,7 +97,7 @@ def rope_reshape_and_cache_merged(positions, query, key, value, cos_sin_cache, k
             (``"BSND"``) or ``[2, num_blocks, num_kv_heads, block_size, head_size]`` (``"BNSD"``);
             K at index 0, V at index 1; same dtype as ``query``; contiguous. Written in place.
         slot_mapping (Tensor): int32 or int64 ``[T]``, ``T <= T'``; ``slot < 0`` skips the token.
-        is_neox_style (bool): pairs ``(i, i + rotary_dim/2)`` if True, ``(2i, 2i+1)`` if False.
+        is_neox_style (bool | numpy.bool_): pairs ``(i, i + rotary_dim/2)`` if True, ``(2i, 2i+1)`` if False.
         cache_layout (str): ``"BSND"`` (default) or ``"BNSD"``.
 
     Returns:
@@ -119,6 +119,8 @@ def rope_reshape_and_cache_merged(positions, query, key, value, cos_sin_cache, k
         query_out, key_out = _get_cache_prim(_Prim)(_graph_backend(graph_backend()), is_neox_style, cache_layout)(
             positions, query, key, value, cos_sin_cache, kv_cache, slot_mapping)
     else:
+        if type(is_neox_style) is not bool:  # noqa: E721 - np.bool_ -> bool (other types raise TypeError)
+            is_neox_style = R.check_bool(SPEC.name, "is_neox_style", is_neox_style)
         query_out, key_out = _EAGER(R.require_backend(SPEC.name, _backend.get_backend()), (is_neox_style, cache_layout),
                                     positions, query, key, value, cos_sin_cache, kv_cache, slot_mapping)
     return query_out, key_out
