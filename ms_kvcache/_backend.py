@@ -57,10 +57,17 @@ def set_backend(name):
 
 
 def get_backend():
-    """Return the active backend name (``"cpu"``, ``"sim"`` or ``"ascend"``).
+    """Return the active backend name: the one every public op launches on.
 
-    The default is ``$MS_KVCACHE_BACKEND`` if set, else ``"ascend"`` when MindSpore's device target
-    is Ascend, else ``"cpu"``.
+    Returns:
+        str: ``"cpu"``, ``"sim"`` or ``"ascend"``: the last :func:`set_backend` value; before any, the
+        default, decided once on first use: ``$MS_KVCACHE_BACKEND`` if set, else ``"ascend"`` when
+        MindSpore's device target is Ascend, else ``"cpu"``.
+
+    Raises:
+        ValueError: on first use, ``$MS_KVCACHE_BACKEND`` is not one of :data:`BACKENDS`.
+        RuntimeError: on first use, ``$MS_KVCACHE_BACKEND=sim`` but the emulation is unavailable (not
+            built, or bad ``$MS_KVCACHE_SIM_*`` settings). A default of ``"ascend"`` is not checked here.
     """
     global _current
     if _current is None:

@@ -193,6 +193,15 @@ def synchronize():
     Tensor) is read through another alias of it - the numpy array, or a pointer given to a storage
     library; ``Tensor.asnumpy()`` waits by itself. (``mindspore.runtime.synchronize()`` rejects the
     CPU device in MindSpore 2.10; this uses the PyNative executor's sync.)
+
+    Args:
+        None.
+
+    Returns:
+        None, once every PyNative op launched before the call has run.
+
+    Raises:
+        RuntimeError: an op queued earlier failed; MindSpore raises its error at this sync.
     """
     try:
         from mindspore.graph.api import _pynative_executor

@@ -266,11 +266,6 @@ def cmd_info(args):
     print(f"  ops: {', '.join(info['ops'])}")
     d = info["demo"]
     print(f"  demo model: {d['model_dir'] or 'not installed (' + d['install_model'] + ')'}")
-    fb = [f"{k}: {val}" for k, val in d["ops"].items() if val.startswith("FALLBACK")]
-    if fb:
-        print("  demo fallbacks in use (real op not in this build):")
-        for line in fb:
-            print(f"    {line}")
     return EXIT_OK
 
 

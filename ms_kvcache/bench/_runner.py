@@ -174,6 +174,11 @@ def _fmt(v):
     return str(v)
 
 
+#: The one ratio convention of the table (every ratio column and note): above 1 the op is faster.
+RATIO_NOTE = ("ratios: x memcpy = memcpy time / op time, speed-up = baseline time / op time "
+              "(above 1 the op is faster)")
+
+
 def format_table(rows):
     """(headers, cells) of the summary table: op, case, tokens, GB/s, memcpy GB/s, ratio, speed-ups."""
     headers = ["op", "case", "tokens", "GB/s", "memcpy GB/s", "x memcpy", "speed-up over baselines", "note"]
@@ -192,7 +197,7 @@ def print_table(rows, file=None):
         from rich.console import Console
         from rich.table import Table
 
-        t = Table(title="ms-kvcache bench (CPU figures unless the backend says otherwise)")
+        t = Table(title="ms-kvcache bench (CPU figures unless the backend says otherwise)", caption=RATIO_NOTE)
         for h in headers:
             t.add_column(h, justify="right" if h not in ("op", "case", "note", "speed-up over baselines") else "left")
         for c in cells:
@@ -204,6 +209,7 @@ def print_table(rows, file=None):
         print("  ".join(h.ljust(w[i]) for i, h in enumerate(headers)), file=out)
         for c in cells:
             print("  ".join(x.ljust(w[i]) for i, x in enumerate(c)), file=out)
+        print(RATIO_NOTE, file=out)
 
 
 def write_outputs(rows, out_dir):
@@ -223,7 +229,8 @@ def write_outputs(rows, out_dir):
     headers, cells = format_table(rows)
     with open(paths["md"], "w") as f:
         f.write("# ms-kvcache bench\n\nCPU figures measured on the machine that ran the command, unless the "
-                "backend column says otherwise. Full data: bench.csv.\n\n")
+                "backend column says otherwise. Full data: bench.csv. " + RATIO_NOTE[0].upper() + RATIO_NOTE[1:]
+                + ".\n\n")
         f.write("| " + " | ".join(headers) + " |\n|" + "|".join("---" for _ in headers) + "|\n")
         for c in cells:
             f.write("| " + " | ".join(x.replace("|", "\\|") for x in c) + " |\n")
@@ -248,7 +255,7 @@ def _plot(rows, path):
     ops = sorted({r["op"] for r in rows})
     ncol = min(3, len(ops))
     nrow = -(-len(ops) // ncol)
-    fig, axes = plt.subplots(nrow, ncol, figsize=(5.5 * ncol, 4 * nrow), squeeze=False)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(5.5 * ncol, 5 * nrow), squeeze=False)
     for ax, op in zip(axes.flat, ops):
         sub = [r for r in rows if r["op"] == op]
         for case in sorted({str(r.get("case", "")) for r in sub}):
@@ -256,19 +263,20 @@ def _plot(rows, path):
             line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=case or op)
             mem = [(p[0], p[2]) for p in pts if p[2]]
             if mem:
-                ax.plot([m[0] for m in mem], [m[1] for m in mem], linestyle="--", color=line.get_color(), alpha=0.5,
-                        label=f"memcpy ({case})" if case else "memcpy")
+                ax.plot([m[0] for m in mem], [m[1] for m in mem], linestyle="--", marker="x", color=line.get_color(),
+                        alpha=0.5, label=f"memcpy ({case})" if case else "memcpy")
         ax.set_xscale("log", base=2)
         ax.set_title(op)
         ax.set_xlabel("tokens per call")
         ax.set_ylabel("GB/s")
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
+        # below the axes, never over the data
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
     for ax in list(axes.flat)[len(ops):]:
         ax.axis("off")
     fig.suptitle("ms-kvcache bench: throughput vs tokens (dashed: memcpy of the same bytes)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 

@@ -96,13 +96,14 @@ def run_demo(opts: DemoOptions = DemoOptions(), log=None):
         raise DemoError(f"fault: expected None, 'host-bitflip' or 'skip-reload', got {opts.fault!r}")
     if opts.dtype not in TOLERANCES:
         raise DemoError(f"dtype: expected one of {tuple(TOLERANCES)}, got {opts.dtype!r}")
-    try:
-        A.check_supported(opts.kv_format, opts.dtype)
-    except A.FallbackUnsupported as exc:
-        raise DemoError(str(exc)) from None
 
     old_mode, old_backend = ms.get_context("mode"), ms_kvcache.get_backend()
     _set_backend(opts.backend)
+    try:
+        A.check_backend(opts.kv_format)
+    except A.BackendUnsupported as exc:
+        ms_kvcache.set_backend(old_backend)
+        raise DemoError(str(exc)) from None
     ms.set_context(mode=ms.GRAPH_MODE)
     try:
         return _run(opts, log, ms, Tensor, A, MS_DTYPES, DecodeStep, KVWriteBench, PagedBert, PrefillStep,

@@ -100,9 +100,51 @@ def library_dir():
 
 
 # ------------------------------------------------------------------------------------------- host side
-ops = _sim.ops
 opdef = _sim.opdef
-tiling = _sim.tiling
+
+
+def ops():
+    """Names of the op types registered in the emulation (their ``OP_ADD(...)``), sorted.
+
+    Returns:
+        list[str]: CamelCase op types, e.g. ``["ConcatAndCacheMla", ..., "ReshapeAndCache", ...]``; the
+        ops of modules loaded later with :func:`build` are included once loaded.
+    """
+    return _sim.ops()
+
+
+def tiling(op, inputs, attrs=None, soc="Ascend910B1", outputs=None, kernel_type="aiv"):
+    """Run op ``op``'s registered host tiling function as CANN would, check its result, and return it.
+
+    Args:
+        op (str): op type as registered (CamelCase, e.g. ``"ReshapeAndCache"``; see :func:`ops`).
+        inputs (list): one entry per OpDef input, in order: ``(shape, dtype[, format])``, a dict, a numpy
+            array, or None for an absent OPTIONAL input; a DYNAMIC input takes a list of such entries.
+        attrs (dict | None): ``{name: value}``; unset optional attributes take their OpDef default.
+        soc (str): ``"Ascend910B1"`` (default; not the :func:`set_soc` default), ``"Ascend910B3"``,
+            ``"Ascend910_9391"`` or ``"Ascend310P3"``.
+        outputs (list | None): same form as ``inputs``, or None to infer them with the op's InferShape /
+            InferDataType.
+        kernel_type (str): ``"aiv"`` | ``"aic"`` | ``"mix"`` | ``"any"``: which core count bounds the block dim.
+
+    Returns:
+        dict: ``fields`` ({tiling-data field: value}), ``block_dim``, ``tiling_key``, ``workspace_bytes``,
+        ``workspace_sizes``, ``schedule_mode``, ``tiling_bytes``, ``tiling_size``, ``tiling_capacity``,
+        ``tiling_struct``, ``field_info``, ``outputs``.
+
+    Raises:
+        EmulationError: (a RuntimeError) the message starts with the broken rule, e.g.
+            ``OPDEF_UNKNOWN_OP`` (no such op), ``INPUT_COUNT`` (wrong number of inputs),
+            ``PLATFORM_UNKNOWN_SOC`` (unknown ``soc``), ``SOC_BF16`` / ``OPDEF_DTYPE_ROW`` (dtypes the OpDef
+            has no row for on that SoC), ``TILING_FAILED`` (the tiling function rejected the shapes or
+            attributes; its reason follows), or a check of the returned tiling (block dim, workspace,
+            tiling-data size). :func:`check_tiling` turns these into ``TilingRejectedError`` /
+            ``TilingDTypeRejectedError``.
+        TypeError: an argument of the wrong type (e.g. ``op`` not a str).
+    """
+    return _sim.tiling(op, inputs, attrs, soc, outputs, kernel_type)
+
+
 infer_shape = _sim.infer_shape
 platform = _sim.platform
 platforms = _sim.platforms
@@ -268,13 +310,25 @@ def set_soc(name):
 
 
 def get_soc():
-    """The current default SoC name."""
+    """The default SoC of launches and of the sim backend's MindSpore AOT entries.
+
+    Returns:
+        str: e.g. ``"Ascend910B1"``: the last :func:`set_soc` value (canonical spelling), else
+        ``$MS_KVCACHE_SIM_SOC`` as given (:func:`check_settings` validates it), else ``"Ascend910B1"``.
+    """
     return _sim.get_soc()
 
 
 def set_order(order):
-    """Default core order of launches and AOT entries: ``"forward"``, ``"reverse"`` or ``"threads"``
-    (also ``$MS_KVCACHE_SIM_ORDER``)."""
+    """Set the default core order of launches and AOT entries (also ``$MS_KVCACHE_SIM_ORDER``).
+
+    Args:
+        order (str): ``"forward"`` (core 0 first), ``"reverse"`` or ``"threads"`` (one thread per core).
+
+    Raises:
+        EmulationError: ``order`` is not one of these names (rule ``LAUNCH``).
+        TypeError: ``order`` is not a str.
+    """
     _sim.set_order(order)
 
 
@@ -284,7 +338,16 @@ def get_order():
 
 
 def set_hazards(on):
-    """Enable (default) or disable the intra-core pipe hazard tracker (``$MS_KVCACHE_SIM_HAZARDS=0``)."""
+    """Enable (default) or disable the intra-core pipe hazard tracker of later launches
+    (also ``$MS_KVCACHE_SIM_HAZARDS=0``).
+
+    Args:
+        on: taken as its truth value (``bool(on)``).
+
+    Raises:
+        Nothing for any value (anything with a truth value is accepted); an object whose ``bool()``
+        raises propagates that error.
+    """
     _sim.set_hazards(bool(on))
 
 
