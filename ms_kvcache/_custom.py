@@ -371,7 +371,13 @@ def _serialised(run):
         with _SUBMIT:
             return run(*tensors)
 
+    call.fast_path = True  # what is_fast_launcher() reads
     return call
+
+
+def is_fast_launcher(f):
+    """True if ``f`` (from :func:`eager_launcher`) launches through the PyNative fast path."""
+    return bool(getattr(f, "fast_path", False))
 
 
 def _sim_checked(spec, launch, attr_values, counts):

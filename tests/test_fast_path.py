@@ -3,7 +3,6 @@ public op, with the emphasis on the ops with real outputs (the RoPE-write family
 and returned as MindSpore tensors, results bit-identical to the ops.Custom path, in-place writes
 ordered with the built-in ops around them, index checks without a pipeline sync plus the kernels'
 strict re-check at launch, cache views, and the fallback to ops.Custom."""
-import functools
 import os
 import sys
 
@@ -35,7 +34,7 @@ def _module(name):
 
 def _launchers(op_name):
     """Kinds of the PyNative launchers created so far for ``op_name``: "fast" or "ops.Custom"."""
-    return {"fast" if isinstance(f, functools.partial) else "ops.Custom"
+    return {"fast" if _custom.is_fast_launcher(f) else "ops.Custom"
             for k, f in _custom._LAUNCHERS.items() if k[0] == op_name}
 
 
@@ -126,7 +125,7 @@ def test_every_public_op_has_the_fast_path():
             assert isinstance(_module(spec.name)._EAGER, EagerOp), spec.name
         arity = 2 if spec.has_dynamic else None
         attrs = tuple(a.default for a in spec.attrs)
-        assert isinstance(_custom.eager_launcher(spec, "cpu", attrs, arity), functools.partial), spec.name
+        assert _custom.is_fast_launcher(_custom.eager_launcher(spec, "cpu", attrs, arity)), spec.name
         n_out = len([o for o in spec.outputs if o.group != "__status__"])
         assert len(_custom.output_sources(spec, arity)) == n_out, spec.name
 
@@ -354,8 +353,7 @@ def test_env_var_disables_fast_path():
             "qo, ko = ms_kvcache.rope_reshape_and_cache(Tensor(np.array([3])), x, x, x, t, kc, vc, "
             "Tensor(np.array([5], np.int32)))\n"
             "assert np.array_equal(kc.asnumpy()[1, 1, 0], ko.asnumpy()[0, 0]) and qo.shape == (1, 1, 8)\n"
-            "import functools\n"
-            "assert _custom._LAUNCHERS and not any(isinstance(f, functools.partial) for f in _custom._LAUNCHERS.values())\n"
+            "assert _custom._LAUNCHERS and not any(_custom.is_fast_launcher(f) for f in _custom._LAUNCHERS.values())\n"
             "print('ok')\n")
     env = dict(os.environ, MS_KVCACHE_PYNATIVE_FAST="0", GLOG_v="3")
     env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(os.path.abspath(ms_kvcache.__file__)))] +
