@@ -90,8 +90,9 @@ inline ge::graphStatus TableGeom(const char* op, const gert::Shape& cs, ge::Data
   if (headSize < 1) return Fail(op, "head_size must be >= 1, got %lld", static_cast<long long>(headSize));
   g->pitch = AlignUp(headSize, Max64(PerBlock(esz), 8));
   if (g->pitch > kMaxPitch)
-    return Fail(op, "head_size = %lld is larger than %lld: a head row exceeds the 255-block vector repeat stride",
-                static_cast<long long>(headSize), static_cast<long long>(kMaxPitch));
+    return Fail(op, "head_size = %lld (padded to %lld elements per UB row) exceeds %lld: a head row exceeds the "
+                "255-block vector repeat stride",
+                static_cast<long long>(headSize), static_cast<long long>(g->pitch), static_cast<long long>(kMaxPitch));
   g->csPitch = AlignUp(g->rotaryDim, Max64(PerBlock(g->csz), 8));
   g->rotPitch = AlignUp(g->rotaryDim, 8);
   const bool rowPad = (headSize * esz) % mskv_tiling::kBlockBytes != 0;
