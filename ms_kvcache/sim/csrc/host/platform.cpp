@@ -14,7 +14,7 @@
 //       ub_size=196608 (Ascend910_9392.ini excerpt in public material; CANN docs on
 //       aicore_num/limit_core_num quote the same 24/24/48 SoCInfo block). 9391 is taken equal to 9392.
 //  [310P] Ascend310P3: 8 AI cores (coupled Cube+Vector), UB 262144, no DataCopyPad, no bf16
-//       (/work/shared/notes/ascendc.md, gathered from the CANN platform ini and AscendC API docs).
+//       (gathered from the CANN platform ini and AscendC API docs; see docs/emulation.md).
 //  [API] Behaviour of PlatformAscendC (core counts on split/coupled SoCs, the 256-byte KFC reserve of
 //       GetCoreMemSize(UB/L1) on ASCEND910B-class SoCs, Short_SoC_version -> SocVersion mapping,
 //       GetLibApiWorkSpaceSize 16 MiB on NpuArch 2201 else 2 MiB, CalcTschNumBlocks): CANN's
@@ -103,7 +103,7 @@ const std::vector<Platform>& Table() {
     p3.split_core = false;
     p3.ub_kfc_reserved = 0;
     p3.sys_workspace_size = 2 * MiB;
-    p3.source = "CANN platform_config/Ascend310P3.ini as summarised in /work/shared/notes/ascendc.md";
+    p3.source = "CANN platform_config/Ascend310P3.ini and the AscendC API docs (see docs/emulation.md)";
     p3.unverified = "vector_core_cnt (7), l1_size, l0a_size, l0b_size, l0c_size are not backed by a cited "
                     "source; l2_size and hbm_size unknown (0)";
     t.push_back(p3);
