@@ -101,33 +101,34 @@ __aicore__ inline void RunRerope(GM_ADDR keyCache, GM_ADDR slotMapping, GM_ADDR 
   cg.heads = td.heads;
 
   AscendC::LocalTensor<float> work = workBuf.Get<float>();
-  AscendC::LocalTensor<float> w[kWork];
-  for (int64_t i = 0; i < kWork; ++i) w[i] = work[static_cast<uint32_t>(i * stride)];
-  AscendC::LocalTensor<float>& Co = w[0];  // cos / sin of the old and the new position
-  AscendC::LocalTensor<float>& So = w[1];
-  AscendC::LocalTensor<float>& Cn = w[2];
-  AscendC::LocalTensor<float>& Sn = w[3];
-  AscendC::LocalTensor<float>& CoH = w[4];  // their Veltkamp splits
-  AscendC::LocalTensor<float>& CoL = w[5];
-  AscendC::LocalTensor<float>& SoH = w[6];
-  AscendC::LocalTensor<float>& SoL = w[7];
-  AscendC::LocalTensor<float>& CnH = w[8];
-  AscendC::LocalTensor<float>& CnL = w[9];
-  AscendC::LocalTensor<float>& SnH = w[10];
-  AscendC::LocalTensor<float>& SnL = w[11];
-  AscendC::LocalTensor<float>& P1 = w[12];  // exact products p + e
-  AscendC::LocalTensor<float>& E1 = w[13];
-  AscendC::LocalTensor<float>& P2 = w[14];
-  AscendC::LocalTensor<float>& E2 = w[15];
-  AscendC::LocalTensor<float>& S = w[16];  // scratch
-  AscendC::LocalTensor<float>& Er = w[17];
-  AscendC::LocalTensor<float>& Tt = w[18];
-  AscendC::LocalTensor<float>& DNh = w[19];  // den, cos and sin numerators (double-float)
-  AscendC::LocalTensor<float>& DNl = w[20];
-  AscendC::LocalTensor<float>& NCh = w[21];
-  AscendC::LocalTensor<float>& NCl = w[22];
-  AscendC::LocalTensor<float>& NSh = w[23];
-  AscendC::LocalTensor<float>& NSl = w[24];
+  // row i of the work buffer (kWork rows of `stride` floats); LocalTensor handles, no array of them
+#define MSKV_WORK_ROW(i) work[static_cast<uint32_t>((i) * stride)]
+  AscendC::LocalTensor<float> Co = MSKV_WORK_ROW(0);  // cos / sin of the old and the new position
+  AscendC::LocalTensor<float> So = MSKV_WORK_ROW(1);
+  AscendC::LocalTensor<float> Cn = MSKV_WORK_ROW(2);
+  AscendC::LocalTensor<float> Sn = MSKV_WORK_ROW(3);
+  AscendC::LocalTensor<float> CoH = MSKV_WORK_ROW(4);  // their Veltkamp splits
+  AscendC::LocalTensor<float> CoL = MSKV_WORK_ROW(5);
+  AscendC::LocalTensor<float> SoH = MSKV_WORK_ROW(6);
+  AscendC::LocalTensor<float> SoL = MSKV_WORK_ROW(7);
+  AscendC::LocalTensor<float> CnH = MSKV_WORK_ROW(8);
+  AscendC::LocalTensor<float> CnL = MSKV_WORK_ROW(9);
+  AscendC::LocalTensor<float> SnH = MSKV_WORK_ROW(10);
+  AscendC::LocalTensor<float> SnL = MSKV_WORK_ROW(11);
+  AscendC::LocalTensor<float> P1 = MSKV_WORK_ROW(12);  // exact products p + e
+  AscendC::LocalTensor<float> E1 = MSKV_WORK_ROW(13);
+  AscendC::LocalTensor<float> P2 = MSKV_WORK_ROW(14);
+  AscendC::LocalTensor<float> E2 = MSKV_WORK_ROW(15);
+  AscendC::LocalTensor<float> S = MSKV_WORK_ROW(16);  // scratch
+  AscendC::LocalTensor<float> Er = MSKV_WORK_ROW(17);
+  AscendC::LocalTensor<float> Tt = MSKV_WORK_ROW(18);
+  AscendC::LocalTensor<float> DNh = MSKV_WORK_ROW(19);  // den, cos and sin numerators (double-float)
+  AscendC::LocalTensor<float> DNl = MSKV_WORK_ROW(20);
+  AscendC::LocalTensor<float> NCh = MSKV_WORK_ROW(21);
+  AscendC::LocalTensor<float> NCl = MSKV_WORK_ROW(22);
+  AscendC::LocalTensor<float> NSh = MSKV_WORK_ROW(23);
+  AscendC::LocalTensor<float> NSl = MSKV_WORK_ROW(24);
+#undef MSKV_WORK_ROW
   AscendC::LocalTensor<float> cc = eng.RotSet(0);
   AscendC::LocalTensor<float> sc = eng.RotSet(1);
   AscendC::LocalTensor<float> tree = treeBuf.Get<float>();
