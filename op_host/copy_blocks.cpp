@@ -152,8 +152,7 @@ class CopyBlocks : public OpDef {
     OpAICoreConfig cfg310p;
     Declare(cfg310p, mskv_tiling::kKvDTypes310P, mskv_tiling::kIndexDTypes310P, mskv_tiling::kStatusDTypes310P,
             mskv_tiling::kNdFormats310P);
-    cfg310p.DynamicCompileStaticFlag(true).DynamicFormatFlag(false).DynamicRankSupportFlag(true)
-        .DynamicShapeSupportFlag(true).NeedCheckSupportFlag(false).PrecisionReduceFlag(true);
+    mskv_tiling::SetStaticCompileFlags(cfg310p);
     this->AICore().AddConfig("ascend310p", cfg310p);
   }
 

@@ -346,6 +346,13 @@ static const std::vector<ge::DataType> kStatusDTypes310P = {
 static const std::vector<ge::Format> kNdFormats310P = {
     ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND};
 
+// Compile flags of every op's Ascend310P AICore config (static-shape binaries, ND only, no precision
+// checks), the msopgen defaults for that compute unit; one place for all OpDefs.
+inline void SetStaticCompileFlags(ops::OpAICoreConfig& cfg) {
+  cfg.DynamicCompileStaticFlag(true).DynamicFormatFlag(false).DynamicRankSupportFlag(true)
+      .DynamicShapeSupportFlag(true).NeedCheckSupportFlag(false).PrecisionReduceFlag(true);
+}
+
 }  // namespace mskv_tiling
 
 #endif  // MS_KVCACHE_OP_HOST_KV_COPY_TILING_COMMON_H_

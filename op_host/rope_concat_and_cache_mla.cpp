@@ -201,8 +201,7 @@ class RopeConcatAndCacheMla : public OpDef {
     Declare(cfg310p, mskv_rope_tiling::kRopeMlaPDTypes310P, mskv_rope_tiling::kRopeMlaTDTypes310P,
             mskv_rope_tiling::kRopeMlaCDTypes310P, mskv_rope_tiling::kRopeMlaSDTypes310P,
             mskv_rope_tiling::kRopeMlaWDTypes310P, mskv_rope_tiling::kRopeMlaFormats310P);
-    cfg310p.DynamicCompileStaticFlag(true).DynamicFormatFlag(false).DynamicRankSupportFlag(true)
-        .DynamicShapeSupportFlag(true).NeedCheckSupportFlag(false).PrecisionReduceFlag(true);
+    mskv_tiling::SetStaticCompileFlags(cfg310p);
     this->AICore().AddConfig("ascend310p", cfg310p);
   }
 

@@ -31,8 +31,7 @@ class RopeReshapeAndCache : public OpDef {
     OpAICoreConfig cfg310p;
     Declare(cfg310p, mskv_rope_tiling::kRopePDTypes310P, mskv_rope_tiling::kRopeTDTypes310P,
             mskv_rope_tiling::kRopeCDTypes310P, mskv_rope_tiling::kRopeSDTypes310P, mskv_rope_tiling::kRopeFormats310P);
-    cfg310p.DynamicCompileStaticFlag(true).DynamicFormatFlag(false).DynamicRankSupportFlag(true)
-        .DynamicShapeSupportFlag(true).NeedCheckSupportFlag(false).PrecisionReduceFlag(true);
+    mskv_tiling::SetStaticCompileFlags(cfg310p);
     this->AICore().AddConfig("ascend310p", cfg310p);
   }
 
