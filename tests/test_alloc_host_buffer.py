@@ -169,6 +169,9 @@ def test_pin_failure_reports_memlock_limit():
         import os, resource
         os.environ["GLOG_v"] = "3"
         import ms_kvcache as mk
+        # load every lazily imported module (the native _cpu library ...) while this process may still
+        # read them: the checkout can be private to its owner (e.g. a clone in a mktemp -d directory)
+        mk.alloc_host_buffer((4096,), "int8", pinned=False)
         resource.setrlimit(resource.RLIMIT_MEMLOCK, (65536, 65536))
         if os.geteuid() == 0:
             os.setgid(65534); os.setuid(65534)   # drops CAP_IPC_LOCK
