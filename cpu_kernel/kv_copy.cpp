@@ -4,50 +4,12 @@
 #include <algorithm>
 #include <cstdlib>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 #include "index_check.h"
+#include "stream_copy.h"
 
 namespace mskv {
 
-namespace {
-
-// Copy n bytes. With `stream`, 16-byte-aligned destinations are written with non-temporal stores:
-// a row scattered into a cache far larger than the CPU caches is not read back, so the usual
-// read-for-ownership of every destination line (1.5x the memory traffic) is skipped, as large
-// memcpy calls do. The caller issues StreamFence() before returning.
-inline void CopyBytes(uint8_t* dst, const uint8_t* src, int64_t n, bool stream) {
-#if defined(__SSE2__)
-  if (stream && n >= 64 && (reinterpret_cast<uintptr_t>(dst) & 15) == 0) {
-    int64_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
-      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
-      const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
-      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
-      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
-      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
-      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
-    }
-    if (i < n) std::memcpy(dst + i, src + i, static_cast<size_t>(n - i));
-    return;
-  }
-#endif
-  (void)stream;
-  std::memcpy(dst, src, static_cast<size_t>(n));
-}
-
-inline void StreamFence() {
-#if defined(__SSE2__)
-  _mm_sfence();
-#endif
-}
-
-// Bytes moved by one call above which scattered rows are written with non-temporal stores (larger
-// than the last-level cache of small machines; MS_KVCACHE_STREAM_BYTES overrides).
+// See stream_copy.h.
 int64_t StreamThresholdBytes() {
   static const int64_t n = [] {
     const char* env = std::getenv("MS_KVCACHE_STREAM_BYTES");
@@ -57,19 +19,21 @@ int64_t StreamThresholdBytes() {
   return n;
 }
 
+namespace {
+
 // Copy one token's row of a plane into its cache at `slot`. BSND rows are contiguous
 // (heads * head_bytes); BNSD rows are `heads` pieces of head_bytes, block_size rows apart.
 inline void WriteRow(const SlotPlane& p, const uint8_t* src, int64_t slot, int64_t block_size, bool stream) {
   const int64_t row_bytes = p.heads * p.head_bytes;
   if (!p.bnsd || p.heads == 1) {
-    CopyBytes(p.cache + slot * row_bytes, src, row_bytes, stream);
+    StreamCopy(p.cache + slot * row_bytes, src, row_bytes, stream);
     return;
   }
   const int64_t block = slot / block_size, off = slot % block_size;
   uint8_t* base = p.cache + (block * p.heads * block_size + off) * p.head_bytes;
   const int64_t head_stride = block_size * p.head_bytes;
   for (int64_t h = 0; h < p.heads; ++h) {
-    CopyBytes(base + h * head_stride, src + h * p.head_bytes, p.head_bytes, stream);
+    StreamCopy(base + h * head_stride, src + h * p.head_bytes, p.head_bytes, stream);
   }
 }
 
@@ -160,7 +124,7 @@ void CopyBlockPairs(const BlockPlane* planes, int num_planes, int64_t block_byte
         const uint8_t* from = p.src + s * block_bytes + lo;
         uint8_t* to = p.dst + d * block_bytes + lo;
         if (from == to) continue;
-        CopyBytes(to, from, hi - lo, stream);  // distinct blocks never overlap
+        StreamCopy(to, from, hi - lo, stream);  // distinct blocks never overlap
       }
     }
     if (stream) StreamFence();

@@ -16,6 +16,7 @@
 
 #include "aot_abi.h"
 #include "index_check.h"
+#include "stream_copy.h"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -147,42 +148,17 @@ inline void CopyBytes(uint8_t* dst, const uint8_t* src, int64_t n) {
 // 0.62 of memcpy with plain copies, 0.75 streaming, 0.80 streaming + source prefetch.
 constexpr int64_t kStreamBytes = int64_t{4} << 20;
 
-// dst[0, n) = src[0, n); `stream`: non-temporal stores for the 16-byte-aligned middle (x86 SSE2; a plain
-// copy elsewhere). Call StreamFence() before the data is handed to another thread.
+// dst[0, n) = src[0, n); `stream`: non-temporal stores (mskv::StreamCopy, stream_copy.h). Call
+// StreamFence() before the data is handed to another thread.
 inline void Copy(uint8_t* dst, const uint8_t* src, int64_t n, bool stream) {
-#if defined(__SSE2__)
-  if (stream && n >= 128) {
-    const int64_t head = static_cast<int64_t>((16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16);
-    if (head) {
-      std::memcpy(dst, src, static_cast<size_t>(head));
-      dst += head, src += head, n -= head;
-    }
-    const int64_t lines = n / 64;
-    for (int64_t i = 0; i < lines; ++i, dst += 64, src += 64) {
-      // 1 KiB ahead: the source pieces are short (rows), so the hardware prefetcher lags; never faults
-      _mm_prefetch(reinterpret_cast<const char*>(src) + 1024, _MM_HINT_T0);
-      const __m128i* s = reinterpret_cast<const __m128i*>(src);
-      const __m128i x0 = _mm_loadu_si128(s), x1 = _mm_loadu_si128(s + 1), x2 = _mm_loadu_si128(s + 2),
-                    x3 = _mm_loadu_si128(s + 3);
-      __m128i* d = reinterpret_cast<__m128i*>(dst);
-      _mm_stream_si128(d, x0);
-      _mm_stream_si128(d + 1, x1);
-      _mm_stream_si128(d + 2, x2);
-      _mm_stream_si128(d + 3, x3);
-    }
-    if (n - lines * 64) std::memcpy(dst, src, static_cast<size_t>(n - lines * 64));
-    return;
+  if (stream) {
+    StreamCopy(dst, src, n, true);
+  } else {
+    CopyBytes(dst, src, n);
   }
-#endif
-  (void)stream;
-  CopyBytes(dst, src, n);
 }
 
-inline void StreamFence() {
-#if defined(__SSE2__)
-  _mm_sfence();
-#endif
-}
+using ::mskv::StreamFence;
 
 // One token row of a plane, cache side, at `slot`: BSND rows are contiguous, BNSD rows are `heads`
 // pieces of `head` elements, block_size rows apart. to_cache: row -> cache, else cache -> row.

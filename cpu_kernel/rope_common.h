@@ -23,6 +23,7 @@
 
 #include "aot_abi.h"
 #include "index_check.h"
+#include "stream_copy.h"
 
 namespace mskv {
 namespace rope {
@@ -104,16 +105,15 @@ struct CachePlane {
     const int64_t block = slot / block_size, off = slot % block_size;
     return ((block * heads + h) * block_size + off) * hb;
   }
-  // Copy one token's contiguous [heads, head_size] row into slot.
-  void WriteRow(int64_t slot, const uint8_t* src) const {
+  // Copy one token's contiguous [heads, head_size] row into slot (`stream`: non-temporal stores,
+  // stream_copy.h).
+  void WriteRow(int64_t slot, const uint8_t* src, bool stream = false) const {
     const int64_t hb = head_size * static_cast<int64_t>(elem);
     if (!bnsd) {
-      std::memcpy(base + slot * heads * hb, src, static_cast<size_t>(heads * hb));
+      StreamCopy(base + slot * heads * hb, src, heads * hb, stream);
       return;
     }
-    for (int64_t h = 0; h < heads; ++h) {
-      std::memcpy(base + HeadOffset(slot, h), src + h * hb, static_cast<size_t>(hb));
-    }
+    for (int64_t h = 0; h < heads; ++h) StreamCopy(base + HeadOffset(slot, h), src + h * hb, hb, stream);
   }
 };
 

@@ -151,7 +151,8 @@ def _lib():
 
 
 def set_isa(isa):
-    """0 = portable path, 1 = AVX2/F16C, 2 = AVX-512 (if the CPU has it); returns the active path."""
+    """0 = portable path, 1 = AVX2/F16C, 2 = AVX-512, 3 = AVX-512 + AVX512_BF16 (if the CPU has it);
+    returns the active path."""
     f = _lib().MskvRopeSetIsa
     f.restype = ctypes.c_int
     return f(ctypes.c_int(isa))
@@ -159,7 +160,7 @@ def set_isa(isa):
 
 def available_isas():
     """The instruction-set paths this CPU runs (leaves the best one active)."""
-    out = [i for i in (0, 1, 2) if set_isa(i) == i]
+    out = [i for i in (0, 1, 2, 3) if set_isa(i) == i]
     set_isa(out[-1])
     return out
 

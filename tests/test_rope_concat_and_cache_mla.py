@@ -117,6 +117,18 @@ def test_large_parallel(rng):
     case.check(*outs, args[5], args[6])
 
 
+@pytest.mark.parametrize("norm", [None, "float32"], ids=["no_norm", "norm"])
+def test_streaming_stores_path(rng, norm):
+    """>= 8 MiB moved: q_pe_out, k_pe_out, kv_c_out and both cache planes written with non-temporal
+    stores from a per-token buffer (kv_c_out straight from kv_c without the norm): exact results."""
+    case = MlaCase(rng, "bfloat16", num_heads=16, rows=1600, tokens=1560, num_blocks=110, block_size=16, norm=norm,
+                   max_position=4096)
+    assert 1600 * 2 * (16 * 64 + 64 + 512) * 2 > 8 << 20
+    args = case.tensors()
+    outs = ms_kvcache.rope_concat_and_cache_mla(*args, kv_c_norm_weight=case.weight_tensor())
+    case.check(*outs, args[5], args[6])
+
+
 class MlaCell(nn.Cell):
     def __init__(self, kv_c_cache, k_pe_cache, weight):
         super().__init__()

@@ -1,6 +1,8 @@
 """The RoPE kernels' fp16/bf16 <-> fp32 conversions: exhaustive over all 16-bit patterns, and over a
-large sample of fp32 patterns, on both instruction-set paths (scalar and AVX2/F16C), against numpy /
-ml_dtypes (round to nearest even) and against each other bit for bit (NaN payloads included)."""
+large sample of fp32 patterns (subnormals included: the AVX512_BF16 path takes its integer fallback for
+16-lane groups holding one), on every instruction-set path the CPU runs (portable, AVX2/F16C, AVX-512,
+AVX-512 + AVX512_BF16), against numpy / ml_dtypes (round to nearest even) and against each other bit for
+bit (NaN payloads included)."""
 import ml_dtypes
 import numpy as np
 import pytest
@@ -10,7 +12,7 @@ from rope_ref import available_isas, convert, reset_isa, set_isa
 pytestmark = pytest.mark.usefixtures("cpu_backend")
 
 
-@pytest.fixture(params=[0, 1, 2], ids=["portable", "avx2", "avx512"])
+@pytest.fixture(params=[0, 1, 2, 3], ids=["portable", "avx2", "avx512", "avx512bf16"])
 def isa(request):
     active = set_isa(request.param)
     if active != request.param:

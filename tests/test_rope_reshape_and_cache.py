@@ -137,6 +137,18 @@ def test_large_batch_parallel_and_int32_positions(rng, layout):
     check_case(case, *run_case(case)[:4])
 
 
+@pytest.mark.parametrize("dtype,layout,neox,rotary_dim", [("bfloat16", "BSND", True, 128), ("float16", "BNSD", False, 64)],
+                         ids=["bf16-BSND-neox", "fp16-BNSD-gptj-partial"])
+def test_streaming_stores_path(rng, dtype, layout, neox, rotary_dim):
+    """Calls moving >= 8 MiB (MS_KVCACHE_STREAM_BYTES) build each token's rows in a buffer and write
+    query_out, key_out and the cache rows with non-temporal stores: exact results, padding slots and
+    the last slot included, nothing else in the caches changed."""
+    case = Case(rng, dtype, 128, rotary_dim, num_heads=8, num_kv_heads=2, rows=1800, tokens=1750, num_blocks=116,
+                block_size=16, layout=layout, neox=neox, max_position=4096)
+    assert 1800 * 2 * (8 + 2) * 128 * 2 + 1750 * 2 * 2 * 128 * 2 > 8 << 20
+    check_case(case, *run_case(case))
+
+
 def test_flattened_views(rng):
     case = Case(rng, "float16", 64, 32, num_heads=6, num_kv_heads=3, neox=False)
     p, q, k, v, cs, kc, vc, s = case.tensors()
