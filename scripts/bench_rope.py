@@ -21,8 +21,11 @@ Every op is called through the public API, so the figures include MindSpore's pe
 in PyNative, the wrappers' index checks). Modes: "pynative" (MindSpore default: asynchronous
 pipeline), "pynative_sync" (``ms.set_context(pynative_synchronize=True)``: MindSpore's pipeline thread
 then does not busy-wait next to the kernel, which matters on a 2-core machine), "graph" (GRAPH_MODE
-Cells holding the caches as Parameters; fused and two-step only), "pynative_custom" (PyNative through
-ops.Custom: the path without ms_kvcache._cpu_pyboost, i.e. before the RoPE-write ops had the fast path).
+Cells holding the caches as Parameters, one op per Cell call: includes MindSpore's fixed Python cost of
+a Cell call, ~0.5 ms here; fused and two-step only), "graph_layers" (one Cell call runs the op for
+GRAPH_LAYERS = 4 layers, each with its own inputs and caches, as a model step does; time per layer),
+"pynative_custom" (PyNative through ops.Custom: the path without ms_kvcache._cpu_pyboost, i.e. before
+the RoPE-write ops had the fast path). GRAPH_MODE is set around each timed round, not per call.
 Time = best of the rounds of (n calls + one sync); all paths and modes are interleaved round by round.
 The sync first sleep-polls MindSpore's pipeline until idle (``_cpu_pyboost.wait_idle``), then reads a
 value: ``Tensor.asnumpy()`` alone busy-waits, taking one of this machine's 2 cores from the kernel;
@@ -50,6 +53,7 @@ import numpy as np  # noqa: E402
 SHAPES = {"num_heads": 32, "num_kv_heads": 8, "head_size": 128, "block_size": 128}
 TARGET_SPEEDUP = 1.5
 TARGET_MEMCPY_RATIO = 2.0
+GRAPH_LAYERS = 4  # layers per graph Cell call in the "graph_layers" mode
 
 
 def _setup(tokens, seed=0):
@@ -75,6 +79,10 @@ def _setup(tokens, seed=0):
         "slot_mapping": Tensor(np.arange(tokens, dtype=np.int32) + bs),
         "no_slots": Tensor(np.zeros((0,), np.int32)),
     }
+    # the graph_layers paths: GRAPH_LAYERS layers' own q, k, v (layer 0's are the tensors above)
+    env["layers_qkv"] = [env["q"], env["k"], env["v"]]
+    for _ in range(GRAPH_LAYERS - 1):
+        env["layers_qkv"] += [bf16((tokens, hq, d)), bf16((tokens, hk, d)), bf16((tokens, hk, d))]
     return env
 
 
@@ -127,16 +135,51 @@ def _paths(env, with_builtin):
             ms_kvcache.reshape_and_cache(ko, v, self.key_cache, self.value_cache, slot_mapping)
             return qo, ko
 
+    class LayersCell(nn.Cell):
+        """GRAPH_LAYERS layers in one graph, each with its own q/k/v and K/V cache (a model step): the
+        Cell call's fixed cost (~0.5 ms of MindSpore Python per call on this machine) is shared."""
+
+        def __init__(self, two_step):
+            super().__init__()
+            self.two_step = two_step
+            self.key_caches = ms.ParameterTuple([Parameter(e["key_cache"].copy(), name=f"key_cache_{i}")
+                                                 for i in range(GRAPH_LAYERS)])
+            self.value_caches = ms.ParameterTuple([Parameter(e["value_cache"].copy(), name=f"value_cache_{i}")
+                                                   for i in range(GRAPH_LAYERS)])
+
+        def construct(self, positions, cos_sin_cache, slot_mapping, qkv):
+            outs = ()
+            for i in range(GRAPH_LAYERS):
+                q, k, v = qkv[3 * i], qkv[3 * i + 1], qkv[3 * i + 2]
+                if self.two_step:
+                    qo, ko = ms_kvcache.rope_reshape_and_cache(positions, q, k, v, cos_sin_cache, self.key_caches[i],
+                                                               self.value_caches[i], slot_mapping[:0])
+                    ms_kvcache.reshape_and_cache(ko, v, self.key_caches[i], self.value_caches[i], slot_mapping)
+                else:
+                    qo, ko = ms_kvcache.rope_reshape_and_cache(positions, q, k, v, cos_sin_cache, self.key_caches[i],
+                                                               self.value_caches[i], slot_mapping)
+                outs = outs + (qo, ko)
+            return outs
+
     graph_args = (e["positions"], e["q"], e["k"], e["v"], e["cos_sin_cache"], e["slot_mapping"])
     cells = {"fused": FusedCell(), "two_step": TwoStepCell()}
+    layer_cells = {"fused": LayersCell(False), "two_step": LayersCell(True)}
+    layer_args = (e["positions"], e["cos_sin_cache"], e["slot_mapping"], tuple(e["layers_qkv"]))
+
+    def in_graph_layers(cell):
+        def call():
+            return cell(*layer_args)
+        call.graph_mode = True
+        call.ops_per_call = GRAPH_LAYERS
+        return call
 
     def in_graph(cell):
+        # GRAPH_MODE is set around a whole timed round (see _GraphMode), not per call: a graph-mode
+        # user sets it once, and switching the mode waits for the queued graph runs (measured here:
+        # +0.4..2 ms per call at T = 4096)
         def call():
-            ms.set_context(mode=ms.GRAPH_MODE)
-            try:
-                return cell(*graph_args)
-            finally:
-                ms.set_context(mode=ms.PYNATIVE_MODE)
+            return cell(*graph_args)
+        call.graph_mode = True
         return call
 
     def in_pynative(fn, sync, fast=True):
@@ -160,7 +203,26 @@ def _paths(env, with_builtin):
     paths[("fused", "pynative_spin")] = in_pynative(fused, False)
     for name, cell in cells.items():
         paths[(name, "graph")] = in_graph(cell)
+    for name, cell in layer_cells.items():
+        paths[(name, "graph_layers")] = in_graph_layers(cell)
     return paths
+
+
+class _GraphMode:
+    """``with _GraphMode(on):`` GRAPH_MODE inside the block (when ``on``), PYNATIVE_MODE after it."""
+
+    def __init__(self, on):
+        self.on = on
+
+    def __enter__(self):
+        if self.on:
+            import mindspore as ms
+            ms.set_context(mode=ms.GRAPH_MODE)
+
+    def __exit__(self, *exc):
+        if self.on:
+            import mindspore as ms
+            ms.set_context(mode=ms.PYNATIVE_MODE)
 
 
 def _memcpy_paths(env):
@@ -345,7 +407,8 @@ def run(quick=False, tokens=4096, rounds=None, calls=None, with_overhead=True):
     "gb_per_s", "vs_fused"}`` (vs_fused: time relative to the fused op in the same mode), one per memcpy
     variant, one ``{"name": "targets", "mode", ...}`` per mode with the two ratios of issue #6 and
     whether each target is met, and (``with_overhead``) the T = 1 rows of :func:`overhead`. Modes:
-    pynative (fast path), pynative_custom (PyNative through ops.Custom), pynative_sync, graph, ctypes.
+    pynative (fast path), pynative_custom (PyNative through ops.Custom), pynative_sync, graph, graph_layers,
+    ctypes.
     quick: 3 rounds, no built-in-ops path. tokens = 0: only the T = 1 overhead rows."""
     return [_standard_keys(r) for r in _run(quick, tokens, rounds, calls, with_overhead)]
 
@@ -390,7 +453,7 @@ def _run(quick, tokens, rounds, calls, with_overhead):
         if isinstance(out, tuple):
             if fast_mod is not None and not spin:
                 fast_mod.wait_idle()  # sleep-poll the pipeline: asnumpy() alone busy-waits a core
-            out[1][0, 0, 0].asnumpy()
+            out[-1][0, 0, 0].asnumpy()  # the last output written (last layer's key_out)
             env["value_cache"][0, 0, 0, 0].asnumpy()
 
     kernels, _keep = _kernel_paths(env)
@@ -399,17 +462,19 @@ def _run(quick, tokens, rounds, calls, with_overhead):
              **{(name, "numpy"): fn for name, fn in mem.items()}}
     best = {key: float("inf") for key in timed}
     for fn in timed.values():  # warm up (graph compilation, memory pools, page faults)
-        sync(fn())
+        with _GraphMode(getattr(fn, "graph_mode", False)):
+            sync(fn())
     for rnd in range(rounds):
         for key, fn in timed.items():
             if key[0] == "builtin" and rnd >= 3:
                 continue  # ~3 s per call: three rounds are enough
             n = 1 if key[0] == "builtin" else calls
-            t0 = time.perf_counter()
-            for _ in range(n):
-                out = fn()
-            sync(out, spin=key[1] == "pynative_spin")
-            best[key] = min(best[key], (time.perf_counter() - t0) / n)
+            with _GraphMode(getattr(fn, "graph_mode", False)):
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    out = fn()
+                sync(out, spin=key[1] == "pynative_spin")
+                best[key] = min(best[key], (time.perf_counter() - t0) / (n * getattr(fn, "ops_per_call", 1)))
     pool.shutdown()
 
     read, written = _bytes_touched(tokens)
@@ -423,7 +488,7 @@ def _run(quick, tokens, rounds, calls, with_overhead):
     load = (load_before, os.getloadavg()[0])
     for r in rows:
         r["load_average"] = load
-    for mode in ("pynative", "pynative_custom", "pynative_sync", "graph", "ctypes"):  # (no two-step spin row)
+    for mode in ("pynative", "pynative_custom", "pynative_sync", "graph", "graph_layers", "ctypes"):  # (no two-step spin row)
         f = best[("kernel_only" if mode == "ctypes" else "fused", mode)]
         two = best[("kernel_two_step" if mode == "ctypes" else "two_step", mode)]
         speedup, mem_ratio = two / f, f / memcpy_best
