@@ -379,6 +379,12 @@ void RopeAndCacheT(const RopeCacheArgs& a) {
   // L1-resident row buffer and stream it out (stream_copy.h): no read-for-ownership of the
   // destination lines, ~1/3 less memory traffic. Small calls write in place.
   const bool stream = bytes >= ::mskv::StreamThresholdBytes();
+  // A slot given twice (graph mode only: PyNative rejects it) must end with the LATER token's rows, as
+  // a sequential loop and reshape_and_cache do, never a mix of two tokens' heads: then the cache rows
+  // are written after the parallel pass, in token order.
+  const int64_t num_cache_slots = std::min(a.k_cache.num_slots(), a.v_cache.num_slots());
+  const bool defer_cache = a.num_write > 1 && !::mskv::SlotsDistinct(a.slots, ::mskv::DTypeSize(a.slot_dtype),
+                                                                     a.num_write, num_cache_slots);
 
   ::mskv::ParallelFor(a.rows, bytes, [&](int64_t begin, int64_t end) {
     // scratch: cos, sin, 2*rd rotation buffer, norm row + fp32 norm weight
@@ -445,7 +451,7 @@ void RopeAndCacheT(const RopeCacheArgs& a) {
         ::mskv::StreamCopy(qo, qw, q_row, true);
         ::mskv::StreamCopy(ko, kw, k_row, true);
       }
-      if (t >= a.num_write) continue;
+      if (t >= a.num_write || defer_cache) continue;
       const int64_t slot = ReadIndex(a.slots, a.slot_dtype, t);
       if (slot < 0 || slot >= num_k_slots || slot >= num_v_slots) continue;
       a.k_cache.WriteRow(slot, kw, stream);
@@ -453,6 +459,15 @@ void RopeAndCacheT(const RopeCacheArgs& a) {
     }
     if (stream) ::mskv::StreamFence();
   });
+  if (!defer_cache) return;
+  for (int64_t t = 0; t < a.num_write; ++t) {
+    const int64_t pos = ReadIndex(a.positions, a.pos_dtype, t);
+    const int64_t slot = ReadIndex(a.slots, a.slot_dtype, t);
+    if (pos < 0 || pos >= a.table.max_position || slot < 0 || slot >= num_cache_slots) continue;
+    a.k_cache.WriteRow(slot, a.k_out + t * k_row);
+    const uint8_t* v_src = mla ? a.kv_c_out + t * v_row : (a.v != nullptr ? a.v + t * v_row : nullptr);
+    if (v_src != nullptr) a.v_cache.WriteRow(slot, v_src);
+  }
 }
 
 void RopeAndCacheImpl(const RopeCacheArgs& a) {

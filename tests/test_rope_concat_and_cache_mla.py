@@ -156,6 +156,23 @@ def test_graph_modes(rng, mode, norm):
     assert_bits_equal(to_np(kvc_read), to_np(cell.kv_c_cache).astype(np.float32), "kv_c_cache read in graph")
 
 
+@pytest.mark.parametrize("norm", [False, True], ids=["no_norm", "norm"])
+def test_graph_repeated_slots_last_token_wins(rng, norm):
+    """Graph mode, a call split over threads with 30 slots written twice: both planes end with the
+    LAST token's rows (kv_c_out / rotated k_pe of that token), never a mix."""
+    case = MlaCase(rng, "bfloat16", num_heads=16, rows=200, tokens=180, num_blocks=16, block_size=16,
+                   norm="float32" if norm else None)
+    valid = np.nonzero(case.slots >= 0)[0]
+    src = rng.choice(valid, size=30, replace=False)
+    dst = rng.choice(np.setdiff1d(np.arange(180), src), size=30, replace=False)
+    case.slots[dst] = case.slots[src]
+    p, q, k, c, cs, kvc, kpc, s = case.tensors()
+    with ms_mode("graph"):
+        cell = MlaCell(kvc, kpc, case.weight_tensor())
+        qo, ko, co, _ = cell(p, q, k, c, cs, s)
+    case.check(qo, ko, co, cell.kv_c_cache, cell.k_pe_cache)   # expected caches: sequential, later wins
+
+
 @pytest.mark.parametrize("bad,exc,match", [
     ("rope_dim", ValueError, r"argument 'k_pe': expected shape \[T', 64\] or \[T', 1, 64\]"),
     ("kv_c_rank", ValueError, r"argument 'kv_c': expected shape \[7, 512\]"),

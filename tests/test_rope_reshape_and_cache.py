@@ -261,6 +261,28 @@ def test_graph_modes(rng, mode, dtype):
         assert_bits_equal(to_np(cell.value_cache), evc, "value_cache parameter")
 
 
+@pytest.mark.parametrize("layout", ["BSND", "BNSD"])
+def test_graph_repeated_slots_last_token_wins(rng, layout):
+    """Graph mode cannot reject a repeated slot: on a call split over threads (> 256 KiB moved) the slot
+    ends with the LAST token's key and value rows, as a sequential loop (and reshape_and_cache) does;
+    the rotated outputs are unaffected."""
+    case = Case(rng, "bfloat16", 128, 128, num_heads=16, num_kv_heads=2, rows=300, tokens=260, num_blocks=40,
+                block_size=16, layout=layout, max_position=4096)
+    valid = np.nonzero(case.slots >= 0)[0]
+    src = rng.choice(valid, size=40, replace=False)
+    dst = rng.choice(np.setdiff1d(np.arange(260), src), size=40, replace=False)
+    case.slots[dst] = case.slots[src]       # 40 slots written twice, in either order
+    assert len(np.unique(case.slots[case.slots >= 0])) < (case.slots >= 0).sum()
+    p, q, k, v, cs, kc, vc, s = case.tensors()
+    with ms_mode("graph"):
+        cell = RopeCell(kc, vc, True, layout)
+        qo, ko, _, _ = cell(p, q, k, v, cs, s)
+    case.check_rotated(case.q, qo, "query_out")
+    ekc, evc = case.expected_caches()       # sequential: later tokens overwrite
+    assert_bits_equal(to_np(cell.key_cache), ekc, "key_cache")
+    assert_bits_equal(to_np(cell.value_cache), evc, "value_cache")
+
+
 @pytest.mark.parametrize("mode", ["graph", "jit"])
 def test_graph_merged_unused_outputs(rng, mode):
     case = Case(rng, "float16", 64, 64)
