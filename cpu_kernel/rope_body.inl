@@ -113,7 +113,8 @@ inline void LoadCosSin(const RopeTable& t, int64_t pos, float* c, float* s) {
 
 // out[0:rd] = rotate(x[0:rd]) with per-pair cos c[i], sin s[i], i < rd/2.
 inline void Rotate(const float* __restrict x, float* __restrict out, const float* __restrict c,
-                   const float* __restrict s, int64_t rd, bool neox) {
+                   const float* __restrict s, const float* __restrict ss, int64_t rd, bool neox) {
+  // second output of a pair: y*c - x*(-s) with -s read from ss (PrepareCosSin), see RotateRow
   const int64_t half = rd / 2;
   if (neox) {
     const float* __restrict x0 = x;
@@ -123,13 +124,13 @@ inline void Rotate(const float* __restrict x, float* __restrict out, const float
     for (int64_t i = 0; i < half; ++i) {
       const float a = x0[i], b = x1[i];
       o0[i] = a * c[i] - b * s[i];
-      o1[i] = b * c[i] + a * s[i];
+      o1[i] = b * c[i] - a * ss[i];
     }
   } else {
     for (int64_t i = 0; i < half; ++i) {
       const float a = x[2 * i], b = x[2 * i + 1];
       out[2 * i] = a * c[i] - b * s[i];
-      out[2 * i + 1] = b * c[i] + a * s[i];
+      out[2 * i + 1] = b * c[i] - a * ss[2 * i + 1];
     }
   }
 }
@@ -232,8 +233,13 @@ inline void Store16(uint8_t* p, __m512 v) {
 #endif
 
 // Rotate the first rd elements of src into dst (may be the same row). c, s: [rd/2] per-pair cos
-// and sin; cc, ss: [rd] the GPT-J expansion (cc[2i] = cc[2i+1] = c[i], ss[2i] = -s[i],
-// ss[2i+1] = s[i]). buf: 2 * rd floats of scratch. Every output is fl(fl(x*c) -/+ fl(y*s)).
+// and sin; cc, ss (PrepareCosSin): GPT-J: [rd], cc[2i] = cc[2i+1] = c[i], ss[2i] = s[i],
+// ss[2i+1] = -s[i]; NeoX: ss[i] = -s[i], i < rd/2. buf: 2 * rd floats of scratch. Every output is
+// fl(fl(x*c) - fl(y*s)) or fl(fl(y*c) + fl(x*s)); the vector paths compute the latter as
+// fl(fl(y*c) - fl(x*(-s))), the same bits (x*(-s) == -(x*s) exactly, u - (-v) == u + v), because a
+// subtraction keeps its operand order: when both products are NaN, x86 returns the first one, and a
+// compiler may swap the operands of a commutative add (it did: the NaN's sign then differed between
+// the portable and the vector paths).
 template <DType DT>
 inline void RotateRow(const uint8_t* src, uint8_t* dst, int64_t rd, bool neox, const float* c, const float* s,
                       const float* cc, const float* ss, float* buf) {
@@ -241,6 +247,7 @@ inline void RotateRow(const uint8_t* src, uint8_t* dst, int64_t rd, bool neox, c
   constexpr int64_t esz = DT == DType::kF32 ? 4 : 2;
   const int64_t half = rd / 2;
   if (neox) {
+    const float* ns = ss;
     const uint8_t* x0 = src;
     const uint8_t* x1 = src + half * esz;
     uint8_t* o0 = dst;
@@ -251,53 +258,52 @@ inline void RotateRow(const uint8_t* src, uint8_t* dst, int64_t rd, bool neox, c
       const __m512 a = Load16<DT>(x0 + i * esz), b = Load16<DT>(x1 + i * esz);
       const __m512 vc = _mm512_loadu_ps(c + i), vs = _mm512_loadu_ps(s + i);
       Store16<DT>(o0 + i * esz, _mm512_sub_ps(_mm512_mul_ps(a, vc), _mm512_mul_ps(b, vs)));
-      Store16<DT>(o1 + i * esz, _mm512_add_ps(_mm512_mul_ps(b, vc), _mm512_mul_ps(a, vs)));
+      Store16<DT>(o1 + i * esz, _mm512_sub_ps(_mm512_mul_ps(b, vc), _mm512_mul_ps(a, _mm512_loadu_ps(ns + i))));
     }
 #endif
     for (; i + 8 <= half; i += 8) {
       const __m256 a = Load8<DT>(x0 + i * esz), b = Load8<DT>(x1 + i * esz);
       const __m256 vc = _mm256_loadu_ps(c + i), vs = _mm256_loadu_ps(s + i);
       const __m256 ra = _mm256_sub_ps(_mm256_mul_ps(a, vc), _mm256_mul_ps(b, vs));
-      const __m256 rb = _mm256_add_ps(_mm256_mul_ps(b, vc), _mm256_mul_ps(a, vs));
+      const __m256 rb = _mm256_sub_ps(_mm256_mul_ps(b, vc), _mm256_mul_ps(a, _mm256_loadu_ps(ns + i)));
       Store8<DT>(o0 + i * esz, ra);
       Store8<DT>(o1 + i * esz, rb);
     }
     for (; i < half; ++i) {
       const float a = LoadOne<DT>(x0, i), b = LoadOne<DT>(x1, i);
       StoreOne<DT>(o0, i, a * c[i] - b * s[i]);
-      StoreOne<DT>(o1, i, b * c[i] + a * s[i]);
+      StoreOne<DT>(o1, i, b * c[i] - a * ns[i]);
     }
   } else {
     int64_t j = 0;
+    // even lanes: x*c - y*s; odd lanes: y*c - x*(-s), equal to y*c + x*s in every bit (see RotateRow)
 #if MSKV_ROPE_AVX512
     for (; j + 16 <= rd; j += 16) {
       const __m512 x = Load16<DT>(src + j * esz);
       const __m512 xs = _mm512_permute_ps(x, 0xB1);
-      Store16<DT>(dst + j * esz, _mm512_add_ps(_mm512_mul_ps(x, _mm512_loadu_ps(cc + j)),
+      Store16<DT>(dst + j * esz, _mm512_sub_ps(_mm512_mul_ps(x, _mm512_loadu_ps(cc + j)),
                                                _mm512_mul_ps(xs, _mm512_loadu_ps(ss + j))));
     }
 #endif
     for (; j + 8 <= rd; j += 8) {
       const __m256 x = Load8<DT>(src + j * esz);
       const __m256 xs = _mm256_permute_ps(x, 0xB1);  // swap each (2i, 2i+1)
-      // even: x*c + y*(-s) == x*c - y*s exactly; odd: y*c + x*s
-      const __m256 r = _mm256_add_ps(_mm256_mul_ps(x, _mm256_loadu_ps(cc + j)), _mm256_mul_ps(xs, _mm256_loadu_ps(ss + j)));
+      const __m256 r = _mm256_sub_ps(_mm256_mul_ps(x, _mm256_loadu_ps(cc + j)), _mm256_mul_ps(xs, _mm256_loadu_ps(ss + j)));
       Store8<DT>(dst + j * esz, r);
     }
     for (int64_t i = j / 2; i < half; ++i) {
       const float a = LoadOne<DT>(src, 2 * i), b = LoadOne<DT>(src, 2 * i + 1);
       StoreOne<DT>(dst, 2 * i, a * c[i] - b * s[i]);
-      StoreOne<DT>(dst, 2 * i + 1, b * c[i] + a * s[i]);
+      StoreOne<DT>(dst, 2 * i + 1, b * c[i] - a * ss[2 * i + 1]);
     }
   }
   (void)buf;
 #else
   (void)cc;
-  (void)ss;
   float* xin = buf;
   float* xout = buf + rd;
   LoadRow<DT>(src, xin, rd);
-  Rotate(xin, xout, c, s, rd, neox);
+  Rotate(xin, xout, c, s, ss, rd, neox);
   StoreRow<DT>(xout, dst, rd);
 #endif
 }
@@ -307,8 +313,22 @@ inline void ExpandPairs(const float* c, const float* s, float* cc, float* ss, in
   for (int64_t i = 0; i < half; ++i) {
     cc[2 * i] = c[i];
     cc[2 * i + 1] = c[i];
-    ss[2 * i] = -s[i];
-    ss[2 * i + 1] = s[i];
+    ss[2 * i] = s[i];
+    ss[2 * i + 1] = -s[i];
+  }
+}
+
+// NeoX: ns[i] = -s[i] (see RotateRow).
+inline void NegateSin(const float* s, float* ns, int64_t half) {
+  for (int64_t i = 0; i < half; ++i) ns[i] = -s[i];
+}
+
+// The cos/sin arrays a token's RotateRow calls need: cc, ss for GPT-J, ns (in ss) for NeoX.
+inline void PrepareCosSin(bool neox, const float* c, const float* s, float* cc, float* ss, int64_t half) {
+  if (neox) {
+    NegateSin(s, ss, half);
+  } else {
+    ExpandPairs(c, s, cc, ss, half);
   }
 }
 
@@ -438,7 +458,7 @@ void RopeAndCacheT(const RopeCacheArgs& a) {
         continue;
       }
       LoadCosSin(a.table, pos, c, s);
-      if (!a.neox) ExpandPairs(c, s, cc, ss, half);
+      PrepareCosSin(a.neox, c, s, cc, ss, half);
       const uint8_t* qi = a.q + t * q_row;
       for (int64_t h = 0; h < a.q_heads; ++h) {
         RopeHead<DT>(qi + h * hd * esz, qw + h * hd * esz, hd, rd, a.neox, c, s, cc, ss, buf);
@@ -529,7 +549,7 @@ void ReropeT(const ReropeArgs& a) {
       LoadCosSin(a.table, po, co, so);
       LoadCosSin(a.table, pn, cn, sn);
       if (!DeltaCosSin(co, so, cn, sn, cd, sd, half)) continue;
-      if (!a.neox) ExpandPairs(cd, sd, cc, ss, half);
+      PrepareCosSin(a.neox, cd, sd, cc, ss, half);
       for (int64_t h = 0; h < cp.heads; ++h) {
         uint8_t* p = cp.base + cp.HeadOffset(slot, h);
         RotateRow<DT>(p, p, rd, a.neox, cd, sd, cc, ss, buf);  // in place; the tail is untouched

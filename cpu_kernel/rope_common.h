@@ -7,9 +7,10 @@
 // (i, i + rotary_dim/2), GPT-J style the pairs (2i, 2i+1); elements rotary_dim..head_size-1 of every
 // head pass through unchanged. For a pair (x, y) and angle index i:
 //     x' = x*cos[i] - y*sin[i]        y' = y*cos[i] + x*sin[i]
-// evaluated in fp32 as exactly these two products and one add/subtract (no FMA contraction: the
-// sources are compiled with -ffp-contract=off), then rounded to the output dtype with
-// round-to-nearest-even. The portable, AVX2/F16C and AVX-512 paths give bit-identical results.
+// evaluated in fp32 as exactly these two products and one subtraction (y' as y*cos[i] - x*(-sin[i]),
+// the same value: a subtraction keeps its operand order, so NaN results agree on every path; no FMA
+// contraction: the sources are compiled with -ffp-contract=off), then rounded to the output dtype
+// with round-to-nearest-even. The portable, AVX2/F16C and AVX-512 paths give bit-identical results.
 //
 // Index handling: a token whose position is outside [0, max_position) gets zero rows in the rotated
 // outputs and is not written to any cache (graph mode cannot raise on index values; Python raises

@@ -199,6 +199,55 @@ def test_isa_paths_bit_identical(rng, neox):
         reset_isa()
 
 
+@pytest.mark.parametrize("neox", [True, False], ids=["neox", "gptj"])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_isa_paths_bit_identical_nan_inf_pairs(rng, neox, dtype):
+    """Every ordered pair (x, y) of {+NaN, -NaN, +inf, -inf, +0, -0, 1.5, -2} in a rotated pair, at
+    position 0 (sin = 0: inf * 0 makes the second product NaN too) and at other positions: all ISA
+    paths give the portable path's bits, NaN signs included (the vector paths once returned the other
+    product's NaN when both were NaN), and the non-NaN outputs equal the fp32 model."""
+    isas = available_isas()
+    if len(isas) < 2:
+        pytest.skip("only the portable path runs on this CPU")
+    neg_nan = np.array([0xffc00000], np.uint32).view(np.float32)[0]
+    vals = np.array([np.nan, neg_nan, np.inf, -np.inf, 0.0, -0.0, 1.5, -2.0], np.float32)
+    xs, ys = np.meshgrid(vals, vals, indexing="ij")
+    xs, ys = xs.reshape(-1), ys.reshape(-1)                  # 64 ordered pairs
+    hd = rd = 32                                             # 16 pairs per head: 4 heads hold the 64
+    head = np.zeros((4, hd), np.float32)
+    half = rd // 2
+    for n in range(64):
+        h, i = divmod(n, 16)
+        if neox:
+            head[h, i], head[h, half + i] = xs[n], ys[n]
+        else:
+            head[h, 2 * i], head[h, 2 * i + 1] = xs[n], ys[n]
+    rows = 4
+    positions = np.array([0, 1, 17, 0], np.int64)
+    with np.errstate(invalid="ignore"):
+        q = np.broadcast_to(head, (rows, 4, hd)).astype(NP_DTYPES[dtype])
+    case = Case(rng, dtype, hd, rd, num_heads=4, num_kv_heads=4, rows=rows, tokens=rows, num_blocks=2, block_size=4,
+                neox=neox, positions=positions, slots=np.arange(rows, dtype=np.int32))
+    case.q, case.k = q.copy(), q[:, ::-1].copy()
+    try:
+        outs = []
+        for isa in isas:
+            set_isa(isa)
+            qo, ko, kc, vc, _ = run_case(case)
+            outs.append([to_np(x) for x in (qo, ko, kc)])
+    finally:
+        reset_isa()
+    for isa, other in zip(isas[1:], outs[1:]):
+        for a, b, n in zip(outs[0], other, ("query_out", "key_out", "key_cache")):
+            assert_bits_equal(a, b, f"{dtype} {n}: portable vs path {isa}")
+    with np.errstate(invalid="ignore", over="ignore"):   # inf * 0, inf - inf: NaN on purpose
+        model = case.expected_model(case.q)
+    got, exp = outs[0][0].astype(np.float32), model.astype(np.float32)
+    assert np.array_equal(np.isnan(got), np.isnan(exp))
+    ok = ~np.isnan(exp)
+    assert_bits_equal(outs[0][0][ok], model[ok], "non-NaN outputs (fp32 model)")
+
+
 # ------------------------------------------------------------------ merged cache
 
 @pytest.mark.parametrize("dtype,layout,neox", [("bfloat16", "BSND", True), ("float16", "BNSD", False),
