@@ -235,11 +235,11 @@ inline void Store16(uint8_t* p, __m512 v) {
 // Rotate the first rd elements of src into dst (may be the same row). c, s: [rd/2] per-pair cos
 // and sin; cc, ss (PrepareCosSin): GPT-J: [rd], cc[2i] = cc[2i+1] = c[i], ss[2i] = s[i],
 // ss[2i+1] = -s[i]; NeoX: ss[i] = -s[i], i < rd/2. buf: 2 * rd floats of scratch. Every output is
-// fl(fl(x*c) - fl(y*s)) or fl(fl(y*c) + fl(x*s)); the vector paths compute the latter as
-// fl(fl(y*c) - fl(x*(-s))), the same bits (x*(-s) == -(x*s) exactly, u - (-v) == u + v), because a
-// subtraction keeps its operand order: when both products are NaN, x86 returns the first one, and a
-// compiler may swap the operands of a commutative add (it did: the NaN's sign then differed between
-// the portable and the vector paths).
+// fl(fl(x*c) - fl(y*s)) or fl(fl(y*c) + fl(x*s)); every path (Rotate too) computes the latter as
+// fl(fl(y*c) - fl(x*(-s))) with -s read from ss, the same bits (x*(-s) == -(x*s) exactly,
+// u - (-v) == u + v), because a subtraction keeps its operand order: when both products are NaN, x86
+// returns the first one, and a compiler may swap the operands of a commutative add (it did: the NaN's
+// sign then differed between the portable and the vector paths).
 template <DType DT>
 inline void RotateRow(const uint8_t* src, uint8_t* dst, int64_t rd, bool neox, const float* c, const float* s,
                       const float* cc, const float* ss, float* buf) {
