@@ -100,35 +100,39 @@ __aicore__ inline void RunRerope(GM_ADDR keyCache, GM_ADDR slotMapping, GM_ADDR 
   cg.headStride = td.headStride;
   cg.heads = td.heads;
 
-  AscendC::LocalTensor<float> work = workBuf.Get<float>();
-  // row i of the work buffer (kWork rows of `stride` floats); LocalTensor handles, no array of them
-#define MSKV_WORK_ROW(i) work[static_cast<uint32_t>((i) * stride)]
-  AscendC::LocalTensor<float> Co = MSKV_WORK_ROW(0);  // cos / sin of the old and the new position
-  AscendC::LocalTensor<float> So = MSKV_WORK_ROW(1);
-  AscendC::LocalTensor<float> Cn = MSKV_WORK_ROW(2);
-  AscendC::LocalTensor<float> Sn = MSKV_WORK_ROW(3);
-  AscendC::LocalTensor<float> CoH = MSKV_WORK_ROW(4);  // their Veltkamp splits
-  AscendC::LocalTensor<float> CoL = MSKV_WORK_ROW(5);
-  AscendC::LocalTensor<float> SoH = MSKV_WORK_ROW(6);
-  AscendC::LocalTensor<float> SoL = MSKV_WORK_ROW(7);
-  AscendC::LocalTensor<float> CnH = MSKV_WORK_ROW(8);
-  AscendC::LocalTensor<float> CnL = MSKV_WORK_ROW(9);
-  AscendC::LocalTensor<float> SnH = MSKV_WORK_ROW(10);
-  AscendC::LocalTensor<float> SnL = MSKV_WORK_ROW(11);
-  AscendC::LocalTensor<float> P1 = MSKV_WORK_ROW(12);  // exact products p + e
-  AscendC::LocalTensor<float> E1 = MSKV_WORK_ROW(13);
-  AscendC::LocalTensor<float> P2 = MSKV_WORK_ROW(14);
-  AscendC::LocalTensor<float> E2 = MSKV_WORK_ROW(15);
-  AscendC::LocalTensor<float> S = MSKV_WORK_ROW(16);  // scratch
-  AscendC::LocalTensor<float> Er = MSKV_WORK_ROW(17);
-  AscendC::LocalTensor<float> Tt = MSKV_WORK_ROW(18);
-  AscendC::LocalTensor<float> DNh = MSKV_WORK_ROW(19);  // den, cos and sin numerators (double-float)
-  AscendC::LocalTensor<float> DNl = MSKV_WORK_ROW(20);
-  AscendC::LocalTensor<float> NCh = MSKV_WORK_ROW(21);
-  AscendC::LocalTensor<float> NCl = MSKV_WORK_ROW(22);
-  AscendC::LocalTensor<float> NSh = MSKV_WORK_ROW(23);
-  AscendC::LocalTensor<float> NSl = MSKV_WORK_ROW(24);
-#undef MSKV_WORK_ROW
+  // kWork rows of `stride` fp32 each, carved from workBuf (stride is a multiple of 8: 32-byte offsets)
+  const uint32_t rowLen = static_cast<uint32_t>(stride);
+  const uint32_t rowBytes = rowLen * 4;
+  // cos / sin of the old and the new position
+  AscendC::LocalTensor<float> Co = workBuf.GetWithOffset<float>(rowLen, 0);
+  AscendC::LocalTensor<float> So = workBuf.GetWithOffset<float>(rowLen, 1 * rowBytes);
+  AscendC::LocalTensor<float> Cn = workBuf.GetWithOffset<float>(rowLen, 2 * rowBytes);
+  AscendC::LocalTensor<float> Sn = workBuf.GetWithOffset<float>(rowLen, 3 * rowBytes);
+  // their Veltkamp splits
+  AscendC::LocalTensor<float> CoH = workBuf.GetWithOffset<float>(rowLen, 4 * rowBytes);
+  AscendC::LocalTensor<float> CoL = workBuf.GetWithOffset<float>(rowLen, 5 * rowBytes);
+  AscendC::LocalTensor<float> SoH = workBuf.GetWithOffset<float>(rowLen, 6 * rowBytes);
+  AscendC::LocalTensor<float> SoL = workBuf.GetWithOffset<float>(rowLen, 7 * rowBytes);
+  AscendC::LocalTensor<float> CnH = workBuf.GetWithOffset<float>(rowLen, 8 * rowBytes);
+  AscendC::LocalTensor<float> CnL = workBuf.GetWithOffset<float>(rowLen, 9 * rowBytes);
+  AscendC::LocalTensor<float> SnH = workBuf.GetWithOffset<float>(rowLen, 10 * rowBytes);
+  AscendC::LocalTensor<float> SnL = workBuf.GetWithOffset<float>(rowLen, 11 * rowBytes);
+  // exact products p + e
+  AscendC::LocalTensor<float> P1 = workBuf.GetWithOffset<float>(rowLen, 12 * rowBytes);
+  AscendC::LocalTensor<float> E1 = workBuf.GetWithOffset<float>(rowLen, 13 * rowBytes);
+  AscendC::LocalTensor<float> P2 = workBuf.GetWithOffset<float>(rowLen, 14 * rowBytes);
+  AscendC::LocalTensor<float> E2 = workBuf.GetWithOffset<float>(rowLen, 15 * rowBytes);
+  // scratch
+  AscendC::LocalTensor<float> S = workBuf.GetWithOffset<float>(rowLen, 16 * rowBytes);
+  AscendC::LocalTensor<float> Er = workBuf.GetWithOffset<float>(rowLen, 17 * rowBytes);
+  AscendC::LocalTensor<float> Tt = workBuf.GetWithOffset<float>(rowLen, 18 * rowBytes);
+  // den, cos and sin numerators (double-float)
+  AscendC::LocalTensor<float> DNh = workBuf.GetWithOffset<float>(rowLen, 19 * rowBytes);
+  AscendC::LocalTensor<float> DNl = workBuf.GetWithOffset<float>(rowLen, 20 * rowBytes);
+  AscendC::LocalTensor<float> NCh = workBuf.GetWithOffset<float>(rowLen, 21 * rowBytes);
+  AscendC::LocalTensor<float> NCl = workBuf.GetWithOffset<float>(rowLen, 22 * rowBytes);
+  AscendC::LocalTensor<float> NSh = workBuf.GetWithOffset<float>(rowLen, 23 * rowBytes);
+  AscendC::LocalTensor<float> NSl = workBuf.GetWithOffset<float>(rowLen, 24 * rowBytes);
   AscendC::LocalTensor<float> cc = eng.RotSet(0);
   AscendC::LocalTensor<float> sc = eng.RotSet(1);
   AscendC::LocalTensor<float> tree = treeBuf.Get<float>();
