@@ -12,6 +12,8 @@ MERGED, SEPARATE, MLA, DSA = (KVCacheFormat.MERGED_KV, KVCacheFormat.SEPARATE_KV
 FORMAT_LAYOUTS = [(MERGED, "BSND"), (MERGED, "BNSD"), (SEPARATE, "BSND"), (SEPARATE, "BNSD"), (MLA, "BSND"),
                   (DSA, "BSND")]
 DTYPES = ("float16", "bfloat16", "float32", "int8")
+#: dtype digit of the transfer kernels' tiling keys (op_host: dcode)
+DCODE = {"float16": 1, "bfloat16": 2, "float32": 3, "int8": 4}
 
 
 class Geometry:
@@ -153,3 +155,17 @@ def host_block_shape(geo, p, n):
     if geo.fmt in (MERGED, SEPARATE):
         return (n, geo.bs, geo.L, h, d)
     return (n, geo.bs, geo.L, h * d)
+
+
+def flat_caches(geo, planes):
+    """The kv_caches list as the kernels get it: layer-major, MERGED one [2, ...] tensor per layer."""
+    if geo.fmt == MERGED:
+        return [np.stack(layer) for layer in planes]
+    return [x for layer in planes for x in layer]
+
+
+def unflat(geo, flat):
+    """Inverse of flat_caches: per layer, the list of its planes."""
+    if geo.fmt == MERGED:
+        return [[c[0], c[1]] for c in flat]
+    return [flat[l * geo.P:(l + 1) * geo.P] for l in range(geo.L)]

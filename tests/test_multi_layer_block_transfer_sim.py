@@ -6,24 +6,11 @@ import pytest
 
 from _copy_sim_ref import (SOCS, assert_last_launch, assert_same_bytes, cores_of, expect_tiling_error, launch,
                            platform, public_backend_or_skip, reset_last_launch, stable_seed, status)
-from _multi_layer_ref import (DSA, DTYPES, FORMAT_LAYOUTS, MERGED, MLA, SEPARATE, Geometry, host_block_shape,
-                              ref_block_gather, ref_block_scatter)
+from _multi_layer_ref import (DCODE, DSA, DTYPES, FORMAT_LAYOUTS, MERGED, MLA, SEPARATE, Geometry, flat_caches,
+                              host_block_shape, ref_block_gather, ref_block_scatter, unflat)
 from conftest import random_array
 
 OP = "MultiLayerBlockTransfer"
-DCODE = {"float16": 1, "bfloat16": 2, "float32": 3, "int8": 4}
-
-
-def flat_caches(geo, planes):
-    if geo.fmt == MERGED:
-        return [np.stack(layer) for layer in planes]
-    return [x for layer in planes for x in layer]
-
-
-def unflat(geo, flat):
-    if geo.fmt == MERGED:
-        return [[c[0], c[1]] for c in flat]
-    return [flat[l * geo.P:(l + 1) * geo.P] for l in range(geo.L)]
 
 
 def attrs(geo, direction, aiv_num=0):

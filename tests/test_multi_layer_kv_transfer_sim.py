@@ -5,25 +5,11 @@ import pytest
 
 from _copy_sim_ref import (SOCS, assert_last_launch, assert_same_bytes, cores_of, expect_tiling_error, launch,
                            sim_module, platform, public_backend_or_skip, reset_last_launch, stable_seed, status)
-from _multi_layer_ref import (DSA, DTYPES, FORMAT_LAYOUTS, MERGED, MLA, SEPARATE, Geometry, pack_buffer, ref_gather,
-                              ref_scatter, unpack_buffer)
+from _multi_layer_ref import (DCODE, DSA, DTYPES, FORMAT_LAYOUTS, MERGED, MLA, SEPARATE, Geometry, flat_caches,
+                              pack_buffer, ref_gather, ref_scatter, unflat, unpack_buffer)
 from conftest import random_array
 
 OP = "MultiLayerKvTransfer"
-DCODE = {"float16": 1, "bfloat16": 2, "float32": 3, "int8": 4}
-
-
-def flat_caches(geo, planes):
-    """The kv_caches list as the kernel gets it: layer-major, MERGED one [2, ...] tensor per layer."""
-    if geo.fmt == MERGED:
-        return [np.stack(layer) for layer in planes]
-    return [x for layer in planes for x in layer]
-
-
-def unflat(geo, flat):
-    if geo.fmt == MERGED:
-        return [[c[0], c[1]] for c in flat]
-    return [flat[l * geo.P:(l + 1) * geo.P] for l in range(geo.L)]
 
 
 def buffer_shape(geo, T):
