@@ -403,7 +403,7 @@ void RopeAndCacheT(const RopeCacheArgs& a) {
   // a sequential loop and reshape_and_cache do, never a mix of two tokens' heads: then the cache rows
   // are written after the parallel pass, in token order.
   const int64_t num_cache_slots = std::min(a.k_cache.num_slots(), a.v_cache.num_slots());
-  const bool defer_cache = a.num_write > 1 && !::mskv::SlotsDistinct(a.slots, ::mskv::DTypeSize(a.slot_dtype),
+  const bool defer_cache = a.num_write > 1 && !a.slots_distinct && !::mskv::SlotsDistinct(a.slots, ::mskv::DTypeSize(a.slot_dtype),
                                                                      a.num_write, num_cache_slots);
 
   ::mskv::ParallelFor(a.rows, bytes, [&](int64_t begin, int64_t end) {

@@ -161,6 +161,7 @@ struct RopeCacheArgs {
 
   CachePlane k_cache;
   CachePlane v_cache;
+  bool slots_distinct = false;  // known: no slot repeats (strict mode checked it)
 };
 
 // rerope_cached_keys: rotate the cached key heads at slots[i] by the angle new - old, in place.
@@ -269,11 +270,13 @@ inline void StrictSlots(const void* s, DType d, int64_t n, int64_t num_slots) {
   }
 }
 
-// rope_reshape_and_cache(_merged), rope_concat_and_cache_mla: positions of all rows, slots.
-inline void StrictCheck(const AotArgs& a, const RopeCacheArgs& r) {
+// rope_reshape_and_cache(_merged), rope_concat_and_cache_mla: positions of all rows, slots. A strict
+// check rejects repeated slots, so the kernel need not look for them again (r.slots_distinct).
+inline void StrictCheck(const AotArgs& a, RopeCacheArgs& r) {
   if (!Strict(a)) return;
   StrictPositions("positions", r.positions, r.pos_dtype, r.rows, r.table.max_position);
   StrictSlots(r.slots, r.slot_dtype, r.num_write, r.k_cache.num_slots());
+  r.slots_distinct = true;
 }
 
 inline void StrictCheck(const AotArgs& a, const ReropeArgs& r) {

@@ -62,7 +62,7 @@ MSKV_AOT_EXPORT int RopeReshapeAndCache(int nparam, void** params, int* ndims, i
     const mskv::rope::CachePlane kc = mskv::rope::PlaneArg(a, 5, bnsd);
     const mskv::rope::CachePlane vc = mskv::rope::PlaneArg(a, 6, bnsd);
     mskv::rope::Require(a.rank(5) == 4 && a.rank(6) == 4, "caches must be rank 4");
-    const mskv::rope::RopeCacheArgs r = mskv::rope::GqaArgs(a, kc, vc, 7, 8);
+    mskv::rope::RopeCacheArgs r = mskv::rope::GqaArgs(a, kc, vc, 7, 8);
     mskv::rope::StrictCheck(a, r);
     mskv::rope::RopeAndCache(r);
   })

@@ -24,7 +24,7 @@ MSKV_AOT_EXPORT int RopeReshapeAndCacheMerged(int nparam, void** params, int* nd
     kc.bnsd = bnsd;
     mskv::rope::CachePlane vc = kc;
     vc.base = kc.base + kc.num_blocks * kc.block_size * kc.heads * kc.head_size * static_cast<int64_t>(kc.elem);
-    const mskv::rope::RopeCacheArgs r = mskv::rope::GqaArgs(a, kc, vc, 6, 7);
+    mskv::rope::RopeCacheArgs r = mskv::rope::GqaArgs(a, kc, vc, 6, 7);
     mskv::rope::StrictCheck(a, r);
     mskv::rope::RopeAndCache(r);
   })
