@@ -180,6 +180,12 @@ class InplaceCustom(ops.Custom):
         for attr, value in zip(spec.attrs, attr_values):
             self.add_prim_attr(attr.name, value)
         self.add_prim_attr("ms_kvcache_backend", backend)
+        #: (flat input index, argument name) of every tensor this instance writes; an instance made by a
+        #: graph branch (the default) refuses, in its infer step, a written tensor that is not a Parameter
+        #: (see :func:`check_written_are_parameters`); :func:`eager_op` turns that off for its instances
+        self.written_args = _written_args(spec, counts, attrs)
+        self.require_parameters = True
+        _set_alias_attrs(self, spec, counts, attrs)
         #: attribute values the primitive takes as trailing inputs (spec order), () if none
         self.attr_inputs = tuple(attrs[a.name] for a in spec.attrs) if n_attr else ()
         pyboost = getattr(self, "custom_pyboost", None)
@@ -189,6 +195,100 @@ class InplaceCustom(ops.Custom):
             # after that copy) would be missing there
             for key, value in self.get_attr_dict().items():
                 pyboost.add_prim_attr(key, value)
+
+
+    def __infer__(self, *args):
+        out = super().__infer__(*args)  # shape / dtype checks of the infer functions first
+        if self.require_parameters:
+            check_written_are_parameters(self.SPEC.name, self.written_args, args)
+        return out
+
+
+def _display_names(spec, counts):
+    """Argument name of each flat primitive input: ``name`` or ``name[j]`` for a list input."""
+    it = iter(spec.counts(counts)) if spec.has_dynamic else iter(())
+    out = []
+    for t in spec.inputs:
+        if t.dynamic:
+            out.extend(f"{t.name}[{j}]" for j in range(next(it)))
+        else:
+            out.append(t.name)
+    return out
+
+
+def _written_args(spec, counts, attrs):
+    names = _display_names(spec, counts)
+    return tuple((i, names[i]) for i, t in enumerate(spec.expanded_inputs(counts, attrs)) if t.inplace)
+
+
+def _numel(shape):
+    n = 1
+    for d in shape or ():
+        n *= int(d)
+    return n
+
+
+#: Why a graph refuses a written tensor that is not a Parameter (tests match the first sentence).
+NOT_A_PARAMETER = (
+    "expected a Parameter (a whole Parameter, not a slice or a computed tensor), got a tensor that is not a "
+    "Parameter. In GRAPH_MODE and @ms.jit a tensor the op writes must be a mindspore.Parameter passed whole: a "
+    "Cell attribute, an item of a ParameterTuple, a Parameter argument of the Cell or jit function, or a "
+    "Parameter the function refers to. MindSpore hands an in-place op a temporary copy of a slice or view of "
+    "a Parameter (self.kv[0], ops.split, reshape), of an op's result or of a Tensor attribute, and a Tensor "
+    "argument may be a view whose base address it passes, so the write would be lost or land elsewhere. "
+    "Make each cache its own Parameter (e.g. a ParameterTuple of the K and V planes), or call the op in "
+    "PyNative")
+
+
+def check_written_are_parameters(op, written_args, args):
+    """Infer-step check of a graph-branch primitive: every written input (``written_args``: (flat index,
+    name)) must be a Parameter, which MindSpore's abstract value marks with a ``RefType`` dtype at compile
+    time (what ``ops.IsParameter`` reads). A zero-element tensor (the ``[0]`` stand-in of an absent
+    optional input) is exempt: nothing is written to it. Raises TypeError naming the op and argument."""
+    from mindspore.common import dtype as mstype
+
+    for i, name in written_args:
+        if i >= len(args):
+            continue
+        a = args[i]
+        if isinstance(a.get("dtype"), mstype.RefType) or _numel(a.get("shape")) == 0:
+            continue
+        raise TypeError(f"{op}: argument '{name}': {NOT_A_PARAMETER}")
+
+
+def _alias_sets(spec, counts, attrs):
+    """(flat indices of the written inputs, flat indices of the inputs that must not overlap them): the
+    launch-time alias rule, as the PyNative wrappers apply it (:func:`ms_kvcache._validate.require_disjoint`).
+    Written tensors share no byte with each other; an input written only for another attribute value
+    (``inplace_if``: the caches of a d2h transfer, the buffer / host blocks of an h2d one) is read whole
+    and may not overlap a written one either. Other read inputs (key, value, positions, a swap's
+    ``src_cache``) are not constrained."""
+    written, read = [], []
+    it = iter(spec.counts(counts)) if spec.has_dynamic else iter(())
+    wnames = set(spec.written_inputs(attrs))
+    i = 0
+    for t in spec.inputs:
+        n = next(it) if t.dynamic else 1
+        for _ in range(n):
+            if t.name in wnames:
+                written.append(i)
+            elif t.inplace_if is not None:
+                read.append(i)
+            i += 1
+    return written, read
+
+
+def _set_alias_attrs(prim, spec, counts, attrs):
+    """Attributes the cpu and sim AOT entries read to refuse, before writing anything, a launch whose
+    written tensors share memory (graph mode, where the wrapper cannot see tensor identity):
+    ``mskv_disjoint`` / ``mskv_disjoint_read`` (flat input indices, see :func:`_alias_sets`) and
+    ``mskv_arg_names`` (the argument names of the flat inputs, joined by ``;``) for the message."""
+    written, read = _alias_sets(spec, counts, attrs)
+    if len(written) + len(read) < 2 or not written:
+        return
+    prim.add_prim_attr("mskv_disjoint", written)
+    prim.add_prim_attr("mskv_disjoint_read", read)
+    prim.add_prim_attr("mskv_arg_names", ";".join(_display_names(spec, counts)))
 
 
 def _drop_trailing(fn, n):
@@ -225,7 +325,9 @@ def eager_op(spec, backend, attr_values=(), counts=None):
     op = _EAGER.get(key)
     if op is None:
         args = (backend,) + ((spec.counts(counts),) if spec.has_dynamic else ()) + tuple(attr_values)
-        op = _EAGER[key] = prim_class(spec)(*args)
+        op = prim_class(spec)(*args)
+        op.require_parameters = False  # PyNative: views and aliases are checked by the wrapper (EagerOp)
+        _EAGER[key] = op
     return op
 
 

@@ -129,9 +129,18 @@ def test_graph_mode_writes_land_in_host_memory(mode):
         net = Offload(Tensor(k), Tensor(v))
         if mode == "jit":
             net.construct = ms.jit(net.construct)
-        net(host, Tensor(slots))
+        # a plain Tensor argument is refused at compile time (it could be a view, which MindSpore would
+        # hand the kernel by its base address); the buffer wrapped in a Parameter without a copy works
+        with pytest.raises(TypeError, match=r"multi_layer_kv_transfer: argument 'buffer': expected a Parameter "
+                                            r"\(a whole Parameter, not a slice or a computed tensor\)"):
+            net(host, Tensor(slots))
+        assert not view.any(), "nothing written by the refused call"
+        arg = Parameter(Tensor(np.zeros((1,), np.float32)), name="host_arg")
+        arg.set_data(host)  # keeps the address, whatever the placeholder's shape
+        assert arg.data_ptr() == host.data_ptr()
+        net(arg, Tensor(slots))
         mk.synchronize()
-        assert_bits_equal(view, expected, "graph input host buffer")
+        assert_bits_equal(view, expected, "host buffer as a Parameter argument")
         host2 = mk.alloc_host_buffer((2, 1, 3, 8), "float32")
         view2 = alias(host2, np.float32)
         net2 = OffloadIntoParam(Tensor(k), Tensor(v), host2)
@@ -144,7 +153,7 @@ def test_graph_mode_writes_land_in_host_memory(mode):
 
 
 def test_parameter_constructor_copies():
-    """Documented behaviour: Parameter(host_tensor) copies (so pass buffers as arguments or set_data)."""
+    """Documented behaviour: Parameter(host_tensor) copies (so set_data a buffer into a Parameter)."""
     host = mk.alloc_host_buffer((64,), "float32")
     p = Parameter(host, name="p")
     assert p.data_ptr() != host.data_ptr()
