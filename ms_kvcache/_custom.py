@@ -60,6 +60,7 @@ import threading
 import mindspore as ms
 import numpy as np
 from mindspore import Tensor, ops
+from mindspore.common import dtype as mstype
 from mindspore.ops import signature as sig
 from mindspore.ops.primitive import constexpr
 
@@ -69,7 +70,7 @@ from mindspore.ops._primitive_cache import _get_cache_prim  # noqa: F401  (re-ex
 
 __all__ = ["prim_class", "eager_op", "eager_launcher", "graph_backend", "_run_in_jit", "_get_cache_prim",
            "graph_launcher", "fast_path_available", "set_fast_path", "nosync_checker", "empty_input",
-           "empty_input_graph", "output_sources"]
+           "empty_input_graph", "output_sources", "check_graph_types", "check_written_are_parameters"]
 
 
 def _probe():
@@ -245,8 +246,6 @@ def check_written_are_parameters(op, written_args, args):
     name)) must be a Parameter, which MindSpore's abstract value marks with a ``RefType`` dtype at compile
     time (what ``ops.IsParameter`` reads). A zero-element tensor (the ``[0]`` stand-in of an absent
     optional input) is exempt: nothing is written to it. Raises TypeError naming the op and argument."""
-    from mindspore.common import dtype as mstype
-
     for i, name in written_args:
         if i >= len(args):
             continue
@@ -282,13 +281,15 @@ def _set_alias_attrs(prim, spec, counts, attrs):
     """Attributes the cpu and sim AOT entries read to refuse, before writing anything, a launch whose
     written tensors share memory (graph mode, where the wrapper cannot see tensor identity):
     ``mskv_disjoint`` / ``mskv_disjoint_read`` (flat input indices, see :func:`_alias_sets`) and
-    ``mskv_arg_names`` (the argument names of the flat inputs, joined by ``;``) for the message."""
+    ``mskv_arg_names`` (the argument names of the flat inputs, joined by ``;``) and ``mskv_op_name`` for
+    the message."""
     written, read = _alias_sets(spec, counts, attrs)
     if len(written) + len(read) < 2 or not written:
         return
     prim.add_prim_attr("mskv_disjoint", written)
     prim.add_prim_attr("mskv_disjoint_read", read)
     prim.add_prim_attr("mskv_arg_names", ";".join(_display_names(spec, counts)))
+    prim.add_prim_attr("mskv_op_name", spec.name)
 
 
 def _drop_trailing(fn, n):
@@ -539,6 +540,41 @@ def empty_input(dtype):
         t = _EMPTY[dtype] = Tensor(np.zeros((0,), np.float32), dtype=dtype)
     return t
 
+
+def _check_graph_types(op, names, *types):
+    """Argument types of a graph branch, at compile time: ``types[i]`` is ``F.typeof`` of the argument
+    named ``names[i]``; a name ending in ``?`` may be None, one ending in ``[]`` is a list or tuple (its
+    tensors are checked by the op). Raises TypeError naming the op and argument (a Python list or a numpy
+    array reaching ``construct`` otherwise fails inside MindSpore, e.g. "'List' object has no attribute
+    'shape'" or "The prim is not a PrimitivePy"). Returns True."""
+    for name, t in zip(names, types):
+        kind = "sequence" if name.endswith("[]") else ("optional" if name.endswith("?") else "tensor")
+        name = name.rstrip("?[]")
+        if kind == "sequence":
+            if isinstance(t, (mstype.Tuple, mstype.List)):
+                continue
+            raise TypeError(f"{op}: argument '{name}': expected a list or tuple of Tensors (one per layer or "
+                            f"plane), got {_graph_type_name(t)}")
+        if isinstance(t, mstype.TensorType) or (kind == "optional" and type(t).__name__ == "TypeNone"):
+            continue
+        what = "a mindspore.Tensor or None" if kind == "optional" else "a mindspore.Tensor"
+        raise TypeError(f"{op}: argument '{name}': expected {what}, got {_graph_type_name(t)}")
+    return True
+
+
+def _graph_type_name(t):
+    """What a graph-mode type is, in user terms."""
+    s = str(t)
+    if isinstance(t, mstype.List):
+        return f"a Python list ({s}); pass a Tensor, e.g. mindspore.Tensor(np.array(values, np.int32))"
+    if s == "External":
+        return ("a Python object that is not a Tensor (e.g. a numpy array given to the Cell); convert it with "
+                "mindspore.Tensor(...) before the call")
+    return s
+
+
+#: :func:`_check_graph_types` folded at graph compile time: ``check_graph_types(op, names, F.typeof(a), ...)``.
+check_graph_types = constexpr(_check_graph_types)
 
 #: :func:`empty_input` for graph-mode code (a constant of the compiled graph).
 empty_input_graph = constexpr(empty_input)

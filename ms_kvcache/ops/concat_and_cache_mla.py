@@ -1,8 +1,9 @@
 """concat_and_cache_mla: write MLA latent (kv_c) and rotary key (k_pe) rows into their paged caches."""
+from mindspore.ops import functional as F
 from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
-from ms_kvcache._custom import _get_cache_prim, _run_in_jit, graph_backend, prim_class
+from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, graph_backend, prim_class
 from ms_kvcache._eager import EagerOp, Slots
 from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, OpSpec, TensorSpec, dtype_name, register
 
@@ -53,6 +54,9 @@ _Prim = prim_class(SPEC)
 _EAGER = EagerOp(SPEC, _check_static, index_checks=(Slots("slot_mapping"),), skip_if_empty=("slot_mapping",))
 
 
+#: argument names of the graph branch's compile-time type check (check_graph_types)
+_TYPES_OP, _GRAPH_ARGS = 'concat_and_cache_mla', ('kv_c', 'k_pe', 'kv_c_cache', 'k_pe_cache', 'slot_mapping')
+
 def concat_and_cache_mla(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping):
     """Write the MLA latent rows (``kv_c``) and rotary key rows (``k_pe``) of the first
     ``len(slot_mapping)`` tokens into their paged caches, in place.
@@ -85,6 +89,8 @@ def concat_and_cache_mla(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping):
             mode such slots are skipped, duplicates resolve to the last token); a non-contiguous cache.
     """
     if _run_in_jit():  # @jit.cond: True
+        check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(kv_c), F.typeof(k_pe), F.typeof(kv_c_cache),
+                          F.typeof(k_pe_cache), F.typeof(slot_mapping))
         _check_static_graph(kv_c.shape, kv_c.dtype, k_pe.shape, k_pe.dtype, kv_c_cache.shape, kv_c_cache.dtype,
                             k_pe_cache.shape, k_pe_cache.dtype, slot_mapping.shape, slot_mapping.dtype)
         _get_cache_prim(_Prim)(graph_backend())(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping)

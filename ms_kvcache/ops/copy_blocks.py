@@ -24,11 +24,12 @@ overlaps undefined; here they are defined and tested. The kernel stays parallel:
 block by byte range and each applies all pairs in order to its range.
 """
 import mindspore as ms
+from mindspore.ops import functional as F
 from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
 from ms_kvcache import _validate as V
-from ms_kvcache._custom import _get_cache_prim, _run_in_jit, graph_backend, prim_class
+from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, graph_backend, prim_class
 from ms_kvcache._eager import BlockPairs, EagerOp
 from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, OpSpec, TensorSpec, dtype_name, register
 from ms_kvcache.ops.swap_blocks import BLOCK_CACHE_RANKS, check_block_mapping_shape
@@ -129,6 +130,9 @@ _EAGER = EagerOp(SPEC, _check_static, index_checks=(BlockPairs("block_mapping", 
                  skip_if_empty=("key_caches", "block_mapping"), distinct=("key_caches", "value_caches"))
 
 
+#: argument names of the graph branch's compile-time type check (check_graph_types)
+_TYPES_OP, _GRAPH_ARGS = 'copy_blocks', ('key_caches[]', 'value_caches[]', 'block_mapping')
+
 def copy_blocks(key_caches, value_caches, block_mapping):
     """Copy block ``src`` to block ``dst`` in every layer's key and value cache, in place, for each row
     ``(src, dst)`` of ``block_mapping``, with one kernel launch for all layers.
@@ -161,6 +165,8 @@ def copy_blocks(key_caches, value_caches, block_mapping):
             Parameter given twice is not detected and its result is undefined).
     """
     if _run_in_jit():  # @jit.cond: True
+        check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(key_caches), F.typeof(value_caches),
+                          F.typeof(block_mapping))
         _check_counts_graph(len(key_caches), len(value_caches), block_mapping.shape, block_mapping.dtype)
         if len(key_caches) > 0:
             _get_cache_prim(_Prim)(graph_backend(), (len(key_caches), len(value_caches)))(

@@ -19,12 +19,13 @@ a list input.
 import numpy as np
 import mindspore as ms
 from mindspore import Tensor
+from mindspore.ops import functional as F
 from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
 from ms_kvcache import _validate as V
-from ms_kvcache._custom import (_get_cache_prim, _run_in_jit, eager_launcher, empty_input, empty_input_graph,
-                                graph_backend, nosync_checker, prim_class)
+from ms_kvcache._custom import (_get_cache_prim, _run_in_jit, check_graph_types, eager_launcher, empty_input,
+                                empty_input_graph, graph_backend, nosync_checker, prim_class)
 from ms_kvcache._formats import CACHE_LAYOUTS, KVCacheFormat
 from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, AttrSpec, OpSpec, TensorSpec, register
 from ms_kvcache.ops import _multi_layer as ML
@@ -185,6 +186,9 @@ def _graph_attrs(kv_format, direction, cache_layout, num_host_planes, host_rank,
     return fmt, num_tensors // tpl, cache_layout
 
 
+#: argument names of the graph branch's compile-time type check (check_graph_types)
+_TYPES_OP, _GRAPH_ARGS = 'multi_layer_block_transfer', ('kv_caches[]', 'host_blocks[]', 'block_ids', 'staging?')
+
 def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, staging=None, kv_format=None,
                                cache_layout=None, aiv_num=0):
     """Move whole blocks of every layer between the paged caches and host blocks, in one call.
@@ -247,6 +251,8 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
             (without the PyNative fast path, where ops.Custom would write into a copy) a view.
     """
     if _run_in_jit():  # @jit.cond: True
+        check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(kv_caches), F.typeof(host_blocks), F.typeof(block_ids),
+                          F.typeof(staging))
         flat = ML.flatten_graph(kv_caches)
         host = tuple(host_blocks)
         fmt, num_layers, layout = _graph_attrs(kv_format, direction, cache_layout, len(host), len(host[0].shape),

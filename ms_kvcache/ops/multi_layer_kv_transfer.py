@@ -18,12 +18,13 @@ and docs/design.md ("Lists of tensors").
 import operator
 
 import mindspore as ms
+from mindspore.ops import functional as F
 from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
 from ms_kvcache import _validate as V
-from ms_kvcache._custom import (_get_cache_prim, _run_in_jit, eager_launcher, graph_backend, nosync_checker,
-                                prim_class)
+from ms_kvcache._custom import (_get_cache_prim, _run_in_jit, check_graph_types, eager_launcher, graph_backend,
+                                nosync_checker, prim_class)
 from ms_kvcache._formats import CACHE_LAYOUTS, KVCacheFormat
 from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, AttrSpec, OpSpec, TensorSpec, register
 from ms_kvcache.ops import _multi_layer as ML
@@ -184,6 +185,9 @@ def _graph_attrs(kv_format, direction, cache_layout, num_tensors, aiv_num):
     return fmt, num_tensors // tpl
 
 
+#: argument names of the graph branch's compile-time type check (check_graph_types)
+_TYPES_OP, _GRAPH_ARGS = 'multi_layer_kv_transfer', ('buffer', 'kv_caches[]', 'slot_mapping')
+
 def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direction, cache_layout="BSND", aiv_num=0):
     """Move the K/V rows of T tokens of every layer between the paged caches and one buffer, in one call.
 
@@ -240,6 +244,7 @@ def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direc
             into a copy) a view.
     """
     if _run_in_jit():  # @jit.cond: True
+        check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(buffer), F.typeof(kv_caches), F.typeof(slot_mapping))
         flat = ML.flatten_graph(kv_caches)
         fmt, num_layers = _graph_attrs(kv_format, direction, cache_layout, len(flat), aiv_num)
         _get_cache_prim(_Prim)(graph_backend(), (len(flat),), fmt, direction, cache_layout, num_layers, aiv_num)(

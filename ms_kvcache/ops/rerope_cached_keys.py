@@ -1,9 +1,10 @@
 """rerope_cached_keys: move cached (already rotated) keys to new positions in place: undo RoPE at the
 old position and apply it at the new one, in one pass (reuse of cached KV at another offset)."""
+from mindspore.ops import functional as F
 from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
-from ms_kvcache._custom import _get_cache_prim, _run_in_jit, graph_backend, prim_class
+from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, graph_backend, prim_class
 from ms_kvcache._eager import EagerOp, Positions, Slots
 from ms_kvcache._formats import CACHE_LAYOUTS
 from ms_kvcache._spec import FLOAT_DTYPES, INDEX_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, register
@@ -68,6 +69,10 @@ _EAGER = EagerOp(SPEC, _check_static, index_checks=(Positions("old_positions", 1
                  skip_if_empty=("slot_mapping",))
 
 
+#: argument names of the graph branch's compile-time type check (check_graph_types)
+_TYPES_OP = 'rerope_cached_keys'
+_GRAPH_ARGS = ('key_cache', 'slot_mapping', 'old_positions', 'new_positions', 'cos_sin_cache')
+
 def rerope_cached_keys(key_cache, slot_mapping, old_positions, new_positions, cos_sin_cache, *,
                        is_neox_style=True, cache_layout="BSND"):
     """Re-rotate cached keys in place: for each ``i``, the key heads stored at ``slot_mapping[i]``
@@ -111,6 +116,8 @@ def rerope_cached_keys(key_cache, slot_mapping, old_positions, new_positions, co
             unspecified (still inside the cache).
     """
     if _run_in_jit():  # @jit.cond: True
+        check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(key_cache), F.typeof(slot_mapping),
+                          F.typeof(old_positions), F.typeof(new_positions), F.typeof(cos_sin_cache))
         _check_static_graph(key_cache.shape, key_cache.dtype, slot_mapping.shape, slot_mapping.dtype,
                             old_positions.shape, old_positions.dtype, new_positions.shape, new_positions.dtype,
                             cos_sin_cache.shape, cos_sin_cache.dtype, is_neox_style, cache_layout)

@@ -1,8 +1,9 @@
 """reshape_and_cache: write new tokens' K and V rows into a paged cache by slot mapping."""
+from mindspore.ops import functional as F
 from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
-from ms_kvcache._custom import _get_cache_prim, _run_in_jit, graph_backend, prim_class
+from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, graph_backend, prim_class
 from ms_kvcache._eager import EagerOp, Slots
 from ms_kvcache._formats import CACHE_LAYOUTS
 from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, register
@@ -72,6 +73,9 @@ _check_static_graph = constexpr(_check_static)
 _Prim = prim_class(SPEC)
 
 
+#: argument names of the graph branch's compile-time type check (check_graph_types)
+_TYPES_OP, _GRAPH_ARGS = 'reshape_and_cache', ('key', 'value', 'key_cache', 'value_cache', 'slot_mapping')
+
 def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, cache_layout="BSND"):
     """Write the K and V rows of the first ``len(slot_mapping)`` tokens into a paged cache, in place.
 
@@ -105,6 +109,8 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, cache_la
             Parameter given for both is not detected and its result is undefined).
     """
     if _run_in_jit():  # @jit.cond: True
+        check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(key), F.typeof(value), F.typeof(key_cache),
+                          F.typeof(value_cache), F.typeof(slot_mapping))
         _check_static_graph(key.shape, key.dtype, value.shape, value.dtype, key_cache.shape,
                             key_cache.dtype, value_cache.shape, value_cache.dtype, slot_mapping.shape,
                             slot_mapping.dtype, cache_layout)

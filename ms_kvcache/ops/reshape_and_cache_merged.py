@@ -1,8 +1,9 @@
 """reshape_and_cache_merged: write new tokens' K and V rows into one merged paged cache per layer."""
+from mindspore.ops import functional as F
 from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
-from ms_kvcache._custom import _get_cache_prim, _run_in_jit, graph_backend, prim_class
+from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, graph_backend, prim_class
 from ms_kvcache._eager import EagerOp, Slots
 from ms_kvcache._formats import CACHE_LAYOUTS
 from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, register
@@ -48,6 +49,9 @@ _Prim = prim_class(SPEC)
 _EAGER = EagerOp(SPEC, _check_static, index_checks=(Slots("slot_mapping"),), skip_if_empty=("slot_mapping",))
 
 
+#: argument names of the graph branch's compile-time type check (check_graph_types)
+_TYPES_OP, _GRAPH_ARGS = 'reshape_and_cache_merged', ('key', 'value', 'kv_cache', 'slot_mapping')
+
 def reshape_and_cache_merged(key, value, kv_cache, slot_mapping, cache_layout="BSND"):
     """Write the K and V rows of the first ``len(slot_mapping)`` tokens into a merged paged cache, in place.
 
@@ -82,6 +86,8 @@ def reshape_and_cache_merged(key, value, kv_cache, slot_mapping, cache_layout="B
             cache.
     """
     if _run_in_jit():  # @jit.cond: True
+        check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(key), F.typeof(value), F.typeof(kv_cache),
+                          F.typeof(slot_mapping))
         _check_static_graph(key.shape, key.dtype, value.shape, value.dtype, kv_cache.shape, kv_cache.dtype,
                             slot_mapping.shape, slot_mapping.dtype, cache_layout)
         _get_cache_prim(_Prim)(graph_backend(), cache_layout)(key, value, kv_cache, slot_mapping)

@@ -4,10 +4,11 @@ import math
 
 import numpy as np
 from mindspore import Tensor
+from mindspore.ops import functional as F
 from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
-from ms_kvcache._custom import _get_cache_prim, _run_in_jit, graph_backend, prim_class
+from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, graph_backend, prim_class
 from ms_kvcache._eager import EagerOp, Positions, Slots
 from ms_kvcache._spec import FLOAT_DTYPES, INDEX_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, register
 from ms_kvcache.ops import _rope_common as R
@@ -111,6 +112,13 @@ _EAGER = EagerOp(SPEC, _check_static, index_checks=(Positions("positions", 1), S
                  launch_attrs=lambda static, attrs: (attrs[0], static[2]))
 
 
+#: argument names of the graph branch's compile-time type check (check_graph_types)
+_TYPES_OP = 'rope_concat_and_cache_mla'
+_GRAPH_ARGS = (
+    'positions', 'q_pe', 'k_pe', 'kv_c', 'cos_sin_cache',
+    'kv_c_cache', 'k_pe_cache', 'slot_mapping', 'kv_c_norm_weight?',
+)
+
 def rope_concat_and_cache_mla(positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_cache, k_pe_cache, slot_mapping, *,
                               is_neox_style=False, kv_c_norm_weight=None, epsilon=1e-6):
     """DeepSeek V2/V3 multi-head latent attention: rotary embedding on ``q_pe`` and ``k_pe``,
@@ -164,6 +172,9 @@ def rope_concat_and_cache_mla(positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_c
             backend and is undefined on the AscendC backends (docs/rope.md).
     """
     if _run_in_jit():  # @jit.cond: True
+        check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(positions), F.typeof(q_pe), F.typeof(k_pe), F.typeof(kv_c),
+                          F.typeof(cos_sin_cache), F.typeof(kv_c_cache), F.typeof(k_pe_cache), F.typeof(slot_mapping),
+                          F.typeof(kv_c_norm_weight))
         if kv_c_norm_weight is None:
             eps = _check_static_graph(positions.shape, positions.dtype, q_pe.shape, q_pe.dtype, k_pe.shape,
                                       k_pe.dtype, kv_c.shape, kv_c.dtype, cos_sin_cache.shape, cos_sin_cache.dtype,

@@ -1,9 +1,10 @@
 """rope_reshape_and_cache: rotary position embedding on query and key fused with the paged-cache write
 of the rotated key and the value (one pass over K)."""
+from mindspore.ops import functional as F
 from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
-from ms_kvcache._custom import _get_cache_prim, _run_in_jit, graph_backend, prim_class
+from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, graph_backend, prim_class
 from ms_kvcache._eager import EagerOp, Positions, Slots
 from ms_kvcache._formats import CACHE_LAYOUTS
 from ms_kvcache._spec import FLOAT_DTYPES, INDEX_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, register
@@ -99,6 +100,10 @@ _EAGER = EagerOp(SPEC, _check_static, index_checks=(Positions("positions", 1), S
                  skip_if_empty=("key",))
 
 
+#: argument names of the graph branch's compile-time type check (check_graph_types)
+_TYPES_OP = 'rope_reshape_and_cache'
+_GRAPH_ARGS = ('positions', 'query', 'key', 'value', 'cos_sin_cache', 'key_cache', 'value_cache', 'slot_mapping')
+
 def rope_reshape_and_cache(positions, query, key, value, cos_sin_cache, key_cache, value_cache, slot_mapping,
                            *, is_neox_style=True, cache_layout="BSND"):
     """Apply rotary position embedding to ``query`` and ``key`` and write the rotated key and the
@@ -155,6 +160,9 @@ def rope_reshape_and_cache(positions, query, key, value, cos_sin_cache, key_cach
             backend and is undefined on the AscendC backends (docs/rope.md).
     """
     if _run_in_jit():  # @jit.cond: True
+        check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(positions), F.typeof(query), F.typeof(key),
+                          F.typeof(value), F.typeof(cos_sin_cache), F.typeof(key_cache), F.typeof(value_cache),
+                          F.typeof(slot_mapping))
         _check_static_graph(positions.shape, positions.dtype, query.shape, query.dtype, key.shape, key.dtype,
                             value.shape, value.dtype, cos_sin_cache.shape, cos_sin_cache.dtype,
                             key_cache.shape, key_cache.dtype, value_cache.shape, value_cache.dtype,

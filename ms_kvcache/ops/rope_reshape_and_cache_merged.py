@@ -1,9 +1,10 @@
 """rope_reshape_and_cache_merged: rope_reshape_and_cache with the merged per-layer cache
 ``[2, num_blocks, ...]`` (KVCacheFormat.MERGED_KV)."""
+from mindspore.ops import functional as F
 from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
-from ms_kvcache._custom import _get_cache_prim, _run_in_jit, graph_backend, prim_class
+from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, graph_backend, prim_class
 from ms_kvcache._eager import EagerOp, Positions, Slots
 from ms_kvcache._formats import CACHE_LAYOUTS
 from ms_kvcache._spec import FLOAT_DTYPES, INDEX_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, register
@@ -75,6 +76,10 @@ _EAGER = EagerOp(SPEC, _check_static, index_checks=(Positions("positions", 1), S
                  skip_if_empty=("key",))
 
 
+#: argument names of the graph branch's compile-time type check (check_graph_types)
+_TYPES_OP = 'rope_reshape_and_cache_merged'
+_GRAPH_ARGS = ('positions', 'query', 'key', 'value', 'cos_sin_cache', 'kv_cache', 'slot_mapping')
+
 def rope_reshape_and_cache_merged(positions, query, key, value, cos_sin_cache, kv_cache, slot_mapping, *,
                                   is_neox_style=True, cache_layout="BSND"):
     """:func:`ms_kvcache.rope_reshape_and_cache` for a merged per-layer cache (vLLM 0.9 style,
@@ -113,6 +118,8 @@ def rope_reshape_and_cache_merged(positions, query, key, value, cos_sin_cache, k
             backend and is undefined on the AscendC backends (docs/rope.md).
     """
     if _run_in_jit():  # @jit.cond: True
+        check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(positions), F.typeof(query), F.typeof(key),
+                          F.typeof(value), F.typeof(cos_sin_cache), F.typeof(kv_cache), F.typeof(slot_mapping))
         _check_static_graph(positions.shape, positions.dtype, query.shape, query.dtype, key.shape, key.dtype,
                             value.shape, value.dtype, cos_sin_cache.shape, cos_sin_cache.dtype,
                             kv_cache.shape, kv_cache.dtype, slot_mapping.shape, slot_mapping.dtype,

@@ -1,8 +1,9 @@
 """swap_blocks: copy whole blocks between two caches of the same block shape (e.g. device <-> host)."""
+from mindspore.ops import functional as F
 from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
-from ms_kvcache._custom import _get_cache_prim, _run_in_jit, graph_backend, prim_class
+from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, graph_backend, prim_class
 from ms_kvcache._eager import BlockPairs, EagerOp
 from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, OpSpec, TensorSpec, dtype_name, register
 
@@ -49,6 +50,9 @@ _EAGER = EagerOp(SPEC, _check_static, index_checks=(BlockPairs("block_mapping", 
                  skip_if_empty=("block_mapping",), contiguous=("src_cache",), backend_impl="swap_blocks")
 
 
+#: argument names of the graph branch's compile-time type check (check_graph_types)
+_TYPES_OP, _GRAPH_ARGS = 'swap_blocks', ('src_cache', 'dst_cache', 'block_mapping')
+
 def swap_blocks(src_cache, dst_cache, block_mapping):
     """Copy whole blocks from ``src_cache`` to ``dst_cache``, in place: for each row ``(src, dst)`` of
     ``block_mapping``, ``dst_cache[dst] = src_cache[src]``.
@@ -84,6 +88,7 @@ def swap_blocks(src_cache, dst_cache, block_mapping):
             out of range (PyNative only; in graph mode such rows are skipped); a non-contiguous cache.
     """
     if _run_in_jit():  # @jit.cond: True
+        check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(src_cache), F.typeof(dst_cache), F.typeof(block_mapping))
         _check_static_graph(src_cache.shape, src_cache.dtype, dst_cache.shape, dst_cache.dtype,
                             block_mapping.shape, block_mapping.dtype)
         _get_cache_prim(_Prim)(graph_backend())(src_cache, dst_cache, block_mapping)
