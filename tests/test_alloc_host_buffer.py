@@ -171,6 +171,42 @@ def test_bad_arguments(kw, exc, match):
         mk.alloc_host_buffer(**kw)
 
 
+@pytest.mark.parametrize("shape,dtype,count", [
+    ((2**40, 2**40), "float32", 2**80),        # element count beyond int64 (was: numpy "cannot reshape array of size 0")
+    ((2**62,), "float32", 2**62),              # bytes beyond int64 (was: pybind "host_alloc(): incompatible function arguments")
+    ((2**61, 2), "float64", 2**62),
+    ((2**63 - 1,), "int8", 2**63 - 1),         # fits int64, not the machine
+])
+def test_huge_shapes_name_shape_and_bytes(shape, dtype, count):
+    itemsize = np.dtype(dtype).itemsize
+    with pytest.raises(ValueError, match=rf"alloc_host_buffer: argument 'shape': .*{count * itemsize} bytes"):
+        mk.alloc_host_buffer(shape, dtype)
+
+
+def test_shape_beyond_available_memory(monkeypatch):
+    """Checked against what the machine can give now: MemAvailable (pinned: locked in RAM) plus free swap
+    (unpinned), the cgroup limit and RLIMIT_AS, each named in the message."""
+    info = {"MemAvailable": 1 << 30, "SwapFree": 1 << 30, "MemTotal": 4 << 30}
+    monkeypatch.setattr(_host_memory, "_meminfo", lambda: dict(info))
+    monkeypatch.setattr(_host_memory, "_cgroup_limit", lambda: None)
+    with pytest.raises(ValueError, match=r"argument 'shape': shape \(1536, 1048576\) requests 1610612736 bytes "
+                                         r"\(1.50 GiB\), more than the memory available now \(MemAvailable "
+                                         r"1073741824 bytes; a pinned buffer"):
+        mk.alloc_host_buffer((1536, 1 << 20), "int8")
+    # unpinned: swap counts, so the same request passes the check (not allocated here: the limits are fake)
+    assert _host_memory._check_size((1536, 1 << 20), np.dtype("int8"), pinned=False) == 1536 << 20
+    monkeypatch.setattr(_host_memory, "_cgroup_limit", lambda: 1 << 29)
+    with pytest.raises(ValueError, match=r"more than the cgroup memory limit \(536870912 bytes\)"):
+        _host_memory._check_size((1 << 30,), np.dtype("int8"), pinned=False)
+    assert _host_memory._check_size((0, 1 << 40), np.dtype("float32"), pinned=True) == 0  # empty: fine
+
+
+def test_real_limits_are_read():
+    """On this machine /proc/meminfo is readable: MemAvailable is one of the limits."""
+    limits = _host_memory._memory_limits(True)
+    assert any("MemAvailable" in what and n > 0 for n, what in limits), limits
+
+
 def test_pin_failure_reports_memlock_limit():
     """In a child process limited to 64 KiB of locked memory (and, when root, without CAP_IPC_LOCK), pinning
     1 MiB fails with the limit in the message; pinned=False still works."""
