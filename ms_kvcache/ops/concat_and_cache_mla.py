@@ -68,10 +68,10 @@ def concat_and_cache_mla(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping):
     Args:
         kv_c (Tensor): ``[T', kv_lora_rank]`` (e.g. 512); float16, bfloat16, float32 or int8.
         k_pe (Tensor): ``[T', rope_dim]`` or ``[T', 1, rope_dim]`` (e.g. 64); same dtype as ``kv_c``.
-        kv_c_cache (Tensor | Parameter): ``[num_blocks, block_size, kv_lora_rank]``, same dtype;
-            contiguous. Written in place.
-        k_pe_cache (Tensor | Parameter): ``[num_blocks, block_size, rope_dim]``, same dtype; contiguous.
-            Written in place.
+        kv_c_cache (Tensor | Parameter; a whole Parameter in a graph): ``[num_blocks, block_size, kv_lora_rank]``,
+            same dtype; contiguous. Written in place.
+        k_pe_cache (Tensor | Parameter; a whole Parameter in a graph): ``[num_blocks, block_size, rope_dim]``, same
+            dtype; contiguous. Written in place.
         slot_mapping (Tensor): int32 or int64 ``[T]``, ``T <= T'``. Token ``t`` goes to block
             ``slot // block_size``, row ``slot % block_size`` of both caches; ``slot < 0`` skips it;
             rows ``T..T'-1`` are ignored.
@@ -83,10 +83,18 @@ def concat_and_cache_mla(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping):
     Raises:
         TypeError: an argument is not a Tensor; dtypes differ between inputs and caches or are
             unsupported; slot_mapping is not int32/int64.
-        ValueError: a rank or shape mismatch (kv_lora_rank / rope_dim / num_blocks / block_size
-            between inputs and caches, ``len(slot_mapping)`` > rows of kv_c or k_pe); a slot
-            ``>= num_blocks * block_size`` or a duplicated non-negative slot (PyNative only; in graph
-            mode such slots are skipped, duplicates resolve to the last token); a non-contiguous cache.
+        ValueError: a rank or shape mismatch (kv_lora_rank / rope_dim / num_blocks / block_size between inputs and
+            caches, ``len(slot_mapping)`` > rows of kv_c or k_pe); a slot ``>= num_blocks * block_size`` or a
+            duplicated non-negative slot (PyNative only; in graph mode out-of-range slots are skipped, and a slot
+            given twice keeps the later token's row on the cpu backend, fails the call on the sim backend and is
+            undefined on ascend); a non-contiguous cache; the two caches the same tensor or sharing memory
+            (PyNative).
+        TypeError (GRAPH_MODE / ``@ms.jit``, at compile time): ``kv_c_cache`` or ``k_pe_cache`` not a whole
+            Parameter (a slice, split or reshape of one, an op's result, a Tensor attribute or argument: MindSpore
+            would write a temporary copy); a Python list or numpy array where a Tensor is expected.
+        RuntimeError (GRAPH_MODE / ``@ms.jit``, at launch, cpu and sim): ``kv_c_cache`` and ``k_pe_cache`` sharing
+            memory (the same Parameter twice, two Parameters over one buffer); nothing is written. The ascend
+            backend does not check this (undefined there). A kernel failure's message is in the exception text.
     """
     if _run_in_jit():  # @jit.cond: True
         check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(kv_c), F.typeof(k_pe), F.typeof(kv_c_cache),

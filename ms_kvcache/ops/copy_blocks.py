@@ -144,9 +144,11 @@ def copy_blocks(key_caches, value_caches, block_mapping):
         key_caches (list | tuple of Tensor/Parameter): L caches, one per layer, each
             ``[num_blocks, *block_shape]`` (any layout; a block is everything after dim 0), float16,
             bfloat16, float32 or int8; all 2L caches (keys and values) share one shape and dtype; each
-            contiguous and a distinct tensor. Written in place. In graph mode pass a ``ParameterTuple``
-            attribute of the Cell (or a list built inside ``@ms.jit`` from Parameters).
-        value_caches (list | tuple of Tensor/Parameter): L caches, same rules. Written in place.
+            contiguous and a distinct tensor. Written in place. In graph mode each must be a whole
+            Parameter: pass a ``ParameterTuple`` attribute of the Cell (or a list built inside ``@ms.jit``
+            from Parameters).
+        value_caches (list | tuple of Tensor/Parameter): L caches, same rules (a whole Parameter each in a
+            graph). Written in place.
         block_mapping (Tensor): int32 or int64 ``[n, 2]``, rows ``(src, dst)`` with
             ``0 <= src, dst < num_blocks``. ``n = 0`` and ``L = 0`` are no-ops.
 
@@ -161,8 +163,14 @@ def copy_blocks(key_caches, value_caches, block_mapping):
             different from ``key_caches[0]``; block_mapping not ``[n, 2]``; a block id outside
             ``[0, num_blocks)`` (PyNative only; in graph mode such rows are skipped); a non-contiguous
             cache; the same tensor passed twice, or two caches sharing memory (views of one storage)
-            (PyNative only: graph code sees no tensor identity, so in GRAPH_MODE / ``@ms.jit`` the same
-            Parameter given twice is not detected and its result is undefined).
+            (PyNative).
+        TypeError (GRAPH_MODE / ``@ms.jit``, at compile time): a cache not a whole Parameter (a
+            slice, split or reshape of one, an op's result, a Tensor attribute or argument: MindSpore would
+            write a temporary copy); a Python list or numpy array where a Tensor is expected.
+        RuntimeError (GRAPH_MODE / ``@ms.jit``, at launch, cpu and sim): two caches sharing memory (the
+            same Parameter twice, two Parameters over one buffer); nothing is written. The ascend
+            backend does not check this (undefined there). A kernel failure's message is in the
+            exception text.
     """
     if _run_in_jit():  # @jit.cond: True
         check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(key_caches), F.typeof(value_caches),

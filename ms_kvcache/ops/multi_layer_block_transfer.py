@@ -203,12 +203,14 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
             tensor, ``(key_cache, value_cache)``, MLA ``(kv_c_cache, k_pe_cache)``, DSA adds
             ``indexer_k_cache``), or the flat layer-major sequence. Device caches per layer are BNSD
             ``[num_blocks, H, block_size, D]`` by default or BSND ``[num_blocks, block_size, H, D]``
-            (``cache_layout``); MLA/DSA planes ``[num_blocks, block_size, hidden]``. Written for ``"h2d"``.
+            (``cache_layout``); MLA/DSA planes ``[num_blocks, block_size, hidden]``. Written for ``"h2d"``
+            (in a graph then each a whole Parameter).
         host_blocks (sequence of Tensor): one tensor per plane - ``(key_blocks, value_blocks)`` for
             MERGED/SEPARATE, each ``[n, block_size, L, H, D]``; ``(kv_c_blocks [n, block_size, L,
             kv_lora_rank], k_pe_blocks [n, block_size, L, rope_dim])`` for MLA, plus ``indexer_blocks
             [n, block_size, L, index_head_dim]`` for DSA. Same dtype as the caches; contiguous; written
-            for ``"d2h"`` (a buffer from :func:`ms_kvcache.alloc_host_buffer` is the usual choice).
+            for ``"d2h"`` (in a graph then each a whole Parameter; a buffer from
+            :func:`ms_kvcache.alloc_host_buffer` is the usual choice).
         block_ids (Tensor): int64 (or int32) ``[n]``, device block of each host block; n may be large.
         direction (str): keyword-only, ``"h2d"`` or ``"d2h"``.
         staging (Tensor, optional): a device buffer of the caches' dtype with at least
@@ -219,7 +221,8 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
             memory directly (zero-copy). Both give identical caches and host blocks on every backend. The
             buffer is scratch: its dtype and size are checked on every backend, its contents after the call
             are unspecified. The cpu backend (host memory is its device memory, so staging buys nothing)
-            checks it and runs the zero-copy path. See docs/ops-transfer.md, "AscendC kernels".
+            checks it and runs the zero-copy path. See docs/ops-transfer.md, "AscendC kernels". Written
+            (scratch), so in a graph a whole Parameter.
         kv_format (KVCacheFormat | int | str, optional): a ``KVCacheFormat`` member, its int value (1-4)
             or a string in any case, the member name or its short form (``"MERGED_KV"`` / ``"merged"``,
             ``"SEPARATE_KV"`` / ``"separate"``, ``"MLA_KV"`` / ``"mla"``, ``"DSA_KV"`` / ``"dsa"``);
@@ -248,7 +251,16 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
             a staging buffer smaller than one block; a block id outside ``[0, num_blocks)`` or (h2d) a
             repeated id (PyNative only: in graph mode such ids are skipped by h2d and give zero host
             blocks in d2h, never a write outside a cache); a non-contiguous tensor that would be written, or
-            (without the PyNative fast path, where ops.Custom would write into a copy) a view.
+            (without the PyNative fast path, where ops.Custom would write into a copy) a view; a written
+            tensor sharing memory with another one or with a tensor the op reads (PyNative).
+        TypeError (GRAPH_MODE / ``@ms.jit``, at compile time): a written tensor (host blocks for d2h, caches for
+            h2d, ``staging``) not a whole Parameter (a slice, split or reshape of one, an op's result, a Tensor
+            attribute or argument: MindSpore would write a temporary copy); a Python list or numpy array where a
+            Tensor is expected.
+        RuntimeError (GRAPH_MODE / ``@ms.jit``, at launch, cpu and sim): a written tensor sharing memory (the same
+            Parameter twice, two Parameters over one buffer), or a written tensor over one the call reads (e.g.
+            ``staging`` over a cache); nothing is written. The ascend backend does not check this (undefined there).
+            A kernel failure's message is in the exception text.
     """
     if _run_in_jit():  # @jit.cond: True
         check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(kv_caches), F.typeof(host_blocks), F.typeof(block_ids),

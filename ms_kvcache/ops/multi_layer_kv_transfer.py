@@ -199,8 +199,9 @@ def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direc
         buffer (Tensor): shape ``transfer_buffer_shape(kv_format, L, T, hidden_sizes)``: ``[2, L, T, H*D]``
             for MERGED_KV / SEPARATE_KV (plane, layer, token, row); for MLA_KV / DSA_KV a 1-D buffer
             holding the planes ``[L, T, hidden_p]`` one after another (kv_c, then k_pe, then the DSA
-            indexer keys). Same dtype as the caches; contiguous. Written in place for ``"d2h"``; a host
-            buffer from :func:`ms_kvcache.alloc_host_buffer` is the usual choice.
+            indexer keys). Same dtype as the caches; contiguous. Written in place for ``"d2h"`` (in a
+            graph then a whole Parameter, e.g. ``p.set_data(host_buffer)``); a host buffer from
+            :func:`ms_kvcache.alloc_host_buffer` is the usual choice.
         kv_caches (sequence): one entry per layer (L >= 1), every layer of the same shapes and dtype:
 
             - MERGED_KV: the layer's ``[2, num_blocks, block_size, H, D]`` tensor (BSND) or
@@ -213,7 +214,8 @@ def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direc
 
             A flat sequence of ``L * planes`` tensors in the same layer-major order
             (``k0, v0, k1, v1, ...``; e.g. one ``ParameterTuple``) is accepted too and compiles fastest in
-            graph mode. dtype float16, bfloat16, float32 or int8; contiguous; written in place for ``"h2d"``.
+            graph mode. dtype float16, bfloat16, float32 or int8; contiguous; written in place for ``"h2d"``
+            (in a graph each then a whole Parameter).
         slot_mapping (Tensor): int32/int64 ``[T]``: token ``t`` is cache row ``slot_mapping[t]``.
             ``slot < 0``: d2h writes a zero row to the buffer, h2d skips the token.
         kv_format (KVCacheFormat | int | str): keyword-only; a ``KVCacheFormat`` member, its int value
@@ -241,7 +243,16 @@ def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direc
             ``>= num_blocks * block_size``, or (h2d) a repeated non-negative slot (PyNative only: graph
             mode skips out-of-range slots and never writes outside a cache); a non-contiguous tensor
             that would be written, or (without the PyNative fast path, where ops.Custom would write
-            into a copy) a view.
+            into a copy) a view; a written tensor sharing memory with another one or with a tensor the op
+            reads (PyNative).
+        TypeError (GRAPH_MODE / ``@ms.jit``, at compile time): a written tensor (``buffer`` for d2h, a cache for
+            h2d) not a whole Parameter (a slice, split or reshape of one, an op's result, a Tensor attribute or
+            argument: MindSpore would write a temporary copy); a Python list or numpy array where a Tensor is
+            expected.
+        RuntimeError (GRAPH_MODE / ``@ms.jit``, at launch, cpu and sim): a written tensor sharing memory (the same
+            Parameter twice, two Parameters over one buffer), or a written tensor over one the call reads; nothing
+            is written. The ascend backend does not check this (undefined there). A kernel failure's message is in
+            the exception text.
     """
     if _run_in_jit():  # @jit.cond: True
         check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(buffer), F.typeof(kv_caches), F.typeof(slot_mapping))

@@ -87,10 +87,10 @@ def rerope_cached_keys(key_cache, slot_mapping, old_positions, new_positions, co
     ``rotary_embedding`` (cos_sin_cache layout, NeoX / GPT-J pairs, partial rotary).
 
     Args:
-        key_cache (Tensor | Parameter): ``[num_blocks, block_size, num_kv_heads, head_size]``
-            (``"BSND"``), ``[num_blocks, num_kv_heads, block_size, head_size]`` (``"BNSD"``), or a
-            one-head plane ``[num_blocks, block_size, head_size]`` such as the MLA ``k_pe_cache``;
-            float16, bfloat16 or float32; contiguous. Rotated in place.
+        key_cache (Tensor | Parameter; a whole Parameter in a graph): ``[num_blocks, block_size, num_kv_heads,
+            head_size]`` (``"BSND"``), ``[num_blocks, num_kv_heads, block_size, head_size]`` (``"BNSD"``), or a
+            one-head plane ``[num_blocks, block_size, head_size]`` such as the MLA ``k_pe_cache``; float16, bfloat16
+            or float32; contiguous. Rotated in place.
         slot_mapping (Tensor): int32 or int64 ``[N]``: the slots to re-rotate; ``slot < 0``
             skips the entry. Non-negative slots must be distinct.
         old_positions (Tensor): int32 or int64 ``[N]``: the positions the cached keys were rotated
@@ -114,6 +114,11 @@ def rerope_cached_keys(key_cache, slot_mapping, old_positions, new_positions, co
             slots; a non-contiguous cache. In graph mode entries with an out-of-range slot or
             position are skipped (left unchanged); duplicated slots there leave those rows
             unspecified (still inside the cache).
+        TypeError (GRAPH_MODE / ``@ms.jit``, at compile time): ``key_cache`` not a whole Parameter (a
+            slice, split or reshape of one, an op's result, a Tensor attribute or argument: MindSpore would
+            write a temporary copy); a Python list or numpy array where a Tensor is expected.
+        RuntimeError (GRAPH_MODE / ``@ms.jit``): a kernel failure, with its message in the exception text
+            (e.g. a repeated slot on the sim backend, a launch the AscendC tiling rejects).
     """
     if _run_in_jit():  # @jit.cond: True
         check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(key_cache), F.typeof(slot_mapping),

@@ -63,10 +63,9 @@ def reshape_and_cache_merged(key, value, kv_cache, slot_mapping, cache_layout="B
         key (Tensor): ``[T', num_kv_heads, head_size]`` or ``[T', num_kv_heads * head_size]``;
             float16, bfloat16, float32 or int8.
         value (Tensor): same shape rules and dtype as ``key``.
-        kv_cache (Tensor | Parameter): ``[2, num_blocks, block_size, num_kv_heads, head_size]`` for
-            ``cache_layout="BSND"`` or ``[2, num_blocks, num_kv_heads, block_size, head_size]`` for
-            ``"BNSD"``; same dtype as ``key``; contiguous. Written in place (plane 0 from key, plane 1
-            from value).
+        kv_cache (Tensor | Parameter; a whole Parameter in a graph): ``[2, num_blocks, block_size, num_kv_heads,
+            head_size]`` for ``cache_layout="BSND"`` or ``[2, num_blocks, num_kv_heads, block_size, head_size]`` for
+            ``"BNSD"``; same dtype as ``key``; contiguous. Written in place (plane 0 from key, plane 1 from value).
         slot_mapping (Tensor): int32 or int64 ``[T]``, ``T <= T'``. Token ``t`` goes to block
             ``slot // block_size``, row ``slot % block_size`` of both planes. ``slot < 0`` skips the
             token; rows ``T..T'-1`` of key/value are ignored.
@@ -79,11 +78,17 @@ def reshape_and_cache_merged(key, value, kv_cache, slot_mapping, cache_layout="B
     Raises:
         TypeError: an argument is not a Tensor; dtypes of key/value/kv_cache differ or are unsupported;
             slot_mapping is not int32/int64.
-        ValueError: unknown ``cache_layout``; a rank or shape mismatch (``kv_cache.shape[0] != 2``,
-            key/value rows not ``num_kv_heads * head_size``, ``len(slot_mapping)`` > rows of key);
-            a slot ``>= num_blocks * block_size`` or a duplicated non-negative slot (PyNative only; in
-            graph mode such slots are skipped, duplicates resolve to the last token); a non-contiguous
-            cache.
+        ValueError: unknown ``cache_layout``; a rank or shape mismatch (``kv_cache.shape[0] != 2``, key/value rows
+            not ``num_kv_heads * head_size``, ``len(slot_mapping)`` > rows of key); a slot ``>= num_blocks *
+            block_size`` or a duplicated non-negative slot (PyNative only; in graph mode out-of-range slots are
+            skipped, and a slot given twice keeps the later token's row on the cpu backend, fails the call on the
+            sim backend and is undefined on ascend); a non-contiguous cache (PyNative; a view as the cache without
+            the fast path).
+        TypeError (GRAPH_MODE / ``@ms.jit``, at compile time): ``kv_cache`` not a whole Parameter (a
+            slice, split or reshape of one, an op's result, a Tensor attribute or argument: MindSpore would
+            write a temporary copy); a Python list or numpy array where a Tensor is expected.
+        RuntimeError (GRAPH_MODE / ``@ms.jit``): a kernel failure, with its message in the exception text
+            (e.g. a repeated slot on the sim backend, a launch the AscendC tiling rejects).
     """
     if _run_in_jit():  # @jit.cond: True
         check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(key), F.typeof(value), F.typeof(kv_cache),

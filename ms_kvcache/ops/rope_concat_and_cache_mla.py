@@ -138,10 +138,10 @@ def rope_concat_and_cache_mla(positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_c
         cos_sin_cache (Tensor): ``[max_position, rotary_dim]``, cos | sin halves (vLLM layout);
             float32 (recommended) or the dtype of ``q_pe``; ``rotary_dim`` even, ``<= rope_dim``
             (normally equal).
-        kv_c_cache (Tensor | Parameter): ``[num_blocks, block_size, kv_lora_rank]``; same dtype;
-            contiguous; written in place.
-        k_pe_cache (Tensor | Parameter): ``[num_blocks, block_size, rope_dim]``; same dtype;
-            contiguous; written in place.
+        kv_c_cache (Tensor | Parameter; a whole Parameter in a graph): ``[num_blocks, block_size, kv_lora_rank]``;
+            same dtype; contiguous; written in place.
+        k_pe_cache (Tensor | Parameter; a whole Parameter in a graph): ``[num_blocks, block_size, rope_dim]``; same
+            dtype; contiguous; written in place.
         slot_mapping (Tensor): int32 or int64 ``[T]``, ``T <= T'``; ``slot < 0`` skips the token.
         is_neox_style (bool | numpy.bool_): pairs ``(i, i + rotary_dim/2)`` if True, ``(2i, 2i+1)`` if False
             (default, DeepSeek).
@@ -169,7 +169,14 @@ def rope_concat_and_cache_mla(positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_c
             non-negative slots; non-contiguous caches. In graph mode a token with an out-of-range
             position gets zero ``q_pe_out``/``k_pe_out`` rows and is not cached; out-of-range slots
             are skipped; a slot given twice keeps the later token's rows on the cpu
-            backend and is undefined on the AscendC backends (docs/rope.md).
+            backend, fails the call on the sim backend and is undefined on ascend (docs/rope.md); the two
+            caches the same tensor or sharing memory (PyNative).
+        TypeError (GRAPH_MODE / ``@ms.jit``, at compile time): ``kv_c_cache`` or ``k_pe_cache`` not a whole
+            Parameter (a slice, split or reshape of one, an op's result, a Tensor attribute or argument: MindSpore
+            would write a temporary copy); a Python list or numpy array where a Tensor is expected.
+        RuntimeError (GRAPH_MODE / ``@ms.jit``, at launch, cpu and sim): ``kv_c_cache`` and ``k_pe_cache`` sharing
+            memory (the same Parameter twice, two Parameters over one buffer); nothing is written. The ascend
+            backend does not check this (undefined there). A kernel failure's message is in the exception text.
     """
     if _run_in_jit():  # @jit.cond: True
         check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(positions), F.typeof(q_pe), F.typeof(k_pe), F.typeof(kv_c),

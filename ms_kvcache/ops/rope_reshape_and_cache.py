@@ -126,10 +126,10 @@ def rope_reshape_and_cache(positions, query, key, value, cos_sin_cache, key_cach
             :func:`ms_kvcache.build_cos_sin_cache`). float32 (recommended) or the dtype of
             ``query``. ``rotary_dim`` must be even and ``<= head_size``; elements
             ``rotary_dim..head_size-1`` of every head pass through unchanged.
-        key_cache (Tensor | Parameter): ``[num_blocks, block_size, num_kv_heads, head_size]`` for
-            ``cache_layout="BSND"`` or ``[num_blocks, num_kv_heads, block_size, head_size]`` for
+        key_cache (Tensor | Parameter; a whole Parameter in a graph): ``[num_blocks, block_size, num_kv_heads,
+            head_size]`` for ``cache_layout="BSND"`` or ``[num_blocks, num_kv_heads, block_size, head_size]`` for
             ``"BNSD"``; same dtype as ``query``; contiguous. Written in place.
-        value_cache (Tensor | Parameter): same shape, dtype and layout as ``key_cache``.
+        value_cache (Tensor | Parameter; a whole Parameter in a graph): same shape, dtype and layout as ``key_cache``.
         slot_mapping (Tensor): int32 or int64 ``[T]``, ``T <= T'``. Rotated key row ``t`` and
             value row ``t`` go to block ``slot // block_size``, row ``slot % block_size``;
             ``slot < 0`` skips the token. Rows ``T..T'-1`` are rotated (returned) but not cached.
@@ -157,7 +157,14 @@ def rope_reshape_and_cache(positions, query, key, value, cos_sin_cache, key_cach
             checked, a token with an out-of-range position gets zero rows in ``query_out`` /
             ``key_out`` and is not cached, and out-of-range slots are skipped: nothing is ever read
             or written out of bounds; a slot given twice keeps the later token's rows on the cpu
-            backend and is undefined on the AscendC backends (docs/rope.md).
+            backend, fails the call on the sim backend and is undefined on ascend (docs/rope.md);
+            ``key_cache`` and ``value_cache`` the same tensor or sharing memory (PyNative).
+        TypeError (GRAPH_MODE / ``@ms.jit``, at compile time): ``key_cache`` or ``value_cache`` not a whole
+            Parameter (a slice, split or reshape of one, an op's result, a Tensor attribute or argument: MindSpore
+            would write a temporary copy); a Python list or numpy array where a Tensor is expected.
+        RuntimeError (GRAPH_MODE / ``@ms.jit``, at launch, cpu and sim): ``key_cache`` and ``value_cache`` sharing
+            memory (the same Parameter twice, two Parameters over one buffer); nothing is written. The ascend
+            backend does not check this (undefined there). A kernel failure's message is in the exception text.
     """
     if _run_in_jit():  # @jit.cond: True
         check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(positions), F.typeof(query), F.typeof(key),

@@ -98,9 +98,9 @@ def rope_reshape_and_cache_merged(positions, query, key, value, cos_sin_cache, k
         value (Tensor): same shape rules and dtype as ``key``.
         cos_sin_cache (Tensor): ``[max_position, rotary_dim]``, cos | sin halves (vLLM layout);
             float32 (recommended) or the dtype of ``query``; ``rotary_dim`` even, ``<= head_size``.
-        kv_cache (Tensor | Parameter): ``[2, num_blocks, block_size, num_kv_heads, head_size]``
-            (``"BSND"``) or ``[2, num_blocks, num_kv_heads, block_size, head_size]`` (``"BNSD"``);
-            K at index 0, V at index 1; same dtype as ``query``; contiguous. Written in place.
+        kv_cache (Tensor | Parameter; a whole Parameter in a graph): ``[2, num_blocks, block_size, num_kv_heads,
+            head_size]`` (``"BSND"``) or ``[2, num_blocks, num_kv_heads, block_size, head_size]`` (``"BNSD"``); K at
+            index 0, V at index 1; same dtype as ``query``; contiguous. Written in place.
         slot_mapping (Tensor): int32 or int64 ``[T]``, ``T <= T'``; ``slot < 0`` skips the token.
         is_neox_style (bool | numpy.bool_): pairs ``(i, i + rotary_dim/2)`` if True, ``(2i, 2i+1)`` if False.
         cache_layout (str): ``"BSND"`` (default) or ``"BNSD"``.
@@ -115,7 +115,12 @@ def rope_reshape_and_cache_merged(positions, query, key, value, cos_sin_cache, k
         ValueError: as :func:`ms_kvcache.rope_reshape_and_cache`; also ``kv_cache.shape[0] != 2``.
             In graph mode out-of-range positions give zero output rows and no cache write;
             out-of-range slots are skipped; a slot given twice keeps the later token's rows on the cpu
-            backend and is undefined on the AscendC backends (docs/rope.md).
+            backend, fails the call on the sim backend and is undefined on ascend (docs/rope.md).
+        TypeError (GRAPH_MODE / ``@ms.jit``, at compile time): ``kv_cache`` not a whole Parameter (a
+            slice, split or reshape of one, an op's result, a Tensor attribute or argument: MindSpore would
+            write a temporary copy); a Python list or numpy array where a Tensor is expected.
+        RuntimeError (GRAPH_MODE / ``@ms.jit``): a kernel failure, with its message in the exception text
+            (e.g. a repeated slot on the sim backend, a launch the AscendC tiling rejects).
     """
     if _run_in_jit():  # @jit.cond: True
         check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(positions), F.typeof(query), F.typeof(key),

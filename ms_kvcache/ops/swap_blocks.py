@@ -72,8 +72,8 @@ def swap_blocks(src_cache, dst_cache, block_mapping):
     Args:
         src_cache (Tensor | Parameter): ``[src_blocks, *block_shape]`` (any layout; a block is
             everything after dim 0), float16, bfloat16, float32 or int8; contiguous.
-        dst_cache (Tensor | Parameter): ``[dst_blocks, *block_shape]``, same block shape and dtype as
-            ``src_cache``; contiguous. Written in place.
+        dst_cache (Tensor | Parameter; a whole Parameter in a graph): ``[dst_blocks, *block_shape]``, same block
+            shape and dtype as ``src_cache``; contiguous. Written in place.
         block_mapping (Tensor): int32 or int64 ``[n, 2]``, rows ``(src, dst)`` with
             ``0 <= src < src_blocks`` and ``0 <= dst < dst_blocks``. ``n = 0`` is a no-op.
 
@@ -86,6 +86,12 @@ def swap_blocks(src_cache, dst_cache, block_mapping):
             not int32/int64.
         ValueError: rank outside 2..6; block shapes differ; block_mapping is not ``[n, 2]``; a block id
             out of range (PyNative only; in graph mode such rows are skipped); a non-contiguous cache.
+            ``src_cache`` may be ``dst_cache`` (it is only read; rows apply in order).
+        TypeError (GRAPH_MODE / ``@ms.jit``, at compile time): ``dst_cache`` not a whole Parameter (a
+            slice, split or reshape of one, an op's result, a Tensor attribute or argument: MindSpore would
+            write a temporary copy); a Python list or numpy array where a Tensor is expected.
+        RuntimeError (GRAPH_MODE / ``@ms.jit``): a kernel failure, with its message in the exception text
+            (e.g. a repeated slot on the sim backend, a launch the AscendC tiling rejects).
     """
     if _run_in_jit():  # @jit.cond: True
         check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(src_cache), F.typeof(dst_cache), F.typeof(block_mapping))
