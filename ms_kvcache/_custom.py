@@ -11,6 +11,15 @@ The public wrappers call :func:`eager_launcher` in PyNative and, in graph mode,
 ``_get_cache_prim(prim_class(spec))(backend, *attr_values)`` so the graph compiler instantiates the
 primitive with constant arguments.
 
+Graph-mode safety (docs/design.md, "Graph mode: written tensors must be whole Parameters"): a primitive
+made by a graph branch refuses in its infer step (compile time) a written input whose abstract is not a
+Parameter (``RefType``), because MindSpore would hand the kernel a temporary copy (slice, view, op result,
+Tensor attribute) or a view argument's base address; :func:`eager_op` instances skip that check
+(PyNative wrappers check views themselves). Every primitive also carries the attributes the cpu and sim
+AOT entries read to refuse, before writing, written tensors that share memory (``mskv_disjoint``, ...;
+:func:`_set_alias_attrs`), since graph code sees no tensor identity. :func:`check_graph_types` is the
+compile-time type check of the graph branches' arguments.
+
 Lists of tensors (one cache per layer: ``copy_blocks``, the multi-layer transfers). A Python list of
 Parameters cannot be a graph input, and an ops.Custom input that is a tuple of tensors is not written
 in place (RW_WRITE does not reach the Parameters inside it; graph mode then reads stale values). So an
