@@ -577,8 +577,8 @@ def _graph_type_name(t):
     if isinstance(t, mstype.List):
         return f"a Python list ({s}); pass a Tensor, e.g. mindspore.Tensor(np.array(values, np.int32))"
     if s == "External":
-        return ("a Python object that is not a Tensor (e.g. a numpy array given to the Cell); convert it with "
-                "mindspore.Tensor(...) before the call")
+        return ("a Python object that is not a Tensor (e.g. a numpy array given to the Cell or jit function); "
+                "convert it with mindspore.Tensor(...) before the call")
     return s
 
 

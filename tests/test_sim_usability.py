@@ -93,7 +93,7 @@ def test_good_sim_environment_accepted(tmp_path):
 
 
 # ----------------------------------------------------------------------------- failing AOT calls (U1, W1)
-def _graph_rac(mk, slots, cache_shape=(16, 8, 2, 16), match="Return value"):
+def _graph_rac(mk, slots, cache_shape=(16, 8, 2, 16), match="Error message is"):
     import mindspore as ms
     from mindspore import Parameter, Tensor, nn
 
