@@ -206,7 +206,6 @@ class InplaceCustom(ops.Custom):
             for key, value in self.get_attr_dict().items():
                 pyboost.add_prim_attr(key, value)
 
-
     def __infer__(self, *args):
         out = super().__infer__(*args)  # shape / dtype checks of the infer functions first
         if self.require_parameters:
