@@ -295,9 +295,9 @@ def _kernel_paths(env):
     qo, ko, status, no_slots = np.empty_like(q), np.empty_like(k), np.zeros(1, np.int32), np.zeros(0, np.int32)
     b16, rope_dt = b"bfloat16", [b"int64", b"bfloat16", b"bfloat16", b"bfloat16", b"float32", b"bfloat16",
                                  b"bfloat16", b"int32", b"bfloat16", b"bfloat16"]
-    fused = entry(lib.RopeReshapeAndCache, [p, q, k, v, cs, kc, vc, s, qo, ko], rope_dt)
-    rope = entry(lib.RopeReshapeAndCache, [p, q, k, v, cs, kc, vc, no_slots, qo, ko], rope_dt)
-    rac = entry(lib.ReshapeAndCache, [ko, v, kc, vc, s, status], [b16, b16, b16, b16, b"int32", b"int32"])
+    fused = entry(lib.MskvRopeReshapeAndCache, [p, q, k, v, cs, kc, vc, s, qo, ko], rope_dt)
+    rope = entry(lib.MskvRopeReshapeAndCache, [p, q, k, v, cs, kc, vc, no_slots, qo, ko], rope_dt)
+    rac = entry(lib.MskvReshapeAndCache, [ko, v, kc, vc, s, status], [b16, b16, b16, b16, b"int32", b"int32"])
 
     def two_step():
         rope()

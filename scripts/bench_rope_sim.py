@@ -80,17 +80,17 @@ def _llama(sim, soc, T, rng):
     for layout in ("BSND", "BNSD"):
         shape = (nb, bs, Hk, D) if layout == "BSND" else (nb, Hk, bs, D)
         kc, vc = np.zeros(shape, NP[dtype]), np.zeros(shape, NP[dtype])
-        st = sim.launch("RopeReshapeAndCache", [positions, q, k, v, table, kc, vc, slots, qo, ko],
+        st = sim.launch("MskvRopeReshapeAndCache", [positions, q, k, v, table, kc, vc, slots, qo, ko],
                         attrs={"is_neox_style": True, "cache_layout": layout}, soc=soc, gm_copy="never")
         rows.append(_row(sim, soc, "rope_reshape_and_cache", f"{label} {layout}", dtype, T, minimum, st))
     kv = np.zeros((2, nb, bs, Hk, D), NP[dtype])
-    st = sim.launch("RopeReshapeAndCacheMerged", [positions, q, k, v, table, kv, slots, qo, ko],
+    st = sim.launch("MskvRopeReshapeAndCacheMerged", [positions, q, k, v, table, kv, slots, qo, ko],
                     attrs={"is_neox_style": True, "cache_layout": "BSND"}, soc=soc, gm_copy="never")
     rows.append(_row(sim, soc, "rope_reshape_and_cache_merged", f"{label} BSND", dtype, T, minimum, st))
     # rerope of the T cached keys to shifted positions
     new = (positions + 17) % maxp
     kc = _rand(rng, (nb, bs, Hk, D), dtype)
-    st = sim.launch("ReropeCachedKeys", [kc, slots, positions, new, table, np.zeros(1, np.int32)],
+    st = sim.launch("MskvReropeCachedKeys", [kc, slots, positions, new, table, np.zeros(1, np.int32)],
                     attrs={"is_neox_style": True, "cache_layout": "BSND"}, soc=soc, gm_copy="never")
     rr_min = 2 * T * Hk * D * item + 2 * T * table[0].nbytes + slots.nbytes + positions.nbytes + new.nbytes
     rows.append(_row(sim, soc, "rerope_cached_keys", f"{label} BSND", dtype, T, rr_min, st))
@@ -110,7 +110,7 @@ def _mla(sim, soc, T, rng):
     w = np.ones(L, np.float32)
     outs = [np.zeros_like(q), np.zeros_like(k), np.zeros_like(kvc)]
     a, b = np.zeros((nb, bs, L), NP[dtype]), np.zeros((nb, bs, R), NP[dtype])
-    st = sim.launch("RopeConcatAndCacheMla", [positions, q, k, kvc, table, a, b, slots, w, *outs],
+    st = sim.launch("MskvRopeConcatAndCacheMla", [positions, q, k, kvc, table, a, b, slots, w, *outs],
                     attrs={"is_neox_style": False, "epsilon": 1e-6}, soc=soc, gm_copy="never")
     minimum = (2 * (q.nbytes + k.nbytes + kvc.nbytes) + T * (L + R) * item + T * table[0].nbytes
                + positions.nbytes + slots.nbytes + w.nbytes)

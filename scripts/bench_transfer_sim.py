@@ -100,7 +100,7 @@ def run(quick=False, socs=("Ascend910B1",)):
             for direction in ("d2h", "h2d"):
                 attrs = {"kv_format": fmt, "direction": direction, "cache_layout": "BSND", "num_layers": L,
                          "aiv_num": 0}
-                st = sim.launch("MultiLayerKvTransfer", [buf, slots, caches, _status()], attrs=attrs, soc=soc,
+                st = sim.launch("MskvMultiLayerKvTransfer", [buf, slots, caches, _status()], attrs=attrs, soc=soc,
                                 gm_copy="never")
                 rows.append(_row(sim, soc, "multi_layer_kv_transfer", label + " BSND", direction, "-", dtype, T,
                                  2 * payload + slots.nbytes, st))
@@ -114,7 +114,7 @@ def run(quick=False, socs=("Ascend910B1",)):
                 attrs = {"kv_format": fmt, "direction": direction, "cache_layout": layout, "num_layers": L,
                          "aiv_num": 0}
                 for mode, stg in (("direct", None), ("staging", staging)):
-                    st = sim.launch("MultiLayerBlockTransfer", [ids, stg, host, caches, _status()], attrs=attrs,
+                    st = sim.launch("MskvMultiLayerBlockTransfer", [ids, stg, host, caches, _status()], attrs=attrs,
                                     soc=soc, gm_copy="never")
                     factor = 2 if stg is None else 4
                     rows.append(_row(sim, soc, "multi_layer_block_transfer", f"{label} {layout} bs={bs}", direction,

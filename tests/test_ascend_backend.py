@@ -94,7 +94,7 @@ def make_vendor(root, ops=("reshape_and_cache",), name=A.VENDOR_NAME):
     (v / "op_api" / "include").mkdir(parents=True)
     (v / "op_api" / "lib").mkdir(parents=True)
     for op in ops:
-        (v / "op_api" / "include" / f"aclnn_{op}.h").write_text("// stand-in\n")
+        (v / "op_api" / "include" / f"aclnn_mskv_{op}.h").write_text("// stand-in\n")
     return v
 
 
@@ -164,8 +164,8 @@ def test_missing_package_error_names_package(no_cann, monkeypatch):
 def test_aot_func_missing_op_in_installed_package(tmp_path, no_cann, monkeypatch):
     v = make_vendor(tmp_path, ops=("copy_blocks",))
     monkeypatch.setenv("ASCEND_CUSTOM_OPP_PATH", str(v))
-    with pytest.raises(A.PackageNotFoundError, match=r"has no op ReshapeAndCache \(missing "
-                                                     r"op_api/include/aclnn_reshape_and_cache\.h; installed: copy_blocks\)"):
+    with pytest.raises(A.PackageNotFoundError, match=r"has no op MskvReshapeAndCache \(missing "
+                                                     r"op_api/include/aclnn_mskv_reshape_and_cache\.h; installed: copy_blocks\)"):
         A.aot_func(_spec.get_spec("reshape_and_cache"))
 
 
@@ -174,7 +174,7 @@ def test_aot_func_returns_op_type_and_reg_info(tmp_path, no_cann, monkeypatch):
     monkeypatch.setenv("ASCEND_CUSTOM_OPP_PATH", str(v))
     spec = _spec.get_spec("reshape_and_cache")
     func, info = A.aot_func(spec)
-    assert func == "ReshapeAndCache" and info["op_name"] == "ReshapeAndCache" and info["target"] == "Ascend"
+    assert func == "MskvReshapeAndCache" and info["op_name"] == "MskvReshapeAndCache" and info["target"] == "Ascend"
 
 
 def test_wheel_vendor_is_prepended_once(tmp_path, monkeypatch):
@@ -217,7 +217,7 @@ def test_reg_info_derived_from_spec(soc):
 
 def test_reg_info_follows_a_changed_spec():
     spec = _spec.OpSpec(
-        name="fixture_copy", op_type="FixtureCopy",
+        name="fixture_copy", op_type="MskvFixtureCopy",
         inputs=(_spec.TensorSpec("x", "T", (2,)), _spec.TensorSpec("cache", "T", (3,), inplace=True),
                 _spec.TensorSpec("idx", "S", (1,), optional=True)),
         dtype_groups={"T": ("float16", "int8"), "S": ("int64",)},
@@ -437,7 +437,7 @@ def test_public_swap_blocks_dispatches_to_the_ascend_hook(fake_acl, rng, monkeyp
 def test_swap_blocks_in_a_graph_is_a_clear_error():
     from ms_kvcache._spec import OpSpec, TensorSpec
 
-    spec = OpSpec(name="swap_blocks", op_type="SwapBlocks", inputs=(TensorSpec("src_cache", "T", (2,)),),
+    spec = OpSpec(name="swap_blocks", op_type="MskvSwapBlocks", inputs=(TensorSpec("src_cache", "T", (2,)),),
                   dtype_groups={"T": ("float16",)})
     with pytest.raises(RuntimeError, match="ACL runtime copy, not a kernel .* call it in PyNative mode"):
         A.aot_func(spec)
@@ -515,7 +515,7 @@ def aclnn_header(spec):
     params += [f"{_ACLNN_ATTR[a.type]}{_camel(a.name)}" for a in spec.attrs]
     params += [f"const aclTensor *{_camel(o.name)}" for o in spec.outputs]
     params += ["uint64_t *workspaceSize", "aclOpExecutor **executor"]
-    guard = f"ACLNN_{spec.name.upper()}_H_"
+    guard = f"ACLNN_MSKV_{spec.name.upper()}_H_"
     body = ",\n    ".join(params)
     return (f"#ifndef {guard}\n#define {guard}\n\n#include \"aclnn/acl_meta.h\"\n\n#ifdef __cplusplus\n"
             f"extern \"C\" {{\n#endif\n\n/* function: aclnn{spec.op_type}GetWorkspaceSize\n * generated */\n"
@@ -558,7 +558,7 @@ def _ascend_c_files():
     inc = vendor / "op_api" / "include"
     inc.mkdir(parents=True)
     for spec in _kernel_specs():
-        (inc / f"aclnn_{spec.name}.h").write_text(aclnn_header(spec))
+        (inc / A.aclnn_header_name(spec)).write_text(aclnn_header(spec))
     yield base, cann, vendor
     for cache in (_custom._EAGER, _custom._LAUNCHERS):
         for key in [k for k in cache if "ascend" in k]:
@@ -598,12 +598,12 @@ def _counts_for(spec, layers):
 def test_aclnn_header_text_matches_cann_form():
     # written out by hand from op_host/reshape_and_cache.cpp / copy_blocks.cpp (not from the OpSpec)
     h = aclnn_header(_spec.get_spec("reshape_and_cache"))
-    assert ("aclnnStatus aclnnReshapeAndCacheGetWorkspaceSize(\n    const aclTensor *key,\n    const aclTensor *value,\n"
+    assert ("aclnnStatus aclnnMskvReshapeAndCacheGetWorkspaceSize(\n    const aclTensor *key,\n    const aclTensor *value,\n"
             "    const aclTensor *keyCache,\n    const aclTensor *valueCache,\n    const aclTensor *slotMapping,\n"
             "    char *cacheLayout,\n    const aclTensor *status,\n    uint64_t *workspaceSize,\n"
             "    aclOpExecutor **executor);") in h
     h = aclnn_header(_spec.get_spec("copy_blocks"))
-    assert ("aclnnCopyBlocksGetWorkspaceSize(\n    const aclTensorList *keyCaches,\n    const aclTensorList *valueCaches,\n"
+    assert ("aclnnMskvCopyBlocksGetWorkspaceSize(\n    const aclTensorList *keyCaches,\n    const aclTensorList *valueCaches,\n"
             "    const aclTensor *blockMapping,\n    const aclTensor *status,\n") in h
     h = aclnn_header(_spec.get_spec("rope_concat_and_cache_mla"))
     assert "const aclTensor *kvCNormWeightOptional,\n    bool isNeoxStyle,\n    double epsilon,\n    const aclTensor *qPeOut," in h
@@ -611,11 +611,11 @@ def test_aclnn_header_text_matches_cann_form():
 
 def test_mindspore_finds_each_header_by_op_type():
     """MindSpore derives the header name from the op type (CustomInfoGenerator._get_aclnn_api_file_name);
-    it must be the aclnn_<op>.h the package installs (ascend.VendorPackage.ops)."""
+    it must be the aclnn_mskv_<op>.h the package installs (ascend.VendorPackage.ops)."""
     from mindspore.ops.operations._custom_ops_utils import CustomInfoGenerator
 
     for spec in _kernel_specs():
-        assert CustomInfoGenerator._get_aclnn_api_file_name(f"aclnn{spec.op_type}") == f"aclnn_{spec.name}.h"
+        assert CustomInfoGenerator._get_aclnn_api_file_name(f"aclnn{spec.op_type}") == A.aclnn_header_name(spec)
 
 
 @pytest.mark.parametrize("name,layers", [(s.name, l) for s in _spec.all_specs() if s.name not in A.RUNTIME_OPS
@@ -754,7 +754,7 @@ def test_graph_mode_copy_blocks_32_layers(ascend_c, monkeypatch, tmp_path):
     finally:
         ms.set_context(mode=ms.PYNATIVE_MODE)
     assert seen and [len(seen[0][0]), len(seen[0][1])] == [32, 32] and list(seen[0][2]) == [1, 2]
-    assert len(made) == 1 and type(made[0]).__name__ == "CopyBlocks" and made[0].is_ascend_c
+    assert len(made) == 1 and type(made[0]).__name__ == "MskvCopyBlocks" and made[0].is_ascend_c
     assert list(made[0].attrs["dyn_input_sizes"]) == [32, 32, -1]
     assert list(made[0].custom_pyboost.get_attr_dict()["dyn_input_sizes"]) == [32, 32, -1]
 
@@ -863,7 +863,7 @@ def test_ascend_copy_blocks_prim_gets_dyn_input_sizes(ascend_prims, layers):
     bm = Tensor(np.array([[0, 1], [2, 3]], np.int32))
     ms_kvcache.copy_blocks(k, v, bm)
     (prim, flat), = ascend_prims
-    assert prim.func == "CopyBlocks"  # the CANN op type (the cpu / sim backends give "<library>:CopyBlocks")
+    assert prim.func == "MskvCopyBlocks"  # the CANN op type (the cpu / sim backends give "<library>:CopyBlocks")
     assert _tensor_sizes(prim) == [layers, layers, -1]
     assert prim.attrs["ms_kvcache_backend"] == "ascend" and prim.attrs["side_effect_mem"]
     groups = _regroup_like_mindspore(prim, flat)

@@ -165,7 +165,8 @@ def expected_ops(src_root):
 
 
 def camel(op):
-    return "".join(w[:1].upper() + w[1:] for w in op.split("_") if w)
+    """The OpType of an op file name: vendor prefix Mskv + CamelCase (docs/design.md)."""
+    return "Mskv" + "".join(w[:1].upper() + w[1:] for w in op.split("_") if w)
 
 
 def check_collected(build, src_root, cann):
@@ -200,7 +201,7 @@ def check_collected(build, src_root, cann):
 def test_project_collects_fixture_ops(tmp_path):
     res, build, cann = configure(tmp_path, FIXTURE_SRC)
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "1 ops: FixtureCopy" in res.stdout
+    assert "1 ops: MskvFixtureCopy" in res.stdout
     check_collected(build, FIXTURE_SRC, cann)
 
 

@@ -79,7 +79,7 @@ def test_tiling_without_emulation_is_one_clear_line(capsys):
 def test_tiling_with_emulation(capsys):
     assert main(["tiling", "reshape_and_cache", "--soc", "Ascend910B1", "--json"] + RAC_SHAPES) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["op_type"] == "ReshapeAndCache" and out["soc"] == "Ascend910B1"
+    assert out["op_type"] == "MskvReshapeAndCache" and out["soc"] == "Ascend910B1"
     assert isinstance(out["block_dim"], int) and 1 <= out["block_dim"] <= 48
 
 
@@ -264,7 +264,7 @@ def test_tiling_calls_the_emulation_as_documented(capsys, monkeypatch):
                  "--launch"] + RAC_SHAPES) == 0
     out = capsys.readouterr().out
     kind, op, inputs, attrs, soc = fake.calls[0]
-    assert (kind, op, soc, attrs) == ("tiling", "ReshapeAndCache", "Ascend910B3", {"cache_layout": "BNSD"})
+    assert (kind, op, soc, attrs) == ("tiling", "MskvReshapeAndCache", "Ascend910B3", {"cache_layout": "BNSD"})
     assert inputs == [([64, 8, 128], "bfloat16"), ([64, 8, 128], "bfloat16"), ([16, 16, 8, 128], "bfloat16"),
                       ([16, 16, 8, 128], "bfloat16"), ([64], "int32")]
     launched = fake.calls[1][2]

@@ -33,6 +33,16 @@ __all__ = [
 
 #: Vendor name of the CANN custom-op package (scripts/opp/CMakePresets.json ``vendor_name``).
 VENDOR_NAME = "ms_kvcache"
+#: snake_case of the OpType vendor prefix (``Mskv``): CANN's op build names the aclnn header
+#: ``aclnn_<snake_case(OpType)>.h``.
+_OPTYPE_SNAKE_PREFIX = "mskv_"
+
+
+def aclnn_header_name(spec):
+    """``aclnn_mskv_<op>.h``: the header CANN's op build generates for ``spec.op_type`` (MindSpore derives
+    the same name from the op type, ``CustomInfoGenerator._get_aclnn_api_file_name``)."""
+    return f"aclnn_{_OPTYPE_SNAKE_PREFIX}{spec.name}.h"
+
 #: ASCEND_COMPUTE_UNIT values the package is built for (OpDef ``AddConfig`` keys).
 COMPUTE_UNITS = ("ascend910b", "ascend910_93", "ascend310p")
 #: Vendor folder shipped inside the wheel (filled by ``scripts/build_opp.sh --stage-into-package``).
@@ -111,11 +121,14 @@ class VendorPackage:
         self.source = source
 
     def ops(self):
-        """snake_case names of the ops whose aclnn header is installed (op_api/include/aclnn_<op>.h)."""
+        """Public snake_case names of the ops whose aclnn header is installed
+        (``op_api/include/aclnn_mskv_<op>.h``: CANN names it after the snake_case of the OpType, and every
+        ms_kvcache OpType carries the vendor prefix ``Mskv``)."""
         inc = self.path / "op_api" / "include"
         if not inc.is_dir():
             return set()
-        return {p.name[len("aclnn_"):-2] for p in inc.glob("aclnn_*.h")}
+        pre = "aclnn_" + _OPTYPE_SNAKE_PREFIX
+        return {p.name[len(pre):-2] for p in inc.glob(pre + "*.h")}
 
     def opapi_library(self):
         return self.path / "op_api" / "lib" / "libcust_opapi.so"
@@ -294,7 +307,7 @@ def aot_func(spec):
     if spec.name not in ops:
         raise PackageNotFoundError(
             f"CANN custom-op package '{VENDOR_NAME}' at {pkg.path} (found via {pkg.source}) has no op "
-            f"{spec.op_type} (missing op_api/include/aclnn_{spec.name}.h; installed: "
+            f"{spec.op_type} (missing op_api/include/{aclnn_header_name(spec)}; installed: "
             f"{', '.join(sorted(ops)) or 'none'}). Rebuild it with scripts/build_opp.sh")
     return spec.op_type, reg_info(spec, current_soc())
 

@@ -16,7 +16,7 @@ __all__ = ["rope_concat_and_cache_mla", "SPEC"]
 
 SPEC = register(OpSpec(
     name="rope_concat_and_cache_mla",
-    op_type="RopeConcatAndCacheMla",
+    op_type="MskvRopeConcatAndCacheMla",
     inputs=(
         TensorSpec("positions", "P", (1,)),
         TensorSpec("q_pe", "T", (2, 3)),

@@ -13,7 +13,7 @@ __all__ = ["rope_reshape_and_cache", "SPEC"]
 
 SPEC = register(OpSpec(
     name="rope_reshape_and_cache",
-    op_type="RopeReshapeAndCache",
+    op_type="MskvRopeReshapeAndCache",
     inputs=(
         TensorSpec("positions", "P", (1,)),
         TensorSpec("query", "T", (2, 3)),

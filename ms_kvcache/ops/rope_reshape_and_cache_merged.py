@@ -14,7 +14,7 @@ __all__ = ["rope_reshape_and_cache_merged", "SPEC"]
 
 SPEC = register(OpSpec(
     name="rope_reshape_and_cache_merged",
-    op_type="RopeReshapeAndCacheMerged",
+    op_type="MskvRopeReshapeAndCacheMerged",
     inputs=(
         TensorSpec("positions", "P", (1,)),
         TensorSpec("query", "T", (2, 3)),
