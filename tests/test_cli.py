@@ -553,7 +553,7 @@ def test_bench_plot_panels_are_lines_with_few_entries():
     rows += [row("b", f"c{i}", t) for i in range(9) for t in (1, 2)]
     rows += [row("c", "all paths", t) for t in (1, 2)] + [row("c", "x", t, series="fused") for t in (1, 2, 4)]
     rows += [_OLD_SIM_ROW]
-    panels = {fam: (lines, dropped) for fam, lines, dropped in plot_panels(rows)}
+    panels = {title.split(":")[0]: (lines, dropped) for title, lines, dropped in plot_panels(rows)}
     assert set(panels) == {"a", "b", "c"}
     assert [label for label, _ in panels["a"][0]] == ["line"] and len(panels["a"][0][0][1]) == 3
     assert len(panels["b"][0]) == MAX_SERIES and panels["b"][1] == 9 - MAX_SERIES

@@ -399,7 +399,7 @@ MAX_SERIES = 6
 
 
 def plot_panels(rows):
-    """What bench.png draws: ``[(family, [(label, [(tokens, gbps, memcpy_gbps, bytes)])], dropped)]``,
+    """What bench.png draws: ``[(title, [(label, [(tokens, gbps, memcpy_gbps, bytes)])], dropped)]``,
     one panel per benchmark module (op family) with timing rows. A series is a legend label: the row's
     ``series`` (a module that sets it on some rows plots only those rows), else ``op: case``; only series
     with GB/s at two or more token counts are drawn (lines, not dots), at most :data:`MAX_SERIES` per
@@ -426,7 +426,9 @@ def plot_panels(rows):
         order = {k: i for i, k in enumerate(series)}
         lines.sort(key=lambda kv: (-len(kv[1]), order[kv[0]]))
         kept = sorted(lines[:MAX_SERIES], key=lambda kv: order[kv[0]])
-        families.append((fam, kept, len(lines) - len(kept)))
+        ops = sorted({r["op"] for r in sub})
+        title = f"{fam}: {', '.join(ops)}" if len(ops) <= 2 else f"{fam} ({len(ops)} ops)"
+        families.append((title, kept, len(lines) - len(kept)))
     return families
 
 
@@ -469,7 +471,7 @@ def _plot(panels, path):
             handles.append(Line2D([], [], color="0.35", linestyle="--", marker="x", label=what))
         ax.set_xscale("log", base=2)
         ax.set_ylim(bottom=0)
-        ax.set_title(fam, fontsize=11, fontweight="bold")
+        ax.set_title(fam, fontsize=10, fontweight="bold")
         ax.set_xlabel("tokens per call (log scale)")
         ax.set_ylabel("GB/s (bytes the op reads + writes / time)")
         ax.grid(True, which="both", alpha=0.3)

@@ -344,7 +344,7 @@ def run(quick=False, repeats=None, models=None, tokens=None, baseline=True, only
                             "threads": _cpu.num_threads(),
                         })
                         if model == SERIES_MODEL and mode in ("-", "zero-copy"):
-                            results[-1]["series"] = f"{'token' if op == 'token' else 'block'} {direction}"
+                            results[-1]["series"] = f"{model} {op} {direction}"
             del case
             gc.collect()
     return results
