@@ -7,6 +7,9 @@ Commands:
     bench    run the benchmark modules of every op family; table + CSV / Markdown / PNG
     tiling   what an op's host tiling decides for given shapes on a SoC (through the emulation)
 
+Start-up is light: ``--help``, ``--version`` and argument errors import neither MindSpore nor numpy; each
+command imports what it needs inside its ``cmd_*`` function (keep it so when adding one).
+
 Exit codes: 0 success; 1 a check / benchmark failed or an unexpected error; 2 a usage error (bad
 argument, unavailable backend; for ``tiling`` also an op without an AscendC tiling, --launch shapes above
 --launch-max-mib, and the tiling rejecting the given shapes / dtypes on the SoC). Errors are one line on stderr; ``MS_KVCACHE_DEBUG=1`` shows tracebacks.
@@ -329,11 +332,11 @@ def _find_spec(op):
     raise CLIError(f"unknown op {op!r}; known ops: {', '.join(s.name for s in specs)}")
 
 
-def _tiling_request(args):
+def _tiling_request(args, spec=None):
     """Validate the user's op / SoC / shapes / dtypes / attrs against the op's spec (no emulation needed)."""
     from ms_kvcache._spec import SOCS
 
-    spec = _find_spec(args.op)
+    spec = spec or _find_spec(args.op)
     if args.soc not in SOCS:
         raise CLIError(f"--soc: expected one of {', '.join(SOCS)}, got {args.soc!r}")
     shapes, counts, shapes_text = {}, {}, {}
@@ -443,12 +446,17 @@ def _sim_ops(sim):
         return None
 
 
-def _no_tiling_message(spec, sim):
+def _host_ops():
+    """OpTypes that are runtime copies on Ascend (no AscendC kernel, no tiling)."""
     try:
         from ms_kvcache._backends.sim import HOST_OPS
     except ImportError:  # pragma: no cover
-        HOST_OPS = ()
-    if spec.op_type in HOST_OPS:
+        return ()
+    return HOST_OPS
+
+
+def _no_tiling_message(spec, sim):
+    if spec.op_type in _host_ops():
         return (f"{spec.name} has no tiling: on Ascend it is a runtime memcpy (aclrtMemcpy per block through "
                 f"the ACL runtime), not an AscendC kernel; the sim backend runs the cpu backend's host copy for it")
     return (f"{spec.name} has no AscendC tiling to show: no OpDef / kernel for {spec.op_type} in the AscendC "
@@ -532,11 +540,15 @@ def _is_emulation_error(sim, exc):
 
 
 def cmd_tiling(args):
-    spec, inputs, attrs = _tiling_request(args)
+    spec = _find_spec(args.op)
+    # an op without a tiling says so before anything else (shapes would be asked for in vain)
+    if spec.op_type in _host_ops():
+        raise CLIError(_no_tiling_message(spec, None))
     sim = _load_sim()
     known = _sim_ops(sim)
     if known is not None and spec.op_type not in known:
         raise CLIError(_no_tiling_message(spec, sim))
+    spec, inputs, attrs = _tiling_request(args, spec)
     try:
         res = _sim_tiling(sim, spec, inputs, attrs, args.soc)
     except Exception as exc:  # noqa: BLE001 - emulation errors name the rule; show them on one line
