@@ -74,7 +74,7 @@ def counter(rt, name, ctype=ctypes.c_long):
 
 def reset_counters(rt):
     for n in ("fake_memcpy_calls", "fake_memcpy_async_calls", "fake_batch_calls", "fake_batch_copies",
-              "fake_sync_calls", "fake_set_device_calls"):
+              "fake_sync_calls", "fake_set_device_calls", "fake_batch_rejected"):
         ctypes.c_long.in_dll(rt.lib, n).value = 0
 
 
@@ -432,6 +432,84 @@ def test_public_swap_blocks_dispatches_to_the_ascend_hook(fake_acl, rng, monkeyp
     np.testing.assert_array_equal(out[0], src_np[4])
     np.testing.assert_array_equal(out[2], src_np[1])
     assert not out[1].any()
+
+
+def test_batch_copy_allowed_only_between_host_and_device():
+    """aclrtMemcpyBatchAsync only for H2D / D2H (vllm-ascend's swap_blocks_batch rule), order-free rows,
+    a runtime that exports it and an A2/A3 SoC."""
+    h2d, d2h, d2d, h2h = (_acl.MEMCPY_HOST_TO_DEVICE, _acl.MEMCPY_DEVICE_TO_HOST, _acl.MEMCPY_DEVICE_TO_DEVICE,
+                          _acl.MEMCPY_HOST_TO_HOST)
+    assert A.batch_copy_allowed(h2d, True, True, "Ascend910B1")
+    assert A.batch_copy_allowed(d2h, True, True, "Ascend910_9391")
+    assert not A.batch_copy_allowed(d2d, True, True, "Ascend910B1")
+    assert not A.batch_copy_allowed(h2h, True, True, "Ascend910B1")
+    assert not A.batch_copy_allowed(h2d, False, True, "Ascend910B1")
+    assert not A.batch_copy_allowed(h2d, True, False, "Ascend910B1")
+    assert not A.batch_copy_allowed(h2d, True, True, "Ascend310P3")
+    assert not A.batch_copy_allowed(h2d, True, True, None)
+
+
+def _swap_on_fake_npu(monkeypatch, src_dev, dst_dev):
+    """swap_blocks as on an A2 NPU: tensors reported on device / pinned host, MindSpore's raw stream 0x77."""
+    monkeypatch.setattr(A, "_is_device_tensor", lambda t: t is src_dev or t is dst_dev)
+    monkeypatch.setattr(A, "_is_pinned", lambda t: True)
+    monkeypatch.setattr(A, "_current_stream_ptr", lambda: 0x77)
+    monkeypatch.setattr(A, "current_soc", lambda: "Ascend910B1")
+
+
+def test_swap_blocks_device_to_device_is_never_batched(fake_acl, rng, monkeypatch):
+    """Same-device D2D swap_blocks: one aclrtMemcpyAsync per run on MindSpore's stream, no batch call
+    (the old code sent order-free D2D rows to aclrtMemcpyBatchAsync)."""
+    from conftest import to_np
+
+    src_np = rng.standard_normal((8, 2, 16)).astype(np.float32)
+    src, dst = Tensor(src_np), Tensor(np.zeros((8, 2, 16), np.float32))
+    _swap_on_fake_npu(monkeypatch, src, dst)
+    reset_counters(fake_acl)
+    mapping = np.array([[0, 4], [1, 5], [7, 0]], np.int64)   # order-free: two runs
+    A.swap_blocks(src, dst, Tensor(mapping))
+    assert counter(fake_acl, "fake_batch_calls") == 0
+    assert counter(fake_acl, "fake_memcpy_async_calls") == 2
+    assert counter(fake_acl, "fake_last_kind", ctypes.c_int) == _acl.MEMCPY_DEVICE_TO_DEVICE
+    assert counter(fake_acl, "fake_last_stream", ctypes.c_size_t) == 0x77
+    np.testing.assert_array_equal(to_np(dst), _np_swap_reference(src_np, np.zeros_like(src_np), mapping))
+
+
+def test_swap_blocks_host_to_device_is_batched(fake_acl, rng, monkeypatch):
+    from conftest import to_np
+
+    src_np = rng.standard_normal((8, 2, 16)).astype(np.float32)
+    src, dst = Tensor(src_np), Tensor(np.zeros((8, 2, 16), np.float32))
+    _swap_on_fake_npu(monkeypatch, None, dst)   # src on (pinned) host, dst on device
+    reset_counters(fake_acl)
+    mapping = np.array([[0, 4], [1, 5], [7, 0]], np.int64)
+    A.swap_blocks(src, dst, Tensor(mapping))
+    assert counter(fake_acl, "fake_batch_calls") == 1 and counter(fake_acl, "fake_memcpy_async_calls") == 0
+    assert counter(fake_acl, "fake_last_src_type", ctypes.c_int) == _acl.MEM_LOCATION_HOST
+    assert counter(fake_acl, "fake_last_dst_type", ctypes.c_int) == _acl.MEM_LOCATION_DEVICE
+    np.testing.assert_array_equal(to_np(dst), _np_swap_reference(src_np, np.zeros_like(src_np), mapping))
+
+
+def test_batch_rejected_by_runtime_falls_back_to_single_copies(fake_acl, rng):
+    """A batch the runtime answers with ACL_ERROR_RT_FEATURE_NOT_SUPPORT (nothing copied) is redone with one
+    aclrtMemcpyAsync per run; any other error still raises."""
+    src = rng.standard_normal((6, 8)).astype(np.float32)
+    dst = np.zeros((6, 8), np.float32)
+    runs, _ = A.plan_block_copies([[0, 3], [5, 1]], 6, 6)
+    flag = ctypes.c_int.in_dll(fake_acl.lib, "fake_batch_reject_d2d")
+    flag.value = 1
+    try:
+        reset_counters(fake_acl)
+        calls = A._copy_runs(fake_acl, runs, src_ptr=src.ctypes.data, src_bytes=src.nbytes, dst_ptr=dst.ctypes.data,
+                             dst_bytes=dst.nbytes, block_bytes=32, kind=_acl.MEMCPY_DEVICE_TO_DEVICE, stream=0x5,
+                             src_loc=(_acl.MEM_LOCATION_DEVICE, 0), dst_loc=(_acl.MEM_LOCATION_DEVICE, 0),
+                             use_batch=True)
+    finally:
+        flag.value = 0
+    assert counter(fake_acl, "fake_batch_rejected") >= 1 and calls == 2
+    assert counter(fake_acl, "fake_memcpy_async_calls") == 2
+    np.testing.assert_array_equal(dst[3], src[0])
+    np.testing.assert_array_equal(dst[1], src[5])
 
 
 def test_swap_blocks_in_a_graph_is_a_clear_error():

@@ -28,7 +28,7 @@ from ms_kvcache._backends import _acl
 __all__ = [
     "VENDOR_NAME", "COMPUTE_UNITS", "WHEEL_VENDOR_DIR", "available", "aot_func", "reg_info",
     "find_vendor", "VendorPackage", "PackageNotFoundError", "compute_unit", "current_soc",
-    "swap_blocks", "register_host_memory", "unregister_host_memory", "plan_block_copies",
+    "swap_blocks", "register_host_memory", "unregister_host_memory", "plan_block_copies", "batch_copy_allowed",
 ]
 
 #: Vendor name of the CANN custom-op package (scripts/opp/CMakePresets.json ``vendor_name``).
@@ -431,11 +431,31 @@ def _copy_runs(acl, runs, *, src_ptr, src_bytes, dst_ptr, dst_bytes, block_bytes
         return len(copies)
     if use_batch and len(copies) > 1:
         dsts, dmaxs, srcs, sizes = zip(*copies)
-        acl.memcpy_batch_async(list(dsts), list(dmaxs), list(srcs), list(sizes), dst_loc, src_loc, stream)
-        return 1
+        try:
+            acl.memcpy_batch_async(list(dsts), list(dmaxs), list(srcs), list(sizes), dst_loc, src_loc, stream)
+            return 1
+        except _acl.AclError as exc:
+            if exc.code != _acl.ERROR_RT_FEATURE_NOT_SUPPORT:
+                raise
+            # this runtime / device rejects the batch for these locations: nothing was queued, copy one by one
     for dst, dmax, src, nb in copies:
         acl.memcpy_async(dst, dmax, src, nb, kind, stream)
     return len(copies)
+
+
+def batch_copy_allowed(kind, order_free, has_batch, soc):
+    """Whether ``swap_blocks`` may issue its copies as one ``aclrtMemcpyBatchAsync``.
+
+    Only for host <-> device copies (``kind`` H2D or D2H), as vllm-ascend's ``swap_blocks_batch`` does
+    (vllm-project/vllm-ascend ``csrc/torch_binding.cpp``: the batch path is skipped for
+    ``ACL_MEMCPY_DEVICE_TO_DEVICE``); device-to-device batches are reported to fail with
+    ``ACL_ERROR_RT_FEATURE_NOT_SUPPORT`` (207000), and Mooncake's Ascend transport falls back to
+    ``aclrtMemcpyAsync`` on that code (kvcache-ai/Mooncake pull request 963). Also needs order-free rows
+    (see :func:`plan_block_copies`), a runtime that exports the call (CANN >= 8.3) and an A2/A3 SoC (the
+    products it is documented for).
+    """
+    return (kind in (_acl.MEMCPY_HOST_TO_DEVICE, _acl.MEMCPY_DEVICE_TO_HOST) and bool(order_free) and bool(has_batch)
+            and compute_unit(soc) in ("ascend910b", "ascend910_93"))
 
 
 def _is_device_tensor(t):
@@ -462,10 +482,12 @@ def swap_blocks(src_cache, dst_cache, block_mapping):
     checks; ``dst_cache[d] = src_cache[s]`` for every row ``(s, d)`` of ``block_mapping``, in row order.
 
     Host <-> device and device -> device copies are queued on MindSpore's current stream, so later ops
-    on that stream see them: one ``aclrtMemcpyBatchAsync`` for the whole mapping where the CANN runtime
-    exports it (documented from CANN 8.3.RC1, experimental, A2/A3), the device is A2/A3 and the rows are
-    order-free (no destination twice, no block both read and written); else one ``aclrtMemcpyAsync``
-    per run of consecutive blocks, in row order. A host destination is synchronised before returning.
+    on that stream see them. Host <-> device: one ``aclrtMemcpyBatchAsync`` for the whole mapping where
+    the CANN runtime exports it (documented from CANN 8.3.RC1, experimental, A2/A3), the device is A2/A3
+    and the rows are order-free (no destination twice, no block both read and written); a batch the
+    runtime rejects with ``ACL_ERROR_RT_FEATURE_NOT_SUPPORT`` is redone copy by copy. Device -> device,
+    and every other case: one ``aclrtMemcpyAsync`` per run of consecutive blocks, in row order (see
+    :func:`batch_copy_allowed` for why device-to-device copies are never batched). A host destination is synchronised before returning.
     A pageable (not pinned) host cache, or a MindSpore that does not expose its raw stream, makes the
     call synchronous (``ms.runtime.synchronize()``, then ``aclrtMemcpy`` per run).
 
@@ -507,7 +529,7 @@ def swap_blocks(src_cache, dst_cache, block_mapping):
     if stream is None:
         ms.runtime.synchronize()
     loc = lambda dev: (_acl.MEM_LOCATION_DEVICE, device_id) if dev else (_acl.MEM_LOCATION_HOST, 0)  # noqa: E731
-    use_batch = order_free and acl.has_batch and compute_unit(current_soc()) in ("ascend910b", "ascend910_93")
+    use_batch = batch_copy_allowed(kind, order_free, acl.has_batch, current_soc())
     _copy_runs(acl, runs, src_ptr=src_ptr, src_bytes=int(src.shape[0]) * block_bytes, dst_ptr=dst_ptr,
                dst_bytes=int(dst.shape[0]) * block_bytes, block_bytes=block_bytes, kind=kind, stream=stream,
                src_loc=loc(src_dev), dst_loc=loc(dst_dev), use_batch=use_batch)

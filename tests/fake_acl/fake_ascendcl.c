@@ -39,6 +39,10 @@ int fake_last_src_type = -1;
 uint32_t fake_last_dst_id = 0xffffffffu;
 int fake_last_rsv_nonzero = 0;
 uintptr_t fake_last_registered = 0;
+/* set to 1 by a test: a batch whose source and destination are both device memory fails with
+ * ACL_ERROR_RT_FEATURE_NOT_SUPPORT, as reported for real runtimes (nothing is copied) */
+int fake_batch_reject_d2d = 0;
+long fake_batch_rejected = 0;
 
 static char last_error[256] = "";
 
@@ -78,6 +82,10 @@ aclError aclrtMemcpyBatchAsync(void** dsts, size_t* dest_maxs, void** srcs, size
   fake_last_stream = (uintptr_t)stream;
   *fail_index = (size_t)-1;
   if (n == 0 || num_attrs == 0 || num_attrs > n || attr_idx[0] != 0) return fail("bad batch attrs");
+  if (fake_batch_reject_d2d && attrs[0].dstLoc.type == 1 && attrs[0].srcLoc.type == 1) {
+    fake_batch_rejected++;
+    return 207000; /* ACL_ERROR_RT_FEATURE_NOT_SUPPORT */
+  }
   fake_last_dst_type = attrs[0].dstLoc.type;
   fake_last_src_type = attrs[0].srcLoc.type;
   fake_last_dst_id = attrs[0].dstLoc.id;
