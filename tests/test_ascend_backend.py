@@ -125,11 +125,32 @@ def test_default_backend_is_ascend_on_ascend_target(monkeypatch):
 # ------------------------------------------------------------------------------------------ package discovery
 def test_find_vendor_via_custom_opp_path(tmp_path, no_cann):
     v = make_vendor(tmp_path / "inst")
-    other = make_vendor(tmp_path / "other", name="customize")
+    other = make_vendor(tmp_path / "other", ops=(), name="customize")   # another vendor, none of our ops
     env = {"ASCEND_CUSTOM_OPP_PATH": f"{other}:{v}:"}
     pkg, notes = A.find_vendor(env)
     assert pkg is not None and pkg.path == v and pkg.source == "ASCEND_CUSTOM_OPP_PATH"
     assert pkg.ops() == {"reshape_and_cache"}
+
+
+def test_find_vendor_rejects_an_install_root_in_custom_opp_path(tmp_path, no_cann):
+    """CANN and MindSpore read each ASCEND_CUSTOM_OPP_PATH entry as a vendor folder (MindSpore 2.10
+    CustomInfoGenerator: <entry>/op_api/include/): an install root holding vendors/ms_kvcache is not
+    loaded by them, so it must not count as found (the old code accepted it)."""
+    root = tmp_path / "inst"
+    make_vendor(root)
+    pkg, notes = A.find_vendor({"ASCEND_CUSTOM_OPP_PATH": str(root)})
+    assert pkg is None
+    assert any(f"entry {root} is an install root, not a vendor folder" in n and
+               str(root / "vendors" / "ms_kvcache") in n for n in notes), notes
+
+
+def test_find_vendor_accepts_a_renamed_vendor_folder_holding_our_ops(tmp_path, no_cann):
+    v = make_vendor(tmp_path / "inst", name="mskv_copy")   # a vendor folder copied under another name
+    pkg, _ = A.find_vendor({"ASCEND_CUSTOM_OPP_PATH": str(v)})
+    assert pkg is not None and pkg.path == v
+    empty = tmp_path / "other"
+    empty.mkdir()
+    assert A.find_vendor({"ASCEND_CUSTOM_OPP_PATH": str(empty)})[0] is None
 
 
 def test_find_vendor_via_config_ini(tmp_path, no_cann):

@@ -8,11 +8,14 @@ runtime memcpy) and of MindSpore 2.10 (``ops.Custom`` aot on Ascend with a ``Cus
 
 Finding the package (first hit wins, see :func:`find_vendor`):
 
-1. every entry of ``ASCEND_CUSTOM_OPP_PATH`` (colon-separated vendor folders
-   ``<path>/vendors/<vendor>``, what ``<path>/vendors/ms_kvcache/bin/set_env.bash`` prepends after
-   ``custom_opp_<os>_<arch>.run --install-path=<path>``); the folder ``ms_kvcache/opp/vendors/ms_kvcache``
-   shipped inside the wheel is prepended to that variable when this module is imported, as
-   ms_custom_ops does with its own vendor folder;
+1. every entry of ``ASCEND_CUSTOM_OPP_PATH`` that is the package's vendor folder itself (named
+   ``ms_kvcache`` or holding its ``op_api/include/aclnn_mskv_*.h``): the variable lists vendor folders
+   ``<path>/vendors/<vendor>`` (what ``<path>/vendors/ms_kvcache/bin/set_env.bash`` prepends after
+   ``custom_opp_<os>_<arch>.run --install-path=<path>``), and CANN's runtime and MindSpore read each
+   entry as one (``<entry>/op_api/include``, ``<entry>/op_impl/...``), so an install root ``<path>`` in
+   the variable is not a package they load: it is reported, not accepted. The folder
+   ``ms_kvcache/opp/vendors/ms_kvcache`` shipped inside the wheel is prepended to that variable when
+   this module is imported, as ms_custom_ops does with its own vendor folder;
 2. ``$ASCEND_OPP_PATH/vendors/ms_kvcache`` when ``$ASCEND_OPP_PATH/vendors/config.ini`` lists it in
    ``load_priority`` (default install of the .run package).
 
@@ -173,10 +176,14 @@ def find_vendor(env=None):
     wheel = str(WHEEL_VENDOR_DIR)
     for entry in custom:
         p = Path(entry)
-        for cand in (p, p / "vendors" / VENDOR_NAME):
-            if cand.name == VENDOR_NAME and cand.is_dir():
-                src = "wheel" if str(cand) == wheel else "ASCEND_CUSTOM_OPP_PATH"
-                return VendorPackage(cand, src), notes
+        if p.is_dir() and (p.name == VENDOR_NAME or VendorPackage(p, "").ops()):
+            src = "wheel" if str(p) == wheel else "ASCEND_CUSTOM_OPP_PATH"
+            return VendorPackage(p, src), notes
+        if (p / "vendors" / VENDOR_NAME).is_dir():
+            # CANN's runtime and MindSpore (CustomInfoGenerator) read every entry as a vendor folder
+            # (<entry>/op_api/include, <entry>/op_impl/...): an install root is not searched below
+            notes.append(f"ASCEND_CUSTOM_OPP_PATH entry {p} is an install root, not a vendor folder; CANN and "
+                         f"MindSpore only read vendor folders there: use {p / 'vendors' / VENDOR_NAME}")
     notes.append(f"ASCEND_CUSTOM_OPP_PATH has no '{VENDOR_NAME}' vendor folder"
                  + (f" (entries: {', '.join(custom)})" if custom else " (unset)"))
     opp = env.get("ASCEND_OPP_PATH")
