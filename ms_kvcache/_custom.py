@@ -163,6 +163,9 @@ class InplaceCustom(ops.Custom):
         n_attr = len(spec.attrs) if getattr(bmod, "ATTRS_AS_INPUTS", False) else 0
         if n_attr:
             out_shape, out_dtype = _drop_trailing(out_shape, n_attr), _drop_trailing(out_dtype, n_attr)
+        guard = getattr(bmod, "infer_guard", None)
+        if guard is not None:  # ascend: refuse a jit level the primitive cannot run under, at compile time
+            out_shape = guard(spec, out_shape)
         super().__init__(func, out_shape=out_shape, out_dtype=out_dtype, func_type="aot", **kwargs)
         sigs = None
         if spec.has_dynamic or spec.has_conditional_writes or n_attr:
@@ -240,11 +243,16 @@ def graph_launcher(prim):
     RW_WRITE bookkeeping). In a graph the call gets its attribute inputs from the signature defaults and
     runs on ``CustomV2AclnnKernelMod`` (see docs/design.md "In-place ops in CANN OpDefs"). Each tensor is
     its own graph input, so in-place writes reach the caller's tensors. One compile per new input
-    shape/dtype combination (MindSpore's jit cache).
+    shape/dtype combination (MindSpore's jit cache). Compiled for jit_level O0 on MindSpore's own backend
+    (never GE). On the ascend backend this is the fallback when ms_kvcache._ascend_pyboost is not built
+    (``ascend.pynative_launcher``).
     """
     def launch(*tensors):
         return prim(*tensors)
-    return ms.jit(launch)
+    try:  # the kernel-by-kernel runtime whatever the global jit_config says (O2 / GE cannot run it)
+        return ms.jit(launch, jit_level="O0", backend="ms_backend")
+    except TypeError:  # a MindSpore whose jit() has no such keywords
+        return ms.jit(launch)
 
 
 # ---------------------------------------------------------------------------- PyNative fast path
@@ -351,11 +359,18 @@ def eager_launcher(spec, backend, attr_values=(), counts=None):
             f = _serialised(functools.partial(mod.run, mod.kernel(lib, spec.op_type, spec.name, attrs,
                                                                   list(output_sources(spec, counts)))))
         else:
-            f = eager_op(spec, backend, attr_values, counts)
-            if backend == "sim":
-                f = _sim_checked(spec, f, attr_values, counts)
-            elif getattr(_backend.backend_module(backend), "ATTRS_AS_INPUTS", False):
-                f = graph_launcher(f)
+            bmod = _backend.backend_module(backend)
+            if getattr(bmod, "pynative_launcher", None) is not None:
+                # ascend: aclnn launches through MindSpore's PyboostRunner (ms_kvcache._ascend_pyboost) when
+                # built, else the primitive in a jit graph (see graph_launcher)
+                f = bmod.pynative_launcher(spec, attr_values, counts,
+                                           lambda: graph_launcher(eager_op(spec, backend, attr_values, counts)))
+            else:
+                f = eager_op(spec, backend, attr_values, counts)
+                if backend == "sim":
+                    f = _sim_checked(spec, f, attr_values, counts)
+                elif getattr(bmod, "ATTRS_AS_INPUTS", False):
+                    f = graph_launcher(f)
         _LAUNCHERS[key] = f
     return f
 

@@ -33,7 +33,9 @@ def _build_fake(tmp_path_factory, batch):
     d = tmp_path_factory.mktemp("fake_acl_batch" if batch else "fake_acl")
     (d / "lib64").mkdir()
     out = d / "lib64" / "libascendcl.so"
-    cmd = [cc, "-shared", "-fPIC", "-O1", "-o", str(out), str(HERE / "fake_acl" / "fake_ascendcl.c")]
+    # -Bsymbolic: another stand-in loaded earlier (RTLD_GLOBAL) must not take over this copy's globals
+    cmd = [cc, "-shared", "-fPIC", "-O1", "-Wl,-Bsymbolic", "-o", str(out), str(HERE / "fake_acl" / "fake_ascendcl.c"),
+           "-lpthread"]
     if batch:
         cmd.insert(1, "-DFAKE_WITH_BATCH")
     subprocess.run(cmd, check=True)
@@ -593,35 +595,10 @@ def test_alloc_host_buffer_registration_hooks_use_the_acl_runtime(fake_acl):
 # vendor folder whose op_api/include/aclnn_<op>.h carry the prototypes CANN's op build would generate
 # from our OpDefs. They stop before any launch (the graph-mode calls fail at the CPU kernel build).
 
-#: aclnn parameter type of an OpDef attribute type (CANN's generated aclnn API: Int -> int64_t,
-#: Bool -> bool, Float -> double, String -> char *)
-_ACLNN_ATTR = {"int": "int64_t ", "bool": "bool ", "float": "double ", "str": "char *"}
-#: the types MindSpore reads from those parameters (const and spaces dropped)
+#: the types MindSpore reads from the prototype's parameters (const and spaces dropped)
 _MS_TYPE = {"int": "int64_t", "bool": "bool", "float": "double", "str": "char*"}
 
-
-def _camel(name):
-    head, *rest = name.split("_")
-    return head + "".join(p.title() for p in rest)
-
-
-def aclnn_header(spec):
-    """Text of op_api/include/aclnn_<op>.h as CANN's op build writes it for ``spec``'s OpDef: inputs
-    (DYNAMIC -> ``const aclTensorList *``, OPTIONAL named ``...Optional``), attributes, outputs, then
-    ``uint64_t *workspaceSize, aclOpExecutor **executor``; plus the launch function."""
-    params = [f"const {'aclTensorList' if t.dynamic else 'aclTensor'} *{_camel(t.name)}"
-              f"{'Optional' if t.optional else ''}" for t in spec.inputs]
-    params += [f"{_ACLNN_ATTR[a.type]}{_camel(a.name)}" for a in spec.attrs]
-    params += [f"const aclTensor *{_camel(o.name)}" for o in spec.outputs]
-    params += ["uint64_t *workspaceSize", "aclOpExecutor **executor"]
-    guard = f"ACLNN_MSKV_{spec.name.upper()}_H_"
-    body = ",\n    ".join(params)
-    return (f"#ifndef {guard}\n#define {guard}\n\n#include \"aclnn/acl_meta.h\"\n\n#ifdef __cplusplus\n"
-            f"extern \"C\" {{\n#endif\n\n/* function: aclnn{spec.op_type}GetWorkspaceSize\n * generated */\n"
-            f"__attribute__((visibility(\"default\")))\naclnnStatus aclnn{spec.op_type}GetWorkspaceSize(\n"
-            f"    {body});\n\n__attribute__((visibility(\"default\")))\naclnnStatus aclnn{spec.op_type}(\n"
-            f"    void *workspace,\n    uint64_t workspaceSize,\n    aclOpExecutor *executor,\n"
-            f"    aclrtStream stream);\n\n#ifdef __cplusplus\n}}\n#endif\n\n#endif\n")
+from _fake_ascend import aclnn_header  # noqa: E402  (the independent writer of CANN's header form)
 
 
 def _kernel_specs():
