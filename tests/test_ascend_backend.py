@@ -798,6 +798,64 @@ def test_graph_mode_appends_attribute_inputs(ascend_c, monkeypatch, tmp_path):
     assert str(dtypes[5]) == "String"
 
 
+@pytest.mark.parametrize("how", ["cell_jit_config", "jit_backend_ge", "context"])
+def test_graph_mode_o2_is_refused_at_compile_time(ascend_c, monkeypatch, tmp_path, how):
+    """jit_level O2 (GE) cannot run the ascend primitives (scalar attribute inputs, caches written through
+    input addresses): the compile stops with an error naming jit_level, in MindSpore's infer step, for
+    each way to ask for it. (The old code went on to the kernel build.)"""
+    from ms_kvcache import _backend
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(_backend, "_current", "ascend")
+    k = Tensor(np.ones((3, 2, 16), np.float16))
+    kc = ms.Parameter(Tensor(np.zeros((2, 4, 2, 16), np.float16)), name="kc")
+    vc = ms.Parameter(Tensor(np.zeros((2, 4, 2, 16), np.float16)), name="vc")
+    slots = Tensor(np.array([0, 5, -1], np.int32))
+
+    class Net(ms.nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.kc, self.vc = kc, vc
+
+        def construct(self, k, s):
+            ms_kvcache.reshape_and_cache(k, k, self.kc, self.vc, s)
+            return s
+
+    if how == "jit_backend_ge":
+        @ms.jit(backend="GE")
+        def run(k, s):
+            ms_kvcache.reshape_and_cache(k, k, kc, vc, s)
+            return s
+    else:
+        run = Net()
+        if how == "cell_jit_config":
+            run.set_jit_config(ms.JitConfig(jit_level="O2"))
+        ms.set_context(mode=ms.GRAPH_MODE)
+    old_cfg = ms.get_context("jit_config")
+    if how == "context":
+        ms.set_context(jit_config={"jit_level": "O2"})
+    try:
+        with pytest.raises(RuntimeError, match=r"reshape_and_cache: GRAPH_MODE with jit_level='O2' \(the GE backend\) "
+                                               r"is not supported on the ascend backend"):
+            run(k, slots)
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+        if how == "context":  # back to the unset default (set_context accepts only O0 / O1 / O2)
+            from mindspore import context as ctx
+            from mindspore._c_expression import ms_ctx_param
+
+            ctx._context().set_param(ms_ctx_param.jit_level, old_cfg.get("jit_level", ""))
+            ctx._context().jit_config = old_cfg
+
+
+def test_jit_level_o0_o1_are_accepted(monkeypatch):
+    monkeypatch.setattr(A, "_graph_jit_config", lambda: ("O1", "ms_backend"))
+    A.check_jit_level("x")
+    monkeypatch.setattr(A, "_graph_jit_config", lambda: ("", "GE"))
+    with pytest.raises(RuntimeError, match="jit_level"):
+        A.check_jit_level("x")
+
+
 def test_graph_mode_copy_blocks_32_layers(ascend_c, monkeypatch, tmp_path):
     """copy_blocks at L = 32 (66 primitive inputs, far over the templated kernel's 12) compiles with the
     Ascend C primitive: infer sees both lists of 32, the primitive has dyn_input_sizes [32, 32, -1]."""
