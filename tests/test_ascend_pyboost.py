@@ -501,3 +501,73 @@ def test_freeing_a_registered_buffer_synchronises_first(npu, monkeypatch):
 
     gc.collect()
     assert order == ["sync", "unregister"] and _host_memory.mapped_address(addr, 1) is None
+
+
+# ------------------------------------------------------------------------------------------ the emulated kernel
+def _array_at(rt, tensor_desc, np_dtype):
+    """numpy view of the memory a launch parameter points to, after the stand-in runtime's translation of
+    a mapped device address back to the host pages."""
+    import ctypes
+
+    rt.acl.fake_translate.restype = ctypes.c_size_t
+    rt.acl.fake_translate.argtypes = [ctypes.c_size_t, ctypes.c_uint64, ctypes.POINTER(ctypes.c_int)]
+    shape = tensor_desc["shape"]
+    n = int(np.prod(shape, dtype=np.int64)) * np.dtype(np_dtype).itemsize
+    err = ctypes.c_int(0)
+    addr = rt.acl.fake_translate(tensor_desc["data"], n, ctypes.byref(err))
+    assert err.value == 0
+    return np.ctypeslib.as_array((ctypes.c_uint8 * n).from_address(addr)).view(np_dtype).reshape(shape)
+
+
+@pytest.mark.parametrize("direction", ["d2h", "h2d"])
+def test_sim_kernel_on_the_launch_address_table(npu, rng, direction):
+    """The argument table a zero-copy launch handed aclnn (every tensor's GM address, shape, dtype and the
+    attribute values, as recorded by the stand-in opapi), replayed through the AscendC kernel and tiling
+    under the emulation (ms_kvcache.sim, gm_copy="never": the kernel runs on that memory): the host buffer
+    is reached through its mapped address as one GM region of the launch, every other GM access is checked
+    against the launch's tensors, and d2h leaves the cache rows in the host pages / h2d the host rows in
+    the caches (numpy references)."""
+    sim = pytest.importorskip("ms_kvcache.sim")
+    try:
+        sim.opdef("MskvMultiLayerKvTransfer")
+    except Exception as exc:  # noqa: BLE001 - emulation built without this op
+        pytest.skip(f"emulation has no MskvMultiLayerKvTransfer ({exc})")
+    caches = _caches(rng)
+    kv = [[Tensor(c.copy()) for c in layer] for layer in caches]
+    slots = Tensor(np.array([3, -1, 9, 14], np.int64))
+    buf = npu.host(_host_buffer((2, L, 4, H * D)))
+    host = buf.asnumpy()
+    if direction == "h2d":
+        host[...] = random_array(rng, host.shape, "float16")
+    ms_kvcache.multi_layer_kv_transfer(buf, kv, slots, kv_format="separate", direction=direction)
+    ms_kvcache.synchronize()
+    (ws,) = npu.rt.events("ws")
+    p = {q["name"]: q for q in ws["params"]}
+    assert p["buffer"]["v"]["data"] == buf.data_ptr() + MAP_OFFSET
+    arr_buf = _array_at(npu.rt, p["buffer"]["v"], np.float16)
+    assert arr_buf.ctypes.data == host.ctypes.data           # the mapped address leads to the host pages
+    arr_slots = _array_at(npu.rt, p["slot_mapping"]["v"], np.int64)
+    arr_caches = [_array_at(npu.rt, t, np.float16) for t in p["kv_caches"]["v"]]
+    attrs = {k: p[k]["v"] for k in ("kv_format", "direction", "cache_layout", "num_layers", "aiv_num")}
+    assert attrs["direction"] == direction and attrs["num_layers"] == L
+    expect_caches = [a.copy() for a in arr_caches]
+    expect_host = host.copy()
+    if direction == "d2h":
+        host[...] = 0                                        # the emulated kernel must write it again
+        for a, c in zip(arr_caches, [c for layer in caches for c in layer]):
+            a[...] = c
+        expect_host = _gather_ref(caches, arr_slots)
+    else:
+        expect_caches = []
+        for i, (a, c) in enumerate(zip(arr_caches, [c for layer in caches for c in layer])):
+            a[...] = c                                       # back to the state before the transfer
+            ref = c.copy()
+            for t, s in enumerate(arr_slots):
+                if s >= 0:
+                    ref[s // BS, s % BS] = host[i % 2, i // 2, t].reshape(H, D)
+            expect_caches.append(ref)
+    status = np.zeros((1,), np.int32)
+    sim.launch("MskvMultiLayerKvTransfer", [arr_buf, arr_slots, arr_caches, status], attrs=attrs, gm_copy="never")
+    np.testing.assert_array_equal(host, expect_host)
+    for a, e in zip(arr_caches, expect_caches):
+        np.testing.assert_array_equal(a, e)
