@@ -571,3 +571,53 @@ def test_sim_kernel_on_the_launch_address_table(npu, rng, direction):
     np.testing.assert_array_equal(host, expect_host)
     for a, e in zip(arr_caches, expect_caches):
         np.testing.assert_array_equal(a, e)
+
+
+# ------------------------------------------------------------------------------------------ ms-kvcache info
+def _on_npu(monkeypatch):
+    monkeypatch.setattr(A, "_device_target", lambda: "Ascend")
+
+
+def test_info_reports_pyboost_and_zero_copy_on_an_npu(npu, monkeypatch, capsys):
+    """`ms-kvcache info` on an Ascend machine (device target faked, CANN = the stand-ins): PyNative path
+    pyboost, host memory zero-copy, GRAPH_MODE levels; the text names them too."""
+    import json
+
+    from ms_kvcache.cli import main
+
+    _on_npu(monkeypatch)
+    assert main(["info", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)["ascend"]
+    assert rep["device_target"] == "Ascend" and rep["backend"]["available"]
+    assert rep["pynative"]["path"] == "pyboost" and "no graph compile per input shape" in rep["pynative"]["why"]
+    assert rep["module"]["built"] and rep["module"]["ops"] == len(FA.kernel_specs())
+    assert rep["host_memory"]["effective"] == "zero_copy" and rep["host_memory"]["mode"] == "auto"
+    assert "O2 (GE) is refused" in rep["graph_mode"]
+    assert main(["info"]) == 0
+    text = capsys.readouterr().out
+    assert "PyNative: pyboost" in text and "host memory (mode auto): zero_copy" in text
+
+
+def test_info_reports_why_it_falls_back(npu, monkeypatch, tmp_path):
+    _on_npu(monkeypatch)
+    monkeypatch.setenv(A.HOST_MEMORY_ENV, "staged")
+    rep = A.report()
+    assert rep["host_memory"]["effective"] == "staged" and "MS_KVCACHE_HOST_MEMORY=staged" in rep["host_memory"]["why"]
+    monkeypatch.setenv(A.PYBOOST_ENV, "0")
+    rep = A.report()
+    assert rep["pynative"]["path"] == "jit" and "MS_KVCACHE_ASCEND_PYBOOST=0" in rep["pynative"]["why"]
+    assert rep["host_memory"]["effective"] == "unavailable"
+    monkeypatch.delenv(A.PYBOOST_ENV)
+    monkeypatch.delenv(A.HOST_MEMORY_ENV)
+    # a CANN older than 8.1: no aclrtHostRegister -> alloc_host_buffer memory goes the staged way
+    old = tmp_path / "libascendcl.so"
+    subprocess.run([shutil.which("cc") or "gcc", "-shared", "-fPIC", "-Wl,-Bsymbolic", "-DFAKE_NO_HOST_REGISTER",
+                    "-o", str(old), str(FA.HERE / "fake_acl" / "fake_ascendcl.c"), "-lpthread"], check=True)
+    monkeypatch.setenv("MS_KVCACHE_LIBASCENDCL", str(old))
+    _acl.reset()
+    rep = A.report()
+    assert rep["host_memory"]["effective"] == "staged" and "CANN >= 8.1.RC1" in rep["host_memory"]["why"]
+    buf = _host_buffer((4096,), ms.int8)   # allocation still works, unregistered
+    assert _host_memory.mapped_address(buf.data_ptr(), 1) is None
+    assert "not exported" in _host_memory.REGISTER_FALLBACK["why"]
+    monkeypatch.setitem(_host_memory.REGISTER_FALLBACK, "why", "")

@@ -34,7 +34,7 @@ __all__ = [
     "find_vendor", "VendorPackage", "PackageNotFoundError", "compute_unit", "current_soc",
     "swap_blocks", "register_host_memory", "unregister_host_memory", "plan_block_copies", "batch_copy_allowed",
     "pyboost_status", "pynative_launcher", "host_memory_mode", "host_arg", "nnopbase_path", "HOST_SIDE_INPUTS",
-    "check_jit_level", "infer_guard",
+    "check_jit_level", "infer_guard", "report",
 ]
 
 #: Vendor name of the CANN custom-op package (scripts/opp/CMakePresets.json ``vendor_name``).
@@ -879,3 +879,74 @@ def infer_guard(spec, infer):
         check_jit_level(spec.name)
         return infer(*shapes)
     return guarded
+
+
+# ---------------------------------------------------------------------------------------- report
+def report():
+    """What the ascend backend will use on this machine, and why (``ms-kvcache info``).
+
+    Returns:
+        dict: ``device_target``; ``backend``: ``{"available", "why"}`` (:func:`available`); ``pynative``: ``{"path": "pyboost" | "jit", "why": ...}`` (pyboost =
+        ms_kvcache._ascend_pyboost, one aclnn launch per call; jit = a graph compiled per input shape);
+        ``module``: the module's build (MindSpore version, shims checked against CANN headers);
+        ``host_memory``: ``{"mode": $MS_KVCACHE_HOST_MEMORY, "effective": "zero_copy" | "staged" |
+        "unavailable", "why": ...}`` for host buffers from alloc_host_buffer in PyNative;
+        ``graph_mode``: the jit levels the ops run under.
+    """
+    out = {"device_target": _device_target()}
+    avail, why_not = available()
+    out["backend"] = {"available": avail, "why": why_not or "Ascend device and the CANN package found"}
+    ok, why = pyboost_status()
+    out["pynative"] = {"path": "pyboost" if ok else "jit",
+                       "why": ("aclnn launches through MindSpore's PyboostRunner (ms_kvcache._ascend_pyboost): "
+                               "no graph compile per input shape") if ok else
+                       f"{why}; PyNative calls compile the ops.Custom primitive in a jit graph per input shape"}
+    mod = _pyboost_module()
+    out["module"] = ({"built": True, "mindspore_version": mod.mindspore_version,
+                      "checked_against_cann_headers": bool(mod.checked_against_headers),
+                      "ops": len(mod.ops())} if mod is not None else {"built": False, "why": _PYBOOST["why"]})
+    try:
+        mode = host_memory_mode()
+    except ValueError as exc:
+        out["host_memory"] = {"mode": os.environ.get(HOST_MEMORY_ENV), "effective": "unavailable", "why": str(exc)}
+        mode = None
+    if mode is not None:
+        out["host_memory"] = _host_memory_report(mode, ok)
+    out["graph_mode"] = ("jit_level O0 / O1 (MindSpore's kernel-by-kernel runtime, CustomV2AclnnKernelMod); "
+                         "O2 (GE) is refused at compile time")
+    return out
+
+
+def _host_memory_report(mode, pyboost_ok):
+    from ms_kvcache import _host_memory
+
+    res = {"mode": mode}
+    if not pyboost_ok:
+        res.update(effective="unavailable", why="PyNative host transfers need ms_kvcache._ascend_pyboost (see "
+                   "'pynative'); without it an op that writes a host tensor raises instead of losing the data")
+        return res
+    if mode == "staged":
+        res.update(effective="staged", why=f"${HOST_MEMORY_ENV}=staged: a device staging tensor and aclrtMemcpyAsync "
+                   "on MindSpore's current stream, before (h2d) / after (d2h) the kernel")
+        return res
+    try:
+        acl = _acl.load()
+    except _acl.CannNotFoundError as exc:
+        res.update(effective="unavailable", why=str(exc))
+        return res
+    if not acl.has_host_register:
+        res.update(effective="staged" if mode == "auto" else "unavailable",
+                   why="aclrtHostRegister is not exported by this CANN (needs CANN >= 8.1.RC1): alloc_host_buffer "
+                       "cannot map its pages for the device"
+                       + ("; host buffers go through a device staging tensor" if mode == "auto" else
+                          f"; ${HOST_MEMORY_ENV}=zero_copy then refuses every host tensor"))
+        return res
+    fallback = _host_memory.REGISTER_FALLBACK["why"]
+    if fallback:
+        res.update(effective="staged" if mode == "auto" else "unavailable",
+                   why=f"aclrtHostRegister failed for the last alloc_host_buffer ({fallback}); such buffers are staged")
+        return res
+    res.update(effective="zero_copy", why="alloc_host_buffer registers its pages (aclrtHostRegister, MAPPED) and "
+               "kernels get the mapped device address; other host tensors are staged"
+               + ("" if mode == "auto" else " - no: zero_copy mode refuses them"))
+    return res

@@ -3,7 +3,7 @@
  * reference); every "device" address is host memory, every copy is a memmove. It records what it was
  * asked to do so tests can check the ctypes argument and struct layouts and the chosen code path.
  *
- * Build: cc -shared -fPIC [-DFAKE_WITH_BATCH] -o libascendcl.so fake_ascendcl.c -lpthread
+ * Build: cc -shared -fPIC [-DFAKE_WITH_BATCH] [-DFAKE_NO_HOST_REGISTER] -o libascendcl.so fake_ascendcl.c -lpthread
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -186,6 +186,7 @@ const char* aclrtGetSocName(void) {
   return s ? s : "Ascend910B1";
 }
 
+#ifndef FAKE_NO_HOST_REGISTER /* a CANN older than 8.1.RC1 */
 aclError aclrtHostRegister(void* ptr, uint64_t size, int type, void** dev_ptr) {
   fake_register_calls++;
   if (((uintptr_t)ptr) % 4096 != 0 || size == 0 || type != 0) return fail("bad host register args");
@@ -211,3 +212,4 @@ aclError aclrtHostUnregister(void* ptr) {
   }
   return fail("not registered");
 }
+#endif
