@@ -621,3 +621,20 @@ def test_info_reports_why_it_falls_back(npu, monkeypatch, tmp_path):
     assert _host_memory.mapped_address(buf.data_ptr(), 1) is None
     assert "not exported" in _host_memory.REGISTER_FALLBACK["why"]
     monkeypatch.setitem(_host_memory.REGISTER_FALLBACK, "why", "")
+
+
+def test_swap_blocks_treats_registered_host_memory_as_pinned(npu, rng, monkeypatch):
+    """swap_blocks into an alloc_host_buffer buffer (registered, hence page-locked for the runtime): the
+    asynchronous copies on MindSpore's stream, not the synchronous fallback for pageable memory."""
+    dst = _host_buffer((6, 4, 8), ms.float32)
+    src_np = rng.standard_normal((6, 4, 8)).astype(np.float32)
+    src = Tensor(src_np)
+    monkeypatch.setattr(A, "_is_device_tensor", lambda t: t is src)
+    monkeypatch.setattr(A, "_current_stream_ptr", lambda: 0x99)
+    monkeypatch.setattr(A, "current_soc", lambda: "Ascend910B1")
+    assert A._is_pinned(dst) and not A._is_pinned(Tensor(src_np))
+    A.swap_blocks(src, dst, np.array([[0, 5], [3, 2]], np.int64))
+    out = dst.asnumpy()
+    np.testing.assert_array_equal(out[5], src_np[0])
+    np.testing.assert_array_equal(out[2], src_np[3])
+    assert npu.rt.counter("fake_memcpy_calls", "acl") == 0

@@ -560,10 +560,19 @@ def _itemsize(t):
 
 
 def _is_pinned(t):
+    """Page-locked host memory the runtime knows: MindSpore's pinned tensors, and memory registered with
+    aclrtHostRegister (alloc_host_buffer on the ascend backend), with which aclrtMemcpyAsync is asynchronous."""
     f = getattr(t, "is_pinned", None)
     try:
-        return bool(f()) if callable(f) else False
-    except Exception:
+        if callable(f) and f():
+            return True
+    except Exception:  # noqa: BLE001 - a MindSpore without is_pinned
+        pass
+    try:
+        from ms_kvcache import _host_memory
+
+        return _host_memory.mapped_address(int(t.data_ptr()), int(t.nbytes)) is not None
+    except Exception:  # noqa: BLE001
         return False
 
 
