@@ -32,8 +32,10 @@ Ascend C custom kernel (``CustomV2AclnnKernelMod``) takes an op's attribute valu
 *inputs*, after the tensors, in the order of the generated ``aclnn<Op>GetWorkspaceSize`` prototype
 (= OpDef attr order = ``spec.attrs``). The instance then declares one signature entry per attribute with
 its value as default (the graph compiler appends them to every ``prim(*tensors)`` call), ends
-``dyn_input_sizes`` with one -1 per attribute, strips them before the infer functions, and copies its
-attributes to ``custom_pyboost``; PyNative calls go through :func:`graph_launcher`.
+``dyn_input_sizes`` with one -1 per attribute, strips them before the infer functions (which first refuse a
+GE / jit_level O2 compile: ``ascend.infer_guard``), and copies its attributes to ``custom_pyboost``. PyNative
+calls on such a backend go through its ``pynative_launcher`` (ascend: the aclnn module
+``ms_kvcache._ascend_pyboost``, else :func:`graph_launcher`).
 
 Inputs written only for some attribute value (``TensorSpec.inplace_if``, e.g. the buffer of a d2h
 transfer) are resolved per instance from its attribute values: RW_WRITE in its signature,

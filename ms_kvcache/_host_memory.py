@@ -13,10 +13,11 @@ What holds (MindSpore 2.10 CPU, checked by tests/test_alloc_host_buffer.py):
   Tensor (``asnumpy()``) waits; reading the same memory through another alias (the numpy array, a
   storage library given ``data_ptr()``) must call :func:`synchronize` first.
 
-The Ascend part (registering the pages with ``aclrtHostRegister`` so AI cores can read them directly,
-the zero-copy path of :func:`ms_kvcache.multi_layer_block_transfer`) is the hook
-:func:`ascend_host_register`; the ascend backend calls it, and it raises a clear RuntimeError where
-CANN is missing.
+The Ascend part (registering the pages with ``aclrtHostRegister`` so AI cores can read and write them
+directly) is the hook :func:`ascend_host_register`; :func:`alloc_host_buffer` calls it on the ascend
+backend, and it raises a clear RuntimeError where CANN is missing. PyNative transfers on Ascend hand
+kernels the mapped address (:func:`mapped_address`, zero-copy) or stage the buffer through a device
+tensor (docs/ascend.md, "Host memory"); :func:`synchronize` then also waits for the device.
 """
 import errno as _errno
 import operator
@@ -192,8 +193,10 @@ def synchronize():
 
     Needed before host memory written by an op (e.g. a d2h transfer into an :func:`alloc_host_buffer`
     Tensor) is read through another alias of it - the numpy array, or a pointer given to a storage
-    library; ``Tensor.asnumpy()`` waits by itself. (``mindspore.runtime.synchronize()`` rejects the
-    CPU device in MindSpore 2.10; this uses the PyNative executor's sync.)
+    library; ``Tensor.asnumpy()`` waits by itself on the cpu backend, but on Ascend a host buffer written
+    by a kernel is not MindSpore's to wait for, so call this. (``mindspore.runtime.synchronize()`` rejects
+    the CPU device in MindSpore 2.10; this uses the PyNative executor's sync, and on the ascend backend
+    also ``mindspore.runtime.synchronize()``, which waits for the device streams.)
 
     Args:
         None.
