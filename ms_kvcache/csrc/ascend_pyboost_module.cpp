@@ -375,9 +375,11 @@ std::vector<ms::Tensor> Eval(const std::shared_ptr<CallState>& call, const std::
 
 void EvalNoOutput(const std::shared_ptr<CallState>& call, const std::vector<ms::Tensor>& ins) { Eval(call, ins); }
 
+// PyboostRunner::Call<N>(func, args...) (the form without an op name: MindSpore before 2.10 has only this
+// one; the name it derives is used for profiling only).
 template <int N>
 py::object CallWithOutputs(const std::shared_ptr<CallState>& call, std::vector<ms::Tensor> ins) {
-  return ms::pynative::PyboostRunner::Call<N>(call->op->op_type, Eval, call, std::move(ins));
+  return ms::pynative::PyboostRunner::Call<N>(Eval, call, std::move(ins));
 }
 
 py::object RunKernel(const KernelHolder& h, const py::args& args) {
@@ -407,7 +409,7 @@ py::object RunKernel(const KernelHolder& h, const py::args& args) {
     }
   }
   switch (op->out_like.size()) {
-    case 0: return ms::pynative::PyboostRunner::Call<0>(op->op_type, EvalNoOutput, call, std::move(ins));
+    case 0: return ms::pynative::PyboostRunner::Call<0>(EvalNoOutput, call, std::move(ins));
     case 1: {
       py::object r = CallWithOutputs<1>(call, std::move(ins));
       return py::isinstance<py::tuple>(r) ? py::object(r.cast<py::tuple>()[0]) : r;
