@@ -12,7 +12,6 @@ aclrtMemcpyAsync on the launch's stream). What only an NPU can confirm is listed
 import os
 import shutil
 import subprocess
-import sys
 from types import SimpleNamespace
 
 import numpy as np
