@@ -115,7 +115,7 @@ def _vendor_info():
 
     def describe(path, how):
         ok = os.path.isdir(path)
-        ours = ok and bool(glob.glob(os.path.join(path, "op_api", "include", "aclnn_reshape_and_cache*.h")))
+        ours = ok and bool(glob.glob(os.path.join(path, "op_api", "include", "aclnn_mskv_*.h")))
         out.append({"path": path, "found_by": how, "exists": ok, "has_ms_kvcache_ops": ours})
 
     for p in filter(None, os.environ.get("ASCEND_CUSTOM_OPP_PATH", "").split(":")):
@@ -153,6 +153,15 @@ def _backend_status(name):
     if ok and name == "cpu":
         detail = f"native library {mod.library_path()}"
     return {"available": bool(ok), "detail": detail}
+
+
+def _ascend_report():
+    from ms_kvcache._backends import ascend
+
+    try:
+        return ascend.report()
+    except Exception as exc:  # noqa: BLE001 - info must still print
+        return {"error": _one_line(exc)}
 
 
 def _sim_status():
@@ -227,6 +236,7 @@ def gather_info():
         "emulation": _sim_status(),
         "cann": _cann_info(),
         "vendor_packages": _vendor_info(),
+        "ascend": _ascend_report(),
         "ops": [s.name for s in all_specs()],
         "demo": {"model_dir": str(model_dir) if model_dir else None,
                  "install_model": None if model_dir else INSTALL_HINT,
@@ -266,6 +276,16 @@ def cmd_info(args):
                   + (", holds ms_kvcache ops" if p["has_ms_kvcache_ops"] else ""))
     else:
         print("  CANN custom-op vendor package: none installed ($ASCEND_CUSTOM_OPP_PATH unset, no vendors/config.ini)")
+    a = info["ascend"]
+    if "error" in a:
+        print(f"  ascend paths: cannot tell ({a['error']})")
+    else:
+        print(f"  ascend paths (device target {a['device_target']}; ascend backend "
+              f"{'available' if a['backend']['available'] else 'unavailable: ' + a['backend']['why']}):")
+        print(f"    PyNative: {a['pynative']['path']} - {a['pynative']['why']}")
+        hm = a["host_memory"]
+        print(f"    host memory (mode {hm['mode']}): {hm['effective']} - {hm['why']}")
+        print(f"    GRAPH_MODE: {a['graph_mode']}")
     print(f"  ops: {', '.join(info['ops'])}")
     d = info["demo"]
     print(f"  demo model: {d['model_dir'] or 'not installed (' + d['install_model'] + ')'}")

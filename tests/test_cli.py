@@ -56,7 +56,7 @@ def test_info_reports_cann_and_vendor_from_env(capsys, monkeypatch, tmp_path):
     (home / "version.cfg").write_text("version=8.2.RC1\n")
     vendor = tmp_path / "vendors" / "ms_kvcache"
     (vendor / "op_api" / "include").mkdir(parents=True)
-    (vendor / "op_api" / "include" / "aclnn_reshape_and_cache.h").write_text("")
+    (vendor / "op_api" / "include" / "aclnn_mskv_reshape_and_cache.h").write_text("")
     monkeypatch.setenv("ASCEND_HOME_PATH", str(home))
     monkeypatch.setenv("ASCEND_CUSTOM_OPP_PATH", f"{vendor}:{tmp_path / 'missing'}")
     assert main(["info", "--json"]) == 0
