@@ -364,16 +364,16 @@ def test_size_mismatch_is_rejected_receiver_untouched(what):
 
 
 def test_corrupted_payload_is_a_checksum_mismatch_receiver_untouched():
-    """A byte changed after the sender's checksum: the receiver finds it, writes nothing, both raise
-    ChecksumMismatch."""
+    """A byte of chunk 2 (of 4) changed after the sender's checksum: the receiver finds it and writes
+    nothing, not even the chunks that verified before it; both raise ChecksumMismatch."""
     tx, rx, dst_arrays, dst = _pair()
     try:
-        tx._fault = "corrupt"
+        tx._fault = ("corrupt", 2)
         join = _in_thread(lambda: rx.receive([0, 1, 2], timeout=20))
         with pytest.raises(disagg.ChecksumMismatch):
             tx.send(rx.address, [5, 6, 7], 10, timeout=20)
         _, exc = join()
-        assert isinstance(exc, disagg.ChecksumMismatch) and "chunk 0" in str(exc)
+        assert isinstance(exc, disagg.ChecksumMismatch) and "chunk 2" in str(exc)
     finally:
         tx.close()
         rx.close()
