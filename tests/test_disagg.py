@@ -443,6 +443,30 @@ def test_sender_abort_mid_transfer_receiver_untouched():
     _assert_untouched(dst, dst_arrays, "receiver after the sender aborted")
 
 
+def test_zero_tokens_and_a_growing_sender_buffer():
+    """A handoff of 0 tokens completes (nothing moves, nothing is written); a later, larger one makes the
+    sender grow its registered buffer."""
+    tx, rx, dst_arrays, dst = _pair()
+    try:
+        join = _in_thread(lambda: rx.receive([0], timeout=20))
+        res = tx.send(rx.address, [5], 0, timeout=20)
+        got, exc = join()
+        assert exc is None and got["num_tokens"] == 0 and got["chunks"] == 0 and got["block_ids"] == []
+        assert res["nbytes"] == 0 and res["peer_block_ids"] == []
+        before = tx.staging.nbytes if tx.staging is not None else 0
+        rx.max_tokens = 16
+        join = _in_thread(lambda: rx.receive([0, 1, 2, 3], timeout=20))  # rejected below: only the size matters
+        tx.model_id, rx.model_id = "a", "b"
+        with pytest.raises(disagg.MetadataMismatch):
+            tx.send(rx.address, [4, 5, 6, 7], 16, timeout=20)
+        join()
+        assert tx.staging.nbytes >= 16 * tx.layout.bytes_per_token > before
+    finally:
+        tx.close()
+        rx.close()
+    _assert_untouched(dst, dst_arrays, "receiver after a 0-token handoff")
+
+
 def test_bad_arguments_raise_before_any_transfer():
     tx, rx, dst_arrays, dst = _pair()
     try:

@@ -397,6 +397,7 @@ class KVSender(_Endpoint):
         if isinstance(chunk_tokens, bool) or not isinstance(chunk_tokens, (int, np.integer)) or chunk_tokens < 1:
             raise ValueError(f"{op}: argument 'chunk_tokens': expected an int >= 1 or None, got {chunk_tokens!r}")
         self.chunk_tokens = int(chunk_tokens)
+        self._retired = []
         if max_tokens:
             self._reserve(int(max_tokens) * self.layout.bytes_per_token)
         self._fault = None  # testing only: "corrupt" / ("corrupt", c) flips a byte of chunk 0 / c after its checksum
@@ -405,7 +406,8 @@ class KVSender(_Endpoint):
         if self.staging is not None and self.staging.nbytes >= nbytes:
             return
         if self.staging is not None:
-            self.staging.close()
+            # kept (registered) until close(): a write of an aborted send may still be reading from it
+            self._retired.append(self.staging)
         self.staging = HostStaging(nbytes, self.engine)
 
     def send(self, peer, block_ids, num_tokens, *, request_id=None, timeout=60.0, progress=None):
@@ -563,5 +565,8 @@ class KVSender(_Endpoint):
         return {"checksums": sums, "d2h_seconds": d2h_s, "checksum_seconds": sum_s}
 
     def close(self):
-        """Release the registered buffer."""
+        """Release the registered buffers."""
+        for st in self._retired:
+            st.close()
+        self._retired = []
         self._close()
