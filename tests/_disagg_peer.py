@@ -91,7 +91,7 @@ def _as_bits(a):
 
 
 def main():
-    os.environ.setdefault("GLOG_minloglevel", "2")
+    os.environ.setdefault("MC_LOG_LEVEL", "WARNING")  # Mooncake's own log level (it ignores GLOG_*)
     import mindspore as ms
 
     ms.set_context(mode=ms.PYNATIVE_MODE)

@@ -41,7 +41,7 @@ class Peer:
     def __init__(self, tmp_path, name="peer"):
         env = dict(os.environ)
         env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-        env.setdefault("GLOG_minloglevel", "2")
+        env.setdefault("MC_LOG_LEVEL", "WARNING")
         self.log = open(tmp_path / f"{name}.log", "w+")
         self.proc = subprocess.Popen([sys.executable, HELPER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.log, env=env, text=True, bufsize=1)
@@ -252,7 +252,7 @@ FAKE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_disagg_fake_pe
 def _fake(*args):
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    env.setdefault("GLOG_minloglevel", "2")
+    env.setdefault("MC_LOG_LEVEL", "WARNING")
     return subprocess.Popen([sys.executable, FAKE, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, env=env, text=True)
 

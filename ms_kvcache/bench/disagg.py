@@ -72,7 +72,7 @@ def make_caches(kv_format, num_layers, planes, dtype, num_blocks, block_size, se
 
 def _receiver_main(conn, spec):
     """The second process: a KVReceiver that serves ``receive`` commands from the pipe."""
-    os.environ.setdefault("GLOG_minloglevel", "2")
+    os.environ.setdefault("MC_LOG_LEVEL", "WARNING")  # Mooncake's own log level (it ignores GLOG_*)
     from ms_kvcache.disagg import KVReceiver
 
     caches = make_caches(spec["kv_format"], spec["num_layers"], spec["planes"], spec["dtype"], spec["num_blocks"],
@@ -220,6 +220,7 @@ def run(quick=False, log=None):
     from ms_kvcache.disagg import mooncake_available
 
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
+    os.environ.setdefault("MC_LOG_LEVEL", "WARNING")  # before Mooncake loads: no INFO lines in a benchmark
     ok, why = mooncake_available()
     if not ok:
         log(f"disagg: skipped: {why}")

@@ -186,7 +186,7 @@ def _worker_main(role, conn, opts, log_path):
     os.dup2(fd, 1)
     os.dup2(fd, 2)  # MindSpore's and Mooncake's own logs go to the worker's log file
     os.environ.setdefault("GLOG_v", "3")
-    os.environ.setdefault("GLOG_minloglevel", "2")
+    os.environ.setdefault("MC_LOG_LEVEL", "WARNING")  # Mooncake's own log level (it ignores GLOG_*)
     try:
         _serve(role, conn, opts)
     except BaseException:  # noqa: BLE001 - reported to the parent, then exit
