@@ -17,7 +17,7 @@ __all__ = ["rope_concat_and_cache_mla", "SPEC"]
 
 SPEC = register(OpSpec(
     name="rope_concat_and_cache_mla",
-    op_type="RopeConcatAndCacheMla",
+    op_type="MskvRopeConcatAndCacheMla",
     inputs=(
         TensorSpec("positions", "P", (1,)),
         TensorSpec("q_pe", "T", (2, 3)),
@@ -169,7 +169,7 @@ def rope_concat_and_cache_mla(positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_c
             non-negative slots; non-contiguous caches. In graph mode a token with an out-of-range
             position gets zero ``q_pe_out``/``k_pe_out`` rows and is not cached; out-of-range slots
             are skipped; a slot given twice keeps the later token's rows on the cpu
-            backend, fails the call on the sim backend and is undefined on ascend (docs/rope.md); the two
+            backend, fails the call on the sim backend and is undefined on ascend (docs/ops-rope.md); the two
             caches the same tensor or sharing memory (PyNative).
         TypeError (GRAPH_MODE / ``@ms.jit``, at compile time): ``kv_c_cache`` or ``k_pe_cache`` not a whole
             Parameter (a slice, split or reshape of one, an op's result, a Tensor attribute or argument: MindSpore

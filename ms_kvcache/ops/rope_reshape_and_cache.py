@@ -14,7 +14,7 @@ __all__ = ["rope_reshape_and_cache", "SPEC"]
 
 SPEC = register(OpSpec(
     name="rope_reshape_and_cache",
-    op_type="RopeReshapeAndCache",
+    op_type="MskvRopeReshapeAndCache",
     inputs=(
         TensorSpec("positions", "P", (1,)),
         TensorSpec("query", "T", (2, 3)),
@@ -157,7 +157,7 @@ def rope_reshape_and_cache(positions, query, key, value, cos_sin_cache, key_cach
             checked, a token with an out-of-range position gets zero rows in ``query_out`` /
             ``key_out`` and is not cached, and out-of-range slots are skipped: nothing is ever read
             or written out of bounds; a slot given twice keeps the later token's rows on the cpu
-            backend, fails the call on the sim backend and is undefined on ascend (docs/rope.md);
+            backend, fails the call on the sim backend and is undefined on ascend (docs/ops-rope.md);
             ``key_cache`` and ``value_cache`` the same tensor or sharing memory (PyNative).
         TypeError (GRAPH_MODE / ``@ms.jit``, at compile time): ``key_cache`` or ``value_cache`` not a whole
             Parameter (a slice, split or reshape of one, an op's result, a Tensor attribute or argument: MindSpore

@@ -15,7 +15,7 @@ __all__ = ["rope_reshape_and_cache_merged", "SPEC"]
 
 SPEC = register(OpSpec(
     name="rope_reshape_and_cache_merged",
-    op_type="RopeReshapeAndCacheMerged",
+    op_type="MskvRopeReshapeAndCacheMerged",
     inputs=(
         TensorSpec("positions", "P", (1,)),
         TensorSpec("query", "T", (2, 3)),
@@ -115,7 +115,7 @@ def rope_reshape_and_cache_merged(positions, query, key, value, cos_sin_cache, k
         ValueError: as :func:`ms_kvcache.rope_reshape_and_cache`; also ``kv_cache.shape[0] != 2``.
             In graph mode out-of-range positions give zero output rows and no cache write;
             out-of-range slots are skipped; a slot given twice keeps the later token's rows on the cpu
-            backend, fails the call on the sim backend and is undefined on ascend (docs/rope.md).
+            backend, fails the call on the sim backend and is undefined on ascend (docs/ops-rope.md).
         TypeError (GRAPH_MODE / ``@ms.jit``, at compile time): ``kv_cache`` not a whole Parameter (a
             slice, split or reshape of one, an op's result, a Tensor attribute or argument: MindSpore would
             write a temporary copy); a Python list or numpy array where a Tensor is expected.
