@@ -441,7 +441,7 @@ def test_graph_mode_sim_tiling_rejection_reaches_the_exception(rng):
                 kc = Parameter(Tensor(np.zeros((4, 8, 2, 16), np.float32), ms.bfloat16), name="tiling_kc")
                 vc = Parameter(Tensor(np.zeros((4, 8, 2, 16), np.float32), ms.bfloat16), name="tiling_vc")
                 k = Tensor(np.ones((3, 2, 16), np.float32), ms.bfloat16)
-                with pytest.raises(RuntimeError, match=r"Error message is .*ReshapeAndCache.*bfloat16"):
+                with pytest.raises(RuntimeError, match=r"Error message is .*MskvReshapeAndCache.*bfloat16"):
                     AliasCell(BY_OP["reshape_and_cache"].call, (k, k, kc, vc, Tensor(np.array([0, 1, 2], np.int32))))()
                 assert "bfloat16" in sim.last_error()
         finally:

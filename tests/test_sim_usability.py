@@ -135,7 +135,7 @@ def test_graph_mode_duplicate_slot_error_is_explained(case, rule, capfd):
         capfd.readouterr()
         # the reason reaches the Python exception text (the AOT entry throws it to MindSpore), not only
         # MindSpore's generic "Return value ... is 1"
-        net = _graph_rac(mk, slots, match=rf"Error message is {rule}: op ReshapeAndCache.*slot_mapping repeats a "
+        net = _graph_rac(mk, slots, match=rf"Error message is {rule}: op MskvReshapeAndCache.*slot_mapping repeats a "
                                           r"non-negative slot")
     finally:
         mk.set_backend("cpu")
