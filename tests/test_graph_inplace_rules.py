@@ -281,6 +281,25 @@ def test_mindspore_graph_mode_drops_inplace_writes_into_slices():
         assert not to_np(net.kv).any(), "MindSpore wrote through the slice"
 
 
+def test_mindspore_graph_code_sees_no_parameter_identity():
+    """Why aliasing is checked at launch (cpu, sim) and not at compile time (so not on ascend, where the
+    launch runs no code of ours): in a MindSpore 2.10 graph ``p is p`` is False for a Parameter, and the
+    infer step gets only shape / dtype / value (tests above: same Parameter twice reaches the kernel). If
+    this starts failing, graph code can tell the same Parameter twice apart: refuse it at compile time on
+    every backend."""
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.a = Parameter(Tensor(np.zeros(4, np.float32)), name="ident_a")
+
+        def construct(self, x):
+            return self.a is self.a, x
+
+    with ms_mode("graph"):
+        same, _ = Net()(Tensor(np.zeros(1, np.float32)))
+        assert not same, "graph code now sees Parameter identity"
+
+
 # ------------------------------------------------------------------------------------- aliased caches
 class AliasCell(nn.Cell):
     def __init__(self, call, args):
@@ -446,3 +465,43 @@ def test_graph_mode_sim_tiling_rejection_reaches_the_exception(rng):
                 assert "bfloat16" in sim.last_error()
         finally:
             sim.set_soc(old)
+
+
+def _index_arg(args):
+    """Position of the first index argument (an integer Tensor that is not a Parameter) in ``args``."""
+    for i, x in enumerate(args):
+        if isinstance(x, Tensor) and not isinstance(x, Parameter) and "Int" in str(x.dtype):
+            return i
+    raise AssertionError("no index argument")
+
+
+class ListArgCell(nn.Cell):
+    """``case.call`` with the argument at ``i`` given as a Python list (a constant of the graph)."""
+
+    def __init__(self, case, args, i):
+        super().__init__()
+        self.call, self.args, self.i = case.call, args, i
+        self.lst = to_np(args[i]).tolist()
+
+    def construct(self):
+        return self.call(self.args[:self.i] + (self.lst,) + self.args[self.i + 1:])
+
+
+@pytest.mark.parametrize("op", [c.op for c in CASES])
+def test_graph_mode_list_index_argument_names_the_op(op, rng):
+    """Every op: a Python list where an index Tensor is expected, in a GRAPH_MODE Cell, is a TypeError at
+    compile time naming the op and the argument (was, for most ops: AttributeError "'List' object has no
+    attribute 'shape'" from inside the wrapper)."""
+    import inspect
+
+    case = BY_OP[op]
+    with ms_mode("graph"), backend("cpu"):
+        args = case.args(rng, tag="_list")
+        i = _index_arg(args)
+        name = list(inspect.signature(getattr(mk, op_name(case))).parameters)[i]
+        before = _snapshot(args)
+        with pytest.raises(TypeError, match=rf"^{op_name(case)}: argument '{name}': expected a mindspore.Tensor, "
+                                            r"got a Python list"):
+            ListArgCell(case, args, i)()
+        for a, b in zip(_snapshot(args), before):
+            assert_bits_equal(a, b, "nothing written")
