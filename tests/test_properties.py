@@ -8,9 +8,9 @@ cpu keeps the later token's row (sim fails such a call; tests/test_doc_rules.py 
 property tests give sim distinct slots). How the written tensors are passed is drawn too: a slice of a
 Parameter or a Tensor argument in GRAPH_MODE must be refused at compile time with nothing written (old code
 lost the write silently); a reshape view in PyNative is written through on the cpu fast path and refused
-on the ops.Custom path (sim). Run time: a few dozen examples per family and combination,
-geometries drawn from small sets so compiled graphs are reused (one Cell per geometry, its Parameters
-refilled with ``set_data``).
+on the ops.Custom path (sim). Run time (CI): a dozen or two examples per family in PyNative, five or six
+in GRAPH_MODE (each compiles a graph); geometries drawn from small sets so compiled Cells are reused
+(one Cell per geometry, its Parameters refilled with ``set_data``).
 """
 import itertools
 
@@ -29,6 +29,13 @@ COMBOS = [("pynative", "cpu"), ("graph", "cpu"), ("pynative", "sim"), ("graph", 
 SETTINGS = dict(deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 _names = itertools.count()
+
+
+def _run(body, combo, *, pynative, graph):
+    """``body(combo, data)`` under hypothesis with ``pynative`` / ``graph`` examples: a GRAPH_MODE example
+    compiles a graph (~1 s), so graph combinations draw fewer examples to keep each test a few seconds."""
+    n = graph if combo[0] == "graph" else pynative
+    settings(max_examples=n, **SETTINGS)(given(data=st.data())(body))(combo)
 
 
 def _sim_ok():
@@ -208,8 +215,6 @@ def _copy_expected(c, data, caches):
     return exp
 
 
-@settings(max_examples=24, **SETTINGS)
-@given(data=st.data())
 def _copy_property(combo, data):
     mode, be = combo
     c = data.draw(copy_case(allow_repeats=not (mode == "graph" and be == "sim"), graph=mode == "graph"))
@@ -258,7 +263,7 @@ def _copy_property(combo, data):
 
 
 def test_copy_family_property(combo):
-    _copy_property(combo)
+    _run(_copy_property, combo, pynative=20, graph=6)
 
 
 # ================================================================================= transfer family
@@ -306,8 +311,6 @@ def _transfer_call(fmt, direction, layout):
     return call
 
 
-@settings(max_examples=24, **SETTINGS)
-@given(data=st.data())
 def _transfer_property(combo, data):
     mode, be = combo
     c = data.draw(transfer_case(allow_repeats=mode == "pynative"))
@@ -356,7 +359,7 @@ def _transfer_property(combo, data):
 
 
 def test_transfer_family_property(combo):
-    _transfer_property(combo)
+    _run(_transfer_property, combo, pynative=20, graph=6)
 
 
 # ================================================================================= rope family
@@ -392,8 +395,6 @@ def _rand_rope(rng, shape, dtype):
     return rng.standard_normal(size=shape).astype(np.float32).astype(NP_DTYPES[dtype])
 
 
-@settings(max_examples=16, **SETTINGS)
-@given(data=st.data())
 def _rope_property(combo, data):
     mode, be = combo
     c = data.draw(rope_case(allow_repeats=not (mode == "graph" and be == "sim")))
@@ -444,4 +445,4 @@ def _rope_property(combo, data):
 
 
 def test_rope_family_property(combo):
-    _rope_property(combo)
+    _run(_rope_property, combo, pynative=12, graph=5)
