@@ -2,7 +2,8 @@
 
 Commands:
     demo     a real transformer's KV through paged caches in a MindSpore GRAPH_MODE pipeline, offloaded to
-             host and reloaded, every step checked (exit 1 if a check fails)
+             host and reloaded, every step checked (exit 1 if a check fails); --disagg: prefill and decode
+             in two processes, KV over Mooncake, a shared prefix from Mooncake Store
     info     versions, backends (cpu library, AscendC emulation, CANN, installed vendor package), device
     bench    run the benchmark modules of every op family; table + CSV / Markdown / PNG
     tiling   what an op's host tiling decides for given shapes on a SoC (through the emulation)
@@ -46,6 +47,8 @@ def _one_line(exc):
 
 # ============================================================================================== demo
 def cmd_demo(args):
+    if args.disagg:
+        return _cmd_demo_disagg(args)
     from ms_kvcache.demo import DemoError, DemoOptions, format_report, run_demo
 
     opts = DemoOptions(backend=args.backend, kv_format=args.kv_format, dtype=args.dtype, layers=args.layers,
@@ -60,6 +63,28 @@ def cmd_demo(args):
         print(json.dumps(report, indent=2, default=str))
     else:
         print(format_report(report))
+    return EXIT_OK if report["ok"] else EXIT_FAIL
+
+
+def _cmd_demo_disagg(args):
+    from ms_kvcache.demo import DemoError
+    from ms_kvcache.demo.disagg import DisaggOptions, format_disagg_report, run_disagg_demo
+
+    fault = args.inject_fault
+    if fault not in (None, "corrupt-kv"):
+        raise CLIError(f"--inject-fault {fault} does not apply to --disagg")
+    opts = DisaggOptions(backend=args.backend, kv_format=args.kv_format, dtype=args.dtype, layers=args.layers,
+                         random_weights=args.random_weights, timeout=args.timeout, fault=fault)
+    quiet = args.quiet or args.json
+    log = (lambda m: None) if quiet else (lambda m: print(f"[demo --disagg] {m}", file=sys.stderr, flush=True))
+    try:
+        report = run_disagg_demo(opts, log=log)
+    except DemoError as exc:
+        raise CLIError(str(exc), code=EXIT_FAIL if "process" in str(exc) else EXIT_USAGE) from None
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        print(format_disagg_report(report))
     return EXIT_OK if report["ok"] else EXIT_FAIL
 
 
@@ -655,7 +680,14 @@ def build_parser():
                    help="use seeded random weights even if the model package is installed")
     d.add_argument("--json", action="store_true", help="print the report as JSON")
     d.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    d.add_argument("--inject-fault", choices=("host-bitflip", "skip-reload"), default=None, help=argparse.SUPPRESS)
+    d.add_argument("--disagg", action="store_true",
+                   help="prefill and decode in two processes on 127.0.0.1: the KV handed over by the Mooncake "
+                        "transfer engine, a second request reloading a shared prefix from Mooncake Store; checked "
+                        "bit for bit against a single-process run (needs ms_kvcache[disagg])")
+    d.add_argument("--timeout", type=float, default=180.0, metavar="S",
+                   help="--disagg: seconds any one wait may take (default 180)")
+    d.add_argument("--inject-fault", choices=("host-bitflip", "skip-reload", "corrupt-kv"), default=None,
+                   help=argparse.SUPPRESS)
     d.set_defaults(func=cmd_demo)
 
     i = sub.add_parser("info", help="versions, backends, CANN and vendor package, device target",

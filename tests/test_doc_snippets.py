@@ -5,7 +5,9 @@ earlier one, as a reader does), in a fresh process with the cwd in a temp folder
 line is a marker comment is treated as the marker says:
 
 - ``# snippet: npu`` - needs an Ascend NPU and CANN: compiled only (none here);
-- ``# snippet: excerpt`` - a piece of library code quoted to explain it, not a program: compiled only.
+- ``# snippet: excerpt`` - a piece of library code quoted to explain it, not a program: compiled only;
+- ``# snippet: two processes`` - the parts of two cooperating processes side by side (a receiver that
+  waits for a sender): compiled only; tests/test_disagg.py and ``ms-kvcache demo --disagg`` run them.
 
 Any other block must run without error.
 """
@@ -20,7 +22,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
-MARKERS = ("# snippet: npu", "# snippet: excerpt")
+MARKERS = ("# snippet: npu", "# snippet: excerpt", "# snippet: two processes")
 _FENCE = re.compile(r"^```python[^\n]*\n(.*?)^```", re.M | re.S)
 
 

@@ -6,8 +6,10 @@ changed), by default without the AscendC emulation module (``MS_KVCACHE_BUILD_SI
 is most of the compile time; ``MS_KVCACHE_WHEEL_TEST_SIM=1`` builds the full wheel and also runs an
 emulation benchmark: 16 min the first time at load 8 on 2 cores, 75 s for a rerun; without the emulation
 11.6 min at load 11-13, of which 2.4 min CPU time), installs it with
-``pip install --no-deps --target`` into a temp folder (its dependencies - MindSpore, numpy, ml_dtypes,
-matplotlib - come from the running environment), and, from a temp cwd with only that folder on the path,
+``pip install --no-deps --target`` into a temp venv of its own (its dependencies - MindSpore, numpy,
+ml_dtypes, matplotlib - come from the running environment's site-packages, reached without running that
+environment's .pth files, so an editable install of the checkout there cannot be imported instead), and,
+from a temp cwd, with that venv's Python,
 runs ``ms-kvcache --help``, ``bench --list`` (every package benchmark module, no script of the checkout)
 and ``bench --quick --ops transfer`` (plus ``transfer_sim`` with the emulation; ~1 min), and checks bench.csv / bench.md / bench.png and that no deprecation warning is printed. The wheel and the
 install are deleted afterwards (only the build cache stays).
@@ -18,6 +20,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -41,7 +44,7 @@ def test_bench_from_a_wheel_installed_outside_the_checkout(tmp_path):
     no_isolation = all(importlib.util.find_spec(m) for m in ("scikit_build_core", "pybind11"))
     full = os.environ.get("MS_KVCACHE_WHEEL_TEST_SIM") == "1"
     cache = build_dir("wheel-full" if full else "wheel", ROOT)
-    wheels, site, work = tmp_path / "wheels", tmp_path / "site", tmp_path / "work"
+    wheels, venv, work = tmp_path / "wheels", tmp_path / "venv", tmp_path / "work"
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MS_KVCACHE_BACKEND")}
     env.update(GLOG_v="3", CMAKE_BUILD_PARALLEL_LEVEL=os.environ.get("JOBS", "2"))
@@ -54,13 +57,21 @@ def test_bench_from_a_wheel_installed_outside_the_checkout(tmp_path):
             cmd.insert(4, "--no-build-isolation")
         _run(cmd, ROOT, env, 3600)
         wheel, = wheels.glob("ms_kvcache-*.whl")
+        # a venv of its own: the running environment may hold an editable install of this checkout, whose
+        # import hook (a .pth file) would win over any PYTHONPATH. Its packages reach the new venv through
+        # a plain path entry in a .pth file, which adds the folder without running the .pth files inside.
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)
+        py = str(venv / "bin" / "python")
+        site = Path(subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                   capture_output=True, text=True, check=True).stdout.strip())
+        parent = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
+        (site / "zz_parent_env.pth").write_text("".join(f"{d}\n" for d in sorted(parent)))
         _run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
              work, env, 600)
-        env["PYTHONPATH"] = str(site)
-        where = _run([sys.executable, "-c", "import ms_kvcache, sys; print(ms_kvcache.__file__); "
+        where = _run([py, "-c", "import ms_kvcache, sys; print(ms_kvcache.__file__); "
                       "print('mindspore' in sys.modules)"], work, env, 120).stdout.split()
-        assert Path(where[0]).is_relative_to(site) and where[1] == "False"
-        exe = [sys.executable, "-m", "ms_kvcache.cli"]
+        assert Path(where[0]).is_relative_to(site) and where[1] == "False", where
+        exe = [py, "-m", "ms_kvcache.cli"]
         assert "bench" in _run(exe + ["--help"], work, env, 120).stdout
         listed = _run(exe + ["bench", "--list"], work, env, 300).stdout.split("\n")
         found = {ln.split()[0]: ln.split()[1] for ln in listed if ln.strip()}
@@ -81,4 +92,4 @@ def test_bench_from_a_wheel_installed_outside_the_checkout(tmp_path):
                 assert sum(1 for c in cells[2:] if c) >= 2, f"blank row: {line}"
     finally:
         shutil.rmtree(wheels, ignore_errors=True)
-        shutil.rmtree(site, ignore_errors=True)
+        shutil.rmtree(venv, ignore_errors=True)
