@@ -18,7 +18,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 __all__ = [
     "TensorSpec", "AttrSpec", "OpSpec", "register", "get_spec", "all_specs",
     "KV_DTYPES", "FLOAT_DTYPES", "INDEX_DTYPES", "SOCS", "dtype_name", "dtype_arg_name",
-    "FP8_DTYPES", "QUANT_CACHE_DTYPES", "CACHE_DTYPES", "kernel_pending",
+    "FP8_DTYPES", "QUANT_CACHE_DTYPES", "kernel_pending",
 ]
 
 #: Cache/data dtypes of the copy ops.
@@ -33,8 +33,6 @@ INDEX_DTYPES = ("int32", "int64")
 FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2")
 #: Dtypes of a quantized cache (the quantizing writes; docs/quantization.md).
 QUANT_CACHE_DTYPES = ("int8",) + FP8_DTYPES
-#: Every cache dtype the byte-moving ops accept (the multi-layer transfers): KV_DTYPES plus float8.
-CACHE_DTYPES = KV_DTYPES + FP8_DTYPES
 #: SoCs the AscendC kernels target (CANN names).
 SOCS = ("Ascend910B1", "Ascend910B3", "Ascend910_9391", "Ascend310P3")
 #: What a SoC lacks, applied to every op's dtype rows. float8: the AscendC Cast to/from fp8_e4m3fn_t /

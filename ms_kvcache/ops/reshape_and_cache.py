@@ -93,7 +93,8 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, cache_la
             ``T..T'-1`` of key/value (padding) are ignored.
         cache_layout (str): ``"BSND"`` (default) or ``"BNSD"``.
         k_scale, v_scale (Tensor | None): keyword only. Static quantization: float32 scales, shape ``[]``
-            (or ``[1]``) per tensor or ``[num_kv_heads, head_size]`` per channel, finite and > 0. The
+            (or ``[1]``) per tensor, ``[num_kv_heads]`` per head or ``[num_kv_heads, head_size]`` per
+            channel, finite and > 0. The
             caches are then int8, float8_e4m3fn or float8_e5m2 and key/value float16, bfloat16 or
             float32. int8: ``q = clamp(round_half_even(x / scale - offset), -128, 127)`` (NaN -> 0),
             read back as ``(q + offset) * scale`` - fused_infer_attention_score's
@@ -105,7 +106,8 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, cache_la
         k_scale_cache, v_scale_cache (Tensor | Parameter | None): keyword only. Dynamic per-token
             quantization instead of static scales: float32 scale caches laid out like the data cache
             with head_size 1 (``[num_blocks, block_size, num_kv_heads, 1]`` for BSND,
-            ``[num_blocks, num_kv_heads, block_size, 1]`` for BNSD), contiguous, written in place: each
+            ``[num_blocks, num_kv_heads, block_size, 1]`` for BNSD; the same without the trailing 1 is
+            accepted; in graph mode Parameters), contiguous, written in place: each
             written token-head gets ``scale = max|x| / 127`` (int8; 448 / 57344 for float8; an all-zero
             row gets scale 0 and codes 0) and ``q`` as above without offset.
 
@@ -117,8 +119,10 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, cache_la
         Slots < 0 and padding rows write nothing, scale cache rows included. The codes are exact
         integers of the formulas above (fp32 division, then round half to even; a float64
         recomputation can differ by one code only where ``x / scale - offset`` lies within fp32
-        rounding of a half-integer). Backends: cpu only for now (the AscendC kernels come later; sim
-        and ascend raise NotImplementedError naming the op).
+        rounding of a half-integer). float8 caches: PyNative only on CPU (MindSpore 2.10 has no CPU
+        float8 Parameter). Backends: cpu only for now (the AscendC kernels come later, issue 19; sim and
+        ascend raise NotImplementedError naming the op). Formulas, conventions and bounds:
+        docs/quantization.md.
 
     Raises:
         TypeError: an argument is not a Tensor, dtypes differ between key/value/caches, or a dtype is

@@ -70,7 +70,7 @@ def reshape_and_cache_merged(key, value, kv_cache, slot_mapping, cache_layout="B
         cache_layout (str): ``"BSND"`` (default) or ``"BNSD"``.
         k_scale, v_scale, k_offset, v_offset, k_scale_cache, v_scale_cache: keyword only; quantized
             writes into an int8 / float8 ``kv_cache``, exactly as :func:`ms_kvcache.reshape_and_cache`
-            (static scales ``[]`` or ``[num_kv_heads, head_size]``; dynamic scale caches
+            (static scales ``[]``, ``[num_kv_heads]`` or ``[num_kv_heads, head_size]``; dynamic scale caches
             ``[num_blocks, block_size, num_kv_heads, 1]`` (BSND) / ``[num_blocks, num_kv_heads,
             block_size, 1]`` (BNSD), one per plane). See docs/quantization.md.
 

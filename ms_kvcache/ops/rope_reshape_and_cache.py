@@ -135,7 +135,8 @@ def rope_reshape_and_cache(positions, query, key, value, cos_sin_cache, key_cach
         k_scale, v_scale, k_offset, v_offset, k_scale_cache, v_scale_cache: keyword only; int8 / float8
             caches: the rotated key (``key_out`` as returned) and the value are quantized into them,
             with the arguments, formulas and errors of :func:`ms_kvcache.reshape_and_cache` (static
-            scales ``[]`` / ``[num_kv_heads, head_size]``, or dynamic scale caches written in place);
+            scales ``[]`` / ``[num_kv_heads]`` / ``[num_kv_heads, head_size]``, or dynamic scale caches
+            written in place);
             see docs/quantization.md. Backend cpu only for now.
 
     Returns:
