@@ -631,3 +631,17 @@ def test_routing_is_cheap_and_exact():
     assert not _quant.routes(k, Tensor(np.zeros((1,), np.float32)), None)
 
 
+
+
+def test_kernel_coverage_flags_both_mismatches(tmp_path):
+    """_structure.kernel_coverage: a pending op that gained op_kernel/<op>.cpp must drop its marker; an op
+    without the marker must have its kernel file; this checkout is consistent."""
+    from ms_kvcache import _structure
+    specs = [_spec.get_spec("reshape_and_cache_quant"), _spec.get_spec("reshape_and_cache")]
+    (tmp_path / "op_kernel").mkdir()
+    (tmp_path / "op_kernel" / "reshape_and_cache_quant.cpp").write_text("")
+    out = _structure.kernel_coverage(tmp_path, specs)
+    assert any("MskvReshapeAndCacheQuant: op_kernel/reshape_and_cache_quant.cpp exists" in line for line in out), out
+    assert any("MskvReshapeAndCache: no op_kernel/reshape_and_cache.cpp" in line for line in out), out
+    root = _structure.Path(_structure.__file__).resolve().parent.parent
+    assert _structure.kernel_coverage(root, _spec.all_specs()) == []
