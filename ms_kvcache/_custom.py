@@ -198,9 +198,18 @@ class InplaceCustom(ops.Custom):
         #: (flat input index, argument name) of every tensor this instance writes; an instance made by a
         #: graph branch (the default) refuses, in its infer step, a written tensor that is not a Parameter
         #: (see :func:`check_written_are_parameters`); :func:`eager_op` turns that off for its instances
-        self.written_args = _written_args(spec, counts, attrs)
+        #: public op name and argument renames for the messages (``public_names`` of an internal op such as
+        #: the quantizing writes: ``reshape_and_cache_quant`` with kv_format MERGED is ``reshape_and_cache_merged``
+        #: and its ``key_cache`` is ``kv_cache``)
+        names = type(self).public_names
+        self.public_op, renames = names(attrs) if names is not None else (spec.name, {})
+        self.written_args = tuple((i, renames.get(n, n)) for i, n in _written_args(spec, counts, attrs))
         self.require_parameters = True
         _set_alias_attrs(self, spec, counts, attrs)
+        if renames or self.public_op != spec.name:
+            if self.get_attr_dict().get("mskv_op_name") is not None:
+                self.add_prim_attr("mskv_op_name", self.public_op)
+                self.add_prim_attr("mskv_arg_names", ";".join(renames.get(n, n) for n in _display_names(spec, counts)))
         #: attribute values the primitive takes as trailing inputs (spec order), () if none
         self.attr_inputs = tuple(attrs[a.name] for a in spec.attrs) if n_attr else ()
         pyboost = getattr(self, "custom_pyboost", None)
@@ -211,10 +220,14 @@ class InplaceCustom(ops.Custom):
             for key, value in self.get_attr_dict().items():
                 pyboost.add_prim_attr(key, value)
 
+    #: optional ``staticmethod(attrs -> (public op name, {argument: public argument name}))`` set on the
+    #: class of an internal op (see __init__)
+    public_names = None
+
     def __infer__(self, *args):
         out = super().__infer__(*args)  # shape / dtype checks of the infer functions first
         if self.require_parameters:
-            check_written_are_parameters(self.SPEC.name, self.written_args, args)
+            check_written_are_parameters(self.public_op, self.written_args, args)
         return out
 
 

@@ -505,3 +505,31 @@ def test_graph_mode_list_index_argument_names_the_op(op, rng):
             ListArgCell(case, args, i)()
         for a, b in zip(_snapshot(args), before):
             assert_bits_equal(a, b, "nothing written")
+
+
+class QuantSliceCell(nn.Cell):
+    """A quantizing write (int8 cache, static scales) into a slice of a Parameter."""
+
+    def __init__(self, merged):
+        super().__init__()
+        self.merged = merged
+        self.kv = Parameter(Tensor(np.zeros((2, 2, 4, 8, 2, 16), np.int8)), name=f"quant_kv_{merged}")
+        self.vc = Parameter(Tensor(np.zeros((4, 8, 2, 16), np.int8)), name=f"quant_vc_{merged}")
+
+    def construct(self, k, s, sc):
+        if self.merged:
+            return mk.reshape_and_cache_merged(k, k, self.kv[0], s, k_scale=sc, v_scale=sc)
+        return mk.reshape_and_cache(k, k, self.kv[0][0], self.vc, s, k_scale=sc, v_scale=sc)
+
+
+@pytest.mark.parametrize("merged", [False, True])
+def test_graph_mode_quantized_write_into_a_slice_names_the_public_op(merged):
+    """The quantizing writes route to internal primitives (reshape_and_cache_quant): the refusal names the
+    public op and its argument (kv_cache for the merged form), and nothing is written."""
+    with ms_mode("graph"), backend("cpu"):
+        net = QuantSliceCell(merged)
+        op, arg = ("reshape_and_cache_merged", "kv_cache") if merged else ("reshape_and_cache", "key_cache")
+        with pytest.raises(TypeError, match=rf"^{op}: argument '{arg}': " + NOT_A_PARAM):
+            net(Tensor(np.ones((3, 2, 16), np.float16)), Tensor(np.array([0, 1, 2], np.int32)),
+                Tensor(np.array([0.1], np.float32)))
+        assert not to_np(net.kv).any() and not to_np(net.vc).any()
