@@ -1,22 +1,27 @@
 #!/usr/bin/env python
 """Benchmark of the copy operators on the cpu backend (CPU figures of the machine it runs on).
 
-Llama-3-8B-like shapes: 8 KV heads, head_size 128, bfloat16, block_size 128, T new tokens scattered over
-the cache by a random slot permutation. For each T it measures, in one run:
+Every copy op is timed, interleaved in one run, against baselines doing the same memory work:
 
-- reshape_and_cache through the MindSpore op (PyNative; GB/s of K+V rows written),
-- a plain memcpy of the same bytes (numpy copy of one contiguous buffer; single thread),
-- numpy fancy-index assignment into numpy caches (``kc[slots] = key``; uint16 view of the bf16 data),
-- MindSpore's in-place ``ops.scatter_update`` on Parameters (no bf16 kernel on CPU: float16, same bytes),
-- MindSpore's ``param[idx] = value`` (Tensor setitem on the Parameter; float16 like scatter_update),
+- memcpy: a numpy copy of the op's payload bytes (one thread) between buffers as large as the op's
+  source and destination footprint, rotated over the same K regions as the op's slots / blocks;
+- numpy: numpy fancy-index assignment of the same rows / blocks (``cache[slots] = rows``), same rotation.
 
-and the per-call overhead at T = 1 in PyNative and in a GRAPH_MODE Cell, next to ``ops.add``, and the
-per-call time against the cache size (256 KiB vs 256 MiB; ``--ops no_copy``).
-A few more rows give the other copy ops' bandwidth against memcpy.
+Rotation = each timed call (op and baseline alike) uses the next of K disjoint sets of slots (blocks),
+which together cover the caches: a call writes memory no call touched for >= ``COLD_BYTES`` (64 MiB),
+as a KV cache is written in inference (never-read-back rows of a cache far larger than the CPU
+caches), so the op and its baselines see the same (cold) cache state. The ratio ``op/memcpy`` is
+memcpy time / op time. Shapes: Llama-3-8B (8 KV heads x 128, bf16, block_size 128) for
+reshape_and_cache(_merged), copy_blocks and swap_blocks; DeepSeek-V3 MLA (kv_lora_rank 512, rope 64,
+block_size 64) for concat_and_cache_mla.
+
+reshape_and_cache's table also has MindSpore's ``ops.scatter_update`` and ``param[idx] = value`` (float16:
+no bf16 CPU kernel), the per-call overhead at T = 1 in PyNative and in a GRAPH_MODE Cell next to
+``ops.add``, and the per-call time against the cache size (``--ops no_copy``).
 
     python scripts/bench_copy.py               # full table
     python scripts/bench_copy.py --quick       # fewer sizes and repetitions
-    python scripts/bench_copy.py --json out.json --csv out.csv
+    python scripts/bench_copy.py --ops concat_and_cache_mla,swap_blocks --json out.json --csv out.csv
 
 ``run(ops=None, quick=False) -> list[dict]`` is the programmatic entry (used by ``ms-kvcache bench``).
 """
@@ -32,10 +37,27 @@ os.environ.setdefault("GLOG_v", "3")
 import numpy as np  # noqa: E402
 
 HEADS, HEAD_SIZE, BLOCK_SIZE = 8, 128, 128
-TOKENS = (1, 16, 256, 4096, 16384)
+MLA_RANK, MLA_ROPE, MLA_BLOCK_SIZE = 512, 64, 64
+TOKENS = (1, 16, 256, 1024, 4096, 16384)
 QUICK_TOKENS = (1, 256, 4096)
+OTHER_TOKENS = (1024, 4096, 16384)
+QUICK_OTHER_TOKENS = (4096,)
+SWAP_BLOCKS = (16, 64)
+QUICK_SWAP_BLOCKS = (32,)
+COPY_LAYERS, COPY_PAIRS = 4, (16,)
 ALL_OPS = ("reshape_and_cache", "overhead", "no_copy", "reshape_and_cache_merged", "concat_and_cache_mla",
            "copy_blocks", "swap_blocks")
+
+#: Each timed call writes memory that no call touched for at least this many bytes (see the docstring).
+COLD_BYTES = 64 << 20
+#: At most this many slot / block sets per case (T = 1 would need 16384 for 64 MiB).
+MAX_ROTATIONS = 64
+
+#: The baseline of every ratio, in one line (printed under each table and quoted by README).
+BASELINE_LINE = ("baseline = memcpy of the op's payload bytes (numpy, 1 thread) from buffers as large as the op's "
+                 "sources to one as large as its caches, both rotated over the same K disjoint regions "
+                 f"(>= {COLD_BYTES >> 20} MiB per cycle: every call writes cold memory); op/memcpy = memcpy time / op "
+                 "time; x numpy = numpy fancy-index assignment of the same rows (same rotation) / op time")
 
 
 def _ms():
@@ -92,10 +114,30 @@ def _polite_sync(anchor):
     anchor.asnumpy()
 
 
+def _no_sync():
+    pass
+
+
 def _inner_for(nbytes):
     """Calls per timed round: ~20 ms of work and at least 8 calls, so that the one pipeline sync closing
     a PyNative round (~1-4 ms on this 2-core machine, MindSpore's worker threads spin) is amortised."""
     return int(max(8, min(2000, 20e6 / max(nbytes, 1))))
+
+
+def _rotations(payload):
+    """K: the number of disjoint slot / block sets a case cycles through (K * payload >= COLD_BYTES)."""
+    return int(min(MAX_ROTATIONS, max(2, -(-COLD_BYTES // max(1, payload)))))
+
+
+class _Cycle:
+    """A call of ``fn(k)`` with k = 0, 1, ..., K-1, 0, ...: one rotation variant per call."""
+
+    def __init__(self, k, fn):
+        self.k, self.fn, self.i = k, fn, 0
+
+    def __call__(self):
+        self.fn(self.i)
+        self.i = self.i + 1 if self.i + 1 < self.k else 0
 
 
 def _bf16(shape, rng):
@@ -111,87 +153,122 @@ def _tensor(a, ms_dtype=None):
     return ms.Tensor(a)
 
 
+def _param(shape, name, rng=None):
+    """A bfloat16 Parameter in MindSpore-owned host memory (zeros, or random bits with ``rng``). The op's
+    caches and the baselines' buffers are all made here, so they get the same kind of memory."""
+    ms = _ms()
+    from mindspore import Parameter
+
+    p = Parameter(ms.Tensor(np.zeros(shape, np.float32), dtype=ms.bfloat16), name=name)
+    if rng is not None:
+        v = _u8(p)
+        v[:] = np.frombuffer(rng.bytes(v.size), np.uint8)
+    return p
+
+
+def _u8(t):
+    """The bytes of a CPU tensor as a writable flat uint8 numpy view (``asnumpy()`` of a host tensor is a
+    view of its memory in MindSpore 2.10: no copy, writes are seen by the tensor)."""
+    v = t.asnumpy()
+    return v.view(np.uint8).reshape(-1)
+
+
+def _slot_sets(rng, num_slots, k, t):
+    """K disjoint random sets of T slots out of [0, num_slots), as an int64 [K, T] array."""
+    return rng.permutation(num_slots)[:k * t].reshape(k, t).astype(np.int64)
+
+
 def bench_reshape_and_cache(tokens, reps, rng):
-    """One row per T: op vs memcpy vs numpy fancy index vs scatter_update vs setitem."""
+    """One row per T: op vs memcpy vs numpy fancy index vs scatter_update vs setitem, all rotated over the
+    same K slot sets (see the module docstring)."""
     ms = _ms()
     from mindspore import Parameter, ops
 
     import ms_kvcache
 
     rows = []
-    max_t = max(tokens)
-    nb = (max_t + BLOCK_SIZE - 1) // BLOCK_SIZE + 32
-    num_slots = nb * BLOCK_SIZE
-    shape = (nb, BLOCK_SIZE, HEADS, HEAD_SIZE)
-    kc = Parameter(ms.Tensor(np.zeros(shape, np.float32), dtype=ms.bfloat16), name="bench_kc")
-    vc = Parameter(ms.Tensor(np.zeros(shape, np.float32), dtype=ms.bfloat16), name="bench_vc")
-    kc16 = Parameter(ms.Tensor(np.zeros((num_slots, HEADS, HEAD_SIZE), np.float16)), name="bench_kc16")
-    vc16 = Parameter(ms.Tensor(np.zeros((num_slots, HEADS, HEAD_SIZE), np.float16)), name="bench_vc16")
-    np_kc = np.zeros((num_slots, HEADS, HEAD_SIZE), np.uint16)
-    np_vc = np.zeros_like(np_kc)
-
-    def sync():
-        _polite_sync(kc)
-
-    def spin_sync():
-        kc.asnumpy()
-
+    row_bytes = HEADS * HEAD_SIZE * 2
     for t in tokens:
+        nbytes = 2 * t * row_bytes  # K and V rows written
+        k = _rotations(nbytes)
+        nb = -(-k * t // BLOCK_SIZE)
+        num_slots = nb * BLOCK_SIZE
+        shape = (nb, BLOCK_SIZE, HEADS, HEAD_SIZE)
+        kc, vc = _param(shape, f"rac_kc{t}"), _param(shape, f"rac_vc{t}")
         key_np, value_np = _bf16((t, HEADS, HEAD_SIZE), rng), _bf16((t, HEADS, HEAD_SIZE), rng)
         key, value = _tensor(key_np, ms.bfloat16), _tensor(value_np, ms.bfloat16)
-        slots_np = rng.permutation(num_slots)[:t].astype(np.int64)
-        slots = ms.Tensor(slots_np)
-        nbytes = 2 * t * HEADS * HEAD_SIZE * 2  # K and V rows written
+        sets = _slot_sets(rng, num_slots, k, t)
+        slots = [ms.Tensor(s) for s in sets]
         inner = _inner_for(nbytes)
-        src = np.frombuffer(rng.bytes(nbytes), np.uint8)
-        dst = np.empty_like(src)
+
+        # memcpy: the op's own key / value bytes into a buffer of the caches' size, region i of K
+        src_k, src_v = _u8(key), _u8(value)
+        mem_dst = _u8(_param((2 * num_slots * HEADS * HEAD_SIZE,), f"rac_md{t}"))
+        half = t * row_bytes
+        regions = [(mem_dst[i * nbytes:i * nbytes + half], mem_dst[i * nbytes + half:(i + 1) * nbytes])
+                   for i in range(k)]
+
+        def memcpy(i, regions=regions, src_k=src_k, src_v=src_v):
+            np.copyto(regions[i][0], src_k)
+            np.copyto(regions[i][1], src_v)
+
+        # numpy: fancy-index assignment into caches of the same shape (uint16 views of bf16 Parameters)
+        np_kc = _u8(_param(shape, f"rac_nk{t}")).view(np.uint16).reshape(num_slots, HEADS, HEAD_SIZE)
+        np_vc = _u8(_param(shape, f"rac_nv{t}")).view(np.uint16).reshape(num_slots, HEADS, HEAD_SIZE)
         k16, v16 = key_np.view(np.uint16), value_np.view(np.uint16)
 
-        def fancy():
-            np_kc[slots_np] = k16
-            np_vc[slots_np] = v16
+        def fancy(i, sets=sets, np_kc=np_kc, np_vc=np_vc, k16=k16, v16=v16):
+            np_kc[sets[i]] = k16
+            np_vc[sets[i]] = v16
 
-        def op():
-            ms_kvcache.reshape_and_cache(key, value, kc, vc, slots)
+        def op(i, key=key, value=value, kc=kc, vc=vc, slots=slots):
+            ms_kvcache.reshape_and_cache(key, value, kc, vc, slots[i])
+
+        def sync(kc=kc):
+            _polite_sync(kc)
 
         best = _timeit_interleaved({
-            "op": (op, sync, inner),
-            "memcpy": (lambda: np.copyto(dst, src), lambda: None, inner),
-            "numpy": (fancy, lambda: None, inner),
-        }, reps + 2)
+            "op": (_Cycle(k, op), sync, inner),
+            "memcpy": (_Cycle(k, memcpy), _no_sync, inner),
+            "numpy": (_Cycle(k, fancy), _no_sync, inner),
+        }, reps + 2, warmup=k)
         t_op, t_memcpy, t_numpy = best["op"], best["memcpy"], best["numpy"]
-        t_op_spin = _timeit(op, spin_sync, max(1, reps // 2), inner)
+        t_op_spin = _timeit(_Cycle(k, op), lambda kc=kc: kc.asnumpy(), max(1, reps // 2), inner, warmup=k)
 
+        kc16 = Parameter(ms.Tensor(np.zeros((num_slots, HEADS, HEAD_SIZE), np.float16)), name=f"rac_k16_{t}")
+        vc16 = Parameter(ms.Tensor(np.zeros((num_slots, HEADS, HEAD_SIZE), np.float16)), name=f"rac_v16_{t}")
         key16, value16 = ms.Tensor(key_np.astype(np.float16)), ms.Tensor(value_np.astype(np.float16))
-        idx32 = ms.Tensor(slots_np.astype(np.int32))
+        idx32 = [ms.Tensor(s.astype(np.int32)) for s in sets]
 
-        def scatter():
-            ops.scatter_update(kc16, idx32, key16)
-            ops.scatter_update(vc16, idx32, value16)
+        def scatter(i, kc16=kc16, vc16=vc16, key16=key16, value16=value16, idx32=idx32):
+            ops.scatter_update(kc16, idx32[i], key16)
+            ops.scatter_update(vc16, idx32[i], value16)
 
-        t_scatter = _timeit(scatter, lambda: _polite_sync(kc16), reps, _inner_for(nbytes) if t >= 256 else 20)
+        t_scatter = _timeit(_Cycle(k, scatter), lambda kc16=kc16: _polite_sync(kc16), reps,
+                            inner if t >= 256 else 20, warmup=k)
 
-        def setitem():
-            kc16[idx32] = key16
-            vc16[idx32] = value16
+        def setitem(i, kc16=kc16, vc16=vc16, key16=key16, value16=value16, idx32=idx32):
+            kc16[idx32[i]] = key16
+            vc16[idx32[i]] = value16
 
         setitem_reps = reps if t <= 256 else max(1, reps // 2)
-        t_setitem = _timeit(setitem, lambda: _polite_sync(kc16), setitem_reps, 1 if t > 16 else 10)
+        t_setitem = _timeit(_Cycle(k, setitem), lambda kc16=kc16: _polite_sync(kc16), setitem_reps,
+                            1 if t > 16 else 10, warmup=1)
 
-        # correctness spot check of the op itself (last token)
-        b, o = divmod(int(slots_np[-1]), BLOCK_SIZE)
-        got = np.asarray(kc.asnumpy()[b, o]).view(np.uint16)
-        ok = np.array_equal(got.reshape(-1), k16[-1].reshape(-1))
+        # correctness of the op itself: the rows of slot set 0 (no later set overwrites them)
+        got = _u8(kc).view(np.uint16).reshape(num_slots, HEADS, HEAD_SIZE)[sets[0]]
+        ok = bool(np.array_equal(got, k16))
         rows.append({
-            "bench": "reshape_and_cache", "T": t, "dtype": "bfloat16", "bytes": nbytes,
+            "bench": "reshape_and_cache", "T": t, "dtype": "bfloat16", "bytes": nbytes, "rotations": k,
             "op_us": t_op * 1e6, "op_gbps": nbytes / t_op / 1e9, "op_gbps_spin_sync": nbytes / t_op_spin / 1e9,
             "memcpy_us": t_memcpy * 1e6, "memcpy_gbps": nbytes / t_memcpy / 1e9,
             "ratio_to_memcpy": t_memcpy / t_op,
             "numpy_fancy_us": t_numpy * 1e6, "speedup_vs_numpy": t_numpy / t_op,
             "scatter_update_fp16_us": t_scatter * 1e6, "speedup_vs_scatter_update": t_scatter / t_op,
             "setitem_fp16_us": t_setitem * 1e6, "speedup_vs_setitem": t_setitem / t_op,
-            "cache_mib": 2 * kc.size * 2 / 2**20, "correct": bool(ok),
+            "cache_mib": 2 * kc.size * 2 / 2**20, "correct": ok,
         })
+        del kc, vc, kc16, vc16, np_kc, np_vc, mem_dst, regions
     return rows
 
 
@@ -280,57 +357,153 @@ def bench_no_copy(reps, rng):
     return rows
 
 
-def bench_other_ops(selected, reps, rng, t=4096):
-    """Bandwidth of the other copy ops against a memcpy of the same bytes (bf16, Llama-like shapes)."""
+def _measure(rows, name, shape, tokens, nbytes, k, op, anchor, memcpy, fancy, reps, check, footprint):
+    """Time op / memcpy / numpy (each a function of the rotation index), interleaved; append one row."""
+    inner = _inner_for(nbytes)
+    best = _timeit_interleaved({"op": (_Cycle(k, op), lambda: _polite_sync(anchor), inner),
+                                "memcpy": (_Cycle(k, memcpy), _no_sync, inner),
+                                "numpy": (_Cycle(k, fancy), _no_sync, inner)}, reps + 2, warmup=k)
+    t_op, t_mem, t_np = best["op"], best["memcpy"], best["numpy"]
+    rows.append({"bench": name, "shape": shape, "T": tokens, "dtype": "bfloat16", "bytes": nbytes, "rotations": k,
+                 "footprint_mib": footprint / 2**20, "op_us": t_op * 1e6, "op_gbps": nbytes / t_op / 1e9,
+                 "memcpy_us": t_mem * 1e6, "memcpy_gbps": nbytes / t_mem / 1e9, "ratio_to_memcpy": t_mem / t_op,
+                 "numpy_fancy_us": t_np * 1e6, "speedup_vs_numpy": t_np / t_op, "correct": bool(check())})
+
+
+def _slot_case(rows, name, label, t, planes, k, num_slots, op, anchor, reps, rng, tag):
+    """A slot-scatter op: ``planes`` = [(source tensor, cache Parameter, row bytes, byte offset of the plane in
+    that cache)], ``op(slot tensor)`` runs the op."""
     ms = _ms()
-    from mindspore import Parameter
+    nbytes = t * sum(p[2] for p in planes)
+    sets = _slot_sets(rng, num_slots, k, t)
+    slots = [ms.Tensor(s) for s in sets]
+    srcs = [_u8(p[0]) for p in planes]
+    cache_bytes = sum(num_slots * p[2] for p in planes)
+    mem_dst = _u8(_param((cache_bytes // 2,), f"{tag}_md"))
+    regions = []
+    for i in range(k):
+        off, reg = i * nbytes, []
+        for src in srcs:
+            reg.append(mem_dst[off:off + src.size])
+            off += src.size
+        regions.append(reg)
+    np_caches = [_u8(_param((num_slots * rb // 2,), f"{tag}_np{j}")).reshape(num_slots, rb)
+                 for j, (_, _, rb, _) in enumerate(planes)]
+    np_srcs = [src.reshape(t, p[2]) for src, p in zip(srcs, planes)]
+
+    def memcpy(i):
+        for dst, src in zip(regions[i], srcs):
+            np.copyto(dst, src)
+
+    def fancy(i):
+        for c, s in zip(np_caches, np_srcs):
+            c[sets[i]] = s
+
+    def check():
+        return all(np.array_equal(_u8(c)[off:off + num_slots * rb].reshape(num_slots, rb)[sets[0]], s)
+                   for (_, c, rb, off), s in zip(planes, np_srcs))
+
+    _measure(rows, name, label, t, nbytes, k, lambda i: op(slots[i]), anchor, memcpy, fancy, reps, check,
+             cache_bytes + nbytes)
+
+
+def _block_sets(rng, k, n, extra=0):
+    """K disjoint sets of n block ids (a random order of K*n blocks, plus `extra` more ids for a second
+    disjoint family): int64 [K, n] (and [K, n] of the next K*n ids when extra)."""
+    perm = rng.permutation(k * n * (2 if extra else 1))
+    if extra:
+        return perm[:k * n].reshape(k, n), perm[k * n:].reshape(k, n)
+    return perm.reshape(k, n)
+
+
+def bench_other_ops(selected, reps, rng, tokens=OTHER_TOKENS, swap_blocks=SWAP_BLOCKS, copy_pairs=COPY_PAIRS):
+    """The other copy ops against the same-footprint memcpy and numpy baselines (module docstring)."""
+    ms = _ms()
 
     import ms_kvcache
 
     rows = []
-    nb = t // BLOCK_SIZE + 16
-    slots = ms.Tensor(rng.permutation(nb * BLOCK_SIZE)[:t].astype(np.int64))
-
-    def bf(shape):
-        return ms.Tensor(_bf16(shape, rng).astype(np.float32), dtype=ms.bfloat16)
-
-    cases = {}
+    row_bytes = HEADS * HEAD_SIZE * 2
+    block = BLOCK_SIZE * HEADS * HEAD_SIZE
     if "reshape_and_cache_merged" in selected:
-        kv = Parameter(bf((2, nb, BLOCK_SIZE, HEADS, HEAD_SIZE)), name="o_kv")
-        k, v = bf((t, HEADS, HEAD_SIZE)), bf((t, HEADS, HEAD_SIZE))
-        cases["reshape_and_cache_merged"] = (lambda k=k, v=v, kv=kv: ms_kvcache.reshape_and_cache_merged(k, v, kv, slots),
-                                             2 * t * HEADS * HEAD_SIZE * 2, kv, f"T={t}")
+        for t in tokens:
+            k = _rotations(2 * t * row_bytes)
+            nb = -(-k * t // BLOCK_SIZE)
+            kv = _param((2, nb, BLOCK_SIZE, HEADS, HEAD_SIZE), f"m_kv{t}")
+            key, value = _tensor(_bf16((t, HEADS, HEAD_SIZE), rng), ms.bfloat16), _tensor(_bf16((t, HEADS, HEAD_SIZE), rng), ms.bfloat16)
+            plane = nb * BLOCK_SIZE * row_bytes  # V plane offset in kv_cache
+            _slot_case(rows, "reshape_and_cache_merged", f"Llama-3-8B T={t}", t,
+                       [(key, kv, row_bytes, 0), (value, kv, row_bytes, plane)], k, nb * BLOCK_SIZE,
+                       lambda s, key=key, value=value, kv=kv: ms_kvcache.reshape_and_cache_merged(key, value, kv, s),
+                       kv, reps, rng, f"m{t}")
     if "concat_and_cache_mla" in selected:
-        cc, pc = Parameter(bf((nb, BLOCK_SIZE, 512)), name="o_cc"), Parameter(bf((nb, BLOCK_SIZE, 64)), name="o_pc")
-        kv_c, k_pe = bf((t, 512)), bf((t, 64))
-        cases["concat_and_cache_mla"] = (lambda a=kv_c, b=k_pe, c=cc, d=pc: ms_kvcache.concat_and_cache_mla(a, b, c, d, slots),
-                                         t * 576 * 2, cc, f"T={t}, rank 512 + rope 64")
+        for t in tokens:
+            rb_c, rb_p = MLA_RANK * 2, MLA_ROPE * 2
+            k = _rotations(t * (rb_c + rb_p))
+            nb = -(-k * t // MLA_BLOCK_SIZE)
+            cc = _param((nb, MLA_BLOCK_SIZE, MLA_RANK), f"mla_cc{t}")
+            pc = _param((nb, MLA_BLOCK_SIZE, MLA_ROPE), f"mla_pc{t}")
+            kv_c, k_pe = _tensor(_bf16((t, MLA_RANK), rng), ms.bfloat16), _tensor(_bf16((t, MLA_ROPE), rng), ms.bfloat16)
+            _slot_case(rows, "concat_and_cache_mla", f"DeepSeek-V3 R=512 P=64 bs=64 T={t}", t,
+                       [(kv_c, cc, rb_c, 0), (k_pe, pc, rb_p, 0)], k, nb * MLA_BLOCK_SIZE,
+                       lambda s, a=kv_c, b=k_pe, c=cc, d=pc: ms_kvcache.concat_and_cache_mla(a, b, c, d, s),
+                       cc, reps, rng, f"mla{t}")
     if "copy_blocks" in selected:
-        layers, n = 8, 8
-        keys = [Parameter(bf((64, BLOCK_SIZE, HEADS, HEAD_SIZE)), name=f"o_k{i}") for i in range(layers)]
-        vals = [Parameter(bf((64, BLOCK_SIZE, HEADS, HEAD_SIZE)), name=f"o_v{i}") for i in range(layers)]
-        bm = ms.Tensor(np.stack([np.arange(n), np.arange(n) + 32], 1).astype(np.int64))
-        block = BLOCK_SIZE * HEADS * HEAD_SIZE * 2
-        cases["copy_blocks"] = (lambda k=keys, v=vals, m=bm: ms_kvcache.copy_blocks(k, v, m), 2 * layers * n * block, keys[0],
-                                f"L={layers}, {n} pairs")
+        for n in copy_pairs:
+            layers = COPY_LAYERS
+            nbytes = 2 * layers * n * block * 2
+            k = _rotations(nbytes)
+            nb = 2 * k * n
+            src_ids, dst_ids = _block_sets(rng, k, n, extra=1)
+            maps = [ms.Tensor(np.stack([src_ids[i], dst_ids[i]], 1).astype(np.int64)) for i in range(k)]
+            caches = [_param((nb, BLOCK_SIZE, HEADS, HEAD_SIZE), f"cb_c{n}_{j}", rng) for j in range(2 * layers)]
+            keys, vals = caches[:layers], caches[layers:]
+            # reference contents of the source blocks of set 0 (never written: sources and destinations are disjoint)
+            views = [_u8(c).reshape(nb, block * 2) for c in caches]
+            want = [v[src_ids[0]].copy() for v in views]
+            mem_src = _u8(_param((k * nbytes // 2,), f"cb_ms{n}", rng))
+            mem_dst = _u8(_param((k * nbytes // 2,), f"cb_md{n}"))
+            np_views = [_u8(_param((nb, BLOCK_SIZE, HEADS, HEAD_SIZE), f"cb_np{n}_{j}", rng)).reshape(nb, block * 2)
+                        for j in range(2 * layers)]
+
+            def memcpy(i, mem_src=mem_src, mem_dst=mem_dst, nbytes=nbytes):
+                np.copyto(mem_dst[i * nbytes:(i + 1) * nbytes], mem_src[i * nbytes:(i + 1) * nbytes])
+
+            def fancy(i, np_views=np_views, src_ids=src_ids, dst_ids=dst_ids):
+                for v in np_views:
+                    v[dst_ids[i]] = v[src_ids[i]]
+
+            def check(views=views, want=want, dst_ids=dst_ids):
+                return all(np.array_equal(v[dst_ids[0]], w) for v, w in zip(views, want))
+
+            _measure(rows, "copy_blocks", f"Llama-3-8B L={layers}, {n} pairs", n, nbytes, k,
+                     lambda i, keys=keys, vals=vals, maps=maps: ms_kvcache.copy_blocks(keys, vals, maps[i]),
+                     keys[0], memcpy, fancy, reps, check, 2 * layers * nb * block * 2)
     if "swap_blocks" in selected:
-        n = 32
-        src = Parameter(bf((64, BLOCK_SIZE, HEADS, HEAD_SIZE)), name="o_src")
-        dst = Parameter(bf((48, BLOCK_SIZE, HEADS, HEAD_SIZE)), name="o_dst")
-        bm = ms.Tensor(np.stack([rng.permutation(64)[:n], rng.permutation(48)[:n]], 1).astype(np.int64))
-        cases["swap_blocks"] = (lambda a=src, b=dst, m=bm: ms_kvcache.swap_blocks(a, b, m), n * BLOCK_SIZE * HEADS * HEAD_SIZE * 2,
-                                dst, f"{n} blocks")
-    # (every lambda binds its tensors as defaults: the cases reuse variable names)
-    for name, (fn, nbytes, anchor, what) in cases.items():
-        inner = _inner_for(nbytes)
-        src_b = np.frombuffer(rng.bytes(nbytes), np.uint8)
-        dst_b = np.empty_like(src_b)
-        best = _timeit_interleaved({"op": (fn, lambda a=anchor: _polite_sync(a), inner),
-                                    "memcpy": (lambda: np.copyto(dst_b, src_b), lambda: None, inner)}, reps + 2)
-        t_op, t_mem = best["op"], best["memcpy"]
-        rows.append({"bench": name, "shape": what, "dtype": "bfloat16", "bytes": nbytes, "op_us": t_op * 1e6,
-                     "op_gbps": nbytes / t_op / 1e9, "memcpy_gbps": nbytes / t_mem / 1e9,
-                     "ratio_to_memcpy": t_mem / t_op})
+        for n in swap_blocks:
+            nbytes = n * block * 2
+            k = _rotations(nbytes)
+            src_ids, dst_ids = _block_sets(rng, k, n), _block_sets(rng, k, n)
+            maps = [ms.Tensor(np.stack([src_ids[i], dst_ids[i]], 1).astype(np.int64)) for i in range(k)]
+            shape = (k * n, BLOCK_SIZE, HEADS, HEAD_SIZE)
+            src, dst = _param(shape, f"sw_s{n}", rng), _param(shape, f"sw_d{n}")
+            src_v, dst_v = _u8(src).reshape(k * n, block * 2), _u8(dst).reshape(k * n, block * 2)
+            mem_src = _u8(src)  # the op's own source cache, read region i of K
+            mem_dst = _u8(_param(shape, f"sw_md{n}"))
+            np_dst = _u8(_param(shape, f"sw_np{n}")).reshape(k * n, block * 2)
+
+            def memcpy(i, mem_src=mem_src, mem_dst=mem_dst, nbytes=nbytes):
+                np.copyto(mem_dst[i * nbytes:(i + 1) * nbytes], mem_src[i * nbytes:(i + 1) * nbytes])
+
+            def fancy(i, np_dst=np_dst, src_v=src_v, src_ids=src_ids, dst_ids=dst_ids):
+                np_dst[dst_ids[i]] = src_v[src_ids[i]]
+
+            def check(src_v=src_v, dst_v=dst_v, src_ids=src_ids, dst_ids=dst_ids):
+                return np.array_equal(dst_v[dst_ids[0]], src_v[src_ids[0]])
+
+            _measure(rows, "swap_blocks", f"Llama-3-8B {n} blocks", n, nbytes, k,
+                     lambda i, a=src, b=dst, maps=maps: ms_kvcache.swap_blocks(a, b, maps[i]),
+                     dst, memcpy, fancy, reps, check, 2 * k * nbytes)
     return rows
 
 
@@ -338,14 +511,15 @@ def run(ops=None, quick=False):
     """Run the benchmark; returns one dict per table row.
 
     Args:
-        ops (iterable of str | None): subset of ``ALL_OPS`` ("reshape_and_cache", "overhead",
+        ops (iterable of str | None): subset of ``ALL_OPS`` ("reshape_and_cache", "overhead", "no_copy",
             "reshape_and_cache_merged", "concat_and_cache_mla", "copy_blocks", "swap_blocks"); None = all.
-        quick (bool): fewer token counts and repetitions (~20 s instead of ~1-2 min).
+        quick (bool): fewer sizes and repetitions (~1 min instead of several).
 
     Runs in PyNative on the cpu backend (the MindSpore mode and ms_kvcache backend are restored after).
     Rows: ``bench`` = "reshape_and_cache" (per T: op/memcpy/numpy/scatter_update/setitem times, GB/s,
-    ratios), "overhead" (per mode: op vs ops.add us per call at T = 1), or another op's name (GB/s vs
-    memcpy).
+    ratios), "overhead" (per mode: op vs ops.add us per call at T = 1), "no_copy", or another op's name
+    (per size: op, memcpy and numpy times, GB/s, ``ratio_to_memcpy``, ``speedup_vs_numpy``, ``rotations``
+    K, ``footprint_mib``, ``correct``). Baselines: ``BASELINE_LINE``.
     """
     ms = _ms()
     import ms_kvcache
@@ -367,7 +541,8 @@ def run(ops=None, quick=False):
             rows += bench_overhead(reps, rng)
         if "no_copy" in selected:
             rows += bench_no_copy(reps, rng)
-        rows += bench_other_ops(selected, reps, rng)
+        rows += bench_other_ops(selected, reps, rng, tokens=QUICK_OTHER_TOKENS if quick else OTHER_TOKENS,
+                                swap_blocks=QUICK_SWAP_BLOCKS if quick else SWAP_BLOCKS)
     finally:
         ms.set_context(mode=old_mode)
         ms_kvcache.set_backend(old_backend)
@@ -385,7 +560,8 @@ def _standard_keys(r):
                    bytes=r["bytes"], seconds=r["op_us"] / 1e6, gbps=r["op_gbps"], memcpy_gbps=r["memcpy_gbps"],
                    ratio_memcpy=r["ratio_to_memcpy"],
                    speedup={"numpy fancy index": r["speedup_vs_numpy"],
-                            "scatter_update": r["speedup_vs_scatter_update"], "setitem": r["speedup_vs_setitem"]})
+                            "scatter_update": r["speedup_vs_scatter_update"], "setitem": r["speedup_vs_setitem"]},
+                   note="memcpy: same footprint, cold destination")
     elif kind == "overhead":
         out.update(op="reshape_and_cache", case=f"per-call overhead T=1, {r['mode']}", tokens=1,
                    seconds=r["op_us"] / 1e6, speedup={"ops.add": r["ops_add_us"] / r["op_us"]},
@@ -397,6 +573,11 @@ def _standard_keys(r):
     else:
         out.update(op=kind, case=r["shape"], bytes=r["bytes"], seconds=r["op_us"] / 1e6, gbps=r["op_gbps"],
                    memcpy_gbps=r["memcpy_gbps"], ratio_memcpy=r["ratio_to_memcpy"])
+        if "T" in r:
+            out["tokens"] = r["T"]
+        if "speedup_vs_numpy" in r:
+            out["speedup"] = {"numpy fancy index": r["speedup_vs_numpy"]}
+            out["note"] = "memcpy: same footprint, cold destination"
     return {**r, **out}
 
 
@@ -404,18 +585,20 @@ def format_table(rows):
     out = []
     main = [r for r in rows if r["bench"] == "reshape_and_cache"]
     if main:
-        out.append(f"reshape_and_cache, bf16, {HEADS} KV heads x {HEAD_SIZE}, block_size {BLOCK_SIZE} "
-                   f"(cache {main[0]['cache_mib']:.0f} MiB for K+V), PyNative, cpu backend")
-        out.append(f"{'T':>6} {'bytes':>10} {'op us':>9} {'op GB/s':>8} {'(spin)':>7} {'memcpy GB/s':>11} "
+        out.append(f"reshape_and_cache, bf16, {HEADS} KV heads x {HEAD_SIZE}, block_size {BLOCK_SIZE}, PyNative, "
+                   "cpu backend")
+        out.append(f"{'T':>6} {'bytes':>10} {'K':>3} {'op us':>9} {'op GB/s':>8} {'(spin)':>7} {'memcpy GB/s':>11} "
                    f"{'op/memcpy':>9} {'x numpy':>8} {'x scatter_upd':>13} {'x setitem':>10}")
         for r in main:
-            out.append(f"{r['T']:>6} {r['bytes']:>10} {r['op_us']:>9.1f} {r['op_gbps']:>8.2f} {r['op_gbps_spin_sync']:>7.2f} "
-                       f"{r['memcpy_gbps']:>11.2f} {r['ratio_to_memcpy']:>9.2f} {r['speedup_vs_numpy']:>8.1f} "
-                       f"{r['speedup_vs_scatter_update']:>13.1f} {r['speedup_vs_setitem']:>10.1f}")
-        out.append("  bytes = K+V rows written; op = PyNative call, rounds closed by a sleep-polling wait for the pipeline "
-                   "((spin) = closed by Tensor.asnumpy(), whose busy-wait takes a core); memcpy = numpy copy of one "
-                   "contiguous buffer of the same bytes (1 thread); x numpy = numpy fancy-index assignment; "
-                   "scatter_update / setitem in float16 (no bf16 CPU kernel); speed-ups = their time / op time.")
+            out.append(f"{r['T']:>6} {r['bytes']:>10} {r['rotations']:>3} {r['op_us']:>9.1f} {r['op_gbps']:>8.2f} "
+                       f"{r['op_gbps_spin_sync']:>7.2f} {r['memcpy_gbps']:>11.2f} {r['ratio_to_memcpy']:>9.2f} "
+                       f"{r['speedup_vs_numpy']:>8.2f} {r['speedup_vs_scatter_update']:>13.1f} "
+                       f"{r['speedup_vs_setitem']:>10.1f}" + ("" if r["correct"] else "  WRONG VALUES"))
+        out.append("  bytes = K+V rows written; K = slot sets rotated over; op = PyNative call, rounds closed by a "
+                   "sleep-polling wait for the pipeline ((spin) = closed by Tensor.asnumpy(), whose busy-wait takes a "
+                   "core); scatter_update / setitem in float16 (no bf16 CPU kernel), same rotation; speed-ups = their "
+                   "time / op time.")
+        out.append("  " + BASELINE_LINE)
     ovh = [r for r in rows if r["bench"] == "overhead"]
     if ovh:
         out.append("")
@@ -437,10 +620,15 @@ def format_table(rows):
     other = [r for r in rows if r["bench"] not in ("reshape_and_cache", "overhead", "no_copy")]
     if other:
         out.append("")
-        out.append("other copy ops (bf16, PyNative)")
+        out.append("other copy ops (bf16, PyNative, cpu backend)")
+        out.append(f"  {'op':<25} {'case':<38} {'MB':>6} {'K':>3} {'op GB/s':>8} {'memcpy GB/s':>11} "
+                   f"{'op/memcpy':>9} {'x numpy':>8}")
         for r in other:
-            out.append(f"  {r['bench']:>25} {r['shape']:>26}: {r['op_gbps']:6.2f} GB/s, memcpy {r['memcpy_gbps']:6.2f} GB/s, "
-                       f"ratio {r['ratio_to_memcpy']:.2f}")
+            out.append(f"  {r['bench']:<25} {r['shape']:<38} {r['bytes'] / 1e6:>6.2f} {r.get('rotations', ''):>3} "
+                       f"{r['op_gbps']:>8.2f} {r['memcpy_gbps']:>11.2f} {r['ratio_to_memcpy']:>9.2f} "
+                       f"{r.get('speedup_vs_numpy', float('nan')):>8.2f}"
+                       + ("" if r.get("correct", True) else "  WRONG VALUES"))
+        out.append("  MB = payload written per call; " + BASELINE_LINE)
     return "\n".join(out)
 
 
@@ -451,8 +639,12 @@ def main(argv=None):
     p.add_argument("--json", default=None, help="write rows as JSON to this file ('-' = stdout)")
     p.add_argument("--csv", default=None, help="write rows as CSV to this file")
     args = p.parse_args(argv)
+    load = os.getloadavg()
     rows = run(ops=args.ops.split(",") if args.ops else None, quick=args.quick)
+    load_after = os.getloadavg()
     print(format_table(rows))
+    print(f"\nload average (1, 5, 15 min): {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} before, "
+          f"{load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f} after (CPU figures of this machine)")
     if args.json:
         text = json.dumps(rows, indent=1)
         if args.json == "-":
