@@ -9,13 +9,25 @@
 
 namespace mskv {
 
+namespace {
+
+// MS_KVCACHE_STREAM_BYTES if set to a positive number, else `dflt`.
+int64_t StreamBytesFromEnv(int64_t dflt) {
+  const char* env = std::getenv("MS_KVCACHE_STREAM_BYTES");
+  const long long v = env ? std::atoll(env) : 0;
+  return v > 0 ? static_cast<int64_t>(v) : dflt;
+}
+
+}  // namespace
+
 // See stream_copy.h.
 int64_t StreamThresholdBytes() {
-  static const int64_t n = [] {
-    const char* env = std::getenv("MS_KVCACHE_STREAM_BYTES");
-    long long v = env ? std::atoll(env) : 0;
-    return v > 0 ? static_cast<int64_t>(v) : int64_t{8} << 20;  // 8 MiB
-  }();
+  static const int64_t n = StreamBytesFromEnv(int64_t{8} << 20);  // 8 MiB
+  return n;
+}
+
+int64_t CopyStreamThresholdBytes() {
+  static const int64_t n = StreamBytesFromEnv(int64_t{256} << 10);  // 256 KiB
   return n;
 }
 
@@ -40,19 +52,19 @@ inline void WriteRow(const SlotPlane& p, const uint8_t* src, int64_t slot, int64
 }  // namespace
 
 void ScatterSlots(const SlotPlane* planes, int num_planes, const void* slots, DType slot_dtype,
-                  int64_t num_tokens, int64_t num_blocks, int64_t block_size) {
+                  int64_t num_tokens, int64_t num_blocks, int64_t block_size, bool slots_distinct) {
   if (num_tokens <= 0 || num_planes <= 0) return;
   const int64_t num_slots = num_blocks * block_size;
   int64_t token_bytes = 0;
   for (int i = 0; i < num_planes; ++i) token_bytes += planes[i].heads * planes[i].head_bytes;
-  const bool stream = num_tokens * token_bytes >= StreamThresholdBytes();
   const int64_t total = num_tokens * token_bytes;
+  const bool stream = total >= CopyStreamThresholdBytes();
   auto write = [&](int64_t t, int64_t slot) {
     for (int i = 0; i < num_planes; ++i) {
       WriteRow(planes[i], planes[i].src + t * planes[i].src_row_bytes, slot, block_size, stream);
     }
   };
-  if (total < ParallelThresholdBytes() || NumThreads() <= 1 ||
+  if (slots_distinct || total < ParallelThresholdBytes() || NumThreads() <= 1 ||
       SlotsDistinct(slots, DTypeSize(slot_dtype), num_tokens, num_slots)) {
     // No slot repeats (always so in PyNative, where repeats are rejected): split tokens into ranges,
     // which reads the source rows sequentially.
@@ -85,14 +97,14 @@ void ScatterSlots(const SlotPlane* planes, int num_planes, const void* slots, DT
 void ReshapeAndCacheImpl(const uint8_t* key, const uint8_t* value, uint8_t* key_cache,
                          uint8_t* value_cache, const void* slots, DType slot_dtype, int64_t num_tokens,
                          int64_t num_blocks, int64_t block_size, int64_t heads, int64_t head_size,
-                         size_t elem, bool bnsd) {
+                         size_t elem, bool bnsd, bool slots_distinct) {
   const int64_t head_bytes = head_size * static_cast<int64_t>(elem);
   const int64_t row_bytes = heads * head_bytes;
   const SlotPlane planes[2] = {
       {key, row_bytes, key_cache, heads, head_bytes, bnsd},
       {value, row_bytes, value_cache, heads, head_bytes, bnsd},
   };
-  ScatterSlots(planes, 2, slots, slot_dtype, num_tokens, num_blocks, block_size);
+  ScatterSlots(planes, 2, slots, slot_dtype, num_tokens, num_blocks, block_size, slots_distinct);
 }
 
 void CopyBlockPairs(const BlockPlane* planes, int num_planes, int64_t block_bytes, const void* block_mapping,
@@ -110,7 +122,7 @@ void CopyBlockPairs(const BlockPlane* planes, int num_planes, int64_t block_byte
   }
   const int64_t units = num_planes * ranges;
   const int64_t chunk = ((block_bytes / ranges) + 63) / 64 * 64;  // 64-byte aligned range size
-  const bool stream = num_pairs * block_bytes * num_planes >= StreamThresholdBytes();
+  const bool stream = num_pairs * block_bytes * num_planes >= CopyStreamThresholdBytes();
   ParallelFor(units, num_pairs * block_bytes * num_planes, [&](int64_t begin, int64_t end) {
     for (int64_t u = begin; u < end; ++u) {
       const BlockPlane& p = planes[u / ranges];
@@ -146,13 +158,15 @@ void RequireIndexDType(DType d, const char* what) {
 
 bool StrictIndices(const AotArgs& a) { return a.attr_bool("mskv_strict", false); }
 
-void StrictCheckSlots(const AotArgs& a, const void* slots, DType d, int64_t num_tokens, int64_t num_slots) {
-  if (!StrictIndices(a) || num_tokens <= 0) return;
+bool StrictCheckSlots(const AotArgs& a, const void* slots, DType d, int64_t num_tokens, int64_t num_slots) {
+  if (!StrictIndices(a)) return false;
+  if (num_tokens <= 0) return true;
   const IndexIssue e = CheckSlotValues(slots, DTypeSize(d), num_tokens, num_slots);
   if (e.code != 0) {
     throw KernelError(SlotIssueMessage("slot_mapping", e, num_slots) +
                       " (checked at launch: was slot_mapping modified after the call?)");
   }
+  return true;
 }
 
 void StrictCheckBlockMapping(const AotArgs& a, const void* mapping, DType d, int64_t num_pairs,

@@ -6,7 +6,8 @@
 // ownership), so a copy into memory that is not in the CPU caches moves 1.5x its bytes; glibc only
 // streams single copies larger than a fraction of the L3, never the 256 B .. 8 KiB rows of a KV
 // cache. Streaming stores skip that read. They are worth it only when the data written by one call
-// exceeds the CPU caches (the rows are not read back soon): StreamThresholdBytes().
+// exceeds the CPU caches (the rows are not read back soon): StreamThresholdBytes(), or whenever the
+// destination is cold memory anyway: CopyStreamThresholdBytes().
 #pragma once
 
 #include <cstdint>
@@ -61,5 +62,13 @@ inline void StreamFence() {
 // Bytes moved by one call above which the kernels stream their row writes: larger than the
 // last-level cache of small machines. Default 8 MiB; MS_KVCACHE_STREAM_BYTES overrides (kv_copy.cpp).
 int64_t StreamThresholdBytes();
+
+// The same for the copy ops' slot scatter and block copies (kv_copy.cpp), whose destinations (cache
+// rows at scattered slots, whole blocks of a cache) are not in the CPU caches when written and not read
+// back by the op: there streaming pays from a few rows on (README, "Performance of the copy
+// operators": plain row copies into cold memory ran at 0.3-0.5 of a memcpy of the same bytes, streamed
+// ones at 1.0-1.7). Default 256 KiB written per call (below it a call costs less than its launch);
+// MS_KVCACHE_STREAM_BYTES, when set, overrides this threshold too.
+int64_t CopyStreamThresholdBytes();
 
 }  // namespace mskv
