@@ -33,21 +33,42 @@ int64_t CopyStreamThresholdBytes() {
 
 namespace {
 
-// Copy one token's row of a plane into its cache at `slot`. BSND rows are contiguous
-// (heads * head_bytes); BNSD rows are `heads` pieces of head_bytes, block_size rows apart.
-inline void WriteRow(const SlotPlane& p, const uint8_t* src, int64_t slot, int64_t block_size, bool stream) {
-  const int64_t row_bytes = p.heads * p.head_bytes;
+// Where row `slot` of a plane lies in its cache: `pieces` pieces of `piece_bytes`, `stride` bytes
+// apart from `base`. BSND rows are one contiguous piece (heads * head_bytes); BNSD rows are `heads`
+// pieces of head_bytes, block_size rows apart.
+struct RowPlace {
+  uint8_t* base;
+  int64_t pieces;
+  int64_t piece_bytes;
+  int64_t stride;
+};
+
+inline RowPlace PlaceRow(const SlotPlane& p, int64_t slot, int64_t block_size) {
   if (!p.bnsd || p.heads == 1) {
-    StreamCopy(p.cache + slot * row_bytes, src, row_bytes, stream);
-    return;
+    const int64_t row_bytes = p.heads * p.head_bytes;
+    return {p.cache + slot * row_bytes, 1, row_bytes, 0};
   }
   const int64_t block = slot / block_size, off = slot % block_size;
-  uint8_t* base = p.cache + (block * p.heads * block_size + off) * p.head_bytes;
-  const int64_t head_stride = block_size * p.head_bytes;
-  for (int64_t h = 0; h < p.heads; ++h) {
-    StreamCopy(base + h * head_stride, src + h * p.head_bytes, p.head_bytes, stream);
+  return {p.cache + (block * p.heads * block_size + off) * p.head_bytes, p.heads, p.head_bytes,
+          block_size * p.head_bytes};
+}
+
+// Copy one token's row of a plane (contiguous at src) into its cache at `slot`.
+inline void WriteRow(const SlotPlane& p, const uint8_t* src, int64_t slot, int64_t block_size, bool stream) {
+  const RowPlace r = PlaceRow(p, slot, block_size);
+  for (int64_t h = 0; h < r.pieces; ++h) {
+    StreamCopy(r.base + h * r.stride, src + h * r.piece_bytes, r.piece_bytes, stream);
   }
 }
+
+// Prefetch the first line of every piece of row `slot` (see PrefetchLine).
+inline void PrefetchRow(const SlotPlane& p, int64_t slot, int64_t block_size) {
+  const RowPlace r = PlaceRow(p, slot, block_size);
+  for (int64_t h = 0; h < r.pieces; ++h) PrefetchLine(r.base + h * r.stride);
+}
+
+// How many tokens ahead the streaming scatter prefetches its destination rows (4-32 measured alike).
+constexpr int64_t kPrefetchTokens = 16;
 
 }  // namespace
 
@@ -70,6 +91,12 @@ void ScatterSlots(const SlotPlane* planes, int num_planes, const void* slots, DT
     // which reads the source rows sequentially.
     ParallelFor(num_tokens, total, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
+        if (stream && t + kPrefetchTokens < end) {
+          const int64_t ahead = ReadIndex(slots, slot_dtype, t + kPrefetchTokens);
+          if (ahead >= 0 && ahead < num_slots) {
+            for (int i = 0; i < num_planes; ++i) PrefetchRow(planes[i], ahead, block_size);
+          }
+        }
         const int64_t slot = ReadIndex(slots, slot_dtype, t);
         if (slot >= 0 && slot < num_slots) write(t, slot);
       }
