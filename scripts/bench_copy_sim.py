@@ -8,6 +8,10 @@ against the minimum (2 x payload + slot_mapping / block_mapping bytes), DataCopy
 cores used / cores available, and UB bytes used per core. Targets: GM traffic <= 1.05 x the minimum;
 every core busy at T >= 48.
 
+swap_blocks has no AscendC kernel (on Ascend it is ACL runtime memcpys): its rows count the copies the
+ascend backend plans and issues per call (``plan_block_copies`` / ``_copy_runs``, recorded by a stand-in
+for the runtime): bytes read + written against the minimum and the number of ACL calls.
+
 These are counts of the emulated kernels (bytes moved, instructions issued), not hardware timings.
 
     python scripts/bench_copy_sim.py            # all SoCs, T in (48, 4096)
@@ -109,6 +113,63 @@ def _copy_blocks(sim, soc, rng, quick):
     return rows
 
 
+class _CountingAcl:
+    """Records the ACL copy calls that ms_kvcache._backends.ascend._copy_runs issues (no runtime needed)."""
+
+    has_batch = True
+
+    def __init__(self):
+        self.calls, self.bytes, self.copies = 0, 0, 0
+
+    def memcpy(self, dst, dst_max, src, count, kind):
+        self.calls, self.bytes, self.copies = self.calls + 1, self.bytes + count, self.copies + 1
+
+    def memcpy_async(self, dst, dst_max, src, count, kind, stream):
+        self.memcpy(dst, dst_max, src, count, kind)
+
+    def memcpy_batch_async(self, dsts, dst_maxs, srcs, sizes, dst_loc, src_loc, stream):
+        self.calls, self.bytes, self.copies = self.calls + 1, self.bytes + sum(sizes), self.copies + len(sizes)
+
+
+def _swap_blocks(soc):
+    """swap_blocks has no AscendC kernel on Ascend: the ascend backend plans ACL runtime copies
+    (plan_block_copies: rows merged into runs of consecutive blocks) and issues them (_copy_runs: one
+    aclrtMemcpyBatchAsync on A2/A3 when the rows are order-free, else one aclrtMemcpyAsync per run).
+    Its per-call traffic and call counts, with a recording stand-in for the ACL runtime."""
+    from ms_kvcache._backends import _acl, ascend
+
+    rows = []
+    block_bytes = 128 * 8 * 128 * 2  # Llama-3-8B block [128, 8, 128] bf16 (one layer, one plane)
+    batch = ascend.compute_unit(soc) in ("ascend910b", "ascend910_93")
+    for label, n, mapping in (("16 random blocks", 16, None), ("64 random blocks", 64, None),
+                              ("64 blocks, 4 runs of 16", 64, "runs")):
+        nb = 4 * n
+        r = np.random.default_rng(4)
+        if mapping is None:
+            bm = np.stack([r.permutation(nb)[:n], r.permutation(nb)[:n]], 1).astype(np.int64)
+        else:
+            src = np.concatenate([np.arange(s, s + 16) for s in (96, 0, 64, 32)])  # 4 runs, first half
+            bm = np.stack([src, src + nb // 2], 1).astype(np.int64)  # ... copied to the second half
+        runs, order_free = ascend.plan_block_copies(bm, nb, nb)
+        acl = _CountingAcl()
+        ascend._copy_runs(acl, runs, src_ptr=0, src_bytes=nb * block_bytes, dst_ptr=1 << 40, dst_bytes=nb * block_bytes,
+                          block_bytes=block_bytes, kind=_acl.MEMCPY_DEVICE_TO_HOST, stream=1, src_loc=None,
+                          dst_loc=None, use_batch=batch and order_free)
+        minimum = 2 * n * block_bytes + bm.nbytes
+        total = 2 * acl.bytes + bm.nbytes  # each copied byte is read once and written once
+        rows.append({
+            "op": "swap_blocks", "shape": f"Llama-3-8B [128, 8, 128], {label}", "soc": soc, "dtype": "bfloat16",
+            "work": n, "backend": "sim", "case": f"{label} on {soc}", "tokens": n, "bytes": int(minimum),
+            "note": f"ascend backend's ACL copies (no AscendC kernel): traffic / minimum {total / minimum:.4f}, "
+                    f"{acl.calls} ACL call(s), {acl.copies} copies",
+            "gm_read_bytes": int(acl.bytes + bm.nbytes), "gm_write_bytes": int(acl.bytes), "gm_min_bytes": int(minimum),
+            "gm_ratio": total / minimum, "acl_calls": acl.calls, "acl_copies": acl.copies, "runs": len(runs),
+            "datacopy_per_core_max": 0, "datacopy_per_core_mean": 0.0, "cores_used": 0, "cores": 0,
+            "ub_bytes_per_core": 0, "ub_size": 0, "tiling_key": -1,
+        })
+    return rows
+
+
 def run(quick=False):
     """Launch every copy op through the emulation and return one dict per (op, shape, SoC, T):
     op, shape, soc, dtype, work (tokens or pairs), gm_read_bytes, gm_write_bytes, gm_min_bytes,
@@ -125,6 +186,7 @@ def run(quick=False):
         for T in ((4096,) if quick else (48, 4096)):
             rows += _token_ops(sim, soc, T, rng)
         rows += _copy_blocks(sim, soc, rng, quick)
+        rows += _swap_blocks(soc)
     return rows
 
 
@@ -135,10 +197,13 @@ def _print(rows):
     print("-" * len(hdr))
     for r in rows:
         total = (r["gm_read_bytes"] + r["gm_write_bytes"]) / 1e6
-        print(f"{r['op']:<25} {r['shape']:<52} {r['soc']:<14} {r['work']:>5} {total:>8.2f} "
-              f"{r['gm_min_bytes'] / 1e6:>8.2f} {r['gm_ratio']:>6.3f} {r['datacopy_per_core_max']:>15} "
-              f"{r['datacopy_per_core_mean']:>7.1f} {r['cores_used']:>3}/{r['cores']:<3} "
-              f"{r['ub_bytes_per_core'] / 1024:>7.1f}")
+        head = (f"{r['op']:<25} {r['shape']:<52} {r['soc']:<14} {r['work']:>5} {total:>8.2f} "
+                f"{r['gm_min_bytes'] / 1e6:>8.2f} {r['gm_ratio']:>6.3f} ")
+        if "acl_calls" in r:  # swap_blocks: runtime copies, no kernel (no DataCopy, cores or UB)
+            print(head + f"{'ACL calls ' + str(r['acl_calls']) + ', copies ' + str(r['acl_copies']):>39}")
+            continue
+        print(head + f"{r['datacopy_per_core_max']:>15} {r['datacopy_per_core_mean']:>7.1f} "
+              f"{r['cores_used']:>3}/{r['cores']:<3} {r['ub_bytes_per_core'] / 1024:>7.1f}")
     worst = max(r["gm_ratio"] for r in rows)
     idle = [r for r in rows if r["work"] >= 48 and r["op"] != "copy_blocks" and r["cores_used"] < r["cores"]]
     idle += [r for r in rows if r["op"] == "copy_blocks" and r["cores_used"] < r["cores"]]
@@ -146,7 +211,8 @@ def _print(rows):
           f"{'met' if worst <= TARGET_RATIO else 'NOT met'}")
     print(f"launches leaving cores idle (token ops at T >= 48, copy_blocks): {len(idle)}"
           + "".join(f"\n  {r['op']} {r['shape']} {r['soc']}: {r['cores_used']}/{r['cores']}" for r in idle))
-    print("(counts from the AscendC emulation, not hardware measurements)")
+    print("(counts from the AscendC emulation, and for swap_blocks of the ascend backend's planned ACL copies; "
+          "not hardware measurements)")
 
 
 def main(argv=None):
