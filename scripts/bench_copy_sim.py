@@ -158,8 +158,8 @@ def _swap_blocks(soc):
         minimum = 2 * n * block_bytes + bm.nbytes
         total = 2 * acl.bytes + bm.nbytes  # each copied byte is read once and written once
         rows.append({
-            "op": "swap_blocks", "shape": f"Llama-3-8B [128, 8, 128], {label}", "soc": soc, "dtype": "bfloat16",
-            "work": n, "backend": "sim", "case": f"{label} on {soc}", "tokens": n, "bytes": int(minimum),
+            "op": "swap_blocks", "shape": f"Llama-3-8B [128, 8, 128], {label}", "soc": soc,
+            "dtype": "float16" if soc == "Ascend310P3" else "bfloat16", "work": n, "backend": "sim", "case": f"{label} on {soc}", "tokens": n, "bytes": int(minimum),
             "note": f"ascend backend's ACL copies (no AscendC kernel): traffic / minimum {total / minimum:.4f}, "
                     f"{acl.calls} ACL call(s), {acl.copies} copies",
             "gm_read_bytes": int(acl.bytes + bm.nbytes), "gm_write_bytes": int(acl.bytes), "gm_min_bytes": int(minimum),
