@@ -89,14 +89,17 @@ void ScatterSlots(const SlotPlane* planes, int num_planes, const void* slots, DT
       SlotsDistinct(slots, DTypeSize(slot_dtype), num_tokens, num_slots)) {
     // No slot repeats (always so in PyNative, where repeats are rejected): split tokens into ranges,
     // which reads the source rows sequentially.
+    auto prefetch = [&](int64_t t) {
+      const int64_t slot = ReadIndex(slots, slot_dtype, t);
+      if (slot < 0 || slot >= num_slots) return;
+      for (int i = 0; i < num_planes; ++i) PrefetchRow(planes[i], slot, block_size);
+    };
     ParallelFor(num_tokens, total, [&](int64_t begin, int64_t end) {
+      if (stream) {
+        for (int64_t t = begin; t < std::min(end, begin + kPrefetchTokens); ++t) prefetch(t);
+      }
       for (int64_t t = begin; t < end; ++t) {
-        if (stream && t + kPrefetchTokens < end) {
-          const int64_t ahead = ReadIndex(slots, slot_dtype, t + kPrefetchTokens);
-          if (ahead >= 0 && ahead < num_slots) {
-            for (int i = 0; i < num_planes; ++i) PrefetchRow(planes[i], ahead, block_size);
-          }
-        }
+        if (stream && t + kPrefetchTokens < end) prefetch(t + kPrefetchTokens);
         const int64_t slot = ReadIndex(slots, slot_dtype, t);
         if (slot >= 0 && slot < num_slots) write(t, slot);
       }
