@@ -119,9 +119,10 @@ def _no_sync():
 
 
 def _inner_for(nbytes):
-    """Calls per timed round: ~20 ms of work and at least 8 calls, so that the one pipeline sync closing
-    a PyNative round (~1-4 ms on this 2-core machine, MindSpore's worker threads spin) is amortised."""
-    return int(max(8, min(2000, 20e6 / max(nbytes, 1))))
+    """Calls per timed round: ~20 ms of work at 10 GB/s (200 MB moved) and at least 8 calls, so that the
+    one pipeline sync closing a PyNative round (~1-4 ms on this 2-core machine, more under load) is
+    amortised (at 20 MB per round it was up to half of a concat_and_cache_mla T = 1024 round)."""
+    return int(max(8, min(2000, 200e6 / max(nbytes, 1))))
 
 
 def _rotations(payload):
