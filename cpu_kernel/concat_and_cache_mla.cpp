@@ -8,7 +8,7 @@
 using mskv::AotArgs;
 using mskv::KernelError;
 
-MSKV_AOT_EXPORT int ConcatAndCacheMla(int nparam, void** params, int* ndims, int64_t** shapes,
+MSKV_AOT_EXPORT int MskvConcatAndCacheMla(int nparam, void** params, int* ndims, int64_t** shapes,
                                       const char** dtypes, void* /*stream*/, void* extra) {
   MSKV_AOT_GUARD("concat_and_cache_mla", {
     AotArgs a{nparam, params, ndims, shapes, dtypes, static_cast<mindspore::AotExtra*>(extra)};

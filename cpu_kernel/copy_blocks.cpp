@@ -11,7 +11,7 @@
 using mskv::AotArgs;
 using mskv::KernelError;
 
-MSKV_AOT_EXPORT int CopyBlocks(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
+MSKV_AOT_EXPORT int MskvCopyBlocks(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
                                void* /*stream*/, void* extra) {
   MSKV_AOT_GUARD("copy_blocks", {
     AotArgs a{nparam, params, ndims, shapes, dtypes, static_cast<mindspore::AotExtra*>(extra)};

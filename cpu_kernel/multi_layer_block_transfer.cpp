@@ -165,7 +165,7 @@ void BlockCopy(const ml::LayerCaches& c, uint8_t* const* host, const void* ids, 
 
 }  // namespace
 
-MSKV_AOT_EXPORT int MultiLayerBlockTransfer(int nparam, void** params, int* ndims, int64_t** shapes,
+MSKV_AOT_EXPORT int MskvMultiLayerBlockTransfer(int nparam, void** params, int* ndims, int64_t** shapes,
                                             const char** dtypes, void* /*stream*/, void* extra) {
   MSKV_AOT_GUARD("multi_layer_block_transfer", {
     const ml::CountCall count_call;

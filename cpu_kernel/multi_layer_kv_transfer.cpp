@@ -24,7 +24,7 @@ constexpr int64_t kChunkBytes = int64_t{64} << 10;
 
 }  // namespace
 
-MSKV_AOT_EXPORT int MultiLayerKvTransfer(int nparam, void** params, int* ndims, int64_t** shapes,
+MSKV_AOT_EXPORT int MskvMultiLayerKvTransfer(int nparam, void** params, int* ndims, int64_t** shapes,
                                          const char** dtypes, void* /*stream*/, void* extra) {
   MSKV_AOT_GUARD("multi_layer_kv_transfer", {
     const ml::CountCall count_call;

@@ -8,7 +8,7 @@
 // fast path, attribute mskv_strict: they make the op fail before anything is written).
 #include "rope_common.h"
 
-MSKV_AOT_EXPORT int ReropeCachedKeys(int nparam, void** params, int* ndims, int64_t** shapes,
+MSKV_AOT_EXPORT int MskvReropeCachedKeys(int nparam, void** params, int* ndims, int64_t** shapes,
                                      const char** dtypes, void* /*stream*/, void* extra) {
   MSKV_AOT_GUARD("rerope_cached_keys", {
     mskv::AotArgs a{nparam, params, ndims, shapes, dtypes, static_cast<mindspore::AotExtra*>(extra)};

@@ -8,7 +8,7 @@
 using mskv::AotArgs;
 using mskv::KernelError;
 
-MSKV_AOT_EXPORT int ReshapeAndCache(int nparam, void** params, int* ndims, int64_t** shapes,
+MSKV_AOT_EXPORT int MskvReshapeAndCache(int nparam, void** params, int* ndims, int64_t** shapes,
                                     const char** dtypes, void* /*stream*/, void* extra) {
   MSKV_AOT_GUARD("reshape_and_cache", {
     AotArgs a{nparam, params, ndims, shapes, dtypes, static_cast<mindspore::AotExtra*>(extra)};

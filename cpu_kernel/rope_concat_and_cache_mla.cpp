@@ -7,7 +7,7 @@
 // Outputs: q_pe_out, k_pe_out, kv_c_out (normalised kv_c, or a copy). Attrs: is_neox_style, epsilon.
 #include "rope_common.h"
 
-MSKV_AOT_EXPORT int RopeConcatAndCacheMla(int nparam, void** params, int* ndims, int64_t** shapes,
+MSKV_AOT_EXPORT int MskvRopeConcatAndCacheMla(int nparam, void** params, int* ndims, int64_t** shapes,
                                           const char** dtypes, void* /*stream*/, void* extra) {
   MSKV_AOT_GUARD("rope_concat_and_cache_mla", {
     mskv::AotArgs a{nparam, params, ndims, shapes, dtypes, static_cast<mindspore::AotExtra*>(extra)};

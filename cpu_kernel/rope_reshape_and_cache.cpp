@@ -53,7 +53,7 @@ RopeCacheArgs GqaArgs(const AotArgs& a, const CachePlane& kc, const CachePlane& 
 }  // namespace rope
 }  // namespace mskv
 
-MSKV_AOT_EXPORT int RopeReshapeAndCache(int nparam, void** params, int* ndims, int64_t** shapes,
+MSKV_AOT_EXPORT int MskvRopeReshapeAndCache(int nparam, void** params, int* ndims, int64_t** shapes,
                                         const char** dtypes, void* /*stream*/, void* extra) {
   MSKV_AOT_GUARD("rope_reshape_and_cache", {
     mskv::AotArgs a{nparam, params, ndims, shapes, dtypes, static_cast<mindspore::AotExtra*>(extra)};

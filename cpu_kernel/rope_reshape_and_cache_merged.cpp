@@ -5,7 +5,7 @@
 // Outputs: query_out, key_out. Attrs: is_neox_style, cache_layout.
 #include "rope_common.h"
 
-MSKV_AOT_EXPORT int RopeReshapeAndCacheMerged(int nparam, void** params, int* ndims, int64_t** shapes,
+MSKV_AOT_EXPORT int MskvRopeReshapeAndCacheMerged(int nparam, void** params, int* ndims, int64_t** shapes,
                                               const char** dtypes, void* /*stream*/, void* extra) {
   MSKV_AOT_GUARD("rope_reshape_and_cache_merged", {
     mskv::AotArgs a{nparam, params, ndims, shapes, dtypes, static_cast<mindspore::AotExtra*>(extra)};

@@ -8,7 +8,7 @@
 using mskv::AotArgs;
 using mskv::KernelError;
 
-MSKV_AOT_EXPORT int SwapBlocks(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
+MSKV_AOT_EXPORT int MskvSwapBlocks(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
                                void* /*stream*/, void* extra) {
   MSKV_AOT_GUARD("swap_blocks", {
     AotArgs a{nparam, params, ndims, shapes, dtypes, static_cast<mindspore::AotExtra*>(extra)};

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 __all__ = ["check_repository", "check_op", "parse_opdef", "opdef_from_sim", "OpDefFacts", "Param", "Attr",
-           "camel", "snake", "main"]
+           "camel", "snake", "op_type_of", "op_name_of", "OP_TYPE_PREFIX", "main"]
 
 DTYPES = {
     "DT_FLOAT16": "float16", "DT_BF16": "bfloat16", "DT_FLOAT": "float32", "DT_DOUBLE": "float64",
@@ -45,15 +45,32 @@ ATTR_TYPES = {"String": "str", "Int": "int", "Float": "float", "Bool": "bool", "
 CANN_KERNEL_HEADERS = ("kernel_operator.h", "kernel_tiling/", "lib/", "adv_api/", "basic_api/")
 
 
+#: Vendor prefix of every OpType (docs/design.md): CANN ships a built-in ``ReshapeAndCache`` op (and an
+#: ``aclnnReshapeAndCache``), so an unprefixed custom op of that name would shadow or clash with it.
+OP_TYPE_PREFIX = "Mskv"
+
+
 def camel(op):
-    """reshape_and_cache -> ReshapeAndCache (docs/design.md)."""
+    """reshape_and_cache -> ReshapeAndCache (plain CamelCase; CANN's file-name <-> OpType rule)."""
     return "".join(w[:1].upper() + w[1:] for w in op.split("_") if w)
 
 
+def op_type_of(op):
+    """reshape_and_cache -> MskvReshapeAndCache: the OpType of a public op name (docs/design.md)."""
+    return OP_TYPE_PREFIX + camel(op)
+
+
 def snake(op_type):
-    """ReshapeAndCache -> reshape_and_cache (CANN's OpType -> aclnn_<name>.h / kernel file rule for
-    plain CamelCase names)."""
+    """MskvReshapeAndCache -> mskv_reshape_and_cache (CANN's OpType -> aclnn_<name>.h / kernel entry rule
+    for plain CamelCase names)."""
     return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", op_type).lower()
+
+
+def op_name_of(op_type):
+    """MskvReshapeAndCache -> reshape_and_cache: the public op name (= file names) of an OpType."""
+    s = snake(op_type)
+    pre = snake(OP_TYPE_PREFIX) + "_"
+    return s[len(pre):] if s.startswith(pre) else s
 
 
 # ---------------------------------------------------------------------------------------------- model
@@ -661,9 +678,10 @@ def _check_kernel(spec, root):
     text = _strip_comments(path.read_text(errors="replace"))
     m = re.search(r'extern\s+"C"\s+__global__\s+__aicore__\s+void\s+([A-Za-z_]\w*)\s*\(', text)
     if not m:
-        return [f"{spec.op_type}: {rel}: no 'extern \"C\" __global__ __aicore__ void {spec.name}(...)' entry"]
-    if m.group(1) != spec.name:
-        out.append(f"{spec.op_type}: {rel}: kernel entry is '{m.group(1)}', expected '{spec.name}' (snake_case of the OpType)")
+        return [f"{spec.op_type}: {rel}: no 'extern \"C\" __global__ __aicore__ void {snake(spec.op_type)}(...)' entry"]
+    if m.group(1) != snake(spec.op_type):
+        out.append(f"{spec.op_type}: {rel}: kernel entry is '{m.group(1)}', expected '{snake(spec.op_type)}' "
+                   "(snake_case of the OpType)")
     params = _split_args(text[m.end():_match_close(text, m.end() - 1) - 1])
     names = []
     for p in params:
@@ -750,9 +768,9 @@ def check_op(spec, root, sim="auto"):
     callable ``opdef(op_type)``."""
     root = Path(root)
     out = []
-    if spec.op_type != camel(spec.name) or snake(spec.op_type) != spec.name:
-        out.append(f"{spec.op_type}: OpSpec: op_type must be the CamelCase of name {spec.name!r} "
-                   f"(and back: aclnn_{snake(spec.op_type)}.h)")
+    if spec.op_type != op_type_of(spec.name) or op_name_of(spec.op_type) != spec.name:
+        out.append(f"{spec.op_type}: OpSpec: op_type must be {OP_TYPE_PREFIX!r} + the CamelCase of name "
+                   f"{spec.name!r} (and back: aclnn_{snake(spec.op_type)}.h)")
     out.extend(_check_kernel(spec, root))
     host = root / "op_host" / f"{spec.name}.cpp"
     if not host.is_file():
@@ -799,7 +817,7 @@ def check_repository(root=None, specs=None, sim="auto"):
     for op in repository_ops(root):
         spec = by_name.get(op)
         if spec is None:
-            out.append(f"{camel(op)}: op_kernel/{op}.cpp has no registered OpSpec named {op!r}")
+            out.append(f"{op_type_of(op)}: op_kernel/{op}.cpp has no registered OpSpec named {op!r}")
             continue
         out.extend(check_op(spec, root, sim))
     return out

@@ -1,4 +1,4 @@
-// ConcatAndCacheMla: OpDef and tiling.
+// MskvConcatAndCacheMla: OpDef and tiling.
 //
 // Inputs (MindSpore ops.Custom order, = ms_kvcache.ops.concat_and_cache_mla.SPEC): kv_c [T', R]
 // (R = kv_lora_rank), k_pe [T', P] or [T', 1, P] (P = rope dim), kv_c_cache [nb, bs, R],
@@ -14,7 +14,7 @@
 namespace optiling {
 namespace {
 
-constexpr const char* kOp = "ConcatAndCacheMla";
+constexpr const char* kOp = "MskvConcatAndCacheMla";
 enum { kKvC = 0, kKPe, kKvCCache, kKPeCache, kSlotMapping, kNumInputs };
 
 ge::graphStatus ConcatAndCacheMlaTiling(gert::TilingContext* context) {
@@ -133,9 +133,9 @@ ge::graphStatus ConcatAndCacheMlaTiling(gert::TilingContext* context) {
 }  // namespace optiling
 
 namespace ops {
-class ConcatAndCacheMla : public OpDef {
+class MskvConcatAndCacheMla : public OpDef {
  public:
-  explicit ConcatAndCacheMla(const char* name) : OpDef(name) {
+  explicit MskvConcatAndCacheMla(const char* name) : OpDef(name) {
     Declare(*this, mskv_tiling::kKvDTypes, mskv_tiling::kIndexDTypes, mskv_tiling::kStatusDTypes,
             mskv_tiling::kNdFormats);
     this->AICore().SetTiling(optiling::ConcatAndCacheMlaTiling);
@@ -160,5 +160,5 @@ class ConcatAndCacheMla : public OpDef {
     d.Output("status").ParamType(REQUIRED).DataType(status).Format(fmt).UnknownShapeFormat(fmt);
   }
 };
-OP_ADD(ConcatAndCacheMla);
+OP_ADD(MskvConcatAndCacheMla);
 }  // namespace ops

@@ -1,4 +1,4 @@
-// Tiling data of ConcatAndCacheMla (op_host/concat_and_cache_mla.cpp fills it,
+// Tiling data of MskvConcatAndCacheMla (op_host/concat_and_cache_mla.cpp fills it,
 // op_kernel/concat_and_cache_mla.cpp reads it with GET_TILING_DATA). Sizes are element counts.
 // Plane "kv" is kv_c -> kv_c_cache (kv_lora_rank per token), plane "pe" is k_pe -> k_pe_cache
 // (rope dim per token); both caches are [num_blocks, block_size, row].
@@ -26,7 +26,7 @@ BEGIN_TILING_DATA_DEF(ConcatAndCacheMlaTilingData)
   TILING_DATA_FIELD_DEF(int64_t, pePieceElems);
 END_TILING_DATA_DEF;
 
-REGISTER_TILING_DATA_CLASS(ConcatAndCacheMla, ConcatAndCacheMlaTilingData)
+REGISTER_TILING_DATA_CLASS(MskvConcatAndCacheMla, ConcatAndCacheMlaTilingData)
 }  // namespace optiling
 
 #endif  // MS_KVCACHE_OP_HOST_CONCAT_AND_CACHE_MLA_TILING_H_

@@ -1,4 +1,4 @@
-// CopyBlocks: OpDef and tiling.
+// MskvCopyBlocks: OpDef and tiling.
 //
 // Inputs (MindSpore ops.Custom order, = ms_kvcache.ops.copy_blocks.SPEC): key_caches (DYNAMIC, one
 // tensor per layer), value_caches (DYNAMIC, same count), all caches of one shape
@@ -19,7 +19,7 @@
 namespace optiling {
 namespace {
 
-constexpr const char* kOp = "CopyBlocks";
+constexpr const char* kOp = "MskvCopyBlocks";
 enum { kKeyCaches = 0, kValueCaches, kBlockMapping };
 // A block is split into pieces of at least this many bytes to keep cores busy when caches are few.
 constexpr int64_t kMinPieceBytes = 1024;
@@ -141,9 +141,9 @@ ge::graphStatus CopyBlocksTiling(gert::TilingContext* context) {
 }  // namespace optiling
 
 namespace ops {
-class CopyBlocks : public OpDef {
+class MskvCopyBlocks : public OpDef {
  public:
-  explicit CopyBlocks(const char* name) : OpDef(name) {
+  explicit MskvCopyBlocks(const char* name) : OpDef(name) {
     Declare(*this, mskv_tiling::kKvDTypes, mskv_tiling::kIndexDTypes, mskv_tiling::kStatusDTypes,
             mskv_tiling::kNdFormats);
     this->AICore().SetTiling(optiling::CopyBlocksTiling);
@@ -166,5 +166,5 @@ class CopyBlocks : public OpDef {
     d.Output("status").ParamType(REQUIRED).DataType(status).Format(fmt).UnknownShapeFormat(fmt);
   }
 };
-OP_ADD(CopyBlocks);
+OP_ADD(MskvCopyBlocks);
 }  // namespace ops

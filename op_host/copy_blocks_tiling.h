@@ -1,4 +1,4 @@
-// Tiling data of CopyBlocks (op_host/copy_blocks.cpp fills it, op_kernel/copy_blocks.cpp reads it with
+// Tiling data of MskvCopyBlocks (op_host/copy_blocks.cpp fills it, op_kernel/copy_blocks.cpp reads it with
 // GET_TILING_DATA). Sizes are element counts of the cache dtype unless named *Bytes.
 //
 // Work unit = one byte range ("piece") of the blocks of one cache: u = c * piecesPerBlock + k, where
@@ -26,7 +26,7 @@ BEGIN_TILING_DATA_DEF(CopyBlocksTilingData)
   TILING_DATA_FIELD_DEF(int64_t, tailLen);
 END_TILING_DATA_DEF;
 
-REGISTER_TILING_DATA_CLASS(CopyBlocks, CopyBlocksTilingData)
+REGISTER_TILING_DATA_CLASS(MskvCopyBlocks, CopyBlocksTilingData)
 }  // namespace optiling
 
 #endif  // MS_KVCACHE_OP_HOST_COPY_BLOCKS_TILING_H_

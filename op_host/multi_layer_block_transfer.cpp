@@ -1,4 +1,4 @@
-// MultiLayerBlockTransfer: OpDef and tiling.
+// MskvMultiLayerBlockTransfer: OpDef and tiling.
 //
 // Inputs (MindSpore ops.Custom order, = ms_kvcache.ops.multi_layer_block_transfer.SPEC): block_ids
 // int32/int64 [n]; staging (OPTIONAL, written: absent or an empty [0] tensor = direct mode);
@@ -21,7 +21,7 @@
 namespace optiling {
 namespace {
 
-constexpr const char* kOp = "MultiLayerBlockTransfer";
+constexpr const char* kOp = "MskvMultiLayerBlockTransfer";
 enum { kBlockIds = 0, kStaging, kHostBlocks, kKvCaches };
 
 ge::graphStatus MultiLayerBlockTransferTiling(gert::TilingContext* context) {
@@ -203,9 +203,9 @@ ge::graphStatus MultiLayerBlockTransferTiling(gert::TilingContext* context) {
 }  // namespace optiling
 
 namespace ops {
-class MultiLayerBlockTransfer : public OpDef {
+class MskvMultiLayerBlockTransfer : public OpDef {
  public:
-  explicit MultiLayerBlockTransfer(const char* name) : OpDef(name) {
+  explicit MskvMultiLayerBlockTransfer(const char* name) : OpDef(name) {
     Declare(*this, mskv_tiling::kIndexDTypes, mskv_tiling::kKvDTypes, mskv_tiling::kStatusDTypes,
             mskv_tiling::kNdFormats);
     this->Attr("kv_format").AttrType(OPTIONAL).Int(1);
@@ -234,5 +234,5 @@ class MultiLayerBlockTransfer : public OpDef {
     d.Output("status").ParamType(REQUIRED).DataType(status).Format(fmt).UnknownShapeFormat(fmt);
   }
 };
-OP_ADD(MultiLayerBlockTransfer);
+OP_ADD(MskvMultiLayerBlockTransfer);
 }  // namespace ops

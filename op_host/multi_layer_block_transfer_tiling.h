@@ -1,4 +1,4 @@
-// Tiling data of MultiLayerBlockTransfer (op_host/multi_layer_block_transfer.cpp fills it,
+// Tiling data of MskvMultiLayerBlockTransfer (op_host/multi_layer_block_transfer.cpp fills it,
 // op_kernel/multi_layer_block_transfer.cpp reads it with GET_TILING_DATA). Sizes are element counts
 // of the cache dtype unless named *Size / *Bytes. Per-plane arrays have 3 entries (DSA_KV).
 //
@@ -41,7 +41,7 @@ BEGIN_TILING_DATA_DEF(MultiLayerBlockTransferTilingData)
   TILING_DATA_FIELD_DEF_ARR(int64_t, 3, pieceElems);
 END_TILING_DATA_DEF;
 
-REGISTER_TILING_DATA_CLASS(MultiLayerBlockTransfer, MultiLayerBlockTransferTilingData)
+REGISTER_TILING_DATA_CLASS(MskvMultiLayerBlockTransfer, MultiLayerBlockTransferTilingData)
 }  // namespace optiling
 
 #endif  // MS_KVCACHE_OP_HOST_MULTI_LAYER_BLOCK_TRANSFER_TILING_H_

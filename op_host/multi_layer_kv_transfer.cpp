@@ -1,4 +1,4 @@
-// MultiLayerKvTransfer: OpDef and tiling.
+// MskvMultiLayerKvTransfer: OpDef and tiling.
 //
 // Inputs (MindSpore ops.Custom order, = ms_kvcache.ops.multi_layer_kv_transfer.SPEC): buffer
 // (MERGED/SEPARATE [2, L, T, H*D]; MLA/DSA 1-D, planes [L, T, hidden_p] one after another), written
@@ -18,7 +18,7 @@
 namespace optiling {
 namespace {
 
-constexpr const char* kOp = "MultiLayerKvTransfer";
+constexpr const char* kOp = "MskvMultiLayerKvTransfer";
 enum { kBuffer = 0, kSlotMapping, kKvCaches };
 
 ge::graphStatus MultiLayerKvTransferTiling(gert::TilingContext* context) {
@@ -157,9 +157,9 @@ ge::graphStatus MultiLayerKvTransferTiling(gert::TilingContext* context) {
 }  // namespace optiling
 
 namespace ops {
-class MultiLayerKvTransfer : public OpDef {
+class MskvMultiLayerKvTransfer : public OpDef {
  public:
-  explicit MultiLayerKvTransfer(const char* name) : OpDef(name) {
+  explicit MskvMultiLayerKvTransfer(const char* name) : OpDef(name) {
     Declare(*this, mskv_tiling::kKvDTypes, mskv_tiling::kIndexDTypes, mskv_tiling::kStatusDTypes,
             mskv_tiling::kNdFormats);
     this->Attr("kv_format").AttrType(OPTIONAL).Int(1);
@@ -187,5 +187,5 @@ class MultiLayerKvTransfer : public OpDef {
     d.Output("status").ParamType(REQUIRED).DataType(status).Format(fmt).UnknownShapeFormat(fmt);
   }
 };
-OP_ADD(MultiLayerKvTransfer);
+OP_ADD(MskvMultiLayerKvTransfer);
 }  // namespace ops

@@ -1,4 +1,4 @@
-// Tiling data of MultiLayerKvTransfer (op_host/multi_layer_kv_transfer.cpp fills it,
+// Tiling data of MskvMultiLayerKvTransfer (op_host/multi_layer_kv_transfer.cpp fills it,
 // op_kernel/multi_layer_kv_transfer.cpp reads it with GET_TILING_DATA). Sizes are element counts of
 // the cache dtype unless named *Size / *Bytes. Per-plane arrays have 3 entries (DSA_KV); unused ones
 // are 0.
@@ -39,7 +39,7 @@ BEGIN_TILING_DATA_DEF(MultiLayerKvTransferTilingData)
   TILING_DATA_FIELD_DEF_ARR(int64_t, 3, pieceElems);          // both 0: pieces of one segment
 END_TILING_DATA_DEF;
 
-REGISTER_TILING_DATA_CLASS(MultiLayerKvTransfer, MultiLayerKvTransferTilingData)
+REGISTER_TILING_DATA_CLASS(MskvMultiLayerKvTransfer, MultiLayerKvTransferTilingData)
 }  // namespace optiling
 
 #endif  // MS_KVCACHE_OP_HOST_MULTI_LAYER_KV_TRANSFER_TILING_H_

@@ -1,4 +1,4 @@
-// ReropeCachedKeys: OpDef and tiling.
+// MskvReropeCachedKeys: OpDef and tiling.
 //
 // Inputs (MindSpore ops.Custom order, = ms_kvcache.ops.rerope_cached_keys.SPEC): key_cache [nb, bs, H, D]
 // (BSND) / [nb, H, bs, D] (BNSD) / [nb, bs, D] (one head), rotated in place through its input address;
@@ -6,16 +6,16 @@
 // [max_position, rd]. Output: status, int32 [1], never written. Attrs: is_neox_style, cache_layout.
 //
 // Tiling: the N entries over all vector cores (main/tail share); each core gathers batches of valid
-// entries (slot and both positions in range), UB planned as for RopeReshapeAndCache with two table rows
+// entries (slot and both positions in range), UB planned as for MskvRopeReshapeAndCache with two table rows
 // per entry and the fp32 scratch of the delta rotation. Tiling key = pad * 10000 + layout * 1000 +
-// dtype * 100 + table * 10 + style (as RopeReshapeAndCache).
+// dtype * 100 + table * 10 + style (as MskvRopeReshapeAndCache).
 #include "rerope_cached_keys_tiling.h"
 #include "rope_tiling_common.h"
 
 namespace optiling {
 namespace {
 
-constexpr const char* kOp = "ReropeCachedKeys";
+constexpr const char* kOp = "MskvReropeCachedKeys";
 enum { kCache = 0, kSlots, kOld, kNew, kTable };
 
 ge::graphStatus ReropeCachedKeysTiling(gert::TilingContext* context) {
@@ -137,9 +137,9 @@ ge::graphStatus ReropeCachedKeysTiling(gert::TilingContext* context) {
 }  // namespace optiling
 
 namespace ops {
-class ReropeCachedKeys : public OpDef {
+class MskvReropeCachedKeys : public OpDef {
  public:
-  explicit ReropeCachedKeys(const char* name) : OpDef(name) {
+  explicit MskvReropeCachedKeys(const char* name) : OpDef(name) {
     Declare(*this, mskv_rope_tiling::kRopeTDTypes, mskv_rope_tiling::kRopeSDTypes, mskv_rope_tiling::kRopePDTypes,
             mskv_rope_tiling::kRopeCDTypes, mskv_rope_tiling::kRopeStatusDTypes, mskv_rope_tiling::kRopeFormats);
     this->Attr("is_neox_style").AttrType(OPTIONAL).Bool(true);
@@ -168,5 +168,5 @@ class ReropeCachedKeys : public OpDef {
     d.Output("status").ParamType(REQUIRED).DataType(status).Format(fmt).UnknownShapeFormat(fmt);
   }
 };
-OP_ADD(ReropeCachedKeys);
+OP_ADD(MskvReropeCachedKeys);
 }  // namespace ops

@@ -1,4 +1,4 @@
-// Tiling data of ReropeCachedKeys (op_host/rerope_cached_keys.cpp fills it, op_kernel/rerope_cached_keys.cpp
+// Tiling data of MskvReropeCachedKeys (op_host/rerope_cached_keys.cpp fills it, op_kernel/rerope_cached_keys.cpp
 // reads it with GET_TILING_DATA). Sizes are element counts of the cache dtype unless named otherwise.
 #ifndef MS_KVCACHE_OP_HOST_REROPE_CACHED_KEYS_TILING_H_
 #define MS_KVCACHE_OP_HOST_REROPE_CACHED_KEYS_TILING_H_
@@ -35,7 +35,7 @@ BEGIN_TILING_DATA_DEF(ReropeCachedKeysTilingData)
   TILING_DATA_FIELD_DEF(int64_t, headStride);
 END_TILING_DATA_DEF;
 
-REGISTER_TILING_DATA_CLASS(ReropeCachedKeys, ReropeCachedKeysTilingData)
+REGISTER_TILING_DATA_CLASS(MskvReropeCachedKeys, ReropeCachedKeysTilingData)
 }  // namespace optiling
 
 #endif  // MS_KVCACHE_OP_HOST_REROPE_CACHED_KEYS_TILING_H_

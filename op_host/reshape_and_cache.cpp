@@ -1,4 +1,4 @@
-// ReshapeAndCache: OpDef and tiling.
+// MskvReshapeAndCache: OpDef and tiling.
 //
 // Inputs (MindSpore ops.Custom order, = ms_kvcache.ops.reshape_and_cache.SPEC): key, value
 // [T', H, D] or [T', H*D]; key_cache, value_cache [nb, bs, H, D] ("BSND") or [nb, H, bs, D] ("BNSD"),
@@ -14,7 +14,7 @@
 namespace optiling {
 namespace {
 
-constexpr const char* kOp = "ReshapeAndCache";
+constexpr const char* kOp = "MskvReshapeAndCache";
 enum { kKey = 0, kValue, kKeyCache, kValueCache, kSlotMapping };
 
 ge::graphStatus ReshapeAndCacheTiling(gert::TilingContext* context) {
@@ -115,9 +115,9 @@ ge::graphStatus ReshapeAndCacheTiling(gert::TilingContext* context) {
 }  // namespace optiling
 
 namespace ops {
-class ReshapeAndCache : public OpDef {
+class MskvReshapeAndCache : public OpDef {
  public:
-  explicit ReshapeAndCache(const char* name) : OpDef(name) {
+  explicit MskvReshapeAndCache(const char* name) : OpDef(name) {
     Declare(*this, mskv_tiling::kKvDTypes, mskv_tiling::kIndexDTypes, mskv_tiling::kStatusDTypes,
             mskv_tiling::kNdFormats);
     this->Attr("cache_layout").AttrType(OPTIONAL).String("BSND");
@@ -143,5 +143,5 @@ class ReshapeAndCache : public OpDef {
     d.Output("status").ParamType(REQUIRED).DataType(status).Format(fmt).UnknownShapeFormat(fmt);
   }
 };
-OP_ADD(ReshapeAndCache);
+OP_ADD(MskvReshapeAndCache);
 }  // namespace ops

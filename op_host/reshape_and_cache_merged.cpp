@@ -15,7 +15,7 @@
 namespace optiling {
 namespace {
 
-constexpr const char* kOp = "ReshapeAndCacheMerged";
+constexpr const char* kOp = "MskvReshapeAndCacheMerged";
 enum { kKey = 0, kValue, kKvCache, kSlotMapping, kNumInputs };
 
 ge::graphStatus ReshapeAndCacheMergedTiling(gert::TilingContext* context) {
@@ -114,9 +114,9 @@ ge::graphStatus ReshapeAndCacheMergedTiling(gert::TilingContext* context) {
 }  // namespace optiling
 
 namespace ops {
-class ReshapeAndCacheMerged : public OpDef {
+class MskvReshapeAndCacheMerged : public OpDef {
  public:
-  explicit ReshapeAndCacheMerged(const char* name) : OpDef(name) {
+  explicit MskvReshapeAndCacheMerged(const char* name) : OpDef(name) {
     Declare(*this, mskv_tiling::kKvDTypes, mskv_tiling::kIndexDTypes, mskv_tiling::kStatusDTypes,
             mskv_tiling::kNdFormats);
     this->Attr("cache_layout").AttrType(OPTIONAL).String("BSND");
@@ -141,5 +141,5 @@ class ReshapeAndCacheMerged : public OpDef {
     d.Output("status").ParamType(REQUIRED).DataType(status).Format(fmt).UnknownShapeFormat(fmt);
   }
 };
-OP_ADD(ReshapeAndCacheMerged);
+OP_ADD(MskvReshapeAndCacheMerged);
 }  // namespace ops

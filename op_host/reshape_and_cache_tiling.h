@@ -1,4 +1,4 @@
-// Tiling data of ReshapeAndCache (op_host/reshape_and_cache.cpp fills it, op_kernel/reshape_and_cache.cpp
+// Tiling data of MskvReshapeAndCache (op_host/reshape_and_cache.cpp fills it, op_kernel/reshape_and_cache.cpp
 // reads it with GET_TILING_DATA). All sizes are element counts of the cache dtype unless named *Bytes.
 #ifndef MS_KVCACHE_OP_HOST_RESHAPE_AND_CACHE_TILING_H_
 #define MS_KVCACHE_OP_HOST_RESHAPE_AND_CACHE_TILING_H_
@@ -26,7 +26,7 @@ BEGIN_TILING_DATA_DEF(ReshapeAndCacheTilingData)
   TILING_DATA_FIELD_DEF(int64_t, bufferBytes);   // bytes of each of the two UB buffers
 END_TILING_DATA_DEF;
 
-REGISTER_TILING_DATA_CLASS(ReshapeAndCache, ReshapeAndCacheTilingData)
+REGISTER_TILING_DATA_CLASS(MskvReshapeAndCache, ReshapeAndCacheTilingData)
 }  // namespace optiling
 
 #endif  // MS_KVCACHE_OP_HOST_RESHAPE_AND_CACHE_TILING_H_

@@ -1,4 +1,4 @@
-// Tiling data shared by RopeReshapeAndCache and RopeReshapeAndCacheMerged (op_host/rope_cache_tiling_impl.h
+// Tiling data shared by MskvRopeReshapeAndCache and MskvRopeReshapeAndCacheMerged (op_host/rope_cache_tiling_impl.h
 // fills it, op_kernel/rope_reshape_and_cache*.cpp read it with GET_TILING_DATA). Sizes are element counts of
 // the data dtype unless named otherwise. Each op registers it in its own <op>_tiling.h.
 #ifndef MS_KVCACHE_OP_HOST_ROPE_CACHE_TILING_DATA_H_

@@ -1,4 +1,4 @@
-// Tiling of RopeReshapeAndCache and RopeReshapeAndCacheMerged (one function, `merged` selects the cache
+// Tiling of MskvRopeReshapeAndCache and MskvRopeReshapeAndCacheMerged (one function, `merged` selects the cache
 // argument form). Host side only.
 //
 // Inputs (OpDef order = ms_kvcache.ops.rope_reshape_and_cache(_merged).SPEC): positions [T'], query

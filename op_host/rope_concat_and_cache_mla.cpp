@@ -1,4 +1,4 @@
-// RopeConcatAndCacheMla: OpDef and tiling.
+// MskvRopeConcatAndCacheMla: OpDef and tiling.
 //
 // Inputs (MindSpore ops.Custom order, = ms_kvcache.ops.rope_concat_and_cache_mla.SPEC): positions [T'],
 // q_pe [T', Hq, R] or [T', Hq*R], k_pe [T', R] or [T', 1, R], kv_c [T', L], cos_sin_cache [max_position, rd],
@@ -6,7 +6,7 @@
 // slot_mapping [T], kv_c_norm_weight [L] (OPTIONAL: absent or an empty [0] tensor = no RMSNorm).
 // Outputs: q_pe_out, k_pe_out, kv_c_out (kv_c normalised, or a copy). Attrs: is_neox_style, epsilon.
 //
-// Tiling: the T' rows over all vector cores (main/tail share); UB batches as for RopeReshapeAndCache
+// Tiling: the T' rows over all vector cores (main/tail share); UB batches as for MskvRopeReshapeAndCache
 // (op_host/rope_tiling_common.h), the kv_c rows (RMSNorm) going through the rotated-chunk buffers.
 // Tiling key = pad * 10000 + weight (0 none, 1 float32, 2 the data dtype) * 1000 + dtype * 100 +
 // table * 10 + style (1 NeoX, 0 GPT-J).
@@ -16,7 +16,7 @@
 namespace optiling {
 namespace {
 
-constexpr const char* kOp = "RopeConcatAndCacheMla";
+constexpr const char* kOp = "MskvRopeConcatAndCacheMla";
 enum { kPos = 0, kQpe, kKpe, kKvc, kTable, kKvcCache, kKpeCache, kSlots, kWeight };
 
 ge::graphStatus RopeConcatAndCacheMlaTiling(gert::TilingContext* context) {
@@ -186,9 +186,9 @@ ge::graphStatus RopeConcatAndCacheMlaTiling(gert::TilingContext* context) {
 }  // namespace optiling
 
 namespace ops {
-class RopeConcatAndCacheMla : public OpDef {
+class MskvRopeConcatAndCacheMla : public OpDef {
  public:
-  explicit RopeConcatAndCacheMla(const char* name) : OpDef(name) {
+  explicit MskvRopeConcatAndCacheMla(const char* name) : OpDef(name) {
     Declare(*this, mskv_rope_tiling::kRopeMlaPDTypes, mskv_rope_tiling::kRopeMlaTDTypes,
             mskv_rope_tiling::kRopeMlaCDTypes, mskv_rope_tiling::kRopeMlaSDTypes, mskv_rope_tiling::kRopeMlaWDTypes,
             mskv_rope_tiling::kRopeMlaFormats);
@@ -224,5 +224,5 @@ class RopeConcatAndCacheMla : public OpDef {
     d.Output("kv_c_out").ParamType(REQUIRED).DataType(data).Format(fmt).UnknownShapeFormat(fmt);
   }
 };
-OP_ADD(RopeConcatAndCacheMla);
+OP_ADD(MskvRopeConcatAndCacheMla);
 }  // namespace ops

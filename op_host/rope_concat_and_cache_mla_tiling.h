@@ -1,4 +1,4 @@
-// Tiling data of RopeConcatAndCacheMla (op_host/rope_concat_and_cache_mla.cpp fills it,
+// Tiling data of MskvRopeConcatAndCacheMla (op_host/rope_concat_and_cache_mla.cpp fills it,
 // op_kernel/rope_concat_and_cache_mla.cpp reads it with GET_TILING_DATA). Sizes are element counts of the
 // data dtype unless named otherwise.
 #ifndef MS_KVCACHE_OP_HOST_ROPE_CONCAT_AND_CACHE_MLA_TILING_H_
@@ -39,7 +39,7 @@ BEGIN_TILING_DATA_DEF(RopeConcatAndCacheMlaTilingData)
   TILING_DATA_FIELD_DEF(float, epsilon);
 END_TILING_DATA_DEF;
 
-REGISTER_TILING_DATA_CLASS(RopeConcatAndCacheMla, RopeConcatAndCacheMlaTilingData)
+REGISTER_TILING_DATA_CLASS(MskvRopeConcatAndCacheMla, RopeConcatAndCacheMlaTilingData)
 }  // namespace optiling
 
 #endif  // MS_KVCACHE_OP_HOST_ROPE_CONCAT_AND_CACHE_MLA_TILING_H_

@@ -1,4 +1,4 @@
-// RopeReshapeAndCache: OpDef and tiling.
+// MskvRopeReshapeAndCache: OpDef and tiling.
 //
 // Inputs (MindSpore ops.Custom order, = ms_kvcache.ops.rope_reshape_and_cache.SPEC): positions, query, key,
 // value, cos_sin_cache, key_cache, value_cache (written in place through their input addresses),
@@ -11,16 +11,16 @@ namespace optiling {
 namespace {
 
 ge::graphStatus RopeReshapeAndCacheTiling(gert::TilingContext* context) {
-  return rope_cache::RopeCacheTiling(context, "RopeReshapeAndCache", false);
+  return rope_cache::RopeCacheTiling(context, "MskvRopeReshapeAndCache", false);
 }
 
 }  // namespace
 }  // namespace optiling
 
 namespace ops {
-class RopeReshapeAndCache : public OpDef {
+class MskvRopeReshapeAndCache : public OpDef {
  public:
-  explicit RopeReshapeAndCache(const char* name) : OpDef(name) {
+  explicit MskvRopeReshapeAndCache(const char* name) : OpDef(name) {
     Declare(*this, mskv_rope_tiling::kRopePDTypes, mskv_rope_tiling::kRopeTDTypes, mskv_rope_tiling::kRopeCDTypes,
             mskv_rope_tiling::kRopeSDTypes, mskv_rope_tiling::kRopeFormats);
     this->Attr("is_neox_style").AttrType(OPTIONAL).Bool(true);
@@ -52,5 +52,5 @@ class RopeReshapeAndCache : public OpDef {
     d.Output("key_out").ParamType(REQUIRED).DataType(data).Format(fmt).UnknownShapeFormat(fmt);
   }
 };
-OP_ADD(RopeReshapeAndCache);
+OP_ADD(MskvRopeReshapeAndCache);
 }  // namespace ops

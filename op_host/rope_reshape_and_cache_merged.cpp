@@ -1,9 +1,9 @@
-// RopeReshapeAndCacheMerged: OpDef and tiling.
+// MskvRopeReshapeAndCacheMerged: OpDef and tiling.
 //
 // Inputs (MindSpore ops.Custom order, = ms_kvcache.ops.rope_reshape_and_cache_merged.SPEC): positions, query,
 // key, value, cos_sin_cache, kv_cache [2, nb, ...] (K plane 0, V plane 1, written in place through its
 // input address), slot_mapping. Outputs: query_out, key_out. Attrs: is_neox_style, cache_layout. The
-// tiling is op_host/rope_cache_tiling_impl.h (shared with RopeReshapeAndCache).
+// tiling is op_host/rope_cache_tiling_impl.h (shared with MskvRopeReshapeAndCache).
 #include "rope_reshape_and_cache_merged_tiling.h"
 #include "rope_cache_tiling_impl.h"
 
@@ -11,16 +11,16 @@ namespace optiling {
 namespace {
 
 ge::graphStatus RopeReshapeAndCacheTiling(gert::TilingContext* context) {
-  return rope_cache::RopeCacheTiling(context, "RopeReshapeAndCacheMerged", true);
+  return rope_cache::RopeCacheTiling(context, "MskvRopeReshapeAndCacheMerged", true);
 }
 
 }  // namespace
 }  // namespace optiling
 
 namespace ops {
-class RopeReshapeAndCacheMerged : public OpDef {
+class MskvRopeReshapeAndCacheMerged : public OpDef {
  public:
-  explicit RopeReshapeAndCacheMerged(const char* name) : OpDef(name) {
+  explicit MskvRopeReshapeAndCacheMerged(const char* name) : OpDef(name) {
     Declare(*this, mskv_rope_tiling::kRopePDTypes, mskv_rope_tiling::kRopeTDTypes, mskv_rope_tiling::kRopeCDTypes,
             mskv_rope_tiling::kRopeSDTypes, mskv_rope_tiling::kRopeFormats);
     this->Attr("is_neox_style").AttrType(OPTIONAL).Bool(true);
@@ -51,5 +51,5 @@ class RopeReshapeAndCacheMerged : public OpDef {
     d.Output("key_out").ParamType(REQUIRED).DataType(data).Format(fmt).UnknownShapeFormat(fmt);
   }
 };
-OP_ADD(RopeReshapeAndCacheMerged);
+OP_ADD(MskvRopeReshapeAndCacheMerged);
 }  // namespace ops

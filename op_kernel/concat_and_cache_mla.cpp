@@ -1,4 +1,4 @@
-// ConcatAndCacheMla AscendC kernel: write the compressed latent kv_c and the rotary part k_pe of the
+// MskvConcatAndCacheMla AscendC kernel: write the compressed latent kv_c and the rotary part k_pe of the
 // first T tokens into the MLA paged caches kv_c_cache [nb, bs, kv_lora_rank] and
 // k_pe_cache [nb, bs, rope_dim] at slot_mapping[t] (vLLM's concat_and_cache_mla, with the two parts
 // kept in separate caches as in ms_kvcache's MLA_KV format).
@@ -49,7 +49,7 @@ __aicore__ inline void RunConcatAndCacheMla(GM_ADDR kv_c, GM_ADDR k_pe, GM_ADDR 
   if (numPlanes > 0) scatter.Process(begin, end, td.rowsPerChunk, planes, src, dst, numPlanes);
 }
 
-extern "C" __global__ __aicore__ void concat_and_cache_mla(GM_ADDR kv_c, GM_ADDR k_pe, GM_ADDR kv_c_cache,
+extern "C" __global__ __aicore__ void mskv_concat_and_cache_mla(GM_ADDR kv_c, GM_ADDR k_pe, GM_ADDR kv_c_cache,
                                                            GM_ADDR k_pe_cache, GM_ADDR slot_mapping, GM_ADDR status,
                                                            GM_ADDR workspace, GM_ADDR tiling) {
   (void)status;

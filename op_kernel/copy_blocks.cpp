@@ -1,4 +1,4 @@
-// CopyBlocks AscendC kernel: for every layer's key and value cache, copy block src to block dst for
+// MskvCopyBlocks AscendC kernel: for every layer's key and value cache, copy block src to block dst for
 // each (src, dst) row of block_mapping (vLLM's copy_blocks).
 //
 // GM arguments follow the OpDef (op_host/copy_blocks.cpp): the dynamic inputs key_caches and
@@ -126,7 +126,7 @@ __aicore__ inline void RunCopyBlocks(GM_ADDR key_caches, GM_ADDR value_caches, G
   copier.Process(td, begin, end);
 }
 
-extern "C" __global__ __aicore__ void copy_blocks(GM_ADDR key_caches, GM_ADDR value_caches, GM_ADDR block_mapping,
+extern "C" __global__ __aicore__ void mskv_copy_blocks(GM_ADDR key_caches, GM_ADDR value_caches, GM_ADDR block_mapping,
                                                   GM_ADDR status, GM_ADDR workspace, GM_ADDR tiling) {
   (void)status;
   (void)workspace;

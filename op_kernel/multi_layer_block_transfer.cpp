@@ -1,4 +1,4 @@
-// MultiLayerBlockTransfer AscendC kernel: whole blocks of every layer between the per-layer paged
+// MskvMultiLayerBlockTransfer AscendC kernel: whole blocks of every layer between the per-layer paged
 // caches and token-major host blocks, in one launch (block granularity, pcieThrough style).
 //
 // GM arguments follow the OpDef (op_host/multi_layer_block_transfer.cpp): block_ids, staging
@@ -260,7 +260,7 @@ __aicore__ inline void RunBlockTransfer(GM_ADDR block_ids, GM_ADDR staging, GM_A
   op.Process(begin, end);
 }
 
-extern "C" __global__ __aicore__ void multi_layer_block_transfer(GM_ADDR block_ids, GM_ADDR staging,
+extern "C" __global__ __aicore__ void mskv_multi_layer_block_transfer(GM_ADDR block_ids, GM_ADDR staging,
                                                                  GM_ADDR host_blocks, GM_ADDR kv_caches,
                                                                  GM_ADDR status, GM_ADDR workspace, GM_ADDR tiling) {
   (void)status;

@@ -1,4 +1,4 @@
-// MultiLayerKvTransfer AscendC kernel: the K/V rows of T tokens of every layer between the paged
+// MskvMultiLayerKvTransfer AscendC kernel: the K/V rows of T tokens of every layer between the paged
 // caches and one contiguous buffer, in one launch (token granularity, LMCache "KV_2LTD" style).
 //
 // GM arguments follow the OpDef (op_host/multi_layer_kv_transfer.cpp): buffer, slot_mapping, the
@@ -199,7 +199,7 @@ __aicore__ inline void RunKvTransfer(GM_ADDR buffer, GM_ADDR slot_mapping, GM_AD
   op.Process(begin, end);
 }
 
-extern "C" __global__ __aicore__ void multi_layer_kv_transfer(GM_ADDR buffer, GM_ADDR slot_mapping, GM_ADDR kv_caches,
+extern "C" __global__ __aicore__ void mskv_multi_layer_kv_transfer(GM_ADDR buffer, GM_ADDR slot_mapping, GM_ADDR kv_caches,
                                                               GM_ADDR status, GM_ADDR workspace, GM_ADDR tiling) {
   (void)status;
   (void)workspace;

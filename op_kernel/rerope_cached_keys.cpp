@@ -1,4 +1,4 @@
-// ReropeCachedKeys AscendC kernel: for each entry i, the cached key heads at slot_mapping[i] (rotated for
+// MskvReropeCachedKeys AscendC kernel: for each entry i, the cached key heads at slot_mapping[i] (rotated for
 // old_positions[i]) are rotated for new_positions[i] instead, in place, in one pass
 // (ms_kvcache.rerope_cached_keys).
 //
@@ -236,7 +236,7 @@ __aicore__ inline void RunRerope(GM_ADDR keyCache, GM_ADDR slotMapping, GM_ADDR 
 #define MSKV_ROPE_RUN(T, C, NEOX, PAD) \
   mskv::rope::RunRerope<T, C, NEOX, PAD>(key_cache, slot_mapping, old_positions, new_positions, cos_sin_cache, td)
 
-extern "C" __global__ __aicore__ void rerope_cached_keys(GM_ADDR key_cache, GM_ADDR slot_mapping, GM_ADDR old_positions,
+extern "C" __global__ __aicore__ void mskv_rerope_cached_keys(GM_ADDR key_cache, GM_ADDR slot_mapping, GM_ADDR old_positions,
                                                          GM_ADDR new_positions, GM_ADDR cos_sin_cache, GM_ADDR status,
                                                          GM_ADDR workspace, GM_ADDR tiling) {
   (void)status;

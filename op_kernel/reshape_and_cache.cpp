@@ -1,4 +1,4 @@
-// ReshapeAndCache AscendC kernel: write the key and value rows of the first T tokens into a paged
+// MskvReshapeAndCache AscendC kernel: write the key and value rows of the first T tokens into a paged
 // key/value cache at slot_mapping[t] (vLLM's reshape_and_cache / reshape_and_cache_flash).
 //
 // GM arguments follow the OpDef (op_host/reshape_and_cache.cpp): inputs key, value, key_cache,
@@ -40,7 +40,7 @@ __aicore__ inline void RunReshapeAndCache(GM_ADDR key, GM_ADDR value, GM_ADDR ke
   scatter.Process(begin, end, td.rowsPerChunk, planes, src, dst, 2);
 }
 
-extern "C" __global__ __aicore__ void reshape_and_cache(GM_ADDR key, GM_ADDR value, GM_ADDR key_cache,
+extern "C" __global__ __aicore__ void mskv_reshape_and_cache(GM_ADDR key, GM_ADDR value, GM_ADDR key_cache,
                                                         GM_ADDR value_cache, GM_ADDR slot_mapping, GM_ADDR status,
                                                         GM_ADDR workspace, GM_ADDR tiling) {
   (void)status;

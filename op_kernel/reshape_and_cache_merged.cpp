@@ -1,4 +1,4 @@
-// ReshapeAndCacheMerged AscendC kernel: write the key and value rows of the first T tokens into one
+// MskvReshapeAndCacheMerged AscendC kernel: write the key and value rows of the first T tokens into one
 // merged paged cache kv_cache[2, ...] at slot_mapping[t]: keys into kv_cache[0], values into
 // kv_cache[1] (vLLM 0.9 style merged KV tensor per layer).
 //
@@ -41,7 +41,7 @@ __aicore__ inline void RunReshapeAndCacheMerged(GM_ADDR key, GM_ADDR value, GM_A
   scatter.Process(begin, end, td.rowsPerChunk, planes, src, dst, 2);
 }
 
-extern "C" __global__ __aicore__ void reshape_and_cache_merged(GM_ADDR key, GM_ADDR value, GM_ADDR kv_cache,
+extern "C" __global__ __aicore__ void mskv_reshape_and_cache_merged(GM_ADDR key, GM_ADDR value, GM_ADDR kv_cache,
                                                                GM_ADDR slot_mapping, GM_ADDR status, GM_ADDR workspace,
                                                                GM_ADDR tiling) {
   (void)status;

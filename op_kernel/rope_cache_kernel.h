@@ -1,4 +1,4 @@
-// Kernel body of RopeReshapeAndCache and RopeReshapeAndCacheMerged (op_kernel/rope_kernel_common.h has
+// Kernel body of MskvRopeReshapeAndCache and MskvRopeReshapeAndCacheMerged (op_kernel/rope_kernel_common.h has
 // the engine). Per core: its main/tail share of the T' rows, in batches of `batch` tokens:
 //   positions (and, for rows < T, slots) read with GetValue; cos/sin rows gathered by position;
 //   query rows -> rotated -> query_out; key rows -> rotated -> key_out and, for the written tokens,

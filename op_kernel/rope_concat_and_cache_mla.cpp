@@ -1,4 +1,4 @@
-// RopeConcatAndCacheMla AscendC kernel: DeepSeek MLA. RoPE on q_pe [T', Hq, R] and k_pe [T', R], optional
+// MskvRopeConcatAndCacheMla AscendC kernel: DeepSeek MLA. RoPE on q_pe [T', Hq, R] and k_pe [T', R], optional
 // RMSNorm of kv_c [T', L], then the kv_c row and the rotated k_pe row of every written token into their
 // cache planes (ms_kvcache.rope_concat_and_cache_mla).
 //
@@ -285,7 +285,7 @@ __aicore__ inline void RunRopeMla(GM_ADDR positions, GM_ADDR qPe, GM_ADDR kPe, G
   mskv::rope::RunRopeMla<T, C, W, NEOX, PAD>(positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_cache, k_pe_cache,     \
                                              slot_mapping, kv_c_norm_weight, q_pe_out, k_pe_out, kv_c_out, td)
 
-extern "C" __global__ __aicore__ void rope_concat_and_cache_mla(GM_ADDR positions, GM_ADDR q_pe, GM_ADDR k_pe,
+extern "C" __global__ __aicore__ void mskv_rope_concat_and_cache_mla(GM_ADDR positions, GM_ADDR q_pe, GM_ADDR k_pe,
                                                                 GM_ADDR kv_c, GM_ADDR cos_sin_cache,
                                                                 GM_ADDR kv_c_cache, GM_ADDR k_pe_cache,
                                                                 GM_ADDR slot_mapping, GM_ADDR kv_c_norm_weight,

@@ -1,4 +1,4 @@
-// RopeReshapeAndCache AscendC kernel: vLLM's rotary_embedding on query and key fused with reshape_and_cache
+// MskvRopeReshapeAndCache AscendC kernel: vLLM's rotary_embedding on query and key fused with reshape_and_cache
 // of the rotated key and the value into a paged cache (ms_kvcache.rope_reshape_and_cache).
 //
 // GM arguments follow the OpDef (op_host/rope_reshape_and_cache.cpp): inputs positions, query, key, value,
@@ -17,7 +17,7 @@
   mskv::rope::RunRopeCache<T, C, NEOX, PAD>(positions, query, key, value, cos_sin_cache, key_cache, value_cache,\
                                             slot_mapping, query_out, key_out, td)
 
-extern "C" __global__ __aicore__ void rope_reshape_and_cache(GM_ADDR positions, GM_ADDR query, GM_ADDR key,
+extern "C" __global__ __aicore__ void mskv_rope_reshape_and_cache(GM_ADDR positions, GM_ADDR query, GM_ADDR key,
                                                              GM_ADDR value, GM_ADDR cos_sin_cache, GM_ADDR key_cache,
                                                              GM_ADDR value_cache, GM_ADDR slot_mapping,
                                                              GM_ADDR query_out, GM_ADDR key_out, GM_ADDR workspace,

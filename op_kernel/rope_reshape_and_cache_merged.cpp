@@ -1,4 +1,4 @@
-// RopeReshapeAndCacheMerged AscendC kernel: as rope_reshape_and_cache, with the merged per-layer cache
+// MskvRopeReshapeAndCacheMerged AscendC kernel: as rope_reshape_and_cache, with the merged per-layer cache
 // kv_cache [2, nb, ...] (K plane 0, V plane 1; ms_kvcache.rope_reshape_and_cache_merged).
 //
 // GM arguments follow the OpDef (op_host/rope_reshape_and_cache_merged.cpp): inputs positions, query, key, value,
@@ -17,7 +17,7 @@
   mskv::rope::RunRopeCache<T, C, NEOX, PAD>(positions, query, key, value, cos_sin_cache, kv_cache, kv_cache,\
                                             slot_mapping, query_out, key_out, td)
 
-extern "C" __global__ __aicore__ void rope_reshape_and_cache_merged(GM_ADDR positions, GM_ADDR query, GM_ADDR key,
+extern "C" __global__ __aicore__ void mskv_rope_reshape_and_cache_merged(GM_ADDR positions, GM_ADDR query, GM_ADDR key,
                                                                     GM_ADDR value, GM_ADDR cos_sin_cache,
                                                                     GM_ADDR kv_cache, GM_ADDR slot_mapping,
                                                                     GM_ADDR query_out, GM_ADDR key_out,

@@ -1,4 +1,4 @@
-// ConcatAndCacheMla: InferShape / InferDataType.
+// MskvConcatAndCacheMla: InferShape / InferDataType.
 //
 // The op writes its caches in place through their input addresses (inputs: kv_c, k_pe, kv_c_cache,
 // k_pe_cache, slot_mapping); its only output is the int32 [1] "status" placeholder that MindSpore's
@@ -23,5 +23,5 @@ ge::graphStatus InferDataTypeConcatAndCacheMla(gert::InferDataTypeContext* conte
 
 }  // namespace
 
-IMPL_OP_INFERSHAPE(ConcatAndCacheMla).InferShape(InferShapeConcatAndCacheMla).InferDataType(InferDataTypeConcatAndCacheMla);
+IMPL_OP_INFERSHAPE(MskvConcatAndCacheMla).InferShape(InferShapeConcatAndCacheMla).InferDataType(InferDataTypeConcatAndCacheMla);
 }  // namespace ops

@@ -1,4 +1,4 @@
-// CopyBlocks: InferShape / InferDataType.
+// MskvCopyBlocks: InferShape / InferDataType.
 //
 // The op writes its caches in place through their input addresses (inputs: key_caches (dynamic),
 // value_caches (dynamic), block_mapping); its only output is the int32 [1] "status" placeholder that
@@ -23,5 +23,5 @@ ge::graphStatus InferDataTypeCopyBlocks(gert::InferDataTypeContext* context) {
 
 }  // namespace
 
-IMPL_OP_INFERSHAPE(CopyBlocks).InferShape(InferShapeCopyBlocks).InferDataType(InferDataTypeCopyBlocks);
+IMPL_OP_INFERSHAPE(MskvCopyBlocks).InferShape(InferShapeCopyBlocks).InferDataType(InferDataTypeCopyBlocks);
 }  // namespace ops

@@ -1,4 +1,4 @@
-// MultiLayerBlockTransfer: InferShape / InferDataType.
+// MskvMultiLayerBlockTransfer: InferShape / InferDataType.
 //
 // The op writes its caches (h2d) or its buffer / host blocks (d2h) in place through their input
 // addresses (inputs: see op_host/multi_layer_block_transfer.cpp); its only output is the int32 [1] "status" placeholder that
@@ -23,5 +23,5 @@ ge::graphStatus InferDataTypeMultiLayerBlockTransfer(gert::InferDataTypeContext*
 
 }  // namespace
 
-IMPL_OP_INFERSHAPE(MultiLayerBlockTransfer).InferShape(InferShapeMultiLayerBlockTransfer).InferDataType(InferDataTypeMultiLayerBlockTransfer);
+IMPL_OP_INFERSHAPE(MskvMultiLayerBlockTransfer).InferShape(InferShapeMultiLayerBlockTransfer).InferDataType(InferDataTypeMultiLayerBlockTransfer);
 }  // namespace ops

@@ -1,4 +1,4 @@
-// MultiLayerKvTransfer: InferShape / InferDataType.
+// MskvMultiLayerKvTransfer: InferShape / InferDataType.
 //
 // The op writes its caches (h2d) or its buffer / host blocks (d2h) in place through their input
 // addresses (inputs: see op_host/multi_layer_kv_transfer.cpp); its only output is the int32 [1] "status" placeholder that
@@ -23,5 +23,5 @@ ge::graphStatus InferDataTypeMultiLayerKvTransfer(gert::InferDataTypeContext* co
 
 }  // namespace
 
-IMPL_OP_INFERSHAPE(MultiLayerKvTransfer).InferShape(InferShapeMultiLayerKvTransfer).InferDataType(InferDataTypeMultiLayerKvTransfer);
+IMPL_OP_INFERSHAPE(MskvMultiLayerKvTransfer).InferShape(InferShapeMultiLayerKvTransfer).InferDataType(InferDataTypeMultiLayerKvTransfer);
 }  // namespace ops

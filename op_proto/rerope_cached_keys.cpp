@@ -1,4 +1,4 @@
-// ReropeCachedKeys: InferShape / InferDataType.
+// MskvReropeCachedKeys: InferShape / InferDataType.
 //
 // The op rotates key_cache in place through its input address (inputs: key_cache, slot_mapping,
 // old_positions, new_positions, cos_sin_cache); its only output is the int32 [1] "status" placeholder
@@ -23,5 +23,5 @@ ge::graphStatus InferDataTypeReropeCachedKeys(gert::InferDataTypeContext* contex
 
 }  // namespace
 
-IMPL_OP_INFERSHAPE(ReropeCachedKeys).InferShape(InferShapeReropeCachedKeys).InferDataType(InferDataTypeReropeCachedKeys);
+IMPL_OP_INFERSHAPE(MskvReropeCachedKeys).InferShape(InferShapeReropeCachedKeys).InferDataType(InferDataTypeReropeCachedKeys);
 }  // namespace ops

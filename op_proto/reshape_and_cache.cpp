@@ -1,4 +1,4 @@
-// ReshapeAndCache: InferShape / InferDataType.
+// MskvReshapeAndCache: InferShape / InferDataType.
 //
 // The op writes its caches in place through their input addresses (inputs: key, value, key_cache,
 // value_cache, slot_mapping); its only output is the int32 [1] "status" placeholder that MindSpore's
@@ -23,5 +23,5 @@ ge::graphStatus InferDataTypeReshapeAndCache(gert::InferDataTypeContext* context
 
 }  // namespace
 
-IMPL_OP_INFERSHAPE(ReshapeAndCache).InferShape(InferShapeReshapeAndCache).InferDataType(InferDataTypeReshapeAndCache);
+IMPL_OP_INFERSHAPE(MskvReshapeAndCache).InferShape(InferShapeReshapeAndCache).InferDataType(InferDataTypeReshapeAndCache);
 }  // namespace ops

@@ -1,4 +1,4 @@
-// ReshapeAndCacheMerged: InferShape / InferDataType.
+// MskvReshapeAndCacheMerged: InferShape / InferDataType.
 //
 // The op writes its caches in place through their input addresses (inputs: key, value, kv_cache,
 // slot_mapping); its only output is the int32 [1] "status" placeholder that MindSpore's ops.Custom
@@ -23,5 +23,5 @@ ge::graphStatus InferDataTypeReshapeAndCacheMerged(gert::InferDataTypeContext* c
 
 }  // namespace
 
-IMPL_OP_INFERSHAPE(ReshapeAndCacheMerged).InferShape(InferShapeReshapeAndCacheMerged).InferDataType(InferDataTypeReshapeAndCacheMerged);
+IMPL_OP_INFERSHAPE(MskvReshapeAndCacheMerged).InferShape(InferShapeReshapeAndCacheMerged).InferDataType(InferDataTypeReshapeAndCacheMerged);
 }  // namespace ops

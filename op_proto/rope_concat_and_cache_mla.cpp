@@ -1,4 +1,4 @@
-// RopeConcatAndCacheMla: InferShape / InferDataType.
+// MskvRopeConcatAndCacheMla: InferShape / InferDataType.
 //
 // Outputs q_pe_out, k_pe_out, kv_c_out have the shapes and the dtype of q_pe, k_pe and kv_c (inputs 1, 2,
 // 3); the caches kv_c_cache / k_pe_cache are written in place through their input addresses.
@@ -27,7 +27,7 @@ ge::graphStatus InferDataTypeRopeConcatAndCacheMla(gert::InferDataTypeContext* c
 
 }  // namespace
 
-IMPL_OP_INFERSHAPE(RopeConcatAndCacheMla)
+IMPL_OP_INFERSHAPE(MskvRopeConcatAndCacheMla)
     .InferShape(InferShapeRopeConcatAndCacheMla)
     .InferDataType(InferDataTypeRopeConcatAndCacheMla);
 }  // namespace ops

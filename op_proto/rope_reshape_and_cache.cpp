@@ -1,4 +1,4 @@
-// RopeReshapeAndCache: InferShape / InferDataType.
+// MskvRopeReshapeAndCache: InferShape / InferDataType.
 //
 // Outputs: query_out and key_out have the shapes and the dtype of query (input 1) and key (input 2); the
 // caches key_cache / value_cache are written in place through their input addresses (docs/design.md,
@@ -27,7 +27,7 @@ ge::graphStatus InferDataTypeRopeReshapeAndCache(gert::InferDataTypeContext* con
 
 }  // namespace
 
-IMPL_OP_INFERSHAPE(RopeReshapeAndCache)
+IMPL_OP_INFERSHAPE(MskvRopeReshapeAndCache)
     .InferShape(InferShapeRopeReshapeAndCache)
     .InferDataType(InferDataTypeRopeReshapeAndCache);
 }  // namespace ops

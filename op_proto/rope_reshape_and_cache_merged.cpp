@@ -1,4 +1,4 @@
-// RopeReshapeAndCacheMerged: InferShape / InferDataType.
+// MskvRopeReshapeAndCacheMerged: InferShape / InferDataType.
 //
 // Outputs: query_out and key_out have the shapes and the dtype of query (input 1) and key (input 2); the
 // caches key_cache / value_cache are written in place through their input addresses (docs/design.md,
@@ -27,7 +27,7 @@ ge::graphStatus InferDataTypeRopeReshapeAndCacheMerged(gert::InferDataTypeContex
 
 }  // namespace
 
-IMPL_OP_INFERSHAPE(RopeReshapeAndCacheMerged)
+IMPL_OP_INFERSHAPE(MskvRopeReshapeAndCacheMerged)
     .InferShape(InferShapeRopeReshapeAndCacheMerged)
     .InferDataType(InferDataTypeRopeReshapeAndCacheMerged);
 }  // namespace ops

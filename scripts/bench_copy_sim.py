@@ -72,12 +72,12 @@ def _token_ops(sim, soc, T, rng):
     for layout in ("BSND", "BNSD"):
         shape = (nb, bs, H, D) if layout == "BSND" else (nb, H, bs, D)
         kc, vc = np.zeros(shape, NP[dtype]), np.zeros(shape, NP[dtype])
-        st = sim.launch("ReshapeAndCache", [key, value, kc, vc, slots, _status()], attrs={"cache_layout": layout},
+        st = sim.launch("MskvReshapeAndCache", [key, value, kc, vc, slots, _status()], attrs={"cache_layout": layout},
                         soc=soc, gm_copy="never")
         rows.append(_row(sim, soc, "reshape_and_cache", f"Llama-3-8B {layout} H=8 D=128 bs=128", dtype, T,
                          2 * payload + slots.nbytes, st))
     kv = np.zeros((2, nb, bs, H, D), NP[dtype])
-    st = sim.launch("ReshapeAndCacheMerged", [key, value, kv, slots, _status()], attrs={"cache_layout": "BSND"},
+    st = sim.launch("MskvReshapeAndCacheMerged", [key, value, kv, slots, _status()], attrs={"cache_layout": "BSND"},
                     soc=soc, gm_copy="never")
     rows.append(_row(sim, soc, "reshape_and_cache_merged", "Llama-3-8B BSND H=8 D=128 bs=128", dtype, T,
                      2 * payload + slots.nbytes, st))
@@ -86,7 +86,7 @@ def _token_ops(sim, soc, T, rng):
     slots = np.random.default_rng(2).permutation(nb * bs)[:T].astype(np.int64)
     kv_c, k_pe = _rand(rng, (T, R), dtype), _rand(rng, (T, 1, P), dtype)
     a, b = np.zeros((nb, bs, R), NP[dtype]), np.zeros((nb, bs, P), NP[dtype])
-    st = sim.launch("ConcatAndCacheMla", [kv_c, k_pe, a, b, slots, _status()], soc=soc, gm_copy="never")
+    st = sim.launch("MskvConcatAndCacheMla", [kv_c, k_pe, a, b, slots, _status()], soc=soc, gm_copy="never")
     rows.append(_row(sim, soc, "concat_and_cache_mla", "DeepSeek-V3 R=512 P=64 bs=64", dtype, T,
                      2 * T * (R + P) * item + slots.nbytes, st))
     return rows
@@ -106,7 +106,7 @@ def _copy_blocks(sim, soc, rng, quick):
         vcs = [np.zeros((nb,) + block, NP[dtype]) for _ in range(L)]
         perm = np.random.default_rng(3).permutation(nb)
         bm = np.stack([perm[:n], perm[n:2 * n]], axis=1).astype(np.int64)
-        st = sim.launch("CopyBlocks", [kcs, vcs, bm, _status()], soc=soc, gm_copy="never")
+        st = sim.launch("MskvCopyBlocks", [kcs, vcs, bm, _status()], soc=soc, gm_copy="never")
         block_bytes = int(np.prod(block)) * 2
         rows.append(_row(sim, soc, "copy_blocks", f"{label}, {n} pairs", dtype, n,
                          2 * 2 * L * n * block_bytes + bm.nbytes, st))

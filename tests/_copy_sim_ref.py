@@ -181,12 +181,12 @@ def reset_last_launch(other_than):
     """Make the emulation's last launch a trivial one of an op other than ``other_than``, so a test
     can then prove that the public op really ran through the sim backend."""
     sim = sim_module()
-    if other_than != "CopyBlocks":
+    if other_than != "MskvCopyBlocks":
         c = np.zeros((2, 32), np.float16)
-        sim.launch("CopyBlocks", [[c], [c.copy()], np.zeros((0, 2), np.int64), status()])
+        sim.launch("MskvCopyBlocks", [[c], [c.copy()], np.zeros((0, 2), np.int64), status()])
     else:
         kc = np.zeros((2, 16, 1, 16), np.float16)
-        sim.launch("ReshapeAndCache", [np.zeros((0, 1, 16), np.float16), np.zeros((0, 1, 16), np.float16), kc,
+        sim.launch("MskvReshapeAndCache", [np.zeros((0, 1, 16), np.float16), np.zeros((0, 1, 16), np.float16), kc,
                                        kc.copy(), np.zeros(0, np.int64), status()])
 
 

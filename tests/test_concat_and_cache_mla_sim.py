@@ -8,7 +8,7 @@ from _copy_sim_ref import (INDEX_DTYPES, KV_DTYPES, SOCS, assert_last_launch, as
                            expect_tiling_error, launch, make_slots, public_backend_or_skip, rand,
                            ref_concat_and_cache_mla, reset_last_launch, status, stable_seed)
 
-OP = "ConcatAndCacheMla"
+OP = "MskvConcatAndCacheMla"
 
 
 def _case(rng, T, R, P, dtype, sdtype, bs=16, pe_rank=3, out_of_range=True):

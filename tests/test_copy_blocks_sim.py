@@ -8,7 +8,7 @@ from _copy_sim_ref import (INDEX_DTYPES, KV_DTYPES, SOCS, assert_last_launch, as
                            expect_tiling_error, launch, public_backend_or_skip, rand, ref_copy_blocks,
                            reset_last_launch, status, stable_seed)
 
-OP = "CopyBlocks"
+OP = "MskvCopyBlocks"
 
 
 def _case(rng, L, n, block_shape, dtype, idtype, nb=None, chained=True, invalid=True):

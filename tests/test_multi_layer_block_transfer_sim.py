@@ -10,7 +10,7 @@ from _multi_layer_ref import (DCODE, DSA, DTYPES, FORMAT_LAYOUTS, MERGED, MLA, S
                               host_block_shape, ref_block_gather, ref_block_scatter, unflat)
 from conftest import random_array
 
-OP = "MultiLayerBlockTransfer"
+OP = "MskvMultiLayerBlockTransfer"
 
 
 def attrs(geo, direction, aiv_num=0):

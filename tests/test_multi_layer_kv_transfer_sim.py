@@ -9,7 +9,7 @@ from _multi_layer_ref import (DCODE, DSA, DTYPES, FORMAT_LAYOUTS, MERGED, MLA, S
                               pack_buffer, ref_gather, ref_scatter, unflat, unpack_buffer)
 from conftest import random_array
 
-OP = "MultiLayerKvTransfer"
+OP = "MskvMultiLayerKvTransfer"
 
 
 def buffer_shape(geo, T):
@@ -435,7 +435,7 @@ def test_public_aiv_num_caps_cores(mode):
                                        aiv_num=3)
         got = kc.asnumpy()
         st = sim.last_launch_stats()
-        assert st["op"] == "MultiLayerKvTransfer" and st["cores_used"] == 3 <= st["block_dim"] <= 3, st
+        assert st["op"] == "MskvMultiLayerKvTransfer" and st["cores_used"] == 3 <= st["block_dim"] <= 3, st
         np.testing.assert_array_equal(got.reshape(-1, H * D)[:T], buf[0, 0])
         for bad in (-1, 1.5, True, "2"):
             with pytest.raises(ValueError, match="argument 'aiv_num'"):

@@ -15,7 +15,7 @@ from _copy_sim_ref import (SOCS, assert_last_launch, cores_of, expect_tiling_err
 from _rope_sim_ref import assert_same, delta_model, heads_of_slot, make_table, rand
 from rope_ref import rope64, rope_f32_model
 
-OP = "ReropeCachedKeys"
+OP = "MskvReropeCachedKeys"
 DTYPE_TABLES = [("float16", "float32"), ("float16", "float16"), ("bfloat16", "float32"), ("bfloat16", "bfloat16"),
                 ("float32", "float32")]
 

@@ -8,7 +8,7 @@ from _copy_sim_ref import (INDEX_DTYPES, KV_DTYPES, SOCS, assert_last_launch, as
                            expect_tiling_error, launch, make_slots, public_backend_or_skip, rand,
                            ref_reshape_and_cache_merged, reset_last_launch, status, stable_seed)
 
-OP = "ReshapeAndCacheMerged"
+OP = "MskvReshapeAndCacheMerged"
 
 
 def _case(rng, T, H, D, layout, dtype, sdtype, bs=16, out_of_range=True):

@@ -12,7 +12,7 @@ from _copy_sim_ref import (INDEX_DTYPES, KV_DTYPES, SOCS, assert_last_launch, as
                            expect_tiling_error, launch, make_slots, platform, public_backend_or_skip, rand,
                            ref_reshape_and_cache, reset_last_launch, status, stable_seed)
 
-OP = "ReshapeAndCache"
+OP = "MskvReshapeAndCache"
 
 
 def _case(rng, T, H, D, layout, dtype, sdtype, bs=16, extra_rows=3, nb=None, flat_value=True, out_of_range=True):

@@ -17,7 +17,7 @@ from _rope_sim_ref import (assert_same, make_table, positions_with_edges, rand, 
                            slots_with_edges, write_rows)
 from rope_ref import NP, assert_ulp_le, ordered, round64
 
-OP = "RopeConcatAndCacheMla"
+OP = "MskvRopeConcatAndCacheMla"
 DCODE = {"float16": 1, "bfloat16": 2, "float32": 3}
 
 

@@ -17,8 +17,8 @@ from _rope_sim_ref import (assert_same, make_table, positions_with_edges, rand, 
                            write_rows)
 from rope_ref import assert_close_rope, rope64, split
 
-OP = "RopeReshapeAndCache"
-OP_MERGED = "RopeReshapeAndCacheMerged"
+OP = "MskvRopeReshapeAndCache"
+OP_MERGED = "MskvRopeReshapeAndCacheMerged"
 DTYPE_TABLES = [("float16", "float32"), ("float16", "float16"), ("bfloat16", "float32"), ("bfloat16", "bfloat16"),
                 ("float32", "float32")]
 DCODE = {"float16": 1, "bfloat16": 2, "float32": 3}

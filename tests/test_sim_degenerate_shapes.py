@@ -54,7 +54,7 @@ def test_reshape_and_cache_zero_sized_dims_are_noop_launches(soc, layout, H, D, 
     slots = np.array([0, 3, -1, 7, 1], np.int64)  # graph-mode input: in range for no cache here
     arrays = [key, value, kc, vc, slots, status()]
     before = _copies(arrays)
-    _noop(launch("ReshapeAndCache", arrays, {"cache_layout": layout}, soc, all_orders=True))
+    _noop(launch("MskvReshapeAndCache", arrays, {"cache_layout": layout}, soc, all_orders=True))
     _unchanged(arrays, before)
 
 
@@ -67,7 +67,7 @@ def test_reshape_and_cache_merged_zero_sized_rows(layout, H, D):
     arrays = [rand(rng, (6, H, D), "float32"), rand(rng, (6, H, D), "float32"), kv,
               np.arange(6, dtype=np.int32), status()]
     before = _copies(arrays)
-    _noop(launch("ReshapeAndCacheMerged", arrays, {"cache_layout": layout}, "Ascend310P3", all_orders=True))
+    _noop(launch("MskvReshapeAndCacheMerged", arrays, {"cache_layout": layout}, "Ascend310P3", all_orders=True))
     _unchanged(arrays, before)
 
 
@@ -82,7 +82,7 @@ def test_concat_and_cache_mla_one_empty_plane_writes_the_other(soc, R, P):
     slots = rng.permutation(nb * bs)[:T].astype(np.int32)
     slots[3], slots[10] = -1, nb * bs + 2
     e1, e2 = ref_concat_and_cache_mla(kv_c, k_pe, kvcc, kpec, slots)
-    st = launch("ConcatAndCacheMla", [kv_c, k_pe, kvcc, kpec, slots, status()], None, soc, all_orders=True)
+    st = launch("MskvConcatAndCacheMla", [kv_c, k_pe, kvcc, kpec, slots, status()], None, soc, all_orders=True)
     assert_same_bytes(kvcc, e1, "kv_c_cache")
     assert_same_bytes(kpec, e2, "k_pe_cache")
     if R == 0 and P == 0:
@@ -98,7 +98,7 @@ def test_concat_and_cache_mla_no_slots():
     arrays = [rand(rng, (4, 8), "int8"), rand(rng, (4, 32), "int8"), rand(rng, (0, 16, 8), "int8"),
               rand(rng, (0, 16, 32), "int8"), np.array([0, 1, 2, 3], np.int64), status()]
     before = _copies(arrays)
-    _noop(launch("ConcatAndCacheMla", arrays, None, "Ascend910B1", all_orders=True))
+    _noop(launch("MskvConcatAndCacheMla", arrays, None, "Ascend910B1", all_orders=True))
     _unchanged(arrays, before)
 
 
@@ -113,16 +113,16 @@ def test_copy_blocks_zero_sized_blocks_or_no_blocks(soc, block_shape, nb):
     if int(np.prod(block_shape)) and nb:  # 6-byte blocks: not a multiple of 32 bytes
         if soc == "Ascend310P3":
             with pytest.raises(sim_module().EmulationError, match="Ascend310P"):
-                launch("CopyBlocks", [kcs, vcs, bm, status()], None, soc)
+                launch("MskvCopyBlocks", [kcs, vcs, bm, status()], None, soc)
             return
         ek, ev = ref_copy_blocks(kcs, vcs, bm)  # the control case: an ordinary unaligned copy on A2
-        launch("CopyBlocks", [kcs, vcs, bm, status()], None, soc)
+        launch("MskvCopyBlocks", [kcs, vcs, bm, status()], None, soc)
         for a, e in zip(kcs + vcs, ek + ev):
             assert_same_bytes(a, e, "cache")
         return
     arrays = [kcs, vcs, bm, status()]
     before = _copies(arrays)
-    _noop(launch("CopyBlocks", arrays, None, soc, all_orders=True))
+    _noop(launch("MskvCopyBlocks", arrays, None, soc, all_orders=True))
     _unchanged(arrays, before)
 
 
@@ -131,18 +131,18 @@ BIG = 1 << 40
 
 
 @pytest.mark.parametrize("op,inputs,attrs,name", [
-    ("ReshapeAndCache", [((1, BIG, BIG), "float16"), ((1, BIG, BIG), "float16"), ((1, 1, BIG, BIG), "float16"),
+    ("MskvReshapeAndCache", [((1, BIG, BIG), "float16"), ((1, BIG, BIG), "float16"), ((1, 1, BIG, BIG), "float16"),
                          ((1, 1, BIG, BIG), "float16"), ((1,), "int32")], {"cache_layout": "BSND"}, "key"),
     # head_size 0: the cache holds 0 bytes, but num_blocks * block_size would overflow int64
-    ("ReshapeAndCache", [((1, 2, 0), "float16"), ((1, 2, 0), "float16"), ((BIG, BIG, 2, 0), "float16"),
+    ("MskvReshapeAndCache", [((1, 2, 0), "float16"), ((1, 2, 0), "float16"), ((BIG, BIG, 2, 0), "float16"),
                          ((BIG, BIG, 2, 0), "float16"), ((1,), "int64")], {"cache_layout": "BNSD"}, "key_cache"),
-    ("ReshapeAndCacheMerged", [((1, 8), "int8"), ((1, 8), "int8"), ((2, BIG, BIG, 1, 8), "int8"), ((1,), "int32")],
+    ("MskvReshapeAndCacheMerged", [((1, 8), "int8"), ((1, 8), "int8"), ((2, BIG, BIG, 1, 8), "int8"), ((1,), "int32")],
      {"cache_layout": "BSND"}, "kv_cache"),
-    ("ConcatAndCacheMla", [((1, 0), "float32"), ((1, 64), "float32"), ((BIG, BIG, 0), "float32"),
+    ("MskvConcatAndCacheMla", [((1, 0), "float32"), ((1, 64), "float32"), ((BIG, BIG, 0), "float32"),
                            ((BIG, BIG, 64), "float32"), ((1,), "int32")], None, "kv_c_cache"),
-    ("CopyBlocks", [[((4, BIG, BIG), "float32")], [((4, BIG, BIG), "float32")], ((3, 2), "int64")], None,
+    ("MskvCopyBlocks", [[((4, BIG, BIG), "float32")], [((4, BIG, BIG), "float32")], ((3, 2), "int64")], None,
      "key_caches"),
-    ("CopyBlocks", [[((4, 8), "float32")], [((4, 8), "float32")], ((1 << 61, 2), "int64")], None,
+    ("MskvCopyBlocks", [[((4, 8), "float32")], [((4, 8), "float32")], ((1 << 61, 2), "int64")], None,
      "block_mapping"),
 ])
 def test_dims_beyond_int64_are_a_tiling_error(op, inputs, attrs, name):
@@ -210,4 +210,4 @@ def test_public_ops_zero_sized_rows_on_sim(mode, tmp_path):
         print("OK", sim.last_launch_stats()["op"])
     """, tmp_path)
     assert rc == 0, out
-    assert "OK ConcatAndCacheMla" in out, out
+    assert "OK MskvConcatAndCacheMla" in out, out

@@ -176,7 +176,7 @@ def test_sim_backend_module(axpy):
 
     func, reg = backend.aot_func(Spec)
     assert func == f"{axpy.path}:SimAxpy" and reg is None
-    if "ReshapeAndCache" not in sim.ops():  # before the copy kernels land
+    if "MskvReshapeAndCache" not in sim.ops():  # before the copy kernels land
         with pytest.raises(RuntimeError, match="no AscendC kernel"):
             backend.aot_func(get_spec("reshape_and_cache"))
     ms_kvcache.set_backend("sim")

@@ -16,9 +16,9 @@ def _rac_args():
 def test_bad_order_and_gm_copy_name_the_op():
     sim = sim_module()
     with pytest.raises(sim.EmulationError) as ei:
-        sim.launch("ReshapeAndCache", _rac_args(), order="sideways")
-    assert ei.value.rule == "LAUNCH" and ei.value.op == "ReshapeAndCache"
-    assert str(ei.value).startswith("LAUNCH: op ReshapeAndCache: core order must be") and "'sideways'" in str(ei.value)
+        sim.launch("MskvReshapeAndCache", _rac_args(), order="sideways")
+    assert ei.value.rule == "LAUNCH" and ei.value.op == "MskvReshapeAndCache"
+    assert str(ei.value).startswith("LAUNCH: op MskvReshapeAndCache: core order must be") and "'sideways'" in str(ei.value)
     with pytest.raises(sim.EmulationError) as ei:
         sim.launch_kernel("reshape_and_cache", [None] * 6, 1, gm_copy="sometimes")
     assert str(ei.value).startswith("LAUNCH: op reshape_and_cache: gm_copy must be")
@@ -139,7 +139,7 @@ def test_graph_mode_duplicate_slot_error_is_explained(case, rule, capfd):
     err = capfd.readouterr().err
     lines = [ln for ln in err.splitlines() if ln.startswith("ms_kvcache sim: ")]
     assert len(lines) == 1, err
-    assert lines[0].startswith(f"ms_kvcache sim: {rule}: op ReshapeAndCache"), lines[0]
+    assert lines[0].startswith(f"ms_kvcache sim: {rule}: op MskvReshapeAndCache"), lines[0]
     assert "slot_mapping repeats a non-negative slot" in lines[0] and "undefined on the AscendC backends" in lines[0]
     assert simbackend.last_error() == lines[0][len("ms_kvcache sim: "):]
     assert not net.kc.asnumpy().any(), "the cache changed although the call failed"
@@ -194,11 +194,11 @@ def test_check_tiling_accepts_and_memoises():
 
     sim = sim_module()
     r = sim.check_tiling("reshape_and_cache", _rac_shapes(16, "float16"), {"cache_layout": "BSND"}, "Ascend310P3")
-    ref = sim.tiling("ReshapeAndCache", _rac_shapes(16, "float16"), {"cache_layout": "BSND"}, "Ascend310P3")
+    ref = sim.tiling("MskvReshapeAndCache", _rac_shapes(16, "float16"), {"cache_layout": "BSND"}, "Ascend310P3")
     assert r["tiling_bytes"] == ref["tiling_bytes"] and r["tiling_key"] == 100
     # MindSpore tensors, numpy arrays and dtypes, CamelCase name: same signature, same (memoised) result
     t = ms.Tensor(np.zeros((3, 2, 16), np.float16))
-    again = sim.check_tiling("ReshapeAndCache", [t, ((3, 32), ms.float16), np.zeros((4, 8, 2, 16), np.float16),
+    again = sim.check_tiling("MskvReshapeAndCache", [t, ((3, 32), ms.float16), np.zeros((4, 8, 2, 16), np.float16),
                                                  ((4, 8, 2, 16), np.float16), ((3,), np.int32)],
                              {"cache_layout": "BSND"}, "Ascend310P3")
     assert again is r
@@ -206,7 +206,7 @@ def test_check_tiling_accepts_and_memoises():
     args = [[((6, 16, 2, 16), "float32")] * 3, [((6, 16, 2, 16), "float32")] * 3, ((5, 2), "int64")]
     cb = sim.check_tiling("copy_blocks", args)
     assert cb["fields"]["numLayers"] == 3 and cb["block_dim"] == cb["fields"]["usedCoreNum"] > 1
-    assert sim.check_tiling("CopyBlocks", args, None, sim.get_soc()) is cb
+    assert sim.check_tiling("MskvCopyBlocks", args, None, sim.get_soc()) is cb
 
 
 def test_check_tiling_raises_rejections_at_the_call_site():
@@ -215,7 +215,7 @@ def test_check_tiling_raises_rejections_at_the_call_site():
         sim.check_tiling("reshape_and_cache", _rac_shapes(3, "float16"), {"cache_layout": "BSND"}, "Ascend310P3")
     e = ei.value
     assert isinstance(e, ValueError) and not isinstance(e, TypeError)
-    assert (e.op, e.op_type, e.soc, e.rule) == ("reshape_and_cache", "ReshapeAndCache", "Ascend310P3", "TILING_FAILED")
+    assert (e.op, e.op_type, e.soc, e.rule) == ("reshape_and_cache", "MskvReshapeAndCache", "Ascend310P3", "TILING_FAILED")
     assert str(e).startswith("reshape_and_cache: the AscendC tiling for Ascend310P3 rejects this call: rows of 12 "
                              "bytes (one token row) are not a multiple of 32 bytes"), str(e)
     assert str(e).endswith("(TILING_FAILED)") and "\n" not in str(e)
@@ -247,12 +247,12 @@ def test_launch_refuses_to_write_a_read_only_array(all_orders):
     slots = np.array([0, 9, 30], np.int32)
     run = sim.launch_all_orders if all_orders else sim.launch
     with pytest.raises(sim.EmulationError) as ei:
-        run("ReshapeAndCache", [key, key, ro, vc, slots, status()], attrs={"cache_layout": "BSND"})
+        run("MskvReshapeAndCache", [key, key, ro, vc, slots, status()], attrs={"cache_layout": "BSND"})
     msg = str(ei.value)
     assert ei.value.rule == "GM_READONLY", msg
     assert "into input 2 'key_cache', which is read-only" in msg and "writeable False" in msg, msg
     assert not ro.any() and not vc.any()
-    run("ReshapeAndCache", [key, key, kc, vc, slots, status()], attrs={"cache_layout": "BSND"})
+    run("MskvReshapeAndCache", [key, key, kc, vc, slots, status()], attrs={"cache_layout": "BSND"})
     assert np.array_equal(kc.reshape(32, 2, 16)[[0, 9, 30]], key)
 
 

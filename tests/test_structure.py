@@ -21,7 +21,7 @@ FIXTURE_SRC = Path(__file__).resolve().parent / "fixtures" / "opp_src"
 
 FIXTURE_SPEC = OpSpec(
     name="fixture_copy",
-    op_type="FixtureCopy",
+    op_type="MskvFixtureCopy",
     inputs=(TensorSpec("x", "T", (2,)), TensorSpec("cache", "T", (2,), inplace=True), TensorSpec("idx", "S", (1,))),
     dtype_groups={"T": KV_DTYPES, "S": INDEX_DTYPES},
     attrs=(AttrSpec("mode", "str", "fast", ("fast", "safe")),),
@@ -40,9 +40,11 @@ def mutated(tmp_path, rel, old, new, count=1):
 
 def test_names():
     assert S.camel("reshape_and_cache") == "ReshapeAndCache"
-    assert S.snake("ConcatAndCacheMla") == "concat_and_cache_mla"
+    assert S.op_type_of("reshape_and_cache") == "MskvReshapeAndCache"
+    assert S.snake("MskvConcatAndCacheMla") == "mskv_concat_and_cache_mla"
+    assert S.op_name_of("MskvConcatAndCacheMla") == "concat_and_cache_mla"
     for spec in all_specs():
-        assert S.snake(spec.op_type) == spec.name and S.camel(spec.name) == spec.op_type
+        assert S.op_name_of(spec.op_type) == spec.name and S.op_type_of(spec.name) == spec.op_type
 
 
 def test_fixture_is_consistent():
@@ -50,7 +52,7 @@ def test_fixture_is_consistent():
 
 
 def test_fixture_parse():
-    f = S.parse_opdef(FIXTURE_SRC / "op_host" / "fixture_copy.cpp", "FixtureCopy")
+    f = S.parse_opdef(FIXTURE_SRC / "op_host" / "fixture_copy.cpp", "MskvFixtureCopy")
     assert f.problems == []
     assert [p.name for p in f.inputs] == ["x", "cache", "idx"] and [p.name for p in f.outputs] == ["status"]
     assert list(f.configs) == ["ascend910b", "ascend910_93", "ascend310p"]
@@ -98,21 +100,21 @@ MUTATIONS = [
      "AddConfig(\"ascend910\") is not one of the package's compute units"),
     ("op_host/fixture_copy.cpp", "this->AICore().SetTiling(optiling::FixtureCopyTiling);", "",
      "no AICore().SetTiling(...)"),
-    ("op_host/fixture_copy.cpp", "OP_ADD(FixtureCopy);", "", "op_host/fixture_copy.cpp: no OP_ADD(FixtureCopy)"),
-    ("op_host/fixture_copy.cpp", "class FixtureCopy : public OpDef", "class FixtureCopyOp : public OpDef",
-     "no 'class FixtureCopy : public OpDef'"),
+    ("op_host/fixture_copy.cpp", "OP_ADD(MskvFixtureCopy);", "", "op_host/fixture_copy.cpp: no OP_ADD(MskvFixtureCopy)"),
+    ("op_host/fixture_copy.cpp", "class MskvFixtureCopy : public OpDef", "class FixtureCopyOp : public OpDef",
+     "no 'class MskvFixtureCopy : public OpDef'"),
     ("op_host/fixture_copy.cpp", '.DataType(kIndex)', '.DataType(MakeIndexRows(true))',
      "cannot read the DataType/Format arguments MakeIndexRows(true)"),
-    ("op_host/fixture_copy_tiling.h", "REGISTER_TILING_DATA_CLASS(FixtureCopy,", "REGISTER_TILING_DATA_CLASS(OtherOp,",
-     "no REGISTER_TILING_DATA_CLASS(FixtureCopy, <TilingData>)"),
+    ("op_host/fixture_copy_tiling.h", "REGISTER_TILING_DATA_CLASS(MskvFixtureCopy,", "REGISTER_TILING_DATA_CLASS(OtherOp,",
+     "no REGISTER_TILING_DATA_CLASS(MskvFixtureCopy, <TilingData>)"),
     ("op_host/fixture_copy_tiling.h", "BEGIN_TILING_DATA_DEF(FixtureCopyTilingData)", "BEGIN_TILING_DATA_DEF(OtherData)",
-     "REGISTER_TILING_DATA_CLASS(FixtureCopy, FixtureCopyTilingData) but no BEGIN_TILING_DATA_DEF(FixtureCopyTilingData)"),
-    ("op_proto/fixture_copy.cpp", "IMPL_OP_INFERSHAPE(FixtureCopy)", "IMPL_OP_INFERSHAPE(Other)",
-     "op_proto/fixture_copy.cpp: no IMPL_OP_INFERSHAPE(FixtureCopy)"),
+     "REGISTER_TILING_DATA_CLASS(MskvFixtureCopy, FixtureCopyTilingData) but no BEGIN_TILING_DATA_DEF(FixtureCopyTilingData)"),
+    ("op_proto/fixture_copy.cpp", "IMPL_OP_INFERSHAPE(MskvFixtureCopy)", "IMPL_OP_INFERSHAPE(Other)",
+     "op_proto/fixture_copy.cpp: no IMPL_OP_INFERSHAPE(MskvFixtureCopy)"),
     ("op_proto/fixture_copy.cpp", ".InferDataType(InferDataTypeFixtureCopy)", "",
-     "IMPL_OP_INFERSHAPE(FixtureCopy) registers no .InferDataType(...)"),
-    ("op_kernel/fixture_copy.cpp", "void fixture_copy(", "void fixturecopy(",
-     "kernel entry is 'fixturecopy', expected 'fixture_copy'"),
+     "IMPL_OP_INFERSHAPE(MskvFixtureCopy) registers no .InferDataType(...)"),
+    ("op_kernel/fixture_copy.cpp", "void mskv_fixture_copy(", "void fixture_copy(",
+     "kernel entry is 'fixture_copy', expected 'mskv_fixture_copy'"),
     ("op_kernel/fixture_copy.cpp", "GM_ADDR x, GM_ADDR cache", "GM_ADDR cache, GM_ADDR x",
      "kernel parameters ['cache', 'x', 'idx', 'status', 'workspace', 'tiling'], expected"),
     ("op_kernel/fixture_copy.cpp", "GM_ADDR status,", "", "kernel parameters ['x', 'cache', 'idx', 'workspace', 'tiling']"),
@@ -127,7 +129,7 @@ def test_each_mutation_is_reported(tmp_path, rel, old, new, expect):
     root = mutated(tmp_path, rel, old, new)
     lines = S.check_op(FIXTURE_SPEC, root, sim=None)
     assert any(expect in ln for ln in lines), "\n".join(lines) or "(no lines)"
-    assert all(ln.startswith("FixtureCopy: ") for ln in lines)
+    assert all(ln.startswith("MskvFixtureCopy: ") for ln in lines)
     assert len(lines) <= 3, "one mismatch should give one (or very few) lines:\n" + "\n".join(lines)
 
 
@@ -139,7 +141,7 @@ def test_guarded_host_include_in_kernel_is_allowed(tmp_path):
 
 
 def test_spec_side_change_is_reported():
-    spec = OpSpec(name="fixture_copy", op_type="FixtureCopy", inputs=FIXTURE_SPEC.inputs,
+    spec = OpSpec(name="fixture_copy", op_type="MskvFixtureCopy", inputs=FIXTURE_SPEC.inputs,
                   dtype_groups={"T": KV_DTYPES, "S": ("int32",)}, attrs=FIXTURE_SPEC.attrs)
     lines = S.check_op(spec, FIXTURE_SRC, sim=None)
     assert any("ascend910b, ascend910_93: dtype rows not in the OpSpec (bfloat16,bfloat16,int64,int32)" in ln
@@ -147,7 +149,7 @@ def test_spec_side_change_is_reported():
 
 
 def test_reg_info_derivation_is_checked_against_the_opdef(monkeypatch):
-    facts = S.parse_opdef(FIXTURE_SRC / "op_host" / "fixture_copy.cpp", "FixtureCopy")
+    facts = S.parse_opdef(FIXTURE_SRC / "op_host" / "fixture_copy.cpp", "MskvFixtureCopy")
     assert S.compare_reg_info(FIXTURE_SPEC, facts) == []
     real = ascend.reg_info
 
@@ -182,7 +184,7 @@ def sim_dict_from_facts(f):
 
 
 def test_emulation_registry_is_compared():
-    f = S.parse_opdef(FIXTURE_SRC / "op_host" / "fixture_copy.cpp", "FixtureCopy")
+    f = S.parse_opdef(FIXTURE_SRC / "op_host" / "fixture_copy.cpp", "MskvFixtureCopy")
     good = sim_dict_from_facts(f)
     assert S.check_op(FIXTURE_SPEC, FIXTURE_SRC, sim=lambda t: good) == []
     bad = sim_dict_from_facts(f)
@@ -191,8 +193,8 @@ def test_emulation_registry_is_compared():
         p["dtypes"] = p["dtypes"][:-1]
     bad["attrs"][0]["default"] = "safe"
     lines = S.check_op(FIXTURE_SPEC, FIXTURE_SRC, sim=lambda t: bad)
-    assert "FixtureCopy: emulation opdef: attr 'mode': expected default 'fast', got 'safe'" in lines
-    assert any(ln.startswith("FixtureCopy: emulation opdef: ascend310p: missing dtype rows (int8,int8,int64,int32)")
+    assert "MskvFixtureCopy: emulation opdef: attr 'mode': expected default 'fast', got 'safe'" in lines
+    assert any(ln.startswith("MskvFixtureCopy: emulation opdef: ascend310p: missing dtype rows (int8,int8,int64,int32)")
                for ln in lines), lines
 
 
@@ -201,7 +203,7 @@ def test_emulation_error_is_a_line():
         raise RuntimeError(f"opdef.unknown_op: {op_type} is not registered")
 
     lines = S.check_op(FIXTURE_SPEC, FIXTURE_SRC, sim=raising)
-    assert lines == ["FixtureCopy: emulation opdef: opdef.unknown_op: FixtureCopy is not registered"]
+    assert lines == ["MskvFixtureCopy: emulation opdef: opdef.unknown_op: MskvFixtureCopy is not registered"]
 
 
 # ------------------------------------------------------------------------------------------ the repository's ops

@@ -77,7 +77,7 @@ def _slot_hints(spec):
 #: Ops that are a runtime memcpy on Ascend (the ascend backend's ``RUNTIME_OPS``: ``aclrtMemcpy`` per
 #: block), not an AscendC kernel: there is no kernel or tiling to emulate, so the sim backend runs the
 #: cpu backend's host kernel for them (same semantics, PyNative and graph mode).
-HOST_OPS = ("SwapBlocks",)
+HOST_OPS = ("MskvSwapBlocks",)
 
 
 def aot_func(spec):
@@ -102,7 +102,7 @@ def aot_func(spec):
         if _has_symbol(path, op):
             return f"{path}:{op}", None
     raise RuntimeError(f"sim backend: op {op!r} has no AscendC kernel in this build (expected op_kernel/"
-                       f"{sim.snake_case(op)}.cpp with its op_host OpDef); registered ops: {sim.ops()}")
+                       f"{spec.name}.cpp with its op_host OpDef); registered ops: {sim.ops()}")
 
 
 def last_error():

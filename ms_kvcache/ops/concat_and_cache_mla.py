@@ -10,7 +10,7 @@ __all__ = ["concat_and_cache_mla", "SPEC"]
 
 SPEC = register(OpSpec(
     name="concat_and_cache_mla",
-    op_type="ConcatAndCacheMla",
+    op_type="MskvConcatAndCacheMla",
     inputs=(
         TensorSpec("kv_c", "T", (2,)),
         TensorSpec("k_pe", "T", (2, 3)),

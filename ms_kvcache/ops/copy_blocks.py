@@ -5,7 +5,7 @@ How a list of L per-layer caches reaches ONE kernel launch in every MindSpore mo
 ``key_caches`` and ``value_caches`` are list inputs (``TensorSpec(dynamic=True)``, see
 ``ms_kvcache._custom``): the primitive takes the 2L caches as ``2L`` consecutive inputs, every one
 marked ``RW_WRITE`` with ``side_effect_mem`` set, so graph mode keeps the call and orders it before
-later reads of each cache. One class serves every L: ``CopyBlocks(backend, (L, L))``; the counts reach
+later reads of each cache. One class serves every L: ``MskvCopyBlocks(backend, (L, L))``; the counts reach
 every backend as the ``dyn_input_sizes`` attribute ``[L, L, -1]`` (AscendC: two DYNAMIC inputs).
 
 - GRAPH_MODE: keep the caches as Cell attributes, e.g. ``self.key_caches = ParameterTuple(...)``, and
@@ -53,7 +53,7 @@ def _infer_dtype(_attrs, k_dtypes, v_dtypes, _m_dtype):
 
 SPEC = register(OpSpec(
     name="copy_blocks",
-    op_type="CopyBlocks",
+    op_type="MskvCopyBlocks",
     inputs=(
         TensorSpec("key_caches", "T", BLOCK_CACHE_RANKS, inplace=True, dynamic=True),
         TensorSpec("value_caches", "T", BLOCK_CACHE_RANKS, inplace=True, dynamic=True),

@@ -143,7 +143,7 @@ def _check_static(attr_values, shapes, dtypes, has_staging):
 
 SPEC = register(OpSpec(
     name=_OP,
-    op_type="MultiLayerBlockTransfer",
+    op_type="MskvMultiLayerBlockTransfer",
     inputs=(
         TensorSpec("block_ids", "S", (1,)),
         TensorSpec("staging", "T", (1, 2, 3, 4, 5), inplace=True, optional=True),

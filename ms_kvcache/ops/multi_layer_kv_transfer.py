@@ -148,7 +148,7 @@ def _check_static(attr_values, buffer_shape, buffer_dtype, slot_shape, slot_dtyp
 
 SPEC = register(OpSpec(
     name=_OP,
-    op_type="MultiLayerKvTransfer",
+    op_type="MskvMultiLayerKvTransfer",
     inputs=(
         TensorSpec("buffer", "T", (1, 4), inplace_if=("direction", "d2h")),
         TensorSpec("slot_mapping", "S", (1,)),

@@ -13,7 +13,7 @@ __all__ = ["rerope_cached_keys", "SPEC"]
 
 SPEC = register(OpSpec(
     name="rerope_cached_keys",
-    op_type="ReropeCachedKeys",
+    op_type="MskvReropeCachedKeys",
     inputs=(
         TensorSpec("key_cache", "T", (3, 4), inplace=True),
         TensorSpec("slot_mapping", "S", (1,)),

@@ -11,7 +11,7 @@ __all__ = ["reshape_and_cache", "SPEC"]
 
 SPEC = register(OpSpec(
     name="reshape_and_cache",
-    op_type="ReshapeAndCache",
+    op_type="MskvReshapeAndCache",
     inputs=(
         TensorSpec("key", "T", (2, 3)),
         TensorSpec("value", "T", (2, 3)),

@@ -12,7 +12,7 @@ __all__ = ["reshape_and_cache_merged", "SPEC"]
 
 SPEC = register(OpSpec(
     name="reshape_and_cache_merged",
-    op_type="ReshapeAndCacheMerged",
+    op_type="MskvReshapeAndCacheMerged",
     inputs=(
         TensorSpec("key", "T", (2, 3)),
         TensorSpec("value", "T", (2, 3)),

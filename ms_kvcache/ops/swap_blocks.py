@@ -13,7 +13,7 @@ BLOCK_CACHE_RANKS = (2, 3, 4, 5, 6)
 
 SPEC = register(OpSpec(
     name="swap_blocks",
-    op_type="SwapBlocks",
+    op_type="MskvSwapBlocks",
     inputs=(
         TensorSpec("src_cache", "T", BLOCK_CACHE_RANKS),
         TensorSpec("dst_cache", "T", BLOCK_CACHE_RANKS, inplace=True),

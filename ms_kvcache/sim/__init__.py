@@ -107,7 +107,7 @@ def ops():
     """Names of the op types registered in the emulation (their ``OP_ADD(...)``), sorted.
 
     Returns:
-        list[str]: CamelCase op types, e.g. ``["ConcatAndCacheMla", ..., "ReshapeAndCache", ...]``; the
+        list[str]: CamelCase op types, e.g. ``["MskvConcatAndCacheMla", ..., "MskvReshapeAndCache", ...]``; the
         ops of modules loaded later with :func:`build` are included once loaded.
     """
     return _sim.ops()
@@ -117,7 +117,7 @@ def tiling(op, inputs, attrs=None, soc="Ascend910B1", outputs=None, kernel_type=
     """Run op ``op``'s registered host tiling function as CANN would, check its result, and return it.
 
     Args:
-        op (str): op type as registered (CamelCase, e.g. ``"ReshapeAndCache"``; see :func:`ops`).
+        op (str): op type as registered (CamelCase, e.g. ``"MskvReshapeAndCache"``; see :func:`ops`).
         inputs (list): one entry per OpDef input, in order: ``(shape, dtype[, format])``, a dict, a numpy
             array, or None for an absent OPTIONAL input; a DYNAMIC input takes a list of such entries.
         attrs (dict | None): ``{name: value}``; unset optional attributes take their OpDef default.
@@ -231,7 +231,7 @@ def check_tiling(op, inputs, attrs=None, soc=None):
     32 bytes on Ascend310P3 where the user made the call.
 
     Args:
-        op (str): public snake_case name (``"reshape_and_cache"``) or OpDef type (``"ReshapeAndCache"``).
+        op (str): public snake_case name (``"reshape_and_cache"``) or OpDef type (``"MskvReshapeAndCache"``).
         inputs (list): one entry per OpDef input, in order: a MindSpore Tensor / Parameter, a numpy
             array, a ``(shape, dtype)`` pair (dtype a name, numpy or MindSpore dtype) or None for an
             absent optional input; a list of such entries for a DYNAMIC input (e.g. copy_blocks'
@@ -252,7 +252,7 @@ def check_tiling(op, inputs, attrs=None, soc=None):
     """
     dyn_inputs = _OP_DYNAMIC.get(op)
     if dyn_inputs is None:
-        op_type = op if op in _sim.ops() else _camel(op)
+        op_type = _resolve_op_type(op)
         if op_type not in _sim.ops():
             raise KeyError(f"check_tiling: no op {op!r} in the AscendC emulation; registered ops: {_sim.ops()}")
         dyn_inputs = (op_type, tuple(p["param_type"] == "dynamic" for p in _sim.opdef(op_type)["inputs"]))
@@ -269,7 +269,7 @@ def check_tiling(op, inputs, attrs=None, soc=None):
     key = (op_type, soc, tuple(norm), tuple(sorted((k, _freeze(v)) for k, v in attrs.items())))
     hit = _TILING_CACHE.get(key)
     if hit is None:
-        name = _sim.snake_case(op_type)
+        name = _public_name(op_type)
         try:
             hit = _sim.tiling(op_type, [list(x) if d else x for x, d in zip(norm, dyn + (False,) * len(norm))],
                               attrs or None, soc)
@@ -438,7 +438,7 @@ def launch(op, arrays, attrs=None, soc=None, order=None, hazards=None, seed=0, g
     """Run op ``op``'s registered tiling, then its kernel on every core, over numpy arrays.
 
     Args:
-        op (str): OpDef type (CamelCase, e.g. ``"ReshapeAndCache"``); its kernel entry is
+        op (str): OpDef type (CamelCase, e.g. ``"MskvReshapeAndCache"``); its kernel entry is
             ``snake_case(op)``.
         arrays (list | dict): the op's tensors in OpDef order, inputs then outputs (or a dict by
             name). ``None`` for an absent OPTIONAL input, a list of arrays for a DYNAMIC input,
@@ -588,6 +588,38 @@ _BUILD_LOCK = threading.Lock()
 
 def _camel(snake):
     return "".join(p[:1].upper() + p[1:] for p in snake.split("_") if p)
+
+
+def _op_type_of_kernel(stem, entries):
+    """OpType of a kernel file: the CamelCase of its (first) kernel entry, CANN's entry =
+    snake_case(OpType) rule (``mskv_reshape_and_cache`` -> ``MskvReshapeAndCache``); the file stem if the
+    file has no entry."""
+    return _camel(entries[0] if entries else stem)
+
+
+#: ms_kvcache's own OpTypes carry this vendor prefix (docs/design.md); their public snake_case names
+#: (``"reshape_and_cache"``) are accepted wherever an op is named.
+OP_TYPE_PREFIX = "Mskv"
+
+
+def _public_name(op_type):
+    """snake_case name of an OpType without ms_kvcache's vendor prefix (``MskvReshapeAndCache`` ->
+    ``reshape_and_cache``): the public op name the rejection errors report."""
+    s = _sim.snake_case(op_type)
+    pre = _sim.snake_case(OP_TYPE_PREFIX) + "_"
+    return s[len(pre):] if op_type.startswith(OP_TYPE_PREFIX) and s.startswith(pre) else s
+
+
+def _resolve_op_type(op):
+    """``op`` as registered, else its CamelCase, else the prefixed CamelCase (an ms_kvcache op's public
+    name); the CamelCase form when none is registered (the caller reports it)."""
+    registered = _sim.ops()
+    if op in registered:
+        return op
+    for cand in (_camel(op), OP_TYPE_PREFIX + _camel(op)):
+        if cand in registered:
+            return cand
+    return _camel(op)
 
 
 def _cache_dir():
@@ -745,7 +777,7 @@ def build(name, sources, include_dirs=(), kernels=None, cxxflags=(), force=False
     key = h.hexdigest()[:20]
     cache = _cache_dir()
     out = cache / f"{name}-{key}.so"
-    op_types = [_camel(stem) for kind, _, stem, _, _ in plan if kind == "kernel"]
+    op_types = [_op_type_of_kernel(stem, entries) for kind, _, stem, entries, _ in plan if kind == "kernel"]
     entry_names = [e for kind, _, _, entries, _ in plan if kind == "kernel" for e in entries]
 
     with _BUILD_LOCK:
@@ -788,7 +820,7 @@ def _compile(name, plan, incs, flags, libdir, cxx, out, jobs, verbose):
             if (s.parent.parent / "op_host").is_dir():
                 local.append(f"-I{s.parent.parent / 'op_host'}")
             if kind == "kernel":
-                op_type = _camel(stem)
+                op_type = _op_type_of_kernel(stem, entries)
                 w = [f"// generated by ms_kvcache.sim.build from {s}",
                      "#define ASCENDC_SIM_KERNEL_SIDE 1", f"#define ASCENDC_SIM_OP_TYPE {op_type}",
                      '#include "kernel_operator.h"', '#include "register/tilingdata_base.h"',

@@ -1,7 +1,9 @@
 # Collects the operators of the repository for the CANN custom-op project (scripts/opp/CMakeLists.txt).
 #
-# One operator per op_kernel/<op>.cpp. Its OpType is the CamelCase of <op> (reshape_and_cache ->
-# ReshapeAndCache), the convention of docs/design.md and of CANN's OpType <-> file-name conversion.
+# One operator per op_kernel/<op>.cpp. Its OpType is the vendor prefix Mskv + the CamelCase of <op>
+# (reshape_and_cache -> MskvReshapeAndCache, kernel entry mskv_reshape_and_cache = CANN's snake_case of the
+# OpType), the convention of docs/design.md: CANN ships a built-in ReshapeAndCache, which an unprefixed
+# custom op would shadow.
 # Every op must have op_host/<op>.cpp (OpDef, tiling function) and op_proto/<op>.cpp (InferShape /
 # InferDataType registration); a missing file is a configure error naming it.
 #
@@ -13,7 +15,7 @@
 
 function(mskv_op_type op out)
   string(REPLACE "_" ";" parts "${op}")
-  set(result "")
+  set(result "Mskv")
   foreach(p IN LISTS parts)
     if(p STREQUAL "")
       continue()
