@@ -1,0 +1,84 @@
+"""The copy-op benchmarks (ms_kvcache.bench.copy_ops / copy_ops_sim): in the package, fair baselines,
+one ratio convention (reference time / op time), README consistent with what they print (issue 20).
+
+Not timed tests: tiny sizes, the assertions are on what is measured and how it is reported."""
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_copy_benches_are_package_modules_with_thin_wrappers():
+    """`ms-kvcache bench --list` finds copy_ops and copy_ops_sim in the package (they were scripts loaded by
+    path, missing from an installed wheel); scripts/bench_copy*.py only wrap them."""
+    from ms_kvcache import bench
+
+    found = {m.name: m.origin for m in bench.discover()}
+    assert found.get("copy_ops") == "package" and found.get("copy_ops_sim") == "package", found
+    assert "copy" not in found and "copy_sim" not in found, found
+    for script, mod in (("bench_copy.py", "copy_ops"), ("bench_copy_sim.py", "copy_ops_sim")):
+        path = ROOT / "scripts" / script
+        assert bench.wrapped_modules(path) == {"main_for", mod}, script
+        assert len(path.read_text().splitlines()) < 20, f"{script} is not a thin wrapper"
+
+
+@pytest.fixture
+def small_copy_bench(monkeypatch):
+    from ms_kvcache.bench import copy_ops
+
+    monkeypatch.setattr(copy_ops, "COLD_BYTES", 1 << 20)
+    monkeypatch.setattr(copy_ops, "COPY_LAYERS", 2)
+    monkeypatch.setattr(copy_ops, "COPY_PAIRS", (2,))
+    monkeypatch.setattr(copy_ops, "QUICK_OTHER_TOKENS", (48,))
+    monkeypatch.setattr(copy_ops, "QUICK_SWAP_BLOCKS", (2,))
+    monkeypatch.setattr(copy_ops, "_inner_for", lambda nbytes: 2)
+    return copy_ops
+
+
+def test_copy_bench_baselines_do_the_same_memory_work(small_copy_bench):
+    """Every non-reshape_and_cache row: the op, a memcpy of the same bytes and numpy fancy-index assignment
+    of the same rows, rotated over K disjoint regions covering >= COLD_BYTES (each call writes memory the
+    previous calls left), the op's values checked, ratios = baseline time / op time, the baseline named."""
+    mod = small_copy_bench
+    ops = ("reshape_and_cache_merged", "concat_and_cache_mla", "copy_blocks", "swap_blocks")
+    rows = mod.run(ops=ops, quick=True)
+    assert sorted({r["op"] for r in rows}) == sorted(ops)
+    for r in rows:
+        assert r["correct"], r
+        k, payload = r["rotations"], r["bytes"]
+        assert k * payload >= mod.COLD_BYTES or k == mod.MAX_ROTATIONS, r
+        assert r["footprint_mib"] * 2**20 >= k * payload, r  # the caches hold every rotation's rows
+        assert r["ratio_memcpy"] == pytest.approx(r["memcpy_us"] / r["op_us"])
+        assert r["speedup"]["numpy fancy index"] == pytest.approx(r["numpy_fancy_us"] / r["op_us"])
+        assert r["gbps"] == pytest.approx(payload / (r["op_us"] * 1e-6) / 1e9)
+    text = mod.format_table(rows)
+    assert mod.BASELINE_LINE in text and "x memcpy" in text and "op/memcpy" not in text
+
+
+def test_copy_bench_overhead_ratio_is_add_time_over_op_time():
+    """The per-call overhead line says 'x ops.add' = ops.add time / op time, the convention of every other
+    ratio (it printed 'ratio' = op time / ops.add time: 0.70 meant the op was faster)."""
+    from ms_kvcache.bench import copy_ops
+
+    raw = {"bench": "overhead", "mode": "pynative", "T": 1, "op_us": 20.0, "ops_add_us": 30.0, "add_speedup": 1.5,
+           "fast_path": True, "ops_custom_us": 100.0}
+    line = [x for x in copy_ops.format_table([raw]).splitlines() if "pynative" in x][0]
+    assert "x ops.add 1.50" in line and "ratio" not in line, line
+    assert copy_ops._standard_keys(dict(raw))["speedup"]["ops.add"] == pytest.approx(1.5)
+
+
+def test_copy_sim_swap_blocks_rows_leave_the_kernel_columns_blank():
+    """swap_blocks has no AscendC kernel: its emulation-table row shows traffic and ACL calls, and blank
+    cores / UB / copies-per-core cells (it showed cores '0/0', UB 0.0, 0 copies)."""
+    from ms_kvcache.bench import copy_ops_sim, format_tables
+
+    rows = copy_ops_sim._swap_blocks("Ascend910B1")
+    assert [r["acl_calls"] for r in rows] == [1, 1, 1] and [r["acl_copies"] for r in rows] == [16, 64, 4]
+    assert all(r["gm_ratio"] == pytest.approx(1.0, abs=1e-3) for r in rows)
+    (_, head, cells, _), = format_tables(rows)
+    for c in cells:
+        row = dict(zip(head, c))
+        assert "0/0" not in c and row.get("cores", "") == "" and row.get("UB KiB", "") == "", row
+        assert "ACL call" in row["note"]
+
