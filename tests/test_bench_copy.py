@@ -2,8 +2,10 @@
 one ratio convention (reference time / op time), README consistent with what they print (issue 20).
 
 Not timed tests: tiny sizes, the assertions are on what is measured and how it is reported."""
+import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,3 +84,30 @@ def test_copy_sim_swap_blocks_rows_leave_the_kernel_columns_blank():
         assert "0/0" not in c and row.get("cores", "") == "" and row.get("UB KiB", "") == "", row
         assert "ACL call" in row["note"]
 
+
+def _readme_copy_section():
+    text = (ROOT / "README.md").read_text()
+    start = text.index("## Performance of the copy operators")
+    return text[start:text.index("\n## ", start + 10)]
+
+
+def test_readme_copy_section_matches_the_benchmark():
+    """README's copy tables quote the bench's baseline line, its commands and its ratio words; every op of
+    the fair-baseline table is listed with three runs and their median."""
+    from ms_kvcache.bench import copy_ops
+
+    sec = _readme_copy_section()
+    flat = " ".join(re.sub(r"^> ?", "", line) for line in sec.splitlines()).split()  # quoted as a blockquote
+    flat = " ".join(flat)
+    assert " ".join(copy_ops.BASELINE_LINE.split()) in flat
+    assert "ms-kvcache bench --ops copy_ops" in sec and "op/memcpy" not in sec
+    assert not re.search(r"ratio \d", sec), "old 'ratio 0.70' wording (op time / reference time)"
+    for op in ("reshape_and_cache", "reshape_and_cache_merged", "concat_and_cache_mla", "copy_blocks",
+               "swap_blocks"):
+        lines = [x for x in sec.splitlines() if x.startswith(f"| {op} ")]
+        assert lines, f"{op} missing from README's copy table"
+        for x in lines:
+            runs = re.search(r"\(([\d.]+), ([\d.]+), ([\d.]+)\)", x)
+            assert runs, f"no three runs in: {x}"
+            med = float(np.median([float(v) for v in runs.groups()]))
+            assert f"{med:.2f}" in x.split("(")[0], f"median {med:.2f} not the row's figure: {x}"
