@@ -54,8 +54,36 @@ def test_copy_bench_baselines_do_the_same_memory_work(small_copy_bench):
         assert r["ratio_memcpy"] == pytest.approx(r["memcpy_us"] / r["op_us"])
         assert r["speedup"]["numpy fancy index"] == pytest.approx(r["numpy_fancy_us"] / r["op_us"])
         assert r["gbps"] == pytest.approx(payload / (r["op_us"] * 1e-6) / 1e9)
+        if r["op"] != "copy_blocks":  # the per-stage view: the kernel alone, timed in the same rounds
+            assert r["kernel_x_memcpy"] == pytest.approx(r["memcpy_us"] / r["kernel_us"]), r
+            assert "kernel alone" in r["note"]
     text = mod.format_table(rows)
     assert mod.BASELINE_LINE in text and "x memcpy" in text and "op/memcpy" not in text
+
+
+def test_copy_bench_kernel_stage_does_the_ops_work():
+    """The kernel-alone stage (ctypes on the AOT entry point) writes the rows the op writes: numpy reference,
+    random data, a slot -1 skipped, the last slot; concat_and_cache_mla, bfloat16."""
+    import ml_dtypes
+    import mindspore as ms
+
+    from ms_kvcache.bench import copy_ops
+
+    rng = np.random.default_rng(7)
+    T, R, P, nb, bs = 5, 32, 8, 3, 4
+    kv_c = rng.standard_normal((T, R)).astype(ml_dtypes.bfloat16)
+    k_pe = rng.standard_normal((T, P)).astype(ml_dtypes.bfloat16)
+    tensors = [ms.Tensor(kv_c), ms.Tensor(k_pe), ms.Tensor(np.zeros((nb, bs, R), ml_dtypes.bfloat16)),
+               ms.Tensor(np.zeros((nb, bs, P), ml_dtypes.bfloat16))]
+    slots = np.array([nb * bs - 1, 0, -1, 6, 5], np.int64)
+    run = copy_ops._aot_kernel("MskvConcatAndCacheMla", tensors, [slots])
+    assert run is not None
+    run(0)
+    want_c, want_p = np.zeros((nb * bs, R), ml_dtypes.bfloat16), np.zeros((nb * bs, P), ml_dtypes.bfloat16)
+    keep = slots >= 0
+    want_c[slots[keep]], want_p[slots[keep]] = kv_c[keep], k_pe[keep]
+    assert np.array_equal(tensors[2].asnumpy().reshape(-1, R).view(np.uint16), want_c.view(np.uint16))
+    assert np.array_equal(tensors[3].asnumpy().reshape(-1, P).view(np.uint16), want_p.view(np.uint16))
 
 
 def test_copy_bench_overhead_ratio_is_add_time_over_op_time():

@@ -361,22 +361,63 @@ def bench_no_copy(reps, rng):
     return rows
 
 
-def _measure(rows, name, shape, tokens, nbytes, k, op, anchor, memcpy, fancy, reps, check, footprint):
-    """Time op / memcpy / numpy (each a function of the rotation index), interleaved; append one row."""
+def _aot_kernel(symbol, tensors, index_sets):
+    """The cpu backend's kernel ``symbol`` called directly through its AOT entry point (ctypes, no MindSpore:
+    no launch, no pipeline), on the tensors' own memory, with ``index_sets[i]`` (an int64 numpy array) as
+    the last input: returns ``fn(i)``, or None when the native module is not built. The per-stage view of
+    an op's time: op time - kernel time = what the PyNative call adds. Without MindSpore's attributes the
+    kernel also scans the slots for repeats (PyNative rejects them before the launch)."""
+    import ctypes
+
+    try:
+        from ms_kvcache import _cpu
+    except ImportError:
+        return None
+    fn = getattr(ctypes.CDLL(_cpu.__file__), symbol)
+    fn.restype = ctypes.c_int
+    arrays = [t.asnumpy() for t in tensors]  # views of the tensors' memory (host tensors, MindSpore 2.10)
+    out = np.zeros(1, np.int32)
+    packs = []
+    for idx in index_sets:
+        arg = arrays + [np.ascontiguousarray(idx, np.int64), out]
+        n = len(arg)
+        shapes = [(ctypes.c_int64 * max(1, a.ndim))(*a.shape) for a in arg]
+        packs.append((n, (ctypes.c_void_p * n)(*[a.ctypes.data for a in arg]), (ctypes.c_int * n)(*[a.ndim for a in arg]),
+                      (ctypes.POINTER(ctypes.c_int64) * n)(*[ctypes.cast(x, ctypes.POINTER(ctypes.c_int64)) for x in shapes]),
+                      (ctypes.c_char_p * n)(*[a.dtype.name.encode() for a in arg]), shapes, arg))
+
+    def run(i):
+        n, params, ndims, shp, dtypes, _, _ = packs[i]
+        if fn(n, params, ndims, shp, dtypes, None, None) != 0:
+            raise RuntimeError(f"{symbol} failed: {_cpu.last_error()}")
+
+    return run
+
+
+def _measure(rows, name, shape, tokens, nbytes, k, op, anchor, memcpy, fancy, reps, check, footprint, kernel=None):
+    """Time op / memcpy / numpy (each a function of the rotation index), interleaved; append one row.
+    ``kernel`` (optional, see _aot_kernel): the op's kernel alone, timed in the same rounds."""
     inner = _inner_for(nbytes)
-    best = _timeit_interleaved({"op": (_Cycle(k, op), lambda: _polite_sync(anchor), inner),
-                                "memcpy": (_Cycle(k, memcpy), _no_sync, inner),
-                                "numpy": (_Cycle(k, fancy), _no_sync, inner)}, reps + 2, warmup=k)
+    cases = {"op": (_Cycle(k, op), lambda: _polite_sync(anchor), inner),
+             "memcpy": (_Cycle(k, memcpy), _no_sync, inner),
+             "numpy": (_Cycle(k, fancy), _no_sync, inner)}
+    if kernel is not None:
+        cases["kernel"] = (_Cycle(k, kernel), _no_sync, inner)
+    best = _timeit_interleaved(cases, reps + 2, warmup=k)
     t_op, t_mem, t_np = best["op"], best["memcpy"], best["numpy"]
-    rows.append({"bench": name, "shape": shape, "T": tokens, "dtype": "bfloat16", "bytes": nbytes, "rotations": k,
-                 "footprint_mib": footprint / 2**20, "op_us": t_op * 1e6, "op_gbps": nbytes / t_op / 1e9,
-                 "memcpy_us": t_mem * 1e6, "memcpy_gbps": nbytes / t_mem / 1e9, "ratio_to_memcpy": t_mem / t_op,
-                 "numpy_fancy_us": t_np * 1e6, "speedup_vs_numpy": t_np / t_op, "correct": bool(check())})
+    row = {"bench": name, "shape": shape, "T": tokens, "dtype": "bfloat16", "bytes": nbytes, "rotations": k,
+           "footprint_mib": footprint / 2**20, "op_us": t_op * 1e6, "op_gbps": nbytes / t_op / 1e9,
+           "memcpy_us": t_mem * 1e6, "memcpy_gbps": nbytes / t_mem / 1e9, "ratio_to_memcpy": t_mem / t_op,
+           "numpy_fancy_us": t_np * 1e6, "speedup_vs_numpy": t_np / t_op, "correct": bool(check())}
+    if kernel is not None:
+        row.update(kernel_us=best["kernel"] * 1e6, kernel_x_memcpy=t_mem / best["kernel"])
+    rows.append(row)
 
 
-def _slot_case(rows, name, label, t, planes, k, num_slots, op, anchor, reps, rng, tag):
+def _slot_case(rows, name, label, t, planes, k, num_slots, op, anchor, reps, rng, tag, kernel=None):
     """A slot-scatter op: ``planes`` = [(source tensor, cache Parameter, row bytes, byte offset of the plane in
-    that cache)], ``op(slot tensor)`` runs the op."""
+    that cache)], ``op(slot tensor)`` runs the op; ``kernel`` = (AOT symbol, its tensor inputs before
+    slot_mapping): the kernel alone is timed too (_aot_kernel)."""
     ms = _ms()
     nbytes = t * sum(p[2] for p in planes)
     sets = _slot_sets(rng, num_slots, k, t)
@@ -408,7 +449,7 @@ def _slot_case(rows, name, label, t, planes, k, num_slots, op, anchor, reps, rng
                    for (_, c, rb, off), s in zip(planes, np_srcs))
 
     _measure(rows, name, label, t, nbytes, k, lambda i: op(slots[i]), anchor, memcpy, fancy, reps, check,
-             cache_bytes + nbytes)
+             cache_bytes + nbytes, kernel=_aot_kernel(kernel[0], kernel[1], sets) if kernel else None)
 
 
 def _block_sets(rng, k, n, extra=0):
@@ -441,7 +482,7 @@ def bench_other_ops(selected, reps, rng, tokens=OTHER_TOKENS, swap_blocks=SWAP_B
             _slot_case(rows, "reshape_and_cache_merged", f"Llama-3-8B T={t}", t,
                        [(key, kv, row_bytes, 0), (value, kv, row_bytes, plane)], k, nb * BLOCK_SIZE,
                        lambda s, key=key, value=value, kv=kv: ms_kvcache.reshape_and_cache_merged(key, value, kv, s),
-                       kv, reps, rng, f"m{t}")
+                       kv, reps, rng, f"m{t}", kernel=("MskvReshapeAndCacheMerged", [key, value, kv]))
     if "concat_and_cache_mla" in selected:
         for t in tokens:
             rb_c, rb_p = MLA_RANK * 2, MLA_ROPE * 2
@@ -453,7 +494,7 @@ def bench_other_ops(selected, reps, rng, tokens=OTHER_TOKENS, swap_blocks=SWAP_B
             _slot_case(rows, "concat_and_cache_mla", f"DeepSeek-V3 R=512 P=64 bs=64 T={t}", t,
                        [(kv_c, cc, rb_c, 0), (k_pe, pc, rb_p, 0)], k, nb * MLA_BLOCK_SIZE,
                        lambda s, a=kv_c, b=k_pe, c=cc, d=pc: ms_kvcache.concat_and_cache_mla(a, b, c, d, s),
-                       cc, reps, rng, f"mla{t}")
+                       cc, reps, rng, f"mla{t}", kernel=("MskvConcatAndCacheMla", [kv_c, k_pe, cc, pc]))
     if "copy_blocks" in selected:
         for n in copy_pairs:
             layers = COPY_LAYERS
@@ -509,7 +550,9 @@ def bench_other_ops(selected, reps, rng, tokens=OTHER_TOKENS, swap_blocks=SWAP_B
 
             _measure(rows, "swap_blocks", f"Llama-3-8B {n} blocks", n, nbytes, k,
                      lambda i, a=src, b=dst, maps=maps: ms_kvcache.swap_blocks(a, b, maps[i]),
-                     dst, memcpy, fancy, reps, check, 2 * k * nbytes)
+                     dst, memcpy, fancy, reps, check, 2 * k * nbytes,
+                     kernel=_aot_kernel("MskvSwapBlocks", [src, dst], [np.stack([src_ids[i], dst_ids[i]], 1)
+                                                                        for i in range(k)]))
     return rows
 
 
@@ -584,6 +627,8 @@ def _standard_keys(r):
         if "speedup_vs_numpy" in r:
             out["speedup"] = {"numpy fancy index": r["speedup_vs_numpy"]}
             out["note"] = "memcpy: same footprint, cold destination"
+            if "kernel_x_memcpy" in r:
+                out["note"] += f"; kernel alone (no MindSpore) x memcpy {r['kernel_x_memcpy']:.2f}"
     return {**r, **out}
 
 
@@ -629,13 +674,16 @@ def format_table(rows):
         out.append("")
         out.append("other copy ops (bf16, PyNative, cpu backend)")
         out.append(f"  {'op':<25} {'case':<38} {'MB':>6} {'K':>3} {'op GB/s':>8} {'memcpy GB/s':>11} "
-                   f"{'x memcpy':>9} {'x numpy':>8}")
+                   f"{'x memcpy':>9} {'x numpy':>8} {'kernel x memcpy':>15}")
         for r in other:
             out.append(f"  {r['bench']:<25} {r['shape']:<38} {r['bytes'] / 1e6:>6.2f} {r.get('rotations', ''):>3} "
                        f"{r['op_gbps']:>8.2f} {r['memcpy_gbps']:>11.2f} {r['ratio_to_memcpy']:>9.2f} "
-                       f"{r.get('speedup_vs_numpy', float('nan')):>8.2f}"
+                       f"{r.get('speedup_vs_numpy', float('nan')):>8.2f} "
+                       + (f"{r['kernel_x_memcpy']:>15.2f}" if "kernel_x_memcpy" in r else f"{'-':>15}")
                        + ("" if r.get("correct", True) else "  WRONG VALUES"))
-        out.append("  MB = payload written per call; " + BASELINE_LINE)
+        out.append("  MB = payload written per call; kernel x memcpy = memcpy time / time of the op's cpu kernel called "
+                   "directly (ctypes, no MindSpore launch or pipeline; same rotation, same rounds): op and kernel "
+                   "differ by the PyNative call's cost; " + BASELINE_LINE)
     return "\n".join(out)
 
 
