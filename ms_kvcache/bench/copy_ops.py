@@ -4,7 +4,9 @@ Every copy op is timed, interleaved in one run, against baselines doing the same
 
 - memcpy: a numpy copy of the op's payload bytes (one thread) between buffers as large as the op's
   source and destination footprint, rotated over the same K regions as the op's slots / blocks;
-- numpy: numpy fancy-index assignment of the same rows / blocks (``cache[slots] = rows``), same rotation.
+- numpy: numpy fancy-index assignment of the same rows / blocks (``cache[slots] = rows``), same rotation;
+- and, as a stage of the op's own time (not a baseline), the op's cpu kernel called directly through its
+  AOT entry point (ctypes: no MindSpore launch or pipeline) on the op's caches, same rotation.
 
 Rotation = each timed call (op and baseline alike) uses the next of K disjoint sets of slots (blocks),
 which together cover the caches: a call writes memory no call touched for >= ``COLD_BYTES`` (64 MiB),
@@ -568,7 +570,9 @@ def run(ops=None, quick=False):
     Rows: ``bench`` = "reshape_and_cache" (per T: op/memcpy/numpy/scatter_update/setitem times, GB/s,
     ratios), "overhead" (per mode: op vs ops.add us per call at T = 1), "no_copy", or another op's name
     (per size: op, memcpy and numpy times, GB/s, ``ratio_to_memcpy``, ``speedup_vs_numpy``, ``rotations``
-    K, ``footprint_mib``, ``correct``). Baselines: ``BASELINE_LINE``.
+    K, ``footprint_mib``, ``correct``; for reshape_and_cache_merged, concat_and_cache_mla and swap_blocks also
+    ``kernel_us`` / ``kernel_x_memcpy``: the op's cpu kernel alone, see ``_aot_kernel``). Baselines:
+    ``BASELINE_LINE``.
     """
     ms = _ms()
     import ms_kvcache
