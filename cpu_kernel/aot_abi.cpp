@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
@@ -65,6 +66,86 @@ void SetLastError(const std::string& msg) {
 std::string LastError() {
   std::lock_guard<std::mutex> lk(g_err_mu);
   return g_last_error;
+}
+
+namespace {
+struct Span {
+  uintptr_t lo, hi;  // [lo, hi) bytes of a tensor
+  int index;         // flat input index
+  bool written;
+};
+
+std::string ArgName(const std::vector<std::string>& names, int i) {
+  return i >= 0 && static_cast<size_t>(i) < names.size() ? names[i] : "input " + std::to_string(i);
+}
+}  // namespace
+
+void CheckDisjointArgs(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
+                       mindspore::AotExtra* extra) {
+  if (extra == nullptr || !extra->HasAttr("mskv_disjoint")) return;
+  const std::vector<int64_t> written = extra->GetAttrIntVec("mskv_disjoint");
+  const std::vector<int64_t> read =
+      extra->HasAttr("mskv_disjoint_read") ? extra->GetAttrIntVec("mskv_disjoint_read") : std::vector<int64_t>();
+  std::vector<Span> spans;
+  spans.reserve(written.size() + read.size());
+  auto add = [&](int64_t i, bool w) {
+    if (i < 0 || i >= nparam || params[i] == nullptr) return;
+    uint64_t n = DTypeSize(ParseDType(dtypes[i]));
+    for (int d = 0; d < ndims[i]; ++d) n *= static_cast<uint64_t>(shapes[i][d] < 0 ? 0 : shapes[i][d]);
+    if (n == 0) return;  // nothing to share
+    const auto lo = reinterpret_cast<uintptr_t>(params[i]);
+    spans.push_back(Span{lo, lo + n, static_cast<int>(i), w});
+  };
+  for (int64_t i : written) add(i, true);
+  for (int64_t i : read) add(i, false);
+  if (spans.size() < 2) return;
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
+    return a.lo != b.lo ? a.lo < b.lo : a.index < b.index;
+  });
+  const Span* reach_any = nullptr;      // the span reaching furthest so far
+  const Span* reach_written = nullptr;  // the written span reaching furthest so far
+  for (const Span& s : spans) {
+    const Span* other = s.written ? reach_any : reach_written;  // read spans may overlap each other
+    if (other != nullptr && s.lo < other->hi) {
+      std::vector<std::string> names;
+      if (extra->HasAttr("mskv_arg_names")) {
+        const std::string all = extra->GetAttrStr("mskv_arg_names");
+        size_t p = 0;
+        while (p <= all.size()) {
+          const size_t q = all.find(';', p);
+          names.push_back(all.substr(p, q == std::string::npos ? std::string::npos : q - p));
+          if (q == std::string::npos) break;
+          p = q + 1;
+        }
+      }
+      const Span& first = other->index < s.index ? *other : s;
+      const Span& second = other->index < s.index ? s : *other;
+      const bool same = first.lo == second.lo && first.hi == second.hi;
+      const std::string how = same ? "the same memory as" :
+          "memory sharing bytes " + std::to_string(std::max(first.lo, second.lo) - first.lo) + ".." +
+          std::to_string(std::min(first.hi, second.hi) - first.lo) + " of";
+      if (first.written && second.written) {
+        throw KernelError("argument '" + ArgName(names, second.index) + "': expected a distinct cache tensor (no "
+                          "memory shared with another argument the op writes), got " + how + " '" +
+                          ArgName(names, first.index) + "' (in a graph: the same Parameter given twice, or two "
+                          "Parameters over one buffer); nothing was written");
+      }
+      const Span& w = first.written ? first : second;
+      const Span& r = first.written ? second : first;
+      throw KernelError("argument '" + ArgName(names, w.index) + "': expected a tensor sharing no memory with the "
+                        "tensors the op reads, got " + (same ? std::string("the same memory as") :
+                        std::string("memory shared with")) + " '" + ArgName(names, r.index) +
+                        "'; writing it would change the data being read; nothing was written");
+    }
+    if (reach_any == nullptr || s.hi > reach_any->hi) reach_any = &s;
+    if (s.written && (reach_written == nullptr || s.hi > reach_written->hi)) reach_written = &s;
+  }
+}
+
+int FailAotCall(const std::string& msg, void* extra) {
+  SetLastError(msg);
+  if (extra == nullptr) return 1;
+  throw std::runtime_error(msg);
 }
 
 std::string AotArgs::attr_str(const char* name, const std::string& dflt) const {

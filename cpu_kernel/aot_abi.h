@@ -6,9 +6,10 @@
 // params are the op inputs in OpSpec order followed by its outputs. Attributes (cache_layout, ...)
 // come from the primitive through MindSpore's AotExtra object, whose virtual interface is mirrored
 // below (MindSpore 2.10, include/mindspore/ccsrc/utils/custom_aot_extra.h; pre-C++11 string ABI).
-// A kernel returns 0 on success; on failure it records a message (mskv::LastError) and returns
-// non-zero, which MindSpore turns into a RuntimeError. Python validates before launching, so a
-// non-zero return means a check was bypassed (graph mode) and is never a partial write.
+// A kernel returns 0 on success; on failure it records a message (mskv::LastError) and throws it to
+// MindSpore, which raises it as a RuntimeError with that text (MSKV_AOT_GUARD; a caller passing no
+// AotExtra gets a non-zero return instead). Python validates before launching, so a failure means a
+// check was bypassed (graph mode) and is never a partial write.
 #pragma once
 
 #include <cstddef>
@@ -94,7 +95,7 @@ struct InputSpan {
 };
 std::vector<InputSpan> InputSpans(const AotArgs& a, int num_inputs, int num_outputs = 1);
 
-// Raised inside kernels for inconsistent arguments; turned into a non-zero return by MSKV_AOT_GUARD.
+// Raised inside kernels for inconsistent arguments; reported by MSKV_AOT_GUARD (FailAotCall).
 struct KernelError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
@@ -114,15 +115,29 @@ inline int64_t ReadIndex(const void* p, DType d, int64_t i) {
                           : static_cast<const int64_t*>(p)[i];
 }
 
+// Alias rule of a launch by MindSpore (graph mode, ops.Custom): the ms_kvcache primitive sets the
+// attributes mskv_disjoint (flat indices of the inputs the op writes), mskv_disjoint_read (inputs read
+// whole that must not overlap a written one) and mskv_arg_names (argument names, ';'-separated). Throws
+// KernelError naming both arguments if two written tensors, or a written and such a read tensor, share
+// a byte; does nothing when the attributes are absent (the PyNative fast path checks in Python).
+void CheckDisjointArgs(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
+                       mindspore::AotExtra* extra);
+
+// End of a failed AOT call: records `msg` (LastError) and returns 1 to a caller that passed no AotExtra;
+// otherwise throws std::runtime_error(msg), which MindSpore's CPU AOT kernel catches and puts in the
+// Python exception text ("... Error message is <msg>"); the PyNative fast path catches it too.
+int FailAotCall(const std::string& msg, void* extra);
+
 }  // namespace mskv
 
-#define MSKV_AOT_GUARD(opname, ...)                                  \
-  try {                                                              \
-    __VA_ARGS__;                                                     \
-    return 0;                                                        \
-  } catch (const std::exception& e) {                                \
-    ::mskv::SetLastError(std::string(opname) + ": " + e.what());     \
-    return 1;                                                        \
+#define MSKV_AOT_GUARD(opname, ...)                                                                   \
+  try {                                                                                               \
+    ::mskv::CheckDisjointArgs(nparam, params, ndims, shapes, dtypes,                                  \
+                              static_cast<::mindspore::AotExtra*>(extra));                            \
+    __VA_ARGS__;                                                                                      \
+    return 0;                                                                                         \
+  } catch (const std::exception& e) {                                                                 \
+    return ::mskv::FailAotCall(std::string(opname) + ": " + e.what(), extra);                         \
   }
 
 #include "parallel.inl"

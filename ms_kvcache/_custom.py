@@ -11,6 +11,15 @@ The public wrappers call :func:`eager_launcher` in PyNative and, in graph mode,
 ``_get_cache_prim(prim_class(spec))(backend, *attr_values)`` so the graph compiler instantiates the
 primitive with constant arguments.
 
+Graph-mode safety (docs/design.md, "Graph mode: written tensors must be whole Parameters"): a primitive
+made by a graph branch refuses in its infer step (compile time) a written input whose abstract is not a
+Parameter (``RefType``), because MindSpore would hand the kernel a temporary copy (slice, view, op result,
+Tensor attribute) or a view argument's base address; :func:`eager_op` instances skip that check
+(PyNative wrappers check views themselves). Every primitive also carries the attributes the cpu and sim
+AOT entries read to refuse, before writing, written tensors that share memory (``mskv_disjoint``, ...;
+:func:`_set_alias_attrs`), since graph code sees no tensor identity. :func:`check_graph_types` is the
+compile-time type check of the graph branches' arguments.
+
 Lists of tensors (one cache per layer: ``copy_blocks``, the multi-layer transfers). A Python list of
 Parameters cannot be a graph input, and an ops.Custom input that is a tuple of tensors is not written
 in place (RW_WRITE does not reach the Parameters inside it; graph mode then reads stale values). So an
@@ -62,6 +71,7 @@ import threading
 import mindspore as ms
 import numpy as np
 from mindspore import Tensor, ops
+from mindspore.common import dtype as mstype
 from mindspore.ops import signature as sig
 from mindspore.ops.primitive import constexpr
 
@@ -71,7 +81,7 @@ from mindspore.ops._primitive_cache import _get_cache_prim  # noqa: F401  (re-ex
 
 __all__ = ["prim_class", "eager_op", "eager_launcher", "graph_backend", "_run_in_jit", "_get_cache_prim",
            "graph_launcher", "fast_path_available", "set_fast_path", "nosync_checker", "empty_input",
-           "empty_input_graph", "output_sources"]
+           "empty_input_graph", "output_sources", "check_graph_types", "check_written_are_parameters"]
 
 
 def _probe():
@@ -185,6 +195,21 @@ class InplaceCustom(ops.Custom):
         for attr, value in zip(spec.attrs, attr_values):
             self.add_prim_attr(attr.name, value)
         self.add_prim_attr("ms_kvcache_backend", backend)
+        #: (flat input index, argument name) of every tensor this instance writes; an instance made by a
+        #: graph branch (the default) refuses, in its infer step, a written tensor that is not a Parameter
+        #: (see :func:`check_written_are_parameters`); :func:`eager_op` turns that off for its instances
+        #: public op name and argument renames for the messages (``public_names`` of an internal op such as
+        #: the quantizing writes: ``reshape_and_cache_quant`` with kv_format MERGED is ``reshape_and_cache_merged``
+        #: and its ``key_cache`` is ``kv_cache``)
+        names = type(self).public_names
+        self.public_op, renames = names(attrs) if names is not None else (spec.name, {})
+        self.written_args = tuple((i, renames.get(n, n)) for i, n in _written_args(spec, counts, attrs))
+        self.require_parameters = True
+        _set_alias_attrs(self, spec, counts, attrs)
+        if renames or self.public_op != spec.name:
+            if self.get_attr_dict().get("mskv_op_name") is not None:
+                self.add_prim_attr("mskv_op_name", self.public_op)
+                self.add_prim_attr("mskv_arg_names", ";".join(renames.get(n, n) for n in _display_names(spec, counts)))
         #: attribute values the primitive takes as trailing inputs (spec order), () if none
         self.attr_inputs = tuple(attrs[a.name] for a in spec.attrs) if n_attr else ()
         pyboost = getattr(self, "custom_pyboost", None)
@@ -194,6 +219,103 @@ class InplaceCustom(ops.Custom):
             # after that copy) would be missing there
             for key, value in self.get_attr_dict().items():
                 pyboost.add_prim_attr(key, value)
+
+    #: optional ``staticmethod(attrs -> (public op name, {argument: public argument name}))`` set on the
+    #: class of an internal op (see __init__)
+    public_names = None
+
+    def __infer__(self, *args):
+        out = super().__infer__(*args)  # shape / dtype checks of the infer functions first
+        if self.require_parameters:
+            check_written_are_parameters(self.public_op, self.written_args, args)
+        return out
+
+
+def _display_names(spec, counts):
+    """Argument name of each flat primitive input: ``name`` or ``name[j]`` for a list input."""
+    it = iter(spec.counts(counts)) if spec.has_dynamic else iter(())
+    out = []
+    for t in spec.inputs:
+        if t.dynamic:
+            out.extend(f"{t.name}[{j}]" for j in range(next(it)))
+        else:
+            out.append(t.name)
+    return out
+
+
+def _written_args(spec, counts, attrs):
+    names = _display_names(spec, counts)
+    return tuple((i, names[i]) for i, t in enumerate(spec.expanded_inputs(counts, attrs)) if t.inplace)
+
+
+def _numel(shape):
+    n = 1
+    for d in shape or ():
+        n *= int(d)
+    return n
+
+
+#: Why a graph refuses a written tensor that is not a Parameter (tests match the first sentence).
+NOT_A_PARAMETER = (
+    "expected a Parameter (a whole Parameter, not a slice or a computed tensor), got a tensor that is not a "
+    "Parameter. In GRAPH_MODE and @ms.jit a tensor the op writes must be a mindspore.Parameter passed whole: a "
+    "Cell attribute, an item of a ParameterTuple, a Parameter argument of the Cell or jit function, or a "
+    "Parameter the function refers to. MindSpore hands an in-place op a temporary copy of a slice or view of "
+    "a Parameter (self.kv[0], ops.split, reshape), of an op's result or of a Tensor attribute, and a Tensor "
+    "argument may be a view whose base address it passes, so the write would be lost or land elsewhere. "
+    "Make each cache its own Parameter (e.g. a ParameterTuple of the K and V planes), or call the op in "
+    "PyNative")
+
+
+def check_written_are_parameters(op, written_args, args):
+    """Infer-step check of a graph-branch primitive: every written input (``written_args``: (flat index,
+    name)) must be a Parameter, which MindSpore's abstract value marks with a ``RefType`` dtype at compile
+    time (what ``ops.IsParameter`` reads). A zero-element tensor (the ``[0]`` stand-in of an absent
+    optional input) is exempt: nothing is written to it. Raises TypeError naming the op and argument."""
+    for i, name in written_args:
+        if i >= len(args):
+            continue
+        a = args[i]
+        if isinstance(a.get("dtype"), mstype.RefType) or _numel(a.get("shape")) == 0:
+            continue
+        raise TypeError(f"{op}: argument '{name}': {NOT_A_PARAMETER}")
+
+
+def _alias_sets(spec, counts, attrs):
+    """(flat indices of the written inputs, flat indices of the inputs that must not overlap them): the
+    launch-time alias rule, as the PyNative wrappers apply it (:func:`ms_kvcache._validate.require_disjoint`).
+    Written tensors share no byte with each other; an input written only for another attribute value
+    (``inplace_if``: the caches of a d2h transfer, the buffer / host blocks of an h2d one) is read whole
+    and may not overlap a written one either. Other read inputs (key, value, positions, a swap's
+    ``src_cache``) are not constrained."""
+    written, read = [], []
+    it = iter(spec.counts(counts)) if spec.has_dynamic else iter(())
+    wnames = set(spec.written_inputs(attrs))
+    i = 0
+    for t in spec.inputs:
+        n = next(it) if t.dynamic else 1
+        for _ in range(n):
+            if t.name in wnames:
+                written.append(i)
+            elif t.inplace_if is not None:
+                read.append(i)
+            i += 1
+    return written, read
+
+
+def _set_alias_attrs(prim, spec, counts, attrs):
+    """Attributes the cpu and sim AOT entries read to refuse, before writing anything, a launch whose
+    written tensors share memory (graph mode, where the wrapper cannot see tensor identity):
+    ``mskv_disjoint`` / ``mskv_disjoint_read`` (flat input indices, see :func:`_alias_sets`) and
+    ``mskv_arg_names`` (the argument names of the flat inputs, joined by ``;``) and ``mskv_op_name`` for
+    the message."""
+    written, read = _alias_sets(spec, counts, attrs)
+    if len(written) + len(read) < 2 or not written:
+        return
+    prim.add_prim_attr("mskv_disjoint", written)
+    prim.add_prim_attr("mskv_disjoint_read", read)
+    prim.add_prim_attr("mskv_arg_names", ";".join(_display_names(spec, counts)))
+    prim.add_prim_attr("mskv_op_name", spec.name)
 
 
 def _drop_trailing(fn, n):
@@ -230,7 +352,9 @@ def eager_op(spec, backend, attr_values=(), counts=None):
     op = _EAGER.get(key)
     if op is None:
         args = (backend,) + ((spec.counts(counts),) if spec.has_dynamic else ()) + tuple(attr_values)
-        op = _EAGER[key] = prim_class(spec)(*args)
+        op = prim_class(spec)(*args)
+        op.require_parameters = False  # PyNative: views and aliases are checked by the wrapper (EagerOp)
+        _EAGER[key] = op
     return op
 
 
@@ -454,6 +578,41 @@ def empty_input(dtype):
         t = _EMPTY[dtype] = Tensor(np.zeros((0,), np.float32), dtype=dtype)
     return t
 
+
+def _check_graph_types(op, names, *types):
+    """Argument types of a graph branch, at compile time: ``types[i]`` is ``F.typeof`` of the argument
+    named ``names[i]``; a name ending in ``?`` may be None, one ending in ``[]`` is a list or tuple (its
+    tensors are checked by the op). Raises TypeError naming the op and argument (a Python list or a numpy
+    array reaching ``construct`` otherwise fails inside MindSpore, e.g. "'List' object has no attribute
+    'shape'" or "The prim is not a PrimitivePy"). Returns True."""
+    for name, t in zip(names, types):
+        kind = "sequence" if name.endswith("[]") else ("optional" if name.endswith("?") else "tensor")
+        name = name.rstrip("?[]")
+        if kind == "sequence":
+            if isinstance(t, (mstype.Tuple, mstype.List)):
+                continue
+            raise TypeError(f"{op}: argument '{name}': expected a list or tuple of Tensors (one per layer or "
+                            f"plane), got {_graph_type_name(t)}")
+        if isinstance(t, mstype.TensorType) or (kind == "optional" and type(t).__name__ == "TypeNone"):
+            continue
+        what = "a mindspore.Tensor or None" if kind == "optional" else "a mindspore.Tensor"
+        raise TypeError(f"{op}: argument '{name}': expected {what}, got {_graph_type_name(t)}")
+    return True
+
+
+def _graph_type_name(t):
+    """What a graph-mode type is, in user terms."""
+    s = str(t)
+    if isinstance(t, mstype.List):
+        return f"a Python list ({s}); pass a Tensor, e.g. mindspore.Tensor(np.array(values, np.int32))"
+    if s == "External":
+        return ("a Python object that is not a Tensor (e.g. a numpy array given to the Cell or jit function); "
+                "convert it with mindspore.Tensor(...) before the call")
+    return s
+
+
+#: :func:`_check_graph_types` folded at graph compile time: ``check_graph_types(op, names, F.typeof(a), ...)``.
+check_graph_types = constexpr(_check_graph_types)
 
 #: :func:`empty_input` for graph-mode code (a constant of the compiled graph).
 empty_input_graph = constexpr(empty_input)

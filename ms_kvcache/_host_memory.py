@@ -5,10 +5,13 @@ What holds (MindSpore 2.10 CPU, checked by tests/test_alloc_host_buffer.py):
 - ``Tensor.from_numpy(array)`` does not copy: the Tensor's ``data_ptr()`` is the array's address, a
   write through either is seen by the other, and the Tensor keeps the array (and so the mapping)
   alive: the memory is unmapped only when the Tensor, every view of it and the array are gone.
-- Such a Tensor passed to an op - in PyNative, or as an argument of a GRAPH_MODE Cell / ``@ms.jit``
-  function - is written in place: a d2h transfer lands in the pinned pages.
+- Such a Tensor passed to an op in PyNative is written in place: a d2h transfer lands in the pinned
+  pages. In GRAPH_MODE / ``@ms.jit`` a tensor an op writes must be a Parameter (ms_kvcache refuses a
+  Tensor argument at compile time, see docs/ops-transfer.md "In-place rules").
 - ``Parameter(host_tensor)`` copies the data into new memory; ``param.set_data(host_tensor)`` keeps
-  the address. Pass host buffers as call arguments, or ``set_data`` them into a Parameter.
+  the address (whatever the shape of the placeholder the Parameter was made with). So in a graph, pass
+  ``p = Parameter(Tensor(np.zeros(1, np.float32)), name=...); p.set_data(buffer)``, as a Cell attribute or
+  an argument.
 - PyNative launches are asynchronous: an op call returns before its kernel has run. Reading the
   Tensor (``asnumpy()``) waits; reading the same memory through another alias (the numpy array, a
   storage library given ``data_ptr()``) must call :func:`synchronize` first.
@@ -103,6 +106,77 @@ def _memlock_text():
     return f"RLIMIT_MEMLOCK soft={fmt(soft)}, hard={fmt(hard)}"
 
 
+_INT64_MAX = 2**63 - 1
+
+
+def _meminfo():
+    """{field: bytes} of /proc/meminfo ({} where unreadable)."""
+    out = {}
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                parts = rest.split()
+                if parts and parts[0].isdigit():
+                    out[key] = int(parts[0]) * (1024 if parts[1:2] == ["kB"] else 1)
+    except OSError:
+        pass
+    return out
+
+
+def _cgroup_limit():
+    """The memory limit of this process's cgroup in bytes, or None (none set / not readable)."""
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 2**62:  # cgroup v1 writes a huge number for "no limit"
+            return int(text)
+    return None
+
+
+def _memory_limits(pinned):
+    """[(bytes, what)] the machine can give one allocation now (see :func:`alloc_host_buffer`)."""
+    info = _meminfo()
+    limits = []
+    if "MemAvailable" in info:
+        avail = info["MemAvailable"]
+        if pinned:
+            limits.append((avail, f"the memory available now (MemAvailable {avail} bytes; a pinned buffer "
+                                  f"is locked in RAM)"))
+        else:
+            swap = info.get("SwapFree", 0)
+            limits.append((avail + swap, f"the memory available now (MemAvailable {avail} + SwapFree {swap} "
+                                         f"bytes)"))
+    cg = _cgroup_limit()
+    if cg is not None:
+        limits.append((cg, f"the cgroup memory limit ({cg} bytes)"))
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if soft != resource.RLIM_INFINITY:
+        limits.append((soft, f"RLIMIT_AS ({soft} bytes)"))
+    return limits
+
+
+def _check_size(shape, np_dtype, pinned):
+    """Bytes of a ``shape`` buffer of ``np_dtype``; ValueError naming ``shape`` and the bytes requested when the
+    element count or the bytes exceed int64 or the machine's memory (checked in Python integers, so no
+    product wraps around)."""
+    count = 1
+    for d in shape:
+        count *= d
+    nbytes = count * np_dtype.itemsize
+    if count > _INT64_MAX or nbytes > _INT64_MAX:
+        raise ValueError(f"{_OP}: argument 'shape': expected at most 2**63-1 elements and bytes, got shape {shape} "
+                         f"= {count} elements of {np_dtype.itemsize} bytes = {nbytes} bytes requested")
+    for limit, what in _memory_limits(pinned):
+        if nbytes > limit:
+            raise ValueError(f"{_OP}: argument 'shape': shape {shape} requests {nbytes} bytes "
+                             f"({nbytes / 2**30:.2f} GiB), more than {what}")
+    return nbytes
+
+
 def alloc_host_buffer(shape, dtype, numa_node=None, pinned=True):
     """Allocate a host buffer for KV offload, as a MindSpore Tensor over page-aligned, NUMA-bound,
     page-locked memory.
@@ -114,11 +188,15 @@ def alloc_host_buffer(shape, dtype, numa_node=None, pinned=True):
     it are released. On the ascend backend the pages are also registered with ``aclrtHostRegister`` so
     kernels can read/write them directly (zero-copy transfers); see :func:`ascend_host_register`.
 
-    Pass the Tensor as an argument of the transfer ops / of a graph Cell (written in place), or
-    ``param.set_data(buffer)`` into a Parameter; ``Parameter(buffer)`` would copy it.
+    Pass the Tensor to the transfer ops in PyNative (written in place). In GRAPH_MODE / ``@ms.jit`` a
+    written tensor must be a Parameter: ``param.set_data(buffer)`` into one (keeps the address, any
+    placeholder shape); ``Parameter(buffer)`` would copy it.
 
     Args:
-        shape (int | sequence of int): dimensions, each >= 0.
+        shape (int | sequence of int): dimensions, each >= 0 (a 0 gives an empty buffer); the element
+            count and the bytes (count x itemsize) must fit in int64 and in the memory the machine can
+            give now (``MemAvailable`` of /proc/meminfo, plus free swap when ``pinned=False``; also the
+            cgroup memory limit and ``RLIMIT_AS`` when set).
         dtype: mindspore dtype (``ms.bfloat16``...), numpy dtype or name (``"float16"``, ``"bfloat16"``,
             ``"float32"``, ``"float64"``, ``"int8"``, ``"uint8"``, ``"int16"``, ``"int32"``, ``"int64"``,
             ``"bool"``).
@@ -133,7 +211,9 @@ def alloc_host_buffer(shape, dtype, numa_node=None, pinned=True):
 
     Raises:
         TypeError: unsupported ``dtype``; ``shape`` not ints; ``pinned`` not a bool or numpy.bool_.
-        ValueError: negative dimensions; ``numa_node`` not an online node.
+        ValueError: negative dimensions; an element count or byte size beyond int64 or beyond the
+            machine's memory (the message names ``shape`` and the bytes requested); ``numa_node`` not an
+            online node.
         OSError: ``mmap``/``mbind`` failed, or pinning failed - the message gives ``RLIMIT_MEMLOCK``
             (soft/hard) and the remedies (``ulimit -l``, ``pinned=False``).
         RuntimeError: ascend backend without a usable CANN runtime (registration hook).
@@ -157,6 +237,7 @@ def alloc_host_buffer(shape, dtype, numa_node=None, pinned=True):
         raise TypeError(f"{_OP}: argument 'shape': expected an int or a sequence of ints, got {given!r}") from None
     if any(d < 0 for d in shape):
         raise ValueError(f"{_OP}: argument 'shape': expected dimensions >= 0, got {shape}")
+    nbytes = _check_size(shape, _np_dtype(name), bool(pinned))
     nodes = online_numa_nodes()
     if numa_node is None:
         node = _default_node()
@@ -165,7 +246,6 @@ def alloc_host_buffer(shape, dtype, numa_node=None, pinned=True):
             raise ValueError(f"{_OP}: argument 'numa_node': expected an online NUMA node {nodes}, got {numa_node!r}")
         node = int(numa_node)
     np_dtype = _np_dtype(name)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * np_dtype.itemsize
     raw, failed, err = _cpu.host_alloc(nbytes, node, bool(pinned))
     if raw is None:
         reason = os.strerror(err) if err else "unknown error"

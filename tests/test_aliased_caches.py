@@ -1,6 +1,7 @@
 """Aliased caches (U3): a tensor an op writes passed twice, or two views of one storage, is a ValueError
 naming both arguments in PyNative on every backend path (cpu fast path, cpu ops.Custom, sim), and
-nothing is written. Graph mode cannot see tensor identity (documented in the op docstrings)."""
+nothing is written. Graph mode (no tensor identity there; the AOT entries compare addresses at launch):
+tests/test_graph_inplace_rules.py."""
 import contextlib
 
 import numpy as np

@@ -129,9 +129,18 @@ def test_graph_mode_writes_land_in_host_memory(mode):
         net = Offload(Tensor(k), Tensor(v))
         if mode == "jit":
             net.construct = ms.jit(net.construct)
-        net(host, Tensor(slots))
+        # a plain Tensor argument is refused at compile time (it could be a view, which MindSpore would
+        # hand the kernel by its base address); the buffer wrapped in a Parameter without a copy works
+        with pytest.raises(TypeError, match=r"multi_layer_kv_transfer: argument 'buffer': expected a Parameter "
+                                            r"\(a whole Parameter, not a slice or a computed tensor\)"):
+            net(host, Tensor(slots))
+        assert not view.any(), "nothing written by the refused call"
+        arg = Parameter(Tensor(np.zeros((1,), np.float32)), name="host_arg")
+        arg.set_data(host)  # keeps the address, whatever the placeholder's shape
+        assert arg.data_ptr() == host.data_ptr()
+        net(arg, Tensor(slots))
         mk.synchronize()
-        assert_bits_equal(view, expected, "graph input host buffer")
+        assert_bits_equal(view, expected, "host buffer as a Parameter argument")
         host2 = mk.alloc_host_buffer((2, 1, 3, 8), "float32")
         view2 = alias(host2, np.float32)
         net2 = OffloadIntoParam(Tensor(k), Tensor(v), host2)
@@ -144,7 +153,7 @@ def test_graph_mode_writes_land_in_host_memory(mode):
 
 
 def test_parameter_constructor_copies():
-    """Documented behaviour: Parameter(host_tensor) copies (so pass buffers as arguments or set_data)."""
+    """Documented behaviour: Parameter(host_tensor) copies (so set_data a buffer into a Parameter)."""
     host = mk.alloc_host_buffer((64,), "float32")
     p = Parameter(host, name="p")
     assert p.data_ptr() != host.data_ptr()
@@ -160,6 +169,42 @@ def test_parameter_constructor_copies():
 def test_bad_arguments(kw, exc, match):
     with pytest.raises(exc, match=match):
         mk.alloc_host_buffer(**kw)
+
+
+@pytest.mark.parametrize("shape,dtype,count", [
+    ((2**40, 2**40), "float32", 2**80),        # element count beyond int64 (was: numpy "cannot reshape array of size 0")
+    ((2**62,), "float32", 2**62),              # bytes beyond int64 (was: pybind "host_alloc(): incompatible function arguments")
+    ((2**61, 2), "float64", 2**62),
+    ((2**63 - 1,), "int8", 2**63 - 1),         # fits int64, not the machine
+])
+def test_huge_shapes_name_shape_and_bytes(shape, dtype, count):
+    itemsize = np.dtype(dtype).itemsize
+    with pytest.raises(ValueError, match=rf"alloc_host_buffer: argument 'shape': .*{count * itemsize} bytes"):
+        mk.alloc_host_buffer(shape, dtype)
+
+
+def test_shape_beyond_available_memory(monkeypatch):
+    """Checked against what the machine can give now: MemAvailable (pinned: locked in RAM) plus free swap
+    (unpinned), the cgroup limit and RLIMIT_AS, each named in the message."""
+    info = {"MemAvailable": 1 << 30, "SwapFree": 1 << 30, "MemTotal": 4 << 30}
+    monkeypatch.setattr(_host_memory, "_meminfo", lambda: dict(info))
+    monkeypatch.setattr(_host_memory, "_cgroup_limit", lambda: None)
+    with pytest.raises(ValueError, match=r"argument 'shape': shape \(1536, 1048576\) requests 1610612736 bytes "
+                                         r"\(1.50 GiB\), more than the memory available now \(MemAvailable "
+                                         r"1073741824 bytes; a pinned buffer"):
+        mk.alloc_host_buffer((1536, 1 << 20), "int8")
+    # unpinned: swap counts, so the same request passes the check (not allocated here: the limits are fake)
+    assert _host_memory._check_size((1536, 1 << 20), np.dtype("int8"), pinned=False) == 1536 << 20
+    monkeypatch.setattr(_host_memory, "_cgroup_limit", lambda: 1 << 29)
+    with pytest.raises(ValueError, match=r"more than the cgroup memory limit \(536870912 bytes\)"):
+        _host_memory._check_size((1 << 30,), np.dtype("int8"), pinned=False)
+    assert _host_memory._check_size((0, 1 << 40), np.dtype("float32"), pinned=True) == 0  # empty: fine
+
+
+def test_real_limits_are_read():
+    """On this machine /proc/meminfo is readable: MemAvailable is one of the limits."""
+    limits = _host_memory._memory_limits(True)
+    assert any("MemAvailable" in what and n > 0 for n, what in limits), limits
 
 
 def test_pin_failure_reports_memlock_limit():

@@ -785,8 +785,8 @@ def test_graph_mode_appends_attribute_inputs(ascend_c, monkeypatch, tmp_path):
     seen = _spy_infer(monkeypatch)
     monkeypatch.setattr(_backend, "_current", "ascend")
     k = Tensor(np.ones((3, 2, 16), np.float16))
-    kc = Tensor(np.zeros((2, 4, 2, 16), np.float16))
-    vc = Tensor(np.zeros((2, 4, 2, 16), np.float16))
+    kc = ms.Parameter(Tensor(np.zeros((2, 4, 2, 16), np.float16)), name="kc")  # graph mode writes Parameters only
+    vc = ms.Parameter(Tensor(np.zeros((2, 4, 2, 16), np.float16)), name="vc")
 
     @ms.jit
     def g(k, v, kc, vc, s):

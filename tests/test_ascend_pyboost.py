@@ -637,3 +637,25 @@ def test_swap_blocks_treats_registered_host_memory_as_pinned(npu, rng, monkeypat
     np.testing.assert_array_equal(out[5], src_np[0])
     np.testing.assert_array_equal(out[2], src_np[3])
     assert npu.rt.counter("fake_memcpy_calls", "acl") == 0
+
+
+def test_aliased_and_view_caches_refused_before_launch(npu, rng):
+    """In-place rules on the ascend backend's PyNative path (issue 15), as on cpu and sim: the same tensor
+    for two written arguments, one tensor repeated across layers of copy_blocks, and a view as a cache
+    are ValueErrors before anything is launched (no aclnn call), the caches untouched."""
+    k = Tensor(random_array(rng, (3, 2, 16), "float16"))
+    c0 = random_array(rng, (3, 4, 2, 16), "float16")
+    kc = to_ms(c0)
+    slots = Tensor(np.array([0, 5, 11], np.int64))
+    with pytest.raises(ValueError, match=r"reshape_and_cache: argument 'value_cache': .*'key_cache'"):
+        ms_kvcache.reshape_and_cache(k, k, kc, kc, slots)
+    with pytest.raises(ValueError, match=r"copy_blocks: argument '(key|value)_caches\[\d\]'"):
+        ms_kvcache.copy_blocks([kc, to_ms(c0)], [to_ms(c0), kc], Tensor(np.array([[0, 1]], np.int64)))
+    big = to_ms(np.stack([c0, c0]))
+    with pytest.raises(ValueError, match=r"reshape_and_cache: argument 'key_cache': expected a tensor that owns "
+                                         r"its memory"):
+        ms_kvcache.reshape_and_cache(k, k, big[1], to_ms(c0), slots)
+    ms_kvcache.synchronize()
+    assert not npu.rt.events("ws") and not npu.rt.events("launch"), "nothing reached aclnn"
+    assert_bits_equal(to_np(kc), c0, "key_cache untouched")
+    assert_bits_equal(to_np(big), np.stack([c0, c0]), "viewed tensor untouched")

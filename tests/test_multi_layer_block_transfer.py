@@ -275,8 +275,9 @@ class BlockCell(nn.Cell):
 
     def construct(self, host_in, ids_in, ids_out, *host_out):
         # load blocks, read a cache, then offload other blocks (must see the loaded data). Host blocks that
-        # are written must be separate graph inputs (or Parameters): MindSpore 2.10 cannot write into an
-        # element of a tuple graph input ("Parameter[i] has no default param"); reading from one works.
+        # are written must be Parameters, each its own graph input (a Tensor argument is refused at compile
+        # time; MindSpore 2.10 cannot write into an element of a tuple graph input, "Parameter[i] has no
+        # default param"); reading from a tuple of Tensors works.
         if self.staged:
             mk.multi_layer_block_transfer(self.layers, host_in, ids_in, direction="h2d", staging=self.staging,
                                           kv_format=self.fmt, cache_layout=self.layout)
@@ -302,7 +303,7 @@ def test_graph_modes(rng, mode, fmt, layout, staged):
         ptrs = [p.data_ptr() for p in net.params]
         if mode == "jit":
             net.construct = ms.jit(net.construct)
-        host_out = tuple(host_zeros(geo, 3, dtype))
+        host_out = tuple(Parameter(x, name=f"host_out{p}") for p, x in enumerate(host_zeros(geo, 3, dtype)))
         after = net(tuple(Tensor(h) for h in host_in_np), Tensor(ids_in), Tensor(ids_out), *host_out)
         assert [p.data_ptr() for p in net.params] == ptrs
     ref = ref_block_scatter(geo, planes, host_in_np, ids_in)
@@ -391,7 +392,8 @@ def test_graph_mode_out_of_range_block_ids(rng, staged, head_size):
     with ms_mode("graph"):
         net = OutOfRangeBlocks(Tensor(planes[0][0]), Tensor(planes[0][1]),
                                staging_for(geo, 1, "float32") if staged else None)
-        hk, hv = (Tensor(np.full(host_block_shape(geo, p, 3), 9.0, np.float32)) for p in range(2))
+        hk, hv = (Parameter(Tensor(np.full(host_block_shape(geo, p, 3), 9.0, np.float32)), name=f"h{p}")
+                  for p in range(2))
         k = net(hk, hv, Tensor(ids_out), tuple(Tensor(h) for h in host_in), Tensor(ids_in))
     expected = ref_block_gather(geo, planes, [2, 0, 0])
     for p, h in enumerate((hk, hv)):

@@ -440,7 +440,8 @@ def test_graph_modes_inplace_and_ordered(rng, mode, fmt, layout, flat):
         ptrs = [p.data_ptr() for p in net.params]
         if mode == "jit":
             net.construct = ms.jit(net.construct)
-        buf_in, buf_out = to_ms(buf_in_np, dtype), Tensor(np.zeros(shape, np.float16))
+        # the d2h target is written: in a graph it must be a Parameter (a Tensor argument is refused)
+        buf_in, buf_out = to_ms(buf_in_np, dtype), Parameter(Tensor(np.zeros(shape, np.float16)), name="buf_out")
         before, after = net(buf_in, buf_out, Tensor(slots))
         # no cache was copied: the Parameters keep their memory and hold the h2d rows
         assert [p.data_ptr() for p in net.params] == ptrs
@@ -481,7 +482,7 @@ def test_graph_d2h_sees_earlier_builtin_write(rng, mode):
         net = AssignThenOffload(Tensor(planes[0][0]), Tensor(planes[0][1]))
         if mode == "jit":
             net.construct = ms.jit(net.construct)
-        buf = Tensor(np.full(shape, 3.0, np.float32))
+        buf = Parameter(Tensor(np.full(shape, 3.0, np.float32)), name="buf")
         net(Tensor(new_k), buf, Tensor(slots))
         expected = ref_gather(geo, [[new_k, planes[0][1]]], slots)
         assert_bits_equal(to_np(buf), pack_buffer(geo, expected), "d2h after assign")
@@ -543,7 +544,7 @@ def test_deepseek_61_layers_graph(rng):
     buf_np = random_array(rng, shape, "bfloat16")
     with ms_mode("graph"):
         net = TransferCell(geo, planes, "bfloat16", reads=False)
-        buf_out = Tensor(np.zeros(shape, np.float32), ms.bfloat16)
+        buf_out = Parameter(Tensor(np.zeros(shape, np.float32), ms.bfloat16), name="buf_out")
         net(to_ms(buf_np), buf_out, Tensor(slots))
     ref = ref_scatter(geo, planes, unpack_buffer(geo, buf_np, 3), slots)
     assert_bits_equal(to_np(buf_out), pack_buffer(geo, ref_gather(geo, ref, slots)), "61-layer DSA graph")
@@ -564,6 +565,7 @@ def test_aiv_num_attribute_caps_threads_same_result(rng, aiv_num):
     shape = mk.transfer_buffer_shape(SEPARATE, 3, len(slots), 128)
     buf = Tensor(np.zeros(shape, np.float32))
     prim = mod._Prim("cpu", (len(flat),), int(SEPARATE), "d2h", "BNSD", 3, aiv_num)
+    prim.require_parameters = False  # a PyNative call of the primitive itself (as _custom.eager_op makes)
     prim(buf, Tensor(slots), *flat)
     assert_bits_equal(to_np(buf), pack_buffer(geo, ref_gather(geo, planes, slots)), f"aiv_num={aiv_num}")
 
@@ -595,6 +597,6 @@ def test_jit_function_caches_from_closure_and_tuple_argument(rng):
     for l in range(2):
         for p in range(2):
             assert_bits_equal(to_np(params[l][p]), ref[l][p], f"closure h2d l{l} p{p}")
-    out = Tensor(np.full(shape, 4.0, np.float32))
+    out = Parameter(Tensor(np.full(shape, 4.0, np.float32)), name="jout")  # written: a Parameter argument
     offload(out, tuple((Tensor(ref[l][0]), Tensor(ref[l][1])) for l in range(2)), Tensor(slots))
     assert_bits_equal(to_np(out), pack_buffer(geo, ref_gather(geo, ref, slots)), "tuple-argument d2h")

@@ -272,6 +272,7 @@ def test_public_op_sim_matches_cpu(mode):
                 net = Net(flat)
                 buf = to_ms(np.zeros(buffer_shape(geo, T), np.float32), dtype)
                 if mode == "graph":
+                    buf = Parameter(buf, name="buf")  # the d2h target: a Parameter in a graph
                     out = net(buf, Tensor(slots))
                 else:
                     mk.multi_layer_kv_transfer(buf, list(net.kv), Tensor(slots), kv_format="DSA_KV", direction="d2h")

@@ -8,10 +8,13 @@ Ascend910B1); the core order ``ms_kvcache.sim.set_order`` / ``$MS_KVCACHE_SIM_OR
 violation makes the AOT call fail; MindSpore raises it as a RuntimeError and
 :func:`last_error` holds the emulation's message.
 
-MindSpore reports a failing AOT call only as "Return value ... is 1" (in PyNative at the next sync), so
-the AOT entry also prints the reason once on stderr as one line starting with ``ms_kvcache sim:``
-(PyNative calls run the tiling first, :func:`ms_kvcache.sim.check_tiling`, and raise a rejection at the
-call site). For
+A failing AOT call throws its reason to MindSpore, which raises it as a RuntimeError whose text ends with
+"Error message is <reason>" (in PyNative at the next sync); the entry also prints it once on stderr as one
+line starting with ``ms_kvcache sim:`` (PyNative calls run the tiling first,
+:func:`ms_kvcache.sim.check_tiling`, and raise a rejection at the call site). Before the emulation runs,
+the entry refuses written tensors that share memory (the same Parameter twice in a graph: "<op>: argument
+'<name>': expected a distinct cache tensor ..."), so aliasing is that error and not a GM_RACE /
+GM_WRITE_CONFLICT between cores. For
 ops that scatter rows by ``slot_mapping``, a cross-core write conflict or an MTE3 write-after-write
 hazard means a non-negative slot is repeated (graph mode only; PyNative rejects it): the message says
 so (see ``_slot_hints``).

@@ -84,7 +84,13 @@ const std::string& KernelName(const Kernel& k) { return k.name; }
 
 int Launch(const Kernel& k, int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
            std::string* error) {
-  const int rc = k.fn(nparam, params, ndims, shapes, dtypes, nullptr, k.extra.get());
+  int rc = 0;
+  try {
+    rc = k.fn(nparam, params, ndims, shapes, dtypes, nullptr, k.extra.get());
+  } catch (const std::exception& e) {  // the kernels throw their message to a caller that passes an AotExtra
+    if (error != nullptr) *error = e.what();
+    return 1;
+  }
   if (rc != 0 && error != nullptr) {
     if (k.last_error != nullptr) {
       char buf[1024] = {0};

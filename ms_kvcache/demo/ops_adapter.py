@@ -16,6 +16,7 @@ Python between graph steps.
 """
 import weakref
 
+import numpy as np
 import mindspore as ms
 from mindspore import nn
 
@@ -160,4 +161,21 @@ def kv_transfer(model, buffer, slot_mapping, direction):
     cell = cells.get(direction)
     if cell is None:
         cell = cells[direction] = TransferCell(model, direction)
-    cell(buffer, slot_mapping).asnumpy()  # asnumpy: wait for the graph to finish
+    cell(_as_parameter(buffer), slot_mapping).asnumpy()  # asnumpy: wait for the graph to finish
+
+
+#: (buffer, Parameter over its memory) of the last buffer moved: the d2h and the h2d of one offload reuse
+#: one Parameter (and so one compiled graph per direction).
+_BUFFER_PARAM = [None, None]
+
+
+def _as_parameter(buffer):
+    """``buffer`` as a Parameter over the same memory (no copy): a tensor an op writes in a graph must be a
+    Parameter (ms_kvcache refuses a Tensor argument at compile time), and ``set_data`` keeps the address
+    where ``Parameter(buffer)`` would copy."""
+    if _BUFFER_PARAM[0] is not buffer:
+        param = ms.Parameter(ms.Tensor(np.zeros((1,), np.float32), dtype=buffer.dtype), name="host_buffer",
+                             requires_grad=False)
+        param.set_data(buffer)
+        _BUFFER_PARAM[:] = [buffer, param]
+    return _BUFFER_PARAM[1]

@@ -1,8 +1,9 @@
 """concat_and_cache_mla: write MLA latent (kv_c) and rotary key (k_pe) rows into their paged caches."""
+from mindspore.ops import functional as F
 from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
-from ms_kvcache._custom import _get_cache_prim, _run_in_jit, graph_backend, prim_class
+from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, graph_backend, prim_class
 from ms_kvcache._eager import EagerOp, Slots
 from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, OpSpec, TensorSpec, dtype_name, register
 
@@ -53,6 +54,9 @@ _Prim = prim_class(SPEC)
 _EAGER = EagerOp(SPEC, _check_static, index_checks=(Slots("slot_mapping"),), skip_if_empty=("slot_mapping",))
 
 
+#: argument names of the graph branch's compile-time type check (check_graph_types)
+_TYPES_OP, _GRAPH_ARGS = 'concat_and_cache_mla', ('kv_c', 'k_pe', 'kv_c_cache', 'k_pe_cache', 'slot_mapping')
+
 def concat_and_cache_mla(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, *, kv_c_scale=None, k_pe_scale=None,
                          kv_c_offset=None, k_pe_offset=None, kv_c_scale_cache=None, k_pe_scale_cache=None):
     """Write the MLA latent rows (``kv_c``) and rotary key rows (``k_pe``) of the first
@@ -67,10 +71,10 @@ def concat_and_cache_mla(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, *, kv
     Args:
         kv_c (Tensor): ``[T', kv_lora_rank]`` (e.g. 512); float16, bfloat16, float32 or int8.
         k_pe (Tensor): ``[T', rope_dim]`` or ``[T', 1, rope_dim]`` (e.g. 64); same dtype as ``kv_c``.
-        kv_c_cache (Tensor | Parameter): ``[num_blocks, block_size, kv_lora_rank]``, same dtype;
-            contiguous. Written in place.
-        k_pe_cache (Tensor | Parameter): ``[num_blocks, block_size, rope_dim]``, same dtype; contiguous.
-            Written in place.
+        kv_c_cache (Tensor | Parameter; a whole Parameter in a graph): ``[num_blocks, block_size, kv_lora_rank]``,
+            same dtype; contiguous. Written in place.
+        k_pe_cache (Tensor | Parameter; a whole Parameter in a graph): ``[num_blocks, block_size, rope_dim]``, same
+            dtype; contiguous. Written in place.
         slot_mapping (Tensor): int32 or int64 ``[T]``, ``T <= T'``. Token ``t`` goes to block
             ``slot // block_size``, row ``slot % block_size`` of both caches; ``slot < 0`` skips it;
             rows ``T..T'-1`` are ignored.
@@ -93,15 +97,25 @@ def concat_and_cache_mla(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, *, kv
     Raises:
         TypeError: an argument is not a Tensor; dtypes differ between inputs and caches or are
             unsupported; slot_mapping is not int32/int64.
-        ValueError: a rank or shape mismatch (kv_lora_rank / rope_dim / num_blocks / block_size
-            between inputs and caches, ``len(slot_mapping)`` > rows of kv_c or k_pe); a slot
-            ``>= num_blocks * block_size`` or a duplicated non-negative slot (PyNative only; in graph
-            mode such slots are skipped, duplicates resolve to the last token); a non-contiguous cache.
+        ValueError: a rank or shape mismatch (kv_lora_rank / rope_dim / num_blocks / block_size between inputs and
+            caches, ``len(slot_mapping)`` > rows of kv_c or k_pe); a slot ``>= num_blocks * block_size`` or a
+            duplicated non-negative slot (PyNative only; in graph mode out-of-range slots are skipped, and a slot
+            given twice keeps the later token's row on the cpu backend, fails the call on the sim backend and is
+            undefined on ascend); a non-contiguous cache; the two caches the same tensor or sharing memory
+            (PyNative).
             Quantized writes: missing / mis-shaped / non-float32 scales, scales <= 0 or not finite
             (PyNative), offsets with float8, static and dynamic arguments together, a cache dtype
             without a quantization rule; NotImplementedError on a backend without the kernels (cpu only).
+        TypeError (GRAPH_MODE / ``@ms.jit``, at compile time): ``kv_c_cache`` or ``k_pe_cache`` not a whole
+            Parameter (a slice, split or reshape of one, an op's result, a Tensor attribute or argument: MindSpore
+            would write a temporary copy); a Python list or numpy array where a Tensor is expected.
+        RuntimeError (GRAPH_MODE / ``@ms.jit``, at launch, cpu and sim): ``kv_c_cache`` and ``k_pe_cache`` sharing
+            memory (the same Parameter twice, two Parameters over one buffer); nothing is written. The ascend
+            backend does not check this (undefined there). A kernel failure's message is in the exception text.
     """
     if _run_in_jit():  # @jit.cond: True
+        check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(kv_c), F.typeof(k_pe), F.typeof(kv_c_cache),
+                          F.typeof(k_pe_cache), F.typeof(slot_mapping))
         if Q.routes_graph(kv_c.dtype, kv_c_cache.dtype, kv_c_scale is None, k_pe_scale is None, kv_c_offset is None,
                           k_pe_offset is None, kv_c_scale_cache is None, k_pe_scale_cache is None):
             return _quant_op.concat_and_cache_mla_quant(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, kv_c_scale,

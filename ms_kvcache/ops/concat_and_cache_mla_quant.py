@@ -92,6 +92,8 @@ def _check_static(c_shape, c_dtype, p_shape, p_dtype, cc_shape, cc_dtype, pc_sha
 
 _check_static_graph = constexpr(_check_static)
 _Prim = prim_class(SPEC)
+#: graph-mode messages (not-a-Parameter, aliasing) name the public op and argument
+_Prim.public_names = staticmethod(lambda a: ("concat_and_cache_mla", {}))
 
 
 @constexpr

@@ -24,11 +24,12 @@ overlaps undefined; here they are defined and tested. The kernel stays parallel:
 block by byte range and each applies all pairs in order to its range.
 """
 import mindspore as ms
+from mindspore.ops import functional as F
 from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
 from ms_kvcache import _validate as V
-from ms_kvcache._custom import _get_cache_prim, _run_in_jit, graph_backend, prim_class
+from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, graph_backend, prim_class
 from ms_kvcache._eager import BlockPairs, EagerOp
 from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, OpSpec, TensorSpec, dtype_name, register
 from ms_kvcache.ops.swap_blocks import BLOCK_CACHE_RANKS, check_block_mapping_shape
@@ -129,6 +130,9 @@ _EAGER = EagerOp(SPEC, _check_static, index_checks=(BlockPairs("block_mapping", 
                  skip_if_empty=("key_caches", "block_mapping"), distinct=("key_caches", "value_caches"))
 
 
+#: argument names of the graph branch's compile-time type check (check_graph_types)
+_TYPES_OP, _GRAPH_ARGS = 'copy_blocks', ('key_caches[]', 'value_caches[]', 'block_mapping')
+
 def copy_blocks(key_caches, value_caches, block_mapping):
     """Copy block ``src`` to block ``dst`` in every layer's key and value cache, in place, for each row
     ``(src, dst)`` of ``block_mapping``, with one kernel launch for all layers.
@@ -140,9 +144,11 @@ def copy_blocks(key_caches, value_caches, block_mapping):
         key_caches (list | tuple of Tensor/Parameter): L caches, one per layer, each
             ``[num_blocks, *block_shape]`` (any layout; a block is everything after dim 0), float16,
             bfloat16, float32 or int8; all 2L caches (keys and values) share one shape and dtype; each
-            contiguous and a distinct tensor. Written in place. In graph mode pass a ``ParameterTuple``
-            attribute of the Cell (or a list built inside ``@ms.jit`` from Parameters).
-        value_caches (list | tuple of Tensor/Parameter): L caches, same rules. Written in place.
+            contiguous and a distinct tensor. Written in place. In graph mode each must be a whole
+            Parameter: pass a ``ParameterTuple`` attribute of the Cell (or a list built inside ``@ms.jit``
+            from Parameters).
+        value_caches (list | tuple of Tensor/Parameter): L caches, same rules (a whole Parameter each in a
+            graph). Written in place.
         block_mapping (Tensor): int32 or int64 ``[n, 2]``, rows ``(src, dst)`` with
             ``0 <= src, dst < num_blocks``. ``n = 0`` and ``L = 0`` are no-ops.
 
@@ -157,10 +163,18 @@ def copy_blocks(key_caches, value_caches, block_mapping):
             different from ``key_caches[0]``; block_mapping not ``[n, 2]``; a block id outside
             ``[0, num_blocks)`` (PyNative only; in graph mode such rows are skipped); a non-contiguous
             cache; the same tensor passed twice, or two caches sharing memory (views of one storage)
-            (PyNative only: graph code sees no tensor identity, so in GRAPH_MODE / ``@ms.jit`` the same
-            Parameter given twice is not detected and its result is undefined).
+            (PyNative).
+        TypeError (GRAPH_MODE / ``@ms.jit``, at compile time): a cache not a whole Parameter (a
+            slice, split or reshape of one, an op's result, a Tensor attribute or argument: MindSpore would
+            write a temporary copy); a Python list or numpy array where a Tensor is expected.
+        RuntimeError (GRAPH_MODE / ``@ms.jit``, at launch, cpu and sim): two caches sharing memory (the
+            same Parameter twice, two Parameters over one buffer); nothing is written. The ascend
+            backend does not check this (undefined there). A kernel failure's message is in the
+            exception text.
     """
     if _run_in_jit():  # @jit.cond: True
+        check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(key_caches), F.typeof(value_caches),
+                          F.typeof(block_mapping))
         _check_counts_graph(len(key_caches), len(value_caches), block_mapping.shape, block_mapping.dtype)
         if len(key_caches) > 0:
             _get_cache_prim(_Prim)(graph_backend(), (len(key_caches), len(value_caches)))(

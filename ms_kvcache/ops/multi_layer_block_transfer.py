@@ -19,12 +19,13 @@ a list input.
 import numpy as np
 import mindspore as ms
 from mindspore import Tensor
+from mindspore.ops import functional as F
 from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
 from ms_kvcache import _validate as V
-from ms_kvcache._custom import (_get_cache_prim, _run_in_jit, eager_launcher, empty_input, empty_input_graph,
-                                graph_backend, nosync_checker, prim_class)
+from ms_kvcache._custom import (_get_cache_prim, _run_in_jit, check_graph_types, eager_launcher, empty_input,
+                                empty_input_graph, graph_backend, nosync_checker, prim_class)
 from ms_kvcache._formats import CACHE_LAYOUTS, KVCacheFormat
 from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, AttrSpec, OpSpec, TensorSpec, register
 from ms_kvcache.ops import _multi_layer as ML
@@ -185,6 +186,9 @@ def _graph_attrs(kv_format, direction, cache_layout, num_host_planes, host_rank,
     return fmt, num_tensors // tpl, cache_layout
 
 
+#: argument names of the graph branch's compile-time type check (check_graph_types)
+_TYPES_OP, _GRAPH_ARGS = 'multi_layer_block_transfer', ('kv_caches[]', 'host_blocks[]', 'block_ids', 'staging?')
+
 def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, staging=None, kv_format=None,
                                cache_layout=None, aiv_num=0):
     """Move whole blocks of every layer between the paged caches and host blocks, in one call.
@@ -199,12 +203,14 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
             tensor, ``(key_cache, value_cache)``, MLA ``(kv_c_cache, k_pe_cache)``, DSA adds
             ``indexer_k_cache``), or the flat layer-major sequence. Device caches per layer are BNSD
             ``[num_blocks, H, block_size, D]`` by default or BSND ``[num_blocks, block_size, H, D]``
-            (``cache_layout``); MLA/DSA planes ``[num_blocks, block_size, hidden]``. Written for ``"h2d"``.
+            (``cache_layout``); MLA/DSA planes ``[num_blocks, block_size, hidden]``. Written for ``"h2d"``
+            (in a graph then each a whole Parameter).
         host_blocks (sequence of Tensor): one tensor per plane - ``(key_blocks, value_blocks)`` for
             MERGED/SEPARATE, each ``[n, block_size, L, H, D]``; ``(kv_c_blocks [n, block_size, L,
             kv_lora_rank], k_pe_blocks [n, block_size, L, rope_dim])`` for MLA, plus ``indexer_blocks
             [n, block_size, L, index_head_dim]`` for DSA. Same dtype as the caches; contiguous; written
-            for ``"d2h"`` (a buffer from :func:`ms_kvcache.alloc_host_buffer` is the usual choice).
+            for ``"d2h"`` (in a graph then each a whole Parameter; a buffer from
+            :func:`ms_kvcache.alloc_host_buffer` is the usual choice).
         block_ids (Tensor): int64 (or int32) ``[n]``, device block of each host block; n may be large.
         direction (str): keyword-only, ``"h2d"`` or ``"d2h"``.
         staging (Tensor, optional): a device buffer of the caches' dtype with at least
@@ -215,7 +221,8 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
             memory directly (zero-copy). Both give identical caches and host blocks on every backend. The
             buffer is scratch: its dtype and size are checked on every backend, its contents after the call
             are unspecified. The cpu backend (host memory is its device memory, so staging buys nothing)
-            checks it and runs the zero-copy path. See docs/ops-transfer.md, "AscendC kernels".
+            checks it and runs the zero-copy path. See docs/ops-transfer.md, "AscendC kernels". Written
+            (scratch), so in a graph a whole Parameter.
         kv_format (KVCacheFormat | int | str, optional): a ``KVCacheFormat`` member, its int value (1-4)
             or a string in any case, the member name or its short form (``"MERGED_KV"`` / ``"merged"``,
             ``"SEPARATE_KV"`` / ``"separate"``, ``"MLA_KV"`` / ``"mla"``, ``"DSA_KV"`` / ``"dsa"``);
@@ -244,9 +251,20 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
             a staging buffer smaller than one block; a block id outside ``[0, num_blocks)`` or (h2d) a
             repeated id (PyNative only: in graph mode such ids are skipped by h2d and give zero host
             blocks in d2h, never a write outside a cache); a non-contiguous tensor that would be written, or
-            (without the PyNative fast path, where ops.Custom would write into a copy) a view.
+            (without the PyNative fast path, where ops.Custom would write into a copy) a view; a written
+            tensor sharing memory with another one or with a tensor the op reads (PyNative).
+        TypeError (GRAPH_MODE / ``@ms.jit``, at compile time): a written tensor (host blocks for d2h, caches for
+            h2d, ``staging``) not a whole Parameter (a slice, split or reshape of one, an op's result, a Tensor
+            attribute or argument: MindSpore would write a temporary copy); a Python list or numpy array where a
+            Tensor is expected.
+        RuntimeError (GRAPH_MODE / ``@ms.jit``, at launch, cpu and sim): a written tensor sharing memory (the same
+            Parameter twice, two Parameters over one buffer), or a written tensor over one the call reads (e.g.
+            ``staging`` over a cache); nothing is written. The ascend backend does not check this (undefined there).
+            A kernel failure's message is in the exception text.
     """
     if _run_in_jit():  # @jit.cond: True
+        check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(kv_caches), F.typeof(host_blocks), F.typeof(block_ids),
+                          F.typeof(staging))
         flat = ML.flatten_graph(kv_caches)
         host = tuple(host_blocks)
         fmt, num_layers, layout = _graph_attrs(kv_format, direction, cache_layout, len(host), len(host[0].shape),

@@ -18,12 +18,13 @@ and docs/design.md ("Lists of tensors").
 import operator
 
 import mindspore as ms
+from mindspore.ops import functional as F
 from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
 from ms_kvcache import _validate as V
-from ms_kvcache._custom import (_get_cache_prim, _run_in_jit, eager_launcher, graph_backend, nosync_checker,
-                                prim_class)
+from ms_kvcache._custom import (_get_cache_prim, _run_in_jit, check_graph_types, eager_launcher, graph_backend,
+                                nosync_checker, prim_class)
 from ms_kvcache._formats import CACHE_LAYOUTS, KVCacheFormat
 from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, AttrSpec, OpSpec, TensorSpec, register
 from ms_kvcache.ops import _multi_layer as ML
@@ -184,6 +185,9 @@ def _graph_attrs(kv_format, direction, cache_layout, num_tensors, aiv_num):
     return fmt, num_tensors // tpl
 
 
+#: argument names of the graph branch's compile-time type check (check_graph_types)
+_TYPES_OP, _GRAPH_ARGS = 'multi_layer_kv_transfer', ('buffer', 'kv_caches[]', 'slot_mapping')
+
 def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direction, cache_layout="BSND", aiv_num=0):
     """Move the K/V rows of T tokens of every layer between the paged caches and one buffer, in one call.
 
@@ -195,8 +199,9 @@ def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direc
         buffer (Tensor): shape ``transfer_buffer_shape(kv_format, L, T, hidden_sizes)``: ``[2, L, T, H*D]``
             for MERGED_KV / SEPARATE_KV (plane, layer, token, row); for MLA_KV / DSA_KV a 1-D buffer
             holding the planes ``[L, T, hidden_p]`` one after another (kv_c, then k_pe, then the DSA
-            indexer keys). Same dtype as the caches; contiguous. Written in place for ``"d2h"``; a host
-            buffer from :func:`ms_kvcache.alloc_host_buffer` is the usual choice.
+            indexer keys). Same dtype as the caches; contiguous. Written in place for ``"d2h"`` (in a
+            graph then a whole Parameter, e.g. ``p.set_data(host_buffer)``); a host buffer from
+            :func:`ms_kvcache.alloc_host_buffer` is the usual choice.
         kv_caches (sequence): one entry per layer (L >= 1), every layer of the same shapes and dtype:
 
             - MERGED_KV: the layer's ``[2, num_blocks, block_size, H, D]`` tensor (BSND) or
@@ -209,7 +214,8 @@ def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direc
 
             A flat sequence of ``L * planes`` tensors in the same layer-major order
             (``k0, v0, k1, v1, ...``; e.g. one ``ParameterTuple``) is accepted too and compiles fastest in
-            graph mode. dtype float16, bfloat16, float32 or int8; contiguous; written in place for ``"h2d"``.
+            graph mode. dtype float16, bfloat16, float32 or int8; contiguous; written in place for ``"h2d"``
+            (in a graph each then a whole Parameter).
         slot_mapping (Tensor): int32/int64 ``[T]``: token ``t`` is cache row ``slot_mapping[t]``.
             ``slot < 0``: d2h writes a zero row to the buffer, h2d skips the token.
         kv_format (KVCacheFormat | int | str): keyword-only; a ``KVCacheFormat`` member, its int value
@@ -237,9 +243,19 @@ def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direc
             ``>= num_blocks * block_size``, or (h2d) a repeated non-negative slot (PyNative only: graph
             mode skips out-of-range slots and never writes outside a cache); a non-contiguous tensor
             that would be written, or (without the PyNative fast path, where ops.Custom would write
-            into a copy) a view.
+            into a copy) a view; a written tensor sharing memory with another one or with a tensor the op
+            reads (PyNative).
+        TypeError (GRAPH_MODE / ``@ms.jit``, at compile time): a written tensor (``buffer`` for d2h, a cache for
+            h2d) not a whole Parameter (a slice, split or reshape of one, an op's result, a Tensor attribute or
+            argument: MindSpore would write a temporary copy); a Python list or numpy array where a Tensor is
+            expected.
+        RuntimeError (GRAPH_MODE / ``@ms.jit``, at launch, cpu and sim): a written tensor sharing memory (the same
+            Parameter twice, two Parameters over one buffer), or a written tensor over one the call reads; nothing
+            is written. The ascend backend does not check this (undefined there). A kernel failure's message is in
+            the exception text.
     """
     if _run_in_jit():  # @jit.cond: True
+        check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(buffer), F.typeof(kv_caches), F.typeof(slot_mapping))
         flat = ML.flatten_graph(kv_caches)
         fmt, num_layers = _graph_attrs(kv_format, direction, cache_layout, len(flat), aiv_num)
         _get_cache_prim(_Prim)(graph_backend(), (len(flat),), fmt, direction, cache_layout, num_layers, aiv_num)(

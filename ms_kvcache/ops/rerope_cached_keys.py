@@ -1,9 +1,10 @@
 """rerope_cached_keys: move cached (already rotated) keys to new positions in place: undo RoPE at the
 old position and apply it at the new one, in one pass (reuse of cached KV at another offset)."""
+from mindspore.ops import functional as F
 from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
-from ms_kvcache._custom import _get_cache_prim, _run_in_jit, graph_backend, prim_class
+from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, graph_backend, prim_class
 from ms_kvcache._eager import EagerOp, Positions, Slots
 from ms_kvcache._formats import CACHE_LAYOUTS
 from ms_kvcache._spec import FLOAT_DTYPES, INDEX_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, register
@@ -68,6 +69,10 @@ _EAGER = EagerOp(SPEC, _check_static, index_checks=(Positions("old_positions", 1
                  skip_if_empty=("slot_mapping",))
 
 
+#: argument names of the graph branch's compile-time type check (check_graph_types)
+_TYPES_OP = 'rerope_cached_keys'
+_GRAPH_ARGS = ('key_cache', 'slot_mapping', 'old_positions', 'new_positions', 'cos_sin_cache')
+
 def rerope_cached_keys(key_cache, slot_mapping, old_positions, new_positions, cos_sin_cache, *,
                        is_neox_style=True, cache_layout="BSND"):
     """Re-rotate cached keys in place: for each ``i``, the key heads stored at ``slot_mapping[i]``
@@ -82,10 +87,10 @@ def rerope_cached_keys(key_cache, slot_mapping, old_positions, new_positions, co
     ``rotary_embedding`` (cos_sin_cache layout, NeoX / GPT-J pairs, partial rotary).
 
     Args:
-        key_cache (Tensor | Parameter): ``[num_blocks, block_size, num_kv_heads, head_size]``
-            (``"BSND"``), ``[num_blocks, num_kv_heads, block_size, head_size]`` (``"BNSD"``), or a
-            one-head plane ``[num_blocks, block_size, head_size]`` such as the MLA ``k_pe_cache``;
-            float16, bfloat16 or float32; contiguous. Rotated in place.
+        key_cache (Tensor | Parameter; a whole Parameter in a graph): ``[num_blocks, block_size, num_kv_heads,
+            head_size]`` (``"BSND"``), ``[num_blocks, num_kv_heads, block_size, head_size]`` (``"BNSD"``), or a
+            one-head plane ``[num_blocks, block_size, head_size]`` such as the MLA ``k_pe_cache``; float16, bfloat16
+            or float32; contiguous. Rotated in place.
         slot_mapping (Tensor): int32 or int64 ``[N]``: the slots to re-rotate; ``slot < 0``
             skips the entry. Non-negative slots must be distinct.
         old_positions (Tensor): int32 or int64 ``[N]``: the positions the cached keys were rotated
@@ -109,8 +114,15 @@ def rerope_cached_keys(key_cache, slot_mapping, old_positions, new_positions, co
             slots; a non-contiguous cache. In graph mode entries with an out-of-range slot or
             position are skipped (left unchanged); duplicated slots there leave those rows
             unspecified (still inside the cache).
+        TypeError (GRAPH_MODE / ``@ms.jit``, at compile time): ``key_cache`` not a whole Parameter (a
+            slice, split or reshape of one, an op's result, a Tensor attribute or argument: MindSpore would
+            write a temporary copy); a Python list or numpy array where a Tensor is expected.
+        RuntimeError (GRAPH_MODE / ``@ms.jit``): a kernel failure, with its message in the exception text
+            (e.g. a repeated slot on the sim backend, a launch the AscendC tiling rejects).
     """
     if _run_in_jit():  # @jit.cond: True
+        check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(key_cache), F.typeof(slot_mapping),
+                          F.typeof(old_positions), F.typeof(new_positions), F.typeof(cos_sin_cache))
         _check_static_graph(key_cache.shape, key_cache.dtype, slot_mapping.shape, slot_mapping.dtype,
                             old_positions.shape, old_positions.dtype, new_positions.shape, new_positions.dtype,
                             cos_sin_cache.shape, cos_sin_cache.dtype, is_neox_style, cache_layout)

@@ -1,8 +1,9 @@
 """reshape_and_cache: write new tokens' K and V rows into a paged cache by slot mapping."""
+from mindspore.ops import functional as F
 from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
-from ms_kvcache._custom import _get_cache_prim, _run_in_jit, graph_backend, prim_class
+from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, graph_backend, prim_class
 from ms_kvcache._eager import EagerOp, Slots
 from ms_kvcache._formats import CACHE_LAYOUTS
 from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, register
@@ -72,6 +73,9 @@ _check_static_graph = constexpr(_check_static)
 _Prim = prim_class(SPEC)
 
 
+#: argument names of the graph branch's compile-time type check (check_graph_types)
+_TYPES_OP, _GRAPH_ARGS = 'reshape_and_cache', ('key', 'value', 'key_cache', 'value_cache', 'slot_mapping')
+
 def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, cache_layout="BSND", *, k_scale=None,
                       v_scale=None, k_offset=None, v_offset=None, k_scale_cache=None, v_scale_cache=None):
     """Write the K and V rows of the first ``len(slot_mapping)`` tokens into a paged cache, in place.
@@ -84,10 +88,10 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, cache_la
         key (Tensor): ``[T', num_kv_heads, head_size]`` or the flattened view
             ``[T', num_kv_heads * head_size]``; float16, bfloat16, float32 or int8.
         value (Tensor): same shape rules and dtype as ``key``.
-        key_cache (Tensor | Parameter): ``[num_blocks, block_size, num_kv_heads, head_size]`` for
-            ``cache_layout="BSND"`` or ``[num_blocks, num_kv_heads, block_size, head_size]`` for
+        key_cache (Tensor | Parameter; a whole Parameter in a graph): ``[num_blocks, block_size, num_kv_heads,
+            head_size]`` for ``cache_layout="BSND"`` or ``[num_blocks, num_kv_heads, block_size, head_size]`` for
             ``"BNSD"``; same dtype as ``key``; contiguous. Written in place.
-        value_cache (Tensor | Parameter): same shape, dtype and layout as ``key_cache``.
+        value_cache (Tensor | Parameter; a whole Parameter in a graph): same shape, dtype and layout as ``key_cache``.
         slot_mapping (Tensor): int32 or int64 ``[T]``, ``T <= T'``. Token ``t`` goes to block
             ``slot // block_size``, row ``slot % block_size``. ``slot < 0`` skips the token; rows
             ``T..T'-1`` of key/value (padding) are ignored.
@@ -128,17 +132,26 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, cache_la
         TypeError: an argument is not a Tensor, dtypes differ between key/value/caches, or a dtype is
             unsupported (slot_mapping must be int32/int64).
         ValueError: unknown ``cache_layout``; rank or shape mismatch between key/value and the caches;
-            ``len(slot_mapping)`` > rows of key; a slot ``>= num_blocks * block_size`` or a duplicated
-            non-negative slot (PyNative only; in graph mode such slots are skipped, never written);
+            ``len(slot_mapping)`` > rows of key; a slot ``>= num_blocks * block_size`` or
+            a duplicated non-negative slot (PyNative only; in graph mode out-of-range slots are
+            skipped, and a slot given twice keeps the later token's row on the cpu backend, fails the
+            call on the sim backend and is undefined on ascend);
             a non-contiguous cache; ``key_cache`` and ``value_cache`` the same tensor or sharing memory
-            (PyNative only: graph code sees no tensor identity, so in GRAPH_MODE / ``@ms.jit`` the same
-            Parameter given for both is not detected and its result is undefined).
+            (PyNative; a view as a cache without the fast path).
             Quantized writes: a missing, mis-shaped or non-float32 scale, a scale that is 0, negative or
             not finite (PyNative; the strict fast-path kernel re-checks), offsets with a float8 cache,
             static and dynamic arguments together, or a cache dtype without a quantization rule
             (e.g. hifloat8).
+        TypeError (GRAPH_MODE / ``@ms.jit``, at compile time): ``key_cache`` or ``value_cache`` not a whole
+            Parameter (a slice, split or reshape of one, an op's result, a Tensor attribute or argument: MindSpore
+            would write a temporary copy); a Python list or numpy array where a Tensor is expected.
+        RuntimeError (GRAPH_MODE / ``@ms.jit``, at launch, cpu and sim): ``key_cache`` and ``value_cache`` sharing
+            memory (the same Parameter twice, two Parameters over one buffer); nothing is written. The ascend
+            backend does not check this (undefined there). A kernel failure's message is in the exception text.
     """
     if _run_in_jit():  # @jit.cond: True
+        check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(key), F.typeof(value), F.typeof(key_cache),
+                          F.typeof(value_cache), F.typeof(slot_mapping))
         if Q.routes_graph(key.dtype, key_cache.dtype, k_scale is None, v_scale is None, k_offset is None,
                           v_offset is None, k_scale_cache is None, v_scale_cache is None):
             return _quant_op.reshape_and_cache_quant(key, value, key_cache, value_cache, slot_mapping, cache_layout,

@@ -1,8 +1,9 @@
 """reshape_and_cache_merged: write new tokens' K and V rows into one merged paged cache per layer."""
+from mindspore.ops import functional as F
 from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
-from ms_kvcache._custom import _get_cache_prim, _run_in_jit, graph_backend, prim_class
+from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, graph_backend, prim_class
 from ms_kvcache._eager import EagerOp, Slots
 from ms_kvcache._formats import CACHE_LAYOUTS
 from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, register
@@ -48,6 +49,9 @@ _Prim = prim_class(SPEC)
 _EAGER = EagerOp(SPEC, _check_static, index_checks=(Slots("slot_mapping"),), skip_if_empty=("slot_mapping",))
 
 
+#: argument names of the graph branch's compile-time type check (check_graph_types)
+_TYPES_OP, _GRAPH_ARGS = 'reshape_and_cache_merged', ('key', 'value', 'kv_cache', 'slot_mapping')
+
 def reshape_and_cache_merged(key, value, kv_cache, slot_mapping, cache_layout="BSND", *, k_scale=None, v_scale=None,
                              k_offset=None, v_offset=None, k_scale_cache=None, v_scale_cache=None):
     """Write the K and V rows of the first ``len(slot_mapping)`` tokens into a merged paged cache, in place.
@@ -60,10 +64,9 @@ def reshape_and_cache_merged(key, value, kv_cache, slot_mapping, cache_layout="B
         key (Tensor): ``[T', num_kv_heads, head_size]`` or ``[T', num_kv_heads * head_size]``;
             float16, bfloat16, float32 or int8.
         value (Tensor): same shape rules and dtype as ``key``.
-        kv_cache (Tensor | Parameter): ``[2, num_blocks, block_size, num_kv_heads, head_size]`` for
-            ``cache_layout="BSND"`` or ``[2, num_blocks, num_kv_heads, block_size, head_size]`` for
-            ``"BNSD"``; same dtype as ``key``; contiguous. Written in place (plane 0 from key, plane 1
-            from value).
+        kv_cache (Tensor | Parameter; a whole Parameter in a graph): ``[2, num_blocks, block_size, num_kv_heads,
+            head_size]`` for ``cache_layout="BSND"`` or ``[2, num_blocks, num_kv_heads, block_size, head_size]`` for
+            ``"BNSD"``; same dtype as ``key``; contiguous. Written in place (plane 0 from key, plane 1 from value).
         slot_mapping (Tensor): int32 or int64 ``[T]``, ``T <= T'``. Token ``t`` goes to block
             ``slot // block_size``, row ``slot % block_size`` of both planes. ``slot < 0`` skips the
             token; rows ``T..T'-1`` of key/value are ignored.
@@ -81,13 +84,22 @@ def reshape_and_cache_merged(key, value, kv_cache, slot_mapping, cache_layout="B
     Raises:
         TypeError: an argument is not a Tensor; dtypes of key/value/kv_cache differ or are unsupported;
             slot_mapping is not int32/int64.
-        ValueError: unknown ``cache_layout``; a rank or shape mismatch (``kv_cache.shape[0] != 2``,
-            key/value rows not ``num_kv_heads * head_size``, ``len(slot_mapping)`` > rows of key);
-            a slot ``>= num_blocks * block_size`` or a duplicated non-negative slot (PyNative only; in
-            graph mode such slots are skipped, duplicates resolve to the last token); a non-contiguous
-            cache. Quantized writes: as :func:`ms_kvcache.reshape_and_cache`.
+        ValueError: unknown ``cache_layout``; a rank or shape mismatch (``kv_cache.shape[0] != 2``, key/value rows
+            not ``num_kv_heads * head_size``, ``len(slot_mapping)`` > rows of key); a slot ``>= num_blocks *
+            block_size`` or a duplicated non-negative slot (PyNative only; in graph mode out-of-range slots are
+            skipped, and a slot given twice keeps the later token's row on the cpu backend, fails the call on the
+            sim backend and is undefined on ascend); a non-contiguous cache (PyNative; a view as the cache without
+            the fast path).
+            Quantized writes: as :func:`ms_kvcache.reshape_and_cache`.
+        TypeError (GRAPH_MODE / ``@ms.jit``, at compile time): ``kv_cache`` not a whole Parameter (a
+            slice, split or reshape of one, an op's result, a Tensor attribute or argument: MindSpore would
+            write a temporary copy); a Python list or numpy array where a Tensor is expected.
+        RuntimeError (GRAPH_MODE / ``@ms.jit``): a kernel failure, with its message in the exception text
+            (e.g. a repeated slot on the sim backend, a launch the AscendC tiling rejects).
     """
     if _run_in_jit():  # @jit.cond: True
+        check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(key), F.typeof(value), F.typeof(kv_cache),
+                          F.typeof(slot_mapping))
         if Q.routes_graph(key.dtype, kv_cache.dtype, k_scale is None, v_scale is None, k_offset is None,
                           v_offset is None, k_scale_cache is None, v_scale_cache is None):
             return _quant_op.reshape_and_cache_quant(key, value, kv_cache, None, slot_mapping, cache_layout, Q.MERGED,

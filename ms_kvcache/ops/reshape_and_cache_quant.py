@@ -115,6 +115,10 @@ def _check_static(k_shape, k_dtype, v_shape, v_dtype, kc_shape, kc_dtype, vc_sha
 
 _check_static_graph = constexpr(_check_static)
 _Prim = prim_class(SPEC)
+#: graph-mode messages (not-a-Parameter, aliasing) name the public op and argument
+_Prim.public_names = staticmethod(lambda a: (
+    public_name(a["kv_format"], "reshape_and_cache_merged", "reshape_and_cache"),
+    {"key_cache": "kv_cache"} if a["kv_format"] == Q.MERGED else {}))
 
 
 @constexpr

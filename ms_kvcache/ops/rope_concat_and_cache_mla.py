@@ -4,10 +4,11 @@ import math
 
 import numpy as np
 from mindspore import Tensor
+from mindspore.ops import functional as F
 from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
-from ms_kvcache._custom import _get_cache_prim, _run_in_jit, graph_backend, prim_class
+from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, graph_backend, prim_class
 from ms_kvcache._eager import EagerOp, Positions, Slots
 from ms_kvcache._spec import FLOAT_DTYPES, INDEX_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, register
 from ms_kvcache.ops import _rope_common as R
@@ -111,6 +112,13 @@ _EAGER = EagerOp(SPEC, _check_static, index_checks=(Positions("positions", 1), S
                  launch_attrs=lambda static, attrs: (attrs[0], static[2]))
 
 
+#: argument names of the graph branch's compile-time type check (check_graph_types)
+_TYPES_OP = 'rope_concat_and_cache_mla'
+_GRAPH_ARGS = (
+    'positions', 'q_pe', 'k_pe', 'kv_c', 'cos_sin_cache',
+    'kv_c_cache', 'k_pe_cache', 'slot_mapping', 'kv_c_norm_weight?',
+)
+
 def rope_concat_and_cache_mla(positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_cache, k_pe_cache, slot_mapping, *,
                               is_neox_style=False, kv_c_norm_weight=None, epsilon=1e-6, kv_c_scale=None,
                               k_pe_scale=None, kv_c_offset=None, k_pe_offset=None, kv_c_scale_cache=None,
@@ -132,10 +140,10 @@ def rope_concat_and_cache_mla(positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_c
         cos_sin_cache (Tensor): ``[max_position, rotary_dim]``, cos | sin halves (vLLM layout);
             float32 (recommended) or the dtype of ``q_pe``; ``rotary_dim`` even, ``<= rope_dim``
             (normally equal).
-        kv_c_cache (Tensor | Parameter): ``[num_blocks, block_size, kv_lora_rank]``; same dtype;
-            contiguous; written in place.
-        k_pe_cache (Tensor | Parameter): ``[num_blocks, block_size, rope_dim]``; same dtype;
-            contiguous; written in place.
+        kv_c_cache (Tensor | Parameter; a whole Parameter in a graph): ``[num_blocks, block_size, kv_lora_rank]``;
+            same dtype; contiguous; written in place.
+        k_pe_cache (Tensor | Parameter; a whole Parameter in a graph): ``[num_blocks, block_size, rope_dim]``; same
+            dtype; contiguous; written in place.
         slot_mapping (Tensor): int32 or int64 ``[T]``, ``T <= T'``; ``slot < 0`` skips the token.
         is_neox_style (bool | numpy.bool_): pairs ``(i, i + rotary_dim/2)`` if True, ``(2i, 2i+1)`` if False
             (default, DeepSeek).
@@ -167,9 +175,19 @@ def rope_concat_and_cache_mla(positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_c
             non-negative slots; non-contiguous caches. In graph mode a token with an out-of-range
             position gets zero ``q_pe_out``/``k_pe_out`` rows and is not cached; out-of-range slots
             are skipped; a slot given twice keeps the later token's rows on the cpu
-            backend and is undefined on the AscendC backends (docs/ops-rope.md).
+            backend, fails the call on the sim backend and is undefined on ascend (docs/ops-rope.md); the two
+            caches the same tensor or sharing memory (PyNative).
+        TypeError (GRAPH_MODE / ``@ms.jit``, at compile time): ``kv_c_cache`` or ``k_pe_cache`` not a whole
+            Parameter (a slice, split or reshape of one, an op's result, a Tensor attribute or argument: MindSpore
+            would write a temporary copy); a Python list or numpy array where a Tensor is expected.
+        RuntimeError (GRAPH_MODE / ``@ms.jit``, at launch, cpu and sim): ``kv_c_cache`` and ``k_pe_cache`` sharing
+            memory (the same Parameter twice, two Parameters over one buffer); nothing is written. The ascend
+            backend does not check this (undefined there). A kernel failure's message is in the exception text.
     """
     if _run_in_jit():  # @jit.cond: True
+        check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(positions), F.typeof(q_pe), F.typeof(k_pe), F.typeof(kv_c),
+                          F.typeof(cos_sin_cache), F.typeof(kv_c_cache), F.typeof(k_pe_cache), F.typeof(slot_mapping),
+                          F.typeof(kv_c_norm_weight))
         if Q.routes_graph(kv_c.dtype, kv_c_cache.dtype, kv_c_scale is None, k_pe_scale is None, kv_c_offset is None,
                           k_pe_offset is None, kv_c_scale_cache is None, k_pe_scale_cache is None):
             return _quant_op.rope_concat_and_cache_mla_quant(positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_cache,

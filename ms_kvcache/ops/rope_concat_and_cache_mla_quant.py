@@ -111,6 +111,8 @@ def _check_static(p_shape, p_dtype, q_shape, q_dtype, k_shape, k_dtype, c_shape,
 
 _check_static_graph = constexpr(_check_static)
 _Prim = prim_class(SPEC)
+#: graph-mode messages (not-a-Parameter, aliasing) name the public op and argument
+_Prim.public_names = staticmethod(lambda a: ("rope_concat_and_cache_mla", {}))
 
 
 @constexpr

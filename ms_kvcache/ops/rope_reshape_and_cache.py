@@ -1,9 +1,10 @@
 """rope_reshape_and_cache: rotary position embedding on query and key fused with the paged-cache write
 of the rotated key and the value (one pass over K)."""
+from mindspore.ops import functional as F
 from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
-from ms_kvcache._custom import _get_cache_prim, _run_in_jit, graph_backend, prim_class
+from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, graph_backend, prim_class
 from ms_kvcache._eager import EagerOp, Positions, Slots
 from ms_kvcache._formats import CACHE_LAYOUTS
 from ms_kvcache._spec import FLOAT_DTYPES, INDEX_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, register
@@ -99,6 +100,10 @@ _EAGER = EagerOp(SPEC, _check_static, index_checks=(Positions("positions", 1), S
                  skip_if_empty=("key",))
 
 
+#: argument names of the graph branch's compile-time type check (check_graph_types)
+_TYPES_OP = 'rope_reshape_and_cache'
+_GRAPH_ARGS = ('positions', 'query', 'key', 'value', 'cos_sin_cache', 'key_cache', 'value_cache', 'slot_mapping')
+
 def rope_reshape_and_cache(positions, query, key, value, cos_sin_cache, key_cache, value_cache, slot_mapping,
                            *, is_neox_style=True, cache_layout="BSND", k_scale=None, v_scale=None, k_offset=None,
                            v_offset=None, k_scale_cache=None, v_scale_cache=None):
@@ -122,10 +127,10 @@ def rope_reshape_and_cache(positions, query, key, value, cos_sin_cache, key_cach
             :func:`ms_kvcache.build_cos_sin_cache`). float32 (recommended) or the dtype of
             ``query``. ``rotary_dim`` must be even and ``<= head_size``; elements
             ``rotary_dim..head_size-1`` of every head pass through unchanged.
-        key_cache (Tensor | Parameter): ``[num_blocks, block_size, num_kv_heads, head_size]`` for
-            ``cache_layout="BSND"`` or ``[num_blocks, num_kv_heads, block_size, head_size]`` for
+        key_cache (Tensor | Parameter; a whole Parameter in a graph): ``[num_blocks, block_size, num_kv_heads,
+            head_size]`` for ``cache_layout="BSND"`` or ``[num_blocks, num_kv_heads, block_size, head_size]`` for
             ``"BNSD"``; same dtype as ``query``; contiguous. Written in place.
-        value_cache (Tensor | Parameter): same shape, dtype and layout as ``key_cache``.
+        value_cache (Tensor | Parameter; a whole Parameter in a graph): same shape, dtype and layout as ``key_cache``.
         slot_mapping (Tensor): int32 or int64 ``[T]``, ``T <= T'``. Rotated key row ``t`` and
             value row ``t`` go to block ``slot // block_size``, row ``slot % block_size``;
             ``slot < 0`` skips the token. Rows ``T..T'-1`` are rotated (returned) but not cached.
@@ -159,9 +164,19 @@ def rope_reshape_and_cache(positions, query, key, value, cos_sin_cache, key_cach
             checked, a token with an out-of-range position gets zero rows in ``query_out`` /
             ``key_out`` and is not cached, and out-of-range slots are skipped: nothing is ever read
             or written out of bounds; a slot given twice keeps the later token's rows on the cpu
-            backend and is undefined on the AscendC backends (docs/ops-rope.md).
+            backend, fails the call on the sim backend and is undefined on ascend (docs/ops-rope.md);
+            ``key_cache`` and ``value_cache`` the same tensor or sharing memory (PyNative).
+        TypeError (GRAPH_MODE / ``@ms.jit``, at compile time): ``key_cache`` or ``value_cache`` not a whole
+            Parameter (a slice, split or reshape of one, an op's result, a Tensor attribute or argument: MindSpore
+            would write a temporary copy); a Python list or numpy array where a Tensor is expected.
+        RuntimeError (GRAPH_MODE / ``@ms.jit``, at launch, cpu and sim): ``key_cache`` and ``value_cache`` sharing
+            memory (the same Parameter twice, two Parameters over one buffer); nothing is written. The ascend
+            backend does not check this (undefined there). A kernel failure's message is in the exception text.
     """
     if _run_in_jit():  # @jit.cond: True
+        check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(positions), F.typeof(query), F.typeof(key),
+                          F.typeof(value), F.typeof(cos_sin_cache), F.typeof(key_cache), F.typeof(value_cache),
+                          F.typeof(slot_mapping))
         if Q.routes_graph(key.dtype, key_cache.dtype, k_scale is None, v_scale is None, k_offset is None,
                           v_offset is None, k_scale_cache is None, v_scale_cache is None):
             return _quant_op.rope_reshape_and_cache_quant(positions, query, key, value, cos_sin_cache, key_cache,

@@ -1,9 +1,10 @@
 """rope_reshape_and_cache_merged: rope_reshape_and_cache with the merged per-layer cache
 ``[2, num_blocks, ...]`` (KVCacheFormat.MERGED_KV)."""
+from mindspore.ops import functional as F
 from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
-from ms_kvcache._custom import _get_cache_prim, _run_in_jit, graph_backend, prim_class
+from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, graph_backend, prim_class
 from ms_kvcache._eager import EagerOp, Positions, Slots
 from ms_kvcache._formats import CACHE_LAYOUTS
 from ms_kvcache._spec import FLOAT_DTYPES, INDEX_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, register
@@ -75,6 +76,10 @@ _EAGER = EagerOp(SPEC, _check_static, index_checks=(Positions("positions", 1), S
                  skip_if_empty=("key",))
 
 
+#: argument names of the graph branch's compile-time type check (check_graph_types)
+_TYPES_OP = 'rope_reshape_and_cache_merged'
+_GRAPH_ARGS = ('positions', 'query', 'key', 'value', 'cos_sin_cache', 'kv_cache', 'slot_mapping')
+
 def rope_reshape_and_cache_merged(positions, query, key, value, cos_sin_cache, kv_cache, slot_mapping, *,
                                   is_neox_style=True, cache_layout="BSND", k_scale=None, v_scale=None, k_offset=None,
                                   v_offset=None, k_scale_cache=None, v_scale_cache=None):
@@ -94,9 +99,9 @@ def rope_reshape_and_cache_merged(positions, query, key, value, cos_sin_cache, k
         value (Tensor): same shape rules and dtype as ``key``.
         cos_sin_cache (Tensor): ``[max_position, rotary_dim]``, cos | sin halves (vLLM layout);
             float32 (recommended) or the dtype of ``query``; ``rotary_dim`` even, ``<= head_size``.
-        kv_cache (Tensor | Parameter): ``[2, num_blocks, block_size, num_kv_heads, head_size]``
-            (``"BSND"``) or ``[2, num_blocks, num_kv_heads, block_size, head_size]`` (``"BNSD"``);
-            K at index 0, V at index 1; same dtype as ``query``; contiguous. Written in place.
+        kv_cache (Tensor | Parameter; a whole Parameter in a graph): ``[2, num_blocks, block_size, num_kv_heads,
+            head_size]`` (``"BSND"``) or ``[2, num_blocks, num_kv_heads, block_size, head_size]`` (``"BNSD"``); K at
+            index 0, V at index 1; same dtype as ``query``; contiguous. Written in place.
         slot_mapping (Tensor): int32 or int64 ``[T]``, ``T <= T'``; ``slot < 0`` skips the token.
         is_neox_style (bool | numpy.bool_): pairs ``(i, i + rotary_dim/2)`` if True, ``(2i, 2i+1)`` if False.
         cache_layout (str): ``"BSND"`` (default) or ``"BNSD"``.
@@ -114,9 +119,16 @@ def rope_reshape_and_cache_merged(positions, query, key, value, cos_sin_cache, k
         ValueError: as :func:`ms_kvcache.rope_reshape_and_cache`; also ``kv_cache.shape[0] != 2``.
             In graph mode out-of-range positions give zero output rows and no cache write;
             out-of-range slots are skipped; a slot given twice keeps the later token's rows on the cpu
-            backend and is undefined on the AscendC backends (docs/ops-rope.md).
+            backend, fails the call on the sim backend and is undefined on ascend (docs/ops-rope.md).
+        TypeError (GRAPH_MODE / ``@ms.jit``, at compile time): ``kv_cache`` not a whole Parameter (a
+            slice, split or reshape of one, an op's result, a Tensor attribute or argument: MindSpore would
+            write a temporary copy); a Python list or numpy array where a Tensor is expected.
+        RuntimeError (GRAPH_MODE / ``@ms.jit``): a kernel failure, with its message in the exception text
+            (e.g. a repeated slot on the sim backend, a launch the AscendC tiling rejects).
     """
     if _run_in_jit():  # @jit.cond: True
+        check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(positions), F.typeof(query), F.typeof(key),
+                          F.typeof(value), F.typeof(cos_sin_cache), F.typeof(kv_cache), F.typeof(slot_mapping))
         if Q.routes_graph(key.dtype, kv_cache.dtype, k_scale is None, v_scale is None, k_offset is None,
                           v_offset is None, k_scale_cache is None, v_scale_cache is None):
             return _quant_op.rope_reshape_and_cache_quant(positions, query, key, value, cos_sin_cache, kv_cache, None,

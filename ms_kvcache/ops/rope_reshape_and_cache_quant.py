@@ -87,6 +87,10 @@ def _check_static(p_shape, p_dtype, q_shape, q_dtype, k_shape, k_dtype, v_shape,
 
 _check_static_graph = constexpr(_check_static)
 _Prim = prim_class(SPEC)
+#: graph-mode messages (not-a-Parameter, aliasing) name the public op and argument
+_Prim.public_names = staticmethod(lambda a: (
+    public_name(a["kv_format"], "rope_reshape_and_cache_merged", "rope_reshape_and_cache"),
+    {"key_cache": "kv_cache"} if a["kv_format"] == Q.MERGED else {}))
 
 
 @constexpr

@@ -1,8 +1,9 @@
 """swap_blocks: copy whole blocks between two caches of the same block shape (e.g. device <-> host)."""
+from mindspore.ops import functional as F
 from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
-from ms_kvcache._custom import _get_cache_prim, _run_in_jit, graph_backend, prim_class
+from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, graph_backend, prim_class
 from ms_kvcache._eager import BlockPairs, EagerOp
 from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, OpSpec, TensorSpec, dtype_name, register
 
@@ -49,6 +50,9 @@ _EAGER = EagerOp(SPEC, _check_static, index_checks=(BlockPairs("block_mapping", 
                  skip_if_empty=("block_mapping",), contiguous=("src_cache",), backend_impl="swap_blocks")
 
 
+#: argument names of the graph branch's compile-time type check (check_graph_types)
+_TYPES_OP, _GRAPH_ARGS = 'swap_blocks', ('src_cache', 'dst_cache', 'block_mapping')
+
 def swap_blocks(src_cache, dst_cache, block_mapping):
     """Copy whole blocks from ``src_cache`` to ``dst_cache``, in place: for each row ``(src, dst)`` of
     ``block_mapping``, ``dst_cache[dst] = src_cache[src]``.
@@ -68,8 +72,8 @@ def swap_blocks(src_cache, dst_cache, block_mapping):
     Args:
         src_cache (Tensor | Parameter): ``[src_blocks, *block_shape]`` (any layout; a block is
             everything after dim 0), float16, bfloat16, float32 or int8; contiguous.
-        dst_cache (Tensor | Parameter): ``[dst_blocks, *block_shape]``, same block shape and dtype as
-            ``src_cache``; contiguous. Written in place.
+        dst_cache (Tensor | Parameter; a whole Parameter in a graph): ``[dst_blocks, *block_shape]``, same block
+            shape and dtype as ``src_cache``; contiguous. Written in place.
         block_mapping (Tensor): int32 or int64 ``[n, 2]``, rows ``(src, dst)`` with
             ``0 <= src < src_blocks`` and ``0 <= dst < dst_blocks``. ``n = 0`` is a no-op.
 
@@ -82,8 +86,15 @@ def swap_blocks(src_cache, dst_cache, block_mapping):
             not int32/int64.
         ValueError: rank outside 2..6; block shapes differ; block_mapping is not ``[n, 2]``; a block id
             out of range (PyNative only; in graph mode such rows are skipped); a non-contiguous cache.
+            ``src_cache`` may be ``dst_cache`` (it is only read; rows apply in order).
+        TypeError (GRAPH_MODE / ``@ms.jit``, at compile time): ``dst_cache`` not a whole Parameter (a
+            slice, split or reshape of one, an op's result, a Tensor attribute or argument: MindSpore would
+            write a temporary copy); a Python list or numpy array where a Tensor is expected.
+        RuntimeError (GRAPH_MODE / ``@ms.jit``): a kernel failure, with its message in the exception text
+            (e.g. a repeated slot on the sim backend, a launch the AscendC tiling rejects).
     """
     if _run_in_jit():  # @jit.cond: True
+        check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(src_cache), F.typeof(dst_cache), F.typeof(block_mapping))
         _check_static_graph(src_cache.shape, src_cache.dtype, dst_cache.shape, dst_cache.dtype,
                             block_mapping.shape, block_mapping.dtype)
         _get_cache_prim(_Prim)(graph_backend())(src_cache, dst_cache, block_mapping)

@@ -225,7 +225,7 @@ def check_tiling(op, inputs, attrs=None, soc=None):
     its rejection as a Python exception at the call site.
 
     The sim backend's MindSpore AOT entry runs the same tiling inside the launch, where a rejection
-    only surfaces as MindSpore's generic "Return value ... is 1" (in PyNative at the next sync). A
+    surfaces as a RuntimeError carrying the reason only at the next sync in PyNative. A
     PyNative wrapper calls this first (shapes only, no data; results are memoised per signature, so a
     repeated call costs one dict lookup), e.g. to report bfloat16 or rows that are not a multiple of
     32 bytes on Ascend310P3 where the user made the call.

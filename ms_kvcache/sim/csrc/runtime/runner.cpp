@@ -678,9 +678,11 @@ extern "C" const char* ascendc_sim_last_error() {
 }
 
 namespace {
-// A failing AOT call: MindSpore only reports "Return value ... is 1", so the reason (plus the op's
-// hint for this rule, if any) is kept for last_error() and printed once, as one line, on stderr.
-void ReportAotFailure(const std::string& op, const std::string& rule, const std::string& what) {
+// A failing AOT call: the reason (plus the op's hint for this rule, if any) is kept for last_error(),
+// printed once, as one line, on stderr, and returned (the AOT entry throws it to MindSpore).
+struct AliasRefused {};
+
+std::string ReportAotFailure(const std::string& op, const std::string& rule, const std::string& what) {
   std::string msg = what;
   const std::string hint = rule.empty() ? std::string() : ascendc_sim::ErrorHint(op, rule);
   if (!hint.empty()) msg += " [" + hint + "]";
@@ -691,6 +693,75 @@ void ReportAotFailure(const std::string& op, const std::string& rule, const std:
   }
   std::fprintf(stderr, "ms_kvcache sim: %s\n", line.c_str());
   std::fflush(stderr);
+  return msg;
+}
+// The ms_kvcache alias rule of a launch (graph mode, ops.Custom): the primitive's attributes
+// mskv_disjoint (flat indices of the inputs the op writes), mskv_disjoint_read (inputs read whole that
+// must not overlap a written one), mskv_arg_names (';'-separated argument names) and mskv_op_name. ""
+// if the tensors are disjoint (or the attributes are absent), else the message naming both arguments.
+// Checked before the emulation runs, so two caches over one buffer are this error, not a GM_RACE or
+// GM_WRITE_CONFLICT between the cores that write them.
+std::string AliasProblem(const std::string& op, int nparam, void** params, int* ndims, int64_t** shapes,
+                         const char** dtypes, mindspore::AotExtra* ex) {
+  if (ex == nullptr || !ex->HasAttr("mskv_disjoint")) return std::string();
+  struct Span {
+    uintptr_t lo, hi;
+    int index;
+    bool written;
+  };
+  std::vector<Span> spans;
+  auto add = [&](int64_t i, bool w) {
+    if (i < 0 || i >= nparam || params[i] == nullptr || dtypes[i] == nullptr) return;
+    uint64_t n = ascendc_sim::DTypeBytes(dtypes[i], op);
+    for (int d = 0; d < ndims[i]; ++d) n *= static_cast<uint64_t>(shapes[i][d] < 0 ? 0 : shapes[i][d]);
+    if (n == 0) return;
+    const auto lo = reinterpret_cast<uintptr_t>(params[i]);
+    spans.push_back(Span{lo, lo + n, static_cast<int>(i), w});
+  };
+  for (int64_t i : ex->GetAttrIntVec("mskv_disjoint")) add(i, true);
+  if (ex->HasAttr("mskv_disjoint_read"))
+    for (int64_t i : ex->GetAttrIntVec("mskv_disjoint_read")) add(i, false);
+  std::sort(spans.begin(), spans.end(),
+            [](const Span& a, const Span& b) { return a.lo != b.lo ? a.lo < b.lo : a.index < b.index; });
+  const Span* reach_any = nullptr;
+  const Span* reach_written = nullptr;
+  for (const Span& s : spans) {
+    const Span* other = s.written ? reach_any : reach_written;  // read tensors may overlap each other
+    if (other != nullptr && s.lo < other->hi) {
+      std::vector<std::string> names;
+      const std::string all = ex->HasAttr("mskv_arg_names") ? ex->GetAttrStr("mskv_arg_names") : std::string();
+      for (size_t p = 0; !all.empty() && p <= all.size();) {
+        const size_t q = all.find(';', p);
+        names.push_back(all.substr(p, q == std::string::npos ? std::string::npos : q - p));
+        if (q == std::string::npos) break;
+        p = q + 1;
+      }
+      auto name = [&](int i) {
+        return i < static_cast<int>(names.size()) ? names[i] : "input " + std::to_string(i);
+      };
+      const Span& first = other->index < s.index ? *other : s;
+      const Span& second = other->index < s.index ? s : *other;
+      const bool same = first.lo == second.lo && first.hi == second.hi;
+      const std::string opname = ex->HasAttr("mskv_op_name") ? ex->GetAttrStr("mskv_op_name") : op;
+      if (first.written && second.written) {
+        const std::string how = same ? "the same memory as" :
+            "memory sharing bytes " + std::to_string(std::max(first.lo, second.lo) - first.lo) + ".." +
+            std::to_string(std::min(first.hi, second.hi) - first.lo) + " of";
+        return opname + ": argument '" + name(second.index) + "': expected a distinct cache tensor (no memory "
+               "shared with another argument the op writes), got " + how + " '" + name(first.index) +
+               "' (in a graph: the same Parameter given twice, or two Parameters over one buffer); nothing was "
+               "written";
+      }
+      const Span& w = first.written ? first : second;
+      const Span& r = first.written ? second : first;
+      return opname + ": argument '" + name(w.index) + "': expected a tensor sharing no memory with the tensors "
+             "the op reads, got " + (same ? "the same memory as" : "memory shared with") + " '" + name(r.index) +
+             "'; writing it would change the data being read; nothing was written";
+    }
+    if (reach_any == nullptr || s.hi > reach_any->hi) reach_any = &s;
+    if (s.written && (reach_written == nullptr || s.hi > reach_written->hi)) reach_written = &s;
+  }
+  return std::string();
 }
 }  // namespace
 
@@ -698,9 +769,15 @@ extern "C" int ascendc_sim_aot_launch(const char* op_type, int nparam, void** pa
                                       const char** dtypes, void* extra) {
   using namespace ascendc_sim;
   const std::string op = op_type ? op_type : "";
+  std::string failed;  // the message of a failed call (reported by ReportAotFailure)
   try {
     const simhost::OpDefInfo& def = simhost::GetOpDef(op);
     auto* ex = static_cast<mindspore::AotExtra*>(extra);
+    const std::string alias = AliasProblem(op, nparam, params, ndims, shapes, dtypes, ex);
+    if (!alias.empty()) {
+      failed = ReportAotFailure(op, "", alias);
+      throw AliasRefused();
+    }
     std::map<std::string, simhost::AttrValue> attrs;
     if (ex != nullptr) {
       for (const auto& a : def.attrs) {
@@ -786,12 +863,17 @@ extern "C" int ascendc_sim_aot_launch(const char* op_type, int nparam, void** pa
     LaunchOptions opt;  // defaults: set_soc / set_order / env
     RunOp(op, ins, outs, attrs, opt);
     return 0;
+  } catch (const AliasRefused&) {
   } catch (const ascendc_sim::EmulationError& e) {
-    ReportAotFailure(op, e.rule, e.what());
+    failed = ReportAotFailure(op, e.rule, e.what());
   } catch (const simhost::HostError& e) {
-    ReportAotFailure(op, e.rule, e.what());
+    failed = ReportAotFailure(op, e.rule, e.what());
   } catch (const std::exception& e) {
-    ReportAotFailure(op, "", op + ": " + e.what());
+    failed = ReportAotFailure(op, "", op + ": " + e.what());
   }
+  // MindSpore's CPU AOT kernel puts the message of a thrown exception into the Python exception text
+  // ("... Error message is <msg>"); a bare non-zero return would only give "Return value ... is 1". A caller
+  // that passes no AotExtra (a direct C call) gets the return code.
+  if (extra != nullptr) throw std::runtime_error(failed);
   return 1;
 }
