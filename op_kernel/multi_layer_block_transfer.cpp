@@ -21,6 +21,7 @@
 // scatter from the slice into the caches; d2h the reverse. Results are identical to direct mode.
 // Tiling key = layout (0 BSND/MLA/DSA, 1 BNSD) * 1000 + dtype * 100 + id dtype * 10 + DataCopyPad.
 #include "kernel_operator.h"
+#include "kernel_operator_list_tensor_intf.h"
 #include "multi_layer_copy.h"
 
 namespace {

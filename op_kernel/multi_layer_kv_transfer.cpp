@@ -17,6 +17,7 @@
 // Tiling key = layout (0 BSND/MLA/DSA, 1 BNSD) * 1000 + dtype (1 fp16, 2 bf16, 3 fp32, 4 int8) * 100
 // + slot dtype (0 int32, 1 int64) * 10 + DataCopyPad (1 when a row/head is not a multiple of 32 bytes).
 #include "kernel_operator.h"
+#include "kernel_operator_list_tensor_intf.h"
 #include "multi_layer_copy.h"
 
 namespace {
