@@ -171,6 +171,7 @@ extern "C" __global__ __aicore__ void sem_cast(GM_ADDR x, GM_ADDR y, GM_ADDR wor
   }
 }
 
+#if __CCE_AICORE__ >= 220  // DataCopyPad exists on A2/A3 only (310P build: no sem_pad)
 // -------------------------------------------------------------------------------------------------
 // DataCopyPad / DataCopyParams layouts. x: float32 source rows; y: the UB image after the copies;
 // z: rows written back with DataCopyPad(UB -> GM) strides.
@@ -207,6 +208,7 @@ extern "C" __global__ __aicore__ void sem_pad(GM_ADDR x, GM_ADDR y, GM_ADDR z, G
   DataCopyExtParams pd{2, 6 * sizeof(float), 1, 4, 0};
   DataCopyPad(zg, t, pd);
 }
+#endif  // __CCE_AICORE__ >= 220
 
 // -------------------------------------------------------------------------------------------------
 // Repeat / mask forms of Add, Muls, Cast with strides.
