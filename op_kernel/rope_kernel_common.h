@@ -252,6 +252,7 @@ class RopeEngine {
     inQ_.EnQue(t);
     return inQ_.template DeQue<T>();
   }
+  // FreeTensor takes a non-const LocalTensor<T>& (official kernel_tpipe.h), so these do too.
   __aicore__ inline void FreeIn(AscendC::LocalTensor<T>& t) { inQ_.FreeTensor(t); }
   __aicore__ inline AscendC::LocalTensor<T> AllocOut() { return outQ_.template AllocTensor<T>(); }
   __aicore__ inline AscendC::LocalTensor<T> ReadyOut(const AscendC::LocalTensor<T>& t) {
