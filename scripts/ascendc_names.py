@@ -51,6 +51,7 @@ _KIND_NAMES = {
 }
 _QUAL_RE = re.compile(r"\b(AscendC(?:::[A-Za-z_]\w*)+)")
 _IDENT_RE = re.compile(r"[A-Za-z_]\w*")
+_SIM_ARCH_NS = re.compile(r"ascendc_sim_arch_\d+")
 
 
 @dataclass
@@ -164,6 +165,10 @@ class _Walker:
             child_scope = scope
             if k in _SCOPE_KINDS and name:
                 child_scope = scope + (name,)
+                if k == "NamespaceDecl" and _SIM_ARCH_NS.fullmatch(name):
+                    child_scope = scope  # the emulation's per-arch inline namespace: not part of the API name
+                elif k == "NamespaceDecl" and name == "ascendc_sim_lt" and not scope:
+                    child_scope = ("AscendC",)  # ListTensorDesc / TensorDesc, named AscendC:: by their header
                 if "id" in n:
                     self.scopes[n["id"]] = child_scope
             inner = n.get("inner") or []
@@ -255,6 +260,7 @@ def used_names(kernel, target="a2", compiler=None, foreign=None):
         if api and kind == "enum constant" and not q.startswith(("AscendC::", "ascendc_sim", "std::", "__")):
             enum_consts[q.rsplit("::", 1)[-1]] = q
     for text, alias, f in wk.types:
+        text = re.sub(r"\bascendc_sim_lt::", "AscendC::", re.sub(r"\bascendc_sim_arch_\d+::", "", text))
         for m in _QUAL_RE.finditer(text):
             q = m.group(1)
             if q in api_types:

@@ -47,6 +47,7 @@ NAMES = {
     "alloc_inplace_depth1": "AllocTensor(LocalTensor<T>&): the in-place form is for a queue of depth 0",
     "deque_inplace_depth1": "DeQue(LocalTensor<T>&): the in-place form is for a queue of depth 0",
     "vacant_depth0": "VacantInQue(): not available on a queue of depth 0",
+    "bf16_cast": "Cast from or to bfloat16_t",
 }
 
 
@@ -164,6 +165,9 @@ def test_corrected_twins_build_and_run(accepts, soc):
     run("acc_depth_forms")
     np.testing.assert_array_equal(y, x)
     y = np.zeros(64, np.float32)
+    run("acc_cast_half")
+    np.testing.assert_array_equal(y, np.full(64, 1.5, np.float32))
+    y = np.zeros(64, np.float32)
     if soc == "Ascend310P3":  # DataCopyPad does not exist there: the kernel is not in the 310P build
         with pytest.raises(sim.EmulationError) as ei:
             run("acc_datacopypad")
@@ -270,3 +274,18 @@ def test_repository_kernels_have_both_arch_builds():
     assert len(entries) == len(list((HERE.parent / "op_kernel").glob("*.cpp")))
     for e in entries:
         assert sim.kernel_archs(e) == [2002, 2201], e
+
+
+def test_repository_kernels_have_a_310p_build_exactly_where_their_opdef_configures_it():
+    # cmake/sim.cmake compiles the __NPU_ARCH__ 2002 variant only for an op whose OpDef has
+    # AddConfig("ascend310p"), as CANN's opbuild compiles a kernel only for the SoCs its OpDef names
+    import ms_kvcache._sim  # noqa: F401  (registers the repository's kernels)
+    root = HERE.parent
+    seen = 0
+    for k in sorted((root / "op_kernel").glob("*.cpp")):
+        entry = "mskv_" + k.stem
+        op_def = (root / "op_host" / f"{k.stem}.cpp").read_text()
+        want = [2002, 2201] if 'AddConfig("ascend310p"' in op_def else [2201]
+        assert sim.kernel_archs(entry) == want, (entry, sim.kernel_archs(entry))
+        seen += 1
+    assert seen == 10

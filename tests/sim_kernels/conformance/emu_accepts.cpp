@@ -156,3 +156,30 @@ PROBE(acc_depth_forms) {
   q1.FreeTensor(a);
   q0.FreeTensor(b);
 }
+
+// Cast half -> float exists on both arch families (bfloat16 only on A2/A3). y[0..64) = 1.5.
+PROBE(acc_cast_half) {
+  (void)x;
+  (void)workspace;
+  (void)tiling;
+  GlobalTensor<float> yg;
+  yg.SetGlobalBuffer((__gm__ float*)y, kN);
+  TPipe pipe;
+  TBuf<TPosition::VECCALC> a, b;
+  pipe.InitBuffer(a, kN * sizeof(half));
+  pipe.InitBuffer(b, kN * sizeof(float));
+  LocalTensor<half> h = a.Get<half>();
+  LocalTensor<float> f = b.Get<float>();
+  Duplicate(h, static_cast<half>(1.5f), kN);
+  PipeBarrier<PIPE_V>();
+  Cast(f, h, RoundMode::CAST_NONE, kN);  // ACCEPT(bf16_cast)
+  TQue<TPosition::VECOUT, 1> q;
+  pipe.InitBuffer(q, 1, kN * sizeof(float));
+  LocalTensor<float> o = q.AllocTensor<float>();
+  PipeBarrier<PIPE_V>();
+  Adds(o, f, 0.0f, kN);
+  q.EnQue(o);
+  o = q.DeQue<float>();
+  DataCopy(yg, o, kN);
+  q.FreeTensor(o);
+}

@@ -148,3 +148,12 @@ PROBE(rej_vacant_depth0) {
   bool v = q.VacantInQue();  // REJECT(vacant_depth0, A2, 310P)
   (void)v;
 }
+
+// Cast from / to bfloat16_t: the 310P implementation has no bfloat16 conversion (no matching overload).
+PROBE(rej_bf16_cast) {
+  TPipe pipe;
+  TBuf<TPosition::VECCALC> a, b;
+  pipe.InitBuffer(a, 256);
+  pipe.InitBuffer(b, 256);
+  Cast(b.Get<float>(), a.Get<bfloat16_t>(), RoundMode::CAST_NONE, 64);  // REJECT(bf16_cast, 310P)
+}

@@ -112,9 +112,11 @@ extern "C" __global__ __aicore__ void sim_axpy(GM_ADDR x, GM_ADDR y, GM_ADDR z, 
     KernelSimAxpy<half> op;
     op.Init(x, y, z, t.totalLength, t.blockLength, t.tileLength, t.alpha);
     op.Process();
+#if __CCE_AICORE__ >= 220  // bfloat16 Cast: A2/A3 only (the 310P OpDef has no DT_BF16)
   } else if (TILING_KEY_IS(2)) {
     KernelSimAxpy<bfloat16_t> op;
     op.Init(x, y, z, t.totalLength, t.blockLength, t.tileLength, t.alpha);
     op.Process();
+#endif
   }
 }

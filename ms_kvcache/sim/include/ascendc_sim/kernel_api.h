@@ -369,7 +369,7 @@ __aicore__ inline void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>&
 #define ASCENDC_SIM_NO_DATACOPYPAD(T)                                                                              \
   static_assert(AscendcSimNever<T>::value,                                                                         \
                 "DataCopyPad is an unsupported API on the Atlas inference series (Ascend310P, __NPU_ARCH__ 2002): " \
-                "CANN marks it deprecated-unsupported there; guard it with #if __CCE_AICORE__ >= 220")
+                "CANN marks it deprecated-unsupported there; guard the call (op_kernel/mskv_arch.h: MSKV_HAS_BF16_AND_PAD)")
 #else
 #define ASCENDC_SIM_NO_DATACOPYPAD(T) static_assert(true, "")
 #endif
@@ -595,9 +595,21 @@ __aicore__ inline void Gather(const LocalTensor<T>& dst, const LocalTensor<T>& s
   ascendc_sim::rt::Gather(d, a, o, srcBaseAddr, count);
 }
 
+// Cast from or to bfloat16_t: the 310P (__NPU_ARCH__ 2002) implementation of the official headers has no
+// conversion for bfloat16 (no matching overload there), so the 310P build rejects it at compile time; on
+// A2/A3 the run-time table (CAST_UNSUPPORTED) decides the pair.
+#if __NPU_ARCH__ == 2002
+#define ASCENDC_SIM_NO_BF16_CAST(T, U)                                                                   \
+  static_assert(!IsSameType<T, bfloat16_t>::value && !IsSameType<U, bfloat16_t>::value,               \
+                "Cast from or to bfloat16_t does not exist on the Atlas inference series (Ascend310P, "   \
+                "__NPU_ARCH__ 2002): guard it (op_kernel/mskv_arch.h: MSKV_HAS_BF16_AND_PAD)")
+#else
+#define ASCENDC_SIM_NO_BF16_CAST(T, U) static_assert(true, "")
+#endif
 template <typename T, typename U, bool isSetMask = true>
 __aicore__ inline void Cast(const LocalTensor<T>& dst, const LocalTensor<U>& src, const RoundMode& roundMode,
                             const uint32_t count) {
+  ASCENDC_SIM_NO_BF16_CAST(T, U);
   auto d = ascendc_sim_detail::Opnd(dst, 1, 8), a = ascendc_sim_detail::Opnd(src, 1, 8);
   ascendc_sim::rt::Vec(ascendc_sim::VecOp::Cast, "Cast", ascendc_sim_detail::CountShape(count), !isSetMask, d, &a,
                        nullptr, nullptr, static_cast<int>(roundMode));
@@ -605,6 +617,7 @@ __aicore__ inline void Cast(const LocalTensor<T>& dst, const LocalTensor<U>& src
 template <typename T, typename U, bool isSetMask = true>
 __aicore__ inline void Cast(const LocalTensor<T>& dst, const LocalTensor<U>& src, const RoundMode& roundMode,
                             const uint64_t mask[], const uint8_t repeatTime, const UnaryRepeatParams& p) {
+  ASCENDC_SIM_NO_BF16_CAST(T, U);
   auto d = ascendc_sim_detail::Opnd(dst, p.dstBlkStride, p.dstRepStride),
        a = ascendc_sim_detail::Opnd(src, p.srcBlkStride, p.srcRepStride);
   ascendc_sim::rt::Vec(ascendc_sim::VecOp::Cast, "Cast", ascendc_sim_detail::BitsShape(mask, repeatTime), !isSetMask,
@@ -613,6 +626,7 @@ __aicore__ inline void Cast(const LocalTensor<T>& dst, const LocalTensor<U>& src
 template <typename T, typename U, bool isSetMask = true>
 __aicore__ inline void Cast(const LocalTensor<T>& dst, const LocalTensor<U>& src, const RoundMode& roundMode,
                             const uint64_t mask, const uint8_t repeatTime, const UnaryRepeatParams& p) {
+  ASCENDC_SIM_NO_BF16_CAST(T, U);
   auto d = ascendc_sim_detail::Opnd(dst, p.dstBlkStride, p.dstRepStride),
        a = ascendc_sim_detail::Opnd(src, p.srcBlkStride, p.srcRepStride);
   ascendc_sim::rt::Vec(ascendc_sim::VecOp::Cast, "Cast", ascendc_sim_detail::LenShape(mask, repeatTime), !isSetMask,

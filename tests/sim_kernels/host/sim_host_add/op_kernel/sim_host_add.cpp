@@ -139,9 +139,11 @@ extern "C" __global__ __aicore__ void sim_host_add(GM_ADDR x, GM_ADDR y, GM_ADDR
     KernelSimHostAdd<float> op;
     op.Init(x, y, bias, z, t);
     op.Process();
+#if __CCE_AICORE__ >= 220  // bfloat16 Cast: A2/A3 only (the 310P OpDef config has no DT_BF16)
   } else if (TILING_KEY_IS(2) || TILING_KEY_IS(12)) {
     KernelSimHostAdd<bfloat16_t> op;
     op.Init(x, y, bias, z, t);
     op.Process();
+#endif
   }
 }
