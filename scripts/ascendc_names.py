@@ -77,19 +77,23 @@ def clang_available():
     return (True, "") if c else (False, "clang++ not found (the AscendC name listing uses clang's JSON AST dump)")
 
 
-def sim_wrapper(kernel, op_type=None):
-    """The kernel-side translation unit of the sim build for ``kernel`` (cmake/sim.cmake,
-    ms_kvcache.sim.build): emulation ``kernel_operator.h``, the tiling header in kernel mode, the
-    kernel inside its own namespace."""
+def sim_wrapper(kernel, op_type=None, target="a2"):
+    """The kernel-side translation unit of the sim build for ``kernel`` and ``target`` (as
+    ms_kvcache.sim.build / cmake/sim.cmake write it, without the entry renaming and registration):
+    emulation ``kernel_operator.h``, the ListTensorDesc gate, the tiling header in kernel mode, the
+    kernel inside its own namespace. The target's macros come on the command line."""
     k = Path(kernel).resolve()
     op_type = op_type or cch.op_type_of_kernel(k)
     tiling = k.parent.parent / "op_host" / f"{k.stem}_tiling.h"
+    ns = f"ascendc_sim_k_{k.stem}_{target}"
     w = ["#define ASCENDC_SIM_KERNEL_SIDE 1", f"#define ASCENDC_SIM_OP_TYPE {op_type}", '#include "kernel_operator.h"',
-         '#include "register/tilingdata_base.h"', f"namespace ascendc_sim_k_{k.stem} {{", "namespace optiling {}",
-         "using namespace optiling;"]
+         '#include "ascendc_sim/list_tensor.h"', '#include "register/tilingdata_base.h"',
+         f"namespace {ns} {{ namespace ascendc_sim_gate {{}} }}",
+         f"namespace AscendC {{ using namespace ::{ns}::ascendc_sim_gate; }}", "#define ASCENDC_SIM_KERNEL_GATE 1",
+         f"namespace {ns} {{", "namespace optiling {}", "using namespace optiling;"]
     if tiling.is_file():
         w.append(f'#include "{tiling}"')
-    w += [f'#include "{k}"', f"}}  // namespace ascendc_sim_k_{k.stem}", ""]
+    w += [f'#include "{k}"', f"}}  // namespace {ns}", ""]
     return "\n".join(w)
 
 
@@ -223,7 +227,7 @@ def used_names(kernel, target="a2", compiler=None, foreign=None):
     base += [f"-I{SIM_INCLUDE}", f"-I{k.parent}", f"-I{k.parent.parent / 'op_host'}"]
     with tempfile.TemporaryDirectory(prefix="mskv_names_") as tmp:
         w = Path(tmp) / f"{k.stem}_sim_kernel.cpp"
-        w.write_text(sim_wrapper(k))
+        w.write_text(sim_wrapper(k, target=target))
         r = subprocess.run(base + ["-fsyntax-only", "-Xclang", "-ast-dump=json", str(w)], capture_output=True,
                            text=True)
         if r.returncode != 0:
