@@ -28,12 +28,12 @@ MSKV_AOT_EXPORT int MskvConcatAndCacheMla(int nparam, void** params, int* ndims,
     if (a.dim(0, 0) < T || a.dim(1, 0) < T) throw KernelError("kv_c/k_pe have fewer rows than slot_mapping");
     const mskv::DType sd = a.dtype(4);
     mskv::RequireIndexDType(sd, "slot_mapping");
-    mskv::StrictCheckSlots(a, a.ptr<void>(4), sd, T, nb * bs);
+    const bool distinct = mskv::StrictCheckSlots(a, a.ptr<void>(4), sd, T, nb * bs);
     const int64_t e = static_cast<int64_t>(elem);
     const mskv::SlotPlane planes[2] = {
         {a.ptr(0), rank_c * e, a.ptr(2), 1, rank_c * e, false},
         {a.ptr(1), rope * e, a.ptr(3), 1, rope * e, false},
     };
-    mskv::ScatterSlots(planes, 2, a.ptr<void>(4), sd, T, nb, bs);
+    mskv::ScatterSlots(planes, 2, a.ptr<void>(4), sd, T, nb, bs, distinct);
   })
 }

@@ -9,55 +9,97 @@
 
 namespace mskv {
 
+namespace {
+
+// MS_KVCACHE_STREAM_BYTES if set to a positive number, else `dflt`.
+int64_t StreamBytesFromEnv(int64_t dflt) {
+  const char* env = std::getenv("MS_KVCACHE_STREAM_BYTES");
+  const long long v = env ? std::atoll(env) : 0;
+  return v > 0 ? static_cast<int64_t>(v) : dflt;
+}
+
+}  // namespace
+
 // See stream_copy.h.
 int64_t StreamThresholdBytes() {
-  static const int64_t n = [] {
-    const char* env = std::getenv("MS_KVCACHE_STREAM_BYTES");
-    long long v = env ? std::atoll(env) : 0;
-    return v > 0 ? static_cast<int64_t>(v) : int64_t{8} << 20;  // 8 MiB
-  }();
+  static const int64_t n = StreamBytesFromEnv(int64_t{8} << 20);  // 8 MiB
+  return n;
+}
+
+int64_t CopyStreamThresholdBytes() {
+  static const int64_t n = StreamBytesFromEnv(int64_t{256} << 10);  // 256 KiB
   return n;
 }
 
 namespace {
 
-// Copy one token's row of a plane into its cache at `slot`. BSND rows are contiguous
-// (heads * head_bytes); BNSD rows are `heads` pieces of head_bytes, block_size rows apart.
-inline void WriteRow(const SlotPlane& p, const uint8_t* src, int64_t slot, int64_t block_size, bool stream) {
-  const int64_t row_bytes = p.heads * p.head_bytes;
+// Where row `slot` of a plane lies in its cache: `pieces` pieces of `piece_bytes`, `stride` bytes
+// apart from `base`. BSND rows are one contiguous piece (heads * head_bytes); BNSD rows are `heads`
+// pieces of head_bytes, block_size rows apart.
+struct RowPlace {
+  uint8_t* base;
+  int64_t pieces;
+  int64_t piece_bytes;
+  int64_t stride;
+};
+
+inline RowPlace PlaceRow(const SlotPlane& p, int64_t slot, int64_t block_size) {
   if (!p.bnsd || p.heads == 1) {
-    StreamCopy(p.cache + slot * row_bytes, src, row_bytes, stream);
-    return;
+    const int64_t row_bytes = p.heads * p.head_bytes;
+    return {p.cache + slot * row_bytes, 1, row_bytes, 0};
   }
   const int64_t block = slot / block_size, off = slot % block_size;
-  uint8_t* base = p.cache + (block * p.heads * block_size + off) * p.head_bytes;
-  const int64_t head_stride = block_size * p.head_bytes;
-  for (int64_t h = 0; h < p.heads; ++h) {
-    StreamCopy(base + h * head_stride, src + h * p.head_bytes, p.head_bytes, stream);
+  return {p.cache + (block * p.heads * block_size + off) * p.head_bytes, p.heads, p.head_bytes,
+          block_size * p.head_bytes};
+}
+
+// Copy one token's row of a plane (contiguous at src) into its cache at `slot`.
+inline void WriteRow(const SlotPlane& p, const uint8_t* src, int64_t slot, int64_t block_size, bool stream) {
+  const RowPlace r = PlaceRow(p, slot, block_size);
+  for (int64_t h = 0; h < r.pieces; ++h) {
+    StreamCopy(r.base + h * r.stride, src + h * r.piece_bytes, r.piece_bytes, stream);
   }
 }
+
+// Prefetch the first line of every piece of row `slot` (see PrefetchLine).
+inline void PrefetchRow(const SlotPlane& p, int64_t slot, int64_t block_size) {
+  const RowPlace r = PlaceRow(p, slot, block_size);
+  for (int64_t h = 0; h < r.pieces; ++h) PrefetchLine(r.base + h * r.stride);
+}
+
+// How many tokens ahead the streaming scatter prefetches its destination rows (4-32 measured alike).
+constexpr int64_t kPrefetchTokens = 16;
 
 }  // namespace
 
 void ScatterSlots(const SlotPlane* planes, int num_planes, const void* slots, DType slot_dtype,
-                  int64_t num_tokens, int64_t num_blocks, int64_t block_size) {
+                  int64_t num_tokens, int64_t num_blocks, int64_t block_size, bool slots_distinct) {
   if (num_tokens <= 0 || num_planes <= 0) return;
   const int64_t num_slots = num_blocks * block_size;
   int64_t token_bytes = 0;
   for (int i = 0; i < num_planes; ++i) token_bytes += planes[i].heads * planes[i].head_bytes;
-  const bool stream = num_tokens * token_bytes >= StreamThresholdBytes();
   const int64_t total = num_tokens * token_bytes;
+  const bool stream = total >= CopyStreamThresholdBytes();
   auto write = [&](int64_t t, int64_t slot) {
     for (int i = 0; i < num_planes; ++i) {
       WriteRow(planes[i], planes[i].src + t * planes[i].src_row_bytes, slot, block_size, stream);
     }
   };
-  if (total < ParallelThresholdBytes() || NumThreads() <= 1 ||
+  if (slots_distinct || total < ParallelThresholdBytes() || NumThreads() <= 1 ||
       SlotsDistinct(slots, DTypeSize(slot_dtype), num_tokens, num_slots)) {
     // No slot repeats (always so in PyNative, where repeats are rejected): split tokens into ranges,
     // which reads the source rows sequentially.
+    auto prefetch = [&](int64_t t) {
+      const int64_t slot = ReadIndex(slots, slot_dtype, t);
+      if (slot < 0 || slot >= num_slots) return;
+      for (int i = 0; i < num_planes; ++i) PrefetchRow(planes[i], slot, block_size);
+    };
     ParallelFor(num_tokens, total, [&](int64_t begin, int64_t end) {
+      if (stream) {
+        for (int64_t t = begin; t < std::min(end, begin + kPrefetchTokens); ++t) prefetch(t);
+      }
       for (int64_t t = begin; t < end; ++t) {
+        if (stream && t + kPrefetchTokens < end) prefetch(t + kPrefetchTokens);
         const int64_t slot = ReadIndex(slots, slot_dtype, t);
         if (slot >= 0 && slot < num_slots) write(t, slot);
       }
@@ -85,14 +127,14 @@ void ScatterSlots(const SlotPlane* planes, int num_planes, const void* slots, DT
 void ReshapeAndCacheImpl(const uint8_t* key, const uint8_t* value, uint8_t* key_cache,
                          uint8_t* value_cache, const void* slots, DType slot_dtype, int64_t num_tokens,
                          int64_t num_blocks, int64_t block_size, int64_t heads, int64_t head_size,
-                         size_t elem, bool bnsd) {
+                         size_t elem, bool bnsd, bool slots_distinct) {
   const int64_t head_bytes = head_size * static_cast<int64_t>(elem);
   const int64_t row_bytes = heads * head_bytes;
   const SlotPlane planes[2] = {
       {key, row_bytes, key_cache, heads, head_bytes, bnsd},
       {value, row_bytes, value_cache, heads, head_bytes, bnsd},
   };
-  ScatterSlots(planes, 2, slots, slot_dtype, num_tokens, num_blocks, block_size);
+  ScatterSlots(planes, 2, slots, slot_dtype, num_tokens, num_blocks, block_size, slots_distinct);
 }
 
 void CopyBlockPairs(const BlockPlane* planes, int num_planes, int64_t block_bytes, const void* block_mapping,
@@ -110,7 +152,7 @@ void CopyBlockPairs(const BlockPlane* planes, int num_planes, int64_t block_byte
   }
   const int64_t units = num_planes * ranges;
   const int64_t chunk = ((block_bytes / ranges) + 63) / 64 * 64;  // 64-byte aligned range size
-  const bool stream = num_pairs * block_bytes * num_planes >= StreamThresholdBytes();
+  const bool stream = num_pairs * block_bytes * num_planes >= CopyStreamThresholdBytes();
   ParallelFor(units, num_pairs * block_bytes * num_planes, [&](int64_t begin, int64_t end) {
     for (int64_t u = begin; u < end; ++u) {
       const BlockPlane& p = planes[u / ranges];
@@ -146,13 +188,15 @@ void RequireIndexDType(DType d, const char* what) {
 
 bool StrictIndices(const AotArgs& a) { return a.attr_bool("mskv_strict", false); }
 
-void StrictCheckSlots(const AotArgs& a, const void* slots, DType d, int64_t num_tokens, int64_t num_slots) {
-  if (!StrictIndices(a) || num_tokens <= 0) return;
+bool StrictCheckSlots(const AotArgs& a, const void* slots, DType d, int64_t num_tokens, int64_t num_slots) {
+  if (!StrictIndices(a)) return false;
+  if (num_tokens <= 0) return true;
   const IndexIssue e = CheckSlotValues(slots, DTypeSize(d), num_tokens, num_slots);
   if (e.code != 0) {
     throw KernelError(SlotIssueMessage("slot_mapping", e, num_slots) +
                       " (checked at launch: was slot_mapping modified after the call?)");
   }
+  return true;
 }
 
 void StrictCheckBlockMapping(const AotArgs& a, const void* mapping, DType d, int64_t num_pairs,

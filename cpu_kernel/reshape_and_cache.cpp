@@ -33,8 +33,8 @@ MSKV_AOT_EXPORT int MskvReshapeAndCache(int nparam, void** params, int* ndims, i
     if (a.dim(0, 0) < T || a.dim(1, 0) < T) throw KernelError("key/value have fewer rows than slot_mapping");
     const mskv::DType sd = a.dtype(4);
     mskv::RequireIndexDType(sd, "slot_mapping");
-    mskv::StrictCheckSlots(a, a.ptr<void>(4), sd, T, nb * bs);
+    const bool distinct = mskv::StrictCheckSlots(a, a.ptr<void>(4), sd, T, nb * bs);
     mskv::ReshapeAndCacheImpl(a.ptr(0), a.ptr(1), a.ptr(2), a.ptr(3), a.ptr<void>(4), sd, T, nb, bs,
-                              heads, hd, elem, bnsd);
+                              heads, hd, elem, bnsd, distinct);
   })
 }

@@ -31,10 +31,10 @@ MSKV_AOT_EXPORT int MskvReshapeAndCacheMerged(int nparam, void** params, int* nd
     if (a.dim(0, 0) < T || a.dim(1, 0) < T) throw KernelError("key/value have fewer rows than slot_mapping");
     const mskv::DType sd = a.dtype(3);
     mskv::RequireIndexDType(sd, "slot_mapping");
-    mskv::StrictCheckSlots(a, a.ptr<void>(3), sd, T, nb * bs);
+    const bool distinct = mskv::StrictCheckSlots(a, a.ptr<void>(3), sd, T, nb * bs);
     uint8_t* k_plane = a.ptr(2);
     uint8_t* v_plane = k_plane + nb * bs * heads * hd * static_cast<int64_t>(elem);
     mskv::ReshapeAndCacheImpl(a.ptr(0), a.ptr(1), k_plane, v_plane, a.ptr<void>(3), sd, T, nb, bs, heads, hd,
-                              elem, bnsd);
+                              elem, bnsd, distinct);
   })
 }

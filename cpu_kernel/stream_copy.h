@@ -6,7 +6,8 @@
 // ownership), so a copy into memory that is not in the CPU caches moves 1.5x its bytes; glibc only
 // streams single copies larger than a fraction of the L3, never the 256 B .. 8 KiB rows of a KV
 // cache. Streaming stores skip that read. They are worth it only when the data written by one call
-// exceeds the CPU caches (the rows are not read back soon): StreamThresholdBytes().
+// exceeds the CPU caches (the rows are not read back soon): StreamThresholdBytes(), or whenever the
+// destination is cold memory anyway: CopyStreamThresholdBytes().
 #pragma once
 
 #include <cstdint>
@@ -51,6 +52,19 @@ inline void StreamCopy(uint8_t* dst, const uint8_t* src, int64_t n, bool stream)
   std::memcpy(dst, src, static_cast<size_t>(n));
 }
 
+// A hint (never faults): fetch the cache line at p, and with it the page's address translation. The
+// copy ops' slot scatter issues it for the destination of the row a few tokens ahead: the page walk of
+// a scattered row (a TLB miss per row in a cache of 4 KiB pages, costly under nested paging) then
+// overlaps the copies before it instead of stalling its stores (README, "Performance of the copy
+// operators").
+inline void PrefetchLine(const void* p) {
+#if defined(__SSE2__)
+  _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
+#else
+  (void)p;
+#endif
+}
+
 // Orders the streaming stores before later stores (and before the data is read by another thread).
 inline void StreamFence() {
 #if defined(__SSE2__)
@@ -61,5 +75,13 @@ inline void StreamFence() {
 // Bytes moved by one call above which the kernels stream their row writes: larger than the
 // last-level cache of small machines. Default 8 MiB; MS_KVCACHE_STREAM_BYTES overrides (kv_copy.cpp).
 int64_t StreamThresholdBytes();
+
+// The same for the copy ops' slot scatter and block copies (kv_copy.cpp), whose destinations (cache
+// rows at scattered slots, whole blocks of a cache) are not in the CPU caches when written and not read
+// back by the op: there streaming pays from a few rows on (README, "Performance of the copy
+// operators": plain row copies into cold memory ran at 0.3-0.5 of a memcpy of the same bytes, streamed
+// ones at 1.0-1.7). Default 256 KiB written per call (below it a call costs less than its launch);
+// MS_KVCACHE_STREAM_BYTES, when set, overrides this threshold too.
+int64_t CopyStreamThresholdBytes();
 
 }  // namespace mskv

@@ -63,6 +63,26 @@ def test_deepseek_shapes_and_edges(mode, rng):
         check(mode, make_call(), [cc, pc], [kv_c, k_pe, s], list(ref(cc, pc, kv_c, k_pe, s)), f"{mode} T={tokens}")
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mode", MODES)
+def test_streaming_threaded_path(mode, dtype, rng):
+    """Calls writing >= ms_kvcache._cpu.copy_stream_threshold_bytes() (256 KiB): tokens split over threads,
+    rows written with non-temporal stores; odd row sizes (kv_lora_rank 509, rope 67: rows that are not a
+    multiple of 16 bytes, and 67-byte int8 rope rows below the 128-byte streaming minimum), slot -1
+    padding, the last slot, T' > T; in graph modes also repeated slots (last token wins)."""
+    from ms_kvcache import _cpu
+
+    nb, bs, rank, rope, tokens = 24, 32, 509, 67, 700
+    cc, pc, kv_c, k_pe = case(rng, dtype, nb=nb, bs=bs, rank=rank, rope=rope, tokens=tokens, extra_rows=5,
+                              pe3=dtype in ("bfloat16", "int8"))
+    assert tokens * (rank + rope) * cc.itemsize >= _cpu.copy_stream_threshold_bytes() > 32 * (rank + rope) * 4
+    slots = random_slots(rng, tokens, nb * bs, "int64", pad=9, must_include=(nb * bs - 1,))
+    if mode != "pynative":
+        dup_from = rng.choice(np.nonzero(slots >= 0)[0], size=40, replace=False)
+        slots[rng.choice(tokens, size=40, replace=False)] = slots[dup_from]
+    check(mode, make_call(), [cc, pc], [kv_c, k_pe, slots], list(ref(cc, pc, kv_c, k_pe, slots)), f"{mode} {dtype}")
+
+
 def test_pynative_ops_custom_fallback(rng):
     with fast_path(False):
         slots = random_slots(rng, 9, 64, "int32", pad=2, must_include=(63,))

@@ -182,7 +182,7 @@ def test_parallel_path_chains(mode, rng):
 
 
 def test_streaming_stores_path(rng):
-    """>= 8 MiB per call: block copies with non-temporal stores, chains still in order."""
+    """10 MiB per call: block copies with non-temporal stores (from 256 KiB on), chains still in order."""
     caches = [random_array(rng, (40, 64, 4, 128), "float16") for _ in range(4)]  # 64 KiB blocks, 2.5 MiB caches
     n = 40
     bm = np.stack([rng.integers(0, 40, n), rng.integers(0, 40, n)], axis=1).astype(np.int64)  # overlaps likely

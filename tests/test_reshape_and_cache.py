@@ -294,9 +294,9 @@ def test_parallel_path_and_repeated_slots(mode, rng):
 @pytest.mark.parametrize("dtype,layout,h,d,tokens", [("bfloat16", "BNSD", 8, 128, 2100), ("float16", "BSND", 3, 40, 18000),
                                                   ("int8", "BSND", 3, 40, 36000)])
 def test_streaming_stores_path(dtype, layout, h, d, tokens, rng):
-    """Calls moving >= 8 MiB write rows with non-temporal stores (aligned rows) or memcpy (unaligned
-    rows: odd slots of int8 120-byte rows), with 48-byte tails (float16 240-byte rows): exact results,
-    nothing else changed."""
+    """Calls moving >= 8 MiB (streaming starts at 256 KiB) write rows with non-temporal stores (aligned
+    rows) or memcpy (unaligned rows: odd slots of int8 120-byte rows), with 48-byte tails (float16
+    240-byte rows): exact results, nothing else changed."""
     bs = 64
     nb = tokens // bs + 3
     kc, vc, k, v = case(rng, dtype, layout, nb=nb, bs=bs, h=h, d=d, tokens=tokens, extra_rows=1)

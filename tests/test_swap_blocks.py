@@ -58,6 +58,25 @@ def test_edges(mode, rng):
         check(mode, make_call(), [src, dst], [bm], [src, ref(src, dst, bm)], f"{mode} out of range")
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mode", MODES)
+def test_streaming_threaded_path(mode, dtype, rng):
+    """Calls copying >= ms_kvcache._cpu.copy_stream_threshold_bytes() (256 KiB): byte ranges of the blocks
+    split over threads, non-temporal stores, blocks of an odd byte size (5 x 37 x 29 elements), caches of
+    different block counts, the first and last blocks, a dst named twice (last row wins)."""
+    from ms_kvcache import _cpu
+
+    block = (5, 37, 29)
+    src, dst = random_array(rng, (70,) + block, dtype), random_array(rng, (65,) + block, dtype)
+    n = 60
+    bm = np.stack([rng.choice(70, size=n), rng.permutation(65)[:n]], axis=1).astype(np.int64)
+    bm[0] = (69, 64)
+    bm[1] = (0, 0)
+    bm[-1, 1] = bm[5, 1]
+    assert n * src[0].nbytes >= _cpu.copy_stream_threshold_bytes()
+    check(mode, make_call(), [src, dst], [bm], [src, ref(src, dst, bm)], f"{mode} {dtype}")
+
+
 def test_same_tensor_in_order(rng):
     """src_cache is dst_cache: rows apply in order (block 0 -> 1, then the new 1 -> 2)."""
     c0 = random_array(rng, (4, 8, 16), "bfloat16")
@@ -123,7 +142,8 @@ def test_bad_input(i, rng):
 
 
 def test_parallel_path_same_tensor(rng):
-    """One 128 KiB-block cache as src and dst (byte ranges split across threads), rows in order."""
+    """One 128 KiB-block cache as src and dst (byte ranges split across threads, non-temporal stores: 896 KiB
+    copied), rows in order."""
     c0 = random_array(rng, (8, 64, 4, 64), "float32")
     (c,) = params([c0])
     bm = np.array([[0, 1], [1, 2], [2, 0], [3, 4], [3, 5], [7, 7], [6, 3]], np.int64)

@@ -28,7 +28,7 @@ import pytest
 from _cache import build_dir
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGE_BENCHES = {"list_ops", "rope", "rope_sim", "transfer", "transfer_sim"}
+PACKAGE_BENCHES = {"copy_ops", "copy_ops_sim", "list_ops", "rope", "rope_sim", "transfer", "transfer_sim"}
 
 
 def _run(cmd, cwd, env, timeout):

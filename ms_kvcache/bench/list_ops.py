@@ -1,6 +1,6 @@
 """Overheads of the ops that take lists of per-layer tensors (cpu backend; CPU figures of this machine).
 
-Not bandwidth (see bench_copy.py / bench_transfer.py): what the list-of-tensors plumbing costs.
+Not bandwidth (see ms_kvcache.bench.copy_ops / transfer): what the list-of-tensors plumbing costs.
 
 - graph compile time: the first call of a new GRAPH_MODE Cell (minus a later call) whose caches are
   ParameterTuple attributes, for copy_blocks (L key + L value caches), multi_layer_kv_transfer (flat

@@ -80,7 +80,7 @@ def _caches(fmt, L, planes, nb, bs, dtype, layout):
 
 
 def run(quick=False, socs=("Ascend910B1",)):
-    """One dict per (op, model, direction, mode, SoC); keys as in scripts/bench_copy_sim.py plus
+    """One dict per (op, model, direction, mode, SoC); keys as in ms_kvcache/bench/copy_ops_sim.py plus
     direction and mode."""
     from ms_kvcache import sim
 

@@ -9,6 +9,7 @@
 
 #include "aot_abi.h"
 #include "index_check.h"
+#include "stream_copy.h"
 
 namespace py = pybind11;
 
@@ -56,6 +57,9 @@ PYBIND11_MODULE(_cpu, m) {
   m.def("num_threads", &mskv::NumThreads, "Threads the CPU kernels use (MS_KVCACHE_NUM_THREADS).");
   m.def("parallel_threshold_bytes", &mskv::ParallelThresholdBytes,
         "Bytes moved by one call above which kernels fork threads (MS_KVCACHE_PARALLEL_BYTES).");
+  m.def("copy_stream_threshold_bytes", &mskv::CopyStreamThresholdBytes,
+        "Bytes written by one call of a copy op (slot scatter, block copy) above which it uses non-temporal "
+        "stores (default 256 KiB; MS_KVCACHE_STREAM_BYTES).");
   m.def("check_slots", &CheckSlots, py::arg("slots"), py::arg("num_slots"),
         "(code, i, j, value) for an int32/int64 slot array: 0 ok; 1 slots[i] = value >= num_slots; "
         "2 slots[i] == slots[j] = value >= 0 with i < j (the earliest such j).");

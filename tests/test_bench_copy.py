@@ -1,0 +1,141 @@
+"""The copy-op benchmarks (ms_kvcache.bench.copy_ops / copy_ops_sim): in the package, fair baselines,
+one ratio convention (reference time / op time), README consistent with what they print (issue 20).
+
+Not timed tests: tiny sizes, the assertions are on what is measured and how it is reported."""
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_copy_benches_are_package_modules_with_thin_wrappers():
+    """`ms-kvcache bench --list` finds copy_ops and copy_ops_sim in the package (they were scripts loaded by
+    path, missing from an installed wheel); scripts/bench_copy*.py only wrap them."""
+    from ms_kvcache import bench
+
+    found = {m.name: m.origin for m in bench.discover()}
+    assert found.get("copy_ops") == "package" and found.get("copy_ops_sim") == "package", found
+    assert "copy" not in found and "copy_sim" not in found, found
+    for script, mod in (("bench_copy.py", "copy_ops"), ("bench_copy_sim.py", "copy_ops_sim")):
+        path = ROOT / "scripts" / script
+        assert bench.wrapped_modules(path) == {"main_for", mod}, script
+        assert len(path.read_text().splitlines()) < 20, f"{script} is not a thin wrapper"
+
+
+@pytest.fixture
+def small_copy_bench(monkeypatch):
+    from ms_kvcache.bench import copy_ops
+
+    monkeypatch.setattr(copy_ops, "COLD_BYTES", 1 << 20)
+    monkeypatch.setattr(copy_ops, "COPY_LAYERS", 2)
+    monkeypatch.setattr(copy_ops, "COPY_PAIRS", (2,))
+    monkeypatch.setattr(copy_ops, "QUICK_OTHER_TOKENS", (48,))
+    monkeypatch.setattr(copy_ops, "QUICK_SWAP_BLOCKS", (2,))
+    monkeypatch.setattr(copy_ops, "_inner_for", lambda nbytes: 2)
+    return copy_ops
+
+
+def test_copy_bench_baselines_do_the_same_memory_work(small_copy_bench):
+    """Every non-reshape_and_cache row: the op, a memcpy of the same bytes and numpy fancy-index assignment
+    of the same rows, rotated over K disjoint regions covering >= COLD_BYTES (each call writes memory the
+    previous calls left), the op's values checked, ratios = baseline time / op time, the baseline named."""
+    mod = small_copy_bench
+    ops = ("reshape_and_cache_merged", "concat_and_cache_mla", "copy_blocks", "swap_blocks")
+    rows = mod.run(ops=ops, quick=True)
+    assert sorted({r["op"] for r in rows}) == sorted(ops)
+    for r in rows:
+        assert r["correct"], r
+        k, payload = r["rotations"], r["bytes"]
+        assert k * payload >= mod.COLD_BYTES or k == mod.MAX_ROTATIONS, r
+        assert r["footprint_mib"] * 2**20 >= k * payload, r  # the caches hold every rotation's rows
+        assert r["ratio_memcpy"] == pytest.approx(r["memcpy_us"] / r["op_us"])
+        assert r["speedup"]["numpy fancy index"] == pytest.approx(r["numpy_fancy_us"] / r["op_us"])
+        assert r["gbps"] == pytest.approx(payload / (r["op_us"] * 1e-6) / 1e9)
+        if r["op"] != "copy_blocks":  # the per-stage view: the kernel alone, timed in the same rounds
+            assert r["kernel_x_memcpy"] == pytest.approx(r["memcpy_us"] / r["kernel_us"]), r
+            assert "kernel alone" in r["note"]
+    text = mod.format_table(rows)
+    assert mod.BASELINE_LINE in text and "x memcpy" in text and "op/memcpy" not in text
+
+
+def test_copy_bench_kernel_stage_does_the_ops_work():
+    """The kernel-alone stage (ctypes on the AOT entry point) writes the rows the op writes: numpy reference,
+    random data, a slot -1 skipped, the last slot; concat_and_cache_mla, bfloat16."""
+    import ml_dtypes
+    import mindspore as ms
+
+    from ms_kvcache.bench import copy_ops
+
+    rng = np.random.default_rng(7)
+    T, R, P, nb, bs = 5, 32, 8, 3, 4
+    kv_c = rng.standard_normal((T, R)).astype(ml_dtypes.bfloat16)
+    k_pe = rng.standard_normal((T, P)).astype(ml_dtypes.bfloat16)
+    tensors = [ms.Tensor(kv_c), ms.Tensor(k_pe), ms.Tensor(np.zeros((nb, bs, R), ml_dtypes.bfloat16)),
+               ms.Tensor(np.zeros((nb, bs, P), ml_dtypes.bfloat16))]
+    slots = np.array([nb * bs - 1, 0, -1, 6, 5], np.int64)
+    run = copy_ops._aot_kernel("MskvConcatAndCacheMla", tensors, [slots])
+    assert run is not None
+    run(0)
+    want_c, want_p = np.zeros((nb * bs, R), ml_dtypes.bfloat16), np.zeros((nb * bs, P), ml_dtypes.bfloat16)
+    keep = slots >= 0
+    want_c[slots[keep]], want_p[slots[keep]] = kv_c[keep], k_pe[keep]
+    assert np.array_equal(tensors[2].asnumpy().reshape(-1, R).view(np.uint16), want_c.view(np.uint16))
+    assert np.array_equal(tensors[3].asnumpy().reshape(-1, P).view(np.uint16), want_p.view(np.uint16))
+
+
+def test_copy_bench_overhead_ratio_is_add_time_over_op_time():
+    """The per-call overhead line says 'x ops.add' = ops.add time / op time, the convention of every other
+    ratio (it printed 'ratio' = op time / ops.add time: 0.70 meant the op was faster)."""
+    from ms_kvcache.bench import copy_ops
+
+    raw = {"bench": "overhead", "mode": "pynative", "T": 1, "op_us": 20.0, "ops_add_us": 30.0, "add_speedup": 1.5,
+           "fast_path": True, "ops_custom_us": 100.0}
+    line = [x for x in copy_ops.format_table([raw]).splitlines() if "pynative" in x][0]
+    assert "x ops.add 1.50" in line and "ratio" not in line, line
+    assert copy_ops._standard_keys(dict(raw))["speedup"]["ops.add"] == pytest.approx(1.5)
+
+
+def test_copy_sim_swap_blocks_rows_leave_the_kernel_columns_blank():
+    """swap_blocks has no AscendC kernel: its emulation-table row shows traffic and ACL calls, and blank
+    cores / UB / copies-per-core cells (it showed cores '0/0', UB 0.0, 0 copies)."""
+    from ms_kvcache.bench import copy_ops_sim, format_tables
+
+    rows = copy_ops_sim._swap_blocks("Ascend910B1")
+    assert [r["acl_calls"] for r in rows] == [1, 1, 1] and [r["acl_copies"] for r in rows] == [16, 64, 4]
+    assert all(r["gm_ratio"] == pytest.approx(1.0, abs=1e-3) for r in rows)
+    (_, head, cells, _), = format_tables(rows)
+    for c in cells:
+        row = dict(zip(head, c))
+        assert "0/0" not in c and row.get("cores", "") == "" and row.get("UB KiB", "") == "", row
+        assert "ACL call" in row["note"]
+
+
+def _readme_copy_section():
+    text = (ROOT / "README.md").read_text()
+    start = text.index("## Performance of the copy operators")
+    return text[start:text.index("\n## ", start + 10)]
+
+
+def test_readme_copy_section_matches_the_benchmark():
+    """README's copy tables quote the bench's baseline line, its commands and its ratio words; every op of
+    the fair-baseline table is listed with three runs and their median."""
+    from ms_kvcache.bench import copy_ops
+
+    sec = _readme_copy_section()
+    flat = " ".join(re.sub(r"^> ?", "", line) for line in sec.splitlines()).split()  # quoted as a blockquote
+    flat = " ".join(flat)
+    assert " ".join(copy_ops.BASELINE_LINE.split()) in flat
+    assert "ms-kvcache bench --ops copy_ops" in sec and "op/memcpy" not in sec
+    assert not re.search(r"ratio \d", sec), "old 'ratio 0.70' wording (op time / reference time)"
+    for op in ("reshape_and_cache", "reshape_and_cache_merged", "concat_and_cache_mla", "copy_blocks",
+               "swap_blocks"):
+        lines = [x for x in sec.splitlines() if x.startswith(f"| {op} ")]
+        assert lines, f"{op} missing from README's copy table"
+        for x in lines:
+            runs = re.search(r"\(([\d.]+), ([\d.]+), ([\d.]+)\)", x)
+            assert runs, f"no three runs in: {x}"
+            med = float(np.median([float(v) for v in runs.groups()]))
+            assert f"{med:.2f}" in x.split("(")[0], f"median {med:.2f} not the row's figure: {x}"
