@@ -41,8 +41,10 @@ DTYPES = {
 }
 ATTR_TYPES = {"String": "str", "Int": "int", "Float": "float", "Bool": "bool", "ListInt": "list_int",
               "ListFloat": "list_float"}
-# Headers the CANN kernel toolchain provides (not looked for in op_kernel/).
-CANN_KERNEL_HEADERS = ("kernel_operator.h", "kernel_tiling/", "lib/", "adv_api/", "basic_api/")
+# Headers the CANN kernel toolchain provides (not looked for in op_kernel/): kernel_operator.h and the
+# interface headers it does not include itself (kernel_operator_list_tensor_intf.h for ListTensorDesc).
+CANN_KERNEL_HEADERS = ("kernel_operator.h", "kernel_operator_list_tensor_intf.h", "kernel_tiling/", "lib/",
+                       "adv_api/", "basic_api/")
 
 
 #: Vendor prefix of every OpType (docs/design.md): CANN ships a built-in ``ReshapeAndCache`` op (and an

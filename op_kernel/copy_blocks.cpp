@@ -9,6 +9,7 @@
 // (a -> b, b -> c). A pair whose src or dst is outside [0, num_blocks) is skipped (nothing outside a
 // cache is written); src == dst is a no-op. Tiling key = dtype * 100 + index dtype * 10 + DataCopyPad.
 #include "kernel_operator.h"
+#include "kernel_operator_list_tensor_intf.h"  // ListTensorDesc: not part of kernel_operator.h
 #include "kv_copy_common.h"
 
 namespace {

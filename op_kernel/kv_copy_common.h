@@ -11,13 +11,7 @@
 
 #include "kernel_operator.h"
 
-// bfloat16 and DataCopyPad exist on A2/A3 (__CCE_AICORE__ 220) but not on 310P (200); the tiling
-// never selects those templates on 310P, and they are not compiled for it.
-#if !defined(__CCE_AICORE__) || (__CCE_AICORE__ >= 220)
-#define MSKV_HAS_BF16_AND_PAD 1
-#else
-#define MSKV_HAS_BF16_AND_PAD 0
-#endif
+#include "mskv_arch.h"  // MSKV_HAS_BF16_AND_PAD: bfloat16 and DataCopyPad exist (A2/A3), not on 310P
 
 namespace mskv {
 

@@ -21,6 +21,7 @@
 // scatter from the slice into the caches; d2h the reverse. Results are identical to direct mode.
 // Tiling key = layout (0 BSND/MLA/DSA, 1 BNSD) * 1000 + dtype * 100 + id dtype * 10 + DataCopyPad.
 #include "kernel_operator.h"
+#include "kernel_operator_list_tensor_intf.h"
 #include "multi_layer_copy.h"
 
 namespace {
@@ -268,105 +269,105 @@ extern "C" __global__ __aicore__ void mskv_multi_layer_block_transfer(GM_ADDR bl
   GET_TILING_DATA(td, tiling);
   if (TILING_KEY_IS(100)) {
     RunBlockTransfer<half, int32_t, false, false>(block_ids, staging, host_blocks, kv_caches, td);
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
   } else if (TILING_KEY_IS(101)) {
     RunBlockTransfer<half, int32_t, true, false>(block_ids, staging, host_blocks, kv_caches, td);
 #endif
   } else if (TILING_KEY_IS(110)) {
     RunBlockTransfer<half, int64_t, false, false>(block_ids, staging, host_blocks, kv_caches, td);
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
   } else if (TILING_KEY_IS(111)) {
     RunBlockTransfer<half, int64_t, true, false>(block_ids, staging, host_blocks, kv_caches, td);
 #endif
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
   } else if (TILING_KEY_IS(200)) {
     RunBlockTransfer<bfloat16_t, int32_t, false, false>(block_ids, staging, host_blocks, kv_caches, td);
 #endif
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
   } else if (TILING_KEY_IS(201)) {
     RunBlockTransfer<bfloat16_t, int32_t, true, false>(block_ids, staging, host_blocks, kv_caches, td);
 #endif
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
   } else if (TILING_KEY_IS(210)) {
     RunBlockTransfer<bfloat16_t, int64_t, false, false>(block_ids, staging, host_blocks, kv_caches, td);
 #endif
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
   } else if (TILING_KEY_IS(211)) {
     RunBlockTransfer<bfloat16_t, int64_t, true, false>(block_ids, staging, host_blocks, kv_caches, td);
 #endif
   } else if (TILING_KEY_IS(300)) {
     RunBlockTransfer<float, int32_t, false, false>(block_ids, staging, host_blocks, kv_caches, td);
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
   } else if (TILING_KEY_IS(301)) {
     RunBlockTransfer<float, int32_t, true, false>(block_ids, staging, host_blocks, kv_caches, td);
 #endif
   } else if (TILING_KEY_IS(310)) {
     RunBlockTransfer<float, int64_t, false, false>(block_ids, staging, host_blocks, kv_caches, td);
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
   } else if (TILING_KEY_IS(311)) {
     RunBlockTransfer<float, int64_t, true, false>(block_ids, staging, host_blocks, kv_caches, td);
 #endif
   } else if (TILING_KEY_IS(400)) {
     RunBlockTransfer<int8_t, int32_t, false, false>(block_ids, staging, host_blocks, kv_caches, td);
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
   } else if (TILING_KEY_IS(401)) {
     RunBlockTransfer<int8_t, int32_t, true, false>(block_ids, staging, host_blocks, kv_caches, td);
 #endif
   } else if (TILING_KEY_IS(410)) {
     RunBlockTransfer<int8_t, int64_t, false, false>(block_ids, staging, host_blocks, kv_caches, td);
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
   } else if (TILING_KEY_IS(411)) {
     RunBlockTransfer<int8_t, int64_t, true, false>(block_ids, staging, host_blocks, kv_caches, td);
 #endif
   } else if (TILING_KEY_IS(1100)) {
     RunBlockTransfer<half, int32_t, false, true>(block_ids, staging, host_blocks, kv_caches, td);
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
   } else if (TILING_KEY_IS(1101)) {
     RunBlockTransfer<half, int32_t, true, true>(block_ids, staging, host_blocks, kv_caches, td);
 #endif
   } else if (TILING_KEY_IS(1110)) {
     RunBlockTransfer<half, int64_t, false, true>(block_ids, staging, host_blocks, kv_caches, td);
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
   } else if (TILING_KEY_IS(1111)) {
     RunBlockTransfer<half, int64_t, true, true>(block_ids, staging, host_blocks, kv_caches, td);
 #endif
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
   } else if (TILING_KEY_IS(1200)) {
     RunBlockTransfer<bfloat16_t, int32_t, false, true>(block_ids, staging, host_blocks, kv_caches, td);
 #endif
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
   } else if (TILING_KEY_IS(1201)) {
     RunBlockTransfer<bfloat16_t, int32_t, true, true>(block_ids, staging, host_blocks, kv_caches, td);
 #endif
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
   } else if (TILING_KEY_IS(1210)) {
     RunBlockTransfer<bfloat16_t, int64_t, false, true>(block_ids, staging, host_blocks, kv_caches, td);
 #endif
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
   } else if (TILING_KEY_IS(1211)) {
     RunBlockTransfer<bfloat16_t, int64_t, true, true>(block_ids, staging, host_blocks, kv_caches, td);
 #endif
   } else if (TILING_KEY_IS(1300)) {
     RunBlockTransfer<float, int32_t, false, true>(block_ids, staging, host_blocks, kv_caches, td);
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
   } else if (TILING_KEY_IS(1301)) {
     RunBlockTransfer<float, int32_t, true, true>(block_ids, staging, host_blocks, kv_caches, td);
 #endif
   } else if (TILING_KEY_IS(1310)) {
     RunBlockTransfer<float, int64_t, false, true>(block_ids, staging, host_blocks, kv_caches, td);
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
   } else if (TILING_KEY_IS(1311)) {
     RunBlockTransfer<float, int64_t, true, true>(block_ids, staging, host_blocks, kv_caches, td);
 #endif
   } else if (TILING_KEY_IS(1400)) {
     RunBlockTransfer<int8_t, int32_t, false, true>(block_ids, staging, host_blocks, kv_caches, td);
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
   } else if (TILING_KEY_IS(1401)) {
     RunBlockTransfer<int8_t, int32_t, true, true>(block_ids, staging, host_blocks, kv_caches, td);
 #endif
   } else if (TILING_KEY_IS(1410)) {
     RunBlockTransfer<int8_t, int64_t, false, true>(block_ids, staging, host_blocks, kv_caches, td);
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
   } else if (TILING_KEY_IS(1411)) {
     RunBlockTransfer<int8_t, int64_t, true, true>(block_ids, staging, host_blocks, kv_caches, td);
 #endif

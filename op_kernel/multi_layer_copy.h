@@ -16,11 +16,7 @@
 #include "kernel_operator.h"
 #include "kernel_operator_list_tensor_intf.h"
 
-#if !defined(__CCE_AICORE__) || (__CCE_AICORE__ >= 220)
-#define MSKV_ML_HAS_BF16_AND_PAD 1
-#else
-#define MSKV_ML_HAS_BF16_AND_PAD 0
-#endif
+#include "mskv_arch.h"  // MSKV_HAS_BF16_AND_PAD: bfloat16 and DataCopyPad exist (A2/A3), not on 310P
 
 namespace mskv_ml {
 
@@ -100,7 +96,7 @@ class Mover {
   __aicore__ inline void GmToUb(const AscendC::LocalTensor<T>& ub, AscendC::GlobalTensor<T>& gm, uint64_t off,
                                 int64_t count, int64_t len, int64_t gmStride, int64_t ubStride) {
     const int64_t sz = static_cast<int64_t>(sizeof(T));
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
     if constexpr (PAD) {
       for (int64_t g = 0; g < count; g += kMaxBurst) {
         const int64_t cnt = MinI64(kMaxBurst, count - g);
@@ -140,7 +136,7 @@ class Mover {
   __aicore__ inline void UbToGm(AscendC::GlobalTensor<T>& gm, uint64_t off, const AscendC::LocalTensor<T>& ub,
                                 int64_t count, int64_t len, int64_t gmStride, int64_t ubStride) {
     const int64_t sz = static_cast<int64_t>(sizeof(T));
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
     if constexpr (PAD) {
       for (int64_t g = 0; g < count; g += kMaxBurst) {
         const int64_t cnt = MinI64(kMaxBurst, count - g);

@@ -17,6 +17,7 @@
 // Tiling key = layout (0 BSND/MLA/DSA, 1 BNSD) * 1000 + dtype (1 fp16, 2 bf16, 3 fp32, 4 int8) * 100
 // + slot dtype (0 int32, 1 int64) * 10 + DataCopyPad (1 when a row/head is not a multiple of 32 bytes).
 #include "kernel_operator.h"
+#include "kernel_operator_list_tensor_intf.h"
 #include "multi_layer_copy.h"
 
 namespace {
@@ -206,105 +207,105 @@ extern "C" __global__ __aicore__ void mskv_multi_layer_kv_transfer(GM_ADDR buffe
   GET_TILING_DATA(td, tiling);
   if (TILING_KEY_IS(100)) {
     RunKvTransfer<half, int32_t, false, false>(buffer, slot_mapping, kv_caches, td);
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
   } else if (TILING_KEY_IS(101)) {
     RunKvTransfer<half, int32_t, true, false>(buffer, slot_mapping, kv_caches, td);
 #endif
   } else if (TILING_KEY_IS(110)) {
     RunKvTransfer<half, int64_t, false, false>(buffer, slot_mapping, kv_caches, td);
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
   } else if (TILING_KEY_IS(111)) {
     RunKvTransfer<half, int64_t, true, false>(buffer, slot_mapping, kv_caches, td);
 #endif
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
   } else if (TILING_KEY_IS(200)) {
     RunKvTransfer<bfloat16_t, int32_t, false, false>(buffer, slot_mapping, kv_caches, td);
 #endif
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
   } else if (TILING_KEY_IS(201)) {
     RunKvTransfer<bfloat16_t, int32_t, true, false>(buffer, slot_mapping, kv_caches, td);
 #endif
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
   } else if (TILING_KEY_IS(210)) {
     RunKvTransfer<bfloat16_t, int64_t, false, false>(buffer, slot_mapping, kv_caches, td);
 #endif
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
   } else if (TILING_KEY_IS(211)) {
     RunKvTransfer<bfloat16_t, int64_t, true, false>(buffer, slot_mapping, kv_caches, td);
 #endif
   } else if (TILING_KEY_IS(300)) {
     RunKvTransfer<float, int32_t, false, false>(buffer, slot_mapping, kv_caches, td);
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
   } else if (TILING_KEY_IS(301)) {
     RunKvTransfer<float, int32_t, true, false>(buffer, slot_mapping, kv_caches, td);
 #endif
   } else if (TILING_KEY_IS(310)) {
     RunKvTransfer<float, int64_t, false, false>(buffer, slot_mapping, kv_caches, td);
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
   } else if (TILING_KEY_IS(311)) {
     RunKvTransfer<float, int64_t, true, false>(buffer, slot_mapping, kv_caches, td);
 #endif
   } else if (TILING_KEY_IS(400)) {
     RunKvTransfer<int8_t, int32_t, false, false>(buffer, slot_mapping, kv_caches, td);
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
   } else if (TILING_KEY_IS(401)) {
     RunKvTransfer<int8_t, int32_t, true, false>(buffer, slot_mapping, kv_caches, td);
 #endif
   } else if (TILING_KEY_IS(410)) {
     RunKvTransfer<int8_t, int64_t, false, false>(buffer, slot_mapping, kv_caches, td);
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
   } else if (TILING_KEY_IS(411)) {
     RunKvTransfer<int8_t, int64_t, true, false>(buffer, slot_mapping, kv_caches, td);
 #endif
   } else if (TILING_KEY_IS(1100)) {
     RunKvTransfer<half, int32_t, false, true>(buffer, slot_mapping, kv_caches, td);
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
   } else if (TILING_KEY_IS(1101)) {
     RunKvTransfer<half, int32_t, true, true>(buffer, slot_mapping, kv_caches, td);
 #endif
   } else if (TILING_KEY_IS(1110)) {
     RunKvTransfer<half, int64_t, false, true>(buffer, slot_mapping, kv_caches, td);
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
   } else if (TILING_KEY_IS(1111)) {
     RunKvTransfer<half, int64_t, true, true>(buffer, slot_mapping, kv_caches, td);
 #endif
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
   } else if (TILING_KEY_IS(1200)) {
     RunKvTransfer<bfloat16_t, int32_t, false, true>(buffer, slot_mapping, kv_caches, td);
 #endif
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
   } else if (TILING_KEY_IS(1201)) {
     RunKvTransfer<bfloat16_t, int32_t, true, true>(buffer, slot_mapping, kv_caches, td);
 #endif
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
   } else if (TILING_KEY_IS(1210)) {
     RunKvTransfer<bfloat16_t, int64_t, false, true>(buffer, slot_mapping, kv_caches, td);
 #endif
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
   } else if (TILING_KEY_IS(1211)) {
     RunKvTransfer<bfloat16_t, int64_t, true, true>(buffer, slot_mapping, kv_caches, td);
 #endif
   } else if (TILING_KEY_IS(1300)) {
     RunKvTransfer<float, int32_t, false, true>(buffer, slot_mapping, kv_caches, td);
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
   } else if (TILING_KEY_IS(1301)) {
     RunKvTransfer<float, int32_t, true, true>(buffer, slot_mapping, kv_caches, td);
 #endif
   } else if (TILING_KEY_IS(1310)) {
     RunKvTransfer<float, int64_t, false, true>(buffer, slot_mapping, kv_caches, td);
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
   } else if (TILING_KEY_IS(1311)) {
     RunKvTransfer<float, int64_t, true, true>(buffer, slot_mapping, kv_caches, td);
 #endif
   } else if (TILING_KEY_IS(1400)) {
     RunKvTransfer<int8_t, int32_t, false, true>(buffer, slot_mapping, kv_caches, td);
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
   } else if (TILING_KEY_IS(1401)) {
     RunKvTransfer<int8_t, int32_t, true, true>(buffer, slot_mapping, kv_caches, td);
 #endif
   } else if (TILING_KEY_IS(1410)) {
     RunKvTransfer<int8_t, int64_t, false, true>(buffer, slot_mapping, kv_caches, td);
-#if MSKV_ML_HAS_BF16_AND_PAD
+#if MSKV_HAS_BF16_AND_PAD
   } else if (TILING_KEY_IS(1411)) {
     RunKvTransfer<int8_t, int64_t, true, true>(buffer, slot_mapping, kv_caches, td);
 #endif

@@ -18,7 +18,7 @@
 //
 // Tiling key = pad * 10000 + weight (0 none, 1 float32, 2 the data dtype) * 1000 + dtype (1 fp16, 2 bf16,
 // 3 fp32) * 100 + table (0 float32, 1 the data dtype) * 10 + style (1 NeoX, 0 GPT-J). bfloat16 and
-// DataCopyPad templates are compiled only where __CCE_AICORE__ >= 220 (not for Ascend310P).
+// DataCopyPad templates are compiled only where MSKV_HAS_BF16_AND_PAD (op_kernel/mskv_arch.h: not for Ascend310P).
 #include "kernel_operator.h"
 #include "rope_dd.h"
 #include "rope_kernel_common.h"

@@ -252,13 +252,14 @@ class RopeEngine {
     inQ_.EnQue(t);
     return inQ_.template DeQue<T>();
   }
-  __aicore__ inline void FreeIn(const AscendC::LocalTensor<T>& t) { inQ_.FreeTensor(t); }
+  // FreeTensor takes a non-const LocalTensor<T>& (official kernel_tpipe.h), so these do too.
+  __aicore__ inline void FreeIn(AscendC::LocalTensor<T>& t) { inQ_.FreeTensor(t); }
   __aicore__ inline AscendC::LocalTensor<T> AllocOut() { return outQ_.template AllocTensor<T>(); }
   __aicore__ inline AscendC::LocalTensor<T> ReadyOut(const AscendC::LocalTensor<T>& t) {
     outQ_.EnQue(t);
     return outQ_.template DeQue<T>();
   }
-  __aicore__ inline void FreeOut(const AscendC::LocalTensor<T>& t) { outQ_.FreeTensor(t); }
+  __aicore__ inline void FreeOut(AscendC::LocalTensor<T>& t) { outQ_.FreeTensor(t); }
   // fp32 work buffer of a chunk (the fp32 copy of non-fp32 data).
   __aicore__ inline AscendC::LocalTensor<float> Work32() { return x32Buf_.Get<float>(); }
 

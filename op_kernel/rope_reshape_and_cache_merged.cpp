@@ -9,7 +9,7 @@
 // Tiling key = pad * 10000 + layout (0 BSND, 1 BNSD) * 1000 + dtype (1 fp16, 2 bf16, 3 fp32) * 100 +
 // table (0 float32, 1 the data dtype) * 10 + style (1 NeoX, 0 GPT-J). The layout only changes strides
 // (tiling data), so both layout keys run one template. bfloat16 and DataCopyPad (pad = 1) templates are
-// compiled only where __CCE_AICORE__ >= 220 (not for Ascend310P).
+// compiled only where MSKV_HAS_BF16_AND_PAD (op_kernel/mskv_arch.h: not for Ascend310P).
 #include "kernel_operator.h"
 #include "rope_cache_kernel.h"
 

@@ -82,7 +82,19 @@ def test_token_paste_is_reported_after_macro_expansion_with_its_line(tmp_path):
     f.write_text('#include "kernel_operator.h"\n#include "helpers.h"\nvoid f() {\n  OUT("x", 0);\n}\n')
     problems = lint.lint_file(f)
     assert [(p.name, ln, r) for p, ln, r, _ in problems] == [("k.cpp", 4, "host-io")], problems
-    assert problems[0][3].endswith("(after macro expansion)")
+    assert problems[0][3].endswith("(after macro expansion, __NPU_ARCH__ 2201)")
+
+
+def test_the_310p_branch_is_expanded_too(tmp_path):
+    # the preprocessed check runs once per arch family with bisheng's predefined macros, so a hidden
+    # call in the Ascend310P (__CCE_AICORE__ 200) branch is found as well as one in the A2/A3 branch
+    (tmp_path / "helpers.h").write_text("#pragma once\n#define CAT(a, b) a##b\n#define OUT CAT(fpu, ts)\n")
+    f = tmp_path / "k.cpp"
+    f.write_text('#include "kernel_operator.h"\n#include "helpers.h"\nvoid f() {\n#if __CCE_AICORE__ >= 220\n'
+                 '  int ok = 0;\n#else\n  OUT("x", 0);\n#endif\n}\n')
+    problems = lint.lint_file(f)
+    assert [(p.name, ln, r) for p, ln, r, _ in problems] == [("k.cpp", 7, "host-io")], problems
+    assert problems[0][3].endswith("(after macro expansion, __NPU_ARCH__ 2002)")
 
 
 def test_local_headers_are_linted_too(tmp_path):

@@ -88,6 +88,9 @@ CASES = [
     ("rule_gather_uninit", "UB_UNINIT_READ", {}, 0),
     ("rule_gather_overlap", "VEC_OVERLAP", {}, 0),
     ("rule_gather_align", "VEC_ALIGN", {}, 0),
+    # TBuf::Get(len) length (CANN's CPU-debug assertion) and GetWithOffset's 32-byte offset (documented)
+    ("rule_tbuf_len", "TBUF_LEN", {}, 0),
+    ("rule_tbuf_offset", "TBUF_OFFSET", {}, 0),
 ]
 
 
@@ -166,14 +169,26 @@ def test_use_after_free_messages(rules):
         sim.launch_kernel("rule_use_after_free_stale_free", _args(), 1, tiling=TILING, tiling_key=1)
 
 
-@pytest.mark.parametrize("kernel,rule", [("rule_datacopypad_soc", "DATACOPYPAD_UNSUPPORTED"),
+@pytest.mark.parametrize("kernel,rule", [("rule_datacopypad_soc", "KERNEL_NOT_FOUND"),
                                          ("rule_bf16_soc", "DTYPE_UNSUPPORTED")])
 def test_soc_rules(rules, kernel, rule):
+    # bfloat16 is a runtime rule; DataCopyPad does not compile for 310P (the kernel is guarded with
+    # __CCE_AICORE__ >= 220 and absent from the 310P build; tests/test_sim_conformance.py checks the
+    # compile-time rejection)
     for soc in ("Ascend910B1", "Ascend910B3", "Ascend910_9391"):
         sim.launch_kernel(kernel, _args(), 1, tiling=TILING, soc=soc)
     with pytest.raises(sim.EmulationError) as ei:
         sim.launch_kernel(kernel, _args(), 1, tiling=TILING, soc="Ascend310P3")
     assert ei.value.rule == rule and "Ascend310P3" in str(ei.value)
+
+
+def test_tbuf_messages(rules):
+    with pytest.raises(sim.EmulationError, match=r"TBuf::Get<float>\(len=12\): len \* sizeof\(float\) = 48 B must be "
+                                                 r"> 0 and a multiple of 32 B"):
+        sim.launch_kernel("rule_tbuf_len", _args(), 1, tiling=TILING, tiling_key=1)
+    with pytest.raises(sim.EmulationError, match=r"GetWithOffset<float>\(size=16, bufOffset=48\): bufOffset must be a "
+                                                 r"multiple of 32 B"):
+        sim.launch_kernel("rule_tbuf_offset", _args(), 1, tiling=TILING, tiling_key=1)
 
 
 def test_ub_budget_follows_the_soc(rules):

@@ -36,7 +36,8 @@ __all__ = [
     "platform", "platforms", "kernels", "launch", "launch_kernel", "launch_all_orders",
     "launch_kernel_all_orders", "build", "BuiltModule", "set_soc", "get_soc", "set_order", "get_order",
     "set_hazards", "get_hazards", "last_error", "last_launch_stats", "ORDERS", "GM_COPY_MODES", "check_settings",
-    "check_tiling", "TilingRejectedError", "TilingDTypeRejectedError", "set_error_hint",
+    "check_tiling", "TilingRejectedError", "TilingDTypeRejectedError", "set_error_hint", "ARCHS", "arch_of",
+    "arch_defines", "kernel_archs",
 ]
 
 _HERE = Path(__file__).resolve().parent
@@ -75,6 +76,60 @@ def _error(rule, op, core, detail):
     exc = EmulationError(msg)
     exc.rule, exc.op, exc.core, exc.message = rule, op, core, msg
     return exc
+
+
+# ------------------------------------------------------------------------------------------- arch families
+#: The arch families the emulation compiles every kernel for: ``{__NPU_ARCH__: macros}``, the macros
+#: bisheng predefines for that target (Atlas A2/A3 vector cores; Ascend310P AI cores). A launch on a
+#: SoC runs the build of the SoC's arch (:func:`arch_of`). Same table as ``MSKV_SIM_ARCHS`` in
+#: cmake/sim.cmake.
+from ms_kvcache.sim._archs import ARCHS  # noqa: E402  (re-exported)
+from ms_kvcache.sim._archs import SOC_ARCH as _SOC_ARCH  # noqa: E402
+
+
+def arch_of(soc):
+    """``__NPU_ARCH__`` of a SoC (2201 for Ascend910B1 / B3 / 910_9391, 2002 for Ascend310P3).
+
+    Raises:
+        ValueError: unknown SoC (the message lists the known ones).
+    """
+    canon = {k.lower(): v for k, v in _SOC_ARCH.items()}
+    if not isinstance(soc, str) or soc.lower() not in canon:
+        raise ValueError(f"arch_of: argument 'soc': expected one of {sorted(_SOC_ARCH)}, got {soc!r}")
+    return canon[soc.lower()]
+
+
+def arch_defines(soc_or_arch):
+    """The ``-D`` flags bisheng's predefined macros amount to for a SoC name or an ``__NPU_ARCH__`` int,
+    e.g. ``["-D__NPU_ARCH__=2002", "-D__CCE_AICORE__=200", "-D__DAV_M200__"]`` for ``"Ascend310P3"``."""
+    arch = soc_or_arch if isinstance(soc_or_arch, int) else arch_of(soc_or_arch)
+    if arch not in ARCHS:
+        raise ValueError(f"arch_defines: expected an __NPU_ARCH__ in {sorted(ARCHS)} or a SoC name, got {soc_or_arch!r}")
+    return [f"-D{m}" for m in ARCHS[arch]]
+
+
+def _archs_of(socs):
+    if socs is None:
+        return sorted(ARCHS, reverse=True)
+    if isinstance(socs, str):
+        socs = [socs]
+    archs = []
+    for x in socs:
+        try:
+            a = x if isinstance(x, int) and x in ARCHS else arch_of(x)
+        except ValueError:
+            raise ValueError(f"build: argument 'socs': expected SoC names from {sorted(_SOC_ARCH)} or __NPU_ARCH__ "
+                             f"values from {sorted(ARCHS)}, got {x!r}") from None
+        if a not in archs:
+            archs.append(a)
+    if not archs:
+        raise ValueError("build: argument 'socs': expected at least one SoC name or __NPU_ARCH__, got none")
+    return sorted(archs, reverse=True)
+
+
+def kernel_archs(kernel):
+    """``__NPU_ARCH__`` values a registered kernel entry was compiled for (``[]`` for an unknown kernel)."""
+    return list(_sim.kernel_archs(kernel))
 
 
 # ------------------------------------------------------------------------------------------- paths
@@ -638,10 +693,12 @@ class BuiltModule:
         path (str): the shared object (also usable as a MindSpore AOT library).
         kernels (list[str]): kernel entries it registered.
         op_types (list[str]): CamelCase op types of its kernel files (AOT entry symbols).
+        archs (list[int]): the ``__NPU_ARCH__`` values its kernels were compiled for.
     """
 
-    def __init__(self, name, path, kernels, op_types, handle):
+    def __init__(self, name, path, kernels, op_types, handle, archs=()):
         self.name, self.path, self.kernels, self.op_types, self._handle = name, path, kernels, op_types, handle
+        self.archs = list(archs)
 
     def aot_func(self, op_type):
         """``"<path>:<op_type>"``: the ``func`` argument of ``ops.Custom(func_type="aot")``."""
@@ -653,13 +710,13 @@ class BuiltModule:
         return f"BuiltModule({self.name!r}, path={self.path!r}, kernels={self.kernels})"
 
 
-def _scan_entries(cxx, src, incs):
-    """Kernel entry names of ``src``: preprocess it with ``__global__`` turned into a marker."""
-    cmd = [cxx, "-std=c++17", "-E", "-P", "-DASCENDC_SIM_SCAN", "-D_GLIBCXX_USE_CXX11_ABI=0"]
+def _scan_entries(cxx, src, incs, arch):
+    """Kernel entry names of ``src`` for one arch: preprocess it with ``__global__`` turned into a marker."""
+    cmd = [cxx, "-std=c++17", "-E", "-P", "-DASCENDC_SIM_SCAN", "-D_GLIBCXX_USE_CXX11_ABI=0"] + arch_defines(arch)
     cmd += [f"-I{d}" for d in include_dirs()] + [f"-I{d}" for d in incs] + [f"-I{src.parent}", str(src)]
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if p.returncode != 0:
-        raise RuntimeError(f"build: preprocessing {src} failed:\n{p.stderr}")
+        raise RuntimeError(f"build: preprocessing {src} for __NPU_ARCH__ {arch} failed:\n{p.stderr}")
     return sorted(set(_ENTRY_RE.findall(p.stdout)))
 
 
@@ -703,16 +760,21 @@ def _hash_tree(h, root):
             h.update(p.read_bytes())
 
 
-def build(name, sources, include_dirs=(), kernels=None, cxxflags=(), force=False, jobs=2, verbose=False, lint=True):
+def build(name, sources, include_dirs=(), kernels=None, cxxflags=(), force=False, jobs=2, verbose=False, lint=True,
+          socs=None):
     """Compile AscendC kernel / host / proto sources against the emulation and load the result.
 
     Every source containing ``__global__ __aicore__`` entries (or listed in ``kernels``) is compiled
-    like CANN compiles an op_kernel file: through a wrapper that includes ``kernel_operator.h``, the
-    op's ``<stem>_tiling.h`` (found next to the source, in ``../op_host`` or in ``include_dirs``) in
-    kernel mode, the source inside its own namespace, and registers each entry. Other sources
-    (op_host OpDef + tiling, op_proto infer shape) are compiled as host code, so their ops appear
-    in :func:`ops`. The module also exports a MindSpore AOT entry ``<OpType>`` per kernel file.
-    Builds are cached by content hash (``$MS_KVCACHE_SIM_CACHE`` or a per-user temp dir).
+    like CANN compiles an op_kernel file, once per arch family (:data:`ARCHS`: ``__NPU_ARCH__`` 2201
+    for Atlas A2/A3, 2002 for Ascend310P, with the macros bisheng predefines for that target, so
+    ``#if __CCE_AICORE__ ...`` branches are compiled and an API the official headers do not offer on
+    an arch fails to compile for it): through a wrapper that includes ``kernel_operator.h``, the op's
+    ``<stem>_tiling.h`` (found next to the source, in ``../op_host`` or in ``include_dirs``) in kernel
+    mode, the source inside its own namespace, and registers each entry for that arch. A launch on a
+    SoC runs its arch's build. Other sources (op_host OpDef + tiling, op_proto infer shape) are
+    compiled once as host code, so their ops appear in :func:`ops`. The module also exports a
+    MindSpore AOT entry ``<OpType>`` per kernel file. Builds are cached by content hash
+    (``$MS_KVCACHE_SIM_CACHE`` or a per-user temp dir).
 
     Args:
         name (str): module name (letters, digits, underscore).
@@ -727,6 +789,10 @@ def build(name, sources, include_dirs=(), kernels=None, cxxflags=(), force=False
             what bisheng rejects (std::, heap, exceptions, host I/O, includes outside the allowlist),
             so a kernel that fails the lint would run here but not build for an NPU; ``False``
             builds it anyway.
+        socs (list | None): compile the kernels only for the arch families of these SoC names (or
+            ``__NPU_ARCH__`` ints), e.g. ``["Ascend910B1"]`` for a kernel that targets Atlas A2/A3 only;
+            default every family. Launching a kernel on a SoC whose arch was not built raises
+            ``KERNEL_NOT_FOUND``.
 
     Returns:
         BuiltModule
@@ -736,7 +802,9 @@ def build(name, sources, include_dirs=(), kernels=None, cxxflags=(), force=False
             ``<stem>_tiling.h`` (the message lists where it looked).
         ms_kvcache.sim.lint.KernelLintError: (a ValueError) a kernel source breaks the device-code
             subset; ``problems`` lists ``(path, line, rule, message)``.
-        RuntimeError: the compiler failed (the message holds its output).
+        RuntimeError: the compiler failed (the message names the arch and holds the compiler's output;
+            an API the official headers do not declare or mark unsupported for that arch fails there
+            with a static_assert naming it).
     """
     if not re.fullmatch(r"[A-Za-z_]\w*", name):
         raise ValueError(f"build: argument 'name': expected an identifier, got {name!r}")
@@ -750,11 +818,15 @@ def build(name, sources, include_dirs=(), kernels=None, cxxflags=(), force=False
     libdir = library_dir()
     cxx = os.environ.get("CXX", "g++")
 
-    plan = []  # (kind, source, stem, entries, tiling header)
+    archs = _archs_of(socs)
+    plan = []  # (kind, source, stem, {arch: entries}, tiling header)
     for s in srcs:
         text = s.read_text(errors="replace")
         is_kernel = (s in kset) if kset is not None else "__global__" in text
-        entries = _scan_entries(cxx, s, incs) if is_kernel else []
+        entries = {}
+        if is_kernel:  # one preprocessor run per arch family, side by side
+            with ThreadPoolExecutor(max_workers=len(archs)) as ex:
+                entries = dict(zip(archs, ex.map(lambda a, src=s: _scan_entries(cxx, src, incs, a), archs)))
         if is_kernel:
             th = _find_tiling_header(s, s.stem, incs)
             _check_tiling_header(name, s, s.stem, text, th, incs)
@@ -763,7 +835,7 @@ def build(name, sources, include_dirs=(), kernels=None, cxxflags=(), force=False
             plan.append(("host", s, s.stem, [], None))
 
     h = hashlib.sha256()
-    h.update(f"{name}|{cxx}|{flags}|{incs}|{libdir}|{sys.version_info[:2]}|lint={bool(lint)}".encode())
+    h.update(f"{name}|{cxx}|{flags}|{incs}|{libdir}|{sys.version_info[:2]}|lint={bool(lint)}|{archs}".encode())
     _hash_tree(h, _HERE / "include")
     for d in incs:
         _hash_tree(h, d)
@@ -777,20 +849,52 @@ def build(name, sources, include_dirs=(), kernels=None, cxxflags=(), force=False
     key = h.hexdigest()[:20]
     cache = _cache_dir()
     out = cache / f"{name}-{key}.so"
-    op_types = [_op_type_of_kernel(stem, entries) for kind, _, stem, entries, _ in plan if kind == "kernel"]
-    entry_names = [e for kind, _, _, entries, _ in plan if kind == "kernel" for e in entries]
+    op_types = [_op_type_of_kernel(stem, _all_entries(entries)) for kind, _, stem, entries, _ in plan if kind == "kernel"]
+    entry_names = [e for kind, _, _, entries, _ in plan if kind == "kernel" for e in _all_entries(entries)]
 
     with _BUILD_LOCK:
         if force or not out.is_file():
             if lint:
                 _lint_kernels(name, [s for kind, s, _, _, _ in plan if kind == "kernel"])
-            _compile(name, plan, incs, flags, libdir, cxx, out, jobs, verbose)
+            _compile(name, plan, incs, flags, libdir, cxx, out, jobs, verbose, archs)
         path = str(out)
         handle = _LOADED.get(path)
         if handle is None:
             handle = ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
             _LOADED[path] = handle
-    return BuiltModule(name, path, entry_names, op_types, handle)
+    return BuiltModule(name, path, entry_names, op_types, handle, archs)
+
+
+def _all_entries(per_arch):
+    """Entries of a kernel file over all its arch builds, in first-seen order."""
+    seen = []
+    for a in sorted(per_arch, reverse=True):
+        for e in per_arch[a]:
+            if e not in seen:
+                seen.append(e)
+    return seen
+
+
+def _kernel_wrapper(src, stem, op_type, tiling_header, entries, arch):
+    """Source of the TU that compiles kernel file ``src`` for one arch (cmake/sim.cmake writes the same)."""
+    ns = f"ascendc_sim_k_{stem}_{arch}"
+    w = [f"// generated by ms_kvcache.sim.build from {src} for __NPU_ARCH__ {arch}"]
+    w += ["#define " + m.replace("=", " ") for m in ARCHS[arch]]
+    w += ["#define ASCENDC_SIM_KERNEL_SIDE 1", f"#define ASCENDC_SIM_OP_TYPE {op_type}",
+          '#include "kernel_operator.h"', '#include "ascendc_sim/list_tensor.h"', '#include "register/tilingdata_base.h"',
+          # ListTensorDesc becomes visible only if the kernel includes kernel_operator_list_tensor_intf.h
+          f"namespace {ns} {{ namespace ascendc_sim_gate {{}} }}",
+          f"namespace AscendC {{ using namespace ::{ns}::ascendc_sim_gate; }}", "#define ASCENDC_SIM_KERNEL_GATE 1",
+          f"namespace {ns} {{", "namespace optiling {}", "using namespace optiling;"]
+    if tiling_header is not None:
+        w.append(f'#include "{tiling_header}"')
+    # extern "C" entries of the two arch builds would share one symbol: rename them per arch
+    w += [f"#define {e} ascendc_sim_entry_{e}_{arch}" for e in entries]
+    w += [f'#include "{src}"']
+    w += [f"#undef {e}" for e in entries]
+    w += [f"}}  // namespace {ns}"]
+    w += [f"ASCENDC_SIM_REGISTER_KERNEL({e}, {ns}::ascendc_sim_entry_{e}_{arch})" for e in entries]
+    return "\n".join(w) + "\n"
 
 
 def _lint_kernels(name, kernel_sources):
@@ -806,7 +910,7 @@ def _lint_kernels(name, kernel_sources):
             problems)
 
 
-def _compile(name, plan, incs, flags, libdir, cxx, out, jobs, verbose):
+def _compile(name, plan, incs, flags, libdir, cxx, out, jobs, verbose, archs):
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=str(out.parent)))
     try:
@@ -814,31 +918,28 @@ def _compile(name, plan, incs, flags, libdir, cxx, out, jobs, verbose):
                 "-fno-strict-aliasing", "-Wall"]
         inc = [f"-I{d}" for d in include_dirs()] + [f"-I{d}" for d in incs]
         jobsl = []
+        what = []  # what each job compiles (for the error message)
         aot = ['// generated by ms_kvcache.sim.build', '#include "ascendc_sim/aot.h"']
         for i, (kind, s, stem, entries, th) in enumerate(plan):
             local = [f"-I{s.parent}"]
             if (s.parent.parent / "op_host").is_dir():
                 local.append(f"-I{s.parent.parent / 'op_host'}")
             if kind == "kernel":
-                op_type = _op_type_of_kernel(stem, entries)
-                w = [f"// generated by ms_kvcache.sim.build from {s}",
-                     "#define ASCENDC_SIM_KERNEL_SIDE 1", f"#define ASCENDC_SIM_OP_TYPE {op_type}",
-                     '#include "kernel_operator.h"', '#include "register/tilingdata_base.h"',
-                     f"namespace ascendc_sim_k_{stem} {{", "namespace optiling {}", "using namespace optiling;"]
-                if th is not None:
-                    w.append(f'#include "{th}"')
-                w += [f'#include "{s}"', f"}}  // namespace ascendc_sim_k_{stem}"]
-                w += [f"ASCENDC_SIM_REGISTER_KERNEL({e}, ascendc_sim_k_{stem}::{e})" for e in entries]
-                wf = work / f"k{i}_{stem}.cpp"
-                wf.write_text("\n".join(w) + "\n")
+                op_type = _op_type_of_kernel(stem, _all_entries(entries))
+                for arch in archs:
+                    wf = work / f"k{i}_{stem}_{arch}.cpp"
+                    wf.write_text(_kernel_wrapper(s, stem, op_type, th, entries[arch], arch))
+                    jobsl.append(base + ["-fvisibility=hidden"] + inc + local + flags +
+                                 ["-c", str(wf), "-o", str(work / f"k{i}_{arch}.o")])
+                    what.append(f"{s} for __NPU_ARCH__ {arch} ({', '.join(m for m in ARCHS[arch][1:])})")
                 aot.append(f"ASCENDC_SIM_AOT_ENTRY({op_type})")
-                jobsl.append(base + ["-fvisibility=hidden"] + inc + local + flags + ["-c", str(wf), "-o",
-                                                                                      str(work / f"k{i}.o")])
             else:
                 jobsl.append(base + inc + local + flags + ["-c", str(s), "-o", str(work / f"h{i}.o")])
+                what.append(str(s))
         af = work / "aot_entries.cpp"
         af.write_text("\n".join(aot) + "\n")
         jobsl.append(base + inc + flags + ["-c", str(af), "-o", str(work / "aot.o")])
+        what.append(str(af))
 
         def run(cmd):
             if verbose:
@@ -848,9 +949,9 @@ def _compile(name, plan, incs, flags, libdir, cxx, out, jobs, verbose):
 
         with ThreadPoolExecutor(max_workers=max(1, int(jobs))) as ex:
             results = list(ex.map(run, jobsl))
-        for cmd, rc, log in results:
-            if rc != 0:
-                raise RuntimeError(f"build({name!r}): compiling {cmd[-3]} failed:\n{log}")
+        failed = [f"compiling {w} failed:\n{log}" for (cmd, rc, log), w in zip(results, what) if rc != 0]
+        if failed:  # every failing compile (e.g. each arch build of a kernel), not just the first
+            raise RuntimeError(f"build({name!r}): " + f"\nbuild({name!r}): ".join(failed))
         objs = [c[-1] for c in jobsl]
         tmp_so = work / "module.so"
         link = [cxx, "-shared", "-o", str(tmp_so)] + objs + [f"-L{libdir}", "-lascendc_sim",

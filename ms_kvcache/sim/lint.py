@@ -26,7 +26,9 @@ Rules (``file:line: [rule] message``):
 Every rule is checked on the source text (comments and string literals blanked) and again on the
 source after the C preprocessor (allowed headers replaced by empty stubs, the op's own headers
 inlined), so a banned name built by token pasting (``mal##loc``) or hidden in a macro is caught
-too; such a hit says "after macro expansion". The preprocessed check needs a C++ compiler (``$CXX``
+too; such a hit says "after macro expansion". The preprocessed check runs once per arch family
+(the macros bisheng predefines: ``__NPU_ARCH__`` 2201 for Atlas A2/A3, 2002 for Ascend310P), so both
+sides of an ``#if __CCE_AICORE__`` are checked. It needs a C++ compiler (``$CXX``
 or ``g++``); without one it is skipped with a note. It does not prove that bisheng accepts the code
 (templates, intrinsics and device attributes are not checked).
 """
@@ -38,6 +40,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from ms_kvcache.sim._archs import ARCHS
 
 __all__ = ["lint_file", "lint_paths", "format_problems", "main", "RULES", "KernelLintError"]
 
@@ -228,30 +232,43 @@ def _expanded_problems(path, root, files, known, notes):
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_text("")
         main_copy = mirror / (path.resolve().relative_to(root) if _inside(path, root) else Path(path.name))
-        cmd = [cxx, "-E", "-x", "c++", "-std=c++17", "-nostdinc", "-nostdinc++", f"-I{stub_dir}", str(main_copy)]
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if proc.returncode != 0:
-        err = [ln for ln in proc.stderr.strip().splitlines() if "error" in ln] or proc.stderr.strip().splitlines()
-        notes.append(f"{path}: preprocessing failed, macro-expanded check skipped: {err[0] if err else proc.returncode}")
-        return []
+        # once per arch family, with the macros bisheng predefines, so every `#if __CCE_AICORE__` branch
+        # that some target compiles is checked
+        outs = []
+        procs = []  # the arch families' preprocessors run side by side
+        for arch, macros in sorted(ARCHS.items(), reverse=True):
+            cmd = [cxx, "-E", "-x", "c++", "-std=c++17", "-nostdinc", "-nostdinc++"] + [f"-D{m}" for m in macros]
+            cmd += [f"-I{stub_dir}", str(main_copy)]
+            procs.append((arch, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
+        for arch, p in procs:
+            out, err = p.communicate()
+            proc = subprocess.CompletedProcess(p.args, p.returncode, out, err)
+            if proc.returncode != 0:
+                err = [ln for ln in proc.stderr.strip().splitlines() if "error" in ln] or proc.stderr.strip().splitlines()
+                notes.append(f"{path}: preprocessing for __NPU_ARCH__ {arch} failed, macro-expanded check skipped: "
+                             f"{err[0] if err else proc.returncode}")
+                continue
+            outs.append((arch, proc.stdout))
     problems = []
-    cur_file, cur_line = None, 0
-    code = strip_comments_and_strings(proc.stdout)
-    for line in code.splitlines():
-        m = _LINEMARKER.match(line)
-        if m:
-            cur_line, cur_file = int(m.group(1)) - 1, back.get(os.path.normpath(m.group(2)))
-            continue
-        cur_line += 1
-        if cur_file is None:
-            continue  # <built-in>, <command-line>, stubs
-        for rule, rx, msg in RULES:
-            if rx.search(line):
-                key = (str(cur_file), cur_line, rule)
-                if key in known:
-                    continue
-                known.add(key)
-                problems.append((cur_file, cur_line, rule, msg + " (after macro expansion)"))
+    for arch, out in outs:
+        cur_file, cur_line = None, 0
+        code = strip_comments_and_strings(out)
+        for line in code.splitlines():
+            m = _LINEMARKER.match(line)
+            if m:
+                cur_line, cur_file = int(m.group(1)) - 1, back.get(os.path.normpath(m.group(2)))
+                continue
+            cur_line += 1
+            if cur_file is None:
+                continue  # <built-in>, <command-line>, stubs
+            for rule, rx, msg in RULES:
+                if rx.search(line):
+                    key = (str(cur_file), cur_line, rule)
+                    if key in known:
+                        continue
+                    known.add(key)
+                    problems.append((cur_file, cur_line, rule,
+                                     msg + f" (after macro expansion, __NPU_ARCH__ {arch})"))
     return problems
 
 

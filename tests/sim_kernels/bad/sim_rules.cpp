@@ -3,7 +3,10 @@
 // Every kernel takes (x, y, workspace, tiling): x is a float32 input of 1024 elements, y a float32
 // output of 1024 elements. Tiling key 0 runs a correct variant, tiling key 1 the deliberately broken
 // one, so each test proves both that the rule fires and that it does not fire on the fixed code.
+// The file is compiled for both arch families (A2/A3 and 310P); kernels using an API the official
+// headers mark unsupported on 310P (DataCopyPad) exist in the A2/A3 build only, as in op_kernel/.
 #include "kernel_operator.h"
+#include "kernel_operator_list_tensor_intf.h"  // ListTensorDesc (rule_list_tensor)
 
 using namespace AscendC;
 
@@ -117,6 +120,7 @@ RULE_KERNEL(rule_datacopy_params) {
   q.FreeTensor(a);
 }
 
+#if __CCE_AICORE__ >= 220  // DataCopyPad: A2/A3 only
 RULE_KERNEL(rule_datacopypad_params) {
   GLOBALS;
   TPipe pipe;
@@ -141,7 +145,7 @@ RULE_KERNEL(rule_datacopypad_blocklen) {
   q.FreeTensor(a);
 }
 
-// DataCopyPad exists on A2/A3 but not on 310P: launched once per SoC, no bad key needed.
+// DataCopyPad exists on A2/A3; on 310P it does not compile, so this kernel is absent from the 310P build.
 RULE_KERNEL(rule_datacopypad_soc) {
   GLOBALS;
   TPipe pipe;
@@ -153,6 +157,7 @@ RULE_KERNEL(rule_datacopypad_soc) {
   DataCopyPad(a, xg, p, pad);
   q.FreeTensor(a);
 }
+#endif  // __CCE_AICORE__ >= 220
 
 // bfloat16 exists on A2/A3 but not on 310P.
 RULE_KERNEL(rule_bf16_soc) {
@@ -226,6 +231,7 @@ RULE_KERNEL(rule_vec_blkstride) {
   Muls(t[512], t, 2.0f, 64, 1, {static_cast<uint16_t>(Bad() ? 0 : 1), 1, 8, 8});  // dstBlkStride 0: UB
 }
 
+#if __CCE_AICORE__ >= 220  // Cast from / to bfloat16_t does not compile for 310P
 RULE_KERNEL(rule_cast_mode) {
   GLOBALS;
   TPipe pipe;
@@ -254,6 +260,7 @@ RULE_KERNEL(rule_cast_pair) {
     Cast(o, h, RoundMode::CAST_NONE, 64);
   }
 }
+#endif  // __CCE_AICORE__ >= 220
 
 // --------------------------------------------------------------------------------------- queues
 RULE_KERNEL(rule_que_alloc) {
@@ -333,7 +340,7 @@ RULE_KERNEL(rule_use_after_free_copy_out) {
 RULE_KERNEL(rule_use_after_free_view) {
   GLOBALS;
   TPipe pipe;
-  TQue<TPosition::VECCALC, 1> q;
+  TQue<TPosition::VECIN, 1> q;
   pipe.InitBuffer(q, 1, 1024);
   LocalTensor<float> a = q.AllocTensor<float>();
   LocalTensor<float> v = a[16];
@@ -347,7 +354,7 @@ RULE_KERNEL(rule_use_after_free_view) {
 RULE_KERNEL(rule_use_after_free_stale_free) {
   GLOBALS;
   TPipe pipe;
-  TQue<TPosition::VECCALC, 1> q;
+  TQue<TPosition::VECIN, 1> q;
   pipe.InitBuffer(q, 1, 1024);
   LocalTensor<float> a = q.AllocTensor<float>();
   q.FreeTensor(a);
@@ -852,4 +859,26 @@ RULE_KERNEL(rule_gather_align) {
   LocalTensor<uint32_t> o = off.Get<uint32_t>();
   for (uint32_t i = 0; i < 32; ++i) o.SetValue(i, i * 4);
   Gather(dst.Get<float>(), src.Get<float>()[Bad() ? 4 : 8], o, 0, 32);  // src at byte 16: not 32-byte aligned
+}
+
+// TBuf::Get(len): len * sizeof(T) must be a multiple of 32 bytes (CANN's CPU-debug TBuf::Get assertion).
+RULE_KERNEL(rule_tbuf_len) {
+  GLOBALS;
+  TPipe pipe;
+  TBuf<TPosition::VECCALC> b;
+  pipe.InitBuffer(b, 1024);
+  LocalTensor<float> t = b.Get<float>(Bad() ? 12 : 16);  // 48 B is not a multiple of 32 B; 64 B is
+  Duplicate(t, 2.0f, 8);
+  yg.SetValue(0, t.GetValue(7));
+}
+
+// TBuf::GetWithOffset: bufOffset must be 32-byte aligned (the documented rule).
+RULE_KERNEL(rule_tbuf_offset) {
+  GLOBALS;
+  TPipe pipe;
+  TBuf<TPosition::VECCALC> b;
+  pipe.InitBuffer(b, 1024);
+  LocalTensor<float> t = b.GetWithOffset<float>(16, Bad() ? 48 : 64);  // byte offset 48 is not 32-byte aligned
+  Duplicate(t, 3.0f, 16);
+  yg.SetValue(0, t.GetValue(15));
 }

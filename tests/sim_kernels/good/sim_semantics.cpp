@@ -157,13 +157,17 @@ extern "C" __global__ __aicore__ void sem_cast(GM_ADDR x, GM_ADDR y, GM_ADDR wor
   const uint32_t pair = key / 10;
   switch (pair) {
     case 1: CastRun<half, float>(x, y, t.n, mode); break;           // 0 -> 1
+#if __CCE_AICORE__ >= 220  // Cast from / to bfloat16_t: A2/A3 only (does not compile for 310P)
     case 2: CastRun<bfloat16_t, float>(x, y, t.n, mode); break;     // 0 -> 2
+#endif
     case 3: CastRun<int32_t, float>(x, y, t.n, mode); break;        // 0 -> 3
     case 0: CastRun<float, float>(x, y, t.n, mode); break;          // 0 -> 0
     case 100: CastRun<float, half>(x, y, t.n, mode); break;         // 1 -> 0
     case 103: CastRun<int32_t, half>(x, y, t.n, mode); break;       // 1 -> 3
     case 104: CastRun<int8_t, half>(x, y, t.n, mode); break;        // 1 -> 4
+#if __CCE_AICORE__ >= 220
     case 200: CastRun<float, bfloat16_t>(x, y, t.n, mode); break;   // 2 -> 0
+#endif
     case 300: CastRun<float, int32_t>(x, y, t.n, mode); break;      // 3 -> 0
     case 305: CastRun<int16_t, int32_t>(x, y, t.n, mode); break;    // 3 -> 5
     case 501: CastRun<half, int16_t>(x, y, t.n, mode); break;       // 5 -> 1
@@ -171,6 +175,7 @@ extern "C" __global__ __aicore__ void sem_cast(GM_ADDR x, GM_ADDR y, GM_ADDR wor
   }
 }
 
+#if __CCE_AICORE__ >= 220  // DataCopyPad exists on A2/A3 only (310P build: no sem_pad)
 // -------------------------------------------------------------------------------------------------
 // DataCopyPad / DataCopyParams layouts. x: float32 source rows; y: the UB image after the copies;
 // z: rows written back with DataCopyPad(UB -> GM) strides.
@@ -207,6 +212,7 @@ extern "C" __global__ __aicore__ void sem_pad(GM_ADDR x, GM_ADDR y, GM_ADDR z, G
   DataCopyExtParams pd{2, 6 * sizeof(float), 1, 4, 0};
   DataCopyPad(zg, t, pd);
 }
+#endif  // __CCE_AICORE__ >= 220
 
 // -------------------------------------------------------------------------------------------------
 // Repeat / mask forms of Add, Muls, Cast with strides.

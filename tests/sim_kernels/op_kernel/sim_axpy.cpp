@@ -1,6 +1,7 @@
 // Kernel of the emulation test op SimAxpy: z = x + alpha * y, computed in float32.
 // Double-buffered copy-in / compute / copy-out through TQue; tails that are not a multiple of
-// 32 bytes move with DataCopyPad (tiling rejects them on SoCs without DataCopyPad).
+// 32 bytes move with DataCopyPad (tiling rejects them on SoCs without DataCopyPad; the 310P build has
+// no DataCopyPad: it does not compile there).
 #include "kernel_operator.h"
 
 using namespace AscendC;
@@ -40,9 +41,13 @@ class KernelSimAxpy {
     if ((n * sizeof(T)) % 32 == 0) {
       DataCopy(dst, src, n);
     } else {
+#if __CCE_AICORE__ >= 220  // DataCopyPad: A2/A3 only
       DataCopyExtParams p{1, static_cast<uint32_t>(n * sizeof(T)), 0, 0, 0};
       DataCopyPadExtParams<T> pad{false, 0, 0, static_cast<T>(0)};
       DataCopyPad(dst, src, p, pad);
+#else  // the 310P tiling rejects such rows; if one came, DataCopy would report DATACOPY_ALIGN
+      DataCopy(dst, src, n);
+#endif
     }
   }
   __aicore__ inline void CopyIn(uint32_t off, uint32_t n) {
@@ -78,8 +83,12 @@ class KernelSimAxpy {
     if ((n * sizeof(T)) % 32 == 0) {
       DataCopy(zGm_[off], z, n);
     } else {
+#if __CCE_AICORE__ >= 220
       DataCopyExtParams p{1, static_cast<uint32_t>(n * sizeof(T)), 0, 0, 0};
       DataCopyPad(zGm_[off], z, p);
+#else
+      DataCopy(zGm_[off], z, n);
+#endif
     }
     outZ_.FreeTensor(z);
   }
@@ -103,9 +112,11 @@ extern "C" __global__ __aicore__ void sim_axpy(GM_ADDR x, GM_ADDR y, GM_ADDR z, 
     KernelSimAxpy<half> op;
     op.Init(x, y, z, t.totalLength, t.blockLength, t.tileLength, t.alpha);
     op.Process();
+#if __CCE_AICORE__ >= 220  // bfloat16 Cast: A2/A3 only (the 310P OpDef has no DT_BF16)
   } else if (TILING_KEY_IS(2)) {
     KernelSimAxpy<bfloat16_t> op;
     op.Init(x, y, z, t.totalLength, t.blockLength, t.tileLength, t.alpha);
     op.Process();
+#endif
   }
 }

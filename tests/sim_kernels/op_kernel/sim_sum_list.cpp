@@ -1,6 +1,7 @@
 // Kernel of the emulation test op SimSumList: out = bias + sum of the DYNAMIC input list `srcs`,
 // read through ListTensorDesc; each core handles one slice of blockLength elements.
 #include "kernel_operator.h"
+#include "kernel_operator_list_tensor_intf.h"
 
 using namespace AscendC;
 

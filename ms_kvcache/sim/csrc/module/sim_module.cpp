@@ -105,6 +105,7 @@ py::dict StatsDict(const LaunchResult& r) {
   d["op"] = r.op;
   d["kernel"] = r.kernel;
   d["soc"] = r.soc;
+  d["npu_arch"] = r.npu_arch;
   d["order"] = r.order;
   d["block_dim"] = r.block_dim;
   d["tiling_key"] = r.tiling_key;
@@ -252,6 +253,8 @@ PYBIND11_MODULE(_sim, m) {
 
   m.def("kernels", &ascendc_sim::ListKernels, "Registered kernel entry names.");
   m.def("kernel_source", &ascendc_sim::KernelSource, py::arg("kernel"), "Source file a kernel was compiled from.");
+  m.def("kernel_archs", &ascendc_sim::KernelArchs, py::arg("kernel"),
+        "__NPU_ARCH__ values a kernel entry was compiled for (2201: Atlas A2/A3, 2002: Ascend310P).");
   m.def("snake_case", &ascendc_sim::SnakeCase, py::arg("op_type"), "Kernel entry name of an OpDef type.");
   m.def("set_soc", &ascendc_sim::SetDefaultSoc, py::arg("soc"), "Default SoC of launches and AOT entries.");
   m.def("get_soc", &ascendc_sim::DefaultSoc);

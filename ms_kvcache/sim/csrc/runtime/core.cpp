@@ -242,11 +242,11 @@ void CheckLease(Core& c, const UbRef& t, const Buf& b, const char* api, const ch
     rt::Fail("UB_USE_AFTER_FREE",
              "%s: %s is a LocalTensor of TQue #%zu (%s, UB [%u, %u)) that FreeTensor released: its buffer may be "
              "reused by the next AllocTensor at any time",
-             api, what, q, PosName(c.ques[q].src), b.start, b.start + b.cap);
+             api, what, q, PosName(c.ques[q].pos), b.start, b.start + b.cap);
   rt::Fail("UB_USE_AFTER_FREE",
            "%s: %s is a stale LocalTensor of TQue #%zu (%s, UB [%u, %u)): FreeTensor released it and AllocTensor has "
            "since handed the buffer out again (%u time(s)), so it now holds another tensor's data",
-           api, what, q, PosName(c.ques[q].src), b.start, b.start + b.cap, b.lease - t.lease);
+           api, what, q, PosName(c.ques[q].pos), b.start, b.start + b.cap, b.lease - t.lease);
 }
 
 void CheckHandle(Core& c, const UbRef& t, const char* api, const char* what) {
@@ -377,6 +377,8 @@ static int32_t NewBuffers(Core& c, const char* api, Pos pos, uint32_t num, uint3
     UnsupportedApi(api, Format("TPosition %s is not in the Unified Buffer; only VECIN/VECOUT/VECCALC are emulated",
                                PosName(pos)).c_str());
   if (num == 0) Fail("UB_BUDGET", "%s: num must be >= 1", api);
+  if (len == 0)  // CANN's CPU-debug TPipe::InitBuffer asserts 0 < len <= the pool size
+    Fail("UB_BUDGET", "%s(num=%u, len=0): the buffer length must be > 0", api, num);
   const uint32_t cap = (len + 31u) & ~31u;
   const Caps& caps = c.L->caps;
   const uint64_t need = static_cast<uint64_t>(cap) * num;
@@ -410,13 +412,15 @@ static int32_t NewBuffers(Core& c, const char* api, Pos pos, uint32_t num, uint3
   return first;
 }
 
+// TQueBind<src, dst>: GM -> UB is MTE2, UB -> GM is MTE3, VECOUT is written by the vector unit and
+// VECIN read by it (CANN's GetQueEvt: <GM, VECIN> MTE2_V, <VECOUT, GM> V_MTE3, <VECIN, VECOUT> MTE2_MTE3).
 static int PipeOfProducer(Pos src) {
-  if (src == Pos::VECIN) return kMTE2;
+  if (src == Pos::GM || src == Pos::VECIN) return kMTE2;
   if (src == Pos::VECOUT) return kV;
   return kNoPipe;
 }
 static int PipeOfConsumer(Pos dst) {
-  if (dst == Pos::VECOUT) return kMTE3;
+  if (dst == Pos::GM || dst == Pos::VECOUT) return kMTE3;
   if (dst == Pos::VECIN) return kV;
   return kNoPipe;
 }
@@ -427,13 +431,15 @@ void PipeInitQue(int32_t* handle, uint32_t* gen, Pos src, Pos dst, int32_t depth
     Fail("PIPE_STATE", "InitBuffer called twice for the same TQue (call TPipe::Reset first)");
   if (depth < 0) Fail("QUE_DEPTH", "TQue depth must be >= 0, got %d", depth);
   Que q;
+  if (src == Pos::GM && dst == Pos::GM) Fail("UNSUPPORTED_API", "TQueBind<GM, GM>: a queue needs a local position");
   q.src = src;
   q.dst = dst;
+  q.pos = src == Pos::GM ? dst : src;
   q.depth = depth;
   q.prod = PipeOfProducer(src);
   q.cons = PipeOfConsumer(dst);
   const int32_t qi = static_cast<int32_t>(c.ques.size());
-  const int32_t first = NewBuffers(c, "TPipe::InitBuffer(TQue)", src, num, len, qi);
+  const int32_t first = NewBuffers(c, "TPipe::InitBuffer(TQue)", q.pos, num, len, qi);
   for (uint32_t i = 0; i < num; ++i) q.bufs.push_back(first + static_cast<int32_t>(i));
   c.ques.push_back(q);
   *handle = qi;
@@ -478,18 +484,18 @@ UbRef QueAlloc(int32_t h, uint32_t gen, uint32_t* len) {
     Fail("QUE_ALLOC",
          "AllocTensor on a %s queue whose %zu buffer(s) are all in use (%d allocated, %d in the queue, %d dequeued "
          "and not freed): the hardware would wait forever; FreeTensor first or InitBuffer more buffers",
-         PosName(q.src), q.bufs.size(), alloc, enq, deq);
+         PosName(q.pos), q.bufs.size(), alloc, enq, deq);
   }
   int outstanding = 0;
   for (const Que& o : c.ques) {
-    if (o.src != q.src) continue;
+    if (o.pos != q.pos) continue;
     for (int32_t b : o.bufs) outstanding += c.bufs[static_cast<size_t>(b)].st != kFree;
   }
   if (outstanding + 1 > c.L->caps.que_alloc_limit)
     Fail("QUE_ALLOC_LIMIT",
          "AllocTensor: %d tensors would be allocated at once from the %s queues; at most %d per TPosition "
          "(the number of hardware sync event ids)",
-         outstanding + 1, PosName(q.src), c.L->caps.que_alloc_limit);
+         outstanding + 1, PosName(q.pos), c.L->caps.que_alloc_limit);
   Buf& b = c.bufs[static_cast<size_t>(pick)];
   b.st = kAlloc;
   ++b.lease;
@@ -543,7 +549,7 @@ UbRef QueDeQue(int32_t h, uint32_t gen, uint32_t* len, Pos su, Pos du) {
   Que& q = GetQue(c, h, gen, "DeQue");
   if (q.fifo.empty())
     Fail("QUE_DEQUE_EMPTY", "DeQue on an empty %s queue (no tensor was EnQue'd): the hardware would wait forever",
-         PosName(q.src));
+         PosName(q.pos));
   const int32_t bi = q.fifo.front();
   q.fifo.pop_front();
   Buf& b = c.bufs[static_cast<size_t>(bi)];

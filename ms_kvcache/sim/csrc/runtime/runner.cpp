@@ -42,6 +42,8 @@ class AotExtra {
 namespace ascendc_sim {
 
 // ============================================================================================ registry
+// One entry per (kernel name, __NPU_ARCH__): each kernel file is compiled once per arch family (2201 for
+// Atlas A2/A3, 2002 for Ascend310P) and a launch runs the build of its SoC's arch.
 namespace {
 struct KernelEntry {
   void* fn = nullptr;
@@ -53,15 +55,20 @@ std::mutex& KMu() {
   static std::mutex mu;
   return mu;
 }
-std::map<std::string, KernelEntry>& Kernels() {
-  static auto* m = new std::map<std::string, KernelEntry>();
+std::map<std::string, std::map<int, KernelEntry>>& Kernels() {
+  static auto* m = new std::map<std::string, std::map<int, KernelEntry>>();
   return *m;
+}
+std::string ArchList(const std::map<int, KernelEntry>& m) {
+  std::string s;
+  for (auto& kv : m) s += (s.empty() ? "" : ", ") + std::to_string(kv.first);
+  return s;
 }
 }  // namespace
 
-void rt::RegisterKernel(const char* name, void* fn, int nargs, KernelInvoker invoke, const char* where) {
+void rt::RegisterKernel(const char* name, void* fn, int nargs, KernelInvoker invoke, const char* where, int npu_arch) {
   std::lock_guard<std::mutex> lk(KMu());
-  KernelEntry& e = Kernels()[name];  // a later registration (rebuilt module) replaces the earlier one
+  KernelEntry& e = Kernels()[name][npu_arch];  // a later registration (rebuilt module) replaces the earlier one
   e.fn = fn;
   e.nargs = nargs;
   e.invoke = invoke;
@@ -75,13 +82,22 @@ std::vector<std::string> ListKernels() {
   return v;
 }
 
+std::vector<int> KernelArchs(const std::string& kernel) {
+  std::lock_guard<std::mutex> lk(KMu());
+  std::vector<int> v;
+  auto it = Kernels().find(kernel);
+  if (it != Kernels().end())
+    for (auto& kv : it->second) v.push_back(kv.first);
+  return v;
+}
+
 std::string KernelSource(const std::string& kernel) {
   std::lock_guard<std::mutex> lk(KMu());
   auto it = Kernels().find(kernel);
-  return it == Kernels().end() ? std::string() : it->second.where;
+  return it == Kernels().end() || it->second.empty() ? std::string() : it->second.begin()->second.where;
 }
 
-static KernelEntry FindKernel(const std::string& name, const std::string& op) {
+static KernelEntry FindKernel(const std::string& name, const std::string& op, const Caps& caps) {
   std::lock_guard<std::mutex> lk(KMu());
   auto it = Kernels().find(name);
   if (it == Kernels().end()) {
@@ -90,7 +106,13 @@ static KernelEntry FindKernel(const std::string& name, const std::string& op) {
     FailLaunch("KERNEL_NOT_FOUND", op,
                "no kernel entry '" + name + "' is registered (registered: " + (known.empty() ? "none" : known) + ")");
   }
-  return it->second;
+  auto a = it->second.find(static_cast<int>(caps.npu_arch));
+  if (a == it->second.end())
+    FailLaunch("KERNEL_NOT_FOUND", op,
+               "kernel entry '" + name + "' was not compiled for " + caps.soc + " (__NPU_ARCH__ " +
+                   std::to_string(caps.npu_arch) + "); it is built for __NPU_ARCH__ " + ArchList(it->second) +
+                   " only (ms_kvcache.sim.build(..., socs=...))");
+  return a->second;
 }
 
 std::string SnakeCase(const std::string& s) {
@@ -222,6 +244,7 @@ Caps CapsFor(const std::string& soc) {
   c.has_bf16 = p.has_bf16;
   c.saturation = c.family == "310P";
   c.sys_ws = p.sys_workspace_size;
+  c.npu_arch = p.npu_arch;
   return c;
 }
 
@@ -502,7 +525,13 @@ LaunchResult RunOp(const std::string& op_type, std::vector<ParamArg>& inputs, st
     throw EmulationError(e.rule, op_type, -1, e.what(), e.what());
   }
   const std::string kname = SnakeCase(op_type);
-  const KernelEntry k = FindKernel(kname, op_type);
+  Caps caps;
+  try {
+    caps = CapsFor(opt.soc);
+  } catch (const simhost::HostError& e) {
+    throw EmulationError(e.rule, op_type, -1, e.what(), e.what());
+  }
+  const KernelEntry k = FindKernel(kname, op_type, caps);
   const size_t want = def.inputs.size() + def.outputs.size() + 2;
   if (static_cast<size_t>(k.nargs) != want)
     FailLaunch("LAUNCH", op_type,
@@ -514,11 +543,7 @@ LaunchResult RunOp(const std::string& op_type, std::vector<ParamArg>& inputs, st
   auto L = std::make_unique<LaunchCtx>();
   L->op = op_type;
   L->kernel = kname;
-  try {
-    L->caps = CapsFor(opt.soc);
-  } catch (const simhost::HostError& e) {
-    throw EmulationError(e.rule, op_type, -1, e.what(), e.what());
-  }
+  L->caps = caps;
   L->block_dim = tr.block_dim;
   L->tiling_key = tr.tiling_key;
   L->seed = opt.seed ? opt.seed : 0x5eed5eedull;
@@ -589,6 +614,7 @@ LaunchResult RunOp(const std::string& op_type, std::vector<ParamArg>& inputs, st
   res.op = op_type;
   res.kernel = kname;
   res.soc = L->caps.soc;
+  res.npu_arch = L->caps.npu_arch;
   res.order = opt.order;
   res.block_dim = L->block_dim;
   res.tiling_key = L->tiling_key;
@@ -606,7 +632,13 @@ LaunchResult RunKernel(const std::string& kernel, std::vector<TensorArg>& targs,
                        const std::vector<uint8_t>& tiling_bytes, uint64_t tiling_key, uint64_t workspace_bytes,
                        bool with_ws_tiling, const LaunchOptions& opt_in) {
   const LaunchOptions opt = Resolve(opt_in, kernel);
-  const KernelEntry k = FindKernel(kernel, kernel);
+  Caps caps;
+  try {
+    caps = CapsFor(opt.soc);
+  } catch (const simhost::HostError& e) {
+    throw EmulationError(e.rule, kernel, -1, e.what(), e.what());
+  }
+  const KernelEntry k = FindKernel(kernel, kernel, caps);
   const size_t want = targs.size() + (with_ws_tiling ? 2 : 0);
   if (static_cast<size_t>(k.nargs) != want)
     FailLaunch("LAUNCH", kernel,
@@ -616,11 +648,7 @@ LaunchResult RunKernel(const std::string& kernel, std::vector<TensorArg>& targs,
   auto L = std::make_unique<LaunchCtx>();
   L->op = kernel;
   L->kernel = kernel;
-  try {
-    L->caps = CapsFor(opt.soc);
-  } catch (const simhost::HostError& e) {
-    throw EmulationError(e.rule, kernel, -1, e.what(), e.what());
-  }
+  L->caps = caps;
   L->block_dim = block_dim;
   L->tiling_key = tiling_key;
   L->seed = opt.seed ? opt.seed : 0x5eed5eedull;
@@ -655,6 +683,7 @@ LaunchResult RunKernel(const std::string& kernel, std::vector<TensorArg>& targs,
   res.op = kernel;
   res.kernel = kernel;
   res.soc = L->caps.soc;
+  res.npu_arch = L->caps.npu_arch;
   res.order = opt.order;
   res.block_dim = block_dim;
   res.tiling_key = tiling_key;

@@ -39,6 +39,7 @@ struct LaunchOptions {
 
 struct LaunchResult {
   std::string op, kernel, soc, order;
+  uint32_t npu_arch = 0;  // the arch build of the kernel that ran (2201 A2/A3, 2002 310P)
   uint32_t block_dim = 0;
   uint64_t tiling_key = 0;
   uint64_t workspace_bytes = 0;
@@ -63,6 +64,8 @@ ASCENDC_SIM_API LaunchResult RunKernel(const std::string& kernel, std::vector<Te
 
 ASCENDC_SIM_API std::vector<std::string> ListKernels();
 ASCENDC_SIM_API std::string KernelSource(const std::string& kernel);
+// __NPU_ARCH__ values a kernel entry was compiled for (empty: unknown kernel).
+ASCENDC_SIM_API std::vector<int> KernelArchs(const std::string& kernel);
 ASCENDC_SIM_API std::string SnakeCase(const std::string& op_type);
 
 // Process-wide defaults (also read by the MindSpore AOT entry points).

@@ -41,6 +41,7 @@ EmulationError MakeError(const std::string& rule, const std::string& detail);
 struct Caps {
   std::string soc;         // "Ascend910B1"
   std::string family;      // "A2", "A3", "310P"
+  uint32_t npu_arch = 0;   // 2201 (A2/A3) or 2002 (310P): which build of a kernel runs
   uint64_t ub_size = 0;
   uint32_t aiv_cores = 0;
   bool has_pad = true;
@@ -118,7 +119,8 @@ struct Buf {
   VClock enq_snap, free_snap;
 };
 struct Que {
-  Pos src = Pos::VECIN, dst = Pos::VECIN;
+  Pos src = Pos::GM, dst = Pos::VECIN;  // TQueBind<src, dst> (TQue<VECIN> = TQueBind<GM, VECIN>)
+  Pos pos = Pos::VECIN;  // the UB position its buffers are counted at: src, or dst when src is GM
   int32_t depth = 1;
   std::vector<int32_t> bufs;
   std::deque<int32_t> fifo;

@@ -1,384 +1,72 @@
-// AscendC CPU emulation: the kernel-side AscendC API subset (namespace AscendC).
+// AscendC CPU emulation: the kernel-side AscendC API subset (namespace AscendC) - CANN's kernel_operator.h.
 //
-// Each API keeps CANN's signature (so unchanged kernel sources compile with g++) and forwards to the
-// runtime (ascendc_sim/rt.h), which moves the bytes and enforces the documented hardware rules.
-// Include it through "kernel_operator.h".
+// Each API keeps CANN's declaration for the arch being compiled (__NPU_ARCH__, see ascendc_sim/arch.h)
+// and forwards to the runtime (ascendc_sim/rt.h), which moves the bytes and enforces the documented
+// hardware rules. Include it through "kernel_operator.h".
 #ifndef ASCENDC_SIM_KERNEL_API_H_
 #define ASCENDC_SIM_KERNEL_API_H_
 
-#include <cstddef>
-#include <cstdint>
-#include <type_traits>
-#include <utility>
+#include "ascendc_sim/kernel_tensor.h"
 
-#include "ascendc_sim/rt.h"
-#include "ascendc_sim/types.h"
-
-// ----------------------------------------------------------------------------- compiler keywords
-#ifndef __aicore__
-#define __aicore__
-#endif
-#ifndef __global__
-#ifdef ASCENDC_SIM_SCAN  // ms_kvcache.sim.build() finds kernel entries in the preprocessed source
-#define __global__ ascendc_sim_global_marker
-#else
-#define __global__
-#endif
-#endif
-#ifndef __gm__
-#define __gm__
-#endif
-#ifndef __ubuf__
-#define __ubuf__
-#endif
-#ifndef __inout_pipe__
-#define __inout_pipe__(x)
-#endif
-#ifndef __in_pipe__
-#define __in_pipe__(x)
-#endif
-#ifndef __out_pipe__
-#define __out_pipe__(x)
-#endif
-#ifndef GM_ADDR
-#define GM_ADDR __gm__ uint8_t*
-#endif
-
-// Kernel type declarations (AIV-only kernels are all the emulation runs).
-#define KERNEL_TASK_TYPE_DEFAULT(type)
-#define KERNEL_TASK_TYPE(key, type)
-#define ASCEND_IS_AIV (true)
-#define ASCEND_IS_AIC (false)
-enum KernelMetaType {
-  KERNEL_TYPE_AIV_ONLY,
-  KERNEL_TYPE_AIC_ONLY,
-  KERNEL_TYPE_MIX_AIV_1_0,
-  KERNEL_TYPE_MIX_AIC_1_0,
-  KERNEL_TYPE_MIX_AIC_1_1,
-  KERNEL_TYPE_MIX_AIC_1_2,
-  KERNEL_TYPE_AICORE,
-  KERNEL_TYPE_VECTORCORE,
-  KERNEL_TYPE_MIX_AICORE,
-  KERNEL_TYPE_MIX_VECTOR_CORE,
-  KERNEL_TYPE_MAX
-};
-
-// ----------------------------------------------------------------------------- bisheng builtins
-enum pipe_t : uint8_t { PIPE_S = 0, PIPE_V, PIPE_M, PIPE_MTE1, PIPE_MTE2, PIPE_MTE3, PIPE_FIX, PIPE_ALL };
-enum event_t : uint8_t { EVENT_ID0 = 0, EVENT_ID1, EVENT_ID2, EVENT_ID3, EVENT_ID4, EVENT_ID5, EVENT_ID6, EVENT_ID7 };
-
-inline int64_t get_block_idx() { return ascendc_sim::rt::BlockIdx(); }
-inline int64_t get_block_num() { return ascendc_sim::rt::BlockNum(); }
-inline void pipe_barrier(pipe_t p) { ascendc_sim::rt::Barrier(static_cast<ascendc_sim::Pipe>(p)); }
-inline void set_flag(pipe_t src, pipe_t dst, event_t id) {
-  ascendc_sim::rt::SetFlag((static_cast<int>(src) << 4) | static_cast<int>(dst), id);
-}
-inline void wait_flag(pipe_t src, pipe_t dst, event_t id) {
-  ascendc_sim::rt::WaitFlag((static_cast<int>(src) << 4) | static_cast<int>(dst), id);
-}
-
-namespace AscendC {
-
-using ascendc_sim::DT;
-using ascendc_sim::DTOf;
-
-// ----------------------------------------------------------------------------- enums / constants
-enum class TPosition : uint8_t {
-  GM, A1, A2, B1, B2, C1, C2, CO1, CO2, VECIN, VECOUT, VECCALC, SPM, TSCM, C2PIPE2GM, C2PIPE2LOCAL, MAX,
-  LCM = VECCALC,
-  SHM = SPM,
-};
-using QuePosition = TPosition;
-
-#define ASCENDC_SIM_EV(s, d) ((static_cast<int>(s) << 4) | static_cast<int>(d))
-enum class HardEvent : uint8_t {
-  MTE2_MTE1 = ASCENDC_SIM_EV(PIPE_MTE2, PIPE_MTE1),
-  MTE1_MTE2 = ASCENDC_SIM_EV(PIPE_MTE1, PIPE_MTE2),
-  MTE1_M = ASCENDC_SIM_EV(PIPE_MTE1, PIPE_M),
-  M_MTE1 = ASCENDC_SIM_EV(PIPE_M, PIPE_MTE1),
-  MTE2_V = ASCENDC_SIM_EV(PIPE_MTE2, PIPE_V),
-  V_MTE2 = ASCENDC_SIM_EV(PIPE_V, PIPE_MTE2),
-  MTE3_V = ASCENDC_SIM_EV(PIPE_MTE3, PIPE_V),
-  V_MTE3 = ASCENDC_SIM_EV(PIPE_V, PIPE_MTE3),
-  M_V = ASCENDC_SIM_EV(PIPE_M, PIPE_V),
-  V_M = ASCENDC_SIM_EV(PIPE_V, PIPE_M),
-  V_V = ASCENDC_SIM_EV(PIPE_V, PIPE_V),
-  MTE3_MTE1 = ASCENDC_SIM_EV(PIPE_MTE3, PIPE_MTE1),
-  MTE1_MTE3 = ASCENDC_SIM_EV(PIPE_MTE1, PIPE_MTE3),
-  MTE1_V = ASCENDC_SIM_EV(PIPE_MTE1, PIPE_V),
-  MTE2_M = ASCENDC_SIM_EV(PIPE_MTE2, PIPE_M),
-  M_MTE2 = ASCENDC_SIM_EV(PIPE_M, PIPE_MTE2),
-  V_MTE1 = ASCENDC_SIM_EV(PIPE_V, PIPE_MTE1),
-  M_FIX = ASCENDC_SIM_EV(PIPE_M, PIPE_FIX),
-  FIX_M = ASCENDC_SIM_EV(PIPE_FIX, PIPE_M),
-  MTE3_MTE2 = ASCENDC_SIM_EV(PIPE_MTE3, PIPE_MTE2),
-  MTE2_MTE3 = ASCENDC_SIM_EV(PIPE_MTE2, PIPE_MTE3),
-  S_V = ASCENDC_SIM_EV(PIPE_S, PIPE_V),
-  V_S = ASCENDC_SIM_EV(PIPE_V, PIPE_S),
-  S_MTE2 = ASCENDC_SIM_EV(PIPE_S, PIPE_MTE2),
-  MTE2_S = ASCENDC_SIM_EV(PIPE_MTE2, PIPE_S),
-  S_MTE3 = ASCENDC_SIM_EV(PIPE_S, PIPE_MTE3),
-  MTE3_S = ASCENDC_SIM_EV(PIPE_MTE3, PIPE_S),
-  MTE2_FIX = ASCENDC_SIM_EV(PIPE_MTE2, PIPE_FIX),
-  FIX_MTE2 = ASCENDC_SIM_EV(PIPE_FIX, PIPE_MTE2),
-  FIX_S = ASCENDC_SIM_EV(PIPE_FIX, PIPE_S),
-  M_S = ASCENDC_SIM_EV(PIPE_M, PIPE_S),
-  FIX_MTE3 = ASCENDC_SIM_EV(PIPE_FIX, PIPE_MTE3),
-  MTE1_FIX = ASCENDC_SIM_EV(PIPE_MTE1, PIPE_FIX),
-  FIX_MTE1 = ASCENDC_SIM_EV(PIPE_FIX, PIPE_MTE1),
-  FIX_FIX = ASCENDC_SIM_EV(PIPE_FIX, PIPE_FIX),
-  MAX = 0xff,
-};
-#undef ASCENDC_SIM_EV
-
-using TEventID = int8_t;
-
-enum class RoundMode : uint8_t { CAST_NONE = 0, CAST_RINT, CAST_FLOOR, CAST_CEIL, CAST_ROUND, CAST_TRUNC, CAST_ODD, CAST_HYBRID };
-enum class MaskMode : uint8_t { NORMAL = 0, COUNTER };
-enum class PaddingMode : uint8_t { Normal = 0, Compact };
-enum class CacheMode : uint8_t { CACHE_MODE_NORMAL = 0, CACHE_MODE_DISABLE, CACHE_MODE_LAST, CACHE_MODE_PERSISTENT };
-
-// AscendC type helpers (kernel_utils): device code has no <type_traits>.
-template <typename T, typename U> struct IsSameType { static constexpr bool value = false; };
-template <typename T> struct IsSameType<T, T> { static constexpr bool value = true; };
-
-constexpr int32_t ONE_BLK_SIZE = 32;
-constexpr int32_t ONE_REPEAT_BYTE_SIZE = 256;
-constexpr int32_t MAX_REPEAT_TIMES = 255;
-constexpr int32_t DEFAULT_BLK_NUM = 8;
-constexpr int32_t DEFAULT_BLK_STRIDE = 1;
-constexpr uint8_t DEFAULT_REPEAT_STRIDE = 8;
-constexpr uint16_t DEFAULT_DATA_COPY_NBURST = 1;
-constexpr uint16_t DEFAULT_DATA_COPY_STRIDE = 0;
-constexpr uint64_t MASK_PLACEHOLDER = 0;
-constexpr uint64_t MASK_PLACEHOLDER_LIST[2] = {0, 0};
-
-// ----------------------------------------------------------------------------- parameter structs
-struct DataCopyParams {
-  __aicore__ DataCopyParams() {}
-  __aicore__ DataCopyParams(const uint16_t count, const uint16_t len, const uint16_t srcStrideIn,
-                            const uint16_t dstStrideIn)
-      : blockCount(count), blockLen(len), srcStride(srcStrideIn), dstStride(dstStrideIn) {}
-  uint16_t blockCount = DEFAULT_DATA_COPY_NBURST;
-  uint16_t blockLen = 0;
-  union {
-    uint16_t srcGap = 0;
-    uint16_t srcStride;
-  };
-  union {
-    uint16_t dstGap = 0;
-    uint16_t dstStride;
-  };
-};
-
-struct DataCopyExtParams {
-  __aicore__ DataCopyExtParams() {}
-  __aicore__ DataCopyExtParams(const uint16_t count, const uint32_t len, const uint32_t srcStrideIn,
-                               const uint32_t dstStrideIn, const uint32_t rsvIn)
-      : blockCount(count), blockLen(len), srcStride(srcStrideIn), dstStride(dstStrideIn), rsv(rsvIn) {}
-  uint16_t blockCount = DEFAULT_DATA_COPY_NBURST;
-  uint32_t blockLen = 0;
-  uint32_t srcStride = DEFAULT_DATA_COPY_STRIDE;
-  uint32_t dstStride = DEFAULT_DATA_COPY_STRIDE;
-  uint32_t rsv = 0;
-};
-
-struct DataCopyPadParams {
-  __aicore__ DataCopyPadParams() {}
-  __aicore__ DataCopyPadParams(const bool isPadValue, const uint8_t leftPadValue, const uint8_t rightPadValue,
-                               const uint64_t padValue)
-      : isPad(isPadValue), leftPadding(leftPadValue), rightPadding(rightPadValue), paddingValue(padValue) {}
-  bool isPad = false;
-  uint8_t leftPadding = 0;
-  uint8_t rightPadding = 0;
-  uint64_t paddingValue = 0;
-};
-
-template <typename T>
-struct DataCopyPadExtParams {
-  __aicore__ DataCopyPadExtParams() : paddingValue(T(0)) {}
-  __aicore__ DataCopyPadExtParams(const bool isPadValue, const uint8_t leftPadValue, const uint8_t rightPadValue,
-                                  T padValue)
-      : isPad(isPadValue), leftPadding(leftPadValue), rightPadding(rightPadValue), paddingValue(padValue) {}
-  bool isPad = false;
-  uint8_t leftPadding = 0;
-  uint8_t rightPadding = 0;
-  T paddingValue;
-};
-
-struct BinaryRepeatParams {
-  __aicore__ BinaryRepeatParams() {}
-  __aicore__ BinaryRepeatParams(const uint8_t dstBlkStrideIn, const uint8_t src0BlkStrideIn,
-                                const uint8_t src1BlkStrideIn, const uint8_t dstRepStrideIn,
-                                const uint8_t src0RepStrideIn, const uint8_t src1RepStrideIn)
-      : dstBlkStride(dstBlkStrideIn), src0BlkStride(src0BlkStrideIn), src1BlkStride(src1BlkStrideIn),
-        dstRepStride(dstRepStrideIn), src0RepStride(src0RepStrideIn), src1RepStride(src1RepStrideIn) {}
-  uint32_t blockNumber = DEFAULT_BLK_NUM;
-  uint8_t dstBlkStride = DEFAULT_BLK_STRIDE;
-  uint8_t src0BlkStride = DEFAULT_BLK_STRIDE;
-  uint8_t src1BlkStride = DEFAULT_BLK_STRIDE;
-  uint8_t dstRepStride = DEFAULT_REPEAT_STRIDE;
-  uint8_t src0RepStride = DEFAULT_REPEAT_STRIDE;
-  uint8_t src1RepStride = DEFAULT_REPEAT_STRIDE;
-  bool repeatStrideMode = false;
-  bool strideSizeMode = false;
-};
-
-struct UnaryRepeatParams {
-  __aicore__ UnaryRepeatParams() {}
-  __aicore__ UnaryRepeatParams(const uint16_t dstBlkStrideIn, const uint16_t srcBlkStrideIn,
-                               const uint8_t dstRepStrideIn, const uint8_t srcRepStrideIn)
-      : dstBlkStride(dstBlkStrideIn), srcBlkStride(srcBlkStrideIn), dstRepStride(dstRepStrideIn),
-        srcRepStride(srcRepStrideIn) {}
-  __aicore__ UnaryRepeatParams(const uint16_t dstBlkStrideIn, const uint16_t srcBlkStrideIn,
-                               const uint8_t dstRepStrideIn, const uint8_t srcRepStrideIn, const bool halfBlockIn)
-      : dstBlkStride(dstBlkStrideIn), srcBlkStride(srcBlkStrideIn), dstRepStride(dstRepStrideIn),
-        srcRepStride(srcRepStrideIn), halfBlock(halfBlockIn) {}
-  uint32_t blockNumber = DEFAULT_BLK_NUM;
-  uint16_t dstBlkStride = DEFAULT_BLK_STRIDE;
-  uint16_t srcBlkStride = DEFAULT_BLK_STRIDE;
-  uint8_t dstRepStride = DEFAULT_REPEAT_STRIDE;
-  uint8_t srcRepStride = DEFAULT_REPEAT_STRIDE;
-  bool repeatStrideMode = false;
-  bool strideSizeMode = false;
-  bool halfBlock = false;
-};
-
-// ----------------------------------------------------------------------------- tensors
-template <typename T> class LocalTensor;
-template <typename T> class GlobalTensor;
-namespace ascendc_sim_detail {
-template <typename T> ascendc_sim::UbRef Ub(const LocalTensor<T>& t);
-template <typename T> LocalTensor<T> MakeLocal(const ascendc_sim::UbRef& ub, uint32_t size, TPosition pos);
-}  // namespace ascendc_sim_detail
-
-template <typename T>
-class GlobalTensor {
- public:
-  using PrimType = T;
-  __aicore__ GlobalTensor() {}
-  __aicore__ inline void SetGlobalBuffer(__gm__ T* buffer, uint64_t bufferSize) {
-    ptr_ = buffer;
-    size_ = bufferSize;
-    region_ = ascendc_sim::rt::GmResolve(buffer);
-  }
-  __aicore__ inline void SetGlobalBuffer(__gm__ T* buffer) { SetGlobalBuffer(buffer, 0); }
-  __aicore__ inline T GetValue(const uint64_t offset) const {
-    ascendc_sim::rt::RequireDtype(DTOf<T>::value, "GlobalTensor::GetValue");
-    T v;
-    ascendc_sim::rt::GmScalarRead(region_, ptr_ + offset, sizeof(T), &v, "GlobalTensor::GetValue");
-    return v;
-  }
-  __aicore__ inline void SetValue(const uint64_t offset, T value) const {
-    ascendc_sim::rt::RequireDtype(DTOf<T>::value, "GlobalTensor::SetValue");
-    ascendc_sim::rt::GmScalarWrite(region_, ptr_ + offset, sizeof(T), &value, "GlobalTensor::SetValue");
-  }
-  __aicore__ inline GlobalTensor operator[](const uint64_t offset) const {
-    GlobalTensor r(*this);
-    r.ptr_ = ptr_ + offset;
-    r.size_ = size_ > offset ? size_ - offset : 0;
-    return r;
-  }
-  __aicore__ inline const __gm__ T* GetPhyAddr() const { return ptr_; }
-  __aicore__ inline __gm__ T* GetPhyAddr(const uint64_t offset) const { return ptr_ + offset; }
-  __aicore__ inline uint64_t GetSize() const { return size_; }
-  __aicore__ inline void SetL2CacheHint(CacheMode) {}
-  template <CacheMode mode> __aicore__ inline void SetL2CacheHint() {}
-  template <typename U>
-  __aicore__ inline GlobalTensor<U> ReinterpretCast() const {
-    GlobalTensor<U> r;
-    r.SetGlobalBuffer(reinterpret_cast<__gm__ U*>(ptr_), size_ * sizeof(T) / sizeof(U));
-    return r;
-  }
-  // emulation internals
-  __gm__ T* sim_ptr() const { return ptr_; }
-  int32_t sim_region() const { return region_; }
-
- private:
-  __gm__ T* ptr_ = nullptr;
-  uint64_t size_ = 0;
-  int32_t region_ = -1;
-};
-
-template <typename T>
-class LocalTensor {
- public:
-  using PrimType = T;
-  __aicore__ LocalTensor() : ub_{0, -1, 0, 0}, size_(0), pos_(TPosition::VECCALC) {}
-  __aicore__ inline T GetValue(const uint32_t index) const {
-    ascendc_sim::rt::RequireDtype(DTOf<T>::value, "LocalTensor::GetValue");
-    T v;
-    ascendc_sim::rt::UbScalarRead(ub_, static_cast<uint64_t>(index) * sizeof(T), sizeof(T), &v);
-    return v;
-  }
-  __aicore__ inline void SetValue(const uint32_t index, const T value) const {
-    ascendc_sim::rt::RequireDtype(DTOf<T>::value, "LocalTensor::SetValue");
-    ascendc_sim::rt::UbScalarWrite(ub_, static_cast<uint64_t>(index) * sizeof(T), sizeof(T), &value);
-  }
-  __aicore__ inline LocalTensor operator[](const uint32_t offset) const {
-    LocalTensor r(*this);
-    r.ub_.addr = ub_.addr + offset * static_cast<uint32_t>(sizeof(T));
-    r.size_ = size_ > offset ? size_ - offset : 0;
-    return r;
-  }
-  __aicore__ inline uint32_t GetSize() const { return size_; }
-  __aicore__ inline void SetSize(const uint32_t size) { size_ = size; }
-  __aicore__ inline uint32_t GetLength() const { return size_ * static_cast<uint32_t>(sizeof(T)); }
-  __aicore__ inline void SetBufferLen(const uint32_t len) { size_ = len / static_cast<uint32_t>(sizeof(T)); }
-  __aicore__ inline uint64_t GetPhyAddr() const { return ub_.addr; }
-  __aicore__ inline uint64_t GetPhyAddr(const uint32_t offset) const { return ub_.addr + offset * sizeof(T); }
-  __aicore__ inline TPosition GetPosition() const { return pos_; }
-  __aicore__ inline void SetUserTag(const int32_t tag) { tag_ = tag; }
-  __aicore__ inline int32_t GetUserTag() const { return tag_; }
-  template <typename U>
-  __aicore__ inline LocalTensor<U> ReinterpretCast() const {
-    return ascendc_sim_detail::MakeLocal<U>(ub_, static_cast<uint32_t>(size_ * sizeof(T) / sizeof(U)), pos_);
-  }
-
- private:
-  template <typename U> friend ascendc_sim::UbRef ascendc_sim_detail::Ub(const LocalTensor<U>& t);
-  template <typename U>
-  friend LocalTensor<U> ascendc_sim_detail::MakeLocal(const ascendc_sim::UbRef& ub, uint32_t size, TPosition pos);
-  ascendc_sim::UbRef ub_;
-  uint32_t size_;
-  TPosition pos_;
-  int32_t tag_ = 0;
-};
-
-namespace ascendc_sim_detail {
-template <typename T> inline ascendc_sim::UbRef Ub(const LocalTensor<T>& t) { return t.ub_; }
-template <typename T>
-inline LocalTensor<T> MakeLocal(const ascendc_sim::UbRef& ub, uint32_t size, TPosition pos) {
-  LocalTensor<T> r;
-  r.ub_ = ub;
-  r.size_ = size;
-  r.pos_ = pos;
-  return r;
-}
-inline ascendc_sim::Pos P(TPosition p) {
-  return static_cast<ascendc_sim::Pos>(static_cast<uint8_t>(p));
-}
-}  // namespace ascendc_sim_detail
+ASCENDC_SIM_BEGIN_NAMESPACE
 
 // ----------------------------------------------------------------------------- pipe, queues, buffers
 class TPipe;
+
+namespace ascendc_sim_detail {
+// CANN's GetBufferLogicPos (kernel_event.h): TQue<pos> is the TQueBind of these two positions, so
+// TQue<VECIN> is a TQueBind<GM, VECIN> and TQue<VECOUT> a TQueBind<VECOUT, GM>; VECCALC / GM / MAX
+// have no queue (MAX).
+constexpr TPosition QueLogicPos(TPosition pos, bool isSrc) {
+  return pos == TPosition::A1    ? (isSrc ? TPosition::GM : TPosition::A1)
+       : pos == TPosition::B1    ? (isSrc ? TPosition::GM : TPosition::B1)
+       : pos == TPosition::C1    ? (isSrc ? TPosition::GM : TPosition::C1)
+       : pos == TPosition::A2    ? (isSrc ? TPosition::A1 : TPosition::A2)
+       : pos == TPosition::B2    ? (isSrc ? TPosition::B1 : TPosition::B2)
+       : pos == TPosition::C2    ? (isSrc ? TPosition::C1 : TPosition::C2)
+       : pos == TPosition::CO1   ? (isSrc ? TPosition::CO1 : TPosition::CO2)
+       : pos == TPosition::CO2   ? (isSrc ? TPosition::CO2 : TPosition::GM)
+       : pos == TPosition::VECIN ? (isSrc ? TPosition::GM : TPosition::VECIN)
+       : pos == TPosition::VECOUT ? (isSrc ? TPosition::VECOUT : TPosition::GM)
+       : pos == TPosition::SPM   ? (isSrc ? TPosition::VECOUT : TPosition::GM)
+       : pos == TPosition::C2PIPE2GM ? (isSrc ? TPosition::B1 : TPosition::C2PIPE2GM)
+                                 : TPosition::MAX;
+}
+// CANN's GetPosition(src, dst): the position a queue's buffers (and their LocalTensors) belong to.
+constexpr TPosition QueBufferPos(TPosition src, TPosition dst) {
+#if __NPU_ARCH__ == 2002
+  return (dst == TPosition::GM || (dst == TPosition::CO2 && src == TPosition::CO1)) ? src : dst;
+#else
+  return (dst == TPosition::GM || dst == TPosition::CO2) ? src : dst;
+#endif
+}
+constexpr bool IsUserQuePos(TPosition p) {
+  return p == TPosition::GM || p == TPosition::VECIN || p == TPosition::VECOUT || p == TPosition::VECCALC;
+}
+}  // namespace ascendc_sim_detail
+
 template <TPosition src, TPosition dst, int32_t depth, auto mask = 0>
 class TQueBind {
  public:
-  __aicore__ TQueBind() {}
+  __aicore__ inline TQueBind() {}
   TQueBind(const TQueBind&) = delete;
   TQueBind& operator=(const TQueBind&) = delete;
   ~TQueBind() { ascendc_sim::rt::QueDestroy(h_, gen_); }
 
   template <typename T>
   __aicore__ inline LocalTensor<T> AllocTensor() {
-    if (depth == 0) ascendc_sim::rt::Fail("QUE_DEPTH", "AllocTensor(): the non-inplace form needs depth != 0 (TQue depth is 0)");
+    static_assert((depth != 0), "TQue::AllocTensor<T>(): a queue of depth 0 has only the in-place form AllocTensor(LocalTensor<T>&)");
     return Alloc<T>();
   }
   template <typename T>
   __aicore__ inline void AllocTensor(LocalTensor<T>& t) {
-    if (depth != 0) ascendc_sim::rt::Fail("QUE_DEPTH", "AllocTensor(LocalTensor&): the inplace form needs TQue depth 0, got %d", static_cast<int>(depth));
+    static_assert((depth == 0), "TQue::AllocTensor(LocalTensor<T>&): the in-place form is for a queue of depth 0 only");
     t = Alloc<T>();
+  }
+  // non-const reference, as in CANN's kernel_tpipe.h
+  template <typename T>
+  __aicore__ inline void FreeTensor(LocalTensor<T>& t) {
+    ascendc_sim::rt::QueFree(h_, gen_, ascendc_sim_detail::Ub(t));
   }
   template <typename T>
   __aicore__ inline bool EnQue(const LocalTensor<T>& t) {
@@ -387,34 +75,58 @@ class TQueBind {
   }
   template <TPosition srcUserPos, TPosition dstUserPos, typename T>
   __aicore__ inline bool EnQue(const LocalTensor<T>& t) {
+    static_assert((depth != 0), "TQue::EnQue<srcUserPos, dstUserPos>(): not available on a queue of depth 0");
+    static_assert(ascendc_sim_detail::IsUserQuePos(srcUserPos),
+                  "TQue::EnQue<srcUserPos, ...>(): srcUserPos must be GM, VECIN, VECOUT or VECCALC");
+    static_assert(ascendc_sim_detail::IsUserQuePos(dstUserPos),
+                  "TQue::EnQue<..., dstUserPos>(): dstUserPos must be GM, VECIN, VECOUT or VECCALC");
+    static_assert(!(srcUserPos == TPosition::GM && dstUserPos == TPosition::GM),
+                  "TQue::EnQue<GM, GM>(): source and destination cannot both be GM");
     ascendc_sim::rt::QueEnQue(h_, gen_, ascendc_sim_detail::Ub(t), ascendc_sim_detail::P(srcUserPos),
                               ascendc_sim_detail::P(dstUserPos));
     return true;
   }
   template <typename T>
-  __aicore__ inline LocalTensor<T> DeQue() {
-    uint32_t len = 0;
-    ascendc_sim::UbRef ub = ascendc_sim::rt::QueDeQue(h_, gen_, &len, ascendc_sim::Pos::MAX, ascendc_sim::Pos::MAX);
-    return ascendc_sim_detail::MakeLocal<T>(ub, len / static_cast<uint32_t>(sizeof(T)), dst);
+  __aicore__ inline void DeQue(LocalTensor<T>& t) {
+    static_assert((depth == 0), "TQue::DeQue(LocalTensor<T>&): the in-place form is for a queue of depth 0 only");
+    t = Take<T>(ascendc_sim::Pos::MAX, ascendc_sim::Pos::MAX);
   }
   template <typename T>
-  __aicore__ inline void DeQue(LocalTensor<T>& t) { t = DeQue<T>(); }
+  __aicore__ inline LocalTensor<T> DeQue() {
+    static_assert((depth != 0), "TQue::DeQue<T>(): a queue of depth 0 has only the in-place form DeQue(LocalTensor<T>&)");
+    return Take<T>(ascendc_sim::Pos::MAX, ascendc_sim::Pos::MAX);
+  }
   template <TPosition srcUserPos, TPosition dstUserPos, typename T>
   __aicore__ inline LocalTensor<T> DeQue() {
-    uint32_t len = 0;
-    ascendc_sim::UbRef ub = ascendc_sim::rt::QueDeQue(h_, gen_, &len, ascendc_sim_detail::P(srcUserPos),
-                                                      ascendc_sim_detail::P(dstUserPos));
-    return ascendc_sim_detail::MakeLocal<T>(ub, len / static_cast<uint32_t>(sizeof(T)), dstUserPos);
+    static_assert((depth != 0), "TQue::DeQue<T>(): a queue of depth 0 has only the in-place form DeQue(LocalTensor<T>&)");
+    static_assert(ascendc_sim_detail::IsUserQuePos(srcUserPos),
+                  "TQue::DeQue<srcUserPos, ...>(): srcUserPos must be GM, VECIN, VECOUT or VECCALC");
+    static_assert(ascendc_sim_detail::IsUserQuePos(dstUserPos),
+                  "TQue::DeQue<..., dstUserPos>(): dstUserPos must be GM, VECIN, VECOUT or VECCALC");
+    static_assert(!(srcUserPos == TPosition::GM && dstUserPos == TPosition::GM),
+                  "TQue::DeQue<GM, GM>(): source and destination cannot both be GM");
+    return Take<T>(ascendc_sim_detail::P(srcUserPos), ascendc_sim_detail::P(dstUserPos));
   }
-  template <typename T>
-  __aicore__ inline void FreeTensor(const LocalTensor<T>& t) {
-    ascendc_sim::rt::QueFree(h_, gen_, ascendc_sim_detail::Ub(t));
+  __aicore__ inline bool VacantInQue() {
+    static_assert((depth != 0), "TQue::VacantInQue(): not available on a queue of depth 0");
+    return ascendc_sim::rt::QueInfo(h_, gen_, 1) != 0;
   }
-  __aicore__ inline bool VacantInQue() { return ascendc_sim::rt::QueInfo(h_, gen_, 1) != 0; }
-  __aicore__ inline bool HasTensorInQue() { return ascendc_sim::rt::QueInfo(h_, gen_, 0) > 0; }
-  __aicore__ inline int32_t GetTensorCountInQue() { return ascendc_sim::rt::QueInfo(h_, gen_, 0); }
-  __aicore__ inline bool HasIdleBuffer() { return ascendc_sim::rt::QueInfo(h_, gen_, 2) > 0; }
-  __aicore__ inline void FreeAllEvent() { ascendc_sim::rt::QueFreeAllEvent(h_, gen_); }
+  __aicore__ inline bool HasTensorInQue() {
+    static_assert((depth != 0), "TQue::HasTensorInQue(): not available on a queue of depth 0");
+    return ascendc_sim::rt::QueInfo(h_, gen_, 0) > 0;
+  }
+  __aicore__ inline int32_t GetTensorCountInQue() {
+    static_assert((depth != 0), "TQue::GetTensorCountInQue(): not available on a queue of depth 0");
+    return ascendc_sim::rt::QueInfo(h_, gen_, 0);
+  }
+  __aicore__ inline bool HasIdleBuffer() {
+    static_assert((depth != 0), "TQue::HasIdleBuffer(): not available on a queue of depth 0");
+    return ascendc_sim::rt::QueInfo(h_, gen_, 2) > 0;
+  }
+  __aicore__ inline void FreeAllEvent() {
+    static_assert((depth != 0), "TQue::FreeAllEvent(): not available on a queue of depth 0");
+    ascendc_sim::rt::QueFreeAllEvent(h_, gen_);
+  }
 
   // called by TPipe::InitBuffer
   void sim_init(uint32_t num, uint32_t len) {
@@ -422,24 +134,42 @@ class TQueBind {
   }
 
  private:
+  static constexpr TPosition kBufPos = ascendc_sim_detail::QueBufferPos(src, dst);
   template <typename T>
   LocalTensor<T> Alloc() {
     uint32_t len = 0;
     ascendc_sim::UbRef ub = ascendc_sim::rt::QueAlloc(h_, gen_, &len);
     ascendc_sim::rt::RequireDtype(DTOf<T>::value, "AllocTensor");
-    return ascendc_sim_detail::MakeLocal<T>(ub, len / static_cast<uint32_t>(sizeof(T)), src);
+    return ascendc_sim_detail::MakeLocal<T>(ub, len / static_cast<uint32_t>(sizeof(T)), kBufPos);
+  }
+  template <typename T>
+  LocalTensor<T> Take(ascendc_sim::Pos su, ascendc_sim::Pos du) {
+    uint32_t len = 0;
+    ascendc_sim::UbRef ub = ascendc_sim::rt::QueDeQue(h_, gen_, &len, su, du);
+    return ascendc_sim_detail::MakeLocal<T>(ub, len / static_cast<uint32_t>(sizeof(T)), kBufPos);
   }
   int32_t h_ = -1;
   uint32_t gen_ = 0;
 };
 
+// As in CANN: TQue<pos> derives from TQueBind<GetBufferLogicPos(pos, true), GetBufferLogicPos(pos, false)>.
 template <TPosition pos, int32_t depth, auto mask = 0>
-class TQue : public TQueBind<pos, pos, depth, mask> {};
+class TQue : public TQueBind<ascendc_sim_detail::QueLogicPos(pos, true), ascendc_sim_detail::QueLogicPos(pos, false),
+                             depth, mask> {
+  static_assert(pos != TPosition::VECCALC,
+                "TQue<TPosition::VECCALC, ...> does not compile against the official headers (GetBufferLogicPos "
+                "asserts pos != VECCALC): VECCALC has no queue; use TBuf<TPosition::VECCALC> for work buffers");
+  static_assert(pos != TPosition::GM && pos != TPosition::MAX,
+                "TQue<TPosition::GM / MAX, ...>: not a queue position (GetBufferLogicPos asserts it)");
 
-template <TPosition pos = TPosition::VECCALC>
+ public:
+  __aicore__ inline TQue() = default;
+};
+
+template <TPosition pos = TPosition::LCM>
 class TBuf {
  public:
-  __aicore__ TBuf() {}
+  __aicore__ inline TBuf() {}
   TBuf(const TBuf&) = delete;
   TBuf& operator=(const TBuf&) = delete;
   template <typename T>
@@ -449,22 +179,33 @@ class TBuf {
     ascendc_sim::rt::RequireDtype(DTOf<T>::value, "TBuf::Get");
     return ascendc_sim_detail::MakeLocal<T>(ub, len / static_cast<uint32_t>(sizeof(T)), pos);
   }
+  // CANN's CPU-debug TBuf::Get(len) asserts len > 0 and len * sizeof(T) a multiple of 32 bytes (TBUF_LEN)
   template <typename T>
-  __aicore__ inline LocalTensor<T> Get(const uint32_t len) {
+  __aicore__ inline LocalTensor<T> Get(uint32_t len) {
     uint32_t bytes = 0;
     ascendc_sim::UbRef ub = ascendc_sim::rt::TBufGet(h_, gen_, &bytes);
     ascendc_sim::rt::RequireDtype(DTOf<T>::value, "TBuf::Get");
-    if (static_cast<uint64_t>(len) * sizeof(T) > bytes)
+    const uint64_t want = static_cast<uint64_t>(len) * sizeof(T);
+    if (len == 0 || want % 32 != 0)
+      ascendc_sim::rt::Fail("TBUF_LEN",
+                            "TBuf::Get<%s>(len=%u): len * sizeof(%s) = %llu B must be > 0 and a multiple of 32 B",
+                            ascendc_sim::rt::DTName(DTOf<T>::value), len, ascendc_sim::rt::DTName(DTOf<T>::value),
+                            static_cast<unsigned long long>(want));
+    if (want > bytes)
       ascendc_sim::rt::Fail("UB_OUT_OF_BUFFER", "TBuf::Get<%s>(%u): %llu bytes requested, the TBuf has %u bytes",
-                            ascendc_sim::rt::DTName(DTOf<T>::value), len,
-                            static_cast<unsigned long long>(len) * sizeof(T), bytes);
+                            ascendc_sim::rt::DTName(DTOf<T>::value), len, static_cast<unsigned long long>(want), bytes);
     return ascendc_sim_detail::MakeLocal<T>(ub, len, pos);
   }
+  // The documented rule: bufOffset is 32-byte aligned (TBUF_OFFSET); size * sizeof(T) + bufOffset fits the TBuf.
   template <typename T>
-  __aicore__ inline LocalTensor<T> GetWithOffset(const uint32_t size, const uint32_t bufOffset) {
+  __aicore__ inline LocalTensor<T> GetWithOffset(uint32_t size, uint32_t bufOffset) {
     uint32_t bytes = 0;
     ascendc_sim::UbRef ub = ascendc_sim::rt::TBufGet(h_, gen_, &bytes);
     ascendc_sim::rt::RequireDtype(DTOf<T>::value, "TBuf::GetWithOffset");
+    if (bufOffset % 32 != 0)
+      ascendc_sim::rt::Fail("TBUF_OFFSET",
+                            "TBuf::GetWithOffset<%s>(size=%u, bufOffset=%u): bufOffset must be a multiple of 32 B",
+                            ascendc_sim::rt::DTName(DTOf<T>::value), size, bufOffset);
     if (static_cast<uint64_t>(bufOffset) + static_cast<uint64_t>(size) * sizeof(T) > bytes)
       ascendc_sim::rt::Fail("UB_OUT_OF_BUFFER",
                             "TBuf::GetWithOffset<%s>(size=%u, bufOffset=%u): ends at byte %llu, the TBuf has %u bytes",
@@ -519,6 +260,7 @@ __aicore__ inline int64_t GetSubBlockNum() { return 1; }
 __aicore__ inline int64_t GetTaskRation() { return 1; }
 __aicore__ inline GM_ADDR GetUserWorkspace(GM_ADDR workspace) { return ascendc_sim::rt::UserWorkspace(workspace); }
 __aicore__ inline GM_ADDR GetSysWorkSpacePtr() { return ascendc_sim::rt::SysWorkspace(); }
+[[deprecated("SetSysWorkspace is deprecated in CANN (scheduled for removal): the framework sets the system workspace")]]
 __aicore__ inline void SetSysWorkspace(GM_ADDR) {}
 template <bool isAIVOnly = true>
 __aicore__ inline void SyncAll() {
@@ -620,11 +362,21 @@ __aicore__ inline void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>&
                               "DataCopy(UB->UB, DataCopyParams)");
 }
 
-template <typename T, PaddingMode mode = PaddingMode::Normal>
+// DataCopyPad: CANN marks it "an unsupported API on current device" on the Atlas inference series
+// (__NPU_ARCH__ 2002, Ascend310P): there it does not compile in the emulation. The PaddingMode
+// template parameter exists for arch 3510 / 5102 only.
+#if __NPU_ARCH__ == 2002
+#define ASCENDC_SIM_NO_DATACOPYPAD(T)                                                                              \
+  static_assert(AscendcSimNever<T>::value,                                                                         \
+                "DataCopyPad is an unsupported API on the Atlas inference series (Ascend310P, __NPU_ARCH__ 2002): " \
+                "CANN marks it deprecated-unsupported there; guard the call (op_kernel/mskv_arch.h: MSKV_HAS_BF16_AND_PAD)")
+#else
+#define ASCENDC_SIM_NO_DATACOPYPAD(T) static_assert(true, "")
+#endif
+template <typename T>
 __aicore__ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataCopyExtParams& p,
                                    const DataCopyPadExtParams<T>& pad) {
-  if (mode != PaddingMode::Normal)
-    ascendc_sim::rt::UnsupportedApi("DataCopyPad<PaddingMode::Compact>", "Compact mode exists on Ascend 950 only");
+  ASCENDC_SIM_NO_DATACOPYPAD(T);
   ascendc_sim::PadSpec ps;
   ps.left = pad.leftPadding;
   ps.right = pad.rightPadding;
@@ -637,10 +389,9 @@ __aicore__ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor
                               ascendc_sim_detail::Raw(p.blockCount, p.blockLen, p.srcStride, p.dstStride), &ps,
                               "DataCopyPad(GM->UB, DataCopyExtParams)");
 }
-template <typename T, PaddingMode mode = PaddingMode::Normal>
+template <typename T>
 __aicore__ inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyExtParams& p) {
-  if (mode != PaddingMode::Normal)
-    ascendc_sim::rt::UnsupportedApi("DataCopyPad<PaddingMode::Compact>", "Compact mode exists on Ascend 950 only");
+  ASCENDC_SIM_NO_DATACOPYPAD(T);
   ascendc_sim::rt::CopyUbToGm(dst.sim_region(), reinterpret_cast<uint8_t*>(dst.sim_ptr()), ascendc_sim_detail::Ub(src),
                               DTOf<T>::value, ascendc_sim::kCopyPadExt,
                               ascendc_sim_detail::Raw(p.blockCount, p.blockLen, p.srcStride, p.dstStride),
@@ -649,6 +400,7 @@ __aicore__ inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor
 template <typename T>
 __aicore__ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataCopyParams& p,
                                    const DataCopyPadParams& pad) {
+  ASCENDC_SIM_NO_DATACOPYPAD(T);
   ascendc_sim::PadSpec ps;
   ps.left = pad.leftPadding;
   ps.right = pad.rightPadding;
@@ -662,6 +414,7 @@ __aicore__ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor
 }
 template <typename T>
 __aicore__ inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyParams& p) {
+  ASCENDC_SIM_NO_DATACOPYPAD(T);
   ascendc_sim::rt::CopyUbToGm(dst.sim_region(), reinterpret_cast<uint8_t*>(dst.sim_ptr()), ascendc_sim_detail::Ub(src),
                               DTOf<T>::value, ascendc_sim::kCopyPadLegacy,
                               ascendc_sim_detail::Raw(p.blockCount, p.blockLen, p.srcStride, p.dstStride),
@@ -842,9 +595,21 @@ __aicore__ inline void Gather(const LocalTensor<T>& dst, const LocalTensor<T>& s
   ascendc_sim::rt::Gather(d, a, o, srcBaseAddr, count);
 }
 
+// Cast from or to bfloat16_t: the 310P (__NPU_ARCH__ 2002) implementation of the official headers has no
+// conversion for bfloat16 (no matching overload there), so the 310P build rejects it at compile time; on
+// A2/A3 the run-time table (CAST_UNSUPPORTED) decides the pair.
+#if __NPU_ARCH__ == 2002
+#define ASCENDC_SIM_NO_BF16_CAST(T, U)                                                                   \
+  static_assert(!IsSameType<T, bfloat16_t>::value && !IsSameType<U, bfloat16_t>::value,               \
+                "Cast from or to bfloat16_t does not exist on the Atlas inference series (Ascend310P, "   \
+                "__NPU_ARCH__ 2002): guard it (op_kernel/mskv_arch.h: MSKV_HAS_BF16_AND_PAD)")
+#else
+#define ASCENDC_SIM_NO_BF16_CAST(T, U) static_assert(true, "")
+#endif
 template <typename T, typename U, bool isSetMask = true>
 __aicore__ inline void Cast(const LocalTensor<T>& dst, const LocalTensor<U>& src, const RoundMode& roundMode,
                             const uint32_t count) {
+  ASCENDC_SIM_NO_BF16_CAST(T, U);
   auto d = ascendc_sim_detail::Opnd(dst, 1, 8), a = ascendc_sim_detail::Opnd(src, 1, 8);
   ascendc_sim::rt::Vec(ascendc_sim::VecOp::Cast, "Cast", ascendc_sim_detail::CountShape(count), !isSetMask, d, &a,
                        nullptr, nullptr, static_cast<int>(roundMode));
@@ -852,6 +617,7 @@ __aicore__ inline void Cast(const LocalTensor<T>& dst, const LocalTensor<U>& src
 template <typename T, typename U, bool isSetMask = true>
 __aicore__ inline void Cast(const LocalTensor<T>& dst, const LocalTensor<U>& src, const RoundMode& roundMode,
                             const uint64_t mask[], const uint8_t repeatTime, const UnaryRepeatParams& p) {
+  ASCENDC_SIM_NO_BF16_CAST(T, U);
   auto d = ascendc_sim_detail::Opnd(dst, p.dstBlkStride, p.dstRepStride),
        a = ascendc_sim_detail::Opnd(src, p.srcBlkStride, p.srcRepStride);
   ascendc_sim::rt::Vec(ascendc_sim::VecOp::Cast, "Cast", ascendc_sim_detail::BitsShape(mask, repeatTime), !isSetMask,
@@ -860,6 +626,7 @@ __aicore__ inline void Cast(const LocalTensor<T>& dst, const LocalTensor<U>& src
 template <typename T, typename U, bool isSetMask = true>
 __aicore__ inline void Cast(const LocalTensor<T>& dst, const LocalTensor<U>& src, const RoundMode& roundMode,
                             const uint64_t mask, const uint8_t repeatTime, const UnaryRepeatParams& p) {
+  ASCENDC_SIM_NO_BF16_CAST(T, U);
   auto d = ascendc_sim_detail::Opnd(dst, p.dstBlkStride, p.dstRepStride),
        a = ascendc_sim_detail::Opnd(src, p.srcBlkStride, p.srcRepStride);
   ascendc_sim::rt::Vec(ascendc_sim::VecOp::Cast, "Cast", ascendc_sim_detail::LenShape(mask, repeatTime), !isSetMask,
@@ -879,9 +646,10 @@ __aicore__ inline void SetVectorMask(int32_t len) {
 }
 __aicore__ inline void ResetMask() { ascendc_sim::rt::ResetMask(); }
 
-__aicore__ inline TPipe* GetTPipePtr() { return static_cast<TPipe*>(ascendc_sim::rt::CurrentPipe()); }
+ASCENDC_SIM_END_NAMESPACE
 
-}  // namespace AscendC
+// CANN declares GetTPipePtr at global scope (kernel_common.h), not in namespace AscendC.
+__aicore__ inline AscendC::TPipe* GetTPipePtr() { return static_cast<AscendC::TPipe*>(ascendc_sim::rt::CurrentPipe()); }
 
 // ----------------------------------------------------------------------------- tiling data / keys
 #define TILING_KEY_IS(k) (::ascendc_sim::rt::TilingKey() == static_cast<uint64_t>(k))
@@ -924,12 +692,15 @@ inline void InvokeKernel(void* fn, void** args, int) {
 }
 template <typename... A>
 struct KernelRegistrar {
-  KernelRegistrar(const char* name, void (*fn)(A...), const char* where) {
-    rt::RegisterKernel(name, reinterpret_cast<void*>(fn), static_cast<int>(sizeof...(A)), &InvokeKernel<A...>, where);
+  // npu_arch comes from the macro (expanded in the kernel's TU): this template is shared by the builds of
+  // every arch and must not depend on __NPU_ARCH__ itself.
+  KernelRegistrar(const char* name, void (*fn)(A...), const char* where, int npu_arch) {
+    rt::RegisterKernel(name, reinterpret_cast<void*>(fn), static_cast<int>(sizeof...(A)), &InvokeKernel<A...>, where,
+                       npu_arch);
   }
 };
 }  // namespace ascendc_sim
 #define ASCENDC_SIM_REGISTER_KERNEL(name, fn) \
-  static ::ascendc_sim::KernelRegistrar ascendc_sim_kernel_registrar_##name(#name, &fn, __FILE__);
+  static ::ascendc_sim::KernelRegistrar ascendc_sim_kernel_registrar_##name(#name, &fn, __FILE__, __NPU_ARCH__);
 
 #endif  // ASCENDC_SIM_KERNEL_API_H_

@@ -4,12 +4,19 @@
 // layout: uint64 offset of the pointer table; per tensor one header word (dim | index << 32) and
 // its dims; then one data pointer per tensor. Every word is read through the GM model (bounds,
 // accounting); an index past the last tensor raises LIST_TENSOR.
+//
+// The classes live in namespace ascendc_sim_lt; "kernel_operator_list_tensor_intf.h" makes them
+// AscendC::ListTensorDesc / AscendC::TensorDesc, so (as with the official headers) a kernel sees them
+// only if it includes that header. Kernel wrappers include this file at global scope before the
+// kernel's own namespace is opened (see kernel_operator_list_tensor_intf.h).
 #ifndef ASCENDC_SIM_LIST_TENSOR_H_
 #define ASCENDC_SIM_LIST_TENSOR_H_
 
-#include "ascendc_sim/kernel_api.h"
+#include "ascendc_sim/kernel_tensor.h"
 
-namespace AscendC {
+namespace ascendc_sim_lt {
+inline namespace ASCENDC_SIM_ARCH_NS {
+using AscendC::GlobalTensor;
 
 template <typename T>
 class TensorDesc {
@@ -105,6 +112,7 @@ class ListTensorDesc {
   uint32_t dim_ = 0, words_ = 0, count_ = 0;
 };
 
-}  // namespace AscendC
+}  // namespace ASCENDC_SIM_ARCH_NS
+}  // namespace ascendc_sim_lt
 
 #endif  // ASCENDC_SIM_LIST_TENSOR_H_

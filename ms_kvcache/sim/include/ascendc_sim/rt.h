@@ -151,7 +151,9 @@ ASCENDC_SIM_API void ReleaseEventID(int event, int64_t id);
 
 // --------------------------------------------------------------------------------------- kernels
 using KernelInvoker = void (*)(void* fn, void** args, int nargs);
-ASCENDC_SIM_API void RegisterKernel(const char* name, void* fn, int nargs, KernelInvoker invoke, const char* where);
+// npu_arch: the __NPU_ARCH__ the kernel was compiled for; a launch on a SoC runs the build of its arch.
+ASCENDC_SIM_API void RegisterKernel(const char* name, void* fn, int nargs, KernelInvoker invoke, const char* where,
+                                    int npu_arch);
 
 }  // namespace rt
 }  // namespace ascendc_sim

@@ -48,9 +48,13 @@ class KernelSimHostAdd {
     if ((n * sizeof(T)) % 32 == 0) {
       DataCopy(dst, src, n);
     } else {
+#if __CCE_AICORE__ >= 220  // DataCopyPad: A2/A3 only (it does not compile for 310P)
       DataCopyExtParams p{1, static_cast<uint32_t>(n * sizeof(T)), 0, 0, 0};
       DataCopyPadExtParams<T> pad{false, 0, 0, static_cast<T>(0)};
       DataCopyPad(dst, src, p, pad);
+#else  // never reached on 310P (no DataCopyPad there): DataCopy would report DATACOPY_ALIGN
+      DataCopy(dst, src, n);
+#endif
     }
   }
   __aicore__ inline void CopyIn(uint32_t off, uint32_t n) {
@@ -104,8 +108,12 @@ class KernelSimHostAdd {
     if ((n * sizeof(T)) % 32 == 0) {
       DataCopy(zGm_[off], z, n);
     } else {
+#if __CCE_AICORE__ >= 220
       DataCopyExtParams p{1, static_cast<uint32_t>(n * sizeof(T)), 0, 0, 0};
       DataCopyPad(zGm_[off], z, p);
+#else
+      DataCopy(zGm_[off], z, n);
+#endif
     }
     outZ_.FreeTensor(z);
   }
@@ -131,9 +139,11 @@ extern "C" __global__ __aicore__ void sim_host_add(GM_ADDR x, GM_ADDR y, GM_ADDR
     KernelSimHostAdd<float> op;
     op.Init(x, y, bias, z, t);
     op.Process();
+#if __CCE_AICORE__ >= 220  // bfloat16 Cast: A2/A3 only (the 310P OpDef config has no DT_BF16)
   } else if (TILING_KEY_IS(2) || TILING_KEY_IS(12)) {
     KernelSimHostAdd<bfloat16_t> op;
     op.Init(x, y, bias, z, t);
     op.Process();
+#endif
   }
 }
