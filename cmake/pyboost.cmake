@@ -60,7 +60,8 @@ foreach(d include core/include core/mindrt/include core/mindrt ops ops/include o
           ccsrc/include ccsrc/minddata/mindrecord/include)
   list(APPEND _inc "${MSKV_MS_DIR}/include/mindspore/${d}")
 endforeach()
-list(APPEND _inc "${CMAKE_CURRENT_SOURCE_DIR}/cpu_kernel" "${CMAKE_CURRENT_SOURCE_DIR}/ms_kvcache/csrc")
+list(APPEND _inc "${CMAKE_CURRENT_SOURCE_DIR}/cpu_kernel" "${CMAKE_CURRENT_SOURCE_DIR}/op_host"
+     "${CMAKE_CURRENT_SOURCE_DIR}/ms_kvcache/csrc")
 
 set(_srcs "${CMAKE_CURRENT_SOURCE_DIR}/ms_kvcache/csrc/pyboost_module.cpp"
           "${CMAKE_CURRENT_SOURCE_DIR}/ms_kvcache/csrc/aot_bridge.cpp")

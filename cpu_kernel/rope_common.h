@@ -242,10 +242,9 @@ inline CachePlane PlaneArg(const AotArgs& a, int i, bool bnsd) {
 // at out_idx, out_idx + 1. Checks every size the kernel relies on (Python checked them already).
 RopeCacheArgs GqaArgs(const AotArgs& a, const CachePlane& kc, const CachePlane& vc, int slot_idx, int out_idx);
 
+// cache_layout: an int code (op_host/mskv_attr_codes.h), BSND when absent.
 inline bool LayoutAttr(const AotArgs& a) {
-  const std::string layout = a.attr_str("cache_layout", "BSND");
-  Require(layout == "BSND" || layout == "BNSD", "unknown cache_layout " + layout);
-  return layout == "BNSD";
+  return LayoutIsBnsd(a.attr_int("cache_layout", mskv_attr::kLayoutBSND));
 }
 
 // Strict mode (attribute "mskv_strict", set only by the PyNative fast path, whose wrappers may read

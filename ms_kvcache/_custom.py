@@ -27,13 +27,19 @@ are tuple lengths (constants), e.g. ``_get_cache_prim(Prim)(graph_backend(), (le
 m)``: this works in a GRAPH_MODE ``Cell.construct`` with ParameterTuple attributes and in ``@ms.jit``
 functions.
 
-Attribute values as trailing inputs (backends with ``ATTRS_AS_INPUTS = True``: ascend). MindSpore 2.10's
+Attribute values as trailing inputs (backends with ``ATTRS_AS_INPUTS = True``: ascend). MindSpore's (2.7-2.10)
 Ascend C custom kernel (``CustomV2AclnnKernelMod``) takes an op's attribute values from the primitive's
 *inputs*, after the tensors, in the order of the generated ``aclnn<Op>GetWorkspaceSize`` prototype
 (= OpDef attr order = ``spec.attrs``). The instance then declares one signature entry per attribute with
 its value as default (the graph compiler appends them to every ``prim(*tensors)`` call), ends
 ``dyn_input_sizes`` with one -1 per attribute, strips them before the infer functions, and copies its
 attributes to ``custom_pyboost``; PyNative calls go through :func:`graph_launcher`.
+
+Attribute encoding. The instance takes the public attribute values (``"BNSD"``, ``"h2d"``) and hands the
+kernels their ``AttrSpec.encode``-d form (``AttrSpec.codes``: named modes become ints), as primitive
+attributes, as trailing inputs and on the fast path alike; the infer functions and ``inplace_if`` see the
+public values. No kernel of any backend receives a string attribute, because MindSpore 2.7 / 2.8 cannot
+pass one to an Ascend C op (see :class:`ms_kvcache._spec.AttrSpec`).
 
 Inputs written only for some attribute value (``TensorSpec.inplace_if``, e.g. the buffer of a d2h
 transfer) are resolved per instance from its attribute values: RW_WRITE in its signature,
@@ -147,7 +153,8 @@ class InplaceCustom(ops.Custom):
             kwargs["reg_info"] = reg_info
         out_shape = spec.extra.get("out_shape", _status_shape)
         out_dtype = spec.extra.get("out_dtype", _status_dtype)
-        attrs = spec.attr_values(attr_values)
+        attrs = spec.attr_values(attr_values)  # public values (names): what the infer functions see
+        kattrs = spec.kernel_attrs(attrs)      # what the kernels see (AttrSpec.codes encoded)
         if "infer_shape" in spec.extra:
             shape_fn = spec.extra["infer_shape"]
 
@@ -170,7 +177,7 @@ class InplaceCustom(ops.Custom):
         if n_attr:
             # the attribute values as trailing inputs with defaults: the graph compiler appends them to
             # every call ``prim(*tensors)`` (MindSpore fills missing arguments from signature defaults)
-            sigs += tuple(sig.make_sig(a.name, default=attrs[a.name]) for a in spec.attrs)
+            sigs += tuple(sig.make_sig(a.name, default=kattrs[a.name]) for a in spec.attrs)
         if sigs is not None:
             self.set_signatures(sigs)
         if counts is not None:
@@ -178,10 +185,10 @@ class InplaceCustom(ops.Custom):
         if spec.written_inputs(attrs):
             self.add_prim_attr("side_effect_mem", True)
         for attr, value in zip(spec.attrs, attr_values):
-            self.add_prim_attr(attr.name, value)
+            self.add_prim_attr(attr.name, kattrs[attr.name])
         self.add_prim_attr("ms_kvcache_backend", backend)
-        #: attribute values the primitive takes as trailing inputs (spec order), () if none
-        self.attr_inputs = tuple(attrs[a.name] for a in spec.attrs) if n_attr else ()
+        #: attribute values (kernel encoding) the primitive takes as trailing inputs (spec order), () if none
+        self.attr_inputs = tuple(kattrs[a.name] for a in spec.attrs) if n_attr else ()
         pyboost = getattr(self, "custom_pyboost", None)
         if pyboost is not None:
             # ops.Custom on Ascend copies the attributes to its PyNative twin (``_CustomExt``) at the end of
@@ -344,7 +351,7 @@ def eager_launcher(spec, backend, attr_values=(), counts=None):
         if fast_path_available(backend)[0]:
             mod = _fast_module()
             lib = _backend.backend_module(backend).fast_library()
-            attrs = {a.name: v for a, v in zip(spec.attrs, attr_values)}
+            attrs = spec.kernel_attrs({a.name: v for a, v in zip(spec.attrs, attr_values)})
             attrs["mskv_strict"] = True
             if spec.has_dynamic:
                 attrs["dyn_input_sizes"] = spec.dyn_input_sizes(counts)
@@ -387,7 +394,7 @@ def _sim_checked(spec, launch, attr_values, counts):
     the next sync."""
     from ms_kvcache import sim  # noqa: WPS433 - only for the sim backend
 
-    attrs = spec.attr_values(attr_values)
+    attrs = spec.kernel_attrs(spec.attr_values(attr_values))
     norm = spec.counts(counts) if spec.has_dynamic else None
 
     optional = [t.optional for t in spec.inputs]
