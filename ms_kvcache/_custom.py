@@ -265,7 +265,7 @@ def _fast_module():
         try:
             from ms_kvcache import _cpu_pyboost as mod  # noqa: WPS433 - optional compiled extension
         except ImportError as exc:
-            _FAST["why"] = f"ms_kvcache._cpu_pyboost not importable ({exc})"
+            _FAST["why"] = _build_failure() or f"ms_kvcache._cpu_pyboost not importable ({exc})"
         else:
             if mod.mindspore_version != ms.__version__:
                 _FAST["why"] = (f"ms_kvcache._cpu_pyboost was built for MindSpore {mod.mindspore_version}, "
@@ -273,6 +273,36 @@ def _fast_module():
             else:
                 _FAST["module"] = mod
     return _FAST["module"]
+
+
+def _build_failure():
+    """Why the build left no ``_cpu_pyboost`` module, from the ``_cpu_pyboost.build-failed.log`` it writes next
+    to the package (cmake/pyboost.cmake: MindSpore not found or without the headers at build time, or a
+    compile error against them), or None when there is no such log."""
+    import sysconfig
+
+    import ms_kvcache
+
+    dirs = [os.path.dirname(os.path.abspath(_backend.__file__))] + list(getattr(ms_kvcache, "__path__", []))
+    dirs += [os.path.join(sysconfig.get_paths()[k], "ms_kvcache") for k in ("platlib", "purelib")]  # editable installs
+    for d in dirs:
+        log = os.path.join(d, "_cpu_pyboost.build-failed.log")
+        try:
+            with open(log, encoding="utf-8", errors="replace") as f:
+                lines = [ln.strip() for ln in f.read().splitlines() if ln.strip()]
+            break
+        except OSError:
+            continue
+    else:
+        return None
+    if not lines:
+        return None
+    first = lines[0]
+    err = next((ln for ln in lines[1:] if "error" in ln), None)
+    detail = f"{first} {err}" if err else first
+    if len(detail) > 400:
+        detail = detail[:400] + "..."
+    return f"ms_kvcache._cpu_pyboost was not built: {detail} (log: {log})"
 
 
 def fast_path_available(backend=None):
