@@ -475,8 +475,28 @@ def empty_input(dtype):
     return t
 
 
-#: :func:`empty_input` for graph-mode code (a constant of the compiled graph).
-empty_input_graph = constexpr(empty_input)
+_EMPTY_F16 = empty_input(ms.float16)
+_EMPTY_BF16 = empty_input(ms.bfloat16)
+_EMPTY_F32 = empty_input(ms.float32)
+_EMPTY_I8 = empty_input(ms.int8)
+
+
+def empty_input_graph(dtype):
+    """:func:`empty_input` for graph-mode code: the empty ``[0]`` tensor of ``dtype`` (float16, bfloat16,
+    float32 or int8, the cache dtypes; float32 for any other dtype, which the op's dtype check rejects
+    anyway), a constant of the compiled graph.
+
+    Written as comparisons of ``dtype`` against constants selecting module-level Tensors, which every
+    MindSpore from 2.7 folds at compile time. Not a ``constexpr`` returning a Tensor: MindSpore 2.7.x /
+    2.8.0 keep such a constexpr as a primitive in the graph ("Unsupported op [empty_input] on CPU" at
+    kernel selection); only 2.9+ folds it."""
+    if dtype == ms.float16:
+        return _EMPTY_F16
+    if dtype == ms.bfloat16:
+        return _EMPTY_BF16
+    if dtype == ms.int8:
+        return _EMPTY_I8
+    return _EMPTY_F32
 
 
 @constexpr(reuse_result=False)
