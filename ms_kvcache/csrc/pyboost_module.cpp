@@ -118,7 +118,13 @@ class AotRunner : public ms::pynative::PyboostRunner {
       shapes[i] = const_cast<int64_t*>(s.data());
       dtypes[i] = DTypeName(t.data_type());
     };
-    for (size_t i = 0; i < ins.size(); ++i) put(i, ins[i]);
+    for (size_t i = 0; i < ins.size(); ++i) {
+      if (!ins[i].is_contiguous()) {
+        throw std::runtime_error("ms_kvcache: " + mskv_bridge::KernelName(*k_) + ": input " + std::to_string(i) +
+                                 " is not contiguous (the fast path passes tensors as they are)");
+      }
+      put(i, ins[i]);
+    }
     int32_t status = 0;
     int64_t status_shape = 1;
     if (outs.empty()) {
@@ -170,6 +176,12 @@ py::object RunKernel(const KernelHolder& h, const py::args& args) {
   std::vector<ms::Tensor> ins;
   ins.reserve(args.size());
   for (const auto& a : args) ins.push_back(a.cast<ms::Tensor>());
+  // Inputs reach the kernel as they are, views included (the K / V planes of one merged cache): with
+  // PyboostRunner's default (need_contiguous) MindSpore 2.7.2 runs the kernel on a contiguous copy of a view
+  // with a storage offset (2.10 does not), and a cache written through that copy lost the write
+  // (tests/test_fast_path.py::test_cache_views_fast_path_and_fallback). The Python wrappers pass contiguous
+  // tensors only (read-only inputs made contiguous, written ones checked); LaunchKernel refuses any other.
+  for (const auto& t : ins) t.SetNeedContiguous(false);
   for (int j : op->out_like) {
     if (j < 0 || static_cast<size_t>(j) >= ins.size()) {
       throw py::value_error(mskv_bridge::KernelName(*op->k) + ": output shaped like input " + std::to_string(j) +
