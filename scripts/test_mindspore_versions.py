@@ -15,7 +15,8 @@ random weights), then record:
 - build: the editable install succeeded;
 - fast path: ``ms_kvcache._custom.fast_path_available("cpu")`` (and why not);
 - quick suite: ``python -m pytest -q -m "not slow"`` in the copy (the summary line and its wall time);
-- demo: ``ms-kvcache demo`` (exit code, wall time, and its last line).
+- demo: ``ms-kvcache demo`` (exit code, wall time, and its last line);
+- the 1-minute load average before and after the suite (timings on a shared machine mean little without it).
 
 Prints one Markdown table row per version (the README's version table) and writes
 ``WORKDIR/VERSION/result.json`` plus the logs (``install.log``, ``pytest.log``, ``demo.log``). Exit code 0 if
@@ -113,8 +114,10 @@ def test_version(version, workdir, demo_model=True, pytest_args=(), keep=False):
             probe = json.loads(tail[-1])
             res["fast_path"], res["fast_path_why"] = probe["fast_path"], probe["why"]
             res["mindspore_installed"] = probe["mindspore"]
+        load0 = os.getloadavg()[0]
         rc, secs, tail = _run([py, "-m", "pytest", "-q", "-m", "not slow", "-p", "no:cacheprovider", *pytest_args],
                               base / "pytest.log", cwd=src, env=env)
+        res["load_1min"] = [round(load0, 1), round(os.getloadavg()[0], 1)]  # before / after: a shared machine
         summary = next((ln for ln in reversed(tail) if " in " in ln and ("passed" in ln or "failed" in ln)), None)
         res.update(quick_suite=summary.strip("= ") if summary else f"rc {rc}", quick_suite_ok=rc == 0,
                    quick_suite_s=round(secs, 1))
