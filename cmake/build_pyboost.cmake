@@ -1,7 +1,11 @@
-# Script mode (cmake -P): compile ms_kvcache/_cpu_pyboost in one compiler call; a failure is a
+# Script mode (cmake -P): compile one PyNative module (NAME: _cpu_pyboost by default, _ascend_pyboost) in
+# one compiler call; a failure is a
 # warning unless REQUIRED=ON (see cmake/pyboost.cmake). On failure no module is left behind (Python
-# then falls back to ops.Custom) and the compiler log goes to _cpu_pyboost.build-failed.log next to
+# then falls back to ops.Custom / a jit graph) and the compiler log goes to <NAME>.build-failed.log next to
 # where the module would be. STAMP is touched in both cases.
+if(NOT NAME)
+  set(NAME _cpu_pyboost)  # the module's name, for the messages and the failure log
+endif()
 string(REPLACE "|" ";" SRCS "${SRCS}")
 string(REPLACE "|" ";" INCS "${INCS}")
 string(REPLACE "|" ";" DEFS "${DEFS}")
@@ -11,6 +15,10 @@ foreach(i ${INCS})
   list(APPEND args "-I${i}")
 endforeach()
 list(APPEND args -isystem "${PY_INC}")
+if(EXTRA_FLAGS)
+  string(REPLACE "|" ";" EXTRA_FLAGS "${EXTRA_FLAGS}")
+  list(APPEND args ${EXTRA_FLAGS})
+endif()
 if(SAN_FLAGS)
   list(APPEND args ${SAN_FLAGS})
 endif()
@@ -21,15 +29,15 @@ file(MAKE_DIRECTORY "${dir}")
 execute_process(COMMAND "${CXX}" ${args} RESULT_VARIABLE rc OUTPUT_VARIABLE log ERROR_VARIABLE log)
 if(rc EQUAL 0)
   file(RENAME "${OUT}.tmp" "${OUT}")
-  file(REMOVE "${dir}/_cpu_pyboost.build-failed.log")
+  file(REMOVE "${dir}/${NAME}.build-failed.log")
 else()
   file(REMOVE "${OUT}.tmp" "${OUT}")
-  file(WRITE "${dir}/_cpu_pyboost.build-failed.log" "did not compile against MindSpore ${MS_VERSION}:\n${log}")
+  file(WRITE "${dir}/${NAME}.build-failed.log" "did not compile against MindSpore ${MS_VERSION}:\n${log}")
   if(REQUIRED STREQUAL "ON")
-    message(FATAL_ERROR "ms_kvcache: _cpu_pyboost failed to compile against MindSpore ${MS_VERSION}:\n${log}")
+    message(FATAL_ERROR "ms_kvcache: ${NAME} failed to compile against MindSpore ${MS_VERSION}:\n${log}")
   endif()
-  message(WARNING "ms_kvcache: the PyNative fast path _cpu_pyboost did not compile against MindSpore "
-          "${MS_VERSION} (headers differ?); PyNative calls will use ops.Custom. Log: "
-          "${dir}/_cpu_pyboost.build-failed.log")
+  message(WARNING "ms_kvcache: the PyNative module ${NAME} did not compile against MindSpore "
+          "${MS_VERSION} (headers differ?); PyNative calls will fall back (ops.Custom / a jit graph). Log: "
+          "${dir}/${NAME}.build-failed.log")
 endif()
 file(TOUCH "${STAMP}")

@@ -32,8 +32,10 @@ Ascend C custom kernel (``CustomV2AclnnKernelMod``) takes an op's attribute valu
 *inputs*, after the tensors, in the order of the generated ``aclnn<Op>GetWorkspaceSize`` prototype
 (= OpDef attr order = ``spec.attrs``). The instance then declares one signature entry per attribute with
 its value as default (the graph compiler appends them to every ``prim(*tensors)`` call), ends
-``dyn_input_sizes`` with one -1 per attribute, strips them before the infer functions, and copies its
-attributes to ``custom_pyboost``; PyNative calls go through :func:`graph_launcher`.
+``dyn_input_sizes`` with one -1 per attribute, strips them before the infer functions (which first refuse a
+GE / jit_level O2 compile: ``ascend.infer_guard``), and copies its attributes to ``custom_pyboost``. PyNative
+calls on such a backend go through its ``pynative_launcher`` (ascend: the aclnn module
+``ms_kvcache._ascend_pyboost``, else :func:`graph_launcher`).
 
 Attribute encoding. The instance takes the public attribute values (``"BNSD"``, ``"h2d"``) and hands the
 kernels their ``AttrSpec.encode``-d form (``AttrSpec.codes``: named modes become ints), as primitive
@@ -170,6 +172,9 @@ class InplaceCustom(ops.Custom):
         n_attr = len(spec.attrs) if getattr(bmod, "ATTRS_AS_INPUTS", False) else 0
         if n_attr:
             out_shape, out_dtype = _drop_trailing(out_shape, n_attr), _drop_trailing(out_dtype, n_attr)
+        guard = getattr(bmod, "infer_guard", None)
+        if guard is not None:  # ascend: refuse a jit level the primitive cannot run under, at compile time
+            out_shape = guard(spec, out_shape)
         super().__init__(func, out_shape=out_shape, out_dtype=out_dtype, func_type="aot", **kwargs)
         sigs = None
         if spec.has_dynamic or spec.has_conditional_writes or n_attr:
@@ -247,11 +252,16 @@ def graph_launcher(prim):
     RW_WRITE bookkeeping). In a graph the call gets its attribute inputs from the signature defaults and
     runs on ``CustomV2AclnnKernelMod`` (see docs/design.md "In-place ops in CANN OpDefs"). Each tensor is
     its own graph input, so in-place writes reach the caller's tensors. One compile per new input
-    shape/dtype combination (MindSpore's jit cache).
+    shape/dtype combination (MindSpore's jit cache). Compiled for jit_level O0 on MindSpore's own backend
+    (never GE). On the ascend backend this is the fallback when ms_kvcache._ascend_pyboost is not built
+    (``ascend.pynative_launcher``).
     """
     def launch(*tensors):
         return prim(*tensors)
-    return ms.jit(launch)
+    try:  # the kernel-by-kernel runtime whatever the global jit_config says (O2 / GE cannot run it)
+        return ms.jit(launch, jit_level="O0", backend="ms_backend")
+    except TypeError:  # a MindSpore whose jit() has no such keywords
+        return ms.jit(launch)
 
 
 # ---------------------------------------------------------------------------- PyNative fast path
@@ -388,11 +398,18 @@ def eager_launcher(spec, backend, attr_values=(), counts=None):
             f = _serialised(functools.partial(mod.run, mod.kernel(lib, spec.op_type, spec.name, attrs,
                                                                   list(output_sources(spec, counts)))))
         else:
-            f = eager_op(spec, backend, attr_values, counts)
-            if backend == "sim":
-                f = _sim_checked(spec, f, attr_values, counts)
-            elif getattr(_backend.backend_module(backend), "ATTRS_AS_INPUTS", False):
-                f = graph_launcher(f)
+            bmod = _backend.backend_module(backend)
+            if getattr(bmod, "pynative_launcher", None) is not None:
+                # ascend: aclnn launches through MindSpore's PyboostRunner (ms_kvcache._ascend_pyboost) when
+                # built, else the primitive in a jit graph (see graph_launcher)
+                f = bmod.pynative_launcher(spec, attr_values, counts,
+                                           lambda: graph_launcher(eager_op(spec, backend, attr_values, counts)))
+            else:
+                f = eager_op(spec, backend, attr_values, counts)
+                if backend == "sim":
+                    f = _sim_checked(spec, f, attr_values, counts)
+                elif getattr(bmod, "ATTRS_AS_INPUTS", False):
+                    f = graph_launcher(f)
         _LAUNCHERS[key] = f
     return f
 

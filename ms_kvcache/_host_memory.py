@@ -13,10 +13,11 @@ What holds (MindSpore 2.10 CPU, checked by tests/test_alloc_host_buffer.py):
   Tensor (``asnumpy()``) waits; reading the same memory through another alias (the numpy array, a
   storage library given ``data_ptr()``) must call :func:`synchronize` first.
 
-The Ascend part (registering the pages with ``aclrtHostRegister`` so AI cores can read them directly,
-the zero-copy path of :func:`ms_kvcache.multi_layer_block_transfer`) is the hook
-:func:`ascend_host_register`; the ascend backend calls it, and it raises a clear RuntimeError where
-CANN is missing.
+The Ascend part (registering the pages with ``aclrtHostRegister`` so AI cores can read and write them
+directly) is the hook :func:`ascend_host_register`; :func:`alloc_host_buffer` calls it on the ascend
+backend, and it raises a clear RuntimeError where CANN is missing. PyNative transfers on Ascend hand
+kernels the mapped address (:func:`mapped_address`, zero-copy) or stage the buffer through a device
+tensor (docs/ascend.md, "Host memory"); :func:`synchronize` then also waits for the device.
 """
 import errno as _errno
 import operator
@@ -27,7 +28,7 @@ import weakref
 import numpy as np
 
 __all__ = ["alloc_host_buffer", "synchronize", "online_numa_nodes", "ascend_host_register", "ascend_host_unregister",
-           "ascend_device_numa_node"]
+           "ascend_device_numa_node", "mapped_address"]
 
 _OP = "alloc_host_buffer"
 
@@ -179,10 +180,11 @@ def alloc_host_buffer(shape, dtype, numa_node=None, pinned=True):
     tensor = Tensor.from_numpy(array)
     from ms_kvcache import _backend
 
-    if _backend.get_backend() == "ascend":
-        # ASCEND BACKEND HOOK: make the pages device-accessible (zero-copy transfers).
-        ascend_host_register(raw.ctypes.data, max(nbytes, 1))
-        weakref.finalize(raw, ascend_host_unregister, raw.ctypes.data)
+    if _backend.get_backend() == "ascend" and nbytes > 0:
+        # ASCEND BACKEND HOOK: make the pages device-accessible (zero-copy transfers); when the runtime cannot
+        # register them the buffer is still usable, through the staged mode (ascend.host_memory_mode)
+        if ascend_host_register(raw.ctypes.data, nbytes, fallback=True) is not None:
+            weakref.finalize(raw, ascend_host_unregister, raw.ctypes.data)
     return tensor
 
 
@@ -191,8 +193,10 @@ def synchronize():
 
     Needed before host memory written by an op (e.g. a d2h transfer into an :func:`alloc_host_buffer`
     Tensor) is read through another alias of it - the numpy array, or a pointer given to a storage
-    library; ``Tensor.asnumpy()`` waits by itself. (``mindspore.runtime.synchronize()`` rejects the
-    CPU device in MindSpore 2.10; this uses the PyNative executor's sync.)
+    library; ``Tensor.asnumpy()`` waits by itself on the cpu backend, but on Ascend a host buffer written
+    by a kernel is not MindSpore's to wait for, so call this. (``mindspore.runtime.synchronize()`` rejects
+    the CPU device in MindSpore 2.10; this uses the PyNative executor's sync, and on the ascend backend
+    also ``mindspore.runtime.synchronize()``, which waits for the device streams.)
 
     Args:
         None.
@@ -208,38 +212,82 @@ def synchronize():
     except ImportError:  # pragma: no cover - other MindSpore layouts
         from mindspore.common.api import _pynative_executor
     _pynative_executor.sync()
+    from ms_kvcache import _backend
+
+    if _backend.get_backend() == "ascend":
+        # the device stream too: a d2h transfer into host memory is done once the stream has run it
+        import mindspore as ms
+
+        ms.runtime.synchronize()
+        from ms_kvcache._backends import ascend  # noqa: WPS433
+
+        ascend._INFLIGHT.clear()  # noqa: WPS437 - host tensors kept alive for queued launches
 
 
 # ------------------------------------------------------------------------------------------------ Ascend
 # Hooks for the ascend backend (ms_kvcache/_backends/ascend.py calls these). They use the CANN runtime
 # (libascendcl.so) through ctypes; nothing here runs on a machine without CANN.
-_REGISTERED = {}  # host address -> device address from aclrtHostRegister
+_REGISTERED = {}  # host address -> (device address from aclrtHostRegister, bytes)
+#: why the last registration fell back to unregistered memory ('' if none did)
+REGISTER_FALLBACK = {"why": ""}
 
 
-def ascend_host_register(address, nbytes):
+def ascend_host_register(address, nbytes, fallback=False):
     """ASCEND BACKEND HOOK: register ``nbytes`` of page-aligned host memory at ``address`` with
     ``aclrtHostRegister(ptr, size, ACL_HOST_REGISTER_MAPPED, &dev_ptr)`` so AI cores can access it;
-    returns the device-side address (the one to hand kernels for zero-copy access). The ACL call is
+    returns the device-side address (the one kernels get for zero-copy access). The ACL call is
     :func:`ms_kvcache._backends.ascend.register_host_memory` (one ACL loader for the package).
 
-    Raises:
-        RuntimeError: CANN's libascendcl.so cannot be loaded (``CannNotFoundError``), or the call fails
-            (``AclError`` with the ACL error code).
-    """
-    from ms_kvcache._backends import ascend  # noqa: WPS433 - only on the Ascend path
+    ``fallback=True`` (what :func:`alloc_host_buffer` passes): when the runtime lacks the call (CANN < 8.1)
+    or refuses it, return None and note why in ``REGISTER_FALLBACK``; the memory is then used through
+    the staged mode (a device staging tensor and ``aclrtMemcpyAsync``).
 
-    dev = ascend.register_host_memory(address, nbytes)
-    _REGISTERED[address] = dev
+    Raises:
+        RuntimeError: CANN's libascendcl.so cannot be loaded (``CannNotFoundError``), or (without
+            ``fallback``) the call fails (``AclError`` with the ACL error code).
+    """
+    from ms_kvcache._backends import _acl, ascend  # noqa: WPS433 - only on the Ascend path
+
+    try:
+        dev = ascend.register_host_memory(address, nbytes)
+    except _acl.AclError as exc:
+        if not fallback:
+            raise
+        REGISTER_FALLBACK["why"] = str(exc)
+        return None
+    _REGISTERED[address] = (dev, int(nbytes))
     return dev
 
 
+def mapped_address(address, nbytes):
+    """The device address of host bytes ``[address, address + nbytes)`` when they lie inside one region
+    registered by :func:`ascend_host_register` (a view of an :func:`alloc_host_buffer` buffer included), else
+    None."""
+    for host, (dev, size) in _REGISTERED.items():
+        if host <= address and address + nbytes <= host + size:
+            return dev + (address - host)
+    return None
+
+
 def ascend_host_unregister(address):
-    """ASCEND BACKEND HOOK: undo :func:`ascend_host_register` (called before the memory is unmapped)."""
+    """ASCEND BACKEND HOOK: undo :func:`ascend_host_register` (called before the memory is unmapped). The
+    device is synchronised first, so no queued kernel or copy still uses the mapping."""
     if _REGISTERED.pop(address, None) is None:
         return
     from ms_kvcache._backends import ascend  # noqa: WPS433
 
-    ascend.unregister_host_memory(address)
+    try:
+        import mindspore as ms
+
+        ms.runtime.synchronize()
+    except Exception:  # noqa: BLE001 - interpreter shutdown / no device: nothing can be in flight
+        pass
+    from ms_kvcache._backends import _acl  # noqa: WPS433
+
+    try:
+        ascend.unregister_host_memory(address)
+    except _acl.CannNotFoundError:  # the runtime is gone (interpreter shutdown): so is the mapping
+        pass
 
 
 def ascend_device_numa_node(device_id=None):

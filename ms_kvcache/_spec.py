@@ -323,11 +323,17 @@ def register(spec: OpSpec) -> OpSpec:
 
 
 def get_spec(name) -> OpSpec:
+    """The spec of op ``name`` (snake_case); KeyError if no such op."""
+    if name not in _REGISTRY:
+        import ms_kvcache.ops  # noqa: F401  (registers every public op)
     return _REGISTRY[name]
 
 
 def all_specs():
-    """All registered specs, sorted by name (importing ms_kvcache registers every public op)."""
+    """All registered specs, sorted by name (importing ms_kvcache.ops registers every public op; done
+    here, since ``import ms_kvcache`` imports the ops only on first use)."""
+    import ms_kvcache.ops  # noqa: F401
+
     return [ _REGISTRY[k] for k in sorted(_REGISTRY) ]
 
 

@@ -2,10 +2,14 @@
 
 Commands:
     demo     a real transformer's KV through paged caches in a MindSpore GRAPH_MODE pipeline, offloaded to
-             host and reloaded, every step checked (exit 1 if a check fails)
+             host and reloaded, every step checked (exit 1 if a check fails); --disagg: prefill and decode
+             in two processes, KV over Mooncake, a shared prefix from Mooncake Store
     info     versions, backends (cpu library, AscendC emulation, CANN, installed vendor package), device
     bench    run the benchmark modules of every op family; table + CSV / Markdown / PNG
     tiling   what an op's host tiling decides for given shapes on a SoC (through the emulation)
+
+Start-up is light: ``--help``, ``--version`` and argument errors import neither MindSpore nor numpy; each
+command imports what it needs inside its ``cmd_*`` function (keep it so when adding one).
 
 Exit codes: 0 success; 1 a check / benchmark failed or an unexpected error; 2 a usage error (bad
 argument, unavailable backend; for ``tiling`` also an op without an AscendC tiling, --launch shapes above
@@ -43,6 +47,8 @@ def _one_line(exc):
 
 # ============================================================================================== demo
 def cmd_demo(args):
+    if args.disagg:
+        return _cmd_demo_disagg(args)
     from ms_kvcache.demo import DemoError, DemoOptions, format_report, run_demo
 
     opts = DemoOptions(backend=args.backend, kv_format=args.kv_format, dtype=args.dtype, layers=args.layers,
@@ -57,6 +63,28 @@ def cmd_demo(args):
         print(json.dumps(report, indent=2, default=str))
     else:
         print(format_report(report))
+    return EXIT_OK if report["ok"] else EXIT_FAIL
+
+
+def _cmd_demo_disagg(args):
+    from ms_kvcache.demo import DemoError
+    from ms_kvcache.demo.disagg import DisaggOptions, format_disagg_report, run_disagg_demo
+
+    fault = args.inject_fault
+    if fault not in (None, "corrupt-kv"):
+        raise CLIError(f"--inject-fault {fault} does not apply to --disagg")
+    opts = DisaggOptions(backend=args.backend, kv_format=args.kv_format, dtype=args.dtype, layers=args.layers,
+                         random_weights=args.random_weights, timeout=args.timeout, fault=fault)
+    quiet = args.quiet or args.json
+    log = (lambda m: None) if quiet else (lambda m: print(f"[demo --disagg] {m}", file=sys.stderr, flush=True))
+    try:
+        report = run_disagg_demo(opts, log=log)
+    except DemoError as exc:
+        raise CLIError(str(exc), code=EXIT_FAIL if "process" in str(exc) else EXIT_USAGE) from None
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        print(format_disagg_report(report))
     return EXIT_OK if report["ok"] else EXIT_FAIL
 
 
@@ -112,7 +140,7 @@ def _vendor_info():
 
     def describe(path, how):
         ok = os.path.isdir(path)
-        ours = ok and bool(glob.glob(os.path.join(path, "op_api", "include", "aclnn_reshape_and_cache*.h")))
+        ours = ok and bool(glob.glob(os.path.join(path, "op_api", "include", "aclnn_mskv_*.h")))
         out.append({"path": path, "found_by": how, "exists": ok, "has_ms_kvcache_ops": ours})
 
     for p in filter(None, os.environ.get("ASCEND_CUSTOM_OPP_PATH", "").split(":")):
@@ -150,6 +178,15 @@ def _backend_status(name):
     if ok and name == "cpu":
         detail = f"native library {mod.library_path()}"
     return {"available": bool(ok), "detail": detail}
+
+
+def _ascend_report():
+    from ms_kvcache._backends import ascend
+
+    try:
+        return ascend.report()
+    except Exception as exc:  # noqa: BLE001 - info must still print
+        return {"error": _one_line(exc)}
 
 
 def _sim_status():
@@ -224,6 +261,7 @@ def gather_info():
         "emulation": _sim_status(),
         "cann": _cann_info(),
         "vendor_packages": _vendor_info(),
+        "ascend": _ascend_report(),
         "ops": [s.name for s in all_specs()],
         "demo": {"model_dir": str(model_dir) if model_dir else None,
                  "install_model": None if model_dir else INSTALL_HINT,
@@ -263,6 +301,16 @@ def cmd_info(args):
                   + (", holds ms_kvcache ops" if p["has_ms_kvcache_ops"] else ""))
     else:
         print("  CANN custom-op vendor package: none installed ($ASCEND_CUSTOM_OPP_PATH unset, no vendors/config.ini)")
+    a = info["ascend"]
+    if "error" in a:
+        print(f"  ascend paths: cannot tell ({a['error']})")
+    else:
+        print(f"  ascend paths (device target {a['device_target']}; ascend backend "
+              f"{'available' if a['backend']['available'] else 'unavailable: ' + a['backend']['why']}):")
+        print(f"    PyNative: {a['pynative']['path']} - {a['pynative']['why']}")
+        hm = a["host_memory"]
+        print(f"    host memory (mode {hm['mode']}): {hm['effective']} - {hm['why']}")
+        print(f"    GRAPH_MODE: {a['graph_mode']}")
     print(f"  ops: {', '.join(info['ops'])}")
     d = info["demo"]
     print(f"  demo model: {d['model_dir'] or 'not installed (' + d['install_model'] + ')'}")
@@ -329,11 +377,11 @@ def _find_spec(op):
     raise CLIError(f"unknown op {op!r}; known ops: {', '.join(s.name for s in specs)}")
 
 
-def _tiling_request(args):
+def _tiling_request(args, spec=None):
     """Validate the user's op / SoC / shapes / dtypes / attrs against the op's spec (no emulation needed)."""
     from ms_kvcache._spec import SOCS
 
-    spec = _find_spec(args.op)
+    spec = spec or _find_spec(args.op)
     if args.soc not in SOCS:
         raise CLIError(f"--soc: expected one of {', '.join(SOCS)}, got {args.soc!r}")
     shapes, counts, shapes_text = {}, {}, {}
@@ -443,12 +491,17 @@ def _sim_ops(sim):
         return None
 
 
-def _no_tiling_message(spec, sim):
+def _host_ops():
+    """OpTypes that are runtime copies on Ascend (no AscendC kernel, no tiling)."""
     try:
         from ms_kvcache._backends.sim import HOST_OPS
     except ImportError:  # pragma: no cover
-        HOST_OPS = ()
-    if spec.op_type in HOST_OPS:
+        return ()
+    return HOST_OPS
+
+
+def _no_tiling_message(spec, sim):
+    if spec.op_type in _host_ops():
         return (f"{spec.name} has no tiling: on Ascend it is a runtime memcpy (aclrtMemcpy per block through "
                 f"the ACL runtime), not an AscendC kernel; the sim backend runs the cpu backend's host copy for it")
     return (f"{spec.name} has no AscendC tiling to show: no OpDef / kernel for {spec.op_type} in the AscendC "
@@ -532,11 +585,15 @@ def _is_emulation_error(sim, exc):
 
 
 def cmd_tiling(args):
-    spec, inputs, attrs = _tiling_request(args)
+    spec = _find_spec(args.op)
+    # an op without a tiling says so before anything else (shapes would be asked for in vain)
+    if spec.op_type in _host_ops():
+        raise CLIError(_no_tiling_message(spec, None))
     sim = _load_sim()
     known = _sim_ops(sim)
     if known is not None and spec.op_type not in known:
         raise CLIError(_no_tiling_message(spec, sim))
+    spec, inputs, attrs = _tiling_request(args, spec)
     try:
         res = _sim_tiling(sim, spec, inputs, attrs, args.soc)
     except Exception as exc:  # noqa: BLE001 - emulation errors name the rule; show them on one line
@@ -623,7 +680,14 @@ def build_parser():
                    help="use seeded random weights even if the model package is installed")
     d.add_argument("--json", action="store_true", help="print the report as JSON")
     d.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    d.add_argument("--inject-fault", choices=("host-bitflip", "skip-reload"), default=None, help=argparse.SUPPRESS)
+    d.add_argument("--disagg", action="store_true",
+                   help="prefill and decode in two processes on 127.0.0.1: the KV handed over by the Mooncake "
+                        "transfer engine, a second request reloading a shared prefix from Mooncake Store; checked "
+                        "bit for bit against a single-process run (needs ms_kvcache[disagg])")
+    d.add_argument("--timeout", type=float, default=180.0, metavar="S",
+                   help="--disagg: seconds any one wait may take (default 180)")
+    d.add_argument("--inject-fault", choices=("host-bitflip", "skip-reload", "corrupt-kv"), default=None,
+                   help=argparse.SUPPRESS)
     d.set_defaults(func=cmd_demo)
 
     i = sub.add_parser("info", help="versions, backends, CANN and vendor package, device target",

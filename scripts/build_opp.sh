@@ -121,7 +121,11 @@ cp "$src_root"/op_host/*.h "$proj/op_host/" 2>/dev/null || true
 for f in "$src_root"/op_proto/*.cpp; do
   [[ -e "$f" ]] && cp "$f" "$proj/op_host/$(basename "${f%.cpp}")_infer.cpp"
 done
-cp "$src_root"/op_kernel/*.cpp "$proj/op_kernel/" || die "cannot copy op_kernel sources"
+# the template compiles op_kernel/<snake_case(OpType)>.cpp per op = mskv_<op>.cpp (opbuild's opFile), and
+# copies the whole op_kernel/ folder (headers included) into its source package
+for f in "$src_root"/op_kernel/*.cpp; do
+  cp "$f" "$proj/op_kernel/mskv_$(basename "$f")" || die "cannot copy $f"
+done
 cp "$src_root"/op_kernel/*.h "$proj/op_kernel/" 2>/dev/null || true
 python3 - "$proj/CMakePresets.json" "$vendor" "$compute_units" "$cann" <<'PY' || die "cannot update $proj/CMakePresets.json"
 import json, sys

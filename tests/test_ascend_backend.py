@@ -33,7 +33,9 @@ def _build_fake(tmp_path_factory, batch):
     d = tmp_path_factory.mktemp("fake_acl_batch" if batch else "fake_acl")
     (d / "lib64").mkdir()
     out = d / "lib64" / "libascendcl.so"
-    cmd = [cc, "-shared", "-fPIC", "-O1", "-o", str(out), str(HERE / "fake_acl" / "fake_ascendcl.c")]
+    # -Bsymbolic: another stand-in loaded earlier (RTLD_GLOBAL) must not take over this copy's globals
+    cmd = [cc, "-shared", "-fPIC", "-O1", "-Wl,-Bsymbolic", "-o", str(out), str(HERE / "fake_acl" / "fake_ascendcl.c"),
+           "-lpthread"]
     if batch:
         cmd.insert(1, "-DFAKE_WITH_BATCH")
     subprocess.run(cmd, check=True)
@@ -74,7 +76,7 @@ def counter(rt, name, ctype=ctypes.c_long):
 
 def reset_counters(rt):
     for n in ("fake_memcpy_calls", "fake_memcpy_async_calls", "fake_batch_calls", "fake_batch_copies",
-              "fake_sync_calls", "fake_set_device_calls"):
+              "fake_sync_calls", "fake_set_device_calls", "fake_batch_rejected"):
         ctypes.c_long.in_dll(rt.lib, n).value = 0
 
 
@@ -125,11 +127,32 @@ def test_default_backend_is_ascend_on_ascend_target(monkeypatch):
 # ------------------------------------------------------------------------------------------ package discovery
 def test_find_vendor_via_custom_opp_path(tmp_path, no_cann):
     v = make_vendor(tmp_path / "inst")
-    other = make_vendor(tmp_path / "other", name="customize")
+    other = make_vendor(tmp_path / "other", ops=(), name="customize")   # another vendor, none of our ops
     env = {"ASCEND_CUSTOM_OPP_PATH": f"{other}:{v}:"}
     pkg, notes = A.find_vendor(env)
     assert pkg is not None and pkg.path == v and pkg.source == "ASCEND_CUSTOM_OPP_PATH"
     assert pkg.ops() == {"reshape_and_cache"}
+
+
+def test_find_vendor_rejects_an_install_root_in_custom_opp_path(tmp_path, no_cann):
+    """CANN and MindSpore read each ASCEND_CUSTOM_OPP_PATH entry as a vendor folder (MindSpore 2.10
+    CustomInfoGenerator: <entry>/op_api/include/): an install root holding vendors/ms_kvcache is not
+    loaded by them, so it must not count as found (the old code accepted it)."""
+    root = tmp_path / "inst"
+    make_vendor(root)
+    pkg, notes = A.find_vendor({"ASCEND_CUSTOM_OPP_PATH": str(root)})
+    assert pkg is None
+    assert any(f"entry {root} is an install root, not a vendor folder" in n and
+               str(root / "vendors" / "ms_kvcache") in n for n in notes), notes
+
+
+def test_find_vendor_accepts_a_renamed_vendor_folder_holding_our_ops(tmp_path, no_cann):
+    v = make_vendor(tmp_path / "inst", name="mskv_copy")   # a vendor folder copied under another name
+    pkg, _ = A.find_vendor({"ASCEND_CUSTOM_OPP_PATH": str(v)})
+    assert pkg is not None and pkg.path == v
+    empty = tmp_path / "other"
+    empty.mkdir()
+    assert A.find_vendor({"ASCEND_CUSTOM_OPP_PATH": str(empty)})[0] is None
 
 
 def test_find_vendor_via_config_ini(tmp_path, no_cann):
@@ -435,6 +458,84 @@ def test_public_swap_blocks_dispatches_to_the_ascend_hook(fake_acl, rng, monkeyp
     assert not out[1].any()
 
 
+def test_batch_copy_allowed_only_between_host_and_device():
+    """aclrtMemcpyBatchAsync only for H2D / D2H (vllm-ascend's swap_blocks_batch rule), order-free rows,
+    a runtime that exports it and an A2/A3 SoC."""
+    h2d, d2h, d2d, h2h = (_acl.MEMCPY_HOST_TO_DEVICE, _acl.MEMCPY_DEVICE_TO_HOST, _acl.MEMCPY_DEVICE_TO_DEVICE,
+                          _acl.MEMCPY_HOST_TO_HOST)
+    assert A.batch_copy_allowed(h2d, True, True, "Ascend910B1")
+    assert A.batch_copy_allowed(d2h, True, True, "Ascend910_9391")
+    assert not A.batch_copy_allowed(d2d, True, True, "Ascend910B1")
+    assert not A.batch_copy_allowed(h2h, True, True, "Ascend910B1")
+    assert not A.batch_copy_allowed(h2d, False, True, "Ascend910B1")
+    assert not A.batch_copy_allowed(h2d, True, False, "Ascend910B1")
+    assert not A.batch_copy_allowed(h2d, True, True, "Ascend310P3")
+    assert not A.batch_copy_allowed(h2d, True, True, None)
+
+
+def _swap_on_fake_npu(monkeypatch, src_dev, dst_dev):
+    """swap_blocks as on an A2 NPU: tensors reported on device / pinned host, MindSpore's raw stream 0x77."""
+    monkeypatch.setattr(A, "_is_device_tensor", lambda t: t is src_dev or t is dst_dev)
+    monkeypatch.setattr(A, "_is_pinned", lambda t: True)
+    monkeypatch.setattr(A, "_current_stream_ptr", lambda: 0x77)
+    monkeypatch.setattr(A, "current_soc", lambda: "Ascend910B1")
+
+
+def test_swap_blocks_device_to_device_is_never_batched(fake_acl, rng, monkeypatch):
+    """Same-device D2D swap_blocks: one aclrtMemcpyAsync per run on MindSpore's stream, no batch call
+    (the old code sent order-free D2D rows to aclrtMemcpyBatchAsync)."""
+    from conftest import to_np
+
+    src_np = rng.standard_normal((8, 2, 16)).astype(np.float32)
+    src, dst = Tensor(src_np), Tensor(np.zeros((8, 2, 16), np.float32))
+    _swap_on_fake_npu(monkeypatch, src, dst)
+    reset_counters(fake_acl)
+    mapping = np.array([[0, 4], [1, 5], [7, 0]], np.int64)   # order-free: two runs
+    A.swap_blocks(src, dst, Tensor(mapping))
+    assert counter(fake_acl, "fake_batch_calls") == 0
+    assert counter(fake_acl, "fake_memcpy_async_calls") == 2
+    assert counter(fake_acl, "fake_last_kind", ctypes.c_int) == _acl.MEMCPY_DEVICE_TO_DEVICE
+    assert counter(fake_acl, "fake_last_stream", ctypes.c_size_t) == 0x77
+    np.testing.assert_array_equal(to_np(dst), _np_swap_reference(src_np, np.zeros_like(src_np), mapping))
+
+
+def test_swap_blocks_host_to_device_is_batched(fake_acl, rng, monkeypatch):
+    from conftest import to_np
+
+    src_np = rng.standard_normal((8, 2, 16)).astype(np.float32)
+    src, dst = Tensor(src_np), Tensor(np.zeros((8, 2, 16), np.float32))
+    _swap_on_fake_npu(monkeypatch, None, dst)   # src on (pinned) host, dst on device
+    reset_counters(fake_acl)
+    mapping = np.array([[0, 4], [1, 5], [7, 0]], np.int64)
+    A.swap_blocks(src, dst, Tensor(mapping))
+    assert counter(fake_acl, "fake_batch_calls") == 1 and counter(fake_acl, "fake_memcpy_async_calls") == 0
+    assert counter(fake_acl, "fake_last_src_type", ctypes.c_int) == _acl.MEM_LOCATION_HOST
+    assert counter(fake_acl, "fake_last_dst_type", ctypes.c_int) == _acl.MEM_LOCATION_DEVICE
+    np.testing.assert_array_equal(to_np(dst), _np_swap_reference(src_np, np.zeros_like(src_np), mapping))
+
+
+def test_batch_rejected_by_runtime_falls_back_to_single_copies(fake_acl, rng):
+    """A batch the runtime answers with ACL_ERROR_RT_FEATURE_NOT_SUPPORT (nothing copied) is redone with one
+    aclrtMemcpyAsync per run; any other error still raises."""
+    src = rng.standard_normal((6, 8)).astype(np.float32)
+    dst = np.zeros((6, 8), np.float32)
+    runs, _ = A.plan_block_copies([[0, 3], [5, 1]], 6, 6)
+    flag = ctypes.c_int.in_dll(fake_acl.lib, "fake_batch_reject_d2d")
+    flag.value = 1
+    try:
+        reset_counters(fake_acl)
+        calls = A._copy_runs(fake_acl, runs, src_ptr=src.ctypes.data, src_bytes=src.nbytes, dst_ptr=dst.ctypes.data,
+                             dst_bytes=dst.nbytes, block_bytes=32, kind=_acl.MEMCPY_DEVICE_TO_DEVICE, stream=0x5,
+                             src_loc=(_acl.MEM_LOCATION_DEVICE, 0), dst_loc=(_acl.MEM_LOCATION_DEVICE, 0),
+                             use_batch=True)
+    finally:
+        flag.value = 0
+    assert counter(fake_acl, "fake_batch_rejected") >= 1 and calls == 2
+    assert counter(fake_acl, "fake_memcpy_async_calls") == 2
+    np.testing.assert_array_equal(dst[3], src[0])
+    np.testing.assert_array_equal(dst[1], src[5])
+
+
 def test_swap_blocks_in_a_graph_is_a_clear_error():
     from ms_kvcache._spec import OpSpec, TensorSpec
 
@@ -495,35 +596,10 @@ def test_alloc_host_buffer_registration_hooks_use_the_acl_runtime(fake_acl):
 # vendor folder whose op_api/include/aclnn_<op>.h carry the prototypes CANN's op build would generate
 # from our OpDefs. They stop before any launch (the graph-mode calls fail at the CPU kernel build).
 
-#: aclnn parameter type of an OpDef attribute type (CANN's generated aclnn API: Int -> int64_t,
-#: Bool -> bool, Float -> double, String -> char *)
-_ACLNN_ATTR = {"int": "int64_t ", "bool": "bool ", "float": "double ", "str": "char *"}
-#: the types MindSpore reads from those parameters (const and spaces dropped)
+#: the types MindSpore reads from the prototype's parameters (const and spaces dropped)
 _MS_TYPE = {"int": "int64_t", "bool": "bool", "float": "double", "str": "char*"}
 
-
-def _camel(name):
-    head, *rest = name.split("_")
-    return head + "".join(p.title() for p in rest)
-
-
-def aclnn_header(spec):
-    """Text of op_api/include/aclnn_<op>.h as CANN's op build writes it for ``spec``'s OpDef: inputs
-    (DYNAMIC -> ``const aclTensorList *``, OPTIONAL named ``...Optional``), attributes, outputs, then
-    ``uint64_t *workspaceSize, aclOpExecutor **executor``; plus the launch function."""
-    params = [f"const {'aclTensorList' if t.dynamic else 'aclTensor'} *{_camel(t.name)}"
-              f"{'Optional' if t.optional else ''}" for t in spec.inputs]
-    params += [f"{_ACLNN_ATTR[a.kernel_type]}{_camel(a.name)}" for a in spec.attrs]
-    params += [f"const aclTensor *{_camel(o.name)}" for o in spec.outputs]
-    params += ["uint64_t *workspaceSize", "aclOpExecutor **executor"]
-    guard = f"ACLNN_MSKV_{spec.name.upper()}_H_"
-    body = ",\n    ".join(params)
-    return (f"#ifndef {guard}\n#define {guard}\n\n#include \"aclnn/acl_meta.h\"\n\n#ifdef __cplusplus\n"
-            f"extern \"C\" {{\n#endif\n\n/* function: aclnn{spec.op_type}GetWorkspaceSize\n * generated */\n"
-            f"__attribute__((visibility(\"default\")))\naclnnStatus aclnn{spec.op_type}GetWorkspaceSize(\n"
-            f"    {body});\n\n__attribute__((visibility(\"default\")))\naclnnStatus aclnn{spec.op_type}(\n"
-            f"    void *workspace,\n    uint64_t workspaceSize,\n    aclOpExecutor *executor,\n"
-            f"    aclrtStream stream);\n\n#ifdef __cplusplus\n}}\n#endif\n\n#endif\n")
+from _fake_ascend import aclnn_header  # noqa: E402  (the independent writer of CANN's header form)
 
 
 def _kernel_specs():
@@ -774,6 +850,64 @@ def test_graph_mode_appends_attribute_inputs(ascend_c, monkeypatch, tmp_path):
     shapes, dtypes = seen[0], seen[1]
     assert len(shapes) == 6 and list(shapes[:5]) == [[3, 2, 16], [3, 2, 16], [2, 4, 2, 16], [2, 4, 2, 16], [3]]
     assert str(dtypes[5]) == "Int64"  # cache_layout "BSND" as its code
+
+
+@pytest.mark.parametrize("how", ["cell_jit_config", "jit_backend_ge", "context"])
+def test_graph_mode_o2_is_refused_at_compile_time(ascend_c, monkeypatch, tmp_path, how):
+    """jit_level O2 (GE) cannot run the ascend primitives (scalar attribute inputs, caches written through
+    input addresses): the compile stops with an error naming jit_level, in MindSpore's infer step, for
+    each way to ask for it. (The old code went on to the kernel build.)"""
+    from ms_kvcache import _backend
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(_backend, "_current", "ascend")
+    k = Tensor(np.ones((3, 2, 16), np.float16))
+    kc = ms.Parameter(Tensor(np.zeros((2, 4, 2, 16), np.float16)), name="kc")
+    vc = ms.Parameter(Tensor(np.zeros((2, 4, 2, 16), np.float16)), name="vc")
+    slots = Tensor(np.array([0, 5, -1], np.int32))
+
+    class Net(ms.nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.kc, self.vc = kc, vc
+
+        def construct(self, k, s):
+            ms_kvcache.reshape_and_cache(k, k, self.kc, self.vc, s)
+            return s
+
+    if how == "jit_backend_ge":
+        @ms.jit(backend="GE")
+        def run(k, s):
+            ms_kvcache.reshape_and_cache(k, k, kc, vc, s)
+            return s
+    else:
+        run = Net()
+        if how == "cell_jit_config":
+            run.set_jit_config(ms.JitConfig(jit_level="O2"))
+        ms.set_context(mode=ms.GRAPH_MODE)
+    old_cfg = ms.get_context("jit_config")
+    if how == "context":
+        ms.set_context(jit_config={"jit_level": "O2"})
+    try:
+        with pytest.raises(RuntimeError, match=r"reshape_and_cache: GRAPH_MODE with jit_level='O2' \(the GE backend\) "
+                                               r"is not supported on the ascend backend"):
+            run(k, slots)
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+        if how == "context":  # back to the unset default (set_context accepts only O0 / O1 / O2)
+            from mindspore import context as ctx
+            from mindspore._c_expression import ms_ctx_param
+
+            ctx._context().set_param(ms_ctx_param.jit_level, old_cfg.get("jit_level", ""))
+            ctx._context().jit_config = old_cfg
+
+
+def test_jit_level_o0_o1_are_accepted(monkeypatch):
+    monkeypatch.setattr(A, "_graph_jit_config", lambda: ("O1", "ms_backend"))
+    A.check_jit_level("x")
+    monkeypatch.setattr(A, "_graph_jit_config", lambda: ("", "GE"))
+    with pytest.raises(RuntimeError, match="jit_level"):
+        A.check_jit_level("x")
 
 
 def test_graph_mode_copy_blocks_32_layers(ascend_c, monkeypatch, tmp_path):

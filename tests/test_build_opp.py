@@ -268,11 +268,144 @@ def test_msopgen_fallback(tmp_path):
     run_file = build / "custom_opp_standin_x86_64.run"
     assert run_file.is_file(), res.stdout
     text = run_file.read_text()
-    for f in ("fixture_copy.cpp", "fixture_copy_tiling.h", "fixture_copy_infer.cpp"):
+    # op_host keeps the file names; the kernel is renamed to the file the template compiles for OpType
+    # MskvFixtureCopy: <snake_case(OpType)>.cpp (opbuild's opFile.value)
+    for f in ("fixture_copy.cpp", "fixture_copy_tiling.h", "fixture_copy_infer.cpp", "mskv_fixture_copy.cpp"):
         assert f in text
+    kernels = text.split("op_kernel:")[1].split("{")[0].split()
+    assert kernels == ["mskv_fixture_copy.cpp"], kernels
     assert "ms_kvcache_stub" not in text
     presets = json.loads(text[text.index("{"):])
     cv = presets["configurePresets"][0]["cacheVariables"]
     assert cv["vendor_name"]["value"] == "ms_kvcache"
     assert cv["ASCEND_COMPUTE_UNIT"]["value"] == "ascend910b;ascend910_93;ascend310p"
     assert cv["ASCEND_CANN_PACKAGE_PATH"]["value"] == str(cann)
+
+
+# ------------------------------------------------------------------------------------------ CANN's kernel source copy
+#: an asc-devkit checkout (public CANN sources: gitcode.com/cann/asc-devkit); tests that run its CMake
+#: helper scripts skip without it
+ASC_DEVKIT = os.environ.get("MS_KVCACHE_ASC_DEVKIT", "")
+ASC_UTIL = Path(ASC_DEVKIT) / "cmake" / "asc" / "fwk_modules" / "util" if ASC_DEVKIT else None
+needs_asc_util = pytest.mark.skipif(
+    ASC_UTIL is None or not (ASC_UTIL / "ascendc_copy_kernel_src.py").is_file(),
+    reason="set MS_KVCACHE_ASC_DEVKIT to an asc-devkit checkout (CANN's ascendc_source_files_ini.py / "
+           "ascendc_copy_kernel_src.py, what npu_op_kernel_sources / npu_op_kernel_library run)")
+
+
+def _kernel_source_calls(build):
+    out = []
+    for name, rest in read_calls(build):
+        if name == "npu_op_kernel_sources":
+            a = rest.split()
+            kv = {k: a[a.index(k) + 1] for k in ("OP_TYPE", "KERNEL_DIR", "KERNEL_FILE") if k in a}
+            out.append((a[0], kv))
+    return out
+
+
+def _quoted_includes(path):
+    import re
+
+    return re.findall(r'^\s*#\s*include\s+"([^"]+)"', path.read_text(errors="replace"), re.M)
+
+
+@needs_cmake
+def test_every_kernel_source_call_copies_op_kernel_headers(tmp_path):
+    """Each npu_op_kernel_sources call names KERNEL_DIR ./ (copy the whole op_kernel/ folder, the official
+    template's form) besides OP_TYPE and KERNEL_FILE: with KERNEL_FILE alone CANN copies only <op>.cpp into
+    the source package and an online compile misses the headers (the old CMakeLists)."""
+    res, build, _ = configure(tmp_path, ROOT)
+    assert res.returncode == 0, res.stdout + res.stderr
+    calls = _kernel_source_calls(build)
+    assert calls and len(calls) == len(expected_ops(ROOT))
+    for target, kv in calls:
+        assert target == "ascendc_kernels"
+        assert kv.get("KERNEL_DIR") == "./", kv
+        assert (ROOT / "op_kernel" / kv["KERNEL_DIR"] / kv["KERNEL_FILE"]).is_file(), kv
+
+
+@needs_cmake
+@needs_asc_util
+def test_cann_source_copy_ships_every_header_a_kernel_includes(tmp_path):
+    """Run CANN's own scripts on the recorded calls, as npu_op_kernel_sources and npu_op_kernel_library do
+    (asc-devkit cmake/asc/fwk_modules/func.cmake): ascendc_source_files_ini.py per call, then
+    ascendc_copy_kernel_src.py into <binary>/ascendc_kernels/binary/dynamic (the source package's kernel
+    folder). Every kernel file must be at the path CANN's compile reads (kernel_dir/kernel_file) and every
+    header it includes, transitively, next to it."""
+    res, build, _ = configure(tmp_path, ROOT)
+    assert res.returncode == 0, res.stdout + res.stderr
+    autogen = tmp_path / "autogen"
+    autogen.mkdir()
+    for target, kv in _kernel_source_calls(build):
+        cmd = [sys.executable, str(ASC_UTIL / "ascendc_source_files_ini.py"), f"--auto-gen-path={autogen}",
+               f"--target-name={target}", f"--op-type={kv['OP_TYPE']}", f"--op-kernel-file={kv['KERNEL_FILE']}"]
+        if "KERNEL_DIR" in kv:
+            cmd.append(f"--op-kernel-dir={kv['KERNEL_DIR']}")
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+    dynamic = tmp_path / "bin" / "ascendc_kernels" / "binary" / "dynamic"
+    dynamic.parent.mkdir(parents=True)
+    subprocess.run([sys.executable, str(ASC_UTIL / "ascendc_copy_kernel_src.py"), f"--auto-gen-path={autogen}",
+                    "--target-name=ascendc_kernels", f"--kernel-base-dir={ROOT / 'op_kernel'}/",
+                    f"--copy-dst-dir={dynamic}"], check=True, capture_output=True, text=True)
+    missing = []
+    for _, kv in _kernel_source_calls(build):
+        src = dynamic / kv.get("KERNEL_DIR", ".") / kv["KERNEL_FILE"]
+        assert src.is_file(), f"{kv['OP_TYPE']}: CANN's compile would not find {src}"
+        todo, seen = [src], set()
+        while todo:
+            f = todo.pop()
+            for inc in _quoted_includes(f):
+                dep = (f.parent / inc)
+                if dep in seen:
+                    continue
+                seen.add(dep)
+                if dep.is_file():
+                    todo.append(dep)
+                elif (ROOT / "op_kernel" / inc).is_file():
+                    missing.append(f"{kv['OP_TYPE']}: {f.name} includes \"{inc}\", not in the package")
+    assert not missing, "\n".join(missing)
+
+
+@needs_asc_util
+def test_cann_names_agree_with_our_files(tmp_path):
+    """The names CANN derives from each OpType (opbuild's ConvertToSnakeCase, asc-devkit
+    tools/build/opbuild/op_generator.cpp, compiled here from that source) agree with ours: the kernel
+    entry CANN compiles (opInterface.value = snake_case(OpType), also when KERNEL_FILE is named otherwise)
+    is the entry op_kernel/<op>.cpp defines, and the aclnn header opbuild writes
+    (aclnn_<snake_case(OpType)>.h) is the one the ascend backend and MindSpore look for."""
+    import re
+
+    from mindspore.ops.operations._custom_ops_utils import CustomInfoGenerator
+
+    from ms_kvcache import _spec
+    from ms_kvcache._backends import ascend as A
+    import ms_kvcache  # noqa: F401  (registers the specs)
+
+    cxx = shutil.which("g++")
+    if cxx is None:
+        pytest.skip("no g++ to compile opbuild's ConvertToSnakeCase")
+    text = (Path(ASC_DEVKIT) / "tools" / "build" / "opbuild" / "op_generator.cpp").read_text()
+    start = text.index("std::string ConvertToSnakeCase(const std::string& ins)")
+    body, depth, i = [], 0, text.index("{", start)
+    for j in range(i, len(text)):   # the function's text up to its matching brace
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        if depth == 0:
+            break
+    src = tmp_path / "snake.cpp"
+    src.write_text("#include <cctype>\n#include <cstdio>\n#include <string>\n#define ASCENDLOGE(...) ((void)0)\n"
+                   + text[start:j + 1]
+                   + "\nint main(int argc, char** argv) { for (int i = 1; i < argc; ++i) "
+                     "std::printf(\"%s\\n\", ConvertToSnakeCase(argv[i]).c_str()); return 0; }\n")
+    exe = tmp_path / "snake"
+    subprocess.run([cxx, "-std=c++17", "-o", str(exe), str(src)], check=True)
+    ops = expected_ops(ROOT)
+    snakes = subprocess.run([str(exe)] + [camel(op) for op in ops], check=True, capture_output=True,
+                            text=True).stdout.split()
+    for op, snake in zip(ops, snakes):
+        assert snake == f"mskv_{op}", (op, snake)
+        kernel = (ROOT / "op_kernel" / f"{op}.cpp").read_text()
+        entries = re.findall(r"__global__\s+__aicore__\s+void\s+(\w+)\s*\(", kernel)
+        assert entries == [snake], (op, entries)
+        spec = _spec.get_spec(op)
+        assert A.aclnn_header_name(spec) == f"aclnn_{snake}.h"
+        assert CustomInfoGenerator._get_aclnn_api_file_name(f"aclnn{spec.op_type}") == f"aclnn_{snake}.h"

@@ -1,7 +1,9 @@
 """The emulation under AddressSanitizer + UndefinedBehaviorSanitizer.
 
-Builds libascendc_sim.so and _sim with ``-DMS_KVCACHE_SANITIZE=ON`` into a temp directory (cached
-between runs, keyed by the checkout path), lays out a minimal ``ms_kvcache`` package there whose
+Builds libascendc_sim.so and _sim with ``-DMS_KVCACHE_SANITIZE=ON`` into the tests' build cache
+(``tests/_cache.py``: ``$MS_KVCACHE_TEST_CACHE``, else ``~/.cache/ms_kvcache/tests``, folder
+``sim-asan/<checkout key>``, ~210 MB; reused by later runs of the same checkout, pruned when its checkout
+is gone, at most two checkouts kept), lays out a minimal ``ms_kvcache`` package there whose
 ``sim`` subpackage is this checkout's, and runs the emulation test files (tests/test_sim_rules.py,
 tests/test_sim_semantics.py: every rule, every API's semantics, all three core orders) in a
 subprocess with libasan preloaded, plus the host-side tests (tests/test_sim_host_*.py: OpDef,
@@ -10,15 +12,15 @@ TilingData, tiling contexts) and the kernel + tiling tests of the repository's c
 instrumented too ($MS_KVCACHE_SIM_CXXFLAGS). MindSpore itself is not loaded under ASan (the AOT path
 is covered by tests/test_sim_ops.py in the normal build). First run ~2-3 min on 2 cores, then seconds.
 """
-import hashlib
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
+
+from _cache import build_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 SAN = "-fsanitize=address,undefined -fno-omit-frame-pointer"
@@ -34,13 +36,14 @@ def test_emulation_tests_pass_under_asan_ubsan():
     libasan, libstdcxx = _lib("libasan.so"), _lib("libstdc++.so")
     if libasan is None or libstdcxx is None or shutil.which("cmake") is None:
         pytest.skip("g++ has no libasan or cmake is missing")
-    key = hashlib.sha256(str(ROOT).encode()).hexdigest()[:12]
-    base = Path(tempfile.gettempdir()) / f"ms_kvcache_sim_asan_{key}"
+    base = build_dir("sim-asan", ROOT)
     bdir, pkg = base / "build", base / "pkg"
     mod = pkg / "ms_kvcache"
     mod.mkdir(parents=True, exist_ok=True)
     (mod / "__init__.py").write_text('"""ms_kvcache stub for the sanitizer run: only the sim subpackage."""\n')
     link = mod / "sim"
+    if link.is_symlink() and Path(os.readlink(link)) != ROOT / "ms_kvcache" / "sim":
+        link.unlink()
     if not link.exists():
         link.symlink_to(ROOT / "ms_kvcache" / "sim", target_is_directory=True)
     cfg = ["cmake", "-S", str(ROOT), "-B", str(bdir), "-DMS_KVCACHE_SANITIZE=ON", "-DCMAKE_BUILD_TYPE=Release",

@@ -34,7 +34,7 @@ import threading
 __all__ = [
     "CannNotFoundError", "AclError", "AclRuntime", "load", "reset",
     "MEMCPY_HOST_TO_HOST", "MEMCPY_HOST_TO_DEVICE", "MEMCPY_DEVICE_TO_HOST", "MEMCPY_DEVICE_TO_DEVICE",
-    "MEM_LOCATION_HOST", "MEM_LOCATION_DEVICE", "MemLocation", "MemcpyBatchAttr",
+    "MEM_LOCATION_HOST", "MEM_LOCATION_DEVICE", "MemLocation", "MemcpyBatchAttr", "ERROR_RT_FEATURE_NOT_SUPPORT",
 ]
 
 #: aclrtMemcpyKind
@@ -47,6 +47,8 @@ MEM_LOCATION_HOST = 0
 MEM_LOCATION_DEVICE = 1
 #: aclrtHostRegisterType
 HOST_REGISTER_MAPPED = 0
+#: aclError ACL_ERROR_RT_FEATURE_NOT_SUPPORT (the runtime does not support the call for these arguments)
+ERROR_RT_FEATURE_NOT_SUPPORT = 207000
 
 LIB_NAME = "libascendcl.so"
 _CANDIDATE_ROOTS = ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME", "ASCEND_CANN_PACKAGE_PATH")

@@ -8,11 +8,14 @@ runtime memcpy) and of MindSpore 2.10 (``ops.Custom`` aot on Ascend with a ``Cus
 
 Finding the package (first hit wins, see :func:`find_vendor`):
 
-1. every entry of ``ASCEND_CUSTOM_OPP_PATH`` (colon-separated vendor folders
-   ``<path>/vendors/<vendor>``, what ``<path>/vendors/ms_kvcache/bin/set_env.bash`` prepends after
-   ``custom_opp_<os>_<arch>.run --install-path=<path>``); the folder ``ms_kvcache/opp/vendors/ms_kvcache``
-   shipped inside the wheel is prepended to that variable when this module is imported, as
-   ms_custom_ops does with its own vendor folder;
+1. every entry of ``ASCEND_CUSTOM_OPP_PATH`` that is the package's vendor folder itself (named
+   ``ms_kvcache`` or holding its ``op_api/include/aclnn_mskv_*.h``): the variable lists vendor folders
+   ``<path>/vendors/<vendor>`` (what ``<path>/vendors/ms_kvcache/bin/set_env.bash`` prepends after
+   ``custom_opp_<os>_<arch>.run --install-path=<path>``), and CANN's runtime and MindSpore read each
+   entry as one (``<entry>/op_api/include``, ``<entry>/op_impl/...``), so an install root ``<path>`` in
+   the variable is not a package they load: it is reported, not accepted. The folder
+   ``ms_kvcache/opp/vendors/ms_kvcache`` shipped inside the wheel is prepended to that variable when
+   this module is imported, as ms_custom_ops does with its own vendor folder;
 2. ``$ASCEND_OPP_PATH/vendors/ms_kvcache`` when ``$ASCEND_OPP_PATH/vendors/config.ini`` lists it in
    ``load_priority`` (default install of the .run package).
 
@@ -20,6 +23,7 @@ Other hooks kept here for the op families that need the NPU runtime directly: :f
 (host <-> device block copies are ACL runtime memcpys, not a kernel) and
 :func:`register_host_memory` (``aclrtHostRegister``, for pinned host KV buffers).
 """
+import collections
 import os
 from pathlib import Path
 
@@ -28,7 +32,9 @@ from ms_kvcache._backends import _acl
 __all__ = [
     "VENDOR_NAME", "COMPUTE_UNITS", "WHEEL_VENDOR_DIR", "available", "aot_func", "reg_info",
     "find_vendor", "VendorPackage", "PackageNotFoundError", "compute_unit", "current_soc",
-    "swap_blocks", "register_host_memory", "unregister_host_memory", "plan_block_copies",
+    "swap_blocks", "register_host_memory", "unregister_host_memory", "plan_block_copies", "batch_copy_allowed",
+    "pyboost_status", "pynative_launcher", "host_memory_mode", "host_arg", "nnopbase_path", "HOST_SIDE_INPUTS",
+    "check_jit_level", "infer_guard", "report",
 ]
 
 #: Vendor name of the CANN custom-op package (scripts/opp/CMakePresets.json ``vendor_name``).
@@ -178,10 +184,14 @@ def find_vendor(env=None):
     wheel = str(WHEEL_VENDOR_DIR)
     for entry in custom:
         p = Path(entry)
-        for cand in (p, p / "vendors" / VENDOR_NAME):
-            if cand.name == VENDOR_NAME and cand.is_dir():
-                src = "wheel" if str(cand) == wheel else "ASCEND_CUSTOM_OPP_PATH"
-                return VendorPackage(cand, src), notes
+        if p.is_dir() and (p.name == VENDOR_NAME or VendorPackage(p, "").ops()):
+            src = "wheel" if str(p) == wheel else "ASCEND_CUSTOM_OPP_PATH"
+            return VendorPackage(p, src), notes
+        if (p / "vendors" / VENDOR_NAME).is_dir():
+            # CANN's runtime and MindSpore (CustomInfoGenerator) read every entry as a vendor folder
+            # (<entry>/op_api/include, <entry>/op_impl/...): an install root is not searched below
+            notes.append(f"ASCEND_CUSTOM_OPP_PATH entry {p} is an install root, not a vendor folder; CANN and "
+                         f"MindSpore only read vendor folders there: use {p / 'vendors' / VENDOR_NAME}")
     notes.append(f"ASCEND_CUSTOM_OPP_PATH has no '{VENDOR_NAME}' vendor folder"
                  + (f" (entries: {', '.join(custom)})" if custom else " (unset)"))
     opp = env.get("ASCEND_OPP_PATH")
@@ -437,11 +447,31 @@ def _copy_runs(acl, runs, *, src_ptr, src_bytes, dst_ptr, dst_bytes, block_bytes
         return len(copies)
     if use_batch and len(copies) > 1:
         dsts, dmaxs, srcs, sizes = zip(*copies)
-        acl.memcpy_batch_async(list(dsts), list(dmaxs), list(srcs), list(sizes), dst_loc, src_loc, stream)
-        return 1
+        try:
+            acl.memcpy_batch_async(list(dsts), list(dmaxs), list(srcs), list(sizes), dst_loc, src_loc, stream)
+            return 1
+        except _acl.AclError as exc:
+            if exc.code != _acl.ERROR_RT_FEATURE_NOT_SUPPORT:
+                raise
+            # this runtime / device rejects the batch for these locations: nothing was queued, copy one by one
     for dst, dmax, src, nb in copies:
         acl.memcpy_async(dst, dmax, src, nb, kind, stream)
     return len(copies)
+
+
+def batch_copy_allowed(kind, order_free, has_batch, soc):
+    """Whether ``swap_blocks`` may issue its copies as one ``aclrtMemcpyBatchAsync``.
+
+    Only for host <-> device copies (``kind`` H2D or D2H), as vllm-ascend's ``swap_blocks_batch`` does
+    (vllm-project/vllm-ascend ``csrc/torch_binding.cpp``: the batch path is skipped for
+    ``ACL_MEMCPY_DEVICE_TO_DEVICE``); device-to-device batches are reported to fail with
+    ``ACL_ERROR_RT_FEATURE_NOT_SUPPORT`` (207000), and Mooncake's Ascend transport falls back to
+    ``aclrtMemcpyAsync`` on that code (kvcache-ai/Mooncake pull request 963). Also needs order-free rows
+    (see :func:`plan_block_copies`), a runtime that exports the call (CANN >= 8.3) and an A2/A3 SoC (the
+    products it is documented for).
+    """
+    return (kind in (_acl.MEMCPY_HOST_TO_DEVICE, _acl.MEMCPY_DEVICE_TO_HOST) and bool(order_free) and bool(has_batch)
+            and compute_unit(soc) in ("ascend910b", "ascend910_93"))
 
 
 def _is_device_tensor(t):
@@ -468,10 +498,12 @@ def swap_blocks(src_cache, dst_cache, block_mapping):
     checks; ``dst_cache[d] = src_cache[s]`` for every row ``(s, d)`` of ``block_mapping``, in row order.
 
     Host <-> device and device -> device copies are queued on MindSpore's current stream, so later ops
-    on that stream see them: one ``aclrtMemcpyBatchAsync`` for the whole mapping where the CANN runtime
-    exports it (documented from CANN 8.3.RC1, experimental, A2/A3), the device is A2/A3 and the rows are
-    order-free (no destination twice, no block both read and written); else one ``aclrtMemcpyAsync``
-    per run of consecutive blocks, in row order. A host destination is synchronised before returning.
+    on that stream see them. Host <-> device: one ``aclrtMemcpyBatchAsync`` for the whole mapping where
+    the CANN runtime exports it (documented from CANN 8.3.RC1, experimental, A2/A3), the device is A2/A3
+    and the rows are order-free (no destination twice, no block both read and written); a batch the
+    runtime rejects with ``ACL_ERROR_RT_FEATURE_NOT_SUPPORT`` is redone copy by copy. Device -> device,
+    and every other case: one ``aclrtMemcpyAsync`` per run of consecutive blocks, in row order (see
+    :func:`batch_copy_allowed` for why device-to-device copies are never batched). A host destination is synchronised before returning.
     A pageable (not pinned) host cache, or a MindSpore that does not expose its raw stream, makes the
     call synchronous (``ms.runtime.synchronize()``, then ``aclrtMemcpy`` per run).
 
@@ -513,7 +545,7 @@ def swap_blocks(src_cache, dst_cache, block_mapping):
     if stream is None:
         ms.runtime.synchronize()
     loc = lambda dev: (_acl.MEM_LOCATION_DEVICE, device_id) if dev else (_acl.MEM_LOCATION_HOST, 0)  # noqa: E731
-    use_batch = order_free and acl.has_batch and compute_unit(current_soc()) in ("ascend910b", "ascend910_93")
+    use_batch = batch_copy_allowed(kind, order_free, acl.has_batch, current_soc())
     _copy_runs(acl, runs, src_ptr=src_ptr, src_bytes=int(src.shape[0]) * block_bytes, dst_ptr=dst_ptr,
                dst_bytes=int(dst.shape[0]) * block_bytes, block_bytes=block_bytes, kind=kind, stream=stream,
                src_loc=loc(src_dev), dst_loc=loc(dst_dev), use_batch=use_batch)
@@ -534,11 +566,403 @@ def _itemsize(t):
 
 
 def _is_pinned(t):
+    """Page-locked host memory the runtime knows: MindSpore's pinned tensors, and memory registered with
+    aclrtHostRegister (alloc_host_buffer on the ascend backend), with which aclrtMemcpyAsync is asynchronous."""
     f = getattr(t, "is_pinned", None)
     try:
-        return bool(f()) if callable(f) else False
-    except Exception:
+        if callable(f) and f():
+            return True
+    except Exception:  # noqa: BLE001 - a MindSpore without is_pinned
+        pass
+    try:
+        from ms_kvcache import _host_memory
+
+        return _host_memory.mapped_address(int(t.data_ptr()), int(t.nbytes)) is not None
+    except Exception:  # noqa: BLE001
         return False
 
 
 _prepend_wheel_vendor()
+
+
+# ---------------------------------------------------------------------------------------- PyNative (pyboost)
+#: ``0`` turns the PyNative aclnn module off (PyNative calls then compile a jit graph per shape).
+PYBOOST_ENV = "MS_KVCACHE_ASCEND_PYBOOST"
+#: ``auto`` (default), ``zero_copy`` or ``staged``: how host-memory arguments reach the kernels.
+HOST_MEMORY_ENV = "MS_KVCACHE_HOST_MEMORY"
+HOST_MEMORY_MODES = ("auto", "zero_copy", "staged")
+#: Inputs that live in host memory in the intended use (the transfer ops' host side) and that the
+#: kernel writes completely in d2h (so a staged d2h need not copy them in first).
+HOST_SIDE_INPUTS = {"multi_layer_kv_transfer": ("buffer",), "multi_layer_block_transfer": ("host_blocks",)}
+#: Host tensors a PyNative launch refers to by address stay referenced here until the next
+#: :func:`ms_kvcache.synchronize` (or until this many later host launches), so that memory a queued
+#: kernel or copy still uses is not freed under it. Memory from alloc_host_buffer is also protected by
+#: a device synchronisation before it is unregistered and unmapped.
+_INFLIGHT = collections.deque(maxlen=4096)
+_PYBOOST = {"module": None, "why": None, "runtime": None}
+
+
+def host_memory_mode(env=None):
+    """The host-memory mode in force (``$MS_KVCACHE_HOST_MEMORY``, default ``auto``).
+
+    - ``auto``: zero-copy for host memory registered with ``aclrtHostRegister`` (what
+      :func:`ms_kvcache.alloc_host_buffer` returns on the ascend backend), staged for other host memory;
+    - ``zero_copy``: registered host memory only (other host memory raises ValueError);
+    - ``staged``: always through a device staging tensor and ``aclrtMemcpyAsync``.
+
+    Raises:
+        ValueError: an unknown value.
+    """
+    env = os.environ if env is None else env
+    mode = (env.get(HOST_MEMORY_ENV) or "auto").strip().lower()
+    if mode not in HOST_MEMORY_MODES:
+        raise ValueError(f"${HOST_MEMORY_ENV}: expected one of {HOST_MEMORY_MODES}, got {mode!r}")
+    return mode
+
+
+def nnopbase_path(env=None):
+    """Path of CANN's libnnopbase.so (aclCreateTensor & co.): ``$MS_KVCACHE_LIBNNOPBASE`` (tests), else
+    ``lib64/libnnopbase.so`` under ``$ASCEND_HOME_PATH`` / ``$ASCEND_TOOLKIT_HOME``, else the bare name
+    (found through ``LD_LIBRARY_PATH`` after ``source set_env.sh``)."""
+    env = os.environ if env is None else env
+    if env.get("MS_KVCACHE_LIBNNOPBASE"):
+        return env["MS_KVCACHE_LIBNNOPBASE"]
+    for var in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"):
+        if env.get(var):
+            p = Path(env[var]) / "lib64" / "libnnopbase.so"
+            if p.exists():
+                return str(p)
+    return "libnnopbase.so"
+
+
+def _pyboost_module():
+    """ms_kvcache._ascend_pyboost if importable and built for the running MindSpore, else None
+    (reason in ``_PYBOOST["why"]``)."""
+    if _PYBOOST["module"] is None and _PYBOOST["why"] is None:
+        try:
+            from ms_kvcache import _ascend_pyboost as mod  # noqa: WPS433 - optional compiled extension
+        except ImportError as exc:
+            _PYBOOST["why"] = f"ms_kvcache._ascend_pyboost is not built ({exc})"
+        else:
+            import mindspore as ms
+
+            if mod.mindspore_version != ms.__version__:
+                _PYBOOST["why"] = (f"ms_kvcache._ascend_pyboost was built for MindSpore {mod.mindspore_version}, "
+                                   f"running {ms.__version__}; reinstall ms_kvcache")
+            else:
+                _PYBOOST["module"] = mod
+    return _PYBOOST["module"]
+
+
+def _pyboost_runtime(mod):
+    """Load libnnopbase / libascendcl into the module once; returns None or raises with the reason."""
+    if _PYBOOST["runtime"] is None:
+        acl = _acl.load()
+        mod.init(nnopbase_path(), acl.path)
+        _PYBOOST["runtime"] = (nnopbase_path(), acl.path)
+    return _PYBOOST["runtime"]
+
+
+def pyboost_status(spec=None):
+    """``(ok, why)``: whether PyNative calls (of ``spec``, or of any op) on the ascend backend use the aclnn
+    module ``ms_kvcache._ascend_pyboost`` (no graph compile per shape) instead of a jit graph.
+
+    Needs: the module built for the running MindSpore (``scripts/dev_build.sh`` / the wheel build, like
+    the cpu fast path), the fast path not disabled (``MS_KVCACHE_PYNATIVE_FAST=0``, ``set_fast_path``,
+    ``$MS_KVCACHE_ASCEND_PYBOOST=0``), the CANN package with ``op_api/lib/libcust_opapi.so``, and the
+    CANN runtime libraries (libascendcl.so, libnnopbase.so). For ``spec``: the module has a shim for the
+    op's aclnn prototype (:func:`ms_kvcache._aclnn.signature`).
+    """
+    from ms_kvcache import _aclnn, _custom
+
+    if os.environ.get(PYBOOST_ENV, "1") == "0":
+        return False, f"disabled (${PYBOOST_ENV}=0)"
+    if not _custom._FAST["enabled"]:  # noqa: WPS437 - the package's own switch
+        return False, "disabled (MS_KVCACHE_PYNATIVE_FAST=0 or set_fast_path(False))"
+    mod = _pyboost_module()
+    if mod is None:
+        return False, _PYBOOST["why"]
+    pkg, notes = find_vendor()
+    if pkg is None:
+        return False, _missing_package_message(notes)
+    if not pkg.opapi_library().is_file():
+        return False, f"the CANN package at {pkg.path} has no {pkg.opapi_library().relative_to(pkg.path)}"
+    try:
+        _pyboost_runtime(mod)
+    except (RuntimeError, OSError) as exc:
+        return False, f"CANN runtime libraries not usable by ms_kvcache._ascend_pyboost: {exc}"
+    if spec is not None:
+        compiled = dict(mod.ops())
+        want = _aclnn.signature(spec)
+        if compiled.get(spec.op_type) != want:
+            return False, (f"ms_kvcache._ascend_pyboost has no shim for {spec.op_type} with prototype {want} "
+                           f"(built with {compiled.get(spec.op_type)}); rebuild ms_kvcache")
+    return True, ""
+
+
+def _plan(spec, attr_values, counts):
+    """The module's per-parameter plan (prototype order), the flat input count and the output sources."""
+    from ms_kvcache import _custom
+
+    attrs = spec.kernel_attrs(spec.attr_values(attr_values))  # coded names as their ints (AttrSpec.codes)
+    it = iter(spec.counts(counts)) if spec.has_dynamic else iter(())
+    plan, j = [], 0
+    for t in spec.inputs:
+        if t.dynamic:
+            n = next(it)
+            plan.append(("L", j, n))
+            j += n
+        else:
+            plan.append(("T", j, bool(t.optional)))
+            j += 1
+    kinds = {"str": "s", "int": "i", "bool": "b", "float": "d"}
+    for a in spec.attrs:
+        v = attrs[a.name]
+        k = kinds[a.kernel_type]
+        plan.append((k, {"s": str, "i": int, "b": bool, "d": float}[k](v)))
+    out_like = list(_custom.output_sources(spec, counts))
+    if out_like:
+        plan += [("O", k) for k in range(len(out_like))]
+    else:
+        plan.append(("O", -1))  # the int32 [1] status, allocated by the module
+    return plan, j, out_like
+
+
+def _host_slots(spec, attr_values, counts):
+    """(flat index, display name, written, written completely) of every input a host tensor may be
+    given for: the inputs this call writes and the op's host-side inputs."""
+    attrs = spec.attr_values(attr_values)
+    written = set(spec.written_inputs(attrs))
+    host_side = set(HOST_SIDE_INPUTS.get(spec.name, ()))
+    it = iter(spec.counts(counts)) if spec.has_dynamic else iter(())
+    out, j = [], 0
+    for t in spec.inputs:
+        n = next(it) if t.dynamic else 1
+        if t.name in written or t.name in host_side:
+            for k in range(n):
+                name = f"{t.name}[{k}]" if t.dynamic else t.name
+                out.append((j + k, name, t.name in written, t.name in host_side))
+        j += n
+    return tuple(out)
+
+
+def _is_host_tensor(t):
+    """True for a Tensor whose memory is host memory while MindSpore runs on Ascend (it would copy such a
+    tensor to the device for a kernel, and a write would land in the copy)."""
+    return _device_target() == "Ascend" and not _is_device_tensor(t)
+
+
+def _data_address(t):
+    """Address of the first byte of a host tensor, without waiting for MindSpore's pipeline when possible."""
+    try:
+        from ms_kvcache import _cpu_pyboost  # noqa: WPS433 - optional
+
+        addr = _cpu_pyboost.data_address_nosync(t)
+        if addr is not None:
+            return int(addr)
+    except ImportError:
+        pass
+    return int(t.data_ptr())
+
+
+def host_arg(mod, op, name, t, copy_in, copy_out, mode=None):
+    """The module's HostArg for host tensor ``t`` (argument ``name`` of ``op``): zero-copy with the mapped
+    device address when the memory is registered (and ``mode`` allows), else staged.
+
+    Raises:
+        ValueError: ``t`` not contiguous; ``mode == "zero_copy"`` and ``t`` not in registered memory.
+    """
+    from ms_kvcache import _host_memory
+    from ms_kvcache._spec import dtype_name
+
+    mode = host_memory_mode() if mode is None else mode
+    if not t.is_contiguous():
+        raise ValueError(f"{op}: argument '{name}': expected a contiguous host tensor, got strides {t.stride()}")
+    addr = _data_address(t)
+    nbytes = int(t.nbytes)
+    mapped = _host_memory.mapped_address(addr, nbytes)
+    if mode == "zero_copy" and mapped is None:
+        raise ValueError(f"{op}: argument '{name}': expected host memory registered for device access "
+                         f"(ms_kvcache.alloc_host_buffer on the ascend backend) because ${HOST_MEMORY_ENV}=zero_copy, "
+                         f"got an unregistered host tensor at {addr:#x}")
+    dev = mapped if (mapped is not None and mode != "staged") else 0
+    _INFLIGHT.append(t)
+    return mod.HostArg(addr, dev, [int(d) for d in t.shape], dtype_name(t.dtype), nbytes, bool(copy_in),
+                       bool(copy_out))
+
+
+def pynative_launcher(spec, attr_values, counts, fallback):
+    """``f(*flat_tensors)`` for PyNative calls of ``spec`` on the ascend backend (called by
+    ``_custom.eager_launcher``, result cached per op / attributes / counts).
+
+    With the aclnn module (:func:`pyboost_status`): one asynchronous two-stage aclnn launch in MindSpore's
+    PyNative pipeline, no graph compile; host tensors the op writes, and the transfer ops' host side
+    (:data:`HOST_SIDE_INPUTS`), become HostArgs (:func:`host_arg`). Without it: ``fallback()`` (the
+    ``ms.jit`` launcher of the ops.Custom primitive), refusing a host tensor the op would write, which
+    MindSpore would copy to the device and whose write would be lost.
+    """
+    from ms_kvcache import _aclnn, _custom
+
+    slots = _host_slots(spec, attr_values, counts)
+    ok, why = pyboost_status(spec)
+    if not ok:
+        launch = fallback()
+
+        def guarded(*flat):
+            for j, name, written, _ in slots:
+                if written and _is_host_tensor(flat[j]):
+                    raise RuntimeError(
+                        f"{spec.name}: argument '{name}' is host memory the op would write, but without the "
+                        f"PyNative aclnn module MindSpore copies it to the device and the write would be lost "
+                        f"({why}). Build ms_kvcache with its Ascend PyNative module, or pass a device tensor")
+            return launch(*flat)
+
+        guarded.ascend_path = "jit"
+        guarded.ascend_why = why
+        return guarded
+    mod = _pyboost_module()
+    plan, n_flat, out_like = _plan(spec, attr_values, counts)
+    kernel = mod.kernel(str(require_vendor().opapi_library()), spec.op_type, _aclnn.signature(spec), plan, n_flat,
+                        out_like)
+    run = mod.run
+    op = spec.name
+
+    def launch(*flat):
+        args = list(flat)
+        for j, name, written, complete in slots:
+            t = args[j]
+            if _is_host_tensor(t):
+                args[j] = host_arg(mod, op, name, t, copy_in=not (written and complete), copy_out=written)
+        return run(kernel, *args)
+
+    f = _custom._serialised(launch)  # noqa: WPS437 - one submission at a time, as the cpu fast path
+    f.ascend_path = "pyboost"
+    return f
+
+
+# ---------------------------------------------------------------------------------------- graph jit level
+def _graph_jit_config():
+    """(jit_level, backend) of the graph MindSpore is compiling: the per-graph config MindSpore hands its
+    compiler (``JitExecutor_.get_jit_config()``: a Cell's ``set_jit_config``, ``ms.jit(jit_level=, backend=)``),
+    with the global ``set_context(jit_config=...)`` level where the graph sets none."""
+    level, backend = "", ""
+    try:
+        from mindspore._c_expression import JitExecutor_  # noqa: WPS433 - MindSpore internals, 2.10
+
+        cfg = JitExecutor_.get_instance().get_jit_config() or {}
+        level, backend = str(cfg.get("jit_level", "") or ""), str(cfg.get("backend", "") or "")
+    except (ImportError, AttributeError, RuntimeError):
+        pass
+    if not level:
+        try:
+            import mindspore as ms
+
+            level = str((ms.get_context("jit_config") or {}).get("jit_level", "") or "")
+        except Exception:  # noqa: BLE001 - context key absent in this MindSpore
+            level = ""
+    return level, backend
+
+
+def check_jit_level(op):
+    """Refuse a graph compiled for GE (``jit_level="O2"`` / ``backend="GE"``) at compile time.
+
+    The ascend primitives take the attribute values as trailing scalar inputs and write the caches through
+    input addresses (docs/design.md, "In-place ops in CANN OpDefs"): that is what MindSpore's kernel-by-
+    kernel runtime (jit_level O0 / O1, ``CustomV2AclnnKernelMod``) calls. GE (O2) takes Tensor inputs only,
+    reads attributes from the op's GE attributes and knows a written input only as an input and an output
+    of the same name; our OpDefs declare neither, so GE would fail late or write an untracked copy.
+
+    Raises:
+        RuntimeError: the graph being compiled uses jit_level O2 / the GE backend.
+    """
+    level, backend = _graph_jit_config()
+    if level == "O2" or backend.upper() == "GE":
+        raise RuntimeError(
+            f"{op}: GRAPH_MODE with jit_level='O2' (the GE backend) is not supported on the ascend backend "
+            f"(jit_level={level or 'default'!r}, backend={backend or 'default'!r}): the ops need MindSpore's "
+            f"kernel-by-kernel runtime. Compile with jit_level='O0' or 'O1': set_context(jit_config="
+            f"{{'jit_level': 'O0'}}), Cell.set_jit_config(JitConfig(jit_level='O0')) or "
+            f"@ms.jit(backend='ms_backend'); see docs/ascend.md, 'Graph mode and jit levels'")
+
+
+def infer_guard(spec, infer):
+    """``infer`` (the primitive's shape infer function) preceded by :func:`check_jit_level`; MindSpore runs
+    it while it compiles a graph, before any GE lowering."""
+    if not callable(infer):
+        return infer
+
+    def guarded(*shapes):
+        check_jit_level(spec.name)
+        return infer(*shapes)
+    return guarded
+
+
+# ---------------------------------------------------------------------------------------- report
+def report():
+    """What the ascend backend will use on this machine, and why (``ms-kvcache info``).
+
+    Returns:
+        dict: ``device_target``; ``backend``: ``{"available", "why"}`` (:func:`available`); ``pynative``: ``{"path": "pyboost" | "jit", "why": ...}`` (pyboost =
+        ms_kvcache._ascend_pyboost, one aclnn launch per call; jit = a graph compiled per input shape);
+        ``module``: the module's build (MindSpore version, shims checked against CANN headers);
+        ``host_memory``: ``{"mode": $MS_KVCACHE_HOST_MEMORY, "effective": "zero_copy" | "staged" |
+        "unavailable", "why": ...}`` for host buffers from alloc_host_buffer in PyNative;
+        ``graph_mode``: the jit levels the ops run under.
+    """
+    out = {"device_target": _device_target()}
+    avail, why_not = available()
+    out["backend"] = {"available": avail, "why": why_not or "Ascend device and the CANN package found"}
+    ok, why = pyboost_status()
+    out["pynative"] = {"path": "pyboost" if ok else "jit",
+                       "why": ("aclnn launches through MindSpore's PyboostRunner (ms_kvcache._ascend_pyboost): "
+                               "no graph compile per input shape") if ok else
+                       f"{why}; PyNative calls compile the ops.Custom primitive in a jit graph per input shape"}
+    mod = _pyboost_module()
+    out["module"] = ({"built": True, "mindspore_version": mod.mindspore_version,
+                      "checked_against_cann_headers": bool(mod.checked_against_headers),
+                      "ops": len(mod.ops())} if mod is not None else {"built": False, "why": _PYBOOST["why"]})
+    try:
+        mode = host_memory_mode()
+    except ValueError as exc:
+        out["host_memory"] = {"mode": os.environ.get(HOST_MEMORY_ENV), "effective": "unavailable", "why": str(exc)}
+        mode = None
+    if mode is not None:
+        out["host_memory"] = _host_memory_report(mode, ok)
+    out["graph_mode"] = ("jit_level O0 / O1 (MindSpore's kernel-by-kernel runtime, CustomV2AclnnKernelMod); "
+                         "O2 (GE) is refused at compile time")
+    return out
+
+
+def _host_memory_report(mode, pyboost_ok):
+    from ms_kvcache import _host_memory
+
+    res = {"mode": mode}
+    if not pyboost_ok:
+        res.update(effective="unavailable", why="PyNative host transfers need ms_kvcache._ascend_pyboost (see "
+                   "'pynative'); without it an op that writes a host tensor raises instead of losing the data")
+        return res
+    if mode == "staged":
+        res.update(effective="staged", why=f"${HOST_MEMORY_ENV}=staged: a device staging tensor and aclrtMemcpyAsync "
+                   "on MindSpore's current stream, before (h2d) / after (d2h) the kernel")
+        return res
+    try:
+        acl = _acl.load()
+    except _acl.CannNotFoundError as exc:
+        res.update(effective="unavailable", why=str(exc))
+        return res
+    if not acl.has_host_register:
+        res.update(effective="staged" if mode == "auto" else "unavailable",
+                   why="aclrtHostRegister is not exported by this CANN (needs CANN >= 8.1.RC1): alloc_host_buffer "
+                       "cannot map its pages for the device"
+                       + ("; host buffers go through a device staging tensor" if mode == "auto" else
+                          f"; ${HOST_MEMORY_ENV}=zero_copy then refuses every host tensor"))
+        return res
+    fallback = _host_memory.REGISTER_FALLBACK["why"]
+    if fallback:
+        res.update(effective="staged" if mode == "auto" else "unavailable",
+                   why=f"aclrtHostRegister failed for the last alloc_host_buffer ({fallback}); such buffers are staged")
+        return res
+    res.update(effective="zero_copy", why="alloc_host_buffer registers its pages (aclrtHostRegister, MAPPED) and "
+               "kernels get the mapped device address; other host tensors are staged"
+               + ("" if mode == "auto" else " - no: zero_copy mode refuses them"))
+    return res

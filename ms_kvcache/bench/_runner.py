@@ -7,11 +7,12 @@ import importlib.util
 import math
 from pathlib import Path
 import pkgutil
+import re
 import sys
 from typing import Optional
 
-__all__ = ["ROW_KEYS", "BenchModule", "discover", "run_modules", "write_outputs", "format_table", "print_table",
-           "main_for"]
+__all__ = ["ROW_KEYS", "BenchModule", "discover", "run_modules", "write_outputs", "format_table", "format_tables",
+           "print_table", "main_for", "normalise_row", "plot_panels", "wrapped_modules"]
 
 #: Keys of a result row (only ``op`` is required; ``tokens`` + ``gbps`` put it on the plot).
 ROW_KEYS = {
@@ -27,9 +28,21 @@ ROW_KEYS = {
     "ratio_memcpy": "memcpy time / op time (1.0 = as fast as memcpy)",
     "speedup": "{baseline name: baseline time / op time}",
     "note": "free text",
+    "series": "legend label of the plot line this row belongs to (rows of one series differ in tokens); "
+              "a module that sets it on some rows plots only those",
+    # AscendC emulation rows (backend 'sim'): counts of the emulated kernels, not timings
+    "soc": "CANN SoC name the emulation ran for, e.g. 'Ascend910B1'",
+    "gm_bytes": "GM bytes read + written by the kernels",
+    "gm_min_bytes": "the least GM bytes the op must move",
+    "gm_ratio": "gm_bytes / gm_min_bytes (1.0 = the minimum)",
+    "cores_used": "vector cores the tiling used",
+    "cores": "vector cores of the SoC",
+    "ub_bytes": "peak UB bytes used per core",
+    "copies_per_core": "DataCopy(Pad) calls per core (max)",
 }
-_ORDER = ["module", "op", "case", "tokens", "backend", "dtype", "bytes", "seconds", "gbps", "memcpy_gbps",
-          "ratio_memcpy"]
+_ORDER = ["module", "op", "case", "tokens", "backend", "dtype", "soc", "bytes", "seconds", "gbps", "memcpy_gbps",
+          "ratio_memcpy", "gm_bytes", "gm_min_bytes", "gm_ratio", "cores_used", "cores", "ub_bytes",
+          "copies_per_core"]
 
 
 @dataclass
@@ -59,23 +72,46 @@ class BenchModule:
 
 
 def _checkout_scripts():
-    """``scripts/`` of a source checkout holding this ms_kvcache (editable install / PYTHONPATH)."""
+    """``scripts/`` of a source checkout holding this ms_kvcache (editable install / PYTHONPATH); None for
+    an installed wheel."""
     import ms_kvcache
 
     d = Path(ms_kvcache.__file__).resolve().parent.parent / "scripts"
     return d if d.is_dir() and (d.parent / "pyproject.toml").is_file() else None
 
 
+_WRAPS = re.compile(r"^\s*(?:from\s+ms_kvcache\.bench\s+import\s+([\w\s,]+?)(?:\s+as\s+\w+)?\s*$"
+                    r"|from\s+ms_kvcache\.bench\.(\w+)\s+import"
+                    r"|import\s+ms_kvcache\.bench\.(\w+))", re.M)
+
+
+def wrapped_modules(path):
+    """Names of ``ms_kvcache.bench`` modules a script imports (read from its text, not run): a
+    ``scripts/bench_<x>.py`` that imports a package module is its thin wrapper."""
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return set()
+    text = re.sub(r"#.*", "", text)
+    names = set()
+    for m in _WRAPS.finditer(text):
+        if m.group(1):
+            names.update(x.strip() for x in m.group(1).split(","))
+        names.update(g for g in m.groups()[1:] if g)
+    return names
+
+
 def discover(extra_dirs=(), include_checkout=True):
-    """Benchmark modules, sorted by name: ``ms_kvcache.bench.<name>`` (not starting with "_"), then
-    ``bench_<name>.py`` in the checkout's scripts/ and in ``extra_dirs`` unless a module of that name
-    was already found (scripts/bench_<name>.py wrappers of a package module are not run twice)."""
+    """Benchmark modules, sorted by name: every ``ms_kvcache.bench.<name>`` (not starting with "_"; they
+    ship in the wheel), then ``bench_<name>.py`` in the checkout's scripts/ and in ``extra_dirs``, except
+    a script named like a package module or importing one (a thin wrapper: not run twice)."""
     import ms_kvcache.bench as pkg
 
     found = {}
     for info in pkgutil.iter_modules(pkg.__path__):
         if not info.name.startswith("_"):
             found[info.name] = BenchModule(info.name, "package", module_name=f"ms_kvcache.bench.{info.name}")
+    package = set(found)
     dirs = []
     if include_checkout:
         d = _checkout_scripts()
@@ -87,8 +123,9 @@ def discover(extra_dirs=(), include_checkout=True):
             raise FileNotFoundError(f"benchmark folder {d} does not exist")
         for f in sorted(d.glob("bench_*.py")):
             name = f.stem[len("bench_"):]
-            if name not in found:
-                found[name] = BenchModule(name, str(f), path=f)
+            if name in found or wrapped_modules(f) & package:
+                continue
+            found[name] = BenchModule(name, str(f), path=f)
     return [found[k] for k in sorted(found)]
 
 
@@ -125,7 +162,7 @@ def run_modules(mods, quick=False, progress=True):
                 for r in out or []:
                     if not isinstance(r, dict) or "op" not in r:
                         raise TypeError(f"run() returned a row without 'op': {r!r}"[:200])
-                    rows.append({"module": m.name, **r})
+                    rows.append({"module": m.name, **normalise_row(r)})
             except Exception as exc:  # noqa: BLE001 - one module's failure must not stop the others
                 msg = " ".join(str(exc).split()) or type(exc).__name__
                 failures.append((m.name, f"{type(exc).__name__}: {msg}"[:300]))
@@ -135,6 +172,29 @@ def run_modules(mods, quick=False, progress=True):
         if bar:
             bar.stop()
     return rows, failures
+
+
+def normalise_row(row):
+    """A copy of ``row`` with the standard keys filled from the older key names of emulation rows
+    (``shape`` -> ``case``, ``work`` -> ``tokens``, ``gm_read_bytes + gm_write_bytes`` -> ``gm_bytes``,
+    ``ub_bytes_per_core`` -> ``ub_bytes``, ``datacopy_per_core_max`` -> ``copies_per_core``; backend "sim"
+    for a row with GM counts). Rows that already have a key keep their value."""
+    r = dict(row)
+    emu = "gm_bytes" in r or "gm_read_bytes" in r
+    if emu:
+        r.setdefault("backend", "sim")
+        if "gm_bytes" not in r and "gm_write_bytes" in r:
+            r["gm_bytes"] = int(r["gm_read_bytes"]) + int(r["gm_write_bytes"])
+        if "gm_ratio" not in r and r.get("gm_min_bytes"):
+            r["gm_ratio"] = r["gm_bytes"] / r["gm_min_bytes"]
+        for new, old in (("ub_bytes", "ub_bytes_per_core"), ("copies_per_core", "datacopy_per_core_max")):
+            if new not in r and old in r:
+                r[new] = r[old]
+    if "case" not in r and "shape" in r:
+        r["case"] = str(r["shape"])
+    if "tokens" not in r and "work" in r:
+        r["tokens"] = r["work"]
+    return r
 
 
 def _flat(row):
@@ -160,6 +220,8 @@ def _columns(flat_rows):
 def _fmt(v):
     if v is None:
         return ""
+    if isinstance(v, bool):
+        return str(v)
     if isinstance(v, float):
         if math.isnan(v) or math.isinf(v):
             return str(v)
@@ -174,50 +236,135 @@ def _fmt(v):
     return str(v)
 
 
+def _fmt_time(s):
+    if not isinstance(s, (int, float)) or s <= 0:
+        return ""
+    if s < 1e-3:
+        return f"{s * 1e6:.1f} us"
+    if s < 1:
+        return f"{s * 1e3:.2f} ms"
+    return f"{s:.2f} s"
+
+
+def _fmt_mb(b):
+    return "" if not isinstance(b, (int, float)) else f"{b / 1e6:.2f}"
+
+
 #: The one ratio convention of the table (every ratio column and note): above 1 the op is faster.
 RATIO_NOTE = ("ratios: x memcpy = memcpy time / op time, speed-up = baseline time / op time "
               "(above 1 the op is faster)")
+EMULATION_NOTE = ("emulation counts: bytes and calls of the AscendC kernels run through the in-repo emulation "
+                  "(sim backend), not hardware timings; GM / min = GM bytes / the least the op must move")
+
+
+def is_emulation_row(row):
+    """A row of AscendC emulation counts (GM bytes, cores, UB) rather than a timing."""
+    return row.get("backend") == "sim" and ("gm_bytes" in row or "gm_read_bytes" in row)
+
+
+def _timing_cells(r):
+    sp = ", ".join(f"{k} {v:.2f}x" for k, v in (r.get("speedup") or {}).items() if v is not None)
+    return [str(r.get("op", "")), str(r.get("case", "")), _fmt(r.get("tokens")), str(r.get("backend", "")),
+            _fmt_time(r.get("seconds")), _fmt(r.get("gbps")), _fmt(r.get("memcpy_gbps")), _fmt(r.get("ratio_memcpy")),
+            sp, str(r.get("note", ""))]
+
+
+def _emulation_cells(r):
+    used, cores = r.get("cores_used"), r.get("cores")
+    cores_s = f"{used}/{cores}" if used is not None and cores is not None else _fmt(used)
+    ub = r.get("ub_bytes")
+    return [str(r.get("op", "")), str(r.get("case", "")), _fmt(r.get("tokens")), str(r.get("soc", "")),
+            _fmt_mb(r.get("gm_bytes")), _fmt_mb(r.get("gm_min_bytes")),
+            "" if r.get("gm_ratio") is None else f"{r['gm_ratio']:.3f}", cores_s,
+            "" if ub is None else f"{ub / 1024:.1f}", _fmt(r.get("copies_per_core")), str(r.get("note", ""))]
+
+
+_TIMING_HEADERS = ["op", "case", "tokens", "backend", "time", "GB/s", "memcpy GB/s", "x memcpy",
+                   "speed-up over baselines", "note"]
+_EMULATION_HEADERS = ["op", "case", "tokens", "soc", "GM MB", "min MB", "GM / min", "cores", "UB KiB",
+                      "copies/core", "note"]
+
+
+def format_tables(rows):
+    """The summary tables: ``[(title, headers, cells, note)]``, one for timings (cpu backend) and one for
+    AscendC emulation counts, each with only the columns some of its rows fill. Every row shows its op,
+    its case and at least one figure or note."""
+    rows = [normalise_row(r) for r in rows]
+    out = []
+    groups = (("CPU timings (the machine that ran the command; not NPU figures)", _TIMING_HEADERS, _timing_cells,
+               [r for r in rows if not is_emulation_row(r)], RATIO_NOTE),
+              ("AscendC kernels through the emulation (counts, not timings)", _EMULATION_HEADERS, _emulation_cells,
+               [r for r in rows if is_emulation_row(r)], EMULATION_NOTE))
+    for title, headers, fn, sub, note in groups:
+        if not sub:
+            continue
+        cells = [fn(r) for r in sub]
+        keep = [i for i, h in enumerate(headers) if i < 2 or any(c[i] for c in cells)]
+        out.append((title, [headers[i] for i in keep], [[c[i] for i in keep] for c in cells], note))
+    return out
 
 
 def format_table(rows):
-    """(headers, cells) of the summary table: op, case, tokens, GB/s, memcpy GB/s, ratio, speed-ups."""
-    headers = ["op", "case", "tokens", "GB/s", "memcpy GB/s", "x memcpy", "speed-up over baselines", "note"]
-    cells = []
-    for r in rows:
-        sp = ", ".join(f"{k} {v:.2f}x" for k, v in (r.get("speedup") or {}).items() if v is not None)
-        cells.append([str(r.get("op", "")), str(r.get("case", "")), _fmt(r.get("tokens")), _fmt(r.get("gbps")),
-                      _fmt(r.get("memcpy_gbps")), _fmt(r.get("ratio_memcpy")), sp, str(r.get("note", ""))])
-    keep = [i for i, h in enumerate(headers) if i < 3 or any(c[i] for c in cells)]
-    return [headers[i] for i in keep], [[c[i] for i in keep] for c in cells]
+    """(headers, cells) of the first summary table (see :func:`format_tables`)."""
+    tables = format_tables(rows)
+    if not tables:
+        return list(_TIMING_HEADERS[:2]), []
+    return tables[0][1], tables[0][2]
 
 
 def print_table(rows, file=None):
-    headers, cells = format_table(rows)
-    try:
-        from rich.console import Console
-        from rich.table import Table
-
-        t = Table(title="ms-kvcache bench (CPU figures unless the backend says otherwise)", caption=RATIO_NOTE)
+    """Print the summary tables (rich tables when rich is installed, plain text otherwise)."""
+    out = file or sys.stdout
+    for title, headers, cells, note in format_tables(rows):
+        try:
+            from rich.console import Console
+            from rich.table import Table
+        except ImportError:
+            w = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(headers)]
+            print(title, file=out)
+            print("  ".join(h.ljust(w[i]) for i, h in enumerate(headers)), file=out)
+            for c in cells:
+                print("  ".join(x.ljust(w[i]) for i, x in enumerate(c)), file=out)
+            print(f"({note})\n", file=out)
+            continue
+        left = ("op", "case", "note", "speed-up over baselines", "backend", "soc")
+        t = Table(title=title, caption=note)
         for h in headers:
-            t.add_column(h, justify="right" if h not in ("op", "case", "note", "speed-up over baselines") else "left")
+            t.add_column(h, justify="left" if h in left else "right")
         for c in cells:
             t.add_row(*c)
-        Console(file=file or sys.stdout, width=160).print(t)
-    except ImportError:
-        w = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(headers)]
-        out = file or sys.stdout
-        print("  ".join(h.ljust(w[i]) for i, h in enumerate(headers)), file=out)
-        for c in cells:
-            print("  ".join(x.ljust(w[i]) for i, x in enumerate(c)), file=out)
-        print(RATIO_NOTE, file=out)
+        Console(file=out, width=180).print(t)
+
+
+def machine_description():
+    """One line naming the machine: CPU model, logical cores, OS / arch, 1-min load average."""
+    import os
+    import platform
+
+    model = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    model = " ".join(model.replace("(R)", "").replace("(TM)", "").replace("CPU ", "").split())
+    try:
+        load = f", load {os.getloadavg()[0]:.1f}"
+    except OSError:
+        load = ""
+    return f"{model or 'unknown CPU'}, {os.cpu_count()} logical cores, {platform.system()} {platform.machine()}{load}"
 
 
 def write_outputs(rows, out_dir):
-    """Write ``bench.csv``, ``bench.md`` and (when rows have tokens and gbps) ``bench.png`` to
-    ``out_dir``; returns {"csv": path, "md": path, "png": path or None} (plus "png_skipped": reason
-    when matplotlib is missing)."""
+    """Write ``bench.csv`` (every key of every row), ``bench.md`` (the summary tables) and, when rows have
+    tokens and GB/s, ``bench.png`` to ``out_dir``; returns {"csv": path, "md": path, "png": path or None}
+    (plus "png_skipped": the reason when there is no plot)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    rows = [normalise_row(r) for r in rows]
     flat = [_flat(r) for r in rows]
     cols = _columns(flat)
     paths = {"csv": out / "bench.csv", "md": out / "bench.md", "png": None}
@@ -226,62 +373,126 @@ def write_outputs(rows, out_dir):
         w.writeheader()
         for r in flat:
             w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in cols})
-    headers, cells = format_table(rows)
     with open(paths["md"], "w") as f:
-        f.write("# ms-kvcache bench\n\nCPU figures measured on the machine that ran the command, unless the "
-                "backend column says otherwise. Full data: bench.csv. " + RATIO_NOTE[0].upper() + RATIO_NOTE[1:]
-                + ".\n\n")
-        f.write("| " + " | ".join(headers) + " |\n|" + "|".join("---" for _ in headers) + "|\n")
-        for c in cells:
-            f.write("| " + " | ".join(x.replace("|", "\\|") for x in c) + " |\n")
-    plot = [r for r in rows if isinstance(r.get("tokens"), (int, float)) and isinstance(r.get("gbps"), (int, float))]
-    if plot:
+        f.write(f"# ms-kvcache bench\n\nMachine: {machine_description()}. Full data: bench.csv.\n")
+        for title, headers, cells, note in format_tables(rows):
+            f.write(f"\n## {title}\n\n{note[0].upper() + note[1:]}.\n\n")
+            f.write("| " + " | ".join(headers) + " |\n|" + "|".join("---" for _ in headers) + "|\n")
+            for c in cells:
+                f.write("| " + " | ".join(x.replace("|", "\\|") for x in c) + " |\n")
+    panels = plot_panels(rows)
+    if not panels:
+        paths["png_skipped"] = "no series with GB/s at two or more token counts"
+    else:
         try:
             import matplotlib  # noqa: F401
         except ImportError:
-            paths["png_skipped"] = "matplotlib not installed (pip install 'ms_kvcache[bench]')"
+            paths["png_skipped"] = "matplotlib not installed (pip install matplotlib)"
         else:
             paths["png"] = out / "bench.png"
-            _plot(plot, paths["png"])
+            _plot(panels, paths["png"])
     return paths
 
 
-def _plot(rows, path):
+#: Most lines per plot panel (the legend stays readable); the others stay in the table and the CSV.
+MAX_SERIES = 6
+
+
+def plot_panels(rows):
+    """What bench.png draws: ``[(title, [(label, [(tokens, gbps, memcpy_gbps, bytes)])], dropped)]``,
+    one panel per benchmark module (op family) with timing rows. A series is a legend label: the row's
+    ``series`` (a module that sets it on some rows plots only those rows), else ``op: case``; only series
+    with GB/s at two or more token counts are drawn (lines, not dots), at most :data:`MAX_SERIES` per
+    panel (the ones with the most points); ``dropped`` counts the series left out."""
+    timing = [r for r in rows if not is_emulation_row(r) and isinstance(r.get("tokens"), (int, float))
+              and isinstance(r.get("gbps"), (int, float)) and r["tokens"] > 0 and r["gbps"] > 0]
+    families = []
+    for fam in sorted({str(r.get("module", r.get("op", ""))) for r in timing}):
+        sub = [r for r in timing if str(r.get("module", r.get("op", ""))) == fam]
+        if any(r.get("series") for r in sub):
+            sub = [r for r in sub if r.get("series")]
+            label = (lambda r: str(r["series"]))
+        else:
+            many_ops = len({r["op"] for r in sub}) > 1
+            label = (lambda r, m=many_ops: (f"{r['op']}: {r.get('case', '')}" if m else str(r.get("case", "")))
+                     or r["op"])
+        series = {}
+        for r in sub:
+            pts = series.setdefault(label(r), {})
+            pts[r["tokens"]] = (r["tokens"], r["gbps"], r.get("memcpy_gbps"), r.get("bytes"))
+        lines = [(k, sorted(v.values())) for k, v in series.items() if len(v) >= 2]
+        if not lines:
+            continue
+        order = {k: i for i, k in enumerate(series)}
+        lines.sort(key=lambda kv: (-len(kv[1]), order[kv[0]]))
+        kept = sorted(lines[:MAX_SERIES], key=lambda kv: order[kv[0]])
+        ops = sorted({r["op"] for r in sub})
+        title = f"{fam}: {', '.join(ops)}" if len(ops) <= 2 else f"{fam} ({len(ops)} ops)"
+        families.append((title, kept, len(lines) - len(kept)))
+    return families
+
+
+_COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"]
+_MARKERS = ["o", "s", "^", "D", "v", "P"]
+
+
+def _plot(panels, path):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
-    ops = sorted({r["op"] for r in rows})
-    ncol = min(3, len(ops))
-    nrow = -(-len(ops) // ncol)
-    fig, axes = plt.subplots(nrow, ncol, figsize=(5.5 * ncol, 5 * nrow), squeeze=False)
-    for ax, op in zip(axes.flat, ops):
-        sub = [r for r in rows if r["op"] == op]
-        for case in sorted({str(r.get("case", "")) for r in sub}):
-            pts = sorted((r["tokens"], r["gbps"], r.get("memcpy_gbps")) for r in sub if str(r.get("case", "")) == case)
-            line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=case or op)
-            mem = [(p[0], p[2]) for p in pts if p[2]]
+    n = len(panels)
+    ncol = min(3, n)
+    nrow = -(-n // ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(6.2 * ncol, 4.9 * nrow), squeeze=False)
+    for ax, (fam, lines, dropped) in zip(axes.flat, panels):
+        handles = []
+        for i, (label, pts) in enumerate(lines):
+            c, m = _COLORS[i % len(_COLORS)], _MARKERS[i % len(_MARKERS)]
+            h, = ax.plot([p[0] for p in pts], [p[1] for p in pts], color=c, marker=m, linewidth=1.8, markersize=6,
+                         label=label)
+            handles.append(h)
+        # memcpy of the same bytes: one reference line per distinct byte count curve (usually one per panel)
+        groups = {}
+        for i, (label, pts) in enumerate(lines):
+            mem = [(p[0], p[2], p[3]) for p in pts if p[2]]
             if mem:
-                ax.plot([m[0] for m in mem], [m[1] for m in mem], linestyle="--", marker="x", color=line.get_color(),
-                        alpha=0.5, label=f"memcpy ({case})" if case else "memcpy")
+                groups.setdefault(tuple((t, b) for t, _, b in mem), []).append((i, {t: g for t, g, _ in mem}))
+        for k, (key, members) in enumerate(groups.items()):
+            xs = [t for t, _ in key]
+            ys = [sum(d[t] for _, d in members) / len(members) for t in xs]
+            color = "0.35" if len(groups) == 1 else _COLORS[members[0][0] % len(_COLORS)]
+            ax.plot(xs, ys, color=color, linestyle="--", linewidth=1.3, marker="x", markersize=5, alpha=0.8)
+        if groups:
+            what = ("memcpy of the same bytes" if len(groups) == 1 else
+                    "memcpy of the same bytes (colour of its line)")
+            handles.append(Line2D([], [], color="0.35", linestyle="--", marker="x", label=what))
         ax.set_xscale("log", base=2)
-        ax.set_title(op)
-        ax.set_xlabel("tokens per call")
-        ax.set_ylabel("GB/s")
-        ax.grid(True, alpha=0.3)
-        # below the axes, never over the data
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
-    for ax in list(axes.flat)[len(ops):]:
+        ax.set_ylim(bottom=0)
+        ax.set_title(fam, fontsize=10, fontweight="bold")
+        ax.set_xlabel("tokens per call (log scale)")
+        ax.set_ylabel("GB/s (bytes the op reads + writes / time)")
+        ax.grid(True, which="both", alpha=0.3)
+        if dropped:
+            ax.text(0.99, 0.01, f"{dropped} more series in bench.csv", transform=ax.transAxes, ha="right",
+                    va="bottom", fontsize=7, color="0.4")
+        ax.legend(handles=handles, fontsize=8, loc="best", framealpha=0.85)
+    for ax in list(axes.flat)[n:]:
         ax.axis("off")
-    fig.suptitle("ms-kvcache bench: throughput vs tokens (dashed: memcpy of the same bytes)")
+    fig.suptitle("ms-kvcache bench: CPU figures of the cpu backend (not NPU timings)\n" + machine_description(),
+                 fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 
 def main_for(module, argv=None):
-    """Body of a ``scripts/bench_<family>.py`` wrapper: ``[--quick] [--out DIR]``, prints the table."""
+    """Body of a ``scripts/bench_<family>.py`` wrapper: the module's own ``main(argv)`` when it has one
+    (its options and printout), else ``[--quick] [--out DIR]`` printing the summary table."""
+    if callable(getattr(module, "main", None)):
+        return module.main(argv) or 0
     p = argparse.ArgumentParser(description=(module.__doc__ or "").strip().splitlines()[0] if module.__doc__ else None)
     p.add_argument("--quick", action="store_true", help="small sizes, a few seconds")
     p.add_argument("--out", help="also write bench.csv / bench.md / bench.png to this folder")

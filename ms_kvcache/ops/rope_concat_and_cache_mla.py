@@ -161,7 +161,7 @@ def rope_concat_and_cache_mla(positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_c
             non-negative slots; non-contiguous caches. In graph mode a token with an out-of-range
             position gets zero ``q_pe_out``/``k_pe_out`` rows and is not cached; out-of-range slots
             are skipped; a slot given twice keeps the later token's rows on the cpu
-            backend and is undefined on the AscendC backends (docs/rope.md).
+            backend and is undefined on the AscendC backends (docs/ops-rope.md).
     """
     if _run_in_jit():  # @jit.cond: True
         if kv_c_norm_weight is None:

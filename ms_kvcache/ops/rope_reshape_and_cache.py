@@ -152,7 +152,7 @@ def rope_reshape_and_cache(positions, query, key, value, cos_sin_cache, key_cach
             checked, a token with an out-of-range position gets zero rows in ``query_out`` /
             ``key_out`` and is not cached, and out-of-range slots are skipped: nothing is ever read
             or written out of bounds; a slot given twice keeps the later token's rows on the cpu
-            backend and is undefined on the AscendC backends (docs/rope.md).
+            backend and is undefined on the AscendC backends (docs/ops-rope.md).
     """
     if _run_in_jit():  # @jit.cond: True
         _check_static_graph(positions.shape, positions.dtype, query.shape, query.dtype, key.shape, key.dtype,

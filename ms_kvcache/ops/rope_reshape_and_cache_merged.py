@@ -110,7 +110,7 @@ def rope_reshape_and_cache_merged(positions, query, key, value, cos_sin_cache, k
         ValueError: as :func:`ms_kvcache.rope_reshape_and_cache`; also ``kv_cache.shape[0] != 2``.
             In graph mode out-of-range positions give zero output rows and no cache write;
             out-of-range slots are skipped; a slot given twice keeps the later token's rows on the cpu
-            backend and is undefined on the AscendC backends (docs/rope.md).
+            backend and is undefined on the AscendC backends (docs/ops-rope.md).
     """
     if _run_in_jit():  # @jit.cond: True
         _check_static_graph(positions.shape, positions.dtype, query.shape, query.dtype, key.shape, key.dtype,

@@ -3,9 +3,11 @@
  * reference); every "device" address is host memory, every copy is a memmove. It records what it was
  * asked to do so tests can check the ctypes argument and struct layouts and the chosen code path.
  *
- * Build: cc -shared -fPIC [-DFAKE_WITH_BATCH] -o libascendcl.so fake_ascendcl.c
+ * Build: cc -shared -fPIC [-DFAKE_WITH_BATCH] [-DFAKE_NO_HOST_REGISTER] -o libascendcl.so fake_ascendcl.c -lpthread
  */
+#include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,8 +41,66 @@ int fake_last_src_type = -1;
 uint32_t fake_last_dst_id = 0xffffffffu;
 int fake_last_rsv_nonzero = 0;
 uintptr_t fake_last_registered = 0;
+/* set to 1 by a test: a batch whose source and destination are both device memory fails with
+ * ACL_ERROR_RT_FEATURE_NOT_SUPPORT, as reported for real runtimes (nothing is copied) */
+int fake_batch_reject_d2d = 0;
+long fake_batch_rejected = 0;
 
 static char last_error[256] = "";
+
+/* ---- event log (JSON lines), shared with the stand-in libcust_opapi.so through fake_log_append ---- */
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static char* log_buf = NULL;
+static size_t log_len = 0, log_cap = 0;
+
+void fake_log_append(const char* line) {
+  size_t n = strlen(line);
+  pthread_mutex_lock(&log_mu);
+  if (log_len + n + 2 > log_cap) {
+    log_cap = (log_len + n + 2) * 2;
+    log_buf = (char*)realloc(log_buf, log_cap);
+  }
+  memcpy(log_buf + log_len, line, n);
+  log_len += n;
+  log_buf[log_len++] = '\n';
+  log_buf[log_len] = 0;
+  pthread_mutex_unlock(&log_mu);
+}
+
+const char* fake_log_get(void) { return log_buf ? log_buf : ""; }
+
+void fake_log_clear(void) {
+  pthread_mutex_lock(&log_mu);
+  log_len = 0;
+  if (log_buf) log_buf[0] = 0;
+  pthread_mutex_unlock(&log_mu);
+}
+
+/* ---- host memory registered with aclrtHostRegister: the "device" address is host + FAKE_MAP_OFFSET,
+ * which is not memory a host process can dereference; fake_translate maps it back for the stand-in
+ * kernels, and reports a raw host address of a registered region (which an AI core could not reach) ---- */
+#define FAKE_MAP_OFFSET 0x10000000000ull
+#define FAKE_MAX_REGIONS 256
+static struct { uintptr_t host, dev; uint64_t size; } regions[FAKE_MAX_REGIONS];
+static int n_regions = 0;
+
+/* device address -> address the host can use; *err = 1 for a registered region's host address, 2 for a
+ * mapped range overrun */
+uintptr_t fake_translate(uintptr_t p, uint64_t nbytes, int* err) {
+  int i;
+  *err = 0;
+  for (i = 0; i < n_regions; ++i) {
+    if (p >= regions[i].dev && p < regions[i].dev + regions[i].size) {
+      if (p + nbytes > regions[i].dev + regions[i].size) *err = 2;
+      return regions[i].host + (p - regions[i].dev);
+    }
+    if (nbytes > 0 && p >= regions[i].host && p < regions[i].host + regions[i].size) {
+      *err = 1;
+      return p;
+    }
+  }
+  return p;
+}
 
 static aclError fail(const char* msg) {
   strncpy(last_error, msg, sizeof(last_error) - 1);
@@ -64,8 +124,13 @@ aclError aclrtMemcpy(void* dst, size_t dest_max, const void* src, size_t count, 
 }
 
 aclError aclrtMemcpyAsync(void* dst, size_t dest_max, const void* src, size_t count, int kind, void* stream) {
+  char line[256];
   fake_memcpy_async_calls++;
   fake_last_stream = (uintptr_t)stream;
+  snprintf(line, sizeof(line), "{\"ev\": \"memcpy_async\", \"dst\": %lu, \"src\": %lu, \"n\": %lu, \"kind\": %d, \"stream\": %lu}",
+           (unsigned long)(uintptr_t)dst, (unsigned long)(uintptr_t)src, (unsigned long)count, kind,
+           (unsigned long)(uintptr_t)stream);
+  fake_log_append(line);
   return do_copy(dst, dest_max, src, count, kind);
 }
 
@@ -78,6 +143,10 @@ aclError aclrtMemcpyBatchAsync(void** dsts, size_t* dest_maxs, void** srcs, size
   fake_last_stream = (uintptr_t)stream;
   *fail_index = (size_t)-1;
   if (n == 0 || num_attrs == 0 || num_attrs > n || attr_idx[0] != 0) return fail("bad batch attrs");
+  if (fake_batch_reject_d2d && attrs[0].dstLoc.type == 1 && attrs[0].srcLoc.type == 1) {
+    fake_batch_rejected++;
+    return 207000; /* ACL_ERROR_RT_FEATURE_NOT_SUPPORT */
+  }
   fake_last_dst_type = attrs[0].dstLoc.type;
   fake_last_src_type = attrs[0].srcLoc.type;
   fake_last_dst_id = attrs[0].dstLoc.id;
@@ -117,17 +186,30 @@ const char* aclrtGetSocName(void) {
   return s ? s : "Ascend910B1";
 }
 
+#ifndef FAKE_NO_HOST_REGISTER /* a CANN older than 8.1.RC1 */
 aclError aclrtHostRegister(void* ptr, uint64_t size, int type, void** dev_ptr) {
   fake_register_calls++;
   if (((uintptr_t)ptr) % 4096 != 0 || size == 0 || type != 0) return fail("bad host register args");
+  if (n_regions == FAKE_MAX_REGIONS) return fail("too many registered regions");
   fake_last_registered = (uintptr_t)ptr;
-  *dev_ptr = (void*)((uintptr_t)ptr + 0x10000000000ull);
+  regions[n_regions].host = (uintptr_t)ptr;
+  regions[n_regions].dev = (uintptr_t)ptr + FAKE_MAP_OFFSET;
+  regions[n_regions].size = size;
+  n_regions++;
+  *dev_ptr = (void*)((uintptr_t)ptr + FAKE_MAP_OFFSET);
   return 0;
 }
 
 aclError aclrtHostUnregister(void* ptr) {
+  int i;
   fake_unregister_calls++;
-  if ((uintptr_t)ptr != fake_last_registered) return fail("not registered");
-  fake_last_registered = 0;
-  return 0;
+  for (i = 0; i < n_regions; ++i) {
+    if (regions[i].host == (uintptr_t)ptr) {
+      regions[i] = regions[--n_regions];
+      if (fake_last_registered == (uintptr_t)ptr) fake_last_registered = 0;
+      return 0;
+    }
+  }
+  return fail("not registered");
 }
+#endif

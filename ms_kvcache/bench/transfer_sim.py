@@ -1,0 +1,155 @@
+"""Data movement of the AscendC multi-layer transfer kernels, from the AscendC emulation's accounting.
+
+For multi_layer_kv_transfer (token granularity) and multi_layer_block_transfer (block granularity,
+direct and staging modes), both directions, at Llama-3-8B shapes (32 layers, 8 KV heads x 128, bf16,
+1024 tokens = 8 blocks of 128) and DeepSeek-V3 MLA shapes (61 layers, kv_lora_rank 512 + rope 64, bf16,
+1024 tokens = 16 blocks of 64), prints per launch: GM bytes read + written against the minimum
+(2 x payload + slot_mapping / block_ids bytes; staging mode moves every byte twice on the device by
+design - host -> staging, staging -> cache - so its minimum is 4 x payload), cores used / available,
+DataCopy(Pad) calls per core, peak UB bytes per core. Target: GM traffic <= 1.05 x the minimum, every
+core busy.
+
+These are counts of the emulated kernels (bytes moved, instructions issued), not hardware timings:
+the emulation has no model of bandwidth, latency or PCIe.
+
+    ms-kvcache bench --ops transfer_sim   # or python scripts/bench_transfer_sim.py            # Ascend910B1, 1024 tokens
+    ms-kvcache bench --ops transfer_sim   # or python scripts/bench_transfer_sim.py --all-socs # + Ascend910B3, Ascend910_9391, Ascend310P3 (fp16)
+    ms-kvcache bench --ops transfer_sim   # or python scripts/bench_transfer_sim.py --quick    # 256 tokens, fewer layers (seconds)
+"""
+import argparse
+
+import ml_dtypes
+import numpy as np
+
+SOCS = ("Ascend910B1", "Ascend910B3", "Ascend910_9391", "Ascend310P3")
+NP = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+TARGET_RATIO = 1.05
+
+
+def _status():
+    return np.zeros(1, dtype=np.int32)
+
+
+def _fill(shape, dtype, seed):
+    """Cheap non-constant data (the emulation copies bits; values do not matter for the counts)."""
+    n = int(np.prod(shape))
+    return (np.arange(n, dtype=np.uint16) * 2654435761 % 65521 + seed).astype(np.uint16).view(NP[dtype]).reshape(shape)
+
+
+def _row(sim, soc, op, label, direction, mode, dtype, work, minimum, st):
+    cores = int(sim.platform(soc)["aiv_cores"])
+    used = int(st["cores_used"])
+    copies = [a + b for a, b in zip(st["datacopy_calls_per_core"], st["datacopy_pad_calls_per_core"])][:used]
+    total = int(st["gm_read_bytes"]) + int(st["gm_write_bytes"])
+    ub = max(st["ub_bytes_per_core"]) if st["ub_bytes_per_core"] else 0
+    return {
+        # the ms-kvcache bench keys (ms_kvcache.bench.ROW_KEYS)
+        "case": f"{label} {direction}" + ("" if mode == "-" else f" {mode}"),
+        "tokens": int(work), "backend": "sim", "gm_bytes": total, "ub_bytes": ub,
+        "copies_per_core": max(copies) if copies else 0,
+        "op": op, "shape": label, "direction": direction, "mode": mode, "soc": soc, "dtype": dtype, "work": work,
+        "gm_read_bytes": int(st["gm_read_bytes"]), "gm_write_bytes": int(st["gm_write_bytes"]),
+        "gm_min_bytes": int(minimum), "gm_ratio": total / minimum if minimum else float("nan"),
+        "datacopy_per_core_max": max(copies) if copies else 0,
+        "datacopy_per_core_mean": float(np.mean(copies)) if copies else 0.0,
+        "cores_used": used, "cores": cores,
+        "ub_bytes_per_core": max(st["ub_bytes_per_core"]) if st["ub_bytes_per_core"] else 0,
+        "ub_size": int(sim.platform(soc)["ub_size"]), "tiling_key": int(st["tiling_key"]),
+    }
+
+
+def _models(quick):
+    L1, L2, T = (8, 12, 256) if quick else (32, 61, 1024)
+    return [
+        # label, kv_format, layers, plane (heads, head) list, block_size, tokens
+        (f"Llama-3-8B L={L1} H=8 D=128", 2, L1, [(8, 128), (8, 128)], 128, T),
+        (f"DeepSeek-V3 MLA L={L2} 512+64", 3, L2, [(1, 512), (1, 64)], 64, T),
+    ]
+
+
+def _caches(fmt, L, planes, nb, bs, dtype, layout):
+    out = []
+    for l in range(L):
+        for p, (h, d) in enumerate(planes):
+            if fmt == 3:
+                shape = (nb, bs, d)
+            else:
+                shape = (nb, h, bs, d) if layout == "BNSD" else (nb, bs, h, d)
+            out.append(_fill(shape, dtype, 7 * l + p))
+    return out
+
+
+def run(quick=False, socs=("Ascend910B1",)):
+    """One dict per (op, model, direction, mode, SoC); keys as in scripts/bench_copy_sim.py plus
+    direction and mode."""
+    from ms_kvcache import sim
+
+    rows = []
+    for soc in socs:
+        dtype = "float16" if soc == "Ascend310P3" else "bfloat16"  # 310P has no bfloat16
+        for label, fmt, L, planes, bs, T in _models(quick):
+            item = 2
+            hidden = [h * d for h, d in planes]
+            payload = L * T * sum(hidden) * item
+            nblk = T // bs
+            nb = nblk + 4
+            # ---- token granularity (BSND caches), a sequence's consecutive slots
+            caches = _caches(fmt, L, planes, nb, bs, dtype, "BSND")
+            slots = np.arange(2 * bs, 2 * bs + T, dtype=np.int64)
+            buf = np.zeros((2, L, T, hidden[0]) if fmt == 2 else (L * T * sum(hidden),), NP[dtype])
+            for direction in ("d2h", "h2d"):
+                attrs = {"kv_format": fmt, "direction": direction, "cache_layout": "BSND", "num_layers": L,
+                         "aiv_num": 0}
+                st = sim.launch("MskvMultiLayerKvTransfer", [buf, slots, caches, _status()], attrs=attrs, soc=soc,
+                                gm_copy="never")
+                rows.append(_row(sim, soc, "multi_layer_kv_transfer", label + " BSND", direction, "-", dtype, T,
+                                 2 * payload + slots.nbytes, st))
+            # ---- block granularity (BNSD for Llama, MLA planes), direct and staging
+            layout = "BSND" if fmt == 3 else "BNSD"
+            caches = _caches(fmt, L, planes, nb, bs, dtype, layout)
+            ids = np.arange(1, 1 + nblk, dtype=np.int64)[::-1].copy()
+            host = [np.zeros((nblk, bs, L, h, d) if fmt == 2 else (nblk, bs, L, h * d), NP[dtype]) for h, d in planes]
+            staging = np.zeros(nblk * bs * L * sum(hidden), NP[dtype])
+            for direction in ("d2h", "h2d"):
+                attrs = {"kv_format": fmt, "direction": direction, "cache_layout": layout, "num_layers": L,
+                         "aiv_num": 0}
+                for mode, stg in (("direct", None), ("staging", staging)):
+                    st = sim.launch("MskvMultiLayerBlockTransfer", [ids, stg, host, caches, _status()], attrs=attrs,
+                                    soc=soc, gm_copy="never")
+                    factor = 2 if stg is None else 4
+                    rows.append(_row(sim, soc, "multi_layer_block_transfer", f"{label} {layout} bs={bs}", direction,
+                                     mode, dtype, nblk, factor * payload + ids.nbytes, st))
+    return rows
+
+
+def _print(rows):
+    hdr = (f"{'op':<27} {'shape':<38} {'dir':<4} {'mode':<8} {'soc':<14} {'work':>5} {'GM MB':>8} {'min MB':>8} "
+           f"{'ratio':>6} {'copies/core max':>15} {'mean':>7} {'cores':>7} {'UB KiB':>7}")
+    print(hdr)
+    print("-" * len(hdr))
+    for r in rows:
+        total = (r["gm_read_bytes"] + r["gm_write_bytes"]) / 1e6
+        print(f"{r['op']:<27} {r['shape']:<38} {r['direction']:<4} {r['mode']:<8} {r['soc']:<14} {r['work']:>5} "
+              f"{total:>8.2f} {r['gm_min_bytes'] / 1e6:>8.2f} {r['gm_ratio']:>6.3f} {r['datacopy_per_core_max']:>15} "
+              f"{r['datacopy_per_core_mean']:>7.1f} {r['cores_used']:>3}/{r['cores']:<3} "
+              f"{r['ub_bytes_per_core'] / 1024:>7.1f}")
+    worst = max(r["gm_ratio"] for r in rows)
+    idle = [r for r in rows if r["cores_used"] < r["cores"]]
+    print(f"\nworst GM traffic / minimum: {worst:.4f} (target <= {TARGET_RATIO}): "
+          f"{'met' if worst <= TARGET_RATIO else 'NOT met'}")
+    print(f"launches leaving cores idle: {len(idle)}"
+          + "".join(f"\n  {r['op']} {r['shape']} {r['direction']} {r['mode']} {r['soc']}: "
+                    f"{r['cores_used']}/{r['cores']}" for r in idle))
+    print("(counts from the AscendC emulation, not hardware measurements; work = tokens or blocks)")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="256 tokens, 8 / 12 layers")
+    ap.add_argument("--all-socs", action="store_true", help="every emulated SoC (310P3 in float16)")
+    args = ap.parse_args(argv)
+    _print(run(quick=args.quick, socs=SOCS if args.all_socs else SOCS[:1]))
+
+
+if __name__ == "__main__":
+    main()

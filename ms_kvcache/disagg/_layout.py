@@ -1,0 +1,275 @@
+"""What a KV payload is: the layout of a process's paged caches, the bytes of a sequence's KV in the
+transfer buffers of :func:`ms_kvcache.multi_layer_kv_transfer`, checksums, slot mappings, and the
+registered host memory the payload is staged in.
+
+A payload of ``T`` tokens is cut into token chunks of ``chunk_tokens`` tokens (the last one may be
+shorter). Chunk ``c`` is one ``multi_layer_kv_transfer`` buffer of its ``t_c`` tokens,
+``transfer_buffer_shape(kv_format, L, t_c, hidden_sizes)`` (``[2, L, t_c, H*D]`` for MERGED_KV /
+SEPARATE_KV, the planes ``[L, t_c, hidden_p]`` one after another for MLA_KV / DSA_KV), stored at byte
+offset ``c * chunk_tokens * bytes_per_token``. Every token costs ``bytes_per_token = L * sum(hidden) *
+itemsize`` bytes, so the payload is ``T * bytes_per_token`` bytes whatever the chunking.
+"""
+import json
+import zlib
+
+import numpy as np
+
+from ms_kvcache._formats import KVCacheFormat
+from ms_kvcache.disagg._errors import MetadataMismatch
+
+__all__ = ["KVLayout", "checksum", "CHECKSUM_ALGO", "slots_from_blocks", "check_block_ids", "HostStaging",
+           "chunk_plan", "wait_ops"]
+
+_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "int8": 1}
+
+try:  # xxHash (XXH3, 64 bit) runs at memory speed; zlib's CRC-32 is the fallback without it
+    import xxhash as _xxhash
+
+    CHECKSUM_ALGO = "xxh3_64"
+except ImportError:  # pragma: no cover - the disagg extra installs xxhash
+    _xxhash = None
+    CHECKSUM_ALGO = "crc32"
+
+
+def checksum(data, algo=None):
+    """Checksum of a bytes-like object (e.g. a numpy array or memoryview of raw bytes).
+
+    Args:
+        data: a C-contiguous buffer.
+        algo (str | None): ``"xxh3_64"`` (XXH3 64-bit, the default when the ``xxhash`` package is
+            installed) or ``"crc32"`` (zlib); None = :data:`CHECKSUM_ALGO`.
+
+    Returns:
+        int: the checksum (unsigned).
+
+    Raises:
+        ValueError: unknown ``algo``, or ``"xxh3_64"`` without the ``xxhash`` package.
+    """
+    algo = algo or CHECKSUM_ALGO
+    if algo == "xxh3_64":
+        if _xxhash is None:
+            raise ValueError("checksum: algorithm 'xxh3_64' needs the xxhash package (pip install xxhash)")
+        return _xxhash.xxh3_64_intdigest(data)
+    if algo == "crc32":
+        return zlib.crc32(data) & 0xFFFFFFFF
+    raise ValueError(f"checksum: argument 'algo': expected 'xxh3_64' or 'crc32', got {algo!r}")
+
+
+def wait_ops():
+    """Wait until every PyNative op launched so far has run (:func:`ms_kvcache.synchronize`), first
+    sleep-polling MindSpore's pipeline when the fast path's module offers it: a plain sync spins the
+    calling thread, which on a small machine takes a core from the transfer engine's threads."""
+    import ms_kvcache
+    from ms_kvcache import _custom
+
+    mod = _custom._fast_module()
+    if mod is not None:
+        mod.wait_idle()
+    ms_kvcache.synchronize()
+
+
+def check_block_ids(op, block_ids, num_blocks, distinct):
+    """``block_ids`` (sequence / numpy array of ints) -> int64 numpy array, checked to lie in
+    ``[0, num_blocks)`` (and to be distinct when ``distinct``); ValueError naming ``op`` otherwise."""
+    try:
+        arr = np.asarray(block_ids)
+    except Exception:  # noqa: BLE001
+        arr = None
+    if arr is None or arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+        raise ValueError(f"{op}: argument 'block_ids': expected a 1-D sequence of ints, got {block_ids!r}")
+    arr = arr.astype(np.int64, copy=False)
+    bad = np.flatnonzero((arr < 0) | (arr >= num_blocks))
+    if bad.size:
+        raise ValueError(f"{op}: argument 'block_ids': expected block ids in [0, {num_blocks}), got "
+                         f"{int(arr[bad[0]])} at index {int(bad[0])}")
+    if distinct and np.unique(arr).size != arr.size:
+        vals, counts = np.unique(arr, return_counts=True)
+        raise ValueError(f"{op}: argument 'block_ids': expected distinct block ids, got {int(vals[counts > 1][0])} "
+                         f"more than once")
+    return arr
+
+
+def slots_from_blocks(block_ids, block_size, num_tokens):
+    """vLLM slot mapping of the first ``num_tokens`` tokens of a sequence stored in ``block_ids``:
+    ``slot[t] = block_ids[t // block_size] * block_size + t % block_size`` (int64 numpy ``[T]``)."""
+    t = np.arange(num_tokens, dtype=np.int64)
+    blocks = np.asarray(block_ids, dtype=np.int64)
+    return blocks[t // block_size] * block_size + t % block_size
+
+
+def chunk_plan(num_tokens, chunk_tokens, bytes_per_token):
+    """``[(t0, t1, byte_offset, nbytes)]`` of the token chunks of a payload (empty for 0 tokens)."""
+    out = []
+    for t0 in range(0, num_tokens, chunk_tokens):
+        t1 = min(num_tokens, t0 + chunk_tokens)
+        out.append((t0, t1, t0 * bytes_per_token, (t1 - t0) * bytes_per_token))
+    return out
+
+
+class KVLayout:
+    """The layout of one process's paged KV caches, as far as moving a sequence's KV needs it.
+
+    Build it with :meth:`from_caches`. Two processes can exchange KV when their layouts agree on
+    everything but the pool (``num_blocks``) and ``block_size`` (the payload is per token, so the
+    receiver may page it differently): :meth:`mismatches` lists the fields that differ.
+
+    Attributes:
+        kv_format (KVCacheFormat), dtype (str: float16 | bfloat16 | float32 | int8), cache_layout
+        ("BSND" | "BNSD"), num_layers (int), planes (tuple of (num_kv_heads, head_size) per plane; MLA
+        planes are (1, kv_lora_rank) and (1, rope_dim)), num_blocks, block_size (ints), hidden_sizes
+        (per-plane row elements), itemsize, bytes_per_token.
+    """
+
+    #: fields that must agree between the two ends of a handoff
+    MATCHED = ("kv_format", "dtype", "cache_layout", "num_layers", "planes")
+
+    def __init__(self, kv_format, dtype, cache_layout, num_layers, planes, num_blocks, block_size):
+        self.kv_format = KVCacheFormat(kv_format)
+        self.dtype = str(dtype)
+        self.cache_layout = cache_layout
+        self.num_layers = int(num_layers)
+        self.planes = tuple((int(h), int(d)) for h, d in planes)
+        self.num_blocks = int(num_blocks)
+        self.block_size = int(block_size)
+        self.hidden_sizes = tuple(h * d for h, d in self.planes)
+        self.itemsize = _ITEMSIZE[self.dtype]
+        self.bytes_per_token = self.num_layers * sum(self.hidden_sizes) * self.itemsize
+
+    @classmethod
+    def from_caches(cls, kv_caches, kv_format, cache_layout="BSND", op="KVLayout.from_caches"):
+        """Layout of ``kv_caches`` as :func:`ms_kvcache.multi_layer_kv_transfer` takes them (one entry per
+        layer, or flat layer-major), checked the way that op checks them.
+
+        Raises:
+            TypeError / ValueError: what ``multi_layer_kv_transfer`` would raise for these caches
+            (wrong arity, differing shapes or dtypes, unknown ``kv_format`` / ``cache_layout``).
+        """
+        from ms_kvcache.ops import _multi_layer as ML
+
+        fmt = ML.format_code(op, kv_format)
+        ML.check_layout(op, fmt, cache_layout)
+        flat, num_layers = ML.flatten_eager(op, kv_caches, fmt)
+        planes = ML.cache_planes(op, fmt, cache_layout, num_layers, [tuple(x.shape) for x in flat])
+        dtypes = {ML.dtype_name(x.dtype) for x in flat}
+        if len(dtypes) != 1:
+            raise TypeError(f"{op}: argument 'kv_caches': expected one dtype for every cache, got {sorted(dtypes)}")
+        dtype = dtypes.pop()
+        if dtype not in _ITEMSIZE:
+            raise TypeError(f"{op}: argument 'kv_caches': expected dtype float16, bfloat16, float32 or int8, got {dtype}")
+        nb, bs = planes[0][0], planes[0][1]
+        return cls(fmt, dtype, cache_layout, num_layers, [(h, d) for (_, _, h, d) in planes], nb, bs)
+
+    # ------------------------------------------------------------------ description and comparison
+    def describe(self):
+        """JSON-serialisable dict of the layout (what goes into a handoff offer / a store header)."""
+        return {"kv_format": self.kv_format.name, "dtype": self.dtype, "cache_layout": self.cache_layout,
+                "num_layers": self.num_layers, "planes": [list(p) for p in self.planes],
+                "num_blocks": self.num_blocks, "block_size": self.block_size,
+                "bytes_per_token": self.bytes_per_token}
+
+    def identity(self):
+        """The fields that must match, as a canonical JSON string (hashed into store keys)."""
+        d = self.describe()
+        return json.dumps({k: d[k] for k in self.MATCHED}, sort_keys=True, separators=(",", ":"))
+
+    def mismatches(self, other):
+        """``["field: ours X, theirs Y", ...]`` for every :attr:`MATCHED` field that differs from
+        ``other`` (a :class:`KVLayout` or a :meth:`describe` dict)."""
+        theirs = other.describe() if isinstance(other, KVLayout) else dict(other)
+        ours = self.describe()
+        out = []
+        for k in self.MATCHED:
+            a, b = ours[k], theirs.get(k)
+            if k == "planes" and b is not None:
+                try:
+                    b = [list(map(int, p)) for p in b]
+                except (TypeError, ValueError):
+                    pass
+            if a != b:
+                out.append(f"{k}: {a!r} here, {b!r} there")
+        return out
+
+    def require_match(self, other, what):
+        """Raise :class:`MetadataMismatch` listing :meth:`mismatches` (prefixed by ``what``) if any."""
+        bad = self.mismatches(other)
+        if bad:
+            raise MetadataMismatch(f"{what}: KV layouts differ: " + "; ".join(bad))
+
+    # ------------------------------------------------------------------ buffers
+    def buffer_shape(self, num_tokens):
+        """``transfer_buffer_shape`` of ``num_tokens`` tokens of this layout."""
+        from ms_kvcache import transfer_buffer_shape
+
+        hidden = self.hidden_sizes[0] if self.kv_format in (KVCacheFormat.MERGED_KV, KVCacheFormat.SEPARATE_KV) \
+            else self.hidden_sizes
+        return tuple(transfer_buffer_shape(self.kv_format, self.num_layers, num_tokens, hidden))
+
+    def np_dtype(self):
+        """numpy dtype of the caches (ml_dtypes.bfloat16 for bfloat16)."""
+        if self.dtype == "bfloat16":
+            import ml_dtypes
+
+            return np.dtype(ml_dtypes.bfloat16)
+        return np.dtype(self.dtype)
+
+    def default_chunk_tokens(self, chunk_bytes=16 << 20):
+        """Tokens per chunk so that a chunk is about ``chunk_bytes`` (at least 1)."""
+        return max(1, int(chunk_bytes) // max(1, self.bytes_per_token))
+
+    def __repr__(self):
+        return (f"KVLayout({self.kv_format.name}, {self.dtype}, {self.cache_layout}, L={self.num_layers}, "
+                f"planes={list(self.planes)}, num_blocks={self.num_blocks}, block_size={self.block_size})")
+
+
+class HostStaging:
+    """Page-aligned host memory (:func:`ms_kvcache.alloc_host_buffer`, pinned when the memlock limit
+    allows) that holds payload chunks, optionally registered with a Mooncake transfer engine.
+
+    :meth:`chunk_tensor` gives a MindSpore Tensor over a byte range of it, shaped as a
+    ``multi_layer_kv_transfer`` buffer, without a copy (``Tensor.from_numpy`` of a numpy view), so the
+    transfer ops gather into / scatter from the very bytes Mooncake moves.
+
+    Args:
+        nbytes (int): capacity (>= 1).
+        engine (TransferEngineHandle | None): register the memory with it (and unregister in
+            :meth:`close`).
+    """
+
+    def __init__(self, nbytes, engine=None):
+        import ms_kvcache
+
+        nbytes = max(1, int(nbytes))
+        try:
+            t = ms_kvcache.alloc_host_buffer((nbytes,), "uint8", pinned=True)
+            self.pinned = True
+        except (OSError, RuntimeError):
+            t = ms_kvcache.alloc_host_buffer((nbytes,), "uint8", pinned=False)
+            self.pinned = False
+        self._tensor = t  # owns the mapping
+        self.array = t.asnumpy()  # same memory (CPU tensor)
+        self.nbytes = nbytes
+        self.ptr = int(self.array.ctypes.data)
+        self.engine = engine
+        if engine is not None:
+            engine.register(self.ptr, nbytes)
+
+    def view(self, offset, nbytes):
+        """uint8 numpy view of ``nbytes`` bytes at ``offset``."""
+        if offset < 0 or offset + nbytes > self.nbytes:
+            raise ValueError(f"HostStaging.view: bytes [{offset}, {offset + nbytes}) outside the {self.nbytes}-byte "
+                             f"buffer")
+        return self.array[offset:offset + nbytes]
+
+    def chunk_tensor(self, layout, offset, num_tokens):
+        """Tensor of shape ``layout.buffer_shape(num_tokens)`` over the bytes at ``offset``."""
+        from mindspore import Tensor
+
+        shape = layout.buffer_shape(num_tokens)
+        arr = self.view(offset, num_tokens * layout.bytes_per_token).view(layout.np_dtype()).reshape(shape)
+        return Tensor.from_numpy(arr)
+
+    def close(self):
+        """Unregister from the engine (the memory is freed when the last Tensor over it goes)."""
+        if self.engine is not None:
+            self.engine.unregister(self.ptr)
+            self.engine = None

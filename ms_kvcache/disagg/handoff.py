@@ -1,0 +1,574 @@
+"""Hand a sequence's KV cache from one process to another: :class:`KVSender` and :class:`KVReceiver`.
+
+The prefill side gathers every layer's KV of the sequence from its paged caches into registered host
+memory with :func:`ms_kvcache.multi_layer_kv_transfer` (``direction="d2h"``) and writes it with the
+Mooncake transfer engine into the receiver's registered host memory; the decode side checks it and
+scatters it into its own free blocks with the same op (``direction="h2d"``). Protocol (one session per
+sequence; JSON messages on the ZeroMQ control channel, :mod:`ms_kvcache.disagg._channel`):
+
+1. sender -> receiver ``offer``: protocol version, the sender's :class:`KVLayout` (format, dtype, cache
+   layout, layers, heads and head size per plane), ``num_tokens``, ``nbytes``, ``chunk_tokens``, the
+   sender's block ids and block size, ``request_id``, ``model_id``, checksum algorithm;
+2. receiver: checks all of it against its caches, its buffer and the block ids its caller gave, then
+   ``accept`` (its transfer-engine address, buffer address and size) or ``reject`` (every mismatch
+   named); both sides raise :class:`MetadataMismatch` on a reject;
+3. sender, per token chunk: d2h into its buffer, checksum, asynchronous Mooncake write to the same offset
+   of the receiver's buffer; once Mooncake reports a chunk written, a ``chunk`` message with its
+   checksum (the receiver verifies it while later chunks are still moving); then ``done``;
+4. receiver: every chunk verified, then the h2d into the given blocks, then ``loaded`` (or ``error``).
+
+The receiver's caches are written only in step 4, after every byte has arrived and matched its checksum
+and the block ids have been checked, so a failure at any earlier point (peer gone, layout or size
+mismatch, checksum mismatch, timeout) leaves them untouched. Every wait has a deadline (``timeout``
+seconds for the whole call). Neither class is thread-safe; call each from one thread, as MindSpore's
+PyNative ops want anyway.
+"""
+import time
+import uuid
+
+import numpy as np
+
+from ms_kvcache.disagg._channel import ControlClient, ControlServer
+from ms_kvcache.disagg._errors import (ChecksumMismatch, DisaggError, HandoffTimeout, MetadataMismatch, PeerGone)
+from ms_kvcache.disagg._layout import (CHECKSUM_ALGO, HostStaging, KVLayout, check_block_ids, checksum, chunk_plan,
+                                       slots_from_blocks, wait_ops)
+from ms_kvcache.disagg._mooncake import LOOPBACK, TransferEngineHandle
+
+__all__ = ["KVSender", "KVReceiver", "PROTOCOL"]
+
+#: Version tag of the offer / accept protocol; a receiver rejects any other.
+PROTOCOL = "ms_kvcache.disagg/1"
+
+_POLL_SLEEP = 1e-4  # seconds between polls of an in-flight Mooncake write
+
+
+def _transfer(layout, kv_caches, buffer, slots, direction):
+    import ms_kvcache
+    from mindspore import Tensor
+
+    ms_kvcache.multi_layer_kv_transfer(buffer, kv_caches, Tensor(np.ascontiguousarray(slots, np.int64)),
+                                       kv_format=layout.kv_format, direction=direction,
+                                       cache_layout=layout.cache_layout)
+
+
+_ERRORS = {c.__name__: c for c in (ChecksumMismatch, MetadataMismatch, HandoffTimeout, PeerGone, DisaggError)}
+
+
+def _receiver_error(op, request_id, msg):
+    """The sender's exception for an ``error`` message of the receiver (same class as the receiver's)."""
+    cls = _ERRORS.get(msg.get("error"), DisaggError)
+    return cls(f"{op}: request {request_id!r}: the receiver failed: {msg.get('reason', msg)}")
+
+
+def _check_timeout(op, timeout):
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"{op}: argument 'timeout': expected a number of seconds > 0, got {timeout!r}")
+    return float(timeout)
+
+
+def _check_model_id(op, model_id):
+    if model_id is not None and not isinstance(model_id, str):
+        raise TypeError(f"{op}: argument 'model_id': expected a str or None, got {type(model_id).__name__}")
+    return model_id
+
+
+class _Endpoint:
+    def __init__(self, op, kv_caches, kv_format, cache_layout, hostname, protocol, device_name, model_id):
+        self.layout = KVLayout.from_caches(kv_caches, kv_format, cache_layout, op=op)
+        self.kv_caches = kv_caches
+        self.model_id = _check_model_id(op, model_id)
+        self.engine = TransferEngineHandle(hostname, protocol, device_name)
+        self.staging = None
+
+    def _close(self):
+        if self.staging is not None:
+            self.staging.close()
+            self.staging = None
+        if self.engine is not None:
+            self.engine.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+class KVReceiver(_Endpoint):
+    """Decode side of a handoff: accepts a sequence's KV from a :class:`KVSender` into its own blocks.
+
+    Args:
+        kv_caches: this process's paged caches, as :func:`ms_kvcache.multi_layer_kv_transfer` takes them
+            (one entry per layer: MERGED_KV the ``[2, nb, bs, H, D]`` tensor; SEPARATE_KV ``(key_cache,
+            value_cache)``; MLA_KV ``(kv_c_cache, k_pe_cache)``; DSA_KV plus ``indexer_k_cache``; or a
+            flat layer-major sequence). Written in place (h2d) by :meth:`receive` only.
+        kv_format (KVCacheFormat | int | str): their format.
+        cache_layout (str): ``"BSND"`` (default) or ``"BNSD"`` (MERGED / SEPARATE only).
+        max_tokens (int): most tokens one handoff may carry (sizes the registered host buffer:
+            ``max_tokens * bytes_per_token`` bytes).
+        hostname (str): address of this process for the transfer engine and the control channel
+            (default ``"127.0.0.1"``); ``port`` (int): control port, 0 = a free one.
+        protocol (str): Mooncake transport, ``"tcp"`` (default) or ``"rdma"`` (not verified here);
+            device_name (str): RDMA devices for ``"rdma"``.
+        model_id (str | None): if given, offers from a sender with another (non-None) model_id are
+            rejected.
+
+    Attributes:
+        address (str): ``"host:port"`` to hand to :meth:`KVSender.send`.
+        layout (KVLayout): the caches' layout.
+
+    Raises:
+        MooncakeUnavailable: Mooncake or pyzmq cannot be imported.
+        TypeError / ValueError: caches or arguments as :func:`multi_layer_kv_transfer` would reject them.
+    """
+
+    def __init__(self, kv_caches, kv_format, *, cache_layout="BSND", max_tokens, hostname=LOOPBACK, port=0,
+                 protocol="tcp", device_name="", model_id=None):
+        op = "KVReceiver"
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) or max_tokens < 1:
+            raise ValueError(f"{op}: argument 'max_tokens': expected an int >= 1, got {max_tokens!r}")
+        super().__init__(op, kv_caches, kv_format, cache_layout, hostname, protocol, device_name, model_id)
+        self.max_tokens = int(max_tokens)
+        self.staging = HostStaging(self.max_tokens * self.layout.bytes_per_token, self.engine)
+        self.server = ControlServer(hostname, port)
+        self.address = self.server.address
+        self._backlog = []  # [(peer, offer)] in arrival order
+        self._done_sessions = set()
+        self._undo = None  # host copy of overwritten rows (stream mode), allocated on first use
+
+    # ------------------------------------------------------------------ messages
+    def _file(self, item):
+        """Sort an incoming message that is not part of the active session."""
+        peer, msg = item
+        kind, session = msg.get("type"), msg.get("session")
+        if kind == "offer":
+            self._backlog.append((peer, msg))
+        elif kind == "abort":
+            self._backlog = [(p, m) for p, m in self._backlog if m.get("session") != session]
+        elif session not in self._done_sessions:
+            try:
+                self.server.send(peer, {"type": "error", "session": session,
+                                        "reason": f"receiver {self.address} has no active session {session}"})
+            except PeerGone:
+                pass
+
+    def _next_offer(self, request_id, deadline):
+        while True:
+            while True:  # everything already queued first: an abort may cancel an offer before it
+                item = self.server.try_recv()
+                if item is None:
+                    break
+                self._file(item)
+            for i, (peer, offer) in enumerate(self._backlog):
+                if request_id is None or offer.get("request_id") == request_id:
+                    del self._backlog[i]
+                    return peer, offer
+            item = self.server.recv(deadline)
+            if item is None:
+                return None
+            self._file(item)
+
+    def _offer_problems(self, offer, num_blocks_given):
+        lay = self.layout
+        bad = []
+        if offer.get("protocol") != PROTOCOL:
+            return [f"protocol: {PROTOCOL!r} here, {offer.get('protocol')!r} there"]
+        bad += lay.mismatches(offer.get("layout") or {})
+        theirs = offer.get("model_id")
+        if self.model_id is not None and theirs is not None and theirs != self.model_id:
+            bad.append(f"model_id: {self.model_id!r} here, {theirs!r} there")
+        t, nbytes, ct = offer.get("num_tokens"), offer.get("nbytes"), offer.get("chunk_tokens")
+        if not isinstance(t, int) or isinstance(t, bool) or t < 0:
+            bad.append(f"num_tokens: expected an int >= 0, got {t!r}")
+            return bad
+        if not isinstance(ct, int) or isinstance(ct, bool) or ct < 1:
+            bad.append(f"chunk_tokens: expected an int >= 1, got {ct!r}")
+        if bad:
+            return bad
+        if nbytes != t * lay.bytes_per_token:
+            bad.append(f"nbytes: {t} tokens x {lay.bytes_per_token} bytes per token = {t * lay.bytes_per_token} "
+                       f"here, {nbytes!r} there")
+        if t > self.max_tokens:
+            bad.append(f"num_tokens: {t} exceeds this receiver's max_tokens={self.max_tokens} (buffer of "
+                       f"{self.staging.nbytes} bytes)")
+        if t > num_blocks_given * lay.block_size:
+            bad.append(f"num_tokens: {t} tokens do not fit the {num_blocks_given} blocks given to receive() "
+                       f"({num_blocks_given} x block_size {lay.block_size} = {num_blocks_given * lay.block_size} "
+                       f"tokens)")
+        algo = offer.get("checksum_algo")
+        try:
+            checksum(b"", algo)
+        except ValueError:
+            bad.append(f"checksum_algo: {algo!r} not available here")
+        return bad
+
+    # ------------------------------------------------------------------ the call
+    def receive(self, block_ids, *, request_id=None, timeout=60.0, stream=False):
+        """Wait for one sequence's KV and load it into ``block_ids`` of this process's caches.
+
+        Args:
+            block_ids (sequence of int): free blocks of this process for the sequence, in order (token
+                ``t`` goes to slot ``block_ids[t // block_size] * block_size + t % block_size``); distinct,
+                in ``[0, num_blocks)``, enough for the offered tokens. May differ from the sender's
+                blocks, and the two ends may have different block sizes.
+            request_id (str | None): take the offer with this request id (others stay queued); None =
+                the oldest offer.
+            timeout (float): seconds the whole call may take (waiting for an offer included).
+            stream (bool): False (default): the caches are written only once every chunk has arrived and
+                matched its checksum. True: each chunk is scattered into its blocks as soon as it is
+                verified, while later chunks are still moving, after the cache rows it overwrites have been
+                saved to host memory; on any failure those rows are written back, so the caches end as
+                they were. The h2d then overlaps the transfer, at the cost of one more copy per byte: on the
+                2-core CPU machine of this project that extra copy competes with Mooncake for the cores and
+                stream mode measured slower than the default.
+
+        Returns:
+            dict: ``request_id``, ``num_tokens``, ``nbytes``, ``chunks``, ``block_ids`` (the blocks
+            written, as many as the tokens need), ``src_block_ids``, ``src_block_size``, ``model_id``,
+            ``checksum_algo``, ``seconds`` (from the accept to the caches written), ``verify_seconds``
+            and ``h2d_seconds``.
+
+        Raises:
+            ValueError: bad ``block_ids`` / ``timeout`` (before anything is received).
+            HandoffTimeout: no offer, no data or no ``done`` within ``timeout``; the sender may be gone.
+            MetadataMismatch: the offer does not fit (layout, model_id, size, buffer, blocks); the sender
+                was told why.
+            ChecksumMismatch: bytes that arrived do not match the sender's checksum.
+            PeerGone: the sender aborted (its reason in the message) or disconnected.
+            DisaggError: a malformed message, or (unexpected) a transfer op failed while writing.
+            In every case the caches end as they were before the call.
+        """
+        op = "KVReceiver.receive"
+        timeout = _check_timeout(op, timeout)
+        deadline = time.monotonic() + timeout
+        lay = self.layout
+        blocks = check_block_ids(op, block_ids, lay.num_blocks, distinct=True)
+        got = self._next_offer(request_id, deadline)
+        if got is None:
+            which = f"for request {request_id!r} " if request_id is not None else ""
+            raise HandoffTimeout(f"{op}: no offer {which}arrived at {self.address} within {timeout:g} s")
+        peer, offer = got
+        session = offer.get("session")
+        rid = offer.get("request_id")
+        problems = self._offer_problems(offer, blocks.size)
+        if problems:
+            reason = "; ".join(problems)
+            try:
+                self.server.send(peer, {"type": "reject", "session": session, "reason": reason})
+            except PeerGone:
+                pass
+            self._done_sessions.add(session)
+            raise MetadataMismatch(f"{op}: rejected the offer of request {rid!r}: {reason}")
+        t0 = time.perf_counter()
+        T, ct, algo = offer["num_tokens"], offer["chunk_tokens"], offer["checksum_algo"]
+        plan = chunk_plan(T, ct, lay.bytes_per_token)
+        self.server.send(peer, {"type": "accept", "session": session, "te_peer": self.engine.address,
+                                "buffer_ptr": self.staging.ptr, "buffer_nbytes": self.staging.nbytes})
+        verified = [False] * len(plan)
+        verify_s = h2d_s = 0.0
+        slots = slots_from_blocks(blocks, lay.block_size, T)
+        committed = []  # chunks already scattered into the caches (stream mode)
+        if stream and self._undo is None:
+            self._undo = HostStaging(self.staging.nbytes)
+        untouched = "caches restored to their previous contents" if stream else "caches not written"
+
+        def commit(c):
+            nonlocal h2d_s
+            ts = time.perf_counter()
+            a, b, off, _nb = plan[c]
+            if stream:  # save the rows about to be overwritten, then write the chunk
+                _transfer(lay, self.kv_caches, self._undo.chunk_tensor(lay, off, b - a), slots[a:b], "d2h")
+            committed.append(c)
+            _transfer(lay, self.kv_caches, self.staging.chunk_tensor(lay, off, b - a), slots[a:b], "h2d")
+            h2d_s += time.perf_counter() - ts
+
+        def fail(exc, tell=True):
+            self._done_sessions.add(session)
+            if committed:
+                for c in committed:
+                    a, b, off, _nb = plan[c]
+                    _transfer(lay, self.kv_caches, self._undo.chunk_tensor(lay, off, b - a), slots[a:b], "h2d")
+                wait_ops()
+            if tell:
+                try:
+                    self.server.send(peer, {"type": "error", "session": session, "reason": str(exc),
+                                            "error": type(exc).__name__})
+                except PeerGone:
+                    pass
+            raise exc
+
+        def verify(c, expected):
+            nonlocal verify_s
+            if not isinstance(c, int) or isinstance(c, bool) or not 0 <= c < len(plan) or verified[c]:
+                fail(DisaggError(f"{op}: request {rid!r}: chunk index {c!r} outside [0, {len(plan)}) or repeated; "
+                                 f"{untouched}"))
+            ts = time.perf_counter()
+            _, _, off, nb = plan[c]
+            actual = checksum(self.staging.view(off, nb), algo)
+            verify_s += time.perf_counter() - ts
+            if actual != expected:
+                exp = f"{expected:#x}" if isinstance(expected, int) else repr(expected)
+                fail(ChecksumMismatch(f"{op}: request {rid!r}: checksum mismatch in chunk {c} ({nb} bytes at offset "
+                                      f"{off}): {algo} {actual:#x} here, {exp} computed by the sender; {untouched}"))
+            verified[c] = True
+            if stream:
+                commit(c)
+
+        try:
+            while True:
+                item = self.server.recv(deadline)
+                if item is None:
+                    fail(HandoffTimeout(f"{op}: request {rid!r}: the sender went silent; {sum(verified)} of "
+                                        f"{len(plan)} chunks arrived within {timeout:g} s (sender gone or stalled); "
+                                        f"{untouched}"))
+                p, msg = item
+                if msg.get("session") != session:
+                    self._file(item)
+                    continue
+                kind = msg.get("type")
+                if kind == "chunk":
+                    verify(msg.get("index"), msg.get("checksum"))
+                elif kind == "abort":
+                    fail(PeerGone(f"{op}: request {rid!r}: the sender aborted: {msg.get('reason')}; {untouched}"),
+                         tell=False)
+                elif kind == "done":
+                    sums = msg.get("checksums")
+                    if not isinstance(sums, list) or len(sums) != len(plan):
+                        fail(DisaggError(f"{op}: request {rid!r}: 'done' carries {sums!r}, expected {len(plan)} "
+                                         f"checksums; {untouched}"))
+                    for c, ok in enumerate(verified):
+                        if not ok:
+                            verify(c, sums[c])
+                    break
+            if not stream:  # every byte is here and matches: now (and only now) write the caches
+                for c in range(len(plan)):
+                    commit(c)
+            ts = time.perf_counter()
+            wait_ops()
+            h2d_s += time.perf_counter() - ts
+        except DisaggError:
+            raise
+        except Exception as exc:  # an op failed while writing: put back what was written (stream mode)
+            fail(DisaggError(f"{op}: request {rid!r}: writing the caches failed: {type(exc).__name__}: {exc}"))
+        except BaseException as exc:  # KeyboardInterrupt...: the same, then let it through
+            fail(exc)
+        t_end = time.perf_counter()
+        used = int(-(-T // lay.block_size)) if T else 0
+        self._done_sessions.add(session)
+        try:
+            self.server.send(peer, {"type": "loaded", "session": session, "block_ids": blocks[:used].tolist()})
+        except PeerGone:
+            pass  # loaded all the same; the sender will time out on its side
+        return {"request_id": rid, "num_tokens": T, "nbytes": T * lay.bytes_per_token, "chunks": len(plan),
+                "block_ids": blocks[:used].tolist(), "src_block_ids": offer.get("src_block_ids"),
+                "src_block_size": offer.get("src_block_size"), "model_id": offer.get("model_id"),
+                "checksum_algo": algo, "seconds": t_end - t0, "verify_seconds": verify_s, "h2d_seconds": h2d_s,
+                "stream": bool(stream)}
+
+    def close(self):
+        """Stop listening and release the registered buffer."""
+        if getattr(self, "server", None) is not None:
+            self.server.close()
+            self.server = None
+        self._close()
+
+
+class KVSender(_Endpoint):
+    """Prefill side of a handoff: sends a sequence's KV of every layer to a :class:`KVReceiver`.
+
+    Args:
+        kv_caches, kv_format, cache_layout: this process's caches, as for :class:`KVReceiver` (only
+            read, by the d2h transfer).
+        hostname, protocol, device_name: as for :class:`KVReceiver` (the transfer engine of this process).
+        chunk_tokens (int | None): tokens per pipelined chunk (gather, checksum and Mooncake write of
+            chunk ``c + 1`` overlap the write of chunk ``c``); None = about 16 MiB per chunk.
+        model_id (str | None): sent in the offer (a receiver with another model_id rejects it).
+        max_tokens (int): initial size of the registered host buffer in tokens (it grows on demand).
+
+    Raises:
+        MooncakeUnavailable, TypeError, ValueError: as :class:`KVReceiver`.
+    """
+
+    def __init__(self, kv_caches, kv_format, *, cache_layout="BSND", hostname=LOOPBACK, protocol="tcp",
+                 device_name="", chunk_tokens=None, model_id=None, max_tokens=0):
+        op = "KVSender"
+        super().__init__(op, kv_caches, kv_format, cache_layout, hostname, protocol, device_name, model_id)
+        if chunk_tokens is None:
+            chunk_tokens = self.layout.default_chunk_tokens()
+        if isinstance(chunk_tokens, bool) or not isinstance(chunk_tokens, (int, np.integer)) or chunk_tokens < 1:
+            raise ValueError(f"{op}: argument 'chunk_tokens': expected an int >= 1 or None, got {chunk_tokens!r}")
+        self.chunk_tokens = int(chunk_tokens)
+        self._retired = []
+        if max_tokens:
+            self._reserve(int(max_tokens) * self.layout.bytes_per_token)
+        self._fault = None  # testing only: "corrupt" / ("corrupt", c) flips a byte of chunk 0 / c after its checksum
+
+    def _reserve(self, nbytes):
+        if self.staging is not None and self.staging.nbytes >= nbytes:
+            return
+        if self.staging is not None:
+            # kept (registered) until close(): a write of an aborted send may still be reading from it
+            self._retired.append(self.staging)
+        self.staging = HostStaging(nbytes, self.engine)
+
+    def send(self, peer, block_ids, num_tokens, *, request_id=None, timeout=60.0, progress=None):
+        """Send the first ``num_tokens`` tokens of the sequence stored in ``block_ids`` to ``peer``.
+
+        Args:
+            peer (str): the receiver's ``address`` (``"host:port"``).
+            block_ids (sequence of int): the sequence's blocks in this process, in order.
+            num_tokens (int): tokens to send (>= 0; ``len(block_ids) * block_size >= num_tokens``).
+            request_id (str | None): names the sequence for the receiver (default: a new uuid).
+            timeout (float): seconds the whole call may take.
+            progress (callable | None): ``progress(event, info)`` with events ``"accepted"`` (info: the
+                receiver's accept message), ``"chunk"`` (info: ``{"index", "nbytes"}``, after Mooncake wrote
+                it) and ``"done"``; an exception it raises aborts the send.
+
+        Returns:
+            dict: ``request_id``, ``num_tokens``, ``nbytes``, ``chunks``, ``peer_block_ids`` (the blocks
+            the receiver wrote), ``seconds`` (offer to ``loaded``), ``d2h_seconds``, ``checksum_seconds``.
+
+        Raises:
+            ValueError: bad ``block_ids`` / ``num_tokens`` / ``timeout``.
+            PeerGone: no receiver at ``peer``, or it went away / Mooncake failed during the transfer.
+            HandoffTimeout: no accept, completion or ``loaded`` within ``timeout``.
+            MetadataMismatch: the receiver rejected the offer (its reasons in the message).
+            ChecksumMismatch / DisaggError: the receiver found corrupt data or failed otherwise.
+            On every failure after the accept the receiver is told to abort; its caches stay untouched.
+        """
+        op = "KVSender.send"
+        timeout = _check_timeout(op, timeout)
+        deadline = time.monotonic() + timeout
+        lay = self.layout
+        if isinstance(num_tokens, bool) or not isinstance(num_tokens, (int, np.integer)) or num_tokens < 0:
+            raise ValueError(f"{op}: argument 'num_tokens': expected an int >= 0, got {num_tokens!r}")
+        T = int(num_tokens)
+        blocks = check_block_ids(op, block_ids, lay.num_blocks, distinct=True)
+        if T > blocks.size * lay.block_size:
+            raise ValueError(f"{op}: argument 'num_tokens': expected <= len(block_ids) * block_size = "
+                             f"{blocks.size * lay.block_size}, got {T}")
+        if request_id is None:
+            request_id = uuid.uuid4().hex
+        nbytes = T * lay.bytes_per_token
+        self._reserve(nbytes)
+        session = uuid.uuid4().hex
+        client = ControlClient(peer, op=op, probe_timeout=min(2.0, timeout))
+        t0 = time.perf_counter()
+        try:
+            client.send({"type": "offer", "protocol": PROTOCOL, "session": session, "request_id": request_id,
+                         "layout": lay.describe(), "model_id": self.model_id, "num_tokens": T, "nbytes": nbytes,
+                         "chunk_tokens": self.chunk_tokens, "src_block_ids": blocks.tolist(),
+                         "src_block_size": lay.block_size, "checksum_algo": CHECKSUM_ALGO})
+            reply = client.recv(deadline)
+            if reply is None:
+                self._abort(client, session, "the sender timed out waiting for an accept")
+                raise HandoffTimeout(f"{op}: request {request_id!r}: the receiver at {client.address} did not answer "
+                                     f"the offer within {timeout:g} s (not calling receive(), busy, or gone)")
+            if reply.get("type") == "reject":
+                raise MetadataMismatch(f"{op}: request {request_id!r}: the receiver rejected the offer: "
+                                       f"{reply.get('reason')}")
+            if reply.get("type") != "accept":
+                raise DisaggError(f"{op}: request {request_id!r}: unexpected answer to the offer: {reply}")
+            try:
+                te_peer, dst, cap = reply["te_peer"], int(reply["buffer_ptr"]), int(reply["buffer_nbytes"])
+            except (KeyError, TypeError, ValueError):
+                self._abort(client, session, "malformed accept")
+                raise DisaggError(f"{op}: request {request_id!r}: malformed accept {reply}") from None
+            if cap < nbytes:
+                self._abort(client, session, f"buffer of {cap} bytes < {nbytes}")
+                raise MetadataMismatch(f"{op}: request {request_id!r}: the receiver's buffer holds {cap} bytes, the "
+                                       f"payload is {nbytes}")
+            try:
+                if progress is not None:
+                    progress("accepted", reply)
+                stats = self._pipeline(op, request_id, client, session, te_peer, dst, blocks, T, deadline, timeout,
+                                       progress)
+            except BaseException as exc:
+                self._abort(client, session, f"{type(exc).__name__}: {exc}")
+                raise
+            client.send({"type": "done", "session": session, "checksums": stats["checksums"]})
+            if progress is not None:
+                progress("done", {})
+            while True:
+                reply = client.recv(deadline)
+                if reply is None:
+                    raise HandoffTimeout(f"{op}: request {request_id!r}: the receiver did not confirm the load within "
+                                         f"{timeout:g} s (gone or stalled)")
+                if reply.get("session") not in (session, None):
+                    continue
+                if reply.get("type") == "loaded":
+                    break
+                raise _receiver_error(op, request_id, reply)
+        finally:
+            client.close()
+        return {"request_id": request_id, "num_tokens": T, "nbytes": nbytes, "chunks": len(stats["checksums"]),
+                "peer_block_ids": reply.get("block_ids"), "seconds": time.perf_counter() - t0,
+                "d2h_seconds": stats["d2h_seconds"], "checksum_seconds": stats["checksum_seconds"]}
+
+    @staticmethod
+    def _abort(client, session, reason):
+        try:
+            client.send({"type": "abort", "session": session, "reason": reason})
+        except DisaggError:
+            pass
+
+    def _pipeline(self, op, request_id, client, session, te_peer, dst, blocks, T, deadline, timeout, progress):
+        """Gather, checksum and write every chunk; returns the checksums and stage times."""
+        lay, eng, st = self.layout, self.engine, self.staging
+        plan = chunk_plan(T, self.chunk_tokens, lay.bytes_per_token)
+        slots = slots_from_blocks(blocks, lay.block_size, T)
+        sums, inflight = [], []
+        d2h_s = sum_s = 0.0
+
+        def check_receiver():
+            msg = client.recv(time.monotonic())  # an error from the receiver ends the send early
+            if msg is not None and msg.get("session") in (session, None) and msg.get("type") == "error":
+                raise _receiver_error(op, request_id, msg)
+
+        def reap(block):
+            while inflight:
+                c, bid, nb = inflight[0]
+                if not eng.poll(bid, what=f"{op}: request {request_id!r}: chunk {c}", peer=te_peer):
+                    if not block:
+                        return
+                    if time.monotonic() >= deadline:
+                        raise HandoffTimeout(f"{op}: request {request_id!r}: Mooncake had not finished writing chunk "
+                                             f"{c} of {len(plan)} to {te_peer} after {timeout:g} s")
+                    time.sleep(_POLL_SLEEP)
+                    continue
+                inflight.pop(0)
+                client.send({"type": "chunk", "session": session, "index": c, "checksum": sums[c]})
+                if progress is not None:
+                    progress("chunk", {"index": c, "nbytes": nb})
+
+        for c, (a, b, off, nb) in enumerate(plan):
+            ts = time.perf_counter()
+            _transfer(lay, self.kv_caches, st.chunk_tensor(lay, off, b - a), slots[a:b], "d2h")
+            wait_ops()
+            tm = time.perf_counter()
+            view = st.view(off, nb)
+            sums.append(checksum(view))
+            if self._fault is not None and nb:
+                kind, at = self._fault if isinstance(self._fault, tuple) else (self._fault, 0)
+                if kind == "corrupt" and c == at:
+                    view[nb // 2] ^= 0x40  # after the checksum: what arrives no longer matches it
+            d2h_s += tm - ts
+            sum_s += time.perf_counter() - tm
+            inflight.append((c, eng.submit_write(te_peer, st.ptr + off, dst + off, nb,
+                                                 what=f"{op}: request {request_id!r}: chunk {c}"), nb))
+            reap(block=False)
+            check_receiver()
+            if time.monotonic() >= deadline:
+                raise HandoffTimeout(f"{op}: request {request_id!r}: {c + 1} of {len(plan)} chunks started within "
+                                     f"{timeout:g} s")
+        reap(block=True)
+        check_receiver()
+        return {"checksums": sums, "d2h_seconds": d2h_s, "checksum_seconds": sum_s}
+
+    def close(self):
+        """Release the registered buffers."""
+        for st in self._retired:
+            st.close()
+        self._retired = []
+        self._close()

@@ -1,0 +1,175 @@
+"""The other process of the ms_kvcache.disagg tests: a JSON-lines server on stdin / stdout.
+
+``python tests/_disagg_peer.py`` reads one command per line and answers one JSON line per command
+(``{"ok": true, ...}`` or ``{"ok": false, "error": <exception class>, "message": ...}``). It holds caches
+made by :func:`make_arrays` from a case and a seed (the test process makes the same arrays to know the
+expected bits), a KVSender / KVReceiver over them, and a KVPrefixStore. The helpers at the top are also
+imported by the tests.
+"""
+import json
+import os
+import sys
+
+import numpy as np
+
+#: name: kv_format, dtype, cache_layout, num_layers, planes [(num_kv_heads, head_size)]
+CASES = {
+    "separate_bf16_bsnd": ("separate", "bfloat16", "BSND", 3, [(2, 8), (2, 8)]),
+    "merged_fp16_bnsd": ("merged", "float16", "BNSD", 2, [(3, 4), (3, 4)]),
+    "mla_fp32": ("mla", "float32", "BSND", 2, [(1, 16), (1, 4)]),
+    "dsa_int8": ("dsa", "int8", "BSND", 2, [(1, 16), (1, 4), (1, 8)]),
+}
+
+
+def np_dtype(name):
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def make_arrays(case, num_blocks, block_size, seed):
+    """Per-layer caches as numpy arrays (random bits, no NaN worries: compared as bits)."""
+    fmt, dtype, layout, L, planes = CASES[case] if isinstance(case, str) else case
+    dt = np_dtype(dtype)
+    rng = np.random.default_rng(seed)
+
+    def one(shape):
+        return rng.integers(0, 1 << (8 * dt.itemsize), size=shape, dtype=f"u{dt.itemsize}").view(dt)
+
+    def shape4(h, d):
+        return (num_blocks, h, block_size, d) if layout == "BNSD" else (num_blocks, block_size, h, d)
+
+    if fmt == "separate":
+        return [tuple(one(shape4(h, d)) for h, d in planes) for _ in range(L)]
+    if fmt == "merged":
+        h, d = planes[0]
+        return [one((2,) + shape4(h, d)) for _ in range(L)]
+    return [tuple(one((num_blocks, block_size, h * d)) for h, d in planes) for _ in range(L)]
+
+
+def token_rows(case, arrays):
+    """Every plane of every layer as bits ``[num_blocks * block_size, row]`` (token-major), in order."""
+    fmt, dtype, layout, L, planes = CASES[case] if isinstance(case, str) else case
+    out = []
+    for layer in arrays:
+        parts = [layer[0], layer[1]] if fmt == "merged" else list(layer)
+        for a in parts:
+            bits = a.view(f"u{a.dtype.itemsize}")
+            if bits.ndim == 4 and layout == "BNSD":
+                bits = bits.transpose(0, 2, 1, 3)
+            nb, bs = bits.shape[0], bits.shape[1]
+            out.append(np.ascontiguousarray(bits).reshape(nb * bs, -1))
+    return out
+
+
+def to_tensors(arrays):
+    from mindspore import Parameter, Tensor
+
+    n = [0]
+
+    def p(a):
+        n[0] += 1
+        return Parameter(Tensor.from_numpy(np.ascontiguousarray(a).copy()), name=f"cache{n[0]}", requires_grad=False)
+
+    return [tuple(p(a) for a in layer) if isinstance(layer, tuple) else p(layer) for layer in arrays]
+
+
+def from_tensors(tensors):
+    out = []
+    for layer in tensors:
+        if isinstance(layer, tuple):
+            out.append(tuple(t.asnumpy() for t in layer))
+        else:
+            out.append(layer.asnumpy())
+    return out
+
+
+def _as_bits(a):
+    return a.view(f"u{a.dtype.itemsize}")
+
+
+def main():
+    os.environ.setdefault("MC_LOG_LEVEL", "WARNING")  # Mooncake's own log level (it ignores GLOG_*)
+    import mindspore as ms
+
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    from ms_kvcache import disagg
+
+    st = {}
+    out = sys.stdout
+    sys.stdout = sys.stderr  # nothing else may write to the answer channel
+
+    def answer(obj):
+        out.write(json.dumps(obj) + "\n")
+        out.flush()
+
+    answer({"ok": True, "ready": True, "pid": os.getpid()})
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        c = cmd["cmd"]
+        try:
+            if c == "exit":
+                answer({"ok": True})
+                break
+            if c == "caches":  # new caches: the endpoints over the old ones go
+                for k in ("receiver", "sender", "store"):
+                    if k in st:
+                        st.pop(k).close()
+                case = cmd["case"]
+                st["case"] = case
+                st["caches"] = to_tensors(make_arrays(case, cmd["num_blocks"], cmd["block_size"], cmd["seed"]))
+                fmt, _, layout = CASES[case][:3]
+                st["fmt"], st["layout"] = fmt, layout
+                answer({"ok": True})
+            elif c == "receiver":
+                if "receiver" in st:
+                    st.pop("receiver").close()
+                r = disagg.KVReceiver(st["caches"], st["fmt"], cache_layout=st["layout"], max_tokens=cmd["max_tokens"],
+                                      model_id=cmd.get("model_id"))
+                st["receiver"] = r
+                answer({"ok": True, "address": r.address})
+            elif c == "receive":
+                res = st["receiver"].receive(cmd["block_ids"], timeout=cmd["timeout"], stream=cmd.get("stream", False),
+                                             request_id=cmd.get("request_id"))
+                answer({"ok": True, "result": res})
+            elif c == "send":
+                s = st.get("sender")
+                if s is None:
+                    s = st["sender"] = disagg.KVSender(st["caches"], st["fmt"], cache_layout=st["layout"],
+                                                      chunk_tokens=cmd.get("chunk_tokens"))
+                die = cmd.get("fault") == "die-after-accept"
+
+                def progress(event, info, die=die):
+                    if die and event == "accepted":
+                        os._exit(3)  # as if the process had been killed
+                res = s.send(cmd["peer"], cmd["block_ids"], cmd["num_tokens"], timeout=cmd["timeout"],
+                             request_id=cmd.get("request_id"), progress=progress)
+                answer({"ok": True, "result": res})
+            elif c == "dump":
+                arrays = from_tensors(st["caches"])
+                np.savez(cmd["path"], *[_as_bits(a) for layer in arrays
+                                         for a in (layer if isinstance(layer, tuple) else (layer,))])
+                answer({"ok": True})
+            elif c == "store":
+                st["store"] = disagg.KVPrefixStore(st["caches"], st["fmt"], cache_layout=st["layout"],
+                                                   master_address=cmd["master"], model_id=cmd["model_id"],
+                                                   chunk_tokens=cmd["chunk_tokens"], global_segment_size=16 << 20,
+                                                   local_buffer_size=16 << 20)
+                answer({"ok": True})
+            elif c == "store_put":
+                answer({"ok": True, "result": st["store"].put(cmd["token_ids"], cmd["block_ids"])})
+            elif c == "store_load":
+                answer({"ok": True, "result": st["store"].load(cmd["token_ids"], cmd["block_ids"])})
+            else:
+                answer({"ok": False, "error": "ValueError", "message": f"unknown command {c!r}"})
+        except Exception as exc:  # noqa: BLE001 - reported to the test
+            answer({"ok": False, "error": type(exc).__name__, "message": str(exc)})
+    for k in ("receiver", "sender", "store"):
+        if k in st:
+            st[k].close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,580 @@
+"""ms_kvcache.disagg: KV handoff between two processes through the Mooncake transfer engine, and prefix
+sharing through Mooncake Store.
+
+The other process is ``tests/_disagg_peer.py`` (a JSON-lines server); both processes build their caches
+from the same seeded function, so the test knows the expected bits of either side. Every handoff goes to
+other block ids (and, for SEPARATE_KV, another block size) and is compared bit for bit with the source
+rows, and every other cache row of the receiver must keep its bits. Failure paths: no receiver, a
+receiver or sender that dies mid-transfer, layout / size / block mismatches, a corrupted payload,
+timeouts: each must raise its clear error and leave the receiver's caches untouched.
+
+Skipped (with the reason) only when Mooncake cannot be imported.
+"""
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from ms_kvcache import disagg
+
+_OK, _WHY = disagg.mooncake_available()
+if not _OK:
+    pytest.skip(f"Mooncake cannot be imported: {_WHY}", allow_module_level=True)
+
+sys.path.insert(0, os.path.dirname(__file__))
+import _disagg_peer as P  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HELPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_disagg_peer.py")
+
+
+class Peer:
+    """The other process; every wait on it is bounded."""
+
+    def __init__(self, tmp_path, name="peer"):
+        env = dict(os.environ)
+        env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+        env.setdefault("MC_LOG_LEVEL", "WARNING")
+        self.log = open(tmp_path / f"{name}.log", "w+")
+        self.proc = subprocess.Popen([sys.executable, HELPER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.log, env=env, text=True, bufsize=1)
+        self.wait(120)
+
+    def start(self, **cmd):
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+
+    def wait(self, timeout=60):
+        r, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not r:
+            raise AssertionError(f"the peer process gave no answer within {timeout} s; log: {self._tail()}")
+        line = self.proc.stdout.readline()
+        if not line:
+            raise AssertionError(f"the peer process exited (code {self.proc.poll()}); log: {self._tail()}")
+        return json.loads(line)
+
+    def call(self, timeout=60, **cmd):
+        self.start(**cmd)
+        ans = self.wait(timeout)
+        assert ans["ok"], ans
+        return ans
+
+    def _tail(self):
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()[-3000:]
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def close(self):
+        if self.proc.poll() is None:
+            try:
+                self.start(cmd="exit")
+                self.proc.wait(10)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        if self.proc.poll() is None:
+            self.kill()
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def peer(tmp_path_factory):
+    p = Peer(tmp_path_factory.mktemp("disagg"))
+    yield p
+    p.close()
+
+
+@pytest.fixture(scope="module")
+def master():
+    with disagg.MooncakeMaster(timeout=20) as m:
+        yield m
+
+
+def _caches(case, num_blocks, block_size, seed):
+    arrays = P.make_arrays(case, num_blocks, block_size, seed)
+    return arrays, P.to_tensors(arrays)
+
+
+def _bits(tensors):
+    return P.from_tensors(tensors)
+
+
+def _expected(case, dst_initial, src, src_slots, dst_slots):
+    """Token-major rows of the receiver after the handoff: its initial rows, rows at dst_slots replaced."""
+    out = []
+    for d, s in zip(P.token_rows(case, dst_initial), P.token_rows(case, src)):
+        e = d.copy()
+        e[dst_slots] = s[src_slots]
+        out.append(e)
+    return out
+
+
+def _assert_rows(case, got_arrays, expected_rows, what):
+    got = P.token_rows(case, got_arrays)
+    assert len(got) == len(expected_rows)
+    for i, (g, e) in enumerate(zip(got, expected_rows)):
+        bad = np.flatnonzero((g != e).any(axis=1))
+        assert bad.size == 0, f"{what}: plane {i}: {bad.size} token rows differ, first at slot {bad[:5]}"
+
+
+def _load_dump(path, like):
+    data = np.load(path)
+    flat = [data[f"arr_{i}"] for i in range(len(data.files))]
+    out, k = [], 0
+    for layer in like:
+        if isinstance(layer, tuple):
+            out.append(tuple(flat[k + j].view(a.dtype) for j, a in enumerate(layer)))
+            k += len(layer)
+        else:
+            out.append(flat[k].view(layer.dtype))
+            k += 1
+    return out
+
+
+# ------------------------------------------------------------------------------------------ round trips
+# (case, who sends, sender block_size, receiver block_size, stream)
+ROUND_TRIPS = [
+    ("separate_bf16_bsnd", "test", 4, 8, False),
+    ("merged_fp16_bnsd", "peer", 4, 4, False),
+    ("mla_fp32", "test", 4, 4, True),
+    ("dsa_int8", "peer", 8, 4, False),
+]
+
+
+@pytest.mark.parametrize("case, sender, bs_src, bs_dst, stream", ROUND_TRIPS)
+def test_handoff_round_trip_is_bit_exact(peer, tmp_path, case, sender, bs_src, bs_dst, stream):
+    """13 tokens (3 chunks of 5, the last partial) from blocks [5, 1, 6, 2] of one process into blocks
+    [7, 0, 3] / ... of the other, with the other's block size: the rows arrive bit for bit and no other
+    row of the receiver changes."""
+    T, nb = 13, 10
+    src_blocks = [5, 1, 6, 2][: -(-T // bs_src)]
+    dst_blocks = [7, 0, 3, 9][: -(-T // bs_dst)]
+    src_seed, dst_seed = 11, 22
+    src_arrays = P.make_arrays(case, nb, bs_src, src_seed)
+    dst_arrays = P.make_arrays(case, nb, bs_dst, dst_seed)
+    src_slots = disagg.slots_from_blocks(src_blocks, bs_src, T)
+    dst_slots = disagg.slots_from_blocks(dst_blocks, bs_dst, T)
+    expected = _expected(case, dst_arrays, src_arrays, src_slots, dst_slots)
+    fmt, _, layout = P.CASES[case][:3]
+    if sender == "test":
+        peer.call(cmd="caches", case=case, num_blocks=nb, block_size=bs_dst, seed=dst_seed)
+        addr = peer.call(cmd="receiver", max_tokens=32, model_id="m")["address"]
+        peer.start(cmd="receive", block_ids=dst_blocks, timeout=30, stream=stream)
+        with disagg.KVSender(P.to_tensors(src_arrays), fmt, cache_layout=layout, chunk_tokens=5, model_id="m") as tx:
+            sres = tx.send(addr, src_blocks, T, timeout=30, request_id="r1")
+        rres = peer.wait(30)
+        assert rres["ok"], rres
+        rres = rres["result"]
+        peer.call(cmd="dump", path=str(tmp_path / "rx.npz"))
+        got = _load_dump(tmp_path / "rx.npz", dst_arrays)
+    else:
+        peer.call(cmd="caches", case=case, num_blocks=nb, block_size=bs_src, seed=src_seed)
+        dst = P.to_tensors(dst_arrays)
+        with disagg.KVReceiver(dst, fmt, cache_layout=layout, max_tokens=32) as rx:
+            peer.start(cmd="send", peer=rx.address, block_ids=src_blocks, num_tokens=T, timeout=30, chunk_tokens=5,
+                       request_id="r1")
+            rres = rx.receive(dst_blocks, timeout=30, stream=stream)
+            sres = peer.wait(30)
+            assert sres["ok"], sres
+            sres = sres["result"]
+        got = _bits(dst)
+    _assert_rows(case, got, expected, f"{case}: receiver caches after the handoff")
+    assert rres["request_id"] == "r1" and rres["num_tokens"] == T and rres["chunks"] == 3
+    assert rres["block_ids"] == dst_blocks and rres["src_block_ids"] == src_blocks
+    assert rres["src_block_size"] == bs_src
+    assert sres["peer_block_ids"] == dst_blocks and sres["nbytes"] == rres["nbytes"] > 0
+
+
+# ------------------------------------------------------------------------------------------ failure paths
+CASE = "separate_bf16_bsnd"
+
+
+def _pair(nb=8, bs=4, seed=1, **rx_kw):
+    fmt, _, layout = P.CASES[CASE][:3]
+    src_arrays, src = _caches(CASE, nb, bs, seed)
+    dst_arrays, dst = _caches(CASE, nb, bs, seed + 1)
+    tx = disagg.KVSender(src, fmt, cache_layout=layout, chunk_tokens=3)
+    rx = disagg.KVReceiver(dst, fmt, cache_layout=layout, **{"max_tokens": 16, **rx_kw})
+    return tx, rx, dst_arrays, dst
+
+
+def _in_thread(fn):
+    """Run fn() in a thread (it must not call MindSpore ops); returns a join() -> (result, exception)."""
+    box = {}
+
+    def body():
+        try:
+            box["result"] = fn()
+        except BaseException as exc:  # noqa: BLE001
+            box["exc"] = exc
+
+    th = threading.Thread(target=body, daemon=True)
+    th.start()
+
+    def join(timeout=30):
+        th.join(timeout)
+        assert not th.is_alive(), "the receiving thread did not finish in time"
+        return box.get("result"), box.get("exc")
+
+    return join
+
+
+def _assert_untouched(dst, dst_arrays, what):
+    _assert_rows(CASE, _bits(dst), P.token_rows(CASE, dst_arrays), what)
+
+
+def test_no_receiver_is_peer_gone_at_once():
+    """Nothing listens at the address: PeerGone (connection refused), without waiting for the timeout."""
+    fmt, _, layout = P.CASES[CASE][:3]
+    _, src = _caches(CASE, 8, 4, 1)
+    port = disagg._mooncake.free_port()
+    with disagg.KVSender(src, fmt, cache_layout=layout) as tx:
+        t = time.monotonic()
+        with pytest.raises(disagg.PeerGone, match="connection refused"):
+            tx.send(f"127.0.0.1:{port}", [0, 1], 6, timeout=20)
+        assert time.monotonic() - t < 5
+
+
+FAKE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_disagg_fake_peer.py")
+
+
+def _fake(*args):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("MC_LOG_LEVEL", "WARNING")
+    return subprocess.Popen([sys.executable, FAKE, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, env=env, text=True)
+
+
+def _readline(proc, timeout=30):
+    r, _, _ = select.select([proc.stdout], [], [], timeout)
+    assert r, "the fake peer said nothing in time"
+    return proc.stdout.readline().strip()
+
+
+def test_receiver_killed_after_accept_is_peer_gone():
+    """The receiver process (a real transfer engine and control channel) dies right after accepting:
+    the sender's Mooncake write fails -> PeerGone, not a hang, well within the timeout."""
+    fmt, _, layout = P.CASES[CASE][:3]
+    fake = _fake("receiver")
+    try:
+        addr = _readline(fake)
+        _, src = _caches(CASE, 8, 4, 1)
+
+        def on(event, info):
+            if event == "accepted":
+                fake.kill()
+                fake.wait(10)
+
+        with disagg.KVSender(src, fmt, cache_layout=layout, chunk_tokens=3) as tx:
+            t = time.monotonic()
+            with pytest.raises(disagg.PeerGone, match="Mooncake"):
+                tx.send(addr, [4, 5, 6], 10, timeout=15, progress=on)
+            assert time.monotonic() - t < 10
+    finally:
+        if fake.poll() is None:
+            fake.kill()
+        fake.wait(10)
+
+
+def test_sender_killed_after_accept_times_out_receiver_untouched():
+    """The sender dies after the accept: the receiver's bounded wait ends in HandoffTimeout and its
+    caches are untouched."""
+    fmt, _, layout = P.CASES[CASE][:3]
+    dst_arrays, dst = _caches(CASE, 8, 4, 6)
+    with disagg.KVReceiver(dst, fmt, cache_layout=layout, max_tokens=16) as rx:
+        T = 10
+        offer = {"type": "offer", "protocol": disagg.PROTOCOL, "session": "s-victim", "request_id": "victim",
+                 "layout": rx.layout.describe(), "model_id": None, "num_tokens": T,
+                 "nbytes": T * rx.layout.bytes_per_token, "chunk_tokens": 3, "src_block_ids": [0, 1, 2],
+                 "src_block_size": 4, "checksum_algo": disagg.CHECKSUM_ALGO}
+        fake = _fake("sender", rx.address, json.dumps(offer))
+        try:
+            assert _readline(fake) == "ready"
+            fake.stdin.write("go\n")
+            fake.stdin.flush()
+            t = time.monotonic()
+            with pytest.raises(disagg.HandoffTimeout, match="went silent"):
+                rx.receive([3, 4, 5], timeout=3)
+            assert time.monotonic() - t < 3 + 2
+            assert fake.wait(10) == 3  # it had got the accept
+        finally:
+            if fake.poll() is None:
+                fake.kill()
+            fake.wait(10)
+    _assert_untouched(dst, dst_arrays, "receiver after its sender died")
+
+
+def test_layout_mismatch_is_rejected_on_both_sides():
+    """A receiver whose caches have another head size rejects the offer: MetadataMismatch on both sides,
+    naming the field; the receiver's caches are untouched."""
+    fmt, _, layout = P.CASES[CASE][:3]
+    _, src = _caches(CASE, 8, 4, 1)
+    other = ("separate", "bfloat16", "BSND", 3, [(2, 16), (2, 16)])
+    dst_arrays = P.make_arrays(other, 8, 4, 2)
+    dst = P.to_tensors(dst_arrays)
+    with disagg.KVSender(src, fmt, cache_layout=layout) as tx, \
+            disagg.KVReceiver(dst, fmt, cache_layout=layout, max_tokens=16) as rx:
+        join = _in_thread(lambda: rx.receive([0, 1], timeout=20))
+        with pytest.raises(disagg.MetadataMismatch, match=r"planes: \[\[2, 16\], \[2, 16\]\] here, \[\[2, 8\]"):
+            tx.send(rx.address, [3, 4], 8, timeout=20)
+        _, exc = join()
+    assert isinstance(exc, disagg.MetadataMismatch) and "planes" in str(exc)
+    _assert_rows(other, _bits(dst), P.token_rows(other, dst_arrays), "receiver after a layout mismatch")
+
+
+@pytest.mark.parametrize("what", ["max_tokens", "blocks", "model_id", "nbytes"])
+def test_size_mismatch_is_rejected_receiver_untouched(what):
+    """More tokens than the receiver's buffer holds, than the blocks given to receive() hold, another
+    model_id, or an offer whose byte count does not match its token count: rejected with the reason,
+    both sides raise MetadataMismatch, the receiver's caches are untouched."""
+    tx, rx, dst_arrays, dst = _pair(model_id="model-a")
+    try:
+        T, blocks = 10, [0, 1, 2]
+        if what == "max_tokens":
+            rx.max_tokens = 8  # the buffer holds 16 tokens; the receiver accepts at most 8
+        elif what == "blocks":
+            blocks = [0, 1]  # 8 slots for 10 tokens
+        elif what == "model_id":
+            tx.model_id = "model-b"
+        elif what == "nbytes":
+            tx.layout.bytes_per_token += 2  # the offer claims 2 bytes more per token than its layout has
+        join = _in_thread(lambda: rx.receive(blocks, timeout=20))
+        with pytest.raises(disagg.MetadataMismatch, match="rejected") as ei:
+            tx.send(rx.address, [5, 6, 7], T, timeout=20)
+        _, exc = join()
+        assert isinstance(exc, disagg.MetadataMismatch)
+        key = {"max_tokens": "max_tokens=8", "blocks": "2 blocks", "model_id": "model_id", "nbytes": "nbytes"}[what]
+        assert key in str(ei.value) and key in str(exc)
+    finally:
+        tx.close()
+        rx.close()
+    _assert_untouched(dst, dst_arrays, f"receiver after a {what} mismatch")
+
+
+def test_corrupted_payload_is_a_checksum_mismatch_receiver_untouched():
+    """A byte of chunk 2 (of 4) changed after the sender's checksum: the receiver finds it and writes
+    nothing, not even the chunks that verified before it; both raise ChecksumMismatch."""
+    tx, rx, dst_arrays, dst = _pair()
+    try:
+        tx._fault = ("corrupt", 2)
+        join = _in_thread(lambda: rx.receive([0, 1, 2], timeout=20))
+        with pytest.raises(disagg.ChecksumMismatch):
+            tx.send(rx.address, [5, 6, 7], 10, timeout=20)
+        _, exc = join()
+        assert isinstance(exc, disagg.ChecksumMismatch) and "chunk 2" in str(exc)
+    finally:
+        tx.close()
+        rx.close()
+    _assert_untouched(dst, dst_arrays, "receiver after a corrupted payload")
+
+
+def test_stream_mode_failure_restores_the_written_rows(peer, tmp_path):
+    """stream=True writes chunks as they verify; a later chunk failing (corrupt) must put every written
+    row back: the receiver's caches end bit for bit as before."""
+    fmt, _, layout = P.CASES[CASE][:3]
+    peer.call(cmd="caches", case=CASE, num_blocks=8, block_size=4, seed=8)
+    dst_arrays = P.make_arrays(CASE, 8, 4, 8)
+    addr = peer.call(cmd="receiver", max_tokens=32)["address"]
+    peer.start(cmd="receive", block_ids=[0, 1, 2, 3], timeout=30, stream=True)
+    _, src = _caches(CASE, 8, 4, 9)
+    with disagg.KVSender(src, fmt, cache_layout=layout, chunk_tokens=3) as tx:
+        tx._fault = ("corrupt", 3)  # chunks 0-2 verify and are written first
+        with pytest.raises(disagg.ChecksumMismatch):
+            tx.send(addr, [4, 5, 6, 7], 14, timeout=30)
+    ans = peer.wait(30)
+    assert not ans["ok"] and ans["error"] == "ChecksumMismatch" and "restored" in ans["message"], ans
+    peer.call(cmd="dump", path=str(tmp_path / "rx.npz"))
+    _assert_untouched_arrays = P.token_rows(CASE, _load_dump(tmp_path / "rx.npz", dst_arrays))
+    for g, e in zip(_assert_untouched_arrays, P.token_rows(CASE, dst_arrays)):
+        assert np.array_equal(g, e)
+
+
+def test_timeouts_are_bounded():
+    """receive() without a sender and send() to a receiver that never calls receive() both end in
+    HandoffTimeout after about their timeout."""
+    tx, rx, dst_arrays, dst = _pair()
+    try:
+        t = time.monotonic()
+        with pytest.raises(disagg.HandoffTimeout, match="no offer"):
+            rx.receive([0, 1], timeout=0.5)
+        assert 0.4 < time.monotonic() - t < 3
+        t = time.monotonic()
+        with pytest.raises(disagg.HandoffTimeout, match="did not answer"):
+            tx.send(rx.address, [5, 6], 8, timeout=0.7)
+        assert 0.6 < time.monotonic() - t < 4
+        # the stale offer was aborted: a later receive() does not pick it up
+        with pytest.raises(disagg.HandoffTimeout, match="no offer"):
+            rx.receive([0, 1], timeout=0.3)
+    finally:
+        tx.close()
+        rx.close()
+    _assert_untouched(dst, dst_arrays, "receiver after timeouts")
+
+
+def test_sender_abort_mid_transfer_receiver_untouched():
+    """The sender fails after the accept (its progress callback raises): it tells the receiver, which
+    raises PeerGone naming the reason and writes nothing."""
+    tx, rx, dst_arrays, dst = _pair()
+    try:
+        def on(event, info):
+            if event == "accepted":
+                raise RuntimeError("prefill node shutting down")
+
+        join = _in_thread(lambda: rx.receive([0, 1, 2], timeout=20))
+        with pytest.raises(RuntimeError, match="shutting down"):
+            tx.send(rx.address, [5, 6, 7], 10, timeout=20, progress=on)
+        _, exc = join()
+        assert isinstance(exc, disagg.PeerGone) and "shutting down" in str(exc)
+    finally:
+        tx.close()
+        rx.close()
+    _assert_untouched(dst, dst_arrays, "receiver after the sender aborted")
+
+
+def test_zero_tokens_and_a_growing_sender_buffer():
+    """A handoff of 0 tokens completes (nothing moves, nothing is written); a later, larger one makes the
+    sender grow its registered buffer."""
+    tx, rx, dst_arrays, dst = _pair()
+    try:
+        join = _in_thread(lambda: rx.receive([0], timeout=20))
+        res = tx.send(rx.address, [5], 0, timeout=20)
+        got, exc = join()
+        assert exc is None and got["num_tokens"] == 0 and got["chunks"] == 0 and got["block_ids"] == []
+        assert res["nbytes"] == 0 and res["peer_block_ids"] == []
+        before = tx.staging.nbytes if tx.staging is not None else 0
+        rx.max_tokens = 16
+        join = _in_thread(lambda: rx.receive([0, 1, 2, 3], timeout=20))  # rejected below: only the size matters
+        tx.model_id, rx.model_id = "a", "b"
+        with pytest.raises(disagg.MetadataMismatch):
+            tx.send(rx.address, [4, 5, 6, 7], 16, timeout=20)
+        join()
+        assert tx.staging.nbytes >= 16 * tx.layout.bytes_per_token > before
+    finally:
+        tx.close()
+        rx.close()
+    _assert_untouched(dst, dst_arrays, "receiver after a 0-token handoff")
+
+
+def test_bad_arguments_raise_before_any_transfer():
+    tx, rx, dst_arrays, dst = _pair()
+    try:
+        with pytest.raises(ValueError, match=r"KVReceiver.receive: argument 'block_ids': expected distinct"):
+            rx.receive([1, 1], timeout=1)
+        with pytest.raises(ValueError, match=r"argument 'block_ids': expected block ids in \[0, 8\), got 8"):
+            rx.receive([8], timeout=1)
+        with pytest.raises(ValueError, match=r"KVSender.send: argument 'num_tokens': expected <= "):
+            tx.send(rx.address, [0], 5, timeout=1)
+        with pytest.raises(ValueError, match=r"argument 'timeout'"):
+            tx.send(rx.address, [0], 1, timeout=0)
+        with pytest.raises(ValueError, match=r"argument 'peer': expected 'host:port'"):
+            tx.send("nowhere", [0], 1, timeout=1)
+        with pytest.raises(ValueError, match=r"KVReceiver: argument 'max_tokens'"):
+            disagg.KVReceiver(dst, "separate", max_tokens=0)
+    finally:
+        tx.close()
+        rx.close()
+
+
+# ------------------------------------------------------------------------------------------ prefix store
+def test_prefix_store_reuse_across_processes(peer, master, tmp_path):
+    """The peer puts a sequence's KV (2 full chunks of 6 tokens + 3 more) into Mooncake Store; this
+    process looks up a prompt sharing the first 12 tokens and reloads them into other blocks, bit for
+    bit; prompts with another start, another model_id or another layout find nothing."""
+    case, bs, nb, ct = "separate_bf16_bsnd", 4, 12, 6
+    fmt, _, layout = P.CASES[case][:3]
+    tokens = [101, 7, 42, 42, 9, 3, 55, 60, 61, 2, 8, 13, 77, 78, 79]
+    src_blocks = [3, 0, 5, 1]
+    peer.call(cmd="caches", case=case, num_blocks=nb, block_size=bs, seed=31)
+    peer.call(cmd="store", master=master.address, model_id="minilm-test", chunk_tokens=ct)
+    put = peer.call(cmd="store_put", token_ids=tokens, block_ids=src_blocks)["result"]
+    assert put["chunks"] == 2 and put["stored"] == 2 and put["tokens"] == 12
+    again = peer.call(cmd="store_put", token_ids=tokens, block_ids=src_blocks)["result"]
+    assert again["stored"] == 0 and again["present"] == 2
+
+    src_arrays = P.make_arrays(case, nb, bs, 31)
+    dst_arrays, dst = _caches(case, nb, bs, 32)
+    prompt = tokens[:12] + [500, 501, 502, 503, 504]
+    dst_blocks = [10, 4, 7, 2, 8]
+    with disagg.KVPrefixStore(dst, fmt, cache_layout=layout, master_address=master.address, model_id="minilm-test",
+                              chunk_tokens=ct, global_segment_size=16 << 20, local_buffer_size=16 << 20) as store:
+        assert store.lookup(prompt) == 12
+        assert store.lookup(tokens[:11]) == 6  # only whole chunks
+        assert store.lookup([1] + tokens[1:]) == 0  # another first token: another hash chain
+        res = store.load(prompt, dst_blocks)
+        assert res["tokens"] == 12 and res["chunks"] == 2 and res["stopped"] == "end of stored prefix"
+        limited = store.load(prompt, dst_blocks, max_tokens=11)
+        assert limited["tokens"] == 6 and limited["stopped"] == "max_tokens"
+    expected = _expected(case, dst_arrays, src_arrays, disagg.slots_from_blocks(src_blocks, bs, 12),
+                         disagg.slots_from_blocks(dst_blocks, bs, 12))
+    _assert_rows(case, _bits(dst), expected, "caches after the prefix reload")
+    # the identity is part of the key: another model or another layout shares nothing
+    _, other = _caches(case, nb, bs, 33)
+    with disagg.KVPrefixStore(other, fmt, cache_layout=layout, master_address=master.address, model_id="other-model",
+                              chunk_tokens=ct, global_segment_size=0, local_buffer_size=16 << 20) as s2:
+        assert s2.lookup(prompt) == 0
+    mla = P.to_tensors(P.make_arrays("mla_fp32", nb, bs, 1))
+    with disagg.KVPrefixStore(mla, "mla", master_address=master.address, model_id="minilm-test", chunk_tokens=ct,
+                              global_segment_size=0, local_buffer_size=16 << 20) as s3:
+        assert s3.lookup(prompt) == 0
+
+
+def test_prefix_store_rejects_a_corrupt_object_caches_untouched(master):
+    """An object under a chunk's key that is not that chunk (foreign bytes, then a flipped data byte):
+    load() raises StoreError and writes nothing."""
+    case, bs, nb, ct = "mla_fp32", 4, 8, 4
+    fmt, _, layout = P.CASES[case][:3]
+    dst_arrays, dst = _caches(case, nb, bs, 41)
+    tokens = list(range(900, 912))
+    with disagg.KVPrefixStore(dst, fmt, master_address=master.address, model_id="corrupt-test", chunk_tokens=ct,
+                              global_segment_size=16 << 20, local_buffer_size=16 << 20) as store:
+        keys = store.keys(tokens)
+        assert store.store.put(keys[0], b"\0" * store.object_nbytes) == 0
+        assert store.lookup(tokens) == ct
+        with pytest.raises(disagg.StoreError, match="no ms_kvcache chunk header"):
+            store.load(tokens, [0, 1, 2])
+        _assert_rows(case, _bits(dst), P.token_rows(case, dst_arrays), "caches after a foreign object")
+        store.store.remove(keys[0], True)
+        put = store.put(tokens, [5, 6, 7])
+        assert put["stored"] == 3
+        raw = bytearray(store.store.get(keys[1]))
+        raw[-1] ^= 1
+        store.store.remove(keys[1], True)
+        assert store.store.put(keys[1], bytes(raw)) == 0
+        with pytest.raises(disagg.StoreError, match="chunk 1 .*checksum"):
+            store.load(tokens, [0, 1, 2])
+        _assert_rows(case, _bits(dst), P.token_rows(case, dst_arrays), "caches after a corrupt chunk")
+
+
+def test_prefix_store_without_master_is_peer_gone():
+    _, dst = _caches(CASE, 8, 4, 1)
+    port = disagg._mooncake.free_port()
+    t = time.monotonic()
+    with pytest.raises(disagg.PeerGone, match="no mooncake_master"):
+        disagg.KVPrefixStore(dst, "separate", master_address=f"127.0.0.1:{port}", model_id="m", setup_timeout=0.5)
+    assert time.monotonic() - t < 3
+
+
+def test_prefix_chunk_hashes_chain():
+    """Keys depend on every earlier token (a hash chain), on the salt, and only whole chunks get one."""
+    a = disagg.prefix_chunk_hashes([1, 2, 3, 4, 5], 2, b"s")
+    b = disagg.prefix_chunk_hashes([1, 2, 3, 4], 2, b"s")
+    c = disagg.prefix_chunk_hashes([9, 2, 3, 4], 2, b"s")
+    d = disagg.prefix_chunk_hashes([1, 2, 3, 4], 2, b"t")
+    assert len(a) == 2 and a == b and c[1] != a[1] and d[0] != a[0]
+    import hashlib
+
+    h0 = hashlib.sha256(b"s" + np.array([1, 2], "<i8").tobytes()).digest()
+    assert a[0] == h0.hex()
+    assert a[1] == hashlib.sha256(h0 + np.array([3, 4], "<i8").tobytes()).hexdigest()
