@@ -16,7 +16,8 @@ random weights), then record:
 - fast path: ``ms_kvcache._custom.fast_path_available("cpu")`` (and why not); also whether the ascend
   backend's PyNative module ``ms_kvcache._ascend_pyboost`` compiled against that MindSpore (``result.json``:
   ``ascend_pyboost``; it cannot run without an NPU);
-- quick suite: ``python -m pytest -q -m "not slow"`` in the copy (the summary line and its wall time);
+- quick suite: ``python -m pytest -q -rs -m "not slow"`` in the copy (the summary line and its wall time;
+  ``pytest.log`` lists the reason of every skip);
 - demo: ``ms-kvcache demo`` (exit code, wall time, and its last line);
 - the 1-minute load average before and after the suite (timings on a shared machine mean little without it).
 
@@ -128,7 +129,7 @@ def test_version(version, workdir, demo_model=True, pytest_args=(), keep=False):
             res["mindspore_installed"] = probe["mindspore"]
             res["ascend_pyboost"], res["ascend_pyboost_why"] = probe["ascend_pyboost"], probe["ascend_pyboost_why"]
         load0 = os.getloadavg()[0]
-        rc, secs, tail = _run([py, "-m", "pytest", "-q", "-m", "not slow", "-p", "no:cacheprovider", *pytest_args],
+        rc, secs, tail = _run([py, "-m", "pytest", "-q", "-rs", "-m", "not slow", "-p", "no:cacheprovider", *pytest_args],
                               base / "pytest.log", cwd=src, env=env)
         res["load_1min"] = [round(load0, 1), round(os.getloadavg()[0], 1)]  # before / after: a shared machine
         summary = next((ln for ln in reversed(tail) if " in " in ln and ("passed" in ln or "failed" in ln)), None)
