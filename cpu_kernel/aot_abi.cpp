@@ -21,6 +21,8 @@ DType ParseDType(const char* s) {
   if (!std::strcmp(s, "int32")) return DType::kI32;
   if (!std::strcmp(s, "int64")) return DType::kI64;
   if (!std::strcmp(s, "bool")) return DType::kBool;
+  if (!std::strcmp(s, "float8e4m3fn") || !std::strcmp(s, "float8_e4m3fn")) return DType::kF8E4M3;
+  if (!std::strcmp(s, "float8e5m2") || !std::strcmp(s, "float8_e5m2")) return DType::kF8E5M2;
   return DType::kUnknown;
 }
 
@@ -34,6 +36,8 @@ const char* DTypeName(DType d) {
     case DType::kI32: return "int32";
     case DType::kI64: return "int64";
     case DType::kBool: return "bool";
+    case DType::kF8E4M3: return "float8_e4m3fn";
+    case DType::kF8E5M2: return "float8_e5m2";
     default: return "unknown";
   }
 }
@@ -42,7 +46,7 @@ size_t DTypeSize(DType d) {
   switch (d) {
     case DType::kF16: case DType::kBF16: return 2;
     case DType::kF32: case DType::kI32: return 4;
-    case DType::kI8: case DType::kU8: case DType::kBool: return 1;
+    case DType::kI8: case DType::kU8: case DType::kBool: case DType::kF8E4M3: case DType::kF8E5M2: return 1;
     case DType::kI64: return 8;
     default: return 0;
   }

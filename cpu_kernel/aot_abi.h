@@ -47,7 +47,9 @@ class AotExtra {
 
 namespace mskv {
 
-enum class DType : int { kF16, kBF16, kF32, kI8, kU8, kI32, kI64, kBool, kUnknown };
+// kF8E4M3 / kF8E5M2: float8_e4m3fn / float8_e5m2 (MindSpore's AOT dtype strings "float8e4m3fn",
+// "float8e5m2"): quantized caches; the copy and transfer kernels move their bytes like int8.
+enum class DType : int { kF16, kBF16, kF32, kI8, kU8, kI32, kI64, kBool, kF8E4M3, kF8E5M2, kUnknown };
 
 DType ParseDType(const char* name);
 const char* DTypeName(DType d);

@@ -232,6 +232,8 @@ inline void Store16(uint8_t* p, __m512 v) {
 }
 #endif
 
+#include "quant_body.inl"  // row quantizers of the quantized cache writes (kv_quant.h)
+
 // Rotate the first rd elements of src into dst (may be the same row). c, s: [rd/2] per-pair cos
 // and sin; cc, ss (PrepareCosSin): GPT-J: [rd], cc[2i] = cc[2i+1] = c[i], ss[2i] = s[i],
 // ss[2i+1] = -s[i]; NeoX: ss[i] = -s[i], i < rd/2. buf: 2 * rd floats of scratch. Every output is
@@ -382,6 +384,28 @@ inline void PrefetchToken(const RopeCacheArgs& a, int64_t t, int64_t q_row, int6
   if (a.kv_c != nullptr) PrefetchRow(a.kv_c + t * v_row, v_row);
 }
 
+// Scratch sizes of the quantized cache writes (1 when the caches are not quantized).
+inline int64_t QuantScratchElems(const RopeCacheArgs& a) {
+  return a.k_quant == nullptr ? 1 : std::max(a.k_cache.heads * a.k_cache.head_size, a.v_cache.heads * a.v_cache.head_size);
+}
+inline int64_t QuantScratchHeads(const RopeCacheArgs& a) {
+  return a.k_quant == nullptr ? 1 : std::max(a.k_cache.heads, a.v_cache.heads);
+}
+
+// Write token rows into the caches at slot: copied as they are, or (a.k_quant / a.v_quant set: the
+// quantized variants) quantized from the rows returned to the caller (key_out, value / kv_c_out).
+template <DType DT>
+inline void CacheWrite(const RopeCacheArgs& a, int64_t slot, const uint8_t* k_row, const uint8_t* v_row, bool stream,
+                       QuantScratch& qs) {
+  if (a.k_quant == nullptr) {
+    a.k_cache.WriteRow(slot, k_row, stream);
+    if (v_row != nullptr) a.v_cache.WriteRow(slot, v_row, stream);
+    return;
+  }
+  QuantRow<DT>(a.k_cache, *a.k_quant, slot, k_row, qs.codes.data(), qs.scales.data(), stream);
+  if (v_row != nullptr) QuantRow<DT>(a.v_cache, *a.v_quant, slot, v_row, qs.codes.data(), qs.scales.data(), stream);
+}
+
 template <DType DT>
 void RopeAndCacheT(const RopeCacheArgs& a) {
   using T = typename Elem<DT>::T;
@@ -426,6 +450,7 @@ void RopeAndCacheT(const RopeCacheArgs& a) {
     }
     // streaming: one token's q_out, k_out (and MLA kv_c_out) rows, built here then streamed out
     std::vector<uint8_t> rows(stream ? static_cast<size_t>(q_row + k_row + (mla ? v_row : 0)) : 0);
+    QuantScratch qs(QuantScratchElems(a), QuantScratchHeads(a));  // quantized caches only (a.k_quant)
     const int64_t num_k_slots = a.k_cache.num_slots();
     const int64_t num_v_slots = a.v_cache.num_slots();
     for (int64_t t = begin; t < end; ++t) {
@@ -474,19 +499,18 @@ void RopeAndCacheT(const RopeCacheArgs& a) {
       if (t >= a.num_write || defer_cache) continue;
       const int64_t slot = ReadIndex(a.slots, a.slot_dtype, t);
       if (slot < 0 || slot >= num_k_slots || slot >= num_v_slots) continue;
-      a.k_cache.WriteRow(slot, kw, stream);
-      if (v_src != nullptr) a.v_cache.WriteRow(slot, v_src, stream);
+      CacheWrite<DT>(a, slot, kw, v_src, stream, qs);
     }
     if (stream) ::mskv::StreamFence();
   });
   if (!defer_cache) return;
+  QuantScratch qs(QuantScratchElems(a), QuantScratchHeads(a));
   for (int64_t t = 0; t < a.num_write; ++t) {
     const int64_t pos = ReadIndex(a.positions, a.pos_dtype, t);
     const int64_t slot = ReadIndex(a.slots, a.slot_dtype, t);
     if (pos < 0 || pos >= a.table.max_position || slot < 0 || slot >= num_cache_slots) continue;
-    a.k_cache.WriteRow(slot, a.k_out + t * k_row);
     const uint8_t* v_src = mla ? a.kv_c_out + t * v_row : (a.v != nullptr ? a.v + t * v_row : nullptr);
-    if (v_src != nullptr) a.v_cache.WriteRow(slot, v_src);
+    CacheWrite<DT>(a, slot, a.k_out + t * k_row, v_src, false, qs);
   }
 }
 

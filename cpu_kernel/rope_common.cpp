@@ -113,6 +113,23 @@ void RopeAndCache(const RopeCacheArgs& a) {
   isa_generic::RopeAndCacheImpl(a);
 }
 
+}  // namespace rope
+
+namespace quant {
+
+void QuantScatter(const ScatterArgs& a) {
+#if MSKV_ROPE_HAVE_X86
+  if (rope::ActiveIsa() == 3) return rope::isa_avx512bf16::QuantScatterImpl(a);
+  if (rope::ActiveIsa() == 2) return rope::isa_avx512::QuantScatterImpl(a);
+  if (rope::ActiveIsa() == 1) return rope::isa_avx2::QuantScatterImpl(a);
+#endif
+  rope::isa_generic::QuantScatterImpl(a);
+}
+
+}  // namespace quant
+
+namespace rope {
+
 void Rerope(const ReropeArgs& a) {
 #if MSKV_ROPE_HAVE_X86
   if (ActiveIsa() == 3) return isa_avx512bf16::ReropeImpl(a);

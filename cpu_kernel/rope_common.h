@@ -24,6 +24,7 @@
 
 #include "aot_abi.h"
 #include "index_check.h"
+#include "kv_quant.h"
 #include "stream_copy.h"
 
 namespace mskv {
@@ -162,6 +163,11 @@ struct RopeCacheArgs {
   CachePlane k_cache;
   CachePlane v_cache;
   bool slots_distinct = false;  // known: no slot repeats (strict mode checked it)
+
+  // Quantized variants (rope_*_quant): how the rows written to k_cache / v_cache (int8 or fp8, elem 1)
+  // are quantized from key_out and value / kv_c_out; nullptr (both): the rows are copied unchanged.
+  const quant::PlaneQuant* k_quant = nullptr;
+  const quant::PlaneQuant* v_quant = nullptr;
 };
 
 // rerope_cached_keys: rotate the cached key heads at slots[i] by the angle new - old, in place.
@@ -240,7 +246,14 @@ inline CachePlane PlaneArg(const AotArgs& a, int i, bool bnsd) {
 // rope_reshape_and_cache(_merged): fill the arguments shared by both ops. Inputs 0..4 are
 // positions, query, key, value, cos_sin_cache; slot_mapping at slot_idx; outputs query_out, key_out
 // at out_idx, out_idx + 1. Checks every size the kernel relies on (Python checked them already).
-RopeCacheArgs GqaArgs(const AotArgs& a, const CachePlane& kc, const CachePlane& vc, int slot_idx, int out_idx);
+// quantized: the caches hold int8 / fp8 codes (rope_reshape_and_cache_quant), not the data dtype.
+RopeCacheArgs GqaArgs(const AotArgs& a, const CachePlane& kc, const CachePlane& vc, int slot_idx, int out_idx,
+                      bool quantized = false);
+
+// rope_concat_and_cache_mla(_quant): inputs 0..8 are positions, q_pe, k_pe, kv_c, cos_sin_cache,
+// kv_c_cache, k_pe_cache, slot_mapping, kv_c_norm_weight ([0] = no norm); outputs q_pe_out, k_pe_out,
+// kv_c_out at out_idx.. out_idx + 2. quantized: the caches hold int8 / fp8 codes.
+RopeCacheArgs MlaArgs(const AotArgs& a, int out_idx, bool quantized = false);
 
 // cache_layout: an int code (op_host/mskv_attr_codes.h), BSND when absent.
 inline bool LayoutAttr(const AotArgs& a) {

@@ -10,14 +10,16 @@
 namespace mskv {
 namespace rope {
 
-RopeCacheArgs GqaArgs(const AotArgs& a, const CachePlane& kc, const CachePlane& vc, int slot_idx, int out_idx) {
+RopeCacheArgs GqaArgs(const AotArgs& a, const CachePlane& kc, const CachePlane& vc, int slot_idx, int out_idx,
+                      bool quantized) {
   RopeCacheArgs r;
   r.dtype = a.dtype(1);
   Require(IsFloat(r.dtype), "query dtype must be float16, bfloat16 or float32");
   Require(a.dtype(2) == r.dtype && a.dtype(3) == r.dtype && a.dtype(out_idx) == r.dtype &&
               a.dtype(out_idx + 1) == r.dtype,
           "query/key/value/outputs dtypes differ");
-  Require(DTypeSize(r.dtype) == kc.elem && DTypeSize(r.dtype) == vc.elem, "cache dtype differs from key");
+  Require(quantized ? (kc.elem == 1 && vc.elem == 1) : (DTypeSize(r.dtype) == kc.elem && DTypeSize(r.dtype) == vc.elem),
+          quantized ? "quantized caches must be int8 or float8" : "cache dtype differs from key");
   r.head_size = kc.head_size;
   r.k_heads = kc.heads;
   Require(vc.heads == kc.heads && vc.head_size == kc.head_size && vc.num_blocks == kc.num_blocks &&

@@ -19,7 +19,7 @@ from ms_kvcache._formats import CACHE_LAYOUTS, KVCacheFormat
 _OPS = ("reshape_and_cache", "reshape_and_cache_merged", "concat_and_cache_mla", "copy_blocks", "swap_blocks",
         "multi_layer_kv_transfer", "transfer_buffer_shape", "multi_layer_block_transfer",
         "rope_reshape_and_cache", "rope_reshape_and_cache_merged", "rope_concat_and_cache_mla",
-        "rerope_cached_keys", "build_cos_sin_cache")
+        "rerope_cached_keys", "build_cos_sin_cache", "dequantize_kv_cache")
 _LAZY = {**{name: "ms_kvcache.ops" for name in _OPS},
          "alloc_host_buffer": "ms_kvcache._host_memory", "synchronize": "ms_kvcache._host_memory"}
 

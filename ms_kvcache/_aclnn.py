@@ -129,7 +129,7 @@ def kernel_specs():
     from ms_kvcache import _spec
     from ms_kvcache._backends import ascend
 
-    return [s for s in _spec.all_specs() if s.name not in ascend.RUNTIME_OPS]
+    return [s for s in _spec.all_specs() if s.name not in ascend.RUNTIME_OPS and not _spec.kernel_pending(s)]
 
 
 _ACCESS = {"T": "t", "L": "l", "O": "t", "s": "s", "i": "i", "b": "b", "d": "d"}

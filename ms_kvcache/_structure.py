@@ -868,8 +868,32 @@ def check_attr_codes(root, specs):
     return out
 
 
+def kernel_coverage(root, specs):
+    """Lines for registered ops whose AscendC kernel presence disagrees with their OpSpec: an op must
+    have op_kernel/<op>.cpp unless it is a runtime op of the ascend backend (``RUNTIME_OPS``, e.g.
+    swap_blocks: an ACL memcpy, no kernel) or its spec declares the kernel pending
+    (``extra["ascend_kernel"] = "<reason>"``, :func:`ms_kvcache._spec.kernel_pending`: the quantized
+    writes until their AscendC phase); a pending op must not have one yet (drop the marker with the
+    kernel)."""
+    from ms_kvcache._backends.ascend import RUNTIME_OPS
+    from ms_kvcache._spec import kernel_pending
+
+    have = set(repository_ops(root))
+    out = []
+    for spec in specs:
+        why = kernel_pending(spec)
+        if why and spec.name in have:
+            out.append(f"{spec.op_type}: op_kernel/{spec.name}.cpp exists but its OpSpec declares the AscendC kernel "
+                       f"pending ({why!r}): drop extra['ascend_kernel'] now that the kernel is there")
+        elif not why and spec.name not in RUNTIME_OPS and spec.name not in have:
+            out.append(f"{spec.op_type}: no op_kernel/{spec.name}.cpp (an op without an AscendC kernel yet declares "
+                       f"extra['ascend_kernel'] = '<reason>' in its OpSpec)")
+    return out
+
+
 def check_repository(root=None, specs=None, sim="auto"):
-    """Mismatch lines for every op of ``root``/op_kernel (default: this checkout)."""
+    """Mismatch lines for every op of ``root``/op_kernel (default: this checkout), and, with the registered
+    specs (``specs`` None), the kernel coverage of every op (:func:`kernel_coverage`)."""
     if root is None:
         root = Path(__file__).resolve().parent.parent
     if specs is None:
@@ -877,8 +901,10 @@ def check_repository(root=None, specs=None, sim="auto"):
         from ms_kvcache._spec import all_specs
 
         specs = all_specs()
+        out = kernel_coverage(root, specs)
+    else:
+        out = []
     by_name = {s.name: s for s in specs}
-    out = []
     for op in repository_ops(root):
         spec = by_name.get(op)
         if spec is None:

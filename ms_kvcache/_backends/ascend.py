@@ -313,6 +313,11 @@ def aot_func(spec):
     if spec.name in RUNTIME_OPS:
         raise RuntimeError(f"{spec.name}: on the 'ascend' backend this op is an ACL runtime copy, not a kernel of the "
                            f"CANN package, so it cannot be compiled into a graph; call it in PyNative mode")
+    from ms_kvcache._spec import kernel_pending
+
+    if kernel_pending(spec):
+        raise NotImplementedError(f"ascend backend: op {spec.name} ({spec.op_type}) has no AscendC kernel yet "
+                                  f"({kernel_pending(spec)}); use ms_kvcache.set_backend('cpu')")
     pkg = require_vendor()
     if _device_target() == "Ascend" and not os.environ.get("ASCEND_OPP_PATH"):
         # ops.Custom on Ascend compiles its aclnn callback with -I${ASCEND_OPP_PATH%opp*}/include and looks

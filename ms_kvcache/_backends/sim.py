@@ -80,6 +80,12 @@ def _slot_hints(spec):
 HOST_OPS = ("MskvSwapBlocks",)
 
 
+def _spec_kernel_pending(spec):
+    from ms_kvcache._spec import kernel_pending
+
+    return kernel_pending(spec)
+
+
 def aot_func(spec):
     """``("<library>:<OpType>", None)`` for ``ops.Custom(func_type="aot")``. An op of :data:`HOST_OPS`
     gets the cpu backend's AOT entry (a host memcpy per block).
@@ -88,6 +94,10 @@ def aot_func(spec):
         RuntimeError: no emulated kernel / OpDef is registered for ``spec.op_type``.
     """
     op = spec.op_type
+    pending = _spec_kernel_pending(spec)
+    if pending:
+        raise NotImplementedError(f"sim backend: op {spec.name} ({op}) has no AscendC kernel yet ({pending}); "
+                                  f"use ms_kvcache.set_backend('cpu')")
     if op in HOST_OPS:
         from ms_kvcache._backends import cpu
 

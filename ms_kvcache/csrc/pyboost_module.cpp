@@ -19,6 +19,7 @@
 // then be read by a later built-in op before the write (seen on MindSpore 2.10 CPU). We therefore run
 // the kernel in the backend queue like the built-ins, after draining the launch queue, so the write is
 // ordered after every earlier op and before every later one.
+#include <cmath>
 #include <chrono>
 #include <stdexcept>
 #include <string>
@@ -82,6 +83,8 @@ const char* DTypeName(ms::TypeId t) {
     case ms::TypeId::kNumberTypeInt32: return "int32";
     case ms::TypeId::kNumberTypeInt64: return "int64";
     case ms::TypeId::kNumberTypeBool: return "bool";
+    case ms::TypeId::kNumberTypeFloat8E4M3FN: return "float8e4m3fn";  // the strings ops.Custom's AOT path passes
+    case ms::TypeId::kNumberTypeFloat8E5M2: return "float8e5m2";
     default: return "unknown";
   }
 }
@@ -264,6 +267,23 @@ py::object CheckPositionsNoSync(const ms::Tensor& t, int64_t max_position) {
   return py::make_tuple(e.code, e.i, e.j, e.value);
 }
 
+// Quantization scales / offsets of a host float32 tensor, read without a pipeline sync (as
+// CheckSlotsNoSync): (0, -1, 0.0) if every value is finite (and > 0 with `positive`), else (1, index,
+// value) of the first bad one; None if the tensor is not a contiguous host float32 tensor.
+py::object CheckScalesNoSync(const ms::Tensor& t, bool positive) {
+  const auto& tp = t.tensor();
+  if (tp == nullptr || tp->device_address() == nullptr) return py::none();
+  if (tp->device_address()->GetDeviceType() != mindspore::device::DeviceType::kCPU) return py::none();
+  if (!t.is_contiguous() || t.data_type() != ms::TypeId::kNumberTypeFloat32) return py::none();
+  const float* v = static_cast<const float*>(t.GetDataPtr());
+  const int64_t n = static_cast<int64_t>(t.numel());
+  if (v == nullptr && n > 0) return py::none();
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(v[i]) || (positive && !(v[i] > 0.0f))) return py::make_tuple(1, i, static_cast<double>(v[i]));
+  }
+  return py::make_tuple(0, -1, 0.0);
+}
+
 // Whether a tensor is a view of another tensor's memory: MindSpore gives every view (slice, select,
 // transpose, and also a contiguous reshape / view / flatten of a whole tensor) a TensorStorageInfo,
 // while a tensor that owns its memory has none. Python's Tensor exposes no such flag (storage_offset()
@@ -362,6 +382,9 @@ PYBIND11_MODULE(_cpu_pyboost, m) {
   m.def("check_positions_nosync", &CheckPositionsNoSync, py::arg("positions"), py::arg("max_position"),
         "(code, index, -1, value) of the first position outside [0, max_position) (code 0: none) of a host index "
         "tensor read without a pipeline sync; None if the tensor is not host-resident (see check_slots_nosync).");
+  m.def("check_scales_nosync", &CheckScalesNoSync, py::arg("tensor"), py::arg("positive"),
+        "(code, index, value): code 1 at the first value of a host float32 tensor that is not finite (or, with "
+        "positive, not > 0), read without a pipeline sync; None if the tensor is not host-resident float32.");
   m.def("view_info", &ViewInfo, py::arg("tensor"),
         "False for a tensor that owns its memory; (True, shape of the viewed tensor, storage offset) for a view "
         "(any view op, a whole-tensor reshape included); None if there is no tensor to inspect. The output "

@@ -17,9 +17,14 @@ from ms_kvcache.ops.rope_concat_and_cache_mla import rope_concat_and_cache_mla
 from ms_kvcache.ops.rerope_cached_keys import rerope_cached_keys
 from ms_kvcache.ops.build_cos_sin_cache import build_cos_sin_cache
 
+# quantized cache writes (issue #17): the variants the writers above route to, and the read-back helper
+from ms_kvcache.ops import reshape_and_cache_quant, concat_and_cache_mla_quant  # noqa: F401  (register the specs)
+from ms_kvcache.ops import rope_reshape_and_cache_quant, rope_concat_and_cache_mla_quant  # noqa: F401
+from ms_kvcache.ops.dequantize_kv_cache import dequantize_kv_cache
+
 __all__ = [
     "reshape_and_cache", "reshape_and_cache_merged", "concat_and_cache_mla", "copy_blocks", "swap_blocks",
     "multi_layer_kv_transfer", "transfer_buffer_shape", "multi_layer_block_transfer",
     "rope_reshape_and_cache", "rope_reshape_and_cache_merged", "rope_concat_and_cache_mla",
-    "rerope_cached_keys", "build_cos_sin_cache",
+    "rerope_cached_keys", "build_cos_sin_cache", "dequantize_kv_cache",
 ]

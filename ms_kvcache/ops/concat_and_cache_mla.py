@@ -53,13 +53,16 @@ _Prim = prim_class(SPEC)
 _EAGER = EagerOp(SPEC, _check_static, index_checks=(Slots("slot_mapping"),), skip_if_empty=("slot_mapping",))
 
 
-def concat_and_cache_mla(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping):
+def concat_and_cache_mla(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, *, kv_c_scale=None, k_pe_scale=None,
+                         kv_c_offset=None, k_pe_offset=None, kv_c_scale_cache=None, k_pe_scale_cache=None):
     """Write the MLA latent rows (``kv_c``) and rotary key rows (``k_pe``) of the first
     ``len(slot_mapping)`` tokens into their paged caches, in place.
 
     Follows vLLM's ``concat_and_cache_mla`` (DeepSeek V2/V3 multi-head latent attention), with the two
     planes of :attr:`ms_kvcache.KVCacheFormat.MLA_KV` kept as two caches instead of one concatenated
-    ``[.., kv_lora_rank + rope_dim]`` tensor; no fp8 scaling.
+    ``[.., kv_lora_rank + rope_dim]`` tensor. Quantized (int8 / float8) caches: each plane has its own
+    scales (as fused_infer_attention_score's key / key_rope antiquant scales); see the keyword
+    arguments and docs/quantization.md.
 
     Args:
         kv_c (Tensor): ``[T', kv_lora_rank]`` (e.g. 512); float16, bfloat16, float32 or int8.
@@ -71,6 +74,17 @@ def concat_and_cache_mla(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping):
         slot_mapping (Tensor): int32 or int64 ``[T]``, ``T <= T'``. Token ``t`` goes to block
             ``slot // block_size``, row ``slot % block_size`` of both caches; ``slot < 0`` skips it;
             rows ``T..T'-1`` are ignored.
+        kv_c_scale, k_pe_scale (Tensor | None): keyword only; static quantization into int8 / float8
+            caches (kv_c / k_pe float16, bfloat16 or float32): float32, shape ``[]`` per tensor or
+            ``[kv_lora_rank]`` / ``[rope_dim]`` per channel, finite and > 0. Formulas as
+            :func:`ms_kvcache.reshape_and_cache`: int8 ``q = clamp(round_half_even(x / scale - offset),
+            -128, 127)``, read back as ``(q + offset) * scale``; float8 ``q = fp8(clamp(x / scale))``.
+        kv_c_offset, k_pe_offset (Tensor | None): keyword only; int8 only, float32 shaped like the
+            scale (both or neither).
+        kv_c_scale_cache, k_pe_scale_cache (Tensor | Parameter | None): keyword only; dynamic
+            per-token scales instead: float32 ``[num_blocks, block_size, 1]`` each (one scale per token
+            of the latent row, and one of the rope row), written in place with ``max|x| / 127`` (int8;
+            448 / 57344 for float8).
 
     Returns:
         None. Both caches are modified in place (no copy; in graph mode the write is ordered before
@@ -83,12 +97,30 @@ def concat_and_cache_mla(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping):
             between inputs and caches, ``len(slot_mapping)`` > rows of kv_c or k_pe); a slot
             ``>= num_blocks * block_size`` or a duplicated non-negative slot (PyNative only; in graph
             mode such slots are skipped, duplicates resolve to the last token); a non-contiguous cache.
+            Quantized writes: missing / mis-shaped / non-float32 scales, scales <= 0 or not finite
+            (PyNative), offsets with float8, static and dynamic arguments together, a cache dtype
+            without a quantization rule; NotImplementedError on a backend without the kernels (cpu only).
     """
     if _run_in_jit():  # @jit.cond: True
+        if Q.routes_graph(kv_c.dtype, kv_c_cache.dtype, kv_c_scale is None, k_pe_scale is None, kv_c_offset is None,
+                          k_pe_offset is None, kv_c_scale_cache is None, k_pe_scale_cache is None):
+            return _quant_op.concat_and_cache_mla_quant(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, kv_c_scale,
+                                                        k_pe_scale, kv_c_offset, k_pe_offset, kv_c_scale_cache,
+                                                        k_pe_scale_cache)
         _check_static_graph(kv_c.shape, kv_c.dtype, k_pe.shape, k_pe.dtype, kv_c_cache.shape, kv_c_cache.dtype,
                             k_pe_cache.shape, k_pe_cache.dtype, slot_mapping.shape, slot_mapping.dtype)
         _get_cache_prim(_Prim)(graph_backend())(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping)
     else:
+        if Q.routes(kv_c, kv_c_cache, kv_c_scale, k_pe_scale, kv_c_offset, k_pe_offset, kv_c_scale_cache,
+                    k_pe_scale_cache):
+            return _quant_op.concat_and_cache_mla_quant(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, kv_c_scale,
+                                                        k_pe_scale, kv_c_offset, k_pe_offset, kv_c_scale_cache,
+                                                        k_pe_scale_cache)
         _EAGER(_backend.get_backend(), (), kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping)
     return None
+
+
+# quantized writes (routed to ms_kvcache/ops/concat_and_cache_mla_quant.py)
+from ms_kvcache.ops import _quant as Q  # noqa: E402
+from ms_kvcache.ops import concat_and_cache_mla_quant as _quant_op  # noqa: E402
 

@@ -72,10 +72,13 @@ _check_static_graph = constexpr(_check_static)
 _Prim = prim_class(SPEC)
 
 
-def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, cache_layout="BSND"):
+def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, cache_layout="BSND", *, k_scale=None,
+                      v_scale=None, k_offset=None, v_offset=None, k_scale_cache=None, v_scale_cache=None):
     """Write the K and V rows of the first ``len(slot_mapping)`` tokens into a paged cache, in place.
 
-    Follows vLLM's ``reshape_and_cache`` / ``reshape_and_cache_flash`` semantics.
+    Follows vLLM's ``reshape_and_cache`` / ``reshape_and_cache_flash`` semantics. With quantization
+    arguments (or float key/value and an int8 / float8 cache) the rows are quantized on the way in:
+    see "Quantized caches" below and docs/quantization.md.
 
     Args:
         key (Tensor): ``[T', num_kv_heads, head_size]`` or the flattened view
@@ -89,10 +92,37 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, cache_la
             ``slot // block_size``, row ``slot % block_size``. ``slot < 0`` skips the token; rows
             ``T..T'-1`` of key/value (padding) are ignored.
         cache_layout (str): ``"BSND"`` (default) or ``"BNSD"``.
+        k_scale, v_scale (Tensor | None): keyword only. Static quantization: float32 scales, shape ``[]``
+            (or ``[1]``) per tensor, ``[num_kv_heads]`` per head or ``[num_kv_heads, head_size]`` per
+            channel, finite and > 0. The
+            caches are then int8, float8_e4m3fn or float8_e5m2 and key/value float16, bfloat16 or
+            float32. int8: ``q = clamp(round_half_even(x / scale - offset), -128, 127)`` (NaN -> 0),
+            read back as ``(q + offset) * scale`` - fused_infer_attention_score's
+            ``key_antiquant_scale`` / ``key_antiquant_offset`` with ``key_antiquant_mode=0`` take these
+            very tensors. float8: ``q = fp8(clamp(x / scale, -max, max))`` (vLLM's ``x / scale`` with
+            saturation, max 448 / 57344, round half to even, NaN stays NaN), read back as ``q * scale``.
+        k_offset, v_offset (Tensor | None): keyword only; int8 only: float32, shaped like the scale
+            (finite; both or neither). Default: no offset (symmetric).
+        k_scale_cache, v_scale_cache (Tensor | Parameter | None): keyword only. Dynamic per-token
+            quantization instead of static scales: float32 scale caches laid out like the data cache
+            with head_size 1 (``[num_blocks, block_size, num_kv_heads, 1]`` for BSND,
+            ``[num_blocks, num_kv_heads, block_size, 1]`` for BNSD; the same without the trailing 1 is
+            accepted; in graph mode Parameters), contiguous, written in place: each
+            written token-head gets ``scale = max|x| / 127`` (int8; 448 / 57344 for float8; an all-zero
+            row gets scale 0 and codes 0) and ``q`` as above without offset.
 
     Returns:
         None. The caches are modified in place (no copy is made; in graph mode the write is ordered
         before later reads of the caches in the same graph).
+
+    Quantized caches:
+        Slots < 0 and padding rows write nothing, scale cache rows included. The codes are exact
+        integers of the formulas above (fp32 division, then round half to even; a float64
+        recomputation can differ by one code only where ``x / scale - offset`` lies within fp32
+        rounding of a half-integer). float8 caches: PyNative only on CPU (MindSpore 2.10 has no CPU
+        float8 Parameter). Backends: cpu only for now (the AscendC kernels come later, issue 19; sim and
+        ascend raise NotImplementedError naming the op). Formulas, conventions and bounds:
+        docs/quantization.md.
 
     Raises:
         TypeError: an argument is not a Tensor, dtypes differ between key/value/caches, or a dtype is
@@ -103,17 +133,35 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, cache_la
             a non-contiguous cache; ``key_cache`` and ``value_cache`` the same tensor or sharing memory
             (PyNative only: graph code sees no tensor identity, so in GRAPH_MODE / ``@ms.jit`` the same
             Parameter given for both is not detected and its result is undefined).
+            Quantized writes: a missing, mis-shaped or non-float32 scale, a scale that is 0, negative or
+            not finite (PyNative; the strict fast-path kernel re-checks), offsets with a float8 cache,
+            static and dynamic arguments together, or a cache dtype without a quantization rule
+            (e.g. hifloat8).
     """
     if _run_in_jit():  # @jit.cond: True
+        if Q.routes_graph(key.dtype, key_cache.dtype, k_scale is None, v_scale is None, k_offset is None,
+                          v_offset is None, k_scale_cache is None, v_scale_cache is None):
+            return _quant_op.reshape_and_cache_quant(key, value, key_cache, value_cache, slot_mapping, cache_layout,
+                                                     Q.SEPARATE, k_scale, v_scale, k_offset, v_offset, k_scale_cache,
+                                                     v_scale_cache)
         _check_static_graph(key.shape, key.dtype, value.shape, value.dtype, key_cache.shape,
                             key_cache.dtype, value_cache.shape, value_cache.dtype, slot_mapping.shape,
                             slot_mapping.dtype, cache_layout)
         _get_cache_prim(_Prim)(graph_backend(), cache_layout)(
             key, value, key_cache, value_cache, slot_mapping)
     else:
+        if Q.routes(key, key_cache, k_scale, v_scale, k_offset, v_offset, k_scale_cache, v_scale_cache):
+            return _quant_op.reshape_and_cache_quant(key, value, key_cache, value_cache, slot_mapping, cache_layout,
+                                                     Q.SEPARATE, k_scale, v_scale, k_offset, v_offset, k_scale_cache,
+                                                     v_scale_cache)
         _EAGER(_backend.get_backend(), (cache_layout,), key, value, key_cache, value_cache, slot_mapping)
     return None
 
 
 #: PyNative branch (fast path when available): static check -> num_slots; no slots launches nothing.
 _EAGER = EagerOp(SPEC, _check_static, index_checks=(Slots("slot_mapping"),), skip_if_empty=("slot_mapping",))
+
+
+# quantized writes (ms_kvcache/ops/reshape_and_cache_quant.py imports this module: imported last)
+from ms_kvcache.ops import _quant as Q  # noqa: E402
+from ms_kvcache.ops import reshape_and_cache_quant as _quant_op  # noqa: E402

@@ -48,7 +48,8 @@ _Prim = prim_class(SPEC)
 _EAGER = EagerOp(SPEC, _check_static, index_checks=(Slots("slot_mapping"),), skip_if_empty=("slot_mapping",))
 
 
-def reshape_and_cache_merged(key, value, kv_cache, slot_mapping, cache_layout="BSND"):
+def reshape_and_cache_merged(key, value, kv_cache, slot_mapping, cache_layout="BSND", *, k_scale=None, v_scale=None,
+                             k_offset=None, v_offset=None, k_scale_cache=None, v_scale_cache=None):
     """Write the K and V rows of the first ``len(slot_mapping)`` tokens into a merged paged cache, in place.
 
     Same semantics as :func:`ms_kvcache.reshape_and_cache` (vLLM's ``reshape_and_cache_flash``), for
@@ -67,6 +68,11 @@ def reshape_and_cache_merged(key, value, kv_cache, slot_mapping, cache_layout="B
             ``slot // block_size``, row ``slot % block_size`` of both planes. ``slot < 0`` skips the
             token; rows ``T..T'-1`` of key/value are ignored.
         cache_layout (str): ``"BSND"`` (default) or ``"BNSD"``.
+        k_scale, v_scale, k_offset, v_offset, k_scale_cache, v_scale_cache: keyword only; quantized
+            writes into an int8 / float8 ``kv_cache``, exactly as :func:`ms_kvcache.reshape_and_cache`
+            (static scales ``[]``, ``[num_kv_heads]`` or ``[num_kv_heads, head_size]``; dynamic scale caches
+            ``[num_blocks, block_size, num_kv_heads, 1]`` (BSND) / ``[num_blocks, num_kv_heads,
+            block_size, 1]`` (BNSD), one per plane). See docs/quantization.md.
 
     Returns:
         None. The cache is modified in place (no copy; in graph mode the write is ordered before later
@@ -79,13 +85,27 @@ def reshape_and_cache_merged(key, value, kv_cache, slot_mapping, cache_layout="B
             key/value rows not ``num_kv_heads * head_size``, ``len(slot_mapping)`` > rows of key);
             a slot ``>= num_blocks * block_size`` or a duplicated non-negative slot (PyNative only; in
             graph mode such slots are skipped, duplicates resolve to the last token); a non-contiguous
-            cache.
+            cache. Quantized writes: as :func:`ms_kvcache.reshape_and_cache`.
     """
     if _run_in_jit():  # @jit.cond: True
+        if Q.routes_graph(key.dtype, kv_cache.dtype, k_scale is None, v_scale is None, k_offset is None,
+                          v_offset is None, k_scale_cache is None, v_scale_cache is None):
+            return _quant_op.reshape_and_cache_quant(key, value, kv_cache, None, slot_mapping, cache_layout, Q.MERGED,
+                                                     k_scale, v_scale, k_offset, v_offset, k_scale_cache,
+                                                     v_scale_cache)
         _check_static_graph(key.shape, key.dtype, value.shape, value.dtype, kv_cache.shape, kv_cache.dtype,
                             slot_mapping.shape, slot_mapping.dtype, cache_layout)
         _get_cache_prim(_Prim)(graph_backend(), cache_layout)(key, value, kv_cache, slot_mapping)
     else:
+        if Q.routes(key, kv_cache, k_scale, v_scale, k_offset, v_offset, k_scale_cache, v_scale_cache):
+            return _quant_op.reshape_and_cache_quant(key, value, kv_cache, None, slot_mapping, cache_layout, Q.MERGED,
+                                                     k_scale, v_scale, k_offset, v_offset, k_scale_cache,
+                                                     v_scale_cache)
         _EAGER(_backend.get_backend(), (cache_layout,), key, value, kv_cache, slot_mapping)
     return None
+
+
+# quantized writes (routed to ms_kvcache/ops/reshape_and_cache_quant.py)
+from ms_kvcache.ops import _quant as Q  # noqa: E402
+from ms_kvcache.ops import reshape_and_cache_quant as _quant_op  # noqa: E402
 

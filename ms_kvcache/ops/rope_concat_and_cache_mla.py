@@ -112,7 +112,9 @@ _EAGER = EagerOp(SPEC, _check_static, index_checks=(Positions("positions", 1), S
 
 
 def rope_concat_and_cache_mla(positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_cache, k_pe_cache, slot_mapping, *,
-                              is_neox_style=False, kv_c_norm_weight=None, epsilon=1e-6):
+                              is_neox_style=False, kv_c_norm_weight=None, epsilon=1e-6, kv_c_scale=None,
+                              k_pe_scale=None, kv_c_offset=None, k_pe_offset=None, kv_c_scale_cache=None,
+                              k_pe_scale_cache=None):
     """DeepSeek V2/V3 multi-head latent attention: rotary embedding on ``q_pe`` and ``k_pe``,
     optional RMSNorm of the compressed latent ``kv_c``, and the write of ``kv_c`` and ``k_pe`` into
     their cache planes (``KVCacheFormat.MLA_KV``), in one pass.
@@ -143,6 +145,10 @@ def rope_concat_and_cache_mla(positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_c
             it is cached and returned. None (default): ``kv_c`` is cached unchanged.
         epsilon (float): RMSNorm epsilon, >= 0 (default 1e-6; passed to the kernel as fp32); an int or a
             numpy float/int is accepted.
+        kv_c_scale, k_pe_scale, kv_c_offset, k_pe_offset, kv_c_scale_cache, k_pe_scale_cache: keyword
+            only; int8 / float8 caches: ``kv_c_out`` and ``k_pe_out`` (as returned) are quantized into
+            them, each plane with its own scales, with the arguments, formulas and errors of
+            :func:`ms_kvcache.concat_and_cache_mla` (docs/quantization.md). Backend cpu only for now.
 
     Returns:
         tuple(Tensor, Tensor, Tensor): ``(q_pe_out, k_pe_out, kv_c_out)``, new tensors shaped like
@@ -164,6 +170,12 @@ def rope_concat_and_cache_mla(positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_c
             backend and is undefined on the AscendC backends (docs/ops-rope.md).
     """
     if _run_in_jit():  # @jit.cond: True
+        if Q.routes_graph(kv_c.dtype, kv_c_cache.dtype, kv_c_scale is None, k_pe_scale is None, kv_c_offset is None,
+                          k_pe_offset is None, kv_c_scale_cache is None, k_pe_scale_cache is None):
+            return _quant_op.rope_concat_and_cache_mla_quant(positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_cache,
+                                                             k_pe_cache, slot_mapping, is_neox_style, kv_c_norm_weight,
+                                                             epsilon, kv_c_scale, k_pe_scale, kv_c_offset, k_pe_offset,
+                                                             kv_c_scale_cache, k_pe_scale_cache)
         if kv_c_norm_weight is None:
             eps = _check_static_graph(positions.shape, positions.dtype, q_pe.shape, q_pe.dtype, k_pe.shape,
                                       k_pe.dtype, kv_c.shape, kv_c.dtype, cos_sin_cache.shape, cos_sin_cache.dtype,
@@ -181,9 +193,20 @@ def rope_concat_and_cache_mla(positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_c
         q_out, k_out, c_out = _get_cache_prim(_Prim)(_graph_backend(graph_backend()), is_neox_style, eps)(
             positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_cache, k_pe_cache, slot_mapping, weight)
     else:
+        if Q.routes(kv_c, kv_c_cache, kv_c_scale, k_pe_scale, kv_c_offset, k_pe_offset, kv_c_scale_cache,
+                    k_pe_scale_cache):
+            return _quant_op.rope_concat_and_cache_mla_quant(positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_cache,
+                                                             k_pe_cache, slot_mapping, is_neox_style, kv_c_norm_weight,
+                                                             epsilon, kv_c_scale, k_pe_scale, kv_c_offset, k_pe_offset,
+                                                             kv_c_scale_cache, k_pe_scale_cache)
         if type(is_neox_style) is not bool:  # noqa: E721 - np.bool_ -> bool (other types raise TypeError)
             is_neox_style = R.check_bool(SPEC.name, "is_neox_style", is_neox_style)
         q_out, k_out, c_out = _EAGER(R.require_backend(SPEC.name, _backend.get_backend()), (is_neox_style, epsilon),
                                      positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_cache, k_pe_cache, slot_mapping,
                                      kv_c_norm_weight)
     return q_out, k_out, c_out
+
+
+# quantized writes (routed to ms_kvcache/ops/rope_concat_and_cache_mla_quant.py)
+from ms_kvcache.ops import _quant as Q  # noqa: E402
+from ms_kvcache.ops import rope_concat_and_cache_mla_quant as _quant_op  # noqa: E402

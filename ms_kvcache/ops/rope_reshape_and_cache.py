@@ -100,7 +100,8 @@ _EAGER = EagerOp(SPEC, _check_static, index_checks=(Positions("positions", 1), S
 
 
 def rope_reshape_and_cache(positions, query, key, value, cos_sin_cache, key_cache, value_cache, slot_mapping,
-                           *, is_neox_style=True, cache_layout="BSND"):
+                           *, is_neox_style=True, cache_layout="BSND", k_scale=None, v_scale=None, k_offset=None,
+                           v_offset=None, k_scale_cache=None, v_scale_cache=None):
     """Apply rotary position embedding to ``query`` and ``key`` and write the rotated key and the
     value rows into a paged KV cache, in one pass (saves the re-read of K of a separate
     rope + ``reshape_and_cache``).
@@ -131,6 +132,12 @@ def rope_reshape_and_cache(positions, query, key, value, cos_sin_cache, key_cach
         is_neox_style (bool | numpy.bool_): True: rotate pairs ``(i, i + rotary_dim/2)`` (GPT-NeoX / Llama);
             False: pairs ``(2i, 2i+1)`` (GPT-J). Keyword only.
         cache_layout (str): ``"BSND"`` (default) or ``"BNSD"``. Keyword only.
+        k_scale, v_scale, k_offset, v_offset, k_scale_cache, v_scale_cache: keyword only; int8 / float8
+            caches: the rotated key (``key_out`` as returned) and the value are quantized into them,
+            with the arguments, formulas and errors of :func:`ms_kvcache.reshape_and_cache` (static
+            scales ``[]`` / ``[num_kv_heads]`` / ``[num_kv_heads, head_size]``, or dynamic scale caches
+            written in place);
+            see docs/quantization.md. Backend cpu only for now.
 
     Returns:
         tuple(Tensor, Tensor): ``(query_out, key_out)``, new tensors with the shapes and dtype of
@@ -155,6 +162,12 @@ def rope_reshape_and_cache(positions, query, key, value, cos_sin_cache, key_cach
             backend and is undefined on the AscendC backends (docs/ops-rope.md).
     """
     if _run_in_jit():  # @jit.cond: True
+        if Q.routes_graph(key.dtype, key_cache.dtype, k_scale is None, v_scale is None, k_offset is None,
+                          v_offset is None, k_scale_cache is None, v_scale_cache is None):
+            return _quant_op.rope_reshape_and_cache_quant(positions, query, key, value, cos_sin_cache, key_cache,
+                                                          value_cache, slot_mapping, is_neox_style, cache_layout,
+                                                          Q.SEPARATE, k_scale, v_scale, k_offset, v_offset,
+                                                          k_scale_cache, v_scale_cache)
         _check_static_graph(positions.shape, positions.dtype, query.shape, query.dtype, key.shape, key.dtype,
                             value.shape, value.dtype, cos_sin_cache.shape, cos_sin_cache.dtype,
                             key_cache.shape, key_cache.dtype, value_cache.shape, value_cache.dtype,
@@ -162,8 +175,18 @@ def rope_reshape_and_cache(positions, query, key, value, cos_sin_cache, key_cach
         query_out, key_out = _get_cache_prim(_Prim)(_graph_backend(graph_backend()), is_neox_style, cache_layout)(
             positions, query, key, value, cos_sin_cache, key_cache, value_cache, slot_mapping)
     else:
+        if Q.routes(key, key_cache, k_scale, v_scale, k_offset, v_offset, k_scale_cache, v_scale_cache):
+            return _quant_op.rope_reshape_and_cache_quant(positions, query, key, value, cos_sin_cache, key_cache,
+                                                          value_cache, slot_mapping, is_neox_style, cache_layout,
+                                                          Q.SEPARATE, k_scale, v_scale, k_offset, v_offset,
+                                                          k_scale_cache, v_scale_cache)
         if type(is_neox_style) is not bool:  # noqa: E721 - np.bool_ -> bool (other types raise TypeError)
             is_neox_style = R.check_bool(SPEC.name, "is_neox_style", is_neox_style)
         query_out, key_out = _EAGER(R.require_backend(SPEC.name, _backend.get_backend()), (is_neox_style, cache_layout),
                                     positions, query, key, value, cos_sin_cache, key_cache, value_cache, slot_mapping)
     return query_out, key_out
+
+
+# quantized writes (routed to ms_kvcache/ops/rope_reshape_and_cache_quant.py)
+from ms_kvcache.ops import _quant as Q  # noqa: E402
+from ms_kvcache.ops import rope_reshape_and_cache_quant as _quant_op  # noqa: E402

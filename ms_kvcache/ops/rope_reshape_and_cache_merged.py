@@ -76,7 +76,8 @@ _EAGER = EagerOp(SPEC, _check_static, index_checks=(Positions("positions", 1), S
 
 
 def rope_reshape_and_cache_merged(positions, query, key, value, cos_sin_cache, kv_cache, slot_mapping, *,
-                                  is_neox_style=True, cache_layout="BSND"):
+                                  is_neox_style=True, cache_layout="BSND", k_scale=None, v_scale=None, k_offset=None,
+                                  v_offset=None, k_scale_cache=None, v_scale_cache=None):
     """:func:`ms_kvcache.rope_reshape_and_cache` for a merged per-layer cache (vLLM 0.9 style,
     ``KVCacheFormat.MERGED_KV``): rotary embedding on ``query`` and ``key``, then the rotated key
     row goes to ``kv_cache[0]`` and the value row to ``kv_cache[1]``, in one pass.
@@ -99,6 +100,9 @@ def rope_reshape_and_cache_merged(positions, query, key, value, cos_sin_cache, k
         slot_mapping (Tensor): int32 or int64 ``[T]``, ``T <= T'``; ``slot < 0`` skips the token.
         is_neox_style (bool | numpy.bool_): pairs ``(i, i + rotary_dim/2)`` if True, ``(2i, 2i+1)`` if False.
         cache_layout (str): ``"BSND"`` (default) or ``"BNSD"``.
+        k_scale, v_scale, k_offset, v_offset, k_scale_cache, v_scale_cache: keyword only; an int8 /
+            float8 ``kv_cache``: quantized writes of the rotated key and the value, as
+            :func:`ms_kvcache.rope_reshape_and_cache` (docs/quantization.md).
 
     Returns:
         tuple(Tensor, Tensor): ``(query_out, key_out)``, new tensors shaped like ``query`` and
@@ -113,6 +117,12 @@ def rope_reshape_and_cache_merged(positions, query, key, value, cos_sin_cache, k
             backend and is undefined on the AscendC backends (docs/ops-rope.md).
     """
     if _run_in_jit():  # @jit.cond: True
+        if Q.routes_graph(key.dtype, kv_cache.dtype, k_scale is None, v_scale is None, k_offset is None,
+                          v_offset is None, k_scale_cache is None, v_scale_cache is None):
+            return _quant_op.rope_reshape_and_cache_quant(positions, query, key, value, cos_sin_cache, kv_cache, None,
+                                                          slot_mapping, is_neox_style, cache_layout, Q.MERGED,
+                                                          k_scale, v_scale, k_offset, v_offset, k_scale_cache,
+                                                          v_scale_cache)
         _check_static_graph(positions.shape, positions.dtype, query.shape, query.dtype, key.shape, key.dtype,
                             value.shape, value.dtype, cos_sin_cache.shape, cos_sin_cache.dtype,
                             kv_cache.shape, kv_cache.dtype, slot_mapping.shape, slot_mapping.dtype,
@@ -120,8 +130,18 @@ def rope_reshape_and_cache_merged(positions, query, key, value, cos_sin_cache, k
         query_out, key_out = _get_cache_prim(_Prim)(_graph_backend(graph_backend()), is_neox_style, cache_layout)(
             positions, query, key, value, cos_sin_cache, kv_cache, slot_mapping)
     else:
+        if Q.routes(key, kv_cache, k_scale, v_scale, k_offset, v_offset, k_scale_cache, v_scale_cache):
+            return _quant_op.rope_reshape_and_cache_quant(positions, query, key, value, cos_sin_cache, kv_cache, None,
+                                                          slot_mapping, is_neox_style, cache_layout, Q.MERGED,
+                                                          k_scale, v_scale, k_offset, v_offset, k_scale_cache,
+                                                          v_scale_cache)
         if type(is_neox_style) is not bool:  # noqa: E721 - np.bool_ -> bool (other types raise TypeError)
             is_neox_style = R.check_bool(SPEC.name, "is_neox_style", is_neox_style)
         query_out, key_out = _EAGER(R.require_backend(SPEC.name, _backend.get_backend()), (is_neox_style, cache_layout),
                                     positions, query, key, value, cos_sin_cache, kv_cache, slot_mapping)
     return query_out, key_out
+
+
+# quantized writes (routed to ms_kvcache/ops/rope_reshape_and_cache_quant.py)
+from ms_kvcache.ops import _quant as Q  # noqa: E402
+from ms_kvcache.ops import rope_reshape_and_cache_quant as _quant_op  # noqa: E402

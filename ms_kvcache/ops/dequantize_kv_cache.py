@@ -1,0 +1,121 @@
+"""dequantize_kv_cache: read an int8 / float8 KV-cache plane back as float32 (docs/quantization.md).
+
+A host helper for tests, debugging and CPU attention: it reads the codes with ``asnumpy()`` (a pipeline
+sync), so it is PyNative only and not meant for a hot loop. The formulas invert the quantized writes of
+:func:`ms_kvcache.reshape_and_cache` and friends, and are the antiquant rule of
+``fused_infer_attention_score`` (``(q + offset) * scale``).
+"""
+import ml_dtypes
+import mindspore as ms
+import numpy as np
+from mindspore import Tensor
+
+from ms_kvcache._formats import CACHE_LAYOUTS
+from ms_kvcache._spec import dtype_name
+
+__all__ = ["dequantize_kv_cache"]
+
+_OP = "dequantize_kv_cache"
+_FP8 = {"float8_e4m3fn": ml_dtypes.float8_e4m3fn, "float8_e5m2": ml_dtypes.float8_e5m2}
+
+
+def _tensor(name, x):
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{_OP}: argument '{name}': expected a Tensor, got {type(x).__name__}")
+    return x
+
+
+def _codes(cache):
+    """The cache's codes as float32 numpy (exact: every int8 / float8 value is a float32)."""
+    d = dtype_name(cache.dtype)
+    if d == "int8":
+        return cache.asnumpy().astype(np.float32)
+    if d in _FP8:  # MindSpore's CPU cannot asnumpy() / Cast a float8 tensor: read its bytes
+        return cache.view(ms.uint8).asnumpy().view(_FP8[d]).astype(np.float32)
+    raise TypeError(f"{_OP}: argument 'cache': expected dtype int8, float8_e4m3fn or float8_e5m2, got {d}")
+
+
+def _f32(name, x):
+    x = _tensor(name, x)
+    if dtype_name(x.dtype) != "float32":
+        raise TypeError(f"{_OP}: argument '{name}': expected dtype float32, got {dtype_name(x.dtype)}")
+    return x.asnumpy()
+
+
+def dequantize_kv_cache(cache, *, scale=None, offset=None, scale_cache=None, cache_layout="BSND"):
+    """Dequantize one int8 / float8 cache plane to float32: ``(q + offset) * scale``.
+
+    The inverse of the quantized writes (:func:`ms_kvcache.reshape_and_cache`,
+    :func:`ms_kvcache.concat_and_cache_mla` and the fused RoPE writers) and the antiquant rule of
+    MindSpore's / CANN's ``fused_infer_attention_score`` (``key_antiquant_scale``,
+    ``key_antiquant_offset``). Host computation through numpy (PyNative only; a pipeline sync).
+
+    Args:
+        cache (Tensor): the codes: int8, float8_e4m3fn or float8_e5m2. A GQA plane ``[num_blocks,
+            block_size, num_kv_heads, head_size]`` (BSND) / ``[num_blocks, num_kv_heads, block_size,
+            head_size]`` (BNSD), or an MLA plane ``[num_blocks, block_size, hidden]``. (For a merged
+            ``[2, ...]`` cache pass ``kv_cache[0]`` / ``kv_cache[1]``.)
+        scale (Tensor | None): keyword only; static scales, float32: ``[]`` / ``[1]`` per tensor,
+            ``[num_kv_heads]`` per head, ``[num_kv_heads, head_size]`` per channel (an MLA plane:
+            ``[]`` / ``[1]`` / ``[hidden]``) - the tensors given to the write.
+        offset (Tensor | None): keyword only; int8 only, float32 shaped like ``scale``. Default 0.
+        scale_cache (Tensor | None): keyword only; dynamic per-token scales instead of ``scale``: the
+            float32 scale cache the write filled, the plane's shape with head_size 1 (or without that
+            last axis for a 4-d plane).
+        cache_layout (str): ``"BSND"`` (default) or ``"BNSD"``; where the head axis of a 4-d plane is.
+
+    Returns:
+        Tensor: float32, shaped like ``cache``. Slots never written hold whatever their codes and
+        scales dequantize to (e.g. 0 for a zero-initialised cache).
+
+    Raises:
+        TypeError: a non-Tensor argument, a cache dtype without a quantization rule, a scale / offset /
+            scale cache that is not float32.
+        ValueError: neither or both of ``scale`` / ``scale_cache``, an offset with a float8 cache or
+            with ``scale_cache``, a shape that does not fit the plane, an unknown ``cache_layout``.
+    """
+    _tensor("cache", cache)
+    if cache_layout not in CACHE_LAYOUTS:
+        raise ValueError(f"{_OP}: argument 'cache_layout': expected one of {CACHE_LAYOUTS}, got {cache_layout!r}")
+    shape = tuple(cache.shape)
+    if len(shape) not in (3, 4):
+        raise ValueError(f"{_OP}: argument 'cache': expected rank 3 (MLA plane) or 4 (GQA plane), got shape "
+                         f"{list(shape)}")
+    q = _codes(cache)
+    if (scale is None) == (scale_cache is None):
+        raise ValueError(f"{_OP}: argument 'scale': expected exactly one of 'scale' (static) and 'scale_cache' "
+                         f"(dynamic), got {'both' if scale is not None else 'neither'}")
+    fp8 = dtype_name(cache.dtype) != "int8"
+    if offset is not None and (fp8 or scale_cache is not None):
+        why = "float8 caches are symmetric" if fp8 else "dynamic scales have no offset"
+        raise ValueError(f"{_OP}: argument 'offset': expected None ({why}), got a tensor")
+    bnsd = cache_layout == "BNSD" and len(shape) == 4
+    heads = shape[1] if bnsd else (shape[2] if len(shape) == 4 else 1)
+    if scale_cache is not None:
+        sc = _f32("scale_cache", scale_cache)
+        want = shape[:-1] + (1,)
+        if sc.shape not in (want, shape[:-1]):
+            raise ValueError(f"{_OP}: argument 'scale_cache': expected shape {list(want)} (the plane with head_size "
+                             f"1), got {list(sc.shape)}")
+        return Tensor(q * sc.reshape(want))
+    s = _f32("scale", scale)
+    o = None if offset is None else _f32("offset", offset)
+    if o is not None and o.shape != s.shape:
+        raise ValueError(f"{_OP}: argument 'offset': expected shape {list(s.shape)} (same as 'scale'), got "
+                         f"{list(o.shape)}")
+    d = shape[-1]
+    if s.shape in ((), (1,)):
+        view = (1,)
+    elif len(shape) == 4 and s.shape == (heads,):
+        view = (heads, 1, 1) if bnsd else (heads, 1)
+    elif len(shape) == 4 and s.shape == (heads, d):
+        view = (heads, 1, d) if bnsd else (heads, d)
+    elif len(shape) == 3 and s.shape == (d,):
+        view = (d,)
+    else:
+        exp = f"[] or [1] or [{heads}] or [{heads}, {d}]" if len(shape) == 4 else f"[] or [1] or [{d}]"
+        raise ValueError(f"{_OP}: argument 'scale': expected shape {exp} for a cache {list(shape)} "
+                         f"({cache_layout}), got {list(s.shape)}")
+    if o is not None:
+        q = q + o.reshape(view)
+    return Tensor((q * s.reshape(view)).astype(np.float32))

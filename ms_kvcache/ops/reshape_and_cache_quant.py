@@ -1,0 +1,177 @@
+"""reshape_and_cache_quant: the quantized writes of ``reshape_and_cache`` and ``reshape_and_cache_merged``
+(float K/V into int8 / float8 caches; docs/quantization.md).
+
+Users call :func:`ms_kvcache.reshape_and_cache` / :func:`ms_kvcache.reshape_and_cache_merged` with
+``k_scale`` / ``v_scale`` (static) or ``k_scale_cache`` / ``v_scale_cache`` (dynamic); they route here.
+One op covers both cache formats (attribute ``kv_format``: 2 SEPARATE_KV, 1 MERGED_KV with
+``value_cache`` absent) and both modes (attribute ``quant_mode``), with the unused inputs absent
+(empty ``[0]`` tensors; AscendC OPTIONAL). Its AscendC kernel comes after the tiling-key refactor
+(``extra["ascend_kernel"]``): backends sim and ascend refuse it.
+"""
+from mindspore.ops.primitive import constexpr
+
+from ms_kvcache import _backend
+from ms_kvcache._custom import _get_cache_prim, _run_in_jit, empty_input, empty_input_graph, graph_backend, prim_class
+from ms_kvcache._eager import EagerOp
+from ms_kvcache._formats import CACHE_LAYOUT_CODES, CACHE_LAYOUTS
+from ms_kvcache._spec import FLOAT_DTYPES, INDEX_DTYPES, QUANT_CACHE_DTYPES, AttrSpec, OpSpec, TensorSpec, register
+from ms_kvcache.ops import _quant as Q
+from ms_kvcache.ops.reshape_and_cache import cache_geometry, check_kv_rows
+
+__all__ = ["reshape_and_cache_quant", "SPEC", "check_gqa_quant"]
+
+#: Why the op has no AscendC kernel yet (ms_kvcache._spec.kernel_pending).
+PENDING = "quantized cache writes: the AscendC kernel follows the tiling-key dispatch refactor (issue 19)"
+
+SPEC = register(OpSpec(
+    name="reshape_and_cache_quant",
+    op_type="MskvReshapeAndCacheQuant",
+    inputs=(
+        TensorSpec("key", "T", (2, 3)),
+        TensorSpec("value", "T", (2, 3)),
+        TensorSpec("key_cache", "Q", (4, 5), inplace=True),
+        TensorSpec("value_cache", "Q", (4,), optional=True, inplace_if=("kv_format", Q.SEPARATE)),
+        TensorSpec("slot_mapping", "S", (1,)),
+        TensorSpec("k_scale", "F", (0, 1, 2), optional=True),
+        TensorSpec("v_scale", "F", (0, 1, 2), optional=True),
+        TensorSpec("k_offset", "F", (0, 1, 2), optional=True),
+        TensorSpec("v_offset", "F", (0, 1, 2), optional=True),
+        TensorSpec("k_scale_cache", "F", (4,), optional=True, inplace_if=("quant_mode", "dynamic")),
+        TensorSpec("v_scale_cache", "F", (4,), optional=True, inplace_if=("quant_mode", "dynamic")),
+    ),
+    dtype_groups={"T": FLOAT_DTYPES, "Q": QUANT_CACHE_DTYPES, "S": INDEX_DTYPES, "F": ("float32",)},
+    attrs=(
+        AttrSpec("cache_layout", "str", "BSND", CACHE_LAYOUTS, CACHE_LAYOUT_CODES),  # the kernel reads the int code
+        AttrSpec("kv_format", "int", Q.SEPARATE, (Q.MERGED, Q.SEPARATE)),
+        AttrSpec("quant_mode", "str", "static", Q.MODES),
+    ),
+    doc="reshape_and_cache(_merged) quantizing float K/V into int8 / float8 caches (static or dynamic scales).",
+    extra={"ascend_kernel": PENDING},
+))
+
+
+def public_name(kv_format, merged_name, separate_name):
+    return merged_name if kv_format == Q.MERGED else separate_name
+
+
+def check_gqa_quant(op, kv_format, cache_layout, quant_mode, kc_shape, kc_dtype, vc_shape, vc_dtype, scales):
+    """Cache and scale checks shared with rope_reshape_and_cache_quant; returns (nb, bs, H, D).
+
+    kc / vc: key_cache (the merged ``[2, ...]`` cache for MERGED_KV) and value_cache (absent for
+    MERGED_KV); scales: the six ``(shape, dtype)`` pairs k_scale, v_scale, k_offset, v_offset,
+    k_scale_cache, v_scale_cache."""
+    Q.check_attrs(op, cache_layout=cache_layout, quant_mode=quant_mode, kv_format=kv_format)
+    merged = kv_format == Q.MERGED
+    cname = "kv_cache" if merged else "key_cache"
+    if merged:
+        Q.check_cache_dtype(op, {cname: kc_dtype})
+        if len(kc_shape) != 5 or kc_shape[0] != 2:
+            exp = "[2, num_blocks, block_size, num_kv_heads, head_size]" if cache_layout == "BSND" else \
+                "[2, num_blocks, num_kv_heads, block_size, head_size]"
+            raise ValueError(f"{op}: argument 'kv_cache': expected shape {exp} (K plane, V plane), got {tuple(kc_shape)}")
+        nb, bs, h, d = cache_geometry(op, cname, tuple(kc_shape[1:]), cache_layout)
+    else:
+        Q.check_cache_dtype(op, {cname: kc_dtype, "value_cache": vc_dtype})
+        if len(kc_shape) != 4:
+            raise ValueError(f"{op}: argument 'key_cache': expected rank 4, got rank {len(kc_shape)} (shape "
+                             f"{tuple(kc_shape)})")
+        if tuple(vc_shape) != tuple(kc_shape):
+            raise ValueError(f"{op}: argument 'value_cache': expected shape {tuple(kc_shape)} (same as 'key_cache'), "
+                             f"got {tuple(vc_shape)}")
+        nb, bs, h, d = cache_geometry(op, cname, tuple(kc_shape), cache_layout)
+    sc_shape = (nb, bs, h, 1) if cache_layout == "BSND" else (nb, h, bs, 1)
+    why = (f"the {cache_layout} {cname} with head_size 1: [num_blocks, block_size, num_kv_heads, 1]"
+           if cache_layout == "BSND" else
+           f"the {cache_layout} {cname} with head_size 1: [num_blocks, num_kv_heads, block_size, 1]")
+    (ks, kd), (vs, vd), (ko, kod), (vo, vod), (ksc, kscd), (vsc, vscd) = scales
+    Q.check_pairs(op, ((("k_scale", ks), ("v_scale", vs)), (("k_offset", ko), ("v_offset", vo)),
+                       (("k_scale_cache", ksc), ("v_scale_cache", vsc))))
+    for p, (s, sd), (o, od), (c, cd) in (("k", (ks, kd), (ko, kod), (ksc, kscd)), ("v", (vs, vd), (vo, vod), (vsc, vscd))):
+        Q.check_plane_quant(op, quant_mode, kc_dtype, (f"{p}_scale", s, sd), (f"{p}_offset", o, od),
+                            (f"{p}_scale_cache", c, cd), (h, d), sc_shape, why)
+    return nb, bs, h, d
+
+
+def _check_static(k_shape, k_dtype, v_shape, v_dtype, kc_shape, kc_dtype, vc_shape, vc_dtype, s_shape, s_dtype,
+                  ks_shape, ks_dtype, vs_shape, vs_dtype, ko_shape, ko_dtype, vo_shape, vo_dtype,
+                  ksc_shape, ksc_dtype, vsc_shape, vsc_dtype, cache_layout, kv_format, quant_mode):
+    """Shape / dtype / attribute checks; returns (num_slots, public op name)."""
+    op = public_name(kv_format, "reshape_and_cache_merged", "reshape_and_cache")
+    Q.check_data_dtypes(op, {"key": k_dtype, "value": v_dtype})
+    Q.check_index_dtype(op, "slot_mapping", s_shape, s_dtype)
+    for n, s in (("key", k_shape), ("value", v_shape)):
+        if len(s) not in (2, 3):
+            raise ValueError(f"{op}: argument '{n}': expected rank 2 or 3, got rank {len(s)} (shape {tuple(s)})")
+    if kv_format == Q.MERGED and not Q.absent(vc_shape):
+        raise ValueError(f"{op}: internal: value_cache given with kv_format MERGED_KV")
+    nb, bs, h, d = check_gqa_quant(op, kv_format, cache_layout, quant_mode, kc_shape, kc_dtype, vc_shape, vc_dtype,
+                                   ((ks_shape, ks_dtype), (vs_shape, vs_dtype), (ko_shape, ko_dtype),
+                                    (vo_shape, vo_dtype), (ksc_shape, ksc_dtype), (vsc_shape, vsc_dtype)))
+    t = s_shape[0]
+    check_kv_rows(op, "key", k_shape, t, h, d)
+    check_kv_rows(op, "value", v_shape, t, h, d)
+    return nb * bs, op
+
+
+_check_static_graph = constexpr(_check_static)
+_Prim = prim_class(SPEC)
+
+
+@constexpr
+def _graph_backend(backend, kv_format):
+    return Q.require_backend(public_name(kv_format, "reshape_and_cache_merged", "reshape_and_cache"), backend)
+
+
+#: PyNative branch: static check -> (num_slots, public op name); scales' values checked (fast path: no
+#: sync; the strict kernel re-checks); no slots launches nothing (scale caches untouched too).
+_EAGER = EagerOp(SPEC, _check_static,
+                 index_checks=(Q.PublicSlots(), Q.ScaleValues("k_scale", True), Q.ScaleValues("v_scale", True),
+                               Q.ScaleValues("k_offset", False), Q.ScaleValues("v_offset", False)),
+                 skip_if_empty=("slot_mapping",))
+
+
+def reshape_and_cache_quant(key, value, key_cache, value_cache, slot_mapping, cache_layout="BSND", kv_format=Q.SEPARATE,
+                            k_scale=None, v_scale=None, k_offset=None, v_offset=None, k_scale_cache=None,
+                            v_scale_cache=None):
+    """Quantizing write of :func:`ms_kvcache.reshape_and_cache` (``kv_format=2``, SEPARATE_KV) or
+    :func:`ms_kvcache.reshape_and_cache_merged` (``kv_format=1``: ``key_cache`` is the merged
+    ``[2, ...]`` cache, ``value_cache`` None). Call those public ops instead: they route here; the
+    arguments, formulas and errors are documented there and in docs/quantization.md."""
+    if _run_in_jit():  # @jit.cond: True
+        mode = Q.graph_mode_of(k_scale_cache is None, v_scale_cache is None)
+        if value_cache is None:
+            value_cache = empty_input_graph(key_cache.dtype)
+        if k_scale is None:
+            k_scale = Q.NO_F32
+        if v_scale is None:
+            v_scale = Q.NO_F32
+        if k_offset is None:
+            k_offset = Q.NO_F32
+        if v_offset is None:
+            v_offset = Q.NO_F32
+        if k_scale_cache is None:
+            k_scale_cache = Q.NO_F32
+        if v_scale_cache is None:
+            v_scale_cache = Q.NO_F32
+        _check_static_graph(key.shape, key.dtype, value.shape, value.dtype, key_cache.shape, key_cache.dtype,
+                            value_cache.shape, value_cache.dtype, slot_mapping.shape, slot_mapping.dtype,
+                            k_scale.shape, k_scale.dtype, v_scale.shape, v_scale.dtype, k_offset.shape, k_offset.dtype,
+                            v_offset.shape, v_offset.dtype, k_scale_cache.shape, k_scale_cache.dtype,
+                            v_scale_cache.shape, v_scale_cache.dtype, cache_layout, kv_format, mode)
+        _get_cache_prim(_Prim)(_graph_backend(graph_backend(), kv_format), cache_layout, kv_format, mode)(
+            key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale, k_offset, v_offset, k_scale_cache,
+            v_scale_cache)
+    else:
+        mode = "static" if k_scale_cache is None and v_scale_cache is None else "dynamic"
+        op = public_name(kv_format, "reshape_and_cache_merged", "reshape_and_cache")
+        backend = Q.require_backend(op, _backend.get_backend())
+        none = Q.NO_F32
+        try:
+            _EAGER(backend, (cache_layout, kv_format, mode), key, value, key_cache,
+                   empty_input(key_cache.dtype) if value_cache is None else value_cache, slot_mapping,
+                   none if k_scale is None else k_scale, none if v_scale is None else v_scale,
+                   none if k_offset is None else k_offset, none if v_offset is None else v_offset,
+                   none if k_scale_cache is None else k_scale_cache, none if v_scale_cache is None else v_scale_cache)
+        except (TypeError, ValueError) as exc:
+            raise Q.renamed(exc, SPEC.name, op) from None
+    return None

@@ -1,0 +1,154 @@
+"""rope_reshape_and_cache_quant: the quantized writes of ``rope_reshape_and_cache`` and
+``rope_reshape_and_cache_merged``: RoPE on query and key, then the rotated key (as returned) and the value
+quantized into int8 / float8 caches, in one pass (docs/quantization.md).
+
+Users call the public fused ops with ``k_scale`` / ``v_scale`` or ``k_scale_cache`` / ``v_scale_cache``;
+they route here. Attributes ``is_neox_style``, ``cache_layout``, ``kv_format`` (2 SEPARATE_KV, 1 MERGED_KV
+with ``value_cache`` absent) and ``quant_mode``. No AscendC kernel yet (``extra["ascend_kernel"]``).
+"""
+from mindspore.ops.primitive import constexpr
+
+from ms_kvcache import _backend
+from ms_kvcache._custom import _get_cache_prim, _run_in_jit, empty_input, empty_input_graph, graph_backend, prim_class
+from ms_kvcache._eager import EagerOp
+from ms_kvcache._formats import CACHE_LAYOUT_CODES, CACHE_LAYOUTS
+from ms_kvcache._spec import FLOAT_DTYPES, INDEX_DTYPES, QUANT_CACHE_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, \
+    register
+from ms_kvcache.ops import _quant as Q
+from ms_kvcache.ops import _rope_common as R
+from ms_kvcache.ops.reshape_and_cache_quant import PENDING, check_gqa_quant, public_name
+from ms_kvcache.ops.rope_reshape_and_cache import check_gqa
+
+__all__ = ["rope_reshape_and_cache_quant", "SPEC", "check_cos_sin_dtype"]
+
+SPEC = register(OpSpec(
+    name="rope_reshape_and_cache_quant",
+    op_type="MskvRopeReshapeAndCacheQuant",
+    inputs=(
+        TensorSpec("positions", "P", (1,)),
+        TensorSpec("query", "T", (2, 3)),
+        TensorSpec("key", "T", (2, 3)),
+        TensorSpec("value", "T", (2, 3)),
+        TensorSpec("cos_sin_cache", "C", (2,)),
+        TensorSpec("key_cache", "Q", (4, 5), inplace=True),
+        TensorSpec("value_cache", "Q", (4,), optional=True, inplace_if=("kv_format", Q.SEPARATE)),
+        TensorSpec("slot_mapping", "S", (1,)),
+        TensorSpec("k_scale", "F", (0, 1, 2), optional=True),
+        TensorSpec("v_scale", "F", (0, 1, 2), optional=True),
+        TensorSpec("k_offset", "F", (0, 1, 2), optional=True),
+        TensorSpec("v_offset", "F", (0, 1, 2), optional=True),
+        TensorSpec("k_scale_cache", "F", (4,), optional=True, inplace_if=("quant_mode", "dynamic")),
+        TensorSpec("v_scale_cache", "F", (4,), optional=True, inplace_if=("quant_mode", "dynamic")),
+    ),
+    outputs=(
+        TensorSpec("query_out", "T", (2, 3)),
+        TensorSpec("key_out", "T", (2, 3)),
+    ),
+    dtype_groups={"T": FLOAT_DTYPES, "C": FLOAT_DTYPES, "P": INDEX_DTYPES, "S": INDEX_DTYPES, "Q": QUANT_CACHE_DTYPES,
+                  "F": ("float32",)},
+    group_rules=R.COS_SIN_RULE,
+    attrs=(
+        AttrSpec("is_neox_style", "bool", True, (True, False)),
+        AttrSpec("cache_layout", "str", "BSND", CACHE_LAYOUTS, CACHE_LAYOUT_CODES),  # the kernel reads the int code
+        AttrSpec("kv_format", "int", Q.SEPARATE, (Q.MERGED, Q.SEPARATE)),
+        AttrSpec("quant_mode", "str", "static", Q.MODES),
+    ),
+    doc="rope_reshape_and_cache(_merged) quantizing the rotated key and the value into int8 / float8 caches.",
+    extra={"out_shape": R.out_like(1, 2), "out_dtype": R.out_like(1, 2), "ascend_kernel": PENDING},
+))
+
+
+def check_cos_sin_dtype(op, cs_dtype, data_dtype, data_name):
+    d, t = dtype_name(cs_dtype), dtype_name(data_dtype)
+    if d not in ("float32", t):
+        raise TypeError(f"{op}: argument 'cos_sin_cache': expected dtype in ('float32', '{t}') (float32 or the dtype of "
+                        f"'{data_name}'), got {d}")
+
+
+def _check_static(p_shape, p_dtype, q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, cs_shape, cs_dtype,
+                  kc_shape, kc_dtype, vc_shape, vc_dtype, s_shape, s_dtype, ks_shape, ks_dtype, vs_shape, vs_dtype,
+                  ko_shape, ko_dtype, vo_shape, vo_dtype, ksc_shape, ksc_dtype, vsc_shape, vsc_dtype,
+                  is_neox_style, cache_layout, kv_format, quant_mode):
+    """Shape / dtype / attribute checks; returns (num_slots, public op name, max_position)."""
+    op = public_name(kv_format, "rope_reshape_and_cache_merged", "rope_reshape_and_cache")
+    R.check_bool(op, "is_neox_style", is_neox_style)
+    Q.check_data_dtypes(op, {"query": q_dtype, "key": k_dtype, "value": v_dtype})
+    check_cos_sin_dtype(op, cs_dtype, q_dtype, "query")
+    Q.check_index_dtype(op, "positions", p_shape, p_dtype)
+    Q.check_index_dtype(op, "slot_mapping", s_shape, s_dtype)
+    if kv_format == Q.MERGED and not Q.absent(vc_shape):
+        raise ValueError(f"{op}: internal: value_cache given with kv_format MERGED_KV")
+    nb, bs, h, d = check_gqa_quant(op, kv_format, cache_layout, quant_mode, kc_shape, kc_dtype, vc_shape, vc_dtype,
+                                   ((ks_shape, ks_dtype), (vs_shape, vs_dtype), (ko_shape, ko_dtype),
+                                    (vo_shape, vo_dtype), (ksc_shape, ksc_dtype), (vsc_shape, vsc_dtype)))
+    _, max_position = check_gqa(op, p_shape, q_shape, k_shape, v_shape, cs_shape, s_shape, h, d)
+    return nb * bs, op, max_position
+
+
+_check_static_graph = constexpr(_check_static)
+_Prim = prim_class(SPEC)
+
+
+@constexpr
+def _graph_backend(backend, kv_format):
+    return Q.require_backend(public_name(kv_format, "rope_reshape_and_cache_merged", "rope_reshape_and_cache"), backend)
+
+
+#: PyNative branch: static check -> (num_slots, op name, max_position); T' = 0 launches nothing.
+_EAGER = EagerOp(SPEC, _check_static,
+                 index_checks=(Q.PublicPositions(), Q.PublicSlots(), Q.ScaleValues("k_scale", True),
+                               Q.ScaleValues("v_scale", True), Q.ScaleValues("k_offset", False),
+                               Q.ScaleValues("v_offset", False)),
+                 skip_if_empty=("key",))
+
+
+def rope_reshape_and_cache_quant(positions, query, key, value, cos_sin_cache, key_cache, value_cache, slot_mapping,
+                                 is_neox_style=True, cache_layout="BSND", kv_format=Q.SEPARATE, k_scale=None,
+                                 v_scale=None, k_offset=None, v_offset=None, k_scale_cache=None, v_scale_cache=None):
+    """Quantizing variant of :func:`ms_kvcache.rope_reshape_and_cache` (``kv_format=2``) and
+    :func:`ms_kvcache.rope_reshape_and_cache_merged` (``kv_format=1``, ``value_cache`` None). Call those
+    public ops instead (they route here); returns ``(query_out, key_out)``."""
+    if _run_in_jit():  # @jit.cond: True
+        mode = Q.graph_mode_of(k_scale_cache is None, v_scale_cache is None)
+        if value_cache is None:
+            value_cache = empty_input_graph(key_cache.dtype)
+        if k_scale is None:
+            k_scale = Q.NO_F32
+        if v_scale is None:
+            v_scale = Q.NO_F32
+        if k_offset is None:
+            k_offset = Q.NO_F32
+        if v_offset is None:
+            v_offset = Q.NO_F32
+        if k_scale_cache is None:
+            k_scale_cache = Q.NO_F32
+        if v_scale_cache is None:
+            v_scale_cache = Q.NO_F32
+        _check_static_graph(positions.shape, positions.dtype, query.shape, query.dtype, key.shape, key.dtype,
+                            value.shape, value.dtype, cos_sin_cache.shape, cos_sin_cache.dtype, key_cache.shape,
+                            key_cache.dtype, value_cache.shape, value_cache.dtype, slot_mapping.shape,
+                            slot_mapping.dtype, k_scale.shape, k_scale.dtype, v_scale.shape, v_scale.dtype,
+                            k_offset.shape, k_offset.dtype, v_offset.shape, v_offset.dtype, k_scale_cache.shape,
+                            k_scale_cache.dtype, v_scale_cache.shape, v_scale_cache.dtype, is_neox_style, cache_layout,
+                            kv_format, mode)
+        query_out, key_out = _get_cache_prim(_Prim)(_graph_backend(graph_backend(), kv_format), is_neox_style,
+                                                    cache_layout, kv_format, mode)(
+            positions, query, key, value, cos_sin_cache, key_cache, value_cache, slot_mapping, k_scale, v_scale,
+            k_offset, v_offset, k_scale_cache, v_scale_cache)
+    else:
+        op = public_name(kv_format, "rope_reshape_and_cache_merged", "rope_reshape_and_cache")
+        if type(is_neox_style) is not bool:  # noqa: E721 - np.bool_ -> bool (other types raise TypeError)
+            is_neox_style = R.check_bool(op, "is_neox_style", is_neox_style)
+        mode = "static" if k_scale_cache is None and v_scale_cache is None else "dynamic"
+        backend = Q.require_backend(op, _backend.get_backend())
+        none = Q.NO_F32
+        try:
+            query_out, key_out = _EAGER(
+                backend, (is_neox_style, cache_layout, kv_format, mode), positions, query, key, value, cos_sin_cache,
+                key_cache, empty_input(key_cache.dtype) if value_cache is None else value_cache, slot_mapping,
+                none if k_scale is None else k_scale, none if v_scale is None else v_scale,
+                none if k_offset is None else k_offset, none if v_offset is None else v_offset,
+                none if k_scale_cache is None else k_scale_cache, none if v_scale_cache is None else v_scale_cache)
+        except (TypeError, ValueError) as exc:
+            raise Q.renamed(exc, SPEC.name, op) from None
+    return query_out, key_out
