@@ -5,7 +5,9 @@
 //                         const char** dtypes, void* stream, void* extra);
 // params are the op inputs in OpSpec order followed by its outputs. Attributes (cache_layout, ...)
 // come from the primitive through MindSpore's AotExtra object, whose virtual interface is mirrored
-// below (MindSpore 2.10, include/mindspore/ccsrc/utils/custom_aot_extra.h; pre-C++11 string ABI).
+// below (include/mindspore/ccsrc/utils/custom_aot_extra.h, the same in MindSpore 2.7.0-2.10.0;
+// pre-C++11 string ABI). Named modes (cache_layout, direction) arrive as int codes
+// (op_host/mskv_attr_codes.h, ms_kvcache AttrSpec.codes), read with attr_int: no kernel reads a string.
 // A kernel returns 0 on success; on failure it records a message (mskv::LastError) and throws it to
 // MindSpore, which raises it as a RuntimeError with that text (MSKV_AOT_GUARD; a caller passing no
 // AotExtra gets a non-zero return instead). Python validates before launching, so a failure means a
@@ -18,6 +20,8 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "mskv_attr_codes.h"
 
 #define MSKV_AOT_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -108,6 +112,18 @@ void ParallelFor(int64_t n, int64_t total_bytes, F&& body);
 
 int NumThreads();
 int64_t ParallelThresholdBytes();
+
+// The named-mode attributes (int codes of op_host/mskv_attr_codes.h); KernelError for any other value.
+inline bool LayoutIsBnsd(int64_t code) {
+  if (code != mskv_attr::kLayoutBSND && code != mskv_attr::kLayoutBNSD)
+    throw KernelError("unknown cache_layout code " + std::to_string(code) + " (0 BSND, 1 BNSD)");
+  return code == mskv_attr::kLayoutBNSD;
+}
+inline bool DirectionIsD2H(int64_t code) {
+  if (code != mskv_attr::kDirH2D && code != mskv_attr::kDirD2H)
+    throw KernelError("unknown direction code " + std::to_string(code) + " (1 h2d, 2 d2h)");
+  return code == mskv_attr::kDirD2H;
+}
 
 // Index helpers: read element i of an int32/int64 index tensor as int64.
 inline int64_t ReadIndex(const void* p, DType d, int64_t i) {

@@ -174,10 +174,7 @@ void CopyBlockPairs(const BlockPlane* planes, int num_planes, int64_t block_byte
 }
 
 bool ReadLayoutIsBnsd(const AotArgs& a) {
-  const std::string layout = a.attr_str("cache_layout", "BSND");
-  if (layout == "BNSD") return true;
-  if (layout != "BSND") throw KernelError("unknown cache_layout " + layout);
-  return false;
+  return LayoutIsBnsd(a.attr_int("cache_layout", mskv_attr::kLayoutBSND));
 }
 
 void RequireIndexDType(DType d, const char* what) {

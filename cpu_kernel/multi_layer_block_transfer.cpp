@@ -171,14 +171,11 @@ MSKV_AOT_EXPORT int MskvMultiLayerBlockTransfer(int nparam, void** params, int* 
     const ml::CountCall count_call;
     AotArgs a{nparam, params, ndims, shapes, dtypes, static_cast<mindspore::AotExtra*>(extra)};
     const int64_t fmt = a.attr_int("kv_format", 0);
-    const std::string direction = a.attr_str("direction", "");
-    const std::string layout = a.attr_str("cache_layout", "BNSD");
+    const bool d2h = mskv::DirectionIsD2H(a.attr_int("direction", 0));  // no default: the primitive always sets it
+    const bool bnsd = mskv::LayoutIsBnsd(a.attr_int("cache_layout", mskv_attr::kLayoutBNSD));
     const int64_t L = a.attr_int("num_layers", 0);
     const int64_t aiv = a.attr_int("aiv_num", 0);
     ml::CheckFormat(fmt);
-    if (direction != "d2h" && direction != "h2d") throw KernelError("unknown direction " + direction);
-    const bool d2h = direction == "d2h";
-    if (layout != "BSND" && layout != "BNSD") throw KernelError("unknown cache_layout " + layout);
     const int planes = ml::PlanesOf(fmt);
     const int tpl = ml::TensorsPerLayer(fmt);
     const std::vector<mskv::InputSpan> in = mskv::InputSpans(a, 4);  // block_ids, staging, host_blocks, kv_caches
@@ -187,7 +184,7 @@ MSKV_AOT_EXPORT int MskvMultiLayerBlockTransfer(int nparam, void** params, int* 
                         " caches, got " + std::to_string(in[2].count) + " and " + std::to_string(in[3].count));
     const bool staged = a.numel(in[1].first) > 0;
     const int host0 = in[2].first;
-    const ml::LayerCaches c = ml::ParseLayerCaches(a, in[3].first, fmt, L, layout == "BNSD");
+    const ml::LayerCaches c = ml::ParseLayerCaches(a, in[3].first, fmt, L, bnsd);
     const mskv::DType id_dtype = a.dtype(0);
     if (id_dtype != mskv::DType::kI32 && id_dtype != mskv::DType::kI64) throw KernelError("block_ids must be int32/int64");
     if (a.rank(0) != 1) throw KernelError("block_ids must be rank 1");

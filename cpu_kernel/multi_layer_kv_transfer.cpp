@@ -3,8 +3,8 @@
 //
 // AOT params (OpSpec order): buffer, slot_mapping [T] int32/int64, kv_caches... (list input:
 // num_layers * tensors_per_layer tensors, layer-major; dyn_input_sizes), then the int32 [1] status output.
-// Attrs: kv_format (1..4), direction ("d2h" | "h2d"), cache_layout ("BSND" | "BNSD"),
-// num_layers, aiv_num (thread cap, 0 = all).
+// Attrs: kv_format (1..4), direction (int code: 1 h2d, 2 d2h), cache_layout (int code: 0 BSND, 1 BNSD;
+// op_host/mskv_attr_codes.h), num_layers, aiv_num (thread cap, 0 = all).
 // Buffer: plane p, layer l, token t is the row at byte offset
 //   plane_off[p] + (l * T + t) * hidden_p * elem,  plane_off[p] = sum_{q<p} L * T * hidden_q * elem,
 // i.e. [2, L, T, H*D] for MERGED/SEPARATE and the planes [L, T, hidden_p] one after another for MLA/DSA.
@@ -30,20 +30,17 @@ MSKV_AOT_EXPORT int MskvMultiLayerKvTransfer(int nparam, void** params, int* ndi
     const ml::CountCall count_call;
     AotArgs a{nparam, params, ndims, shapes, dtypes, static_cast<mindspore::AotExtra*>(extra)};
     const int64_t fmt = a.attr_int("kv_format", 0);
-    const std::string direction = a.attr_str("direction", "");
-    const std::string layout = a.attr_str("cache_layout", "BSND");
+    const bool d2h = mskv::DirectionIsD2H(a.attr_int("direction", 0));  // no default: the primitive always sets it
+    const bool bnsd = mskv::LayoutIsBnsd(a.attr_int("cache_layout", mskv_attr::kLayoutBSND));
     const int64_t L = a.attr_int("num_layers", 0);
     const int64_t aiv = a.attr_int("aiv_num", 0);
     ml::CheckFormat(fmt);
-    if (direction != "d2h" && direction != "h2d") throw KernelError("unknown direction " + direction);
-    const bool d2h = direction == "d2h";
-    if (layout != "BSND" && layout != "BNSD") throw KernelError("unknown cache_layout " + layout);
     const int tpl = ml::TensorsPerLayer(fmt);
     const std::vector<mskv::InputSpan> in = mskv::InputSpans(a, 3);
     if (in[2].count != L * tpl)
       throw KernelError("expected num_layers*" + std::to_string(tpl) + " = " + std::to_string(L * tpl) +
                         " caches, got " + std::to_string(in[2].count));
-    const ml::LayerCaches c = ml::ParseLayerCaches(a, in[2].first, fmt, L, layout == "BNSD");
+    const ml::LayerCaches c = ml::ParseLayerCaches(a, in[2].first, fmt, L, bnsd);
     if (a.dtype(0) != c.dtype) throw KernelError("buffer dtype differs from the caches");
     const mskv::DType sd = a.dtype(1);
     if (sd != mskv::DType::kI32 && sd != mskv::DType::kI64) throw KernelError("slot_mapping must be int32/int64");

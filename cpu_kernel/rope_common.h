@@ -255,10 +255,9 @@ RopeCacheArgs GqaArgs(const AotArgs& a, const CachePlane& kc, const CachePlane& 
 // kv_c_out at out_idx.. out_idx + 2. quantized: the caches hold int8 / fp8 codes.
 RopeCacheArgs MlaArgs(const AotArgs& a, int out_idx, bool quantized = false);
 
+// cache_layout: an int code (op_host/mskv_attr_codes.h), BSND when absent.
 inline bool LayoutAttr(const AotArgs& a) {
-  const std::string layout = a.attr_str("cache_layout", "BSND");
-  Require(layout == "BSND" || layout == "BNSD", "unknown cache_layout " + layout);
-  return layout == "BNSD";
+  return LayoutIsBnsd(a.attr_int("cache_layout", mskv_attr::kLayoutBSND));
 }
 
 // Strict mode (attribute "mskv_strict", set only by the PyNative fast path, whose wrappers may read

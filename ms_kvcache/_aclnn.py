@@ -15,7 +15,9 @@ Rules (read in the public opbuild source, asc-devkit ``tools/build/opbuild/op_ac
   ``...Optional`` when OPTIONAL; an input that is also an output of the same name is a "ref" parameter
   ``aclTensor *<name>Ref`` and the output is not repeated;
 - attributes in OpDef order: String -> ``char *``, Int -> ``int64_t``, Bool -> ``bool``, Float -> ``double``
-  (an OPTIONAL String attribute is named ``...Optional``);
+  (an OPTIONAL String attribute is named ``...Optional``). The OpDef type is ``AttrSpec.kernel_type``: the
+  named modes (``cache_layout``, ``direction``) are Int attributes carrying their codes
+  (``AttrSpec.codes``; MindSpore < 2.9 cannot pass a string), so no ms_kvcache prototype has a ``char *``;
 - outputs: ``const aclTensor *``, named ``out`` when there is one, else ``<name>Out``.
 
 Every ms_kvcache OpDef declares exactly the OpSpec's inputs, attributes and outputs (the structural
@@ -88,10 +90,11 @@ def params(spec, optional_attrs=True):
         else:
             res.append(("T", "aclTensor *" if ref else "const aclTensor *", name, t.name))
     for a in spec.attrs:
-        if a.type not in _ATTR:
-            raise ValueError(f"{spec.op_type}: attribute {a.name!r} of type {a.type!r} has no aclnn parameter type here")
-        kind, ctype = _ATTR[a.type]
-        name = _camel(a.name) + ("Optional" if optional_attrs and a.type == "str" else "")
+        kt = a.kernel_type  # the OpDef's type: a coded name (cache_layout, direction) is an Int
+        if kt not in _ATTR:
+            raise ValueError(f"{spec.op_type}: attribute {a.name!r} of type {kt!r} has no aclnn parameter type here")
+        kind, ctype = _ATTR[kt]
+        name = _camel(a.name) + ("Optional" if optional_attrs and kt == "str" else "")
         res.append((kind, ctype, name, a.name))
     outs = [o for o in spec.outputs if o.name not in {t.name for t in spec.inputs}]
     for o in outs:

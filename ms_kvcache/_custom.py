@@ -36,7 +36,7 @@ are tuple lengths (constants), e.g. ``_get_cache_prim(Prim)(graph_backend(), (le
 m)``: this works in a GRAPH_MODE ``Cell.construct`` with ParameterTuple attributes and in ``@ms.jit``
 functions.
 
-Attribute values as trailing inputs (backends with ``ATTRS_AS_INPUTS = True``: ascend). MindSpore 2.10's
+Attribute values as trailing inputs (backends with ``ATTRS_AS_INPUTS = True``: ascend). MindSpore's (2.7-2.10)
 Ascend C custom kernel (``CustomV2AclnnKernelMod``) takes an op's attribute values from the primitive's
 *inputs*, after the tensors, in the order of the generated ``aclnn<Op>GetWorkspaceSize`` prototype
 (= OpDef attr order = ``spec.attrs``). The instance then declares one signature entry per attribute with
@@ -45,6 +45,12 @@ its value as default (the graph compiler appends them to every ``prim(*tensors)`
 GE / jit_level O2 compile: ``ascend.infer_guard``), and copies its attributes to ``custom_pyboost``. PyNative
 calls on such a backend go through its ``pynative_launcher`` (ascend: the aclnn module
 ``ms_kvcache._ascend_pyboost``, else :func:`graph_launcher`).
+
+Attribute encoding. The instance takes the public attribute values (``"BNSD"``, ``"h2d"``) and hands the
+kernels their ``AttrSpec.encode``-d form (``AttrSpec.codes``: named modes become ints), as primitive
+attributes, as trailing inputs and on the fast path alike; the infer functions and ``inplace_if`` see the
+public values. No kernel of any backend receives a string attribute, because MindSpore 2.7 / 2.8 cannot
+pass one to an Ascend C op (see :class:`ms_kvcache._spec.AttrSpec`).
 
 Inputs written only for some attribute value (``TensorSpec.inplace_if``, e.g. the buffer of a d2h
 transfer) are resolved per instance from its attribute values: RW_WRITE in its signature,
@@ -159,7 +165,8 @@ class InplaceCustom(ops.Custom):
             kwargs["reg_info"] = reg_info
         out_shape = spec.extra.get("out_shape", _status_shape)
         out_dtype = spec.extra.get("out_dtype", _status_dtype)
-        attrs = spec.attr_values(attr_values)
+        attrs = spec.attr_values(attr_values)  # public values (names): what the infer functions see
+        kattrs = spec.kernel_attrs(attrs)      # what the kernels see (AttrSpec.codes encoded)
         if "infer_shape" in spec.extra:
             shape_fn = spec.extra["infer_shape"]
 
@@ -185,7 +192,7 @@ class InplaceCustom(ops.Custom):
         if n_attr:
             # the attribute values as trailing inputs with defaults: the graph compiler appends them to
             # every call ``prim(*tensors)`` (MindSpore fills missing arguments from signature defaults)
-            sigs += tuple(sig.make_sig(a.name, default=attrs[a.name]) for a in spec.attrs)
+            sigs += tuple(sig.make_sig(a.name, default=kattrs[a.name]) for a in spec.attrs)
         if sigs is not None:
             self.set_signatures(sigs)
         if counts is not None:
@@ -193,7 +200,7 @@ class InplaceCustom(ops.Custom):
         if spec.written_inputs(attrs):
             self.add_prim_attr("side_effect_mem", True)
         for attr, value in zip(spec.attrs, attr_values):
-            self.add_prim_attr(attr.name, value)
+            self.add_prim_attr(attr.name, kattrs[attr.name])
         self.add_prim_attr("ms_kvcache_backend", backend)
         #: (flat input index, argument name) of every tensor this instance writes; an instance made by a
         #: graph branch (the default) refuses, in its infer step, a written tensor that is not a Parameter
@@ -210,8 +217,8 @@ class InplaceCustom(ops.Custom):
             if self.get_attr_dict().get("mskv_op_name") is not None:
                 self.add_prim_attr("mskv_op_name", self.public_op)
                 self.add_prim_attr("mskv_arg_names", ";".join(renames.get(n, n) for n in _display_names(spec, counts)))
-        #: attribute values the primitive takes as trailing inputs (spec order), () if none
-        self.attr_inputs = tuple(attrs[a.name] for a in spec.attrs) if n_attr else ()
+        #: attribute values (kernel encoding) the primitive takes as trailing inputs (spec order), () if none
+        self.attr_inputs = tuple(kattrs[a.name] for a in spec.attrs) if n_attr else ()
         pyboost = getattr(self, "custom_pyboost", None)
         if pyboost is not None:
             # ops.Custom on Ascend copies the attributes to its PyNative twin (``_CustomExt``) at the end of
@@ -392,7 +399,7 @@ def _fast_module():
         try:
             from ms_kvcache import _cpu_pyboost as mod  # noqa: WPS433 - optional compiled extension
         except ImportError as exc:
-            _FAST["why"] = f"ms_kvcache._cpu_pyboost not importable ({exc})"
+            _FAST["why"] = _build_failure() or f"ms_kvcache._cpu_pyboost not importable ({exc})"
         else:
             if mod.mindspore_version != ms.__version__:
                 _FAST["why"] = (f"ms_kvcache._cpu_pyboost was built for MindSpore {mod.mindspore_version}, "
@@ -400,6 +407,36 @@ def _fast_module():
             else:
                 _FAST["module"] = mod
     return _FAST["module"]
+
+
+def _build_failure():
+    """Why the build left no ``_cpu_pyboost`` module, from the ``_cpu_pyboost.build-failed.log`` it writes next
+    to the package (cmake/pyboost.cmake: MindSpore not found or without the headers at build time, or a
+    compile error against them), or None when there is no such log."""
+    import sysconfig
+
+    import ms_kvcache
+
+    dirs = [os.path.dirname(os.path.abspath(_backend.__file__))] + list(getattr(ms_kvcache, "__path__", []))
+    dirs += [os.path.join(sysconfig.get_paths()[k], "ms_kvcache") for k in ("platlib", "purelib")]  # editable installs
+    for d in dirs:
+        log = os.path.join(d, "_cpu_pyboost.build-failed.log")
+        try:
+            with open(log, encoding="utf-8", errors="replace") as f:
+                lines = [ln.strip() for ln in f.read().splitlines() if ln.strip()]
+            break
+        except OSError:
+            continue
+    else:
+        return None
+    if not lines:
+        return None
+    first = lines[0]
+    err = next((ln for ln in lines[1:] if "error" in ln), None)
+    detail = f"{first} {err}" if err else first
+    if len(detail) > 400:
+        detail = detail[:400] + "..."
+    return f"ms_kvcache._cpu_pyboost was not built: {detail} (log: {log})"
 
 
 def fast_path_available(backend=None):
@@ -478,7 +515,7 @@ def eager_launcher(spec, backend, attr_values=(), counts=None):
         if fast_path_available(backend)[0]:
             mod = _fast_module()
             lib = _backend.backend_module(backend).fast_library()
-            attrs = {a.name: v for a, v in zip(spec.attrs, attr_values)}
+            attrs = spec.kernel_attrs({a.name: v for a, v in zip(spec.attrs, attr_values)})
             attrs["mskv_strict"] = True
             if spec.has_dynamic:
                 attrs["dyn_input_sizes"] = spec.dyn_input_sizes(counts)
@@ -528,7 +565,7 @@ def _sim_checked(spec, launch, attr_values, counts):
     the next sync."""
     from ms_kvcache import sim  # noqa: WPS433 - only for the sim backend
 
-    attrs = spec.attr_values(attr_values)
+    attrs = spec.kernel_attrs(spec.attr_values(attr_values))
     norm = spec.counts(counts) if spec.has_dynamic else None
 
     optional = [t.optional for t in spec.inputs]
@@ -614,8 +651,29 @@ def _graph_type_name(t):
 #: :func:`_check_graph_types` folded at graph compile time: ``check_graph_types(op, names, F.typeof(a), ...)``.
 check_graph_types = constexpr(_check_graph_types)
 
-#: :func:`empty_input` for graph-mode code (a constant of the compiled graph).
-empty_input_graph = constexpr(empty_input)
+
+_EMPTY_F16 = empty_input(ms.float16)
+_EMPTY_BF16 = empty_input(ms.bfloat16)
+_EMPTY_F32 = empty_input(ms.float32)
+_EMPTY_I8 = empty_input(ms.int8)
+
+
+def empty_input_graph(dtype):
+    """:func:`empty_input` for graph-mode code: the empty ``[0]`` tensor of ``dtype`` (float16, bfloat16,
+    float32 or int8, the cache dtypes; float32 for any other dtype, which the op's dtype check rejects
+    anyway), a constant of the compiled graph.
+
+    Written as comparisons of ``dtype`` against constants selecting module-level Tensors, which every
+    MindSpore from 2.7 folds at compile time. Not a ``constexpr`` returning a Tensor: MindSpore 2.7.x /
+    2.8.0 keep such a constexpr as a primitive in the graph ("Unsupported op [empty_input] on CPU" at
+    kernel selection); only 2.9+ folds it."""
+    if dtype == ms.float16:
+        return _EMPTY_F16
+    if dtype == ms.bfloat16:
+        return _EMPTY_BF16
+    if dtype == ms.int8:
+        return _EMPTY_I8
+    return _EMPTY_F32
 
 
 @constexpr(reuse_result=False)

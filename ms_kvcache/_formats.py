@@ -1,12 +1,24 @@
 """KV-cache format enum shared by every op family."""
 from enum import IntEnum
 
-__all__ = ["KVCacheFormat", "CACHE_LAYOUTS"]
+__all__ = ["KVCacheFormat", "CACHE_LAYOUTS", "CACHE_LAYOUT_CODES", "DIRECTIONS", "DIRECTION_CODES"]
 
 #: Layouts of one layer's paged cache. "BSND" = [num_blocks, block_size, num_kv_heads, head_size]
 #: (vLLM "NHD", vllm-ascend, MindSpore); "BNSD" = [num_blocks, num_kv_heads, block_size, head_size]
 #: (vLLM "HND").
 CACHE_LAYOUTS = ("BSND", "BNSD")
+
+#: The int each layout reaches the kernels as (``AttrSpec.codes``; the layout digit of the copy kernels'
+#: tiling keys). C++: ``mskv_attr::kLayoutBSND`` / ``kLayoutBNSD`` in op_host/mskv_attr_codes.h.
+CACHE_LAYOUT_CODES = (("BSND", 0), ("BNSD", 1))
+
+#: ``direction`` of the multi-layer transfers: device (cache) -> host (buffer) and back.
+DIRECTIONS = ("d2h", "h2d")
+
+#: The int each direction reaches the kernels as: the values of CANN's ``aclrtMemcpyKind``
+#: (``ACL_MEMCPY_HOST_TO_DEVICE = 1``, ``ACL_MEMCPY_DEVICE_TO_HOST = 2``). C++: ``mskv_attr::kDirH2D`` /
+#: ``kDirD2H``.
+DIRECTION_CODES = (("h2d", 1), ("d2h", 2))
 
 
 class KVCacheFormat(IntEnum):

@@ -70,12 +70,73 @@ class TensorSpec:
 
 @dataclass(frozen=True)
 class AttrSpec:
-    """One attribute: name, Python type name ("str", "int", "float", "bool"), default, allowed values."""
+    """One attribute: name, Python type name ("str", "int", "float", "bool"), default, allowed values.
+
+    codes: for a ``"str"`` attribute whose values are names (``cache_layout``, ``direction``), the int
+        each name is passed to the kernels as, e.g. ``(("BSND", 0), ("BNSD", 1))``; ``choices`` defaults
+        to the names. The Python API takes and checks the names; the OpDef attribute (``.Int(code)``),
+        the reg_info attribute row, the aclnn prototype (``int64_t``), the tilings' ``GetAttrs``, the cpu
+        kernels (``AotExtra::GetAttrInt``), the sim backend and the PyNative fast path all see the int
+        (:attr:`kernel_type`, :meth:`encode`). Why: MindSpore 2.7.x / 2.8.0 cannot pass a string
+        attribute to an Ascend C custom op at all - its aclnn code generator
+        (``_custom_ops_utils.CustomCodeGenerator._get_type_declaration``) has no ``str`` type and
+        raises ``RuntimeError: Unsupported type: str`` when the op is constructed, and the type table
+        of its Ascend C kernel (``kernel/ascend/acl_ir/custom/custom_aclnn_utils.h``) spells the string
+        type ``"string"``, not the ``char*`` of a generated prototype; both say ``char*`` from 2.9.0. ``int`` -> ``int64_t`` works in every version from 2.7.0.
+        The codes are the single declaration: C++ mirrors them as constants
+        (``op_host/mskv_attr_codes.h``), checked against this by ``ms_kvcache._structure``.
+    """
 
     name: str
     type: str
     default: Any
     choices: Tuple[Any, ...] = ()
+    codes: Tuple[Tuple[str, int], ...] = ()
+
+    def __post_init__(self):
+        if self.codes:
+            if self.type != "str":
+                raise ValueError(f"AttrSpec {self.name!r}: codes are for str attributes, got type {self.type!r}")
+            names = tuple(n for n, _ in self.codes)
+            if not self.choices:
+                object.__setattr__(self, "choices", names)
+            elif set(self.choices) != set(names):
+                raise ValueError(f"AttrSpec {self.name!r}: choices {self.choices} differ from the coded names {names}")
+            if len({c for _, c in self.codes}) != len(self.codes):
+                raise ValueError(f"AttrSpec {self.name!r}: two names share one code in {self.codes}")
+            if self.default not in names:
+                raise ValueError(f"AttrSpec {self.name!r}: default {self.default!r} is not one of {names}")
+
+    @property
+    def kernel_type(self):
+        """The attribute's type as every kernel-side declaration sees it: "int" for a coded name, else
+        :attr:`type`."""
+        return "int" if self.codes else self.type
+
+    @property
+    def kernel_default(self):
+        """:attr:`default` as the kernels see it (the OpDef default)."""
+        return self.encode(self.default)
+
+    def encode(self, value):
+        """``value`` as passed to the kernels: the code of a coded name, other values unchanged.
+
+        Raises:
+            ValueError: ``value`` is not one of the coded names (the message names the attribute).
+        """
+        if not self.codes:
+            return value
+        for n, c in self.codes:
+            if value == n:
+                return c
+        raise ValueError(f"argument '{self.name}': expected one of {self.choices}, got {value!r}")
+
+    def decode(self, code):
+        """The name of kernel value ``code`` (inverse of :meth:`encode`; other values unchanged)."""
+        for n, c in self.codes:
+            if code == c and not isinstance(code, bool):
+                return n
+        return code
 
 
 @dataclass(frozen=True)
@@ -132,6 +193,15 @@ class OpSpec:
         out = {a.name: a.default for a in self.attrs}
         out.update(zip((a.name for a in self.attrs), values))
         return out
+
+    def kernel_attrs(self, values: Mapping[str, Any]):
+        """``{name: value}`` with every coded attribute encoded (:meth:`AttrSpec.encode`); names that
+        are not attributes of this op and values of uncoded attributes pass unchanged."""
+        by_name = {a.name: a for a in self.attrs}
+        try:
+            return {k: (by_name[k].encode(v) if k in by_name else v) for k, v in values.items()}
+        except ValueError as exc:
+            raise ValueError(f"{self.name}: {exc}") from None
 
     def counts(self, counts):
         """Normalise the per-instance counts of the dynamic inputs to a tuple (one int >= 1 per dynamic

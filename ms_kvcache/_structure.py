@@ -11,7 +11,10 @@ For each op (``op_kernel/<op>.cpp``) the following must describe the same interf
   ``REGISTER_TILING_DATA_CLASS(<OpType>, <Data>)`` with ``BEGIN_TILING_DATA_DEF(<Data>)`` in op_host/;
 - ``op_proto/<op>.cpp``: ``IMPL_OP_INFERSHAPE(<OpType>)`` with ``.InferShape(...)`` and ``.InferDataType(...)``;
 - the MindSpore reg_info the ascend backend derives from the OpSpec (:func:`ascend.reg_info`);
-- the emulation's OpDef registry (``ms_kvcache._sim.opdef(<OpType>)``), when the emulation is built.
+- the emulation's OpDef registry (``ms_kvcache._sim.opdef(<OpType>)``), when the emulation is built;
+- for attributes with named values (``AttrSpec.codes``: ``cache_layout``, ``direction``): the OpDef declares
+  an Int attribute whose default is the code of the spec default, and the C++ constants of
+  ``op_host/mskv_attr_codes.h`` equal the codes (:func:`check_attr_codes`).
 
 The OpDef is read twice, independently: by the emulation (which runs the C++ registration) and by the
 small source parser below, so a mismatch is caught even if either reader were lenient. The parser reads
@@ -20,7 +23,8 @@ what CANN's own op_host files are made of: ``this->Input("x").ParamType(REQUIRED
 ``OpAICoreConfig``), ``DataType``/``DataTypeList``/``Format``/``FormatList`` arguments written as literal
 ``{ge::DT_..., ...}`` lists or as named ``std::vector<ge::DataType>`` / ``std::vector<ge::Format>``
 constants (in the op's file or an op_host header it includes, possibly passed through the helper's
-parameters), ``Attr("n").AttrType(OPTIONAL).String("v")``, ``OpAICoreConfig`` overrides added with
+parameters), ``Attr("n").AttrType(OPTIONAL).Int(v)`` (``v`` a literal or a named ``constexpr`` integer of an
+included header) / ``.Bool(...)`` / ``.Float(...)`` / ``.String("v")``, ``OpAICoreConfig`` overrides added with
 ``AddConfig("ascend310p", cfg)``. Anything else is reported as unreadable (one line), never guessed.
 
 Every problem is one line: ``<OpType>: <where>: <what>``. Run ``python -m ms_kvcache._structure``.
@@ -31,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
-__all__ = ["check_repository", "check_op", "parse_opdef", "opdef_from_sim", "OpDefFacts", "Param", "Attr",
-           "camel", "snake", "op_type_of", "op_name_of", "OP_TYPE_PREFIX", "main"]
+__all__ = ["check_repository", "check_op", "check_attr_codes", "parse_opdef", "opdef_from_sim", "OpDefFacts",
+           "Param", "Attr", "camel", "snake", "op_type_of", "op_name_of", "OP_TYPE_PREFIX", "main"]
 
 DTYPES = {
     "DT_FLOAT16": "float16", "DT_BF16": "bfloat16", "DT_FLOAT": "float32", "DT_DOUBLE": "float64",
@@ -275,13 +279,30 @@ def _constants(text):
     return consts
 
 
+_INT_CONST = re.compile(r"\bconstexpr\s+(?:std::)?(?:u?int(?:8|16|32|64)_t|int|long)\s+([A-Za-z_]\w*)\s*=\s*(-?\d+)\s*;")
+
+
+def _int_constants(text):
+    """``constexpr int64_t NAME = <int>;`` constants of a source text: {NAME: value}."""
+    return {m.group(1): int(m.group(2)) for m in _INT_CONST.finditer(text)}
+
+
 def _tokens(list_text):
     return re.findall(r"(?:ge::)?((?:DT|FORMAT)_[A-Z0-9_]+)", list_text)
 
 
 class _Resolver:
-    def __init__(self, consts):
+    def __init__(self, consts, ints=None):
         self.consts = consts
+        #: integer constants (``constexpr int64_t kName = 1;``) of the file and its headers
+        self.ints = ints or {}
+
+    def literal(self, v):
+        """An attribute default: a C++ literal, or a named integer constant (``mskv_attr::kLayoutBNSD``)."""
+        key = v.strip().split("::")[-1].strip()
+        if key in self.ints:
+            return self.ints[key]
+        return _literal(v)
 
     def values(self, expr, bindings, kind):
         """Resolve a DataType/Format argument to a list of canonical names, or (None, why)."""
@@ -367,7 +388,7 @@ def _interpret_chain(calls, resolver, bindings, facts, where, attr_target):
             elif name in ATTR_TYPES:
                 a.type = ATTR_TYPES[name]
                 if v != "":
-                    a.has_default, a.default = True, _literal(v)
+                    a.has_default, a.default = True, resolver.literal(v)
         return ("Attr", a) if attr_target else None
     if head == "AICore":
         out = []
@@ -420,11 +441,13 @@ def parse_opdef(path, op_type):
     facts = OpDefFacts(op_type, rel)
     text = _strip_comments(path.read_text(errors="replace"))
     headers = _included_headers(path, text)
-    consts = {}
+    consts, ints = {}, {}
     for _, t in headers:
         consts.update(_constants(t))
+        ints.update(_int_constants(t))
     consts.update(_constants(text))
-    resolver = _Resolver(consts)
+    ints.update(_int_constants(text))
+    resolver = _Resolver(consts, ints)
     m = re.search(r"\bclass\s+" + re.escape(op_type) + r"\s*:\s*public\s+(?:ops::)?OpDef\b", text)
     if not m:
         facts.problems.append(f"{rel}: no 'class {op_type} : public OpDef'")
@@ -545,11 +568,12 @@ def _rows_text(rows, limit=3):
 
 def _same_default(attr, value):
     """OpAttrDef::Float stores a C++ float: compare float attributes at float32 precision."""
-    if attr.type == "float" and isinstance(value, (int, float)) and isinstance(attr.default, (int, float)):
+    want = attr.kernel_default
+    if attr.kernel_type == "float" and isinstance(value, (int, float)) and isinstance(want, (int, float)):
         import struct
 
-        return struct.pack("<f", float(value)) == struct.pack("<f", float(attr.default))
-    return value == attr.default
+        return struct.pack("<f", float(value)) == struct.pack("<f", float(want))
+    return value == want and isinstance(value, bool) == isinstance(want, bool)
 
 
 def compare_opdef(spec, facts):
@@ -576,14 +600,16 @@ def compare_opdef(spec, facts):
         out.append(f"{pre}: attrs: expected {an}, got {gn}")
     else:
         for a, f in zip(spec.attrs, facts.attrs):
-            if f.type is not None and f.type != a.type:
-                out.append(f"{pre}: attr '{a.name}': expected type {a.type}, got {f.type}")
+            if f.type is not None and f.type != a.kernel_type:
+                coded = f" (named values {a.choices} are int-coded, AttrSpec.codes)" if a.codes else ""
+                out.append(f"{pre}: attr '{a.name}': expected type {a.kernel_type}{coded}, got {f.type}")
             want_required = a.default is None
             if f.required is not None and f.required != want_required:
                 out.append(f"{pre}: attr '{a.name}': expected AttrType "
                            f"{'REQUIRED' if want_required else 'OPTIONAL'}, got {'REQUIRED' if f.required else 'OPTIONAL'}")
             if not want_required and f.has_default and not _same_default(a, f.default):
-                out.append(f"{pre}: attr '{a.name}': expected default {a.default!r}, got {f.default!r}")
+                out.append(f"{pre}: attr '{a.name}': expected default {a.kernel_default!r}"
+                           f"{f' ({a.default!r})' if a.codes else ''}, got {f.default!r}")
     for unit in COMPUTE_UNITS:
         if unit not in facts.configs:
             out.append(f"{pre}: no AICore().AddConfig(\"{unit}\")")
@@ -805,6 +831,45 @@ def repository_ops(root):
     return sorted(p.stem for p in (Path(root) / "op_kernel").glob("*.cpp"))
 
 
+#: C++ constant of each coded attribute value in op_host/mskv_attr_codes.h: name template per attribute,
+#: filled with the value's name in upper case (``cache_layout`` "BNSD" -> ``kLayoutBNSD``).
+ATTR_CODE_CONSTANTS = {"cache_layout": "kLayout{}", "direction": "kDir{}"}
+ATTR_CODES_HEADER = "op_host/mskv_attr_codes.h"
+
+
+def check_attr_codes(root, specs):
+    """Lines where the int codes of named attributes (``AttrSpec.codes``) disagree between ops or with the
+    C++ constants of op_host/mskv_attr_codes.h (which the OpDefs, tilings and cpu kernels use)."""
+    out, seen = [], {}
+    for spec in specs:
+        for a in spec.attrs:
+            if not a.codes:
+                continue
+            first = seen.setdefault(a.name, (spec.op_type, a.codes))
+            if dict(first[1]) != dict(a.codes):
+                out.append(f"{spec.op_type}: attr '{a.name}': codes {dict(a.codes)} differ from {first[0]}'s "
+                           f"{dict(first[1])}")
+    header = Path(root) / ATTR_CODES_HEADER
+    if not seen:
+        return out
+    if not header.is_file():
+        return out + [f"{ATTR_CODES_HEADER}: missing (C++ constants of the coded attributes {sorted(seen)})"]
+    ints = _int_constants(_strip_comments(header.read_text(errors="replace")))
+    for name, (op_type, codes) in sorted(seen.items()):
+        tmpl = ATTR_CODE_CONSTANTS.get(name)
+        if tmpl is None:
+            out.append(f"{op_type}: attr '{name}' is int-coded but ms_kvcache._structure.ATTR_CODE_CONSTANTS "
+                       f"names no C++ constant for it")
+            continue
+        for value, code in codes:
+            const = tmpl.format(value.upper())
+            if const not in ints:
+                out.append(f"{ATTR_CODES_HEADER}: no constant {const} ({name} {value!r} = {code})")
+            elif ints[const] != code:
+                out.append(f"{ATTR_CODES_HEADER}: {const} = {ints[const]}, but AttrSpec codes {name} {value!r} = {code}")
+    return out
+
+
 def kernel_coverage(root, specs):
     """Lines for registered ops whose AscendC kernel presence disagrees with their OpSpec: an op must
     have op_kernel/<op>.cpp unless it is a runtime op of the ascend backend (``RUNTIME_OPS``, e.g.
@@ -848,6 +913,7 @@ def check_repository(root=None, specs=None, sim="auto"):
             out.append(f"{op_type_of(op)}: op_kernel/{op}.cpp has no registered OpSpec named {op!r}")
             continue
         out.extend(check_op(spec, root, sim))
+    out.extend(check_attr_codes(root, specs))
     return out
 
 

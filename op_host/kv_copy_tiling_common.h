@@ -17,6 +17,8 @@
 #include "register/op_def_registry.h"
 #include "tiling/platform/platform_ascendc.h"
 
+#include "mskv_attr_codes.h"
+
 namespace mskv_tiling {
 
 // Double buffering: two UB buffers per queue, copy-in of chunk i+1 overlaps copy-out of chunk i.
@@ -51,6 +53,23 @@ inline ge::graphStatus Fail(const char* op, const char* fmt, ...) {
   std::fprintf(stderr, "ms_kvcache: %s tiling: %s\n", op, msg);
   std::fflush(stderr);
   return ge::GRAPH_FAILED;
+}
+
+// cache_layout attribute at OpDef index i: an Int attribute holding mskv_attr::kLayoutBSND / kLayoutBNSD
+// (ms_kvcache AttrSpec.codes; not a String attribute, which MindSpore 2.7 / 2.8 cannot pass to an Ascend C
+// op). `dflt` when absent; any other value is a tiling error naming the attribute.
+inline ge::graphStatus LayoutAttr(gert::TilingContext* context, size_t i, const char* op, int64_t dflt,
+                                  bool* bnsd) {
+  const gert::RuntimeAttrs* attrs = context->GetAttrs();
+  const int64_t* p = attrs == nullptr ? nullptr : attrs->GetAttrPointer<int64_t>(i);
+  const int64_t code = p == nullptr ? dflt : *p;
+  if (code != mskv_attr::kLayoutBSND && code != mskv_attr::kLayoutBNSD) {
+    return Fail(op, "cache_layout: expected %lld (BSND) or %lld (BNSD), got %lld",
+                static_cast<long long>(mskv_attr::kLayoutBSND), static_cast<long long>(mskv_attr::kLayoutBNSD),
+                static_cast<long long>(code));
+  }
+  *bnsd = code == mskv_attr::kLayoutBNSD;
+  return ge::GRAPH_SUCCESS;
 }
 
 // Element size and tiling-key digit of a KV dtype; 0 for anything else.

@@ -29,7 +29,7 @@ ge::graphStatus MultiLayerBlockTransferTiling(gert::TilingContext* context) {
   Hardware hw;
   if (GetHardware(context, kOp, &hw) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   Attrs a;
-  if (ReadAttrs(context, kOp, "BNSD", &a) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  if (ReadAttrs(context, kOp, mskv_attr::kDirH2D, mskv_attr::kLayoutBNSD, &a) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   CacheList cl;
   if (ReadCaches(context, kOp, kKvCaches, a, hw.is310P, &cl) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   char b1[160];
@@ -209,8 +209,8 @@ class MskvMultiLayerBlockTransfer : public OpDef {
     Declare(*this, mskv_tiling::kIndexDTypes, mskv_tiling::kKvDTypes, mskv_tiling::kStatusDTypes,
             mskv_tiling::kNdFormats);
     this->Attr("kv_format").AttrType(OPTIONAL).Int(1);
-    this->Attr("direction").AttrType(OPTIONAL).String("h2d");
-    this->Attr("cache_layout").AttrType(OPTIONAL).String("BNSD");
+    this->Attr("direction").AttrType(OPTIONAL).Int(mskv_attr::kDirH2D);         // op_host/mskv_attr_codes.h
+    this->Attr("cache_layout").AttrType(OPTIONAL).Int(mskv_attr::kLayoutBNSD);
     this->Attr("num_layers").AttrType(OPTIONAL).Int(1);
     this->Attr("aiv_num").AttrType(OPTIONAL).Int(0);
     this->AICore().SetTiling(optiling::MultiLayerBlockTransferTiling);

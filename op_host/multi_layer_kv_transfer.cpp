@@ -26,7 +26,7 @@ ge::graphStatus MultiLayerKvTransferTiling(gert::TilingContext* context) {
   Hardware hw;
   if (GetHardware(context, kOp, &hw) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   Attrs a;
-  if (ReadAttrs(context, kOp, "BSND", &a) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  if (ReadAttrs(context, kOp, mskv_attr::kDirD2H, mskv_attr::kLayoutBSND, &a) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   CacheList cl;
   if (ReadCaches(context, kOp, kKvCaches, a, hw.is310P, &cl) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   char b1[160];
@@ -163,8 +163,8 @@ class MskvMultiLayerKvTransfer : public OpDef {
     Declare(*this, mskv_tiling::kKvDTypes, mskv_tiling::kIndexDTypes, mskv_tiling::kStatusDTypes,
             mskv_tiling::kNdFormats);
     this->Attr("kv_format").AttrType(OPTIONAL).Int(1);
-    this->Attr("direction").AttrType(OPTIONAL).String("d2h");
-    this->Attr("cache_layout").AttrType(OPTIONAL).String("BSND");
+    this->Attr("direction").AttrType(OPTIONAL).Int(mskv_attr::kDirD2H);         // op_host/mskv_attr_codes.h
+    this->Attr("cache_layout").AttrType(OPTIONAL).Int(mskv_attr::kLayoutBSND);
     this->Attr("num_layers").AttrType(OPTIONAL).Int(1);
     this->Attr("aiv_num").AttrType(OPTIONAL).Int(0);
     this->AICore().SetTiling(optiling::MultiLayerKvTransferTiling);

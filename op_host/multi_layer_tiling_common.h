@@ -32,12 +32,13 @@ struct Attrs {
 };
 
 // Attributes in OpDef order: kv_format, direction, cache_layout, num_layers, aiv_num.
-inline ge::graphStatus ReadAttrs(gert::TilingContext* context, const char* op, const char* defaultLayout, Attrs* a) {
+// direction and cache_layout are Int codes (op_host/mskv_attr_codes.h); the defaults are the OpDef's.
+inline ge::graphStatus ReadAttrs(gert::TilingContext* context, const char* op, int64_t defaultDirection,
+                                 int64_t defaultLayout, Attrs* a) {
   const gert::RuntimeAttrs* attrs = context->GetAttrs();
   if (attrs == nullptr) return Fail(op, "no attributes");
   const int64_t* fmt = attrs->GetAttrPointer<int64_t>(0);
-  const char* dir = attrs->GetAttrPointer<char>(1);
-  const char* layout = attrs->GetAttrPointer<char>(2);
+  const int64_t* dir = attrs->GetAttrPointer<int64_t>(1);  // mskv_attr::kDirH2D / kDirD2H
   const int64_t* layers = attrs->GetAttrPointer<int64_t>(3);
   const int64_t* aiv = attrs->GetAttrPointer<int64_t>(4);
   a->fmt = fmt == nullptr ? kMerged : *fmt;
@@ -45,15 +46,13 @@ inline ge::graphStatus ReadAttrs(gert::TilingContext* context, const char* op, c
     return Fail(op, "kv_format: expected 1 (MERGED_KV), 2 (SEPARATE_KV), 3 (MLA_KV) or 4 (DSA_KV), got %lld",
                 static_cast<long long>(a->fmt));
   }
-  if (dir == nullptr) dir = "d2h";
-  if (std::strcmp(dir, "d2h") == 0) a->d2h = true;
-  else if (std::strcmp(dir, "h2d") == 0) a->d2h = false;
-  else return Fail(op, "direction: expected \"d2h\" or \"h2d\", got \"%s\"", dir);
-  if (layout == nullptr) layout = defaultLayout;
-  a->bnsd = std::strcmp(layout, "BNSD") == 0;
-  if (!a->bnsd && std::strcmp(layout, "BSND") != 0) {
-    return Fail(op, "cache_layout: expected \"BSND\" or \"BNSD\", got \"%s\"", layout);
+  const int64_t d = dir == nullptr ? defaultDirection : *dir;
+  if (d != mskv_attr::kDirD2H && d != mskv_attr::kDirH2D) {
+    return Fail(op, "direction: expected %lld (h2d) or %lld (d2h), got %lld", static_cast<long long>(mskv_attr::kDirH2D),
+                static_cast<long long>(mskv_attr::kDirD2H), static_cast<long long>(d));
   }
+  a->d2h = d == mskv_attr::kDirD2H;
+  if (LayoutAttr(context, 2, op, defaultLayout, &a->bnsd) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   if (a->bnsd && (a->fmt == kMla || a->fmt == kDsa)) {
     return Fail(op, "cache_layout: MLA_KV / DSA_KV caches are [num_blocks, block_size, hidden]; expected \"BSND\", "
                 "got \"BNSD\"");

@@ -34,13 +34,8 @@ ge::graphStatus ReshapeAndCacheTiling(gert::TilingContext* context) {
   const gert::Shape& sm = shapes[kSlotMapping]->GetStorageShape();
 
   // ---- attrs
-  const gert::RuntimeAttrs* attrs = context->GetAttrs();
-  const char* layout = attrs == nullptr ? nullptr : attrs->GetAttrPointer<char>(0);
-  if (layout == nullptr) layout = "BSND";
-  const bool bnsd = std::strcmp(layout, "BNSD") == 0;
-  if (!bnsd && std::strcmp(layout, "BSND") != 0) {
-    return Fail(kOp, "cache_layout: expected \"BSND\" or \"BNSD\", got \"%s\"", layout);
-  }
+  bool bnsd = false;
+  if (LayoutAttr(context, 0, kOp, mskv_attr::kLayoutBSND, &bnsd) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
 
   // ---- dtypes
   const ge::DataType dt = context->GetInputDesc(kKeyCache)->GetDataType();
@@ -120,7 +115,7 @@ class MskvReshapeAndCache : public OpDef {
   explicit MskvReshapeAndCache(const char* name) : OpDef(name) {
     Declare(*this, mskv_tiling::kKvDTypes, mskv_tiling::kIndexDTypes, mskv_tiling::kStatusDTypes,
             mskv_tiling::kNdFormats);
-    this->Attr("cache_layout").AttrType(OPTIONAL).String("BSND");
+    this->Attr("cache_layout").AttrType(OPTIONAL).Int(mskv_attr::kLayoutBSND);
     this->AICore().SetTiling(optiling::ReshapeAndCacheTiling);
     this->AICore().AddConfig("ascend910b");
     this->AICore().AddConfig("ascend910_93");

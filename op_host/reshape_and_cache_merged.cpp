@@ -34,13 +34,8 @@ ge::graphStatus ReshapeAndCacheMergedTiling(gert::TilingContext* context) {
   const gert::Shape& sm = shapes[kSlotMapping]->GetStorageShape();
 
   // ---- attrs
-  const gert::RuntimeAttrs* attrs = context->GetAttrs();
-  const char* layout = attrs == nullptr ? nullptr : attrs->GetAttrPointer<char>(0);
-  if (layout == nullptr) layout = "BSND";
-  const bool bnsd = std::strcmp(layout, "BNSD") == 0;
-  if (!bnsd && std::strcmp(layout, "BSND") != 0) {
-    return Fail(kOp, "cache_layout: expected \"BSND\" or \"BNSD\", got \"%s\"", layout);
-  }
+  bool bnsd = false;
+  if (LayoutAttr(context, 0, kOp, mskv_attr::kLayoutBSND, &bnsd) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
 
   // ---- dtypes
   const ge::DataType dt = context->GetInputDesc(kKvCache)->GetDataType();
@@ -119,7 +114,7 @@ class MskvReshapeAndCacheMerged : public OpDef {
   explicit MskvReshapeAndCacheMerged(const char* name) : OpDef(name) {
     Declare(*this, mskv_tiling::kKvDTypes, mskv_tiling::kIndexDTypes, mskv_tiling::kStatusDTypes,
             mskv_tiling::kNdFormats);
-    this->Attr("cache_layout").AttrType(OPTIONAL).String("BSND");
+    this->Attr("cache_layout").AttrType(OPTIONAL).Int(mskv_attr::kLayoutBSND);
     this->AICore().SetTiling(optiling::ReshapeAndCacheMergedTiling);
     this->AICore().AddConfig("ascend910b");
     this->AICore().AddConfig("ascend910_93");

@@ -24,7 +24,7 @@ class MskvRopeReshapeAndCacheMerged : public OpDef {
     Declare(*this, mskv_rope_tiling::kRopePDTypes, mskv_rope_tiling::kRopeTDTypes, mskv_rope_tiling::kRopeCDTypes,
             mskv_rope_tiling::kRopeSDTypes, mskv_rope_tiling::kRopeFormats);
     this->Attr("is_neox_style").AttrType(OPTIONAL).Bool(true);
-    this->Attr("cache_layout").AttrType(OPTIONAL).String("BSND");
+    this->Attr("cache_layout").AttrType(OPTIONAL).Int(mskv_attr::kLayoutBSND);
     this->AICore().SetTiling(optiling::RopeReshapeAndCacheTiling);
     this->AICore().AddConfig("ascend910b");
     this->AICore().AddConfig("ascend910_93");

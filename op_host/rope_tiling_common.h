@@ -191,14 +191,9 @@ inline bool BoolAttr(gert::TilingContext* context, size_t i, bool dflt) {
   return v == nullptr ? dflt : *v;
 }
 
+// cache_layout attribute at OpDef index i (Int code, default BSND): mskv_tiling::LayoutAttr.
 inline ge::graphStatus LayoutAttr(gert::TilingContext* context, size_t i, const char* op, bool* bnsd) {
-  const gert::RuntimeAttrs* attrs = context->GetAttrs();
-  const char* layout = attrs == nullptr ? nullptr : attrs->GetAttrPointer<char>(i);
-  if (layout == nullptr) layout = "BSND";
-  *bnsd = std::strcmp(layout, "BNSD") == 0;
-  if (!*bnsd && std::strcmp(layout, "BSND") != 0)
-    return Fail(op, "cache_layout: expected \"BSND\" or \"BNSD\", got \"%s\"", layout);
-  return ge::GRAPH_SUCCESS;
+  return mskv_tiling::LayoutAttr(context, i, op, mskv_attr::kLayoutBSND, bnsd);
 }
 
 // Number of heads of a [T', H, D] or [T', H * D] tensor with T' = rows; -1 (after an error line) if not.

@@ -32,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
 #: aclnn parameter type of an OpDef attribute type (opbuild: String -> char *, Int -> int64_t,
-#: Bool -> bool, Float -> double)
+#: Bool -> bool, Float -> double); the OpDef type of an AttrSpec is its kernel_type (coded names are Int)
 _ACLNN_ATTR = {"int": "int64_t ", "bool": "bool ", "float": "double ", "str": "char *"}
 
 ACL_META_STUB = """#pragma once
@@ -64,7 +64,7 @@ def aclnn_header(spec):
     ``uint64_t *workspaceSize, aclOpExecutor **executor``; plus the launch function."""
     params = [f"const {'aclTensorList' if t.dynamic else 'aclTensor'} *{_camel(t.name)}"
               f"{'Optional' if t.optional else ''}" for t in spec.inputs]
-    params += [f"{_ACLNN_ATTR[a.type]}{_camel(a.name)}" for a in spec.attrs]
+    params += [f"{_ACLNN_ATTR[a.kernel_type]}{_camel(a.name)}" for a in spec.attrs]  # coded names: Int
     params += [f"const aclTensor *{_camel(o.name)}" for o in spec.outputs]
     params += ["uint64_t *workspaceSize", "aclOpExecutor **executor"]
     guard = f"ACLNN_MSKV_{spec.name.upper()}_H_"
@@ -319,8 +319,8 @@ def opapi_source(specs):
                 pushes.append(f'PT(\'T\', "{t.name}", {cname}, {like})')
         for a in spec.attrs:
             cname = _camel(a.name)
-            params.append(f"{_ACLNN_ATTR[a.type]}{cname}")
-            fn = {"str": "PS", "int": "PI", "bool": "PB", "float": "PD"}[a.type]
+            params.append(f"{_ACLNN_ATTR[a.kernel_type]}{cname}")
+            fn = {"str": "PS", "int": "PI", "bool": "PB", "float": "PD"}[a.kernel_type]
             pushes.append(f'{fn}("{a.name}", {cname})')
         for o in spec.outputs:
             cname = _camel(o.name)
@@ -369,7 +369,8 @@ def build(base):
     src = base / "fake_opapi.cpp"
     src.write_text(opapi_source(specs))
     _run([cxx, "-shared", "-fPIC", "-O1", "-std=c++17", "-D_GLIBCXX_USE_CXX11_ABI=0", "-I", str(HERE / "fake_acl"),
-          "-I", str(inc), "-I", str(ROOT / "ms_kvcache" / "csrc"), "-I", str(ROOT / "cpu_kernel"), "-o",
+          "-I", str(inc), "-I", str(ROOT / "ms_kvcache" / "csrc"), "-I", str(ROOT / "cpu_kernel"),
+          "-I", str(ROOT / "op_host"), "-o",  # op_host: mskv_attr_codes.h (aot_abi.h)
           str(vendor / "op_api" / "lib" / "libcust_opapi.so"), str(src), str(ROOT / "ms_kvcache" / "csrc" / "aot_bridge.cpp"),
           "-ldl"])
     return {"ascendcl": acl, "nnopbase": nnop, "vendor": vendor, "include": inc}

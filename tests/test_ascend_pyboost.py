@@ -99,8 +99,8 @@ def test_module_has_a_shim_per_kernel_op():
     mod = _module_or_skip()
     compiled = dict(mod.ops())
     assert compiled == {s.op_type: _aclnn.signature(s) for s in FA.kernel_specs()}
-    assert compiled["MskvReshapeAndCache"] == "TTTTTsO"
-    assert compiled["MskvMultiLayerKvTransfer"] == "TTLissiiO"
+    assert compiled["MskvReshapeAndCache"] == "TTTTTiO"  # cache_layout: an int code
+    assert compiled["MskvMultiLayerKvTransfer"] == "TTLiiiiiO"  # direction, cache_layout: int codes
     assert compiled["MskvRopeConcatAndCacheMla"] == "TTTTTTTTTbdOOO"
 
 
@@ -159,7 +159,9 @@ def test_module_compiles_against_cann_form_headers(npu_files, tmp_path):
     bad = tmp_path / "inc"
     shutil.copytree(npu_files["include"], bad)
     h = bad / "aclnn_mskv_reshape_and_cache.h"
-    h.write_text(h.read_text().replace("char *cacheLayout", "int64_t cacheLayout"))
+    text = h.read_text()
+    assert "int64_t cacheLayout" in text
+    h.write_text(text.replace("int64_t cacheLayout", "char *cacheLayout"))  # the string form: must not compile
     res = compile_with(bad)
     assert res.returncode != 0 and "aclnnMskvReshapeAndCacheGetWorkspaceSize differs from the OpSpec" in res.stderr
 
@@ -183,9 +185,9 @@ def test_reshape_and_cache_through_aclnn(npu, rng):
     (ws,) = npu.rt.events("ws")
     assert [(p["k"], p["name"]) for p in ws["params"]] == [
         ("T", "key"), ("T", "value"), ("T", "key_cache"), ("T", "value_cache"), ("T", "slot_mapping"),
-        ("s", "cache_layout"), ("O", "status")]
+        ("i", "cache_layout"), ("O", "status")]
     params = ws["params"]
-    assert params[5]["v"] == "BNSD"
+    assert params[5]["v"] == 1  # "BNSD" as its code (op_host/mskv_attr_codes.h: kLayoutBNSD)
     assert params[0]["v"]["shape"] == [5, 2, 16] and params[0]["v"]["dtype"] == 1  # ACL_FLOAT16
     assert params[0]["v"]["strides"] == [32, 16, 1] and params[0]["v"]["format"] == 2  # ND
     assert params[4]["v"]["dtype"] == 9                                                # ACL_INT64
@@ -548,7 +550,7 @@ def test_sim_kernel_on_the_launch_address_table(npu, rng, direction):
     arr_slots = _array_at(npu.rt, p["slot_mapping"]["v"], np.int64)
     arr_caches = [_array_at(npu.rt, t, np.float16) for t in p["kv_caches"]["v"]]
     attrs = {k: p[k]["v"] for k in ("kv_format", "direction", "cache_layout", "num_layers", "aiv_num")}
-    assert attrs["direction"] == direction and attrs["num_layers"] == L
+    assert attrs["direction"] == {"h2d": 1, "d2h": 2}[direction] and attrs["num_layers"] == L  # int codes
     expect_caches = [a.copy() for a in arr_caches]
     expect_host = host.copy()
     if direction == "d2h":

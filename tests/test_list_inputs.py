@@ -62,7 +62,7 @@ def test_primitive_instances_carry_counts_and_written_set():
     assert cb.attrs["dyn_input_sizes"] == [3, 3, -1] and cb.attrs["side_effect_mem"]
     assert type(cb) is type(cb_mod._Prim("cpu", 40))
     kt = kt_mod._Prim("cpu", (8,), int(SEPARATE), "d2h", "BSND", 4, 0)
-    assert kt.attrs["dyn_input_sizes"] == [-1, -1, 8] and kt.attrs["direction"] == "d2h"
+    assert kt.attrs["dyn_input_sizes"] == [-1, -1, 8] and kt.attrs["direction"] == 2  # "d2h", int-coded
     bt = bt_mod._Prim("cpu", (3, 183), int(DSA), "h2d", "BSND", 61, 0)
     assert bt.attrs["dyn_input_sizes"] == [-1, -1, 3, 183]
     assert _custom.prim_class(bt_mod.SPEC) is bt_mod._Prim
@@ -124,7 +124,7 @@ def _fast_kernel(spec, attr_values, counts):
     pyboost = pytest.importorskip("ms_kvcache._cpu_pyboost")
     from ms_kvcache import _cpu
 
-    attrs = {a.name: v for a, v in zip(spec.attrs, attr_values)}
+    attrs = spec.kernel_attrs({a.name: v for a, v in zip(spec.attrs, attr_values)})  # named modes -> int codes
     attrs.update(mskv_strict=True, dyn_input_sizes=spec.dyn_input_sizes(counts))
     return pyboost, pyboost.kernel(_cpu.__file__, spec.op_type, spec.name, attrs)
 

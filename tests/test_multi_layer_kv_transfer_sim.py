@@ -228,8 +228,12 @@ def test_tiling_rejects_bad_shapes_cleanly():
     g2 = _geo(MLA, "BSND", L=2, nb=4, bs=4)
     expect_tiling_error(OP, [np.zeros(buffer_shape(g2, 5), np.float16), slots, flat_caches(g2, g2.random_planes(
         rng, "float16")), status()], dict(attrs(g2, "d2h"), cache_layout="BNSD"), "Ascend910B1", "BSND")
-    expect_tiling_error(OP, [good, slots, caches, status()], dict(attrs(geo, "d2h"), direction="up"), "Ascend910B1",
-                        "direction")
+    # an int code the OpDef does not define is a tiling error; a name that is no direction is refused before
+    expect_tiling_error(OP, [good, slots, caches, status()], dict(attrs(geo, "d2h"), direction=3), "Ascend910B1",
+                        "direction: expected 1 (h2d) or 2 (d2h), got 3")
+    with pytest.raises(ValueError, match=r"multi_layer_kv_transfer: attribute 'direction': expected one of "
+                                         r"\('d2h', 'h2d'\) or its int code \(h2d = 1, d2h = 2\), got 'up'"):
+        launch(OP, [good, slots, caches, status()], dict(attrs(geo, "d2h"), direction="up"))
     expect_tiling_error(OP, [good, slots, caches, status()], dict(attrs(geo, "d2h"), aiv_num=-1), "Ascend910B1",
                         "aiv_num")
     # zero-sized caches / rows: a no-op launch

@@ -275,7 +275,12 @@ def test_tiling_rejects_inconsistent_inputs():
     expect_tiling_error(OP, args(key=rand(rng, (9, 3, 64), "float16")), attrs, "Ascend910B1", "num_kv_heads")
     expect_tiling_error(OP, args(slots=np.zeros(10, np.int32)), attrs, "Ascend910B1", "slot_mapping", "T <= 9")
     expect_tiling_error(OP, args(positions=np.zeros(8, np.int64)), attrs, "Ascend910B1", "query", "8 rows")
-    expect_tiling_error(OP, c.arrays(), {"is_neox_style": True, "cache_layout": "NHD"}, "Ascend910B1", "cache_layout")
+    # cache_layout is an Int attribute (AttrSpec.codes): an undefined code is a tiling error, a name that is
+    # no layout is refused before the emulation
+    expect_tiling_error(OP, c.arrays(), {"is_neox_style": True, "cache_layout": 2}, "Ascend910B1",
+                        "cache_layout: expected 0 (BSND) or 1 (BNSD), got 2")
+    with pytest.raises(ValueError, match="attribute 'cache_layout': expected one of"):
+        expect_tiling_error(OP, c.arrays(), {"is_neox_style": True, "cache_layout": "NHD"}, "Ascend910B1", "x")
 
 
 def test_seeded_random_sample():

@@ -24,7 +24,7 @@ FIXTURE_SPEC = OpSpec(
     op_type="MskvFixtureCopy",
     inputs=(TensorSpec("x", "T", (2,)), TensorSpec("cache", "T", (2,), inplace=True), TensorSpec("idx", "S", (1,))),
     dtype_groups={"T": KV_DTYPES, "S": INDEX_DTYPES},
-    attrs=(AttrSpec("mode", "str", "fast", ("fast", "safe")),),
+    attrs=(AttrSpec("mode", "str", "fast", ("fast", "safe"), (("fast", 0), ("safe", 1))),),
 )
 
 
@@ -63,7 +63,8 @@ def test_fixture_parse():
     assert len(rows310) == 6 and not any("bfloat16" in r for r in rows310)
     assert all(x == "ND" for r in fmts for x in r)
     (a,) = f.attrs
-    assert (a.name, a.type, a.required, a.default) == ("mode", "str", False, "fast")
+    # a named int constant as the default is resolved (kModeFast = 0)
+    assert (a.name, a.type, a.required, a.default) == ("mode", "int", False, 0)
 
 
 MUTATIONS = [
@@ -89,8 +90,10 @@ MUTATIONS = [
     ("op_host/fixture_copy.cpp", 'this->Input("x").ParamType(REQUIRED).DataType(kData).FormatList({ge::FORMAT_ND})',
      'this->Input("x").ParamType(REQUIRED).DataType(kData).FormatList({ge::FORMAT_NCHW})',
      "ascend910b, ascend910_93: expected format ND everywhere, got ['NCHW']"),
-    ("op_host/fixture_copy.cpp", '.String("fast")', '.String("safe")', "attr 'mode': expected default 'fast', got 'safe'"),
-    ("op_host/fixture_copy.cpp", '.String("fast")', '.Int(1)', "attr 'mode': expected type str, got int"),
+    ("op_host/fixture_copy.cpp", '.Int(kModeFast)', '.Int(kModeSafe)', "attr 'mode': expected default 0 ('fast'), got 1"),
+    ("op_host/fixture_copy.cpp", '.Int(kModeFast)', '.Int(1)', "attr 'mode': expected default 0 ('fast'), got 1"),
+    ("op_host/fixture_copy.cpp", '.Int(kModeFast)', '.String("fast")',
+     "attr 'mode': expected type int (named values ('fast', 'safe') are int-coded, AttrSpec.codes), got str"),
     ("op_host/fixture_copy.cpp", 'AttrType(OPTIONAL)', 'AttrType(REQUIRED)',
      "attr 'mode': expected AttrType OPTIONAL, got REQUIRED"),
     ("op_host/fixture_copy.cpp", 'this->Attr("mode")', 'this->Attr("layout")', "attrs: expected ['mode'], got ['layout']"),
@@ -191,9 +194,9 @@ def test_emulation_registry_is_compared():
     ov = [c for c in bad["configs"] if c["soc"] == "ascend310p"][0]
     for p in ov["inputs"] + ov["outputs"]:   # the emulation would see a 310P row dropped
         p["dtypes"] = p["dtypes"][:-1]
-    bad["attrs"][0]["default"] = "safe"
+    bad["attrs"][0]["default"] = 1
     lines = S.check_op(FIXTURE_SPEC, FIXTURE_SRC, sim=lambda t: bad)
-    assert "MskvFixtureCopy: emulation opdef: attr 'mode': expected default 'fast', got 'safe'" in lines
+    assert "MskvFixtureCopy: emulation opdef: attr 'mode': expected default 0 ('fast'), got 1" in lines
     assert any(ln.startswith("MskvFixtureCopy: emulation opdef: ascend310p: missing dtype rows (int8,int8,int64,int32)")
                for ln in lines), lines
 
@@ -229,3 +232,69 @@ def test_main_prints_a_one_line_summary_on_success(capsys):
     ops = S.repository_ops(ROOT)
     assert len(out) == 1 and out[0].startswith(f"OK: {len(ops)} AscendC op(s) in "), out
     assert out[0].endswith(", ".join(ops))
+
+
+# ------------------------------------------------------------------------------------------ int-coded attributes
+def test_repository_has_no_string_attribute():
+    """No op declares a String attribute for its kernels: MindSpore 2.7.x / 2.8.0 cannot pass one to an Ascend
+    C op (no str type in their aclnn generator), so named modes are int-coded (AttrSpec.codes)."""
+    from ms_kvcache._spec import kernel_pending
+
+    pending_str = set()
+    for spec in all_specs():
+        for a in spec.attrs:
+            if kernel_pending(spec):  # cpu-only until its AscendC kernel lands (the quantized writes)
+                if a.kernel_type == "str":
+                    pending_str.add((spec.name, a.name))
+                continue
+            assert a.kernel_type != "str", (spec.name, a.name)
+    # quant_mode is still a string on the cpu kernels; it must become int-coded with its AscendC kernel
+    assert {n for _, n in pending_str} <= {"quant_mode"}, pending_str
+    for op in REPO_OPS:
+        facts = S.parse_opdef(ROOT / "op_host" / f"{op}.cpp", S.op_type_of(op))
+        assert [a.name for a in facts.attrs if a.type == "str"] == [], op
+
+
+def test_attr_code_constants_agree():
+    assert S.check_attr_codes(ROOT, all_specs()) == []
+    ints = S._int_constants(S._strip_comments((ROOT / S.ATTR_CODES_HEADER).read_text()))
+    # written out here, not derived: the codes documented in docs/design.md
+    assert {k: ints[k] for k in ("kLayoutBSND", "kLayoutBNSD", "kDirH2D", "kDirD2H")} == {
+        "kLayoutBSND": 0, "kLayoutBNSD": 1, "kDirH2D": 1, "kDirD2H": 2}
+
+
+@pytest.mark.parametrize("old,new,expect", [
+    ("kLayoutBNSD = 1;", "kLayoutBNSD = 2;", "kLayoutBNSD = 2, but AttrSpec codes cache_layout 'BNSD' = 1"),
+    ("constexpr int64_t kDirD2H = 2;", "", "no constant kDirD2H (direction 'd2h' = 2)"),
+])
+def test_attr_code_constant_mismatch_is_reported(tmp_path, old, new, expect):
+    (tmp_path / "op_host").mkdir()
+    text = (ROOT / S.ATTR_CODES_HEADER).read_text()
+    assert old in text
+    (tmp_path / S.ATTR_CODES_HEADER).write_text(text.replace(old, new))
+    lines = S.check_attr_codes(tmp_path, all_specs())
+    assert any(expect in ln for ln in lines), lines
+
+
+def test_attr_codes_differing_between_ops_are_reported():
+    other = OpSpec(name="fixture_other", op_type="MskvFixtureOther", inputs=(TensorSpec("x", "T", (1,)),),
+                   dtype_groups={"T": ("float16",)},
+                   attrs=(AttrSpec("cache_layout", "str", "BSND", codes=(("BSND", 1), ("BNSD", 0))),))
+    lines = S.check_attr_codes(ROOT, list(all_specs()) + [other])
+    assert any("MskvFixtureOther: attr 'cache_layout': codes {'BSND': 1, 'BNSD': 0} differ" in ln for ln in lines), lines
+
+
+def test_attrspec_codes():
+    a = AttrSpec("cache_layout", "str", "BNSD", codes=(("BSND", 0), ("BNSD", 1)))
+    assert a.choices == ("BSND", "BNSD") and a.kernel_type == "int" and a.kernel_default == 1
+    assert (a.encode("BSND"), a.encode("BNSD"), a.decode(1), a.decode(0)) == (0, 1, "BNSD", "BSND")
+    with pytest.raises(ValueError, match=r"argument 'cache_layout': expected one of \('BSND', 'BNSD'\), got 'bsnd'"):
+        a.encode("bsnd")
+    plain = AttrSpec("num_layers", "int", 1)
+    assert plain.kernel_type == "int" and plain.encode(7) == 7
+    for bad in (dict(type="int"), dict(default="NHD"), dict(codes=(("BSND", 0), ("BNSD", 0))),
+                dict(choices=("BSND", "NHD"))):
+        kw = dict(name="x", type="str", default="BSND", codes=(("BSND", 0), ("BNSD", 1)))
+        kw.update(bad)
+        with pytest.raises(ValueError):
+            AttrSpec(**kw)

@@ -59,8 +59,11 @@ WHEEL_VENDOR_DIR = Path(__file__).resolve().parent.parent / "opp" / "vendors" / 
 #: Ascend C (aclnn) op: ``Custom._generate_get_workspace_size_func`` parses the installed
 #: ``op_api/include/aclnn_<op>.h`` prototype into the attribute ``custom_inputs_type``, and with it the
 #: kernel factory picks ``CustomV2AclnnKernelMod``, which converts the primitive's inputs (regrouped by
-#: ``dyn_input_sizes``) one by one to those types: scalars (bool, int64_t, double, char*) included, read
-#: from the inputs, not from primitive attributes.
+#: ``dyn_input_sizes``) one by one to those types: scalars (bool, int64_t, double) included, read from the
+#: inputs, not from primitive attributes. The Python half of this is the same in 2.7.0-2.10.0 (read in each
+#: wheel; 2.7.0 also registers the reg_info attrs as inputs, ``Custom._convert_attr_to_input``), except that
+#: a string attribute fails before 2.9 (no ``str``/``char*`` type), so named modes travel as int codes
+#: (``AttrSpec.codes``).
 ATTRS_AS_INPUTS = True
 
 #: Ops implemented on Ascend by the ACL runtime (backend functions of this module), not by a kernel.
@@ -70,7 +73,9 @@ _MS_DTYPE_PREFIX = {
     "float16": "F16", "bfloat16": "BF16", "float32": "F32", "float64": "F64", "int8": "I8",
     "uint8": "U8", "int16": "I16", "int32": "I32", "int64": "I64", "bool": "BOOL",
 }
-_MS_ATTR_TYPE = {"str": "str", "int": "int", "float": "float", "bool": "bool"}
+#: reg_info attribute type of an AttrSpec kernel type. No "str": MindSpore 2.7.x / 2.8.0's aclnn code generator
+#: raises "Unsupported type: str" for it (named modes are int-coded, ``AttrSpec.codes``).
+_MS_ATTR_TYPE = {"int": "int", "float": "float", "bool": "bool"}
 
 
 class PackageNotFoundError(RuntimeError):
@@ -267,7 +272,8 @@ def reg_info(spec, soc=None):
     ``optional`` inputs as "optional", ``dynamic`` inputs (lists of tensors) as "dynamic", one
     ``dtype_format`` row per ``spec.dtype_rows(soc)`` (all ND
     = MindSpore "DefaultFormat"), attrs in spec order (= OpDef attr order, which is also the order of
-    the attribute parameters of the generated aclnn API) as "required" with no value: their values
+    the attribute parameters of the generated aclnn API; type ``AttrSpec.kernel_type``, so a named mode is
+    an "int") as "required" with no value: their values
     are trailing inputs of the primitive (:data:`ATTRS_AS_INPUTS`). MindSpore counts the reg_info attrs
     as inputs (``CustomCodeGenerator._get_input_output_types``) and checks that inputs + attrs +
     outputs + 2 equals the number of parameters of the installed aclnn prototype.
@@ -287,9 +293,9 @@ def reg_info(spec, soc=None):
     for i, t in enumerate(spec.outputs):
         r.output(i, t.name, "required")
     for a in spec.attrs:
-        if a.type not in _MS_ATTR_TYPE:
-            raise ValueError(f"reg_info: attr {a.name!r} of {spec.op_type} has unsupported type {a.type!r}")
-        r.attr(a.name, "required", _MS_ATTR_TYPE[a.type])
+        if a.kernel_type not in _MS_ATTR_TYPE:
+            raise ValueError(f"reg_info: attr {a.name!r} of {spec.op_type} has unsupported type {a.kernel_type!r}")
+        r.attr(a.name, "required", _MS_ATTR_TYPE[a.kernel_type])
     fmts = spec.extra.get("formats", {})
     for row in spec.dtype_rows(soc):
         names = [t.name for t in spec.inputs + spec.outputs]
@@ -703,7 +709,7 @@ def _plan(spec, attr_values, counts):
     """The module's per-parameter plan (prototype order), the flat input count and the output sources."""
     from ms_kvcache import _custom
 
-    attrs = spec.attr_values(attr_values)
+    attrs = spec.kernel_attrs(spec.attr_values(attr_values))  # coded names as their ints (AttrSpec.codes)
     it = iter(spec.counts(counts)) if spec.has_dynamic else iter(())
     plan, j = [], 0
     for t in spec.inputs:
@@ -717,7 +723,8 @@ def _plan(spec, attr_values, counts):
     kinds = {"str": "s", "int": "i", "bool": "b", "float": "d"}
     for a in spec.attrs:
         v = attrs[a.name]
-        plan.append((kinds[a.type], {"s": str, "i": int, "b": bool, "d": float}[kinds[a.type]](v)))
+        k = kinds[a.kernel_type]
+        plan.append((k, {"s": str, "i": int, "b": bool, "d": float}[k](v)))
     out_like = list(_custom.output_sources(spec, counts))
     if out_like:
         plan += [("O", k) for k in range(len(out_like))]

@@ -26,8 +26,23 @@
 #include <thread>
 #include <vector>
 
+// MindSpore versions: cmake/pyboost.cmake finds where the installed MindSpore keeps pipeline.h
+// (ccsrc/runtime/pipeline/ in 2.7, ccsrc/include/runtime/pipeline/ from 2.8) and whether PyboostRunner has
+// Call<N>(op_name, func, ...) (2.10) or only Call<N>(func, ...) (2.7-2.9), and passes MSKV_PIPELINE_HEADER /
+// MSKV_PYBOOST_CALL_HAS_OP_NAME. ms_extension/api.h itself includes the pyboost_extension.h of its version.
 #include "ms_extension/api.h"
+#if defined(MSKV_PIPELINE_HEADER)
+#include MSKV_PIPELINE_HEADER
+#elif __has_include("include/runtime/pipeline/pipeline.h")
 #include "include/runtime/pipeline/pipeline.h"
+#else
+#include "runtime/pipeline/pipeline.h"
+#endif
+#if defined(MSKV_TENSOR_ADDRESS_IS_DEVICE_SYNC)
+// MindSpore 2.7.0: Tensor::device_address() is a DeviceSync (no device type); the DeviceAddress it points to
+// has one (libmindspore_ops_kernel_common, linked for this version by cmake/pyboost.cmake)
+#include "common/device_address.h"
+#endif
 
 #include "aot_bridge.h"
 #include "index_check.h"
@@ -36,7 +51,25 @@
 #define MSKV_MS_VERSION "unknown"
 #endif
 
+#if defined(MSKV_PYBOOST_CALL_HAS_OP_NAME)
+#define MSKV_PYBOOST_FEATURES "call-with-op-name"
+#else
+#define MSKV_PYBOOST_FEATURES "call-without-op-name"
+#endif
+
 namespace {
+
+// PyboostRunner::Call<N>: with the op name where the API takes one (MindSpore 2.10: the name of its
+// profiler event), else the older form (the name is then derived from the function type).
+template <int N, typename F, typename... A>
+py::object PyboostCall(const std::string& op_name, F func, A&&... args) {
+#if defined(MSKV_PYBOOST_CALL_HAS_OP_NAME)
+  return ms::pynative::PyboostRunner::Call<N>(op_name, func, std::forward<A>(args)...);
+#else
+  (void)op_name;
+  return ms::pynative::PyboostRunner::Call<N>(func, std::forward<A>(args)...);
+#endif
+}
 
 const char* DTypeName(ms::TypeId t) {
   switch (t) {
@@ -88,7 +121,13 @@ class AotRunner : public ms::pynative::PyboostRunner {
       shapes[i] = const_cast<int64_t*>(s.data());
       dtypes[i] = DTypeName(t.data_type());
     };
-    for (size_t i = 0; i < ins.size(); ++i) put(i, ins[i]);
+    for (size_t i = 0; i < ins.size(); ++i) {
+      if (!ins[i].is_contiguous()) {
+        throw std::runtime_error("ms_kvcache: " + mskv_bridge::KernelName(*k_) + ": input " + std::to_string(i) +
+                                 " is not contiguous (the fast path passes tensors as they are)");
+      }
+      put(i, ins[i]);
+    }
     int32_t status = 0;
     int64_t status_shape = 1;
     if (outs.empty()) {
@@ -132,7 +171,7 @@ void EvalNoOutput(const std::shared_ptr<Op>& op, const std::vector<ms::Tensor>& 
 
 template <int N>
 py::object CallWithOutputs(const std::shared_ptr<Op>& op, std::vector<ms::Tensor> ins) {
-  return ms::pynative::PyboostRunner::Call<N>(mskv_bridge::KernelName(*op->k), Eval, op, std::move(ins));
+  return PyboostCall<N>(mskv_bridge::KernelName(*op->k), Eval, op, std::move(ins));
 }
 
 py::object RunKernel(const KernelHolder& h, const py::args& args) {
@@ -140,6 +179,12 @@ py::object RunKernel(const KernelHolder& h, const py::args& args) {
   std::vector<ms::Tensor> ins;
   ins.reserve(args.size());
   for (const auto& a : args) ins.push_back(a.cast<ms::Tensor>());
+  // Inputs reach the kernel as they are, views included (the K / V planes of one merged cache): with
+  // PyboostRunner's default (need_contiguous) MindSpore 2.7.2 runs the kernel on a contiguous copy of a view
+  // with a storage offset (2.10 does not), and a cache written through that copy lost the write
+  // (tests/test_fast_path.py::test_cache_views_fast_path_and_fallback). The Python wrappers pass contiguous
+  // tensors only (read-only inputs made contiguous, written ones checked); LaunchKernel refuses any other.
+  for (const auto& t : ins) t.SetNeedContiguous(false);
   for (int j : op->out_like) {
     if (j < 0 || static_cast<size_t>(j) >= ins.size()) {
       throw py::value_error(mskv_bridge::KernelName(*op->k) + ": output shaped like input " + std::to_string(j) +
@@ -148,7 +193,7 @@ py::object RunKernel(const KernelHolder& h, const py::args& args) {
   }
   switch (op->out_like.size()) {
     case 0:
-      return ms::pynative::PyboostRunner::Call<0>(mskv_bridge::KernelName(*op->k), EvalNoOutput, op, std::move(ins));
+      return PyboostCall<0>(mskv_bridge::KernelName(*op->k), EvalNoOutput, op, std::move(ins));
     case 1: {
       py::object r = CallWithOutputs<1>(op, std::move(ins));
       return py::isinstance<py::tuple>(r) ? py::object(r.cast<py::tuple>()[0]) : r;
@@ -160,14 +205,24 @@ py::object RunKernel(const KernelHolder& h, const py::args& args) {
   }
 }
 
+// Whether a tensor's memory is host memory of MindSpore's CPU device.
+bool OnCpuDevice(const mindspore::tensor::TensorPtr& tp) {
+  if (tp == nullptr || tp->device_address() == nullptr) return false;
+#if defined(MSKV_TENSOR_ADDRESS_IS_DEVICE_SYNC)
+  const auto addr = std::dynamic_pointer_cast<mindspore::device::DeviceAddress>(tp->device_address());
+  return addr != nullptr && addr->GetDeviceType() == mindspore::device::DeviceType::kCPU;
+#else
+  return tp->device_address()->GetDeviceType() == mindspore::device::DeviceType::kCPU;
+#endif
+}
+
 // Index values of a host tensor, read without waiting for the pipeline. Only for tensors that are not
 // the output of a MindSpore op (those are still "stub" tensors here, tensor() == nullptr) and whose
 // memory is host memory (CPU device address, contiguous, int32/int64). Returns nullptr otherwise; the
 // caller then reads the values with Tensor.asnumpy(), which waits for pending ops.
 const void* HostIndexData(const ms::Tensor& t, size_t* elem, int64_t* n) {
   const auto& tp = t.tensor();
-  if (tp == nullptr || tp->device_address() == nullptr) return nullptr;
-  if (tp->device_address()->GetDeviceType() != mindspore::device::DeviceType::kCPU) return nullptr;
+  if (!OnCpuDevice(tp)) return nullptr;
   if (!t.is_contiguous()) return nullptr;
   const auto id = t.data_type();
   if (id != ms::TypeId::kNumberTypeInt32 && id != ms::TypeId::kNumberTypeInt64) return nullptr;
@@ -308,6 +363,7 @@ KernelHolder MakeKernel(const std::string& library, const std::string& symbol, c
 PYBIND11_MODULE(_cpu_pyboost, m) {
   m.doc() = "ms_kvcache PyNative fast path: AOT kernels launched through MindSpore's PyboostRunner";
   m.attr("mindspore_version") = MSKV_MS_VERSION;
+  m.attr("build_features") = MSKV_PYBOOST_FEATURES;
   py::class_<KernelHolder>(m, "Kernel")
       .def_property_readonly("name", [](const KernelHolder& h) { return mskv_bridge::KernelName(*h.op->k); })
       .def_property_readonly("out_like", [](const KernelHolder& h) { return h.op->out_like; });

@@ -20,7 +20,7 @@ not apply RW_WRITE to Parameters inside a tuple and graph mode would read stale 
 """
 import operator
 
-from ms_kvcache._formats import CACHE_LAYOUTS, KVCacheFormat
+from ms_kvcache._formats import CACHE_LAYOUTS, DIRECTIONS, KVCacheFormat
 from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES
 from ms_kvcache._spec import dtype_name as _dtype_name
 
@@ -29,9 +29,6 @@ __all__ = [
     "check_layout", "flatten_eager", "flatten_graph", "cache_planes", "check_index", "check_kv_dtypes",
     "check_aiv_num", "FORMAT_NAMES", "FORMAT_SPELLINGS",
 ]
-
-#: Accepted ``direction`` values: device (cache) -> host (buffer) and back.
-DIRECTIONS = ("d2h", "h2d")
 
 #: Names of the planes of each format (used in messages).
 PLANE_NAMES = {

@@ -25,7 +25,7 @@ from ms_kvcache import _backend
 from ms_kvcache import _validate as V
 from ms_kvcache._custom import (_get_cache_prim, _run_in_jit, check_graph_types, eager_launcher, graph_backend,
                                 nosync_checker, prim_class)
-from ms_kvcache._formats import CACHE_LAYOUTS, KVCacheFormat
+from ms_kvcache._formats import CACHE_LAYOUT_CODES, CACHE_LAYOUTS, DIRECTION_CODES, DIRECTIONS, KVCacheFormat
 from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, AttrSpec, OpSpec, TensorSpec, register
 from ms_kvcache.ops import _multi_layer as ML
 
@@ -158,8 +158,8 @@ SPEC = register(OpSpec(
     dtype_groups={"T": KV_DTYPES, "S": INDEX_DTYPES},
     attrs=(
         AttrSpec("kv_format", "int", int(KVCacheFormat.MERGED_KV), tuple(int(f) for f in KVCacheFormat)),
-        AttrSpec("direction", "str", "d2h", ML.DIRECTIONS),
-        AttrSpec("cache_layout", "str", "BSND", CACHE_LAYOUTS),
+        AttrSpec("direction", "str", "d2h", DIRECTIONS, DIRECTION_CODES),
+        AttrSpec("cache_layout", "str", "BSND", CACHE_LAYOUTS, CACHE_LAYOUT_CODES),
         AttrSpec("num_layers", "int", 1),
         AttrSpec("aiv_num", "int", 0),
     ),

@@ -5,7 +5,7 @@ from mindspore.ops.primitive import constexpr
 from ms_kvcache import _backend
 from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, graph_backend, prim_class
 from ms_kvcache._eager import EagerOp, Slots
-from ms_kvcache._formats import CACHE_LAYOUTS
+from ms_kvcache._formats import CACHE_LAYOUT_CODES, CACHE_LAYOUTS
 from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, register
 from ms_kvcache.ops.reshape_and_cache import cache_geometry, check_kv_rows
 
@@ -21,7 +21,7 @@ SPEC = register(OpSpec(
         TensorSpec("slot_mapping", "S", (1,)),
     ),
     dtype_groups={"T": KV_DTYPES, "S": INDEX_DTYPES},
-    attrs=(AttrSpec("cache_layout", "str", "BSND", CACHE_LAYOUTS),),
+    attrs=(AttrSpec("cache_layout", "str", "BSND", CACHE_LAYOUTS, CACHE_LAYOUT_CODES),),
 ))
 
 

@@ -13,7 +13,7 @@ from mindspore.ops.primitive import constexpr
 from ms_kvcache import _backend
 from ms_kvcache._custom import _get_cache_prim, _run_in_jit, empty_input, empty_input_graph, graph_backend, prim_class
 from ms_kvcache._eager import EagerOp
-from ms_kvcache._formats import CACHE_LAYOUTS
+from ms_kvcache._formats import CACHE_LAYOUT_CODES, CACHE_LAYOUTS
 from ms_kvcache._spec import FLOAT_DTYPES, INDEX_DTYPES, QUANT_CACHE_DTYPES, AttrSpec, OpSpec, TensorSpec, register
 from ms_kvcache.ops import _quant as Q
 from ms_kvcache.ops.reshape_and_cache import cache_geometry, check_kv_rows
@@ -41,7 +41,7 @@ SPEC = register(OpSpec(
     ),
     dtype_groups={"T": FLOAT_DTYPES, "Q": QUANT_CACHE_DTYPES, "S": INDEX_DTYPES, "F": ("float32",)},
     attrs=(
-        AttrSpec("cache_layout", "str", "BSND", CACHE_LAYOUTS),
+        AttrSpec("cache_layout", "str", "BSND", CACHE_LAYOUTS, CACHE_LAYOUT_CODES),  # the kernel reads the int code
         AttrSpec("kv_format", "int", Q.SEPARATE, (Q.MERGED, Q.SEPARATE)),
         AttrSpec("quant_mode", "str", "static", Q.MODES),
     ),

@@ -6,7 +6,7 @@ from mindspore.ops.primitive import constexpr
 from ms_kvcache import _backend
 from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, graph_backend, prim_class
 from ms_kvcache._eager import EagerOp, Positions, Slots
-from ms_kvcache._formats import CACHE_LAYOUTS
+from ms_kvcache._formats import CACHE_LAYOUT_CODES, CACHE_LAYOUTS
 from ms_kvcache._spec import FLOAT_DTYPES, INDEX_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, register
 from ms_kvcache.ops import _rope_common as R
 from ms_kvcache.ops.rope_reshape_and_cache import check_gqa
@@ -33,7 +33,7 @@ SPEC = register(OpSpec(
     group_rules=R.COS_SIN_RULE,
     attrs=(
         AttrSpec("is_neox_style", "bool", True, (True, False)),
-        AttrSpec("cache_layout", "str", "BSND", CACHE_LAYOUTS),
+        AttrSpec("cache_layout", "str", "BSND", CACHE_LAYOUTS, CACHE_LAYOUT_CODES),
     ),
     extra={"out_shape": R.out_like(1, 2), "out_dtype": R.out_like(1, 2)},
 ))

@@ -11,7 +11,7 @@ from mindspore.ops.primitive import constexpr
 from ms_kvcache import _backend
 from ms_kvcache._custom import _get_cache_prim, _run_in_jit, empty_input, empty_input_graph, graph_backend, prim_class
 from ms_kvcache._eager import EagerOp
-from ms_kvcache._formats import CACHE_LAYOUTS
+from ms_kvcache._formats import CACHE_LAYOUT_CODES, CACHE_LAYOUTS
 from ms_kvcache._spec import FLOAT_DTYPES, INDEX_DTYPES, QUANT_CACHE_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, \
     register
 from ms_kvcache.ops import _quant as Q
@@ -49,7 +49,7 @@ SPEC = register(OpSpec(
     group_rules=R.COS_SIN_RULE,
     attrs=(
         AttrSpec("is_neox_style", "bool", True, (True, False)),
-        AttrSpec("cache_layout", "str", "BSND", CACHE_LAYOUTS),
+        AttrSpec("cache_layout", "str", "BSND", CACHE_LAYOUTS, CACHE_LAYOUT_CODES),  # the kernel reads the int code
         AttrSpec("kv_format", "int", Q.SEPARATE, (Q.MERGED, Q.SEPARATE)),
         AttrSpec("quant_mode", "str", "static", Q.MODES),
     ),

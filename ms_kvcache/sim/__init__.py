@@ -175,7 +175,9 @@ def tiling(op, inputs, attrs=None, soc="Ascend910B1", outputs=None, kernel_type=
         op (str): op type as registered (CamelCase, e.g. ``"MskvReshapeAndCache"``; see :func:`ops`).
         inputs (list): one entry per OpDef input, in order: ``(shape, dtype[, format])``, a dict, a numpy
             array, or None for an absent OPTIONAL input; a DYNAMIC input takes a list of such entries.
-        attrs (dict | None): ``{name: value}``; unset optional attributes take their OpDef default.
+        attrs (dict | None): ``{name: value}``; unset optional attributes take their OpDef default. The
+            named modes of ms_kvcache's ops (``cache_layout``, ``direction``: Int attributes in the OpDef)
+            may be given by name (``"BNSD"``) or code (``1``); see ``AttrSpec.codes``.
         soc (str): ``"Ascend910B1"`` (default; not the :func:`set_soc` default), ``"Ascend910B3"``,
             ``"Ascend910_9391"`` or ``"Ascend310P3"``.
         outputs (list | None): same form as ``inputs``, or None to infer them with the op's InferShape /
@@ -197,7 +199,7 @@ def tiling(op, inputs, attrs=None, soc="Ascend910B1", outputs=None, kernel_type=
             ``TilingDTypeRejectedError``.
         TypeError: an argument of the wrong type (e.g. ``op`` not a str).
     """
-    return _sim.tiling(op, inputs, attrs, soc, outputs, kernel_type)
+    return _sim.tiling(op, inputs, _kernel_attrs(op, attrs), soc, outputs, kernel_type)
 
 
 infer_shape = _sim.infer_shape
@@ -291,7 +293,8 @@ def check_tiling(op, inputs, attrs=None, soc=None):
             array, a ``(shape, dtype)`` pair (dtype a name, numpy or MindSpore dtype) or None for an
             absent optional input; a list of such entries for a DYNAMIC input (e.g. copy_blocks'
             ``key_caches``).
-        attrs (dict): attribute values by OpDef name (missing optional ones take their default).
+        attrs (dict): attribute values by OpDef name (missing optional ones take their default); named
+            modes by name or int code, as for :func:`tiling`.
         soc (str): SoC name; default :func:`get_soc` (what the sim backend launches on).
 
     Returns:
@@ -320,7 +323,7 @@ def check_tiling(op, inputs, attrs=None, soc=None):
             norm.append(tuple(_norm_tensor(y, f"inputs[{i}][{j}]") for j, y in enumerate(x)))
         else:
             norm.append(_norm_tensor(x, f"inputs[{i}]"))
-    attrs = dict(attrs or {})
+    attrs = _kernel_attrs(op_type, dict(attrs or {}))
     key = (op_type, soc, tuple(norm), tuple(sorted((k, _freeze(v)) for k, v in attrs.items())))
     hit = _TILING_CACHE.get(key)
     if hit is None:
@@ -500,7 +503,8 @@ def launch(op, arrays, attrs=None, soc=None, order=None, hazards=None, seed=0, g
             ``None`` (or the input array itself) for an output named like an input (CANN "ref"
             output, aliased). C-contiguous numpy arrays; bfloat16 via ``ml_dtypes``. Outputs and
             in-place inputs are written in place; nothing is written when an error is raised.
-        attrs (dict): attribute values by OpDef name; missing optional ones take their default.
+        attrs (dict): attribute values by OpDef name; missing optional ones take their default; named
+            modes by name or int code, as for :func:`tiling`.
         soc (str): SoC name (default :func:`get_soc`).
         order (str): ``"forward"``, ``"reverse"`` or ``"threads"`` (default :func:`get_order`).
         hazards (bool): run the pipe hazard tracker (default :func:`get_hazards`).
@@ -522,7 +526,8 @@ def launch(op, arrays, attrs=None, soc=None, order=None, hazards=None, seed=0, g
         TypeError, ValueError: wrong argument types / counts / non-contiguous arrays.
     """
     cin, cout = _split_arrays(op, arrays)
-    return _sim.launch(op, cin, cout, attrs, soc or "", order or "", -1 if hazards is None else int(bool(hazards)),
+    return _sim.launch(op, cin, cout, _kernel_attrs(op, attrs), soc or "", order or "",
+                       -1 if hazards is None else int(bool(hazards)),
                        int(seed), gm_copy or "always")
 
 
@@ -663,6 +668,41 @@ def _public_name(op_type):
     s = _sim.snake_case(op_type)
     pre = _sim.snake_case(OP_TYPE_PREFIX) + "_"
     return s[len(pre):] if op_type.startswith(OP_TYPE_PREFIX) and s.startswith(pre) else s
+
+
+def _kernel_attrs(op, attrs):
+    """``attrs`` with the names of an ms_kvcache op's int-coded attributes replaced by their codes
+    (``{"cache_layout": "BNSD"}`` -> ``{"cache_layout": 1}``; ``AttrSpec.codes``), so callers may name
+    modes as the Python API does. The emulated OpDef declares those attributes Int, as CANN does, and its
+    tiling reads (and range-checks) the int. Ops without an OpSpec (modules of :func:`build`) pass
+    unchanged.
+
+    Raises:
+        ValueError: a str that is not one of the attribute's names (the message names op and attribute).
+    """
+    if not attrs:
+        return attrs
+    op_type = _resolve_op_type(op) if isinstance(op, str) else op
+    if not op_type.startswith(OP_TYPE_PREFIX):
+        return attrs
+    try:
+        from ms_kvcache._spec import all_specs  # noqa: WPS433 - the registry of the public ops
+        import ms_kvcache.ops  # noqa: F401,WPS433 - registers them
+    except ImportError:
+        return attrs
+    spec = next((s for s in all_specs() if s.op_type == op_type), None)
+    if spec is None or not any(a.codes for a in spec.attrs):
+        return attrs
+    coded = {a.name: a for a in spec.attrs if a.codes}
+    out = dict(attrs)
+    for k, v in attrs.items():
+        if k in coded and isinstance(v, str):
+            a = coded[k]
+            if v not in a.choices:
+                raise ValueError(f"{spec.name}: attribute '{k}': expected one of {a.choices} or its int code "
+                                 f"({', '.join(f'{n} = {c}' for n, c in a.codes)}), got {v!r}")
+            out[k] = a.encode(v)
+    return out
 
 
 def _resolve_op_type(op):

@@ -1,0 +1,34 @@
+// Integer codes of the named-mode attributes (cache_layout, direction), shared by the OpDefs and tilings
+// in op_host/ and the native CPU kernels in cpu_kernel/.
+//
+// The declaration is ms_kvcache/_spec.py (AttrSpec.codes, values in ms_kvcache/_formats.py); the
+// structural check (python -m ms_kvcache._structure) fails if a constant here differs from it. The
+// attributes are OpDef Int attributes (aclnn: int64_t) rather than String ones because MindSpore 2.7.x /
+// 2.8.0 cannot pass a string attribute to an Ascend C custom op (their aclnn code generator has no str /
+// char* type); the Python API still takes the names and encodes them.
+#ifndef MS_KVCACHE_OP_HOST_MSKV_ATTR_CODES_H_
+#define MS_KVCACHE_OP_HOST_MSKV_ATTR_CODES_H_
+
+#include <cstdint>
+
+namespace mskv_attr {
+
+// cache_layout: BSND = [num_blocks, block_size, num_kv_heads, head_size], BNSD = [num_blocks,
+// num_kv_heads, block_size, head_size] (the layout digit of the copy kernels' tiling keys).
+constexpr int64_t kLayoutBSND = 0;
+constexpr int64_t kLayoutBNSD = 1;
+
+// direction of the multi-layer transfers: CANN's aclrtMemcpyKind values.
+constexpr int64_t kDirH2D = 1;  // ACL_MEMCPY_HOST_TO_DEVICE: host buffer -> caches
+constexpr int64_t kDirD2H = 2;  // ACL_MEMCPY_DEVICE_TO_HOST: caches -> host buffer
+
+inline const char* LayoutName(int64_t code) {
+  return code == kLayoutBSND ? "BSND" : code == kLayoutBNSD ? "BNSD" : "unknown";
+}
+inline const char* DirectionName(int64_t code) {
+  return code == kDirH2D ? "h2d" : code == kDirD2H ? "d2h" : "unknown";
+}
+
+}  // namespace mskv_attr
+
+#endif  // MS_KVCACHE_OP_HOST_MSKV_ATTR_CODES_H_
