@@ -170,13 +170,22 @@ class _Runner:
         ms_kvcache.synchronize()
 
     def flip_bit(self, block):
-        """Testing: flip one bit of layer 0's key row at the first slot of ``block``."""
+        """Testing: flip the sign bit of one non-zero element of layer 0's key row at the first slot of
+        ``block``. The sign bit, not the lowest mantissa bit: a last-place change of one key element can be
+        rounded away in the attention scores, so the decode's bit-exact check would not see it."""
         from mindspore import Tensor
+
+        from ms_kvcache.demo.pipeline import DemoError
 
         p = self.net.kv_caches[0] if self.net.merged else self.net.key_caches[0]
         a = p.asnumpy().copy()
-        bits = a.view(f"u{a.dtype.itemsize}")
-        (bits[0] if self.net.merged else bits)[block, 0, 0, 0] ^= 1
+        keys = a[0] if self.net.merged else a
+        row = keys[block, 0].reshape(-1)  # the first slot's key row (all heads), a view into ``a``
+        nz = np.flatnonzero(row != 0)
+        if nz.size == 0:
+            raise DemoError(f"fault corrupt-kv: block {block}'s first key row is all zero")
+        bits = row.view(f"u{row.dtype.itemsize}")
+        bits[nz[0]] ^= np.array(1 << (8 * row.dtype.itemsize - 1), dtype=bits.dtype)
         p.set_data(Tensor.from_numpy(a))
 
 
