@@ -87,3 +87,23 @@ def rng(request):
 def cpu_backend():
     ms_kvcache.set_backend("cpu")
     yield "cpu"
+
+
+# The files that each take minutes (native builds in a subprocess: the ASan emulation build, a wheel built
+# and installed in its own venv, the end-to-end ``ms-kvcache bench --quick``, the CANN-form pyboost
+# module). Under ``-n 2 --dist loadfile`` they start first, one per worker, so the rest of the suite fills
+# in around them instead of one of them running alone at the end.
+SLOW_FILES_FIRST = ("test_sim_asan.py", "test_wheel_install.py", "test_cli.py", "test_ascend_pyboost.py")
+
+
+def pytest_configure(config):
+    # pytest-xdist's loadfile/loadscope scheduler sorts the files by their number of tests unless told
+    # not to; keep the collection order (below) instead
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Stable reorder: the files of SLOW_FILES_FIRST first, in that order; every other file keeps its place."""
+    rank = {name: i for i, name in enumerate(SLOW_FILES_FIRST)}
+    items.sort(key=lambda it: rank.get(it.path.name, len(rank)))
