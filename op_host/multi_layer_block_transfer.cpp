@@ -193,10 +193,8 @@ ge::graphStatus MultiLayerBlockTransferTiling(gert::TilingContext* context) {
   td.set_segsPerLoop(segs);
   td.set_pieceElems(pieces);
 
-  context->SetBlockDim(static_cast<uint32_t>(split.usedCoreNum));
-  context->SetTilingKey((a.bnsd ? 1000u : 0u) + cl.dcode * 100u + static_cast<uint64_t>(icode) * 10u + (pad ? 1u : 0u));
-  if (SaveTiling(context, td, kOp) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
-  return SetSystemWorkspace(context, hw);
+  return FinishTiling(context, kOp, hw, td, split.usedCoreNum,
+                      (a.bnsd ? 1000u : 0u) + cl.dcode * 100u + static_cast<uint64_t>(icode) * 10u + (pad ? 1u : 0u));
 }
 
 }  // namespace

@@ -147,10 +147,8 @@ ge::graphStatus MultiLayerKvTransferTiling(gert::TilingContext* context) {
   td.set_pieceElems(pieces);
 
   // noWork: usedCoreNum 1 with formerLen 0 - the kernel's item range is empty
-  context->SetBlockDim(static_cast<uint32_t>(split.usedCoreNum));
-  context->SetTilingKey((a.bnsd ? 1000u : 0u) + cl.dcode * 100u + static_cast<uint64_t>(scode) * 10u + (pad ? 1u : 0u));
-  if (SaveTiling(context, td, kOp) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
-  return SetSystemWorkspace(context, hw);
+  return FinishTiling(context, kOp, hw, td, split.usedCoreNum,
+                      (a.bnsd ? 1000u : 0u) + cl.dcode * 100u + static_cast<uint64_t>(scode) * 10u + (pad ? 1u : 0u));
 }
 
 }  // namespace
