@@ -101,10 +101,7 @@ ge::graphStatus ConcatAndCacheMlaTiling(gert::TilingContext* context) {
   td.set_numTokens(numTokens);
   td.set_numSlots(gkv.numSlots);
   td.set_blockSize(bs);
-  td.set_usedCoreNum(split.usedCoreNum);
-  td.set_formerNum(split.formerNum);
-  td.set_formerLen(split.formerLen);
-  td.set_tailLen(split.tailLen);
+  SetCoreSplit(td, split);
   td.set_rowsPerChunk(rows);
   td.set_bufferBytes(Max64(bytes, kBlockBytes));
   td.set_kvRowElems(gkv.rowElems);

@@ -126,10 +126,7 @@ ge::graphStatus CopyBlocksTiling(gert::TilingContext* context) {
   td.set_pieceElems(pieceElems);
   td.set_chunkElems(chunkElems);
   td.set_bufferBytes(AlignUp(chunkElems * elem, kBlockBytes));
-  td.set_usedCoreNum(split.usedCoreNum);
-  td.set_formerNum(split.formerNum);
-  td.set_formerLen(split.formerLen);
-  td.set_tailLen(split.tailLen);
+  SetCoreSplit(td, split);
 
   return FinishTiling(context, kOp, hw, td, split.usedCoreNum,
                       dcode * 100u + static_cast<uint64_t>(icode) * 10u + (pad ? 1u : 0u));

@@ -391,6 +391,34 @@ inline ge::graphStatus SetSystemWorkspace(gert::TilingContext* context, const Ha
   return ge::GRAPH_SUCCESS;
 }
 
+// The work split fields every tiling data has (usedCoreNum, formerNum, formerLen, tailLen).
+template <typename TD>
+inline void SetCoreSplit(TD& td, const CoreSplit& s) {
+  td.set_usedCoreNum(s.usedCoreNum);
+  td.set_formerNum(s.formerNum);
+  td.set_formerLen(s.formerLen);
+  td.set_tailLen(s.tailLen);
+}
+
+// The fields of a row scatter (reshape_and_cache, reshape_and_cache_merged): geometry g, UB plan, split.
+template <typename TD>
+inline void SetScatterTiling(TD& td, const ScatterGeom& g, const CoreSplit& split, const RowPlan& plan) {
+  td.set_numTokens(g.numTokens);
+  td.set_numSlots(g.numSlots);
+  td.set_blockSize(g.blockSize);
+  SetCoreSplit(td, split);
+  td.set_rowElems(g.rowElems);
+  td.set_numSeg(g.numSeg);
+  td.set_segElems(g.segElems);
+  td.set_segStride(g.segStride);
+  td.set_blockStride(g.blockStride);
+  td.set_slotStride(g.slotStride);
+  td.set_rowsPerChunk(plan.rowsPerChunk);
+  td.set_segsPerChunk(plan.segsPerChunk);
+  td.set_pieceElems(plan.pieceElems);
+  td.set_bufferBytes(Max64(plan.bytesNeeded, kBlockBytes));
+}
+
 // The end of every tiling function: block dim, tiling key (docs/design.md, "Tiling keys"; the kernel's
 // branches: op_kernel/mskv_tiling_keys.h), the tiling data and the system workspace.
 template <typename TD>

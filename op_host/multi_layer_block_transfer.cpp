@@ -172,10 +172,7 @@ ge::graphStatus MultiLayerBlockTransferTiling(gert::TilingContext* context) {
   td.set_numPlanes(cl.planes);
   td.set_tensorsPerLayer(cl.tpl);
   td.set_direction(a.d2h ? 0 : 1);
-  td.set_usedCoreNum(split.usedCoreNum);
-  td.set_formerNum(split.formerNum);
-  td.set_formerLen(split.formerLen);
-  td.set_tailLen(split.tailLen);
+  SetCoreSplit(td, split);
   td.set_tokenChunks(chunks);
   td.set_tokensPerChunk(perChunk);
   td.set_perLoopBuffSize(AlignUp(needed, kBlockBytes));

@@ -127,10 +127,7 @@ ge::graphStatus MultiLayerKvTransferTiling(gert::TilingContext* context) {
   td.set_direction(a.d2h ? 0 : 1);
   td.set_numSlots(numSlots);
   td.set_blockSize(cl.plane[0].blockSize);
-  td.set_usedCoreNum(split.usedCoreNum);
-  td.set_formerNum(split.formerNum);
-  td.set_formerLen(split.formerLen);
-  td.set_tailLen(split.tailLen);
+  SetCoreSplit(td, split);
   td.set_maxTokensPerLoop(noWork ? 0 : Max64(Min64(maxRun, maxRows), 1));
   td.set_perLoopBuffSize(AlignUp(needed, kBlockBytes));
   td.set_zeroBuffSize(zeroBytes);

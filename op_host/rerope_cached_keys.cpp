@@ -112,10 +112,7 @@ ge::graphStatus ReropeCachedKeysTiling(gert::TilingContext* context) {
   td.set_partnerRows(PartnerRows(in.rotHeads, plan.headsPerChunk));
   td.set_ubBytes(plan.bytes);
   td.set_treeElems(tree);
-  td.set_usedCoreNum(split.usedCoreNum);
-  td.set_formerNum(split.formerNum);
-  td.set_formerLen(split.formerLen);
-  td.set_tailLen(split.tailLen);
+  SetCoreSplit(td, split);
   td.set_posIs64(posIs64);
   td.set_slotIs64(slotIs64);
   td.set_blockStride(bs * h * d);

@@ -71,23 +71,7 @@ ge::graphStatus ReshapeAndCacheMergedTiling(gert::TilingContext* context) {
   }
 
   ReshapeAndCacheMergedTilingData td;
-  td.set_numTokens(g.numTokens);
-  td.set_numSlots(g.numSlots);
-  td.set_blockSize(g.blockSize);
-  td.set_usedCoreNum(split.usedCoreNum);
-  td.set_formerNum(split.formerNum);
-  td.set_formerLen(split.formerLen);
-  td.set_tailLen(split.tailLen);
-  td.set_rowElems(g.rowElems);
-  td.set_numSeg(g.numSeg);
-  td.set_segElems(g.segElems);
-  td.set_segStride(g.segStride);
-  td.set_blockStride(g.blockStride);
-  td.set_slotStride(g.slotStride);
-  td.set_rowsPerChunk(plan.rowsPerChunk);
-  td.set_segsPerChunk(plan.segsPerChunk);
-  td.set_pieceElems(plan.pieceElems);
-  td.set_bufferBytes(Max64(plan.bytesNeeded, kBlockBytes));
+  SetScatterTiling(td, g, split, plan);
   td.set_valueOffset(g.numSlots * g.rowElems);
 
   return FinishTiling(context, kOp, hw, td, split.usedCoreNum,

@@ -132,10 +132,7 @@ inline ge::graphStatus RopeCacheTiling(gert::TilingContext* context, const char*
   td.set_copyElems(Max64(plan.copyElems, g.pitch));
   td.set_partnerRows(PartnerRows(in.rotHeads, plan.headsPerChunk));
   td.set_ubBytes(plan.bytes);
-  td.set_usedCoreNum(split.usedCoreNum);
-  td.set_formerNum(split.formerNum);
-  td.set_formerLen(split.formerLen);
-  td.set_tailLen(split.tailLen);
+  SetCoreSplit(td, split);
   td.set_posIs64(posIs64);
   td.set_slotIs64(slotIs64);
   td.set_blockStride(bs * hk * d);

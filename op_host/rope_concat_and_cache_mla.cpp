@@ -156,10 +156,7 @@ ge::graphStatus RopeConcatAndCacheMlaTiling(gert::TilingContext* context) {
   td.set_weightPitch(wPitch);
   td.set_treeElems(tree);
   td.set_hasNorm(norm ? 1 : 0);
-  td.set_usedCoreNum(split.usedCoreNum);
-  td.set_formerNum(split.formerNum);
-  td.set_formerLen(split.formerLen);
-  td.set_tailLen(split.tailLen);
+  SetCoreSplit(td, split);
   td.set_posIs64(posIs64);
   td.set_slotIs64(slotIs64);
   td.set_epsilon(eps);

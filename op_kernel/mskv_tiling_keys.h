@@ -2,7 +2,7 @@
 // branch ladder is generated from its op's declaration (no hand-written ladders).
 //
 // A tiling key is a decimal number whose digits are the op's dimensions, most significant first, as the
-// op's host tiling computes it (op_host/<op>.cpp, SetTilingKey). Each dimension is a list macro of the
+X. Each dimension is a list macro of the
 // values compiled for the target (MSKV_HAS_BF16_AND_PAD, mskv_arch.h): bfloat16 and DataCopyPad exist on
 // Atlas A2/A3 only, so on Ascend310P the lists leave them out and those keys have no branch there (the
 // host tiling refuses bfloat16 and unaligned rows on 310P before it computes a key).
@@ -25,7 +25,8 @@
 //
 // Adding a dimension (e.g. a cache dtype for the quantized writes) is a change here: a new MSKV_DIM_*
 // list and one more DIM in the op's MSKV_KEYS_<OP>; the kernel's EMIT takes one more value; the host
-// adds the digit to its SetTilingKey. tests/test_tiling_keys.py checks host keys == kernel keys per SoC.
+// adds the digit to the key it passes to FinishTiling. tests/test_tiling_keys.py checks that the host's
+// keys are the kernel's, per SoC.
 //
 // Device subset only: preprocessor definitions, nothing else (the host never includes this file).
 #ifndef MS_KVCACHE_OP_KERNEL_MSKV_TILING_KEYS_H_
