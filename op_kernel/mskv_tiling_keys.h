@@ -2,10 +2,10 @@
 // branch ladder is generated from its op's declaration (no hand-written ladders).
 //
 // A tiling key is a decimal number whose digits are the op's dimensions, most significant first, as the
-X. Each dimension is a list macro of the
-// values compiled for the target (MSKV_HAS_BF16_AND_PAD, mskv_arch.h): bfloat16 and DataCopyPad exist on
-// Atlas A2/A3 only, so on Ascend310P the lists leave them out and those keys have no branch there (the
-// host tiling refuses bfloat16 and unaligned rows on 310P before it computes a key).
+// op's host tiling computes it (op_host/<op>.cpp: the key of FinishTiling). Each dimension is a list
+// macro of the values compiled for the target (MSKV_HAS_BF16_AND_PAD, mskv_arch.h): bfloat16 and
+// DataCopyPad exist on Atlas A2/A3 only, so on Ascend310P the lists leave them out and those keys have no
+// branch there (the host tiling refuses bfloat16 and unaligned rows on 310P before it computes a key).
 //
 //   #define MSKV_DIM_<NAME>(F, ...) F(__VA_ARGS__, <digit>, <value>) F(__VA_ARGS__, <digit>, <value>) ...
 //

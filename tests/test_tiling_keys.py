@@ -81,7 +81,8 @@ def _variants(op, dt):
     elif op in ("rerope_cached_keys", "rope_reshape_and_cache", "rope_reshape_and_cache_merged"):
         for layout, d, neox in itertools.product(LAYOUTS, HEAD_SIZES, (False, True)):
             rd = d - d % 2 if d > 3 else 2  # rotary dim: even, <= head size
-            x, c, p = dt.get("key", dt.get("key_cache")), dt["cos_sin_cache"], dt.get("positions", dt.get("old_positions"))
+            x, c = dt.get("key", dt.get("key_cache")), dt["cos_sin_cache"]
+            p = dt.get("positions", dt.get("old_positions"))
             table = ((16, rd), c)
             attrs = {"is_neox_style": neox, "cache_layout": layout}
             if op == "rerope_cached_keys":
