@@ -21,7 +21,7 @@ Rules (read in the public opbuild source, asc-devkit ``tools/build/opbuild/op_ac
 - outputs: ``const aclTensor *``, named ``out`` when there is one, else ``<name>Out``.
 
 Every ms_kvcache OpDef declares exactly the OpSpec's inputs, attributes and outputs (the structural
-check, :mod:`ms_kvcache._structure`), so the prototype follows from the OpSpec. It is used three ways:
+check, tools/mskv_structure.py), so the prototype follows from the OpSpec. It is used three ways:
 
 - :func:`signature`: a compact string of parameter kinds that the Ascend PyNative module
   (``ms_kvcache/csrc/ascend_pyboost_module.cpp``) compares with the prototype it was compiled for;

@@ -13,12 +13,14 @@ ranks, its attributes, and its dtype support per SoC. From it we derive:
 from dataclasses import dataclass, field
 import itertools
 import operator
+import re
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 __all__ = [
     "TensorSpec", "AttrSpec", "OpSpec", "register", "get_spec", "all_specs",
     "KV_DTYPES", "FLOAT_DTYPES", "INDEX_DTYPES", "SOCS", "dtype_name", "dtype_arg_name",
-    "FP8_DTYPES", "QUANT_CACHE_DTYPES", "kernel_pending",
+    "FP8_DTYPES", "QUANT_CACHE_DTYPES", "kernel_pending", "OP_TYPE_PREFIX", "camel", "snake", "op_type_of",
+    "op_name_of",
 ]
 
 #: Cache/data dtypes of the copy ops.
@@ -39,6 +41,34 @@ SOCS = ("Ascend910B1", "Ascend910B3", "Ascend910_9391", "Ascend310P3")
 #: fp8_e5m2_t exists only on Ascend 950 (asc-devkit Cast dtype tables), none of these SoCs.
 SOC_EXCLUDED_DTYPES = {"Ascend910B1": FP8_DTYPES, "Ascend910B3": FP8_DTYPES, "Ascend910_9391": FP8_DTYPES,
                        "Ascend310P3": ("bfloat16",) + FP8_DTYPES}
+
+
+#: Vendor prefix of every OpType (docs/design.md): CANN ships a built-in ``ReshapeAndCache`` op (and an
+#: ``aclnnReshapeAndCache``), so an unprefixed custom op of that name would shadow or clash with it.
+OP_TYPE_PREFIX = "Mskv"
+
+
+def camel(op):
+    """reshape_and_cache -> ReshapeAndCache (plain CamelCase; CANN's file-name <-> OpType rule)."""
+    return "".join(w[:1].upper() + w[1:] for w in op.split("_") if w)
+
+
+def op_type_of(op):
+    """reshape_and_cache -> MskvReshapeAndCache: the OpType of a public op name (docs/design.md)."""
+    return OP_TYPE_PREFIX + camel(op)
+
+
+def snake(op_type):
+    """MskvReshapeAndCache -> mskv_reshape_and_cache (CANN's OpType -> aclnn_<name>.h / kernel entry rule
+    for plain CamelCase names)."""
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", op_type).lower()
+
+
+def op_name_of(op_type):
+    """MskvReshapeAndCache -> reshape_and_cache: the public op name (= file names) of an OpType."""
+    s = snake(op_type)
+    pre = snake(OP_TYPE_PREFIX) + "_"
+    return s[len(pre):] if s.startswith(pre) else s
 
 
 @dataclass(frozen=True)
@@ -84,7 +114,7 @@ class AttrSpec:
         of its Ascend C kernel (``kernel/ascend/acl_ir/custom/custom_aclnn_utils.h``) spells the string
         type ``"string"``, not the ``char*`` of a generated prototype; both say ``char*`` from 2.9.0. ``int`` -> ``int64_t`` works in every version from 2.7.0.
         The codes are the single declaration: C++ mirrors them as constants
-        (``op_host/mskv_attr_codes.h``), checked against this by ``ms_kvcache._structure``.
+        (``op_host/mskv_attr_codes.h``), checked against this by tools/mskv_structure.py.
     """
 
     name: str

@@ -23,10 +23,7 @@ ge::graphStatus ConcatAndCacheMlaTiling(gert::TilingContext* context) {
   if (GetHardware(context, kOp, &hw) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
 
   const gert::StorageShape* shapes[kNumInputs];
-  for (int i = 0; i < kNumInputs; ++i) {
-    shapes[i] = context->GetInputShape(i);
-    if (shapes[i] == nullptr || context->GetInputDesc(i) == nullptr) return Fail(kOp, "input %d is missing", i);
-  }
+  if (GetInputShapes(context, kOp, kNumInputs, shapes) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   const gert::Shape& kvc = shapes[kKvC]->GetStorageShape();
   const gert::Shape& kpe = shapes[kKPe]->GetStorageShape();
   const gert::Shape& kvcc = shapes[kKvCCache]->GetStorageShape();
@@ -34,20 +31,14 @@ ge::graphStatus ConcatAndCacheMlaTiling(gert::TilingContext* context) {
   const gert::Shape& sm = shapes[kSlotMapping]->GetStorageShape();
 
   // ---- dtypes
-  const ge::DataType dt = context->GetInputDesc(kKvCCache)->GetDataType();
-  uint64_t dcode = 0;
-  const int64_t elem = KvDTypeSize(dt, &dcode);
-  if (elem == 0) return Fail(kOp, "kv_c_cache: expected float16, bfloat16, float32 or int8, got %s", DTypeName(dt));
   const char* names[4] = {"kv_c", "k_pe", "kv_c_cache", "k_pe_cache"};
-  for (int i = 0; i < 4; ++i) {
-    const ge::DataType di = context->GetInputDesc(i)->GetDataType();
-    if (di != dt) return Fail(kOp, "%s: expected dtype %s (as kv_c_cache), got %s", names[i], DTypeName(dt), DTypeName(di));
-  }
-  if (dt == ge::DT_BF16 && hw.is310P) return Fail(kOp, "bfloat16 is not supported on Ascend310P");
-  const int scode = IndexDTypeCode(context->GetInputDesc(kSlotMapping)->GetDataType());
-  if (scode < 0) {
-    return Fail(kOp, "slot_mapping: expected int32 or int64, got %s",
-                DTypeName(context->GetInputDesc(kSlotMapping)->GetDataType()));
+  const NamedInput data[4] = {{kKvC, names[0]}, {kKPe, names[1]}, {kKvCCache, names[2]}, {kKPeCache, names[3]}};
+  int64_t elem = 0;
+  uint64_t dcode = 0;
+  int scode = 0;
+  if (KvDType(context, kOp, hw, kKvCCache, "kv_c_cache", data, 4, &elem, &dcode) != ge::GRAPH_SUCCESS ||
+      IndexDType(context, kOp, kSlotMapping, "slot_mapping", &scode) != ge::GRAPH_SUCCESS) {
+    return ge::GRAPH_FAILED;
   }
 
   // ---- shapes
@@ -110,10 +101,7 @@ ge::graphStatus ConcatAndCacheMlaTiling(gert::TilingContext* context) {
   td.set_numTokens(numTokens);
   td.set_numSlots(gkv.numSlots);
   td.set_blockSize(bs);
-  td.set_usedCoreNum(split.usedCoreNum);
-  td.set_formerNum(split.formerNum);
-  td.set_formerLen(split.formerLen);
-  td.set_tailLen(split.tailLen);
+  SetCoreSplit(td, split);
   td.set_rowsPerChunk(rows);
   td.set_bufferBytes(Max64(bytes, kBlockBytes));
   td.set_kvRowElems(gkv.rowElems);
@@ -123,10 +111,8 @@ ge::graphStatus ConcatAndCacheMlaTiling(gert::TilingContext* context) {
   td.set_peSegsPerChunk(ppe.segsPerChunk);
   td.set_pePieceElems(ppe.pieceElems);
 
-  context->SetBlockDim(static_cast<uint32_t>(split.usedCoreNum));
-  context->SetTilingKey(dcode * 100u + static_cast<uint64_t>(scode) * 10u + (pad ? 1u : 0u));
-  if (SaveTiling(context, td, kOp) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
-  return SetSystemWorkspace(context, hw);
+  return FinishTiling(context, kOp, hw, td, split.usedCoreNum,
+                      dcode * 100u + static_cast<uint64_t>(scode) * 10u + (pad ? 1u : 0u));
 }
 
 }  // namespace

@@ -47,7 +47,7 @@ ge::graphStatus CopyBlocksTiling(gert::TilingContext* context) {
   uint64_t dcode = 0;
   const int64_t elem = KvDTypeSize(dt, &dcode);
   if (elem == 0) return Fail(kOp, "key_caches[0]: expected float16, bfloat16, float32 or int8, got %s", DTypeName(dt));
-  if (dt == ge::DT_BF16 && hw.is310P) return Fail(kOp, "bfloat16 is not supported on Ascend310P");
+  if (CheckSameDType(context, kOp, hw, dt, "key_caches[0]", nullptr, 0) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   if (c0.GetDimNum() < 2) return Fail(kOp, "key_caches[0]: expected rank >= 2, got shape %s", ShapeText(c0, b1, sizeof(b1)));
   for (int list = kKeyCaches; list <= kValueCaches; ++list) {
     const char* lname = list == kKeyCaches ? "key_caches" : "value_caches";
@@ -126,15 +126,10 @@ ge::graphStatus CopyBlocksTiling(gert::TilingContext* context) {
   td.set_pieceElems(pieceElems);
   td.set_chunkElems(chunkElems);
   td.set_bufferBytes(AlignUp(chunkElems * elem, kBlockBytes));
-  td.set_usedCoreNum(split.usedCoreNum);
-  td.set_formerNum(split.formerNum);
-  td.set_formerLen(split.formerLen);
-  td.set_tailLen(split.tailLen);
+  SetCoreSplit(td, split);
 
-  context->SetBlockDim(static_cast<uint32_t>(split.usedCoreNum));
-  context->SetTilingKey(dcode * 100u + static_cast<uint64_t>(icode) * 10u + (pad ? 1u : 0u));
-  if (SaveTiling(context, td, kOp) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
-  return SetSystemWorkspace(context, hw);
+  return FinishTiling(context, kOp, hw, td, split.usedCoreNum,
+                      dcode * 100u + static_cast<uint64_t>(icode) * 10u + (pad ? 1u : 0u));
 }
 
 }  // namespace

@@ -320,6 +320,56 @@ inline ge::graphStatus PlanScatter(const char* op, const Hardware& hw, int64_t e
   return ge::GRAPH_SUCCESS;
 }
 
+// ------------------------------------------------------------------ what every tiling function repeats
+// The storage shapes of inputs [0, n) (shapes[i]); a tiling error "input <i> is missing" when an input or
+// its desc is absent.
+inline ge::graphStatus GetInputShapes(gert::TilingContext* context, const char* op, int n,
+                                      const gert::StorageShape** shapes) {
+  for (int i = 0; i < n; ++i) {
+    shapes[i] = context->GetInputShape(i);
+    if (shapes[i] == nullptr || context->GetInputDesc(i) == nullptr) return Fail(op, "input %d is missing", i);
+  }
+  return ge::GRAPH_SUCCESS;
+}
+
+// An input that must have the dtype of a reference input: index and name (for the message).
+struct NamedInput {
+  int index;
+  const char* name;
+};
+
+// Every input of `same` has dtype dt, the dtype of input `refName`; else "<name>: expected dtype <dt> (as
+// <refName>), got <its dtype>". Then bfloat16 is refused on Ascend310P (no bfloat16 vector data there).
+inline ge::graphStatus CheckSameDType(gert::TilingContext* context, const char* op, const Hardware& hw,
+                                      ge::DataType dt, const char* refName, const NamedInput* same, int n) {
+  for (int i = 0; i < n; ++i) {
+    const ge::DataType di = context->GetInputDesc(same[i].index)->GetDataType();
+    if (di != dt) {
+      return Fail(op, "%s: expected dtype %s (as %s), got %s", same[i].name, DTypeName(dt), refName, DTypeName(di));
+    }
+  }
+  if (dt == ge::DT_BF16 && hw.is310P) return Fail(op, "bfloat16 is not supported on Ascend310P");
+  return ge::GRAPH_SUCCESS;
+}
+
+// The KV dtype of input `ref` (float16, bfloat16, float32 or int8): element size and tiling-key digit
+// (DTypeCode); the inputs of `same` have it too (CheckSameDType).
+inline ge::graphStatus KvDType(gert::TilingContext* context, const char* op, const Hardware& hw, int ref,
+                               const char* refName, const NamedInput* same, int n, int64_t* elem, uint64_t* dcode) {
+  const ge::DataType dt = context->GetInputDesc(ref)->GetDataType();
+  *elem = KvDTypeSize(dt, dcode);
+  if (*elem == 0) return Fail(op, "%s: expected float16, bfloat16, float32 or int8, got %s", refName, DTypeName(dt));
+  return CheckSameDType(context, op, hw, dt, refName, same, n);
+}
+
+// Tiling-key digit of an index input (slot_mapping, block_mapping, ...): 0 int32, 1 int64; else an error.
+inline ge::graphStatus IndexDType(gert::TilingContext* context, const char* op, int i, const char* name, int* code) {
+  const ge::DataType dt = context->GetInputDesc(i)->GetDataType();
+  *code = IndexDTypeCode(dt);
+  if (*code < 0) return Fail(op, "%s: expected int32 or int64, got %s", name, DTypeName(dt));
+  return ge::GRAPH_SUCCESS;
+}
+
 // Write a registered TilingData object into the context's raw tiling buffer.
 template <typename TD>
 inline ge::graphStatus SaveTiling(gert::TilingContext* context, TD& td, const char* op) {
@@ -339,6 +389,45 @@ inline ge::graphStatus SetSystemWorkspace(gert::TilingContext* context, const Ha
   if (ws == nullptr) return ge::GRAPH_FAILED;
   ws[0] = static_cast<size_t>(hw.sysWorkspace);
   return ge::GRAPH_SUCCESS;
+}
+
+// The work split fields every tiling data has (usedCoreNum, formerNum, formerLen, tailLen).
+template <typename TD>
+inline void SetCoreSplit(TD& td, const CoreSplit& s) {
+  td.set_usedCoreNum(s.usedCoreNum);
+  td.set_formerNum(s.formerNum);
+  td.set_formerLen(s.formerLen);
+  td.set_tailLen(s.tailLen);
+}
+
+// The fields of a row scatter (reshape_and_cache, reshape_and_cache_merged): geometry g, UB plan, split.
+template <typename TD>
+inline void SetScatterTiling(TD& td, const ScatterGeom& g, const CoreSplit& split, const RowPlan& plan) {
+  td.set_numTokens(g.numTokens);
+  td.set_numSlots(g.numSlots);
+  td.set_blockSize(g.blockSize);
+  SetCoreSplit(td, split);
+  td.set_rowElems(g.rowElems);
+  td.set_numSeg(g.numSeg);
+  td.set_segElems(g.segElems);
+  td.set_segStride(g.segStride);
+  td.set_blockStride(g.blockStride);
+  td.set_slotStride(g.slotStride);
+  td.set_rowsPerChunk(plan.rowsPerChunk);
+  td.set_segsPerChunk(plan.segsPerChunk);
+  td.set_pieceElems(plan.pieceElems);
+  td.set_bufferBytes(Max64(plan.bytesNeeded, kBlockBytes));
+}
+
+// The end of every tiling function: block dim, tiling key (docs/design.md, "Tiling keys"; the kernel's
+// branches: op_kernel/mskv_tiling_keys.h), the tiling data and the system workspace.
+template <typename TD>
+inline ge::graphStatus FinishTiling(gert::TilingContext* context, const char* op, const Hardware& hw, TD& td,
+                                    int64_t blockDim, uint64_t key) {
+  context->SetBlockDim(static_cast<uint32_t>(blockDim));
+  context->SetTilingKey(key);
+  if (SaveTiling(context, td, op) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  return SetSystemWorkspace(context, hw);
 }
 
 // ------------------------------------------------------------------ OpDef dtype rows

@@ -172,10 +172,7 @@ ge::graphStatus MultiLayerBlockTransferTiling(gert::TilingContext* context) {
   td.set_numPlanes(cl.planes);
   td.set_tensorsPerLayer(cl.tpl);
   td.set_direction(a.d2h ? 0 : 1);
-  td.set_usedCoreNum(split.usedCoreNum);
-  td.set_formerNum(split.formerNum);
-  td.set_formerLen(split.formerLen);
-  td.set_tailLen(split.tailLen);
+  SetCoreSplit(td, split);
   td.set_tokenChunks(chunks);
   td.set_tokensPerChunk(perChunk);
   td.set_perLoopBuffSize(AlignUp(needed, kBlockBytes));
@@ -193,10 +190,8 @@ ge::graphStatus MultiLayerBlockTransferTiling(gert::TilingContext* context) {
   td.set_segsPerLoop(segs);
   td.set_pieceElems(pieces);
 
-  context->SetBlockDim(static_cast<uint32_t>(split.usedCoreNum));
-  context->SetTilingKey((a.bnsd ? 1000u : 0u) + cl.dcode * 100u + static_cast<uint64_t>(icode) * 10u + (pad ? 1u : 0u));
-  if (SaveTiling(context, td, kOp) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
-  return SetSystemWorkspace(context, hw);
+  return FinishTiling(context, kOp, hw, td, split.usedCoreNum,
+                      (a.bnsd ? 1000u : 0u) + cl.dcode * 100u + static_cast<uint64_t>(icode) * 10u + (pad ? 1u : 0u));
 }
 
 }  // namespace

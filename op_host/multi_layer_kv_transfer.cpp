@@ -127,10 +127,7 @@ ge::graphStatus MultiLayerKvTransferTiling(gert::TilingContext* context) {
   td.set_direction(a.d2h ? 0 : 1);
   td.set_numSlots(numSlots);
   td.set_blockSize(cl.plane[0].blockSize);
-  td.set_usedCoreNum(split.usedCoreNum);
-  td.set_formerNum(split.formerNum);
-  td.set_formerLen(split.formerLen);
-  td.set_tailLen(split.tailLen);
+  SetCoreSplit(td, split);
   td.set_maxTokensPerLoop(noWork ? 0 : Max64(Min64(maxRun, maxRows), 1));
   td.set_perLoopBuffSize(AlignUp(needed, kBlockBytes));
   td.set_zeroBuffSize(zeroBytes);
@@ -147,10 +144,8 @@ ge::graphStatus MultiLayerKvTransferTiling(gert::TilingContext* context) {
   td.set_pieceElems(pieces);
 
   // noWork: usedCoreNum 1 with formerLen 0 - the kernel's item range is empty
-  context->SetBlockDim(static_cast<uint32_t>(split.usedCoreNum));
-  context->SetTilingKey((a.bnsd ? 1000u : 0u) + cl.dcode * 100u + static_cast<uint64_t>(scode) * 10u + (pad ? 1u : 0u));
-  if (SaveTiling(context, td, kOp) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
-  return SetSystemWorkspace(context, hw);
+  return FinishTiling(context, kOp, hw, td, split.usedCoreNum,
+                      (a.bnsd ? 1000u : 0u) + cl.dcode * 100u + static_cast<uint64_t>(scode) * 10u + (pad ? 1u : 0u));
 }
 
 }  // namespace

@@ -24,10 +24,7 @@ ge::graphStatus ReropeCachedKeysTiling(gert::TilingContext* context) {
   Hardware hw;
   if (GetHardware(context, kOp, &hw) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   const gert::StorageShape* shapes[5];
-  for (int i = 0; i < 5; ++i) {
-    shapes[i] = context->GetInputShape(i);
-    if (shapes[i] == nullptr || context->GetInputDesc(i) == nullptr) return Fail(kOp, "input %d is missing", i);
-  }
+  if (GetInputShapes(context, kOp, 5, shapes) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   const gert::Shape& kc = shapes[kCache]->GetStorageShape();
   const gert::Shape& sm = shapes[kSlots]->GetStorageShape();
   const gert::Shape& po = shapes[kOld]->GetStorageShape();
@@ -43,7 +40,7 @@ ge::graphStatus ReropeCachedKeysTiling(gert::TilingContext* context) {
   uint64_t dcode = 0;
   const int64_t esz = FloatSize(dt, &dcode);
   if (esz == 0) return Fail(kOp, "key_cache: expected float16, bfloat16 or float32, got %s", DTypeName(dt));
-  if (dt == ge::DT_BF16 && hw.is310P) return Fail(kOp, "bfloat16 is not supported on Ascend310P");
+  if (CheckSameDType(context, kOp, hw, dt, "key_cache", nullptr, 0) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   int64_t slotIs64 = 0, posIs64 = 0, newIs64 = 0;
   if (IndexCode(kOp, "slot_mapping", context->GetInputDesc(kSlots)->GetDataType(), &slotIs64) != ge::GRAPH_SUCCESS ||
       IndexCode(kOp, "old_positions", context->GetInputDesc(kOld)->GetDataType(), &posIs64) != ge::GRAPH_SUCCESS ||
@@ -115,10 +112,7 @@ ge::graphStatus ReropeCachedKeysTiling(gert::TilingContext* context) {
   td.set_partnerRows(PartnerRows(in.rotHeads, plan.headsPerChunk));
   td.set_ubBytes(plan.bytes);
   td.set_treeElems(tree);
-  td.set_usedCoreNum(split.usedCoreNum);
-  td.set_formerNum(split.formerNum);
-  td.set_formerLen(split.formerLen);
-  td.set_tailLen(split.tailLen);
+  SetCoreSplit(td, split);
   td.set_posIs64(posIs64);
   td.set_slotIs64(slotIs64);
   td.set_blockStride(bs * h * d);
@@ -126,11 +120,9 @@ ge::graphStatus ReropeCachedKeysTiling(gert::TilingContext* context) {
   td.set_headStride(bnsd ? bs * d : d);
 
   const bool tableIsData = context->GetInputDesc(kTable)->GetDataType() != ge::DT_FLOAT;
-  context->SetBlockDim(static_cast<uint32_t>(split.usedCoreNum));
-  context->SetTilingKey((g.pad ? 10000u : 0u) + (bnsd ? 1000u : 0u) + dcode * 100u + (tableIsData ? 10u : 0u) +
-                        (neox ? 1u : 0u));
-  if (SaveTiling(context, td, kOp) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
-  return SetSystemWorkspace(context, hw);
+  return FinishTiling(context, kOp, hw, td, split.usedCoreNum,
+                      (g.pad ? 10000u : 0u) + (bnsd ? 1000u : 0u) + dcode * 100u +
+                      (tableIsData ? 10u : 0u) + (neox ? 1u : 0u));
 }
 
 }  // namespace

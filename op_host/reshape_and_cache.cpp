@@ -23,10 +23,7 @@ ge::graphStatus ReshapeAndCacheTiling(gert::TilingContext* context) {
   if (GetHardware(context, kOp, &hw) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
 
   const gert::StorageShape* shapes[5];
-  for (int i = 0; i < 5; ++i) {
-    shapes[i] = context->GetInputShape(i);
-    if (shapes[i] == nullptr || context->GetInputDesc(i) == nullptr) return Fail(kOp, "input %d is missing", i);
-  }
+  if (GetInputShapes(context, kOp, 5, shapes) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   const gert::Shape& key = shapes[kKey]->GetStorageShape();
   const gert::Shape& value = shapes[kValue]->GetStorageShape();
   const gert::Shape& kc = shapes[kKeyCache]->GetStorageShape();
@@ -38,20 +35,14 @@ ge::graphStatus ReshapeAndCacheTiling(gert::TilingContext* context) {
   if (LayoutAttr(context, 0, kOp, mskv_attr::kLayoutBSND, &bnsd) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
 
   // ---- dtypes
-  const ge::DataType dt = context->GetInputDesc(kKeyCache)->GetDataType();
-  uint64_t dcode = 0;
-  const int64_t elem = KvDTypeSize(dt, &dcode);
-  if (elem == 0) return Fail(kOp, "key_cache: expected float16, bfloat16, float32 or int8, got %s", DTypeName(dt));
   const char* names[4] = {"key", "value", "key_cache", "value_cache"};
-  for (int i = 0; i < 4; ++i) {
-    const ge::DataType di = context->GetInputDesc(i)->GetDataType();
-    if (di != dt) return Fail(kOp, "%s: expected dtype %s (as key_cache), got %s", names[i], DTypeName(dt), DTypeName(di));
-  }
-  if (dt == ge::DT_BF16 && hw.is310P) return Fail(kOp, "bfloat16 is not supported on Ascend310P");
-  const int scode = IndexDTypeCode(context->GetInputDesc(kSlotMapping)->GetDataType());
-  if (scode < 0) {
-    return Fail(kOp, "slot_mapping: expected int32 or int64, got %s",
-                DTypeName(context->GetInputDesc(kSlotMapping)->GetDataType()));
+  const NamedInput data[4] = {{kKey, names[0]}, {kValue, names[1]}, {kKeyCache, names[2]}, {kValueCache, names[3]}};
+  int64_t elem = 0;
+  uint64_t dcode = 0;
+  int scode = 0;
+  if (KvDType(context, kOp, hw, kKeyCache, "key_cache", data, 4, &elem, &dcode) != ge::GRAPH_SUCCESS ||
+      IndexDType(context, kOp, kSlotMapping, "slot_mapping", &scode) != ge::GRAPH_SUCCESS) {
+    return ge::GRAPH_FAILED;
   }
 
   // ---- shapes
@@ -82,28 +73,10 @@ ge::graphStatus ReshapeAndCacheTiling(gert::TilingContext* context) {
   }
 
   ReshapeAndCacheTilingData td;
-  td.set_numTokens(g.numTokens);
-  td.set_numSlots(g.numSlots);
-  td.set_blockSize(g.blockSize);
-  td.set_usedCoreNum(split.usedCoreNum);
-  td.set_formerNum(split.formerNum);
-  td.set_formerLen(split.formerLen);
-  td.set_tailLen(split.tailLen);
-  td.set_rowElems(g.rowElems);
-  td.set_numSeg(g.numSeg);
-  td.set_segElems(g.segElems);
-  td.set_segStride(g.segStride);
-  td.set_blockStride(g.blockStride);
-  td.set_slotStride(g.slotStride);
-  td.set_rowsPerChunk(plan.rowsPerChunk);
-  td.set_segsPerChunk(plan.segsPerChunk);
-  td.set_pieceElems(plan.pieceElems);
-  td.set_bufferBytes(Max64(plan.bytesNeeded, kBlockBytes));
+  SetScatterTiling(td, g, split, plan);
 
-  context->SetBlockDim(static_cast<uint32_t>(split.usedCoreNum));
-  context->SetTilingKey((bnsd ? 1000u : 0u) + dcode * 100u + static_cast<uint64_t>(scode) * 10u + (pad ? 1u : 0u));
-  if (SaveTiling(context, td, kOp) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
-  return SetSystemWorkspace(context, hw);
+  return FinishTiling(context, kOp, hw, td, split.usedCoreNum,
+                      (bnsd ? 1000u : 0u) + dcode * 100u + static_cast<uint64_t>(scode) * 10u + (pad ? 1u : 0u));
 }
 
 }  // namespace

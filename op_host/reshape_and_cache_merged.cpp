@@ -24,10 +24,7 @@ ge::graphStatus ReshapeAndCacheMergedTiling(gert::TilingContext* context) {
   if (GetHardware(context, kOp, &hw) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
 
   const gert::StorageShape* shapes[kNumInputs];
-  for (int i = 0; i < kNumInputs; ++i) {
-    shapes[i] = context->GetInputShape(i);
-    if (shapes[i] == nullptr || context->GetInputDesc(i) == nullptr) return Fail(kOp, "input %d is missing", i);
-  }
+  if (GetInputShapes(context, kOp, kNumInputs, shapes) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   const gert::Shape& key = shapes[kKey]->GetStorageShape();
   const gert::Shape& value = shapes[kValue]->GetStorageShape();
   const gert::Shape& kv = shapes[kKvCache]->GetStorageShape();
@@ -38,20 +35,14 @@ ge::graphStatus ReshapeAndCacheMergedTiling(gert::TilingContext* context) {
   if (LayoutAttr(context, 0, kOp, mskv_attr::kLayoutBSND, &bnsd) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
 
   // ---- dtypes
-  const ge::DataType dt = context->GetInputDesc(kKvCache)->GetDataType();
-  uint64_t dcode = 0;
-  const int64_t elem = KvDTypeSize(dt, &dcode);
-  if (elem == 0) return Fail(kOp, "kv_cache: expected float16, bfloat16, float32 or int8, got %s", DTypeName(dt));
   const char* names[3] = {"key", "value", "kv_cache"};
-  for (int i = 0; i < 3; ++i) {
-    const ge::DataType di = context->GetInputDesc(i)->GetDataType();
-    if (di != dt) return Fail(kOp, "%s: expected dtype %s (as kv_cache), got %s", names[i], DTypeName(dt), DTypeName(di));
-  }
-  if (dt == ge::DT_BF16 && hw.is310P) return Fail(kOp, "bfloat16 is not supported on Ascend310P");
-  const int scode = IndexDTypeCode(context->GetInputDesc(kSlotMapping)->GetDataType());
-  if (scode < 0) {
-    return Fail(kOp, "slot_mapping: expected int32 or int64, got %s",
-                DTypeName(context->GetInputDesc(kSlotMapping)->GetDataType()));
+  const NamedInput data[3] = {{kKey, names[0]}, {kValue, names[1]}, {kKvCache, names[2]}};
+  int64_t elem = 0;
+  uint64_t dcode = 0;
+  int scode = 0;
+  if (KvDType(context, kOp, hw, kKvCache, "kv_cache", data, 3, &elem, &dcode) != ge::GRAPH_SUCCESS ||
+      IndexDType(context, kOp, kSlotMapping, "slot_mapping", &scode) != ge::GRAPH_SUCCESS) {
+    return ge::GRAPH_FAILED;
   }
 
   // ---- shapes
@@ -80,29 +71,11 @@ ge::graphStatus ReshapeAndCacheMergedTiling(gert::TilingContext* context) {
   }
 
   ReshapeAndCacheMergedTilingData td;
-  td.set_numTokens(g.numTokens);
-  td.set_numSlots(g.numSlots);
-  td.set_blockSize(g.blockSize);
-  td.set_usedCoreNum(split.usedCoreNum);
-  td.set_formerNum(split.formerNum);
-  td.set_formerLen(split.formerLen);
-  td.set_tailLen(split.tailLen);
-  td.set_rowElems(g.rowElems);
-  td.set_numSeg(g.numSeg);
-  td.set_segElems(g.segElems);
-  td.set_segStride(g.segStride);
-  td.set_blockStride(g.blockStride);
-  td.set_slotStride(g.slotStride);
-  td.set_rowsPerChunk(plan.rowsPerChunk);
-  td.set_segsPerChunk(plan.segsPerChunk);
-  td.set_pieceElems(plan.pieceElems);
-  td.set_bufferBytes(Max64(plan.bytesNeeded, kBlockBytes));
+  SetScatterTiling(td, g, split, plan);
   td.set_valueOffset(g.numSlots * g.rowElems);
 
-  context->SetBlockDim(static_cast<uint32_t>(split.usedCoreNum));
-  context->SetTilingKey((bnsd ? 1000u : 0u) + dcode * 100u + static_cast<uint64_t>(scode) * 10u + (pad ? 1u : 0u));
-  if (SaveTiling(context, td, kOp) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
-  return SetSystemWorkspace(context, hw);
+  return FinishTiling(context, kOp, hw, td, split.usedCoreNum,
+                      (bnsd ? 1000u : 0u) + dcode * 100u + static_cast<uint64_t>(scode) * 10u + (pad ? 1u : 0u));
 }
 
 }  // namespace

@@ -51,16 +51,9 @@ inline ge::graphStatus RopeCacheTiling(gert::TilingContext* context, const char*
   uint64_t dcode = 0;
   const int64_t esz = FloatSize(dt, &dcode);
   if (esz == 0) return Fail(op, "query: expected float16, bfloat16 or float32, got %s", DTypeName(dt));
-  const struct {
-    int idx;
-    const char* name;
-  } data[4] = {{kKey, "key"}, {kValue, "value"}, {kCache, merged ? "kv_cache" : "key_cache"},
-               {merged ? kCache : 6, merged ? "kv_cache" : "value_cache"}};
-  for (const auto& x : data) {
-    const ge::DataType di = context->GetInputDesc(x.idx)->GetDataType();
-    if (di != dt) return Fail(op, "%s: expected dtype %s (as query), got %s", x.name, DTypeName(dt), DTypeName(di));
-  }
-  if (dt == ge::DT_BF16 && hw.is310P) return Fail(op, "bfloat16 is not supported on Ascend310P");
+  const NamedInput data[4] = {{kKey, "key"}, {kValue, "value"}, {kCache, merged ? "kv_cache" : "key_cache"},
+                              {merged ? kCache : 6, merged ? "kv_cache" : "value_cache"}};
+  if (CheckSameDType(context, op, hw, dt, "query", data, 4) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   const ge::DataType csDt = context->GetInputDesc(kTable)->GetDataType();
   int64_t posIs64 = 0, slotIs64 = 0;
   if (IndexCode(op, "positions", context->GetInputDesc(kPos)->GetDataType(), &posIs64) != ge::GRAPH_SUCCESS ||
@@ -139,10 +132,7 @@ inline ge::graphStatus RopeCacheTiling(gert::TilingContext* context, const char*
   td.set_copyElems(Max64(plan.copyElems, g.pitch));
   td.set_partnerRows(PartnerRows(in.rotHeads, plan.headsPerChunk));
   td.set_ubBytes(plan.bytes);
-  td.set_usedCoreNum(split.usedCoreNum);
-  td.set_formerNum(split.formerNum);
-  td.set_formerLen(split.formerLen);
-  td.set_tailLen(split.tailLen);
+  SetCoreSplit(td, split);
   td.set_posIs64(posIs64);
   td.set_slotIs64(slotIs64);
   td.set_blockStride(bs * hk * d);
@@ -150,11 +140,9 @@ inline ge::graphStatus RopeCacheTiling(gert::TilingContext* context, const char*
   td.set_headStride(bnsd ? bs * d : d);
   td.set_vPlaneOffset(merged ? nb * bs * hk * d : 0);
 
-  context->SetBlockDim(static_cast<uint32_t>(split.usedCoreNum));
-  context->SetTilingKey((g.pad ? 10000u : 0u) + (bnsd ? 1000u : 0u) + dcode * 100u +
-                        (csDt == ge::DT_FLOAT ? 0u : 10u) + (neox ? 1u : 0u));
-  if (SaveTiling(context, td, op) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
-  return SetSystemWorkspace(context, hw);
+  return FinishTiling(context, op, hw, td, split.usedCoreNum,
+                      (g.pad ? 10000u : 0u) + (bnsd ? 1000u : 0u) + dcode * 100u +
+                      (csDt == ge::DT_FLOAT ? 0u : 10u) + (neox ? 1u : 0u));
 }
 
 }  // namespace rope_cache

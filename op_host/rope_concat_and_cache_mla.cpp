@@ -25,10 +25,7 @@ ge::graphStatus RopeConcatAndCacheMlaTiling(gert::TilingContext* context) {
   Hardware hw;
   if (GetHardware(context, kOp, &hw) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   const gert::StorageShape* shapes[8];
-  for (int i = 0; i < 8; ++i) {
-    shapes[i] = context->GetInputShape(i);
-    if (shapes[i] == nullptr || context->GetInputDesc(i) == nullptr) return Fail(kOp, "input %d is missing", i);
-  }
+  if (GetInputShapes(context, kOp, 8, shapes) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   const gert::Shape& pos = shapes[kPos]->GetStorageShape();
   const gert::Shape& qpe = shapes[kQpe]->GetStorageShape();
   const gert::Shape& kpe = shapes[kKpe]->GetStorageShape();
@@ -51,15 +48,8 @@ ge::graphStatus RopeConcatAndCacheMlaTiling(gert::TilingContext* context) {
   uint64_t dcode = 0;
   const int64_t esz = FloatSize(dt, &dcode);
   if (esz == 0) return Fail(kOp, "q_pe: expected float16, bfloat16 or float32, got %s", DTypeName(dt));
-  const struct {
-    int idx;
-    const char* name;
-  } data[4] = {{kKpe, "k_pe"}, {kKvc, "kv_c"}, {kKvcCache, "kv_c_cache"}, {kKpeCache, "k_pe_cache"}};
-  for (const auto& x : data) {
-    const ge::DataType di = context->GetInputDesc(x.idx)->GetDataType();
-    if (di != dt) return Fail(kOp, "%s: expected dtype %s (as q_pe), got %s", x.name, DTypeName(dt), DTypeName(di));
-  }
-  if (dt == ge::DT_BF16 && hw.is310P) return Fail(kOp, "bfloat16 is not supported on Ascend310P");
+  const NamedInput data[4] = {{kKpe, "k_pe"}, {kKvc, "kv_c"}, {kKvcCache, "kv_c_cache"}, {kKpeCache, "k_pe_cache"}};
+  if (CheckSameDType(context, kOp, hw, dt, "q_pe", data, 4) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   int64_t posIs64 = 0, slotIs64 = 0;
   if (IndexCode(kOp, "positions", context->GetInputDesc(kPos)->GetDataType(), &posIs64) != ge::GRAPH_SUCCESS ||
       IndexCode(kOp, "slot_mapping", context->GetInputDesc(kSlots)->GetDataType(), &slotIs64) != ge::GRAPH_SUCCESS)
@@ -166,20 +156,14 @@ ge::graphStatus RopeConcatAndCacheMlaTiling(gert::TilingContext* context) {
   td.set_weightPitch(wPitch);
   td.set_treeElems(tree);
   td.set_hasNorm(norm ? 1 : 0);
-  td.set_usedCoreNum(split.usedCoreNum);
-  td.set_formerNum(split.formerNum);
-  td.set_formerLen(split.formerLen);
-  td.set_tailLen(split.tailLen);
+  SetCoreSplit(td, split);
   td.set_posIs64(posIs64);
   td.set_slotIs64(slotIs64);
   td.set_epsilon(eps);
 
   const bool tableIsData = context->GetInputDesc(kTable)->GetDataType() != ge::DT_FLOAT;
-  context->SetBlockDim(static_cast<uint32_t>(split.usedCoreNum));
-  context->SetTilingKey((pad ? 10000u : 0u) + wcode * 1000u + dcode * 100u + (tableIsData ? 10u : 0u) +
-                        (neox ? 1u : 0u));
-  if (SaveTiling(context, td, kOp) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
-  return SetSystemWorkspace(context, hw);
+  return FinishTiling(context, kOp, hw, td, split.usedCoreNum,
+                      (pad ? 10000u : 0u) + wcode * 1000u + dcode * 100u + (tableIsData ? 10u : 0u) + (neox ? 1u : 0u));
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 // slot dtype * 10 + DataCopyPad.
 #include "kernel_operator.h"
 #include "kv_copy_common.h"
+#include "mskv_tiling_keys.h"
 
 template <typename T, typename S, bool PAD, typename TD>
 __aicore__ inline void RunConcatAndCacheMla(GM_ADDR kv_c, GM_ADDR k_pe, GM_ADDR kv_c_cache, GM_ADDR k_pe_cache,
@@ -55,49 +56,10 @@ extern "C" __global__ __aicore__ void mskv_concat_and_cache_mla(GM_ADDR kv_c, GM
   (void)status;
   (void)workspace;
   GET_TILING_DATA(td, tiling);
-  if (TILING_KEY_IS(100)) {
-    RunConcatAndCacheMla<half, int32_t, false>(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(101)) {
-    RunConcatAndCacheMla<half, int32_t, true>(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, td);
-#endif
-  } else if (TILING_KEY_IS(110)) {
-    RunConcatAndCacheMla<half, int64_t, false>(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(111)) {
-    RunConcatAndCacheMla<half, int64_t, true>(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, td);
-  } else if (TILING_KEY_IS(200)) {
-    RunConcatAndCacheMla<bfloat16_t, int32_t, false>(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, td);
-  } else if (TILING_KEY_IS(201)) {
-    RunConcatAndCacheMla<bfloat16_t, int32_t, true>(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, td);
-  } else if (TILING_KEY_IS(210)) {
-    RunConcatAndCacheMla<bfloat16_t, int64_t, false>(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, td);
-  } else if (TILING_KEY_IS(211)) {
-    RunConcatAndCacheMla<bfloat16_t, int64_t, true>(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, td);
-#endif
-  } else if (TILING_KEY_IS(300)) {
-    RunConcatAndCacheMla<float, int32_t, false>(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(301)) {
-    RunConcatAndCacheMla<float, int32_t, true>(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, td);
-#endif
-  } else if (TILING_KEY_IS(310)) {
-    RunConcatAndCacheMla<float, int64_t, false>(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(311)) {
-    RunConcatAndCacheMla<float, int64_t, true>(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, td);
-#endif
-  } else if (TILING_KEY_IS(400)) {
-    RunConcatAndCacheMla<int8_t, int32_t, false>(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(401)) {
-    RunConcatAndCacheMla<int8_t, int32_t, true>(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, td);
-#endif
-  } else if (TILING_KEY_IS(410)) {
-    RunConcatAndCacheMla<int8_t, int64_t, false>(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(411)) {
-    RunConcatAndCacheMla<int8_t, int64_t, true>(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, td);
-#endif
-  }
+  // one branch per tiling key of op_kernel/mskv_tiling_keys.h for this target; any other key traps
+#define MSKV_BRANCH(K, T, S, PAD) \
+  if (TILING_KEY_IS(K)) return RunConcatAndCacheMla<T, S, PAD>(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, td);
+  MSKV_KEYS_CONCAT_AND_CACHE_MLA(MSKV_BRANCH)
+#undef MSKV_BRANCH
+  MSKV_UNKNOWN_TILING_KEY();
 }

@@ -11,6 +11,7 @@
 #include "kernel_operator.h"
 #include "kernel_operator_list_tensor_intf.h"  // ListTensorDesc: not part of kernel_operator.h
 #include "kv_copy_common.h"
+#include "mskv_tiling_keys.h"
 
 namespace {
 
@@ -132,49 +133,10 @@ extern "C" __global__ __aicore__ void mskv_copy_blocks(GM_ADDR key_caches, GM_AD
   (void)status;
   (void)workspace;
   GET_TILING_DATA(td, tiling);
-  if (TILING_KEY_IS(100)) {
-    RunCopyBlocks<half, int32_t, false>(key_caches, value_caches, block_mapping, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(101)) {
-    RunCopyBlocks<half, int32_t, true>(key_caches, value_caches, block_mapping, td);
-#endif
-  } else if (TILING_KEY_IS(110)) {
-    RunCopyBlocks<half, int64_t, false>(key_caches, value_caches, block_mapping, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(111)) {
-    RunCopyBlocks<half, int64_t, true>(key_caches, value_caches, block_mapping, td);
-  } else if (TILING_KEY_IS(200)) {
-    RunCopyBlocks<bfloat16_t, int32_t, false>(key_caches, value_caches, block_mapping, td);
-  } else if (TILING_KEY_IS(201)) {
-    RunCopyBlocks<bfloat16_t, int32_t, true>(key_caches, value_caches, block_mapping, td);
-  } else if (TILING_KEY_IS(210)) {
-    RunCopyBlocks<bfloat16_t, int64_t, false>(key_caches, value_caches, block_mapping, td);
-  } else if (TILING_KEY_IS(211)) {
-    RunCopyBlocks<bfloat16_t, int64_t, true>(key_caches, value_caches, block_mapping, td);
-#endif
-  } else if (TILING_KEY_IS(300)) {
-    RunCopyBlocks<float, int32_t, false>(key_caches, value_caches, block_mapping, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(301)) {
-    RunCopyBlocks<float, int32_t, true>(key_caches, value_caches, block_mapping, td);
-#endif
-  } else if (TILING_KEY_IS(310)) {
-    RunCopyBlocks<float, int64_t, false>(key_caches, value_caches, block_mapping, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(311)) {
-    RunCopyBlocks<float, int64_t, true>(key_caches, value_caches, block_mapping, td);
-#endif
-  } else if (TILING_KEY_IS(400)) {
-    RunCopyBlocks<int8_t, int32_t, false>(key_caches, value_caches, block_mapping, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(401)) {
-    RunCopyBlocks<int8_t, int32_t, true>(key_caches, value_caches, block_mapping, td);
-#endif
-  } else if (TILING_KEY_IS(410)) {
-    RunCopyBlocks<int8_t, int64_t, false>(key_caches, value_caches, block_mapping, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(411)) {
-    RunCopyBlocks<int8_t, int64_t, true>(key_caches, value_caches, block_mapping, td);
-#endif
-  }
+  // one branch per tiling key of op_kernel/mskv_tiling_keys.h for this target; any other key traps
+#define MSKV_BRANCH(K, T, S, PAD) \
+  if (TILING_KEY_IS(K)) return RunCopyBlocks<T, S, PAD>(key_caches, value_caches, block_mapping, td);
+  MSKV_KEYS_COPY_BLOCKS(MSKV_BRANCH)
+#undef MSKV_BRANCH
+  MSKV_UNKNOWN_TILING_KEY();
 }

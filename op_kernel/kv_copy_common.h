@@ -22,6 +22,19 @@ constexpr int64_t kMaxStrideBlocks = 65535;
 
 __aicore__ inline int64_t MinI64(int64_t a, int64_t b) { return a < b ? a : b; }
 
+// Select<C, A, B>::type: A if C, else B (a template argument chosen by a tiling-key digit).
+template <bool C, typename A, typename B>
+struct Select {
+  using type = A;
+};
+template <typename A, typename B>
+struct Select<false, A, B> {
+  using type = B;
+};
+// T if DATA (a tensor that has the data dtype), else float (e.g. a float32 cos/sin table)
+template <bool DATA, typename T>
+using DataOrFloat = typename Select<DATA, T, float>::type;
+
 // Tokens (or work units) [begin, end) of this core under the main/tail split of the tiling.
 __aicore__ inline void CoreRange(int64_t formerNum, int64_t formerLen, int64_t tailLen, int64_t* begin,
                                  int64_t* end) {

@@ -23,6 +23,7 @@
 #include "kernel_operator.h"
 #include "kernel_operator_list_tensor_intf.h"
 #include "multi_layer_copy.h"
+#include "mskv_tiling_keys.h"
 
 namespace {
 
@@ -267,109 +268,10 @@ extern "C" __global__ __aicore__ void mskv_multi_layer_block_transfer(GM_ADDR bl
   (void)status;
   (void)workspace;
   GET_TILING_DATA(td, tiling);
-  if (TILING_KEY_IS(100)) {
-    RunBlockTransfer<half, int32_t, false, false>(block_ids, staging, host_blocks, kv_caches, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(101)) {
-    RunBlockTransfer<half, int32_t, true, false>(block_ids, staging, host_blocks, kv_caches, td);
-#endif
-  } else if (TILING_KEY_IS(110)) {
-    RunBlockTransfer<half, int64_t, false, false>(block_ids, staging, host_blocks, kv_caches, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(111)) {
-    RunBlockTransfer<half, int64_t, true, false>(block_ids, staging, host_blocks, kv_caches, td);
-#endif
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(200)) {
-    RunBlockTransfer<bfloat16_t, int32_t, false, false>(block_ids, staging, host_blocks, kv_caches, td);
-#endif
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(201)) {
-    RunBlockTransfer<bfloat16_t, int32_t, true, false>(block_ids, staging, host_blocks, kv_caches, td);
-#endif
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(210)) {
-    RunBlockTransfer<bfloat16_t, int64_t, false, false>(block_ids, staging, host_blocks, kv_caches, td);
-#endif
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(211)) {
-    RunBlockTransfer<bfloat16_t, int64_t, true, false>(block_ids, staging, host_blocks, kv_caches, td);
-#endif
-  } else if (TILING_KEY_IS(300)) {
-    RunBlockTransfer<float, int32_t, false, false>(block_ids, staging, host_blocks, kv_caches, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(301)) {
-    RunBlockTransfer<float, int32_t, true, false>(block_ids, staging, host_blocks, kv_caches, td);
-#endif
-  } else if (TILING_KEY_IS(310)) {
-    RunBlockTransfer<float, int64_t, false, false>(block_ids, staging, host_blocks, kv_caches, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(311)) {
-    RunBlockTransfer<float, int64_t, true, false>(block_ids, staging, host_blocks, kv_caches, td);
-#endif
-  } else if (TILING_KEY_IS(400)) {
-    RunBlockTransfer<int8_t, int32_t, false, false>(block_ids, staging, host_blocks, kv_caches, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(401)) {
-    RunBlockTransfer<int8_t, int32_t, true, false>(block_ids, staging, host_blocks, kv_caches, td);
-#endif
-  } else if (TILING_KEY_IS(410)) {
-    RunBlockTransfer<int8_t, int64_t, false, false>(block_ids, staging, host_blocks, kv_caches, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(411)) {
-    RunBlockTransfer<int8_t, int64_t, true, false>(block_ids, staging, host_blocks, kv_caches, td);
-#endif
-  } else if (TILING_KEY_IS(1100)) {
-    RunBlockTransfer<half, int32_t, false, true>(block_ids, staging, host_blocks, kv_caches, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(1101)) {
-    RunBlockTransfer<half, int32_t, true, true>(block_ids, staging, host_blocks, kv_caches, td);
-#endif
-  } else if (TILING_KEY_IS(1110)) {
-    RunBlockTransfer<half, int64_t, false, true>(block_ids, staging, host_blocks, kv_caches, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(1111)) {
-    RunBlockTransfer<half, int64_t, true, true>(block_ids, staging, host_blocks, kv_caches, td);
-#endif
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(1200)) {
-    RunBlockTransfer<bfloat16_t, int32_t, false, true>(block_ids, staging, host_blocks, kv_caches, td);
-#endif
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(1201)) {
-    RunBlockTransfer<bfloat16_t, int32_t, true, true>(block_ids, staging, host_blocks, kv_caches, td);
-#endif
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(1210)) {
-    RunBlockTransfer<bfloat16_t, int64_t, false, true>(block_ids, staging, host_blocks, kv_caches, td);
-#endif
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(1211)) {
-    RunBlockTransfer<bfloat16_t, int64_t, true, true>(block_ids, staging, host_blocks, kv_caches, td);
-#endif
-  } else if (TILING_KEY_IS(1300)) {
-    RunBlockTransfer<float, int32_t, false, true>(block_ids, staging, host_blocks, kv_caches, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(1301)) {
-    RunBlockTransfer<float, int32_t, true, true>(block_ids, staging, host_blocks, kv_caches, td);
-#endif
-  } else if (TILING_KEY_IS(1310)) {
-    RunBlockTransfer<float, int64_t, false, true>(block_ids, staging, host_blocks, kv_caches, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(1311)) {
-    RunBlockTransfer<float, int64_t, true, true>(block_ids, staging, host_blocks, kv_caches, td);
-#endif
-  } else if (TILING_KEY_IS(1400)) {
-    RunBlockTransfer<int8_t, int32_t, false, true>(block_ids, staging, host_blocks, kv_caches, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(1401)) {
-    RunBlockTransfer<int8_t, int32_t, true, true>(block_ids, staging, host_blocks, kv_caches, td);
-#endif
-  } else if (TILING_KEY_IS(1410)) {
-    RunBlockTransfer<int8_t, int64_t, false, true>(block_ids, staging, host_blocks, kv_caches, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(1411)) {
-    RunBlockTransfer<int8_t, int64_t, true, true>(block_ids, staging, host_blocks, kv_caches, td);
-#endif
-  }
+  // one branch per tiling key of op_kernel/mskv_tiling_keys.h for this target; any other key traps
+#define MSKV_BRANCH(K, BNSD, T, S, PAD) \
+  if (TILING_KEY_IS(K)) return RunBlockTransfer<T, S, PAD, BNSD>(block_ids, staging, host_blocks, kv_caches, td);
+  MSKV_KEYS_MULTI_LAYER_BLOCK_TRANSFER(MSKV_BRANCH)
+#undef MSKV_BRANCH
+  MSKV_UNKNOWN_TILING_KEY();
 }

@@ -19,6 +19,7 @@
 #include "kernel_operator.h"
 #include "kernel_operator_list_tensor_intf.h"
 #include "multi_layer_copy.h"
+#include "mskv_tiling_keys.h"
 
 namespace {
 
@@ -205,109 +206,10 @@ extern "C" __global__ __aicore__ void mskv_multi_layer_kv_transfer(GM_ADDR buffe
   (void)status;
   (void)workspace;
   GET_TILING_DATA(td, tiling);
-  if (TILING_KEY_IS(100)) {
-    RunKvTransfer<half, int32_t, false, false>(buffer, slot_mapping, kv_caches, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(101)) {
-    RunKvTransfer<half, int32_t, true, false>(buffer, slot_mapping, kv_caches, td);
-#endif
-  } else if (TILING_KEY_IS(110)) {
-    RunKvTransfer<half, int64_t, false, false>(buffer, slot_mapping, kv_caches, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(111)) {
-    RunKvTransfer<half, int64_t, true, false>(buffer, slot_mapping, kv_caches, td);
-#endif
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(200)) {
-    RunKvTransfer<bfloat16_t, int32_t, false, false>(buffer, slot_mapping, kv_caches, td);
-#endif
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(201)) {
-    RunKvTransfer<bfloat16_t, int32_t, true, false>(buffer, slot_mapping, kv_caches, td);
-#endif
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(210)) {
-    RunKvTransfer<bfloat16_t, int64_t, false, false>(buffer, slot_mapping, kv_caches, td);
-#endif
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(211)) {
-    RunKvTransfer<bfloat16_t, int64_t, true, false>(buffer, slot_mapping, kv_caches, td);
-#endif
-  } else if (TILING_KEY_IS(300)) {
-    RunKvTransfer<float, int32_t, false, false>(buffer, slot_mapping, kv_caches, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(301)) {
-    RunKvTransfer<float, int32_t, true, false>(buffer, slot_mapping, kv_caches, td);
-#endif
-  } else if (TILING_KEY_IS(310)) {
-    RunKvTransfer<float, int64_t, false, false>(buffer, slot_mapping, kv_caches, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(311)) {
-    RunKvTransfer<float, int64_t, true, false>(buffer, slot_mapping, kv_caches, td);
-#endif
-  } else if (TILING_KEY_IS(400)) {
-    RunKvTransfer<int8_t, int32_t, false, false>(buffer, slot_mapping, kv_caches, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(401)) {
-    RunKvTransfer<int8_t, int32_t, true, false>(buffer, slot_mapping, kv_caches, td);
-#endif
-  } else if (TILING_KEY_IS(410)) {
-    RunKvTransfer<int8_t, int64_t, false, false>(buffer, slot_mapping, kv_caches, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(411)) {
-    RunKvTransfer<int8_t, int64_t, true, false>(buffer, slot_mapping, kv_caches, td);
-#endif
-  } else if (TILING_KEY_IS(1100)) {
-    RunKvTransfer<half, int32_t, false, true>(buffer, slot_mapping, kv_caches, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(1101)) {
-    RunKvTransfer<half, int32_t, true, true>(buffer, slot_mapping, kv_caches, td);
-#endif
-  } else if (TILING_KEY_IS(1110)) {
-    RunKvTransfer<half, int64_t, false, true>(buffer, slot_mapping, kv_caches, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(1111)) {
-    RunKvTransfer<half, int64_t, true, true>(buffer, slot_mapping, kv_caches, td);
-#endif
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(1200)) {
-    RunKvTransfer<bfloat16_t, int32_t, false, true>(buffer, slot_mapping, kv_caches, td);
-#endif
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(1201)) {
-    RunKvTransfer<bfloat16_t, int32_t, true, true>(buffer, slot_mapping, kv_caches, td);
-#endif
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(1210)) {
-    RunKvTransfer<bfloat16_t, int64_t, false, true>(buffer, slot_mapping, kv_caches, td);
-#endif
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(1211)) {
-    RunKvTransfer<bfloat16_t, int64_t, true, true>(buffer, slot_mapping, kv_caches, td);
-#endif
-  } else if (TILING_KEY_IS(1300)) {
-    RunKvTransfer<float, int32_t, false, true>(buffer, slot_mapping, kv_caches, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(1301)) {
-    RunKvTransfer<float, int32_t, true, true>(buffer, slot_mapping, kv_caches, td);
-#endif
-  } else if (TILING_KEY_IS(1310)) {
-    RunKvTransfer<float, int64_t, false, true>(buffer, slot_mapping, kv_caches, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(1311)) {
-    RunKvTransfer<float, int64_t, true, true>(buffer, slot_mapping, kv_caches, td);
-#endif
-  } else if (TILING_KEY_IS(1400)) {
-    RunKvTransfer<int8_t, int32_t, false, true>(buffer, slot_mapping, kv_caches, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(1401)) {
-    RunKvTransfer<int8_t, int32_t, true, true>(buffer, slot_mapping, kv_caches, td);
-#endif
-  } else if (TILING_KEY_IS(1410)) {
-    RunKvTransfer<int8_t, int64_t, false, true>(buffer, slot_mapping, kv_caches, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(1411)) {
-    RunKvTransfer<int8_t, int64_t, true, true>(buffer, slot_mapping, kv_caches, td);
-#endif
-  }
+  // one branch per tiling key of op_kernel/mskv_tiling_keys.h for this target; any other key traps
+#define MSKV_BRANCH(K, BNSD, T, S, PAD) \
+  if (TILING_KEY_IS(K)) return RunKvTransfer<T, S, PAD, BNSD>(buffer, slot_mapping, kv_caches, td);
+  MSKV_KEYS_MULTI_LAYER_KV_TRANSFER(MSKV_BRANCH)
+#undef MSKV_BRANCH
+  MSKV_UNKNOWN_TILING_KEY();
 }

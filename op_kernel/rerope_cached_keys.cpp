@@ -24,6 +24,7 @@
 #include "kernel_operator.h"
 #include "rope_dd.h"
 #include "rope_kernel_common.h"
+#include "mskv_tiling_keys.h"
 
 namespace mskv {
 namespace rope {
@@ -233,8 +234,6 @@ __aicore__ inline void RunRerope(GM_ADDR keyCache, GM_ADDR slotMapping, GM_ADDR 
 }  // namespace rope
 }  // namespace mskv
 
-#define MSKV_ROPE_RUN(T, C, NEOX, PAD) \
-  mskv::rope::RunRerope<T, C, NEOX, PAD>(key_cache, slot_mapping, old_positions, new_positions, cos_sin_cache, td)
 
 extern "C" __global__ __aicore__ void mskv_rerope_cached_keys(GM_ADDR key_cache, GM_ADDR slot_mapping, GM_ADDR old_positions,
                                                          GM_ADDR new_positions, GM_ADDR cos_sin_cache, GM_ADDR status,
@@ -242,29 +241,11 @@ extern "C" __global__ __aicore__ void mskv_rerope_cached_keys(GM_ADDR key_cache,
   (void)status;
   (void)workspace;
   GET_TILING_DATA(td, tiling);
-  if (TILING_KEY_IS(100) || TILING_KEY_IS(1100)) return MSKV_ROPE_RUN(half, float, false, false);
-  if (TILING_KEY_IS(101) || TILING_KEY_IS(1101)) return MSKV_ROPE_RUN(half, float, true, false);
-  if (TILING_KEY_IS(110) || TILING_KEY_IS(1110)) return MSKV_ROPE_RUN(half, half, false, false);
-  if (TILING_KEY_IS(111) || TILING_KEY_IS(1111)) return MSKV_ROPE_RUN(half, half, true, false);
-#if MSKV_HAS_BF16_AND_PAD
-  if (TILING_KEY_IS(200) || TILING_KEY_IS(1200)) return MSKV_ROPE_RUN(bfloat16_t, float, false, false);
-  if (TILING_KEY_IS(201) || TILING_KEY_IS(1201)) return MSKV_ROPE_RUN(bfloat16_t, float, true, false);
-  if (TILING_KEY_IS(210) || TILING_KEY_IS(1210)) return MSKV_ROPE_RUN(bfloat16_t, bfloat16_t, false, false);
-  if (TILING_KEY_IS(211) || TILING_KEY_IS(1211)) return MSKV_ROPE_RUN(bfloat16_t, bfloat16_t, true, false);
-#endif
-  if (TILING_KEY_IS(300) || TILING_KEY_IS(1300)) return MSKV_ROPE_RUN(float, float, false, false);
-  if (TILING_KEY_IS(301) || TILING_KEY_IS(1301)) return MSKV_ROPE_RUN(float, float, true, false);
-#if MSKV_HAS_BF16_AND_PAD
-  if (TILING_KEY_IS(10100) || TILING_KEY_IS(11100)) return MSKV_ROPE_RUN(half, float, false, true);
-  if (TILING_KEY_IS(10101) || TILING_KEY_IS(11101)) return MSKV_ROPE_RUN(half, float, true, true);
-  if (TILING_KEY_IS(10110) || TILING_KEY_IS(11110)) return MSKV_ROPE_RUN(half, half, false, true);
-  if (TILING_KEY_IS(10111) || TILING_KEY_IS(11111)) return MSKV_ROPE_RUN(half, half, true, true);
-  if (TILING_KEY_IS(10200) || TILING_KEY_IS(11200)) return MSKV_ROPE_RUN(bfloat16_t, float, false, true);
-  if (TILING_KEY_IS(10201) || TILING_KEY_IS(11201)) return MSKV_ROPE_RUN(bfloat16_t, float, true, true);
-  if (TILING_KEY_IS(10210) || TILING_KEY_IS(11210)) return MSKV_ROPE_RUN(bfloat16_t, bfloat16_t, false, true);
-  if (TILING_KEY_IS(10211) || TILING_KEY_IS(11211)) return MSKV_ROPE_RUN(bfloat16_t, bfloat16_t, true, true);
-  if (TILING_KEY_IS(10300) || TILING_KEY_IS(11300)) return MSKV_ROPE_RUN(float, float, false, true);
-  if (TILING_KEY_IS(10301) || TILING_KEY_IS(11301)) return MSKV_ROPE_RUN(float, float, true, true);
-#endif
+  // one branch per tiling key of op_kernel/mskv_tiling_keys.h for this target; any other key traps
+#define MSKV_BRANCH(K, PAD, LAYOUT, T, TABLE_IS_DATA, NEOX) \
+  if (TILING_KEY_IS(K)) return mskv::rope::RunRerope<T, mskv::DataOrFloat<TABLE_IS_DATA, T>, NEOX, PAD> \
+      (key_cache, slot_mapping, old_positions, new_positions, cos_sin_cache, td);
+  MSKV_KEYS_REROPE_CACHED_KEYS(MSKV_BRANCH)
+#undef MSKV_BRANCH
+  MSKV_UNKNOWN_TILING_KEY();
 }
-#undef MSKV_ROPE_RUN

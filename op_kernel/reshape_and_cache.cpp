@@ -10,6 +10,7 @@
 // multiple of 32 bytes; A2/A3 only).
 #include "kernel_operator.h"
 #include "kv_copy_common.h"
+#include "mskv_tiling_keys.h"
 
 template <typename T, typename S, bool PAD, bool SEG, typename TD>
 __aicore__ inline void RunReshapeAndCache(GM_ADDR key, GM_ADDR value, GM_ADDR key_cache, GM_ADDR value_cache,
@@ -46,93 +47,11 @@ extern "C" __global__ __aicore__ void mskv_reshape_and_cache(GM_ADDR key, GM_ADD
   (void)status;
   (void)workspace;
   GET_TILING_DATA(td, tiling);
-  if (TILING_KEY_IS(100)) {
-    RunReshapeAndCache<half, int32_t, false, false>(key, value, key_cache, value_cache, slot_mapping, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(101)) {
-    RunReshapeAndCache<half, int32_t, true, false>(key, value, key_cache, value_cache, slot_mapping, td);
-#endif
-  } else if (TILING_KEY_IS(110)) {
-    RunReshapeAndCache<half, int64_t, false, false>(key, value, key_cache, value_cache, slot_mapping, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(111)) {
-    RunReshapeAndCache<half, int64_t, true, false>(key, value, key_cache, value_cache, slot_mapping, td);
-  } else if (TILING_KEY_IS(200)) {
-    RunReshapeAndCache<bfloat16_t, int32_t, false, false>(key, value, key_cache, value_cache, slot_mapping, td);
-  } else if (TILING_KEY_IS(201)) {
-    RunReshapeAndCache<bfloat16_t, int32_t, true, false>(key, value, key_cache, value_cache, slot_mapping, td);
-  } else if (TILING_KEY_IS(210)) {
-    RunReshapeAndCache<bfloat16_t, int64_t, false, false>(key, value, key_cache, value_cache, slot_mapping, td);
-  } else if (TILING_KEY_IS(211)) {
-    RunReshapeAndCache<bfloat16_t, int64_t, true, false>(key, value, key_cache, value_cache, slot_mapping, td);
-#endif
-  } else if (TILING_KEY_IS(300)) {
-    RunReshapeAndCache<float, int32_t, false, false>(key, value, key_cache, value_cache, slot_mapping, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(301)) {
-    RunReshapeAndCache<float, int32_t, true, false>(key, value, key_cache, value_cache, slot_mapping, td);
-#endif
-  } else if (TILING_KEY_IS(310)) {
-    RunReshapeAndCache<float, int64_t, false, false>(key, value, key_cache, value_cache, slot_mapping, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(311)) {
-    RunReshapeAndCache<float, int64_t, true, false>(key, value, key_cache, value_cache, slot_mapping, td);
-#endif
-  } else if (TILING_KEY_IS(400)) {
-    RunReshapeAndCache<int8_t, int32_t, false, false>(key, value, key_cache, value_cache, slot_mapping, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(401)) {
-    RunReshapeAndCache<int8_t, int32_t, true, false>(key, value, key_cache, value_cache, slot_mapping, td);
-#endif
-  } else if (TILING_KEY_IS(410)) {
-    RunReshapeAndCache<int8_t, int64_t, false, false>(key, value, key_cache, value_cache, slot_mapping, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(411)) {
-    RunReshapeAndCache<int8_t, int64_t, true, false>(key, value, key_cache, value_cache, slot_mapping, td);
-#endif
-  } else if (TILING_KEY_IS(1100)) {
-    RunReshapeAndCache<half, int32_t, false, true>(key, value, key_cache, value_cache, slot_mapping, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(1101)) {
-    RunReshapeAndCache<half, int32_t, true, true>(key, value, key_cache, value_cache, slot_mapping, td);
-#endif
-  } else if (TILING_KEY_IS(1110)) {
-    RunReshapeAndCache<half, int64_t, false, true>(key, value, key_cache, value_cache, slot_mapping, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(1111)) {
-    RunReshapeAndCache<half, int64_t, true, true>(key, value, key_cache, value_cache, slot_mapping, td);
-  } else if (TILING_KEY_IS(1200)) {
-    RunReshapeAndCache<bfloat16_t, int32_t, false, true>(key, value, key_cache, value_cache, slot_mapping, td);
-  } else if (TILING_KEY_IS(1201)) {
-    RunReshapeAndCache<bfloat16_t, int32_t, true, true>(key, value, key_cache, value_cache, slot_mapping, td);
-  } else if (TILING_KEY_IS(1210)) {
-    RunReshapeAndCache<bfloat16_t, int64_t, false, true>(key, value, key_cache, value_cache, slot_mapping, td);
-  } else if (TILING_KEY_IS(1211)) {
-    RunReshapeAndCache<bfloat16_t, int64_t, true, true>(key, value, key_cache, value_cache, slot_mapping, td);
-#endif
-  } else if (TILING_KEY_IS(1300)) {
-    RunReshapeAndCache<float, int32_t, false, true>(key, value, key_cache, value_cache, slot_mapping, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(1301)) {
-    RunReshapeAndCache<float, int32_t, true, true>(key, value, key_cache, value_cache, slot_mapping, td);
-#endif
-  } else if (TILING_KEY_IS(1310)) {
-    RunReshapeAndCache<float, int64_t, false, true>(key, value, key_cache, value_cache, slot_mapping, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(1311)) {
-    RunReshapeAndCache<float, int64_t, true, true>(key, value, key_cache, value_cache, slot_mapping, td);
-#endif
-  } else if (TILING_KEY_IS(1400)) {
-    RunReshapeAndCache<int8_t, int32_t, false, true>(key, value, key_cache, value_cache, slot_mapping, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(1401)) {
-    RunReshapeAndCache<int8_t, int32_t, true, true>(key, value, key_cache, value_cache, slot_mapping, td);
-#endif
-  } else if (TILING_KEY_IS(1410)) {
-    RunReshapeAndCache<int8_t, int64_t, false, true>(key, value, key_cache, value_cache, slot_mapping, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(1411)) {
-    RunReshapeAndCache<int8_t, int64_t, true, true>(key, value, key_cache, value_cache, slot_mapping, td);
-#endif
-  }
+  // one branch per tiling key of op_kernel/mskv_tiling_keys.h for this target; any other key traps
+#define MSKV_BRANCH(K, BNSD, T, S, PAD) \
+  if (TILING_KEY_IS(K)) return RunReshapeAndCache<T, S, PAD, BNSD>(key, value, key_cache, value_cache, slot_mapping, \
+                                                                    td);
+  MSKV_KEYS_RESHAPE_AND_CACHE(MSKV_BRANCH)
+#undef MSKV_BRANCH
+  MSKV_UNKNOWN_TILING_KEY();
 }

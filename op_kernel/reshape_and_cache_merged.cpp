@@ -11,6 +11,7 @@
 // multiple of 32 bytes; A2/A3 only).
 #include "kernel_operator.h"
 #include "kv_copy_common.h"
+#include "mskv_tiling_keys.h"
 
 template <typename T, typename S, bool PAD, bool SEG, typename TD>
 __aicore__ inline void RunReshapeAndCacheMerged(GM_ADDR key, GM_ADDR value, GM_ADDR kv_cache, GM_ADDR slot_mapping,
@@ -47,93 +48,10 @@ extern "C" __global__ __aicore__ void mskv_reshape_and_cache_merged(GM_ADDR key,
   (void)status;
   (void)workspace;
   GET_TILING_DATA(td, tiling);
-  if (TILING_KEY_IS(100)) {
-    RunReshapeAndCacheMerged<half, int32_t, false, false>(key, value, kv_cache, slot_mapping, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(101)) {
-    RunReshapeAndCacheMerged<half, int32_t, true, false>(key, value, kv_cache, slot_mapping, td);
-#endif
-  } else if (TILING_KEY_IS(110)) {
-    RunReshapeAndCacheMerged<half, int64_t, false, false>(key, value, kv_cache, slot_mapping, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(111)) {
-    RunReshapeAndCacheMerged<half, int64_t, true, false>(key, value, kv_cache, slot_mapping, td);
-  } else if (TILING_KEY_IS(200)) {
-    RunReshapeAndCacheMerged<bfloat16_t, int32_t, false, false>(key, value, kv_cache, slot_mapping, td);
-  } else if (TILING_KEY_IS(201)) {
-    RunReshapeAndCacheMerged<bfloat16_t, int32_t, true, false>(key, value, kv_cache, slot_mapping, td);
-  } else if (TILING_KEY_IS(210)) {
-    RunReshapeAndCacheMerged<bfloat16_t, int64_t, false, false>(key, value, kv_cache, slot_mapping, td);
-  } else if (TILING_KEY_IS(211)) {
-    RunReshapeAndCacheMerged<bfloat16_t, int64_t, true, false>(key, value, kv_cache, slot_mapping, td);
-#endif
-  } else if (TILING_KEY_IS(300)) {
-    RunReshapeAndCacheMerged<float, int32_t, false, false>(key, value, kv_cache, slot_mapping, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(301)) {
-    RunReshapeAndCacheMerged<float, int32_t, true, false>(key, value, kv_cache, slot_mapping, td);
-#endif
-  } else if (TILING_KEY_IS(310)) {
-    RunReshapeAndCacheMerged<float, int64_t, false, false>(key, value, kv_cache, slot_mapping, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(311)) {
-    RunReshapeAndCacheMerged<float, int64_t, true, false>(key, value, kv_cache, slot_mapping, td);
-#endif
-  } else if (TILING_KEY_IS(400)) {
-    RunReshapeAndCacheMerged<int8_t, int32_t, false, false>(key, value, kv_cache, slot_mapping, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(401)) {
-    RunReshapeAndCacheMerged<int8_t, int32_t, true, false>(key, value, kv_cache, slot_mapping, td);
-#endif
-  } else if (TILING_KEY_IS(410)) {
-    RunReshapeAndCacheMerged<int8_t, int64_t, false, false>(key, value, kv_cache, slot_mapping, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(411)) {
-    RunReshapeAndCacheMerged<int8_t, int64_t, true, false>(key, value, kv_cache, slot_mapping, td);
-#endif
-  } else if (TILING_KEY_IS(1100)) {
-    RunReshapeAndCacheMerged<half, int32_t, false, true>(key, value, kv_cache, slot_mapping, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(1101)) {
-    RunReshapeAndCacheMerged<half, int32_t, true, true>(key, value, kv_cache, slot_mapping, td);
-#endif
-  } else if (TILING_KEY_IS(1110)) {
-    RunReshapeAndCacheMerged<half, int64_t, false, true>(key, value, kv_cache, slot_mapping, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(1111)) {
-    RunReshapeAndCacheMerged<half, int64_t, true, true>(key, value, kv_cache, slot_mapping, td);
-  } else if (TILING_KEY_IS(1200)) {
-    RunReshapeAndCacheMerged<bfloat16_t, int32_t, false, true>(key, value, kv_cache, slot_mapping, td);
-  } else if (TILING_KEY_IS(1201)) {
-    RunReshapeAndCacheMerged<bfloat16_t, int32_t, true, true>(key, value, kv_cache, slot_mapping, td);
-  } else if (TILING_KEY_IS(1210)) {
-    RunReshapeAndCacheMerged<bfloat16_t, int64_t, false, true>(key, value, kv_cache, slot_mapping, td);
-  } else if (TILING_KEY_IS(1211)) {
-    RunReshapeAndCacheMerged<bfloat16_t, int64_t, true, true>(key, value, kv_cache, slot_mapping, td);
-#endif
-  } else if (TILING_KEY_IS(1300)) {
-    RunReshapeAndCacheMerged<float, int32_t, false, true>(key, value, kv_cache, slot_mapping, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(1301)) {
-    RunReshapeAndCacheMerged<float, int32_t, true, true>(key, value, kv_cache, slot_mapping, td);
-#endif
-  } else if (TILING_KEY_IS(1310)) {
-    RunReshapeAndCacheMerged<float, int64_t, false, true>(key, value, kv_cache, slot_mapping, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(1311)) {
-    RunReshapeAndCacheMerged<float, int64_t, true, true>(key, value, kv_cache, slot_mapping, td);
-#endif
-  } else if (TILING_KEY_IS(1400)) {
-    RunReshapeAndCacheMerged<int8_t, int32_t, false, true>(key, value, kv_cache, slot_mapping, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(1401)) {
-    RunReshapeAndCacheMerged<int8_t, int32_t, true, true>(key, value, kv_cache, slot_mapping, td);
-#endif
-  } else if (TILING_KEY_IS(1410)) {
-    RunReshapeAndCacheMerged<int8_t, int64_t, false, true>(key, value, kv_cache, slot_mapping, td);
-#if MSKV_HAS_BF16_AND_PAD
-  } else if (TILING_KEY_IS(1411)) {
-    RunReshapeAndCacheMerged<int8_t, int64_t, true, true>(key, value, kv_cache, slot_mapping, td);
-#endif
-  }
+  // one branch per tiling key of op_kernel/mskv_tiling_keys.h for this target; any other key traps
+#define MSKV_BRANCH(K, BNSD, T, S, PAD) \
+  if (TILING_KEY_IS(K)) return RunReshapeAndCacheMerged<T, S, PAD, BNSD>(key, value, kv_cache, slot_mapping, td);
+  MSKV_KEYS_RESHAPE_AND_CACHE_MERGED(MSKV_BRANCH)
+#undef MSKV_BRANCH
+  MSKV_UNKNOWN_TILING_KEY();
 }

@@ -22,6 +22,7 @@
 #include "kernel_operator.h"
 #include "rope_dd.h"
 #include "rope_kernel_common.h"
+#include "mskv_tiling_keys.h"
 
 namespace mskv {
 namespace rope {
@@ -281,9 +282,6 @@ __aicore__ inline void RunRopeMla(GM_ADDR positions, GM_ADDR qPe, GM_ADDR kPe, G
 }  // namespace rope
 }  // namespace mskv
 
-#define MSKV_ROPE_RUN(T, C, W, NEOX, PAD)                                                                           \
-  mskv::rope::RunRopeMla<T, C, W, NEOX, PAD>(positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_cache, k_pe_cache,     \
-                                             slot_mapping, kv_c_norm_weight, q_pe_out, k_pe_out, kv_c_out, td)
 
 extern "C" __global__ __aicore__ void mskv_rope_concat_and_cache_mla(GM_ADDR positions, GM_ADDR q_pe, GM_ADDR k_pe,
                                                                 GM_ADDR kv_c, GM_ADDR cos_sin_cache,
@@ -293,45 +291,14 @@ extern "C" __global__ __aicore__ void mskv_rope_concat_and_cache_mla(GM_ADDR pos
                                                                 GM_ADDR workspace, GM_ADDR tiling) {
   (void)workspace;
   GET_TILING_DATA(td, tiling);
-  if (TILING_KEY_IS(100) || TILING_KEY_IS(1100)) return MSKV_ROPE_RUN(half, float, float, false, false);
-  if (TILING_KEY_IS(101) || TILING_KEY_IS(1101)) return MSKV_ROPE_RUN(half, float, float, true, false);
-  if (TILING_KEY_IS(2100)) return MSKV_ROPE_RUN(half, float, half, false, false);
-  if (TILING_KEY_IS(2101)) return MSKV_ROPE_RUN(half, float, half, true, false);
-  if (TILING_KEY_IS(110) || TILING_KEY_IS(1110)) return MSKV_ROPE_RUN(half, half, float, false, false);
-  if (TILING_KEY_IS(111) || TILING_KEY_IS(1111)) return MSKV_ROPE_RUN(half, half, float, true, false);
-  if (TILING_KEY_IS(2110)) return MSKV_ROPE_RUN(half, half, half, false, false);
-  if (TILING_KEY_IS(2111)) return MSKV_ROPE_RUN(half, half, half, true, false);
-#if MSKV_HAS_BF16_AND_PAD
-  if (TILING_KEY_IS(200) || TILING_KEY_IS(1200)) return MSKV_ROPE_RUN(bfloat16_t, float, float, false, false);
-  if (TILING_KEY_IS(201) || TILING_KEY_IS(1201)) return MSKV_ROPE_RUN(bfloat16_t, float, float, true, false);
-  if (TILING_KEY_IS(2200)) return MSKV_ROPE_RUN(bfloat16_t, float, bfloat16_t, false, false);
-  if (TILING_KEY_IS(2201)) return MSKV_ROPE_RUN(bfloat16_t, float, bfloat16_t, true, false);
-  if (TILING_KEY_IS(210) || TILING_KEY_IS(1210)) return MSKV_ROPE_RUN(bfloat16_t, bfloat16_t, float, false, false);
-  if (TILING_KEY_IS(211) || TILING_KEY_IS(1211)) return MSKV_ROPE_RUN(bfloat16_t, bfloat16_t, float, true, false);
-  if (TILING_KEY_IS(2210)) return MSKV_ROPE_RUN(bfloat16_t, bfloat16_t, bfloat16_t, false, false);
-  if (TILING_KEY_IS(2211)) return MSKV_ROPE_RUN(bfloat16_t, bfloat16_t, bfloat16_t, true, false);
-#endif
-  if (TILING_KEY_IS(300) || TILING_KEY_IS(1300)) return MSKV_ROPE_RUN(float, float, float, false, false);
-  if (TILING_KEY_IS(301) || TILING_KEY_IS(1301)) return MSKV_ROPE_RUN(float, float, float, true, false);
-#if MSKV_HAS_BF16_AND_PAD
-  if (TILING_KEY_IS(10100) || TILING_KEY_IS(11100)) return MSKV_ROPE_RUN(half, float, float, false, true);
-  if (TILING_KEY_IS(10101) || TILING_KEY_IS(11101)) return MSKV_ROPE_RUN(half, float, float, true, true);
-  if (TILING_KEY_IS(12100)) return MSKV_ROPE_RUN(half, float, half, false, true);
-  if (TILING_KEY_IS(12101)) return MSKV_ROPE_RUN(half, float, half, true, true);
-  if (TILING_KEY_IS(10110) || TILING_KEY_IS(11110)) return MSKV_ROPE_RUN(half, half, float, false, true);
-  if (TILING_KEY_IS(10111) || TILING_KEY_IS(11111)) return MSKV_ROPE_RUN(half, half, float, true, true);
-  if (TILING_KEY_IS(12110)) return MSKV_ROPE_RUN(half, half, half, false, true);
-  if (TILING_KEY_IS(12111)) return MSKV_ROPE_RUN(half, half, half, true, true);
-  if (TILING_KEY_IS(10200) || TILING_KEY_IS(11200)) return MSKV_ROPE_RUN(bfloat16_t, float, float, false, true);
-  if (TILING_KEY_IS(10201) || TILING_KEY_IS(11201)) return MSKV_ROPE_RUN(bfloat16_t, float, float, true, true);
-  if (TILING_KEY_IS(12200)) return MSKV_ROPE_RUN(bfloat16_t, float, bfloat16_t, false, true);
-  if (TILING_KEY_IS(12201)) return MSKV_ROPE_RUN(bfloat16_t, float, bfloat16_t, true, true);
-  if (TILING_KEY_IS(10210) || TILING_KEY_IS(11210)) return MSKV_ROPE_RUN(bfloat16_t, bfloat16_t, float, false, true);
-  if (TILING_KEY_IS(10211) || TILING_KEY_IS(11211)) return MSKV_ROPE_RUN(bfloat16_t, bfloat16_t, float, true, true);
-  if (TILING_KEY_IS(12210)) return MSKV_ROPE_RUN(bfloat16_t, bfloat16_t, bfloat16_t, false, true);
-  if (TILING_KEY_IS(12211)) return MSKV_ROPE_RUN(bfloat16_t, bfloat16_t, bfloat16_t, true, true);
-  if (TILING_KEY_IS(10300) || TILING_KEY_IS(11300)) return MSKV_ROPE_RUN(float, float, float, false, true);
-  if (TILING_KEY_IS(10301) || TILING_KEY_IS(11301)) return MSKV_ROPE_RUN(float, float, float, true, true);
-#endif
+  // one branch per tiling key of op_kernel/mskv_tiling_keys.h for this target; any other key traps
+#define MSKV_BRANCH(K, PAD, WEIGHT_IS_DATA, T, TABLE_IS_DATA, NEOX) \
+  if (TILING_KEY_IS(K))                                                                                  \
+    return mskv::rope::RunRopeMla<T, mskv::DataOrFloat<TABLE_IS_DATA, T>, mskv::DataOrFloat<WEIGHT_IS_DATA, T>, NEOX,  \
+                                  PAD> \
+      (positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_cache, k_pe_cache, slot_mapping, kv_c_norm_weight, \
+       q_pe_out, k_pe_out, kv_c_out, td);
+  MSKV_KEYS_ROPE_CONCAT_AND_CACHE_MLA(MSKV_BRANCH)
+#undef MSKV_BRANCH
+  MSKV_UNKNOWN_TILING_KEY();
 }
-#undef MSKV_ROPE_RUN

@@ -610,8 +610,83 @@ def kernel_command(src, target="a2", compiler="g++", sources=None, include_dirs=
     return cmd
 
 
+#: CANN's kernel build finds the tiling keys of a kernel in its preprocessed source: it runs the compiler
+#: with -E and matches ``g_tilingKey == \((-?\d+)`` (asc-devkit tools/build/asc_op_compile_base/
+#: asc_op_compiler/kernel_info_infer.py, ``find_tilingkey``); TILING_KEY_IS(k) expands to
+#: ``(g_tilingKey == (k))`` (impl/basic_api/utils/kernel_utils_macros.h). A key that is not one decimal
+#: literal there is not found (the build logs an error for a non-numeric one).
+TILING_KEY_COMPARE = re.compile(r"g_tilingKey\s*==\s*\(")
+TILING_KEY_LITERAL = re.compile(r"g_tilingKey == \((-?\d+)")
+KEYS_HEADER = "mskv_tiling_keys.h"
+
+
+def keys_macro(stem):
+    """The op's key-set macro in op_kernel/mskv_tiling_keys.h: ``MSKV_KEYS_<STEM>``."""
+    return "MSKV_KEYS_" + re.sub(r"\W", "_", stem).upper()
+
+
+def preprocessed_tiling_keys(text):
+    """(keys, problems) of a preprocessed kernel: the literal keys CANN's regex finds, in order, and one line
+    per ``g_tilingKey ==`` comparison that is not the literal form (``g_tilingKey == (<decimal>``, no
+    leading 0: a leading 0 is an octal literal in C++ but CANN's key would read it as decimal)."""
+    keys, problems = [], []
+    for m in TILING_KEY_COMPARE.finditer(text):
+        frag = text[m.start():m.start() + 60].replace("\n", " ")
+        lit = TILING_KEY_LITERAL.match(text, m.start())
+        tail = text[lit.end():lit.end() + 1] if lit else ""
+        if lit is None or tail != ")":
+            problems.append(f"tiling key comparison is not a decimal literal: {frag!r}")
+        elif len(lit.group(1).lstrip("-")) > 1 and lit.group(1).lstrip("-").startswith("0"):
+            problems.append(f"tiling key {lit.group(1)} has a leading 0 (an octal literal): {frag!r}")
+        else:
+            keys.append(int(lit.group(1)))
+    return keys, problems
+
+
+def declared_tiling_keys(stem, target="a2", compiler="g++", kernel_dir=None):
+    """The tiling keys op_kernel/mskv_tiling_keys.h declares for op ``stem`` on ``target`` (the header
+    preprocessed alone with the target's predefined macros), or None if it declares no ``MSKV_KEYS_<STEM>``."""
+    kdir = Path(kernel_dir) if kernel_dir else ROOT / "op_kernel"
+    if not (kdir / KEYS_HEADER).is_file():
+        return None
+    macro = keys_macro(stem)
+    drv = (f'#include "{KEYS_HEADER}"\n#ifdef {macro}\n#define MSKV_CHECK_DUMP(K, ...) mskv_declared_key K ;\n'
+           f"{macro}(MSKV_CHECK_DUMP)\n#else\nmskv_no_declaration\n#endif\n")
+    cmd = [compiler, "-x", "c++", "-E", "-P"] + [f"-D{d}" for d in TARGETS[target].defines] + [f"-I{kdir}", "-"]
+    p = subprocess.run(cmd, input=drv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"declared_tiling_keys({stem!r}, {target!r}): {' '.join(cmd)} failed:\n{p.stderr}")
+    if "mskv_no_declaration" in p.stdout:
+        return None
+    return [int(k) for k in re.findall(r"mskv_declared_key\s+(\d+)\s*;", p.stdout)]
+
+
+def check_tiling_keys(src, target, compiler, sources, incs, tiling_file, cwd):
+    """Problem lines of one kernel's tiling keys as CANN's build reads them: the kernel preprocessed with the
+    official headers (the same command with -E) must compare g_tilingKey with a decimal literal in every
+    branch, once per key, and its keys must be exactly those its op declares in op_kernel/mskv_tiling_keys.h
+    for the target."""
+    cmd = kernel_command(src, target, compiler, sources, incs, (), tiling_file)
+    cmd = [a if a != "-fsyntax-only" else "-E" for a in cmd] + ["-o", str(Path(cwd) / "kernel.i")]
+    rc, log = _run(cmd, cwd=cwd)
+    if rc != 0:
+        return [f"preprocessing failed: {summarize(log, 1)}"]
+    keys, problems = preprocessed_tiling_keys((Path(cwd) / "kernel.i").read_text(errors="replace"))
+    want = declared_tiling_keys(Path(src).stem, target, compiler if "clang" not in compiler else "g++",
+                                Path(src).parent)
+    if want is None:
+        return problems + [f"no {keys_macro(Path(src).stem)} in op_kernel/{KEYS_HEADER} (the op's tiling keys)"]
+    dup = sorted({k for k in keys if keys.count(k) > 1})
+    if dup:
+        problems.append(f"tiling keys with more than one branch: {dup}")
+    if set(keys) != set(want):
+        problems.append(f"tiling keys in the preprocessed kernel {sorted(set(keys) - set(want))} not declared, "
+                        f"declared for {target} {sorted(set(want) - set(keys))} without a branch")
+    return problems
+
+
 def compile_kernel(source, target="a2", compiler="g++", sources=None, tiling_header="auto", op_type=None,
-                   include_dirs=(), extra_flags=()):
+                   include_dirs=(), extra_flags=(), check_keys=True):
     """Compile one AscendC kernel against the official headers in CANN's CPU-debug configuration.
 
     Args:
@@ -626,6 +701,9 @@ def compile_kernel(source, target="a2", compiler="g++", sources=None, tiling_hea
         op_type (str | None): the OpType whose registered tiling class ``GET_TILING_DATA`` declares
             (default: from the kernel entry).
         include_dirs, extra_flags: added to the command (before the official include dirs).
+        check_keys (bool): for a kernel file (next to op_kernel/mskv_tiling_keys.h) with a tiling-key ladder,
+            also preprocess it (-E) and check its
+            keys as CANN's build reads them (:func:`check_tiling_keys`): a failure is an error line.
 
     Returns:
         (bool, str): ``ok`` and the compiler's diagnostics (with the command on the first line).
@@ -665,6 +743,8 @@ def compile_kernel(source, target="a2", compiler="g++", sources=None, tiling_hea
         rc, log = _run(cmd, cwd=str(tmp))
         ours = [src] + [p for d in incs for p in Path(d).glob("*.h")]
         bad = policy_violations(log, ours)
+        if rc == 0 and check_keys and "TILING_KEY_IS" in text and (src.parent / KEYS_HEADER).is_file():
+            bad += ["tiling keys: " + b for b in check_tiling_keys(src, target, compiler, sources, incs, tf, str(tmp))]
     if bad:
         log += "\ncheck_cann_headers: error: " + "\ncheck_cann_headers: error: ".join(bad) + "\n"
     return rc == 0 and not bad, " ".join(cmd) + "\n" + log

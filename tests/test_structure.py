@@ -1,4 +1,4 @@
-"""Structural check of the AscendC ops (ms_kvcache._structure): kernel entry, OpDef (names, order,
+"""Structural check of the AscendC ops (tools/mskv_structure.py): kernel entry, OpDef (names, order,
 param types, dtype rows per SoC, formats, attrs, compute units, SetTiling), tiling-data registration,
 infer registration, the ascend backend's reg_info and the emulation's OpDef registry must all agree
 with the op's OpSpec.
@@ -7,12 +7,14 @@ The checker itself is tested on a small fixture op (tests/fixtures/opp_src) and 
 it (each mutation must produce a mismatch line naming it); then every op of op_kernel/ is checked.
 """
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
 import ms_kvcache  # noqa: F401 - registers every public op
-from ms_kvcache import _structure as S
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+import mskv_structure as S  # noqa: E402 - tools/mskv_structure.py, a developer check outside the package
 from ms_kvcache._backends import ascend
 from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, AttrSpec, OpSpec, TensorSpec, all_specs
 

@@ -645,6 +645,14 @@ __aicore__ inline void SetVectorMask(int32_t len) {
   ascendc_sim::rt::SetVectorMaskLen(len, DTOf<T>::value);
 }
 __aicore__ inline void ResetMask() { ascendc_sim::rt::ResetMask(); }
+// Trap (kernel_operator_sys_var_intf.h; dav_c220 / dav_m200 implement it as trap()): the core stops with
+// an error. The emulation raises EmulationError rule "TRAP" naming the tiling key, so that a kernel entry's
+// failure branch (a tiling key it has no branch for, op_kernel/mskv_tiling_keys.h) is a loud error.
+__aicore__ inline void Trap() {
+  ascendc_sim::rt::Fail("TRAP", "AscendC::Trap() on core %lld (tiling key %llu)",
+                        static_cast<long long>(ascendc_sim::rt::BlockIdx()),
+                        static_cast<unsigned long long>(ascendc_sim::rt::TilingKey()));
+}
 
 ASCENDC_SIM_END_NAMESPACE
 

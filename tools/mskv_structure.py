@@ -27,7 +27,10 @@ parameters), ``Attr("n").AttrType(OPTIONAL).Int(v)`` (``v`` a literal or a named
 included header) / ``.Bool(...)`` / ``.Float(...)`` / ``.String("v")``, ``OpAICoreConfig`` overrides added with
 ``AddConfig("ascend310p", cfg)``. Anything else is reported as unreadable (one line), never guessed.
 
-Every problem is one line: ``<OpType>: <where>: <what>``. Run ``python -m ms_kvcache._structure``.
+Every problem is one line: ``<OpType>: <where>: <what>``. Run ``python tools/mskv_structure.py``.
+
+A developer check (tests/test_structure.py runs it in CI): it lives in tools/, outside the installed
+package (the wheel ships ms_kvcache/ only).
 """
 import itertools
 import re
@@ -51,32 +54,8 @@ CANN_KERNEL_HEADERS = ("kernel_operator.h", "kernel_operator_list_tensor_intf.h"
                        "adv_api/", "basic_api/")
 
 
-#: Vendor prefix of every OpType (docs/design.md): CANN ships a built-in ``ReshapeAndCache`` op (and an
-#: ``aclnnReshapeAndCache``), so an unprefixed custom op of that name would shadow or clash with it.
-OP_TYPE_PREFIX = "Mskv"
-
-
-def camel(op):
-    """reshape_and_cache -> ReshapeAndCache (plain CamelCase; CANN's file-name <-> OpType rule)."""
-    return "".join(w[:1].upper() + w[1:] for w in op.split("_") if w)
-
-
-def op_type_of(op):
-    """reshape_and_cache -> MskvReshapeAndCache: the OpType of a public op name (docs/design.md)."""
-    return OP_TYPE_PREFIX + camel(op)
-
-
-def snake(op_type):
-    """MskvReshapeAndCache -> mskv_reshape_and_cache (CANN's OpType -> aclnn_<name>.h / kernel entry rule
-    for plain CamelCase names)."""
-    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", op_type).lower()
-
-
-def op_name_of(op_type):
-    """MskvReshapeAndCache -> reshape_and_cache: the public op name (= file names) of an OpType."""
-    s = snake(op_type)
-    pre = snake(OP_TYPE_PREFIX) + "_"
-    return s[len(pre):] if s.startswith(pre) else s
+# OpType <-> op name rules (docs/design.md), shared with the runtime package.
+from ms_kvcache._spec import OP_TYPE_PREFIX, camel, op_name_of, op_type_of, snake  # noqa: E402,F401
 
 
 # ---------------------------------------------------------------------------------------------- model
@@ -722,6 +701,21 @@ def _check_kernel(spec, root):
                                         for a, b in zip(names, expect)):
         out.append(f"{spec.op_type}: {rel}: kernel parameters {names}, expected inputs then outputs then "
                    f"workspace, tiling: {expect}")
+    # tiling-key dispatch: generated from the op's declaration in op_kernel/mskv_tiling_keys.h, never a
+    # hand-written ladder (docs/design.md, "Tiling keys")
+    for km in re.finditer(r"\bTILING_KEY_IS\s*\(\s*\d", text):
+        ln = text.count("\n", 0, km.start()) + 1
+        out.append(f"{spec.op_type}: {rel}:{ln}: hand-written tiling-key branch; declare the key in "
+                   f"op_kernel/mskv_tiling_keys.h (MSKV_KEYS_{spec.name.upper()}) and expand it")
+    if "TILING_KEY_IS" in text:
+        want = f"MSKV_KEYS_{spec.name.upper()}"
+        used = set(re.findall(r"\b(MSKV_KEYS_\w+)\s*\(", text))
+        if want not in used:
+            out.append(f"{spec.op_type}: {rel}: the branch ladder does not expand {want} (its keys in "
+                       f"op_kernel/mskv_tiling_keys.h); expands {sorted(used) or 'none'}")
+        if not re.search(r"\bMSKV_UNKNOWN_TILING_KEY\s*\(\s*\)", text):
+            out.append(f"{spec.op_type}: {rel}: no MSKV_UNKNOWN_TILING_KEY() after the branch ladder (an unknown "
+                       "tiling key must trap, not return silently)")
     # includes: the CANN kernel build sees op_kernel/ only; anything else must be guarded
     depth = 0
     for ln, line in enumerate(text.splitlines(), 1):
@@ -858,7 +852,7 @@ def check_attr_codes(root, specs):
     for name, (op_type, codes) in sorted(seen.items()):
         tmpl = ATTR_CODE_CONSTANTS.get(name)
         if tmpl is None:
-            out.append(f"{op_type}: attr '{name}' is int-coded but ms_kvcache._structure.ATTR_CODE_CONSTANTS "
+            out.append(f"{op_type}: attr '{name}' is int-coded but tools/mskv_structure.py ATTR_CODE_CONSTANTS "
                        f"names no C++ constant for it")
             continue
         for value, code in codes:

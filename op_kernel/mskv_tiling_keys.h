@@ -1,0 +1,157 @@
+// The tiling keys of every kernel entry, declared once per op, per target core; each kernel entry's
+// branch ladder is generated from its op's declaration (no hand-written ladders).
+//
+// A tiling key is a decimal number whose digits are the op's dimensions, most significant first, as the
+// op's host tiling computes it (op_host/<op>.cpp: the key of FinishTiling). Each dimension is a list
+// macro of the values compiled for the target (MSKV_HAS_BF16_AND_PAD, mskv_arch.h): bfloat16 and
+// DataCopyPad exist on Atlas A2/A3 only, so on Ascend310P the lists leave them out and those keys have no
+// branch there (the host tiling refuses bfloat16 and unaligned rows on 310P before it computes a key).
+//
+//   #define MSKV_DIM_<NAME>(F, ...) F(__VA_ARGS__, <digit>, <value>) F(__VA_ARGS__, <digit>, <value>) ...
+//
+// (<value>: one token, a type or a constant). An op's key set is a product of dimensions (or a union of
+// products, when a dimension depends on another), MSKV_KEYSn(EMIT, DIM_1, ..., DIM_n) with DIM_1 the most
+// significant digit; it calls EMIT(<key literal>, <value of DIM_1>, ..., <value of DIM_n>) once per key.
+// A kernel entry defines EMIT as its branch (`if (TILING_KEY_IS(K)) return Run<...>(...);`), expands
+// MSKV_KEYS_<OP>(EMIT) and ends with MSKV_UNKNOWN_TILING_KEY() (AscendC::Trap: a key without a branch
+// stops the core, the emulation raises rule TRAP, instead of a kernel that silently does nothing).
+//
+// Why literals: CANN's kernel build finds a kernel's tiling keys by preprocessing it (-E) and matching
+// `g_tilingKey == (<decimal literal>` in the .i (asc-devkit tools/build/asc_op_compile_base/asc_op_compiler/
+// kernel_info_infer.py, find_tilingkey; TILING_KEY_IS(k) is `(g_tilingKey == (k))`, impl/basic_api/utils/
+// kernel_utils_macros.h). So the key must reach TILING_KEY_IS as one decimal literal, never an expression:
+// MSKV_KEYn pastes the digits into one pp-number and drops leading zeros (a leading 0 would be octal).
+// scripts/check_cann_headers.py checks the official .i of every kernel for exactly the declared keys.
+//
+// Adding a dimension (e.g. a cache dtype for the quantized writes) is a change here: a new MSKV_DIM_*
+// list and one more DIM in the op's MSKV_KEYS_<OP>; the kernel's EMIT takes one more value; the host
+// adds the digit to the key it passes to FinishTiling. tests/test_tiling_keys.py checks that the host's
+// keys are the kernel's, per SoC.
+//
+// Device subset only: preprocessor definitions, nothing else (the host never includes this file).
+#ifndef MS_KVCACHE_OP_KERNEL_MSKV_TILING_KEYS_H_
+#define MS_KVCACHE_OP_KERNEL_MSKV_TILING_KEYS_H_
+
+#include "mskv_arch.h"
+
+// ------------------------------------------------------------------------- digits -> one key literal
+#define MSKV_PP_CAT(a, b) MSKV_PP_CAT_I(a, b)
+#define MSKV_PP_CAT_I(a, b) a##b
+#define MSKV_PP_SECOND(...) MSKV_PP_SECOND_I(__VA_ARGS__, ~)
+#define MSKV_PP_SECOND_I(a, b, ...) b
+#define MSKV_PP_ZERO_0 ~, 1
+// 1 if d is the digit 0, else 0
+#define MSKV_PP_IS_ZERO(d) MSKV_PP_SECOND(MSKV_PP_CAT(MSKV_PP_ZERO_, d), 0)
+
+// MSKV_KEYn(d_1, ..., d_n): the decimal literal d_1 d_2 ... d_n without leading zeros (a digit may be a
+// fragment of several digits, e.g. 10, as long as only the fragment 0 starts with 0).
+#define MSKV_KEY1(a) a
+#define MSKV_KEY2(a, b) MSKV_PP_CAT(MSKV_KEY2_, MSKV_PP_IS_ZERO(a))(a, b)
+#define MSKV_KEY2_0(a, b) a##b
+#define MSKV_KEY2_1(a, b) MSKV_KEY1(b)
+#define MSKV_KEY3(a, b, c) MSKV_PP_CAT(MSKV_KEY3_, MSKV_PP_IS_ZERO(a))(a, b, c)
+#define MSKV_KEY3_0(a, b, c) a##b##c
+#define MSKV_KEY3_1(a, b, c) MSKV_KEY2(b, c)
+#define MSKV_KEY4(a, b, c, d) MSKV_PP_CAT(MSKV_KEY4_, MSKV_PP_IS_ZERO(a))(a, b, c, d)
+#define MSKV_KEY4_0(a, b, c, d) a##b##c##d
+#define MSKV_KEY4_1(a, b, c, d) MSKV_KEY3(b, c, d)
+#define MSKV_KEY5(a, b, c, d, e) MSKV_PP_CAT(MSKV_KEY5_, MSKV_PP_IS_ZERO(a))(a, b, c, d, e)
+#define MSKV_KEY5_0(a, b, c, d, e) a##b##c##d##e
+#define MSKV_KEY5_1(a, b, c, d, e) MSKV_KEY4(b, c, d, e)
+#define MSKV_KEY6(a, b, c, d, e, f) MSKV_PP_CAT(MSKV_KEY6_, MSKV_PP_IS_ZERO(a))(a, b, c, d, e, f)
+#define MSKV_KEY6_0(a, b, c, d, e, f) a##b##c##d##e##f
+#define MSKV_KEY6_1(a, b, c, d, e, f) MSKV_KEY5(b, c, d, e, f)
+
+// ------------------------------------------------------------------------- products of dimensions
+// MSKV_KEYSn(EMIT, A, B, ...): EMIT(key, a, b, ...) for every combination of the lists' values. Each level
+// is its own macro (the preprocessor does not re-enter a macro inside its own expansion), so the lists of
+// one product must be different macros.
+#define MSKV_KEYS3(E, A, B, C) A(MSKV_K3_A, E, B, C)
+#define MSKV_K3_A(E, B, C, a, va) B(MSKV_K3_B, E, C, a, va)
+#define MSKV_K3_B(E, C, a, va, b, vb) C(MSKV_K3_C, E, a, va, b, vb)
+#define MSKV_K3_C(E, a, va, b, vb, c, vc) E(MSKV_KEY3(a, b, c), va, vb, vc)
+
+#define MSKV_KEYS4(E, A, B, C, D) A(MSKV_K4_A, E, B, C, D)
+#define MSKV_K4_A(E, B, C, D, a, va) B(MSKV_K4_B, E, C, D, a, va)
+#define MSKV_K4_B(E, C, D, a, va, b, vb) C(MSKV_K4_C, E, D, a, va, b, vb)
+#define MSKV_K4_C(E, D, a, va, b, vb, c, vc) D(MSKV_K4_D, E, a, va, b, vb, c, vc)
+#define MSKV_K4_D(E, a, va, b, vb, c, vc, d, vd) E(MSKV_KEY4(a, b, c, d), va, vb, vc, vd)
+
+#define MSKV_KEYS5(E, A, B, C, D, G) A(MSKV_K5_A, E, B, C, D, G)
+#define MSKV_K5_A(E, B, C, D, G, a, va) B(MSKV_K5_B, E, C, D, G, a, va)
+#define MSKV_K5_B(E, C, D, G, a, va, b, vb) C(MSKV_K5_C, E, D, G, a, va, b, vb)
+#define MSKV_K5_C(E, D, G, a, va, b, vb, c, vc) D(MSKV_K5_D, E, G, a, va, b, vb, c, vc)
+#define MSKV_K5_D(E, G, a, va, b, vb, c, vc, d, vd) G(MSKV_K5_G, E, a, va, b, vb, c, vc, d, vd)
+#define MSKV_K5_G(E, a, va, b, vb, c, vc, d, vd, g, vg) E(MSKV_KEY5(a, b, c, d, g), va, vb, vc, vd, vg)
+
+#define MSKV_KEYS6(E, A, B, C, D, G, H) A(MSKV_K6_A, E, B, C, D, G, H)
+#define MSKV_K6_A(E, B, C, D, G, H, a, va) B(MSKV_K6_B, E, C, D, G, H, a, va)
+#define MSKV_K6_B(E, C, D, G, H, a, va, b, vb) C(MSKV_K6_C, E, D, G, H, a, va, b, vb)
+#define MSKV_K6_C(E, D, G, H, a, va, b, vb, c, vc) D(MSKV_K6_D, E, G, H, a, va, b, vb, c, vc)
+#define MSKV_K6_D(E, G, H, a, va, b, vb, c, vc, d, vd) G(MSKV_K6_G, E, H, a, va, b, vb, c, vc, d, vd)
+#define MSKV_K6_G(E, H, a, va, b, vb, c, vc, d, vd, g, vg) H(MSKV_K6_H, E, a, va, b, vb, c, vc, d, vd, g, vg)
+#define MSKV_K6_H(E, a, va, b, vb, c, vc, d, vd, g, vg, h, vh) \
+  E(MSKV_KEY6(a, b, c, d, g, h), va, vb, vc, vd, vg, vh)
+
+// The failure branch after a generated ladder: a key the kernel has no branch for.
+#define MSKV_UNKNOWN_TILING_KEY() AscendC::Trap()
+
+// ------------------------------------------------------------------------- dimensions (per target)
+// Digits: op_host/kv_copy_tiling_common.h (DTypeCode, IndexDTypeCode) and each op's SetTilingKey.
+#if MSKV_HAS_BF16_AND_PAD
+// cache / data dtype: float16 1, bfloat16 2, float32 3, int8 4
+#define MSKV_DIM_KV_DTYPE(F, ...) \
+  F(__VA_ARGS__, 1, half) F(__VA_ARGS__, 2, bfloat16_t) F(__VA_ARGS__, 3, float) F(__VA_ARGS__, 4, int8_t)
+// rotary data dtype with a table of its own dtype possible (float16, bfloat16), and float32 alone
+#define MSKV_DIM_ROPE_DTYPE(F, ...) F(__VA_ARGS__, 1, half) F(__VA_ARGS__, 2, bfloat16_t)
+// DataCopyPad: rows not a multiple of 32 bytes
+#define MSKV_DIM_PAD(F, ...) F(__VA_ARGS__, 0, false) F(__VA_ARGS__, 1, true)
+#else
+#define MSKV_DIM_KV_DTYPE(F, ...) F(__VA_ARGS__, 1, half) F(__VA_ARGS__, 3, float) F(__VA_ARGS__, 4, int8_t)
+#define MSKV_DIM_ROPE_DTYPE(F, ...) F(__VA_ARGS__, 1, half)
+#define MSKV_DIM_PAD(F, ...) F(__VA_ARGS__, 0, false)
+#endif
+#define MSKV_DIM_ROPE_F32(F, ...) F(__VA_ARGS__, 3, float)
+// slot_mapping / block_mapping / block_ids dtype: int32 0, int64 1
+#define MSKV_DIM_INDEX_DTYPE(F, ...) F(__VA_ARGS__, 0, int32_t) F(__VA_ARGS__, 1, int64_t)
+// cache_layout, value = BNSD: BSND 0, BNSD 1 (a template parameter of the copy kernels)
+#define MSKV_DIM_LAYOUT(F, ...) F(__VA_ARGS__, 0, false) F(__VA_ARGS__, 1, true)
+// cache_layout of the rotary kernels: the digit is set but both layouts run the same template
+#define MSKV_DIM_ROPE_LAYOUT(F, ...) F(__VA_ARGS__, 0, 0) F(__VA_ARGS__, 1, 1)
+// cos_sin_cache dtype, value = the table has the data dtype (digit 1), else float32 (digit 0)
+#define MSKV_DIM_TABLE(F, ...) F(__VA_ARGS__, 0, false) F(__VA_ARGS__, 1, true)
+#define MSKV_DIM_TABLE_F32(F, ...) F(__VA_ARGS__, 0, false)
+// rotary style, value = NeoX (rotate halves) rather than GPT-J (interleaved pairs)
+#define MSKV_DIM_NEOX(F, ...) F(__VA_ARGS__, 0, false) F(__VA_ARGS__, 1, true)
+// kv_c_norm_weight of rope_concat_and_cache_mla, value = the weight has the data dtype:
+// absent 0, float32 1, the data dtype 2 (float32 data: its weight is float32)
+#define MSKV_DIM_NORM_WEIGHT(F, ...) F(__VA_ARGS__, 0, false) F(__VA_ARGS__, 1, false) F(__VA_ARGS__, 2, true)
+#define MSKV_DIM_NORM_WEIGHT_F32(F, ...) F(__VA_ARGS__, 0, false) F(__VA_ARGS__, 1, false)
+
+// ------------------------------------------------------------------------- the key set of every op
+// key = dtype * 100 + index dtype * 10 + DataCopyPad
+#define MSKV_KEYS_CONCAT_AND_CACHE_MLA(E) MSKV_KEYS3(E, MSKV_DIM_KV_DTYPE, MSKV_DIM_INDEX_DTYPE, MSKV_DIM_PAD)
+#define MSKV_KEYS_COPY_BLOCKS(E) MSKV_KEYS3(E, MSKV_DIM_KV_DTYPE, MSKV_DIM_INDEX_DTYPE, MSKV_DIM_PAD)
+
+// key = layout * 1000 + dtype * 100 + index dtype * 10 + DataCopyPad
+#define MSKV_KEYS_LAYOUT_COPY(E) \
+  MSKV_KEYS4(E, MSKV_DIM_LAYOUT, MSKV_DIM_KV_DTYPE, MSKV_DIM_INDEX_DTYPE, MSKV_DIM_PAD)
+#define MSKV_KEYS_RESHAPE_AND_CACHE(E) MSKV_KEYS_LAYOUT_COPY(E)
+#define MSKV_KEYS_RESHAPE_AND_CACHE_MERGED(E) MSKV_KEYS_LAYOUT_COPY(E)
+#define MSKV_KEYS_MULTI_LAYER_KV_TRANSFER(E) MSKV_KEYS_LAYOUT_COPY(E)
+#define MSKV_KEYS_MULTI_LAYER_BLOCK_TRANSFER(E) MSKV_KEYS_LAYOUT_COPY(E)
+
+// key = DataCopyPad * 10000 + layout * 1000 + dtype * 100 + table is data * 10 + NeoX
+#define MSKV_KEYS_ROPE_CACHE(E)                                                                                  \
+  MSKV_KEYS5(E, MSKV_DIM_PAD, MSKV_DIM_ROPE_LAYOUT, MSKV_DIM_ROPE_DTYPE, MSKV_DIM_TABLE, MSKV_DIM_NEOX)          \
+  MSKV_KEYS5(E, MSKV_DIM_PAD, MSKV_DIM_ROPE_LAYOUT, MSKV_DIM_ROPE_F32, MSKV_DIM_TABLE_F32, MSKV_DIM_NEOX)
+#define MSKV_KEYS_REROPE_CACHED_KEYS(E) MSKV_KEYS_ROPE_CACHE(E)
+#define MSKV_KEYS_ROPE_RESHAPE_AND_CACHE(E) MSKV_KEYS_ROPE_CACHE(E)
+#define MSKV_KEYS_ROPE_RESHAPE_AND_CACHE_MERGED(E) MSKV_KEYS_ROPE_CACHE(E)
+
+// key = DataCopyPad * 10000 + norm weight * 1000 + dtype * 100 + table is data * 10 + NeoX
+#define MSKV_KEYS_ROPE_CONCAT_AND_CACHE_MLA(E)                                                                   \
+  MSKV_KEYS5(E, MSKV_DIM_PAD, MSKV_DIM_NORM_WEIGHT, MSKV_DIM_ROPE_DTYPE, MSKV_DIM_TABLE, MSKV_DIM_NEOX)          \
+  MSKV_KEYS5(E, MSKV_DIM_PAD, MSKV_DIM_NORM_WEIGHT_F32, MSKV_DIM_ROPE_F32, MSKV_DIM_TABLE_F32, MSKV_DIM_NEOX)
+
+#endif  // MS_KVCACHE_OP_KERNEL_MSKV_TILING_KEYS_H_

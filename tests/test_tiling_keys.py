@@ -1,0 +1,195 @@
+"""Tiling keys: what every op's host tiling can produce on each SoC == what its kernel has branches for.
+
+The kernel side is the op's declaration in op_kernel/mskv_tiling_keys.h (``MSKV_KEYS_<OP>``), preprocessed
+for each arch family (g++ -E of the header alone, :func:`check_cann_headers.declared_tiling_keys`); every
+kernel entry expands exactly that declaration (tools/mskv_structure.py checks it, tests/test_structure.py;
+scripts/check_cann_headers.py checks the official .i). The host side is the real op_host tiling run through
+the emulation (``ms_kvcache.sim.tiling``) over every dtype row of the op's OpDef on that SoC, both layouts,
+rotary styles, weights, and a row size with and without DataCopyPad; a tiling that refuses a case on a
+SoC (unaligned rows on Ascend310P) produces no key there.
+"""
+import itertools
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import check_cann_headers as cch  # noqa: E402
+
+from ms_kvcache._spec import SOCS, get_spec, op_type_of  # noqa: E402
+
+sim = pytest.importorskip("ms_kvcache.sim")
+if not hasattr(sim, "tiling"):
+    pytest.skip("ms_kvcache.sim was built without the emulation module", allow_module_level=True)
+
+from _multi_layer_ref import SEPARATE, Geometry, host_block_shape  # noqa: E402
+
+OPS = sorted(p.stem for p in (ROOT / "op_kernel").glob("*.cpp"))
+ARCH_TARGET = {2201: "a2", 2002: "310p"}
+T, NB, BS, H = 4, 2, 4, 2
+#: head sizes: 32 elements (a multiple of 32 bytes for every dtype) and 3 (never one: DataCopyPad)
+HEAD_SIZES = (32, 3)
+LAYOUTS = ("BSND", "BNSD")
+
+
+def _rows(op, soc):
+    """{input name: dtype} for every dtype row the OpDef declares on soc."""
+    spec = get_spec(op)
+    names = [t.name for t in spec.inputs + spec.outputs]
+    return [dict(zip(names, row)) for row in spec.dtype_rows(soc)]
+
+
+def _cache(layout, d, heads=H, merged=False):
+    shape = (NB, heads, BS, d) if layout == "BNSD" else (NB, BS, heads, d)
+    return (2,) + shape if merged else shape
+
+
+def _variants(op, dt):
+    """(inputs in OpDef order as sim.tiling takes them, attrs) for one dtype row ``dt``."""
+    S = dt.get("slot_mapping")
+    if op in ("reshape_and_cache", "reshape_and_cache_merged"):
+        for layout, d in itertools.product(LAYOUTS, HEAD_SIZES):
+            kv = dt["key"]
+            if op == "reshape_and_cache":
+                caches = [(_cache(layout, d), kv), (_cache(layout, d), kv)]
+            else:
+                caches = [(_cache(layout, d, merged=True), kv)]
+            yield [((T, H, d), kv), ((T, H, d), kv)] + caches + [((T,), S)], {"cache_layout": layout}
+    elif op == "concat_and_cache_mla":
+        for d in HEAD_SIZES:
+            kv = dt["kv_c"]
+            yield [((T, d), kv), ((T, d), kv), ((NB, BS, d), kv), ((NB, BS, d), kv), ((T,), S)], {}
+    elif op == "copy_blocks":
+        for d in HEAD_SIZES:
+            c = [((NB, 1, 1, d), dt["key_caches"])] * 2
+            yield [c, c, ((1, 2), dt["block_mapping"])], {}
+    elif op in ("multi_layer_kv_transfer", "multi_layer_block_transfer"):
+        for layout, d in itertools.product(LAYOUTS, HEAD_SIZES):
+            geo = Geometry(SEPARATE, layout, 1, NB, BS, heads=H, head_size=d)
+            kv = dt["kv_caches"]
+            caches = [(geo.plane_shape(p), kv) for p in range(geo.P)]
+            attrs = {"kv_format": int(geo.fmt), "direction": "d2h", "cache_layout": layout, "num_layers": 1,
+                     "aiv_num": 0}
+            if op == "multi_layer_kv_transfer":
+                yield [((2, 1, T, geo.hidden[0]), kv), ((T,), S), caches], attrs
+            else:
+                host = [(host_block_shape(geo, p, 1), kv) for p in range(geo.P)]
+                yield [((1,), dt["block_ids"]), None, host, caches], attrs
+    elif op in ("rerope_cached_keys", "rope_reshape_and_cache", "rope_reshape_and_cache_merged"):
+        for layout, d, neox in itertools.product(LAYOUTS, HEAD_SIZES, (False, True)):
+            rd = d - d % 2 if d > 3 else 2  # rotary dim: even, <= head size
+            x, c = dt.get("key", dt.get("key_cache")), dt["cos_sin_cache"]
+            p = dt.get("positions", dt.get("old_positions"))
+            table = ((16, rd), c)
+            attrs = {"is_neox_style": neox, "cache_layout": layout}
+            if op == "rerope_cached_keys":
+                yield [(_cache(layout, d), x), ((T,), S), ((T,), p), ((T,), p), table], attrs
+                continue
+            rows = [((T,), p), ((T, H, d), x), ((T, H, d), x), ((T, H, d), x), table]
+            if op == "rope_reshape_and_cache":
+                caches = [(_cache(layout, d), x), (_cache(layout, d), x)]
+            else:
+                caches = [(_cache(layout, d, merged=True), x)]
+            yield rows + caches + [((T,), S)], attrs
+    elif op == "rope_concat_and_cache_mla":
+        for d, neox, weight in itertools.product(HEAD_SIZES, (False, True), (False, True)):
+            x, c = dt["q_pe"], dt["cos_sin_cache"]
+            rd = 32 if d == 32 else 2
+            ins = [((T,), dt["positions"]), ((T, H, rd), x), ((T, rd), x), ((T, d), x), ((16, rd), c),
+                   ((NB, BS, d), x), ((NB, BS, rd), x), ((T,), S),
+                   ((d,), dt["kv_c_norm_weight"]) if weight else None]
+            yield ins, {"is_neox_style": neox, "epsilon": 1e-6}
+    else:
+        raise AssertionError(f"tests/test_tiling_keys.py: no input builder for op {op!r}: add one")
+
+
+def host_keys(op, soc):
+    """Keys the op's host tiling sets on soc over all variants, and how many variants it refused."""
+    keys, refused = set(), 0
+    for dt in _rows(op, soc):
+        for ins, attrs in _variants(op, dt):
+            try:
+                r = sim.tiling(op_type_of(op), ins, attrs, soc)
+            except sim.EmulationError:
+                refused += 1
+                continue
+            keys.add(int(r["tiling_key"]))
+    return keys, refused
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_host_keys_equal_kernel_keys_on_every_soc(op):
+    for soc in SOCS:
+        want = cch.declared_tiling_keys(op, ARCH_TARGET[sim.arch_of(soc)])
+        assert want is not None, f"op_kernel/mskv_tiling_keys.h declares no {cch.keys_macro(op)}"
+        assert len(want) == len(set(want)), f"{op}: a key declared twice for {soc}: {sorted(want)}"
+        got, refused = host_keys(op, soc)
+        assert got, f"{op} on {soc}: the tiling refused every variant"
+        assert got - set(want) == set(), f"{op} on {soc}: host keys without a kernel branch {sorted(got - set(want))}"
+        assert set(want) - got == set(), f"{op} on {soc}: kernel branches the host never selects {sorted(set(want) - got)}"
+        if soc == "Ascend310P3":
+            assert refused > 0  # unaligned rows: no DataCopyPad there
+
+
+def test_declared_keys_are_decimal_literals_per_arch():
+    """The declaration's keys as the preprocessor writes them: 310P lacks exactly the bf16 and pad keys."""
+    a2 = cch.declared_tiling_keys("reshape_and_cache", "a2")
+    p310 = cch.declared_tiling_keys("reshape_and_cache", "310p")
+    ref = [l * 1000 + d * 100 + s * 10 + p for l in (0, 1) for d in (1, 2, 3, 4) for s in (0, 1) for p in (0, 1)]
+    assert sorted(a2) == sorted(ref)
+    assert sorted(p310) == sorted(k for k in ref if k // 100 % 10 != 2 and k % 10 == 0)
+    rope = cch.declared_tiling_keys("rope_concat_and_cache_mla", "a2")
+    assert 12211 in rope and 2100 in rope and 2300 not in rope and 310 not in rope and len(rope) == 56
+
+
+def test_preprocessed_key_reader_is_strict():
+    keys, problems = cch.preprocessed_tiling_keys(
+        "if ((g_tilingKey == (100))) f(); if ((g_tilingKey == (1100))) g();")
+    assert (keys, problems) == ([100, 1100], [])
+    keys, problems = cch.preprocessed_tiling_keys("if ((g_tilingKey == ((1) * 100 + 0))) f();")
+    assert keys == [] and "not a decimal literal" in problems[0]
+    keys, problems = cch.preprocessed_tiling_keys("if ((g_tilingKey == (0100))) f();")
+    assert keys == [] and "leading 0" in problems[0]
+    keys, problems = cch.preprocessed_tiling_keys("if ((g_tilingKey == (100 + x))) f();")
+    assert keys == [] and "not a decimal literal" in problems[0]
+
+
+def test_unknown_key_traps_in_the_kernel():
+    """A key without a branch stops the core (AscendC::Trap; the emulation: rule TRAP) instead of a no-op:
+    an undeclared key on A2, and a bfloat16 key on Ascend310P, whose branches are not compiled there."""
+    spec_ins = [((T, H, 16), "float16")] * 2 + [((NB, BS, H, 16), "float16")] * 2 + [((T,), "int32")]
+    r = sim.tiling("MskvReshapeAndCache", spec_ins, {"cache_layout": "BSND"}, "Ascend910B1")
+    assert r["tiling_key"] == 100
+    args = [np.zeros(s, np.float16) for s, _ in spec_ins[:4]] + [np.zeros(T, np.int32), np.zeros(1, np.int32)]
+    sim.launch_kernel("mskv_reshape_and_cache", args, 1, tiling=r["tiling_bytes"], tiling_key=100,
+                      soc="Ascend910B1")
+    for soc, key in (("Ascend910B1", 999), ("Ascend910B1", 500), ("Ascend310P3", 200), ("Ascend310P3", 101)):
+        with pytest.raises(sim.EmulationError, match=rf"tiling key {key}\b") as ei:
+            sim.launch_kernel("mskv_reshape_and_cache", args, 1, tiling=r["tiling_bytes"], tiling_key=key, soc=soc)
+        assert ei.value.rule == "TRAP"
+
+
+def test_structure_check_refuses_a_hand_written_ladder(tmp_path):
+    """tools/mskv_structure.py: a kernel entry with a literal TILING_KEY_IS(<key>) branch, or one that does
+    not expand its op's declaration or has no failure branch, is reported."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import mskv_structure as S
+
+    spec = get_spec("copy_blocks")
+    good = (ROOT / "op_kernel" / "copy_blocks.cpp").read_text()
+    (tmp_path / "op_kernel").mkdir()
+    for h in (ROOT / "op_kernel").glob("*.h"):
+        (tmp_path / "op_kernel" / h.name).write_text(h.read_text())
+    k = tmp_path / "op_kernel" / "copy_blocks.cpp"
+    k.write_text(good)
+    assert S._check_kernel(spec, tmp_path) == []
+    k.write_text(good.replace("  MSKV_KEYS_COPY_BLOCKS(MSKV_BRANCH)\n",
+                              "  MSKV_KEYS_COPY_BLOCKS(MSKV_BRANCH)\n  if (TILING_KEY_IS(100)) return;\n"))
+    assert any("hand-written tiling-key branch" in l for l in S._check_kernel(spec, tmp_path))
+    k.write_text(good.replace("MSKV_KEYS_COPY_BLOCKS(MSKV_BRANCH)", "MSKV_KEYS_CONCAT_AND_CACHE_MLA(MSKV_BRANCH)"))
+    assert any("does not expand MSKV_KEYS_COPY_BLOCKS" in l for l in S._check_kernel(spec, tmp_path))
+    k.write_text(good.replace("  MSKV_UNKNOWN_TILING_KEY();\n", ""))
+    assert any("no MSKV_UNKNOWN_TILING_KEY()" in l for l in S._check_kernel(spec, tmp_path))
