@@ -7,6 +7,8 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -441,6 +443,16 @@ bool SkipSig(int sig) {
 }
 
 void OnSignal(int sig, siginfo_t* si, void* uc) {
+  if (sig == kWatchdogSig && t_jb != nullptr) {
+    // the watchdog's first signal stops the launch at the core's next emulated API call (clean unwinding);
+    // only a core that makes none (an endless loop in kernel code) is jumped out of at a later signal
+    Core* c = CurOrNull();
+    if (c != nullptr && c->L != nullptr && !c->L->watchdog_fired.load()) {
+      c->L->watchdog_fired.store(true);
+      c->L->abort.store(true);
+      return;
+    }
+  }
   if (t_jb != nullptr) {
     t_fault.sig = sig;
     t_fault.addr = reinterpret_cast<uintptr_t>(si ? si->si_addr : nullptr);
@@ -553,6 +565,10 @@ struct Sched {
   std::mutex mu;
   std::condition_variable cv;
   bool sequential = true;
+  bool fibers = false;             // sequential orders on one thread: each core a ucontext fiber
+  ucontext_t main_ctx;             // fibers: the scheduler
+  std::vector<ucontext_t> ctx;     // fibers: one per core
+  std::vector<void*> stacks;
   std::vector<uint32_t> order;  // core indices in run order
   std::vector<uint32_t> pos;    // core index -> position in `order`
   int turn = -1;                // sequential: the core allowed to run
@@ -601,6 +617,26 @@ std::string CoreList(const Sched& S, bool barrier) {
 void SyncAllBarrier(Core& c) {
   LaunchCtx& L = *c.L;
   Sched& S = *L.sched;
+  if (S.fibers) {  // one thread: suspend this core's fiber, the scheduler runs the next core
+    if (L.abort.load()) throw LaunchAborted();
+    if (S.done > 0) {
+      S.Record(CoreError(L, c.idx, "DEADLOCK",
+                         Format("core %d calls SyncAll #%u, but core(s) %s already returned without calling it: on "
+                                "hardware the cores at the SyncAll wait forever (every core of the launch must call "
+                                "SyncAll the same number of times)",
+                                c.idx, L.phase + 1, CoreList(S, false).c_str())),
+               L);
+      throw LaunchAborted();
+    }
+    S.at_barrier[static_cast<size_t>(c.idx)] = 1;
+    ++S.arrived;
+    sigjmp_buf* jb = t_jb;
+    swapcontext(&S.ctx[static_cast<size_t>(c.idx)], &S.main_ctx);
+    t_jb = jb;
+    SetCurrent(&c);
+    if (L.abort.load()) throw LaunchAborted();
+    return;
+  }
   std::unique_lock<std::mutex> lk(S.mu);
   if (L.abort.load()) throw LaunchAborted();
   if (S.done > 0) {
@@ -722,6 +758,80 @@ void RunCore(LaunchCtx& L, const KernelEntry& k, std::vector<void*>& args, Core&
   std::vector<BlockShadow>().swap(c.blocks);
 }
 
+struct CoreOutcome {
+  std::unique_ptr<EmulationError> err;
+  std::exception_ptr other;
+  bool aborted = false;
+};
+
+// Runs the kernel on core c with fault isolation: a signal in kernel code jumps back here (KERNEL_FAULT,
+// or DEADLOCK for the watchdog's signal). Results go to *out (memory, not registers: sigsetjmp).
+void RunIsolated(LaunchCtx& L, const KernelEntry& k, std::vector<void*>* args, Core* c, CoreOutcome* out) {
+  sigjmp_buf jb;
+  if (sigsetjmp(jb, 1) == 0) {
+    t_jb = &jb;
+    try {
+      RunCore(L, k, *args, *c);
+    } catch (const EmulationError& e) {
+      out->err.reset(new EmulationError(e));
+    } catch (const LaunchAborted&) {
+      out->aborted = true;
+      if (L.watchdog_fired.load())
+        out->err.reset(new EmulationError(CoreError(
+            L, c->idx, "DEADLOCK",
+            Format("core %d was still running after the watchdog's %g s (MS_KVCACHE_SIM_WATCHDOG_S); it was "
+                   "stopped at its next emulated API call: an endless loop or a far too long kernel; on hardware "
+                   "the launch hangs",
+                   c->idx, L.watchdog_s))));
+    } catch (...) {
+      out->other = std::current_exception();
+    }
+    t_jb = nullptr;
+    return;
+  }
+  SetCurrent(nullptr);
+  const FaultInfo f = t_fault;
+  if (f.sig == kWatchdogSig) {
+    out->err.reset(new EmulationError(CoreError(
+        L, c->idx, "DEADLOCK",
+        Format("core %d was still running after the watchdog's %g s (MS_KVCACHE_SIM_WATCHDOG_S) and called no "
+               "emulated GM API after the launch was stopped: an endless loop (e.g. a spin on a value no core "
+               "changes), at %s; on hardware the launch hangs",
+               c->idx, L.watchdog_s, WhereIs(f.pc).c_str()))));
+  } else {
+    std::string at = f.sig == SIGSEGV || f.sig == SIGBUS ? Format(" (faulting address %p)", reinterpret_cast<void*>(f.addr)) : "";
+    out->err.reset(new EmulationError(CoreError(
+        L, c->idx, "KERNEL_FAULT",
+        Format("kernel code raised %s%s in %s: on hardware an AI core exception that fails the launch; the "
+               "emulation stopped this core (the caller's arrays are untouched)",
+               SigName(f.sig), at.c_str(), WhereIs(f.pc).c_str()))));
+  }
+}
+
+// Bookkeeping when a core ends: the first error fails the launch; a core returning while others wait at a
+// SyncAll is DEADLOCK; the sequential thread mode passes the baton on.
+void CoreEnd(LaunchCtx& L, Core& c, CoreOutcome& out) {
+  Sched& S = *L.sched;
+  std::unique_lock<std::mutex> lk(S.mu);
+  const uint32_t i = static_cast<uint32_t>(c.idx);
+  S.finished[i] = 1;
+  ++S.done;
+  if (out.err) {
+    S.Record(*out.err, L);
+  } else if (out.other) {
+    if (!S.err && !S.other) S.other = out.other;
+    L.abort.store(true);
+  } else if (!out.aborted && !L.abort.load() && S.arrived > 0) {
+    S.Record(CoreError(L, c.idx, "DEADLOCK",
+                       Format("core %d returned without calling SyncAll #%u, at which core(s) %s wait: on hardware "
+                              "they wait forever (every core of the launch must call SyncAll the same number of times)",
+                              c.idx, L.phase + 1, CoreList(S, true).c_str())),
+             L);
+  }
+  if (S.sequential && !S.fibers && !L.abort.load()) S.PassOn(i);
+  S.cv.notify_all();
+}
+
 // One core on its own thread: wait for the baton, run with fault isolation, report the end.
 void CoreThread(LaunchCtx& L, const KernelEntry& k, std::vector<void*> args, Core& c) {
   Sched& S = *L.sched;
@@ -729,9 +839,8 @@ void CoreThread(LaunchCtx& L, const KernelEntry& k, std::vector<void*> args, Cor
     std::unique_lock<std::mutex> lk(S.mu);
     S.cv.wait(lk, [&] { return L.abort.load() || !S.sequential || S.turn == c.idx; });
   }
-  std::unique_ptr<EmulationError> err;
-  std::exception_ptr other;
-  bool aborted = L.abort.load();
+  CoreOutcome out;
+  out.aborted = L.abort.load();
   const size_t alt_size = 1 << 16;
   std::unique_ptr<char[]> alt(new char[alt_size]);
   stack_t ss, old_ss;
@@ -739,62 +848,163 @@ void CoreThread(LaunchCtx& L, const KernelEntry& k, std::vector<void*> args, Cor
   ss.ss_size = alt_size;
   ss.ss_flags = 0;
   const bool have_alt = sigaltstack(&ss, &old_ss) == 0;
-  if (!aborted) {
-    sigjmp_buf jb;
-    if (sigsetjmp(jb, 1) == 0) {
-      t_jb = &jb;
-      try {
-        RunCore(L, k, args, c);
-      } catch (const EmulationError& e) {
-        err.reset(new EmulationError(e));
-      } catch (const LaunchAborted&) {
-        aborted = true;
-      } catch (...) {
-        other = std::current_exception();
-      }
-      t_jb = nullptr;
-    } else {
-      SetCurrent(nullptr);
-      const FaultInfo f = t_fault;
-      if (f.sig == kWatchdogSig) {
-        err.reset(new EmulationError(CoreError(
-            L, c.idx, "DEADLOCK",
-            Format("core %d was still running after the watchdog's %g s (MS_KVCACHE_SIM_WATCHDOG_S) and "
-                   "called no emulated GM API after the launch was stopped: an endless loop (e.g. a "
-                   "spin on a value no core changes), at %s; on hardware the launch hangs",
-                   c.idx, L.watchdog_s, WhereIs(f.pc).c_str()))));
-      } else {
-        std::string at = f.sig == SIGSEGV || f.sig == SIGBUS ? Format(" (faulting address %p)", reinterpret_cast<void*>(f.addr)) : "";
-        err.reset(new EmulationError(CoreError(
-            L, c.idx, "KERNEL_FAULT",
-            Format("kernel code raised %s%s in %s: on hardware an AI core exception that fails the launch; "
-                   "the emulation stopped this core (the caller's arrays are untouched)",
-                   SigName(f.sig), at.c_str(), WhereIs(f.pc).c_str()))));
-      }
-    }
-  }
+  if (!out.aborted) RunIsolated(L, k, &args, &c, &out);
   if (have_alt) {
     old_ss.ss_flags &= ~SS_ONSTACK;
     sigaltstack(&old_ss, nullptr);
   }
-  std::unique_lock<std::mutex> lk(S.mu);
-  const uint32_t i = static_cast<uint32_t>(c.idx);
-  S.finished[i] = 1;
-  ++S.done;
-  if (err) {
-    S.Record(*err, L);
-  } else if (other) {
-    if (!S.err && !S.other) S.other = other;
-    L.abort.store(true);
-  } else if (!aborted && !L.abort.load() && S.arrived > 0) {
-    S.Record(CoreError(L, c.idx, "DEADLOCK",
-                       Format("core %d returned without calling SyncAll #%u, at which core(s) %s wait: on hardware "
-                              "they wait forever (every core of the launch must call SyncAll the same number of times)",
-                              c.idx, L.phase + 1, CoreList(S, true).c_str())),
-             L);
+  CoreEnd(L, c, out);
+}
+
+// ---- fibers (forward / reverse): every core a ucontext on the launching thread
+struct FiberArg {
+  LaunchCtx* L;
+  const KernelEntry* k;
+  std::vector<void*> args;
+  Core* c;
+};
+
+void FiberMain(unsigned lo, unsigned hi) {
+  FiberArg* a = reinterpret_cast<FiberArg*>((static_cast<uintptr_t>(hi) << 32) | static_cast<uintptr_t>(lo));
+  Sched& S = *a->L->sched;
+  {
+    CoreOutcome out;
+    RunIsolated(*a->L, *a->k, &a->args, a->c, &out);
+    CoreEnd(*a->L, *a->c, out);
   }
-  if (S.sequential && !L.abort.load()) S.PassOn(i);
-  S.cv.notify_all();
+  setcontext(&S.main_ctx);  // never returns
+}
+
+constexpr size_t kFiberStack = size_t{8} << 20;  // reserved lazily (MAP_NORESERVE), a guard page below
+std::mutex g_stack_mu;
+std::vector<void*>& StackPool() {
+  static auto* v = new std::vector<void*>();
+  return *v;
+}
+void* GetStack() {
+  {
+    std::lock_guard<std::mutex> lk(g_stack_mu);
+    if (!StackPool().empty()) {
+      void* p = StackPool().back();
+      StackPool().pop_back();
+      return p;
+    }
+  }
+  void* p = mmap(nullptr, kFiberStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK,
+                 -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  mprotect(p, static_cast<size_t>(sysconf(_SC_PAGESIZE)), PROT_NONE);
+  return p;
+}
+void PutStack(void* p) {
+  std::lock_guard<std::mutex> lk(g_stack_mu);
+  if (StackPool().size() < 64) StackPool().push_back(p);
+  else munmap(p, kFiberStack);
+}
+
+// the watchdog of the fiber mode: a per-thread timer that signals this thread after the budget and then
+// every 100 ms (the signal jumps out of kernel code only; elsewhere it is ignored)
+struct ThreadTimer {
+  timer_t id{};
+  bool armed = false;
+  ThreadTimer(double seconds) {
+    struct sigevent sev;
+    std::memset(&sev, 0, sizeof(sev));
+    sev.sigev_notify = SIGEV_THREAD_ID;
+    sev.sigev_signo = kWatchdogSig;
+    sev._sigev_un._tid = static_cast<pid_t>(syscall(SYS_gettid));
+    if (timer_create(CLOCK_MONOTONIC, &sev, &id) != 0) return;
+    struct itimerspec its;
+    std::memset(&its, 0, sizeof(its));
+    its.it_value.tv_sec = static_cast<time_t>(seconds);
+    its.it_value.tv_nsec = static_cast<long>((seconds - static_cast<double>(its.it_value.tv_sec)) * 1e9);
+    if (its.it_value.tv_sec == 0 && its.it_value.tv_nsec == 0) its.it_value.tv_nsec = 1000000;
+    its.it_interval.tv_nsec = 100000000;
+    armed = timer_settime(id, 0, &its, nullptr) == 0;
+    if (!armed) timer_delete(id);
+  }
+  ~ThreadTimer() {
+    if (!armed) return;
+    timer_delete(id);
+    // drop a tick still pending for this thread, so it cannot stop a later launch
+    sigset_t m, old;
+    sigemptyset(&m);
+    sigaddset(&m, kWatchdogSig);
+    pthread_sigmask(SIG_BLOCK, &m, &old);
+    struct timespec zero = {0, 0};
+    while (sigtimedwait(&m, nullptr, &zero) > 0) {
+    }
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  }
+};
+
+void RunFibers(LaunchCtx& L, const KernelEntry& k, std::vector<void*>& args, Sched& S) {
+  const uint32_t n = S.n;
+  S.ctx.resize(n);
+  S.stacks.assign(n, nullptr);
+  std::vector<uint8_t> started(n, 0);
+  std::vector<std::unique_ptr<FiberArg>> fargs(n);
+  // the signal handler runs on an alternate stack (a fault may be a fiber stack overflow)
+  static thread_local std::unique_ptr<char[]> alt;
+  stack_t cur;
+  bool own_alt = false;
+  stack_t old_ss;
+  if (sigaltstack(nullptr, &cur) == 0 && (cur.ss_flags & SS_DISABLE)) {
+    if (!alt) alt.reset(new char[1 << 16]);
+    stack_t ss;
+    ss.ss_sp = alt.get();
+    ss.ss_size = 1 << 16;
+    ss.ss_flags = 0;
+    own_alt = sigaltstack(&ss, &old_ss) == 0;
+  }
+  ThreadTimer timer(L.watchdog_s);
+  auto resume = [&](uint32_t i) {
+    if (!started[i]) {
+      started[i] = 1;
+      void* st = GetStack();
+      if (st == nullptr) {
+        S.Record(CoreError(L, static_cast<int>(i), "LAUNCH", "cannot map a stack for the core"), L);
+        S.finished[i] = 1;
+        ++S.done;
+        return;
+      }
+      S.stacks[i] = st;
+      fargs[i].reset(new FiberArg{&L, &k, args, S.cores[i]});
+      getcontext(&S.ctx[i]);
+      S.ctx[i].uc_stack.ss_sp = st;
+      S.ctx[i].uc_stack.ss_size = kFiberStack;
+      S.ctx[i].uc_link = nullptr;
+      const uintptr_t a = reinterpret_cast<uintptr_t>(fargs[i].get());
+      makecontext(&S.ctx[i], reinterpret_cast<void (*)()>(FiberMain), 2, static_cast<unsigned>(a & 0xffffffffu),
+                  static_cast<unsigned>(a >> 32));
+    }
+    swapcontext(&S.main_ctx, &S.ctx[i]);
+    SetCurrent(nullptr);
+    t_jb = nullptr;
+  };
+  while (!L.abort.load() && S.done < n) {
+    for (uint32_t p = 0; p < n && !L.abort.load(); ++p) {
+      const uint32_t i = S.order[p];
+      if (!S.finished[i] && !S.at_barrier[i]) resume(i);
+    }
+    if (L.abort.load() || S.done == n) break;
+    if (S.arrived == n) {  // every core at the SyncAll: check the phase, then run them all again
+      try {
+        PhaseCheck(L, S.cores, false);
+      } catch (const EmulationError& e) {
+        S.Record(e, L);
+        break;
+      }
+      S.arrived = 0;
+      std::fill(S.at_barrier.begin(), S.at_barrier.end(), 0);
+    }
+  }
+  // unwind the cores suspended at a SyncAll (they see the abort and return)
+  for (uint32_t i = 0; i < n; ++i)
+    if (started[i] && !S.finished[i]) resume(i);
+  for (uint32_t i = 0; i < n; ++i)
+    if (S.stacks[i]) PutStack(S.stacks[i]);
+  if (own_alt) sigaltstack(&old_ss, nullptr);
 }
 
 }  // namespace
@@ -820,7 +1030,23 @@ std::vector<CoreStats> Execute(LaunchCtx& L, const KernelEntry& k, std::vector<v
   L.sched = &S;
   L.spin_limit = EnvU64("MS_KVCACHE_SIM_SPIN_LIMIT", 1000000);
   L.watchdog_s = EnvSeconds("MS_KVCACHE_SIM_WATCHDOG_S", 300.0);
+#if defined(__SANITIZE_ADDRESS__)
+  S.fibers = false;  // AddressSanitizer does not follow ucontext stack switches: one thread per core
+#else
+  S.fibers = S.sequential;
+#endif
   InstallSignals();
+  if (S.fibers) {
+    RunFibers(L, k, args, S);
+    RestoreSignals();
+    L.sched = nullptr;
+    if (S.err) throw *S.err;
+    if (S.other) std::rethrow_exception(S.other);
+    PhaseCheck(L, S.cores, true);
+    std::vector<CoreStats> st;
+    for (auto& c : cores) st.push_back(c->st);
+    return st;
+  }
   std::vector<std::thread> th;
   th.reserve(n);
   try {
@@ -840,6 +1066,7 @@ std::vector<CoreStats> Execute(LaunchCtx& L, const KernelEntry& k, std::vector<v
     const auto deadline = std::chrono::steady_clock::now() + budget;
     const size_t started = th.size();
     if (!S.cv.wait_until(lk, deadline, [&] { return S.done == started; })) {
+      L.watchdog_fired.store(true);
       L.abort.store(true);  // cores calling an emulated API stop now
       S.cv.notify_all();
       if (!S.cv.wait_for(lk, grace, [&] { return S.done == started; })) {

@@ -121,6 +121,7 @@ struct LaunchCtx {
   // cross-core model: SyncAll phases, watchdog, workspace initialisation, data cache
   Sched* sched = nullptr;
   std::atomic<bool> abort{false};  // a core failed: the others stop at their next emulated GM access
+  std::atomic<bool> watchdog_fired{false};
   uint32_t phase = 0;              // SyncAll calls completed by all cores
   uint64_t spin_limit = 1000000;   // MS_KVCACHE_SIM_SPIN_LIMIT
   double watchdog_s = 300;         // MS_KVCACHE_SIM_WATCHDOG_S (wall seconds per launch)
