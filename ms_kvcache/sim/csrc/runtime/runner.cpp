@@ -433,14 +433,18 @@ std::mutex g_sig_mu;
 int g_sig_users = 0;
 SigSlot g_sigs[] = {{SIGSEGV, {}}, {SIGBUS, {}}, {SIGFPE, {}}, {SIGILL, {}}, {SIGABRT, {}}, {kWatchdogSig, {}}};
 
-bool SkipSig(int sig) {
+// AddressSanitizer in the process (this library or a kernel module built with it, or libasan preloaded):
+// it owns SIGSEGV / SIGBUS / SIGFPE and does not follow ucontext stack switches.
+bool UnderAsan() {
 #if defined(__SANITIZE_ADDRESS__)
-  return sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE;  // AddressSanitizer owns these
+  return true;
 #else
-  (void)sig;
-  return false;
+  static const bool asan = dlsym(RTLD_DEFAULT, "__asan_init") != nullptr;
+  return asan;
 #endif
 }
+
+bool SkipSig(int sig) { return UnderAsan() && (sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE); }
 
 void OnSignal(int sig, siginfo_t* si, void* uc) {
   if (sig == kWatchdogSig && t_jb != nullptr) {
@@ -1030,11 +1034,7 @@ std::vector<CoreStats> Execute(LaunchCtx& L, const KernelEntry& k, std::vector<v
   L.sched = &S;
   L.spin_limit = EnvU64("MS_KVCACHE_SIM_SPIN_LIMIT", 1000000);
   L.watchdog_s = EnvSeconds("MS_KVCACHE_SIM_WATCHDOG_S", 300.0);
-#if defined(__SANITIZE_ADDRESS__)
-  S.fibers = false;  // AddressSanitizer does not follow ucontext stack switches: one thread per core
-#else
-  S.fibers = S.sequential;
-#endif
+  S.fibers = S.sequential && !UnderAsan();  // ASan does not follow ucontext stack switches: a thread per core
   InstallSignals();
   if (S.fibers) {
     RunFibers(L, k, args, S);
