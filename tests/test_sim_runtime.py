@@ -104,10 +104,12 @@ def test_twin_runs_clean(rt, kernel, order):
 
 
 def test_two_phase_twin_agrees_across_orders(rt):
-    x = _x()
-    res = sim.launch_kernel_all_orders("rt_two_phase", [x, np.zeros(N, np.int32)], CORES, tiling=b"\0" * 8,
-                                       tiling_key=0, workspace_bytes=WS, soc="Ascend910B1")
-    assert res is not None
+    x, y = _x(), np.zeros(N, np.int32)
+    st = sim.launch_kernel_all_orders("rt_two_phase", [x, y], CORES, tiling=b"\0" * 8, tiling_key=0,
+                                      workspace_bytes=WS, soc="Ascend910B1")
+    assert y[1000] == _partials_sum() and st["cores_used"] == CORES
+    # core 0 read the 8 * CORES partials with GetValue (4 bytes each) after the SyncAll
+    assert st["gm_read_bytes_per_core"][0] >= 8 * CORES * 4
 
 
 def test_spin_on_flag_fails_cleanly(rt, small_watchdog):
@@ -149,3 +151,14 @@ def test_fault_becomes_emulation_error(rt, kernel, sig, order):
     np.testing.assert_array_equal(y, np.full(N, -3, np.int32))  # the caller's arrays are untouched
     _, y2, _ = _run(kernel, 0, order, 2)  # and the next launch runs
     assert y2[0] in (1, 100)
+
+
+def test_check_settings_names_bad_watchdog_values(monkeypatch):
+    monkeypatch.setenv("MS_KVCACHE_SIM_SPIN_LIMIT", "lots")
+    monkeypatch.setenv("MS_KVCACHE_SIM_WATCHDOG_S", "-1")
+    with pytest.raises(ValueError) as ei:
+        sim.check_settings()
+    assert "MS_KVCACHE_SIM_SPIN_LIMIT='lots'" in str(ei.value) and "MS_KVCACHE_SIM_WATCHDOG_S='-1'" in str(ei.value)
+    monkeypatch.setenv("MS_KVCACHE_SIM_SPIN_LIMIT", "5000")
+    monkeypatch.setenv("MS_KVCACHE_SIM_WATCHDOG_S", "2.5")
+    sim.check_settings()
