@@ -98,7 +98,7 @@ void GmNoteWrite(Core& c, const Region& r, uint8_t* p, uint64_t len, int pipe, c
   if (pipe == kS) {  // GlobalTensor::SetValue goes through this core's data cache (64-byte lines)
     for (uintptr_t line = a0 >> kLineBits; line <= (a0 + len - 1) >> kLineBits; ++line) {
       c.dirty.insert(line);
-      c.log.slines.push_back(line);
+      if (c.log.slines.empty() || c.log.slines.back() != line) c.log.slines.push_back(line);
     }
   }
   if (r.kind == RegionKind::Workspace && L.ws_written != nullptr) WsMarkWritten(L, a0, len);
