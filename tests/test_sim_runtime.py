@@ -27,7 +27,7 @@ UNDER_ASAN = "asan" in os.environ.get("LD_PRELOAD", "")
 
 @pytest.fixture(scope="module")
 def rt():
-    return sim.build("sim_runtime", [HERE / "sim_kernels" / "bad" / "sim_runtime.cpp"], socs=["Ascend910B1"])
+    return sim.build("sim_runtime", [HERE / "sim_kernels" / "bad" / "sim_runtime.cpp"])
 
 
 @pytest.fixture
@@ -42,11 +42,11 @@ def _x():
     return x
 
 
-def _run(kernel, key, order, block_dim=CORES, x=None):
+def _run(kernel, key, order, block_dim=CORES, x=None, soc="Ascend910B1"):
     x = _x() if x is None else x
     y = np.zeros(N, np.int32)
     st = sim.launch_kernel(kernel, [x, y], block_dim, tiling=b"\0" * 8, tiling_key=key, workspace_bytes=WS,
-                           soc="Ascend910B1", order=order)
+                           soc=soc, order=order)
     return x, y, st
 
 
@@ -162,3 +162,20 @@ def test_check_settings_names_bad_watchdog_values(monkeypatch):
     monkeypatch.setenv("MS_KVCACHE_SIM_SPIN_LIMIT", "5000")
     monkeypatch.setenv("MS_KVCACHE_SIM_WATCHDOG_S", "2.5")
     sim.check_settings()
+
+
+def test_syncall_forms_on_310p(rt):
+    # Atlas inference series: no hardware SyncAll (the official dav_m200 implementation reports it
+    # unsupported), the software form works
+    with pytest.raises(sim.EmulationError) as ei:
+        _run("rt_two_phase", 0, "forward", soc="Ascend310P3")
+    assert ei.value.rule == "UNSUPPORTED_API" and "Ascend310P3" in ei.value.message
+    for order in ORDERS:
+        _, y, st = _run("rt_soft_sync", 0, order, soc="Ascend310P3")
+        assert y[1000] == _partials_sum() and st["npu_arch"] == 2002
+
+
+def test_syncall_block_dim_above_the_cores_deadlocks(rt):
+    with pytest.raises(sim.EmulationError) as ei:
+        _run("rt_sync_mismatch", 0, "forward", block_dim=49)  # Ascend910B1 has 48 vector cores
+    assert ei.value.rule == "DEADLOCK" and "block dim 49" in ei.value.message and "48 vector cores" in ei.value.message

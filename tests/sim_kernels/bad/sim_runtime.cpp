@@ -4,7 +4,8 @@
 //
 // Every kernel takes (x, y, workspace, tiling): x is an int32 input of 1024 elements, y an int32 output
 // of 1024 elements; the workspace holds the system part plus at least 4096 user bytes. Tiling key 0 runs
-// the correct twin, tiling key 1 the broken one. Compiled for A2/A3 only (socs=["Ascend910B1"]).
+// the correct twin, tiling key 1 the broken one. Compiled for both arch families; the kernels using the
+// DcciDst forms of DataCacheCleanAndInvalid (A2/A3 only) exist in the A2/A3 build only.
 #include "kernel_operator.h"
 
 using namespace AscendC;
@@ -100,6 +101,7 @@ RT_KERNEL(rt_sync_mismatch) {
   yg.SetValue(GetBlockIdx() * kLine, 1);
 }
 
+#if __CCE_AICORE__ >= 220
 // 2. write-then-read / write-write races are order independent too (the read happens first in forward order)
 RT_KERNEL(rt_read_then_write) {
   GLOBALS;
@@ -113,6 +115,7 @@ RT_KERNEL(rt_read_then_write) {
     DataCacheCleanAndInvalid<int32_t, CacheLine::SINGLE_CACHE_LINE, DcciDst::CACHELINE_OUT>(xg[1 * kLine]);
   }
 }
+#endif
 
 // 3. spin on a GM flag another core sets (bad: hangs in forward order on an emulation without a watchdog),
 //    or the SyncAll that replaces it (good)
@@ -204,6 +207,7 @@ RT_KERNEL(rt_dcache_line) {
   DataCacheCleanAndInvalid<int32_t, CacheLine::SINGLE_CACHE_LINE>(yg[Bad() ? i : i * kLine]);
 }
 
+#if __CCE_AICORE__ >= 220
 // SetValue, then SyncAll without DataCacheCleanAndInvalid (bad) / with it (good); another core then DMA-reads it
 RT_KERNEL(rt_dcache_clean) {
   GLOBALS;
@@ -229,3 +233,4 @@ RT_KERNEL(rt_dcache_clean) {
     DataCacheCleanAndInvalid<int32_t, CacheLine::ENTIRE_DATA_CACHE>(yg);
   }
 }
+#endif
