@@ -48,6 +48,7 @@ NAMES = {
     "deque_inplace_depth1": "DeQue(LocalTensor<T>&): the in-place form is for a queue of depth 0",
     "vacant_depth0": "VacantInQue(): not available on a queue of depth 0",
     "bf16_cast": "Cast from or to bfloat16_t",
+    "dcci_dst": "DataCacheCleanAndInvalid<T, entireType, dcciDst>",
 }
 
 
@@ -167,6 +168,9 @@ def test_corrected_twins_build_and_run(accepts, soc):
     y = np.zeros(64, np.float32)
     run("acc_cast_half")
     np.testing.assert_array_equal(y, np.full(64, 1.5, np.float32))
+    y = np.zeros(64, np.float32)
+    run("acc_dcci")
+    assert y[0] == 2.0 and not y[1:].any()
     y = np.zeros(64, np.float32)
     if soc == "Ascend310P3":  # DataCopyPad does not exist there: the kernel is not in the 310P build
         with pytest.raises(sim.EmulationError) as ei:

@@ -418,7 +418,9 @@ def check_settings():
     """Check the emulation's default settings, which come from the environment unless set in Python.
 
     ``set_soc`` / ``set_order`` validate their argument, but ``$MS_KVCACHE_SIM_SOC``,
-    ``$MS_KVCACHE_SIM_ORDER``, ``$MS_KVCACHE_SIM_GM_COPY`` and ``$MS_KVCACHE_SIM_HAZARDS`` are only read;
+    ``$MS_KVCACHE_SIM_ORDER``, ``$MS_KVCACHE_SIM_GM_COPY``, ``$MS_KVCACHE_SIM_HAZARDS`` and the watchdog's
+    ``$MS_KVCACHE_SIM_SPIN_LIMIT`` / ``$MS_KVCACHE_SIM_WATCHDOG_S`` are only read (a bad watchdog value
+    falls back to its default at launch);
     ``ms_kvcache.set_backend("sim")`` calls this so that a typo is reported there and not as a failed
     launch later.
 
@@ -439,6 +441,17 @@ def check_settings():
     hz = os.environ.get("MS_KVCACHE_SIM_HAZARDS")
     if hz and hz not in _HAZARD_VALUES:
         problems.append(f"MS_KVCACHE_SIM_HAZARDS={hz!r}: expected '0' (off) or '1' (on)")
+    spin = os.environ.get("MS_KVCACHE_SIM_SPIN_LIMIT")
+    if spin and not (spin.isdigit() and int(spin) > 0):
+        problems.append(f"MS_KVCACHE_SIM_SPIN_LIMIT={spin!r}: expected a positive integer (GM reads)")
+    wd = os.environ.get("MS_KVCACHE_SIM_WATCHDOG_S")
+    if wd:
+        try:
+            ok = float(wd) > 0 and float(wd) != float("inf")
+        except ValueError:
+            ok = False
+        if not ok:
+            problems.append(f"MS_KVCACHE_SIM_WATCHDOG_S={wd!r}: expected a positive number of seconds")
     if problems:
         raise ValueError("AscendC emulation settings: " + "; ".join(problems))
 

@@ -461,11 +461,13 @@ RULE_KERNEL(rule_gm_write_conflict) {
 
 RULE_KERNEL(rule_gm_race) {
   GLOBALS;
-  const int64_t i = GetBlockIdx();
+  // one 64-byte data-cache line (16 floats) per core: SetValue of several cores into one line is
+  // DCACHE_CONFLICT (GlobalTensor::SetValue page)
+  const int64_t i = GetBlockIdx() * 16;
   yg.SetValue(static_cast<uint64_t>(i), xg.GetValue(static_cast<uint64_t>(i)));
   if (i > 0) {
     // core i reads the element core i-1 wrote (bad) or its own (good)
-    float v = yg.GetValue(static_cast<uint64_t>(Bad() ? i - 1 : i));
+    float v = yg.GetValue(static_cast<uint64_t>(Bad() ? i - 16 : i));
     yg.SetValue(static_cast<uint64_t>(i), v + 1.0f);
   }
 }
@@ -484,7 +486,7 @@ RULE_KERNEL(rule_order_dependent) {
   static int counter = 0;
   GLOBALS;
   const int64_t i = GetBlockIdx();
-  yg.SetValue(static_cast<uint64_t>(i), static_cast<float>(Bad() ? counter++ : i));
+  yg.SetValue(static_cast<uint64_t>(i * 16), static_cast<float>(Bad() ? counter++ : i));  // a cache line per core
 }
 
 // --------------------------------------------------------------------------------------- UB contents
@@ -658,7 +660,7 @@ RULE_KERNEL(rule_tiling_size) {
 
 RULE_KERNEL(rule_unsupported_api) {
   GLOBALS;
-  if (Bad()) SyncAll();
+  if (Bad()) SetAtomicAdd<float>();  // atomics are not emulated (SyncAll is: tests/test_sim_runtime.py)
 }
 
 RULE_KERNEL(rule_pipe_state) {

@@ -183,3 +183,14 @@ PROBE(acc_cast_half) {
   DataCopy(yg, o, kN);
   q.FreeTensor(o);
 }
+
+// y[0] = 2 written with SetValue and written out of the data cache with the form every arch has.
+PROBE(acc_dcci) {
+  (void)x;
+  (void)workspace;
+  (void)tiling;
+  GlobalTensor<float> yg;
+  yg.SetGlobalBuffer((__gm__ float*)y, kN);
+  yg.SetValue(0, 2.0f);
+  DataCacheCleanAndInvalid<float, CacheLine::SINGLE_CACHE_LINE>(yg);  // ACCEPT(dcci_dst)
+}

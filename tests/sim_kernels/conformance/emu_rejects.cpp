@@ -157,3 +157,13 @@ PROBE(rej_bf16_cast) {
   pipe.InitBuffer(b, 256);
   Cast(b.Get<float>(), a.Get<bfloat16_t>(), RoundMode::CAST_NONE, 64);  // REJECT(bf16_cast, 310P)
 }
+
+// DataCacheCleanAndInvalid<T, entireType, dcciDst> is defined for __NPU_ARCH__ 2201 (and 3002 / 3510 /
+// 5102 / 3003 / 3113) only: on Atlas inference series only the <T, entireType> form exists. Officially
+// the 310P call compiles against the bare declaration and the kernel fails to link (probe
+// tests/cann_probes/dcci_dst_per_target.cpp); the emulation reports it at compile time.
+PROBE(rej_dcci_dst) {
+  GlobalTensor<float> g;
+  g.SetGlobalBuffer((__gm__ float*)y, 64);
+  DataCacheCleanAndInvalid<float, CacheLine::SINGLE_CACHE_LINE, DcciDst::CACHELINE_OUT>(g);  // REJECT(dcci_dst, 310P)
+}

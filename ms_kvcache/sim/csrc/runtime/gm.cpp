@@ -3,6 +3,7 @@
 // byte in one launch are caught (GM_WRITE_CONFLICT), a core reading bytes another core wrote in the
 // same launch is caught (GM_RACE: no cross-core ordering exists without SyncAll), and one core's MTE3
 // writes are ordered against its own later MTE2 reads / MTE3 writes of the same bytes (PIPE_HAZARD).
+#include <algorithm>
 #include <cinttypes>
 #include <cstring>
 
@@ -88,6 +89,19 @@ const Region& GmCheck(Core& c, int32_t region, const void* p, uint64_t len, bool
 
 void GmNoteWrite(Core& c, const Region& r, uint8_t* p, uint64_t len, int pipe, const char* api) {
   c.st.gm_write += len;
+  if (len == 0) return;
+  LaunchCtx& L = *c.L;
+  if (L.abort.load(std::memory_order_relaxed)) throw LaunchAborted();
+  c.spin_count = 0;  // a core that writes GM is not (only) polling
+  const uintptr_t a0 = reinterpret_cast<uintptr_t>(p);
+  c.log.Add(c.log.writes, a0, a0 + len);
+  if (pipe == kS) {  // GlobalTensor::SetValue goes through this core's data cache (64-byte lines)
+    for (uintptr_t line = a0 >> kLineBits; line <= (a0 + len - 1) >> kLineBits; ++line) {
+      c.dirty.insert(line);
+      if (c.log.slines.empty() || c.log.slines.back() != line) c.log.slines.push_back(line);
+    }
+  }
+  if (r.kind == RegionKind::Workspace && L.ws_written != nullptr) WsMarkWritten(L, a0, len);
   const uint32_t me = static_cast<uint32_t>(c.idx + 1);
   uint32_t clk = 0;
   if (pipe == kMTE3) clk = c.clock[kMTE3] > 0xffffffu ? 0xffffffu : c.clock[kMTE3];
@@ -129,7 +143,22 @@ void GmNoteWrite(Core& c, const Region& r, uint8_t* p, uint64_t len, int pipe, c
 
 void GmNoteRead(Core& c, const Region& r, const uint8_t* p, uint64_t len, int pipe, const char* api) {
   c.st.gm_read += len;
-  if (r.kind == RegionKind::Tiling || r.kind == RegionKind::ListDesc) return;
+  if (r.kind == RegionKind::Tiling || r.kind == RegionKind::ListDesc || len == 0) return;
+  LaunchCtx& L = *c.L;
+  if (L.abort.load(std::memory_order_relaxed)) throw LaunchAborted();
+  const uintptr_t a0 = reinterpret_cast<uintptr_t>(p);
+  if (r.writable) {
+    c.log.Add(c.log.reads, a0, a0 + len);
+    // watchdog: the same GM bytes read again and again with no GM write of this core in between is a poll
+    if (a0 == c.spin_addr && len == c.spin_len) {
+      if (++c.spin_count >= L.spin_limit) SpinFail(c, r, p, len, api);
+    } else {
+      c.spin_addr = a0;
+      c.spin_len = len;
+      c.spin_count = 1;
+    }
+    if (r.kind == RegionKind::Workspace && L.ws_written != nullptr && !c.ws_uninit.pending) WsCheckRead(c, a0, len, api);
+  }
   const uint32_t me = static_cast<uint32_t>(c.idx + 1);
   uintptr_t a = reinterpret_cast<uintptr_t>(p);
   const uintptr_t end = a + len;
@@ -170,6 +199,187 @@ void GmNoteRead(Core& c, const Region& r, const uint8_t* p, uint64_t len, int pi
   }
 }
 
+// ------------------------------------------------------------------------------- watchdog, workspace
+[[noreturn]] void SpinFail(Core& c, const Region& r, const uint8_t* p, uint64_t len, const char* api) {
+  rt::Fail("SPIN_WAIT",
+           "%s read the same %" PRIu64 " GM byte(s) at byte offset %" PRIu64 " of %s %" PRIu64
+           " times in a row with no GM write of this core in between (limit MS_KVCACHE_SIM_SPIN_LIMIT=%" PRIu64
+           "): the core is polling a flag that no core sets before it (in this core order the setter has not run "
+           "yet, or never will). A spin on a GM flag can hang real hardware too: use SyncAll() between the phases, "
+           "or a flag the writer publishes with DataCacheCleanAndInvalid and the reader re-reads after "
+           "DataCacheCleanAndInvalid, in different SyncAll phases",
+           api, len, static_cast<uint64_t>(p - r.base), r.name.c_str(), c.spin_count, c.L->spin_limit);
+}
+
+void WsMarkWritten(LaunchCtx& L, uintptr_t a, uint64_t len) {
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(L.ws_user);
+  const uintptr_t hi = lo + L.ws_user_size;
+  const uintptr_t b = std::min<uintptr_t>(a + len, hi);
+  a = std::max<uintptr_t>(a, lo);
+  if (a >= b) return;
+  if (!L.concurrent) {
+    std::memset(L.ws_written + (a - lo), 1, b - a);
+    return;
+  }
+  for (uintptr_t x = a; x < b; ++x) __atomic_store_n(L.ws_written + (x - lo), static_cast<uint8_t>(1), __ATOMIC_RELAXED);
+}
+
+void WsCheckRead(Core& c, uintptr_t a, uint64_t len, const char* api) {
+  LaunchCtx& L = *c.L;
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(L.ws_user);
+  const uintptr_t hi = lo + L.ws_user_size;
+  const uintptr_t b = std::min<uintptr_t>(a + len, hi);
+  a = std::max<uintptr_t>(a, lo);
+  if (a >= b) return;
+  const void* z = std::memchr(L.ws_written + (a - lo), 0, b - a);
+  if (z == nullptr) return;
+  // Deferred to the end of the SyncAll phase: if another core writes these bytes in the same phase, the
+  // read is a GM_RACE (reported first); otherwise nobody wrote them before this read.
+  c.ws_uninit.pending = true;
+  c.ws_uninit.addr = a + static_cast<uintptr_t>(static_cast<const uint8_t*>(z) - (L.ws_written + (a - lo)));
+  c.ws_uninit.api = api;
+}
+
+// ------------------------------------------------------------------------------- end of a SyncAll phase
+namespace {
+std::string PhaseName(uint32_t phase, bool last) {
+  std::string from = phase == 0 ? std::string("the kernel start") : Format("SyncAll #%u", phase);
+  std::string to = last ? std::string("the kernel end") : Format("SyncAll #%u", phase + 1);
+  return "between " + from + " and " + to;
+}
+void SortMerge(std::vector<Ival>& v) {
+  if (v.size() < 2) return;
+  std::sort(v.begin(), v.end(), [](const Ival& x, const Ival& y) { return x.a < y.a; });
+  size_t k = 0;
+  for (size_t i = 1; i < v.size(); ++i) {
+    if (v[i].a <= v[k].b) {
+      if (v[i].b > v[k].b) v[k].b = v[i].b;
+    } else {
+      v[++k] = v[i];
+    }
+  }
+  v.resize(k + 1);
+}
+struct OwnedIval {
+  uintptr_t a, b;
+  int core;
+};
+}  // namespace
+
+EmulationError CoreError(const LaunchCtx& L, int core, const std::string& rule, const std::string& detail) {
+  std::string full =
+      Format("%s: op %s, core %d of %u: %s", rule.c_str(), L.op.c_str(), core, L.block_dim, detail.c_str());
+  return EmulationError(rule, L.op, core, detail, full);
+}
+
+void PhaseCheck(LaunchCtx& L, const std::vector<Core*>& cores, bool last) {
+  const uint32_t phase = L.phase;
+  // 1. GM_RACE: a byte one core writes and another core reads in the same phase (any core order).
+  std::vector<OwnedIval> w;
+  for (Core* c : cores) {
+    SortMerge(c->log.writes);
+    SortMerge(c->log.reads);
+    for (const Ival& x : c->log.writes) w.push_back({x.a, x.b, c->idx});
+  }
+  std::sort(w.begin(), w.end(), [](const OwnedIval& x, const OwnedIval& y) { return x.a < y.a; });
+  // writes of different cores never overlap here (GM_WRITE_CONFLICT is raised at the second write), so
+  // the ends are sorted too
+  struct Hit {
+    uintptr_t at = 0;
+    int reader = -1, writer = -1;
+    uintptr_t a = 0, b = 0;
+  } hit;
+  for (Core* c : cores) {
+    for (const Ival& r : c->log.reads) {
+      auto it = std::upper_bound(w.begin(), w.end(), r.a, [](uintptr_t v, const OwnedIval& x) { return v < x.b; });
+      for (; it != w.end() && it->a < r.b; ++it) {
+        if (it->core == c->idx) continue;
+        const uintptr_t lo = std::max(it->a, r.a), hi = std::min(it->b, r.b);
+        if (hit.reader < 0 || lo < hit.at) hit = {lo, c->idx, it->core, lo, hi};
+        break;
+      }
+    }
+  }
+  if (hit.reader >= 0)
+    throw CoreError(L, hit.reader, "GM_RACE",
+                    Format("core %d reads %" PRIu64 " GM byte(s) from %s that core %d writes %s (the same launch "
+                           "phase): AI cores run concurrently with no ordering, so the read sees old or new bytes "
+                           "depending on timing; put SyncAll() between the write and the read",
+                           hit.reader, static_cast<uint64_t>(hit.b - hit.a), DescribeGm(L, reinterpret_cast<void*>(hit.a)).c_str(),
+                           hit.writer, PhaseName(phase, last).c_str()));
+  // 2. DCACHE_CONFLICT: a 64-byte line one core wrote with SetValue (data cache) and another core accesses in
+  // the same phase, or a line left dirty (not cleaned with DataCacheCleanAndInvalid) before an earlier SyncAll.
+  std::vector<std::pair<uint64_t, int>> lines(L.carried_dirty.begin(), L.carried_dirty.end());
+  for (Core* c : cores) {
+    std::sort(c->log.slines.begin(), c->log.slines.end());
+    c->log.slines.erase(std::unique(c->log.slines.begin(), c->log.slines.end()), c->log.slines.end());
+    for (uint64_t ln : c->log.slines) lines.push_back({ln, c->idx});
+  }
+  if (!lines.empty()) {
+    std::vector<std::pair<uint64_t, int>> tmp = lines;
+    std::vector<size_t> idx(lines.size());
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+    std::sort(idx.begin(), idx.end(), [&](size_t x, size_t y) { return tmp[x] < tmp[y]; });
+    std::vector<std::pair<uint64_t, int>> sorted;
+    std::vector<uint8_t> was_carried;
+    for (size_t i : idx) {
+      sorted.push_back(tmp[i]);
+      was_carried.push_back(i < L.carried_dirty.size() ? 1 : 0);
+    }
+    for (Core* c : cores) {
+      for (int kind = 0; kind < 2; ++kind) {
+        for (const Ival& x : kind == 0 ? c->log.reads : c->log.writes) {
+          const uint64_t l0 = x.a >> kLineBits, l1 = (x.b - 1) >> kLineBits;
+          auto it = std::lower_bound(sorted.begin(), sorted.end(), std::make_pair(l0, -1));
+          for (; it != sorted.end() && it->first <= l1; ++it) {
+            if (it->second == c->idx) continue;
+            const bool old = was_carried[static_cast<size_t>(it - sorted.begin())] != 0;
+            const uintptr_t line_addr = static_cast<uintptr_t>(it->first << kLineBits);
+            throw CoreError(
+                L, c->idx, "DCACHE_CONFLICT",
+                old ? Format("core %d %s the 64-byte cache line at %s, which core %d wrote with "
+                             "GlobalTensor::SetValue before an earlier SyncAll and never cleaned: SetValue writes "
+                             "that core's data cache, not GM, until DataCacheCleanAndInvalid writes the line out, so "
+                             "this core sees stale GM (or its write is overwritten when the line is evicted); call "
+                             "DataCacheCleanAndInvalid on the line after the SetValue and before the SyncAll",
+                             c->idx, kind == 0 ? "reads" : "writes", DescribeGm(L, reinterpret_cast<void*>(line_addr)).c_str(),
+                             it->second)
+                    : Format("core %d %s the 64-byte cache line at %s, which core %d writes with "
+                             "GlobalTensor::SetValue %s: SetValue goes through each core's data cache and lines are "
+                             "written back whole, so the cores overwrite each other's bytes at random; keep the "
+                             "bytes different cores write at least one 64-byte cache line apart (64-byte aligned) or "
+                             "order the accesses with DataCacheCleanAndInvalid + SyncAll",
+                             c->idx, kind == 0 ? "reads" : "writes", DescribeGm(L, reinterpret_cast<void*>(line_addr)).c_str(),
+                             it->second, PhaseName(phase, last).c_str()));
+          }
+        }
+      }
+    }
+  }
+  // 3. workspace bytes read before any core wrote them (and no other core writes them in this phase)
+  for (Core* c : cores) {
+    if (!c->ws_uninit.pending) continue;
+    throw CoreError(L, c->idx, "WORKSPACE_UNINIT_READ",
+                    Format("%s reads workspace byte %" PRIu64 " of the user workspace (%s) before any core wrote it "
+                           "in this launch: workspace GM is not initialised (it holds whatever the previous kernel "
+                           "left), so the kernel computes with garbage; write it first (and SyncAll if another core "
+                           "writes it)",
+                           c->ws_uninit.api, static_cast<uint64_t>(c->ws_uninit.addr - reinterpret_cast<uintptr_t>(L.ws_user)),
+                           DescribeGm(L, reinterpret_cast<void*>(c->ws_uninit.addr)).c_str()));
+  }
+  // next phase: lines still dirty, logs and the per-byte write shadow start empty
+  L.carried_dirty.clear();
+  for (Core* c : cores) {
+    for (uint64_t ln : c->dirty) L.carried_dirty[ln] = c->idx;
+    c->log.reads.clear();
+    c->log.writes.clear();
+    c->log.slines.clear();
+    c->spin_count = 0;
+  }
+  if (!last) L.shadow.Clear();
+  ++L.phase;
+}
+
 namespace rt {
 
 int32_t GmResolve(const void* p) {
@@ -184,6 +394,24 @@ void GmScalarRead(int32_t region, const void* p, uint32_t bytes, void* out, cons
   GmNoteRead(c, r, static_cast<const uint8_t*>(p), bytes, kS, api);
   ++c.st.scalar_read;
   std::memcpy(out, p, bytes);
+}
+
+// DataCacheCleanAndInvalid<T, entireType[, dcciDst]>(GlobalTensor): writes this core's dirty data-cache
+// lines (SetValue) out to GM. entire: ENTIRE_DATA_CACHE; dst: DcciDst (0 ALL, 1 UB, 2 OUT, 3 ATOMIC, -1 none).
+void DcacheCleanInvalid(const void* p, int entire, int dst, const char* api) {
+  Core& c = Cur();
+  if (dst == 3)
+    Fail("UNSUPPORTED_API",
+         "%s<..., DcciDst::CACHELINE_ATOMIC>: not supported on Atlas A2/A3 / Atlas inference series (the "
+         "DataCacheCleanAndInvalid page: \"暂未支持\")",
+         api);
+  if (dst == 1) return;  // DCache <-> UB coherence: no GM line is written out
+  if (entire) {
+    c.dirty.clear();
+    return;
+  }
+  if (p == nullptr) Fail("GM_OUT_OF_BOUNDS", "%s on a GlobalTensor with a null GM address", api);
+  c.dirty.erase(reinterpret_cast<uintptr_t>(p) >> kLineBits);
 }
 
 void GmScalarWrite(int32_t region, void* p, uint32_t bytes, const void* in, const char* api) {

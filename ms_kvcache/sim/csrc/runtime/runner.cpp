@@ -2,11 +2,19 @@
 // every core in forward / reverse / threaded order) and the MindSpore AOT entry.
 #include "runner.h"
 
+#include <dlfcn.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -248,6 +256,10 @@ Caps CapsFor(const std::string& soc) {
   return c;
 }
 
+LaunchCtx::~LaunchCtx() {
+  if (ws_written != nullptr) munmap(ws_written, static_cast<size_t>(ws_user_size));
+}
+
 // ============================================================================================ GM arena
 namespace {
 struct Mapping {
@@ -295,6 +307,17 @@ void Garbage(uint64_t seed, uint8_t* p, uint64_t n) {
     const uint64_t k = std::min<uint64_t>(8, n - i);
     std::memcpy(p + i, &x, k);
   }
+}
+
+// One "written in this launch" byte per user-workspace byte (lazily zero pages).
+void TrackWorkspace(LaunchCtx& L, uint8_t* user, uint64_t n) {
+  if (n == 0) return;
+  void* m = mmap(nullptr, static_cast<size_t>(n), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                 -1, 0);
+  if (m == MAP_FAILED) return;  // no uninitialised-workspace check then
+  L.ws_user = user;
+  L.ws_user_size = n;
+  L.ws_written = static_cast<uint8_t*>(m);
 }
 
 struct Prepared {
@@ -381,7 +404,336 @@ LaunchOptions Resolve(const LaunchOptions& o, const std::string& op) {
   return r;
 }
 
+}  // namespace
+
 // ------------------------------------------------------------------------------------------- execute
+// Every core runs on an OS thread of its own. In the sequential orders (forward / reverse) only one core
+// runs at a time: a baton passes to the next core when the running one returns or reaches SyncAll, and
+// when every core waits at the SyncAll the phase is checked (GM_RACE, DCACHE_CONFLICT, workspace reads)
+// and the cores run again from the first of the order. "threads" runs them all at once with a barrier.
+// A core thread catches SIGSEGV / SIGBUS / SIGFPE / SIGILL / SIGABRT raised in kernel code
+// (sigsetjmp + sigaltstack: KERNEL_FAULT), and the watchdog ends a core that neither returns nor calls
+// an emulated API within MS_KVCACHE_SIM_WATCHDOG_S seconds (DEADLOCK).
+namespace {
+
+constexpr int kWatchdogSig = SIGURG;  // default action: ignored, so a stray one is harmless
+
+struct FaultInfo {
+  int sig = 0;
+  uintptr_t pc = 0, addr = 0;
+};
+thread_local sigjmp_buf* t_jb = nullptr;
+thread_local FaultInfo t_fault;
+
+struct SigSlot {
+  int sig;
+  struct sigaction old;
+};
+std::mutex g_sig_mu;
+int g_sig_users = 0;
+SigSlot g_sigs[] = {{SIGSEGV, {}}, {SIGBUS, {}}, {SIGFPE, {}}, {SIGILL, {}}, {SIGABRT, {}}, {kWatchdogSig, {}}};
+
+// AddressSanitizer in the process (this library or a kernel module built with it, or libasan preloaded):
+// it owns SIGSEGV / SIGBUS / SIGFPE and does not follow ucontext stack switches.
+bool UnderAsan() {
+#if defined(__SANITIZE_ADDRESS__)
+  return true;
+#else
+  static const bool asan = dlsym(RTLD_DEFAULT, "__asan_init") != nullptr;
+  return asan;
+#endif
+}
+
+bool SkipSig(int sig) { return UnderAsan() && (sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE); }
+
+void OnSignal(int sig, siginfo_t* si, void* uc) {
+  if (sig == kWatchdogSig && t_jb != nullptr) {
+    // the watchdog's first signal stops the launch at the core's next emulated API call (clean unwinding);
+    // only a core that makes none (an endless loop in kernel code) is jumped out of at a later signal
+    Core* c = CurOrNull();
+    if (c != nullptr && c->L != nullptr && !c->L->watchdog_fired.load()) {
+      c->L->watchdog_fired.store(true);
+      c->L->abort.store(true);
+      return;
+    }
+  }
+  if (t_jb != nullptr) {
+    t_fault.sig = sig;
+    t_fault.addr = reinterpret_cast<uintptr_t>(si ? si->si_addr : nullptr);
+#if defined(__x86_64__)
+    t_fault.pc = static_cast<uintptr_t>(static_cast<ucontext_t*>(uc)->uc_mcontext.gregs[REG_RIP]);
+#elif defined(__aarch64__)
+    t_fault.pc = static_cast<uintptr_t>(static_cast<ucontext_t*>(uc)->uc_mcontext.pc);
+#endif
+    sigjmp_buf* jb = t_jb;
+    t_jb = nullptr;
+    siglongjmp(*jb, 1);
+  }
+  // not in kernel code: hand the signal to whoever had it before
+  for (auto& s : g_sigs) {
+    if (s.sig != sig) continue;
+    if (s.old.sa_flags & SA_SIGINFO) {
+      if (s.old.sa_sigaction) s.old.sa_sigaction(sig, si, uc);
+      return;
+    }
+    if (s.old.sa_handler == SIG_IGN) return;
+    if (s.old.sa_handler == SIG_DFL) {
+      if (sig == kWatchdogSig) return;
+      sigaction(sig, &s.old, nullptr);  // the fault re-executes (or abort re-raises) with the default action
+      return;
+    }
+    s.old.sa_handler(sig);
+    return;
+  }
+}
+
+void InstallSignals() {
+  std::lock_guard<std::mutex> lk(g_sig_mu);
+  if (g_sig_users++ > 0) return;
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof(sa));
+  sa.sa_sigaction = OnSignal;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+  sigemptyset(&sa.sa_mask);
+  for (auto& s : g_sigs)
+    if (!SkipSig(s.sig)) sigaction(s.sig, &sa, &s.old);
+}
+
+void RestoreSignals() {
+  std::lock_guard<std::mutex> lk(g_sig_mu);
+  if (--g_sig_users > 0) return;
+  for (auto& s : g_sigs)
+    if (!SkipSig(s.sig)) sigaction(s.sig, &s.old, nullptr);
+}
+
+const char* SigName(int sig) {
+  switch (sig) {
+    case SIGSEGV: return "SIGSEGV (invalid memory access)";
+    case SIGBUS: return "SIGBUS (bus error: misaligned or unmapped access)";
+    case SIGFPE: return "SIGFPE (arithmetic fault, e.g. integer division by zero)";
+    case SIGILL: return "SIGILL (illegal instruction)";
+    case SIGABRT: return "SIGABRT (abort / failed assert)";
+    default: return "signal";
+  }
+}
+
+// "function at file:line" of a code address (dladdr, then addr2line when the module has line info).
+std::string WhereIs(uintptr_t pc) {
+  Dl_info di;
+  if (pc == 0 || dladdr(reinterpret_cast<void*>(pc), &di) == 0 || di.dli_fname == nullptr) return "an unknown address";
+  std::string out = di.dli_sname ? di.dli_sname : "?";
+  const uintptr_t off = pc - reinterpret_cast<uintptr_t>(di.dli_fbase);
+  std::string mod = di.dli_fname;
+  std::string where = Format("%s+0x%" PRIxPTR, mod.c_str(), off);
+  std::string cmd = Format("addr2line -C -f -e '%s' 0x%" PRIxPTR " 2>/dev/null", mod.c_str(), off);
+  if (mod.find('\'') == std::string::npos) {
+    if (FILE* f = popen(cmd.c_str(), "r")) {
+      char fn[1024] = {0}, line[1024] = {0};
+      if (std::fgets(fn, sizeof(fn), f) && std::fgets(line, sizeof(line), f)) {
+        std::string sfn(fn), sl(line);
+        while (!sfn.empty() && (sfn.back() == '\n' || sfn.back() == '\r')) sfn.pop_back();
+        while (!sl.empty() && (sl.back() == '\n' || sl.back() == '\r')) sl.pop_back();
+        if (!sfn.empty() && sfn != "??") out = sfn;
+        const size_t colon = sl.rfind(':');
+        if (colon != std::string::npos && colon > 0 && colon + 1 < sl.size() && sl[colon + 1] >= '0' &&
+            sl[colon + 1] <= '9' && sl.find("??") == std::string::npos)
+          where = sl;  // file:line (the module has debug info, e.g. MS_KVCACHE_SIM_CXXFLAGS=-g)
+      }
+      pclose(f);
+    }
+  }
+  return out + " (" + where + ")";
+}
+
+uint64_t EnvU64(const char* name, uint64_t dflt) {
+  const char* e = std::getenv(name);
+  if (e == nullptr || *e == 0) return dflt;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(e, &end, 10);
+  if (end == e || *end != 0 || v == 0) return dflt;
+  return static_cast<uint64_t>(v);
+}
+
+double EnvSeconds(const char* name, double dflt) {
+  const char* e = std::getenv(name);
+  if (e == nullptr || *e == 0) return dflt;
+  char* end = nullptr;
+  const double v = std::strtod(e, &end);
+  if (end == e || *end != 0 || !(v > 0)) return dflt;
+  return v;
+}
+
+}  // namespace
+
+struct Sched {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool sequential = true;
+  bool fibers = false;             // sequential orders on one thread: each core a ucontext fiber
+  ucontext_t main_ctx;             // fibers: the scheduler
+  std::vector<ucontext_t> ctx;     // fibers: one per core
+  std::vector<void*> stacks;
+  std::vector<uint32_t> order;  // core indices in run order
+  std::vector<uint32_t> pos;    // core index -> position in `order`
+  int turn = -1;                // sequential: the core allowed to run
+  uint32_t n = 0, arrived = 0, done = 0;
+  uint64_t gen = 0;  // barrier generation
+  std::vector<uint8_t> at_barrier, finished;
+  std::vector<Core*> cores;
+  std::unique_ptr<EmulationError> err;  // first error of the launch
+  std::exception_ptr other;
+
+  void Record(const EmulationError& e, LaunchCtx& L) {  // caller holds mu
+    if (!err && !other) err.reset(new EmulationError(e));
+    L.abort.store(true);
+    cv.notify_all();
+  }
+  // sequential: hand the baton to the next core of the order after `from` that can run
+  void PassOn(uint32_t from) {
+    for (uint32_t p = pos[from] + 1; p < n; ++p) {
+      const uint32_t i = order[p];
+      if (!finished[i] && !at_barrier[i]) {
+        turn = static_cast<int>(i);
+        return;
+      }
+    }
+    turn = -1;
+  }
+};
+
+namespace {
+std::string CoreList(const Sched& S, bool barrier) {
+  std::string s;
+  int k = 0;
+  for (uint32_t i = 0; i < S.n; ++i) {
+    if ((barrier ? S.at_barrier[i] : S.finished[i]) == 0) continue;
+    if (k++ == 8) {
+      s += ", ...";
+      break;
+    }
+    s += (s.empty() ? "" : ", ") + std::to_string(i);
+  }
+  return s;
+}
+}  // namespace
+
+// SyncAll: every core of the launch must arrive; then the phase is checked and all continue.
+void SyncAllBarrier(Core& c) {
+  LaunchCtx& L = *c.L;
+  Sched& S = *L.sched;
+  if (S.fibers) {  // one thread: suspend this core's fiber, the scheduler runs the next core
+    if (L.abort.load()) throw LaunchAborted();
+    if (S.done > 0) {
+      S.Record(CoreError(L, c.idx, "DEADLOCK",
+                         Format("core %d calls SyncAll #%u, but core(s) %s already returned without calling it: on "
+                                "hardware the cores at the SyncAll wait forever (every core of the launch must call "
+                                "SyncAll the same number of times)",
+                                c.idx, L.phase + 1, CoreList(S, false).c_str())),
+               L);
+      throw LaunchAborted();
+    }
+    S.at_barrier[static_cast<size_t>(c.idx)] = 1;
+    ++S.arrived;
+    sigjmp_buf* jb = t_jb;
+    swapcontext(&S.ctx[static_cast<size_t>(c.idx)], &S.main_ctx);
+    t_jb = jb;
+    SetCurrent(&c);
+    if (L.abort.load()) throw LaunchAborted();
+    return;
+  }
+  std::unique_lock<std::mutex> lk(S.mu);
+  if (L.abort.load()) throw LaunchAborted();
+  if (S.done > 0) {
+    EmulationError e = CoreError(
+        L, c.idx, "DEADLOCK",
+        Format("core %d calls SyncAll #%u, but core(s) %s already returned without calling it: on hardware the "
+               "cores at the SyncAll wait forever (every core of the launch must call SyncAll the same number of "
+               "times)",
+               c.idx, L.phase + 1, CoreList(S, false).c_str()));
+    S.Record(e, L);
+    throw LaunchAborted();
+  }
+  S.at_barrier[static_cast<size_t>(c.idx)] = 1;
+  ++S.arrived;
+  const uint64_t my_gen = S.gen;
+  if (S.arrived == S.n) {
+    try {
+      PhaseCheck(L, S.cores, false);
+    } catch (const EmulationError& e) {
+      S.Record(e, L);
+      throw LaunchAborted();
+    }
+    S.arrived = 0;
+    std::fill(S.at_barrier.begin(), S.at_barrier.end(), 0);
+    ++S.gen;
+    if (S.sequential) S.turn = static_cast<int>(S.order[0]);
+    S.cv.notify_all();
+  } else if (S.sequential) {
+    S.PassOn(static_cast<uint32_t>(c.idx));
+    S.cv.notify_all();
+  }
+  S.cv.wait(lk, [&] {
+    return L.abort.load() || (S.gen != my_gen && (!S.sequential || S.turn == c.idx));
+  });
+  if (L.abort.load()) throw LaunchAborted();
+}
+
+namespace rt {
+
+void SyncAll(bool aiv_only, bool soft, const void* gm, uint64_t gm_bytes, const UbRef* ub, uint32_t ub_bytes,
+             int32_t used_cores) {
+  Core& c = Cur();
+  LaunchCtx& L = *c.L;
+  const char* api = soft ? "SyncAll(gmWorkspace, ubWorkspace, usedCores)" : "SyncAll()";
+  const uint32_t n = L.block_dim;
+  if (!aiv_only) {
+    if (soft)
+      Fail("SYNCALL_PARAMS", "%s<isAIVOnly = false>: the software SyncAll supports vector-only kernels only", api);
+    Fail("DEADLOCK",
+         "%s<isAIVOnly = false> in a vector-only kernel: the SyncAll page says a pure vector kernel must use "
+         "isAIVOnly = true, otherwise the program hangs (it waits for cube cores that do not take part)",
+         api);
+  }
+  if (!soft && L.caps.npu_arch == 2002)
+    Fail("UNSUPPORTED_API",
+         "the hardware SyncAll() does not exist on %s (Atlas inference series AI core; the official dav_m200 "
+         "implementation reports \"Hardware SyncAll\" unsupported): use the software SyncAll(gmWorkspace, "
+         "ubWorkspace)",
+         L.caps.soc.c_str());
+  if (n > L.caps.aiv_cores)
+    Fail("DEADLOCK",
+         "%s with block dim %u on %s, which has %u vector cores: the blocks run in several rounds and the cores of "
+         "the first round wait forever for blocks that cannot start (SyncAll page: numBlocks must not exceed the "
+         "cores that run the operator)",
+         api, n, L.caps.soc.c_str(), L.caps.aiv_cores);
+  if (soft) {
+    if (used_cores < 0 || static_cast<uint32_t>(used_cores) > n)
+      Fail("SYNCALL_PARAMS", "%s: usedCores = %d, outside [0, GetBlockNum() = %u]", api, used_cores, n);
+    if (used_cores != 0 && static_cast<uint32_t>(used_cores) != n)
+      UnsupportedApi("SyncAll(..., usedCores)", "a software SyncAll of a subset of the cores is not emulated");
+    const uint64_t need = uint64_t{n} * 32;
+    if (gm == nullptr) Fail("SYNCALL_PARAMS", "%s: gmWorkspace has no GM address", api);
+    if (gm_bytes != 0 && gm_bytes < need)
+      Fail("SYNCALL_PARAMS",
+           "%s: gmWorkspace holds %" PRIu64 " bytes; the SyncAll page requires at least GetBlockNum() * 32 = %" PRIu64
+           " bytes, initialised to 0",
+           api, gm_bytes, need);
+    GmCheck(c, -1, gm, need, false, api);
+    if (ub == nullptr || ub_bytes < need)
+      Fail("SYNCALL_PARAMS",
+           "%s: ubWorkspace holds %u bytes; the SyncAll page requires at least GetBlockNum() * 32 = %" PRIu64 " bytes",
+           api, ub_bytes, need);
+    CheckHandle(c, *ub, api, "ubWorkspace");
+  }
+  Barrier(Pipe::ALL);  // the core's own pipes drain before it signals the other cores
+  c.spin_count = 0;
+  SyncAllBarrier(c);
+}
+
+}  // namespace rt
+
+namespace {
+
 void RunCore(LaunchCtx& L, const KernelEntry& k, std::vector<void*>& args, Core& c) {
   c.L = &L;
   c.ub.assign(L.caps.ub_size, 0);
@@ -393,6 +745,9 @@ void RunCore(LaunchCtx& L, const KernelEntry& k, std::vector<void*>& args, Core&
     k.invoke(k.fn, args.data(), static_cast<int>(args.size()));
     CoreFinish(c);
   } catch (const EmulationError&) {
+    SetCurrent(nullptr);
+    throw;
+  } catch (const LaunchAborted&) {
     SetCurrent(nullptr);
     throw;
   } catch (const std::exception& e) {
@@ -407,42 +762,333 @@ void RunCore(LaunchCtx& L, const KernelEntry& k, std::vector<void*>& args, Core&
   std::vector<BlockShadow>().swap(c.blocks);
 }
 
+struct CoreOutcome {
+  std::unique_ptr<EmulationError> err;
+  std::exception_ptr other;
+  bool aborted = false;
+};
+
+// Runs the kernel on core c with fault isolation: a signal in kernel code jumps back here (KERNEL_FAULT,
+// or DEADLOCK for the watchdog's signal). Results go to *out (memory, not registers: sigsetjmp).
+void RunIsolated(LaunchCtx& L, const KernelEntry& k, std::vector<void*>* args, Core* c, CoreOutcome* out) {
+  sigjmp_buf jb;
+  if (sigsetjmp(jb, 1) == 0) {
+    t_jb = &jb;
+    try {
+      RunCore(L, k, *args, *c);
+    } catch (const EmulationError& e) {
+      out->err.reset(new EmulationError(e));
+    } catch (const LaunchAborted&) {
+      out->aborted = true;
+      if (L.watchdog_fired.load())
+        out->err.reset(new EmulationError(CoreError(
+            L, c->idx, "DEADLOCK",
+            Format("core %d was still running after the watchdog's %g s (MS_KVCACHE_SIM_WATCHDOG_S); it was "
+                   "stopped at its next emulated API call: an endless loop or a far too long kernel; on hardware "
+                   "the launch hangs",
+                   c->idx, L.watchdog_s))));
+    } catch (...) {
+      out->other = std::current_exception();
+    }
+    t_jb = nullptr;
+    return;
+  }
+  SetCurrent(nullptr);
+  const FaultInfo f = t_fault;
+  if (f.sig == kWatchdogSig) {
+    out->err.reset(new EmulationError(CoreError(
+        L, c->idx, "DEADLOCK",
+        Format("core %d was still running after the watchdog's %g s (MS_KVCACHE_SIM_WATCHDOG_S) and called no "
+               "emulated GM API after the launch was stopped: an endless loop (e.g. a spin on a value no core "
+               "changes), at %s; on hardware the launch hangs",
+               c->idx, L.watchdog_s, WhereIs(f.pc).c_str()))));
+  } else {
+    std::string at = f.sig == SIGSEGV || f.sig == SIGBUS ? Format(" (faulting address %p)", reinterpret_cast<void*>(f.addr)) : "";
+    out->err.reset(new EmulationError(CoreError(
+        L, c->idx, "KERNEL_FAULT",
+        Format("kernel code raised %s%s in %s: on hardware an AI core exception that fails the launch; the "
+               "emulation stopped this core (the caller's arrays are untouched)",
+               SigName(f.sig), at.c_str(), WhereIs(f.pc).c_str()))));
+  }
+}
+
+// Bookkeeping when a core ends: the first error fails the launch; a core returning while others wait at a
+// SyncAll is DEADLOCK; the sequential thread mode passes the baton on.
+void CoreEnd(LaunchCtx& L, Core& c, CoreOutcome& out) {
+  Sched& S = *L.sched;
+  std::unique_lock<std::mutex> lk(S.mu);
+  const uint32_t i = static_cast<uint32_t>(c.idx);
+  S.finished[i] = 1;
+  ++S.done;
+  if (out.err) {
+    S.Record(*out.err, L);
+  } else if (out.other) {
+    if (!S.err && !S.other) S.other = out.other;
+    L.abort.store(true);
+  } else if (!out.aborted && !L.abort.load() && S.arrived > 0) {
+    S.Record(CoreError(L, c.idx, "DEADLOCK",
+                       Format("core %d returned without calling SyncAll #%u, at which core(s) %s wait: on hardware "
+                              "they wait forever (every core of the launch must call SyncAll the same number of times)",
+                              c.idx, L.phase + 1, CoreList(S, true).c_str())),
+             L);
+  }
+  if (S.sequential && !S.fibers && !L.abort.load()) S.PassOn(i);
+  S.cv.notify_all();
+}
+
+// One core on its own thread: wait for the baton, run with fault isolation, report the end.
+void CoreThread(LaunchCtx& L, const KernelEntry& k, std::vector<void*> args, Core& c) {
+  Sched& S = *L.sched;
+  {
+    std::unique_lock<std::mutex> lk(S.mu);
+    S.cv.wait(lk, [&] { return L.abort.load() || !S.sequential || S.turn == c.idx; });
+  }
+  CoreOutcome out;
+  out.aborted = L.abort.load();
+  const size_t alt_size = 1 << 16;
+  std::unique_ptr<char[]> alt(new char[alt_size]);
+  stack_t ss, old_ss;
+  ss.ss_sp = alt.get();
+  ss.ss_size = alt_size;
+  ss.ss_flags = 0;
+  const bool have_alt = sigaltstack(&ss, &old_ss) == 0;
+  if (!out.aborted) RunIsolated(L, k, &args, &c, &out);
+  if (have_alt) {
+    old_ss.ss_flags &= ~SS_ONSTACK;
+    sigaltstack(&old_ss, nullptr);
+  }
+  CoreEnd(L, c, out);
+}
+
+// ---- fibers (forward / reverse): every core a ucontext on the launching thread
+struct FiberArg {
+  LaunchCtx* L;
+  const KernelEntry* k;
+  std::vector<void*> args;
+  Core* c;
+};
+
+void FiberMain(unsigned lo, unsigned hi) {
+  FiberArg* a = reinterpret_cast<FiberArg*>((static_cast<uintptr_t>(hi) << 32) | static_cast<uintptr_t>(lo));
+  Sched& S = *a->L->sched;
+  {
+    CoreOutcome out;
+    RunIsolated(*a->L, *a->k, &a->args, a->c, &out);
+    CoreEnd(*a->L, *a->c, out);
+  }
+  setcontext(&S.main_ctx);  // never returns
+}
+
+constexpr size_t kFiberStack = size_t{8} << 20;  // reserved lazily (MAP_NORESERVE), a guard page below
+std::mutex g_stack_mu;
+std::vector<void*>& StackPool() {
+  static auto* v = new std::vector<void*>();
+  return *v;
+}
+void* GetStack() {
+  {
+    std::lock_guard<std::mutex> lk(g_stack_mu);
+    if (!StackPool().empty()) {
+      void* p = StackPool().back();
+      StackPool().pop_back();
+      return p;
+    }
+  }
+  void* p = mmap(nullptr, kFiberStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK,
+                 -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  mprotect(p, static_cast<size_t>(sysconf(_SC_PAGESIZE)), PROT_NONE);
+  return p;
+}
+void PutStack(void* p) {
+  std::lock_guard<std::mutex> lk(g_stack_mu);
+  if (StackPool().size() < 64) StackPool().push_back(p);
+  else munmap(p, kFiberStack);
+}
+
+// the watchdog of the fiber mode: a per-thread timer that signals this thread after the budget and then
+// every 100 ms (the signal jumps out of kernel code only; elsewhere it is ignored)
+struct ThreadTimer {
+  timer_t id{};
+  bool armed = false;
+  ThreadTimer(double seconds) {
+    struct sigevent sev;
+    std::memset(&sev, 0, sizeof(sev));
+    sev.sigev_notify = SIGEV_THREAD_ID;
+    sev.sigev_signo = kWatchdogSig;
+    sev._sigev_un._tid = static_cast<pid_t>(syscall(SYS_gettid));
+    if (timer_create(CLOCK_MONOTONIC, &sev, &id) != 0) return;
+    struct itimerspec its;
+    std::memset(&its, 0, sizeof(its));
+    its.it_value.tv_sec = static_cast<time_t>(seconds);
+    its.it_value.tv_nsec = static_cast<long>((seconds - static_cast<double>(its.it_value.tv_sec)) * 1e9);
+    if (its.it_value.tv_sec == 0 && its.it_value.tv_nsec == 0) its.it_value.tv_nsec = 1000000;
+    its.it_interval.tv_nsec = 100000000;
+    armed = timer_settime(id, 0, &its, nullptr) == 0;
+    if (!armed) timer_delete(id);
+  }
+  ~ThreadTimer() {
+    if (!armed) return;
+    timer_delete(id);
+    // drop a tick still pending for this thread, so it cannot stop a later launch
+    sigset_t m, old;
+    sigemptyset(&m);
+    sigaddset(&m, kWatchdogSig);
+    pthread_sigmask(SIG_BLOCK, &m, &old);
+    struct timespec zero = {0, 0};
+    while (sigtimedwait(&m, nullptr, &zero) > 0) {
+    }
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  }
+};
+
+void RunFibers(LaunchCtx& L, const KernelEntry& k, std::vector<void*>& args, Sched& S) {
+  const uint32_t n = S.n;
+  S.ctx.resize(n);
+  S.stacks.assign(n, nullptr);
+  std::vector<uint8_t> started(n, 0);
+  std::vector<std::unique_ptr<FiberArg>> fargs(n);
+  // the signal handler runs on an alternate stack (a fault may be a fiber stack overflow)
+  static thread_local std::unique_ptr<char[]> alt;
+  stack_t cur;
+  bool own_alt = false;
+  stack_t old_ss;
+  if (sigaltstack(nullptr, &cur) == 0 && (cur.ss_flags & SS_DISABLE)) {
+    if (!alt) alt.reset(new char[1 << 16]);
+    stack_t ss;
+    ss.ss_sp = alt.get();
+    ss.ss_size = 1 << 16;
+    ss.ss_flags = 0;
+    own_alt = sigaltstack(&ss, &old_ss) == 0;
+  }
+  ThreadTimer timer(L.watchdog_s);
+  auto resume = [&](uint32_t i) {
+    if (!started[i]) {
+      started[i] = 1;
+      void* st = GetStack();
+      if (st == nullptr) {
+        S.Record(CoreError(L, static_cast<int>(i), "LAUNCH", "cannot map a stack for the core"), L);
+        S.finished[i] = 1;
+        ++S.done;
+        return;
+      }
+      S.stacks[i] = st;
+      fargs[i].reset(new FiberArg{&L, &k, args, S.cores[i]});
+      getcontext(&S.ctx[i]);
+      S.ctx[i].uc_stack.ss_sp = st;
+      S.ctx[i].uc_stack.ss_size = kFiberStack;
+      S.ctx[i].uc_link = nullptr;
+      const uintptr_t a = reinterpret_cast<uintptr_t>(fargs[i].get());
+      makecontext(&S.ctx[i], reinterpret_cast<void (*)()>(FiberMain), 2, static_cast<unsigned>(a & 0xffffffffu),
+                  static_cast<unsigned>(a >> 32));
+    }
+    swapcontext(&S.main_ctx, &S.ctx[i]);
+    SetCurrent(nullptr);
+    t_jb = nullptr;
+  };
+  while (!L.abort.load() && S.done < n) {
+    for (uint32_t p = 0; p < n && !L.abort.load(); ++p) {
+      const uint32_t i = S.order[p];
+      if (!S.finished[i] && !S.at_barrier[i]) resume(i);
+    }
+    if (L.abort.load() || S.done == n) break;
+    if (S.arrived == n) {  // every core at the SyncAll: check the phase, then run them all again
+      try {
+        PhaseCheck(L, S.cores, false);
+      } catch (const EmulationError& e) {
+        S.Record(e, L);
+        break;
+      }
+      S.arrived = 0;
+      std::fill(S.at_barrier.begin(), S.at_barrier.end(), 0);
+    }
+  }
+  // unwind the cores suspended at a SyncAll (they see the abort and return)
+  for (uint32_t i = 0; i < n; ++i)
+    if (started[i] && !S.finished[i]) resume(i);
+  for (uint32_t i = 0; i < n; ++i)
+    if (S.stacks[i]) PutStack(S.stacks[i]);
+  if (own_alt) sigaltstack(&old_ss, nullptr);
+}
+
+}  // namespace
+
 std::vector<CoreStats> Execute(LaunchCtx& L, const KernelEntry& k, std::vector<void*>& args, const std::string& order) {
   const uint32_t n = L.block_dim;
   std::vector<std::unique_ptr<Core>> cores;
+  Sched S;
+  S.n = n;
+  S.sequential = order != "threads";
+  S.at_barrier.assign(n, 0);
+  S.finished.assign(n, 0);
+  S.pos.assign(n, 0);
   for (uint32_t i = 0; i < n; ++i) {
     cores.emplace_back(new Core());
     cores.back()->idx = static_cast<int>(i);
+    cores.back()->L = &L;
+    S.cores.push_back(cores.back().get());
+    S.order.push_back(order == "reverse" ? n - 1 - i : i);
   }
-  if (order == "threads") {
-    L.concurrent = true;
-    std::vector<std::exception_ptr> errs(n);
-    std::vector<std::thread> th;
-    th.reserve(n);
-    for (uint32_t i = 0; i < n; ++i) {
-      th.emplace_back([&, i] {
-        try {
-          std::vector<void*> a = args;
-          RunCore(L, k, a, *cores[i]);
-        } catch (...) {
-          errs[i] = std::current_exception();
-        }
-      });
-    }
-    for (auto& t : th) t.join();
-    for (uint32_t i = 0; i < n; ++i)
-      if (errs[i]) std::rethrow_exception(errs[i]);
-  } else {
-    for (uint32_t j = 0; j < n; ++j) {
-      const uint32_t i = order == "reverse" ? n - 1 - j : j;
-      std::vector<void*> a = args;
-      RunCore(L, k, a, *cores[i]);
+  for (uint32_t p = 0; p < n; ++p) S.pos[S.order[p]] = p;
+  L.concurrent = !S.sequential;
+  L.sched = &S;
+  L.spin_limit = EnvU64("MS_KVCACHE_SIM_SPIN_LIMIT", 1000000);
+  L.watchdog_s = EnvSeconds("MS_KVCACHE_SIM_WATCHDOG_S", 300.0);
+  S.fibers = S.sequential && !UnderAsan();  // ASan does not follow ucontext stack switches: a thread per core
+  InstallSignals();
+  if (S.fibers) {
+    RunFibers(L, k, args, S);
+    RestoreSignals();
+    L.sched = nullptr;
+    if (S.err) throw *S.err;
+    if (S.other) std::rethrow_exception(S.other);
+    PhaseCheck(L, S.cores, true);
+    std::vector<CoreStats> st;
+    for (auto& c : cores) st.push_back(c->st);
+    return st;
+  }
+  std::vector<std::thread> th;
+  th.reserve(n);
+  try {
+    for (uint32_t i = 0; i < n; ++i) th.emplace_back(CoreThread, std::ref(L), std::cref(k), args, std::ref(*cores[i]));
+  } catch (...) {
+    std::lock_guard<std::mutex> lk(S.mu);
+    L.abort.store(true);
+    S.cv.notify_all();
+  }
+  {
+    std::unique_lock<std::mutex> lk(S.mu);
+    if (S.sequential) S.turn = static_cast<int>(S.order[0]);
+    S.cv.notify_all();
+    const auto budget = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(L.watchdog_s));
+    const auto grace = std::min<std::chrono::steady_clock::duration>(budget / 2, std::chrono::seconds(1));
+    const auto deadline = std::chrono::steady_clock::now() + budget;
+    const size_t started = th.size();
+    if (!S.cv.wait_until(lk, deadline, [&] { return S.done == started; })) {
+      L.watchdog_fired.store(true);
+      L.abort.store(true);  // cores calling an emulated API stop now
+      S.cv.notify_all();
+      if (!S.cv.wait_for(lk, grace, [&] { return S.done == started; })) {
+        for (uint32_t i = 0; i < started; ++i)
+          if (!S.finished[i]) pthread_kill(th[i].native_handle(), kWatchdogSig);
+        S.cv.wait(lk, [&] { return S.done == started; });
+      }
     }
   }
+  for (auto& t : th) t.join();
+  RestoreSignals();
+  L.sched = nullptr;
+  if (S.err) throw *S.err;
+  if (S.other) std::rethrow_exception(S.other);
+  if (th.size() < n) FailLaunch("LAUNCH", L.op, "cannot start the core threads");
+  PhaseCheck(L, S.cores, true);
   std::vector<CoreStats> st;
   for (auto& c : cores) st.push_back(c->st);
   return st;
 }
+
+namespace {
 
 uint64_t DTypeBytes(const std::string& d, const std::string& op) {
   static const std::map<std::string, uint64_t> m = {
@@ -599,6 +1245,7 @@ LaunchResult RunOp(const std::string& op_type, std::vector<ParamArg>& inputs, st
     wsp = gm.AddRaw(ws, "workspace", RegionKind::Workspace, true);
     const uint64_t sys = std::min<uint64_t>(ws, L->caps.sys_ws);
     Garbage(L->seed ^ 0x77, wsp + sys, ws - sys);
+    TrackWorkspace(*L, wsp + sys, ws - sys);
   }
   L->workspace = wsp;
   L->workspace_size = ws;
@@ -667,6 +1314,7 @@ LaunchResult RunKernel(const std::string& kernel, std::vector<TensorArg>& targs,
     wsp = gm.AddRaw(workspace_bytes, "workspace", RegionKind::Workspace, true);
     const uint64_t sys = std::min<uint64_t>(workspace_bytes, L->caps.sys_ws);
     Garbage(L->seed ^ 0x77, wsp + sys, workspace_bytes - sys);
+    TrackWorkspace(*L, wsp + sys, workspace_bytes - sys);
   }
   L->workspace = wsp;
   L->workspace_size = workspace_bytes;

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -78,6 +79,29 @@ class GmShadow {
   std::unordered_map<uint64_t, std::unique_ptr<std::atomic<uint32_t>[]>> pages_;
 };
 
+// GM accesses of one core within one SyncAll phase, as byte intervals [a, b) of absolute addresses.
+struct Ival {
+  uintptr_t a, b;
+};
+constexpr uint64_t kLineBits = 6;  // data-cache line: 64 bytes (GlobalTensor::SetValue page)
+struct AccessLog {
+  std::vector<Ival> reads, writes;
+  std::vector<uint64_t> slines;  // cache lines written with GlobalTensor::SetValue
+  static void Add(std::vector<Ival>& v, uintptr_t a, uintptr_t b) {
+    if (!v.empty() && a <= v.back().b && b >= v.back().a) {
+      if (a < v.back().a) v.back().a = a;
+      if (b > v.back().b) v.back().b = b;
+      return;
+    }
+    v.push_back({a, b});
+  }
+};
+
+// Thrown inside a core when another core already failed the launch (never reported itself).
+struct LaunchAborted {};
+
+struct Sched;  // core scheduler of a launch (runner.cpp)
+
 struct LaunchCtx {
   std::string op;       // OpDef type (or kernel name for raw launches)
   std::string kernel;   // kernel entry name
@@ -94,6 +118,18 @@ struct LaunchCtx {
   bool uninit_checks = true;
   bool concurrent = false;  // cores run on threads: shadow updates must be atomic
   GmShadow shadow;
+  // cross-core model: SyncAll phases, watchdog, workspace initialisation, data cache
+  Sched* sched = nullptr;
+  std::atomic<bool> abort{false};  // a core failed: the others stop at their next emulated GM access
+  std::atomic<bool> watchdog_fired{false};
+  uint32_t phase = 0;              // SyncAll calls completed by all cores
+  uint64_t spin_limit = 1000000;   // MS_KVCACHE_SIM_SPIN_LIMIT
+  double watchdog_s = 300;         // MS_KVCACHE_SIM_WATCHDOG_S (wall seconds per launch)
+  uint8_t* ws_user = nullptr;      // user workspace (after the system part) and one "written" byte per byte
+  uint64_t ws_user_size = 0;
+  uint8_t* ws_written = nullptr;
+  std::map<uint64_t, int> carried_dirty;  // cache line -> core whose SetValue left it dirty at the last SyncAll
+  ~LaunchCtx();
 };
 
 // ------------------------------------------------------------------------------------------ core
@@ -171,6 +207,16 @@ struct Core {
   uint32_t clock[kNPipes] = {0, 0, 0};
   VClock known[kNPipes + 1];
   std::vector<BlockShadow> blocks;
+  // cross-core model
+  AccessLog log;                 // this phase's GM reads / writes
+  std::set<uint64_t> dirty;      // data-cache lines SetValue dirtied and no DataCacheCleanAndInvalid cleaned
+  uintptr_t spin_addr = 0;       // watchdog: the last GM read and how often it repeated
+  uint64_t spin_len = 0, spin_count = 0;
+  struct {
+    bool pending = false;
+    uintptr_t addr = 0;
+    const char* api = "";
+  } ws_uninit;                   // first read of never-written workspace (reported at the end of the phase)
   // results
   std::unique_ptr<EmulationError> deferred;
   CoreStats st;
@@ -209,5 +255,15 @@ const char* PipeName(int pipe);
 
 // end-of-core checks (flags left set, queue leaks)
 void CoreFinish(Core& c);
+
+// cross-core model (gm.cpp, runner.cpp)
+EmulationError CoreError(const LaunchCtx& L, int core, const std::string& rule, const std::string& detail);
+// End of a SyncAll phase (all cores at the barrier, or all returned when `last`): GM_RACE, DCACHE_CONFLICT,
+// WORKSPACE_UNINIT_READ; then the logs and the write shadow start empty.
+void PhaseCheck(LaunchCtx& L, const std::vector<Core*>& cores, bool last);
+void SyncAllBarrier(Core& c);
+[[noreturn]] void SpinFail(Core& c, const Region& r, const uint8_t* p, uint64_t len, const char* api);
+void WsMarkWritten(LaunchCtx& L, uintptr_t a, uint64_t len);
+void WsCheckRead(Core& c, uintptr_t a, uint64_t len, const char* api);
 
 }  // namespace ascendc_sim

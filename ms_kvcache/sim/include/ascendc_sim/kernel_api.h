@@ -262,10 +262,6 @@ __aicore__ inline GM_ADDR GetUserWorkspace(GM_ADDR workspace) { return ascendc_s
 __aicore__ inline GM_ADDR GetSysWorkSpacePtr() { return ascendc_sim::rt::SysWorkspace(); }
 [[deprecated("SetSysWorkspace is deprecated in CANN (scheduled for removal): the framework sets the system workspace")]]
 __aicore__ inline void SetSysWorkspace(GM_ADDR) {}
-template <bool isAIVOnly = true>
-__aicore__ inline void SyncAll() {
-  ascendc_sim::rt::UnsupportedApi("SyncAll", "cross-core synchronisation is not emulated (cores run one by one)");
-}
 template <typename T>
 __aicore__ inline void SetAtomicAdd() {
   ascendc_sim::rt::UnsupportedApi("SetAtomicAdd", "atomic GM accumulation is not emulated");
@@ -710,5 +706,7 @@ struct KernelRegistrar {
 }  // namespace ascendc_sim
 #define ASCENDC_SIM_REGISTER_KERNEL(name, fn) \
   static ::ascendc_sim::KernelRegistrar ascendc_sim_kernel_registrar_##name(#name, &fn, __FILE__, __NPU_ARCH__);
+
+#include "ascendc_sim/kernel_sync.h"  // SyncAll, DataCacheCleanAndInvalid
 
 #endif  // ASCENDC_SIM_KERNEL_API_H_

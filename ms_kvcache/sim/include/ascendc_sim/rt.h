@@ -96,6 +96,8 @@ ASCENDC_SIM_API const void* TilingPtr(const uint8_t* tiling, size_t bytes, const
 ASCENDC_SIM_API int32_t GmResolve(const void* p);
 ASCENDC_SIM_API void GmScalarRead(int32_t region, const void* p, uint32_t bytes, void* out, const char* api);
 ASCENDC_SIM_API void GmScalarWrite(int32_t region, void* p, uint32_t bytes, const void* in, const char* api);
+// DataCacheCleanAndInvalid: entire = ENTIRE_DATA_CACHE; dst = DcciDst value (0 ALL, 1 UB, 2 OUT, 3 ATOMIC), -1 none.
+ASCENDC_SIM_API void DcacheCleanInvalid(const void* p, int entire, int dst, const char* api);
 
 // --------------------------------------------------------------------------------------- pipe / buffers
 ASCENDC_SIM_API void PipeCreate(void* pipe);
@@ -148,6 +150,9 @@ ASCENDC_SIM_API void Barrier(Pipe p);
 ASCENDC_SIM_API int32_t FetchEventID(int event);
 ASCENDC_SIM_API int32_t AllocEventID(int event);
 ASCENDC_SIM_API void ReleaseEventID(int event, int64_t id);
+// SyncAll (soft: the gmWorkspace / ubWorkspace form; gm_bytes / ub_bytes as the tensors report them).
+ASCENDC_SIM_API void SyncAll(bool aiv_only, bool soft, const void* gm, uint64_t gm_bytes, const UbRef* ub,
+                             uint32_t ub_bytes, int32_t used_cores);
 
 // --------------------------------------------------------------------------------------- kernels
 using KernelInvoker = void (*)(void* fn, void** args, int nargs);
