@@ -19,9 +19,12 @@ void StrictCheckScales(const char* what, const float* v, int64_t n, bool positiv
 }
 
 bool ReadDynamic(const AotArgs& a) {
-  const std::string mode = a.attr_str("quant_mode", "static");
-  if (mode == "dynamic") return true;
-  if (mode != "static") throw KernelError("unknown quant_mode " + mode);
+  const int64_t mode = a.attr_int("quant_mode", mskv_attr::kQuantSTATIC);
+  if (mode == mskv_attr::kQuantDYNAMIC) return true;
+  if (mode != mskv_attr::kQuantSTATIC) {
+    throw KernelError("quant_mode must be " + std::to_string(mskv_attr::kQuantSTATIC) + " (static) or " +
+                      std::to_string(mskv_attr::kQuantDYNAMIC) + " (dynamic), got " + std::to_string(mode));
+  }
   return false;
 }
 

@@ -9,7 +9,8 @@
 namespace mskv {
 namespace quant {
 
-// Attribute quant_mode: "static" (false) or "dynamic" (true); throws otherwise.
+// Attribute quant_mode (int-coded, op_host/mskv_attr_codes.h): kQuantSTATIC (false) or kQuantDYNAMIC
+// (true); throws otherwise.
 bool ReadDynamic(const AotArgs& a);
 
 // The code of cache input `idx`; throws naming `what` for a dtype without a quantization rule.
