@@ -24,7 +24,7 @@ from mindspore import Tensor
 from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _validate as V
-from ms_kvcache._formats import CACHE_LAYOUTS, KVCacheFormat
+from ms_kvcache._formats import CACHE_LAYOUTS, QUANT_MODE_CODES, QUANT_MODES, KVCacheFormat
 from ms_kvcache._spec import FLOAT_DTYPES, FP8_DTYPES, INDEX_DTYPES, QUANT_CACHE_DTYPES, dtype_name
 
 __all__ = [
@@ -34,8 +34,10 @@ __all__ = [
     "routes_graph", "code_max",
 ]
 
-#: ``quant_mode`` values: static scales (``k_scale`` ...) or dynamic per-token scales (``k_scale_cache``).
-MODES = ("static", "dynamic")
+#: ``quant_mode`` values: static scales (``k_scale`` ...) or dynamic per-token scales (``k_scale_cache``);
+#: int-coded for the kernels (``QUANT_MODE_CODES``: static 0, dynamic 1).
+MODES = QUANT_MODES
+MODE_CODES = QUANT_MODE_CODES
 #: Backends with kernels for the quantized writes. The AscendC kernels (sim, ascend) follow the
 #: tiling-key refactor (issue 19).
 BACKENDS = ("cpu",)

@@ -36,7 +36,7 @@ SPEC = register(OpSpec(
         TensorSpec("k_pe_scale_cache", "F", (3,), optional=True, inplace_if=("quant_mode", "dynamic")),
     ),
     dtype_groups={"T": FLOAT_DTYPES, "Q": QUANT_CACHE_DTYPES, "S": INDEX_DTYPES, "F": ("float32",)},
-    attrs=(AttrSpec("quant_mode", "str", "static", Q.MODES),),
+    attrs=(AttrSpec("quant_mode", "str", "static", Q.MODES, Q.MODE_CODES),),
     doc="concat_and_cache_mla quantizing float kv_c / k_pe into int8 / float8 caches (static or dynamic scales).",
     extra={"ascend_kernel": PENDING},
 ))

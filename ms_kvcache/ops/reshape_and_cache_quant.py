@@ -43,7 +43,7 @@ SPEC = register(OpSpec(
     attrs=(
         AttrSpec("cache_layout", "str", "BSND", CACHE_LAYOUTS, CACHE_LAYOUT_CODES),  # the kernel reads the int code
         AttrSpec("kv_format", "int", Q.SEPARATE, (Q.MERGED, Q.SEPARATE)),
-        AttrSpec("quant_mode", "str", "static", Q.MODES),
+        AttrSpec("quant_mode", "str", "static", Q.MODES, Q.MODE_CODES),
     ),
     doc="reshape_and_cache(_merged) quantizing float K/V into int8 / float8 caches (static or dynamic scales).",
     extra={"ascend_kernel": PENDING},

@@ -56,7 +56,7 @@ SPEC = register(OpSpec(
     attrs=(
         AttrSpec("is_neox_style", "bool", False, (True, False)),
         AttrSpec("epsilon", "float", 1e-6),
-        AttrSpec("quant_mode", "str", "static", Q.MODES),
+        AttrSpec("quant_mode", "str", "static", Q.MODES, Q.MODE_CODES),
     ),
     doc="rope_concat_and_cache_mla quantizing kv_c_out and k_pe_out into int8 / float8 caches.",
     extra={"out_shape": R.out_like(1, 2, 3), "out_dtype": R.out_like(1, 2, 3), "ascend_kernel": PENDING},

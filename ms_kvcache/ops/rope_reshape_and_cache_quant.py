@@ -51,7 +51,7 @@ SPEC = register(OpSpec(
         AttrSpec("is_neox_style", "bool", True, (True, False)),
         AttrSpec("cache_layout", "str", "BSND", CACHE_LAYOUTS, CACHE_LAYOUT_CODES),  # the kernel reads the int code
         AttrSpec("kv_format", "int", Q.SEPARATE, (Q.MERGED, Q.SEPARATE)),
-        AttrSpec("quant_mode", "str", "static", Q.MODES),
+        AttrSpec("quant_mode", "str", "static", Q.MODES, Q.MODE_CODES),
     ),
     doc="rope_reshape_and_cache(_merged) quantizing the rotated key and the value into int8 / float8 caches.",
     extra={"out_shape": R.out_like(1, 2), "out_dtype": R.out_like(1, 2), "ascend_kernel": PENDING},
