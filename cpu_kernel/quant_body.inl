@@ -293,7 +293,14 @@ void QuantScatterT(const ::mskv::quant::ScatterArgs& a) {
       if (t + kAhead < end) {
         const int64_t ahead = ReadIndex(a.slots, a.slot_dtype, t + kAhead);
         if (ahead >= 0 && ahead < num_slots) {
-          for (int p = 0; p < a.num_planes; ++p) ::mskv::PrefetchLine(cp[p].base + cp[p].HeadOffset(ahead, 0));
+          for (int p = 0; p < a.num_planes; ++p) {
+            ::mskv::PrefetchLine(cp[p].base + cp[p].HeadOffset(ahead, 0));
+            const ::mskv::quant::PlaneQuant& pq = a.plane[p].q;
+            if (pq.dynamic) {  // the scale row is written with plain stores: fetch its line for writing
+              __builtin_prefetch(pq.scale_cache + ::mskv::quant::ScaleIndex(ahead, 0, cp[p].heads, cp[p].block_size,
+                                                                            cp[p].bnsd), 1, 3);
+            }
+          }
         }
       }
       const int64_t slot = ReadIndex(a.slots, a.slot_dtype, t);
