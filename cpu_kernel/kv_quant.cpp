@@ -1,6 +1,7 @@
 // Argument parsing shared by the quantizing ops' CPU kernels (see kv_quant.h).
 #include "kv_quant_args.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -19,9 +20,12 @@ void StrictCheckScales(const char* what, const float* v, int64_t n, bool positiv
 }
 
 bool ReadDynamic(const AotArgs& a) {
-  const std::string mode = a.attr_str("quant_mode", "static");
-  if (mode == "dynamic") return true;
-  if (mode != "static") throw KernelError("unknown quant_mode " + mode);
+  const int64_t mode = a.attr_int("quant_mode", mskv_attr::kQuantSTATIC);
+  if (mode == mskv_attr::kQuantDYNAMIC) return true;
+  if (mode != mskv_attr::kQuantSTATIC) {
+    throw KernelError("quant_mode must be " + std::to_string(mskv_attr::kQuantSTATIC) + " (static) or " +
+                      std::to_string(mskv_attr::kQuantDYNAMIC) + " (dynamic), got " + std::to_string(mode));
+  }
   return false;
 }
 
@@ -73,6 +77,69 @@ PlaneQuant ParsePlaneQuant(const AotArgs& a, Code code, bool dynamic, int scale_
     if (q.offset != nullptr) StrictCheckScales((p + " offset").c_str(), q.offset, n, false);
   }
   return q;
+}
+
+void GqaPlanes(const AotArgs& a, int key_idx, int value_idx, rope::CachePlane* kc, rope::CachePlane* vc) {
+  const bool bnsd = rope::LayoutAttr(a);
+  const int64_t fmt = a.attr_int("kv_format", 2);
+  rope::Require(fmt == 1 || fmt == 2, "kv_format must be 1 (MERGED_KV) or 2 (SEPARATE_KV)");
+  const int k = key_idx, v = value_idx;
+  if (fmt == 2) {
+    rope::Require(a.rank(k) == 4 && a.rank(v) == 4, "caches must be rank 4");
+    for (int d = 0; d < 4; ++d) rope::Require(a.dim(k, d) == a.dim(v, d), "key_cache and value_cache shapes differ");
+    rope::Require(a.dtype(v) == a.dtype(k), "key_cache and value_cache dtypes differ");
+    *kc = rope::PlaneArg(a, k, bnsd);
+    *vc = rope::PlaneArg(a, v, bnsd);
+    return;
+  }
+  rope::Require(a.rank(k) == 5 && a.dim(k, 0) == 2, "a MERGED_KV cache must be [2, nb, ...] rank 5");
+  rope::Require(a.numel(v) == 0, "value_cache must be empty for MERGED_KV");
+  kc->base = a.ptr(k);
+  kc->elem = 1;
+  kc->num_blocks = a.dim(k, 1);
+  kc->block_size = bnsd ? a.dim(k, 3) : a.dim(k, 2);
+  kc->heads = bnsd ? a.dim(k, 2) : a.dim(k, 3);
+  kc->head_size = a.dim(k, 4);
+  kc->bnsd = bnsd;
+  *vc = *kc;
+  vc->base = kc->base + kc->num_slots() * kc->heads * kc->head_size;
+}
+
+ScatterArgs ScatterOf(const AotArgs& a, const rope::CachePlane cp[2], const char* const names[2], const char* cache_name) {
+  const Code code = CacheCode(a, 2, cache_name);
+  const bool dynamic = ReadDynamic(a);
+  const DType dt = a.dtype(0);
+  rope::Require(rope::IsFloat(dt) && a.dtype(1) == dt,
+                std::string(names[0]) + "/" + names[1] + " must be float16, bfloat16 or float32 of one dtype");
+  rope::Require(a.rank(4) == 1 && rope::IsIndex(a.dtype(4)), "slot_mapping must be int32/int64 [T]");
+  const int64_t T = a.dim(4, 0);
+  ScatterArgs s;
+  s.dtype = dt;
+  s.num_planes = 2;
+  s.slots = a.ptr<void>(4);
+  s.slot_dtype = a.dtype(4);
+  s.num_tokens = T;
+  for (int p = 0; p < 2; ++p) {
+    const int64_t row = cp[p].heads * cp[p].head_size;
+    rope::Require(a.rank(p) >= 2 && a.numel(p) == a.dim(p, 0) * row,
+                  std::string(names[p]) + " rows must hold " + std::to_string(row) + " elements (the cache row)");
+    rope::Require(a.dim(p, 0) >= T, std::string(names[p]) + " has fewer rows than slot_mapping");
+    ScatterPlane& sp = s.plane[p];
+    sp.src = a.ptr(p);
+    sp.src_row_bytes = row * static_cast<int64_t>(DTypeSize(dt));
+    sp.cache = cp[p].base;
+    sp.num_blocks = cp[p].num_blocks;
+    sp.block_size = cp[p].block_size;
+    sp.heads = cp[p].heads;
+    sp.head_size = cp[p].head_size;
+    sp.bnsd = cp[p].bnsd;
+    sp.q = ParsePlaneQuant(a, code, dynamic, 5 + p, 7 + p, 9 + p, cp[p], names[p]);
+  }
+  if (rope::Strict(a)) {
+    rope::StrictSlots(s.slots, s.slot_dtype, T, std::min(cp[0].num_slots(), cp[1].num_slots()));
+    s.slots_distinct = true;
+  }
+  return s;
 }
 
 }  // namespace quant

@@ -1,7 +1,8 @@
 """KV-cache format enum shared by every op family."""
 from enum import IntEnum
 
-__all__ = ["KVCacheFormat", "CACHE_LAYOUTS", "CACHE_LAYOUT_CODES", "DIRECTIONS", "DIRECTION_CODES"]
+__all__ = ["KVCacheFormat", "CACHE_LAYOUTS", "CACHE_LAYOUT_CODES", "DIRECTIONS", "DIRECTION_CODES", "QUANT_MODES",
+           "QUANT_MODE_CODES"]
 
 #: Layouts of one layer's paged cache. "BSND" = [num_blocks, block_size, num_kv_heads, head_size]
 #: (vLLM "NHD", vllm-ascend, MindSpore); "BNSD" = [num_blocks, num_kv_heads, block_size, head_size]
@@ -19,6 +20,13 @@ DIRECTIONS = ("d2h", "h2d")
 #: (``ACL_MEMCPY_HOST_TO_DEVICE = 1``, ``ACL_MEMCPY_DEVICE_TO_HOST = 2``). C++: ``mskv_attr::kDirH2D`` /
 #: ``kDirD2H``.
 DIRECTION_CODES = (("h2d", 1), ("d2h", 2))
+
+#: ``quant_mode`` of the quantized cache writes (docs/quantization.md): static scales (``k_scale`` ...) or
+#: dynamic per-token scales written to scale caches (``k_scale_cache`` ...).
+QUANT_MODES = ("static", "dynamic")
+
+#: The int each quant_mode reaches the kernels as. C++: ``mskv_attr::kQuantSTATIC`` / ``kQuantDYNAMIC``.
+QUANT_MODE_CODES = (("static", 0), ("dynamic", 1))
 
 
 class KVCacheFormat(IntEnum):

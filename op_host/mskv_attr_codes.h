@@ -1,4 +1,4 @@
-// Integer codes of the named-mode attributes (cache_layout, direction), shared by the OpDefs and tilings
+// Integer codes of the named-mode attributes (cache_layout, direction, quant_mode), shared by the OpDefs and tilings
 // in op_host/ and the native CPU kernels in cpu_kernel/.
 //
 // The declaration is ms_kvcache/_spec.py (AttrSpec.codes, values in ms_kvcache/_formats.py); the
@@ -22,11 +22,18 @@ constexpr int64_t kLayoutBNSD = 1;
 constexpr int64_t kDirH2D = 1;  // ACL_MEMCPY_HOST_TO_DEVICE: host buffer -> caches
 constexpr int64_t kDirD2H = 2;  // ACL_MEMCPY_DEVICE_TO_HOST: caches -> host buffer
 
+// quant_mode of the quantized cache writes: static scales or dynamic per-token scales (scale caches).
+constexpr int64_t kQuantSTATIC = 0;
+constexpr int64_t kQuantDYNAMIC = 1;
+
 inline const char* LayoutName(int64_t code) {
   return code == kLayoutBSND ? "BSND" : code == kLayoutBNSD ? "BNSD" : "unknown";
 }
 inline const char* DirectionName(int64_t code) {
   return code == kDirH2D ? "h2d" : code == kDirD2H ? "d2h" : "unknown";
+}
+inline const char* QuantModeName(int64_t code) {
+  return code == kQuantSTATIC ? "static" : code == kQuantDYNAMIC ? "dynamic" : "unknown";
 }
 
 }  // namespace mskv_attr

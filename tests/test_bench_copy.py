@@ -61,6 +61,31 @@ def test_copy_bench_baselines_do_the_same_memory_work(small_copy_bench):
     assert mod.BASELINE_LINE in text and "x memcpy" in text and "op/memcpy" not in text
 
 
+def test_copy_bench_quant_rows(small_copy_bench, monkeypatch):
+    """The quantizing-write rows (issue 17): reshape_and_cache of bf16 K/V into int8 caches, static per-channel
+    and dynamic per-token scales, against a memcpy of the float input bytes (the issue's baseline) in the same
+    rounds; the codes (and dynamic scales) checked against a numpy float32 model; static rows time the kernel
+    alone too."""
+    mod = small_copy_bench
+    monkeypatch.setattr(mod, "QUICK_QUANT_TOKENS", (24,))
+    rows = mod.run(ops=("reshape_and_cache_quant",), quick=True)
+    assert [r["mode"] for r in rows] == list(mod.QUANT_MODES)
+    for r in rows:
+        assert r["bench"] == "reshape_and_cache_quant" and r["dtype"] == "bfloat16->int8" and r["correct"], r
+        assert r["op"] == "reshape_and_cache"  # the public op (ms-kvcache bench lists public ops only)
+        assert r["bytes"] == 2 * 24 * mod.HEADS * mod.HEAD_SIZE * 2  # float input bytes
+        assert r["ratio_memcpy"] == pytest.approx(r["memcpy_us"] / r["op_us"])
+        assert ("kernel_x_memcpy" in r) == r["mode"].startswith("static"), r
+    text = mod.format_table(rows)
+    assert "bf16->int8 dynamic per-token T=24" in text and mod.BASELINE_LINE in text
+    # the model the rows are checked with: round half to even, saturation, a zero row's scale 0
+    x = np.array([[[0.5, 1.5, -2.5, 300.0]], [[0.0, 0.0, 0.0, 0.0]]], np.float32)
+    q, _ = mod._quant_ref(x, np.float32(1.0))
+    assert q.tolist() == [[[0, 2, -2, 127]], [[0, 0, 0, 0]]]
+    q, s = mod._quant_ref(x, None)
+    assert s.tolist() == [[np.float32(300.0) / np.float32(127)], [0.0]] and q[0, 0, 3] == 127 and not q[1].any()
+
+
 def test_copy_bench_kernel_stage_does_the_ops_work():
     """The kernel-alone stage (ctypes on the AOT entry point) writes the rows the op writes: numpy reference,
     random data, a slot -1 skipped, the last slot; concat_and_cache_mla, bfloat16."""

@@ -69,6 +69,25 @@ def test_demo_bfloat16_separate():
     assert r["preemption"]["bytes_offloaded"] == 2 * 2 * r["preemption"]["offload_tokens"] * 384 * 2
 
 
+def test_demo_int8_dynamic_per_token():
+    """--dtype int8: int8 caches written with dynamic per-token scales, attention over code * scale; about
+    half the bf16 cache bytes (the float32 scales add 4 bytes per head_size elements); the hidden states
+    within the int8 tolerance of the unquantized float64 reference but not equal to it (the quantization
+    is really in the loop); offload / reload (data and scale caches) bit-exact; bad combinations refused."""
+    r = run_demo(DemoOptions(dtype="int8", layers=2, bench_reps=0))
+    assert _failed(r) == []
+    err = _check(r, "hidden states")["value"]
+    assert TOLERANCES["float32"] < err <= TOLERANCES["int8"], err  # larger than a float32 cache's error
+    b, d = r["blocks"], r["model"]["head_size"]
+    assert b["cache_bytes"] == pytest.approx(b["cache_bytes_bf16"] * (0.5 + 2 / d))
+    assert _check(r, "reload: K/V bit-identical")["value"] == 0
+    assert r["preemption"]["bytes_offloaded"] == 2 * 2 * r["preemption"]["offload_tokens"] * 384 * 1
+    with pytest.raises(DemoError, match="int8 caches run with kv_format 'separate'"):
+        run_demo(DemoOptions(dtype="int8", kv_format="merged"))
+    with pytest.raises(DemoError, match="cpu kernels only"):
+        run_demo(DemoOptions(dtype="int8", backend="sim"))
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_demo_merged(dtype):
     r = run_demo(DemoOptions(kv_format="merged", dtype=dtype, layers=2, bench_reps=0))

@@ -238,6 +238,62 @@ def test_int8_edges_pynative(fast, rng):
         np.testing.assert_array_equal(a, e)
 
 
+def _near_steps(scale, offset, ulps=3):
+    """float32 x with x / scale - offset at and within a few ulps of every step of the int8 code (the
+    half-integers -128.5 .. 127.5), where a rounding or saturation slip would change it."""
+    centre = ((np.arange(-129, 129, dtype=np.float64) + 0.5 + offset) * scale).astype(np.float32)
+    out = [centre]
+    up, down = centre.copy(), centre.copy()
+    for _ in range(ulps):
+        up, down = np.nextafter(up, np.float32(np.inf)), np.nextafter(down, np.float32(-np.inf))
+        out += [up, down]
+    return np.concatenate(out)
+
+
+def test_int8_vector_paths_exact_at_every_step(rng):
+    """The cpu kernel's int8 vector paths (AVX-512: 16 lanes, masked min, rounding convert, saturating
+    narrow; AVX2: 8 lanes; cpu_kernel/quant_body.inl) give the fp32 division's codes at and a few ulps
+    around every rounding step -128.5 .. 127.5, beyond them (saturation), for inexact scales (0.1, 3,
+    0.0137...), large offsets cancelling large quotients, NaN / +-inf, per tensor and per channel, and
+    dynamic scales."""
+    h, d = 2, 64  # head_size a multiple of 8: every element on the vector path
+    for scale, offset in ((0.1, 0.0), (3.0, 0.0), (0.0137, 0.3), (1e-3, -1e6 + 17.25), (7.7e-5, 2.5)):
+        x = _near_steps(scale, offset)
+        x = np.concatenate([x, np.array([np.nan, np.inf, -np.inf, 0.0], np.float32)])
+        x = np.concatenate([x, rng.permutation(x)[: (-len(x)) % (h * d)]])
+        rows = rng.permutation(x).reshape(-1, h, d)
+        t = rows.shape[0]
+        nb, bs = 2, t
+        kc = np.zeros((nb, bs, h, d), np.int8)
+        sl = rng.permutation(nb * bs)[:t].astype(np.int64)
+        sc, of = np.float32(scale), np.float32(offset)
+        after, _, _ = run("pynative", lambda c, k1, s1, a, b: ms_kvcache.reshape_and_cache(
+            k1, k1, c[0], c[1], s1, k_scale=a, v_scale=a, k_offset=b, v_offset=b), [kc, kc.copy()],
+            [rows, sl, np.array(sc), np.array(of)])
+        np.testing.assert_array_equal(after[0], place(kc, quant_rows(rows, "int8", sc, of), sl, "BSND"),
+                                      err_msg=f"scale {scale} offset {offset}")
+        # per channel: every channel its own inexact scale, no offset
+        pc = (np.float32(scale) * (1 + rng.random((h, d)).astype(np.float32))).astype(np.float32)
+        xr = (rows / np.float32(scale) * pc).astype(np.float32)
+        after, _, _ = run("pynative", lambda c, k1, s1, a: ms_kvcache.reshape_and_cache(
+            k1, k1, c[0], c[1], s1, k_scale=a, v_scale=a), [kc, kc.copy()], [xr, sl, pc])
+        np.testing.assert_array_equal(after[0], place(kc, quant_rows(xr, "int8", pc), sl, "BSND"),
+                                      err_msg=f"per channel, scale ~{scale}")
+    # dynamic: rows whose max makes s = max / 127 inexact, the others near its steps
+    base = _near_steps(np.float32(1.7) / np.float32(127), 0.0, ulps=1)[: 8 * 64 - 1]
+    rows = np.concatenate([base, [np.float32(1.7)]]).astype(np.float32)
+    rows = np.stack([rng.permutation(rows) for _ in range(4)]).reshape(-1, 1, 64)
+    t = rows.shape[0]
+    kc, ksc = np.zeros((2, t, 1, 64), np.int8), np.zeros((2, t, 1, 1), np.float32)
+    sl = rng.permutation(2 * t)[:t].astype(np.int64)
+    after, _, _ = run("pynative", lambda c, k1, s1: ms_kvcache.reshape_and_cache(
+        k1, k1, c[0], c[1], s1, k_scale_cache=c[2], v_scale_cache=c[3]), [kc, kc.copy(), ksc, ksc.copy()],
+        [rows, sl])
+    want, ws = quant_dynamic(rows, "int8")
+    np.testing.assert_array_equal(after[0], place(kc, want, sl, "BSND"))
+    np.testing.assert_array_equal(after[2], place(ksc, ws, sl, "BSND"))
+
+
 @pytest.mark.parametrize("mode", ("graph",))
 def test_int8_edges_graph(mode, rng):
     """GRAPH_MODE: slot -1 rows (and their scale-cache rows) untouched, a slot beyond the cache skipped

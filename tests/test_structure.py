@@ -239,19 +239,11 @@ def test_main_prints_a_one_line_summary_on_success(capsys):
 # ------------------------------------------------------------------------------------------ int-coded attributes
 def test_repository_has_no_string_attribute():
     """No op declares a String attribute for its kernels: MindSpore 2.7.x / 2.8.0 cannot pass one to an Ascend
-    C op (no str type in their aclnn generator), so named modes are int-coded (AttrSpec.codes)."""
-    from ms_kvcache._spec import kernel_pending
-
-    pending_str = set()
+    C op (no str type in their aclnn generator), so named modes are int-coded (AttrSpec.codes). That holds for
+    the cpu-only ops too (the quantized writes' quant_mode, whose AscendC kernels are still to come)."""
     for spec in all_specs():
         for a in spec.attrs:
-            if kernel_pending(spec):  # cpu-only until its AscendC kernel lands (the quantized writes)
-                if a.kernel_type == "str":
-                    pending_str.add((spec.name, a.name))
-                continue
             assert a.kernel_type != "str", (spec.name, a.name)
-    # quant_mode is still a string on the cpu kernels; it must become int-coded with its AscendC kernel
-    assert {n for _, n in pending_str} <= {"quant_mode"}, pending_str
     for op in REPO_OPS:
         facts = S.parse_opdef(ROOT / "op_host" / f"{op}.cpp", S.op_type_of(op))
         assert [a.name for a in facts.attrs if a.type == "str"] == [], op
@@ -261,8 +253,9 @@ def test_attr_code_constants_agree():
     assert S.check_attr_codes(ROOT, all_specs()) == []
     ints = S._int_constants(S._strip_comments((ROOT / S.ATTR_CODES_HEADER).read_text()))
     # written out here, not derived: the codes documented in docs/design.md
-    assert {k: ints[k] for k in ("kLayoutBSND", "kLayoutBNSD", "kDirH2D", "kDirD2H")} == {
-        "kLayoutBSND": 0, "kLayoutBNSD": 1, "kDirH2D": 1, "kDirD2H": 2}
+    assert {k: ints[k] for k in ("kLayoutBSND", "kLayoutBNSD", "kDirH2D", "kDirD2H", "kQuantSTATIC",
+                                 "kQuantDYNAMIC")} == {
+        "kLayoutBSND": 0, "kLayoutBNSD": 1, "kDirH2D": 1, "kDirD2H": 2, "kQuantSTATIC": 0, "kQuantDYNAMIC": 1}
 
 
 @pytest.mark.parametrize("old,new,expect", [

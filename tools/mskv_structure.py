@@ -827,7 +827,7 @@ def repository_ops(root):
 
 #: C++ constant of each coded attribute value in op_host/mskv_attr_codes.h: name template per attribute,
 #: filled with the value's name in upper case (``cache_layout`` "BNSD" -> ``kLayoutBNSD``).
-ATTR_CODE_CONSTANTS = {"cache_layout": "kLayout{}", "direction": "kDir{}"}
+ATTR_CODE_CONSTANTS = {"cache_layout": "kLayout{}", "direction": "kDir{}", "quant_mode": "kQuant{}"}
 ATTR_CODES_HEADER = "op_host/mskv_attr_codes.h"
 
 

@@ -51,7 +51,11 @@ SWAP_BLOCKS = (16, 64)
 QUICK_SWAP_BLOCKS = (32,)
 COPY_LAYERS, COPY_PAIRS = 4, (16,)
 ALL_OPS = ("reshape_and_cache", "overhead", "no_copy", "reshape_and_cache_merged", "concat_and_cache_mla",
-           "copy_blocks", "swap_blocks")
+           "copy_blocks", "swap_blocks", "reshape_and_cache_quant")
+#: Quantizing writes (reshape_and_cache into int8 caches, docs/quantization.md): T and the scale modes timed.
+QUANT_TOKENS = (256, 4096)
+QUICK_QUANT_TOKENS = (4096,)
+QUANT_MODES = ("static per-channel", "dynamic per-token")
 
 #: Each timed call writes memory that no call touched for at least this many bytes (see the docstring).
 COLD_BYTES = 64 << 20
@@ -363,10 +367,11 @@ def bench_no_copy(reps, rng):
     return rows
 
 
-def _aot_kernel(symbol, tensors, index_sets):
+def _aot_kernel(symbol, tensors, index_sets, after=()):
     """The cpu backend's kernel ``symbol`` called directly through its AOT entry point (ctypes, no MindSpore:
     no launch, no pipeline), on the tensors' own memory, with ``index_sets[i]`` (an int64 numpy array) as
-    the last input: returns ``fn(i)``, or None when the native module is not built. The per-stage view of
+    the last input (then the tensors ``after``, for a kernel with inputs behind slot_mapping): returns
+    ``fn(i)``, or None when the native module is not built. The per-stage view of
     an op's time: op time - kernel time = what the PyNative call adds. Without MindSpore's attributes the
     kernel also scans the slots for repeats (PyNative rejects them before the launch)."""
     import ctypes
@@ -378,10 +383,11 @@ def _aot_kernel(symbol, tensors, index_sets):
     fn = getattr(ctypes.CDLL(_cpu.__file__), symbol)
     fn.restype = ctypes.c_int
     arrays = [t.asnumpy() for t in tensors]  # views of the tensors' memory (host tensors, MindSpore 2.10)
+    tail = [t.asnumpy() for t in after]
     out = np.zeros(1, np.int32)
     packs = []
     for idx in index_sets:
-        arg = arrays + [np.ascontiguousarray(idx, np.int64), out]
+        arg = arrays + [np.ascontiguousarray(idx, np.int64)] + tail + [out]
         n = len(arg)
         shapes = [(ctypes.c_int64 * max(1, a.ndim))(*a.shape) for a in arg]
         packs.append((n, (ctypes.c_void_p * n)(*[a.ctypes.data for a in arg]), (ctypes.c_int * n)(*[a.ndim for a in arg]),
@@ -558,6 +564,108 @@ def bench_other_ops(selected, reps, rng, tokens=OTHER_TOKENS, swap_blocks=SWAP_B
     return rows
 
 
+def _quant_ref(x, scale):
+    """numpy float32 model of the int8 codes (docs/quantization.md): x / s (one fp32 division), round half
+    to even, saturate; ``scale`` None = dynamic per token-head (s = max|x| / 127, rows [T, H, D])."""
+    x = np.asarray(x, np.float32)
+    if scale is None:
+        s = (np.abs(x).max(-1, keepdims=True) / np.float32(127)).astype(np.float32)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q = np.where(s > 0, x / np.where(s > 0, s, 1), 0)
+        return np.clip(np.rint(q), -128, 127).astype(np.int8), s[..., 0]
+    return np.clip(np.rint(x / np.asarray(scale, np.float32)), -128, 127).astype(np.int8), None
+
+
+def bench_quant(tokens, reps, rng, modes=QUANT_MODES):
+    """Quantizing writes on the cpu backend: reshape_and_cache of bf16 K/V (Llama-3-8B, 8 heads x 128,
+    block_size 128) into int8 caches, static per-channel scales ([H, D]) and dynamic per-token scales
+    (scale caches [nb, bs, H, 1]), against a memcpy of the float input bytes (issue 17's target: the op
+    >= 0.7x that memcpy, same run) and numpy's quantize-and-scatter of the same rows, rotated like the
+    other rows (module docstring). Static rows also time the op's cpu kernel alone (_aot_kernel)."""
+    ms = _ms()
+    from mindspore import Parameter
+
+    import ms_kvcache
+
+    rows = []
+    h, d, bs = HEADS, HEAD_SIZE, BLOCK_SIZE
+    row_bytes = h * d * 2
+    for t in tokens:
+        nbytes = 2 * t * row_bytes  # float K and V bytes read (the int8 rows written are half of it)
+        k = _rotations(nbytes)
+        nb = -(-k * t // bs)
+        num_slots = nb * bs
+        shape = (nb, bs, h, d)
+        key_np, value_np = _bf16((t, h, d), rng), _bf16((t, h, d), rng)
+        key, value = _tensor(key_np, ms.bfloat16), _tensor(value_np, ms.bfloat16)
+        sets = _slot_sets(rng, num_slots, k, t)
+        slots = [ms.Tensor(s) for s in sets]
+        src_k, src_v = _u8(key), _u8(value)
+        mem_dst = _u8(_param((2 * num_slots * h * d,), f"q_md{t}"))
+        half = t * row_bytes
+        regions = [(mem_dst[i * nbytes:i * nbytes + half], mem_dst[i * nbytes + half:(i + 1) * nbytes])
+                   for i in range(k)]
+
+        def memcpy(i, regions=regions, src_k=src_k, src_v=src_v):
+            np.copyto(regions[i][0], src_k)
+            np.copyto(regions[i][1], src_v)
+
+        kf, vf = key_np.astype(np.float32), value_np.astype(np.float32)
+        for mode in modes:
+            tag = f"q{t}_{mode.split()[0]}"
+            kc = Parameter(ms.Tensor(np.zeros(shape, np.int8)), name=f"{tag}_kc")
+            vc = Parameter(ms.Tensor(np.zeros(shape, np.int8)), name=f"{tag}_vc")
+            np_kc = np.zeros((num_slots, h, d), np.int8)
+            np_vc = np.zeros((num_slots, h, d), np.int8)
+            dynamic = mode.startswith("dynamic")
+            if dynamic:
+                ksc = Parameter(ms.Tensor(np.zeros((nb, bs, h, 1), np.float32)), name=f"{tag}_ksc")
+                vsc = Parameter(ms.Tensor(np.zeros((nb, bs, h, 1), np.float32)), name=f"{tag}_vsc")
+                kw = dict(k_scale_cache=ksc, v_scale_cache=vsc)
+                scale = None
+                np_ks = np.zeros((num_slots, h), np.float32)
+                kernel = None
+            else:
+                scale = (np.abs(kf).max(0) / 100 + np.float32(1e-3)).astype(np.float32)  # [H, D]
+                sc = ms.Tensor(scale)
+                kw = dict(k_scale=sc, v_scale=sc)
+                np_ks = None
+                kernel = _aot_kernel("MskvReshapeAndCacheQuant", [key, value, kc, vc], sets,
+                                     after=[sc, sc, _no_f32(), _no_f32(), _no_f32(), _no_f32()])
+
+            def op(i, kc=kc, vc=vc, kw=kw):
+                ms_kvcache.reshape_and_cache(key, value, kc, vc, slots[i], **kw)
+
+            def fancy(i, np_kc=np_kc, np_vc=np_vc, scale=scale, np_ks=np_ks):
+                qk, sk = _quant_ref(kf, scale)
+                qv, _ = _quant_ref(vf, scale)
+                np_kc[sets[i]] = qk
+                np_vc[sets[i]] = qv
+                if np_ks is not None:
+                    np_ks[sets[i]] = sk
+
+            def check(kc=kc, ksc=kw.get("k_scale_cache"), scale=scale):
+                want, ws = _quant_ref(kf, scale)
+                ok = np.array_equal(kc.asnumpy().reshape(num_slots, h, d)[sets[0]], want)
+                if ksc is not None:
+                    ok = ok and np.array_equal(ksc.asnumpy().reshape(num_slots, h)[sets[0]], ws)
+                return ok
+
+            _measure(rows, "reshape_and_cache_quant", f"bf16->int8 {mode} T={t}", t, nbytes, k, op, kc, memcpy,
+                     fancy, reps, check, 2 * num_slots * h * d + nbytes, kernel=kernel)
+            rows[-1]["dtype"] = "bfloat16->int8"
+            rows[-1]["mode"] = mode
+            del kc, vc
+    return rows
+
+
+def _no_f32():
+    """The empty float32 [0] tensor standing for an absent optional input (ms_kvcache.ops._quant.NO_F32)."""
+    from ms_kvcache.ops import _quant
+
+    return _quant.NO_F32
+
+
 def run(ops=None, quick=False):
     """Run the benchmark; returns one dict per table row.
 
@@ -596,6 +704,8 @@ def run(ops=None, quick=False):
             rows += bench_no_copy(reps, rng)
         rows += bench_other_ops(selected, reps, rng, tokens=QUICK_OTHER_TOKENS if quick else OTHER_TOKENS,
                                 swap_blocks=QUICK_SWAP_BLOCKS if quick else SWAP_BLOCKS)
+        if "reshape_and_cache_quant" in selected:
+            rows += bench_quant(QUICK_QUANT_TOKENS if quick else QUANT_TOKENS, reps, rng)
     finally:
         ms.set_context(mode=old_mode)
         ms_kvcache.set_backend(old_backend)
@@ -624,7 +734,9 @@ def _standard_keys(r):
                    dtype="int8", seconds=r["op_us"] / 1e6,
                    note=f"{r['op_us']:.1f} us per call, {r['ratio_to_smallest']:.2f}x the smallest cache")
     else:
-        out.update(op=kind, case=r["shape"], bytes=r["bytes"], seconds=r["op_us"] / 1e6, gbps=r["op_gbps"],
+        # the quantizing write is the public reshape_and_cache with scale arguments (docs/quantization.md)
+        out.update(op="reshape_and_cache" if kind == "reshape_and_cache_quant" else kind, case=r["shape"],
+                   bytes=r["bytes"], seconds=r["op_us"] / 1e6, gbps=r["op_gbps"],
                    memcpy_gbps=r["memcpy_gbps"], ratio_memcpy=r["ratio_to_memcpy"])
         if "T" in r:
             out["tokens"] = r["T"]

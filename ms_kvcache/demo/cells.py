@@ -20,9 +20,11 @@ from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
 
 from ms_kvcache.demo import ops_adapter as A
 
-__all__ = ["PagedBert", "PrefillStep", "DecodeStep", "KVWriteBench", "MS_DTYPES"]
+__all__ = ["PagedBert", "PrefillStep", "DecodeStep", "KVWriteBench", "MS_DTYPES", "DATA_DTYPES"]
 
-MS_DTYPES = {"float32": ms.float32, "bfloat16": ms.bfloat16}
+MS_DTYPES = {"float32": ms.float32, "bfloat16": ms.bfloat16, "int8": ms.int8}
+#: dtype of the q/k/v handed to the RoPE-write op per cache dtype (an int8 cache quantizes float32 data)
+DATA_DTYPES = {"float32": ms.float32, "bfloat16": ms.bfloat16, "int8": ms.float32}
 
 
 def _param(a, name):
@@ -38,7 +40,10 @@ class PagedBert(nn.Cell):
             ``[num_blocks, block_size, num_heads, head_size]`` (two of them, or one
             ``[2, num_blocks, block_size, num_heads, head_size]`` for ``kv_format="merged"``).
         max_blocks_per_seq: width of the block tables.
-        kv_dtype: "float32" | "bfloat16" (caches, and the q/k/v handed to the RoPE-write op).
+        kv_dtype: "float32" | "bfloat16" (caches, and the q/k/v handed to the RoPE-write op) | "int8"
+            (SEPARATE_KV only: int8 caches written with dynamic per-token scales from float32 q/k/v,
+            plus float32 scale caches ``k_scale_caches`` / ``v_scale_caches`` ``[num_blocks, block_size,
+            num_heads, 1]`` per layer; the attention reads ``code * scale``, docs/quantization.md).
         kv_format: "separate" | "merged".
         cos_sin_cache: Tensor ``[max_position, head_size]`` (rotary_dim = head_size, NeoX style).
 
@@ -60,6 +65,11 @@ class PagedBert(nn.Cell):
         self.kv_format = kv_format
         self.merged = kv_format == "merged"
         self.kv_dtype = MS_DTYPES[kv_dtype]
+        self.data_dtype = DATA_DTYPES[kv_dtype]
+        self.quant = kv_dtype == "int8"
+        if self.quant and self.merged:
+            raise ValueError("PagedBert: argument 'kv_dtype': int8 caches are demonstrated with kv_format "
+                             "'separate' only")
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.scale = 1.0 / math.sqrt(cfg.head_size)
@@ -108,6 +118,12 @@ class PagedBert(nn.Cell):
             self.value_caches = ParameterTuple([Parameter(Tensor(zeros, dtype=self.kv_dtype),
                                                           name=f"value_cache.{i}", requires_grad=False)
                                                 for i in range(L)])
+        if self.quant:
+            zs = np.zeros((num_blocks, block_size, self.heads, 1), np.float32)
+            self.k_scale_caches = ParameterTuple([Parameter(Tensor(zs), name=f"k_scale_cache.{i}", requires_grad=False)
+                                                  for i in range(L)])
+            self.v_scale_caches = ParameterTuple([Parameter(Tensor(zs), name=f"v_scale_cache.{i}", requires_grad=False)
+                                                  for i in range(L)])
         self.cos_sin_cache = Parameter(cos_sin_cache, name="cos_sin_cache", requires_grad=False)
         self.kv_len = max_blocks_per_seq * block_size
         self.kv_index = Tensor(np.arange(self.kv_len, dtype=np.int32))
@@ -124,10 +140,20 @@ class PagedBert(nn.Cell):
                 out.append((_host_bits(self.key_caches[i]).copy(), _host_bits(self.value_caches[i]).copy()))
         return out
 
+    def scale_planes(self):
+        """int8 caches: [(K scale cache, V scale cache) per layer] as float32 bits (uint32), else []."""
+        if not self.quant:
+            return []
+        return [(_host_bits(k).copy(), _host_bits(v).copy()) for k, v in zip(self.k_scale_caches, self.v_scale_caches)]
+
     def cache_nbytes(self):
+        """Bytes of every layer's caches (int8: the scale caches included)."""
         n = 0
         for p in (self.kv_caches if self.merged else tuple(self.key_caches) + tuple(self.value_caches)):
             n += p.nbytes
+        if self.quant:
+            for p in tuple(self.k_scale_caches) + tuple(self.v_scale_caches):
+                n += p.nbytes
         return n
 
     # ------------------------------------------------------------------ graph
@@ -152,9 +178,9 @@ class PagedBert(nn.Cell):
             q = (ops.matmul(x, self.wq[i]) + self.bq[i]).reshape((n, h, d))
             k = (ops.matmul(x, self.wk[i]) + self.bk[i]).reshape((n, h, d))
             v = (ops.matmul(x, self.wv[i]) + self.bv[i]).reshape((n, h, d))
-            q = ops.cast(q, self.kv_dtype)
-            k = ops.cast(k, self.kv_dtype)
-            v = ops.cast(v, self.kv_dtype)
+            q = ops.cast(q, self.data_dtype)
+            k = ops.cast(k, self.data_dtype)
+            v = ops.cast(v, self.data_dtype)
             if self.merged:
                 q_rot, k_rot = A.rope_and_cache_merged(positions, q, k, v, self.cos_sin_cache, self.kv_caches[i],
                                                        slot_mapping)
@@ -162,6 +188,15 @@ class PagedBert(nn.Cell):
                 kv = ops.gather(ops.cast(self.kv_caches[i], ms.float32), bt, 1)
                 keys = kv[0].reshape((nb_rows, self.kv_len, h, d))
                 vals = kv[1].reshape((nb_rows, self.kv_len, h, d))
+            elif self.quant:  # int8 codes and per-token scales written; read back dequantized: code * scale
+                q_rot, k_rot = A.rope_and_cache(positions, q, k, v, self.cos_sin_cache, self.key_caches[i],
+                                                self.value_caches[i], slot_mapping,
+                                                k_scale_cache=self.k_scale_caches[i],
+                                                v_scale_cache=self.v_scale_caches[i])
+                keys = (ops.gather(ops.cast(self.key_caches[i], ms.float32), bt, 0)
+                        * ops.gather(self.k_scale_caches[i], bt, 0)).reshape((nb_rows, self.kv_len, h, d))
+                vals = (ops.gather(ops.cast(self.value_caches[i], ms.float32), bt, 0)
+                        * ops.gather(self.v_scale_caches[i], bt, 0)).reshape((nb_rows, self.kv_len, h, d))
             else:
                 q_rot, k_rot = A.rope_and_cache(positions, q, k, v, self.cos_sin_cache, self.key_caches[i],
                                                 self.value_caches[i], slot_mapping)
@@ -222,6 +257,12 @@ class KVWriteBench(nn.Cell):
                                     requires_grad=False)
         self.c0 = ParameterTuple([mk(f"bench.c0.{i}") for i in range(self.num_layers)])
         self.c1 = ParameterTuple([mk(f"bench.c1.{i}") for i in range(self.num_layers)])
+        self.quant = model.quant
+        if self.quant:
+            ss = (model.num_blocks, model.block_size, model.heads, 1)
+            mks = lambda name: Parameter(Tensor(np.zeros(ss, np.float32)), name=name, requires_grad=False)  # noqa: E731
+            self.s0 = ParameterTuple([mks(f"bench.s0.{i}") for i in range(self.num_layers)])
+            self.s1 = ParameterTuple([mks(f"bench.s1.{i}") for i in range(self.num_layers)])
         self.cos_sin_cache = model.cos_sin_cache
 
     def construct(self, positions, q, k, v, slot_mapping):
@@ -230,6 +271,9 @@ class KVWriteBench(nn.Cell):
             if self.merged:
                 out, k_out = A.rope_and_cache_merged(positions, q, k, v, self.cos_sin_cache, self.c0[i],
                                                      slot_mapping)
+            elif self.quant:
+                out, k_out = A.rope_and_cache(positions, q, k, v, self.cos_sin_cache, self.c0[i], self.c1[i],
+                                              slot_mapping, k_scale_cache=self.s0[i], v_scale_cache=self.s1[i])
             else:
                 out, k_out = A.rope_and_cache(positions, q, k, v, self.cos_sin_cache, self.c0[i], self.c1[i],
                                               slot_mapping)

@@ -84,11 +84,17 @@ def cos_sin_cache(rotary_dim, max_position, base):
 
 
 # ------------------------------------------------------------------------------ fused RoPE + write
-def rope_and_cache(positions, query, key, value, cos_sin, key_cache, value_cache, slot_mapping):
+def rope_and_cache(positions, query, key, value, cos_sin, key_cache, value_cache, slot_mapping, k_scale_cache=None,
+                   v_scale_cache=None):
     """RoPE on query/key, rotated key and value written into separate caches; returns
-    (query_out, key_out). ``ms_kvcache.rope_reshape_and_cache``."""
+    (query_out, key_out). ``ms_kvcache.rope_reshape_and_cache``; with ``k_scale_cache`` /
+    ``v_scale_cache`` (int8 caches) the rows are quantized with dynamic per-token scales."""
+    if k_scale_cache is None:
+        return ms_kvcache.rope_reshape_and_cache(positions, query, key, value, cos_sin, key_cache, value_cache,
+                                                 slot_mapping, is_neox_style=IS_NEOX_STYLE, cache_layout=CACHE_LAYOUT)
     return ms_kvcache.rope_reshape_and_cache(positions, query, key, value, cos_sin, key_cache, value_cache,
-                                             slot_mapping, is_neox_style=IS_NEOX_STYLE, cache_layout=CACHE_LAYOUT)
+                                             slot_mapping, is_neox_style=IS_NEOX_STYLE, cache_layout=CACHE_LAYOUT,
+                                             k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache)
 
 
 def rope_and_cache_merged(positions, query, key, value, cos_sin, kv_cache, slot_mapping):
@@ -122,12 +128,15 @@ class TransferCell(nn.Cell):
     model's paged caches (Parameters of ``model``) and a host buffer in one
     ``ms_kvcache.multi_layer_kv_transfer`` call."""
 
-    def __init__(self, model, direction):
+    def __init__(self, model, direction, scales=False):
         super().__init__()
         self.merged = model.kv_format == "merged"
         self.num_layers = model.num_layers
         if self.merged:
             self.kv_caches = model.kv_caches
+        elif scales:  # an int8 model's scale caches [nb, bs, H, 1]: moved like a cache of head_size 1
+            self.key_caches = model.k_scale_caches
+            self.value_caches = model.v_scale_caches
         else:
             self.key_caches = model.key_caches
             self.value_caches = model.value_caches
@@ -151,31 +160,35 @@ class TransferCell(nn.Cell):
 _TRANSFER_CELLS = weakref.WeakKeyDictionary()
 
 
-def kv_transfer(model, buffer, slot_mapping, direction):
+def kv_transfer(model, buffer, slot_mapping, direction, scales=False):
     """Move every layer's K/V rows at ``slot_mapping`` (int32 ``[T]``, slot < 0 skipped) between the
     model's caches and ``buffer`` (``transfer_buffer_shape(...)``): ``"d2h"`` gathers cache rows into
-    the buffer, ``"h2d"`` scatters buffer rows into the caches. Returns after the data has moved."""
+    the buffer, ``"h2d"`` scatters buffer rows into the caches. Returns after the data has moved.
+    ``scales=True`` (an int8 model): the scale caches instead (hidden = num_heads, float32 buffer)."""
     if direction not in ("d2h", "h2d"):
         raise ValueError(f"kv_transfer: argument 'direction': expected 'd2h' or 'h2d', got {direction!r}")
     cells = _TRANSFER_CELLS.setdefault(model, {})
-    cell = cells.get(direction)
+    cell = cells.get((direction, scales))
     if cell is None:
-        cell = cells[direction] = TransferCell(model, direction)
+        cell = cells[(direction, scales)] = TransferCell(model, direction, scales)
     cell(_as_parameter(buffer), slot_mapping).asnumpy()  # asnumpy: wait for the graph to finish
 
 
-#: (buffer, Parameter over its memory) of the last buffer moved: the d2h and the h2d of one offload reuse
-#: one Parameter (and so one compiled graph per direction).
-_BUFFER_PARAM = [None, None]
+#: [(buffer, Parameter over its memory)] of the last buffers moved (at most two: an int8 model's data and
+#: scale buffers): the d2h and the h2d of one offload reuse one Parameter (and so one compiled graph per
+#: direction).
+_BUFFER_PARAMS = []
 
 
 def _as_parameter(buffer):
     """``buffer`` as a Parameter over the same memory (no copy): a tensor an op writes in a graph must be a
     Parameter (ms_kvcache refuses a Tensor argument at compile time), and ``set_data`` keeps the address
     where ``Parameter(buffer)`` would copy."""
-    if _BUFFER_PARAM[0] is not buffer:
-        param = ms.Parameter(ms.Tensor(np.zeros((1,), np.float32), dtype=buffer.dtype), name="host_buffer",
-                             requires_grad=False)
-        param.set_data(buffer)
-        _BUFFER_PARAM[:] = [buffer, param]
-    return _BUFFER_PARAM[1]
+    for b, param in _BUFFER_PARAMS:
+        if b is buffer:
+            return param
+    param = ms.Parameter(ms.Tensor(np.zeros((1,), np.float32), dtype=buffer.dtype),
+                         name=f"host_buffer{len(_BUFFER_PARAMS) % 2}", requires_grad=False)
+    param.set_data(buffer)
+    _BUFFER_PARAMS[:] = _BUFFER_PARAMS[-1:] + [(buffer, param)]
+    return param

@@ -24,18 +24,20 @@ from mindspore import Tensor
 from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _validate as V
-from ms_kvcache._formats import CACHE_LAYOUTS, KVCacheFormat
+from ms_kvcache._formats import CACHE_LAYOUTS, QUANT_MODE_CODES, QUANT_MODES, KVCacheFormat
 from ms_kvcache._spec import FLOAT_DTYPES, FP8_DTYPES, INDEX_DTYPES, QUANT_CACHE_DTYPES, dtype_name
 
 __all__ = [
     "MODES", "BACKENDS", "MERGED", "SEPARATE", "absent", "mode_of", "graph_mode_of", "require_backend",
     "check_attrs", "check_data_dtypes", "check_cache_dtype", "check_index_dtype", "check_plane_quant",
     "check_pairs", "ScaleValues", "PublicSlots", "PublicPositions", "renamed", "NO_F32", "routes",
-    "routes_graph", "code_max",
+    "routes_graph", "code_max", "present", "quant_prim", "scale_checks",
 ]
 
-#: ``quant_mode`` values: static scales (``k_scale`` ...) or dynamic per-token scales (``k_scale_cache``).
-MODES = ("static", "dynamic")
+#: ``quant_mode`` values: static scales (``k_scale`` ...) or dynamic per-token scales (``k_scale_cache``);
+#: int-coded for the kernels (``QUANT_MODE_CODES``: static 0, dynamic 1).
+MODES = QUANT_MODES
+MODE_CODES = QUANT_MODE_CODES
 #: Backends with kernels for the quantized writes. The AscendC kernels (sim, ascend) follow the
 #: tiling-key refactor (issue 19).
 BACKENDS = ("cpu",)
@@ -45,6 +47,31 @@ SEPARATE = int(KVCacheFormat.SEPARATE_KV)
 _CODE_MAX = {"int8": 127.0, "float8_e4m3fn": 448.0, "float8_e5m2": 57344.0}
 #: Stand-in for an absent float32 input (eager and graph code).
 NO_F32 = Tensor(np.zeros((0,), np.float32))
+
+
+def present(scale, scale2, offset, offset2, scale_cache, scale_cache2):
+    """The six quantization arguments of a quantizing write (the two planes' scales, offsets and scale
+    caches) with None replaced by the empty ``[0]`` float32 stand-in (:data:`NO_F32`); eager and graph
+    code (each ``is None`` folds to a constant when compiled)."""
+    return (NO_F32 if scale is None else scale, NO_F32 if scale2 is None else scale2,
+            NO_F32 if offset is None else offset, NO_F32 if offset2 is None else offset2,
+            NO_F32 if scale_cache is None else scale_cache, NO_F32 if scale_cache2 is None else scale_cache2)
+
+
+def quant_prim(spec, public_names):
+    """``prim_class(spec)`` whose graph-mode messages (not-a-Parameter, aliasing) name the public op and
+    argument: ``public_names(attrs) -> (public op name, {internal argument: public argument})``."""
+    from ms_kvcache._custom import prim_class
+
+    prim = prim_class(spec)
+    prim.public_names = staticmethod(public_names)
+    return prim
+
+
+def scale_checks(scale, scale2, offset, offset2):
+    """The EagerOp value checks of the two planes' static scales (finite, > 0) and offsets (finite)."""
+    return (ScaleValues(scale, True), ScaleValues(scale2, True), ScaleValues(offset, False),
+            ScaleValues(offset2, False))
 
 
 def code_max(cache_dtype):

@@ -9,7 +9,7 @@ Attribute ``quant_mode``; the unused inputs are absent (empty ``[0]`` tensors). 
 from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
-from ms_kvcache._custom import _get_cache_prim, _run_in_jit, graph_backend, prim_class
+from ms_kvcache._custom import _get_cache_prim, _run_in_jit, graph_backend
 from ms_kvcache._eager import EagerOp
 from ms_kvcache._spec import FLOAT_DTYPES, INDEX_DTYPES, QUANT_CACHE_DTYPES, AttrSpec, OpSpec, TensorSpec, register
 from ms_kvcache.ops import _quant as Q
@@ -36,7 +36,7 @@ SPEC = register(OpSpec(
         TensorSpec("k_pe_scale_cache", "F", (3,), optional=True, inplace_if=("quant_mode", "dynamic")),
     ),
     dtype_groups={"T": FLOAT_DTYPES, "Q": QUANT_CACHE_DTYPES, "S": INDEX_DTYPES, "F": ("float32",)},
-    attrs=(AttrSpec("quant_mode", "str", "static", Q.MODES),),
+    attrs=(AttrSpec("quant_mode", "str", "static", Q.MODES, Q.MODE_CODES),),
     doc="concat_and_cache_mla quantizing float kv_c / k_pe into int8 / float8 caches (static or dynamic scales).",
     extra={"ascend_kernel": PENDING},
 ))
@@ -91,9 +91,8 @@ def _check_static(c_shape, c_dtype, p_shape, p_dtype, cc_shape, cc_dtype, pc_sha
 
 
 _check_static_graph = constexpr(_check_static)
-_Prim = prim_class(SPEC)
 #: graph-mode messages (not-a-Parameter, aliasing) name the public op and argument
-_Prim.public_names = staticmethod(lambda a: ("concat_and_cache_mla", {}))
+_Prim = Q.quant_prim(SPEC, lambda a: ("concat_and_cache_mla", {}))
 
 
 @constexpr
@@ -103,8 +102,8 @@ def _graph_backend(backend):
 
 #: PyNative branch: static check -> (num_slots, op name); scale values checked; no slots launches nothing.
 _EAGER = EagerOp(SPEC, _check_static,
-                 index_checks=(Q.PublicSlots(), Q.ScaleValues("kv_c_scale", True), Q.ScaleValues("k_pe_scale", True),
-                               Q.ScaleValues("kv_c_offset", False), Q.ScaleValues("k_pe_offset", False)),
+                 index_checks=(Q.PublicSlots(),
+                               *Q.scale_checks("kv_c_scale", "k_pe_scale", "kv_c_offset", "k_pe_offset")),
                  skip_if_empty=("slot_mapping",))
 
 
@@ -114,18 +113,8 @@ def concat_and_cache_mla_quant(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping,
     routes here; arguments, formulas and errors are documented there and in docs/quantization.md)."""
     if _run_in_jit():  # @jit.cond: True
         mode = Q.graph_mode_of(kv_c_scale_cache is None, k_pe_scale_cache is None)
-        if kv_c_scale is None:
-            kv_c_scale = Q.NO_F32
-        if k_pe_scale is None:
-            k_pe_scale = Q.NO_F32
-        if kv_c_offset is None:
-            kv_c_offset = Q.NO_F32
-        if k_pe_offset is None:
-            k_pe_offset = Q.NO_F32
-        if kv_c_scale_cache is None:
-            kv_c_scale_cache = Q.NO_F32
-        if k_pe_scale_cache is None:
-            k_pe_scale_cache = Q.NO_F32
+        kv_c_scale, k_pe_scale, kv_c_offset, k_pe_offset, kv_c_scale_cache, k_pe_scale_cache = Q.present(
+            kv_c_scale, k_pe_scale, kv_c_offset, k_pe_offset, kv_c_scale_cache, k_pe_scale_cache)
         _check_static_graph(kv_c.shape, kv_c.dtype, k_pe.shape, k_pe.dtype, kv_c_cache.shape, kv_c_cache.dtype,
                             k_pe_cache.shape, k_pe_cache.dtype, slot_mapping.shape, slot_mapping.dtype,
                             kv_c_scale.shape, kv_c_scale.dtype, k_pe_scale.shape, k_pe_scale.dtype, kv_c_offset.shape,
@@ -137,13 +126,9 @@ def concat_and_cache_mla_quant(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping,
     else:
         mode = "static" if kv_c_scale_cache is None and k_pe_scale_cache is None else "dynamic"
         backend = Q.require_backend(_OP, _backend.get_backend())
-        none = Q.NO_F32
         try:
             _EAGER(backend, (mode,), kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping,
-                   none if kv_c_scale is None else kv_c_scale, none if k_pe_scale is None else k_pe_scale,
-                   none if kv_c_offset is None else kv_c_offset, none if k_pe_offset is None else k_pe_offset,
-                   none if kv_c_scale_cache is None else kv_c_scale_cache,
-                   none if k_pe_scale_cache is None else k_pe_scale_cache)
+                   *Q.present(kv_c_scale, k_pe_scale, kv_c_offset, k_pe_offset, kv_c_scale_cache, k_pe_scale_cache))
         except (TypeError, ValueError) as exc:
             raise Q.renamed(exc, SPEC.name, _OP) from None
     return None

@@ -11,7 +11,7 @@ One op covers both cache formats (attribute ``kv_format``: 2 SEPARATE_KV, 1 MERG
 from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
-from ms_kvcache._custom import _get_cache_prim, _run_in_jit, empty_input, empty_input_graph, graph_backend, prim_class
+from ms_kvcache._custom import _get_cache_prim, _run_in_jit, empty_input, empty_input_graph, graph_backend
 from ms_kvcache._eager import EagerOp
 from ms_kvcache._formats import CACHE_LAYOUT_CODES, CACHE_LAYOUTS
 from ms_kvcache._spec import FLOAT_DTYPES, INDEX_DTYPES, QUANT_CACHE_DTYPES, AttrSpec, OpSpec, TensorSpec, register
@@ -43,7 +43,7 @@ SPEC = register(OpSpec(
     attrs=(
         AttrSpec("cache_layout", "str", "BSND", CACHE_LAYOUTS, CACHE_LAYOUT_CODES),  # the kernel reads the int code
         AttrSpec("kv_format", "int", Q.SEPARATE, (Q.MERGED, Q.SEPARATE)),
-        AttrSpec("quant_mode", "str", "static", Q.MODES),
+        AttrSpec("quant_mode", "str", "static", Q.MODES, Q.MODE_CODES),
     ),
     doc="reshape_and_cache(_merged) quantizing float K/V into int8 / float8 caches (static or dynamic scales).",
     extra={"ascend_kernel": PENDING},
@@ -114,9 +114,8 @@ def _check_static(k_shape, k_dtype, v_shape, v_dtype, kc_shape, kc_dtype, vc_sha
 
 
 _check_static_graph = constexpr(_check_static)
-_Prim = prim_class(SPEC)
 #: graph-mode messages (not-a-Parameter, aliasing) name the public op and argument
-_Prim.public_names = staticmethod(lambda a: (
+_Prim = Q.quant_prim(SPEC, lambda a: (
     public_name(a["kv_format"], "reshape_and_cache_merged", "reshape_and_cache"),
     {"key_cache": "kv_cache"} if a["kv_format"] == Q.MERGED else {}))
 
@@ -129,8 +128,8 @@ def _graph_backend(backend, kv_format):
 #: PyNative branch: static check -> (num_slots, public op name); scales' values checked (fast path: no
 #: sync; the strict kernel re-checks); no slots launches nothing (scale caches untouched too).
 _EAGER = EagerOp(SPEC, _check_static,
-                 index_checks=(Q.PublicSlots(), Q.ScaleValues("k_scale", True), Q.ScaleValues("v_scale", True),
-                               Q.ScaleValues("k_offset", False), Q.ScaleValues("v_offset", False)),
+                 index_checks=(Q.PublicSlots(),
+                               *Q.scale_checks("k_scale", "v_scale", "k_offset", "v_offset")),
                  skip_if_empty=("slot_mapping",))
 
 
@@ -145,18 +144,8 @@ def reshape_and_cache_quant(key, value, key_cache, value_cache, slot_mapping, ca
         mode = Q.graph_mode_of(k_scale_cache is None, v_scale_cache is None)
         if value_cache is None:
             value_cache = empty_input_graph(key_cache.dtype)
-        if k_scale is None:
-            k_scale = Q.NO_F32
-        if v_scale is None:
-            v_scale = Q.NO_F32
-        if k_offset is None:
-            k_offset = Q.NO_F32
-        if v_offset is None:
-            v_offset = Q.NO_F32
-        if k_scale_cache is None:
-            k_scale_cache = Q.NO_F32
-        if v_scale_cache is None:
-            v_scale_cache = Q.NO_F32
+        k_scale, v_scale, k_offset, v_offset, k_scale_cache, v_scale_cache = Q.present(
+            k_scale, v_scale, k_offset, v_offset, k_scale_cache, v_scale_cache)
         _check_static_graph(key.shape, key.dtype, value.shape, value.dtype, key_cache.shape, key_cache.dtype,
                             value_cache.shape, value_cache.dtype, slot_mapping.shape, slot_mapping.dtype,
                             k_scale.shape, k_scale.dtype, v_scale.shape, v_scale.dtype, k_offset.shape, k_offset.dtype,
@@ -169,13 +158,10 @@ def reshape_and_cache_quant(key, value, key_cache, value_cache, slot_mapping, ca
         mode = "static" if k_scale_cache is None and v_scale_cache is None else "dynamic"
         op = public_name(kv_format, "reshape_and_cache_merged", "reshape_and_cache")
         backend = Q.require_backend(op, _backend.get_backend())
-        none = Q.NO_F32
         try:
             _EAGER(backend, (cache_layout, kv_format, mode), key, value, key_cache,
                    empty_input(key_cache.dtype) if value_cache is None else value_cache, slot_mapping,
-                   none if k_scale is None else k_scale, none if v_scale is None else v_scale,
-                   none if k_offset is None else k_offset, none if v_offset is None else v_offset,
-                   none if k_scale_cache is None else k_scale_cache, none if v_scale_cache is None else v_scale_cache)
+                   *Q.present(k_scale, v_scale, k_offset, v_offset, k_scale_cache, v_scale_cache))
         except (TypeError, ValueError) as exc:
             raise Q.renamed(exc, SPEC.name, op) from None
     return None

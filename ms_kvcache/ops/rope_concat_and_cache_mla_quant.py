@@ -11,7 +11,7 @@ from mindspore import Tensor
 from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
-from ms_kvcache._custom import _get_cache_prim, _run_in_jit, graph_backend, prim_class
+from ms_kvcache._custom import _get_cache_prim, _run_in_jit, graph_backend
 from ms_kvcache._eager import EagerOp
 from ms_kvcache._spec import FLOAT_DTYPES, INDEX_DTYPES, QUANT_CACHE_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, \
     register
@@ -56,7 +56,7 @@ SPEC = register(OpSpec(
     attrs=(
         AttrSpec("is_neox_style", "bool", False, (True, False)),
         AttrSpec("epsilon", "float", 1e-6),
-        AttrSpec("quant_mode", "str", "static", Q.MODES),
+        AttrSpec("quant_mode", "str", "static", Q.MODES, Q.MODE_CODES),
     ),
     doc="rope_concat_and_cache_mla quantizing kv_c_out and k_pe_out into int8 / float8 caches.",
     extra={"out_shape": R.out_like(1, 2, 3), "out_dtype": R.out_like(1, 2, 3), "ascend_kernel": PENDING},
@@ -110,9 +110,8 @@ def _check_static(p_shape, p_dtype, q_shape, q_dtype, k_shape, k_dtype, c_shape,
 
 
 _check_static_graph = constexpr(_check_static)
-_Prim = prim_class(SPEC)
 #: graph-mode messages (not-a-Parameter, aliasing) name the public op and argument
-_Prim.public_names = staticmethod(lambda a: ("rope_concat_and_cache_mla", {}))
+_Prim = Q.quant_prim(SPEC, lambda a: ("rope_concat_and_cache_mla", {}))
 
 
 @constexpr
@@ -128,9 +127,8 @@ def _graph_eps(epsilon):
 #: PyNative branch: static check -> (num_slots, op name, max_position, float epsilon); kv_c_norm_weight None
 #: reaches the kernel as the empty [0] tensor; T' = 0 launches nothing.
 _EAGER = EagerOp(SPEC, _check_static,
-                 index_checks=(Q.PublicPositions(), Q.PublicSlots(), Q.ScaleValues("kv_c_scale", True),
-                               Q.ScaleValues("k_pe_scale", True), Q.ScaleValues("kv_c_offset", False),
-                               Q.ScaleValues("k_pe_offset", False)),
+                 index_checks=(Q.PublicPositions(), Q.PublicSlots(),
+                               *Q.scale_checks("kv_c_scale", "k_pe_scale", "kv_c_offset", "k_pe_offset")),
                  skip_if_empty=("k_pe",), launch_attrs=lambda static, attrs: (attrs[0], static[3], attrs[2]))
 
 
@@ -144,18 +142,8 @@ def rope_concat_and_cache_mla_quant(positions, q_pe, k_pe, kv_c, cos_sin_cache, 
         mode = Q.graph_mode_of(kv_c_scale_cache is None, k_pe_scale_cache is None)
         if kv_c_norm_weight is None:
             kv_c_norm_weight = _NO_WEIGHT
-        if kv_c_scale is None:
-            kv_c_scale = Q.NO_F32
-        if k_pe_scale is None:
-            k_pe_scale = Q.NO_F32
-        if kv_c_offset is None:
-            kv_c_offset = Q.NO_F32
-        if k_pe_offset is None:
-            k_pe_offset = Q.NO_F32
-        if kv_c_scale_cache is None:
-            kv_c_scale_cache = Q.NO_F32
-        if k_pe_scale_cache is None:
-            k_pe_scale_cache = Q.NO_F32
+        kv_c_scale, k_pe_scale, kv_c_offset, k_pe_offset, kv_c_scale_cache, k_pe_scale_cache = Q.present(
+            kv_c_scale, k_pe_scale, kv_c_offset, k_pe_offset, kv_c_scale_cache, k_pe_scale_cache)
         eps = _check_static_graph(positions.shape, positions.dtype, q_pe.shape, q_pe.dtype, k_pe.shape, k_pe.dtype,
                                   kv_c.shape, kv_c.dtype, cos_sin_cache.shape, cos_sin_cache.dtype, kv_c_cache.shape,
                                   kv_c_cache.dtype, k_pe_cache.shape, k_pe_cache.dtype, slot_mapping.shape,
@@ -172,15 +160,11 @@ def rope_concat_and_cache_mla_quant(positions, q_pe, k_pe, kv_c, cos_sin_cache, 
             is_neox_style = R.check_bool(_OP, "is_neox_style", is_neox_style)
         mode = "static" if kv_c_scale_cache is None and k_pe_scale_cache is None else "dynamic"
         backend = Q.require_backend(_OP, _backend.get_backend())
-        none = Q.NO_F32
         try:
             q_out, k_out, c_out = _EAGER(
                 backend, (is_neox_style, epsilon, mode), positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_cache,
                 k_pe_cache, slot_mapping, _NO_WEIGHT if kv_c_norm_weight is None else kv_c_norm_weight,
-                none if kv_c_scale is None else kv_c_scale, none if k_pe_scale is None else k_pe_scale,
-                none if kv_c_offset is None else kv_c_offset, none if k_pe_offset is None else k_pe_offset,
-                none if kv_c_scale_cache is None else kv_c_scale_cache,
-                none if k_pe_scale_cache is None else k_pe_scale_cache)
+                *Q.present(kv_c_scale, k_pe_scale, kv_c_offset, k_pe_offset, kv_c_scale_cache, k_pe_scale_cache))
         except (TypeError, ValueError) as exc:
             raise Q.renamed(exc, SPEC.name, _OP) from None
     return q_out, k_out, c_out

@@ -9,7 +9,7 @@ with ``value_cache`` absent) and ``quant_mode``. No AscendC kernel yet (``extra[
 from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
-from ms_kvcache._custom import _get_cache_prim, _run_in_jit, empty_input, empty_input_graph, graph_backend, prim_class
+from ms_kvcache._custom import _get_cache_prim, _run_in_jit, empty_input, empty_input_graph, graph_backend
 from ms_kvcache._eager import EagerOp
 from ms_kvcache._formats import CACHE_LAYOUT_CODES, CACHE_LAYOUTS
 from ms_kvcache._spec import FLOAT_DTYPES, INDEX_DTYPES, QUANT_CACHE_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, \
@@ -51,7 +51,7 @@ SPEC = register(OpSpec(
         AttrSpec("is_neox_style", "bool", True, (True, False)),
         AttrSpec("cache_layout", "str", "BSND", CACHE_LAYOUTS, CACHE_LAYOUT_CODES),  # the kernel reads the int code
         AttrSpec("kv_format", "int", Q.SEPARATE, (Q.MERGED, Q.SEPARATE)),
-        AttrSpec("quant_mode", "str", "static", Q.MODES),
+        AttrSpec("quant_mode", "str", "static", Q.MODES, Q.MODE_CODES),
     ),
     doc="rope_reshape_and_cache(_merged) quantizing the rotated key and the value into int8 / float8 caches.",
     extra={"out_shape": R.out_like(1, 2), "out_dtype": R.out_like(1, 2), "ascend_kernel": PENDING},
@@ -86,9 +86,8 @@ def _check_static(p_shape, p_dtype, q_shape, q_dtype, k_shape, k_dtype, v_shape,
 
 
 _check_static_graph = constexpr(_check_static)
-_Prim = prim_class(SPEC)
 #: graph-mode messages (not-a-Parameter, aliasing) name the public op and argument
-_Prim.public_names = staticmethod(lambda a: (
+_Prim = Q.quant_prim(SPEC, lambda a: (
     public_name(a["kv_format"], "rope_reshape_and_cache_merged", "rope_reshape_and_cache"),
     {"key_cache": "kv_cache"} if a["kv_format"] == Q.MERGED else {}))
 
@@ -100,9 +99,8 @@ def _graph_backend(backend, kv_format):
 
 #: PyNative branch: static check -> (num_slots, op name, max_position); T' = 0 launches nothing.
 _EAGER = EagerOp(SPEC, _check_static,
-                 index_checks=(Q.PublicPositions(), Q.PublicSlots(), Q.ScaleValues("k_scale", True),
-                               Q.ScaleValues("v_scale", True), Q.ScaleValues("k_offset", False),
-                               Q.ScaleValues("v_offset", False)),
+                 index_checks=(Q.PublicPositions(), Q.PublicSlots(),
+                               *Q.scale_checks("k_scale", "v_scale", "k_offset", "v_offset")),
                  skip_if_empty=("key",))
 
 
@@ -116,18 +114,8 @@ def rope_reshape_and_cache_quant(positions, query, key, value, cos_sin_cache, ke
         mode = Q.graph_mode_of(k_scale_cache is None, v_scale_cache is None)
         if value_cache is None:
             value_cache = empty_input_graph(key_cache.dtype)
-        if k_scale is None:
-            k_scale = Q.NO_F32
-        if v_scale is None:
-            v_scale = Q.NO_F32
-        if k_offset is None:
-            k_offset = Q.NO_F32
-        if v_offset is None:
-            v_offset = Q.NO_F32
-        if k_scale_cache is None:
-            k_scale_cache = Q.NO_F32
-        if v_scale_cache is None:
-            v_scale_cache = Q.NO_F32
+        k_scale, v_scale, k_offset, v_offset, k_scale_cache, v_scale_cache = Q.present(
+            k_scale, v_scale, k_offset, v_offset, k_scale_cache, v_scale_cache)
         _check_static_graph(positions.shape, positions.dtype, query.shape, query.dtype, key.shape, key.dtype,
                             value.shape, value.dtype, cos_sin_cache.shape, cos_sin_cache.dtype, key_cache.shape,
                             key_cache.dtype, value_cache.shape, value_cache.dtype, slot_mapping.shape,
@@ -145,14 +133,11 @@ def rope_reshape_and_cache_quant(positions, query, key, value, cos_sin_cache, ke
             is_neox_style = R.check_bool(op, "is_neox_style", is_neox_style)
         mode = "static" if k_scale_cache is None and v_scale_cache is None else "dynamic"
         backend = Q.require_backend(op, _backend.get_backend())
-        none = Q.NO_F32
         try:
             query_out, key_out = _EAGER(
                 backend, (is_neox_style, cache_layout, kv_format, mode), positions, query, key, value, cos_sin_cache,
                 key_cache, empty_input(key_cache.dtype) if value_cache is None else value_cache, slot_mapping,
-                none if k_scale is None else k_scale, none if v_scale is None else v_scale,
-                none if k_offset is None else k_offset, none if v_offset is None else v_offset,
-                none if k_scale_cache is None else k_scale_cache, none if v_scale_cache is None else v_scale_cache)
+                *Q.present(k_scale, v_scale, k_offset, v_offset, k_scale_cache, v_scale_cache))
         except (TypeError, ValueError) as exc:
             raise Q.renamed(exc, SPEC.name, op) from None
     return query_out, key_out
