@@ -447,7 +447,7 @@ static std::string IdList(uint32_t bits) {
   return s.empty() ? "none" : s;
 }
 // Who holds the ids of `event`: "TQue #0 (VECIN, 1 freed buffer), ..." and the AllocEventID ids.
-static std::string EventHolders(Core& c, int event) {
+static std::string EventHolders(Core& c, int event, bool with_user = true) {
   std::string s;
   for (size_t qi = 0; qi < c.ques.size(); ++qi) {
     int freed = 0, queued = 0;
@@ -460,7 +460,7 @@ static std::string EventHolders(Core& c, int event) {
     s += Format("%sTQue #%zu (%s): %d", s.empty() ? "" : ", ", qi, PosName(c.ques[qi].pos), freed + queued);
   }
   const uint32_t user = c.event_ids_in_use[event];
-  if (user) s += Format("%sAllocEventID: id(s) %s", s.empty() ? "" : ", ", IdList(user).c_str());
+  if (user && with_user) s += Format("%sAllocEventID: id(s) %s", s.empty() ? "" : ", ", IdList(user).c_str());
   return s.empty() ? "none" : s;
 }
 // A queue buffer takes an id of `event` (EnQue / FreeTensor); QUE_BUFFER_LIMIT when none is left.
@@ -809,16 +809,21 @@ void Barrier(Pipe p) {
 
 static std::string EvName(int event) { return Format("%s_%s", HwPipeName(event >> 4), HwPipeName(event & 15)); }
 
-// The AllocEventID ids of `event` not yet released, with the call that allocated each.
+// The AllocEventID ids of `event` not yet released, grouped by the call that allocated them:
+// "0, 1, 2 (allocated at k.cpp:12), 3 (allocated at k.cpp:20)".
 static std::string UserIdSites(Core& c, int event) {
-  std::string s;
+  std::vector<std::pair<std::string, std::string>> groups;  // (site, ids)
   const uint32_t user = c.event_ids_in_use[event];
   for (int i = 0; i < 32; ++i) {
     if (!(user & (1u << i))) continue;
     const SrcSite& w = c.event_id_sites[{event, i}];
-    s += (s.empty() ? "" : ", ") + std::to_string(i);
-    if (w.file != nullptr) s += Format(" (allocated at %s:%u)", w.file, w.line);
+    const std::string at = w.file != nullptr ? Format(" (allocated at %s:%u)", w.file, w.line) : std::string();
+    auto g = std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return x.first == at; });
+    if (g == groups.end()) groups.push_back({at, std::to_string(i)});
+    else g->second += ", " + std::to_string(i);
   }
+  std::string s;
+  for (const auto& g : groups) s += (s.empty() ? "" : ", ") + g.second + g.first;
   return s;
 }
 
@@ -829,7 +834,7 @@ static int32_t NoFreeEventId(Core& c, int event, const char* api) {
        "(id(s) %s), %d by queue buffers (%s); AllocEventID and ReleaseEventID must be paired: an AllocEventID whose "
        "id is not released (e.g. one per loop iteration) leaks it",
        api, EvName(event).c_str(), c.L->caps.event_ids, __builtin_popcount(user),
-       user ? UserIdSites(c, event).c_str() : "none", __builtin_popcount(que), EventHolders(c, event).c_str());
+       user ? UserIdSites(c, event).c_str() : "none", __builtin_popcount(que), EventHolders(c, event, false).c_str());
 }
 
 int32_t FetchEventID(int event) {
@@ -882,21 +887,24 @@ void HzIssue(Core& c, int pipe) {
 // conflicts with, so the hint names each missing pipe pair (an MTE2 write after a V read and an MTE3 read
 // of the same bytes needs V_MTE2 and MTE3_MTE2, not just the first one found).
 [[noreturn]] static void HzFail(Core& c, const BlockShadow& s, int pipe, bool write, uint32_t addr, const char* api) {
-  std::string what, pairs;
-  auto add = [&](const char* how, int other) {
-    what += Format("%s%s by pipe %s", what.empty() ? "" : " and ", how, PipeName(other));
-    pairs += (pairs.empty() ? "" : " and ") +
-             (other == pipe ? Format("PipeBarrier<PIPE_%s>", PipeName(pipe))
-                            : Format("SetFlag/WaitFlag<%s_%s>", PipeName(other), PipeName(pipe)));
-  };
+  bool wrote[kNPipes] = {false, false, false}, read[kNPipes] = {false, false, false};
   if (s.wpipe != 0xff) {
     const int w = s.wpipe;
     const bool same_ok = (w == pipe) && (w != kMTE2 || !write);
-    if (!same_ok && s.wclock > c.known[pipe].c[w]) add("last written", w);
+    if (!same_ok && s.wclock > c.known[pipe].c[w]) wrote[w] = true;
   }
   if (write) {
     for (int q = 0; q < kNPipes; ++q)
-      if (q != pipe && s.rclock[q] > c.known[pipe].c[q]) add("last read", q);
+      if (q != pipe && s.rclock[q] > c.known[pipe].c[q]) read[q] = true;
+  }
+  std::string what, pairs;
+  for (int q = 0; q < kNPipes; ++q) {
+    if (!wrote[q] && !read[q]) continue;
+    what += Format("%slast %s by pipe %s", what.empty() ? "" : " and ",
+                   wrote[q] && read[q] ? "written and read" : wrote[q] ? "written" : "read", PipeName(q));
+    pairs += (pairs.empty() ? "" : " and ") +
+             (q == pipe ? Format("PipeBarrier<PIPE_%s>", PipeName(pipe))
+                        : Format("SetFlag/WaitFlag<%s_%s>", PipeName(q), PipeName(pipe)));
   }
   rt::Fail("PIPE_HAZARD",
            "%s: %s on pipe %s touches UB byte %u %s with no synchronisation in between (EnQue/DeQue, "
