@@ -131,3 +131,51 @@ def test_comments_strings_and_allowed_forms_pass(tmp_path):
         'const char* s = "printf std:: new";\n'
         'void f() { AscendC::printf("x"); int renew = 0; int freed = renew; (void)freed; }\n')
     assert lint.lint_file(f) == []
+
+
+# An unqualified printf is AscendC::printf where `using namespace AscendC;` (or `using AscendC::printf;`)
+# is in effect (issue 13 item 9); ::printf, or printf outside the directive's scope, is the host's.
+USING_PRINTF_OK = {
+    "file-scope": 'using namespace AscendC;\nvoid f() { printf("x %d", 1); }',
+    "file-scope-global-qualified": 'using namespace ::AscendC;\nvoid f() { printf("x"); }',
+    "block-scope": 'void f() {\n  using namespace AscendC;\n  if (1) { printf("x"); }\n}',
+    "using-declaration": 'using AscendC::printf;\nvoid f() { printf("x"); }',
+    "same-line": 'using namespace AscendC; void f() { printf("x"); }',
+}
+USING_PRINTF_BAD = {  # (code, line of the host printf)
+    "global-qualified": ('using namespace AscendC;\nvoid f() { ::printf("x"); }', 3),
+    "other-function": ('void g() { using namespace AscendC; }\nvoid f() { printf("x"); }', 3),
+    "other-namespace": ('namespace other { using namespace AscendC; }\nvoid f() { printf("x"); }', 3),
+    "before-directive": ('void f() { printf("x"); }\nusing namespace AscendC;', 2),
+    "other-namespace-printf": ('using namespace AscendC;\nvoid f() { other::printf("x"); }', 3),
+}
+
+
+@pytest.mark.parametrize("case", sorted(USING_PRINTF_OK))
+def test_printf_under_using_namespace_ascendc_is_accepted(tmp_path, case):
+    f = tmp_path / "k.cpp"
+    f.write_text('#include "kernel_operator.h"\n' + USING_PRINTF_OK[case] + "\n")
+    assert lint.lint_file(f) == []
+
+
+@pytest.mark.parametrize("case", sorted(USING_PRINTF_BAD))
+def test_host_printf_is_still_rejected(tmp_path, case):
+    code, line = USING_PRINTF_BAD[case]
+    f = tmp_path / "k.cpp"
+    f.write_text('#include "kernel_operator.h"\n' + code + "\n")
+    assert [(ln, r) for _, ln, r, _ in lint.lint_file(f)] == [(line, "host-io")]
+
+
+def test_using_namespace_ascendc_from_an_op_header(tmp_path):
+    # the directive in the op's own header covers the kernel after the #include, in the text pass and
+    # after macro expansion; the header that uses printf before any directive is still rejected
+    (tmp_path / "common.h").write_text('#pragma once\n#include "kernel_operator.h"\nusing namespace AscendC;\n')
+    (tmp_path / "early.h").write_text('#pragma once\ninline void e() { printf("x"); }\n')
+    f = tmp_path / "k.cpp"
+    f.write_text('#include "early.h"\n#include "common.h"\nvoid f() { printf("x"); }\n')
+    assert [(p.name, ln, r) for p, ln, r, _ in lint.lint_file(f)] == [("early.h", 2, "host-io")]
+    # a header included after the directive may use it
+    (tmp_path / "late.h").write_text('#pragma once\ninline void l() { printf("x"); }\n')
+    g = tmp_path / "k2.cpp"
+    g.write_text('#include "common.h"\n#include "late.h"\n')
+    assert lint.lint_file(g) == []

@@ -763,14 +763,35 @@ class BuiltModule:
         return f"BuiltModule({self.name!r}, path={self.path!r}, kernels={self.kernels})"
 
 
+def _entry_params(text, start):
+    """``"x;y;workspace;tiling"``: the parameter names of the entry whose ``(`` is at ``text[start - 1]``
+    (the last identifier of each parameter; "" for an unnamed one)."""
+    depth, i = 1, start
+    while i < len(text) and depth:
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        i += 1
+    params = text[start:i - 1]
+    names = []
+    for part in params.split(",") if params.strip() else []:
+        part = part.split("=")[0].strip()
+        ids = re.findall(r"[A-Za-z_]\w*", part)
+        named = len(ids) > 1 and re.search(r"[A-Za-z_]\w*$", part) is not None  # "GM_ADDR x", not "uint8_t*"
+        names.append(ids[-1] if named else "")
+    return ";".join(names)
+
+
 def _scan_entries(cxx, src, incs, arch):
-    """Kernel entry names of ``src`` for one arch: preprocess it with ``__global__`` turned into a marker."""
+    """Kernel entries of ``src`` for one arch, ``{name: "param;names"}`` in name order: preprocess it with
+    ``__global__`` turned into a marker."""
     cmd = [cxx, "-std=c++17", "-E", "-P", "-DASCENDC_SIM_SCAN", "-D_GLIBCXX_USE_CXX11_ABI=0"] + arch_defines(arch)
     cmd += [f"-I{d}" for d in include_dirs()] + [f"-I{d}" for d in incs] + [f"-I{src.parent}", str(src)]
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if p.returncode != 0:
         raise RuntimeError(f"build: preprocessing {src} for __NPU_ARCH__ {arch} failed:\n{p.stderr}")
-    return sorted(set(_ENTRY_RE.findall(p.stdout)))
+    found = {}
+    for m in _ENTRY_RE.finditer(p.stdout):
+        found.setdefault(m.group(1), _entry_params(p.stdout, m.end()))
+    return {k: found[k] for k in sorted(found)}
 
 
 def _tiling_header_candidates(src, stem, extra_dirs):
@@ -946,7 +967,7 @@ def _kernel_wrapper(src, stem, op_type, tiling_header, entries, arch):
     w += [f'#include "{src}"']
     w += [f"#undef {e}" for e in entries]
     w += [f"}}  // namespace {ns}"]
-    w += [f"ASCENDC_SIM_REGISTER_KERNEL({e}, {ns}::ascendc_sim_entry_{e}_{arch})" for e in entries]
+    w += [f'ASCENDC_SIM_REGISTER_KERNEL({e}, {ns}::ascendc_sim_entry_{e}_{arch}, "{entries[e]}")' for e in entries]
     return "\n".join(w) + "\n"
 
 

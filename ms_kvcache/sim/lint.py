@@ -15,7 +15,10 @@ Rules (``file:line: [rule] message``):
   exceptions  no exceptions (``throw``, ``try``, ``catch``)
   host-io     no host I/O (``printf``, ``fprintf``, ``puts``, ``fputs``, ``putchar``, ``fwrite``,
               ``fopen``, ``scanf``, ``perror``, ``stdout``, ``stderr``, ``cout``, ``cerr``, ...);
-              AscendC's device ``AscendC::printf`` / ``PRINTF`` are allowed
+              AscendC's device ``AscendC::printf`` / ``PRINTF`` are allowed, and so is an unqualified
+              ``printf`` where ``using namespace AscendC;`` (or ``using AscendC::printf;``) is in effect:
+              at file scope before it (also from an including file or an op header included before
+              it), or in an enclosing block. ``::printf`` is the host's and always rejected
   rtti        no ``dynamic_cast`` / ``typeid``
   include     includes only from the allowlist: ``kernel_operator.h``,
               ``kernel_operator_list_tensor_intf.h``, ``lib/...`` (AscendC high-level API) and the
@@ -57,6 +60,8 @@ _HOST_IO = ("printf", "fprintf", "sprintf", "snprintf", "vprintf", "vfprintf", "
             "gets", "getchar", "getc", "fgetc", "scanf", "fscanf", "sscanf", "perror", "stdout", "stderr", "stdin",
             "cout", "cerr", "clog", "cin", "FILE")
 
+_HOST_IO_RX = re.compile(r"(?<!AscendC::)" + _NOT_MEMBER + r"\b(?:" + "|".join(_HOST_IO) + r")\b")
+
 #: (rule, compiled regex, message)
 RULES = [
     ("std", re.compile(_NOT_MEMBER + r"\bstd\b"),
@@ -64,11 +69,14 @@ RULES = [
     ("heap", re.compile(r"\bnew\b|\bdelete\b|" + _NOT_MEMBER + r"\b(?:" + "|".join(_HEAP) + r")\b"),
      "no heap in device code (new/delete/malloc/free/...)"),
     ("exceptions", re.compile(r"\b(?:throw|try|catch)\b"), "device code has no exceptions (throw/try/catch)"),
-    ("host-io", re.compile(r"(?<!AscendC::)" + _NOT_MEMBER + r"\b(?:" + "|".join(_HOST_IO) + r")\b"),
+    ("host-io", _HOST_IO_RX,
      "host I/O does not exist on the device (use AscendC::printf / AscendC::DumpTensor)"),
     ("rtti", re.compile(r"\b(?:dynamic_cast|typeid)\b"), "no RTTI in device code"),
 ]
 _INCLUDE_LINE = re.compile(r"^\s*#\s*include\b(.*)$")
+# a using-directive / using-declaration that makes an unqualified `printf` AscendC::printf
+_USING_ASCENDC = re.compile(r"\busing\s+(?:namespace\s+(?:::\s*)?AscendC\s*;|(?:::\s*)?AscendC\s*::\s*printf\s*;)")
+_SCOPE_TOKEN = re.compile(r"[{}]|" + _USING_ASCENDC.pattern + r"|(?<![\w.:])(?<!->)(?P<pf>(?:::\s*)?\bprintf\b)")
 _INCLUDE_FORM = re.compile(r'^\s*([<"])([^>"]+)[>"]')
 _LINEMARKER = re.compile(r'^#\s*(\d+)\s+"((?:[^"\\]|\\.)*)"')
 
@@ -135,6 +143,80 @@ def strip_comments_and_strings(text):
     return "".join(out)
 
 
+def _ascendc_printf_scan(lines, active=False, include_exports=None, legal=None):
+    """Where an unqualified ``printf`` is ``AscendC::printf``: scans ``lines`` (code with comments and
+    strings blanked) tracking braces; a ``using namespace AscendC;`` (or ``using AscendC::printf;``) is
+    in effect until the block it appears in closes (at file scope: to the end). ``active``: in effect
+    from the start (the including file had it at file scope). ``include_exports(line)``: True if that
+    ``#include`` line brings a file-scope directive (an op header that declares it). Adds the
+    ``(line number, column)`` of every unqualified ``printf`` in effect to ``legal`` (a set) and
+    returns whether a directive is in effect at file scope at the end."""
+    legal = set() if legal is None else legal
+    stack = [active]  # per open block: is a directive in effect in it
+    for lineno, line in enumerate(lines, 1):
+        if line.lstrip().startswith("#"):
+            if len(stack) == 1 and include_exports is not None and _INCLUDE_LINE.match(line) and include_exports(line):
+                stack[0] = True
+            continue
+        for m in _SCOPE_TOKEN.finditer(line):
+            tok = m.group(0)
+            if tok == "{":
+                stack.append(stack[-1])
+            elif tok == "}":
+                if len(stack) > 1:
+                    stack.pop()
+            elif m.group("pf") is not None:
+                if stack[-1] and not tok.startswith(":"):
+                    legal.add((lineno, m.start("pf")))
+            else:
+                stack[-1] = True
+    return stack[0]
+
+
+def _host_io_hit(line, lineno, legal):
+    """True if ``line`` has a host-io name that is not an AscendC::printf (see _ascendc_printf_scan)."""
+    for m in _HOST_IO_RX.finditer(line):
+        if m.group(0) == "printf" and (lineno, m.start()) in legal:
+            continue
+        return True
+    return False
+
+
+def _line_hits(line, lineno, legal):
+    """The rules ``line`` breaks (an AscendC::printf in ``legal`` is not host I/O)."""
+    out = []
+    for rule, rx, msg in RULES:
+        if rule == "host-io":
+            if _host_io_hit(line, lineno, legal):
+                out.append((rule, msg))
+        elif rx.search(line):
+            out.append((rule, msg))
+    return out
+
+
+def _exports_using(path, root, seen=None):
+    """True if the op header ``path`` (or an op header it includes at file scope) puts
+    ``using namespace AscendC;`` in effect at file scope."""
+    path = Path(path).resolve()
+    seen = set() if seen is None else seen
+    if path in seen:
+        return False
+    seen.add(path)
+    try:
+        code = strip_comments_and_strings(path.read_text(errors="replace")).splitlines()
+    except OSError:
+        return False
+    return _ascendc_printf_scan(code, include_exports=_include_exporter(path, root, seen))
+
+
+def _include_exporter(path, root, seen=None):
+    def exports(line):
+        m = _INCLUDE_LINE.match(line)
+        msg, local = _check_include(path, root, m.group(1))
+        return msg is None and local is not None and _exports_using(local, root, seen)
+    return exports
+
+
 def _inside(path, root):
     try:
         path.resolve().relative_to(root.resolve())
@@ -167,11 +249,17 @@ def _check_include(path, root, rest):
     return f"{shown} is outside the allowlist (kernel_operator.h, lib/..., the op's own headers)", None
 
 
-def _text_problems(path, root, seen, locals_out):
+def _text_problems(path, root, seen, locals_out, using_active=False):
+    """Problems of one file's text; the op headers it includes are appended to ``locals_out`` as
+    ``(path, using_active)`` (whether ``using namespace AscendC`` is in effect at file scope there)."""
     raw = path.read_text(errors="replace")
-    code = strip_comments_and_strings(raw)
+    code = strip_comments_and_strings(raw).splitlines()
+    legal = set()
+    exporter = _include_exporter(path, root)
+    _ascendc_printf_scan(code, using_active, exporter, legal)
     problems = []
-    for lineno, line in enumerate(code.splitlines(), 1):
+    active = using_active
+    for lineno, line in enumerate(code, 1):
         m = _INCLUDE_LINE.match(line)
         if m:
             msg, local = _check_include(path, root, m.group(1))
@@ -179,11 +267,10 @@ def _text_problems(path, root, seen, locals_out):
                 problems.append((path, lineno, "include", msg))
             if local is not None and local not in seen:
                 seen.add(local)
-                locals_out.append(local)
+                locals_out.append((local, active or _ascendc_printf_scan(code[:lineno - 1], using_active, exporter)))
             continue
-        for rule, rx, msg in RULES:
-            if rx.search(line):
-                problems.append((path, lineno, rule, msg))
+        for rule, msg in _line_hits(line, lineno, legal):
+            problems.append((path, lineno, rule, msg))
     return problems
 
 
@@ -252,8 +339,10 @@ def _expanded_problems(path, root, files, known, notes):
     problems = []
     for arch, out in outs:
         cur_file, cur_line = None, 0
-        code = strip_comments_and_strings(out)
-        for line in code.splitlines():
+        code = strip_comments_and_strings(out).splitlines()
+        legal = set()  # the whole translation unit: a directive in a header covers the code after it
+        _ascendc_printf_scan(code, legal=legal)
+        for idx, line in enumerate(code, 1):
             m = _LINEMARKER.match(line)
             if m:
                 cur_line, cur_file = int(m.group(1)) - 1, back.get(os.path.normpath(m.group(2)))
@@ -261,14 +350,12 @@ def _expanded_problems(path, root, files, known, notes):
             cur_line += 1
             if cur_file is None:
                 continue  # <built-in>, <command-line>, stubs
-            for rule, rx, msg in RULES:
-                if rx.search(line):
-                    key = (str(cur_file), cur_line, rule)
-                    if key in known:
-                        continue
-                    known.add(key)
-                    problems.append((cur_file, cur_line, rule,
-                                     msg + f" (after macro expansion, __NPU_ARCH__ {arch})"))
+            for rule, msg in _line_hits(line, idx, legal):
+                key = (str(cur_file), cur_line, rule)
+                if key in known:
+                    continue
+                known.add(key)
+                problems.append((cur_file, cur_line, rule, msg + f" (after macro expansion, __NPU_ARCH__ {arch})"))
     return problems
 
 
@@ -288,13 +375,13 @@ def lint_file(path, root=None, expand=True, notes=None):
     root = Path(root) if root is not None else path.parent
     notes = [] if notes is None else notes
     seen = {path.resolve()}
-    todo, files = [path], []
+    todo, files = [(path, False)], []
     problems = []
     while todo:
-        f = todo.pop(0)
+        f, using_active = todo.pop(0)
         files.append(f)
         found = []
-        problems.extend(_text_problems(f, root, seen, found))
+        problems.extend(_text_problems(f, root, seen, found, using_active))
         todo.extend(found)
     if expand:
         known = {(str(Path(p).resolve()), ln, rule) for p, ln, rule, _ in problems}

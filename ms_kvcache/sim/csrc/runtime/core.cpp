@@ -47,6 +47,7 @@ EmulationError MakeError(const std::string& rule, const std::string& detail) {
   }
   std::string full = Format("%s: op %s, core %d of %u: %s", rule.c_str(), c->L->op.c_str(), c->idx,
                             c->L->block_dim, detail.c_str());
+  if (c->site.file != nullptr) full += Format(" (at %s:%u)", c->site.file, c->site.line);  // the failing API call
   return EmulationError(rule, c->L->op, c->idx, detail, full);
 }
 
@@ -55,6 +56,13 @@ void FailLaunch(const std::string& rule, const std::string& op, const std::strin
 }
 
 namespace rt {
+
+void At(const char* file, uint32_t line) {
+  Core* c = t_core;
+  if (c == nullptr) return;
+  c->site.file = file;
+  c->site.line = line;
+}
 
 void Fail(const char* rule, const char* fmt, ...) {
   va_list ap;
@@ -317,6 +325,7 @@ void PipeCreate(void* pipe) {
   c.top = 0;
   c.bufs.clear();
   c.ques.clear();
+  c.que_event_ids.clear();
 }
 
 void* CurrentPipe() {
@@ -367,6 +376,7 @@ void PipeReset(void* pipe) {
   c.top = 0;
   c.bufs.clear();
   c.ques.clear();
+  c.que_event_ids.clear();
 }
 
 static bool IsUbPos(Pos p) { return p == Pos::VECIN || p == Pos::VECOUT || p == Pos::VECCALC; }
@@ -412,6 +422,67 @@ static int32_t NewBuffers(Core& c, const char* api, Pos pos, uint32_t num, uint3
   return first;
 }
 
+// ---- hardware event ids of queue buffers (CANN's kernel_tquebind_impl.h / kernel_tpipe_impl.h)
+// pipe_t numbering (S 0, V 1, M 2, MTE1 3, MTE2 4, MTE3 5), as HardEvent / set_flag use it.
+static int Ev(int src, int dst) { return (src << 4) | dst; }
+static const char* HwPipeName(int hw);
+static std::string EvName(int event);
+// CANN's GetQueEvt for the UB queues: <GM, UB> MTE2_V / V_MTE2, <UB, GM> V_MTE3 / MTE3_V,
+// <UB, UB> MTE2_MTE3 / MTE3_MTE2 (fwd: the EnQue -> DeQue event, else the FreeTensor -> AllocTensor one).
+static int QueEvt(Pos src, Pos dst, bool fwd) {
+  if (src == Pos::GM) return fwd ? Ev(4, 1) : Ev(1, 4);
+  if (dst == Pos::GM) return fwd ? Ev(1, 5) : Ev(5, 1);
+  return fwd ? Ev(4, 5) : Ev(5, 4);
+}
+static int32_t FirstFreeId(Core& c, int event) {
+  const uint32_t used = c.event_ids_in_use[event] | c.que_event_ids[event];
+  for (int i = 0; i < c.L->caps.event_ids; ++i)
+    if (!(used & (1u << i))) return i;
+  return -1;
+}
+static std::string IdList(uint32_t bits) {
+  std::string s;
+  for (int i = 0; i < 32; ++i)
+    if (bits & (1u << i)) s += (s.empty() ? "" : ", ") + std::to_string(i);
+  return s.empty() ? "none" : s;
+}
+// Who holds the ids of `event`: "TQue #0 (VECIN, 1 freed buffer), ..." and the AllocEventID ids.
+static std::string EventHolders(Core& c, int event, bool with_user = true) {
+  std::string s;
+  for (size_t qi = 0; qi < c.ques.size(); ++qi) {
+    int freed = 0, queued = 0;
+    for (int32_t bi : c.ques[qi].bufs) {
+      const Buf& b = c.bufs[static_cast<size_t>(bi)];
+      freed += b.free_id >= 0 && c.ques[qi].free_evt == event;
+      queued += b.enq_id >= 0 && b.enq_evt == event;
+    }
+    if (freed + queued == 0) continue;
+    s += Format("%sTQue #%zu (%s): %d", s.empty() ? "" : ", ", qi, PosName(c.ques[qi].pos), freed + queued);
+  }
+  const uint32_t user = c.event_ids_in_use[event];
+  if (user && with_user) s += Format("%sAllocEventID: id(s) %s", s.empty() ? "" : ", ", IdList(user).c_str());
+  return s.empty() ? "none" : s;
+}
+// A queue buffer takes an id of `event` (EnQue / FreeTensor); QUE_BUFFER_LIMIT when none is left.
+static int8_t QueTakeId(Core& c, const Que& q, int event, const char* api) {
+  const int32_t id = FirstFreeId(c, event);
+  if (id < 0)
+    Fail("QUE_BUFFER_LIMIT",
+         "%s on a %s queue needs a free %s event id, but all %d are held (%s): every TQue buffer that was freed and "
+         "not allocated again, or enqueued and not dequeued, holds one, so at most %d buffers per TPosition can be "
+         "in use (TQue Buffer limit); use fewer buffers (one larger buffer with offsets), or FreeAllEvent a queue "
+         "that is no longer used",
+         api, PosName(q.pos), EvName(event).c_str(), c.L->caps.event_ids, EventHolders(c, event).c_str(),
+         c.L->caps.event_ids);
+  c.que_event_ids[event] |= 1u << id;
+  return static_cast<int8_t>(id);
+}
+static void QueGiveId(Core& c, int event, int8_t& id) {
+  if (id < 0) return;
+  c.que_event_ids[event] &= ~(1u << id);
+  id = -1;
+}
+
 // TQueBind<src, dst>: GM -> UB is MTE2, UB -> GM is MTE3, VECOUT is written by the vector unit and
 // VECIN read by it (CANN's GetQueEvt: <GM, VECIN> MTE2_V, <VECOUT, GM> V_MTE3, <VECIN, VECOUT> MTE2_MTE3).
 static int PipeOfProducer(Pos src) {
@@ -438,9 +509,17 @@ void PipeInitQue(int32_t* handle, uint32_t* gen, Pos src, Pos dst, int32_t depth
   q.depth = depth;
   q.prod = PipeOfProducer(src);
   q.cons = PipeOfConsumer(dst);
+  q.enq_evt = QueEvt(src, dst, true);
+  q.free_evt = QueEvt(src, dst, false);
   const int32_t qi = static_cast<int32_t>(c.ques.size());
   const int32_t first = NewBuffers(c, "TPipe::InitBuffer(TQue)", q.pos, num, len, qi);
   for (uint32_t i = 0; i < num; ++i) q.bufs.push_back(first + static_cast<int32_t>(i));
+  if (depth == 0) {  // CANN allocates a depth-0 queue's event ids per buffer in InitBuffer, for good
+    for (uint32_t i = 0; i < num; ++i) {
+      (void)QueTakeId(c, q, q.enq_evt, "TPipe::InitBuffer");
+      (void)QueTakeId(c, q, q.free_evt, "TPipe::InitBuffer");
+    }
+  }
   c.ques.push_back(q);
   *handle = qi;
   *gen = c.gen;
@@ -499,6 +578,7 @@ UbRef QueAlloc(int32_t h, uint32_t gen, uint32_t* len) {
   Buf& b = c.bufs[static_cast<size_t>(pick)];
   b.st = kAlloc;
   ++b.lease;
+  QueGiveId(c, q.free_evt, b.free_id);  // WaitFlag + ReleaseEventID of the FreeTensor event
   if (q.prod != kNoPipe) HzLearn(c, q.prod, b.free_snap);  // WaitFlag(consumer -> producer)
   *len = b.len;
   return UbRef{b.start, pick, c.gen, b.lease};
@@ -535,6 +615,11 @@ void QueEnQue(int32_t h, uint32_t gen, const UbRef& t, Pos su, Pos du) {
          "EnQue: the queue already holds %zu tensor(s) = its depth %d; the depth must be at least the number of "
          "consecutive EnQue calls without DeQue",
          q.fifo.size(), q.depth);
+  if (q.depth != 0) {
+    const int ev = su != Pos::MAX ? QueEvt(su, du, true) : q.enq_evt;
+    b.enq_id = QueTakeId(c, q, ev, "EnQue");
+    b.enq_evt = ev;
+  }
   int prod = q.prod;
   if (su != Pos::MAX) prod = (su == Pos::GM) ? kMTE2 : kV;
   if (prod != kNoPipe) b.enq_snap = HzSnap(c, prod);  // SetFlag(producer -> consumer)
@@ -554,6 +639,7 @@ UbRef QueDeQue(int32_t h, uint32_t gen, uint32_t* len, Pos su, Pos du) {
   q.fifo.pop_front();
   Buf& b = c.bufs[static_cast<size_t>(bi)];
   b.st = kDeq;
+  QueGiveId(c, b.enq_evt, b.enq_id);
   int cons = q.cons;
   if (du != Pos::MAX) cons = (du == Pos::GM) ? kMTE3 : kV;
   (void)su;
@@ -570,6 +656,7 @@ void QueFree(int32_t h, uint32_t gen, const UbRef& t) {
   if (b.st == kFree) Fail("QUE_FREE", "FreeTensor of a tensor that is already free (double free)");
   if (t.lease != b.lease) CheckLease(c, t, b, "FreeTensor", "the tensor");  // freed, then handed out again
   if (b.st == kEnq) Fail("QUE_FREE", "FreeTensor of a tensor that is still in the queue (EnQue'd, not DeQue'd)");
+  if (q.depth != 0) b.free_id = QueTakeId(c, q, q.free_evt, "FreeTensor");
   b.st = kFree;
   const int cons = q.cons != kNoPipe ? q.cons : q.prod;
   if (cons != kNoPipe) b.free_snap = HzSnap(c, cons);  // SetFlag(consumer -> producer)
@@ -587,7 +674,8 @@ int32_t QueInfo(int32_t h, uint32_t gen, int what) {
 
 void QueFreeAllEvent(int32_t h, uint32_t gen) {
   Core& c = Cur();
-  (void)GetQue(c, h, gen, "FreeAllEvent");
+  Que& q = GetQue(c, h, gen, "FreeAllEvent");
+  for (int32_t bi : q.bufs) QueGiveId(c, q.free_evt, c.bufs[static_cast<size_t>(bi)].free_id);
 }
 
 void QueDestroy(int32_t h, uint32_t gen) {
@@ -677,6 +765,7 @@ void SetFlag(int event, int64_t id) {
     Fail("FLAG_UNPAIRED", "SetFlag<%s_%s>(%" PRId64 ") while the same flag is already set and not yet waited on",
          HwPipeName(event >> 4), HwPipeName(event & 15), id);
   f.pending = true;
+  f.site = c.site;
   const int src = PipeIdxOf(event >> 4);
   if (src == kS) {
     f.snap = c.known[kS];
@@ -718,20 +807,48 @@ void Barrier(Pipe p) {
   }
 }
 
+static std::string EvName(int event) { return Format("%s_%s", HwPipeName(event >> 4), HwPipeName(event & 15)); }
+
+// The AllocEventID ids of `event` not yet released, grouped by the call that allocated them:
+// "0, 1, 2 (allocated at k.cpp:12), 3 (allocated at k.cpp:20)".
+static std::string UserIdSites(Core& c, int event) {
+  std::vector<std::pair<std::string, std::string>> groups;  // (site, ids)
+  const uint32_t user = c.event_ids_in_use[event];
+  for (int i = 0; i < 32; ++i) {
+    if (!(user & (1u << i))) continue;
+    const SrcSite& w = c.event_id_sites[{event, i}];
+    const std::string at = w.file != nullptr ? Format(" (allocated at %s:%u)", w.file, w.line) : std::string();
+    auto g = std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return x.first == at; });
+    if (g == groups.end()) groups.push_back({at, std::to_string(i)});
+    else g->second += ", " + std::to_string(i);
+  }
+  std::string s;
+  for (const auto& g : groups) s += (s.empty() ? "" : ", ") + g.second + g.first;
+  return s;
+}
+
+static int32_t NoFreeEventId(Core& c, int event, const char* api) {
+  const uint32_t user = c.event_ids_in_use[event], que = c.que_event_ids[event];
+  Fail("EVENT_ID",
+       "%s<%s>: no free event id, all %d are taken: %d by AllocEventID and never released with ReleaseEventID "
+       "(id(s) %s), %d by queue buffers (%s); AllocEventID and ReleaseEventID must be paired: an AllocEventID whose "
+       "id is not released (e.g. one per loop iteration) leaks it",
+       api, EvName(event).c_str(), c.L->caps.event_ids, __builtin_popcount(user),
+       user ? UserIdSites(c, event).c_str() : "none", __builtin_popcount(que), EventHolders(c, event, false).c_str());
+}
+
 int32_t FetchEventID(int event) {
   Core& c = Cur();
-  const uint32_t used = c.event_ids_in_use[event];
-  for (int i = 0; i < c.L->caps.event_ids; ++i) {
-    if (!(used & (1u << i))) return i;
-  }
-  Fail("EVENT_ID", "FetchEventID<%s_%s>: all %d event ids are allocated", HwPipeName(event >> 4),
-       HwPipeName(event & 15), c.L->caps.event_ids);
+  const int32_t id = FirstFreeId(c, event);
+  return id >= 0 ? id : NoFreeEventId(c, event, "FetchEventID");
 }
 
 int32_t AllocEventID(int event) {
   Core& c = Cur();
-  const int32_t id = FetchEventID(event);
+  int32_t id = FirstFreeId(c, event);
+  if (id < 0) id = NoFreeEventId(c, event, "AllocEventID");
   c.event_ids_in_use[event] |= 1u << id;
+  c.event_id_sites[{event, id}] = c.site;
   return id;
 }
 
@@ -766,13 +883,33 @@ void HzIssue(Core& c, int pipe) {
   ++c.clock[pipe];
 }
 
-static void HzFail(Core& c, const char* kind, int pipe, int other, uint32_t addr, const char* api) {
-  (void)c;
+// Every unsynchronised earlier access of the block `s` that an access on `pipe` (a write if `write`)
+// conflicts with, so the hint names each missing pipe pair (an MTE2 write after a V read and an MTE3 read
+// of the same bytes needs V_MTE2 and MTE3_MTE2, not just the first one found).
+[[noreturn]] static void HzFail(Core& c, const BlockShadow& s, int pipe, bool write, uint32_t addr, const char* api) {
+  bool wrote[kNPipes] = {false, false, false}, read[kNPipes] = {false, false, false};
+  if (s.wpipe != 0xff) {
+    const int w = s.wpipe;
+    const bool same_ok = (w == pipe) && (w != kMTE2 || !write);
+    if (!same_ok && s.wclock > c.known[pipe].c[w]) wrote[w] = true;
+  }
+  if (write) {
+    for (int q = 0; q < kNPipes; ++q)
+      if (q != pipe && s.rclock[q] > c.known[pipe].c[q]) read[q] = true;
+  }
+  std::string what, pairs;
+  for (int q = 0; q < kNPipes; ++q) {
+    if (!wrote[q] && !read[q]) continue;
+    what += Format("%slast %s by pipe %s", what.empty() ? "" : " and ",
+                   wrote[q] && read[q] ? "written and read" : wrote[q] ? "written" : "read", PipeName(q));
+    pairs += (pairs.empty() ? "" : " and ") +
+             (q == pipe ? Format("PipeBarrier<PIPE_%s>", PipeName(pipe))
+                        : Format("SetFlag/WaitFlag<%s_%s>", PipeName(q), PipeName(pipe)));
+  }
   rt::Fail("PIPE_HAZARD",
-           "%s: %s on pipe %s touches UB byte %u last %s by pipe %s with no synchronisation in between "
-           "(EnQue/DeQue, AllocTensor/FreeTensor, SetFlag/WaitFlag<%s_%s> or PipeBarrier)",
-           api, kind[0] == 'R' ? "read" : "write", PipeName(pipe), addr, kind[1] == 'W' ? "written" : "read",
-           PipeName(other), PipeName(other), PipeName(pipe));
+           "%s: %s on pipe %s touches UB byte %u %s with no synchronisation in between (EnQue/DeQue, "
+           "AllocTensor/FreeTensor, %s or PipeBarrier)",
+           api, write ? "write" : "read", PipeName(pipe), addr, what.c_str(), pairs.c_str());
 }
 
 void HzUb(Core& c, int pipe, uint32_t addr, uint32_t len, bool write, const char* api) {
@@ -785,12 +922,12 @@ void HzUb(Core& c, int pipe, uint32_t addr, uint32_t len, bool write, const char
       const int w = s.wpipe;
       // V after V is ordered by the compiler; MTE2 after MTE2 needs PipeBarrier<PIPE_MTE2> when it writes the same UB.
       const bool same_ok = (w == pipe) && (w != kMTE2 || !write);
-      if (!same_ok && s.wclock > c.known[pipe].c[w]) HzFail(c, write ? "WW" : "RW", pipe, w, b * 32, api);
+      if (!same_ok && s.wclock > c.known[pipe].c[w]) HzFail(c, s, pipe, write, b * 32, api);
     }
     if (write) {
       for (int q = 0; q < kNPipes; ++q) {
         if (q == pipe) continue;
-        if (s.rclock[q] > c.known[pipe].c[q]) HzFail(c, "WR", pipe, q, b * 32, api);
+        if (s.rclock[q] > c.known[pipe].c[q]) HzFail(c, s, pipe, write, b * 32, api);
       }
       s.wpipe = static_cast<uint8_t>(pipe);
       s.wclock = now;
@@ -821,12 +958,25 @@ void HzUbScalar(Core& c, uint32_t addr, uint32_t len, bool write) {
 
 void CoreFinish(Core& c) {
   if (c.deferred) throw *c.deferred;
+  c.site = SrcSite();  // the checks below are not about the last API call
   for (auto& kv : c.flags) {
     if (kv.second.pending) {
       const int ev = kv.first.first;
+      c.site = kv.second.site;
       rt::Fail("FLAG_UNPAIRED", "SetFlag<%s_%s>(%" PRId64 ") was never matched by a WaitFlag before the kernel ended",
                rt::HwPipeName(ev >> 4), rt::HwPipeName(ev & 15), kv.first.second);
     }
+  }
+  for (auto& kv : c.event_ids_in_use) {
+    if (kv.second == 0) continue;
+    int id = 0;
+    while (!(kv.second & (1u << id))) ++id;
+    c.site = c.event_id_sites[{kv.first, id}];
+    rt::Fail("EVENT_ID_LEAK",
+             "AllocEventID<%s>() returned id %d, which was never released with ReleaseEventID before the kernel "
+             "ended (AllocEventID and ReleaseEventID must be paired; an id allocated per loop iteration and not "
+             "released exhausts the %d ids)",
+             rt::EvName(kv.first).c_str(), id, c.L->caps.event_ids);
   }
   if (c.pipe != nullptr) {
     // A TPipe still alive at the end means the kernel kept it outside its own scope.

@@ -58,6 +58,7 @@ struct KernelEntry {
   int nargs = 0;
   rt::KernelInvoker invoke = nullptr;
   std::string where;
+  std::vector<std::string> arg_names;  // the entry's parameter names, if the build passed them
 };
 std::mutex& KMu() {
   static std::mutex mu;
@@ -74,13 +75,23 @@ std::string ArchList(const std::map<int, KernelEntry>& m) {
 }
 }  // namespace
 
-void rt::RegisterKernel(const char* name, void* fn, int nargs, KernelInvoker invoke, const char* where, int npu_arch) {
+void rt::RegisterKernel(const char* name, void* fn, int nargs, KernelInvoker invoke, const char* where, int npu_arch,
+                        const char* arg_names) {
   std::lock_guard<std::mutex> lk(KMu());
   KernelEntry& e = Kernels()[name][npu_arch];  // a later registration (rebuilt module) replaces the earlier one
   e.fn = fn;
   e.nargs = nargs;
   e.invoke = invoke;
   e.where = where ? where : "";
+  e.arg_names.clear();
+  const std::string all = arg_names ? arg_names : "";
+  for (size_t p = 0; !all.empty() && p <= all.size();) {
+    const size_t q = all.find(';', p);
+    e.arg_names.push_back(all.substr(p, q == std::string::npos ? std::string::npos : q - p));
+    if (q == std::string::npos) break;
+    p = q + 1;
+  }
+  if (e.arg_names.size() != static_cast<size_t>(nargs)) e.arg_names.clear();
 }
 
 std::vector<std::string> ListKernels() {
@@ -1308,7 +1319,11 @@ LaunchResult RunKernel(const std::string& kernel, std::vector<TensorArg>& targs,
   GmBuilder gm(*L, arena, copy);
   std::vector<void*> args;
   for (size_t i = 0; i < targs.size(); ++i)
-    args.push_back(gm.Add(targs[i], Format("argument %zu", i), RegionKind::Input, prep));
+    args.push_back(gm.Add(targs[i],
+                          i < k.arg_names.size() && !k.arg_names[i].empty()
+                              ? Format("argument %zu '%s'", i, k.arg_names[i].c_str())
+                              : Format("argument %zu", i),
+                          RegionKind::Input, prep));
   uint8_t* wsp = nullptr;
   if (workspace_bytes > 0) {
     wsp = gm.AddRaw(workspace_bytes, "workspace", RegionKind::Workspace, true);

@@ -133,6 +133,10 @@ struct LaunchCtx {
 };
 
 // ------------------------------------------------------------------------------------------ core
+struct SrcSite {  // kernel source location of an AscendC API call (rt::At); file nullptr: unknown
+  const char* file = nullptr;
+  uint32_t line = 0;
+};
 enum BufState : uint8_t { kFree, kAlloc, kEnq, kDeq };
 constexpr int kNPipes = 3;  // tracked pipes: MTE2, V, MTE3 (index); S is index 3 in `known`
 enum PipeIdx : int { kMTE2 = 0, kV = 1, kMTE3 = 2, kS = 3, kNoPipe = -1 };
@@ -153,6 +157,11 @@ struct Buf {
   BufState st = kFree;
   uint32_t lease = 0;  // queue buffers: count of AllocTensor calls that handed this buffer out
   VClock enq_snap, free_snap;
+  // CANN's TQueBind keeps a hardware event id per queue buffer: EnQue allocates one of the queue's
+  // enQueEvt (released by DeQue), FreeTensor one of its freeBufEvt (released by the next AllocTensor
+  // of the buffer or FreeAllEvent); -1: none held
+  int8_t enq_id = -1, free_id = -1;
+  int enq_evt = 0;  // the event enq_id belongs to (EnQue<srcUser, dstUser> may differ from the queue's)
 };
 struct Que {
   Pos src = Pos::GM, dst = Pos::VECIN;  // TQueBind<src, dst> (TQue<VECIN> = TQueBind<GM, VECIN>)
@@ -162,6 +171,7 @@ struct Que {
   std::deque<int32_t> fifo;
   uint32_t next = 0;  // round-robin allocation cursor
   int prod = kNoPipe, cons = kNoPipe;
+  int enq_evt = 0, free_evt = 0;  // CANN's GetQueEvt(src, dst, true / false): (pipe_t src << 4) | dst
   bool checked = false;  // leak check done
 };
 struct BlockShadow {  // hazard record of one 32-byte UB block
@@ -172,6 +182,7 @@ struct BlockShadow {  // hazard record of one 32-byte UB block
 struct FlagState {
   bool pending = false;
   VClock snap;
+  SrcSite site;  // the SetFlag call
 };
 
 struct CoreStats {
@@ -203,6 +214,9 @@ struct Core {
   // SetFlag / WaitFlag, event ids
   std::map<std::pair<int, int64_t>, FlagState> flags;
   std::map<int, uint32_t> event_ids_in_use;  // event -> bit set of AllocEventID ids
+  std::map<std::pair<int, int>, SrcSite> event_id_sites;  // (event, id) -> the AllocEventID call
+  std::map<int, uint32_t> que_event_ids;  // event -> bit set of ids held by queue buffers (Buf::enq_id/free_id)
+  SrcSite site;  // the kernel's AscendC API call being executed (error messages)
   // pipe hazard tracker
   uint32_t clock[kNPipes] = {0, 0, 0};
   VClock known[kNPipes + 1];

@@ -54,27 +54,32 @@ class TQueBind {
   ~TQueBind() { ascendc_sim::rt::QueDestroy(h_, gen_); }
 
   template <typename T>
-  __aicore__ inline LocalTensor<T> AllocTensor() {
+  __aicore__ inline LocalTensor<T> AllocTensor(ASCENDC_SIM_LOC_PARAM) {
+    ASCENDC_SIM_AT;
     static_assert((depth != 0), "TQue::AllocTensor<T>(): a queue of depth 0 has only the in-place form AllocTensor(LocalTensor<T>&)");
     return Alloc<T>();
   }
   template <typename T>
-  __aicore__ inline void AllocTensor(LocalTensor<T>& t) {
+  __aicore__ inline void AllocTensor(LocalTensor<T>& t, ASCENDC_SIM_LOC_PARAM) {
+    ASCENDC_SIM_AT;
     static_assert((depth == 0), "TQue::AllocTensor(LocalTensor<T>&): the in-place form is for a queue of depth 0 only");
     t = Alloc<T>();
   }
   // non-const reference, as in CANN's kernel_tpipe.h
   template <typename T>
-  __aicore__ inline void FreeTensor(LocalTensor<T>& t) {
+  __aicore__ inline void FreeTensor(LocalTensor<T>& t, ASCENDC_SIM_LOC_PARAM) {
+    ASCENDC_SIM_AT;
     ascendc_sim::rt::QueFree(h_, gen_, ascendc_sim_detail::Ub(t));
   }
   template <typename T>
-  __aicore__ inline bool EnQue(const LocalTensor<T>& t) {
+  __aicore__ inline bool EnQue(const LocalTensor<T>& t, ASCENDC_SIM_LOC_PARAM) {
+    ASCENDC_SIM_AT;
     ascendc_sim::rt::QueEnQue(h_, gen_, ascendc_sim_detail::Ub(t), ascendc_sim::Pos::MAX, ascendc_sim::Pos::MAX);
     return true;
   }
   template <TPosition srcUserPos, TPosition dstUserPos, typename T>
-  __aicore__ inline bool EnQue(const LocalTensor<T>& t) {
+  __aicore__ inline bool EnQue(const LocalTensor<T>& t, ASCENDC_SIM_LOC_PARAM) {
+    ASCENDC_SIM_AT;
     static_assert((depth != 0), "TQue::EnQue<srcUserPos, dstUserPos>(): not available on a queue of depth 0");
     static_assert(ascendc_sim_detail::IsUserQuePos(srcUserPos),
                   "TQue::EnQue<srcUserPos, ...>(): srcUserPos must be GM, VECIN, VECOUT or VECCALC");
@@ -87,17 +92,20 @@ class TQueBind {
     return true;
   }
   template <typename T>
-  __aicore__ inline void DeQue(LocalTensor<T>& t) {
+  __aicore__ inline void DeQue(LocalTensor<T>& t, ASCENDC_SIM_LOC_PARAM) {
+    ASCENDC_SIM_AT;
     static_assert((depth == 0), "TQue::DeQue(LocalTensor<T>&): the in-place form is for a queue of depth 0 only");
     t = Take<T>(ascendc_sim::Pos::MAX, ascendc_sim::Pos::MAX);
   }
   template <typename T>
-  __aicore__ inline LocalTensor<T> DeQue() {
+  __aicore__ inline LocalTensor<T> DeQue(ASCENDC_SIM_LOC_PARAM) {
+    ASCENDC_SIM_AT;
     static_assert((depth != 0), "TQue::DeQue<T>(): a queue of depth 0 has only the in-place form DeQue(LocalTensor<T>&)");
     return Take<T>(ascendc_sim::Pos::MAX, ascendc_sim::Pos::MAX);
   }
   template <TPosition srcUserPos, TPosition dstUserPos, typename T>
-  __aicore__ inline LocalTensor<T> DeQue() {
+  __aicore__ inline LocalTensor<T> DeQue(ASCENDC_SIM_LOC_PARAM) {
+    ASCENDC_SIM_AT;
     static_assert((depth != 0), "TQue::DeQue<T>(): a queue of depth 0 has only the in-place form DeQue(LocalTensor<T>&)");
     static_assert(ascendc_sim_detail::IsUserQuePos(srcUserPos),
                   "TQue::DeQue<srcUserPos, ...>(): srcUserPos must be GM, VECIN, VECOUT or VECCALC");
@@ -107,23 +115,28 @@ class TQueBind {
                   "TQue::DeQue<GM, GM>(): source and destination cannot both be GM");
     return Take<T>(ascendc_sim_detail::P(srcUserPos), ascendc_sim_detail::P(dstUserPos));
   }
-  __aicore__ inline bool VacantInQue() {
+  __aicore__ inline bool VacantInQue(ASCENDC_SIM_LOC_PARAM) {
+    ASCENDC_SIM_AT;
     static_assert((depth != 0), "TQue::VacantInQue(): not available on a queue of depth 0");
     return ascendc_sim::rt::QueInfo(h_, gen_, 1) != 0;
   }
-  __aicore__ inline bool HasTensorInQue() {
+  __aicore__ inline bool HasTensorInQue(ASCENDC_SIM_LOC_PARAM) {
+    ASCENDC_SIM_AT;
     static_assert((depth != 0), "TQue::HasTensorInQue(): not available on a queue of depth 0");
     return ascendc_sim::rt::QueInfo(h_, gen_, 0) > 0;
   }
-  __aicore__ inline int32_t GetTensorCountInQue() {
+  __aicore__ inline int32_t GetTensorCountInQue(ASCENDC_SIM_LOC_PARAM) {
+    ASCENDC_SIM_AT;
     static_assert((depth != 0), "TQue::GetTensorCountInQue(): not available on a queue of depth 0");
     return ascendc_sim::rt::QueInfo(h_, gen_, 0);
   }
-  __aicore__ inline bool HasIdleBuffer() {
+  __aicore__ inline bool HasIdleBuffer(ASCENDC_SIM_LOC_PARAM) {
+    ASCENDC_SIM_AT;
     static_assert((depth != 0), "TQue::HasIdleBuffer(): not available on a queue of depth 0");
     return ascendc_sim::rt::QueInfo(h_, gen_, 2) > 0;
   }
-  __aicore__ inline void FreeAllEvent() {
+  __aicore__ inline void FreeAllEvent(ASCENDC_SIM_LOC_PARAM) {
+    ASCENDC_SIM_AT;
     static_assert((depth != 0), "TQue::FreeAllEvent(): not available on a queue of depth 0");
     ascendc_sim::rt::QueFreeAllEvent(h_, gen_);
   }
@@ -173,7 +186,8 @@ class TBuf {
   TBuf(const TBuf&) = delete;
   TBuf& operator=(const TBuf&) = delete;
   template <typename T>
-  __aicore__ inline LocalTensor<T> Get() {
+  __aicore__ inline LocalTensor<T> Get(ASCENDC_SIM_LOC_PARAM) {
+    ASCENDC_SIM_AT;
     uint32_t len = 0;
     ascendc_sim::UbRef ub = ascendc_sim::rt::TBufGet(h_, gen_, &len);
     ascendc_sim::rt::RequireDtype(DTOf<T>::value, "TBuf::Get");
@@ -181,7 +195,8 @@ class TBuf {
   }
   // CANN's CPU-debug TBuf::Get(len) asserts len > 0 and len * sizeof(T) a multiple of 32 bytes (TBUF_LEN)
   template <typename T>
-  __aicore__ inline LocalTensor<T> Get(uint32_t len) {
+  __aicore__ inline LocalTensor<T> Get(uint32_t len, ASCENDC_SIM_LOC_PARAM) {
+    ASCENDC_SIM_AT;
     uint32_t bytes = 0;
     ascendc_sim::UbRef ub = ascendc_sim::rt::TBufGet(h_, gen_, &bytes);
     ascendc_sim::rt::RequireDtype(DTOf<T>::value, "TBuf::Get");
@@ -198,7 +213,8 @@ class TBuf {
   }
   // The documented rule: bufOffset is 32-byte aligned (TBUF_OFFSET); size * sizeof(T) + bufOffset fits the TBuf.
   template <typename T>
-  __aicore__ inline LocalTensor<T> GetWithOffset(uint32_t size, uint32_t bufOffset) {
+  __aicore__ inline LocalTensor<T> GetWithOffset(uint32_t size, uint32_t bufOffset, ASCENDC_SIM_LOC_PARAM) {
+    ASCENDC_SIM_AT;
     uint32_t bytes = 0;
     ascendc_sim::UbRef ub = ascendc_sim::rt::TBufGet(h_, gen_, &bytes);
     ascendc_sim::rt::RequireDtype(DTOf<T>::value, "TBuf::GetWithOffset");
@@ -224,32 +240,53 @@ class TBuf {
 
 class TPipe {
  public:
-  __aicore__ TPipe() { ascendc_sim::rt::PipeCreate(this); }
+  __aicore__ TPipe(ASCENDC_SIM_LOC_PARAM) {
+    ASCENDC_SIM_AT;
+    ascendc_sim::rt::PipeCreate(this);
+  }
   ~TPipe() { ascendc_sim::rt::PipeDestroy(this); }
   TPipe(const TPipe&) = delete;
   TPipe& operator=(const TPipe&) = delete;
   template <class Q>
-  __aicore__ inline bool InitBuffer(Q& que, uint8_t num, uint32_t len) {
+  __aicore__ inline bool InitBuffer(Q& que, uint8_t num, uint32_t len, ASCENDC_SIM_LOC_PARAM) {
+    ASCENDC_SIM_AT;
     que.sim_init(num, len);
     return true;
   }
   template <TPosition bufPos>
-  __aicore__ inline bool InitBuffer(TBuf<bufPos>& buf, uint32_t len) {
+  __aicore__ inline bool InitBuffer(TBuf<bufPos>& buf, uint32_t len, ASCENDC_SIM_LOC_PARAM) {
+    ASCENDC_SIM_AT;
     buf.sim_init(len);
     return true;
   }
   __aicore__ inline void Init() {}
-  __aicore__ inline void Reset() { ascendc_sim::rt::PipeReset(this); }
-  __aicore__ inline void Destroy() { ascendc_sim::rt::PipeReset(this); }
+  __aicore__ inline void Reset(ASCENDC_SIM_LOC_PARAM) {
+    ASCENDC_SIM_AT;
+    ascendc_sim::rt::PipeReset(this);
+  }
+  __aicore__ inline void Destroy(ASCENDC_SIM_LOC_PARAM) {
+    ASCENDC_SIM_AT;
+    ascendc_sim::rt::PipeReset(this);
+  }
   template <HardEvent evt>
-  __aicore__ inline TEventID FetchEventID() { return static_cast<TEventID>(ascendc_sim::rt::FetchEventID(static_cast<int>(evt))); }
-  __aicore__ inline TEventID FetchEventID(HardEvent evt) {
+  __aicore__ inline TEventID FetchEventID(ASCENDC_SIM_LOC_PARAM) {
+    ASCENDC_SIM_AT;
+    return static_cast<TEventID>(ascendc_sim::rt::FetchEventID(static_cast<int>(evt)));
+  }
+  __aicore__ inline TEventID FetchEventID(HardEvent evt, ASCENDC_SIM_LOC_PARAM) {
+    ASCENDC_SIM_AT;
     return static_cast<TEventID>(ascendc_sim::rt::FetchEventID(static_cast<int>(evt)));
   }
   template <HardEvent evt>
-  __aicore__ inline TEventID AllocEventID() { return static_cast<TEventID>(ascendc_sim::rt::AllocEventID(static_cast<int>(evt))); }
+  __aicore__ inline TEventID AllocEventID(ASCENDC_SIM_LOC_PARAM) {
+    ASCENDC_SIM_AT;
+    return static_cast<TEventID>(ascendc_sim::rt::AllocEventID(static_cast<int>(evt)));
+  }
   template <HardEvent evt>
-  __aicore__ inline void ReleaseEventID(TEventID id) { ascendc_sim::rt::ReleaseEventID(static_cast<int>(evt), id); }
+  __aicore__ inline void ReleaseEventID(TEventID id, ASCENDC_SIM_LOC_PARAM) {
+    ASCENDC_SIM_AT;
+    ascendc_sim::rt::ReleaseEventID(static_cast<int>(evt), id);
+  }
 };
 
 // ----------------------------------------------------------------------------- core / tiling helpers
@@ -258,7 +295,10 @@ __aicore__ inline int64_t GetBlockNum() { return ascendc_sim::rt::BlockNum(); }
 __aicore__ inline int64_t GetSubBlockIdx() { return 0; }
 __aicore__ inline int64_t GetSubBlockNum() { return 1; }
 __aicore__ inline int64_t GetTaskRation() { return 1; }
-__aicore__ inline GM_ADDR GetUserWorkspace(GM_ADDR workspace) { return ascendc_sim::rt::UserWorkspace(workspace); }
+__aicore__ inline GM_ADDR GetUserWorkspace(GM_ADDR workspace, ASCENDC_SIM_LOC_PARAM) {
+  ASCENDC_SIM_AT;
+  return ascendc_sim::rt::UserWorkspace(workspace);
+}
 __aicore__ inline GM_ADDR GetSysWorkSpacePtr() { return ascendc_sim::rt::SysWorkspace(); }
 [[deprecated("SetSysWorkspace is deprecated in CANN (scheduled for removal): the framework sets the system workspace")]]
 __aicore__ inline void SetSysWorkspace(GM_ADDR) {}
@@ -280,24 +320,29 @@ __aicore__ inline void PRINTF(const char* fmt, Args... args) {
 
 // ----------------------------------------------------------------------------- sync
 template <pipe_t pipe>
-__aicore__ inline void PipeBarrier() {
+__aicore__ inline void PipeBarrier(ASCENDC_SIM_LOC_PARAM) {
+  ASCENDC_SIM_AT;
   ascendc_sim::rt::Barrier(static_cast<ascendc_sim::Pipe>(pipe));
 }
 template <HardEvent event>
-__aicore__ inline void SetFlag(int32_t eventID) {
+__aicore__ inline void SetFlag(int32_t eventID, ASCENDC_SIM_LOC_PARAM) {
+  ASCENDC_SIM_AT;
   ascendc_sim::rt::SetFlag(static_cast<int>(event), eventID);
 }
 template <HardEvent event>
-__aicore__ inline void WaitFlag(int32_t eventID) {
+__aicore__ inline void WaitFlag(int32_t eventID, ASCENDC_SIM_LOC_PARAM) {
+  ASCENDC_SIM_AT;
   ascendc_sim::rt::WaitFlag(static_cast<int>(event), eventID);
 }
 template <pipe_t src, pipe_t dst>
 class TQueSync {
  public:
-  __aicore__ inline void SetFlag(TEventID id) {
+  __aicore__ inline void SetFlag(TEventID id, ASCENDC_SIM_LOC_PARAM) {
+    ASCENDC_SIM_AT;
     ascendc_sim::rt::SetFlag((static_cast<int>(src) << 4) | static_cast<int>(dst), id);
   }
-  __aicore__ inline void WaitFlag(TEventID id) {
+  __aicore__ inline void WaitFlag(TEventID id, ASCENDC_SIM_LOC_PARAM) {
+    ASCENDC_SIM_AT;
     ascendc_sim::rt::WaitFlag((static_cast<int>(src) << 4) | static_cast<int>(dst), id);
   }
 };
@@ -315,28 +360,32 @@ inline ascendc_sim::CopyParamsRaw Raw(uint32_t count, uint64_t len, uint64_t ss,
 }  // namespace ascendc_sim_detail
 
 template <typename T>
-__aicore__ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const uint32_t count) {
+__aicore__ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const uint32_t count, ASCENDC_SIM_LOC_PARAM) {
+  ASCENDC_SIM_AT;
   ascendc_sim::rt::CopyGmToUb(ascendc_sim_detail::Ub(dst), src.sim_region(),
                               reinterpret_cast<const uint8_t*>(src.sim_ptr()), DTOf<T>::value, ascendc_sim::kCopyCount,
                               ascendc_sim_detail::Raw(1, static_cast<uint64_t>(count) * sizeof(T), 0, 0), nullptr,
                               "DataCopy(GM->UB, count)");
 }
 template <typename T>
-__aicore__ inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const uint32_t count) {
+__aicore__ inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const uint32_t count, ASCENDC_SIM_LOC_PARAM) {
+  ASCENDC_SIM_AT;
   ascendc_sim::rt::CopyUbToGm(dst.sim_region(), reinterpret_cast<uint8_t*>(dst.sim_ptr()), ascendc_sim_detail::Ub(src),
                               DTOf<T>::value, ascendc_sim::kCopyCount,
                               ascendc_sim_detail::Raw(1, static_cast<uint64_t>(count) * sizeof(T), 0, 0),
                               "DataCopy(UB->GM, count)");
 }
 template <typename T>
-__aicore__ inline void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>& src, const uint32_t count) {
+__aicore__ inline void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>& src, const uint32_t count, ASCENDC_SIM_LOC_PARAM) {
+  ASCENDC_SIM_AT;
   ascendc_sim::rt::CopyUbToUb(ascendc_sim_detail::Ub(dst), ascendc_sim_detail::Ub(src), DTOf<T>::value,
                               ascendc_sim::kCopyCount,
                               ascendc_sim_detail::Raw(1, static_cast<uint64_t>(count) * sizeof(T), 0, 0),
                               "DataCopy(UB->UB, count)");
 }
 template <typename T>
-__aicore__ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataCopyParams& p) {
+__aicore__ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataCopyParams& p, ASCENDC_SIM_LOC_PARAM) {
+  ASCENDC_SIM_AT;
   ascendc_sim::rt::CopyGmToUb(ascendc_sim_detail::Ub(dst), src.sim_region(),
                               reinterpret_cast<const uint8_t*>(src.sim_ptr()), DTOf<T>::value,
                               ascendc_sim::kCopyParams,
@@ -344,14 +393,16 @@ __aicore__ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>
                               "DataCopy(GM->UB, DataCopyParams)");
 }
 template <typename T>
-__aicore__ inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyParams& p) {
+__aicore__ inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyParams& p, ASCENDC_SIM_LOC_PARAM) {
+  ASCENDC_SIM_AT;
   ascendc_sim::rt::CopyUbToGm(dst.sim_region(), reinterpret_cast<uint8_t*>(dst.sim_ptr()), ascendc_sim_detail::Ub(src),
                               DTOf<T>::value, ascendc_sim::kCopyParams,
                               ascendc_sim_detail::Raw(p.blockCount, p.blockLen, p.srcStride, p.dstStride),
                               "DataCopy(UB->GM, DataCopyParams)");
 }
 template <typename T>
-__aicore__ inline void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyParams& p) {
+__aicore__ inline void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyParams& p, ASCENDC_SIM_LOC_PARAM) {
+  ASCENDC_SIM_AT;
   ascendc_sim::rt::CopyUbToUb(ascendc_sim_detail::Ub(dst), ascendc_sim_detail::Ub(src), DTOf<T>::value,
                               ascendc_sim::kCopyParams,
                               ascendc_sim_detail::Raw(p.blockCount, p.blockLen, p.srcStride, p.dstStride),
@@ -371,7 +422,8 @@ __aicore__ inline void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>&
 #endif
 template <typename T>
 __aicore__ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataCopyExtParams& p,
-                                   const DataCopyPadExtParams<T>& pad) {
+                                   const DataCopyPadExtParams<T>& pad, ASCENDC_SIM_LOC_PARAM) {
+  ASCENDC_SIM_AT;
   ASCENDC_SIM_NO_DATACOPYPAD(T);
   ascendc_sim::PadSpec ps;
   ps.left = pad.leftPadding;
@@ -386,7 +438,8 @@ __aicore__ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor
                               "DataCopyPad(GM->UB, DataCopyExtParams)");
 }
 template <typename T>
-__aicore__ inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyExtParams& p) {
+__aicore__ inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyExtParams& p, ASCENDC_SIM_LOC_PARAM) {
+  ASCENDC_SIM_AT;
   ASCENDC_SIM_NO_DATACOPYPAD(T);
   ascendc_sim::rt::CopyUbToGm(dst.sim_region(), reinterpret_cast<uint8_t*>(dst.sim_ptr()), ascendc_sim_detail::Ub(src),
                               DTOf<T>::value, ascendc_sim::kCopyPadExt,
@@ -395,7 +448,8 @@ __aicore__ inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor
 }
 template <typename T>
 __aicore__ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataCopyParams& p,
-                                   const DataCopyPadParams& pad) {
+                                   const DataCopyPadParams& pad, ASCENDC_SIM_LOC_PARAM) {
+  ASCENDC_SIM_AT;
   ASCENDC_SIM_NO_DATACOPYPAD(T);
   ascendc_sim::PadSpec ps;
   ps.left = pad.leftPadding;
@@ -409,7 +463,8 @@ __aicore__ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor
                               "DataCopyPad(GM->UB, DataCopyParams)");
 }
 template <typename T>
-__aicore__ inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyParams& p) {
+__aicore__ inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyParams& p, ASCENDC_SIM_LOC_PARAM) {
+  ASCENDC_SIM_AT;
   ASCENDC_SIM_NO_DATACOPYPAD(T);
   ascendc_sim::rt::CopyUbToGm(dst.sim_region(), reinterpret_cast<uint8_t*>(dst.sim_ptr()), ascendc_sim_detail::Ub(src),
                               DTOf<T>::value, ascendc_sim::kCopyPadLegacy,
@@ -467,7 +522,7 @@ inline ascendc_sim::VecShape LenShape(uint64_t mask, uint8_t repeat) {
 #define ASCENDC_SIM_BINARY_OP(NAME)                                                                                \
   template <typename T, bool isSetMask = true>                                                                     \
   __aicore__ inline void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1,   \
-                              const int32_t& count) {                                                              \
+                              const int32_t& count, ASCENDC_SIM_LOC_PARAM) { ASCENDC_SIM_AT;                             \
     auto d = ascendc_sim_detail::Opnd(dst, 1, 8), a = ascendc_sim_detail::Opnd(src0, 1, 8),                        \
          b = ascendc_sim_detail::Opnd(src1, 1, 8);                                                                 \
     ascendc_sim::rt::Vec(ascendc_sim::VecOp::NAME, #NAME, ascendc_sim_detail::CountShape(count), !isSetMask, d,    \
@@ -475,7 +530,7 @@ inline ascendc_sim::VecShape LenShape(uint64_t mask, uint8_t repeat) {
   }                                                                                                                \
   template <typename T, bool isSetMask = true>                                                                     \
   __aicore__ inline void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1,   \
-                              const uint64_t mask[], const uint8_t repeatTime, const BinaryRepeatParams& p) {      \
+                              const uint64_t mask[], const uint8_t repeatTime, const BinaryRepeatParams& p, ASCENDC_SIM_LOC_PARAM) { ASCENDC_SIM_AT; \
     auto d = ascendc_sim_detail::Opnd(dst, p.dstBlkStride, p.dstRepStride),                                        \
          a = ascendc_sim_detail::Opnd(src0, p.src0BlkStride, p.src0RepStride),                                     \
          b = ascendc_sim_detail::Opnd(src1, p.src1BlkStride, p.src1RepStride);                                     \
@@ -484,7 +539,7 @@ inline ascendc_sim::VecShape LenShape(uint64_t mask, uint8_t repeat) {
   }                                                                                                                \
   template <typename T, bool isSetMask = true>                                                                     \
   __aicore__ inline void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1,   \
-                              uint64_t mask, const uint8_t repeatTime, const BinaryRepeatParams& p) {              \
+                              uint64_t mask, const uint8_t repeatTime, const BinaryRepeatParams& p, ASCENDC_SIM_LOC_PARAM) { ASCENDC_SIM_AT; \
     auto d = ascendc_sim_detail::Opnd(dst, p.dstBlkStride, p.dstRepStride),                                        \
          a = ascendc_sim_detail::Opnd(src0, p.src0BlkStride, p.src0RepStride),                                     \
          b = ascendc_sim_detail::Opnd(src1, p.src1BlkStride, p.src1RepStride);                                     \
@@ -503,14 +558,14 @@ ASCENDC_SIM_BINARY_OP(Div)
 #define ASCENDC_SIM_SCALAR_OP(NAME)                                                                                \
   template <typename T, bool isSetMask = true>                                                                     \
   __aicore__ inline void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, const T& scalarValue,           \
-                              const int32_t& count) {                                                              \
+                              const int32_t& count, ASCENDC_SIM_LOC_PARAM) { ASCENDC_SIM_AT;                             \
     auto d = ascendc_sim_detail::Opnd(dst, 1, 8), a = ascendc_sim_detail::Opnd(src, 1, 8);                         \
     ascendc_sim::rt::Vec(ascendc_sim::VecOp::NAME, #NAME, ascendc_sim_detail::CountShape(count), !isSetMask, d,    \
                          &a, nullptr, &scalarValue, 0);                                                            \
   }                                                                                                                \
   template <typename T, bool isSetMask = true>                                                                     \
   __aicore__ inline void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, const T& scalarValue,           \
-                              const uint64_t mask[], const uint8_t repeatTime, const UnaryRepeatParams& p) {       \
+                              const uint64_t mask[], const uint8_t repeatTime, const UnaryRepeatParams& p, ASCENDC_SIM_LOC_PARAM) { ASCENDC_SIM_AT; \
     auto d = ascendc_sim_detail::Opnd(dst, p.dstBlkStride, p.dstRepStride),                                        \
          a = ascendc_sim_detail::Opnd(src, p.srcBlkStride, p.srcRepStride);                                        \
     ascendc_sim::rt::Vec(ascendc_sim::VecOp::NAME, #NAME, ascendc_sim_detail::BitsShape(mask, repeatTime),         \
@@ -518,7 +573,7 @@ ASCENDC_SIM_BINARY_OP(Div)
   }                                                                                                                \
   template <typename T, bool isSetMask = true>                                                                     \
   __aicore__ inline void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, const T& scalarValue,           \
-                              uint64_t mask, const uint8_t repeatTime, const UnaryRepeatParams& p) {               \
+                              uint64_t mask, const uint8_t repeatTime, const UnaryRepeatParams& p, ASCENDC_SIM_LOC_PARAM) { ASCENDC_SIM_AT; \
     auto d = ascendc_sim_detail::Opnd(dst, p.dstBlkStride, p.dstRepStride),                                        \
          a = ascendc_sim_detail::Opnd(src, p.srcBlkStride, p.srcRepStride);                                        \
     ascendc_sim::rt::Vec(ascendc_sim::VecOp::NAME, #NAME, ascendc_sim_detail::LenShape(mask, repeatTime),          \
@@ -533,14 +588,14 @@ ASCENDC_SIM_SCALAR_OP(Mins)
 
 #define ASCENDC_SIM_UNARY_OP(NAME)                                                                                 \
   template <typename T, bool isSetMask = true>                                                                     \
-  __aicore__ inline void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t& count) {         \
+  __aicore__ inline void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t& count, ASCENDC_SIM_LOC_PARAM) { ASCENDC_SIM_AT; \
     auto d = ascendc_sim_detail::Opnd(dst, 1, 8), a = ascendc_sim_detail::Opnd(src, 1, 8);                         \
     ascendc_sim::rt::Vec(ascendc_sim::VecOp::NAME, #NAME, ascendc_sim_detail::CountShape(count), !isSetMask, d,    \
                          &a, nullptr, nullptr, 0);                                                                 \
   }                                                                                                                \
   template <typename T, bool isSetMask = true>                                                                     \
   __aicore__ inline void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, const uint64_t mask[],          \
-                              const uint8_t repeatTime, const UnaryRepeatParams& p) {                              \
+                              const uint8_t repeatTime, const UnaryRepeatParams& p, ASCENDC_SIM_LOC_PARAM) { ASCENDC_SIM_AT; \
     auto d = ascendc_sim_detail::Opnd(dst, p.dstBlkStride, p.dstRepStride),                                        \
          a = ascendc_sim_detail::Opnd(src, p.srcBlkStride, p.srcRepStride);                                        \
     ascendc_sim::rt::Vec(ascendc_sim::VecOp::NAME, #NAME, ascendc_sim_detail::BitsShape(mask, repeatTime),         \
@@ -548,7 +603,7 @@ ASCENDC_SIM_SCALAR_OP(Mins)
   }                                                                                                                \
   template <typename T, bool isSetMask = true>                                                                     \
   __aicore__ inline void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, uint64_t mask,                 \
-                              const uint8_t repeatTime, const UnaryRepeatParams& p) {                              \
+                              const uint8_t repeatTime, const UnaryRepeatParams& p, ASCENDC_SIM_LOC_PARAM) { ASCENDC_SIM_AT; \
     auto d = ascendc_sim_detail::Opnd(dst, p.dstBlkStride, p.dstRepStride),                                        \
          a = ascendc_sim_detail::Opnd(src, p.srcBlkStride, p.srcRepStride);                                        \
     ascendc_sim::rt::Vec(ascendc_sim::VecOp::NAME, #NAME, ascendc_sim_detail::LenShape(mask, repeatTime),          \
@@ -561,21 +616,24 @@ ASCENDC_SIM_UNARY_OP(Sqrt)
 #undef ASCENDC_SIM_UNARY_OP
 
 template <typename T, bool isSetMask = true>
-__aicore__ inline void Duplicate(const LocalTensor<T>& dst, const T& scalarValue, const int32_t& count) {
+__aicore__ inline void Duplicate(const LocalTensor<T>& dst, const T& scalarValue, const int32_t& count, ASCENDC_SIM_LOC_PARAM) {
+  ASCENDC_SIM_AT;
   auto d = ascendc_sim_detail::Opnd(dst, 1, 8);
   ascendc_sim::rt::Vec(ascendc_sim::VecOp::Duplicate, "Duplicate", ascendc_sim_detail::CountShape(count), !isSetMask, d,
                        nullptr, nullptr, &scalarValue, 0);
 }
 template <typename T, bool isSetMask = true>
 __aicore__ inline void Duplicate(const LocalTensor<T>& dst, const T& scalarValue, const uint64_t mask[],
-                                 const uint8_t repeatTime, const uint16_t dstBlockStride, const uint8_t dstRepeatStride) {
+                                 const uint8_t repeatTime, const uint16_t dstBlockStride, const uint8_t dstRepeatStride, ASCENDC_SIM_LOC_PARAM) {
+  ASCENDC_SIM_AT;
   auto d = ascendc_sim_detail::Opnd(dst, dstBlockStride, dstRepeatStride);
   ascendc_sim::rt::Vec(ascendc_sim::VecOp::Duplicate, "Duplicate", ascendc_sim_detail::BitsShape(mask, repeatTime),
                        !isSetMask, d, nullptr, nullptr, &scalarValue, 0);
 }
 template <typename T, bool isSetMask = true>
 __aicore__ inline void Duplicate(const LocalTensor<T>& dst, const T& scalarValue, uint64_t mask,
-                                 const uint8_t repeatTime, const uint16_t dstBlockStride, const uint8_t dstRepeatStride) {
+                                 const uint8_t repeatTime, const uint16_t dstBlockStride, const uint8_t dstRepeatStride, ASCENDC_SIM_LOC_PARAM) {
+  ASCENDC_SIM_AT;
   auto d = ascendc_sim_detail::Opnd(dst, dstBlockStride, dstRepeatStride);
   ascendc_sim::rt::Vec(ascendc_sim::VecOp::Duplicate, "Duplicate", ascendc_sim_detail::LenShape(mask, repeatTime),
                        !isSetMask, d, nullptr, nullptr, &scalarValue, 0);
@@ -585,7 +643,8 @@ __aicore__ inline void Duplicate(const LocalTensor<T>& dst, const T& scalarValue
 // byte srcBaseAddr + srcOffset[i] (offsets in bytes, relative to src's start), i < count.
 template <typename T>
 __aicore__ inline void Gather(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LocalTensor<uint32_t>& srcOffset,
-                              const uint32_t srcBaseAddr, const uint32_t count) {
+                              const uint32_t srcBaseAddr, const uint32_t count, ASCENDC_SIM_LOC_PARAM) {
+  ASCENDC_SIM_AT;
   auto d = ascendc_sim_detail::Opnd(dst, 1, 8), a = ascendc_sim_detail::Opnd(src, 1, 8),
        o = ascendc_sim_detail::Opnd(srcOffset, 1, 8);
   ascendc_sim::rt::Gather(d, a, o, srcBaseAddr, count);
@@ -604,7 +663,8 @@ __aicore__ inline void Gather(const LocalTensor<T>& dst, const LocalTensor<T>& s
 #endif
 template <typename T, typename U, bool isSetMask = true>
 __aicore__ inline void Cast(const LocalTensor<T>& dst, const LocalTensor<U>& src, const RoundMode& roundMode,
-                            const uint32_t count) {
+                            const uint32_t count, ASCENDC_SIM_LOC_PARAM) {
+  ASCENDC_SIM_AT;
   ASCENDC_SIM_NO_BF16_CAST(T, U);
   auto d = ascendc_sim_detail::Opnd(dst, 1, 8), a = ascendc_sim_detail::Opnd(src, 1, 8);
   ascendc_sim::rt::Vec(ascendc_sim::VecOp::Cast, "Cast", ascendc_sim_detail::CountShape(count), !isSetMask, d, &a,
@@ -612,7 +672,8 @@ __aicore__ inline void Cast(const LocalTensor<T>& dst, const LocalTensor<U>& src
 }
 template <typename T, typename U, bool isSetMask = true>
 __aicore__ inline void Cast(const LocalTensor<T>& dst, const LocalTensor<U>& src, const RoundMode& roundMode,
-                            const uint64_t mask[], const uint8_t repeatTime, const UnaryRepeatParams& p) {
+                            const uint64_t mask[], const uint8_t repeatTime, const UnaryRepeatParams& p, ASCENDC_SIM_LOC_PARAM) {
+  ASCENDC_SIM_AT;
   ASCENDC_SIM_NO_BF16_CAST(T, U);
   auto d = ascendc_sim_detail::Opnd(dst, p.dstBlkStride, p.dstRepStride),
        a = ascendc_sim_detail::Opnd(src, p.srcBlkStride, p.srcRepStride);
@@ -621,7 +682,8 @@ __aicore__ inline void Cast(const LocalTensor<T>& dst, const LocalTensor<U>& src
 }
 template <typename T, typename U, bool isSetMask = true>
 __aicore__ inline void Cast(const LocalTensor<T>& dst, const LocalTensor<U>& src, const RoundMode& roundMode,
-                            const uint64_t mask, const uint8_t repeatTime, const UnaryRepeatParams& p) {
+                            const uint64_t mask, const uint8_t repeatTime, const UnaryRepeatParams& p, ASCENDC_SIM_LOC_PARAM) {
+  ASCENDC_SIM_AT;
   ASCENDC_SIM_NO_BF16_CAST(T, U);
   auto d = ascendc_sim_detail::Opnd(dst, p.dstBlkStride, p.dstRepStride),
        a = ascendc_sim_detail::Opnd(src, p.srcBlkStride, p.srcRepStride);
@@ -637,7 +699,8 @@ __aicore__ inline void SetVectorMask(const uint64_t maskHigh, const uint64_t mas
   ascendc_sim::rt::SetVectorMask(maskHigh, maskLow, DTOf<T>::value);
 }
 template <typename T, MaskMode mode = MaskMode::NORMAL>
-__aicore__ inline void SetVectorMask(int32_t len) {
+__aicore__ inline void SetVectorMask(int32_t len, ASCENDC_SIM_LOC_PARAM) {
+  ASCENDC_SIM_AT;
   ascendc_sim::rt::SetVectorMaskLen(len, DTOf<T>::value);
 }
 __aicore__ inline void ResetMask() { ascendc_sim::rt::ResetMask(); }
@@ -662,21 +725,26 @@ __aicore__ inline AscendC::TPipe* GetTPipePtr() { return static_cast<AscendC::TP
 #define ASCENDC_SIM_TILING_TYPE_OF_(op) ASCENDC_SIM_TILING_TYPE(op)
 // GET_TILING_DATA needs the op type: the generated wrapper defines ASCENDC_SIM_OP_TYPE, and
 // register/tilingdata_base.h (kernel mode) defines ASCENDC_SIM_TILING_TYPE(op).
-#define GET_TILING_DATA(var, tiling)                                          \
-  ASCENDC_SIM_TILING_TYPE_OF_(ASCENDC_SIM_OP_TYPE) var;                       \
-  ::ascendc_sim::rt::CopyTiling(&var, reinterpret_cast<const uint8_t*>(tiling), sizeof(var), \
-                                ASCENDC_SIM_STR(ASCENDC_SIM_OP_TYPE) " tiling data")
+// Each names its own line in an error (ASCENDC_SIM_TILING_AT), then no location is current again.
+#define ASCENDC_SIM_TILING_AT(call) (::ascendc_sim::rt::At(__FILE__, __LINE__), (call), ::ascendc_sim::rt::At(nullptr, 0))
+#define GET_TILING_DATA(var, tiling)                                                                  \
+  ASCENDC_SIM_TILING_TYPE_OF_(ASCENDC_SIM_OP_TYPE) var;                                               \
+  ASCENDC_SIM_TILING_AT(::ascendc_sim::rt::CopyTiling(&var, reinterpret_cast<const uint8_t*>(tiling), \
+                                                      sizeof(var),                                    \
+                                                      ASCENDC_SIM_STR(ASCENDC_SIM_OP_TYPE) " tiling data"))
 #define GET_TILING_DATA_WITH_STRUCT(type, var, tiling) \
   type var;                                            \
-  ::ascendc_sim::rt::CopyTiling(&var, reinterpret_cast<const uint8_t*>(tiling), sizeof(type), #type)
-#define GET_TILING_DATA_PTR_WITH_STRUCT(type, ptr, tiling) \
-  const type* ptr = reinterpret_cast<const type*>(        \
-      ::ascendc_sim::rt::TilingPtr(reinterpret_cast<const uint8_t*>(tiling), sizeof(type), #type))
+  ASCENDC_SIM_TILING_AT(::ascendc_sim::rt::CopyTiling(&var, reinterpret_cast<const uint8_t*>(tiling), sizeof(type), #type))
+#define GET_TILING_DATA_PTR_WITH_STRUCT(type, ptr, tiling)                                                         \
+  const type* ptr = reinterpret_cast<const type*>((::ascendc_sim::rt::At(__FILE__, __LINE__),                      \
+                                                   ::ascendc_sim::rt::TilingPtr(reinterpret_cast<const uint8_t*>(tiling), \
+                                                                                sizeof(type), #type)))
 #define GET_TILING_DATA_MEMBER(type, member, var, tiling)                                                          \
   decltype(type::member) var;                                                                                      \
   {                                                                                                                \
     type ascendc_sim_whole_;                                                                                       \
-    ::ascendc_sim::rt::CopyTiling(&ascendc_sim_whole_, reinterpret_cast<const uint8_t*>(tiling), sizeof(type), #type); \
+    ASCENDC_SIM_TILING_AT(::ascendc_sim::rt::CopyTiling(&ascendc_sim_whole_, reinterpret_cast<const uint8_t*>(tiling), \
+                                                        sizeof(type), #type));                                     \
     var = ascendc_sim_whole_.member;                                                                               \
   }
 #define REGISTER_TILING_DEFAULT(type)
@@ -698,14 +766,17 @@ template <typename... A>
 struct KernelRegistrar {
   // npu_arch comes from the macro (expanded in the kernel's TU): this template is shared by the builds of
   // every arch and must not depend on __NPU_ARCH__ itself.
-  KernelRegistrar(const char* name, void (*fn)(A...), const char* where, int npu_arch) {
+  KernelRegistrar(const char* name, void (*fn)(A...), const char* where, int npu_arch, const char* arg_names) {
     rt::RegisterKernel(name, reinterpret_cast<void*>(fn), static_cast<int>(sizeof...(A)), &InvokeKernel<A...>, where,
-                       npu_arch);
+                       npu_arch, arg_names);
   }
 };
 }  // namespace ascendc_sim
-#define ASCENDC_SIM_REGISTER_KERNEL(name, fn) \
-  static ::ascendc_sim::KernelRegistrar ascendc_sim_kernel_registrar_##name(#name, &fn, __FILE__, __NPU_ARCH__);
+// ASCENDC_SIM_REGISTER_KERNEL(name, fn [, "x;y;workspace;tiling"]): the optional string names the entry's
+// parameters (ms_kvcache.sim.build passes them), so GM tensors of a launch_kernel are named in messages.
+#define ASCENDC_SIM_REGISTER_KERNEL(name, fn, ...)                                                     \
+  static ::ascendc_sim::KernelRegistrar ascendc_sim_kernel_registrar_##name(#name, &fn, __FILE__, __NPU_ARCH__, \
+                                                                            "" __VA_ARGS__);
 
 #include "ascendc_sim/kernel_sync.h"  // SyncAll, DataCacheCleanAndInvalid
 

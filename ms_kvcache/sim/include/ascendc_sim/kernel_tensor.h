@@ -72,11 +72,16 @@ enum event_t : uint8_t { EVENT_ID0 = 0, EVENT_ID1, EVENT_ID2, EVENT_ID3, EVENT_I
 
 inline int64_t get_block_idx() { return ascendc_sim::rt::BlockIdx(); }
 inline int64_t get_block_num() { return ascendc_sim::rt::BlockNum(); }
-inline void pipe_barrier(pipe_t p) { ascendc_sim::rt::Barrier(static_cast<ascendc_sim::Pipe>(p)); }
-inline void set_flag(pipe_t src, pipe_t dst, event_t id) {
+inline void pipe_barrier(pipe_t p, ASCENDC_SIM_LOC_PARAM) {
+  ASCENDC_SIM_AT;
+  ascendc_sim::rt::Barrier(static_cast<ascendc_sim::Pipe>(p));
+}
+inline void set_flag(pipe_t src, pipe_t dst, event_t id, ASCENDC_SIM_LOC_PARAM) {
+  ASCENDC_SIM_AT;
   ascendc_sim::rt::SetFlag((static_cast<int>(src) << 4) | static_cast<int>(dst), id);
 }
-inline void wait_flag(pipe_t src, pipe_t dst, event_t id) {
+inline void wait_flag(pipe_t src, pipe_t dst, event_t id, ASCENDC_SIM_LOC_PARAM) {
+  ASCENDC_SIM_AT;
   ascendc_sim::rt::WaitFlag((static_cast<int>(src) << 4) | static_cast<int>(dst), id);
 }
 
@@ -271,14 +276,16 @@ class GlobalTensor {
   __aicore__ inline void SetGlobalBuffer(__gm__ PrimType* buffer) { SetGlobalBuffer(buffer, 0); }
   __aicore__ inline const __gm__ PrimType* GetPhyAddr() const { return ptr_; }
   __aicore__ inline __gm__ PrimType* GetPhyAddr(const uint64_t offset) const { return ptr_ + offset; }
-  __aicore__ inline PrimType GetValue(const uint64_t offset) const {
+  __aicore__ inline PrimType GetValue(const uint64_t offset, ASCENDC_SIM_LOC_PARAM) const {
+    ASCENDC_SIM_AT;
     ascendc_sim::rt::RequireDtype(DTOf<T>::value, "GlobalTensor::GetValue");
     T v;
     ascendc_sim::rt::GmScalarRead(region_, ptr_ + offset, sizeof(T), &v, "GlobalTensor::GetValue");
     return v;
   }
   // non-const, as in CANN's kernel_tensor.h (a const GlobalTensor cannot be written through)
-  __aicore__ inline void SetValue(const uint64_t offset, PrimType value) {
+  __aicore__ inline void SetValue(const uint64_t offset, PrimType value, ASCENDC_SIM_LOC_PARAM) {
+    ASCENDC_SIM_AT;
     ascendc_sim::rt::RequireDtype(DTOf<T>::value, "GlobalTensor::SetValue");
     ascendc_sim::rt::GmScalarWrite(region_, ptr_ + offset, sizeof(T), &value, "GlobalTensor::SetValue");
   }
@@ -318,14 +325,16 @@ class LocalTensor {
  public:
   using PrimType = T;
   __aicore__ inline LocalTensor() : ub_{0, -1, 0, 0}, size_(0), pos_(TPosition::VECCALC) {}
-  __aicore__ inline PrimType GetValue(const uint32_t index) const {
+  __aicore__ inline PrimType GetValue(const uint32_t index, ASCENDC_SIM_LOC_PARAM) const {
+    ASCENDC_SIM_AT;
     ascendc_sim::rt::RequireDtype(DTOf<T>::value, "LocalTensor::GetValue");
     T v;
     ascendc_sim::rt::UbScalarRead(ub_, static_cast<uint64_t>(index) * sizeof(T), sizeof(T), &v);
     return v;
   }
   template <typename S>
-  __aicore__ inline void SetValue(const uint32_t index, const S value) const {
+  __aicore__ inline void SetValue(const uint32_t index, const S value, ASCENDC_SIM_LOC_PARAM) const {
+    ASCENDC_SIM_AT;
     ascendc_sim::rt::RequireDtype(DTOf<T>::value, "LocalTensor::SetValue");
     const T v = static_cast<T>(value);
     ascendc_sim::rt::UbScalarWrite(ub_, static_cast<uint64_t>(index) * sizeof(T), sizeof(T), &v);

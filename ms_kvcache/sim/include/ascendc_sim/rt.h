@@ -74,6 +74,43 @@ struct VecOperand {
 enum class VecOp : uint8_t { Add, Sub, Mul, Adds, Muls, Duplicate, Cast, CopyUb, Max, Min, Maxs, Mins, Abs, Relu, Div, Sqrt };
 
 namespace rt {
+// The kernel source location of the AscendC API call being executed (set by every emulated API that can
+// fail, from a defaulted SrcLoc argument): an EmulationError message ends with " (at <file>:<line>)".
+ASCENDC_SIM_API void At(const char* file, uint32_t line);
+}  // namespace rt
+
+// Where an emulated API was called from: every API that can raise an EmulationError takes a trailing
+// `SrcLoc loc = SrcLoc::Here()` (kernel code never passes it), so __builtin_FILE / __builtin_LINE name
+// the kernel's call. Not constructible from anything else, so no call the official headers reject
+// binds to it.
+class SrcLoc {
+ public:
+  static constexpr SrcLoc Here(const char* file = __builtin_FILE(), uint32_t line = __builtin_LINE()) {
+    return SrcLoc(file, line);
+  }
+  // the API's call is the current one until the returned Scope ends (then no location is current, so an
+  // error raised outside an annotated API never shows a stale line)
+  struct Scope {
+    Scope() = default;
+    Scope(const Scope&) = delete;
+    ~Scope() { rt::At(nullptr, 0); }
+  };
+  Scope Mark() const {
+    rt::At(file_, line_);
+    return Scope();
+  }
+
+ private:
+  constexpr SrcLoc(const char* file, uint32_t line) : file_(file), line_(line) {}
+  const char* file_;
+  uint32_t line_;
+};
+
+// the trailing parameter of an annotated API, and its first statement
+#define ASCENDC_SIM_LOC_PARAM ::ascendc_sim::SrcLoc ascendc_sim_loc = ::ascendc_sim::SrcLoc::Here()
+#define ASCENDC_SIM_AT const ::ascendc_sim::SrcLoc::Scope ascendc_sim_at_ = ascendc_sim_loc.Mark()
+
+namespace rt {
 
 // --------------------------------------------------------------------------------------- errors
 [[noreturn]] ASCENDC_SIM_API void Fail(const char* rule, const char* fmt, ...)
@@ -157,8 +194,9 @@ ASCENDC_SIM_API void SyncAll(bool aiv_only, bool soft, const void* gm, uint64_t 
 // --------------------------------------------------------------------------------------- kernels
 using KernelInvoker = void (*)(void* fn, void** args, int nargs);
 // npu_arch: the __NPU_ARCH__ the kernel was compiled for; a launch on a SoC runs the build of its arch.
+// arg_names: the entry's parameter names, ';'-separated ("" if unknown), for GM tensor names in messages.
 ASCENDC_SIM_API void RegisterKernel(const char* name, void* fn, int nargs, KernelInvoker invoke, const char* where,
-                                    int npu_arch);
+                                    int npu_arch, const char* arg_names);
 
 }  // namespace rt
 }  // namespace ascendc_sim
