@@ -267,15 +267,9 @@ __aicore__ inline void ScatterKeyValue(GM_ADDR key, GM_ADDR value, __gm__ T* key
   AscendC::TPipe pipe;
   SlotScatter<T, S, PAD, SEG> scatter;
   scatter.Init(&pipe, slot_mapping, td.bufferBytes, td.numSlots, td.blockSize);
-  PlaneDesc plane;
-  plane.rowElems = td.rowElems;
-  plane.numSeg = td.numSeg;
-  plane.segElems = td.segElems;
-  plane.segStride = td.segStride;
-  plane.blockStride = td.blockStride;
-  plane.slotStride = td.slotStride;
-  plane.segsPerChunk = td.segsPerChunk;
-  plane.pieceElems = td.pieceElems;
+  // one layout for the key and the value plane (PlaneDesc's fields, in its order)
+  const PlaneDesc plane = {td.rowElems,    td.numSeg,     td.segElems,     td.segStride,
+                           td.blockStride, td.slotStride, td.segsPerChunk, td.pieceElems};
   PlaneDesc planes[2] = {plane, plane};
   AscendC::GlobalTensor<T> src[2];
   AscendC::GlobalTensor<T> dst[2];
