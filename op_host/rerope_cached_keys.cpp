@@ -36,11 +36,11 @@ ge::graphStatus ReropeCachedKeysTiling(gert::TilingContext* context) {
   bool bnsd = false;
   if (LayoutAttr(context, 1, kOp, &bnsd) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
 
-  const ge::DataType dt = context->GetInputDesc(kCache)->GetDataType();
+  ge::DataType dt = ge::DT_FLOAT;
+  int64_t esz = 0;
   uint64_t dcode = 0;
-  const int64_t esz = FloatSize(dt, &dcode);
-  if (esz == 0) return Fail(kOp, "key_cache: expected float16, bfloat16 or float32, got %s", DTypeName(dt));
-  if (CheckSameDType(context, kOp, hw, dt, "key_cache", nullptr, 0) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  if (DataDType(context, kOp, hw, kCache, "key_cache", nullptr, 0, &dt, &esz, &dcode) != ge::GRAPH_SUCCESS)
+    return ge::GRAPH_FAILED;
   int64_t slotIs64 = 0, posIs64 = 0, newIs64 = 0;
   if (IndexCode(kOp, "slot_mapping", context->GetInputDesc(kSlots)->GetDataType(), &slotIs64) != ge::GRAPH_SUCCESS ||
       IndexCode(kOp, "old_positions", context->GetInputDesc(kOld)->GetDataType(), &posIs64) != ge::GRAPH_SUCCESS ||

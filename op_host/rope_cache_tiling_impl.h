@@ -26,10 +26,7 @@ inline ge::graphStatus RopeCacheTiling(gert::TilingContext* context, const char*
   if (GetHardware(context, op, &hw) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   const int nIn = merged ? 7 : 8;
   const gert::StorageShape* shapes[8] = {};
-  for (int i = 0; i < nIn; ++i) {
-    shapes[i] = context->GetInputShape(i);
-    if (shapes[i] == nullptr || context->GetInputDesc(i) == nullptr) return Fail(op, "input %d is missing", i);
-  }
+  if (GetInputShapes(context, op, nIn, shapes) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   const int kPos = 0, kQuery = 1, kKey = 2, kValue = 3, kTable = 4, kCache = 5;
   const int kSlots = merged ? 6 : 7;
   const gert::Shape& pos = shapes[kPos]->GetStorageShape();
@@ -47,13 +44,13 @@ inline ge::graphStatus RopeCacheTiling(gert::TilingContext* context, const char*
   if (LayoutAttr(context, 1, op, &bnsd) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
 
   // ---- dtypes
-  const ge::DataType dt = context->GetInputDesc(kQuery)->GetDataType();
-  uint64_t dcode = 0;
-  const int64_t esz = FloatSize(dt, &dcode);
-  if (esz == 0) return Fail(op, "query: expected float16, bfloat16 or float32, got %s", DTypeName(dt));
   const NamedInput data[4] = {{kKey, "key"}, {kValue, "value"}, {kCache, merged ? "kv_cache" : "key_cache"},
                               {merged ? kCache : 6, merged ? "kv_cache" : "value_cache"}};
-  if (CheckSameDType(context, op, hw, dt, "query", data, 4) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  ge::DataType dt = ge::DT_FLOAT;
+  int64_t esz = 0;
+  uint64_t dcode = 0;
+  if (DataDType(context, op, hw, kQuery, "query", data, 4, &dt, &esz, &dcode) != ge::GRAPH_SUCCESS)
+    return ge::GRAPH_FAILED;
   const ge::DataType csDt = context->GetInputDesc(kTable)->GetDataType();
   int64_t posIs64 = 0, slotIs64 = 0;
   if (IndexCode(op, "positions", context->GetInputDesc(kPos)->GetDataType(), &posIs64) != ge::GRAPH_SUCCESS ||

@@ -44,12 +44,12 @@ ge::graphStatus RopeConcatAndCacheMlaTiling(gert::TilingContext* context) {
   if (!(eps >= 0.0f) || eps > 3.0e38f) return Fail(kOp, "epsilon: expected a finite value >= 0, got %g", eps);
 
   // ---- dtypes
-  const ge::DataType dt = context->GetInputDesc(kQpe)->GetDataType();
-  uint64_t dcode = 0;
-  const int64_t esz = FloatSize(dt, &dcode);
-  if (esz == 0) return Fail(kOp, "q_pe: expected float16, bfloat16 or float32, got %s", DTypeName(dt));
   const NamedInput data[4] = {{kKpe, "k_pe"}, {kKvc, "kv_c"}, {kKvcCache, "kv_c_cache"}, {kKpeCache, "k_pe_cache"}};
-  if (CheckSameDType(context, kOp, hw, dt, "q_pe", data, 4) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  ge::DataType dt = ge::DT_FLOAT;
+  int64_t esz = 0;
+  uint64_t dcode = 0;
+  if (DataDType(context, kOp, hw, kQpe, "q_pe", data, 4, &dt, &esz, &dcode) != ge::GRAPH_SUCCESS)
+    return ge::GRAPH_FAILED;
   int64_t posIs64 = 0, slotIs64 = 0;
   if (IndexCode(kOp, "positions", context->GetInputDesc(kPos)->GetDataType(), &posIs64) != ge::GRAPH_SUCCESS ||
       IndexCode(kOp, "slot_mapping", context->GetInputDesc(kSlots)->GetDataType(), &slotIs64) != ge::GRAPH_SUCCESS)

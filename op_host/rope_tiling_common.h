@@ -51,6 +51,20 @@ inline int64_t FloatSize(ge::DataType dt, uint64_t* code) {
   }
 }
 
+// The data dtype of input `ref` (float16, bfloat16 or float32; else "<refName>: expected float16, bfloat16 or
+// float32, got <dtype>"): the dtype, its element size and tiling-key digit (FloatSize); the `n` inputs of
+// `same` have it too (mskv_tiling::CheckSameDType, which also refuses bfloat16 on Ascend310P).
+inline ge::graphStatus DataDType(gert::TilingContext* context, const char* op, const mskv_tiling::Hardware& hw,
+                                 int ref, const char* refName, const mskv_tiling::NamedInput* same, int n,
+                                 ge::DataType* dt, int64_t* esz, uint64_t* dcode) {
+  *dt = context->GetInputDesc(ref)->GetDataType();
+  *esz = FloatSize(*dt, dcode);
+  if (*esz == 0) {
+    return Fail(op, "%s: expected float16, bfloat16 or float32, got %s", refName, mskv_tiling::DTypeName(*dt));
+  }
+  return mskv_tiling::CheckSameDType(context, op, hw, *dt, refName, same, n);
+}
+
 // Elements per 32-byte block of an element of `elem` bytes.
 inline int64_t PerBlock(int64_t elem) { return mskv_tiling::kBlockBytes / elem; }
 

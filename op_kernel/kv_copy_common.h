@@ -257,6 +257,33 @@ class SlotScatter {
   int64_t blockSize_ = 1;
 };
 
+// MskvReshapeAndCache / MskvReshapeAndCacheMerged: scatters this core's rows of key and value (its share of
+// td.numTokens) through slot_mapping into the cache planes starting at keyCache / valueCache, both planes
+// laid out as the scatter fields of TD say (rowElems, numSeg, segElems, segStride, blockStride, slotStride,
+// segsPerChunk, pieceElems; rowsPerChunk and bufferBytes for the UB plan).
+template <typename T, typename S, bool PAD, bool SEG, typename TD>
+__aicore__ inline void ScatterKeyValue(GM_ADDR key, GM_ADDR value, __gm__ T* keyCache, __gm__ T* valueCache,
+                                       GM_ADDR slot_mapping, const TD& td) {
+  AscendC::TPipe pipe;
+  SlotScatter<T, S, PAD, SEG> scatter;
+  scatter.Init(&pipe, slot_mapping, td.bufferBytes, td.numSlots, td.blockSize);
+  // one layout for the key and the value plane (PlaneDesc's fields, in its order)
+  const PlaneDesc plane = {td.rowElems,    td.numSeg,     td.segElems,     td.segStride,
+                           td.blockStride, td.slotStride, td.segsPerChunk, td.pieceElems};
+  PlaneDesc planes[2] = {plane, plane};
+  AscendC::GlobalTensor<T> src[2];
+  AscendC::GlobalTensor<T> dst[2];
+  src[0].SetGlobalBuffer(reinterpret_cast<__gm__ T*>(key));
+  src[1].SetGlobalBuffer(reinterpret_cast<__gm__ T*>(value));
+  dst[0].SetGlobalBuffer(keyCache);
+  dst[1].SetGlobalBuffer(valueCache);
+  int64_t begin = 0;
+  int64_t end = 0;
+  CoreRange(td.formerNum, td.formerLen, td.tailLen, &begin, &end);
+  end = MinI64(end, td.numTokens);
+  scatter.Process(begin, end, td.rowsPerChunk, planes, src, dst, 2);
+}
+
 }  // namespace mskv
 
 #endif  // MS_KVCACHE_OP_KERNEL_KV_COPY_COMMON_H_

@@ -62,15 +62,8 @@ template <typename T, typename C, bool NEOX, bool PAD, typename TD>
 __aicore__ inline void RunRerope(GM_ADDR keyCache, GM_ADDR slotMapping, GM_ADDR oldPositions, GM_ADDR newPositions,
                                  GM_ADDR table, const TD& td) {
   AscendC::TPipe pipe;
-  RotGeom g;
-  g.headSize = td.headSize;
-  g.pitch = td.pitch;
-  g.rotaryDim = td.rotaryDim;
-  g.csPitch = td.csPitch;
-  g.rotPitch = td.rotPitch;
-  g.maxPosition = td.maxPosition;
   RopeEngine<T, C, NEOX, PAD> eng;
-  eng.Init(&pipe, table, g, td.chunkElems, td.batch, td.partnerRows, 2);
+  eng.Init(&pipe, table, RotGeomOf(td), td.chunkElems, td.batch, td.partnerRows, 2);
   const int64_t hp = td.halfPitch;
   const int64_t stride = td.batch * hp;  // elements per compact work array
   AscendC::TBuf<AscendC::TPosition::VECCALC> workBuf;
@@ -93,13 +86,7 @@ __aicore__ inline void RunRerope(GM_ADDR keyCache, GM_ADDR slotMapping, GM_ADDR 
   newPos.Init(newPositions, td.posIs64);
   AscendC::GlobalTensor<T> cache;
   cache.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(keyCache));
-  CacheGeom cg;
-  cg.numSlots = td.numSlots;
-  cg.blockSize = td.blockSize;
-  cg.blockStride = td.blockStride;
-  cg.slotStride = td.slotStride;
-  cg.headStride = td.headStride;
-  cg.heads = td.heads;
+  const CacheGeom cg = CacheGeomOf(td, td.heads);
 
   // kWork rows of `stride` fp32 each, carved from workBuf (stride is a multiple of 8: 32-byte offsets)
   const uint32_t rowLen = static_cast<uint32_t>(stride);
@@ -140,8 +127,7 @@ __aicore__ inline void RunRerope(GM_ADDR keyCache, GM_ADDR slotMapping, GM_ADDR 
 
   int64_t begin = 0;
   int64_t end = 0;
-  CoreRange(td.formerNum, td.formerLen, td.tailLen, &begin, &end);
-  end = MinI64(end, td.numEntries);
+  RowRange(td, td.numEntries, &begin, &end);
   int64_t oldRows[kMaxBatch];
   int64_t newRows[kMaxBatch];
   int64_t slot[kMaxBatch];

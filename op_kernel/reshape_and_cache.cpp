@@ -15,30 +15,8 @@
 template <typename T, typename S, bool PAD, bool SEG, typename TD>
 __aicore__ inline void RunReshapeAndCache(GM_ADDR key, GM_ADDR value, GM_ADDR key_cache, GM_ADDR value_cache,
                                           GM_ADDR slot_mapping, const TD& td) {
-  AscendC::TPipe pipe;
-  mskv::SlotScatter<T, S, PAD, SEG> scatter;
-  scatter.Init(&pipe, slot_mapping, td.bufferBytes, td.numSlots, td.blockSize);
-  mskv::PlaneDesc plane;
-  plane.rowElems = td.rowElems;
-  plane.numSeg = td.numSeg;
-  plane.segElems = td.segElems;
-  plane.segStride = td.segStride;
-  plane.blockStride = td.blockStride;
-  plane.slotStride = td.slotStride;
-  plane.segsPerChunk = td.segsPerChunk;
-  plane.pieceElems = td.pieceElems;
-  mskv::PlaneDesc planes[2] = {plane, plane};
-  AscendC::GlobalTensor<T> src[2];
-  AscendC::GlobalTensor<T> dst[2];
-  src[0].SetGlobalBuffer(reinterpret_cast<__gm__ T*>(key));
-  src[1].SetGlobalBuffer(reinterpret_cast<__gm__ T*>(value));
-  dst[0].SetGlobalBuffer(reinterpret_cast<__gm__ T*>(key_cache));
-  dst[1].SetGlobalBuffer(reinterpret_cast<__gm__ T*>(value_cache));
-  int64_t begin = 0;
-  int64_t end = 0;
-  mskv::CoreRange(td.formerNum, td.formerLen, td.tailLen, &begin, &end);
-  end = mskv::MinI64(end, td.numTokens);
-  scatter.Process(begin, end, td.rowsPerChunk, planes, src, dst, 2);
+  mskv::ScatterKeyValue<T, S, PAD, SEG>(key, value, reinterpret_cast<__gm__ T*>(key_cache),
+                                        reinterpret_cast<__gm__ T*>(value_cache), slot_mapping, td);
 }
 
 extern "C" __global__ __aicore__ void mskv_reshape_and_cache(GM_ADDR key, GM_ADDR value, GM_ADDR key_cache,

@@ -20,15 +20,8 @@ __aicore__ inline void RunRopeCache(GM_ADDR positions, GM_ADDR query, GM_ADDR ke
                                     GM_ADDR keyCache, GM_ADDR valueCache, GM_ADDR slotMapping, GM_ADDR queryOut,
                                     GM_ADDR keyOut, const TD& td) {
   AscendC::TPipe pipe;
-  RotGeom g;
-  g.headSize = td.headSize;
-  g.pitch = td.pitch;
-  g.rotaryDim = td.rotaryDim;
-  g.csPitch = td.csPitch;
-  g.rotPitch = td.rotPitch;
-  g.maxPosition = td.maxPosition;
   RopeEngine<T, C, NEOX, PAD> eng;
-  eng.Init(&pipe, table, g, td.chunkElems, td.batch, td.partnerRows, 2);
+  eng.Init(&pipe, table, RotGeomOf(td), td.chunkElems, td.batch, td.partnerRows, 2);
   AscendC::TQueBind<AscendC::TPosition::VECIN, AscendC::TPosition::VECOUT, 2> valueQue;
   pipe.InitBuffer(valueQue, 2, static_cast<uint32_t>(td.copyElems * static_cast<int64_t>(sizeof(T))));
 
@@ -44,18 +37,11 @@ __aicore__ inline void RunRopeCache(GM_ADDR positions, GM_ADDR query, GM_ADDR ke
   kOut.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(keyOut));
   kCache.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(keyCache));
   vCache.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(valueCache) + td.vPlaneOffset);
-  CacheGeom cg;
-  cg.numSlots = td.numSlots;
-  cg.blockSize = td.blockSize;
-  cg.blockStride = td.blockStride;
-  cg.slotStride = td.slotStride;
-  cg.headStride = td.headStride;
-  cg.heads = td.kHeads;
+  const CacheGeom cg = CacheGeomOf(td, td.kHeads);
 
   int64_t begin = 0;
   int64_t end = 0;
-  CoreRange(td.formerNum, td.formerLen, td.tailLen, &begin, &end);
-  end = MinI64(end, td.numRows);
+  RowRange(td, td.numRows, &begin, &end);
   AscendC::LocalTensor<float> cc = eng.RotSet(0);
   AscendC::LocalTensor<float> sc = eng.RotSet(1);
   Batch b;

@@ -184,15 +184,8 @@ __aicore__ inline void RunRopeMla(GM_ADDR positions, GM_ADDR qPe, GM_ADDR kPe, G
                                   GM_ADDR kvCCache, GM_ADDR kPeCache, GM_ADDR slotMapping, GM_ADDR weight,
                                   GM_ADDR qPeOut, GM_ADDR kPeOut, GM_ADDR kvCOut, const TD& td) {
   AscendC::TPipe pipe;
-  RotGeom g;
-  g.headSize = td.headSize;
-  g.pitch = td.pitch;
-  g.rotaryDim = td.rotaryDim;
-  g.csPitch = td.csPitch;
-  g.rotPitch = td.rotPitch;
-  g.maxPosition = td.maxPosition;
   RopeEngine<T, C, NEOX, PAD> eng;
-  eng.Init(&pipe, table, g, td.chunkElems, td.batch, td.partnerRows, 2);
+  eng.Init(&pipe, table, RotGeomOf(td), td.chunkElems, td.batch, td.partnerRows, 2);
   const bool norm = td.hasNorm != 0;
   KvNorm<T, W, PAD> kvNorm;
   AscendC::TQueBind<AscendC::TPosition::VECIN, AscendC::TPosition::VECOUT, 2> kvQue;
@@ -231,8 +224,7 @@ __aicore__ inline void RunRopeMla(GM_ADDR positions, GM_ADDR qPe, GM_ADDR kPe, G
 
   int64_t begin = 0;
   int64_t end = 0;
-  CoreRange(td.formerNum, td.formerLen, td.tailLen, &begin, &end);
-  end = MinI64(end, td.numRows);
+  RowRange(td, td.numRows, &begin, &end);
   AscendC::LocalTensor<float> cc = eng.RotSet(0);
   AscendC::LocalTensor<float> sc = eng.RotSet(1);
   Batch b;

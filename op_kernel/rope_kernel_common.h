@@ -78,6 +78,42 @@ struct CacheGeom {
   int64_t heads;
 };
 
+// The rotation geometry of a RoPE tiling TD (its headSize, pitch, rotaryDim, csPitch, rotPitch and
+// maxPosition fields).
+template <typename TD>
+__aicore__ inline RotGeom RotGeomOf(const TD& td) {
+  RotGeom g;
+  g.headSize = td.headSize;
+  g.pitch = td.pitch;
+  g.rotaryDim = td.rotaryDim;
+  g.csPitch = td.csPitch;
+  g.rotPitch = td.rotPitch;
+  g.maxPosition = td.maxPosition;
+  return g;
+}
+
+// The cache plane of a RoPE tiling TD (its numSlots, blockSize, blockStride, slotStride and headStride
+// fields) with `heads` heads per slot.
+template <typename TD>
+__aicore__ inline CacheGeom CacheGeomOf(const TD& td, int64_t heads) {
+  CacheGeom c;
+  c.numSlots = td.numSlots;
+  c.blockSize = td.blockSize;
+  c.blockStride = td.blockStride;
+  c.slotStride = td.slotStride;
+  c.headStride = td.headStride;
+  c.heads = heads;
+  return c;
+}
+
+// This core's rows [*begin, *end) of `rows`: its share of the main / tail split of TD (formerNum cores
+// of formerLen rows, then tailLen rows each), cut at `rows`.
+template <typename TD>
+__aicore__ inline void RowRange(const TD& td, int64_t rows, int64_t* begin, int64_t* end) {
+  CoreRange(td.formerNum, td.formerLen, td.tailLen, begin, end);
+  *end = MinI64(*end, rows);
+}
+
 __aicore__ inline uint64_t LowBits(int64_t n) { return n >= 64 ? ~0ull : ((1ull << n) - 1ull); }
 
 // Row movement GM <-> UB: `rows` rows of d elements, UB pitch p (a 32-byte multiple). p == d: one
