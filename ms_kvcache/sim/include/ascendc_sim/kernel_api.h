@@ -272,6 +272,13 @@ __aicore__ inline void SetAtomicAdd() {
 }
 __aicore__ inline void SetAtomicNone() {}
 
+// Trap(): on the NPU it stops the AI Core, and the launch fails (Trap.md: "NPU模式下会中断AI Core的运行");
+// emulated as a launch failure with rule TRAP (nothing after it runs, on this core or any later one).
+__aicore__ inline void Trap() {
+  ascendc_sim::rt::Fail("TRAP", "the kernel called AscendC::Trap(), which stops the launch (ms_kvcache kernels "
+                        "trap when tensors they write share memory with another tensor of the launch)");
+}
+
 // device printf (AscendC::printf / PRINTF): printed on the host as "[<op> core <i>] ..."
 template <typename... Args>
 __aicore__ inline void printf(const char* fmt, Args... args) {
