@@ -148,6 +148,18 @@ int FailAotCall(const std::string& msg, void* extra) {
   throw std::runtime_error(msg);
 }
 
+std::string AotOpName(const char* kernel_op, void* extra) {
+  auto* ex = static_cast<mindspore::AotExtra*>(extra);
+  try {
+    if (ex != nullptr && ex->HasAttr("mskv_op_name")) {
+      std::string name = ex->GetAttrStr("mskv_op_name");
+      if (!name.empty()) return name;
+    }
+  } catch (const std::exception&) {  // an attribute of another type: keep the kernel's name
+  }
+  return kernel_op;
+}
+
 std::string AotArgs::attr_str(const char* name, const std::string& dflt) const {
   return (extra && extra->HasAttr(name)) ? extra->GetAttrStr(name) : dflt;
 }

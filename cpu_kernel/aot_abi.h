@@ -144,6 +144,11 @@ void CheckDisjointArgs(int nparam, void** params, int* ndims, int64_t** shapes, 
 // Python exception text ("... Error message is <msg>"); the PyNative fast path catches it too.
 int FailAotCall(const std::string& msg, void* extra);
 
+// The op name for messages: the primitive's mskv_op_name attribute when MindSpore passes one (the
+// public op of an internal primitive: a quantizing reshape_and_cache runs the kernel
+// reshape_and_cache_quant but is reported as reshape_and_cache), else `kernel_op`.
+std::string AotOpName(const char* kernel_op, void* extra);
+
 }  // namespace mskv
 
 #define MSKV_AOT_GUARD(opname, ...)                                                                   \
@@ -153,7 +158,7 @@ int FailAotCall(const std::string& msg, void* extra);
     __VA_ARGS__;                                                                                      \
     return 0;                                                                                         \
   } catch (const std::exception& e) {                                                                 \
-    return ::mskv::FailAotCall(std::string(opname) + ": " + e.what(), extra);                         \
+    return ::mskv::FailAotCall(::mskv::AotOpName(opname, extra) + ": " + e.what(), extra);            \
   }
 
 #include "parallel.inl"

@@ -8,7 +8,8 @@ every mode.
 import weakref
 
 import numpy as np
-from mindspore import Tensor
+import mindspore as _ms
+from mindspore import Parameter, Tensor
 
 from ms_kvcache._spec import dtype_name
 
@@ -16,7 +17,8 @@ __all__ = [
     "require_tensor", "require_contiguous", "index_values", "check_slot_values",
     "check_block_ids", "check_block_mapping_values", "dtype_name", "cached_static", "contiguous_input",
     "check_slot_tensor", "check_block_mapping_tensor", "require_not_view", "check_block_id_tensor",
-    "check_position_values", "check_position_tensor", "require_disjoint",
+    "check_position_values", "check_position_tensor", "require_disjoint", "require_write_lands",
+    "MS_VIEWS_WITHOUT_STORAGE_INFO",
 ]
 
 
@@ -58,7 +60,9 @@ def require_not_view(op, name, x):
     Every view is detected from MindSpore's storage metadata (``TensorStorageInfo``, read by
     ``ms_kvcache._cpu_pyboost.view_info``; the output of a pending op is waited for). Python's Tensor has
     no such flag: a whole-tensor reshape view has storage offset 0 and is contiguous. Without that
-    optional module, only views with a storage offset or needing a contiguous copy are detected."""
+    optional module, only views with a storage offset or needing a contiguous copy are detected. On
+    MindSpore 2.7.x, where a reshape / view output has no storage info, :func:`require_write_lands`
+    checks the address a kernel would write instead."""
     info = _view_info(x)
     if info is not None:
         is_view, base_shape, offset = info
@@ -72,6 +76,67 @@ def require_not_view(op, name, x):
                          f"PyNative call goes through ops.Custom, which runs the kernel on a copy of a view, so the "
                          f"write would be lost. Pass the cache tensor itself (allocate it in the shape the op "
                          f"expects)")
+    if MS_VIEWS_WITHOUT_STORAGE_INFO:
+        require_write_lands(op, name, x)
+
+
+def _ms_version():
+    try:
+        return tuple(int(p) for p in _ms.__version__.split(".")[:2])
+    except ValueError:  # pragma: no cover - a development build such as "2.8.0rc1"
+        return (99, 0)
+
+
+#: MindSpore 2.7.x: a reshape() / view() / flatten() / squeeze() output carries no TensorStorageInfo, so
+#: :func:`require_not_view` cannot see that it is a view; :func:`require_write_lands` then checks where a
+#: kernel's write would go (2.8+ give every view storage info).
+MS_VIEWS_WITHOUT_STORAGE_INFO = _ms_version() < (2, 8)
+
+
+def require_write_lands(op, name, x):
+    """MindSpore 2.7.x (:data:`MS_VIEWS_WITHOUT_STORAGE_INFO`): refuse a tensor written through
+    ops.Custom whose write would not reach the memory the tensor shows.
+
+    There a reshape() / view() / flatten() output is the output of a pending op (a "stub") without
+    storage info; MindSpore's C++ side converts it to a tensor in other memory than its
+    ``Tensor.data_ptr()`` (the base's), and an in-place write into it is lost (also MindSpore's own
+    ``Tensor.copy_``). The decision: a Parameter, or a tensor that is not a pending op's output
+    (``ms_kvcache._cpu_pyboost.data_address_nosync`` gives its address), owns its memory; for a pending
+    op's output, the converted tensor's address (``converted_address``, which waits for the op) must
+    equal ``x.data_ptr()``: true for an op's own output (``x * 1``, ``ops.zeros``), false for every view
+    (measured on 2.7.2). Without that module (not built) only Parameters are accepted.
+
+    Args:
+        op (str), name (str): the op and argument, for the message.
+        x (mindspore.Tensor): a tensor the op writes (contiguous, checked before).
+
+    Raises:
+        ValueError: ``<op>: argument '<name>': expected a tensor that owns its memory, ...``.
+    """
+    if isinstance(x, Parameter) or x.nbytes == 0:
+        return
+    from ms_kvcache import _custom
+
+    mod = _custom._fast_module()  # noqa: WPS437 - importable even when the fast path itself is turned off
+    nosync = getattr(mod, "data_address_nosync", None)
+    converted = getattr(mod, "converted_address", None)
+    if nosync is None or converted is None:
+        raise ValueError(f"{op}: argument '{name}': expected a Parameter: on MindSpore {_ms.__version__} a "
+                         f"reshape() / view() output looks like a tensor that owns its memory, but an in-place "
+                         f"write into it is lost, and without ms_kvcache._cpu_pyboost (not built: "
+                         f"ms_kvcache._custom.fast_path_available('cpu')) the two cannot be told apart on this "
+                         f"ops.Custom path. Pass the cache as a mindspore.Parameter, or use MindSpore >= 2.8")
+    if nosync(x) is not None:
+        return  # a tensor with its own memory, not a pending op's output: the kernel writes that memory
+    got = converted(x)
+    if got is None or got == x.data_ptr():
+        return
+    raise ValueError(f"{op}: argument '{name}': expected a tensor that owns its memory, got a view of another "
+                     f"tensor (shape {list(x.shape)}): on MindSpore {_ms.__version__} a reshape() / view() / "
+                     f"flatten() / squeeze() output carries no storage info and an in-place write into it is "
+                     f"lost (this PyNative call goes through ops.Custom, which would write a copy at another "
+                     f"address). Pass the cache tensor itself (allocate it in the shape the op expects), or use "
+                     f"MindSpore >= 2.8")
 
 
 def require_disjoint(op, named, read=()):

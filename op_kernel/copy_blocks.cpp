@@ -7,7 +7,9 @@
 // op_host/copy_blocks_tiling.h; each core takes its main/tail share of units, and a unit applies the
 // pairs in order to its piece, so the result is the sequential one also for chained pairs
 // (a -> b, b -> c). A pair whose src or dst is outside [0, num_blocks) is skipped (nothing outside a
-// cache is written); src == dst is a no-op. Tiling key = dtype * 100 + index dtype * 10 + DataCopyPad.
+// cache is written); src == dst is a no-op. Caches sharing memory (one Parameter as a key and a value
+// cache, or in two layers: possible in a graph) stop the launch before any write (mskv::TrapOnAliasedWrites).
+// Tiling key = dtype * 100 + index dtype * 10 + DataCopyPad.
 #include "kernel_operator.h"
 #include "kernel_operator_list_tensor_intf.h"  // ListTensorDesc: not part of kernel_operator.h
 #include "kv_copy_common.h"
@@ -28,8 +30,21 @@ class BlockCopier {
     pipe->InitBuffer(que_, mskv::kBufferNum, static_cast<uint32_t>(bufferBytes));
   }
 
+  // Span source of mskv::TrapOnAliasedWrites: caches [0, L) key, [L, 2L) value, all written.
+  __aicore__ inline void Span(int32_t i, uint64_t* lo, uint64_t* hi, bool* written) {
+    __gm__ T* base = i < spanLayers_ ? keys_.template GetDataPtr<__gm__ T>(static_cast<uint32_t>(i))
+                                     : values_.template GetDataPtr<__gm__ T>(static_cast<uint32_t>(i - spanLayers_));
+    mskv::GmRange(base, spanElems_, lo, hi);
+    *written = true;
+  }
+
   template <typename TD>
   __aicore__ inline void Process(const TD& td, int64_t begin, int64_t end) {
+    // every cache is written: one Parameter as a key and a value cache (or in two layers) would make
+    // the blocks depend on the order of the cores; stop the launch before anything is written
+    spanLayers_ = static_cast<int32_t>(td.numLayers);
+    spanElems_ = td.numBlocks * td.blockElems;
+    if (td.numPairs > 0) mskv::TrapOnAliasedWrites(*this, 2 * spanLayers_);
     for (int64_t u = begin; u < end; ++u) {
       const int64_t c = u / td.piecesPerBlock;
       const int64_t piece = u - c * td.piecesPerBlock;
@@ -110,6 +125,8 @@ class BlockCopier {
 
   AscendC::ListTensorDesc keys_;
   AscendC::ListTensorDesc values_;
+  int32_t spanLayers_ = 0;
+  int64_t spanElems_ = 0;
   AscendC::GlobalTensor<S> mapGm_;
   AscendC::TQueBind<AscendC::TPosition::VECIN, AscendC::TPosition::VECOUT, mskv::kBufferNum> que_;
 };

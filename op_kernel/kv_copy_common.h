@@ -1,5 +1,6 @@
 // Device-side building blocks of the KV-cache copy kernels (reshape_and_cache,
-// reshape_and_cache_merged, concat_and_cache_mla): scatter token rows into a paged cache by slot.
+// reshape_and_cache_merged, concat_and_cache_mla): scatter token rows into a paged cache by slot; and
+// the written-memory alias check of copy_blocks and the multi-layer transfers (TrapOnAliasedWrites).
 //
 // Data path per chunk: GM --DataCopy(Pad)--> UB buffer of a TQueBind<VECIN, VECOUT> --DataCopy(Pad)-->
 // GM. Two UB buffers (double buffering): the copy-in (MTE2) of the next chunk overlaps the copy-out
@@ -282,6 +283,87 @@ __aicore__ inline void ScatterKeyValue(GM_ADDR key, GM_ADDR value, __gm__ T* key
   CoreRange(td.formerNum, td.formerLen, td.tailLen, &begin, &end);
   end = MinI64(end, td.numTokens);
   scatter.Process(begin, end, td.rowsPerChunk, planes, src, dst, 2);
+}
+
+// ------------------------------------------------------------------------------- written-memory aliases
+// MindSpore graph code sees no Parameter identity, so on the ascend backend in GRAPH_MODE the same
+// Parameter (or two Parameters over one buffer) can reach a kernel as two tensors: copy_blocks with one
+// cache as key and value cache, a multi-layer transfer with one cache in two layers. Writes through
+// both would race between cores (the result would depend on their order) or change data still to be
+// read. The kernels whose written tensors can alias check their GM byte ranges at kernel start, on
+// every core before its first write, and stop the launch with AscendC::Trap() (on the NPU an AI Core
+// exception: the launch fails and MindSpore raises at the stream sync; in the emulation rule TRAP).
+// The rule is the one the cpu / sim AOT entries apply at launch (cpu_kernel/aot_abi.h
+// CheckDisjointArgs): a written range shares no byte with another written range nor with a range the
+// kernel reads; read ranges may overlap each other.
+//
+// Src: a class with  __aicore__ inline void Span(int32_t i, uint64_t* lo, uint64_t* hi, bool* written)
+// giving tensor i's byte range [lo, hi) (empty when hi <= lo) and whether the kernel writes it.
+constexpr int32_t kMaxAliasSpans = 128;  // sorted on the stack (2 KiB); more: compared pairwise
+
+template <typename Src>
+__aicore__ inline bool GmSpansConflict(Src& src, int32_t n) {
+  if (n < 2) return false;
+  if (n <= kMaxAliasSpans) {
+    uint64_t lo[kMaxAliasSpans];
+    uint64_t hi[kMaxAliasSpans];
+    bool wr[kMaxAliasSpans];
+    int32_t m = 0;
+    for (int32_t i = 0; i < n; ++i) {  // insertion sort by start (caches are usually allocated in order)
+      uint64_t a = 0;
+      uint64_t b = 0;
+      bool w = false;
+      src.Span(i, &a, &b, &w);
+      if (b <= a) continue;
+      int32_t j = m;
+      while (j > 0 && lo[j - 1] > a) {
+        lo[j] = lo[j - 1];
+        hi[j] = hi[j - 1];
+        wr[j] = wr[j - 1];
+        --j;
+      }
+      lo[j] = a;
+      hi[j] = b;
+      wr[j] = w;
+      ++m;
+    }
+    uint64_t reachAny = 0;      // furthest end of the ranges so far
+    uint64_t reachWritten = 0;  // furthest end of the written ranges so far
+    for (int32_t i = 0; i < m; ++i) {
+      if (lo[i] < (wr[i] ? reachAny : reachWritten)) return true;
+      if (hi[i] > reachAny) reachAny = hi[i];
+      if (wr[i] && hi[i] > reachWritten) reachWritten = hi[i];
+    }
+    return false;
+  }
+  for (int32_t i = 0; i < n; ++i) {
+    uint64_t a = 0;
+    uint64_t b = 0;
+    bool w = false;
+    src.Span(i, &a, &b, &w);
+    if (b <= a) continue;
+    for (int32_t j = i + 1; j < n; ++j) {
+      uint64_t c = 0;
+      uint64_t d = 0;
+      bool v = false;
+      src.Span(j, &c, &d, &v);
+      if (d > c && (w || v) && a < d && c < b) return true;
+    }
+  }
+  return false;
+}
+
+// Stops the launch (AscendC::Trap) if written ranges of `src` alias (see GmSpansConflict).
+template <typename Src>
+__aicore__ inline void TrapOnAliasedWrites(Src& src, int32_t n) {
+  if (GmSpansConflict(src, n)) AscendC::Trap();
+}
+
+// Byte range of `elems` elements of T at p.
+template <typename T>
+__aicore__ inline void GmRange(__gm__ T* p, int64_t elems, uint64_t* lo, uint64_t* hi) {
+  *lo = reinterpret_cast<uint64_t>(p);
+  *hi = *lo + static_cast<uint64_t>(elems > 0 ? elems : 0) * static_cast<uint64_t>(sizeof(T));
 }
 
 }  // namespace mskv

@@ -19,6 +19,9 @@
 // copied into the slice with few large strided copies (the "one DMA host -> device" of the fused
 // memcpy mode; in this kernel it is a GM -> UB -> GM copy by the same core), a barrier, then the
 // scatter from the slice into the caches; d2h the reverse. Results are identical to direct mode.
+// Written tensors sharing memory with another tensor of the launch (one cache in two layers, h2d; host
+// blocks or staging over a cache: possible in a graph) stop the launch before any write
+// (mskv::TrapOnAliasedWrites).
 // Tiling key = layout (0 BSND/MLA/DSA, 1 BNSD) * 1000 + dtype * 100 + id dtype * 10 + DataCopyPad.
 #include "kernel_operator.h"
 #include "kernel_operator_list_tensor_intf.h"
@@ -65,6 +68,36 @@ class BlockTransfer {
     }
     for (int32_t p = 0; p < numPlanes_; ++p) {
       hostGm_[p].SetGlobalBuffer(host_.template GetDataPtr<__gm__ T>(static_cast<uint32_t>(p)));
+    }
+    // h2d writes every cache (one Parameter in two layers would race), d2h the host blocks (over a
+    // cache they would overwrite blocks still to be read), both the staging slices: stop the launch
+    // before anything is written
+    stagingPtr_ = staged_ ? reinterpret_cast<__gm__ T*>(staging) : nullptr;
+    numIds_ = td.numIds;
+    stagingElems_ = staged_ ? td.usedCoreNum * td.stagingSliceElems : 0;
+    mskv::TrapOnAliasedWrites(*this, static_cast<int32_t>(numLayers_ * tpl_) + numPlanes_ + (staged_ ? 1 : 0));
+  }
+
+  // Span source of mskv::TrapOnAliasedWrites: the L * tpl kv_caches tensors, the host blocks (one per
+  // plane), then the staging buffer.
+  __aicore__ inline void Span(int32_t i, uint64_t* lo, uint64_t* hi, bool* written) {
+    const int64_t nc = numLayers_ * tpl_;
+    if (i < nc) {
+      int64_t planeElems[mskv_ml::kMaxPlanes];
+      for (int32_t p = 0; p < mskv_ml::kMaxPlanes; ++p) {
+        planeElems[p] = p < numPlanes_ ? numBlocks_ * blockSize_ * plan_[p].rowElems : 0;
+      }
+      mskv::GmRange(caches_.template GetDataPtr<__gm__ T>(static_cast<uint32_t>(i)),
+                    mskv_ml::LayerTensorElems(i % tpl_, tpl_, numPlanes_, planeOffset_, planeElems), lo, hi);
+      *written = !d2h_;
+    } else if (i < nc + numPlanes_) {
+      const int32_t p = static_cast<int32_t>(i - nc);
+      mskv::GmRange(host_.template GetDataPtr<__gm__ T>(static_cast<uint32_t>(p)),
+                    numIds_ * blockSize_ * numLayers_ * plan_[p].rowElems, lo, hi);
+      *written = d2h_;
+    } else {
+      mskv::GmRange(stagingPtr_, stagingElems_, lo, hi);
+      *written = true;
     }
   }
 
@@ -233,6 +266,9 @@ class BlockTransfer {
   mskv_ml::RowPlan plan_[mskv_ml::kMaxPlanes];
   int64_t planeOffset_[mskv_ml::kMaxPlanes];
   int64_t prefix_[mskv_ml::kMaxPlanes];
+  __gm__ T* stagingPtr_ = nullptr;
+  int64_t numIds_ = 0;
+  int64_t stagingElems_ = 0;
   int32_t numPlanes_ = 0;
   int64_t numLayers_ = 1;
   int64_t numBlocks_ = 0;

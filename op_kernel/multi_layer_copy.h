@@ -16,6 +16,7 @@
 #include "kernel_operator.h"
 #include "kernel_operator_list_tensor_intf.h"
 
+#include "kv_copy_common.h"  // mskv::TrapOnAliasedWrites (written caches must not alias)
 #include "mskv_arch.h"  // MSKV_HAS_BF16_AND_PAD: bfloat16 and DataCopyPad exist (A2/A3), not on 310P
 
 namespace mskv_ml {
@@ -29,6 +30,16 @@ constexpr int64_t kMaxRun = 128;  // = mskv_ml_tiling::kMaxRun (op_host/multi_la
 
 __aicore__ inline int64_t MinI64(int64_t a, int64_t b) { return a < b ? a : b; }
 __aicore__ inline int64_t MaxI64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+// Elements of the layer tensor `q` (of tpl per layer) a transfer can touch: plane q alone, or for one
+// tensor per layer (tpl 1: MERGED_KV, a single MLA plane) every plane, planeOffset[p] + planeElems[p].
+__aicore__ inline int64_t LayerTensorElems(int64_t q, int64_t tpl, int32_t numPlanes, const int64_t* planeOffset,
+                                           const int64_t* planeElems) {
+  if (tpl != 1) return planeOffset[q] + planeElems[q];
+  int64_t e = 0;
+  for (int32_t p = 0; p < numPlanes; ++p) e = MaxI64(e, planeOffset[p] + planeElems[p]);
+  return e;
+}
 
 // Work items [begin, end) of this core under the main/tail split of the tiling.
 __aicore__ inline void CoreRange(int64_t formerNum, int64_t formerLen, int64_t tailLen, int64_t* begin,

@@ -14,6 +14,8 @@
 //   h2d: buffer rows -> UB (one copy), then UB -> cache rows (per run of consecutive slots / token).
 // Tokens with an invalid slot: d2h writes zero rows into the buffer (from a UB buffer of zeros), h2d
 // skips them. A row larger than a buffer moves by groups of heads or pieces. All offsets are 64-bit.
+// Written tensors sharing memory with another tensor of the launch (one cache in two layers, h2d; a
+// buffer over a cache, d2h: possible in a graph) stop the launch before any write (mskv::TrapOnAliasedWrites).
 // Tiling key = layout (0 BSND/MLA/DSA, 1 BNSD) * 1000 + dtype (1 fp16, 2 bf16, 3 fp32, 4 int8) * 100
 // + slot dtype (0 int32, 1 int64) * 10 + DataCopyPad (1 when a row/head is not a multiple of 32 bytes).
 #include "kernel_operator.h"
@@ -55,6 +57,30 @@ class KvTransfer {
       planeOffset_[p] = td.planeOffset[p];
       bufOffset_[p] = td.bufOffset[p];
     }
+    // h2d writes every cache (one Parameter in two layers would race), d2h the buffer (over a cache it
+    // would overwrite rows still to be read): stop the launch before anything is written
+    bufPtr_ = reinterpret_cast<__gm__ T*>(buffer);
+    numLayers_ = td.numLayers;
+    mskv::TrapOnAliasedWrites(*this, static_cast<int32_t>(numLayers_ * tpl_) + 1);
+  }
+
+  // Span source of mskv::TrapOnAliasedWrites: the L * tpl kv_caches tensors, then the buffer.
+  __aicore__ inline void Span(int32_t i, uint64_t* lo, uint64_t* hi, bool* written) {
+    int64_t planeElems[mskv_ml::kMaxPlanes];
+    for (int32_t p = 0; p < mskv_ml::kMaxPlanes; ++p) {
+      planeElems[p] = p < numPlanes_ ? (blockSize_ > 0 ? numSlots_ / blockSize_ : 0) * blockStride_[p] : 0;
+    }
+    const int64_t nc = numLayers_ * tpl_;
+    if (i >= nc) {
+      int64_t e = 0;
+      for (int32_t p = 0; p < numPlanes_; ++p) e = mskv_ml::MaxI64(e, bufOffset_[p] + numLayers_ * numTokens_ * plan_[p].rowElems);
+      mskv::GmRange(bufPtr_, e, lo, hi);
+      *written = d2h_;
+      return;
+    }
+    mskv::GmRange(caches_.template GetDataPtr<__gm__ T>(static_cast<uint32_t>(i)),
+                  mskv_ml::LayerTensorElems(i % tpl_, tpl_, numPlanes_, planeOffset_, planeElems), lo, hi);
+    *written = !d2h_;
   }
 
   // (layer, token) items [begin, end), item = layer * T + token.
@@ -178,6 +204,8 @@ class KvTransfer {
   int64_t planeOffset_[mskv_ml::kMaxPlanes];
   int64_t bufOffset_[mskv_ml::kMaxPlanes];
   int64_t rowBase_[mskv_ml::kMaxPlanes];
+  __gm__ T* bufPtr_ = nullptr;
+  int64_t numLayers_ = 0;
   int32_t numPlanes_ = 0;
   int64_t numTokens_ = 0;
   int64_t numSlots_ = 0;

@@ -538,3 +538,66 @@ def test_graph_mode_quantized_write_into_a_slice_names_the_public_op(merged):
             net(Tensor(np.ones((3, 2, 16), np.float16)), Tensor(np.array([0, 1, 2], np.int32)),
                 Tensor(np.array([0.1], np.float32)))
         assert not to_np(net.kv).any() and not to_np(net.vc).any()
+
+
+# -------------------------------------------------------- aliased caches of the quantizing writes
+class QuantAliasCell(nn.Cell):
+    """A quantizing write whose two written caches are one Parameter (graph mode: reaches the kernel)."""
+
+    def __init__(self, op, tag):
+        super().__init__()
+        self.op = op
+        i8 = lambda *s: Parameter(Tensor(np.zeros(s, np.int8)), name=f"qa_{op}_{tag}_{len(s)}")  # noqa: E731
+        if op in ("concat_and_cache_mla", "rope_concat_and_cache_mla"):
+            self.c = i8(4, 8, 16)
+        elif op in ("reshape_and_cache_merged", "rope_reshape_and_cache_merged"):
+            self.c = i8(2, 4, 8, 2, 16)
+            self.sc = Parameter(Tensor(np.zeros((4, 8, 2, 1), np.float32)), name=f"qa_{op}_{tag}_sc")
+        else:
+            self.c = i8(4, 8, 2, 16)
+
+    def construct(self, pos, q, k, cs, s, sc):
+        c = self.c
+        if self.op == "reshape_and_cache":
+            return mk.reshape_and_cache(k, k, c, c, s, k_scale=sc, v_scale=sc)
+        if self.op == "rope_reshape_and_cache":
+            return mk.rope_reshape_and_cache(pos, q, k, k, cs, c, c, s, k_scale=sc, v_scale=sc)
+        if self.op == "reshape_and_cache_merged":  # dynamic scales: one scale cache for both planes
+            return mk.reshape_and_cache_merged(k, k, c, s, k_scale_cache=self.sc, v_scale_cache=self.sc)
+        if self.op == "rope_reshape_and_cache_merged":
+            return mk.rope_reshape_and_cache_merged(pos, q, k, k, cs, c, s, k_scale_cache=self.sc,
+                                                    v_scale_cache=self.sc)
+        flat = k.reshape(3, 32)[:, :16]
+        if self.op == "concat_and_cache_mla":
+            return mk.concat_and_cache_mla(flat, flat, c, c, s, kv_c_scale=sc, k_pe_scale=sc)
+        return mk.rope_concat_and_cache_mla(pos, q, flat, flat, cs, c, c, s, kv_c_scale=sc, k_pe_scale=sc)
+
+
+QUANT_ALIAS = {  # public op -> (later written argument, earlier one) in the message; one op per quantizing
+    # kernel (reshape_and_cache_quant, rope_reshape_and_cache_quant with its merged name, the two MLA ones;
+    # reshape_and_cache_merged and rope_reshape_and_cache are the same kernels, a graph compile each: CI time)
+    "reshape_and_cache": ("value_cache", "key_cache"),
+    "rope_reshape_and_cache_merged": ("v_scale_cache", "k_scale_cache"),
+    "concat_and_cache_mla": ("k_pe_cache", "kv_c_cache"),
+    "rope_concat_and_cache_mla": ("k_pe_cache", "kv_c_cache"),
+}
+
+
+@pytest.mark.parametrize("op", sorted(QUANT_ALIAS))
+def test_graph_mode_quantized_write_aliased_names_the_public_op(op, rng):
+    """The cpu launch-time alias refusal of a quantizing write names the public op the user called (was:
+    'reshape_and_cache_quant' / '..._mla_quant', the internal kernel's name, for every quantizing op:
+    MSKV_AOT_GUARD did not read the primitive's mskv_op_name), and nothing is written."""
+    later, earlier = QUANT_ALIAS[op]
+    with ms_mode("graph"), backend("cpu"):
+        net = QuantAliasCell(op, "cpu")
+        k = Tensor(rng.standard_normal((3, 2, 16)).astype(np.float16))
+        q = Tensor(rng.standard_normal((3, 4, 16)).astype(np.float16))
+        pos = Tensor(np.array([0, 1, 2], np.int32))
+        inv = 1.0 / (10000 ** (np.arange(0, 16, 2) / 16))
+        f = np.outer(np.arange(8), inv)
+        cs = Tensor(np.concatenate([np.cos(f), np.sin(f)], axis=1).astype(np.float16))
+        with pytest.raises(RuntimeError, match=rf"(?<![a-z_]){op}: argument '{later}': expected a distinct cache "
+                                               rf"tensor .*got the same memory as '{earlier}'.*nothing was written"):
+            net(pos, q, k, cs, Tensor(np.array([0, 9, 31], np.int32)), Tensor(np.array([0.1], np.float32)))
+        assert not to_np(net.c).any()

@@ -302,6 +302,23 @@ py::object ViewInfo(const ms::Tensor& t) {
   return py::make_tuple(py::bool_(true), info->ori_shape, static_cast<int64_t>(info->storage_offset));
 }
 
+// Address of the tensor MindSpore's C++ side makes of `t` now: the output of a pending op (a "stub") is
+// converted first, which waits for that op. On MindSpore 2.7.x the conversion of a reshape() / view() /
+// flatten() output (a stub that is a view without TensorStorageInfo) is a tensor in other memory than
+// the one Tensor.data_ptr() reports (the base's): ops.Custom would write into that other memory, so
+// the write is lost. For every other tensor the two addresses agree. None without memory.
+py::object ConvertedAddress(const ms::Tensor& t) {
+  if (t.tensor() == nullptr && t.stub_node() != nullptr) {
+    py::gil_scoped_release nogil;
+    t.ConvertStubNodeToTensor();
+  }
+  const auto& tp = t.tensor();
+  if (tp == nullptr || tp->device_address() == nullptr) return py::none();
+  const void* p = t.GetDataPtr();
+  if (p == nullptr) return py::none();
+  return py::int_(reinterpret_cast<uintptr_t>(p));
+}
+
 // Address of a tensor's first byte, read without waiting for the pipeline (Tensor.data_ptr() waits for
 // every pending op: ~3 ms here). None if the tensor is the output of a still-pending op (a "stub") or has
 // no memory yet; the caller then falls back to a waiting read.
@@ -389,6 +406,10 @@ PYBIND11_MODULE(_cpu_pyboost, m) {
         "False for a tensor that owns its memory; (True, shape of the viewed tensor, storage offset) for a view "
         "(any view op, a whole-tensor reshape included); None if there is no tensor to inspect. The output "
         "of a pending op is waited for.");
+  m.def("converted_address", &ConvertedAddress, py::arg("tensor"),
+        "Address of the tensor MindSpore's C++ side makes of this one (a pending op's output is converted, "
+        "which waits for it); None without memory. On MindSpore 2.7.x it differs from Tensor.data_ptr() "
+        "exactly for a reshape() / view() output, whose in-place writes are lost.");
   m.def("data_address_nosync", &DataAddressNoSync, py::arg("tensor"),
         "Address of the tensor's first byte (storage offset included) without a pipeline sync; None if the "
         "tensor is the output of a pending op or has no memory yet.");

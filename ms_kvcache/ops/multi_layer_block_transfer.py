@@ -259,8 +259,10 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
             Tensor is expected.
         RuntimeError (GRAPH_MODE / ``@ms.jit``, at launch, cpu and sim): a written tensor sharing memory (the same
             Parameter twice, two Parameters over one buffer), or a written tensor over one the call reads (e.g.
-            ``staging`` over a cache); nothing is written. The ascend backend does not check this (undefined there).
-            A kernel failure's message is in the exception text.
+            ``staging`` over a cache); nothing is written. On the ascend backend the kernel finds it instead and
+            stops the launch (``AscendC::Trap()``, before any write): MindSpore raises at the next stream sync with
+            the AI Core exception, not this message (seen in the emulation only). A kernel failure's message is in
+            the exception text.
     """
     if _run_in_jit():  # @jit.cond: True
         check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(kv_caches), F.typeof(host_blocks), F.typeof(block_ids),

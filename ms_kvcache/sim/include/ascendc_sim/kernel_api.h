@@ -704,9 +704,11 @@ __aicore__ inline void SetVectorMask(int32_t len, ASCENDC_SIM_LOC_PARAM) {
   ascendc_sim::rt::SetVectorMaskLen(len, DTOf<T>::value);
 }
 __aicore__ inline void ResetMask() { ascendc_sim::rt::ResetMask(); }
-// Trap (kernel_operator_sys_var_intf.h; dav_c220 / dav_m200 implement it as trap()): the core stops with
-// an error. The emulation raises EmulationError rule "TRAP" naming the tiling key, so that a kernel entry's
-// failure branch (a tiling key it has no branch for, op_kernel/mskv_tiling_keys.h) is a loud error.
+// Trap (kernel_operator_sys_var_intf.h; dav_c220 / dav_m200 implement it as trap()): on the NPU it stops
+// the AI Core and the launch fails (Trap.md: "NPU模式下会中断AI Core的运行"). The emulation raises
+// EmulationError rule "TRAP" naming the core and the tiling key; nothing after it runs. ms_kvcache kernels
+// trap on a tiling key their entry has no branch for (op_kernel/mskv_tiling_keys.h) and when tensors they
+// write share memory with another tensor of the launch (op_kernel/kv_copy_common.h TrapOnAliasedWrites).
 __aicore__ inline void Trap() {
   ascendc_sim::rt::Fail("TRAP", "AscendC::Trap() on core %lld (tiling key %llu)",
                         static_cast<long long>(ascendc_sim::rt::BlockIdx()),

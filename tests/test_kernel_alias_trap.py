@@ -1,0 +1,161 @@
+"""The in-kernel alias check of copy_blocks and the multi-layer transfers (issue 15): on the ascend backend in
+GRAPH_MODE the same Parameter can reach a kernel twice (graph code sees no Parameter identity), and no
+launch-time check sees the addresses there. The kernels compare the GM byte ranges of the tensors they
+write with every other tensor of the launch at kernel start, on every core before its first write, and
+stop the launch with AscendC::Trap() (mskv::TrapOnAliasedWrites, op_kernel/kv_copy_common.h).
+
+Here the kernels run in the emulation, which models Trap() as a launch failure with rule TRAP. The sim
+backend's own launch-time alias check (runner.cpp AliasProblem, reading the primitive's mskv_disjoint
+attributes) is bypassed: by ``ms_kvcache.sim.launch`` directly, and in GRAPH_MODE by a primitive
+without those attributes - as the ascend backend's primitives are on the NPU. On hardware only the
+Trap itself (an AI Core exception, the launch fails) is not shown by these tests."""
+import numpy as np
+import pytest
+
+from _copy_sim_ref import launch, sim_module, status
+from _multi_layer_ref import SEPARATE, Geometry, flat_caches, host_block_shape
+from conftest import random_array
+
+SOCS = ["Ascend910B1", "Ascend310P3"]  # the A2 and the 310P builds of each kernel
+
+
+def _trap(op, arrays, attrs=None, soc="Ascend910B1", written=()):
+    """The launch stops with rule TRAP and the arrays in ``written`` keep their bytes."""
+    sim = sim_module()
+    before = [w.copy() for w in written]
+    with pytest.raises(sim.EmulationError) as ei:
+        launch(op, arrays, attrs, soc, gm_copy="never")
+    assert ei.value.rule == "TRAP", str(ei.value)
+    assert "AscendC::Trap()" in str(ei.value)
+    for w, b in zip(written, before):
+        np.testing.assert_array_equal(w, b, "written before the trap")
+
+
+# ------------------------------------------------------------------------------------------ copy_blocks
+@pytest.mark.parametrize("soc", SOCS)
+def test_copy_blocks_same_cache_as_key_and_value_traps(soc, rng):
+    """key_caches[0] is value_caches[1]: was GM_RACE / GM_WRITE_CONFLICT between cores at best, or a
+    silently order-dependent result with one core."""
+    k0, k1, v0 = (random_array(rng, (8, 4, 16), "float16") for _ in range(3))
+    bm = np.array([[0, 3], [2, 5]], np.int64)
+    _trap("MskvCopyBlocks", [[k0, k1], [v0, k0], bm, status()], soc=soc, written=(k0, k1, v0))
+
+
+def test_copy_blocks_overlapping_views_trap(rng):
+    """Two caches over overlapping bytes of one buffer (two Parameters set_data'd to views)."""
+    m = random_array(rng, (12, 4, 16), "float32")
+    _trap("MskvCopyBlocks", [[m[0:8]], [m[4:12]], np.array([[0, 1]], np.int32), status()], written=(m,))
+
+
+def test_copy_blocks_many_layers_pairwise_fallback_traps():
+    """More than the 128 ranges sorted on the stack: the pairwise comparison finds the repeat."""
+    caches = [np.zeros((2, 16), np.float16) for _ in range(65)]
+    vals = [np.ones((2, 16), np.float16) for _ in range(64)] + [caches[40]]
+    _trap("MskvCopyBlocks", [caches, vals, np.array([[0, 1]], np.int32), status()], written=tuple(caches))
+
+
+def test_copy_blocks_disjoint_caches_still_run(rng):
+    """Not over-strict: distinct caches, and disjoint planes of one buffer, are copied."""
+    m = random_array(rng, (2, 8, 4, 16), "float16")
+    exp = m.copy()
+    exp[:, 3] = exp[:, 1]
+    launch("MskvCopyBlocks", [[m[0]], [m[1]], np.array([[1, 3]], np.int64), status()], gm_copy="never")
+    np.testing.assert_array_equal(m, exp)
+
+
+# ------------------------------------------------------------------------------- multi-layer transfers
+def _kv_attrs(geo, direction):
+    return {"kv_format": int(geo.fmt), "direction": direction, "cache_layout": geo.layout, "num_layers": geo.L}
+
+
+@pytest.mark.parametrize("soc", SOCS)
+def test_kv_transfer_h2d_cache_in_two_layers_traps(soc, rng):
+    geo = Geometry(SEPARATE, "BSND", num_layers=2, num_blocks=4, block_size=8)
+    planes = geo.random_planes(rng, "float16")
+    caches = flat_caches(geo, planes)
+    caches[3] = caches[0]  # value cache of layer 1 is the key cache of layer 0
+    buf = random_array(rng, (2, geo.L, 3, geo.hidden[0]), "float16")
+    _trap("MskvMultiLayerKvTransfer", [buf, np.array([0, 9, 31], np.int64), caches, status()],
+          _kv_attrs(geo, "h2d"), soc, written=tuple(caches))
+
+
+def test_kv_transfer_d2h_repeated_cache_is_read_twice_and_buffer_over_cache_traps(rng):
+    """d2h only reads the caches: one cache in two layers is gathered twice (allowed, as on cpu); a
+    buffer whose bytes are a cache's would overwrite rows still to be read: TRAP."""
+    geo = Geometry(SEPARATE, "BSND", num_layers=2, num_blocks=4, block_size=8)
+    planes = geo.random_planes(rng, "float16")
+    caches = flat_caches(geo, planes)
+    caches[2] = caches[0]
+    slots = np.array([0, 9, 31], np.int64)
+    buf = np.zeros((2, geo.L, 3, geo.hidden[0]), np.float16)
+    launch("MskvMultiLayerKvTransfer", [buf, slots, caches, status()], _kv_attrs(geo, "d2h"), gm_copy="never")
+    rows = caches[0].reshape(geo.slots, -1)[slots]
+    np.testing.assert_array_equal(buf[0, 0], rows)
+    np.testing.assert_array_equal(buf[0, 1], rows)  # layer 1's key plane: the same cache
+    over = caches[1].reshape(-1)[:buf.size].reshape(buf.shape)  # the buffer is the start of v0
+    _trap("MskvMultiLayerKvTransfer", [over, slots, caches, status()], _kv_attrs(geo, "d2h"),
+          written=tuple(caches))
+
+
+@pytest.mark.parametrize("staged", [False, True])
+def test_block_transfer_h2d_cache_in_two_layers_traps(staged, rng):
+    geo = Geometry(SEPARATE, "BSND", num_layers=2, num_blocks=4, block_size=8)
+    caches = flat_caches(geo, geo.random_planes(rng, "float32"))
+    caches[2] = caches[0]
+    ids = np.array([1, 3], np.int64)
+    host = [random_array(rng, host_block_shape(geo, p, 2), "float32") for p in range(geo.P)]
+    staging = np.zeros(2 * geo.bs * geo.L * sum(geo.hidden), np.float32) if staged else None
+    _trap("MskvMultiLayerBlockTransfer", [ids, staging, host, caches, status()], _kv_attrs(geo, "h2d"),
+          written=tuple(caches))
+
+
+def test_block_transfer_d2h_staging_over_a_cache_traps(rng):
+    geo = Geometry(SEPARATE, "BSND", num_layers=2, num_blocks=4, block_size=8)
+    caches = flat_caches(geo, geo.random_planes(rng, "float32"))
+    host = [np.zeros(host_block_shape(geo, p, 2), np.float32) for p in range(geo.P)]
+    staging = caches[1].reshape(-1)  # scratch space that is a cache being offloaded
+    _trap("MskvMultiLayerBlockTransfer", [np.array([1, 3], np.int64), staging, host, caches, status()],
+          _kv_attrs(geo, "d2h"), written=tuple(caches) + tuple(host))
+
+
+# ----------------------------------------------------------------- GRAPH_MODE without the launch check
+def test_graph_mode_aliased_caches_fail_loudly_without_launch_check(monkeypatch, rng):
+    """GRAPH_MODE on the sim backend with primitives that carry no mskv_disjoint attributes (the launch
+    check of the cpu / sim AOT entries then sees nothing, as on the ascend backend): copy_blocks with one
+    Parameter as key and value cache fails with the kernel's TRAP in the RuntimeError, and nothing is
+    written (was: GM_RACE between the cores, or with one core a silent order-dependent result). The
+    transfers' traps: the sim.launch tests above (one graph compile here: CI time)."""
+    from mindspore import Parameter, Tensor, nn
+    from mindspore.ops import _primitive_cache
+
+    import ms_kvcache as mk
+    from ms_kvcache import _custom
+    from ms_kvcache._backends import sim as sim_backend
+    from conftest import ms_mode, to_np
+
+    if not sim_backend.available()[0]:
+        pytest.skip("sim backend not built")
+    monkeypatch.setattr(_custom, "_set_alias_attrs", lambda *a, **k: None)
+    monkeypatch.setattr(_primitive_cache, "_PRIM_CACHE", {})  # primitives made afresh, without the attrs
+
+    class CopyNet(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.k = Parameter(Tensor(rng.standard_normal((8, 4, 16)).astype(np.float32)), name="trap_cb_k")
+            self.k2 = Parameter(Tensor(rng.standard_normal((8, 4, 16)).astype(np.float32)), name="trap_cb_k2")
+
+        def construct(self, bm):
+            return mk.copy_blocks((self.k, self.k2), (self.k2, self.k), bm)
+
+    old = mk.get_backend()
+    mk.set_backend("sim")
+    try:
+        with ms_mode("graph"):
+            net = CopyNet()
+            before = [to_np(net.k).copy(), to_np(net.k2).copy()]
+            with pytest.raises(RuntimeError, match=r"TRAP.*AscendC::Trap\(\)"):
+                net(Tensor(np.array([[0, 3]], np.int64)))
+            np.testing.assert_array_equal(to_np(net.k), before[0])
+            np.testing.assert_array_equal(to_np(net.k2), before[1])
+    finally:
+        mk.set_backend(old)
