@@ -86,8 +86,16 @@ def codes_of(a):
 
 def fp8_tensor(codes_u8, code):
     """A float8 Tensor holding the given uint8 codes (MindSpore's CPU can neither Cast to float8 nor
-    build a float8 Parameter: the bytes are viewed)."""
-    return Tensor(np.ascontiguousarray(codes_u8, np.uint8)).view(getattr(ms, code))
+    build a float8 Parameter: the bytes are viewed). MindSpore 2.7's Tensor.view takes only a shape, so
+    there the test skips: no float8 tensor can be built on its CPU."""
+    t = Tensor(np.ascontiguousarray(codes_u8, np.uint8))
+    try:
+        return t.view(getattr(ms, code))
+    except TypeError:
+        if tuple(int(x) for x in ms.__version__.split(".")[:2]) < (2, 8):
+            pytest.skip(f"MindSpore {ms.__version__}: Tensor.view(dtype) does not exist (2.8+), so no {code} "
+                        "tensor can be built on CPU")
+        raise
 
 
 def fp8_codes(t):

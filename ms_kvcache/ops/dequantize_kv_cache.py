@@ -31,7 +31,12 @@ def _codes(cache):
     if d == "int8":
         return cache.asnumpy().astype(np.float32)
     if d in _FP8:  # MindSpore's CPU cannot asnumpy() / Cast a float8 tensor: read its bytes
-        return cache.view(ms.uint8).asnumpy().view(_FP8[d]).astype(np.float32)
+        try:
+            raw = cache.view(ms.uint8)
+        except TypeError as e:  # MindSpore 2.7: Tensor.view takes only a shape
+            raise TypeError(f"{_OP}: argument 'cache': reading a {d} cache needs Tensor.view(dtype), which "
+                            f"MindSpore {ms.__version__} does not have (2.8+)") from e
+        return raw.asnumpy().view(_FP8[d]).astype(np.float32)
     raise TypeError(f"{_OP}: argument 'cache': expected dtype int8, float8_e4m3fn or float8_e5m2, got {d}")
 
 
@@ -70,7 +75,8 @@ def dequantize_kv_cache(cache, *, scale=None, offset=None, scale_cache=None, cac
 
     Raises:
         TypeError: a non-Tensor argument, a cache dtype without a quantization rule, a scale / offset /
-            scale cache that is not float32.
+            scale cache that is not float32, a float8 cache on MindSpore 2.7 (its ``Tensor.view`` takes no
+            dtype, so the codes cannot be read).
         ValueError: neither or both of ``scale`` / ``scale_cache``, an offset with a float8 cache or
             with ``scale_cache``, a shape that does not fit the plane, an unknown ``cache_layout``.
     """
