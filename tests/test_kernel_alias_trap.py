@@ -1,4 +1,5 @@
-"""The in-kernel alias check of copy_blocks and the multi-layer transfers (issue 15): on the ascend backend in
+"""The in-kernel alias check of the kernels that write several tensors (issue 15): copy_blocks, the multi-layer
+transfers, reshape_and_cache, concat_and_cache_mla and the fused RoPE writers. On the ascend backend in
 GRAPH_MODE the same Parameter can reach a kernel twice (graph code sees no Parameter identity), and no
 launch-time check sees the addresses there. The kernels compare the GM byte ranges of the tensors they
 write with every other tensor of the launch at kernel start, on every core before its first write, and
