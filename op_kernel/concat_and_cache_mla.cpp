@@ -5,7 +5,8 @@
 //
 // GM arguments follow the OpDef (op_host/concat_and_cache_mla.cpp): inputs kv_c, k_pe, kv_c_cache,
 // k_pe_cache, slot_mapping, then the output status (never written), then workspace and tiling.
-// Slots < 0 or >= num_blocks * block_size are skipped; 64-bit GM offsets. Tiling key = dtype * 100 +
+// Slots < 0 or >= num_blocks * block_size are skipped; 64-bit GM offsets. Caches that share memory (one
+// Parameter as both: possible in a graph) stop the launch before any write (mskv::TrapOnAliasedWrites). Tiling key = dtype * 100 +
 // slot dtype * 10 + DataCopyPad.
 #include "kernel_operator.h"
 #include "kv_copy_common.h"
@@ -14,6 +15,12 @@
 template <typename T, typename S, bool PAD, typename TD>
 __aicore__ inline void RunConcatAndCacheMla(GM_ADDR kv_c, GM_ADDR k_pe, GM_ADDR kv_c_cache, GM_ADDR k_pe_cache,
                                             GM_ADDR slot_mapping, const TD& td) {
+  // one Parameter (or two over one buffer) as kv_c_cache and k_pe_cache, possible in a graph: the rows
+  // of the two planes would overwrite each other in an order-dependent way; stop before any write
+  mskv::GmSpans<2> spans;
+  spans.Add(reinterpret_cast<__gm__ T*>(kv_c_cache), td.numSlots * td.kvRowElems, true);
+  spans.Add(reinterpret_cast<__gm__ T*>(k_pe_cache), td.numSlots * td.peRowElems, true);
+  mskv::TrapOnAliasedWrites(spans);
   AscendC::TPipe pipe;
   mskv::SlotScatter<T, S, PAD, false> scatter;
   scatter.Init(&pipe, slot_mapping, td.bufferBytes, td.numSlots, td.blockSize);

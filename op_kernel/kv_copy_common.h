@@ -1,6 +1,6 @@
 // Device-side building blocks of the KV-cache copy kernels (reshape_and_cache,
 // reshape_and_cache_merged, concat_and_cache_mla): scatter token rows into a paged cache by slot; and
-// the written-memory alias check of copy_blocks and the multi-layer transfers (TrapOnAliasedWrites).
+// the written-memory alias check of the kernels that write several tensors (TrapOnAliasedWrites).
 //
 // Data path per chunk: GM --DataCopy(Pad)--> UB buffer of a TQueBind<VECIN, VECOUT> --DataCopy(Pad)-->
 // GM. Two UB buffers (double buffering): the copy-in (MTE2) of the next chunk overlaps the copy-out
@@ -288,7 +288,8 @@ __aicore__ inline void ScatterKeyValue(GM_ADDR key, GM_ADDR value, __gm__ T* key
 // ------------------------------------------------------------------------------- written-memory aliases
 // MindSpore graph code sees no Parameter identity, so on the ascend backend in GRAPH_MODE the same
 // Parameter (or two Parameters over one buffer) can reach a kernel as two tensors: copy_blocks with one
-// cache as key and value cache, a multi-layer transfer with one cache in two layers. Writes through
+// cache as key and value cache, a multi-layer transfer with one cache in two layers, reshape_and_cache,
+// concat_and_cache_mla or a fused RoPE writer with one Parameter as both caches. Writes through
 // both would race between cores (the result would depend on their order) or change data still to be
 // read. The kernels whose written tensors can alias check their GM byte ranges at kernel start, on
 // every core before its first write, and stop the launch with AscendC::Trap() (on the NPU an AI Core
@@ -364,6 +365,40 @@ template <typename T>
 __aicore__ inline void GmRange(__gm__ T* p, int64_t elems, uint64_t* lo, uint64_t* hi) {
   *lo = reinterpret_cast<uint64_t>(p);
   *hi = *lo + static_cast<uint64_t>(elems > 0 ? elems : 0) * static_cast<uint64_t>(sizeof(T));
+}
+
+// Span source of TrapOnAliasedWrites for a kernel with a fixed set of tensors (reshape_and_cache,
+// concat_and_cache_mla, the fused RoPE writers): up to N byte ranges, listed with Add in any order.
+// Add beyond N is a programming error of the kernel and traps (never a silently shorter list).
+template <int32_t N>
+struct GmSpans {
+  uint64_t lo[N];
+  uint64_t hi[N];
+  bool wr[N];
+  int32_t n = 0;
+
+  // `elems` elements of T at p (an empty range when elems <= 0); `written`: the kernel writes them.
+  template <typename T>
+  __aicore__ inline void Add(__gm__ T* p, int64_t elems, bool written) {
+    if (n >= N) {
+      AscendC::Trap();
+      return;
+    }
+    GmRange(p, elems, &lo[n], &hi[n]);
+    wr[n] = written;
+    ++n;
+  }
+  __aicore__ inline void Span(int32_t i, uint64_t* a, uint64_t* b, bool* written) {
+    *a = lo[i];
+    *b = hi[i];
+    *written = wr[i];
+  }
+};
+
+// Stops the launch (AscendC::Trap) if the listed ranges alias (see GmSpansConflict).
+template <int32_t N>
+__aicore__ inline void TrapOnAliasedWrites(GmSpans<N>& spans) {
+  TrapOnAliasedWrites(spans, spans.n);
 }
 
 }  // namespace mskv

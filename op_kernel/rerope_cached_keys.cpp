@@ -4,6 +4,7 @@
 //
 // GM arguments follow the OpDef (op_host/rerope_cached_keys.cpp): inputs key_cache, slot_mapping,
 // old_positions, new_positions, cos_sin_cache, output status (never written), then workspace and tiling.
+// key_cache is the only tensor written, so no written-memory alias check is needed (mskv::TrapOnAliasedWrites).
 // Each core takes its main/tail share of the entries and collects batches of valid ones (slot in
 // [0, num_blocks * block_size), both positions in [0, max_position)); invalid entries are never read.
 //

@@ -16,7 +16,9 @@
 template <typename T, typename S, bool PAD, bool SEG, typename TD>
 __aicore__ inline void RunReshapeAndCacheMerged(GM_ADDR key, GM_ADDR value, GM_ADDR kv_cache, GM_ADDR slot_mapping,
                                                 const TD& td) {
-  // the key plane is kv_cache[0], the value plane kv_cache[1], td.valueOffset elements further
+  // the key plane is kv_cache[0], the value plane kv_cache[1], td.valueOffset elements further: disjoint
+  // by construction (valueOffset is one plane), and kv_cache is the only tensor written, so no alias
+  // check is needed (the rule of mskv::TrapOnAliasedWrites leaves the read key / value unconstrained)
   mskv::ScatterKeyValue<T, S, PAD, SEG>(key, value, reinterpret_cast<__gm__ T*>(kv_cache),
                                         reinterpret_cast<__gm__ T*>(kv_cache) + td.valueOffset, slot_mapping, td);
 }

@@ -6,7 +6,9 @@
 // kv_c, cos_sin_cache, kv_c_cache, k_pe_cache, slot_mapping, kv_c_norm_weight (may be absent / empty),
 // outputs q_pe_out, k_pe_out, kv_c_out, then workspace and tiling. Rotation: op_kernel/rope_kernel_common.h.
 // kv_c_out is written for every row (normalised or copied), also for tokens with an invalid position
-// (those get zero q_pe_out / k_pe_out rows and are not cached), as on the cpu backend.
+// (those get zero q_pe_out / k_pe_out rows and are not cached), as on the cpu backend. Written tensors that
+// share memory (one Parameter as both caches: possible in a graph) stop the launch before any write
+// (mskv::TrapOnAliasedWrites).
 //
 // RMSNorm: out = (x * inv) * w in fp32 with inv = 1 / sqrt(sum(x^2) / L + eps), as the cpu backend.
 // fp16 / bf16 data: inv in fp32 - squares summed by a halving tree of vector Adds down to 8 lanes
@@ -183,6 +185,15 @@ template <typename T, typename C, typename W, bool NEOX, bool PAD, typename TD>
 __aicore__ inline void RunRopeMla(GM_ADDR positions, GM_ADDR qPe, GM_ADDR kPe, GM_ADDR kvC, GM_ADDR table,
                                   GM_ADDR kvCCache, GM_ADDR kPeCache, GM_ADDR slotMapping, GM_ADDR weight,
                                   GM_ADDR qPeOut, GM_ADDR kPeOut, GM_ADDR kvCOut, const TD& td) {
+  // the written tensors (the two caches and the three outputs) must not share memory: one Parameter as
+  // kv_c_cache and k_pe_cache is possible in a graph; stop the launch before any write
+  GmSpans<5> spans;
+  spans.Add(reinterpret_cast<__gm__ T*>(kvCCache), td.numSlots * td.kvRank, true);
+  spans.Add(reinterpret_cast<__gm__ T*>(kPeCache), td.numSlots * td.headSize, true);
+  spans.Add(reinterpret_cast<__gm__ T*>(qPeOut), td.numRows * td.qHeads * td.headSize, true);
+  spans.Add(reinterpret_cast<__gm__ T*>(kPeOut), td.numRows * td.headSize, true);
+  spans.Add(reinterpret_cast<__gm__ T*>(kvCOut), td.numRows * td.kvRank, true);
+  TrapOnAliasedWrites(spans);
   AscendC::TPipe pipe;
   RopeEngine<T, C, NEOX, PAD> eng;
   eng.Init(&pipe, table, RotGeomOf(td), td.chunkElems, td.batch, td.partnerRows, 2);

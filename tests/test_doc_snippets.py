@@ -8,6 +8,9 @@ line is a marker comment is treated as the marker says:
 - ``# snippet: excerpt`` - a piece of library code quoted to explain it, not a program: compiled only;
 - ``# snippet: two processes`` - the parts of two cooperating processes side by side (a receiver that
   waits for a sender): compiled only; tests/test_disagg.py and ``ms-kvcache demo --disagg`` run them.
+- ``# snippet: mindspore >= X.Y`` - needs MindSpore X.Y or newer (e.g. the float8 part of
+  docs/quantization.md: MindSpore 2.7's ``Tensor.view`` takes no dtype): runs where the installed
+  MindSpore is at least X.Y, compiled only on an older one (a reader of the doc sees the same line).
 
 Any other block must run without error.
 """
@@ -22,8 +25,36 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
-MARKERS = ("# snippet: npu", "# snippet: excerpt", "# snippet: two processes")
+MARKERS = ("# snippet: npu", "# snippet: excerpt", "# snippet: two processes", "# snippet: mindspore >=")
 _FENCE = re.compile(r"^```python[^\n]*\n(.*?)^```", re.M | re.S)
+_MIN_VERSION = re.compile(r"^# snippet: mindspore >= (\d+(?:\.\d+)*)(?:\s.*)?$")
+
+
+def _version_tuple(text):
+    """(2, 10, 0) of "2.10.0" / "2.10.0rc1" (the leading digits of each dotted part)."""
+    return tuple(int(re.match(r"\d*", part).group() or 0) for part in text.split("."))
+
+
+def runs_here(marker, mindspore_version):
+    """Whether a block with ``marker`` (None: no marker) runs under ``mindspore_version``: unmarked blocks
+    and ``# snippet: mindspore >= X.Y`` blocks on MindSpore X.Y or newer; the other markers never."""
+    if marker is None:
+        return True
+    m = _MIN_VERSION.match(marker)
+    if m is None:
+        if marker.startswith("# snippet: mindspore >="):
+            raise ValueError(f"malformed version marker {marker!r}: expected '# snippet: mindspore >= X.Y'")
+        return False
+    need = _version_tuple(m.group(1))
+    have = _version_tuple(mindspore_version)
+    width = max(len(need), len(have))
+    return have + (0,) * (width - len(have)) >= need + (0,) * (width - len(need))
+
+
+def _mindspore_version():
+    from importlib.metadata import version
+
+    return version("mindspore")
 
 
 def snippets(path):
@@ -33,7 +64,7 @@ def snippets(path):
     for m in _FENCE.finditer(text):
         code = m.group(1)
         first = code.lstrip().splitlines()[0].strip() if code.strip() else ""
-        marker = next((mk for mk in MARKERS if first.startswith(mk)), None)
+        marker = first if any(first.startswith(mk) for mk in MARKERS) else None
         out.append((text.count("\n", 0, m.start()) + 2, code, marker))
     return out
 
@@ -64,18 +95,46 @@ print("ran", sum(1 for b in blocks if b[2] is None), "of", len(blocks))
 def test_markers_are_few_and_known():
     """Only the few blocks that cannot run here carry a marker; every file's blocks are found."""
     marked = [(f.name, line, mk) for f in FILES for line, _, mk in snippets(f) if mk]
+    compiled_only = [m for m in marked if not _MIN_VERSION.match(m[2])]  # version-marked blocks run on newer
     total = sum(len(snippets(f)) for f in FILES)
-    assert total >= 10 and len(marked) <= 8, marked
+    assert total >= 10 and len(compiled_only) <= 8 and len(marked) - len(compiled_only) <= 3, marked
     text = (ROOT / "README.md").read_text()
     assert "ms_kvcache.reshape_and_cache(" in text and "class " in text and "GRAPH_MODE" in text
 
 
 @pytest.mark.parametrize("path", [f for f in FILES if snippets(f)], ids=lambda p: p.name)
 def test_snippets_run_as_written(path, tmp_path):
-    blocks = snippets(path)
+    here = _mindspore_version()
+    # a block that does not run here goes to the runner with a marker (compiled only), one that runs without
+    blocks = [(line, code, None if runs_here(mk, here) else mk) for line, code, mk in snippets(path)]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), GLOG_v="3")
     env.pop("MS_KVCACHE_BACKEND", None)
     p = subprocess.run([sys.executable, "-c", _RUNNER, str(path.relative_to(ROOT))], input=json.dumps(blocks),
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-5000:]
     assert f"ran {sum(1 for b in blocks if b[2] is None)} of {len(blocks)}" in p.stdout
+
+
+def test_version_marker():
+    """``# snippet: mindspore >= X.Y`` runs from X.Y on (numeric comparison), compiled only before; a
+    malformed one is an error, not a silently skipped block."""
+    m = "# snippet: mindspore >= 2.8 (why)"
+    assert runs_here(None, "2.7.2") and not runs_here("# snippet: npu (x)", "2.10.0")
+    assert not runs_here(m, "2.7.2") and not runs_here(m, "2.7.0")
+    assert runs_here(m, "2.8.0") and runs_here(m, "2.10.0") and runs_here("# snippet: mindspore >= 2.10", "2.10.0rc1")
+    assert not runs_here("# snippet: mindspore >= 2.10", "2.9.0")
+    with pytest.raises(ValueError, match="malformed version marker"):
+        runs_here("# snippet: mindspore >= two", "2.10.0")
+
+
+def test_float8_view_blocks_are_marked_for_mindspore_2_8():
+    """A block that views a tensor as float8 (``Tensor.view(dtype)``: MindSpore 2.8+) carries the 2.8 marker,
+    so the doc-snippet run on 2.7 does not fail on it (the float8 part of docs/quantization.md)."""
+    found = 0
+    for f in FILES:
+        for line, code, mk in snippets(f):
+            if re.search(r"\.view\(ms\.float8", code):
+                found += 1
+                assert mk is not None and _MIN_VERSION.match(mk) and runs_here(mk, "2.8.0") \
+                    and not runs_here(mk, "2.7.2"), f"{f.name} line {line}: needs '# snippet: mindspore >= 2.8'"
+    assert found >= 1

@@ -1,4 +1,5 @@
-"""The in-kernel alias check of copy_blocks and the multi-layer transfers (issue 15): on the ascend backend in
+"""The in-kernel alias check of the kernels that write several tensors (issue 15): copy_blocks, the multi-layer
+transfers, reshape_and_cache, concat_and_cache_mla and the fused RoPE writers. On the ascend backend in
 GRAPH_MODE the same Parameter can reach a kernel twice (graph code sees no Parameter identity), and no
 launch-time check sees the addresses there. The kernels compare the GM byte ranges of the tensors they
 write with every other tensor of the launch at kernel start, on every core before its first write, and
@@ -157,5 +158,191 @@ def test_graph_mode_aliased_caches_fail_loudly_without_launch_check(monkeypatch,
                 net(Tensor(np.array([[0, 3]], np.int64)))
             np.testing.assert_array_equal(to_np(net.k), before[0])
             np.testing.assert_array_equal(to_np(net.k2), before[1])
+    finally:
+        mk.set_backend(old)
+
+
+# ---------------------------------------------------------------------------- the scatter-by-slot writers
+def _kv_rows(rng, T, H, D, dtype="float16"):
+    return random_array(rng, (T, H, D), dtype), random_array(rng, (T, H, D), dtype)
+
+
+@pytest.mark.parametrize("soc", SOCS)
+@pytest.mark.parametrize("layout", ["BSND", "BNSD"])
+def test_reshape_and_cache_same_cache_as_key_and_value_traps(soc, layout, rng):
+    """key_cache is value_cache (one Parameter passed twice in a graph): was PIPE_HAZARD in the emulation
+    (on the NPU the value rows overwrite the key rows in an order-dependent way)."""
+    k, v = _kv_rows(rng, 40, 2, 16)
+    shape = (4, 16, 2, 16) if layout == "BSND" else (4, 2, 16, 16)
+    kc = random_array(rng, shape, "float16")
+    _trap("MskvReshapeAndCache", [k, v, kc, kc, np.arange(40, dtype=np.int64), status()],
+          {"cache_layout": layout}, soc, written=(kc,))
+
+
+def test_reshape_and_cache_overlapping_caches_trap(rng):
+    """Two caches over overlapping bytes of one buffer: one block in common."""
+    k, v = _kv_rows(rng, 9, 2, 16, "float32")
+    m = random_array(rng, (7, 16, 2, 16), "float32")
+    _trap("MskvReshapeAndCache", [k, v, m[0:4], m[3:7], np.arange(9, dtype=np.int32), status()], written=(m,))
+
+
+def test_reshape_and_cache_adjacent_planes_of_one_buffer_still_run(rng):
+    """Not over-strict: the two planes of one [2, ...] buffer (adjacent, no byte shared) are written."""
+    from _copy_sim_ref import ref_reshape_and_cache
+
+    k, v = _kv_rows(rng, 21, 2, 16)
+    m = random_array(rng, (2, 3, 16, 2, 16), "float16")
+    slots = np.array([47, -1] + list(range(0, 38, 2)), np.int64)
+    ek, ev = ref_reshape_and_cache(k, v, m[0], m[1], slots)
+    launch("MskvReshapeAndCache", [k, v, m[0], m[1], slots, status()], gm_copy="never")
+    np.testing.assert_array_equal(m[0], ek)
+    np.testing.assert_array_equal(m[1], ev)
+
+
+@pytest.mark.parametrize("soc", SOCS)
+def test_concat_and_cache_mla_same_cache_for_both_parts_traps(soc, rng):
+    """kv_c_cache is k_pe_cache (kv_lora_rank == rope_dim, one Parameter passed twice in a graph)."""
+    kv_c, k_pe = random_array(rng, (30, 32), "float16"), random_array(rng, (30, 32), "float16")
+    c = random_array(rng, (3, 16, 32), "float16")
+    _trap("MskvConcatAndCacheMla", [kv_c, k_pe, c, c, np.arange(30, dtype=np.int64), status()], soc=soc,
+          written=(c,))
+
+
+def test_concat_and_cache_mla_overlapping_and_adjacent_caches(rng):
+    """k_pe_cache starting one row before the end of kv_c_cache in one buffer: TRAP; starting right at
+    its end (no byte shared): written as usual."""
+    from _copy_sim_ref import ref_concat_and_cache_mla
+
+    nb, bs, R, P = 2, 16, 64, 16
+    kv_c, k_pe = random_array(rng, (20, R), "float16"), random_array(rng, (20, P), "float16")
+    slots = np.arange(20, dtype=np.int64)[::-1].copy()
+    flat = random_array(rng, (nb * bs * (R + P) + P,), "float16")
+    kvcc = flat[:nb * bs * R].reshape(nb, bs, R)
+    over = flat[nb * bs * R - P:nb * bs * (R + P) - P].reshape(nb, bs, P)
+    _trap("MskvConcatAndCacheMla", [kv_c, k_pe, kvcc, over, slots, status()], written=(flat,))
+    kpec = flat[nb * bs * R:nb * bs * (R + P)].reshape(nb, bs, P)
+    e1, e2 = ref_concat_and_cache_mla(kv_c, k_pe, kvcc, kpec, slots)
+    launch("MskvConcatAndCacheMla", [kv_c, k_pe, kvcc, kpec, slots, status()], gm_copy="never")
+    np.testing.assert_array_equal(kvcc, e1)
+    np.testing.assert_array_equal(kpec, e2)
+
+
+# -------------------------------------------------------------------------------- the fused RoPE writers
+def _rope_inputs(rng, T=12, hq=2, hk=1, d=32, nb=2, bs=16, max_position=16):
+    from _rope_sim_ref import make_table
+
+    positions = rng.integers(0, max_position, size=T).astype(np.int64)
+    q = random_array(rng, (T, hq, d), "float16")
+    k = random_array(rng, (T, hk, d), "float16")
+    v = random_array(rng, (T, hk, d), "float16")
+    table = make_table(max_position, d, "float32")
+    slots = rng.permutation(nb * bs)[:T].astype(np.int64)
+    return positions, q, k, v, table, slots
+
+
+ROPE_ATTRS = {"is_neox_style": True, "cache_layout": "BSND"}
+
+
+@pytest.mark.parametrize("soc", SOCS)
+def test_rope_reshape_and_cache_same_cache_as_key_and_value_traps(soc, rng):
+    """key_cache is value_cache: was PIPE_HAZARD in the emulation (rotated keys and values racing)."""
+    positions, q, k, v, table, slots = _rope_inputs(rng)
+    kc = random_array(rng, (2, 16, 1, 32), "float16")
+    qo, ko = np.zeros_like(q), np.zeros_like(k)
+    _trap("MskvRopeReshapeAndCache", [positions, q, k, v, table, kc, kc, slots, qo, ko], ROPE_ATTRS, soc,
+          written=(kc, qo, ko))
+
+
+def test_rope_reshape_and_cache_key_out_over_a_cache_traps(rng):
+    """key_out over bytes of value_cache (an output must never share memory with a cache)."""
+    positions, q, k, v, table, slots = _rope_inputs(rng)
+    kc, vc = random_array(rng, (2, 16, 1, 32), "float16"), random_array(rng, (2, 16, 1, 32), "float16")
+    qo = np.zeros_like(q)
+    ko = vc.reshape(-1)[32:32 + k.size].reshape(k.shape)
+    _trap("MskvRopeReshapeAndCache", [positions, q, k, v, table, kc, vc, slots, qo, ko], ROPE_ATTRS,
+          written=(kc, vc, qo))
+
+
+def test_rope_reshape_and_cache_merged_query_out_over_the_cache_traps(rng):
+    """The merged cache is the only cache written (its two planes are disjoint by construction); query_out
+    over its bytes: TRAP."""
+    positions, q, k, v, table, slots = _rope_inputs(rng)
+    kv = random_array(rng, (2, 2, 16, 1, 32), "float16")
+    qo = kv.reshape(-1)[-q.size:].reshape(q.shape)  # the end of the value plane
+    ko = np.zeros_like(k)
+    _trap("MskvRopeReshapeAndCacheMerged", [positions, q, k, v, table, kv, slots, qo, ko], ROPE_ATTRS,
+          written=(kv, ko))
+
+
+def _mla_inputs(rng, T=10, hq=2, rope=32, rank=32, nb=2, bs=16, max_position=16):
+    from _rope_sim_ref import make_table
+
+    positions = rng.integers(0, max_position, size=T).astype(np.int32)
+    q = random_array(rng, (T, hq, rope), "float16")
+    k = random_array(rng, (T, rope), "float16")
+    kv = random_array(rng, (T, rank), "float16")
+    table = make_table(max_position, rope, "float32")
+    slots = rng.permutation(nb * bs)[:T].astype(np.int64)
+    return positions, q, k, kv, table, slots
+
+
+@pytest.mark.parametrize("soc", SOCS)
+def test_rope_concat_and_cache_mla_same_cache_for_both_parts_traps(soc, rng):
+    """kv_c_cache is k_pe_cache (kv_lora_rank == rope_dim, one Parameter passed twice in a graph)."""
+    positions, q, k, kv, table, slots = _mla_inputs(rng)
+    c = random_array(rng, (2, 16, 32), "float16")
+    outs = [np.zeros_like(q), np.zeros_like(k), np.zeros_like(kv)]
+    _trap("MskvRopeConcatAndCacheMla", [positions, q, k, kv, table, c, c, slots, None, *outs],
+          {"is_neox_style": False, "epsilon": 1e-6}, soc, written=(c, *outs))
+
+
+def test_rope_concat_and_cache_mla_kv_c_out_over_a_cache_traps(rng):
+    positions, q, k, kv, table, slots = _mla_inputs(rng, rank=64)
+    kvcc, kpec = random_array(rng, (2, 16, 64), "float16"), random_array(rng, (2, 16, 32), "float16")
+    kv_out = kvcc.reshape(-1)[:kv.size].reshape(kv.shape)
+    outs = [np.zeros_like(q), np.zeros_like(k), kv_out]
+    _trap("MskvRopeConcatAndCacheMla", [positions, q, k, kv, table, kvcc, kpec, slots, None, *outs],
+          {"is_neox_style": False, "epsilon": 1e-6}, written=(kvcc, kpec, outs[0], outs[1]))
+
+
+@pytest.mark.parametrize("op", ["reshape_and_cache", "rope_reshape_and_cache"])
+def test_graph_mode_same_parameter_as_both_caches_fails_loudly_without_launch_check(op, monkeypatch, rng):
+    """GRAPH_MODE on the sim backend with primitives that carry no mskv_disjoint attributes (as on the ascend
+    backend): one Parameter as key_cache and value_cache fails with the kernel's TRAP in the RuntimeError and
+    the Parameter keeps its bytes (was: PIPE_HAZARD, on the NPU an order-dependent result). The MLA
+    writers' traps: the sim.launch tests above (one graph compile per op here: CI time)."""
+    from mindspore import Parameter, Tensor, nn
+    from mindspore.ops import _primitive_cache
+
+    import ms_kvcache as mk
+    from ms_kvcache import _custom
+    from ms_kvcache._backends import sim as sim_backend
+    from conftest import ms_mode, to_np
+
+    if not sim_backend.available()[0]:
+        pytest.skip("sim backend not built")
+    monkeypatch.setattr(_custom, "_set_alias_attrs", lambda *a, **k: None)
+    monkeypatch.setattr(_primitive_cache, "_PRIM_CACHE", {})  # primitives made afresh, without the attrs
+    positions, q, k, v, table, slots = _rope_inputs(rng)
+
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.c = Parameter(Tensor(random_array(rng, (2, 16, 1, 32), "float16")), name=f"trap_{op}_kv")
+
+        def construct(self, p, q, k, v, table, s):
+            if op == "reshape_and_cache":
+                return mk.reshape_and_cache(k, v, self.c, self.c, s)
+            return mk.rope_reshape_and_cache(p, q, k, v, table, self.c, self.c, s)
+
+    old = mk.get_backend()
+    mk.set_backend("sim")
+    try:
+        with ms_mode("graph"):
+            net = Net()
+            before = to_np(net.c).copy()
+            with pytest.raises(RuntimeError, match=r"TRAP.*AscendC::Trap\(\)"):
+                net(*(Tensor(x) for x in (positions, q, k, v, table, slots)))
+            np.testing.assert_array_equal(to_np(net.c), before)
     finally:
         mk.set_backend(old)

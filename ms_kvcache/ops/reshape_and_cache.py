@@ -146,8 +146,10 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, cache_la
             Parameter (a slice, split or reshape of one, an op's result, a Tensor attribute or argument: MindSpore
             would write a temporary copy); a Python list or numpy array where a Tensor is expected.
         RuntimeError (GRAPH_MODE / ``@ms.jit``, at launch, cpu and sim): ``key_cache`` and ``value_cache`` sharing
-            memory (the same Parameter twice, two Parameters over one buffer); nothing is written. The ascend
-            backend does not check this (undefined there). A kernel failure's message is in the exception text.
+            memory (the same Parameter twice, two Parameters over one buffer); nothing is written. On the ascend
+            backend the kernel finds it instead and stops the launch (``AscendC::Trap()``, before any write):
+            MindSpore raises at the next stream sync with the AI Core exception, not this message (seen in the
+            emulation only). A kernel failure's message is in the exception text.
     """
     if _run_in_jit():  # @jit.cond: True
         check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(key), F.typeof(value), F.typeof(key_cache),
