@@ -11,7 +11,7 @@ import time
 
 from ms_kvcache.disagg._errors import DisaggError, HandoffTimeout, MooncakeUnavailable, PeerGone
 
-__all__ = ["ControlServer", "ControlClient", "MAX_MESSAGE", "parse_address"]
+__all__ = ["ControlServer", "ControlClient", "MAX_MESSAGE", "parse_address", "new_context"]
 
 #: Largest control message accepted (a block-id list of ~1M blocks fits).
 MAX_MESSAGE = 16 << 20
@@ -24,6 +24,11 @@ def _zmq():
         raise MooncakeUnavailable(f"ms_kvcache.disagg needs pyzmq for its control channel ({exc}); "
                                   f"pip install 'ms_kvcache[disagg]'") from exc
     return zmq
+
+
+def new_context():
+    """A ZeroMQ context (one I/O thread) that several :class:`ControlClient` may share."""
+    return _zmq().Context()
 
 
 def parse_address(op, address):
@@ -102,6 +107,10 @@ class ControlServer:
             except DisaggError:
                 continue
 
+    def pending(self):
+        """True if a message is queued (without taking it)."""
+        return bool(self.sock.poll(0, self._zmq.POLLIN))
+
     def try_recv(self):
         """A message already queued, without waiting (None if there is none)."""
         return self.recv(time.monotonic())
@@ -126,7 +135,7 @@ class ControlClient:
     receiver that is not running gives :class:`PeerGone` at once instead of a timeout.
     """
 
-    def __init__(self, address, op="KVSender.send", probe_timeout=2.0):
+    def __init__(self, address, op="KVSender.send", probe_timeout=2.0, context=None):
         zmq = _zmq()
         self._zmq = zmq
         host, port = parse_address(op, address)
@@ -141,7 +150,8 @@ class ControlClient:
         except OSError as exc:
             raise PeerGone(f"{op}: cannot reach {host}:{port} ({exc})") from None
         self.address = f"{host}:{port}"
-        self.ctx = zmq.Context()
+        self._own_ctx = context is None
+        self.ctx = zmq.Context() if context is None else context
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE + 1024)
@@ -171,4 +181,5 @@ class ControlClient:
     def close(self, linger_ms=200):
         """Close; messages still queued get up to ``linger_ms`` to leave."""
         self.sock.close(linger_ms)
-        self.ctx.term()
+        if self._own_ctx:
+            self.ctx.term()
