@@ -243,11 +243,12 @@ def _case_rows(name, case, repeats, log, modes=("verify-all", "stream"), tokens=
                         f"{s['t_connect'] * 1e3:.1f} + accept {s['t_accept'] * 1e3:.1f} ms, d2h "
                         f"{s['d2h_seconds'] * 1e3:.1f} + checksum {s['checksum_seconds'] * 1e3:.1f} ms, wait for "
                         f"the last write {s['t_drain'] * 1e3:.1f} ms, done->loaded {s['t_loaded'] * 1e3:.1f} ms; "
-                        f"receiver verify {rv['verify_seconds'] * 1e3:.1f} + h2d{' (with undo copy)' if rv['stream'] else ''} "
+                        f"receiver verify {rv['verify_seconds'] * 1e3:.1f} + h2d"
+                        f"{' (with undo copy)' if rv['stream'] else ''} "
                         f"{rv['h2d_seconds'] * 1e3:.1f} ms, of which after 'done' {rv['t_after_done'] * 1e3:.1f} ms; "
                         f"Mooncake tcp over loopback, 2 processes")
-                row = make_row("multi_layer_kv_transfer", f"disagg handoff {name} {dtype} ({fmt}, L{L})", T, nbytes,
-                               best[k], memcpy_s=mc,
+                row = make_row("multi_layer_kv_transfer", f"disagg handoff {name} {dtype} ({fmt}, L{L}, {m})", T,
+                               nbytes, best[k], memcpy_s=mc,
                                baselines={"raw Mooncake": raw_best, "raw Mooncake sync": best["raw"],
                                           "raw Mooncake chunked": best["raw_chunked"]},
                                dtype=dtype, note=note)
@@ -267,9 +268,9 @@ def run(quick=False, log=None, repeats=None, modes=("verify-all", "stream"), cas
     """Rows of the handoff benchmark (see the module docstring); ``[]`` when Mooncake is unavailable.
 
     ``modes``: receiver modes timed (interleaved in the same rounds): ``"verify-all"`` (the default of
-    :meth:`KVReceiver.receive`: load once every chunk verified) and / or ``"stream"`` (``stream=True``). ``cases``: names of
-    :data:`CASES` (None = all). ``repeats``: timed rounds (default 5, 2 with ``quick``). ``tokens``: token
-    counts instead of each case's own."""
+    :meth:`KVReceiver.receive`: load once every chunk verified) and / or ``"stream"`` (``stream=True``).
+    ``cases``: names of :data:`CASES` (None = all). ``repeats``: timed rounds (default 5, 2 with
+    ``quick``). ``tokens``: token counts instead of each case's own."""
     from ms_kvcache.disagg import mooncake_available
 
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))

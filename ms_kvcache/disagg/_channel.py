@@ -11,7 +11,7 @@ import time
 
 from ms_kvcache.disagg._errors import DisaggError, HandoffTimeout, MooncakeUnavailable, PeerGone
 
-__all__ = ["ControlServer", "ControlClient", "MAX_MESSAGE", "parse_address", "new_context"]
+__all__ = ["ControlServer", "ControlClient", "MAX_MESSAGE", "parse_address"]
 
 #: Largest control message accepted (a block-id list of ~1M blocks fits).
 MAX_MESSAGE = 16 << 20
@@ -24,11 +24,6 @@ def _zmq():
         raise MooncakeUnavailable(f"ms_kvcache.disagg needs pyzmq for its control channel ({exc}); "
                                   f"pip install 'ms_kvcache[disagg]'") from exc
     return zmq
-
-
-def new_context():
-    """A ZeroMQ context (one I/O thread) that several :class:`ControlClient` may share."""
-    return _zmq().Context()
 
 
 def parse_address(op, address):
@@ -135,7 +130,7 @@ class ControlClient:
     receiver that is not running gives :class:`PeerGone` at once instead of a timeout.
     """
 
-    def __init__(self, address, op="KVSender.send", probe_timeout=2.0, context=None):
+    def __init__(self, address, op="KVSender.send", probe_timeout=2.0):
         zmq = _zmq()
         self._zmq = zmq
         host, port = parse_address(op, address)
@@ -150,8 +145,7 @@ class ControlClient:
         except OSError as exc:
             raise PeerGone(f"{op}: cannot reach {host}:{port} ({exc})") from None
         self.address = f"{host}:{port}"
-        self._own_ctx = context is None
-        self.ctx = zmq.Context() if context is None else context
+        self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE + 1024)
@@ -181,5 +175,4 @@ class ControlClient:
     def close(self, linger_ms=200):
         """Close; messages still queued get up to ``linger_ms`` to leave."""
         self.sock.close(linger_ms)
-        if self._own_ctx:
-            self.ctx.term()
+        self.ctx.term()

@@ -30,7 +30,7 @@ import uuid
 
 import numpy as np
 
-from ms_kvcache.disagg._channel import ControlClient, ControlServer, new_context
+from ms_kvcache.disagg._channel import ControlClient, ControlServer
 from ms_kvcache.disagg._errors import (ChecksumMismatch, DisaggError, HandoffTimeout, MetadataMismatch, PeerGone)
 from ms_kvcache.disagg._layout import (CHECKSUM_ALGO, HostStaging, KVLayout, check_block_ids, checksum, chunk_plan,
                                        plan_from_sizes, ramp_chunk_sizes, slots_from_blocks, wait_ops)
@@ -419,7 +419,6 @@ class KVSender(_Endpoint):
             raise ValueError(f"{op}: argument 'chunk_tokens': expected an int >= 1 or None, got {chunk_tokens!r}")
         self.chunk_tokens = int(chunk_tokens)
         self._retired = []
-        self._zmq_ctx = None  # one ZeroMQ context (and I/O thread) for every send of this sender
         if max_tokens:
             self._reserve(int(max_tokens) * self.layout.bytes_per_token)
         self._fault = None  # testing only: "corrupt" / ("corrupt", c) flips a byte of chunk 0 / c after its checksum
@@ -475,9 +474,8 @@ class KVSender(_Endpoint):
         session = uuid.uuid4().hex
         sizes = self.chunk_sizes(T)
         t0 = time.perf_counter()
-        if self._zmq_ctx is None:
-            self._zmq_ctx = new_context()
-        client = ControlClient(peer, op=op, probe_timeout=min(2.0, timeout), context=self._zmq_ctx)
+        # a ZeroMQ context per send: closing it flushes the last message (an abort) before send() returns
+        client = ControlClient(peer, op=op, probe_timeout=min(2.0, timeout))
         t_conn = time.perf_counter()
         try:
             client.send({"type": "offer", "protocol": PROTOCOL, "session": session, "request_id": request_id,
@@ -533,7 +531,8 @@ class KVSender(_Endpoint):
                 "peer_block_ids": reply.get("block_ids"), "seconds": time.perf_counter() - t0,
                 "d2h_seconds": stats["d2h_seconds"], "checksum_seconds": stats["checksum_seconds"],
                 "t_connect": t_conn - t0, "t_accept": t_acc - t_conn, "t_pipeline": t_pipe - t_acc,
-                "t_drain": stats["drain_seconds"], "t_loaded": t_loaded - t_pipe, "t_close": time.perf_counter() - t_loaded}
+                "t_drain": stats["drain_seconds"], "t_loaded": t_loaded - t_pipe,
+                "t_close": time.perf_counter() - t_loaded}
 
     @staticmethod
     def _abort(client, session, reason):
@@ -615,11 +614,8 @@ class KVSender(_Endpoint):
                 "drain_seconds": time.perf_counter() - ts}
 
     def close(self):
-        """Release the registered buffers (and the control channel's ZeroMQ context)."""
+        """Release the registered buffers."""
         for st in self._retired:
             st.close()
         self._retired = []
-        if self._zmq_ctx is not None:
-            self._zmq_ctx.term()
-            self._zmq_ctx = None
         self._close()
