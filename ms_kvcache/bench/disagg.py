@@ -21,8 +21,10 @@ Mooncake"]`` = that raw time / handoff time; ``"raw Mooncake sync"`` alone is re
 "paired median" is the median over rounds of (raw of that round / handoff of that round), less
 sensitive to a load change between rounds. Every row carries the load average (``os.getloadavg``)
 before and after and the handoff's stage times (sender: connect, accept, d2h, checksum, wait for the
-last write, done -> loaded; receiver: verify, h2d, the part after ``done``). Both processes share this
-machine's cores with the kernel's loopback TCP copies.
+last write, done -> loaded; receiver: verify, h2d, the part after ``done``) and the CPU time both
+processes used per path (median over rounds; user + system of all threads, so the kernel's TCP copies
+made in the processes' system calls count). Both processes share this machine's cores with the
+kernel's loopback TCP copies.
 
     python scripts/bench_disagg.py [--quick] [--mode both|verify-all|stream] [--repeats N] [--case NAME]
                                    [--tokens T] [--chunk-mib M] [--out DIR]   # or: ms-kvcache bench --ops disagg
@@ -156,6 +158,22 @@ def _raw_chunked(sender, te_peer, dst, nbytes, deadline=60.0):
             time.sleep(1e-4)
 
 
+def _cpu_seconds(pid):
+    """CPU seconds (user + system, all threads) used so far by this process and by process ``pid``
+    (from /proc; NaN where that is not available)."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    mine = r.ru_utime + r.ru_stime
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            v = f.read().rsplit(")", 1)[1].split()
+        theirs = (int(v[11]) + int(v[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        theirs = float("nan")
+    return mine + theirs
+
+
 def _load():
     try:
         return os.getloadavg()[0]
@@ -214,12 +232,15 @@ def _case_rows(name, case, repeats, log, modes=("verify-all", "stream"), tokens=
             runs.update({"raw": raw, "raw_chunked": raw_chunked})
             names = list(runs)
             times = {k: [] for k in names}
+            cpus = {k: [] for k in names}  # CPU seconds of both processes per run
             info = {k: None for k in names}
             load0 = _load()
             for r in range(repeats + 1):  # round 0 warms every path up (not timed)
                 order = names[r % len(names):] + names[:r % len(names)]  # rotate: no path always goes first
                 for k in order:
+                    c0 = _cpu_seconds(peer.proc.pid)
                     t, extra = runs[k]()
+                    cpus[k].append(_cpu_seconds(peer.proc.pid) - c0)
                     if r:
                         if extra is not None and (not times[k] or t < min(times[k])):
                             info[k] = extra
@@ -227,6 +248,7 @@ def _case_rows(name, case, repeats, log, modes=("verify-all", "stream"), tokens=
             load1 = _load()
             mc = memcpy_seconds(nbytes)
             best = {k: min(v) for k, v in times.items()}
+            cpu = {k: float(np.median(v[1:])) for k, v in cpus.items()}  # median over the timed rounds
             raw_best = min(best["raw"], best["raw_chunked"])  # the faster way Mooncake alone moves the bytes
             # per repeat: the handoff against the raw transfers of the same round (same load), median over rounds
             raw_round = [min(a, b) for a, b in zip(times["raw"], times["raw_chunked"])]
@@ -246,6 +268,8 @@ def _case_rows(name, case, repeats, log, modes=("verify-all", "stream"), tokens=
                         f"receiver verify {rv['verify_seconds'] * 1e3:.1f} + h2d"
                         f"{' (with undo copy)' if rv['stream'] else ''} "
                         f"{rv['h2d_seconds'] * 1e3:.1f} ms, of which after 'done' {rv['t_after_done'] * 1e3:.1f} ms; "
+                        f"CPU of both processes (median): handoff {cpu[k] * 1e3:.0f} ms, raw sync "
+                        f"{cpu['raw'] * 1e3:.0f} ms, raw chunked {cpu['raw_chunked'] * 1e3:.0f} ms; "
                         f"Mooncake tcp over loopback, 2 processes")
                 row = make_row("multi_layer_kv_transfer", f"disagg handoff {name} {dtype} ({fmt}, L{L}, {m})", T,
                                nbytes, best[k], memcpy_s=mc,
@@ -255,7 +279,8 @@ def _case_rows(name, case, repeats, log, modes=("verify-all", "stream"), tokens=
                 row.update({"mode": m, "raw_mooncake_gbps": gb(raw_best), "raw_sync_gbps": gb(best["raw"]),
                             "raw_chunked_gbps": gb(best["raw_chunked"]), "ratio_raw_mooncake": ratio,
                             "ratio_raw_paired_median": paired, "chunks": s["chunks"], "repeats": repeats,
-                            "load_before": load0, "load_after": load1})
+                            "load_before": load0, "load_after": load1, "cpu_seconds": cpu[k],
+                            "cpu_seconds_raw_sync": cpu["raw"], "cpu_seconds_raw_chunked": cpu["raw_chunked"]})
                 rows.append(row)
                 log(f"disagg: {name} T={T} ({nbytes / 2**20:.0f} MiB): {note}")
     finally:
@@ -291,11 +316,14 @@ def run(quick=False, log=None, repeats=None, modes=("verify-all", "stream"), cas
 def format_summary(rows):
     """The README's table lines: case, tokens, MiB, handoff / raw GB/s, ratios, load."""
     out = ["| case | mode | tokens | MiB | handoff GB/s | raw sync GB/s | raw chunked GB/s | x fastest raw | "
-           "paired median | load |", "|---|---|---|---|---|---|---|---|---|---|"]
+           "x sync | paired median | CPU ms handoff / raw sync / raw chunked | load |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         out.append(f"| {r['case']} | {r['mode']} | {r['tokens']} | {r['bytes'] / 2**20:.0f} | {r['gbps']:.2f} | "
                    f"{r['raw_sync_gbps']:.2f} | {r['raw_chunked_gbps']:.2f} | {r['ratio_raw_mooncake']:.2f} | "
-                   f"{r['ratio_raw_paired_median']:.2f} | {r['load_before']:.1f}-{r['load_after']:.1f} |")
+                   f"{r['gbps'] / r['raw_sync_gbps']:.2f} | {r['ratio_raw_paired_median']:.2f} | "
+                   f"{r['cpu_seconds'] * 1e3:.0f} / {r['cpu_seconds_raw_sync'] * 1e3:.0f} / "
+                   f"{r['cpu_seconds_raw_chunked'] * 1e3:.0f} | {r['load_before']:.1f}-{r['load_after']:.1f} |")
     return "\n".join(out)
 
 
