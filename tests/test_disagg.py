@@ -196,6 +196,44 @@ def test_handoff_round_trip_is_bit_exact(peer, tmp_path, case, sender, bs_src, b
     assert sres["peer_block_ids"] == dst_blocks and sres["nbytes"] == rres["nbytes"] > 0
 
 
+def test_ramp_chunk_sizes():
+    """The default chunking: /8, /4, /2 of the chunk first, /4, /8 last, whole chunks between; small
+    payloads double from /8; always >= 1 token each and summing to the payload."""
+    r = disagg._layout.ramp_chunk_sizes
+    assert r(0, 8) == [] and r(1, 128) == [1]
+    assert r(37, 8) == [1, 2, 4, 8, 8, 8, 3, 2, 1]
+    assert r(13, 8) == [1, 2, 4, 6]
+    assert r(4096, 128)[:4] == [16, 32, 64, 128] and r(4096, 128)[-3:] == [96, 32, 16]
+    for T in (0, 1, 5, 17, 18, 19, 100, 1023):
+        for ct in (1, 2, 3, 8, 13):
+            sizes = r(T, ct)
+            assert sum(sizes) == T and all(1 <= n <= ct for n in sizes), (T, ct, sizes)
+
+
+def test_ramped_handoff_across_processes_is_bit_exact(peer, tmp_path):
+    """The default (ramped) chunk plan travels in the offer: 37 tokens in 9 chunks of 1..8 tokens into
+    another process (stream mode: chunks load as they verify), bit for bit."""
+    case, T, nb, bs = CASE, 37, 12, 4
+    src_blocks = [11, 0, 5, 3, 9, 1, 7, 2, 10, 4]
+    dst_blocks = [6, 2, 9, 0, 11, 3, 8, 1, 5, 7]
+    src_arrays = P.make_arrays(case, nb, bs, 31)
+    dst_arrays = P.make_arrays(case, nb, bs, 32)
+    expected = _expected(case, dst_arrays, src_arrays, disagg.slots_from_blocks(src_blocks, bs, T),
+                         disagg.slots_from_blocks(dst_blocks, bs, T))
+    fmt, _, layout = P.CASES[case][:3]
+    peer.call(cmd="caches", case=case, num_blocks=nb, block_size=bs, seed=32)
+    addr = peer.call(cmd="receiver", max_tokens=40)["address"]
+    peer.start(cmd="receive", block_ids=dst_blocks, timeout=30, stream=True)
+    with disagg.KVSender(P.to_tensors(src_arrays), fmt, cache_layout=layout, chunk_tokens=8, ramp=True) as tx:
+        assert tx.chunk_sizes(T) == [1, 2, 4, 8, 8, 8, 3, 2, 1]
+        sres = tx.send(addr, src_blocks, T, timeout=30)
+    rres = peer.wait(30)
+    assert rres["ok"], rres
+    assert rres["result"]["chunks"] == sres["chunks"] == 9
+    peer.call(cmd="dump", path=str(tmp_path / "rx.npz"))
+    _assert_rows(case, _load_dump(tmp_path / "rx.npz", dst_arrays), expected, "receiver after a ramped handoff")
+
+
 # ------------------------------------------------------------------------------------------ failure paths
 CASE = "separate_bf16_bsnd"
 
@@ -334,7 +372,7 @@ def test_layout_mismatch_is_rejected_on_both_sides():
     _assert_rows(other, _bits(dst), P.token_rows(other, dst_arrays), "receiver after a layout mismatch")
 
 
-@pytest.mark.parametrize("what", ["max_tokens", "blocks", "model_id", "nbytes"])
+@pytest.mark.parametrize("what", ["max_tokens", "blocks", "model_id", "nbytes", "chunks"])
 def test_size_mismatch_is_rejected_receiver_untouched(what):
     """More tokens than the receiver's buffer holds, than the blocks given to receive() hold, another
     model_id, or an offer whose byte count does not match its token count: rejected with the reason,
@@ -350,12 +388,15 @@ def test_size_mismatch_is_rejected_receiver_untouched(what):
             tx.model_id = "model-b"
         elif what == "nbytes":
             tx.layout.bytes_per_token += 2  # the offer claims 2 bytes more per token than its layout has
+        elif what == "chunks":
+            tx.chunk_sizes = lambda n: [n - 1]  # a chunk plan that does not cover the payload
         join = _in_thread(lambda: rx.receive(blocks, timeout=20))
         with pytest.raises(disagg.MetadataMismatch, match="rejected") as ei:
             tx.send(rx.address, [5, 6, 7], T, timeout=20)
         _, exc = join()
         assert isinstance(exc, disagg.MetadataMismatch)
-        key = {"max_tokens": "max_tokens=8", "blocks": "2 blocks", "model_id": "model_id", "nbytes": "nbytes"}[what]
+        key = {"max_tokens": "max_tokens=8", "blocks": "2 blocks", "model_id": "model_id", "nbytes": "nbytes",
+               "chunks": "summing to num_tokens=10"}[what]
         assert key in str(ei.value) and key in str(exc)
     finally:
         tx.close()

@@ -1,22 +1,35 @@
 """Benchmark of the KV handoff between two processes (:mod:`ms_kvcache.disagg`, Mooncake transfer
 engine over loopback TCP): CPU figures of the machine it runs on, not NPU or RDMA figures.
 
-For each case and token count, in one run, interleaved repeat by repeat:
+For each case and token count, in one run, interleaved round by round (the order rotates every round,
+so no path always runs first):
 
-- **handoff** (end to end): :meth:`KVSender.send` in this process to a :class:`KVReceiver` in a second
-  process, from the call until the receiver has confirmed the KV is in its caches: offer / accept,
-  per chunk d2h gather (``multi_layer_kv_transfer``) + checksum + Mooncake write, the receiver's checksum
-  verification, the h2d scatter into other block ids, the ``loaded`` reply;
-- **raw Mooncake**: one ``transfer_sync_write`` of the same number of bytes between the same two
-  registered buffers (what Mooncake alone costs for the payload); and **raw chunked**: the same bytes
-  written with the handoff's chunking (``transfer_submit_write`` per chunk, all in flight);
+- **handoff** (end to end), once per receiver mode: :meth:`KVSender.send` in this process to a
+  :class:`KVReceiver` in a second process, from the call until the receiver has confirmed the KV is in
+  its caches: offer / accept, per chunk d2h gather (``multi_layer_kv_transfer``) + Mooncake write +
+  checksum, the receiver's checksum verification, the h2d scatter into other block ids, the ``loaded``
+  reply. ``verify-all`` = ``receive()``'s default (the caches are written once every chunk verified);
+  ``stream`` = ``receive(stream=True)`` (each chunk loaded as it verifies, after an undo copy);
+- **raw Mooncake sync**: one ``transfer_sync_write`` of the same number of bytes between the same two
+  registered buffers of the same two processes, same engine, same TCP transport; and **raw chunked**:
+  the same bytes with the handoff's chunks, ``transfer_submit_write`` per chunk, all in flight, polled;
 - **memcpy**: a host copy of the same bytes (``numpy.copyto``, one thread).
 
-Time = best of the repeats; GB/s = payload bytes / time. The handoff's target is >= 0.8 of the raw
-Mooncake transfer (``speedup["raw Mooncake"]`` = raw time / handoff time). Both processes share this
-machine's cores with the kernel's loopback TCP copies.
+Time = best of the rounds; GB/s = payload bytes / time. The handoff's target is >= 0.8 of the raw
+Mooncake transfer; the ratio is taken against the *faster* of the two raw ways (``speedup["raw
+Mooncake"]`` = that raw time / handoff time; ``"raw Mooncake sync"`` alone is reported too), and the
+"paired median" is the median over rounds of (raw of that round / handoff of that round), less
+sensitive to a load change between rounds. Every row carries the load average (``os.getloadavg``)
+before and after and the handoff's stage times (sender: connect, accept, d2h, checksum, wait for the
+last write, done -> loaded; receiver: verify, h2d, the part after ``done``) and the CPU time both
+processes used per path (median over rounds; user + system of all threads, so the kernel's TCP copies
+made in the processes' system calls count). Both processes share this machine's cores with the
+kernel's loopback TCP copies.
 
-    python scripts/bench_disagg.py [--quick] [--out DIR]        # or: ms-kvcache bench --ops disagg
+    python scripts/bench_disagg.py [--quick] [--mode both|verify-all|stream] [--repeats N] [--case NAME]
+                                   [--tokens T] [--chunk-mib M] [--out DIR]   # or: ms-kvcache bench --ops disagg
+
+It prints each row's note on stderr and a summary table (the README's columns) on stdout.
 
 Needs ``ms_kvcache[disagg]`` (Mooncake, pyzmq, xxhash); without Mooncake :func:`run` returns no rows and
 says why on stderr.
@@ -145,11 +158,35 @@ def _raw_chunked(sender, te_peer, dst, nbytes, deadline=60.0):
             time.sleep(1e-4)
 
 
-def _case_rows(name, case, repeats, log):
+def _cpu_seconds(pid):
+    """CPU seconds (user + system, all threads) used so far by this process and by process ``pid``
+    (from /proc; NaN where that is not available)."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    mine = r.ru_utime + r.ru_stime
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            v = f.read().rsplit(")", 1)[1].split()
+        theirs = (int(v[11]) + int(v[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        theirs = float("nan")
+    return mine + theirs
+
+
+def _load():
+    try:
+        return os.getloadavg()[0]
+    except OSError:  # pragma: no cover - no getloadavg
+        return float("nan")
+
+
+def _case_rows(name, case, repeats, log, modes=("verify-all", "stream"), tokens=None):
     from ms_kvcache.bench._util import make_row, memcpy_seconds
     from ms_kvcache.disagg import KVSender
 
-    fmt, L, planes, dtype, bs, tokens = case
+    fmt, L, planes, dtype, bs, case_tokens = case
+    tokens = tuple(tokens or case_tokens)
     max_t = max(tokens)
     nblk = -(-max_t // bs)
     num_blocks = 2 * nblk  # room for a permutation of distinct blocks on both sides
@@ -157,66 +194,108 @@ def _case_rows(name, case, repeats, log):
             "block_size": bs, "max_tokens": max_t}
     log(f"disagg: {name}: building caches and the receiver process")
     caches = make_caches(fmt, L, planes, dtype, num_blocks, bs, seed=0)
-    chunk = None if CHUNK_BYTES is None else max(1, CHUNK_BYTES // (L * sum(h * d for h, d in planes)
-                                                                     * _np_dtype(dtype).itemsize))
-    sender = KVSender(caches, fmt, max_tokens=max_t, chunk_tokens=chunk)
+    sender = KVSender(caches, fmt, max_tokens=max_t)
+    if CHUNK_BYTES is not None:  # the default ramped chunking, around chunks of CHUNK_BYTES
+        sender.chunk_tokens = sender.layout.default_chunk_tokens(CHUNK_BYTES)
     peer = _Peer(spec)
     rows = []
     rng = np.random.default_rng(1)
+    te, dst_ptr = peer.info["te"], peer.info["ptr"]
     try:
         for T in tokens:
             n = -(-T // bs)
             src = rng.permutation(num_blocks)[:n]
             dst = rng.permutation(num_blocks)[:n]
             nbytes = T * sender.layout.bytes_per_token
-            best = {"handoff": float("inf"), "raw": float("inf"), "raw_chunked": float("inf")}
-            last = {}
-            for r in range(repeats + 1):  # the first round warms every path up (not timed)
-                peer.receive_async(dst, 120.0)
+
+            def handoff(stream):
+                peer.receive_async(dst, 120.0, stream)
                 t0 = time.perf_counter()
                 res = sender.send(peer.info["address"], src, T, timeout=120.0)
-                t_h = time.perf_counter() - t0
-                rres = peer.result(120.0)
+                t = time.perf_counter() - t0
+                return t, {"send": res, "recv": peer.result(120.0)}
+
+            def raw():
                 t0 = time.perf_counter()
-                rc = sender.engine.engine.transfer_sync_write(peer.info["te"], sender.staging.ptr, peer.info["ptr"],
-                                                              nbytes)
-                t_r = time.perf_counter() - t0
+                rc = sender.engine.engine.transfer_sync_write(te, sender.staging.ptr, dst_ptr, nbytes)
+                t = time.perf_counter() - t0
                 if rc != 0:
                     raise RuntimeError(f"bench disagg: raw transfer_sync_write failed with code {rc}")
+                return t, None
+
+            def raw_chunked():
                 t0 = time.perf_counter()
-                _raw_chunked(sender, peer.info["te"], peer.info["ptr"], nbytes)
-                t_c = time.perf_counter() - t0
-                if r:
-                    if t_h < best["handoff"]:
-                        last = {"send": res, "recv": rres}
-                    best["handoff"] = min(best["handoff"], t_h)
-                    best["raw"] = min(best["raw"], t_r)
-                    best["raw_chunked"] = min(best["raw_chunked"], t_c)
+                _raw_chunked(sender, te, dst_ptr, nbytes)
+                return time.perf_counter() - t0, None
+
+            runs = {f"handoff {m}": (lambda m=m: handoff(m == "stream")) for m in modes}
+            runs.update({"raw": raw, "raw_chunked": raw_chunked})
+            names = list(runs)
+            times = {k: [] for k in names}
+            cpus = {k: [] for k in names}  # CPU seconds of both processes per run
+            info = {k: None for k in names}
+            load0 = _load()
+            for r in range(repeats + 1):  # round 0 warms every path up (not timed)
+                order = names[r % len(names):] + names[:r % len(names)]  # rotate: no path always goes first
+                for k in order:
+                    c0 = _cpu_seconds(peer.proc.pid)
+                    t, extra = runs[k]()
+                    cpus[k].append(_cpu_seconds(peer.proc.pid) - c0)
+                    if r:
+                        if extra is not None and (not times[k] or t < min(times[k])):
+                            info[k] = extra
+                        times[k].append(t)
+            load1 = _load()
             mc = memcpy_seconds(nbytes)
-            s, rv = last["send"], last["recv"]
-            ratio = best["raw"] / best["handoff"]
-            note = (f"handoff {nbytes / best['handoff'] / 1e9:.2f} GB/s = {ratio:.2f}x raw Mooncake "
-                    f"({nbytes / best['raw'] / 1e9:.2f} GB/s; target >= 0.8), raw chunked "
-                    f"{nbytes / best['raw_chunked'] / 1e9:.2f} GB/s; {s['chunks']} chunks; sender d2h "
-                    f"{s['d2h_seconds'] * 1e3:.1f} ms + checksum {s['checksum_seconds'] * 1e3:.1f} ms, receiver "
-                    f"verify {rv['verify_seconds'] * 1e3:.1f} ms + h2d {rv['h2d_seconds'] * 1e3:.1f} ms; "
-                    f"Mooncake tcp over loopback, 2 processes")
-            row = make_row("multi_layer_kv_transfer", f"disagg handoff {name} {dtype} ({fmt}, L{L})", T, nbytes,
-                           best["handoff"], memcpy_s=mc,
-                           baselines={"raw Mooncake": best["raw"], "raw Mooncake chunked": best["raw_chunked"]},
-                           dtype=dtype, note=note)
-            row.update({"raw_mooncake_gbps": nbytes / best["raw"] / 1e9, "ratio_raw_mooncake": ratio,
-                        "raw_chunked_gbps": nbytes / best["raw_chunked"] / 1e9, "chunks": s["chunks"]})
-            rows.append(row)
-            log(f"disagg: {name} T={T}: {row['note']}")
+            best = {k: min(v) for k, v in times.items()}
+            cpu = {k: float(np.median(v[1:])) for k, v in cpus.items()}  # median over the timed rounds
+            raw_best = min(best["raw"], best["raw_chunked"])  # the faster way Mooncake alone moves the bytes
+            # per repeat: the handoff against the raw transfers of the same round (same load), median over rounds
+            raw_round = [min(a, b) for a, b in zip(times["raw"], times["raw_chunked"])]
+            for m in modes:
+                k = f"handoff {m}"
+                s, rv = info[k]["send"], info[k]["recv"]
+                ratio = raw_best / best[k]
+                paired = float(np.median([rr / h for rr, h in zip(raw_round, times[k])]))
+                gb = lambda t: nbytes / t / 1e9  # noqa: E731
+                note = (f"{m}: handoff {gb(best[k]):.2f} GB/s = {ratio:.2f}x raw Mooncake (fastest of sync "
+                        f"{gb(best['raw']):.2f} and chunked {gb(best['raw_chunked']):.2f} GB/s; target >= 0.8; "
+                        f"{best['raw'] / best[k]:.2f}x the sync write alone), paired median {paired:.2f}x; "
+                        f"best of {repeats}, load {load0:.1f}-{load1:.1f}; {s['chunks']} chunks; sender connect "
+                        f"{s['t_connect'] * 1e3:.1f} + accept {s['t_accept'] * 1e3:.1f} ms, d2h "
+                        f"{s['d2h_seconds'] * 1e3:.1f} + checksum {s['checksum_seconds'] * 1e3:.1f} ms, wait for "
+                        f"the last write {s['t_drain'] * 1e3:.1f} ms, done->loaded {s['t_loaded'] * 1e3:.1f} ms; "
+                        f"receiver verify {rv['verify_seconds'] * 1e3:.1f} + h2d"
+                        f"{' (with undo copy)' if rv['stream'] else ''} "
+                        f"{rv['h2d_seconds'] * 1e3:.1f} ms, of which after 'done' {rv['t_after_done'] * 1e3:.1f} ms; "
+                        f"CPU of both processes (median): handoff {cpu[k] * 1e3:.0f} ms, raw sync "
+                        f"{cpu['raw'] * 1e3:.0f} ms, raw chunked {cpu['raw_chunked'] * 1e3:.0f} ms; "
+                        f"Mooncake tcp over loopback, 2 processes")
+                row = make_row("multi_layer_kv_transfer", f"disagg handoff {name} {dtype} ({fmt}, L{L}, {m})", T,
+                               nbytes, best[k], memcpy_s=mc,
+                               baselines={"raw Mooncake": raw_best, "raw Mooncake sync": best["raw"],
+                                          "raw Mooncake chunked": best["raw_chunked"]},
+                               dtype=dtype, note=note)
+                row.update({"mode": m, "raw_mooncake_gbps": gb(raw_best), "raw_sync_gbps": gb(best["raw"]),
+                            "raw_chunked_gbps": gb(best["raw_chunked"]), "ratio_raw_mooncake": ratio,
+                            "ratio_raw_paired_median": paired, "chunks": s["chunks"], "repeats": repeats,
+                            "load_before": load0, "load_after": load1, "cpu_seconds": cpu[k],
+                            "cpu_seconds_raw_sync": cpu["raw"], "cpu_seconds_raw_chunked": cpu["raw_chunked"]})
+                rows.append(row)
+                log(f"disagg: {name} T={T} ({nbytes / 2**20:.0f} MiB): {note}")
     finally:
         peer.stop()
         sender.close()
     return rows
 
 
-def run(quick=False, log=None):
-    """Rows of the handoff benchmark (see the module docstring); ``[]`` when Mooncake is unavailable."""
+def run(quick=False, log=None, repeats=None, modes=("verify-all", "stream"), cases=None, tokens=None):
+    """Rows of the handoff benchmark (see the module docstring); ``[]`` when Mooncake is unavailable.
+
+    ``modes``: receiver modes timed (interleaved in the same rounds): ``"verify-all"`` (the default of
+    :meth:`KVReceiver.receive`: load once every chunk verified) and / or ``"stream"`` (``stream=True``).
+    ``cases``: names of :data:`CASES` (None = all). ``repeats``: timed rounds (default 5, 2 with
+    ``quick``). ``tokens``: token counts instead of each case's own."""
     from ms_kvcache.disagg import mooncake_available
 
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
@@ -226,7 +305,53 @@ def run(quick=False, log=None):
         log(f"disagg: skipped: {why}")
         return []
     rows = []
-    cases = QUICK_CASES if quick else CASES
-    for name, case in cases.items():
-        rows += _case_rows(name, case, QUICK_REPEATS if quick else REPEATS, log)
+    table = QUICK_CASES if quick else CASES
+    names = list(table) if cases is None else list(cases)
+    reps = repeats or (QUICK_REPEATS if quick else REPEATS)
+    for name in names:
+        rows += _case_rows(name, table[name], reps, log, modes=tuple(modes), tokens=tokens)
     return rows
+
+
+def format_summary(rows):
+    """The README's table lines: case, tokens, MiB, handoff / raw GB/s, ratios, load."""
+    out = ["| case | mode | tokens | MiB | handoff GB/s | raw sync GB/s | raw chunked GB/s | x fastest raw | "
+           "x sync | paired median | CPU ms handoff / raw sync / raw chunked | load |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['case']} | {r['mode']} | {r['tokens']} | {r['bytes'] / 2**20:.0f} | {r['gbps']:.2f} | "
+                   f"{r['raw_sync_gbps']:.2f} | {r['raw_chunked_gbps']:.2f} | {r['ratio_raw_mooncake']:.2f} | "
+                   f"{r['gbps'] / r['raw_sync_gbps']:.2f} | {r['ratio_raw_paired_median']:.2f} | "
+                   f"{r['cpu_seconds'] * 1e3:.0f} / {r['cpu_seconds_raw_sync'] * 1e3:.0f} / "
+                   f"{r['cpu_seconds_raw_chunked'] * 1e3:.0f} | {r['load_before']:.1f}-{r['load_after']:.1f} |")
+    return "\n".join(out)
+
+
+def main(argv=None):
+    """``python scripts/bench_disagg.py [--quick] [--repeats N] [--mode stream|verify-all|both]
+    [--case NAME ...] [--out DIR]``: prints the rows' notes on stderr and the summary table on stdout."""
+    import argparse
+
+    from ms_kvcache.bench._runner import write_outputs
+
+    p = argparse.ArgumentParser(description="KV handoff between two processes vs raw Mooncake (CPU, loopback TCP)")
+    p.add_argument("--quick", action="store_true", help="a tiny case, a few seconds")
+    p.add_argument("--repeats", type=int, default=None, help="timed rounds per size (default 5; 2 with --quick)")
+    p.add_argument("--mode", choices=("stream", "verify-all", "both"), default="both",
+                   help="receiver mode(s) timed, interleaved in the same rounds (default both; verify-all is "
+                        "receive()'s default)")
+    p.add_argument("--case", action="append", default=None, help=f"one of {sorted(CASES)} (repeatable; default all)")
+    p.add_argument("--tokens", type=int, action="append", default=None,
+                   help="token count instead of the cases' own (repeatable)")
+    p.add_argument("--chunk-mib", type=float, default=None, help="sender's chunk size in MiB (default: KVSender's)")
+    p.add_argument("--out", help="also write bench.csv / bench.md / bench.png to this folder")
+    a = p.parse_args(argv)
+    global CHUNK_BYTES
+    if a.chunk_mib:
+        CHUNK_BYTES = int(a.chunk_mib * (1 << 20))
+    modes = ("verify-all", "stream") if a.mode == "both" else (a.mode,)
+    rows = run(quick=a.quick, repeats=a.repeats, modes=modes, cases=a.case, tokens=a.tokens)
+    print(format_summary(rows))
+    if a.out:
+        print(write_outputs(rows, a.out))
+    return 0

@@ -102,6 +102,10 @@ class ControlServer:
             except DisaggError:
                 continue
 
+    def pending(self):
+        """True if a message is queued (without taking it)."""
+        return bool(self.sock.poll(0, self._zmq.POLLIN))
+
     def try_recv(self):
         """A message already queued, without waiting (None if there is none)."""
         return self.recv(time.monotonic())

@@ -18,7 +18,7 @@ from ms_kvcache._formats import KVCacheFormat
 from ms_kvcache.disagg._errors import MetadataMismatch
 
 __all__ = ["KVLayout", "checksum", "CHECKSUM_ALGO", "slots_from_blocks", "check_block_ids", "HostStaging",
-           "chunk_plan", "wait_ops"]
+           "chunk_plan", "ramp_chunk_sizes", "plan_from_sizes", "wait_ops"]
 
 _ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "int8": 1}
 
@@ -103,6 +103,41 @@ def chunk_plan(num_tokens, chunk_tokens, bytes_per_token):
     for t0 in range(0, num_tokens, chunk_tokens):
         t1 = min(num_tokens, t0 + chunk_tokens)
         out.append((t0, t1, t0 * bytes_per_token, (t1 - t0) * bytes_per_token))
+    return out
+
+
+def ramp_chunk_sizes(num_tokens, chunk_tokens):
+    """Token counts of a pipelined payload's chunks: ``chunk_tokens`` each in the middle, but ramping up
+    at the start (``chunk_tokens / 8, / 4, / 2``) so the first bytes go on the wire after a short gather,
+    and down at the end (``/ 4, / 8``) so little is left to check and load after the last byte arrives.
+    Payloads too small for both ramps just double from ``chunk_tokens / 8``. Sums to ``num_tokens``
+    (empty for 0 tokens); every entry >= 1."""
+    T, ct = int(num_tokens), max(1, int(chunk_tokens))
+    front, s = [], max(1, ct // 8)
+    while s < ct:
+        front.append(s)
+        s *= 2
+    back = [x for x in (ct // 4, ct // 8) if x >= 1]
+    out = []
+    if T <= sum(front) + ct + sum(back):  # small: geometric from the first ramp size
+        s, left = max(1, ct // 8), T
+        while left > 0:
+            out.append(min(s, left))
+            left -= out[-1]
+            s = min(ct, s * 2)
+        return out
+    middle = T - sum(front) - sum(back)
+    out = list(front) + [ct] * (middle // ct) + ([middle % ct] if middle % ct else []) + back
+    return out
+
+
+def plan_from_sizes(sizes, bytes_per_token):
+    """``[(t0, t1, byte_offset, nbytes)]`` of consecutive chunks of ``sizes`` tokens (as :func:`chunk_plan`)."""
+    out, t0 = [], 0
+    for n in sizes:
+        t1 = t0 + int(n)
+        out.append((t0, t1, t0 * bytes_per_token, (t1 - t0) * bytes_per_token))
+        t0 = t1
     return out
 
 
@@ -212,7 +247,7 @@ class KVLayout:
             return np.dtype(ml_dtypes.bfloat16)
         return np.dtype(self.dtype)
 
-    def default_chunk_tokens(self, chunk_bytes=16 << 20):
+    def default_chunk_tokens(self, chunk_bytes=32 << 20):
         """Tokens per chunk so that a chunk is about ``chunk_bytes`` (at least 1)."""
         return max(1, int(chunk_bytes) // max(1, self.bytes_per_token))
 

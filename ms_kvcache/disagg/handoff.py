@@ -7,14 +7,16 @@ scatters it into its own free blocks with the same op (``direction="h2d"``). Pro
 sequence; JSON messages on the ZeroMQ control channel, :mod:`ms_kvcache.disagg._channel`):
 
 1. sender -> receiver ``offer``: protocol version, the sender's :class:`KVLayout` (format, dtype, cache
-   layout, layers, heads and head size per plane), ``num_tokens``, ``nbytes``, ``chunk_tokens``, the
-   sender's block ids and block size, ``request_id``, ``model_id``, checksum algorithm;
+   layout, layers, heads and head size per plane), ``num_tokens``, ``nbytes``, ``chunk_tokens`` and the
+   token count of every chunk (``chunks``; by default ramped: small chunks first and last), the sender's
+   block ids and block size, ``request_id``, ``model_id``, checksum algorithm;
 2. receiver: checks all of it against its caches, its buffer and the block ids its caller gave, then
    ``accept`` (its transfer-engine address, buffer address and size) or ``reject`` (every mismatch
    named); both sides raise :class:`MetadataMismatch` on a reject;
-3. sender, per token chunk: d2h into its buffer, checksum, asynchronous Mooncake write to the same offset
-   of the receiver's buffer; once Mooncake reports a chunk written, a ``chunk`` message with its
-   checksum (the receiver verifies it while later chunks are still moving); then ``done``;
+3. sender, per token chunk: d2h into its buffer, asynchronous Mooncake write to the same offset of the
+   receiver's buffer, checksum (while Mooncake reads the chunk); once Mooncake reports a chunk written,
+   a ``chunk`` message with its checksum (the receiver verifies it while later chunks are still
+   moving); then ``done``;
 4. receiver: every chunk verified, then the h2d into the given blocks, then ``loaded`` (or ``error``).
 
 The receiver's caches are written only in step 4, after every byte has arrived and matched its checksum
@@ -31,13 +33,13 @@ import numpy as np
 from ms_kvcache.disagg._channel import ControlClient, ControlServer
 from ms_kvcache.disagg._errors import (ChecksumMismatch, DisaggError, HandoffTimeout, MetadataMismatch, PeerGone)
 from ms_kvcache.disagg._layout import (CHECKSUM_ALGO, HostStaging, KVLayout, check_block_ids, checksum, chunk_plan,
-                                       slots_from_blocks, wait_ops)
+                                       plan_from_sizes, ramp_chunk_sizes, slots_from_blocks, wait_ops)
 from ms_kvcache.disagg._mooncake import LOOPBACK, TransferEngineHandle
 
 __all__ = ["KVSender", "KVReceiver", "PROTOCOL"]
 
 #: Version tag of the offer / accept protocol; a receiver rejects any other.
-PROTOCOL = "ms_kvcache.disagg/1"
+PROTOCOL = "ms_kvcache.disagg/2"
 
 _POLL_SLEEP = 1e-4  # seconds between polls of an in-flight Mooncake write
 
@@ -184,6 +186,12 @@ class KVReceiver(_Endpoint):
             return bad
         if not isinstance(ct, int) or isinstance(ct, bool) or ct < 1:
             bad.append(f"chunk_tokens: expected an int >= 1, got {ct!r}")
+        sizes = offer.get("chunks")
+        if sizes is not None and not (isinstance(sizes, list) and len(sizes) <= max(t, 1)
+                                      and all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in sizes)
+                                      and sum(sizes) == t):
+            bad.append(f"chunks: expected a list of token counts >= 1 summing to num_tokens={t}, got "
+                       f"{str(sizes)[:200]}")
         if bad:
             return bad
         if nbytes != t * lay.bytes_per_token:
@@ -262,32 +270,38 @@ class KVReceiver(_Endpoint):
             raise MetadataMismatch(f"{op}: rejected the offer of request {rid!r}: {reason}")
         t0 = time.perf_counter()
         T, ct, algo = offer["num_tokens"], offer["chunk_tokens"], offer["checksum_algo"]
-        plan = chunk_plan(T, ct, lay.bytes_per_token)
+        sizes = offer.get("chunks")
+        plan = plan_from_sizes(sizes, lay.bytes_per_token) if sizes is not None else \
+            chunk_plan(T, ct, lay.bytes_per_token)
         self.server.send(peer, {"type": "accept", "session": session, "te_peer": self.engine.address,
                                 "buffer_ptr": self.staging.ptr, "buffer_nbytes": self.staging.nbytes})
         verified = [False] * len(plan)
         verify_s = h2d_s = 0.0
         slots = slots_from_blocks(blocks, lay.block_size, T)
-        committed = []  # chunks already scattered into the caches (stream mode)
-        if stream and self._undo is None:
+        committed = []  # (t0, t1, byte offset) of the chunks already scattered into the caches
+        nxt = 0  # first chunk not yet scattered
+        if stream and (self._undo is None or self._undo.nbytes < self.staging.nbytes):
             self._undo = HostStaging(self.staging.nbytes)
         untouched = "caches restored to their previous contents" if stream else "caches not written"
 
-        def commit(c):
-            nonlocal h2d_s
-            ts = time.perf_counter()
-            a, b, off, _nb = plan[c]
-            if stream:  # save the rows about to be overwritten, then write the chunk
-                _transfer(lay, self.kv_caches, self._undo.chunk_tensor(lay, off, b - a), slots[a:b], "d2h")
-            committed.append(c)
-            _transfer(lay, self.kv_caches, self.staging.chunk_tensor(lay, off, b - a), slots[a:b], "h2d")
-            h2d_s += time.perf_counter() - ts
+        def commit():
+            """Scatter the verified chunks from ``nxt`` on into the caches (stream mode: after saving the
+            rows each overwrites). One op call per chunk: each chunk is its own transfer buffer."""
+            nonlocal h2d_s, nxt
+            while nxt < len(plan) and verified[nxt]:
+                ts = time.perf_counter()
+                a, b, off, _nb = plan[nxt]
+                if stream:
+                    _transfer(lay, self.kv_caches, self._undo.chunk_tensor(lay, off, b - a), slots[a:b], "d2h")
+                committed.append((a, b, off))
+                nxt += 1
+                _transfer(lay, self.kv_caches, self.staging.chunk_tensor(lay, off, b - a), slots[a:b], "h2d")
+                h2d_s += time.perf_counter() - ts
 
         def fail(exc, tell=True):
             self._done_sessions.add(session)
-            if committed:
-                for c in committed:
-                    a, b, off, _nb = plan[c]
+            if committed and stream:
+                for a, b, off in committed:
                     _transfer(lay, self.kv_caches, self._undo.chunk_tensor(lay, off, b - a), slots[a:b], "h2d")
                 wait_ops()
             if tell:
@@ -312,8 +326,6 @@ class KVReceiver(_Endpoint):
                 fail(ChecksumMismatch(f"{op}: request {rid!r}: checksum mismatch in chunk {c} ({nb} bytes at offset "
                                       f"{off}): {algo} {actual:#x} here, {exp} computed by the sender; {untouched}"))
             verified[c] = True
-            if stream:
-                commit(c)
 
         try:
             while True:
@@ -329,10 +341,13 @@ class KVReceiver(_Endpoint):
                 kind = msg.get("type")
                 if kind == "chunk":
                     verify(msg.get("index"), msg.get("checksum"))
+                    if stream and not self.server.pending():  # load what verified while no message waits
+                        commit()
                 elif kind == "abort":
                     fail(PeerGone(f"{op}: request {rid!r}: the sender aborted: {msg.get('reason')}; {untouched}"),
                          tell=False)
                 elif kind == "done":
+                    t_done = time.perf_counter()
                     sums = msg.get("checksums")
                     if not isinstance(sums, list) or len(sums) != len(plan):
                         fail(DisaggError(f"{op}: request {rid!r}: 'done' carries {sums!r}, expected {len(plan)} "
@@ -341,9 +356,7 @@ class KVReceiver(_Endpoint):
                         if not ok:
                             verify(c, sums[c])
                     break
-            if not stream:  # every byte is here and matches: now (and only now) write the caches
-                for c in range(len(plan)):
-                    commit(c)
+            commit()  # default mode: every byte is here and matches, now (and only now) write the caches
             ts = time.perf_counter()
             wait_ops()
             h2d_s += time.perf_counter() - ts
@@ -364,6 +377,7 @@ class KVReceiver(_Endpoint):
                 "block_ids": blocks[:used].tolist(), "src_block_ids": offer.get("src_block_ids"),
                 "src_block_size": offer.get("src_block_size"), "model_id": offer.get("model_id"),
                 "checksum_algo": algo, "seconds": t_end - t0, "verify_seconds": verify_s, "h2d_seconds": h2d_s,
+                "t_until_done": t_done - t0, "t_after_done": t_end - t_done,
                 "stream": bool(stream)}
 
     def close(self):
@@ -382,7 +396,11 @@ class KVSender(_Endpoint):
             read, by the d2h transfer).
         hostname, protocol, device_name: as for :class:`KVReceiver` (the transfer engine of this process).
         chunk_tokens (int | None): tokens per pipelined chunk (gather, checksum and Mooncake write of
-            chunk ``c + 1`` overlap the write of chunk ``c``); None = about 16 MiB per chunk.
+            chunk ``c + 1`` overlap the write of chunk ``c``); None = about 32 MiB per chunk, ramped.
+        ramp (bool | None): cut the payload into chunks of ``chunk_tokens`` with smaller ones at both ends
+            (``/8, /4, /2`` first, ``/4, /8`` last: the first write starts after a short gather, little is
+            left to check and load after the last byte); None (default) = ramp only when ``chunk_tokens``
+            is None. The chunk sizes travel in the offer, so the receiver needs no setting.
         model_id (str | None): sent in the offer (a receiver with another model_id rejects it).
         max_tokens (int): initial size of the registered host buffer in tokens (it grows on demand).
 
@@ -391,9 +409,10 @@ class KVSender(_Endpoint):
     """
 
     def __init__(self, kv_caches, kv_format, *, cache_layout="BSND", hostname=LOOPBACK, protocol="tcp",
-                 device_name="", chunk_tokens=None, model_id=None, max_tokens=0):
+                 device_name="", chunk_tokens=None, model_id=None, max_tokens=0, ramp=None):
         op = "KVSender"
         super().__init__(op, kv_caches, kv_format, cache_layout, hostname, protocol, device_name, model_id)
+        self._ramp = chunk_tokens is None if ramp is None else bool(ramp)
         if chunk_tokens is None:
             chunk_tokens = self.layout.default_chunk_tokens()
         if isinstance(chunk_tokens, bool) or not isinstance(chunk_tokens, (int, np.integer)) or chunk_tokens < 1:
@@ -453,12 +472,15 @@ class KVSender(_Endpoint):
         nbytes = T * lay.bytes_per_token
         self._reserve(nbytes)
         session = uuid.uuid4().hex
-        client = ControlClient(peer, op=op, probe_timeout=min(2.0, timeout))
+        sizes = self.chunk_sizes(T)
         t0 = time.perf_counter()
+        # a ZeroMQ context per send: closing it flushes the last message (an abort) before send() returns
+        client = ControlClient(peer, op=op, probe_timeout=min(2.0, timeout))
+        t_conn = time.perf_counter()
         try:
             client.send({"type": "offer", "protocol": PROTOCOL, "session": session, "request_id": request_id,
                          "layout": lay.describe(), "model_id": self.model_id, "num_tokens": T, "nbytes": nbytes,
-                         "chunk_tokens": self.chunk_tokens, "src_block_ids": blocks.tolist(),
+                         "chunk_tokens": self.chunk_tokens, "chunks": sizes, "src_block_ids": blocks.tolist(),
                          "src_block_size": lay.block_size, "checksum_algo": CHECKSUM_ALGO})
             reply = client.recv(deadline)
             if reply is None:
@@ -470,6 +492,7 @@ class KVSender(_Endpoint):
                                        f"{reply.get('reason')}")
             if reply.get("type") != "accept":
                 raise DisaggError(f"{op}: request {request_id!r}: unexpected answer to the offer: {reply}")
+            t_acc = time.perf_counter()
             try:
                 te_peer, dst, cap = reply["te_peer"], int(reply["buffer_ptr"]), int(reply["buffer_nbytes"])
             except (KeyError, TypeError, ValueError):
@@ -482,11 +505,12 @@ class KVSender(_Endpoint):
             try:
                 if progress is not None:
                     progress("accepted", reply)
-                stats = self._pipeline(op, request_id, client, session, te_peer, dst, blocks, T, deadline, timeout,
-                                       progress)
+                stats = self._pipeline(op, request_id, client, session, te_peer, dst, blocks, T, sizes, deadline,
+                                       timeout, progress)
             except BaseException as exc:
                 self._abort(client, session, f"{type(exc).__name__}: {exc}")
                 raise
+            t_pipe = time.perf_counter()
             client.send({"type": "done", "session": session, "checksums": stats["checksums"]})
             if progress is not None:
                 progress("done", {})
@@ -500,11 +524,15 @@ class KVSender(_Endpoint):
                 if reply.get("type") == "loaded":
                     break
                 raise _receiver_error(op, request_id, reply)
+            t_loaded = time.perf_counter()
         finally:
             client.close()
         return {"request_id": request_id, "num_tokens": T, "nbytes": nbytes, "chunks": len(stats["checksums"]),
                 "peer_block_ids": reply.get("block_ids"), "seconds": time.perf_counter() - t0,
-                "d2h_seconds": stats["d2h_seconds"], "checksum_seconds": stats["checksum_seconds"]}
+                "d2h_seconds": stats["d2h_seconds"], "checksum_seconds": stats["checksum_seconds"],
+                "t_connect": t_conn - t0, "t_accept": t_acc - t_conn, "t_pipeline": t_pipe - t_acc,
+                "t_drain": stats["drain_seconds"], "t_loaded": t_loaded - t_pipe,
+                "t_close": time.perf_counter() - t_loaded}
 
     @staticmethod
     def _abort(client, session, reason):
@@ -513,10 +541,21 @@ class KVSender(_Endpoint):
         except DisaggError:
             pass
 
-    def _pipeline(self, op, request_id, client, session, te_peer, dst, blocks, T, deadline, timeout, progress):
+    def chunk_sizes(self, num_tokens):
+        """Token counts of the chunks a send of ``num_tokens`` tokens is cut into: ``chunk_tokens`` each
+        when it was given; by default (``chunk_tokens=None``) ~32 MiB chunks with a ramp of smaller ones
+        at both ends (:func:`ms_kvcache.disagg._layout.ramp_chunk_sizes`), so the first write starts after
+        a short gather and little is left to check and load after the last byte."""
+        T = int(num_tokens)
+        if self._ramp:
+            return ramp_chunk_sizes(T, self.chunk_tokens)
+        return [b - a for a, b, _, _ in chunk_plan(T, self.chunk_tokens, self.layout.bytes_per_token)]
+
+    def _pipeline(self, op, request_id, client, session, te_peer, dst, blocks, T, sizes, deadline, timeout,
+                  progress):
         """Gather, checksum and write every chunk; returns the checksums and stage times."""
         lay, eng, st = self.layout, self.engine, self.staging
-        plan = chunk_plan(T, self.chunk_tokens, lay.bytes_per_token)
+        plan = plan_from_sizes(sizes, lay.bytes_per_token)
         slots = slots_from_blocks(blocks, lay.block_size, T)
         sums, inflight = [], []
         d2h_s = sum_s = 0.0
@@ -547,24 +586,32 @@ class KVSender(_Endpoint):
             _transfer(lay, self.kv_caches, st.chunk_tensor(lay, off, b - a), slots[a:b], "d2h")
             wait_ops()
             tm = time.perf_counter()
-            view = st.view(off, nb)
-            sums.append(checksum(view))
-            if self._fault is not None and nb:
-                kind, at = self._fault if isinstance(self._fault, tuple) else (self._fault, 0)
-                if kind == "corrupt" and c == at:
-                    view[nb // 2] ^= 0x40  # after the checksum: what arrives no longer matches it
             d2h_s += tm - ts
-            sum_s += time.perf_counter() - tm
-            inflight.append((c, eng.submit_write(te_peer, st.ptr + off, dst + off, nb,
-                                                 what=f"{op}: request {request_id!r}: chunk {c}"), nb))
+            view = st.view(off, nb)
+            what = f"{op}: request {request_id!r}: chunk {c}"
+            if self._fault is None:
+                # Mooncake only reads the chunk: start its write first, checksum it while it moves
+                inflight.append((c, eng.submit_write(te_peer, st.ptr + off, dst + off, nb, what=what), nb))
+                ts = time.perf_counter()
+                sums.append(checksum(view))
+                sum_s += time.perf_counter() - ts
+            else:
+                sums.append(checksum(view))
+                kind, at = self._fault if isinstance(self._fault, tuple) else (self._fault, 0)
+                if kind == "corrupt" and c == at and nb:
+                    view[nb // 2] ^= 0x40  # after the checksum: what arrives no longer matches it
+                sum_s += time.perf_counter() - tm
+                inflight.append((c, eng.submit_write(te_peer, st.ptr + off, dst + off, nb, what=what), nb))
             reap(block=False)
             check_receiver()
             if time.monotonic() >= deadline:
                 raise HandoffTimeout(f"{op}: request {request_id!r}: {c + 1} of {len(plan)} chunks started within "
                                      f"{timeout:g} s")
+        ts = time.perf_counter()
         reap(block=True)
         check_receiver()
-        return {"checksums": sums, "d2h_seconds": d2h_s, "checksum_seconds": sum_s}
+        return {"checksums": sums, "d2h_seconds": d2h_s, "checksum_seconds": sum_s,
+                "drain_seconds": time.perf_counter() - ts}
 
     def close(self):
         """Release the registered buffers."""
