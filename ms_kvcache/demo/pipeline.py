@@ -234,6 +234,8 @@ def _run(opts, log, ms, Tensor, A, MS_DTYPES, DecodeStep, KVWriteBench, PagedBer
                                                    f"elements that differ"))
             transfer.update(offload_tokens=int(slots.size), buffer_shape=list(shape), pinned=pinned,
                             bytes_offloaded=int(host.nbytes), offload_blocks=list(step.blocks))
+            if quant:  # the scales' bytes, in the same buffer and call as the data
+                transfer.update(scale_bytes_offloaded=int(sh.nbytes))
             offload_state = {"snapshot": snapshot, "buffer": buffer, "slots": slots, "planes": planes,
                              "scale_snapshot": scale_snapshot}
         elif step.kind == "reload":
