@@ -342,3 +342,50 @@ def test_sim_backend_refuses_clearly(rng):
             mk.multi_layer_kv_transfer(buf, kv, slots, kv_format=SEPARATE, direction="d2h", scale_caches=sc)
     finally:
         mk.set_backend("cpu")
+
+
+def _fp8(codes_u8):
+    """A float8_e4m3fn Tensor over the given bytes (MindSpore's CPU cannot Cast to float8; 2.7 cannot view)."""
+    t = Tensor(np.ascontiguousarray(codes_u8, np.uint8))
+    try:
+        return t.view(ms.float8_e4m3fn)
+    except TypeError:
+        if tuple(int(x) for x in ms.__version__.split(".")[:2]) < (2, 8):
+            pytest.skip(f"MindSpore {ms.__version__}: no float8 tensor can be built on CPU (Tensor.view(dtype))")
+        raise
+
+
+def test_kv_transfer_float8_caches_with_scales(rng):
+    """float8 caches move as their bytes, with the scale caches, through a float8 buffer (PyNative)."""
+    data, scales = make_layers(rng, MLA, "BSND")
+    kv = [tuple(_fp8(x.view(np.uint8)) for x in dl) for dl in data]
+    sc = [tuple(Tensor(x) for x in sl) for sl in scales]
+    slots = np.array([2, -1, 19, 20], np.int64)
+    shape = mk.transfer_buffer_shape(MLA, L, 4, MLA_HIDDEN[:2], scale_sizes=1)
+    buf = _fp8(np.zeros(shape, np.uint8))
+    mk.multi_layer_kv_transfer(buf, kv, Tensor(slots), kv_format=MLA, direction="d2h", scale_caches=sc)
+    got = buf.view(ms.uint8).asnumpy()
+    np.testing.assert_array_equal(got, ref_buffer(MLA, "BSND", data, scales, slots).view(np.uint8))
+
+
+def test_kv_transfer_jit_and_zero_tokens(rng):
+    data, scales = make_layers(rng, SEPARATE, "BSND")
+    kv = ParameterTuple([Parameter(Tensor(x), name=f"jc{l}_{p}") for l, dl in enumerate(data)
+                         for p, x in enumerate(dl)])
+    sc = ParameterTuple([Parameter(Tensor(x), name=f"js{l}_{p}") for l, sl in enumerate(scales)
+                         for p, x in enumerate(sl)])
+    slots = np.array([7, -1, 0], np.int64)
+    buf = Parameter(Tensor(np.zeros(mk.transfer_buffer_shape(SEPARATE, L, 3, H * D, scale_sizes=H), np.int8)),
+                    name="jbuf")
+
+    @ms.jit
+    def offload(s):
+        mk.multi_layer_kv_transfer(buf, kv, s, kv_format=SEPARATE, direction="d2h", scale_caches=sc)
+        return s
+
+    offload(Tensor(slots))
+    np.testing.assert_array_equal(buf.asnumpy(), ref_buffer(SEPARATE, "BSND", data, scales, slots))
+    # zero tokens: a zero-sized buffer, nothing moves, no error
+    empty = Tensor(np.zeros(mk.transfer_buffer_shape(SEPARATE, L, 0, H * D, scale_sizes=H), np.int8))
+    mk.multi_layer_kv_transfer(empty, list(kv), Tensor(np.zeros(0, np.int64)), kv_format=SEPARATE, direction="h2d",
+                               scale_caches=list(sc))

@@ -21,7 +21,7 @@ not apply RW_WRITE to Parameters inside a tuple and graph mode would read stale 
 import operator
 
 from ms_kvcache._formats import CACHE_LAYOUTS, DIRECTIONS, KVCacheFormat
-from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES
+from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, QUANT_CACHE_DTYPES
 from ms_kvcache._spec import dtype_name as _dtype_name
 
 __all__ = [
@@ -214,12 +214,16 @@ def cache_planes(op, fmt, cache_layout, num_layers, shapes):
     return planes
 
 
-def check_kv_dtypes(op, fmt, cache_dtypes, others):
-    """All caches share one dtype from KV_DTYPES; ``others`` ({arg name: dtype}) must equal it."""
+def check_kv_dtypes(op, fmt, cache_dtypes, others, allowed=KV_DTYPES):
+    """All caches share one dtype from ``allowed`` (KV_DTYPES; the transfers with scale caches: int8 and
+    the float8 types); ``others`` ({arg name: dtype}) must equal it."""
     names = [dtype_name(d) for d in cache_dtypes]
     first = names[0]
-    if first not in KV_DTYPES:
-        raise TypeError(f"{op}: argument '{_name(fmt, 0)}': expected dtype in {KV_DTYPES}, got {first}")
+    if first not in allowed and first in KV_DTYPES + QUANT_CACHE_DTYPES:
+        raise TypeError(f"{op}: argument 'scale_caches': scale caches go with quantized caches (dtype in "
+                        f"{allowed}), but 'kv_caches' are {first}")
+    if first not in allowed:
+        raise TypeError(f"{op}: argument '{_name(fmt, 0)}': expected dtype in {allowed}, got {first}")
     for i, d in enumerate(names):
         if d != first:
             raise TypeError(f"{op}: argument '{_name(fmt, i)}': expected dtype {first} (same as "

@@ -80,7 +80,7 @@ def _infer_dtype(attrs, ids_dtype, staging_dtype, host_dtypes, cache_dtypes, sho
     ML.check_index(_OP, "block_ids", (0,), ids_dtype)
     others = {f"host_blocks[{p}]": d for p, d in enumerate(host_dtypes)}
     others["staging"] = staging_dtype
-    ML.check_kv_dtypes(_OP, attrs["kv_format"], cache_dtypes, others)
+    ML.check_kv_dtypes(_OP, attrs["kv_format"], cache_dtypes, others, QUANT_CACHE_DTYPES)
     ML.check_scale_dtypes(_OP, attrs["kv_format"], cache_dtypes[0], scale_dtypes)
     for p, d in enumerate(shost_dtypes):
         if ML.dtype_name(d) != "float32":

@@ -73,7 +73,7 @@ def _infer_shape(attrs, buffer_shape, slot_shape, cache_shapes, scale_shapes):
 
 def _infer_dtype(attrs, buffer_dtype, slot_dtype, cache_dtypes, scale_dtypes):
     ML.check_index(_OP, "slot_mapping", (0,), slot_dtype)
-    ML.check_kv_dtypes(_OP, attrs["kv_format"], cache_dtypes, {"buffer": buffer_dtype})
+    ML.check_kv_dtypes(_OP, attrs["kv_format"], cache_dtypes, {"buffer": buffer_dtype}, QUANT_CACHE_DTYPES)
     ML.check_scale_dtypes(_OP, attrs["kv_format"], cache_dtypes[0], scale_dtypes)
     return ms.int32
 
