@@ -33,6 +33,8 @@ inline void LayerRowsToHost(const ml::LayerCaches& c, int p, int64_t l, int64_t 
   const int64_t elem = static_cast<int64_t>(c.elem);
   const int64_t row = pl.hidden() * elem;
   const uint8_t* dev = c.at(p, l) + blk * pl.bs * row;  // the device block (bs * hidden elements)
+  // pieces shorter than a cache line (scale planes: 4 * H bytes, BNSD 4) go with plain stores
+  stream = stream && (pl.bnsd ? pl.head * elem : row) >= 64;
   if (!pl.bnsd) {
     for (int64_t s = s0; s < s1; ++s) ml::Copy(h + (s - s0) * host_stride, dev + s * row, row, stream);
     return;
@@ -89,6 +91,7 @@ inline void TileToCache(const ml::LayerCaches& c, int p, int64_t blk, const uint
   const int64_t row = pl.hidden() * elem, stride = c.num_layers * row;
   const int64_t piece = pl.bnsd ? pl.head * elem : row;  // BNSD: [H, bs, D] block, host row [H, D]
   const int64_t pieces = pl.bnsd ? pl.heads : 1;
+  stream = stream && piece >= 64;  // pieces shorter than a cache line (scale planes): plain stores
   for (int64_t l = l0; l < l1; ++l) {
     uint8_t* block = c.at(p, l) + blk * pl.bs * row;
     for (int64_t hh = 0; hh < pieces; ++hh) {
