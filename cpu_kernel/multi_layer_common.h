@@ -173,9 +173,13 @@ inline void AppendScalePlanes(const AotArgs& a, int first, int64_t count, LayerC
   c->planes = 2 * P;
 }
 
-// memcpy with the common small row sizes inlined (a BNSD head row is often 64..512 bytes).
+// memcpy with the common small row sizes inlined (a BNSD head row is often 64..512 bytes; scale rows 4..32).
 inline void CopyBytes(uint8_t* dst, const uint8_t* src, int64_t n) {
   switch (n) {
+    case 4: __builtin_memcpy(dst, src, 4); return;  // one float32 scale (a BNSD scale plane's head piece)
+    case 8: __builtin_memcpy(dst, src, 8); return;
+    case 16: __builtin_memcpy(dst, src, 16); return;
+    case 32: __builtin_memcpy(dst, src, 32); return;  // a scale row of 8 heads
     case 64: __builtin_memcpy(dst, src, 64); return;
     case 128: __builtin_memcpy(dst, src, 128); return;
     case 256: __builtin_memcpy(dst, src, 256); return;
