@@ -389,3 +389,17 @@ def test_kv_transfer_jit_and_zero_tokens(rng):
     empty = Tensor(np.zeros(mk.transfer_buffer_shape(SEPARATE, L, 0, H * D, scale_sizes=H), np.int8))
     mk.multi_layer_kv_transfer(empty, list(kv), Tensor(np.zeros(0, np.int64)), kv_format=SEPARATE, direction="h2d",
                                scale_caches=list(sc))
+
+
+def test_sim_backend_refuses_block_transfer_with_scales(rng):
+    data, scales = make_layers(rng, MLA, "BSND")
+    kv, sc = ms_layers(MLA, data, scales)
+    host = [Tensor(np.zeros((1, BS, L, MLA_HIDDEN[p]), np.int8)) for p in range(2)]
+    shost = [Tensor(np.zeros((1, BS, L, 1), np.float32)) for _ in range(2)]
+    mk.set_backend("sim")
+    try:
+        with pytest.raises(NotImplementedError, match=r"multi_layer_block_transfer: scale_caches / scale_host_blocks"):
+            mk.multi_layer_block_transfer(kv, host, Tensor(np.array([1], np.int64)), direction="d2h",
+                                          scale_caches=sc, scale_host_blocks=shost)
+    finally:
+        mk.set_backend("cpu")
