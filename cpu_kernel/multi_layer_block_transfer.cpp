@@ -33,6 +33,8 @@ inline void LayerRowsToHost(const ml::LayerCaches& c, int p, int64_t l, int64_t 
   const int64_t elem = static_cast<int64_t>(c.elem);
   const int64_t row = pl.hidden() * elem;
   const uint8_t* dev = c.at(p, l) + blk * pl.bs * row;  // the device block (bs * hidden elements)
+  // pieces shorter than a cache line (scale planes: 4 * H bytes, BNSD 4) go with plain stores
+  stream = stream && (pl.bnsd ? pl.head * elem : row) >= 64;
   if (!pl.bnsd) {
     for (int64_t s = s0; s < s1; ++s) ml::Copy(h + (s - s0) * host_stride, dev + s * row, row, stream);
     return;
@@ -89,6 +91,7 @@ inline void TileToCache(const ml::LayerCaches& c, int p, int64_t blk, const uint
   const int64_t row = pl.hidden() * elem, stride = c.num_layers * row;
   const int64_t piece = pl.bnsd ? pl.head * elem : row;  // BNSD: [H, bs, D] block, host row [H, D]
   const int64_t pieces = pl.bnsd ? pl.heads : 1;
+  stream = stream && piece >= 64;  // pieces shorter than a cache line (scale planes): plain stores
   for (int64_t l = l0; l < l1; ++l) {
     uint8_t* block = c.at(p, l) + blk * pl.bs * row;
     for (int64_t hh = 0; hh < pieces; ++hh) {
@@ -163,6 +166,49 @@ void BlockCopy(const ml::LayerCaches& c, uint8_t* const* host, const void* ids, 
   });
 }
 
+
+// The transfer of every plane of `c` (data planes, then the scale planes of a quantized transfer):
+// `host[p]` the host blocks of plane p (`host_params[p]` its AOT param), block_ids at AOT param 0,
+// staging at `st` (an empty tensor when absent).
+int Run(const AotArgs& a, const ml::LayerCaches& c, const std::vector<int>& host_params, int data_planes, int st,
+        bool d2h, int64_t aiv) {
+  const int64_t L = c.num_layers;
+  const mskv::DType id_dtype = a.dtype(0);
+  if (id_dtype != mskv::DType::kI32 && id_dtype != mskv::DType::kI64) throw KernelError("block_ids must be int32/int64");
+  if (a.rank(0) != 1) throw KernelError("block_ids must be rank 1");
+  const int64_t n = a.dim(0, 0);
+  const int64_t elem = static_cast<int64_t>(c.elem);
+  if (static_cast<int>(host_params.size()) != c.planes) throw KernelError("host planes do not match the caches");
+  std::vector<uint8_t*> host(c.planes);
+  for (int p = 0; p < c.planes; ++p) {
+    const int idx = host_params[static_cast<size_t>(p)];
+    const bool scale = p >= data_planes;  // float32 host blocks of a scale plane
+    if (a.dtype(idx) != (scale ? mskv::DType::kF32 : c.dtype))
+      throw KernelError(scale ? "scale host blocks must be float32" : "host block dtype differs from the caches");
+    if (a.rank(idx) < 1 || a.dim(idx, 0) != n) throw KernelError("host blocks must have len(block_ids) blocks");
+    const int64_t block_bytes = c.plane[p].bs * L * c.plane[p].hidden() * elem;  // one host block, all layers
+    if (a.numel(idx) * static_cast<int64_t>(DTypeSize(a.dtype(idx))) != n * block_bytes)
+      throw KernelError("host block shape does not match the caches");
+    host[p] = a.ptr(idx);
+  }
+  if (n == 0) return 0;
+  const void* ids = a.ptr<void>(0);
+  ml::StrictCheckBlockIds(a, ids, id_dtype, n, c.plane[0].nb, /*distinct=*/!d2h);
+  if (a.numel(st) > 0) {
+    // Staged mode on the cpu backend: host memory is this device's memory, so copying host blocks into the
+    // staging buffer first buys nothing; the buffer is checked (as on every backend) and then treated as
+    // the scratch space it is - its contents after the call are unspecified - and the zero-copy path
+    // runs. Results are identical by construction. (A two-copy path through L2-sized pieces measured
+    // 0.45-0.59 of memcpy here for h2d and MLA d2h: on one core the fill and the scatter cannot overlap.)
+    if (a.dtype(st) != c.dtype) throw KernelError("staging dtype differs from the caches");
+    int64_t block_bytes = 0;  // one block of every plane (scale planes included), all layers
+    for (int p = 0; p < c.planes; ++p) block_bytes += c.plane[p].bs * L * c.plane[p].hidden() * elem;
+    if (a.numel(st) * elem < block_bytes) throw KernelError("staging holds less than one block of every plane");
+  }
+  BlockCopy(c, host.data(), ids, id_dtype, n, d2h, aiv);
+  return 0;
+}
+
 }  // namespace
 
 MSKV_AOT_EXPORT int MskvMultiLayerBlockTransfer(int nparam, void** params, int* ndims, int64_t** shapes,
@@ -182,40 +228,39 @@ MSKV_AOT_EXPORT int MskvMultiLayerBlockTransfer(int nparam, void** params, int* 
     if (in[2].count != planes || in[3].count != L * tpl)
       throw KernelError("expected " + std::to_string(planes) + " host planes and " + std::to_string(L * tpl) +
                         " caches, got " + std::to_string(in[2].count) + " and " + std::to_string(in[3].count));
-    const bool staged = a.numel(in[1].first) > 0;
-    const int host0 = in[2].first;
     const ml::LayerCaches c = ml::ParseLayerCaches(a, in[3].first, fmt, L, bnsd);
-    const mskv::DType id_dtype = a.dtype(0);
-    if (id_dtype != mskv::DType::kI32 && id_dtype != mskv::DType::kI64) throw KernelError("block_ids must be int32/int64");
-    if (a.rank(0) != 1) throw KernelError("block_ids must be rank 1");
-    const int64_t n = a.dim(0, 0);
-    const int64_t elem = static_cast<int64_t>(c.elem);
-    std::vector<uint8_t*> host(planes);
-    for (int p = 0; p < planes; ++p) {
-      const int idx = host0 + p;
-      if (a.dtype(idx) != c.dtype) throw KernelError("host block dtype differs from the caches");
-      if (a.rank(idx) < 1 || a.dim(idx, 0) != n) throw KernelError("host blocks must have len(block_ids) blocks");
-      const int64_t block_bytes = c.plane[p].bs * L * c.plane[p].hidden() * elem;  // one host block, all layers
-      if (a.numel(idx) * elem != n * block_bytes) throw KernelError("host block shape does not match the caches");
-      host[p] = a.ptr(idx);
-    }
-    if (n == 0) return 0;
-    const void* ids = a.ptr<void>(0);
-    ml::StrictCheckBlockIds(a, ids, id_dtype, n, c.plane[0].nb, /*distinct=*/!d2h);
-    if (!staged) {
-      BlockCopy(c, host.data(), ids, id_dtype, n, d2h, aiv);
-      return 0;
-    }
-    // Staged mode on the cpu backend: host memory is this device's memory, so copying host blocks into the
-    // staging buffer first buys nothing; the buffer is checked (as on every backend) and then treated as
-    // the scratch space it is - its contents after the call are unspecified - and the zero-copy path
-    // runs. Results are identical by construction. (A two-copy path through L2-sized pieces measured
-    // 0.45-0.59 of memcpy here for h2d and MLA d2h: on one core the fill and the scatter cannot overlap.)
-    const int st = in[1].first;
-    if (a.dtype(st) != c.dtype) throw KernelError("staging dtype differs from the caches");
-    int64_t block_bytes = 0;  // one block of every plane, all layers
-    for (int p = 0; p < planes; ++p) block_bytes += c.plane[p].bs * L * c.plane[p].hidden() * elem;
-    if (a.numel(st) * elem < block_bytes) throw KernelError("staging holds less than one block of every plane");
-    BlockCopy(c, host.data(), ids, id_dtype, n, d2h, aiv);
+    std::vector<int> host_params;
+    for (int p = 0; p < planes; ++p) host_params.push_back(in[2].first + p);
+    return Run(a, c, host_params, planes, in[1].first, d2h, aiv);
+  })
+}
+
+// multi_layer_block_transfer with scale caches (MskvMultiLayerBlockTransferQuant): AOT params block_ids,
+// staging, host_blocks (planes), kv_caches (L * tpl), scale_host_blocks (planes, float32 [n, bs, L, H] /
+// MLA, DSA [n, bs, L, 1]), scale_caches (L * planes float32). The scale planes follow the data planes
+// (ml::AppendScalePlanes: rows of 4 * heads bytes), so the same tiles move them.
+MSKV_AOT_EXPORT int MskvMultiLayerBlockTransferQuant(int nparam, void** params, int* ndims, int64_t** shapes,
+                                                 const char** dtypes, void* /*stream*/, void* extra) {
+  MSKV_AOT_GUARD("multi_layer_block_transfer_quant", {
+    const ml::CountCall count_call;
+    AotArgs a{nparam, params, ndims, shapes, dtypes, static_cast<mindspore::AotExtra*>(extra)};
+    const int64_t fmt = a.attr_int("kv_format", 0);
+    const bool d2h = mskv::DirectionIsD2H(a.attr_int("direction", 0));
+    const bool bnsd = mskv::LayoutIsBnsd(a.attr_int("cache_layout", mskv_attr::kLayoutBNSD));
+    const int64_t L = a.attr_int("num_layers", 0);
+    const int64_t aiv = a.attr_int("aiv_num", 0);
+    ml::CheckFormat(fmt);
+    const int planes = ml::PlanesOf(fmt);
+    const int tpl = ml::TensorsPerLayer(fmt);
+    const std::vector<mskv::InputSpan> in = mskv::InputSpans(a, 6);
+    if (in[2].count != planes || in[3].count != L * tpl || in[4].count != planes)
+      throw KernelError("expected " + std::to_string(planes) + " host planes, " + std::to_string(L * tpl) +
+                        " caches and " + std::to_string(planes) + " scale host planes");
+    ml::LayerCaches c = ml::ParseLayerCaches(a, in[3].first, fmt, L, bnsd);
+    ml::AppendScalePlanes(a, in[5].first, in[5].count, &c);
+    std::vector<int> host_params;
+    for (int p = 0; p < planes; ++p) host_params.push_back(in[2].first + p);
+    for (int p = 0; p < planes; ++p) host_params.push_back(in[4].first + p);
+    return Run(a, c, host_params, planes, in[1].first, d2h, aiv);
   })
 }

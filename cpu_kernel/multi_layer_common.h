@@ -130,9 +130,56 @@ inline LayerCaches ParseLayerCaches(const AotArgs& a, int first, int64_t fmt, in
   return c;
 }
 
-// memcpy with the common small row sizes inlined (a BNSD head row is often 64..512 bytes).
+// Scale caches of quantized (1-byte) caches as extra planes (multi_layer_kv_transfer / _block_transfer with
+// scale_caches): `count` = num_layers * data planes float32 tensors from AOT param `first`, layer-major, one
+// per data plane: [nb, bs, H(, 1)] (BSND), [nb, H, bs(, 1)] (BNSD), [nb, bs, 1] (MLA / DSA planes). Each
+// becomes plane planes + p with heads = the data plane's heads and head = 4 elements of the 1-byte cache
+// dtype (one float32 scale), so the row copies move 4 * heads bytes per token and plane. Appended after
+// the data planes: c.plane / c.base then hold 2 * data planes entries.
+inline void AppendScalePlanes(const AotArgs& a, int first, int64_t count, LayerCaches* c) {
+  const int P = c->planes;
+  const int64_t L = c->num_layers;
+  if (c->elem != 1) throw KernelError("scale caches go with int8 / float8 caches (1-byte elements)");
+  if (count != L * P) throw KernelError("expected num_layers * planes scale caches");
+  if (first + count > a.nparam - 1) throw KernelError("fewer scale caches than num_layers * planes");
+  std::vector<Plane> sp(static_cast<size_t>(P));
+  for (int p = 0; p < P; ++p) {
+    const int idx = first + p;
+    const Plane& d = c->plane[static_cast<size_t>(p)];
+    const int r = a.rank(idx);
+    Plane s;
+    s.nb = d.nb, s.bs = d.bs, s.heads = d.heads, s.head = 4, s.bnsd = d.bnsd;
+    bool ok = (r == 3 || (r == 4 && a.dim(idx, 3) == 1)) && a.dim(idx, 0) == d.nb;
+    if (ok && (c->fmt == kMla || c->fmt == kDsa)) ok = r == 3 && a.dim(idx, 1) == d.bs && a.dim(idx, 2) == 1;
+    else if (ok) ok = d.bnsd ? (a.dim(idx, 1) == d.heads && a.dim(idx, 2) == d.bs)
+                             : (a.dim(idx, 1) == d.bs && a.dim(idx, 2) == d.heads);
+    if (!ok) throw KernelError("scale cache " + std::to_string(p) + " does not match its data plane");
+    sp[static_cast<size_t>(p)] = s;
+  }
+  std::vector<uint8_t*> base(static_cast<size_t>(2 * P * L));
+  for (size_t i = 0; i < c->base.size(); ++i) base[i] = c->base[i];
+  for (int64_t l = 0; l < L; ++l) {
+    for (int p = 0; p < P; ++p) {
+      const int idx = static_cast<int>(first + l * P + p), ref = first + p;
+      if (a.dtype(idx) != DType::kF32) throw KernelError("scale caches must be float32");
+      if (a.rank(idx) != a.rank(ref)) throw KernelError("scale caches of different ranks across layers");
+      for (int d = 0; d < a.rank(idx); ++d)
+        if (a.dim(idx, d) != a.dim(ref, d)) throw KernelError("scale caches of different shapes across layers");
+      base[static_cast<size_t>((P + p) * L + l)] = a.ptr(idx);
+    }
+  }
+  for (int p = 0; p < P; ++p) c->plane.push_back(sp[static_cast<size_t>(p)]);
+  c->base = std::move(base);
+  c->planes = 2 * P;
+}
+
+// memcpy with the common small row sizes inlined (a BNSD head row is often 64..512 bytes; scale rows 4..32).
 inline void CopyBytes(uint8_t* dst, const uint8_t* src, int64_t n) {
   switch (n) {
+    case 4: __builtin_memcpy(dst, src, 4); return;  // one float32 scale (a BNSD scale plane's head piece)
+    case 8: __builtin_memcpy(dst, src, 8); return;
+    case 16: __builtin_memcpy(dst, src, 16); return;
+    case 32: __builtin_memcpy(dst, src, 32); return;  // a scale row of 8 heads
     case 64: __builtin_memcpy(dst, src, 64); return;
     case 128: __builtin_memcpy(dst, src, 128); return;
     case 256: __builtin_memcpy(dst, src, 256); return;

@@ -10,6 +10,9 @@
 // i.e. [2, L, T, H*D] for MERGED/SEPARATE and the planes [L, T, hidden_p] one after another for MLA/DSA.
 // d2h: buffer rows of tokens with slot < 0 or slot >= num_slots become zeros. h2d: such tokens are
 // skipped. Work is split by (plane, layer, token chunk) over the threads; all offsets are 64-bit.
+// MskvMultiLayerKvTransferQuant (multi_layer_kv_transfer with scale_caches): a fourth input, the list of
+// L * planes float32 scale caches, whose planes follow the data planes in the same loop (AppendScalePlanes,
+// multi_layer_common.h: rows of 4 * heads bytes), so the buffer holds the data planes, then the scale planes.
 #include "multi_layer_common.h"
 
 namespace {
@@ -21,6 +24,87 @@ namespace ml = mskv::ml;
 // Tokens per work item: about 64 KiB of rows, so L * chunks items keep both cores busy even for one
 // layer, and one item's rows stay in L2.
 constexpr int64_t kChunkBytes = int64_t{64} << 10;
+
+// The transfer of every plane of `c` (data planes, then scale planes if any) between the caches and the
+// buffer (AOT param 0), with slot_mapping at AOT param 1.
+int Transfer(const AotArgs& a, const ml::LayerCaches& c, bool d2h, int64_t L, int64_t aiv) {
+  if (a.dtype(0) != c.dtype) throw KernelError("buffer dtype differs from the caches");
+  const mskv::DType sd = a.dtype(1);
+  if (sd != mskv::DType::kI32 && sd != mskv::DType::kI64) throw KernelError("slot_mapping must be int32/int64");
+  if (a.rank(1) != 1) throw KernelError("slot_mapping must be rank 1");
+  const int64_t T = a.dim(1, 0);
+  const int64_t elem = static_cast<int64_t>(c.elem);
+  // Buffer plane offsets and size check (the kernel never trusts Python here: graph mode).
+  std::vector<int64_t> plane_off(c.planes + 1, 0), row_bytes(c.planes), chunk(c.planes), items(c.planes + 1, 0);
+  for (int p = 0; p < c.planes; ++p) {
+    row_bytes[p] = c.plane[p].hidden() * elem;
+    plane_off[p + 1] = plane_off[p] + L * T * row_bytes[p];
+    chunk[p] = std::max<int64_t>(1, kChunkBytes / std::max<int64_t>(1, row_bytes[p]));
+    items[p + 1] = items[p] + L * ((T + chunk[p] - 1) / chunk[p]);
+  }
+  if (a.numel(0) * elem != plane_off[c.planes]) throw KernelError("buffer size does not match the caches");
+  if (T == 0) return 0;
+
+  uint8_t* buffer = a.ptr(0);
+  const void* slots = a.ptr<void>(1);
+  const int64_t num_slots = c.plane[0].slots();
+  ml::StrictCheckSlots(a, slots, sd, T, num_slots, /*allow_duplicates=*/d2h);
+  const bool stream = plane_off[c.planes] >= ml::kStreamBytes;
+  ml::ParallelForCapped(items[c.planes], plane_off[c.planes], aiv, [&](int64_t begin, int64_t end) {
+    int p = 0;
+    for (int64_t it = begin; it < end; ++it) {
+      while (it >= items[p + 1]) ++p;
+      const int64_t local = it - items[p];
+      const int64_t per_layer = (T + chunk[p] - 1) / chunk[p];
+      const int64_t l = local / per_layer;
+      const int64_t t0 = (local % per_layer) * chunk[p];
+      const int64_t t1 = std::min(T, t0 + chunk[p]);
+      const ml::Plane& pl = c.plane[p];
+      // pieces shorter than a cache line (the 4 * H-byte rows of a scale plane) go with plain stores:
+      // scattered partial-line streaming stores ran 1.6-2.7x slower here (h2d with scale caches)
+      const bool stream_p = stream && (pl.bnsd ? pl.head * elem : row_bytes[p]) >= 64;
+      uint8_t* cache = c.at(p, l);
+      uint8_t* row = buffer + plane_off[p] + (l * T + t0) * row_bytes[p];
+      if (pl.bnsd && !d2h) {
+        // BNSD h2d: one head at a time, so the stores run along one contiguous cache range (the block's
+        // [bs, D] piece of that head) instead of being scattered over H ranges (5x slower here).
+        const int64_t hb = pl.head * static_cast<int64_t>(c.elem);
+        for (int64_t h = 0; h < pl.heads; ++h) {
+          for (int64_t t = t0; t < t1; ++t) {
+            const int64_t slot = mskv::ReadIndex(slots, sd, t);
+            if (slot < 0 || slot >= num_slots) continue;
+            const int64_t blk = slot / pl.bs, off = slot % pl.bs;
+            ml::Copy(cache + ((blk * pl.heads + h) * pl.bs + off) * hb, row + (t - t0) * row_bytes[p] + h * hb, hb,
+                     stream_p);
+          }
+        }
+        continue;
+      }
+      for (int64_t t = t0; t < t1;) {
+        const int64_t slot = mskv::ReadIndex(slots, sd, t);
+        if (slot < 0 || slot >= num_slots) {
+          if (d2h) std::memset(row, 0, static_cast<size_t>(row_bytes[p]));
+          ++t, row += row_bytes[p];
+          continue;
+        }
+        if (!pl.bnsd) {
+          // tokens with consecutive slots are one contiguous piece on both sides (a block's tokens)
+          int64_t run = 1;
+          while (t + run < t1 && slot + run < num_slots && mskv::ReadIndex(slots, sd, t + run) == slot + run) ++run;
+          uint8_t* cs = cache + slot * row_bytes[p];
+          if (d2h) ml::Copy(row, cs, run * row_bytes[p], stream_p);
+          else ml::Copy(cs, row, run * row_bytes[p], stream_p);
+          t += run, row += run * row_bytes[p];
+          continue;
+        }
+        ml::CopyTokenRow(cache, row, pl, slot, c.elem, !d2h, stream_p);
+        ++t, row += row_bytes[p];
+      }
+    }
+    if (stream) ml::StreamFence();
+  });
+  return 0;
+}
 
 }  // namespace
 
@@ -41,78 +125,28 @@ MSKV_AOT_EXPORT int MskvMultiLayerKvTransfer(int nparam, void** params, int* ndi
       throw KernelError("expected num_layers*" + std::to_string(tpl) + " = " + std::to_string(L * tpl) +
                         " caches, got " + std::to_string(in[2].count));
     const ml::LayerCaches c = ml::ParseLayerCaches(a, in[2].first, fmt, L, bnsd);
-    if (a.dtype(0) != c.dtype) throw KernelError("buffer dtype differs from the caches");
-    const mskv::DType sd = a.dtype(1);
-    if (sd != mskv::DType::kI32 && sd != mskv::DType::kI64) throw KernelError("slot_mapping must be int32/int64");
-    if (a.rank(1) != 1) throw KernelError("slot_mapping must be rank 1");
-    const int64_t T = a.dim(1, 0);
-    const int64_t elem = static_cast<int64_t>(c.elem);
+    return Transfer(a, c, d2h, L, aiv);
+  })
+}
 
-    // Buffer plane offsets and size check (the kernel never trusts Python here: graph mode).
-    std::vector<int64_t> plane_off(c.planes + 1, 0), row_bytes(c.planes), chunk(c.planes), items(c.planes + 1, 0);
-    for (int p = 0; p < c.planes; ++p) {
-      row_bytes[p] = c.plane[p].hidden() * elem;
-      plane_off[p + 1] = plane_off[p] + L * T * row_bytes[p];
-      chunk[p] = std::max<int64_t>(1, kChunkBytes / std::max<int64_t>(1, row_bytes[p]));
-      items[p + 1] = items[p] + L * ((T + chunk[p] - 1) / chunk[p]);
-    }
-    if (a.numel(0) * elem != plane_off[c.planes]) throw KernelError("buffer size does not match the caches");
-    if (T == 0) return 0;
-
-    uint8_t* buffer = a.ptr(0);
-    const void* slots = a.ptr<void>(1);
-    const int64_t num_slots = c.plane[0].slots();
-    ml::StrictCheckSlots(a, slots, sd, T, num_slots, /*allow_duplicates=*/d2h);
-    const bool stream = plane_off[c.planes] >= ml::kStreamBytes;
-    ml::ParallelForCapped(items[c.planes], plane_off[c.planes], aiv, [&](int64_t begin, int64_t end) {
-      int p = 0;
-      for (int64_t it = begin; it < end; ++it) {
-        while (it >= items[p + 1]) ++p;
-        const int64_t local = it - items[p];
-        const int64_t per_layer = (T + chunk[p] - 1) / chunk[p];
-        const int64_t l = local / per_layer;
-        const int64_t t0 = (local % per_layer) * chunk[p];
-        const int64_t t1 = std::min(T, t0 + chunk[p]);
-        const ml::Plane& pl = c.plane[p];
-        uint8_t* cache = c.at(p, l);
-        uint8_t* row = buffer + plane_off[p] + (l * T + t0) * row_bytes[p];
-        if (pl.bnsd && !d2h) {
-          // BNSD h2d: one head at a time, so the stores run along one contiguous cache range (the block's
-          // [bs, D] piece of that head) instead of being scattered over H ranges (5x slower here).
-          const int64_t hb = pl.head * static_cast<int64_t>(c.elem);
-          for (int64_t h = 0; h < pl.heads; ++h) {
-            for (int64_t t = t0; t < t1; ++t) {
-              const int64_t slot = mskv::ReadIndex(slots, sd, t);
-              if (slot < 0 || slot >= num_slots) continue;
-              const int64_t blk = slot / pl.bs, off = slot % pl.bs;
-              ml::Copy(cache + ((blk * pl.heads + h) * pl.bs + off) * hb, row + (t - t0) * row_bytes[p] + h * hb, hb,
-                       stream);
-            }
-          }
-          continue;
-        }
-        for (int64_t t = t0; t < t1;) {
-          const int64_t slot = mskv::ReadIndex(slots, sd, t);
-          if (slot < 0 || slot >= num_slots) {
-            if (d2h) std::memset(row, 0, static_cast<size_t>(row_bytes[p]));
-            ++t, row += row_bytes[p];
-            continue;
-          }
-          if (!pl.bnsd) {
-            // tokens with consecutive slots are one contiguous piece on both sides (a block's tokens)
-            int64_t run = 1;
-            while (t + run < t1 && slot + run < num_slots && mskv::ReadIndex(slots, sd, t + run) == slot + run) ++run;
-            uint8_t* cs = cache + slot * row_bytes[p];
-            if (d2h) ml::Copy(row, cs, run * row_bytes[p], stream);
-            else ml::Copy(cs, row, run * row_bytes[p], stream);
-            t += run, row += run * row_bytes[p];
-            continue;
-          }
-          ml::CopyTokenRow(cache, row, pl, slot, c.elem, !d2h, stream);
-          ++t, row += row_bytes[p];
-        }
-      }
-      if (stream) ml::StreamFence();
-    });
+MSKV_AOT_EXPORT int MskvMultiLayerKvTransferQuant(int nparam, void** params, int* ndims, int64_t** shapes,
+                                         const char** dtypes, void* /*stream*/, void* extra) {
+  MSKV_AOT_GUARD("multi_layer_kv_transfer_quant", {
+    const ml::CountCall count_call;
+    AotArgs a{nparam, params, ndims, shapes, dtypes, static_cast<mindspore::AotExtra*>(extra)};
+    const int64_t fmt = a.attr_int("kv_format", 0);
+    const bool d2h = mskv::DirectionIsD2H(a.attr_int("direction", 0));  // no default: the primitive always sets it
+    const bool bnsd = mskv::LayoutIsBnsd(a.attr_int("cache_layout", mskv_attr::kLayoutBSND));
+    const int64_t L = a.attr_int("num_layers", 0);
+    const int64_t aiv = a.attr_int("aiv_num", 0);
+    ml::CheckFormat(fmt);
+    const int tpl = ml::TensorsPerLayer(fmt);
+    const std::vector<mskv::InputSpan> in = mskv::InputSpans(a, 4);
+    if (in[2].count != L * tpl)
+      throw KernelError("expected num_layers*" + std::to_string(tpl) + " = " + std::to_string(L * tpl) +
+                        " caches, got " + std::to_string(in[2].count));
+    ml::LayerCaches c = ml::ParseLayerCaches(a, in[2].first, fmt, L, bnsd);
+    ml::AppendScalePlanes(a, in[3].first, in[3].count, &c);
+    return Transfer(a, c, d2h, L, aiv);
   })
 }

@@ -82,6 +82,10 @@ def test_demo_int8_dynamic_per_token():
     assert b["cache_bytes"] == pytest.approx(b["cache_bytes_bf16"] * (0.5 + 2 / d))
     assert _check(r, "reload: K/V bit-identical")["value"] == 0
     assert r["preemption"]["bytes_offloaded"] == 2 * 2 * r["preemption"]["offload_tokens"] * 384 * 1
+    # the scale caches travel with the data: one multi_layer_kv_transfer call, one buffer
+    heads = r["model"]["num_heads"]
+    assert r["preemption"]["scale_bytes_offloaded"] == 2 * 2 * r["preemption"]["offload_tokens"] * heads * 4
+    assert "their scales, one call" in _check(r, "offload: host buffer")["detail"]
     with pytest.raises(DemoError, match="int8 caches run with kv_format 'separate'"):
         run_demo(DemoOptions(dtype="int8", kv_format="merged"))
     with pytest.raises(DemoError, match="cpu kernels only"):

@@ -116,10 +116,11 @@ def test_rope_ops_fast_path_bit_identical_to_ops_custom(op, dtype):
 def test_every_public_op_has_the_fast_path():
     """Every registered op's PyNative launcher is the fast path (an op left on ops.Custom costs 10-50x
     per call). The copy and rope ops run their PyNative branch through an EagerOp; the multi-layer
-    transfers flatten their per-format nested kv_caches themselves (ops._multi_layer.flatten_eager) and
-    call the same eager_launcher."""
+    transfers (and their variants with scale caches) flatten their per-format nested kv_caches themselves
+    (ops._multi_layer.flatten_eager) and call the same eager_launcher."""
     _require_fast()
-    own_flattening = {"multi_layer_kv_transfer", "multi_layer_block_transfer"}
+    own_flattening = {"multi_layer_kv_transfer", "multi_layer_block_transfer", "multi_layer_kv_transfer_quant",
+                      "multi_layer_block_transfer_quant"}
     for spec in all_specs():
         if spec.name not in own_flattening:
             assert isinstance(_module(spec.name)._EAGER, EagerOp), spec.name

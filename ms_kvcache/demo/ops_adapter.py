@@ -108,10 +108,15 @@ def _format(kv_format):
     return KVCacheFormat.MERGED_KV if kv_format == "merged" else KVCacheFormat.SEPARATE_KV
 
 
-def transfer_buffer_shape(kv_format, num_layers, num_tokens, hidden):
+def transfer_buffer_shape(kv_format, num_layers, num_tokens, hidden, scale_sizes=None):
     """Shape of the contiguous host buffer for ``num_tokens`` tokens of every layer:
-    ``[2, num_layers, num_tokens, hidden]`` (K plane, V plane; LMCache KV_2LTD)."""
-    return tuple(ms_kvcache.transfer_buffer_shape(_format(kv_format), num_layers, num_tokens, hidden))
+    ``[2, num_layers, num_tokens, hidden]`` (K plane, V plane; LMCache KV_2LTD). With ``scale_sizes``
+    (num_heads: an int8 model whose scale caches travel in the same call) the 1-D byte buffer of the data
+    planes followed by the float32 scale planes ``[2, num_layers, num_tokens, num_heads]``."""
+    if scale_sizes is None:
+        return tuple(ms_kvcache.transfer_buffer_shape(_format(kv_format), num_layers, num_tokens, hidden))
+    return tuple(ms_kvcache.transfer_buffer_shape(_format(kv_format), num_layers, num_tokens, hidden,
+                                                  scale_sizes=scale_sizes))
 
 
 def alloc_host_buffer(shape, dtype):
@@ -126,32 +131,41 @@ def alloc_host_buffer(shape, dtype):
 class TransferCell(nn.Cell):
     """GRAPH_MODE step that moves the KV of the tokens at ``slot_mapping`` of every layer between the
     model's paged caches (Parameters of ``model``) and a host buffer in one
-    ``ms_kvcache.multi_layer_kv_transfer`` call."""
+    ``ms_kvcache.multi_layer_kv_transfer`` call; with ``scales`` (an int8 model) its float32 scale caches
+    travel in the same call (``scale_caches=``)."""
 
     def __init__(self, model, direction, scales=False):
         super().__init__()
         self.merged = model.kv_format == "merged"
         self.num_layers = model.num_layers
+        self.scales = scales
         if self.merged:
             self.kv_caches = model.kv_caches
-        elif scales:  # an int8 model's scale caches [nb, bs, H, 1]: moved like a cache of head_size 1
-            self.key_caches = model.k_scale_caches
-            self.value_caches = model.v_scale_caches
         else:
             self.key_caches = model.key_caches
             self.value_caches = model.value_caches
+        if scales:  # an int8 model's scale caches [nb, bs, H, 1], one per layer and plane
+            self.k_scale_caches = model.k_scale_caches
+            self.v_scale_caches = model.v_scale_caches
         self.fmt = _format(model.kv_format)
         self.direction = direction
 
     def construct(self, buffer, slot_mapping):
         kv = ()  # flat, layer-major: (kv_0, kv_1, ...) or (k_0, v_0, k_1, v_1, ...)
+        sc = ()  # (k_scale_0, v_scale_0, k_scale_1, ...)
         for i in range(self.num_layers):
             if self.merged:
                 kv = kv + (self.kv_caches[i],)
             else:
                 kv = kv + (self.key_caches[i], self.value_caches[i])
-        ms_kvcache.multi_layer_kv_transfer(buffer, kv, slot_mapping, kv_format=self.fmt,
-                                           direction=self.direction, cache_layout=CACHE_LAYOUT)
+            if self.scales:
+                sc = sc + (self.k_scale_caches[i], self.v_scale_caches[i])
+        if self.scales:
+            ms_kvcache.multi_layer_kv_transfer(buffer, kv, slot_mapping, kv_format=self.fmt,
+                                               direction=self.direction, cache_layout=CACHE_LAYOUT, scale_caches=sc)
+        else:
+            ms_kvcache.multi_layer_kv_transfer(buffer, kv, slot_mapping, kv_format=self.fmt,
+                                               direction=self.direction, cache_layout=CACHE_LAYOUT)
         return slot_mapping
 
 
@@ -164,7 +178,8 @@ def kv_transfer(model, buffer, slot_mapping, direction, scales=False):
     """Move every layer's K/V rows at ``slot_mapping`` (int32 ``[T]``, slot < 0 skipped) between the
     model's caches and ``buffer`` (``transfer_buffer_shape(...)``): ``"d2h"`` gathers cache rows into
     the buffer, ``"h2d"`` scatters buffer rows into the caches. Returns after the data has moved.
-    ``scales=True`` (an int8 model): the scale caches instead (hidden = num_heads, float32 buffer)."""
+    ``scales=True`` (an int8 model): the scale caches in the same call, ``buffer`` then
+    ``transfer_buffer_shape(..., scale_sizes=num_heads)`` (int8 bytes: data planes, then scale planes)."""
     if direction not in ("d2h", "h2d"):
         raise ValueError(f"kv_transfer: argument 'direction': expected 'd2h' or 'h2d', got {direction!r}")
     cells = _TRANSFER_CELLS.setdefault(model, {})

@@ -207,33 +207,37 @@ def _run(opts, log, ms, Tensor, A, MS_DTYPES, DecodeStep, KVWriteBench, PagedBer
             log(f"preempt sequence {p}: offload {slots.size} tokens x {L} layers to host")
             planes = net.cache_planes()
             snapshot = plane_rows(planes, slots)
-            shape = A.transfer_buffer_shape(opts.kv_format, L, slots.size, H * D)
+            # int8: the per-token scale caches travel in the same call, after the data planes of the buffer
+            shape = A.transfer_buffer_shape(opts.kv_format, L, slots.size, H * D, scale_sizes=H if quant else None)
             buffer, pinned = A.alloc_host_buffer(shape, kv_ms_dtype)
             st = Tensor(slots)
             for _ in range(2):  # first call includes graph compilation when the real op runs in a Cell
                 t = time.perf_counter()
-                A.kv_transfer(net, buffer, st, "d2h")
+                A.kv_transfer(net, buffer, st, "d2h", scales=quant)
                 timings["offload_d2h_s"].append(time.perf_counter() - t)
             host = buffer.asnumpy()
             host = host.view(f"u{host.dtype.itemsize}").copy()
-            bad = sum(_n_diff(host[0, li], kr) + _n_diff(host[1, li], vr) for li, (kr, vr) in enumerate(snapshot))
-            scale_snapshot, scale_buffer = None, None
-            if quant:  # the per-token scales travel in a second call, a float32 buffer of hidden = heads
+            scale_snapshot = None
+            if quant:  # 1-D bytes: [2, L, T, H*D] int8, then [2, L, T, H] float32
+                ndata = 2 * L * slots.size * H * D
+                sh = host[ndata:].view(np.uint32).reshape(2, L, slots.size, H)
+                host = host[:ndata].reshape(2, L, slots.size, H * D)
                 scale_snapshot = [(k.reshape(-1, H)[slots].copy(), v.reshape(-1, H)[slots].copy())
                                   for k, v in net.scale_planes()]
-                scale_buffer, _ = A.alloc_host_buffer(A.transfer_buffer_shape(opts.kv_format, L, slots.size, H),
-                                                      ms.float32)
-                A.kv_transfer(net, scale_buffer, st, "d2h", scales=True)
-                sh = scale_buffer.asnumpy().view(np.uint32)
+            bad = sum(_n_diff(host[0, li], kr) + _n_diff(host[1, li], vr) for li, (kr, vr) in enumerate(snapshot))
+            if quant:
                 bad += sum(_n_diff(sh[0, li], kr) + _n_diff(sh[1, li], vr)
                            for li, (kr, vr) in enumerate(scale_snapshot))
             checks.append(_check("offload: host buffer holds the sequence's K/V bit-exactly", bad == 0,
-                                 value=bad, detail=f"{L} layers x 2 planes x {slots.size} tokens; value = "
+                                 value=bad, detail=f"{L} layers x 2 planes x {slots.size} tokens"
+                                                   f"{' + their scales, one call' if quant else ''}; value = "
                                                    f"elements that differ"))
             transfer.update(offload_tokens=int(slots.size), buffer_shape=list(shape), pinned=pinned,
                             bytes_offloaded=int(host.nbytes), offload_blocks=list(step.blocks))
+            if quant:  # the scales' bytes, in the same buffer and call as the data
+                transfer.update(scale_bytes_offloaded=int(sh.nbytes))
             offload_state = {"snapshot": snapshot, "buffer": buffer, "slots": slots, "planes": planes,
-                             "scale_snapshot": scale_snapshot, "scale_buffer": scale_buffer}
+                             "scale_snapshot": scale_snapshot}
         elif step.kind == "reload":
             p = step.seq
             slots = step.slot_mapping
@@ -246,10 +250,8 @@ def _run(opts, log, ms, Tensor, A, MS_DTYPES, DecodeStep, KVWriteBench, PagedBer
             for _ in range(2):  # idempotent: same rows twice; the second call is the steady-state time
                 t = time.perf_counter()
                 if opts.fault != "skip-reload":
-                    A.kv_transfer(net, offload_state["buffer"], st, "h2d")
+                    A.kv_transfer(net, offload_state["buffer"], st, "h2d", scales=quant)
                 timings["reload_h2d_s"].append(time.perf_counter() - t)
-            if quant and opts.fault != "skip-reload":
-                A.kv_transfer(net, offload_state["scale_buffer"], st, "h2d", scales=True)
             after = net.cache_planes()
             back = plane_rows(after, slots)
             bad = sum(_n_diff(a[0], b[0]) + _n_diff(a[1], b[1]) for a, b in zip(back, offload_state["snapshot"]))

@@ -21,7 +21,7 @@ not apply RW_WRITE to Parameters inside a tuple and graph mode would read stale 
 import operator
 
 from ms_kvcache._formats import CACHE_LAYOUTS, DIRECTIONS, KVCacheFormat
-from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES
+from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, QUANT_CACHE_DTYPES
 from ms_kvcache._spec import dtype_name as _dtype_name
 
 __all__ = [
@@ -214,12 +214,16 @@ def cache_planes(op, fmt, cache_layout, num_layers, shapes):
     return planes
 
 
-def check_kv_dtypes(op, fmt, cache_dtypes, others):
-    """All caches share one dtype from KV_DTYPES; ``others`` ({arg name: dtype}) must equal it."""
+def check_kv_dtypes(op, fmt, cache_dtypes, others, allowed=KV_DTYPES):
+    """All caches share one dtype from ``allowed`` (KV_DTYPES; the transfers with scale caches: int8 and
+    the float8 types); ``others`` ({arg name: dtype}) must equal it."""
     names = [dtype_name(d) for d in cache_dtypes]
     first = names[0]
-    if first not in KV_DTYPES:
-        raise TypeError(f"{op}: argument '{_name(fmt, 0)}': expected dtype in {KV_DTYPES}, got {first}")
+    if first not in allowed and first in KV_DTYPES + QUANT_CACHE_DTYPES:
+        raise TypeError(f"{op}: argument 'scale_caches': scale caches go with quantized caches (dtype in "
+                        f"{allowed}), but 'kv_caches' are {first}")
+    if first not in allowed:
+        raise TypeError(f"{op}: argument '{_name(fmt, 0)}': expected dtype in {allowed}, got {first}")
     for i, d in enumerate(names):
         if d != first:
             raise TypeError(f"{op}: argument '{_name(fmt, i)}': expected dtype {first} (same as "
@@ -250,3 +254,117 @@ def check_aiv_num(op, aiv_num):
     if iv is None or isinstance(aiv_num, bool) or iv < 0 or iv > 2**31 - 1:
         raise ValueError(f"{op}: argument 'aiv_num': expected an int >= 0 (a cap on the vector cores, 0 = all), "
                          f"got {aiv_num!r}")
+
+
+# ----------------------------------------------------------------------- scale caches (quantized caches)
+#: Names of the scale caches of each format, one per data plane (used in messages).
+SCALE_PLANE_NAMES = {
+    KVCacheFormat.MERGED_KV: ("k_scale_cache", "v_scale_cache"),
+    KVCacheFormat.SEPARATE_KV: ("k_scale_cache", "v_scale_cache"),
+    KVCacheFormat.MLA_KV: ("kv_c_scale_cache", "k_pe_scale_cache"),
+    KVCacheFormat.DSA_KV: ("kv_c_scale_cache", "k_pe_scale_cache", "indexer_k_scale_cache"),
+}
+
+#: Bytes of one scale (float32).
+SCALE_BYTES = 4
+
+
+def flatten_scales_eager(op, scale_caches, fmt, num_layers, name="scale_caches"):
+    """The scale caches (one per data plane and layer) as a flat layer-major tuple.
+
+    Accepted: one entry per layer, a tuple of ``planes_of(fmt)`` float32 scale caches (MERGED_KV too: its
+    K and V scale caches are separate tensors), or the flat ``num_layers * planes`` sequence. Raises
+    TypeError / ValueError naming ``<name>[l][p]`` (e.g. a None entry: a layer without its scale cache).
+    """
+    from mindspore import Tensor
+
+    P = planes_of(fmt)
+    fname = KVCacheFormat(fmt).name
+    if not _is_seq(scale_caches):
+        raise TypeError(f"{op}: argument '{name}': expected a list/tuple with one entry per layer (a tuple of "
+                        f"{P} scale caches {SCALE_PLANE_NAMES[fmt]}), got {type(scale_caches).__name__}")
+    if len(scale_caches) and _is_seq(scale_caches[0]):
+        if len(scale_caches) != num_layers:
+            raise ValueError(f"{op}: argument '{name}': expected one entry per layer of 'kv_caches' ({num_layers} "
+                             f"layers), got {len(scale_caches)}; every layer's caches need their scale caches")
+        flat = []
+        for l, layer in enumerate(scale_caches):
+            if not _is_seq(layer) or len(layer) != P:
+                got = f"{len(layer)} tensors" if _is_seq(layer) else type(layer).__name__
+                raise ValueError(f"{op}: argument '{name}[{l}]': expected a tuple of {P} scale caches "
+                                 f"{SCALE_PLANE_NAMES[fmt]} for {fname}, got {got}")
+            for p, x in enumerate(layer):
+                if not isinstance(x, Tensor):
+                    raise TypeError(f"{op}: argument '{name}[{l}][{p}]' ({SCALE_PLANE_NAMES[fmt][p]} of layer {l}): "
+                                    f"expected a float32 Tensor, got {type(x).__name__}")
+                flat.append(x)
+        return tuple(flat)
+    flat = tuple(scale_caches)
+    if len(flat) != num_layers * P:
+        raise ValueError(f"{op}: argument '{name}': expected {num_layers} layers x {P} scale caches "
+                         f"{SCALE_PLANE_NAMES[fmt]} = {num_layers * P} tensors (flat, layer-major) for {fname}, "
+                         f"got {len(flat)}; every layer's caches need their scale caches")
+    for i, x in enumerate(flat):
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{op}: argument '{name}[{i}]' ({SCALE_PLANE_NAMES[fmt][i % P]} of layer {i // P}): "
+                            f"expected a float32 Tensor, got {type(x).__name__}")
+    return flat
+
+
+def _scale_name(fmt, i, name="scale_caches"):
+    P = planes_of(fmt)
+    return f"{name}[{i // P}][{i % P}] ({SCALE_PLANE_NAMES[fmt][i % P]} of layer {i // P})"
+
+
+def expected_scale_shapes(fmt, cache_layout, planes):
+    """Accepted shapes of the scale cache of each data plane: a list (per plane) of shape tuples.
+
+    BSND ``[nb, bs, H]`` or ``[nb, bs, H, 1]``; BNSD ``[nb, H, bs]`` or ``[nb, H, bs, 1]``; MLA / DSA
+    planes ``[nb, bs, 1]`` (one scale per token and plane), the shapes of the quantized writes'
+    ``*_scale_cache`` arguments (docs/quantization.md)."""
+    out = []
+    for (nb, bs, h, _d) in planes:
+        if fmt in (KVCacheFormat.MLA_KV, KVCacheFormat.DSA_KV):
+            out.append([(nb, bs, 1)])
+        elif cache_layout == "BNSD":
+            out.append([(nb, h, bs, 1), (nb, h, bs)])
+        else:
+            out.append([(nb, bs, h, 1), (nb, bs, h)])
+    return out
+
+
+def scale_planes(op, fmt, cache_layout, num_layers, planes, shapes, name="scale_caches"):
+    """Check the flat scale-cache shapes against the data planes; return the scales per token row of each
+    plane (num_kv_heads, or 1 for MLA / DSA)."""
+    P = planes_of(fmt)
+    if len(shapes) != num_layers * P:
+        raise ValueError(f"{op}: argument '{name}': expected {num_layers} layers x {P} scale caches = "
+                         f"{num_layers * P} tensors, got {len(shapes)}")
+    exp = expected_scale_shapes(fmt, cache_layout, planes)
+    shapes = [tuple(int(d) for d in s) for s in shapes]
+    for i, s in enumerate(shapes):
+        p = i % P
+        if s not in exp[p]:
+            alts = " or ".join(str(list(e)) for e in exp[p])
+            raise ValueError(f"{op}: argument '{_scale_name(fmt, i, name)}': expected shape {alts} (the "
+                             f"{cache_layout} data plane {PLANE_NAMES[fmt][p]} {list(planes[p])} as (num_blocks, "
+                             f"block_size, heads, head_size) with one float32 scale per token-head), got {list(s)}")
+        if i >= P and s != shapes[p]:
+            raise ValueError(f"{op}: argument '{_scale_name(fmt, i, name)}': expected shape {list(shapes[p])} (same "
+                             f"as '{_scale_name(fmt, p, name)}': every layer has the same scale-cache shape), "
+                             f"got {list(s)}")
+    return [1 if fmt in (KVCacheFormat.MLA_KV, KVCacheFormat.DSA_KV) else h for (_nb, _bs, h, _d) in planes]
+
+
+def check_scale_dtypes(op, fmt, cache_dtype, scale_dtypes, name="scale_caches"):
+    """Scale caches go with int8 / float8 data caches and are float32; TypeError naming the argument."""
+    from ms_kvcache._spec import QUANT_CACHE_DTYPES
+
+    cd = dtype_name(cache_dtype)
+    if cd not in QUANT_CACHE_DTYPES:
+        raise TypeError(f"{op}: argument '{name}': scale caches go with quantized caches (dtype in "
+                        f"{QUANT_CACHE_DTYPES}), but 'kv_caches' are {cd}")
+    for i, d in enumerate(scale_dtypes):
+        d = dtype_name(d)
+        if d != "float32":
+            raise TypeError(f"{op}: argument '{_scale_name(fmt, i, name)}': expected dtype float32, got {d}")

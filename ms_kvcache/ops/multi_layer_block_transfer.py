@@ -29,6 +29,7 @@ from ms_kvcache._custom import (_get_cache_prim, _run_in_jit, check_graph_types,
 from ms_kvcache._formats import CACHE_LAYOUT_CODES, CACHE_LAYOUTS, DIRECTION_CODES, DIRECTIONS, KVCacheFormat
 from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, AttrSpec, OpSpec, TensorSpec, register
 from ms_kvcache.ops import _multi_layer as ML
+from ms_kvcache.ops import multi_layer_block_transfer_quant as _QB
 
 __all__ = ["multi_layer_block_transfer", "SPEC"]
 
@@ -190,7 +191,7 @@ def _graph_attrs(kv_format, direction, cache_layout, num_host_planes, host_rank,
 _TYPES_OP, _GRAPH_ARGS = 'multi_layer_block_transfer', ('kv_caches[]', 'host_blocks[]', 'block_ids', 'staging?')
 
 def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, staging=None, kv_format=None,
-                               cache_layout=None, aiv_num=0):
+                               cache_layout=None, aiv_num=0, scale_caches=None, scale_host_blocks=None):
     """Move whole blocks of every layer between the paged caches and host blocks, in one call.
 
     ``direction="h2d"`` copies host block ``i`` into device block ``block_ids[i]`` of every layer (load);
@@ -237,6 +238,16 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
         aiv_num (int): keyword-only cap on the vector cores (AIV) the AscendC kernel uses (sim, ascend),
             like pcieThrough's ``aivNum`` (leave cores to concurrent compute); on the cpu backend a cap on
             threads. 0 (default) = all.
+        scale_caches (sequence, optional): keyword-only; the float32 scale caches of int8 / float8
+            ``kv_caches``, one per layer and data plane, nested or flat as in
+            :func:`multi_layer_kv_transfer` (MERGED_KV / SEPARATE_KV ``(k_scale_cache, v_scale_cache)``
+            ``[nb, H, bs(, 1)]`` BNSD / ``[nb, bs, H(, 1)]`` BSND; MLA / DSA one ``[nb, bs, 1]`` per plane),
+            moved in the same call. Written for ``"h2d"``. Needs ``scale_host_blocks``.
+        scale_host_blocks (sequence of Tensor, optional): keyword-only; the scales' host blocks, one
+            float32 tensor per data plane, token-major like ``host_blocks``: ``[n, block_size, L, H]``
+            (MLA / DSA ``[n, block_size, L, 1]``). Written for ``"d2h"``. With scales a ``staging`` buffer
+            must hold ``block_size * L * (sum(hidden) + 4 * sum(scales))`` one-byte elements (one block of
+            every data and scale plane). cpu backend only (sim / ascend: NotImplementedError).
 
     Returns:
         None. Host blocks (d2h) or caches (h2d) are written in place, without copies, in PyNative,
@@ -244,8 +255,11 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
 
     Raises:
         TypeError: non-Tensor arguments; dtypes differing between layers, planes, host blocks and staging;
-            block_ids not int32/int64.
-        ValueError: unknown ``direction``/``kv_format``/``cache_layout``; ``aiv_num`` not an int >= 0;
+            block_ids not int32/int64; scale caches with caches that are not int8 / float8, or scale caches /
+            scale host blocks that are not float32.
+        NotImplementedError: scale caches on a backend other than cpu.
+        ValueError: only one of ``scale_caches`` / ``scale_host_blocks``; scale caches missing for a layer or
+            plane, or of shapes that do not match the caches or the host blocks; unknown ``direction``/``kv_format``/``cache_layout``; ``aiv_num`` not an int >= 0;
             shapes differing between layers;
             host blocks whose shape does not match (``n``, block_size, layer count, heads, head size);
             a staging buffer smaller than one block; a block id outside ``[0, num_blocks)`` or (h2d) a
@@ -271,12 +285,18 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
         host = tuple(host_blocks)
         fmt, num_layers, layout = _graph_attrs(kv_format, direction, cache_layout, len(host), len(host[0].shape),
                                                flat[0].shape, len(flat), aiv_num)
-        prim = _get_cache_prim(_Prim)(graph_backend(), (len(host), len(flat)), fmt, direction, layout, num_layers,
-                                      aiv_num)
-        if staging is None:
-            prim(block_ids, empty_input_graph(flat[0].dtype), *host, *flat)
+        if scale_caches is None and scale_host_blocks is None:
+            prim = _get_cache_prim(_Prim)(graph_backend(), (len(host), len(flat)), fmt, direction, layout,
+                                          num_layers, aiv_num)
+            if staging is None:
+                prim(block_ids, empty_input_graph(flat[0].dtype), *host, *flat)
+            else:
+                prim(block_ids, staging, *host, *flat)
+        elif scale_caches is None or scale_host_blocks is None:
+            _QB.graph_pair_error(scale_caches is None, scale_host_blocks is None)
         else:
-            prim(block_ids, staging, *host, *flat)
+            _QB.transfer_quant_graph(flat, host, block_ids, staging, scale_caches, scale_host_blocks, fmt, direction,
+                                     layout, num_layers, aiv_num)
     else:
         op = _OP
         V.require_tensor(op, "block_ids", block_ids)
@@ -303,6 +323,9 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
         host = tuple(host_blocks)
         staged = staging is not None
         ML.check_aiv_num(op, aiv_num)
+        if scale_caches is not None or scale_host_blocks is not None:
+            return _QB.transfer_quant(flat, num_layers, host, block_ids, staging, scale_caches, scale_host_blocks,
+                                      fmt, direction, cache_layout, aiv_num)
         attr_values = (fmt, direction, cache_layout, num_layers, int(aiv_num))
         planes, n, _ = V.cached_static(_STATIC, _check_static, (
             attr_values,

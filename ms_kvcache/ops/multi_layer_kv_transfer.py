@@ -28,6 +28,7 @@ from ms_kvcache._custom import (_get_cache_prim, _run_in_jit, check_graph_types,
 from ms_kvcache._formats import CACHE_LAYOUT_CODES, CACHE_LAYOUTS, DIRECTION_CODES, DIRECTIONS, KVCacheFormat
 from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, AttrSpec, OpSpec, TensorSpec, register
 from ms_kvcache.ops import _multi_layer as ML
+from ms_kvcache.ops import multi_layer_kv_transfer_quant as _QT
 
 __all__ = ["multi_layer_kv_transfer", "transfer_buffer_shape", "SPEC"]
 
@@ -81,7 +82,29 @@ def _buffer_shape(fmt, num_layers, num_tokens, hidden):
     return (num_layers * num_tokens * sum(hidden),)
 
 
-def transfer_buffer_shape(kv_format, num_layers, num_tokens, hidden_sizes):
+def _scale_sizes(op, fmt, scale_sizes):
+    """Per-plane scales per token row from ``scale_sizes`` (an int for every plane, or one per plane)."""
+    P = ML.planes_of(fmt)
+    vals = list(scale_sizes) if isinstance(scale_sizes, (tuple, list)) else [scale_sizes] * P
+    if len(vals) == 1:
+        vals = vals * P
+    out = []
+    for v in vals:
+        try:
+            iv = operator.index(v)
+        except TypeError:
+            iv = None
+        if iv is None or isinstance(v, bool) or iv <= 0:
+            iv = None
+        out.append(iv)
+    if len(out) != P or None in out:
+        raise ValueError(f"{op}: argument 'scale_sizes': expected float32 scales per token row of each plane "
+                         f"(positive ints: num_kv_heads for MERGED_KV / SEPARATE_KV, 1 for MLA_KV / DSA_KV; an int "
+                         f"or {P} of them for {KVCacheFormat(fmt).name}), got {scale_sizes!r}")
+    return out
+
+
+def transfer_buffer_shape(kv_format, num_layers, num_tokens, hidden_sizes, *, scale_sizes=None):
     """Shape of the contiguous buffer of :func:`multi_layer_kv_transfer`.
 
     Args:
@@ -95,11 +118,18 @@ def transfer_buffer_shape(kv_format, num_layers, num_tokens, hidden_sizes):
             ``num_kv_heads * head_size`` (an int; a pair of equal ints is accepted). MLA_KV:
             ``(kv_lora_rank, rope_dim)``, e.g. ``(512, 64)``. DSA_KV: ``(kv_lora_rank, rope_dim,
             index_head_dim)``, e.g. ``(512, 64, 128)``.
+        scale_sizes: keyword-only; for the buffer of a transfer with ``scale_caches`` (int8 / float8
+            caches): float32 scales per token row of each plane, ``num_kv_heads`` for MERGED_KV /
+            SEPARATE_KV, ``1`` for MLA_KV / DSA_KV (an int for every plane or one int per plane).
+            None (default): no scales.
 
     Returns:
         tuple: ``(2, L, T, H*D)`` for MERGED/SEPARATE (plane, layer, token, hidden); for MLA/DSA the
         planes ``[L, T, hidden_p]`` are stored one after another, plane-major, in a 1-D buffer of
-        ``L * T * sum(hidden_sizes)`` elements.
+        ``L * T * sum(hidden_sizes)`` elements. With ``scale_sizes`` (every format): a 1-D buffer of
+        one-byte elements, ``L * T * (sum(hidden_sizes) + 4 * sum(scale_sizes))``: the data planes as
+        above (plane-major ``[L, T, hidden_p]``), then the scale planes ``[L, T, scale_p]`` float32
+        (4 bytes each, machine byte order), plane after plane.
 
     Raises:
         ValueError: unknown ``kv_format``, non-positive sizes, or ``hidden_sizes`` of the wrong form.
@@ -108,7 +138,11 @@ def transfer_buffer_shape(kv_format, num_layers, num_tokens, hidden_sizes):
     fmt = ML.format_code(op, kv_format)
     num_layers = _count(op, "num_layers", num_layers, 1)
     num_tokens = _count(op, "num_tokens", num_tokens, 0)
-    return _buffer_shape(fmt, num_layers, num_tokens, _hidden_sizes(op, fmt, hidden_sizes))
+    hidden = _hidden_sizes(op, fmt, hidden_sizes)
+    if scale_sizes is not None:
+        from ms_kvcache.ops.multi_layer_kv_transfer_quant import quant_buffer_shape
+        return quant_buffer_shape(fmt, num_layers, num_tokens, hidden, _scale_sizes(op, fmt, scale_sizes))
+    return _buffer_shape(fmt, num_layers, num_tokens, hidden)
 
 
 # ---------------------------------------------------------------------------------------------- checks
@@ -188,7 +222,8 @@ def _graph_attrs(kv_format, direction, cache_layout, num_tensors, aiv_num):
 #: argument names of the graph branch's compile-time type check (check_graph_types)
 _TYPES_OP, _GRAPH_ARGS = 'multi_layer_kv_transfer', ('buffer', 'kv_caches[]', 'slot_mapping')
 
-def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direction, cache_layout="BSND", aiv_num=0):
+def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direction, cache_layout="BSND", aiv_num=0,
+                            scale_caches=None):
     """Move the K/V rows of T tokens of every layer between the paged caches and one buffer, in one call.
 
     ``direction="d2h"`` gathers cache rows into ``buffer`` (offload); ``"h2d"`` scatters ``buffer`` rows
@@ -227,6 +262,17 @@ def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direc
         aiv_num (int): keyword-only cap on the vector cores (AIV) the AscendC kernel uses (sim, ascend),
             e.g. to leave cores to concurrent compute as pcieThrough's ``aivNum``; on the cpu backend a cap
             on threads. 0 (default) = all.
+        scale_caches (sequence, optional): keyword-only; the float32 scale caches of int8 / float8
+            ``kv_caches`` (the dynamic per-token scale caches of the quantized writes,
+            docs/quantization.md), moved in the same call: one entry per layer, a tuple of one scale cache
+            per data plane - MERGED_KV / SEPARATE_KV ``(k_scale_cache, v_scale_cache)``, each
+            ``[nb, bs, H]`` or ``[nb, bs, H, 1]`` (BSND) / ``[nb, H, bs]`` or ``[nb, H, bs, 1]`` (BNSD);
+            MLA_KV ``(kv_c_scale_cache, k_pe_scale_cache)``, each ``[nb, bs, 1]``; DSA_KV adds
+            ``indexer_k_scale_cache [nb, bs, 1]`` - or the flat layer-major sequence. The buffer is then
+            ``transfer_buffer_shape(..., scale_sizes=H)`` (MLA / DSA ``scale_sizes=1``): 1-D, the data
+            planes, then the scale planes ``[L, T, scales_p]`` as float32 bytes (docs/ops-transfer.md,
+            "Quantized caches"). Written in place for ``"h2d"`` like the caches; d2h writes zero scales
+            for skipped slots. cpu backend only (sim / ascend: NotImplementedError).
 
     Returns:
         None. The buffer (d2h) or the caches (h2d) are written in place, without copies, in PyNative,
@@ -235,8 +281,12 @@ def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direc
 
     Raises:
         TypeError: non-Tensor arguments; dtypes differing between layers, planes and the buffer;
-            unsupported dtypes (slot_mapping must be int32/int64).
-        ValueError: unknown ``kv_format``, ``direction`` or ``cache_layout``; ``aiv_num`` not an int >= 0;
+            unsupported dtypes (slot_mapping must be int32/int64); ``scale_caches`` with caches that are not
+            int8 / float8, or a scale cache that is not float32.
+        NotImplementedError: ``scale_caches`` on a backend other than cpu.
+        ValueError: ``scale_caches`` without one scale cache per layer and plane, or of shapes that do not
+            match the caches (the argument named, e.g. ``scale_caches[3][1] (v_scale_cache of layer 3)``);
+            unknown ``kv_format``, ``direction`` or ``cache_layout``; ``aiv_num`` not an int >= 0;
             a layer entry of the wrong
             arity; shapes differing between layers; a buffer whose shape is not
             ``transfer_buffer_shape(...)`` (this also catches a layer-count mismatch); a slot
@@ -259,8 +309,12 @@ def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direc
         check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(buffer), F.typeof(kv_caches), F.typeof(slot_mapping))
         flat = ML.flatten_graph(kv_caches)
         fmt, num_layers = _graph_attrs(kv_format, direction, cache_layout, len(flat), aiv_num)
-        _get_cache_prim(_Prim)(graph_backend(), (len(flat),), fmt, direction, cache_layout, num_layers, aiv_num)(
-            buffer, slot_mapping, *flat)
+        if scale_caches is None:
+            _get_cache_prim(_Prim)(graph_backend(), (len(flat),), fmt, direction, cache_layout, num_layers,
+                                   aiv_num)(buffer, slot_mapping, *flat)
+        else:
+            _QT.transfer_quant_graph(buffer, flat, scale_caches, slot_mapping, fmt, direction, cache_layout,
+                                     num_layers, aiv_num)
     else:
         op = _OP
         V.require_tensor(op, "buffer", buffer)
@@ -270,6 +324,9 @@ def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direc
         ML.check_layout(op, fmt, cache_layout)
         ML.check_aiv_num(op, aiv_num)
         flat, num_layers = ML.flatten_eager(op, kv_caches, fmt)
+        if scale_caches is not None:
+            return _QT.transfer_quant(buffer, flat, num_layers, scale_caches, slot_mapping, fmt, direction,
+                                      cache_layout, aiv_num)
         attr_values = (fmt, direction, cache_layout, num_layers, int(aiv_num))
         planes = V.cached_static(_STATIC, _check_static, (
             attr_values, buffer.shape, buffer.dtype, slot_mapping.shape, slot_mapping.dtype,
