@@ -129,7 +129,7 @@ ge::graphStatus CopyBlocksTiling(gert::TilingContext* context) {
   SetCoreSplit(td, split);
 
   return FinishTiling(context, kOp, hw, td, split.usedCoreNum,
-                      dcode * 100u + static_cast<uint64_t>(icode) * 10u + (pad ? 1u : 0u));
+                      mskv_keys::CopyKey(dcode, static_cast<uint64_t>(icode), pad));
 }
 
 }  // namespace
@@ -139,26 +139,17 @@ namespace ops {
 class MskvCopyBlocks : public OpDef {
  public:
   explicit MskvCopyBlocks(const char* name) : OpDef(name) {
-    Declare(*this, mskv_tiling::kKvDTypes, mskv_tiling::kIndexDTypes, mskv_tiling::kStatusDTypes,
-            mskv_tiling::kNdFormats);
-    this->AICore().SetTiling(optiling::CopyBlocksTiling);
-    this->AICore().AddConfig("ascend910b");
-    this->AICore().AddConfig("ascend910_93");
-    OpAICoreConfig cfg310p;
-    Declare(cfg310p, mskv_tiling::kKvDTypes310P, mskv_tiling::kIndexDTypes310P, mskv_tiling::kStatusDTypes310P,
-            mskv_tiling::kNdFormats310P);
-    mskv_tiling::SetStaticCompileFlags(cfg310p);
-    this->AICore().AddConfig("ascend310p", cfg310p);
+    mskv_tiling::DeclareOnEverySoc(*this, mskv_tiling::kCopyRows, mskv_tiling::kCopyRows310P,
+                                   optiling::CopyBlocksTiling);
   }
 
- private:
+  // The parameters, with the dtype rows r of one compute unit (DeclareOnEverySoc).
   template <typename Def>
-  static void Declare(Def& d, const std::vector<ge::DataType>& kv, const std::vector<ge::DataType>& index,
-                      const std::vector<ge::DataType>& status, const std::vector<ge::Format>& fmt) {
-    d.Input("key_caches").ParamType(DYNAMIC).DataType(kv).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("value_caches").ParamType(DYNAMIC).DataType(kv).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("block_mapping").ParamType(REQUIRED).DataType(index).Format(fmt).UnknownShapeFormat(fmt);
-    d.Output("status").ParamType(REQUIRED).DataType(status).Format(fmt).UnknownShapeFormat(fmt);
+  static void Declare(Def& d, const mskv_tiling::CopyRows& r) {
+    d.Input("key_caches").ParamType(DYNAMIC).DataType(r.kv).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Input("value_caches").ParamType(DYNAMIC).DataType(r.kv).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Input("block_mapping").ParamType(REQUIRED).DataType(r.index).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Output("status").ParamType(REQUIRED).DataType(r.status).Format(r.fmt).UnknownShapeFormat(r.fmt);
   }
 };
 OP_ADD(MskvCopyBlocks);
