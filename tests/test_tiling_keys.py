@@ -255,9 +255,9 @@ def test_host_key_tables_are_the_kernel_declaration(tmp_path, std):
 @pytest.mark.slow
 def test_finish_tiling_refuses_a_key_without_a_kernel_branch():
     """Every tiling ends with mskv_tiling::FinishTiling, which sets a key only if the op's declaration has a
-    branch for it on the SoC: a test op (tests/sim_kernels/host/key_check_probe) calls it with any op type and
+    branch for it on the SoC: a test op (tests/sim_kernels/key_check) calls it with any op type and
     key. (A one-off build of the probe through ms_kvcache.sim.build: marked slow.)"""
-    sim.build("mskv_key_probe", [ROOT / "tests" / "sim_kernels" / "host" / "key_check_probe" / "mskv_key_probe.cpp"],
+    sim.build("mskv_key_probe", [ROOT / "tests" / "sim_kernels" / "key_check" / "mskv_key_probe.cpp"],
               include_dirs=[ROOT / "op_host"])
 
     def probe(op_type, key, soc):

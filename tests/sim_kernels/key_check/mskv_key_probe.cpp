@@ -1,4 +1,5 @@
-// Test op MskvKeyProbe (tests/test_tiling_keys.py): its tiling ends with the shared
+// Test op MskvKeyProbe (tests/test_tiling_keys.py; not under tests/sim_kernels/host/, whose sources the
+// sim host-test module builds without op_host/ on its include path): its tiling ends with the shared
 // mskv_tiling::FinishTiling of op_host/kv_copy_tiling_common.h for the op type and the tiling key of its
 // attributes, so that the host-side refusal of a key the kernels do not declare for the SoC
 // (op_host/mskv_tiling_key_check.h) can be called with any key.
