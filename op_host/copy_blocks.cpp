@@ -68,12 +68,12 @@ ge::graphStatus CopyBlocksTiling(gert::TilingContext* context) {
   }
 
   // ---- block_mapping
-  const gert::StorageShape* bms = context->GetRequiredInputShape(kBlockMapping);
-  const gert::CompileTimeTensorDesc* bmd = context->GetRequiredInputDesc(kBlockMapping);
-  if (bms == nullptr || bmd == nullptr) return Fail(kOp, "block_mapping is missing");
-  const gert::Shape& bm = bms->GetStorageShape();
-  const int icode = IndexDTypeCode(bmd->GetDataType());
-  if (icode < 0) return Fail(kOp, "block_mapping: expected int64 or int32, got %s", DTypeName(bmd->GetDataType()));
+  const gert::Shape* bmp = nullptr;
+  int icode = 0;
+  if (RequiredIndexInput(context, kOp, kBlockMapping, "block_mapping", &bmp, &icode) != ge::GRAPH_SUCCESS) {
+    return ge::GRAPH_FAILED;
+  }
+  const gert::Shape& bm = *bmp;
   if (bm.GetDimNum() != 2 || bm.GetDim(1) != 2) {
     return Fail(kOp, "block_mapping: expected shape [n, 2], got %s", ShapeText(bm, b1, sizeof(b1)));
   }

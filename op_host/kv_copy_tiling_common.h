@@ -371,6 +371,20 @@ inline ge::graphStatus IndexDType(gert::TilingContext* context, const char* op, 
   return ge::GRAPH_SUCCESS;
 }
 
+// A REQUIRED index input (slot_mapping, block_mapping, block_ids) by its IR index, as ops with DYNAMIC
+// inputs must address it (GetRequiredInputShape): its shape and tiling-key digit (0 int32, 1 int64); a
+// tiling error "<name> is missing" or "<name>: expected int32 or int64, got <dtype>" otherwise.
+inline ge::graphStatus RequiredIndexInput(gert::TilingContext* context, const char* op, size_t irIndex,
+                                          const char* name, const gert::Shape** shape, int* code) {
+  const gert::StorageShape* s = context->GetRequiredInputShape(irIndex);
+  const gert::CompileTimeTensorDesc* d = context->GetRequiredInputDesc(irIndex);
+  if (s == nullptr || d == nullptr) return Fail(op, "%s is missing", name);
+  *shape = &s->GetStorageShape();
+  *code = IndexDTypeCode(d->GetDataType());
+  if (*code < 0) return Fail(op, "%s: expected int32 or int64, got %s", name, DTypeName(d->GetDataType()));
+  return ge::GRAPH_SUCCESS;
+}
+
 // Write a registered TilingData object into the context's raw tiling buffer.
 template <typename TD>
 inline ge::graphStatus SaveTiling(gert::TilingContext* context, TD& td, const char* op) {

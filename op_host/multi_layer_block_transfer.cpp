@@ -36,12 +36,10 @@ ge::graphStatus MultiLayerBlockTransferTiling(gert::TilingContext* context) {
   const int64_t L = a.numLayers;
 
   // ---- block_ids
-  const gert::StorageShape* ids = context->GetRequiredInputShape(kBlockIds);
-  const gert::CompileTimeTensorDesc* idd = context->GetRequiredInputDesc(kBlockIds);
-  if (ids == nullptr || idd == nullptr) return Fail(kOp, "block_ids is missing");
-  const gert::Shape& is = ids->GetStorageShape();
-  const int icode = IndexDTypeCode(idd->GetDataType());
-  if (icode < 0) return Fail(kOp, "block_ids: expected int64 or int32, got %s", DTypeName(idd->GetDataType()));
+  const gert::Shape* isp = nullptr;
+  int icode = 0;
+  if (RequiredIndexInput(context, kOp, kBlockIds, "block_ids", &isp, &icode) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  const gert::Shape& is = *isp;
   if (is.GetDimNum() != 1) return Fail(kOp, "block_ids: expected rank 1, got shape %s", ShapeText(is, b1, sizeof(b1)));
   if (CheckTensorSize(kOp, "block_ids", is, icode == 0 ? 4 : 8) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   const int64_t n = is.GetDim(0);

@@ -32,12 +32,12 @@ ge::graphStatus MultiLayerKvTransferTiling(gert::TilingContext* context) {
   char b1[160];
 
   // ---- slot_mapping
-  const gert::StorageShape* sms = context->GetRequiredInputShape(kSlotMapping);
-  const gert::CompileTimeTensorDesc* smd = context->GetRequiredInputDesc(kSlotMapping);
-  if (sms == nullptr || smd == nullptr) return Fail(kOp, "slot_mapping is missing");
-  const gert::Shape& sm = sms->GetStorageShape();
-  const int scode = IndexDTypeCode(smd->GetDataType());
-  if (scode < 0) return Fail(kOp, "slot_mapping: expected int32 or int64, got %s", DTypeName(smd->GetDataType()));
+  const gert::Shape* smp = nullptr;
+  int scode = 0;
+  if (RequiredIndexInput(context, kOp, kSlotMapping, "slot_mapping", &smp, &scode) != ge::GRAPH_SUCCESS) {
+    return ge::GRAPH_FAILED;
+  }
+  const gert::Shape& sm = *smp;
   if (sm.GetDimNum() != 1) return Fail(kOp, "slot_mapping: expected rank 1, got shape %s", ShapeText(sm, b1, sizeof(b1)));
   if (CheckTensorSize(kOp, "slot_mapping", sm, scode == 0 ? 4 : 8) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   const int64_t T = sm.GetDim(0);
