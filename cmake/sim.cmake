@@ -6,7 +6,7 @@
 #                                     op_proto sources + one MindSpore AOT entry per op; rpath $ORIGIN/lib
 #
 # Each op_kernel/<op>.cpp is compiled once per arch family (A2/A3: __NPU_ARCH__ 2201, and Ascend310P:
-# 2002 where op_host/<op>.cpp has AddConfig("ascend310p"))
+# 2002 where op_host/<op>.cpp configures ascend310p)
 # through a generated wrapper: the arch's predefined macros, kernel_operator.h, then the op's tiling
 # header in kernel mode, then the kernel source inside its own namespace, then the registration of
 # every `__global__ __aicore__` entry it defines for that arch.
@@ -100,7 +100,9 @@ foreach(k IN LISTS MSKV_OP_KERNELS)
   set(has_310p FALSE)
   if(EXISTS "${op_def}")
     file(READ "${op_def}" op_def_src)
-    if(op_def_src MATCHES "AddConfig\\(\"ascend310p\"")
+    # AddConfig("ascend310p") in the OpDef, or the shared mskv_tiling::DeclareOnEverySoc (op_host/
+    # kv_copy_tiling_common.h), which adds it (tests/test_sim_conformance.py checks this against the OpDef reader)
+    if(op_def_src MATCHES "AddConfig\\(\"ascend310p\"" OR op_def_src MATCHES "DeclareOnEverySoc\\(")
       set(has_310p TRUE)
     endif()
   endif()

@@ -112,7 +112,7 @@ ge::graphStatus ConcatAndCacheMlaTiling(gert::TilingContext* context) {
   td.set_pePieceElems(ppe.pieceElems);
 
   return FinishTiling(context, kOp, hw, td, split.usedCoreNum,
-                      dcode * 100u + static_cast<uint64_t>(scode) * 10u + (pad ? 1u : 0u));
+                      mskv_keys::CopyKey(dcode, static_cast<uint64_t>(scode), pad));
 }
 
 }  // namespace
@@ -122,28 +122,19 @@ namespace ops {
 class MskvConcatAndCacheMla : public OpDef {
  public:
   explicit MskvConcatAndCacheMla(const char* name) : OpDef(name) {
-    Declare(*this, mskv_tiling::kKvDTypes, mskv_tiling::kIndexDTypes, mskv_tiling::kStatusDTypes,
-            mskv_tiling::kNdFormats);
-    this->AICore().SetTiling(optiling::ConcatAndCacheMlaTiling);
-    this->AICore().AddConfig("ascend910b");
-    this->AICore().AddConfig("ascend910_93");
-    OpAICoreConfig cfg310p;
-    Declare(cfg310p, mskv_tiling::kKvDTypes310P, mskv_tiling::kIndexDTypes310P, mskv_tiling::kStatusDTypes310P,
-            mskv_tiling::kNdFormats310P);
-    mskv_tiling::SetStaticCompileFlags(cfg310p);
-    this->AICore().AddConfig("ascend310p", cfg310p);
+    mskv_tiling::DeclareOnEverySoc(*this, mskv_tiling::kCopyRows, mskv_tiling::kCopyRows310P,
+                                   optiling::ConcatAndCacheMlaTiling);
   }
 
- private:
+  // The parameters, with the dtype rows r of one compute unit (DeclareOnEverySoc).
   template <typename Def>
-  static void Declare(Def& d, const std::vector<ge::DataType>& kv, const std::vector<ge::DataType>& index,
-                      const std::vector<ge::DataType>& status, const std::vector<ge::Format>& fmt) {
-    d.Input("kv_c").ParamType(REQUIRED).DataType(kv).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("k_pe").ParamType(REQUIRED).DataType(kv).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("kv_c_cache").ParamType(REQUIRED).DataType(kv).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("k_pe_cache").ParamType(REQUIRED).DataType(kv).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("slot_mapping").ParamType(REQUIRED).DataType(index).Format(fmt).UnknownShapeFormat(fmt);
-    d.Output("status").ParamType(REQUIRED).DataType(status).Format(fmt).UnknownShapeFormat(fmt);
+  static void Declare(Def& d, const mskv_tiling::CopyRows& r) {
+    d.Input("kv_c").ParamType(REQUIRED).DataType(r.kv).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Input("k_pe").ParamType(REQUIRED).DataType(r.kv).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Input("kv_c_cache").ParamType(REQUIRED).DataType(r.kv).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Input("k_pe_cache").ParamType(REQUIRED).DataType(r.kv).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Input("slot_mapping").ParamType(REQUIRED).DataType(r.index).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Output("status").ParamType(REQUIRED).DataType(r.status).Format(r.fmt).UnknownShapeFormat(r.fmt);
   }
 };
 OP_ADD(MskvConcatAndCacheMla);

@@ -68,12 +68,12 @@ ge::graphStatus CopyBlocksTiling(gert::TilingContext* context) {
   }
 
   // ---- block_mapping
-  const gert::StorageShape* bms = context->GetRequiredInputShape(kBlockMapping);
-  const gert::CompileTimeTensorDesc* bmd = context->GetRequiredInputDesc(kBlockMapping);
-  if (bms == nullptr || bmd == nullptr) return Fail(kOp, "block_mapping is missing");
-  const gert::Shape& bm = bms->GetStorageShape();
-  const int icode = IndexDTypeCode(bmd->GetDataType());
-  if (icode < 0) return Fail(kOp, "block_mapping: expected int64 or int32, got %s", DTypeName(bmd->GetDataType()));
+  const gert::Shape* bmp = nullptr;
+  int icode = 0;
+  if (RequiredIndexInput(context, kOp, kBlockMapping, "block_mapping", &bmp, &icode) != ge::GRAPH_SUCCESS) {
+    return ge::GRAPH_FAILED;
+  }
+  const gert::Shape& bm = *bmp;
   if (bm.GetDimNum() != 2 || bm.GetDim(1) != 2) {
     return Fail(kOp, "block_mapping: expected shape [n, 2], got %s", ShapeText(bm, b1, sizeof(b1)));
   }
@@ -129,7 +129,7 @@ ge::graphStatus CopyBlocksTiling(gert::TilingContext* context) {
   SetCoreSplit(td, split);
 
   return FinishTiling(context, kOp, hw, td, split.usedCoreNum,
-                      dcode * 100u + static_cast<uint64_t>(icode) * 10u + (pad ? 1u : 0u));
+                      mskv_keys::CopyKey(dcode, static_cast<uint64_t>(icode), pad));
 }
 
 }  // namespace
@@ -139,26 +139,17 @@ namespace ops {
 class MskvCopyBlocks : public OpDef {
  public:
   explicit MskvCopyBlocks(const char* name) : OpDef(name) {
-    Declare(*this, mskv_tiling::kKvDTypes, mskv_tiling::kIndexDTypes, mskv_tiling::kStatusDTypes,
-            mskv_tiling::kNdFormats);
-    this->AICore().SetTiling(optiling::CopyBlocksTiling);
-    this->AICore().AddConfig("ascend910b");
-    this->AICore().AddConfig("ascend910_93");
-    OpAICoreConfig cfg310p;
-    Declare(cfg310p, mskv_tiling::kKvDTypes310P, mskv_tiling::kIndexDTypes310P, mskv_tiling::kStatusDTypes310P,
-            mskv_tiling::kNdFormats310P);
-    mskv_tiling::SetStaticCompileFlags(cfg310p);
-    this->AICore().AddConfig("ascend310p", cfg310p);
+    mskv_tiling::DeclareOnEverySoc(*this, mskv_tiling::kCopyRows, mskv_tiling::kCopyRows310P,
+                                   optiling::CopyBlocksTiling);
   }
 
- private:
+  // The parameters, with the dtype rows r of one compute unit (DeclareOnEverySoc).
   template <typename Def>
-  static void Declare(Def& d, const std::vector<ge::DataType>& kv, const std::vector<ge::DataType>& index,
-                      const std::vector<ge::DataType>& status, const std::vector<ge::Format>& fmt) {
-    d.Input("key_caches").ParamType(DYNAMIC).DataType(kv).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("value_caches").ParamType(DYNAMIC).DataType(kv).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("block_mapping").ParamType(REQUIRED).DataType(index).Format(fmt).UnknownShapeFormat(fmt);
-    d.Output("status").ParamType(REQUIRED).DataType(status).Format(fmt).UnknownShapeFormat(fmt);
+  static void Declare(Def& d, const mskv_tiling::CopyRows& r) {
+    d.Input("key_caches").ParamType(DYNAMIC).DataType(r.kv).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Input("value_caches").ParamType(DYNAMIC).DataType(r.kv).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Input("block_mapping").ParamType(REQUIRED).DataType(r.index).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Output("status").ParamType(REQUIRED).DataType(r.status).Format(r.fmt).UnknownShapeFormat(r.fmt);
   }
 };
 OP_ADD(MskvCopyBlocks);

@@ -18,6 +18,7 @@
 #include "tiling/platform/platform_ascendc.h"
 
 #include "mskv_attr_codes.h"
+#include "mskv_tiling_key_check.h"
 
 namespace mskv_tiling {
 
@@ -370,6 +371,20 @@ inline ge::graphStatus IndexDType(gert::TilingContext* context, const char* op, 
   return ge::GRAPH_SUCCESS;
 }
 
+// A REQUIRED index input (slot_mapping, block_mapping, block_ids) by its IR index, as ops with DYNAMIC
+// inputs must address it (GetRequiredInputShape): its shape and tiling-key digit (0 int32, 1 int64); a
+// tiling error "<name> is missing" or "<name>: expected int32 or int64, got <dtype>" otherwise.
+inline ge::graphStatus RequiredIndexInput(gert::TilingContext* context, const char* op, size_t irIndex,
+                                          const char* name, const gert::Shape** shape, int* code) {
+  const gert::StorageShape* s = context->GetRequiredInputShape(irIndex);
+  const gert::CompileTimeTensorDesc* d = context->GetRequiredInputDesc(irIndex);
+  if (s == nullptr || d == nullptr) return Fail(op, "%s is missing", name);
+  *shape = &s->GetStorageShape();
+  *code = IndexDTypeCode(d->GetDataType());
+  if (*code < 0) return Fail(op, "%s: expected int32 or int64, got %s", name, DTypeName(d->GetDataType()));
+  return ge::GRAPH_SUCCESS;
+}
+
 // Write a registered TilingData object into the context's raw tiling buffer.
 template <typename TD>
 inline ge::graphStatus SaveTiling(gert::TilingContext* context, TD& td, const char* op) {
@@ -419,11 +434,21 @@ inline void SetScatterTiling(TD& td, const ScatterGeom& g, const CoreSplit& spli
   td.set_bufferBytes(Max64(plan.bytesNeeded, kBlockBytes));
 }
 
-// The end of every tiling function: block dim, tiling key (docs/design.md, "Tiling keys"; the kernel's
-// branches: op_kernel/mskv_tiling_keys.h), the tiling data and the system workspace.
+// The end of every tiling function: block dim, tiling key (docs/design.md, "Tiling keys"; computed with the
+// op's key function of op_kernel/mskv_tiling_keys.h, mskv_keys::CopyKey, ...), the tiling data and the
+// system workspace. A key the op's declaration (MSKV_OP_KEY_SETS) has no kernel branch for on this SoC is
+// a tiling error naming the key, the target and the key set (op_host/mskv_tiling_key_check.h).
 template <typename TD>
 inline ge::graphStatus FinishTiling(gert::TilingContext* context, const char* op, const Hardware& hw, TD& td,
                                     int64_t blockDim, uint64_t key) {
+  const mskv_keys::DeclaredKeys* declared = mskv_keys::FindDeclaredKeys(op);
+  if (declared == nullptr) {
+    return Fail(op, "no tiling keys are declared for this op (add it to MSKV_OP_KEY_SETS, op_kernel/mskv_tiling_keys.h)");
+  }
+  if (!mskv_keys::IsDeclaredKey(*declared, hw.is310P, key)) {
+    return Fail(op, "tiling key %llu has no kernel branch on %s: %s (op_kernel/mskv_tiling_keys.h) does not declare it",
+                static_cast<unsigned long long>(key), hw.is310P ? "Ascend310P" : "Atlas A2/A3", declared->keySet);
+  }
   context->SetBlockDim(static_cast<uint32_t>(blockDim));
   context->SetTilingKey(key);
   if (SaveTiling(context, td, op) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
@@ -459,6 +484,36 @@ static const std::vector<ge::Format> kNdFormats310P = {
 inline void SetStaticCompileFlags(ops::OpAICoreConfig& cfg) {
   cfg.DynamicCompileStaticFlag(true).DynamicFormatFlag(false).DynamicRankSupportFlag(true)
       .DynamicShapeSupportFlag(true).NeedCheckSupportFlag(false).PrecisionReduceFlag(true);
+}
+
+// The dtype rows of a copy op on one compute unit, by column: the cache / data dtype, the index dtype
+// (slot_mapping, block_mapping, block_ids), the status output; the formats. An OpDef's Declare gives each
+// of its parameters one column (`DataType(r.kv)`); kCopyRows310P are the Ascend310P rows (no bfloat16).
+struct CopyRows {
+  const std::vector<ge::DataType>& kv;
+  const std::vector<ge::DataType>& index;
+  const std::vector<ge::DataType>& status;
+  const std::vector<ge::Format>& fmt;
+};
+static const CopyRows kCopyRows = {kKvDTypes, kIndexDTypes, kStatusDTypes, kNdFormats};
+static const CopyRows kCopyRows310P = {kKvDTypes310P, kIndexDTypes310P, kStatusDTypes310P, kNdFormats310P};
+
+// The parameters and compute units of an OpDef, one place for every op (ms_kvcache._backends.ascend
+// COMPUTE_UNITS): Op::Declare(d, rows) declares the op's inputs and outputs with the dtype rows of one
+// compute unit. Atlas A2 and A3 (ascend910b, ascend910_93) take the OpDef's own parameters (`rows`),
+// Ascend310P an OpAICoreConfig with the parameters of `rows310p` and the static-shape compile flags; every
+// unit runs `tiling`. The readers of OpDefs follow this function (tools/mskv_structure.py,
+// scripts/check_cann_headers.py op_soc_configs, cmake/sim.cmake): an op that calls it configures all three.
+template <typename Op, typename Rows, typename TilingFunc>
+inline void DeclareOnEverySoc(Op& op, const Rows& rows, const Rows& rows310p, TilingFunc tiling) {
+  Op::Declare(op, rows);
+  op.AICore().SetTiling(tiling);
+  op.AICore().AddConfig("ascend910b");
+  op.AICore().AddConfig("ascend910_93");
+  ops::OpAICoreConfig cfg310p;
+  Op::Declare(cfg310p, rows310p);
+  SetStaticCompileFlags(cfg310p);
+  op.AICore().AddConfig("ascend310p", cfg310p);
 }
 
 }  // namespace mskv_tiling

@@ -36,12 +36,10 @@ ge::graphStatus MultiLayerBlockTransferTiling(gert::TilingContext* context) {
   const int64_t L = a.numLayers;
 
   // ---- block_ids
-  const gert::StorageShape* ids = context->GetRequiredInputShape(kBlockIds);
-  const gert::CompileTimeTensorDesc* idd = context->GetRequiredInputDesc(kBlockIds);
-  if (ids == nullptr || idd == nullptr) return Fail(kOp, "block_ids is missing");
-  const gert::Shape& is = ids->GetStorageShape();
-  const int icode = IndexDTypeCode(idd->GetDataType());
-  if (icode < 0) return Fail(kOp, "block_ids: expected int64 or int32, got %s", DTypeName(idd->GetDataType()));
+  const gert::Shape* isp = nullptr;
+  int icode = 0;
+  if (RequiredIndexInput(context, kOp, kBlockIds, "block_ids", &isp, &icode) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  const gert::Shape& is = *isp;
   if (is.GetDimNum() != 1) return Fail(kOp, "block_ids: expected rank 1, got shape %s", ShapeText(is, b1, sizeof(b1)));
   if (CheckTensorSize(kOp, "block_ids", is, icode == 0 ? 4 : 8) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   const int64_t n = is.GetDim(0);
@@ -191,7 +189,7 @@ ge::graphStatus MultiLayerBlockTransferTiling(gert::TilingContext* context) {
   td.set_pieceElems(pieces);
 
   return FinishTiling(context, kOp, hw, td, split.usedCoreNum,
-                      (a.bnsd ? 1000u : 0u) + cl.dcode * 100u + static_cast<uint64_t>(icode) * 10u + (pad ? 1u : 0u));
+                      mskv_keys::LayoutCopyKey(a.bnsd, cl.dcode, static_cast<uint64_t>(icode), pad));
 }
 
 }  // namespace
@@ -201,32 +199,23 @@ namespace ops {
 class MskvMultiLayerBlockTransfer : public OpDef {
  public:
   explicit MskvMultiLayerBlockTransfer(const char* name) : OpDef(name) {
-    Declare(*this, mskv_tiling::kIndexDTypes, mskv_tiling::kKvDTypes, mskv_tiling::kStatusDTypes,
-            mskv_tiling::kNdFormats);
     this->Attr("kv_format").AttrType(OPTIONAL).Int(1);
     this->Attr("direction").AttrType(OPTIONAL).Int(mskv_attr::kDirH2D);         // op_host/mskv_attr_codes.h
     this->Attr("cache_layout").AttrType(OPTIONAL).Int(mskv_attr::kLayoutBNSD);
     this->Attr("num_layers").AttrType(OPTIONAL).Int(1);
     this->Attr("aiv_num").AttrType(OPTIONAL).Int(0);
-    this->AICore().SetTiling(optiling::MultiLayerBlockTransferTiling);
-    this->AICore().AddConfig("ascend910b");
-    this->AICore().AddConfig("ascend910_93");
-    OpAICoreConfig cfg310p;
-    Declare(cfg310p, mskv_tiling::kIndexDTypes310P, mskv_tiling::kKvDTypes310P, mskv_tiling::kStatusDTypes310P,
-            mskv_tiling::kNdFormats310P);
-    mskv_tiling::SetStaticCompileFlags(cfg310p);
-    this->AICore().AddConfig("ascend310p", cfg310p);
+    mskv_tiling::DeclareOnEverySoc(*this, mskv_tiling::kCopyRows, mskv_tiling::kCopyRows310P,
+                                   optiling::MultiLayerBlockTransferTiling);
   }
 
- private:
+  // The parameters, with the dtype rows r of one compute unit (DeclareOnEverySoc).
   template <typename Def>
-  static void Declare(Def& d, const std::vector<ge::DataType>& index, const std::vector<ge::DataType>& kv,
-                      const std::vector<ge::DataType>& status, const std::vector<ge::Format>& fmt) {
-    d.Input("block_ids").ParamType(REQUIRED).DataType(index).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("staging").ParamType(OPTIONAL).DataType(kv).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("host_blocks").ParamType(DYNAMIC).DataType(kv).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("kv_caches").ParamType(DYNAMIC).DataType(kv).Format(fmt).UnknownShapeFormat(fmt);
-    d.Output("status").ParamType(REQUIRED).DataType(status).Format(fmt).UnknownShapeFormat(fmt);
+  static void Declare(Def& d, const mskv_tiling::CopyRows& r) {
+    d.Input("block_ids").ParamType(REQUIRED).DataType(r.index).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Input("staging").ParamType(OPTIONAL).DataType(r.kv).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Input("host_blocks").ParamType(DYNAMIC).DataType(r.kv).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Input("kv_caches").ParamType(DYNAMIC).DataType(r.kv).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Output("status").ParamType(REQUIRED).DataType(r.status).Format(r.fmt).UnknownShapeFormat(r.fmt);
   }
 };
 OP_ADD(MskvMultiLayerBlockTransfer);

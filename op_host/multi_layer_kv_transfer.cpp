@@ -32,12 +32,12 @@ ge::graphStatus MultiLayerKvTransferTiling(gert::TilingContext* context) {
   char b1[160];
 
   // ---- slot_mapping
-  const gert::StorageShape* sms = context->GetRequiredInputShape(kSlotMapping);
-  const gert::CompileTimeTensorDesc* smd = context->GetRequiredInputDesc(kSlotMapping);
-  if (sms == nullptr || smd == nullptr) return Fail(kOp, "slot_mapping is missing");
-  const gert::Shape& sm = sms->GetStorageShape();
-  const int scode = IndexDTypeCode(smd->GetDataType());
-  if (scode < 0) return Fail(kOp, "slot_mapping: expected int32 or int64, got %s", DTypeName(smd->GetDataType()));
+  const gert::Shape* smp = nullptr;
+  int scode = 0;
+  if (RequiredIndexInput(context, kOp, kSlotMapping, "slot_mapping", &smp, &scode) != ge::GRAPH_SUCCESS) {
+    return ge::GRAPH_FAILED;
+  }
+  const gert::Shape& sm = *smp;
   if (sm.GetDimNum() != 1) return Fail(kOp, "slot_mapping: expected rank 1, got shape %s", ShapeText(sm, b1, sizeof(b1)));
   if (CheckTensorSize(kOp, "slot_mapping", sm, scode == 0 ? 4 : 8) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   const int64_t T = sm.GetDim(0);
@@ -145,7 +145,7 @@ ge::graphStatus MultiLayerKvTransferTiling(gert::TilingContext* context) {
 
   // noWork: usedCoreNum 1 with formerLen 0 - the kernel's item range is empty
   return FinishTiling(context, kOp, hw, td, split.usedCoreNum,
-                      (a.bnsd ? 1000u : 0u) + cl.dcode * 100u + static_cast<uint64_t>(scode) * 10u + (pad ? 1u : 0u));
+                      mskv_keys::LayoutCopyKey(a.bnsd, cl.dcode, static_cast<uint64_t>(scode), pad));
 }
 
 }  // namespace
@@ -155,31 +155,22 @@ namespace ops {
 class MskvMultiLayerKvTransfer : public OpDef {
  public:
   explicit MskvMultiLayerKvTransfer(const char* name) : OpDef(name) {
-    Declare(*this, mskv_tiling::kKvDTypes, mskv_tiling::kIndexDTypes, mskv_tiling::kStatusDTypes,
-            mskv_tiling::kNdFormats);
     this->Attr("kv_format").AttrType(OPTIONAL).Int(1);
     this->Attr("direction").AttrType(OPTIONAL).Int(mskv_attr::kDirD2H);         // op_host/mskv_attr_codes.h
     this->Attr("cache_layout").AttrType(OPTIONAL).Int(mskv_attr::kLayoutBSND);
     this->Attr("num_layers").AttrType(OPTIONAL).Int(1);
     this->Attr("aiv_num").AttrType(OPTIONAL).Int(0);
-    this->AICore().SetTiling(optiling::MultiLayerKvTransferTiling);
-    this->AICore().AddConfig("ascend910b");
-    this->AICore().AddConfig("ascend910_93");
-    OpAICoreConfig cfg310p;
-    Declare(cfg310p, mskv_tiling::kKvDTypes310P, mskv_tiling::kIndexDTypes310P, mskv_tiling::kStatusDTypes310P,
-            mskv_tiling::kNdFormats310P);
-    mskv_tiling::SetStaticCompileFlags(cfg310p);
-    this->AICore().AddConfig("ascend310p", cfg310p);
+    mskv_tiling::DeclareOnEverySoc(*this, mskv_tiling::kCopyRows, mskv_tiling::kCopyRows310P,
+                                   optiling::MultiLayerKvTransferTiling);
   }
 
- private:
+  // The parameters, with the dtype rows r of one compute unit (DeclareOnEverySoc).
   template <typename Def>
-  static void Declare(Def& d, const std::vector<ge::DataType>& kv, const std::vector<ge::DataType>& index,
-                      const std::vector<ge::DataType>& status, const std::vector<ge::Format>& fmt) {
-    d.Input("buffer").ParamType(REQUIRED).DataType(kv).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("slot_mapping").ParamType(REQUIRED).DataType(index).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("kv_caches").ParamType(DYNAMIC).DataType(kv).Format(fmt).UnknownShapeFormat(fmt);
-    d.Output("status").ParamType(REQUIRED).DataType(status).Format(fmt).UnknownShapeFormat(fmt);
+  static void Declare(Def& d, const mskv_tiling::CopyRows& r) {
+    d.Input("buffer").ParamType(REQUIRED).DataType(r.kv).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Input("slot_mapping").ParamType(REQUIRED).DataType(r.index).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Input("kv_caches").ParamType(DYNAMIC).DataType(r.kv).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Output("status").ParamType(REQUIRED).DataType(r.status).Format(r.fmt).UnknownShapeFormat(r.fmt);
   }
 };
 OP_ADD(MskvMultiLayerKvTransfer);

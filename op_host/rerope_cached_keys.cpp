@@ -98,21 +98,10 @@ ge::graphStatus ReropeCachedKeysTiling(gert::TilingContext* context) {
   td.set_numEntries(n);
   td.set_numSlots(nb * bs);
   td.set_blockSize(bs);
-  td.set_maxPosition(g.maxPosition);
-  td.set_headSize(d);
-  td.set_pitch(g.pitch);
-  td.set_rotaryDim(g.rotaryDim);
-  td.set_csPitch(g.csPitch);
-  td.set_rotPitch(g.rotPitch);
+  SetRopeTiling(td, in, d, plan, split);
   td.set_halfPitch(halfPitch);
   td.set_heads(h);
-  td.set_batch(plan.batch);
-  td.set_headsPerChunk(plan.headsPerChunk);
-  td.set_chunkElems(plan.chunkElems);
-  td.set_partnerRows(PartnerRows(in.rotHeads, plan.headsPerChunk));
-  td.set_ubBytes(plan.bytes);
   td.set_treeElems(tree);
-  SetCoreSplit(td, split);
   td.set_posIs64(posIs64);
   td.set_slotIs64(slotIs64);
   td.set_blockStride(bs * h * d);
@@ -120,9 +109,7 @@ ge::graphStatus ReropeCachedKeysTiling(gert::TilingContext* context) {
   td.set_headStride(bnsd ? bs * d : d);
 
   const bool tableIsData = context->GetInputDesc(kTable)->GetDataType() != ge::DT_FLOAT;
-  return FinishTiling(context, kOp, hw, td, split.usedCoreNum,
-                      (g.pad ? 10000u : 0u) + (bnsd ? 1000u : 0u) + dcode * 100u +
-                      (tableIsData ? 10u : 0u) + (neox ? 1u : 0u));
+  return FinishTiling(context, kOp, hw, td, split.usedCoreNum, mskv_keys::RopeKey(g.pad, bnsd, dcode, tableIsData, neox));
 }
 
 }  // namespace
@@ -132,32 +119,21 @@ namespace ops {
 class MskvReropeCachedKeys : public OpDef {
  public:
   explicit MskvReropeCachedKeys(const char* name) : OpDef(name) {
-    Declare(*this, mskv_rope_tiling::kRopeTDTypes, mskv_rope_tiling::kRopeSDTypes, mskv_rope_tiling::kRopePDTypes,
-            mskv_rope_tiling::kRopeCDTypes, mskv_rope_tiling::kRopeStatusDTypes, mskv_rope_tiling::kRopeFormats);
     this->Attr("is_neox_style").AttrType(OPTIONAL).Bool(true);
     this->Attr("cache_layout").AttrType(OPTIONAL).Int(mskv_attr::kLayoutBSND);
-    this->AICore().SetTiling(optiling::ReropeCachedKeysTiling);
-    this->AICore().AddConfig("ascend910b");
-    this->AICore().AddConfig("ascend910_93");
-    OpAICoreConfig cfg310p;
-    Declare(cfg310p, mskv_rope_tiling::kRopeTDTypes310P, mskv_rope_tiling::kRopeSDTypes310P,
-            mskv_rope_tiling::kRopePDTypes310P, mskv_rope_tiling::kRopeCDTypes310P,
-            mskv_rope_tiling::kRopeStatusDTypes310P, mskv_rope_tiling::kRopeFormats310P);
-    mskv_tiling::SetStaticCompileFlags(cfg310p);
-    this->AICore().AddConfig("ascend310p", cfg310p);
+    mskv_tiling::DeclareOnEverySoc(*this, mskv_rope_tiling::kRopeRows, mskv_rope_tiling::kRopeRows310P,
+                                   optiling::ReropeCachedKeysTiling);
   }
 
- private:
+  // The parameters, with the dtype rows r of one compute unit (DeclareOnEverySoc).
   template <typename Def>
-  static void Declare(Def& d, const std::vector<ge::DataType>& data, const std::vector<ge::DataType>& slots,
-                      const std::vector<ge::DataType>& pos, const std::vector<ge::DataType>& table,
-                      const std::vector<ge::DataType>& status, const std::vector<ge::Format>& fmt) {
-    d.Input("key_cache").ParamType(REQUIRED).DataType(data).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("slot_mapping").ParamType(REQUIRED).DataType(slots).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("old_positions").ParamType(REQUIRED).DataType(pos).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("new_positions").ParamType(REQUIRED).DataType(pos).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("cos_sin_cache").ParamType(REQUIRED).DataType(table).Format(fmt).UnknownShapeFormat(fmt);
-    d.Output("status").ParamType(REQUIRED).DataType(status).Format(fmt).UnknownShapeFormat(fmt);
+  static void Declare(Def& d, const mskv_rope_tiling::RopeRows& r) {
+    d.Input("key_cache").ParamType(REQUIRED).DataType(r.data).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Input("slot_mapping").ParamType(REQUIRED).DataType(r.slots).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Input("old_positions").ParamType(REQUIRED).DataType(r.pos).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Input("new_positions").ParamType(REQUIRED).DataType(r.pos).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Input("cos_sin_cache").ParamType(REQUIRED).DataType(r.table).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Output("status").ParamType(REQUIRED).DataType(r.status).Format(r.fmt).UnknownShapeFormat(r.fmt);
   }
 };
 OP_ADD(MskvReropeCachedKeys);

@@ -5,78 +5,22 @@
 // written in place through their input addresses; slot_mapping int32/int64 [T]. Output: status,
 // int32 [1], never written (the in-place convention, docs/design.md). Attr: cache_layout.
 //
-// Tiling: T tokens are split over all vector cores (main/tail share, SplitWork); each core batches
-// runs of consecutive valid tokens into double-buffered UB chunks sized from the platform's UB.
-// Tiling key = layout * 1000 + dtype * 100 + slot dtype * 10 + DataCopyPad (see docs/design.md).
+// Tiling: op_host/reshape_and_cache_tiling_impl.h (shared with the merged-cache op).
 #include "reshape_and_cache_tiling.h"
-#include "kv_copy_tiling_common.h"
+#include "reshape_and_cache_tiling_impl.h"
 
 namespace optiling {
 namespace {
 
 constexpr const char* kOp = "MskvReshapeAndCache";
-enum { kKey = 0, kValue, kKeyCache, kValueCache, kSlotMapping };
 
 ge::graphStatus ReshapeAndCacheTiling(gert::TilingContext* context) {
   using namespace mskv_tiling;
-  Hardware hw;
-  if (GetHardware(context, kOp, &hw) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
-
-  const gert::StorageShape* shapes[5];
-  if (GetInputShapes(context, kOp, 5, shapes) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
-  const gert::Shape& key = shapes[kKey]->GetStorageShape();
-  const gert::Shape& value = shapes[kValue]->GetStorageShape();
-  const gert::Shape& kc = shapes[kKeyCache]->GetStorageShape();
-  const gert::Shape& vc = shapes[kValueCache]->GetStorageShape();
-  const gert::Shape& sm = shapes[kSlotMapping]->GetStorageShape();
-
-  // ---- attrs
-  bool bnsd = false;
-  if (LayoutAttr(context, 0, kOp, mskv_attr::kLayoutBSND, &bnsd) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
-
-  // ---- dtypes
-  const char* names[4] = {"key", "value", "key_cache", "value_cache"};
-  const NamedInput data[4] = {{kKey, names[0]}, {kValue, names[1]}, {kKeyCache, names[2]}, {kValueCache, names[3]}};
-  int64_t elem = 0;
-  uint64_t dcode = 0;
-  int scode = 0;
-  if (KvDType(context, kOp, hw, kKeyCache, "key_cache", data, 4, &elem, &dcode) != ge::GRAPH_SUCCESS ||
-      IndexDType(context, kOp, kSlotMapping, "slot_mapping", &scode) != ge::GRAPH_SUCCESS) {
-    return ge::GRAPH_FAILED;
-  }
-
-  // ---- shapes
-  char b1[128], b2[128];
-  if (kc.GetDimNum() != 4) return Fail(kOp, "key_cache: expected rank 4, got shape %s", ShapeText(kc, b1, sizeof(b1)));
-  if (!SameShape(vc, kc)) {
-    return Fail(kOp, "value_cache: expected shape %s (as key_cache), got %s", ShapeText(kc, b1, sizeof(b1)),
-                ShapeText(vc, b2, sizeof(b2)));
-  }
-  if (sm.GetDimNum() != 1) return Fail(kOp, "slot_mapping: expected rank 1, got shape %s", ShapeText(sm, b1, sizeof(b1)));
-  for (int i = 0; i < 4; ++i) {
-    if (CheckTensorSize(kOp, names[i], shapes[i]->GetStorageShape(), elem) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
-  }
-  if (CheckTensorSize(kOp, "slot_mapping", sm, scode == 0 ? 4 : 8) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
-  ScatterGeom g;
-  CacheGeom(kc, 0, bnsd, &g);
-  g.numTokens = sm.GetDim(0);
-  if (CheckTokenRows(kOp, "key", key, g.numTokens, g.rowElems) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
-  if (CheckTokenRows(kOp, "value", value, g.numTokens, g.rowElems) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
-
-  // ---- work split and UB plan (nothing to write: zero-sized rows or no slots -> no-op launch)
-  const bool noWork = g.rowElems == 0 || g.numSlots == 0;
-  const CoreSplit split = noWork ? NoWork() : SplitWork(g.numTokens, hw.cores);
-  bool pad = false;
-  RowPlan plan;
-  if (!noWork && PlanScatter(kOp, hw, elem, g, split.formerLen, &pad, &plan) != ge::GRAPH_SUCCESS) {
-    return ge::GRAPH_FAILED;
-  }
-
+  ScatterTilingPlan s;
+  if (PlanReshapeAndCache(context, kOp, /*merged=*/false, &s) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   ReshapeAndCacheTilingData td;
-  SetScatterTiling(td, g, split, plan);
-
-  return FinishTiling(context, kOp, hw, td, split.usedCoreNum,
-                      (bnsd ? 1000u : 0u) + dcode * 100u + static_cast<uint64_t>(scode) * 10u + (pad ? 1u : 0u));
+  SetScatterTiling(td, s.g, s.split, s.plan);
+  return FinishTiling(context, kOp, s.hw, td, s.split.usedCoreNum, s.key);
 }
 
 }  // namespace
@@ -86,29 +30,20 @@ namespace ops {
 class MskvReshapeAndCache : public OpDef {
  public:
   explicit MskvReshapeAndCache(const char* name) : OpDef(name) {
-    Declare(*this, mskv_tiling::kKvDTypes, mskv_tiling::kIndexDTypes, mskv_tiling::kStatusDTypes,
-            mskv_tiling::kNdFormats);
     this->Attr("cache_layout").AttrType(OPTIONAL).Int(mskv_attr::kLayoutBSND);
-    this->AICore().SetTiling(optiling::ReshapeAndCacheTiling);
-    this->AICore().AddConfig("ascend910b");
-    this->AICore().AddConfig("ascend910_93");
-    OpAICoreConfig cfg310p;
-    Declare(cfg310p, mskv_tiling::kKvDTypes310P, mskv_tiling::kIndexDTypes310P, mskv_tiling::kStatusDTypes310P,
-            mskv_tiling::kNdFormats310P);
-    mskv_tiling::SetStaticCompileFlags(cfg310p);
-    this->AICore().AddConfig("ascend310p", cfg310p);
+    mskv_tiling::DeclareOnEverySoc(*this, mskv_tiling::kCopyRows, mskv_tiling::kCopyRows310P,
+                                   optiling::ReshapeAndCacheTiling);
   }
 
- private:
+  // The parameters, with the dtype rows r of one compute unit (DeclareOnEverySoc).
   template <typename Def>
-  static void Declare(Def& d, const std::vector<ge::DataType>& kv, const std::vector<ge::DataType>& index,
-                      const std::vector<ge::DataType>& status, const std::vector<ge::Format>& fmt) {
-    d.Input("key").ParamType(REQUIRED).DataType(kv).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("value").ParamType(REQUIRED).DataType(kv).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("key_cache").ParamType(REQUIRED).DataType(kv).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("value_cache").ParamType(REQUIRED).DataType(kv).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("slot_mapping").ParamType(REQUIRED).DataType(index).Format(fmt).UnknownShapeFormat(fmt);
-    d.Output("status").ParamType(REQUIRED).DataType(status).Format(fmt).UnknownShapeFormat(fmt);
+  static void Declare(Def& d, const mskv_tiling::CopyRows& r) {
+    d.Input("key").ParamType(REQUIRED).DataType(r.kv).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Input("value").ParamType(REQUIRED).DataType(r.kv).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Input("key_cache").ParamType(REQUIRED).DataType(r.kv).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Input("value_cache").ParamType(REQUIRED).DataType(r.kv).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Input("slot_mapping").ParamType(REQUIRED).DataType(r.index).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Output("status").ParamType(REQUIRED).DataType(r.status).Format(r.fmt).UnknownShapeFormat(r.fmt);
   }
 };
 OP_ADD(MskvReshapeAndCache);

@@ -1,29 +1,14 @@
 // Tiling data of MskvReshapeAndCache (op_host/reshape_and_cache.cpp fills it, op_kernel/reshape_and_cache.cpp
-// reads it with GET_TILING_DATA). All sizes are element counts of the cache dtype unless named *Bytes.
+// reads it with GET_TILING_DATA).
 #ifndef MS_KVCACHE_OP_HOST_RESHAPE_AND_CACHE_TILING_H_
 #define MS_KVCACHE_OP_HOST_RESHAPE_AND_CACHE_TILING_H_
 
 #include "register/tilingdata_base.h"
+#include "reshape_and_cache_tiling_fields.h"
 
 namespace optiling {
 BEGIN_TILING_DATA_DEF(ReshapeAndCacheTilingData)
-  TILING_DATA_FIELD_DEF(int64_t, numTokens);     // len(slot_mapping)
-  TILING_DATA_FIELD_DEF(int64_t, numSlots);      // num_blocks * block_size; slots outside [0, numSlots) are skipped
-  TILING_DATA_FIELD_DEF(int64_t, blockSize);
-  TILING_DATA_FIELD_DEF(int64_t, usedCoreNum);   // block dim
-  TILING_DATA_FIELD_DEF(int64_t, formerNum);     // cores [0, formerNum) take formerLen tokens
-  TILING_DATA_FIELD_DEF(int64_t, formerLen);
-  TILING_DATA_FIELD_DEF(int64_t, tailLen);       // the other cores take tailLen tokens
-  TILING_DATA_FIELD_DEF(int64_t, rowElems);      // num_kv_heads * head_size (source row stride)
-  TILING_DATA_FIELD_DEF(int64_t, numSeg);        // segments per row: 1 (BSND) or num_kv_heads (BNSD)
-  TILING_DATA_FIELD_DEF(int64_t, segElems);      // elements per segment
-  TILING_DATA_FIELD_DEF(int64_t, segStride);     // cache elements between segments of one row
-  TILING_DATA_FIELD_DEF(int64_t, blockStride);   // cache elements per block
-  TILING_DATA_FIELD_DEF(int64_t, slotStride);    // cache elements between consecutive slots of a block
-  TILING_DATA_FIELD_DEF(int64_t, rowsPerChunk);  // > 0: whole rows per UB buffer
-  TILING_DATA_FIELD_DEF(int64_t, segsPerChunk);  // rowsPerChunk == 0: segments per UB buffer
-  TILING_DATA_FIELD_DEF(int64_t, pieceElems);    // both 0: a segment is moved in pieces of this size
-  TILING_DATA_FIELD_DEF(int64_t, bufferBytes);   // bytes of each of the two UB buffers
+  MSKV_SCATTER_TILING_FIELDS  // op_host/reshape_and_cache_tiling_fields.h
 END_TILING_DATA_DEF;
 
 REGISTER_TILING_DATA_CLASS(MskvReshapeAndCache, ReshapeAndCacheTilingData)

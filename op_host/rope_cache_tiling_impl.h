@@ -115,21 +115,10 @@ inline ge::graphStatus RopeCacheTiling(gert::TilingContext* context, const char*
   td.set_numWrite(sm.GetDim(0));
   td.set_numSlots(nb * bs);
   td.set_blockSize(bs);
-  td.set_maxPosition(g.maxPosition);
-  td.set_headSize(d);
-  td.set_pitch(g.pitch);
-  td.set_rotaryDim(g.rotaryDim);
-  td.set_csPitch(g.csPitch);
-  td.set_rotPitch(g.rotPitch);
+  SetRopeTiling(td, in, d, plan, split);
   td.set_qHeads(hq);
   td.set_kHeads(hk);
-  td.set_batch(plan.batch);
-  td.set_headsPerChunk(plan.headsPerChunk);
-  td.set_chunkElems(plan.chunkElems);
   td.set_copyElems(Max64(plan.copyElems, g.pitch));
-  td.set_partnerRows(PartnerRows(in.rotHeads, plan.headsPerChunk));
-  td.set_ubBytes(plan.bytes);
-  SetCoreSplit(td, split);
   td.set_posIs64(posIs64);
   td.set_slotIs64(slotIs64);
   td.set_blockStride(bs * hk * d);
@@ -138,8 +127,7 @@ inline ge::graphStatus RopeCacheTiling(gert::TilingContext* context, const char*
   td.set_vPlaneOffset(merged ? nb * bs * hk * d : 0);
 
   return FinishTiling(context, op, hw, td, split.usedCoreNum,
-                      (g.pad ? 10000u : 0u) + (bnsd ? 1000u : 0u) + dcode * 100u +
-                      (csDt == ge::DT_FLOAT ? 0u : 10u) + (neox ? 1u : 0u));
+                      mskv_keys::RopeKey(g.pad, bnsd, dcode, csDt != ge::DT_FLOAT, neox));
 }
 
 }  // namespace rope_cache

@@ -138,32 +138,21 @@ ge::graphStatus RopeConcatAndCacheMlaTiling(gert::TilingContext* context) {
   td.set_numWrite(sm.GetDim(0));
   td.set_numSlots(nb * bs);
   td.set_blockSize(bs);
-  td.set_maxPosition(g.maxPosition);
-  td.set_headSize(R);
-  td.set_pitch(g.pitch);
-  td.set_rotaryDim(g.rotaryDim);
-  td.set_csPitch(g.csPitch);
-  td.set_rotPitch(g.rotPitch);
+  SetRopeTiling(td, in, R, plan, split);
   td.set_qHeads(hq);
-  td.set_batch(plan.batch);
-  td.set_headsPerChunk(plan.headsPerChunk);
-  td.set_chunkElems(plan.chunkElems);
   td.set_copyElems(Max64(plan.copyElems, kvPitch));
-  td.set_partnerRows(PartnerRows(in.rotHeads, plan.headsPerChunk));
-  td.set_ubBytes(plan.bytes);
   td.set_kvRank(L);
   td.set_kvPitch(kvPitch);
   td.set_weightPitch(wPitch);
   td.set_treeElems(tree);
   td.set_hasNorm(norm ? 1 : 0);
-  SetCoreSplit(td, split);
   td.set_posIs64(posIs64);
   td.set_slotIs64(slotIs64);
   td.set_epsilon(eps);
 
   const bool tableIsData = context->GetInputDesc(kTable)->GetDataType() != ge::DT_FLOAT;
   return FinishTiling(context, kOp, hw, td, split.usedCoreNum,
-                      (pad ? 10000u : 0u) + wcode * 1000u + dcode * 100u + (tableIsData ? 10u : 0u) + (neox ? 1u : 0u));
+                      mskv_keys::RopeKey(pad, wcode, dcode, tableIsData, neox));
 }
 
 }  // namespace
@@ -173,39 +162,27 @@ namespace ops {
 class MskvRopeConcatAndCacheMla : public OpDef {
  public:
   explicit MskvRopeConcatAndCacheMla(const char* name) : OpDef(name) {
-    Declare(*this, mskv_rope_tiling::kRopeMlaPDTypes, mskv_rope_tiling::kRopeMlaTDTypes,
-            mskv_rope_tiling::kRopeMlaCDTypes, mskv_rope_tiling::kRopeMlaSDTypes, mskv_rope_tiling::kRopeMlaWDTypes,
-            mskv_rope_tiling::kRopeMlaFormats);
     this->Attr("is_neox_style").AttrType(OPTIONAL).Bool(false);
     this->Attr("epsilon").AttrType(OPTIONAL).Float(1e-6);
-    this->AICore().SetTiling(optiling::RopeConcatAndCacheMlaTiling);
-    this->AICore().AddConfig("ascend910b");
-    this->AICore().AddConfig("ascend910_93");
-    OpAICoreConfig cfg310p;
-    Declare(cfg310p, mskv_rope_tiling::kRopeMlaPDTypes310P, mskv_rope_tiling::kRopeMlaTDTypes310P,
-            mskv_rope_tiling::kRopeMlaCDTypes310P, mskv_rope_tiling::kRopeMlaSDTypes310P,
-            mskv_rope_tiling::kRopeMlaWDTypes310P, mskv_rope_tiling::kRopeMlaFormats310P);
-    mskv_tiling::SetStaticCompileFlags(cfg310p);
-    this->AICore().AddConfig("ascend310p", cfg310p);
+    mskv_tiling::DeclareOnEverySoc(*this, mskv_rope_tiling::kRopeMlaRows, mskv_rope_tiling::kRopeMlaRows310P,
+                                   optiling::RopeConcatAndCacheMlaTiling);
   }
 
- private:
+  // The parameters, with the dtype rows r of one compute unit (DeclareOnEverySoc).
   template <typename Def>
-  static void Declare(Def& d, const std::vector<ge::DataType>& pos, const std::vector<ge::DataType>& data,
-                      const std::vector<ge::DataType>& table, const std::vector<ge::DataType>& slots,
-                      const std::vector<ge::DataType>& weight, const std::vector<ge::Format>& fmt) {
-    d.Input("positions").ParamType(REQUIRED).DataType(pos).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("q_pe").ParamType(REQUIRED).DataType(data).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("k_pe").ParamType(REQUIRED).DataType(data).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("kv_c").ParamType(REQUIRED).DataType(data).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("cos_sin_cache").ParamType(REQUIRED).DataType(table).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("kv_c_cache").ParamType(REQUIRED).DataType(data).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("k_pe_cache").ParamType(REQUIRED).DataType(data).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("slot_mapping").ParamType(REQUIRED).DataType(slots).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("kv_c_norm_weight").ParamType(OPTIONAL).DataType(weight).Format(fmt).UnknownShapeFormat(fmt);
-    d.Output("q_pe_out").ParamType(REQUIRED).DataType(data).Format(fmt).UnknownShapeFormat(fmt);
-    d.Output("k_pe_out").ParamType(REQUIRED).DataType(data).Format(fmt).UnknownShapeFormat(fmt);
-    d.Output("kv_c_out").ParamType(REQUIRED).DataType(data).Format(fmt).UnknownShapeFormat(fmt);
+  static void Declare(Def& d, const mskv_rope_tiling::RopeMlaRows& r) {
+    d.Input("positions").ParamType(REQUIRED).DataType(r.pos).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Input("q_pe").ParamType(REQUIRED).DataType(r.data).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Input("k_pe").ParamType(REQUIRED).DataType(r.data).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Input("kv_c").ParamType(REQUIRED).DataType(r.data).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Input("cos_sin_cache").ParamType(REQUIRED).DataType(r.table).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Input("kv_c_cache").ParamType(REQUIRED).DataType(r.data).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Input("k_pe_cache").ParamType(REQUIRED).DataType(r.data).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Input("slot_mapping").ParamType(REQUIRED).DataType(r.slots).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Input("kv_c_norm_weight").ParamType(OPTIONAL).DataType(r.weight).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Output("q_pe_out").ParamType(REQUIRED).DataType(r.data).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Output("k_pe_out").ParamType(REQUIRED).DataType(r.data).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Output("kv_c_out").ParamType(REQUIRED).DataType(r.data).Format(r.fmt).UnknownShapeFormat(r.fmt);
   }
 };
 OP_ADD(MskvRopeConcatAndCacheMla);

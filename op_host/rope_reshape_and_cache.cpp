@@ -21,35 +21,25 @@ namespace ops {
 class MskvRopeReshapeAndCache : public OpDef {
  public:
   explicit MskvRopeReshapeAndCache(const char* name) : OpDef(name) {
-    Declare(*this, mskv_rope_tiling::kRopePDTypes, mskv_rope_tiling::kRopeTDTypes, mskv_rope_tiling::kRopeCDTypes,
-            mskv_rope_tiling::kRopeSDTypes, mskv_rope_tiling::kRopeFormats);
     this->Attr("is_neox_style").AttrType(OPTIONAL).Bool(true);
     this->Attr("cache_layout").AttrType(OPTIONAL).Int(mskv_attr::kLayoutBSND);
-    this->AICore().SetTiling(optiling::RopeReshapeAndCacheTiling);
-    this->AICore().AddConfig("ascend910b");
-    this->AICore().AddConfig("ascend910_93");
-    OpAICoreConfig cfg310p;
-    Declare(cfg310p, mskv_rope_tiling::kRopePDTypes310P, mskv_rope_tiling::kRopeTDTypes310P,
-            mskv_rope_tiling::kRopeCDTypes310P, mskv_rope_tiling::kRopeSDTypes310P, mskv_rope_tiling::kRopeFormats310P);
-    mskv_tiling::SetStaticCompileFlags(cfg310p);
-    this->AICore().AddConfig("ascend310p", cfg310p);
+    mskv_tiling::DeclareOnEverySoc(*this, mskv_rope_tiling::kRopeRows, mskv_rope_tiling::kRopeRows310P,
+                                   optiling::RopeReshapeAndCacheTiling);
   }
 
- private:
+  // The parameters, with the dtype rows r of one compute unit (DeclareOnEverySoc).
   template <typename Def>
-  static void Declare(Def& d, const std::vector<ge::DataType>& pos, const std::vector<ge::DataType>& data,
-                      const std::vector<ge::DataType>& table, const std::vector<ge::DataType>& slots,
-                      const std::vector<ge::Format>& fmt) {
-    d.Input("positions").ParamType(REQUIRED).DataType(pos).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("query").ParamType(REQUIRED).DataType(data).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("key").ParamType(REQUIRED).DataType(data).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("value").ParamType(REQUIRED).DataType(data).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("cos_sin_cache").ParamType(REQUIRED).DataType(table).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("key_cache").ParamType(REQUIRED).DataType(data).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("value_cache").ParamType(REQUIRED).DataType(data).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("slot_mapping").ParamType(REQUIRED).DataType(slots).Format(fmt).UnknownShapeFormat(fmt);
-    d.Output("query_out").ParamType(REQUIRED).DataType(data).Format(fmt).UnknownShapeFormat(fmt);
-    d.Output("key_out").ParamType(REQUIRED).DataType(data).Format(fmt).UnknownShapeFormat(fmt);
+  static void Declare(Def& d, const mskv_rope_tiling::RopeRows& r) {
+    d.Input("positions").ParamType(REQUIRED).DataType(r.pos).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Input("query").ParamType(REQUIRED).DataType(r.data).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Input("key").ParamType(REQUIRED).DataType(r.data).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Input("value").ParamType(REQUIRED).DataType(r.data).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Input("cos_sin_cache").ParamType(REQUIRED).DataType(r.table).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Input("key_cache").ParamType(REQUIRED).DataType(r.data).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Input("value_cache").ParamType(REQUIRED).DataType(r.data).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Input("slot_mapping").ParamType(REQUIRED).DataType(r.slots).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Output("query_out").ParamType(REQUIRED).DataType(r.data).Format(r.fmt).UnknownShapeFormat(r.fmt);
+    d.Output("key_out").ParamType(REQUIRED).DataType(r.data).Format(r.fmt).UnknownShapeFormat(r.fmt);
   }
 };
 OP_ADD(MskvRopeReshapeAndCache);

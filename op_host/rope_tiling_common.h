@@ -152,6 +152,25 @@ inline int64_t PartnerRows(int64_t rotHeads, int64_t headsPerChunk) {
   return Min64(kPartnerRows, Max64(1, Min64(rotHeads, headsPerChunk)));
 }
 
+// The fields every rotary tiling data has: the table geometry, the head size, the UB plan of `in` and the
+// work split (rerope_cached_keys, rope_reshape_and_cache(_merged), rope_concat_and_cache_mla).
+template <typename TD>
+inline void SetRopeTiling(TD& td, const PlanInputs& in, int64_t headSize, const RopePlan& plan,
+                          const mskv_tiling::CoreSplit& split) {
+  td.set_maxPosition(in.g.maxPosition);
+  td.set_headSize(headSize);
+  td.set_pitch(in.g.pitch);
+  td.set_rotaryDim(in.g.rotaryDim);
+  td.set_csPitch(in.g.csPitch);
+  td.set_rotPitch(in.g.rotPitch);
+  td.set_batch(plan.batch);
+  td.set_headsPerChunk(plan.headsPerChunk);
+  td.set_chunkElems(plan.chunkElems);
+  td.set_partnerRows(PartnerRows(in.rotHeads, plan.headsPerChunk));
+  td.set_ubBytes(plan.bytes);
+  mskv_tiling::SetCoreSplit(td, split);
+}
+
 inline int64_t PlanBytes(const PlanInputs& in, int64_t batch, int64_t heads, RopePlan* p) {
   const RopeGeom& g = in.g;
   const int64_t rotRows = heads >= in.rotHeads ? batch * in.rotHeads : heads;
@@ -356,6 +375,33 @@ static const std::vector<ge::Format> kRopeMlaFormats310P = {
     ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND,
     ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND,
     ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND};
+
+// The rotary ops' dtype rows by column (mskv_tiling::CopyRows, for DeclareOnEverySoc): positions, data,
+// cos_sin_cache, slots, then the status output (rerope_cached_keys) or kv_c_norm_weight (MLA); the formats.
+struct RopeRows {
+  const std::vector<ge::DataType>& pos;
+  const std::vector<ge::DataType>& data;
+  const std::vector<ge::DataType>& table;
+  const std::vector<ge::DataType>& slots;
+  const std::vector<ge::DataType>& status;
+  const std::vector<ge::Format>& fmt;
+};
+static const RopeRows kRopeRows = {kRopePDTypes, kRopeTDTypes, kRopeCDTypes, kRopeSDTypes, kRopeStatusDTypes,
+                                   kRopeFormats};
+static const RopeRows kRopeRows310P = {kRopePDTypes310P, kRopeTDTypes310P, kRopeCDTypes310P, kRopeSDTypes310P,
+                                       kRopeStatusDTypes310P, kRopeFormats310P};
+struct RopeMlaRows {
+  const std::vector<ge::DataType>& pos;
+  const std::vector<ge::DataType>& data;
+  const std::vector<ge::DataType>& table;
+  const std::vector<ge::DataType>& slots;
+  const std::vector<ge::DataType>& weight;
+  const std::vector<ge::Format>& fmt;
+};
+static const RopeMlaRows kRopeMlaRows = {kRopeMlaPDTypes, kRopeMlaTDTypes, kRopeMlaCDTypes, kRopeMlaSDTypes,
+                                         kRopeMlaWDTypes, kRopeMlaFormats};
+static const RopeMlaRows kRopeMlaRows310P = {kRopeMlaPDTypes310P, kRopeMlaTDTypes310P, kRopeMlaCDTypes310P,
+                                             kRopeMlaSDTypes310P, kRopeMlaWDTypes310P, kRopeMlaFormats310P};
 
 }  // namespace mskv_rope_tiling
 

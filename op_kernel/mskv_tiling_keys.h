@@ -23,12 +23,18 @@
 // MSKV_KEYn pastes the digits into one pp-number and drops leading zeros (a leading 0 would be octal).
 // scripts/check_cann_headers.py checks the official .i of every kernel for exactly the declared keys.
 //
-// Adding a dimension (e.g. a cache dtype for the quantized writes) is a change here: a new MSKV_DIM_*
-// list and one more DIM in the op's MSKV_KEYS_<OP>; the kernel's EMIT takes one more value; the host
-// adds the digit to the key it passes to FinishTiling. tests/test_tiling_keys.py checks that the host's
-// keys are the kernel's, per SoC.
+// The host side reads the same declaration (op_host/mskv_tiling_key_check.h includes this file): an op's
+// key function below (mskv_keys::CopyKey, ...: the digits in the order of its MSKV_KEYS_<OP>) computes the
+// key from the digits the tiling chose, and FinishTiling refuses a key that MSKV_OP_KEY_SETS does not
+// declare for the SoC (a tiling error naming the op, the key and the target).
 //
-// Device subset only: preprocessor definitions, nothing else (the host never includes this file).
+// Adding a dimension (e.g. a cache dtype for the quantized writes) is a change here: a new MSKV_DIM_*
+// list, one more DIM in the op's MSKV_KEYS_<OP> and one more parameter of its key function; the kernel's
+// EMIT takes one more value and the host's call of the key function one more digit (neither compiles
+// before). tests/test_tiling_keys.py checks that the host's keys are the kernel's, per SoC.
+//
+// Device subset only: preprocessor definitions and constexpr functions (no std::, no includes but
+// mskv_arch.h), C++11 for the host compile.
 #ifndef MS_KVCACHE_OP_KERNEL_MSKV_TILING_KEYS_H_
 #define MS_KVCACHE_OP_KERNEL_MSKV_TILING_KEYS_H_
 
@@ -97,20 +103,26 @@
 #define MSKV_UNKNOWN_TILING_KEY() AscendC::Trap()
 
 // ------------------------------------------------------------------------- dimensions (per target)
-// Digits: op_host/kv_copy_tiling_common.h (DTypeCode, IndexDTypeCode) and each op's SetTilingKey.
-#if MSKV_HAS_BF16_AND_PAD
-// cache / data dtype: float16 1, bfloat16 2, float32 3, int8 4
-#define MSKV_DIM_KV_DTYPE(F, ...) \
-  F(__VA_ARGS__, 1, half) F(__VA_ARGS__, 2, bfloat16_t) F(__VA_ARGS__, 3, float) F(__VA_ARGS__, 4, int8_t)
-// rotary data dtype with a table of its own dtype possible (float16, bfloat16), and float32 alone
-#define MSKV_DIM_ROPE_DTYPE(F, ...) F(__VA_ARGS__, 1, half) F(__VA_ARGS__, 2, bfloat16_t)
-// DataCopyPad: rows not a multiple of 32 bytes
-#define MSKV_DIM_PAD(F, ...) F(__VA_ARGS__, 0, false) F(__VA_ARGS__, 1, true)
-#else
-#define MSKV_DIM_KV_DTYPE(F, ...) F(__VA_ARGS__, 1, half) F(__VA_ARGS__, 3, float) F(__VA_ARGS__, 4, int8_t)
-#define MSKV_DIM_ROPE_DTYPE(F, ...) F(__VA_ARGS__, 1, half)
-#define MSKV_DIM_PAD(F, ...) F(__VA_ARGS__, 0, false)
+// Digits: op_host/kv_copy_tiling_common.h (DTypeCode, IndexDTypeCode); the key functions below.
+//
+// An entry that exists on Atlas A2/A3 only (bfloat16, DataCopyPad) is written MSKV_A2_ONLY(F)(...): the
+// entry where MSKV_KEYS_TARGET_A2 is 1, nothing where it is 0. MSKV_KEYS_TARGET_A2 is the kernel's target
+// (MSKV_HAS_BF16_AND_PAD, mskv_arch.h) unless defined before; it is read where a key set is expanded, so
+// the host tiling expands the same declaration for both targets (MSKV_HOST_KEY_TABLES below).
+#ifndef MSKV_KEYS_TARGET_A2
+#define MSKV_KEYS_TARGET_A2 MSKV_HAS_BF16_AND_PAD
 #endif
+#define MSKV_A2_ONLY(F) MSKV_PP_CAT(MSKV_A2_ONLY_, MSKV_KEYS_TARGET_A2)(F)
+#define MSKV_A2_ONLY_1(F) F
+#define MSKV_A2_ONLY_0(F) MSKV_PP_EAT
+#define MSKV_PP_EAT(...)
+// cache / data dtype: float16 1, bfloat16 2 (A2/A3), float32 3, int8 4
+#define MSKV_DIM_KV_DTYPE(F, ...) F(__VA_ARGS__, 1, half) MSKV_A2_ONLY(F)(__VA_ARGS__, 2, bfloat16_t) \
+  F(__VA_ARGS__, 3, float) F(__VA_ARGS__, 4, int8_t)
+// rotary data dtype with a table of its own dtype possible (float16, bfloat16), and float32 alone
+#define MSKV_DIM_ROPE_DTYPE(F, ...) F(__VA_ARGS__, 1, half) MSKV_A2_ONLY(F)(__VA_ARGS__, 2, bfloat16_t)
+// DataCopyPad (A2/A3): rows not a multiple of 32 bytes
+#define MSKV_DIM_PAD(F, ...) F(__VA_ARGS__, 0, false) MSKV_A2_ONLY(F)(__VA_ARGS__, 1, true)
 #define MSKV_DIM_ROPE_F32(F, ...) F(__VA_ARGS__, 3, float)
 // slot_mapping / block_mapping / block_ids dtype: int32 0, int64 1
 #define MSKV_DIM_INDEX_DTYPE(F, ...) F(__VA_ARGS__, 0, int32_t) F(__VA_ARGS__, 1, int64_t)
@@ -128,10 +140,26 @@
 #define MSKV_DIM_NORM_WEIGHT(F, ...) F(__VA_ARGS__, 0, false) F(__VA_ARGS__, 1, false) F(__VA_ARGS__, 2, true)
 #define MSKV_DIM_NORM_WEIGHT_F32(F, ...) F(__VA_ARGS__, 0, false) F(__VA_ARGS__, 1, false)
 
+// ------------------------------------------------------------------------- the key of one combination
+namespace mskv_keys {
+// The key of the digits d_1, ..., d_n (most significant first, one decimal digit each), the value of the
+// literal MSKV_KEYn pastes from them.
+constexpr unsigned long long Digits(unsigned long long d) { return d; }
+template <typename... Rest>
+constexpr unsigned long long Digits(unsigned long long a, unsigned long long b, Rest... rest) {
+  return Digits(a * 10 + b, rest...);
+}
+}  // namespace mskv_keys
+
 // ------------------------------------------------------------------------- the key set of every op
 // key = dtype * 100 + index dtype * 10 + DataCopyPad
 #define MSKV_KEYS_CONCAT_AND_CACHE_MLA(E) MSKV_KEYS3(E, MSKV_DIM_KV_DTYPE, MSKV_DIM_INDEX_DTYPE, MSKV_DIM_PAD)
 #define MSKV_KEYS_COPY_BLOCKS(E) MSKV_KEYS3(E, MSKV_DIM_KV_DTYPE, MSKV_DIM_INDEX_DTYPE, MSKV_DIM_PAD)
+namespace mskv_keys {
+constexpr unsigned long long CopyKey(unsigned long long dtype, unsigned long long index, bool pad) {
+  return Digits(dtype, index, pad);
+}
+}  // namespace mskv_keys
 
 // key = layout * 1000 + dtype * 100 + index dtype * 10 + DataCopyPad
 #define MSKV_KEYS_LAYOUT_COPY(E) \
@@ -140,18 +168,47 @@
 #define MSKV_KEYS_RESHAPE_AND_CACHE_MERGED(E) MSKV_KEYS_LAYOUT_COPY(E)
 #define MSKV_KEYS_MULTI_LAYER_KV_TRANSFER(E) MSKV_KEYS_LAYOUT_COPY(E)
 #define MSKV_KEYS_MULTI_LAYER_BLOCK_TRANSFER(E) MSKV_KEYS_LAYOUT_COPY(E)
+namespace mskv_keys {
+constexpr unsigned long long LayoutCopyKey(bool bnsd, unsigned long long dtype, unsigned long long index, bool pad) {
+  return Digits(bnsd, dtype, index, pad);
+}
+}  // namespace mskv_keys
 
-// key = DataCopyPad * 10000 + layout * 1000 + dtype * 100 + table is data * 10 + NeoX
-#define MSKV_KEYS_ROPE_CACHE(E)                                                                                  \
-  MSKV_KEYS5(E, MSKV_DIM_PAD, MSKV_DIM_ROPE_LAYOUT, MSKV_DIM_ROPE_DTYPE, MSKV_DIM_TABLE, MSKV_DIM_NEOX)          \
-  MSKV_KEYS5(E, MSKV_DIM_PAD, MSKV_DIM_ROPE_LAYOUT, MSKV_DIM_ROPE_F32, MSKV_DIM_TABLE_F32, MSKV_DIM_NEOX)
+// The rotary ops: DataCopyPad, a second dimension X (its float32 variant X_F32), dtype, table, style; the
+// dtype decides which tables exist (float16 / bfloat16 data: a table of the data dtype or float32; float32
+// data: a float32 table), a union of two products.
+#define MSKV_KEYS_ROPE(E, X, X_F32)                                                                  \
+  MSKV_KEYS5(E, MSKV_DIM_PAD, X, MSKV_DIM_ROPE_DTYPE, MSKV_DIM_TABLE, MSKV_DIM_NEOX)                 \
+  MSKV_KEYS5(E, MSKV_DIM_PAD, X_F32, MSKV_DIM_ROPE_F32, MSKV_DIM_TABLE_F32, MSKV_DIM_NEOX)
+namespace mskv_keys {
+constexpr unsigned long long RopeKey(bool pad, unsigned long long x, unsigned long long dtype, bool tableIsData,
+                                     bool neox) {
+  return Digits(pad, x, dtype, tableIsData, neox);
+}
+}  // namespace mskv_keys
+
+// key = DataCopyPad * 10000 + layout * 1000 + dtype * 100 + table is data * 10 + NeoX (RopeKey)
+#define MSKV_KEYS_ROPE_CACHE(E) MSKV_KEYS_ROPE(E, MSKV_DIM_ROPE_LAYOUT, MSKV_DIM_ROPE_LAYOUT)
 #define MSKV_KEYS_REROPE_CACHED_KEYS(E) MSKV_KEYS_ROPE_CACHE(E)
 #define MSKV_KEYS_ROPE_RESHAPE_AND_CACHE(E) MSKV_KEYS_ROPE_CACHE(E)
 #define MSKV_KEYS_ROPE_RESHAPE_AND_CACHE_MERGED(E) MSKV_KEYS_ROPE_CACHE(E)
 
-// key = DataCopyPad * 10000 + norm weight * 1000 + dtype * 100 + table is data * 10 + NeoX
-#define MSKV_KEYS_ROPE_CONCAT_AND_CACHE_MLA(E)                                                                   \
-  MSKV_KEYS5(E, MSKV_DIM_PAD, MSKV_DIM_NORM_WEIGHT, MSKV_DIM_ROPE_DTYPE, MSKV_DIM_TABLE, MSKV_DIM_NEOX)          \
-  MSKV_KEYS5(E, MSKV_DIM_PAD, MSKV_DIM_NORM_WEIGHT_F32, MSKV_DIM_ROPE_F32, MSKV_DIM_TABLE_F32, MSKV_DIM_NEOX)
+// key = DataCopyPad * 10000 + norm weight * 1000 + dtype * 100 + table is data * 10 + NeoX (RopeKey)
+#define MSKV_KEYS_ROPE_CONCAT_AND_CACHE_MLA(E) MSKV_KEYS_ROPE(E, MSKV_DIM_NORM_WEIGHT, MSKV_DIM_NORM_WEIGHT_F32)
+
+// ------------------------------------------------------------------------- the ops, for the host
+// X(<OpType>, <key set>) for every op: the host tiling checks each key it sets against its op's set for
+// the SoC (op_host/mskv_tiling_key_check.h); an op without an entry has no key the host accepts.
+#define MSKV_OP_KEY_SETS(X)                                                \
+  X(MskvConcatAndCacheMla, MSKV_KEYS_CONCAT_AND_CACHE_MLA)                 \
+  X(MskvCopyBlocks, MSKV_KEYS_COPY_BLOCKS)                                 \
+  X(MskvReshapeAndCache, MSKV_KEYS_RESHAPE_AND_CACHE)                      \
+  X(MskvReshapeAndCacheMerged, MSKV_KEYS_RESHAPE_AND_CACHE_MERGED)         \
+  X(MskvMultiLayerKvTransfer, MSKV_KEYS_MULTI_LAYER_KV_TRANSFER)           \
+  X(MskvMultiLayerBlockTransfer, MSKV_KEYS_MULTI_LAYER_BLOCK_TRANSFER)     \
+  X(MskvReropeCachedKeys, MSKV_KEYS_REROPE_CACHED_KEYS)                    \
+  X(MskvRopeReshapeAndCache, MSKV_KEYS_ROPE_RESHAPE_AND_CACHE)             \
+  X(MskvRopeReshapeAndCacheMerged, MSKV_KEYS_ROPE_RESHAPE_AND_CACHE_MERGED) \
+  X(MskvRopeConcatAndCacheMla, MSKV_KEYS_ROPE_CONCAT_AND_CACHE_MLA)
 
 #endif  // MS_KVCACHE_OP_KERNEL_MSKV_TILING_KEYS_H_

@@ -510,13 +510,44 @@ def op_type_of_kernel(path):
     return camel_case(e[0] if e else p.stem)
 
 
+_ADD_CONFIG = re.compile(r'AddConfig\(\s*"([^"]+)"')
+
+
+def _host_helper_configs(path, seen=None):
+    """``AddConfig`` keys of the functions defined in the op_host headers ``path`` includes (quoted includes,
+    transitively): {function name: keys}, for helpers such as ``mskv_tiling::DeclareOnEverySoc``."""
+    seen = set() if seen is None else seen
+    out = {}
+    for inc in re.findall(r'#\s*include\s*"([^"]+)"', Path(path).read_text(errors="replace")):
+        h = (Path(path).parent / inc).resolve()
+        if h in seen or not h.is_file():
+            continue
+        seen.add(h)
+        text = h.read_text(errors="replace")
+        for m in re.finditer(r"\bvoid\s+([A-Za-z_]\w*)\s*\([^)]*\)\s*\{", text):
+            depth, i = 1, m.end()
+            while depth and i < len(text):
+                depth += {"{": 1, "}": -1}.get(text[i], 0)
+                i += 1
+            keys = set(_ADD_CONFIG.findall(text[m.end():i]))
+            if keys:
+                out[m.group(1)] = keys
+        out.update(_host_helper_configs(h, seen))
+    return out
+
+
 def op_soc_configs(op_type, repo=ROOT):
     """``AddConfig`` keys of op ``op_type``'s OpDef (``{"ascend910b", "ascend910_93", "ascend310p"}``),
-    read from the ``op_host/*.cpp`` that defines ``class <op_type> : public OpDef``."""
+    read from the ``op_host/*.cpp`` that defines ``class <op_type> : public OpDef``: its own ``AddConfig``
+    calls and those of the helpers of its op_host headers it calls (``mskv_tiling::DeclareOnEverySoc``)."""
     for f in sorted((Path(repo) / "op_host").glob("*.cpp")):
         text = f.read_text(errors="replace")
         if re.search(rf"\bclass\s+{re.escape(op_type)}\s*:\s*public\s+(?:ops::)?OpDef\b", text):
-            return set(re.findall(r'AddConfig\(\s*"([^"]+)"', text))
+            keys = set(_ADD_CONFIG.findall(text))
+            for name, hkeys in _host_helper_configs(f).items():
+                if re.search(rf"(?<![\w.>]){re.escape(name)}\s*\(", text):
+                    keys |= hkeys
+            return keys
     return set()
 
 

@@ -283,3 +283,20 @@ def test_link_host_stubs_only_cann_symbols(tmp_path):
     own = _obj(tmp_path, "own", "namespace mskv_tiling { int Missing(); }\nint use() { return mskv_tiling::Missing(); }\n")
     ok, log, _ = cch.link_host([own], tmp_path)
     assert not ok and "mskv_tiling::Missing()" in log
+
+
+def test_op_soc_configs_follow_the_shared_opdef_helper(tmp_path):
+    """The OpDefs add their compute units through mskv_tiling::DeclareOnEverySoc (op_host/
+    kv_copy_tiling_common.h): op_soc_configs reads the AddConfig calls of the helper the OpDef calls, so the
+    310p kernel target follows the helper's AddConfig("ascend310p")."""
+    import shutil
+
+    assert cch.op_soc_configs("MskvReshapeAndCache") == {"ascend910b", "ascend910_93", "ascend310p"}
+    shutil.copytree(ROOT / "op_host", tmp_path / "op_host")
+    shutil.copytree(ROOT / "op_kernel", tmp_path / "op_kernel")
+    h = tmp_path / "op_host" / "kv_copy_tiling_common.h"
+    line = '  op.AICore().AddConfig("ascend310p", cfg310p);\n'
+    assert line in h.read_text()
+    h.write_text(h.read_text().replace(line, ""))
+    assert cch.op_soc_configs("MskvReshapeAndCache", tmp_path) == {"ascend910b", "ascend910_93"}
+    assert cch.kernel_targets(tmp_path / "op_kernel" / "reshape_and_cache.cpp", tmp_path) == ["a2"]

@@ -228,6 +228,36 @@ def test_repository_op_structure(op):
                          + ("" if mod is not None else f"\n(emulation registry not consulted: {why})"))
 
 
+SHARED_OPDEF_MUTATIONS = [
+    # (op_host header, old, new, expected line fragment): the OpDefs declare their parameters and compute
+    # units through mskv_tiling::DeclareOnEverySoc with dtype-row structs; the parser follows both
+    ("kv_copy_tiling_common.h", '  op.AICore().AddConfig("ascend310p", cfg310p);\n', "",
+     'no AICore().AddConfig("ascend310p")'),
+    ("kv_copy_tiling_common.h", '  op.AICore().SetTiling(tiling);\n', "", "no AICore().SetTiling(...)"),
+    ("kv_copy_tiling_common.h", "kCopyRows310P = {kKvDTypes310P,", "kCopyRows310P = {kKvDTypes,",
+     "ascend310p: DataType lists of different lengths"),
+    ("kv_copy_tiling_common.h", "kCopyRows = {kKvDTypes, kIndexDTypes,", "kCopyRows = {kKvDTypes, kKvDTypes,",
+     "ascend910b, ascend910_93: missing dtype rows"),
+    ("kv_copy_tiling_common.h", "  Op::Declare(cfg310p, rows310p);\n", "",
+     "ascend310p: dtype rows not in the OpSpec (bfloat16,bfloat16,bfloat16,bfloat16,int32,int32)"),
+]
+
+
+@pytest.mark.parametrize("header,old,new,expect", SHARED_OPDEF_MUTATIONS)
+def test_shared_opdef_helper_is_read(tmp_path, header, old, new, expect):
+    shutil.copytree(ROOT / "op_host", tmp_path / "op_host")
+    shutil.copytree(ROOT / "op_kernel", tmp_path / "op_kernel")
+    spec = SPECS["reshape_and_cache"]
+    facts = S.parse_opdef(tmp_path / "op_host" / "reshape_and_cache.cpp", spec.op_type)
+    assert S.compare_opdef(spec, facts) == []
+    assert list(facts.configs) == ["ascend910b", "ascend910_93", "ascend310p"] and facts.has_tiling
+    h = tmp_path / "op_host" / header
+    assert old in h.read_text()
+    h.write_text(h.read_text().replace(old, new))
+    lines = S.compare_opdef(spec, S.parse_opdef(tmp_path / "op_host" / "reshape_and_cache.cpp", spec.op_type))
+    assert any(expect in line for line in lines), lines
+
+
 def test_main_prints_a_one_line_summary_on_success(capsys):
     assert S.main([]) == 0
     out = capsys.readouterr().out.strip().splitlines()

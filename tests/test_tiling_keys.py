@@ -193,3 +193,84 @@ def test_structure_check_refuses_a_hand_written_ladder(tmp_path):
     assert any("does not expand MSKV_KEYS_COPY_BLOCKS" in l for l in S._check_kernel(spec, tmp_path))
     k.write_text(good.replace("  MSKV_UNKNOWN_TILING_KEY();\n", ""))
     assert any("no MSKV_UNKNOWN_TILING_KEY()" in l for l in S._check_kernel(spec, tmp_path))
+
+
+# ------------------------------------------------------------------------- the host's view of the declaration
+_HOST_DRIVER = r"""
+#include <cstdio>
+#include "mskv_tiling_key_check.h"
+// the key functions are the digits of their op's MSKV_KEYS_<OP>, most significant first
+static_assert(mskv_keys::CopyKey(4, 1, true) == 411, "CopyKey");
+static_assert(mskv_keys::LayoutCopyKey(true, 2, 0, true) == 1201, "LayoutCopyKey");
+static_assert(mskv_keys::RopeKey(true, 2, 1, false, true) == 12101, "RopeKey");
+static_assert(mskv_keys::RopeKey(false, 0, 3, false, false) == 300, "RopeKey");
+int main() {
+  for (const mskv_keys::DeclaredKeys& d : mskv_keys::kDeclaredKeys) {
+    std::printf("%s %s a2", d.op, d.keySet);
+    for (size_t i = 0; i < d.numA2; ++i) std::printf(" %llu", d.a2[i]);
+    std::printf(" 310p");
+    for (size_t i = 0; i < d.num310P; ++i) std::printf(" %llu", d.p310[i]);
+    std::printf("\n");
+  }
+  const mskv_keys::DeclaredKeys* r = mskv_keys::FindDeclaredKeys("MskvReshapeAndCache");
+  std::printf("check %d %d %d %d %d\n", r != nullptr && mskv_keys::IsDeclaredKey(*r, false, 1211),
+              r != nullptr && mskv_keys::IsDeclaredKey(*r, true, 1211), r != nullptr && mskv_keys::IsDeclaredKey(*r, true, 1100),
+              r != nullptr && mskv_keys::IsDeclaredKey(*r, false, 999), mskv_keys::FindDeclaredKeys("MskvNoSuchOp") == nullptr);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("std", ["c++11", "c++17"])
+def test_host_key_tables_are_the_kernel_declaration(tmp_path, std):
+    """op_host/mskv_tiling_key_check.h expands every op's MSKV_KEYS_<OP> on the host for both targets (host
+    C++11 and C++17, no warning): the tables are the keys the kernel header gives for each arch, every kernel
+    has an entry, and the lookup answers per target."""
+    import shutil
+    import subprocess
+
+    if shutil.which("g++") is None:
+        pytest.skip("no g++")
+    src = tmp_path / "driver.cpp"
+    src.write_text(_HOST_DRIVER)
+    exe = tmp_path / "driver"
+    cmd = ["g++", f"-std={std}", "-Wall", "-Wextra", "-Werror", f"-I{ROOT / 'op_host'}", str(src), "-o", str(exe)]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[-1] == "check 1 0 1 0 1"
+    tables = {}
+    for line in out[:-1]:
+        op_type, key_set, rest = line.split(" ", 2)
+        a2, p310 = rest[len("a2"):].split(" 310p")
+        tables[op_type] = (key_set, [int(k) for k in a2.split()], [int(k) for k in p310.split()])
+    assert sorted(tables) == sorted(op_type_of(op) for op in OPS)
+    for op in OPS:
+        key_set, a2, p310 = tables[op_type_of(op)]
+        assert key_set == cch.keys_macro(op)
+        assert a2 == cch.declared_tiling_keys(op, "a2"), op
+        assert p310 == cch.declared_tiling_keys(op, "310p"), op
+
+
+@pytest.mark.slow
+def test_finish_tiling_refuses_a_key_without_a_kernel_branch():
+    """Every tiling ends with mskv_tiling::FinishTiling, which sets a key only if the op's declaration has a
+    branch for it on the SoC: a test op (tests/sim_kernels/key_check) calls it with any op type and
+    key. (A one-off build of the probe through ms_kvcache.sim.build: marked slow.)"""
+    sim.build("mskv_key_probe", [ROOT / "tests" / "sim_kernels" / "key_check" / "mskv_key_probe.cpp"],
+              include_dirs=[ROOT / "op_host"])
+
+    def probe(op_type, key, soc):
+        return sim.tiling("MskvKeyProbe", [((1,), "float16")], {"op": op_type, "key": key}, soc,
+                          outputs=[((1,), "float16")])
+
+    assert probe("MskvCopyBlocks", 211, "Ascend910B1")["tiling_key"] == 211
+    assert probe("MskvReshapeAndCache", 1100, "Ascend310P3")["tiling_key"] == 1100
+    for op_type, key, soc, msg in (
+            ("MskvCopyBlocks", 211, "Ascend310P3", "tiling key 211 has no kernel branch on Ascend310P: MSKV_KEYS_COPY_BLOCKS"),
+            ("MskvCopyBlocks", 999, "Ascend910B1", "tiling key 999 has no kernel branch on Atlas A2/A3"),
+            ("MskvRopeConcatAndCacheMla", 2300, "Ascend910B3", "MSKV_KEYS_ROPE_CONCAT_AND_CACHE_MLA"),
+            ("MskvNoSuchOp", 100, "Ascend910B1", "no tiling keys are declared for this op")):
+        with pytest.raises(sim.EmulationError, match=msg) as ei:
+            probe(op_type, key, soc)
+        assert ei.value.rule == "TILING_FAILED"

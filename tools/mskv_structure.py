@@ -20,10 +20,13 @@ The OpDef is read twice, independently: by the emulation (which runs the C++ reg
 small source parser below, so a mismatch is caught even if either reader were lenient. The parser reads
 what CANN's own op_host files are made of: ``this->Input("x").ParamType(REQUIRED).DataType(...)
 .Format(...)`` chains (also inside a helper ``Declare(Def& d, ...)`` called with ``*this`` or an
-``OpAICoreConfig``), ``DataType``/``DataTypeList``/``Format``/``FormatList`` arguments written as literal
-``{ge::DT_..., ...}`` lists or as named ``std::vector<ge::DataType>`` / ``std::vector<ge::Format>``
-constants (in the op's file or an op_host header it includes, possibly passed through the helper's
-parameters), ``Attr("n").AttrType(OPTIONAL).Int(v)`` (``v`` a literal or a named ``constexpr`` integer of an
+``OpAICoreConfig``, also through a helper of an included op_host header such as
+``mskv_tiling::DeclareOnEverySoc(*this, rows, rows310p, tiling)``, whose ``AICore().AddConfig`` calls and
+``OpAICoreConfig`` variables are read as if they stood in the constructor), ``DataType``/``DataTypeList``/
+``Format``/``FormatList`` arguments written as literal ``{ge::DT_..., ...}`` lists or as named
+``std::vector<ge::DataType>`` / ``std::vector<ge::Format>`` constants (in the op's file or an op_host header
+it includes, possibly passed through the helper's parameters, or a member ``r.kv`` of a constant of a struct of
+such list references, ``static const CopyRows kCopyRows = {kKvDTypes, ...}``), ``Attr("n").AttrType(OPTIONAL).Int(v)`` (``v`` a literal or a named ``constexpr`` integer of an
 included header) / ``.Bool(...)`` / ``.Float(...)`` / ``.String("v")``, ``OpAICoreConfig`` overrides added with
 ``AddConfig("ascend310p", cfg)``. Anything else is reported as unreadable (one line), never guessed.
 
@@ -258,6 +261,33 @@ def _constants(text):
     return consts
 
 
+_ROWS_STRUCT = re.compile(r"\bstruct\s+([A-Za-z_]\w*)\s*\{")
+_ROWS_MEMBER = re.compile(r"^\s*const\s+(?:std::)?vector\s*<\s*(?:ge::)?(?:DataType|Format)\s*>\s*&\s*([A-Za-z_]\w*)\s*$")
+
+
+def _row_constants(text):
+    """Members of named dtype-row structs: ``struct R { const std::vector<ge::DataType>& kv; ... };`` and
+    ``static const R kRows = {kKvDTypes, ...};`` give {"kRows.kv": "kKvDTypes", ...} (resolved further as
+    names of lists, :meth:`_Resolver.values`)."""
+    members = {}
+    for m in _ROWS_STRUCT.finditer(text):
+        start = m.end() - 1
+        body = text[start + 1:_match_close(text, start, "{", "}") - 1]
+        decls = [d for d in body.split(";") if d.strip()]
+        names = [_ROWS_MEMBER.match(d).group(1) if _ROWS_MEMBER.match(d) else None for d in decls]
+        if decls and all(names):
+            members[m.group(1)] = names
+    out = {}
+    for sname, names in members.items():
+        pat = re.compile(r"\b" + re.escape(sname) + r"\s+([A-Za-z_]\w*)\s*=\s*\{")
+        for m in pat.finditer(text):
+            start = m.end() - 1
+            vals = _split_args(text[start + 1:_match_close(text, start, "{", "}") - 1])
+            if len(vals) == len(names):
+                out.update({f"{m.group(1)}.{n}": v for n, v in zip(names, vals)})
+    return out
+
+
 _INT_CONST = re.compile(r"\bconstexpr\s+(?:std::)?(?:u?int(?:8|16|32|64)_t|int|long)\s+([A-Za-z_]\w*)\s*=\s*(-?\d+)\s*;")
 
 
@@ -290,7 +320,13 @@ class _Resolver:
         while not expr.startswith("{") and seen < 8:
             seen += 1
             key = expr.split("::")[-1].strip()
-            if key in bindings:
+            if "." in key:  # r.kv: a member of a dtype-row struct constant (_row_constants), maybe bound
+                base, member = (s.strip() for s in key.rsplit(".", 1))
+                base = bindings.get(base, base).split("::")[-1].strip()
+                if f"{base}.{member}" not in self.consts:
+                    return None, "unresolved"
+                expr = self.consts[f"{base}.{member}"]
+            elif key in bindings:
                 expr = bindings[key].strip()
             elif key in self.consts:
                 expr = self.consts[key]
@@ -423,8 +459,10 @@ def parse_opdef(path, op_type):
     consts, ints = {}, {}
     for _, t in headers:
         consts.update(_constants(t))
+        consts.update(_row_constants(t))
         ints.update(_int_constants(t))
     consts.update(_constants(text))
+    consts.update(_row_constants(text))
     ints.update(_int_constants(text))
     resolver = _Resolver(consts, ints)
     m = re.search(r"\bclass\s+" + re.escape(op_type) + r"\s*:\s*public\s+(?:ops::)?OpDef\b", text)
@@ -436,7 +474,13 @@ def parse_opdef(path, op_type):
     cls = text[body_start:_match_close(text, body_start, "{", "}")]
     funcs = _functions(cls)
     funcs.update({k: v for k, v in _functions(text).items() if k not in funcs})
+    # helpers of the op_host headers the file includes (mskv_tiling::DeclareOnEverySoc: the parameters and
+    # the compute units of every op), run through their calls like the file's own
+    for _, t in headers:
+        funcs.update({k: v for k, v in _functions(t).items() if k not in funcs})
     config_vars = set(re.findall(r"\bOpAICoreConfig\s+([A-Za-z_]\w*)\s*[;({]", cls))
+    for _, (_, _, fbody) in funcs.items():
+        config_vars.update(re.findall(r"\bOpAICoreConfig\s+([A-Za-z_]\w*)\s*[;({]", fbody))
     overrides = {v: {"inputs": [], "outputs": []} for v in config_vars}
 
     def run(body, target_map, bindings, depth=0):
