@@ -106,11 +106,16 @@
 #define MSKV_DIM_ROPE_DTYPE(F, ...) F(__VA_ARGS__, 1, half) F(__VA_ARGS__, 2, bfloat16_t)
 // DataCopyPad: rows not a multiple of 32 bytes
 #define MSKV_DIM_PAD(F, ...) F(__VA_ARGS__, 0, false) F(__VA_ARGS__, 1, true)
+// float data of the quantizing writes (the KV dtype digits without int8)
+#define MSKV_DIM_QUANT_DTYPE(F, ...) F(__VA_ARGS__, 1, half) F(__VA_ARGS__, 2, bfloat16_t) F(__VA_ARGS__, 3, float)
 #else
 #define MSKV_DIM_KV_DTYPE(F, ...) F(__VA_ARGS__, 1, half) F(__VA_ARGS__, 3, float) F(__VA_ARGS__, 4, int8_t)
 #define MSKV_DIM_ROPE_DTYPE(F, ...) F(__VA_ARGS__, 1, half)
 #define MSKV_DIM_PAD(F, ...) F(__VA_ARGS__, 0, false)
+#define MSKV_DIM_QUANT_DTYPE(F, ...) F(__VA_ARGS__, 1, half) F(__VA_ARGS__, 3, float)
 #endif
+// quant_mode of the quantizing writes, value = dynamic: static 0, dynamic 1 (mskv_attr::kQuantSTATIC / DYNAMIC)
+#define MSKV_DIM_QUANT_MODE(F, ...) F(__VA_ARGS__, 0, false) F(__VA_ARGS__, 1, true)
 #define MSKV_DIM_ROPE_F32(F, ...) F(__VA_ARGS__, 3, float)
 // slot_mapping / block_mapping / block_ids dtype: int32 0, int64 1
 #define MSKV_DIM_INDEX_DTYPE(F, ...) F(__VA_ARGS__, 0, int32_t) F(__VA_ARGS__, 1, int64_t)
@@ -153,5 +158,10 @@
 #define MSKV_KEYS_ROPE_CONCAT_AND_CACHE_MLA(E)                                                                   \
   MSKV_KEYS5(E, MSKV_DIM_PAD, MSKV_DIM_NORM_WEIGHT, MSKV_DIM_ROPE_DTYPE, MSKV_DIM_TABLE, MSKV_DIM_NEOX)          \
   MSKV_KEYS5(E, MSKV_DIM_PAD, MSKV_DIM_NORM_WEIGHT_F32, MSKV_DIM_ROPE_F32, MSKV_DIM_TABLE_F32, MSKV_DIM_NEOX)
+
+// key = quant_mode * 10000 + layout * 1000 + data dtype * 100 + index dtype * 10 + DataCopyPad (int8 caches;
+// float8 caches are a tiling error on these SoCs)
+#define MSKV_KEYS_RESHAPE_AND_CACHE_QUANT(E) \
+  MSKV_KEYS5(E, MSKV_DIM_QUANT_MODE, MSKV_DIM_LAYOUT, MSKV_DIM_QUANT_DTYPE, MSKV_DIM_INDEX_DTYPE, MSKV_DIM_PAD)
 
 #endif  // MS_KVCACHE_OP_KERNEL_MSKV_TILING_KEYS_H_

@@ -25,7 +25,7 @@ from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _validate as V
 from ms_kvcache._formats import CACHE_LAYOUTS, QUANT_MODE_CODES, QUANT_MODES, KVCacheFormat
-from ms_kvcache._spec import FLOAT_DTYPES, FP8_DTYPES, INDEX_DTYPES, QUANT_CACHE_DTYPES, dtype_name
+from ms_kvcache._spec import FLOAT_DTYPES, FP8_DTYPES, INDEX_DTYPES, QUANT_CACHE_DTYPES, dtype_name, kernel_pending
 
 __all__ = [
     "MODES", "BACKENDS", "MERGED", "SEPARATE", "absent", "mode_of", "graph_mode_of", "require_backend",
@@ -38,11 +38,14 @@ __all__ = [
 #: int-coded for the kernels (``QUANT_MODE_CODES``: static 0, dynamic 1).
 MODES = QUANT_MODES
 MODE_CODES = QUANT_MODE_CODES
-#: Backends with kernels for the quantized writes. The AscendC kernels (sim, ascend) follow the
-#: tiling-key refactor (issue 19).
+#: Backends with kernels for every quantized write. An op whose OpSpec drops the ``ascend_kernel``
+#: marker has its AscendC kernel and runs on sim / ascend too (require_backend: reshape_and_cache_quant).
 BACKENDS = ("cpu",)
 MERGED = int(KVCacheFormat.MERGED_KV)
 SEPARATE = int(KVCacheFormat.SEPARATE_KV)
+#: Why a quantizing op has no AscendC kernel yet (its OpSpec's ``extra["ascend_kernel"]``,
+#: ms_kvcache._spec.kernel_pending): concat_and_cache_mla_quant and the RoPE variants.
+PENDING = "quantized cache writes: the AscendC kernel of this quantizing op is not written yet (issue 17, phase 2)"
 #: Largest finite code value per cache dtype (the dynamic scale is max|x| / code_max).
 _CODE_MAX = {"int8": 127.0, "float8_e4m3fn": 448.0, "float8_e5m2": 57344.0}
 #: Stand-in for an absent float32 input (eager and graph code).
@@ -95,8 +98,12 @@ def graph_mode_of(no_cache_0, no_cache_1):
     return "static" if (no_cache_0 and no_cache_1) else "dynamic"
 
 
-def require_backend(op, backend):
-    """NotImplementedError unless ``backend`` has kernels for the quantized writes; returns it."""
+def require_backend(op, backend, spec=None):
+    """NotImplementedError unless ``backend`` has kernels for the quantized writes; returns it. An op
+    whose ``spec`` has its AscendC kernel (no ``extra["ascend_kernel"]`` marker, e.g.
+    ``reshape_and_cache_quant``) runs on every backend."""
+    if spec is not None and not kernel_pending(spec):
+        return backend
     if backend not in BACKENDS:
         raise NotImplementedError(
             f"{op}: quantized cache writes (int8 / float8 caches, k_scale / k_scale_cache arguments) have no "
@@ -134,7 +141,7 @@ def renamed(exc, internal, public):
     """``exc`` with a message starting ``<internal>:`` re-prefixed ``<public>:`` (the generic checks of
     :class:`ms_kvcache._eager.EagerOp` name the variant op; the user called the public one)."""
     msg = str(exc)
-    if msg.startswith(internal + ":"):
+    if type(exc) in (TypeError, ValueError) and msg.startswith(internal + ":"):
         return type(exc)(public + msg[len(internal):])
     return exc
 
