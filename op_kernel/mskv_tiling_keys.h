@@ -116,6 +116,10 @@
 #endif
 // quant_mode of the quantizing writes, value = dynamic: static 0, dynamic 1 (mskv_attr::kQuantSTATIC / DYNAMIC)
 #define MSKV_DIM_QUANT_MODE(F, ...) F(__VA_ARGS__, 0, false) F(__VA_ARGS__, 1, true)
+#define MSKV_DIM_QUANT_STATIC(F, ...) F(__VA_ARGS__, 0, false)
+#define MSKV_DIM_QUANT_DYNAMIC(F, ...) F(__VA_ARGS__, 1, true)
+// the BSND layout alone (digit 0)
+#define MSKV_DIM_LAYOUT_BSND(F, ...) F(__VA_ARGS__, 0, false)
 #define MSKV_DIM_ROPE_F32(F, ...) F(__VA_ARGS__, 3, float)
 // slot_mapping / block_mapping / block_ids dtype: int32 0, int64 1
 #define MSKV_DIM_INDEX_DTYPE(F, ...) F(__VA_ARGS__, 0, int32_t) F(__VA_ARGS__, 1, int64_t)
@@ -160,8 +164,15 @@
   MSKV_KEYS5(E, MSKV_DIM_PAD, MSKV_DIM_NORM_WEIGHT_F32, MSKV_DIM_ROPE_F32, MSKV_DIM_TABLE_F32, MSKV_DIM_NEOX)
 
 // key = quant_mode * 10000 + layout * 1000 + data dtype * 100 + index dtype * 10 + DataCopyPad (int8 caches;
-// float8 caches are a tiling error on these SoCs)
+// float8 caches are a tiling error on these SoCs). Ascend310P: dynamic scales in BSND caches only (a BNSD
+// scale cache takes one 4-byte write per head, which needs DataCopyPad).
+#if MSKV_HAS_BF16_AND_PAD
 #define MSKV_KEYS_RESHAPE_AND_CACHE_QUANT(E) \
   MSKV_KEYS5(E, MSKV_DIM_QUANT_MODE, MSKV_DIM_LAYOUT, MSKV_DIM_QUANT_DTYPE, MSKV_DIM_INDEX_DTYPE, MSKV_DIM_PAD)
+#else
+#define MSKV_KEYS_RESHAPE_AND_CACHE_QUANT(E)                                                                    \
+  MSKV_KEYS5(E, MSKV_DIM_QUANT_STATIC, MSKV_DIM_LAYOUT, MSKV_DIM_QUANT_DTYPE, MSKV_DIM_INDEX_DTYPE, MSKV_DIM_PAD) \
+  MSKV_KEYS5(E, MSKV_DIM_QUANT_DYNAMIC, MSKV_DIM_LAYOUT_BSND, MSKV_DIM_QUANT_DTYPE, MSKV_DIM_INDEX_DTYPE, MSKV_DIM_PAD)
+#endif
 
 #endif  // MS_KVCACHE_OP_KERNEL_MSKV_TILING_KEYS_H_
