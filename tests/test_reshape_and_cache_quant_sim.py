@@ -347,3 +347,25 @@ def test_public_ops_sim_match_cpu(mode, merged):
     for a, b in zip(results["cpu"], results["sim"]):
         np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
     assert (results["sim"][0] != kc0).any()
+
+
+def test_public_float8_cache_refused_on_sim():
+    """A float8 cache on the sim backend: a TypeError naming the op, the argument and why (no AscendC Cast to
+    fp8 on these SoCs), before any launch; the cpu backend writes it (tests/test_kv_quant.py)."""
+    import ms_kvcache
+    from mindspore import Tensor
+
+    mk = public_backend_or_skip("reshape_and_cache")
+    from test_kv_quant import fp8_tensor
+
+    kc = fp8_tensor(np.zeros((2, 4, 2, 32), np.uint8), "float8_e4m3fn")
+    vc = fp8_tensor(np.zeros((2, 4, 2, 32), np.uint8), "float8_e4m3fn")
+    x = Tensor(np.ones((3, 2, 32), np.float16))
+    s = Tensor(np.float32(0.1))
+    mk.set_backend("sim")
+    try:
+        with pytest.raises(TypeError, match=r"reshape_and_cache: argument 'key_cache': expected dtype int8 on backend "
+                                            r"'sim' \(float8 caches have no AscendC kernel on Atlas A2/A3 or Ascend310P"):
+            ms_kvcache.reshape_and_cache(x, x, kc, vc, Tensor(np.array([0, 1, -1], np.int32)), k_scale=s, v_scale=s)
+    finally:
+        mk.set_backend("cpu")

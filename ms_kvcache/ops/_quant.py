@@ -31,7 +31,7 @@ __all__ = [
     "MODES", "BACKENDS", "MERGED", "SEPARATE", "absent", "mode_of", "graph_mode_of", "require_backend",
     "check_attrs", "check_data_dtypes", "check_cache_dtype", "check_index_dtype", "check_plane_quant",
     "check_pairs", "ScaleValues", "PublicSlots", "PublicPositions", "renamed", "NO_F32", "routes",
-    "routes_graph", "code_max", "present", "quant_prim", "scale_checks",
+    "routes_graph", "code_max", "present", "quant_prim", "scale_checks", "check_kernel_cache",
 ]
 
 #: ``quant_mode`` values: static scales (``k_scale`` ...) or dynamic per-token scales (``k_scale_cache``);
@@ -109,6 +109,18 @@ def require_backend(op, backend, spec=None):
             f"{op}: quantized cache writes (int8 / float8 caches, k_scale / k_scale_cache arguments) have no "
             f"kernel on backend {backend!r} yet (implemented: {', '.join(BACKENDS)}; the AscendC kernels of the "
             f"quantizing ops come after the tiling-key refactor); use ms_kvcache.set_backend('cpu')")
+    return backend
+
+
+def check_kernel_cache(op, backend, name, cache_dtype):
+    """TypeError for a float8 cache on an AscendC backend (sim, ascend): the official AscendC headers of
+    Atlas A2/A3 (dav-c220) and Ascend310P (dav-m200) have no Cast to fp8_e4m3fn_t / fp8_e5m2_t, so the
+    kernels quantize into int8 caches only (the cpu backend has float8)."""
+    d = dtype_name(cache_dtype)
+    if backend != "cpu" and d in FP8_DTYPES:
+        raise TypeError(f"{op}: argument '{name}': expected dtype int8 on backend {backend!r} (float8 caches have no "
+                        f"AscendC kernel on Atlas A2/A3 or Ascend310P: their official AscendC headers have no Cast to "
+                        f"fp8; use an int8 cache, or the cpu backend), got {d}")
     return backend
 
 

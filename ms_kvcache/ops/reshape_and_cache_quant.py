@@ -121,8 +121,10 @@ _Prim = Q.quant_prim(SPEC, lambda a: (
 
 
 @constexpr
-def _graph_backend(backend, kv_format):
-    return Q.require_backend(public_name(kv_format, "reshape_and_cache_merged", "reshape_and_cache"), backend, SPEC)
+def _graph_backend(backend, kv_format, cache_dtype):
+    op = public_name(kv_format, "reshape_and_cache_merged", "reshape_and_cache")
+    Q.require_backend(op, backend, SPEC)
+    return Q.check_kernel_cache(op, backend, "kv_cache" if kv_format == Q.MERGED else "key_cache", cache_dtype)
 
 
 #: PyNative branch: static check -> (num_slots, public op name); scales' values checked (fast path: no
@@ -151,13 +153,15 @@ def reshape_and_cache_quant(key, value, key_cache, value_cache, slot_mapping, ca
                             k_scale.shape, k_scale.dtype, v_scale.shape, v_scale.dtype, k_offset.shape, k_offset.dtype,
                             v_offset.shape, v_offset.dtype, k_scale_cache.shape, k_scale_cache.dtype,
                             v_scale_cache.shape, v_scale_cache.dtype, cache_layout, kv_format, mode)
-        _get_cache_prim(_Prim)(_graph_backend(graph_backend(), kv_format), cache_layout, kv_format, mode)(
+        _get_cache_prim(_Prim)(_graph_backend(graph_backend(), kv_format, key_cache.dtype), cache_layout, kv_format,
+                               mode)(
             key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale, k_offset, v_offset, k_scale_cache,
             v_scale_cache)
     else:
         mode = "static" if k_scale_cache is None and v_scale_cache is None else "dynamic"
         op = public_name(kv_format, "reshape_and_cache_merged", "reshape_and_cache")
         backend = Q.require_backend(op, _backend.get_backend(), SPEC)
+        Q.check_kernel_cache(op, backend, "kv_cache" if kv_format == Q.MERGED else "key_cache", key_cache.dtype)
         try:
             _EAGER(backend, (cache_layout, kv_format, mode), key, value, key_cache,
                    empty_input(key_cache.dtype) if value_cache is None else value_cache, slot_mapping,
