@@ -175,4 +175,14 @@
   MSKV_KEYS5(E, MSKV_DIM_QUANT_DYNAMIC, MSKV_DIM_LAYOUT_BSND, MSKV_DIM_QUANT_DTYPE, MSKV_DIM_INDEX_DTYPE, MSKV_DIM_PAD)
 #endif
 
+// key = quant_mode * 1000 + data dtype * 100 + index dtype * 10 + DataCopyPad (int8 caches). Ascend310P: static
+// scales only (a dynamic MLA scale is one 4-byte write per token and plane, which needs DataCopyPad).
+#if MSKV_HAS_BF16_AND_PAD
+#define MSKV_KEYS_CONCAT_AND_CACHE_MLA_QUANT(E) \
+  MSKV_KEYS4(E, MSKV_DIM_QUANT_MODE, MSKV_DIM_QUANT_DTYPE, MSKV_DIM_INDEX_DTYPE, MSKV_DIM_PAD)
+#else
+#define MSKV_KEYS_CONCAT_AND_CACHE_MLA_QUANT(E) \
+  MSKV_KEYS4(E, MSKV_DIM_QUANT_STATIC, MSKV_DIM_QUANT_DTYPE, MSKV_DIM_INDEX_DTYPE, MSKV_DIM_PAD)
+#endif
+
 #endif  // MS_KVCACHE_OP_KERNEL_MSKV_TILING_KEYS_H_

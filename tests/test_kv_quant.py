@@ -648,50 +648,57 @@ def test_bad_input_graph():
 @pytest.mark.parametrize("backend", ("sim", "ascend"))
 @pytest.mark.parametrize("mode", ("pynative", "graph"))
 def test_other_backends_refuse(backend, mode, monkeypatch):
-    """sim / ascend have no AscendC kernel of concat_and_cache_mla_quant (and the RoPE variants) yet: a
-    clear error naming the op and the backend that has it, before any launch (no fallback); the caches are
-    untouched. (reshape_and_cache_quant has its AscendC kernel: tests/test_reshape_and_cache_quant_sim.py.
-    The ascend backend is selected by hand: off an NPU set_backend('ascend') refuses.)"""
+    """sim / ascend have no AscendC kernel of the RoPE variants (rope_reshape_and_cache_quant,
+    rope_concat_and_cache_mla_quant) yet: a clear error naming the op and the backend that has it, before
+    any launch (no fallback); the caches are untouched. (reshape_and_cache_quant and
+    concat_and_cache_mla_quant have their AscendC kernels: tests/test_*_quant_sim.py. The ascend backend
+    is selected by hand: off an NPU set_backend('ascend') refuses.)"""
     from ms_kvcache import _backend
     if backend == "sim":
         ok, why = _backend.backend_module("sim").available()
         if not ok:
             pytest.skip(f"sim backend unavailable: {why}")
     monkeypatch.setattr(_backend, "_current", backend)
-    x = Tensor(np.ones((3, 8), np.float16))
-    kc = Tensor(np.zeros((2, 4, 8), np.int8))
-    pc = Tensor(np.zeros((2, 4, 8), np.int8))
+    t, h, d = 3, 2, 8
+    x = Tensor(np.ones((t, h, d), np.float16))
+    pos = Tensor(np.array([0, 1, 2], np.int32))
+    cs = Tensor(np.ones((4, d), np.float16))
+    kc = Tensor(np.zeros((2, 4, h, d), np.int8))
+    vc = Tensor(np.zeros((2, 4, h, d), np.int8))
     sl = Tensor(np.array([0, -1, 5], np.int32))
     before = kc.asnumpy().copy()
 
-    def call(c, k1, s1, a):
-        ms_kvcache.concat_and_cache_mla(k1, k1, c[0], c[1], s1, kv_c_scale=a, k_pe_scale=a)
+    def call(c, p1, k1, cs1, s1, a):
+        ms_kvcache.rope_reshape_and_cache(p1, k1, k1, k1, cs1, c[0], c[1], s1, k_scale=a, v_scale=a)
 
-    with pytest.raises(NotImplementedError, match=rf"concat_and_cache_mla: quantized cache writes .* no kernel on "
-                                                  rf"backend '{backend}' yet \(implemented: cpu"):
+    with pytest.raises(NotImplementedError, match=rf"rope_reshape_and_cache: quantized cache writes .* no kernel "
+                                                  rf"on backend '{backend}' yet \(implemented: cpu"):
         if mode == "pynative":
-            ms_kvcache.concat_and_cache_mla(x, x, kc, pc, sl, kv_c_scale=F1, k_pe_scale=F1)
+            ms_kvcache.rope_reshape_and_cache(pos, x, x, x, cs, kc, vc, sl, k_scale=F1, v_scale=F1)
         else:
-            run("graph", call, [kc.asnumpy(), pc.asnumpy()], [x.asnumpy(), sl.asnumpy(), np.float32(0.1)])
+            run("graph", call, [kc.asnumpy(), vc.asnumpy()],
+                [pos.asnumpy(), x.asnumpy(), cs.asnumpy(), sl.asnumpy(), np.float32(0.1)])
     np.testing.assert_array_equal(kc.asnumpy(), before)
 
 
 def test_pending_specs_refused_by_aot_and_shims():
-    """Every quantizing OpSpec but reshape_and_cache_quant declares its AscendC kernel pending: the sim backend's aot_func refuses it
+    """Every quantizing OpSpec but reshape_and_cache_quant / concat_and_cache_mla_quant declares its AscendC kernel pending: the sim backend's aot_func refuses it
     naming the op, no aclnn shim is generated for it, and the structure check wants no op_kernel file."""
     from ms_kvcache import _aclnn
     from ms_kvcache._backends import sim
-    names = {"concat_and_cache_mla_quant", "rope_reshape_and_cache_quant", "rope_concat_and_cache_mla_quant"}
+    names = {"rope_reshape_and_cache_quant", "rope_concat_and_cache_mla_quant"}
     pending = {s.name for s in _spec.all_specs() if _spec.kernel_pending(s)}
     assert pending == names
     for n in names:
         with pytest.raises(NotImplementedError, match=rf"sim backend: op {n} \(Mskv\w+Quant\) has no AscendC kernel"):
             sim.aot_func(_spec.get_spec(n))
     assert not names & {s.name for s in _aclnn.kernel_specs()}
-    # the one with its AscendC kernel: no marker, an aclnn shim, the sim backend's entry
-    assert not _spec.kernel_pending(_spec.get_spec("reshape_and_cache_quant"))
-    assert "reshape_and_cache_quant" in {s.name for s in _aclnn.kernel_specs()}
-    assert sim.aot_func(_spec.get_spec("reshape_and_cache_quant"))[0].endswith(":MskvReshapeAndCacheQuant")
+    # the ones with their AscendC kernel: no marker, an aclnn shim, the sim backend's entry
+    for n, t in (("reshape_and_cache_quant", "MskvReshapeAndCacheQuant"),
+                 ("concat_and_cache_mla_quant", "MskvConcatAndCacheMlaQuant")):
+        assert not _spec.kernel_pending(_spec.get_spec(n))
+        assert n in {s.name for s in _aclnn.kernel_specs()}
+        assert sim.aot_func(_spec.get_spec(n))[0].endswith(":" + t)
 
 
 def test_routing_is_cheap_and_exact():
@@ -711,11 +718,12 @@ def test_kernel_coverage_flags_both_mismatches(tmp_path):
     without the marker must have its kernel file; this checkout is consistent."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
     import mskv_structure as _structure  # tools/mskv_structure.py, a developer check outside the package
-    specs = [_spec.get_spec("concat_and_cache_mla_quant"), _spec.get_spec("reshape_and_cache")]
+    specs = [_spec.get_spec("rope_reshape_and_cache_quant"), _spec.get_spec("reshape_and_cache")]
     (tmp_path / "op_kernel").mkdir()
-    (tmp_path / "op_kernel" / "concat_and_cache_mla_quant.cpp").write_text("")
+    (tmp_path / "op_kernel" / "rope_reshape_and_cache_quant.cpp").write_text("")
     out = _structure.kernel_coverage(tmp_path, specs)
-    assert any("MskvConcatAndCacheMlaQuant: op_kernel/concat_and_cache_mla_quant.cpp exists" in line for line in out), out
+    assert any("MskvRopeReshapeAndCacheQuant: op_kernel/rope_reshape_and_cache_quant.cpp exists" in line
+               for line in out), out
     assert any("MskvReshapeAndCache: no op_kernel/reshape_and_cache.cpp" in line for line in out), out
     root = _structure.Path(_structure.__file__).resolve().parent.parent
     assert _structure.kernel_coverage(root, _spec.all_specs()) == []

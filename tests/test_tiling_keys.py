@@ -70,6 +70,13 @@ def _variants(op, dt):
             scales = [((), f), ((), f), None, None, None, None] if mode == "static" else [None] * 4 + [sc, sc]
             attrs = {"cache_layout": layout, "kv_format": 1 if merged else 2, "quant_mode": mode}
             yield [((T, h, d), x), ((T, h, d), x), (kc, c), vc, ((T,), S)] + scales, attrs
+    elif op == "concat_and_cache_mla_quant":
+        for d, mode in itertools.product(HEAD_SIZES, ("static", "dynamic")):
+            x, c, f = dt["kv_c"], dt["kv_c_cache"], dt["kv_c_scale"]
+            sc = ((NB, BS, 1), f)
+            scales = [((), f), ((), f), None, None, None, None] if mode == "static" else [None] * 4 + [sc, sc]
+            yield [((T, d), x), ((T, d), x), ((NB, BS, d), c), ((NB, BS, d), c), ((T,), S)] + scales, \
+                {"quant_mode": mode}
     elif op == "concat_and_cache_mla":
         for d in HEAD_SIZES:
             kv = dt["kv_c"]
