@@ -208,7 +208,8 @@ ge::graphStatus ReshapeAndCacheQuantTiling(gert::TilingContext* context) {
     // rows x2).
     const int64_t row = H * P;
     int64_t need = 2 * AlignUp(row * elem, kBlockBytes) + row * 4 + row * 2 + 2 * row;
-    if (dynamic) need += row * 4 + tree * 4 + 2 * AlignUp(H * 32, kBlockBytes);
+    // (the scale rows: one float per head, BNSD one per 32-byte block, in whole 256-byte repeats; RowQuant)
+    if (dynamic) need += row * 4 + tree * 4 + 2 * AlignUp(H * (bnsd ? kBlockBytes : 4), 256);
     else need += (hasOffset ? 4 : 2) * row * 4;
     if (need > hw.ubBytes - kUbReserveBytes) {
       return Fail(kOp, "a token row of num_kv_heads * head_size = %lld elements needs %lld bytes of UB for its "

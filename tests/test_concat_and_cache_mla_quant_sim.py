@@ -101,6 +101,16 @@ def test_zero_tokens_and_tiling_errors():
                              status()], {}, "Ascend910B1", "kv_c_scale", "per channel")
 
 
+def test_gm_traffic_is_the_minimum():
+    """DeepSeek rows, dynamic: GM bytes = the float rows read once + codes and scales written once + slots."""
+    T, L, R = 64, 512, 64
+    st = run_case("Ascend910B1", "bfloat16", "dynamic", "int64", T=T, L=L, R=R, nb=8, bs=16)
+    w = st["gm_write_bytes"]
+    n_valid = w // (L + R + 8)
+    assert w == n_valid * (L + R + 8)
+    assert st["gm_read_bytes"] + w <= 1.05 * (n_valid * (L + R) * 2 + w + T * 8)
+
+
 @pytest.mark.parametrize("mode", ["pynative", "graph"])
 def test_public_op_sim_matches_cpu(mode):
     """concat_and_cache_mla with dynamic scale caches on set_backend("sim") gives the cpu backend's bytes."""

@@ -3,7 +3,8 @@ concat_and_cache_mla and the fused RoPE writers with int8 / float8 caches, stati
 per channel, int8 offsets) and dynamic per-token scales, against an independent numpy model of the
 documented formulas (docs/quantization.md); PyNative, GRAPH_MODE and @ms.jit; slot -1, padding rows, zero
 tokens, the last slot, saturation, round-half-even; the quant -> dequant round trip within its bound;
-dequantize_kv_cache; bad input; the sim / ascend backends refusing the ops."""
+dequantize_kv_cache; bad input; the sim / ascend backends refusing the ops without an AscendC kernel (the RoPE
+variants; the others: tests/test_*_quant_sim.py)."""
 import itertools
 import sys
 from pathlib import Path
