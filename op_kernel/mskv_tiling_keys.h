@@ -123,6 +123,16 @@
 #define MSKV_DIM_ROPE_DTYPE(F, ...) F(__VA_ARGS__, 1, half) MSKV_A2_ONLY(F)(__VA_ARGS__, 2, bfloat16_t)
 // DataCopyPad (A2/A3): rows not a multiple of 32 bytes
 #define MSKV_DIM_PAD(F, ...) F(__VA_ARGS__, 0, false) MSKV_A2_ONLY(F)(__VA_ARGS__, 1, true)
+// float data of the quantizing writes (the KV dtype digits without int8)
+#define MSKV_DIM_QUANT_DTYPE(F, ...) F(__VA_ARGS__, 1, half) MSKV_A2_ONLY(F)(__VA_ARGS__, 2, bfloat16_t) \
+  F(__VA_ARGS__, 3, float)
+// quant_mode of the quantizing writes, value = dynamic: static 0, dynamic 1 (mskv_attr::kQuantSTATIC / DYNAMIC)
+#define MSKV_DIM_QUANT_STATIC(F, ...) F(__VA_ARGS__, 0, false)
+#define MSKV_DIM_QUANT_DYNAMIC(F, ...) F(__VA_ARGS__, 1, true)
+// quant_mode where dynamic scales need DataCopyPad (one 4-byte write per scale): static, dynamic (A2/A3)
+#define MSKV_DIM_QUANT_MODE_PAD_DYN(F, ...) F(__VA_ARGS__, 0, false) MSKV_A2_ONLY(F)(__VA_ARGS__, 1, true)
+// cache_layout of a dynamic scale cache: BSND, BNSD (A2/A3: one 4-byte write per head needs DataCopyPad)
+#define MSKV_DIM_LAYOUT_PAD_BNSD(F, ...) F(__VA_ARGS__, 0, false) MSKV_A2_ONLY(F)(__VA_ARGS__, 1, true)
 #define MSKV_DIM_ROPE_F32(F, ...) F(__VA_ARGS__, 3, float)
 // slot_mapping / block_mapping / block_ids dtype: int32 0, int64 1
 #define MSKV_DIM_INDEX_DTYPE(F, ...) F(__VA_ARGS__, 0, int32_t) F(__VA_ARGS__, 1, int64_t)
@@ -209,6 +219,33 @@ constexpr unsigned long long RopeKey(bool pad, unsigned long long x, unsigned lo
   X(MskvReropeCachedKeys, MSKV_KEYS_REROPE_CACHED_KEYS)                    \
   X(MskvRopeReshapeAndCache, MSKV_KEYS_ROPE_RESHAPE_AND_CACHE)             \
   X(MskvRopeReshapeAndCacheMerged, MSKV_KEYS_ROPE_RESHAPE_AND_CACHE_MERGED) \
-  X(MskvRopeConcatAndCacheMla, MSKV_KEYS_ROPE_CONCAT_AND_CACHE_MLA)
+  X(MskvRopeConcatAndCacheMla, MSKV_KEYS_ROPE_CONCAT_AND_CACHE_MLA)            \
+  X(MskvReshapeAndCacheQuant, MSKV_KEYS_RESHAPE_AND_CACHE_QUANT)               \
+  X(MskvConcatAndCacheMlaQuant, MSKV_KEYS_CONCAT_AND_CACHE_MLA_QUANT)
+
+// key = quant_mode * 10000 + layout * 1000 + data dtype * 100 + index dtype * 10 + DataCopyPad (int8 caches;
+// float8 caches are a tiling error on these SoCs). Ascend310P: dynamic scales in BSND caches only (a BNSD
+// scale cache takes one 4-byte write per head, which needs DataCopyPad).
+#define MSKV_KEYS_RESHAPE_AND_CACHE_QUANT(E)                                                                      \
+  MSKV_KEYS5(E, MSKV_DIM_QUANT_STATIC, MSKV_DIM_LAYOUT, MSKV_DIM_QUANT_DTYPE, MSKV_DIM_INDEX_DTYPE, MSKV_DIM_PAD) \
+  MSKV_KEYS5(E, MSKV_DIM_QUANT_DYNAMIC, MSKV_DIM_LAYOUT_PAD_BNSD, MSKV_DIM_QUANT_DTYPE, MSKV_DIM_INDEX_DTYPE,      \
+             MSKV_DIM_PAD)
+namespace mskv_keys {
+constexpr unsigned long long QuantLayoutCopyKey(bool dynamic, bool bnsd, unsigned long long dtype,
+                                                unsigned long long index, bool pad) {
+  return Digits(dynamic, bnsd, dtype, index, pad);
+}
+}  // namespace mskv_keys
+
+// key = quant_mode * 1000 + data dtype * 100 + index dtype * 10 + DataCopyPad (int8 caches). Ascend310P: static
+// scales only (a dynamic MLA scale is one 4-byte write per token and plane, which needs DataCopyPad).
+#define MSKV_KEYS_CONCAT_AND_CACHE_MLA_QUANT(E) \
+  MSKV_KEYS4(E, MSKV_DIM_QUANT_MODE_PAD_DYN, MSKV_DIM_QUANT_DTYPE, MSKV_DIM_INDEX_DTYPE, MSKV_DIM_PAD)
+namespace mskv_keys {
+constexpr unsigned long long QuantCopyKey(bool dynamic, unsigned long long dtype, unsigned long long index,
+                                          bool pad) {
+  return Digits(dynamic, dtype, index, pad);
+}
+}  // namespace mskv_keys
 
 #endif  // MS_KVCACHE_OP_KERNEL_MSKV_TILING_KEYS_H_

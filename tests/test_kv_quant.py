@@ -3,7 +3,8 @@ concat_and_cache_mla and the fused RoPE writers with int8 / float8 caches, stati
 per channel, int8 offsets) and dynamic per-token scales, against an independent numpy model of the
 documented formulas (docs/quantization.md); PyNative, GRAPH_MODE and @ms.jit; slot -1, padding rows, zero
 tokens, the last slot, saturation, round-half-even; the quant -> dequant round trip within its bound;
-dequantize_kv_cache; bad input; the sim / ascend backends refusing the ops."""
+dequantize_kv_cache; bad input; the sim / ascend backends refusing the ops without an AscendC kernel (the RoPE
+variants; the others: tests/test_*_quant_sim.py)."""
 import itertools
 import sys
 from pathlib import Path
@@ -648,43 +649,59 @@ def test_bad_input_graph():
 @pytest.mark.parametrize("backend", ("sim", "ascend"))
 @pytest.mark.parametrize("mode", ("pynative", "graph"))
 def test_other_backends_refuse(backend, mode, monkeypatch):
-    """sim / ascend have no AscendC kernels of the quantizing ops yet (issue 19): a clear error naming the
-    op and the backend that has them, before any launch (no fallback); the caches are untouched. (The
-    ascend backend is selected by hand: off an NPU set_backend('ascend') refuses.)"""
+    """sim / ascend have no AscendC kernel of the RoPE variants (rope_reshape_and_cache_quant,
+    rope_concat_and_cache_mla_quant) yet: a clear error naming the op and the backend that has it, before
+    any launch (no fallback); the caches are untouched. (reshape_and_cache_quant and
+    concat_and_cache_mla_quant have their AscendC kernels: tests/test_*_quant_sim.py. The ascend backend
+    is selected by hand: off an NPU set_backend('ascend') refuses.)"""
     from ms_kvcache import _backend
     if backend == "sim":
         ok, why = _backend.backend_module("sim").available()
         if not ok:
             pytest.skip(f"sim backend unavailable: {why}")
     monkeypatch.setattr(_backend, "_current", backend)
-    k, kc, vc, sl = _gqa()
+    t, h, d = 3, 2, 8
+    x = Tensor(np.ones((t, h, d), np.float16))
+    pos = Tensor(np.array([0, 1, 2], np.int32))
+    cs = Tensor(np.ones((4, d), np.float16))
+    kc = Tensor(np.zeros((2, 4, h, d), np.int8))
+    vc = Tensor(np.zeros((2, 4, h, d), np.int8))
+    sl = Tensor(np.array([0, -1, 5], np.int32))
     before = kc.asnumpy().copy()
 
-    def call(c, k1, s1, a):
-        ms_kvcache.reshape_and_cache(k1, k1, c[0], c[1], s1, k_scale=a, v_scale=a)
+    def call(c, p1, k1, cs1, s1, a):
+        ms_kvcache.rope_reshape_and_cache(p1, k1, k1, k1, cs1, c[0], c[1], s1, k_scale=a, v_scale=a)
 
-    with pytest.raises(NotImplementedError, match=rf"reshape_and_cache: quantized cache writes .* no kernel on "
-                                                  rf"backend '{backend}' yet \(implemented: cpu"):
+    with pytest.raises(NotImplementedError, match=rf"rope_reshape_and_cache: quantized cache writes .* no kernel "
+                                                  rf"on backend '{backend}' yet \(implemented: cpu"):
         if mode == "pynative":
-            ms_kvcache.reshape_and_cache(k, k, kc, vc, sl, k_scale=F1, v_scale=F1)
+            ms_kvcache.rope_reshape_and_cache(pos, x, x, x, cs, kc, vc, sl, k_scale=F1, v_scale=F1)
         else:
-            run("graph", call, [kc.asnumpy(), vc.asnumpy()], [k.asnumpy(), sl.asnumpy(), np.float32(0.1)])
+            run("graph", call, [kc.asnumpy(), vc.asnumpy()],
+                [pos.asnumpy(), x.asnumpy(), cs.asnumpy(), sl.asnumpy(), np.float32(0.1)])
     np.testing.assert_array_equal(kc.asnumpy(), before)
 
 
 def test_pending_specs_refused_by_aot_and_shims():
-    """Every quantizing OpSpec declares its AscendC kernel pending: the sim backend's aot_func refuses it
+    """Every quantizing OpSpec but reshape_and_cache_quant / concat_and_cache_mla_quant (the rope writes and the
+    scale-carrying multi-layer transfers) declares its AscendC kernel pending: the sim backend's aot_func refuses it
     naming the op, no aclnn shim is generated for it, and the structure check wants no op_kernel file."""
     from ms_kvcache import _aclnn
     from ms_kvcache._backends import sim
-    names = {"reshape_and_cache_quant", "concat_and_cache_mla_quant", "rope_reshape_and_cache_quant",
-             "rope_concat_and_cache_mla_quant"}
+    names = {"rope_reshape_and_cache_quant", "rope_concat_and_cache_mla_quant",
+             "multi_layer_kv_transfer_quant", "multi_layer_block_transfer_quant"}
     pending = {s.name for s in _spec.all_specs() if _spec.kernel_pending(s)}
     assert pending == names
     for n in names:
         with pytest.raises(NotImplementedError, match=rf"sim backend: op {n} \(Mskv\w+Quant\) has no AscendC kernel"):
             sim.aot_func(_spec.get_spec(n))
     assert not names & {s.name for s in _aclnn.kernel_specs()}
+    # the ones with their AscendC kernel: no marker, an aclnn shim, the sim backend's entry
+    for n, t in (("reshape_and_cache_quant", "MskvReshapeAndCacheQuant"),
+                 ("concat_and_cache_mla_quant", "MskvConcatAndCacheMlaQuant")):
+        assert not _spec.kernel_pending(_spec.get_spec(n))
+        assert n in {s.name for s in _aclnn.kernel_specs()}
+        assert sim.aot_func(_spec.get_spec(n))[0].endswith(":" + t)
 
 
 def test_routing_is_cheap_and_exact():
@@ -704,11 +721,12 @@ def test_kernel_coverage_flags_both_mismatches(tmp_path):
     without the marker must have its kernel file; this checkout is consistent."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
     import mskv_structure as _structure  # tools/mskv_structure.py, a developer check outside the package
-    specs = [_spec.get_spec("reshape_and_cache_quant"), _spec.get_spec("reshape_and_cache")]
+    specs = [_spec.get_spec("rope_reshape_and_cache_quant"), _spec.get_spec("reshape_and_cache")]
     (tmp_path / "op_kernel").mkdir()
-    (tmp_path / "op_kernel" / "reshape_and_cache_quant.cpp").write_text("")
+    (tmp_path / "op_kernel" / "rope_reshape_and_cache_quant.cpp").write_text("")
     out = _structure.kernel_coverage(tmp_path, specs)
-    assert any("MskvReshapeAndCacheQuant: op_kernel/reshape_and_cache_quant.cpp exists" in line for line in out), out
+    assert any("MskvRopeReshapeAndCacheQuant: op_kernel/rope_reshape_and_cache_quant.cpp exists" in line
+               for line in out), out
     assert any("MskvReshapeAndCache: no op_kernel/reshape_and_cache.cpp" in line for line in out), out
     root = _structure.Path(_structure.__file__).resolve().parent.parent
     assert _structure.kernel_coverage(root, _spec.all_specs()) == []

@@ -58,6 +58,25 @@ def _variants(op, dt):
             else:
                 caches = [(_cache(layout, d, merged=True), kv)]
             yield [((T, H, d), kv), ((T, H, d), kv)] + caches + [((T,), S)], {"cache_layout": layout}
+    elif op == "reshape_and_cache_quant":
+        # separate and merged caches, static (per tensor) and dynamic scales; 8 heads: the dynamic scale row of
+        # a BSND token is a multiple of 32 bytes (Ascend310P refuses the others)
+        for layout, d, mode, merged in itertools.product(LAYOUTS, HEAD_SIZES, ("static", "dynamic"), (False, True)):
+            x, c, f = dt["key"], dt["key_cache"], dt["k_scale"]
+            h = 8
+            kc = _cache(layout, d, heads=h, merged=merged)
+            vc = None if merged else (_cache(layout, d, heads=h), c)
+            sc = (((NB, BS, h, 1) if layout == "BSND" else (NB, h, BS, 1)), f)
+            scales = [((), f), ((), f), None, None, None, None] if mode == "static" else [None] * 4 + [sc, sc]
+            attrs = {"cache_layout": layout, "kv_format": 1 if merged else 2, "quant_mode": mode}
+            yield [((T, h, d), x), ((T, h, d), x), (kc, c), vc, ((T,), S)] + scales, attrs
+    elif op == "concat_and_cache_mla_quant":
+        for d, mode in itertools.product(HEAD_SIZES, ("static", "dynamic")):
+            x, c, f = dt["kv_c"], dt["kv_c_cache"], dt["kv_c_scale"]
+            sc = ((NB, BS, 1), f)
+            scales = [((), f), ((), f), None, None, None, None] if mode == "static" else [None] * 4 + [sc, sc]
+            yield [((T, d), x), ((T, d), x), ((NB, BS, d), c), ((NB, BS, d), c), ((T,), S)] + scales, \
+                {"quant_mode": mode}
     elif op == "concat_and_cache_mla":
         for d in HEAD_SIZES:
             kv = dt["kv_c"]

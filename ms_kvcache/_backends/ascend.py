@@ -297,7 +297,13 @@ def reg_info(spec, soc=None):
             raise ValueError(f"reg_info: attr {a.name!r} of {spec.op_type} has unsupported type {a.kernel_type!r}")
         r.attr(a.name, "required", _MS_ATTR_TYPE[a.kernel_type])
     fmts = spec.extra.get("formats", {})
-    for row in spec.dtype_rows(soc):
+    if soc is None:  # every targeted SoC's rows, once each (a dtype no SoC has, e.g. float8, has no row)
+        from ms_kvcache._spec import SOCS
+
+        rows = list(dict.fromkeys(r for s in SOCS for r in spec.dtype_rows(s)))
+    else:
+        rows = spec.dtype_rows(soc)
+    for row in rows:
         names = [t.name for t in spec.inputs + spec.outputs]
         r.dtype_format(*[_dtype_format(d, fmts.get(n, "ND")) for d, n in zip(row, names)])
     r.target("Ascend")

@@ -1,6 +1,7 @@
 """Data movement of the AscendC copy kernels, from the AscendC emulation's accounting.
 
-For reshape_and_cache, reshape_and_cache_merged, concat_and_cache_mla and copy_blocks at Llama-3-8B
+For reshape_and_cache, reshape_and_cache_merged, reshape_and_cache_quant / concat_and_cache_mla_quant (float
+rows into int8 caches; at most QUANT_TOKENS tokens), concat_and_cache_mla and copy_blocks at Llama-3-8B
 shapes (8 KV heads x 128, bf16, block_size 128, T = 4096) and DeepSeek-V3 MLA shapes (kv_lora_rank
 512, rope 64, bf16, block_size 64), on every target SoC, prints per call: GM bytes read + written
 against the minimum (2 x payload + slot_mapping / block_mapping bytes), DataCopy(Pad) calls per core,
@@ -80,6 +81,7 @@ def _token_ops(sim, soc, T, rng):
                     soc=soc, gm_copy="never")
     rows.append(_row(sim, soc, "reshape_and_cache_merged", "Llama-3-8B BSND H=8 D=128 bs=128", dtype, T,
                      2 * payload + slots.nbytes, st))
+    rows += _quant_rows(sim, soc, min(T, QUANT_TOKENS), dtype)
     R, P, bs = 512, 64, 64                       # DeepSeek-V3 MLA
     nb = T // bs + 8
     slots = np.random.default_rng(2).permutation(nb * bs)[:T].astype(np.int64)
@@ -88,6 +90,62 @@ def _token_ops(sim, soc, T, rng):
     st = sim.launch("MskvConcatAndCacheMla", [kv_c, k_pe, a, b, slots, _status()], soc=soc, gm_copy="never")
     rows.append(_row(sim, soc, "concat_and_cache_mla", "DeepSeek-V3 R=512 P=64 bs=64", dtype, T,
                      2 * T * (R + P) * item + slots.nbytes, st))
+    rows += _mla_quant_rows(sim, soc, min(T, QUANT_TOKENS), dtype)
+    return rows
+
+
+def _mla_quant_rows(sim, soc, T, dtype):
+    """concat_and_cache_mla_quant (DeepSeek-V3 rows into int8 MLA caches): static per-tensor and (not on
+    Ascend310P) dynamic per-token scales; minimum as in _quant_rows."""
+    rows = []
+    R, P, bs = 512, 64, 64
+    nb = T // bs + 8
+    rng = np.random.default_rng(8)
+    slots = rng.permutation(nb * bs)[:T].astype(np.int64)
+    kv_c, k_pe = _rand(rng, (T, R), dtype), _rand(rng, (T, P), dtype)
+    e = np.zeros((0,), np.float32)
+    for mode in ("static",) if soc == "Ascend310P3" else ("static", "dynamic"):
+        a, b = np.zeros((nb, bs, R), np.int8), np.zeros((nb, bs, P), np.int8)
+        if mode == "static":
+            sc = [np.array(0.02, np.float32), np.array(0.03, np.float32), e, e, e, e]
+        else:
+            sc = [e, e, e, e, np.zeros((nb, bs, 1), np.float32), np.zeros((nb, bs, 1), np.float32)]
+        st = sim.launch("MskvConcatAndCacheMlaQuant", [kv_c, k_pe, a, b, slots] + sc + [_status()],
+                        attrs={"quant_mode": mode}, soc=soc, gm_copy="never")
+        minimum = T * (R + P) * (2 + 1) + slots.nbytes + (2 * T * 4 if mode == "dynamic" else 8 * int(st["cores_used"]))
+        rows.append(_row(sim, soc, "concat_and_cache_mla_quant", f"DeepSeek-V3 R=512 P=64 bs=64 -> int8, {mode}",
+                         dtype, T, minimum, st))
+    return rows
+
+
+#: reshape_and_cache_quant rows use at most this many tokens: the emulation computes every vector
+#: instruction element by element (T = 4096 would take about a minute per row); the ratio does not depend on T
+#: once every core has tokens.
+QUANT_TOKENS = 512
+
+
+def _quant_rows(sim, soc, T, dtype):
+    """reshape_and_cache_quant (Llama-3-8B rows into int8 caches, BSND): static per-tensor and dynamic
+    per-token scales. Minimum: the float rows of K and V read once, their codes (and dynamic scales)
+    written once, slot_mapping read once, and the static scales read once per core that uses them."""
+    rows = []
+    H, D, bs = 8, 128, 128
+    nb = T // bs + 8
+    rng = np.random.default_rng(7)
+    slots = rng.permutation(nb * bs)[:T].astype(np.int64)
+    key, value = _rand(rng, (T, H, D), dtype), _rand(rng, (T, H, D), dtype)
+    e = np.zeros((0,), np.float32)
+    for mode in ("static", "dynamic"):
+        kc, vc = np.zeros((nb, bs, H, D), np.int8), np.zeros((nb, bs, H, D), np.int8)
+        if mode == "static":
+            sc = [np.array(0.02, np.float32), np.array(0.03, np.float32), e, e, e, e]
+        else:
+            sc = [e, e, e, e, np.zeros((nb, bs, H, 1), np.float32), np.zeros((nb, bs, H, 1), np.float32)]
+        st = sim.launch("MskvReshapeAndCacheQuant", [key, value, kc, vc, slots] + sc + [_status()],
+                        attrs={"cache_layout": "BSND", "quant_mode": mode}, soc=soc, gm_copy="never")
+        minimum = 2 * T * H * D * (2 + 1) + slots.nbytes + (2 * T * H * 4 if mode == "dynamic" else 8 * int(st["cores_used"]))
+        rows.append(_row(sim, soc, "reshape_and_cache_quant", f"Llama-3-8B BSND H=8 D=128 bs=128 -> int8, {mode}",
+                         dtype, T, minimum, st))
     return rows
 
 

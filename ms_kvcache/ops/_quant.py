@@ -25,24 +25,27 @@ from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _validate as V
 from ms_kvcache._formats import CACHE_LAYOUTS, QUANT_MODE_CODES, QUANT_MODES, KVCacheFormat
-from ms_kvcache._spec import FLOAT_DTYPES, FP8_DTYPES, INDEX_DTYPES, QUANT_CACHE_DTYPES, dtype_name
+from ms_kvcache._spec import FLOAT_DTYPES, FP8_DTYPES, INDEX_DTYPES, QUANT_CACHE_DTYPES, dtype_name, kernel_pending
 
 __all__ = [
     "MODES", "BACKENDS", "MERGED", "SEPARATE", "absent", "mode_of", "graph_mode_of", "require_backend",
     "check_attrs", "check_data_dtypes", "check_cache_dtype", "check_index_dtype", "check_plane_quant",
     "check_pairs", "ScaleValues", "PublicSlots", "PublicPositions", "renamed", "NO_F32", "routes",
-    "routes_graph", "code_max", "present", "quant_prim", "scale_checks",
+    "routes_graph", "code_max", "present", "quant_prim", "scale_checks", "check_kernel_cache",
 ]
 
 #: ``quant_mode`` values: static scales (``k_scale`` ...) or dynamic per-token scales (``k_scale_cache``);
 #: int-coded for the kernels (``QUANT_MODE_CODES``: static 0, dynamic 1).
 MODES = QUANT_MODES
 MODE_CODES = QUANT_MODE_CODES
-#: Backends with kernels for the quantized writes. The AscendC kernels (sim, ascend) follow the
-#: tiling-key refactor (issue 19).
+#: Backends with kernels for every quantized write. An op whose OpSpec drops the ``ascend_kernel``
+#: marker has its AscendC kernel and runs on sim / ascend too (require_backend: reshape_and_cache_quant).
 BACKENDS = ("cpu",)
 MERGED = int(KVCacheFormat.MERGED_KV)
 SEPARATE = int(KVCacheFormat.SEPARATE_KV)
+#: Why a quantizing op has no AscendC kernel yet (its OpSpec's ``extra["ascend_kernel"]``,
+#: ms_kvcache._spec.kernel_pending): concat_and_cache_mla_quant and the RoPE variants.
+PENDING = "quantized cache writes: the AscendC kernel of this quantizing op is not written yet (issue 17, phase 2)"
 #: Largest finite code value per cache dtype (the dynamic scale is max|x| / code_max).
 _CODE_MAX = {"int8": 127.0, "float8_e4m3fn": 448.0, "float8_e5m2": 57344.0}
 #: Stand-in for an absent float32 input (eager and graph code).
@@ -95,13 +98,29 @@ def graph_mode_of(no_cache_0, no_cache_1):
     return "static" if (no_cache_0 and no_cache_1) else "dynamic"
 
 
-def require_backend(op, backend):
-    """NotImplementedError unless ``backend`` has kernels for the quantized writes; returns it."""
+def require_backend(op, backend, spec=None):
+    """NotImplementedError unless ``backend`` has kernels for the quantized writes; returns it. An op
+    whose ``spec`` has its AscendC kernel (no ``extra["ascend_kernel"]`` marker, e.g.
+    ``reshape_and_cache_quant``) runs on every backend."""
+    if spec is not None and not kernel_pending(spec):
+        return backend
     if backend not in BACKENDS:
         raise NotImplementedError(
             f"{op}: quantized cache writes (int8 / float8 caches, k_scale / k_scale_cache arguments) have no "
             f"kernel on backend {backend!r} yet (implemented: {', '.join(BACKENDS)}; the AscendC kernels of the "
             f"quantizing ops come after the tiling-key refactor); use ms_kvcache.set_backend('cpu')")
+    return backend
+
+
+def check_kernel_cache(op, backend, name, cache_dtype):
+    """TypeError for a float8 cache on an AscendC backend (sim, ascend): the official AscendC headers of
+    Atlas A2/A3 (dav-c220) and Ascend310P (dav-m200) have no Cast to fp8_e4m3fn_t / fp8_e5m2_t, so the
+    kernels quantize into int8 caches only (the cpu backend has float8)."""
+    d = dtype_name(cache_dtype)
+    if backend != "cpu" and d in FP8_DTYPES:
+        raise TypeError(f"{op}: argument '{name}': expected dtype int8 on backend {backend!r} (float8 caches have no "
+                        f"AscendC kernel on Atlas A2/A3 or Ascend310P: their official AscendC headers have no Cast to "
+                        f"fp8; use an int8 cache, or the cpu backend), got {d}")
     return backend
 
 
@@ -134,7 +153,7 @@ def renamed(exc, internal, public):
     """``exc`` with a message starting ``<internal>:`` re-prefixed ``<public>:`` (the generic checks of
     :class:`ms_kvcache._eager.EagerOp` name the variant op; the user called the public one)."""
     msg = str(exc)
-    if msg.startswith(internal + ":"):
+    if type(exc) in (TypeError, ValueError) and msg.startswith(internal + ":"):
         return type(exc)(public + msg[len(internal):])
     return exc
 

@@ -3,8 +3,9 @@ float8 MLA caches, each plane with its own scales; docs/quantization.md).
 
 Users call :func:`ms_kvcache.concat_and_cache_mla` with ``kv_c_scale`` / ``k_pe_scale`` (static) or
 ``kv_c_scale_cache`` / ``k_pe_scale_cache`` (dynamic: one scale per token and plane); it routes here.
-Attribute ``quant_mode``; the unused inputs are absent (empty ``[0]`` tensors). No AscendC kernel yet
-(``extra["ascend_kernel"]``).
+Attribute ``quant_mode``; the unused inputs are absent (empty ``[0]`` tensors). Kernels: cpu
+(cpu_kernel/concat_and_cache_mla_quant.cpp) and AscendC (op_kernel/concat_and_cache_mla_quant.cpp: int8
+caches, run by the sim and ascend backends; float8 caches are refused there, docs/quantization.md).
 """
 from mindspore.ops.primitive import constexpr
 
@@ -13,7 +14,6 @@ from ms_kvcache._custom import _get_cache_prim, _run_in_jit, graph_backend
 from ms_kvcache._eager import EagerOp
 from ms_kvcache._spec import FLOAT_DTYPES, INDEX_DTYPES, QUANT_CACHE_DTYPES, AttrSpec, OpSpec, TensorSpec, register
 from ms_kvcache.ops import _quant as Q
-from ms_kvcache.ops.reshape_and_cache_quant import PENDING
 
 __all__ = ["concat_and_cache_mla_quant", "SPEC", "check_mla_quant"]
 
@@ -38,7 +38,6 @@ SPEC = register(OpSpec(
     dtype_groups={"T": FLOAT_DTYPES, "Q": QUANT_CACHE_DTYPES, "S": INDEX_DTYPES, "F": ("float32",)},
     attrs=(AttrSpec("quant_mode", "str", "static", Q.MODES, Q.MODE_CODES),),
     doc="concat_and_cache_mla quantizing float kv_c / k_pe into int8 / float8 caches (static or dynamic scales).",
-    extra={"ascend_kernel": PENDING},
 ))
 
 
@@ -96,8 +95,9 @@ _Prim = Q.quant_prim(SPEC, lambda a: ("concat_and_cache_mla", {}))
 
 
 @constexpr
-def _graph_backend(backend):
-    return Q.require_backend(_OP, backend)
+def _graph_backend(backend, cache_dtype):
+    Q.require_backend(_OP, backend, SPEC)
+    return Q.check_kernel_cache(_OP, backend, "kv_c_cache", cache_dtype)
 
 
 #: PyNative branch: static check -> (num_slots, op name); scale values checked; no slots launches nothing.
@@ -120,12 +120,13 @@ def concat_and_cache_mla_quant(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping,
                             kv_c_scale.shape, kv_c_scale.dtype, k_pe_scale.shape, k_pe_scale.dtype, kv_c_offset.shape,
                             kv_c_offset.dtype, k_pe_offset.shape, k_pe_offset.dtype, kv_c_scale_cache.shape,
                             kv_c_scale_cache.dtype, k_pe_scale_cache.shape, k_pe_scale_cache.dtype, mode)
-        _get_cache_prim(_Prim)(_graph_backend(graph_backend()), mode)(
+        _get_cache_prim(_Prim)(_graph_backend(graph_backend(), kv_c_cache.dtype), mode)(
             kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, kv_c_scale, k_pe_scale, kv_c_offset, k_pe_offset,
             kv_c_scale_cache, k_pe_scale_cache)
     else:
         mode = "static" if kv_c_scale_cache is None and k_pe_scale_cache is None else "dynamic"
-        backend = Q.require_backend(_OP, _backend.get_backend())
+        backend = Q.require_backend(_OP, _backend.get_backend(), SPEC)
+        Q.check_kernel_cache(_OP, backend, "kv_c_cache", kv_c_cache.dtype)
         try:
             _EAGER(backend, (mode,), kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping,
                    *Q.present(kv_c_scale, k_pe_scale, kv_c_offset, k_pe_offset, kv_c_scale_cache, k_pe_scale_cache))

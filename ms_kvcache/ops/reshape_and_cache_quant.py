@@ -5,8 +5,9 @@ Users call :func:`ms_kvcache.reshape_and_cache` / :func:`ms_kvcache.reshape_and_
 ``k_scale`` / ``v_scale`` (static) or ``k_scale_cache`` / ``v_scale_cache`` (dynamic); they route here.
 One op covers both cache formats (attribute ``kv_format``: 2 SEPARATE_KV, 1 MERGED_KV with
 ``value_cache`` absent) and both modes (attribute ``quant_mode``), with the unused inputs absent
-(empty ``[0]`` tensors; AscendC OPTIONAL). Its AscendC kernel comes after the tiling-key refactor
-(``extra["ascend_kernel"]``): backends sim and ascend refuse it.
+(empty ``[0]`` tensors; AscendC OPTIONAL). Kernels: cpu (cpu_kernel/reshape_and_cache_quant.cpp) and
+AscendC (op_kernel/reshape_and_cache_quant.cpp: int8 caches on Atlas A2/A3 and Ascend310P, run by the sim
+and ascend backends; float8 caches are a tiling error there, docs/quantization.md).
 """
 from mindspore.ops.primitive import constexpr
 
@@ -20,8 +21,8 @@ from ms_kvcache.ops.reshape_and_cache import cache_geometry, check_kv_rows
 
 __all__ = ["reshape_and_cache_quant", "SPEC", "check_gqa_quant"]
 
-#: Why the op has no AscendC kernel yet (ms_kvcache._spec.kernel_pending).
-PENDING = "quantized cache writes: the AscendC kernel follows the tiling-key dispatch refactor (issue 19)"
+#: (the other quantizing ops' marker, kept here for their imports)
+PENDING = Q.PENDING
 
 SPEC = register(OpSpec(
     name="reshape_and_cache_quant",
@@ -46,7 +47,6 @@ SPEC = register(OpSpec(
         AttrSpec("quant_mode", "str", "static", Q.MODES, Q.MODE_CODES),
     ),
     doc="reshape_and_cache(_merged) quantizing float K/V into int8 / float8 caches (static or dynamic scales).",
-    extra={"ascend_kernel": PENDING},
 ))
 
 
@@ -121,8 +121,10 @@ _Prim = Q.quant_prim(SPEC, lambda a: (
 
 
 @constexpr
-def _graph_backend(backend, kv_format):
-    return Q.require_backend(public_name(kv_format, "reshape_and_cache_merged", "reshape_and_cache"), backend)
+def _graph_backend(backend, kv_format, cache_dtype):
+    op = public_name(kv_format, "reshape_and_cache_merged", "reshape_and_cache")
+    Q.require_backend(op, backend, SPEC)
+    return Q.check_kernel_cache(op, backend, "kv_cache" if kv_format == Q.MERGED else "key_cache", cache_dtype)
 
 
 #: PyNative branch: static check -> (num_slots, public op name); scales' values checked (fast path: no
@@ -151,13 +153,15 @@ def reshape_and_cache_quant(key, value, key_cache, value_cache, slot_mapping, ca
                             k_scale.shape, k_scale.dtype, v_scale.shape, v_scale.dtype, k_offset.shape, k_offset.dtype,
                             v_offset.shape, v_offset.dtype, k_scale_cache.shape, k_scale_cache.dtype,
                             v_scale_cache.shape, v_scale_cache.dtype, cache_layout, kv_format, mode)
-        _get_cache_prim(_Prim)(_graph_backend(graph_backend(), kv_format), cache_layout, kv_format, mode)(
+        _get_cache_prim(_Prim)(_graph_backend(graph_backend(), kv_format, key_cache.dtype), cache_layout, kv_format,
+                               mode)(
             key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale, k_offset, v_offset, k_scale_cache,
             v_scale_cache)
     else:
         mode = "static" if k_scale_cache is None and v_scale_cache is None else "dynamic"
         op = public_name(kv_format, "reshape_and_cache_merged", "reshape_and_cache")
-        backend = Q.require_backend(op, _backend.get_backend())
+        backend = Q.require_backend(op, _backend.get_backend(), SPEC)
+        Q.check_kernel_cache(op, backend, "kv_cache" if kv_format == Q.MERGED else "key_cache", key_cache.dtype)
         try:
             _EAGER(backend, (cache_layout, kv_format, mode), key, value, key_cache,
                    empty_input(key_cache.dtype) if value_cache is None else value_cache, slot_mapping,

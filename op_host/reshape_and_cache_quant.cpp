@@ -1,0 +1,289 @@
+// MskvReshapeAndCacheQuant: OpDef and tiling (the quantizing writes of reshape_and_cache and
+// reshape_and_cache_merged into int8 caches; formulas: docs/quantization.md).
+//
+// Inputs (MindSpore ops.Custom order, = ms_kvcache.ops.reshape_and_cache_quant.SPEC): key, value [T', H, D]
+// or [T', H*D] float16 / bfloat16 / float32; key_cache int8: kv_format 2 (SEPARATE_KV) [nb, bs, H, D]
+// ("BSND") or [nb, H, bs, D] ("BNSD"), kv_format 1 (MERGED_KV) [2, nb, ...] holding the K then the V plane;
+// value_cache (OPTIONAL: the V cache, absent / [0] for MERGED_KV); slot_mapping int32/int64 [T];
+// k_scale, v_scale, k_offset, v_offset (OPTIONAL float32: static scales [] / [1] per tensor, [H] per head,
+// [H, D] per channel; offsets shaped like their scale); k_scale_cache, v_scale_cache (OPTIONAL float32,
+// dynamic mode: [nb, bs, H(, 1)] / [nb, H, bs(, 1)], written in place). Output: status int32 [1], never
+// written. Attrs: cache_layout, kv_format, quant_mode (int codes).
+//
+// Tiling: T tokens over all vector cores (main/tail share); each core quantizes its tokens one at a time
+// (both planes). Tiling key = quant_mode * 10000 + layout * 1000 + data dtype * 100 + slot dtype * 10 +
+// DataCopyPad (head_size not a multiple of 32 codes; A2/A3 only).
+#include "reshape_and_cache_quant_tiling.h"
+#include "kv_copy_tiling_common.h"
+#include "kv_quant_tiling_common.h"
+
+namespace optiling {
+namespace {
+
+constexpr const char* kOp = "MskvReshapeAndCacheQuant";
+enum {
+  kKey = 0, kValue, kKeyCache, kValueCache, kSlotMapping, kKScale, kVScale, kKOffset, kVOffset, kKScaleCache,
+  kVScaleCache
+};
+
+// The kind of a static scale of shape s: 0 per tensor ([] / [1]), 1 per head ([H]), 2 per channel ([H, D]);
+// -1 otherwise.
+int ScaleKind(const gert::Shape& s, int64_t h, int64_t d) {
+  if (s.GetDimNum() == 0 || (s.GetDimNum() == 1 && s.GetDim(0) == 1)) return 0;
+  if (s.GetDimNum() == 1 && s.GetDim(0) == h) return 1;
+  if (s.GetDimNum() == 2 && s.GetDim(0) == h && s.GetDim(1) == d) return 2;
+  return -1;
+}
+
+ge::graphStatus IntAttr(gert::TilingContext* context, size_t i, int64_t dflt, int64_t* out) {
+  const gert::RuntimeAttrs* attrs = context->GetAttrs();
+  const int64_t* p = attrs == nullptr ? nullptr : attrs->GetAttrPointer<int64_t>(i);
+  *out = p == nullptr ? dflt : *p;
+  return ge::GRAPH_SUCCESS;
+}
+
+ge::graphStatus ReshapeAndCacheQuantTiling(gert::TilingContext* context) {
+  using namespace mskv_tiling;
+  using namespace mskv_quant_tiling;
+  Hardware hw;
+  if (GetHardware(context, kOp, &hw) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  const gert::StorageShape* shapes[3];
+  const int req[3] = {kKey, kValue, kKeyCache};
+  for (int i = 0; i < 3; ++i) {
+    shapes[i] = context->GetInputShape(req[i]);
+    if (shapes[i] == nullptr || context->GetInputDesc(req[i]) == nullptr) return Fail(kOp, "input %d is missing", req[i]);
+  }
+  // slot_mapping follows the OPTIONAL value_cache: read it by IR index (GetInputShape / GetInputDesc count
+  // instantiated inputs, which skip an absent optional one)
+  const gert::StorageShape* smShape = context->GetRequiredInputShape(kSlotMapping);
+  const gert::CompileTimeTensorDesc* smDesc = context->GetRequiredInputDesc(kSlotMapping);
+  if (smShape == nullptr || smDesc == nullptr) return Fail(kOp, "input 4 (slot_mapping) is missing");
+  const gert::Shape& key = shapes[0]->GetStorageShape();
+  const gert::Shape& value = shapes[1]->GetStorageShape();
+  const gert::Shape& kc = shapes[2]->GetStorageShape();
+  const gert::Shape& sm = smShape->GetStorageShape();
+
+  // ---- attrs
+  bool bnsd = false;
+  if (LayoutAttr(context, 0, kOp, mskv_attr::kLayoutBSND, &bnsd) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  int64_t kvFormat = 2, mode = mskv_attr::kQuantSTATIC;
+  IntAttr(context, 1, 2, &kvFormat);
+  IntAttr(context, 2, mskv_attr::kQuantSTATIC, &mode);
+  if (kvFormat != 1 && kvFormat != 2) {
+    return Fail(kOp, "kv_format: expected 1 (MERGED_KV) or 2 (SEPARATE_KV), got %lld", static_cast<long long>(kvFormat));
+  }
+  if (mode != mskv_attr::kQuantSTATIC && mode != mskv_attr::kQuantDYNAMIC) {
+    return Fail(kOp, "quant_mode: expected %lld (static) or %lld (dynamic), got %lld",
+                static_cast<long long>(mskv_attr::kQuantSTATIC), static_cast<long long>(mskv_attr::kQuantDYNAMIC),
+                static_cast<long long>(mode));
+  }
+  const bool merged = kvFormat == 1;
+  const bool dynamic = mode == mskv_attr::kQuantDYNAMIC;
+
+  // ---- dtypes
+  int64_t elem = 0;
+  uint64_t dcode = 0;
+  int scode = 0;
+  const ge::DataType kdt = context->GetInputDesc(kKey)->GetDataType();
+  if (DataDType(kOp, hw, "key", kdt, &elem, &dcode) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  const ge::DataType vdt = context->GetInputDesc(kValue)->GetDataType();
+  if (vdt != kdt) return Fail(kOp, "value: expected dtype %s (as key), got %s", DTypeName(kdt), DTypeName(vdt));
+  const char* cname = merged ? "kv_cache" : "key_cache";
+  if (CacheDType(kOp, hw, cname, context->GetInputDesc(kKeyCache)->GetDataType()) != ge::GRAPH_SUCCESS) {
+    return ge::GRAPH_FAILED;
+  }
+  scode = IndexDTypeCode(smDesc->GetDataType());
+  if (scode < 0) return Fail(kOp, "slot_mapping: expected int32 or int64, got %s", DTypeName(smDesc->GetDataType()));
+
+  // ---- caches
+  char b1[160], b2[160];
+  // value_cache: absent ([0], MERGED_KV) or a rank-4 cache (SEPARATE_KV; possibly with zero-sized dims)
+  ge::DataType vcdt = ge::DT_UNDEFINED;
+  const gert::StorageShape* vcShape = context->GetOptionalInputShape(kValueCache);
+  const gert::CompileTimeTensorDesc* vcDesc = context->GetOptionalInputDesc(kValueCache);
+  const gert::Shape* vc = (vcShape == nullptr || vcDesc == nullptr) ? nullptr : &vcShape->GetStorageShape();
+  if (vc != nullptr && vc->GetDimNum() == 1 && vc->GetDim(0) == 0) vc = nullptr;
+  if (vc != nullptr) vcdt = vcDesc->GetDataType();
+  for (int i = 0; i < 2; ++i) {
+    if (CheckTensorSize(kOp, i == 0 ? "key" : "value", i == 0 ? key : value, elem) != ge::GRAPH_SUCCESS)
+      return ge::GRAPH_FAILED;
+  }
+  if (CheckTensorSize(kOp, cname, kc, 1) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  if (CheckTensorSize(kOp, "slot_mapping", sm, scode == 0 ? 4 : 8) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  if (merged) {
+    if (vc != nullptr) return Fail(kOp, "value_cache: expected absent ([0]) with kv_format 1 (MERGED_KV)");
+    if (kc.GetDimNum() != 5 || kc.GetDim(0) != 2) {
+      return Fail(kOp, "kv_cache: expected shape [2, num_blocks, ...] (K plane, V plane), got %s",
+                  ShapeText(kc, b1, sizeof(b1)));
+    }
+  } else {
+    if (kc.GetDimNum() != 4) return Fail(kOp, "key_cache: expected rank 4, got shape %s", ShapeText(kc, b1, sizeof(b1)));
+    if (vc == nullptr || !SameShape(*vc, kc)) {
+      return Fail(kOp, "value_cache: expected shape %s (as key_cache), got %s", ShapeText(kc, b1, sizeof(b1)),
+                  vc == nullptr ? "none" : ShapeText(*vc, b2, sizeof(b2)));
+    }
+    if (CacheDType(kOp, hw, "value_cache", vcdt) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  }
+  if (sm.GetDimNum() != 1) return Fail(kOp, "slot_mapping: expected rank 1, got shape %s", ShapeText(sm, b1, sizeof(b1)));
+  ScatterGeom g;
+  CacheGeom(kc, merged ? 1 : 0, bnsd, &g);
+  g.numTokens = sm.GetDim(0);
+  const size_t f = merged ? 1 : 0;
+  const int64_t nb = kc.GetDim(f);
+  const int64_t H = bnsd ? kc.GetDim(f + 1) : kc.GetDim(f + 2);
+  const int64_t D = kc.GetDim(f + 3);
+  if (CheckTokenRows(kOp, "key", key, g.numTokens, g.rowElems) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  if (CheckTokenRows(kOp, "value", value, g.numTokens, g.rowElems) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+
+  // ---- scales
+  const char* sn[6] = {"k_scale", "v_scale", "k_offset", "v_offset", "k_scale_cache", "v_scale_cache"};
+  const gert::Shape* q[6];
+  for (int i = 0; i < 6; ++i) {
+    ge::DataType dt = ge::DT_UNDEFINED;
+    q[i] = Optional(context, kKScale + i, &dt);
+    if (q[i] != nullptr && dt != ge::DT_FLOAT) return Fail(kOp, "%s: expected dtype float32, got %s", sn[i], DTypeName(dt));
+    if (q[i] != nullptr && CheckTensorSize(kOp, sn[i], *q[i], 4) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  }
+  int kinds[2] = {0, 0};
+  bool hasOffset = false;
+  for (int p = 0; p < 2; ++p) {
+    const gert::Shape* s = q[p];
+    const gert::Shape* o = q[2 + p];
+    const gert::Shape* c = q[4 + p];
+    if (dynamic) {
+      if (s != nullptr || o != nullptr) return Fail(kOp, "%s: expected absent with quant_mode dynamic", s ? sn[p] : sn[2 + p]);
+      if (c == nullptr) return Fail(kOp, "%s: expected a float32 scale cache for quant_mode dynamic, got none", sn[4 + p]);
+      const int64_t want[4] = {nb, bnsd ? H : g.blockSize, bnsd ? g.blockSize : H, 1};
+      bool ok = c->GetDimNum() == 3 || c->GetDimNum() == 4;
+      for (size_t i = 0; ok && i < c->GetDimNum(); ++i) ok = c->GetDim(i) == want[i];
+      if (!ok) {
+        return Fail(kOp, "%s: expected shape [%lld, %lld, %lld(, 1)] (the %s cache with head_size 1), got %s", sn[4 + p],
+                    static_cast<long long>(want[0]), static_cast<long long>(want[1]), static_cast<long long>(want[2]),
+                    bnsd ? "BNSD" : "BSND", ShapeText(*c, b1, sizeof(b1)));
+      }
+      continue;
+    }
+    if (c != nullptr) return Fail(kOp, "%s: expected absent with quant_mode static", sn[4 + p]);
+    if (s == nullptr) return Fail(kOp, "%s: expected a float32 scale for quant_mode static, got none", sn[p]);
+    kinds[p] = ScaleKind(*s, H, D);
+    if (kinds[p] < 0) {
+      return Fail(kOp, "%s: expected shape [] or [1] (per tensor), [%lld] (per head) or [%lld, %lld] (per channel), got %s",
+                  sn[p], static_cast<long long>(H), static_cast<long long>(H), static_cast<long long>(D),
+                  ShapeText(*s, b1, sizeof(b1)));
+    }
+    if (o != nullptr && !SameShape(*o, *s)) {
+      return Fail(kOp, "%s: expected shape %s (as %s), got %s", sn[2 + p], ShapeText(*s, b1, sizeof(b1)), sn[p],
+                  ShapeText(*o, b2, sizeof(b2)));
+    }
+    if ((o != nullptr) != (q[3 - p] != nullptr)) return Fail(kOp, "k_offset, v_offset: expected both or neither");
+    hasOffset = o != nullptr;
+  }
+
+  // ---- SoC rules and UB plan (nothing to write: zero-sized rows or no slots -> no-op launch)
+  const bool noWork = g.rowElems == 0 || g.numSlots == 0 || g.numTokens == 0;
+  const bool pad = D % kBlockBytes != 0;  // a head of D int8 codes is not a multiple of 32 bytes
+  const int64_t P = pad ? AlignUp(D, kBlockBytes) : D;
+  int64_t tree = 8;
+  while (tree < P) tree *= 2;
+  if (!noWork) {
+    if (pad && hw.is310P) {
+      return Fail(kOp, "head_size %lld: a head of int8 codes is not a multiple of 32 bytes; Ascend310P has no "
+                  "DataCopyPad, so such rows are unsupported there (use a head_size that is a multiple of 32)",
+                  static_cast<long long>(D));
+    }
+    if (dynamic && hw.is310P && (bnsd || (H * 4) % kBlockBytes != 0)) {
+      return Fail(kOp, "dynamic scales on Ascend310P: the scale cache row of a token (%s) is not a multiple of 32 "
+                  "bytes and Ascend310P has no DataCopyPad (supported there: BSND with num_kv_heads a multiple of 8)",
+                  bnsd ? "one float32 per head, block_size apart: BNSD" : "num_kv_heads float32");
+    }
+    if (H > kMaxBurstCount) {
+      return Fail(kOp, "num_kv_heads = %lld exceeds %lld", static_cast<long long>(H), static_cast<long long>(kMaxBurstCount));
+    }
+    if (bnsd && (g.blockSize - 1) * D > 0xFFFFFFFFll) {
+      return Fail(kOp, "block_size * head_size = %lld is too large for one strided copy",
+                  static_cast<long long>(g.blockSize * D));
+    }
+    // UB: source row x2 (double-buffered queue), fp32 row, half row, codes x2, then per mode the divisor
+    // rows (static: scale and offset rows of both planes; dynamic: one divisor row, the max tree, the scale
+    // rows x2).
+    const int64_t row = H * P;
+    int64_t need = 2 * AlignUp(row * elem, kBlockBytes) + row * 4 + row * 2 + 2 * row;
+    // (the scale rows: one float per head, BNSD one per 32-byte block, in whole 256-byte repeats; RowQuant)
+    if (dynamic) need += row * 4 + tree * 4 + 2 * AlignUp(H * (bnsd ? kBlockBytes : 4), 256);
+    else need += (hasOffset ? 4 : 2) * row * 4;
+    if (need > hw.ubBytes - kUbReserveBytes) {
+      return Fail(kOp, "a token row of num_kv_heads * head_size = %lld elements needs %lld bytes of UB for its "
+                  "quantization, more than the %lld bytes of %s", static_cast<long long>(g.rowElems),
+                  static_cast<long long>(need), static_cast<long long>(hw.ubBytes - kUbReserveBytes), SocName(hw));
+    }
+  }
+  const CoreSplit split = noWork ? NoWork() : SplitWork(g.numTokens, hw.cores);
+
+  ReshapeAndCacheQuantTilingData td;
+  td.set_numTokens(noWork ? 0 : g.numTokens);
+  td.set_numSlots(g.numSlots);
+  td.set_blockSize(g.blockSize);
+  SetCoreSplit(td, split);
+  td.set_heads(H);
+  td.set_headSize(D);
+  td.set_pitch(P);
+  td.set_blockStride(g.blockStride);
+  td.set_slotStride(g.slotStride);
+  td.set_headStride(bnsd ? g.blockSize * D : D);
+  td.set_planeElems(merged ? nb * g.blockStride : 0);
+  td.set_scBlockStride(g.blockSize * H);
+  td.set_scSlotStride(bnsd ? 1 : H);
+  td.set_scHeadStride(bnsd ? g.blockSize : 1);
+  td.set_treeElems(tree);
+  td.set_kScaleKind(kinds[0]);
+  td.set_vScaleKind(kinds[1]);
+  td.set_hasOffset(hasOffset ? 1 : 0);
+  return FinishTiling(context, kOp, hw, td, split.usedCoreNum,
+                      mskv_keys::QuantLayoutCopyKey(dynamic, bnsd, dcode, static_cast<uint64_t>(scode), pad));
+}
+
+}  // namespace
+}  // namespace optiling
+
+namespace ops {
+class MskvReshapeAndCacheQuant : public OpDef {
+ public:
+  explicit MskvReshapeAndCacheQuant(const char* name) : OpDef(name) {
+    Declare(*this, mskv_quant_tiling::kQuantDataDTypes, mskv_quant_tiling::kQuantCacheDTypes,
+            mskv_quant_tiling::kQuantIndexDTypes, mskv_quant_tiling::kQuantScaleDTypes,
+            mskv_quant_tiling::kQuantStatusDTypes, mskv_quant_tiling::kQuantFormats);
+    this->Attr("cache_layout").AttrType(OPTIONAL).Int(mskv_attr::kLayoutBSND);
+    this->Attr("kv_format").AttrType(OPTIONAL).Int(2);
+    this->Attr("quant_mode").AttrType(OPTIONAL).Int(mskv_attr::kQuantSTATIC);
+    this->AICore().SetTiling(optiling::ReshapeAndCacheQuantTiling);
+    this->AICore().AddConfig("ascend910b");
+    this->AICore().AddConfig("ascend910_93");
+    OpAICoreConfig cfg310p;
+    Declare(cfg310p, mskv_quant_tiling::kQuantDataDTypes310P, mskv_quant_tiling::kQuantCacheDTypes310P,
+            mskv_quant_tiling::kQuantIndexDTypes310P, mskv_quant_tiling::kQuantScaleDTypes310P,
+            mskv_quant_tiling::kQuantStatusDTypes310P, mskv_quant_tiling::kQuantFormats310P);
+    mskv_tiling::SetStaticCompileFlags(cfg310p);
+    this->AICore().AddConfig("ascend310p", cfg310p);
+  }
+
+ private:
+  template <typename Def>
+  static void Declare(Def& d, const std::vector<ge::DataType>& data, const std::vector<ge::DataType>& cache,
+                      const std::vector<ge::DataType>& index, const std::vector<ge::DataType>& scale,
+                      const std::vector<ge::DataType>& status, const std::vector<ge::Format>& fmt) {
+    d.Input("key").ParamType(REQUIRED).DataType(data).Format(fmt).UnknownShapeFormat(fmt);
+    d.Input("value").ParamType(REQUIRED).DataType(data).Format(fmt).UnknownShapeFormat(fmt);
+    d.Input("key_cache").ParamType(REQUIRED).DataType(cache).Format(fmt).UnknownShapeFormat(fmt);
+    d.Input("value_cache").ParamType(OPTIONAL).DataType(cache).Format(fmt).UnknownShapeFormat(fmt);
+    d.Input("slot_mapping").ParamType(REQUIRED).DataType(index).Format(fmt).UnknownShapeFormat(fmt);
+    d.Input("k_scale").ParamType(OPTIONAL).DataType(scale).Format(fmt).UnknownShapeFormat(fmt);
+    d.Input("v_scale").ParamType(OPTIONAL).DataType(scale).Format(fmt).UnknownShapeFormat(fmt);
+    d.Input("k_offset").ParamType(OPTIONAL).DataType(scale).Format(fmt).UnknownShapeFormat(fmt);
+    d.Input("v_offset").ParamType(OPTIONAL).DataType(scale).Format(fmt).UnknownShapeFormat(fmt);
+    d.Input("k_scale_cache").ParamType(OPTIONAL).DataType(scale).Format(fmt).UnknownShapeFormat(fmt);
+    d.Input("v_scale_cache").ParamType(OPTIONAL).DataType(scale).Format(fmt).UnknownShapeFormat(fmt);
+    d.Output("status").ParamType(REQUIRED).DataType(status).Format(fmt).UnknownShapeFormat(fmt);
+  }
+};
+OP_ADD(MskvReshapeAndCacheQuant);
+}  // namespace ops

@@ -1,0 +1,37 @@
+// Tiling data of MskvReshapeAndCacheQuant (op_host/reshape_and_cache_quant.cpp fills it,
+// op_kernel/reshape_and_cache_quant.cpp reads it with GET_TILING_DATA). Element counts unless named *Bytes;
+// cache offsets count int8 codes, scale-cache offsets float32 scales.
+#ifndef MS_KVCACHE_OP_HOST_RESHAPE_AND_CACHE_QUANT_TILING_H_
+#define MS_KVCACHE_OP_HOST_RESHAPE_AND_CACHE_QUANT_TILING_H_
+
+#include "register/tilingdata_base.h"
+
+namespace optiling {
+BEGIN_TILING_DATA_DEF(ReshapeAndCacheQuantTilingData)
+  TILING_DATA_FIELD_DEF(int64_t, numTokens);     // len(slot_mapping)
+  TILING_DATA_FIELD_DEF(int64_t, numSlots);      // num_blocks * block_size; slots outside [0, numSlots) are skipped
+  TILING_DATA_FIELD_DEF(int64_t, blockSize);
+  TILING_DATA_FIELD_DEF(int64_t, usedCoreNum);   // block dim
+  TILING_DATA_FIELD_DEF(int64_t, formerNum);     // cores [0, formerNum) take formerLen tokens
+  TILING_DATA_FIELD_DEF(int64_t, formerLen);
+  TILING_DATA_FIELD_DEF(int64_t, tailLen);       // the other cores take tailLen tokens
+  TILING_DATA_FIELD_DEF(int64_t, heads);         // num_kv_heads
+  TILING_DATA_FIELD_DEF(int64_t, headSize);      // D
+  TILING_DATA_FIELD_DEF(int64_t, pitch);         // P: UB elements per head row (D, or D rounded up to 32 with PAD)
+  TILING_DATA_FIELD_DEF(int64_t, blockStride);   // cache codes per block
+  TILING_DATA_FIELD_DEF(int64_t, slotStride);    // cache codes between consecutive slots of a block
+  TILING_DATA_FIELD_DEF(int64_t, headStride);    // cache codes between the heads of one slot
+  TILING_DATA_FIELD_DEF(int64_t, planeElems);    // MERGED_KV: codes of the K plane (the V plane follows); else 0
+  TILING_DATA_FIELD_DEF(int64_t, scBlockStride); // dynamic: scale-cache elements per block
+  TILING_DATA_FIELD_DEF(int64_t, scSlotStride);  // dynamic: between consecutive slots of a block
+  TILING_DATA_FIELD_DEF(int64_t, scHeadStride);  // dynamic: between the heads of one slot (1 BSND, block_size BNSD)
+  TILING_DATA_FIELD_DEF(int64_t, treeElems);     // dynamic: power of two >= max(P, 8), the max-reduction buffer
+  TILING_DATA_FIELD_DEF(int64_t, kScaleKind);    // static, K plane: 0 per tensor, 1 per head, 2 per channel
+  TILING_DATA_FIELD_DEF(int64_t, vScaleKind);    // static, V plane
+  TILING_DATA_FIELD_DEF(int64_t, hasOffset);     // static: 1 when k_offset / v_offset are given (both or neither)
+END_TILING_DATA_DEF;
+
+REGISTER_TILING_DATA_CLASS(MskvReshapeAndCacheQuant, ReshapeAndCacheQuantTilingData)
+}  // namespace optiling
+
+#endif  // MS_KVCACHE_OP_HOST_RESHAPE_AND_CACHE_QUANT_TILING_H_

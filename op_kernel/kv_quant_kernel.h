@@ -1,0 +1,258 @@
+// Device-side engine of the quantizing cache writes (reshape_and_cache_quant, concat_and_cache_mla_quant):
+// one token row of a plane from GM, quantized into int8 codes in UB, to its slot of the cache plane, and in
+// dynamic mode its per-head scales to the scale cache. The formulas are docs/quantization.md's, computed as
+// the cpu kernel (cpu_kernel/quant_body.inl) does, so the codes agree bit for bit:
+//
+// Per token and plane, on a row of `heads` head rows of P elements in UB (P = head_size, or head_size
+// rounded up to 32 with DataCopyPad):
+//   x = Cast(row) to fp32 (CAST_NONE: exact from float16 / bfloat16; float32 rows are used as they are)
+//   dynamic: per head m = max |x| (Abs, then a halving tree of Max to 8 lanes, the last 8 on the scalar
+//            unit), s = m / 127 (one fp32 division, as the cpu kernel), the divisor row = s (1 where s == 0:
+//            every |x| is then below 2^-142, so its codes round to 0), s to the scale cache
+//   v = x / s (Div: one IEEE fp32 division per element, the divisor row expanded per tensor / head /
+//       channel), v = v - o (Sub, with offsets)
+//   v = clamp(v, -128, 127) (Maxs, Mins), then rounded to an integer half to even by v + 1.5 * 2^23 - 1.5 * 2^23
+//       (two fp32 Adds, each rounded to nearest even: the cpu kernel's scalar path does the same), so that
+//       no Cast has to round: fp32 -> half (exact, CAST_NONE) -> int8 (exact, CAST_NONE). There is no Cast
+//       fp32 -> int8 on Atlas A2/A3 or Ascend310P (official dav-c220 / dav-m200 vconv tables), and rounding
+//       in two Casts (fp32 -> half -> int8) would round twice.
+// NaN: the emulation gives code 0 (a NaN stays NaN through Maxs / Mins / Adds and the Cast half -> int8
+// gives 0 there; on 310P already fp32 -> half); the device's NaN behaviour of these instructions is not
+// documented and has not been run. Dynamic max with a NaN element: the halving tree keeps element j in
+// lane j % 8 and the emulation's Max propagates NaN, so that lane drops out of the scalar combine (NaN
+// lanes skipped): the max is over the other lanes' elements; the cpu kernel skips only the NaN itself
+// (docs/quantization.md).
+//
+// Device subset only: no std::, no exceptions, no heap, no printf.
+#ifndef MS_KVCACHE_OP_KERNEL_KV_QUANT_KERNEL_H_
+#define MS_KVCACHE_OP_KERNEL_KV_QUANT_KERNEL_H_
+
+#include "kernel_operator.h"
+#include "kv_copy_common.h"
+#include "rope_kernel_common.h"
+
+namespace mskv {
+namespace quant {
+
+constexpr float kRoundMagic = 12582912.0f;  // 1.5 * 2^23: v + it - it rounds |v| <= 2^22 to an integer (RNE)
+constexpr float kInt8Max = 127.0f;          // the dynamic scale is max|x| / 127
+
+__aicore__ inline int64_t Align32(int64_t n) { return (n + kBlockBytes - 1) / kBlockBytes * kBlockBytes; }
+
+// GM -> UB: `heads` head rows of d elements (contiguous in GM) into UB rows of pitch p elements
+// (p == d: one DataCopy; else one DataCopyPad burst per head, A2/A3 only).
+template <typename T, bool PAD>
+__aicore__ inline void HeadRowsIn(const AscendC::LocalTensor<T>& ub, const AscendC::GlobalTensor<T>& gm, int64_t heads,
+                                  int64_t d, int64_t p) {
+#if MSKV_HAS_BF16_AND_PAD
+  if constexpr (PAD) {
+    const int64_t sz = static_cast<int64_t>(sizeof(T));
+    const uint32_t gap = static_cast<uint32_t>((p * sz - Align32(d * sz)) / kBlockBytes);
+    AscendC::DataCopyExtParams in(static_cast<uint16_t>(heads), static_cast<uint32_t>(d * sz), 0, gap, 0);
+    AscendC::DataCopyPadExtParams<T> noPad(false, 0, 0, 0);
+    AscendC::DataCopyPad(ub, gm, in, noPad);
+    return;
+  }
+#endif
+  (void)p;
+  AscendC::DataCopy(ub, gm, static_cast<uint32_t>(heads * d));
+}
+
+// One quantized plane of a write (K / V of reshape_and_cache_quant, kv_c / k_pe of
+// concat_and_cache_mla_quant): source rows of heads x headSize elements (contiguous, token-major), UB head
+// rows of `pitch` elements, the cache plane's geometry, the scale cache's strides (dynamic: scale of (slot,
+// head) at block * scBlock + (slot % block_size) * scSlot + head * (BNSD ? block_size : 1)) and the static
+// scale kind (0 per tensor, 1 per head, 2 per channel).
+struct QPlane {
+  int64_t heads;
+  int64_t headSize;
+  int64_t pitch;
+  rope::CacheGeom cg;
+  int64_t scBlock;
+  int64_t scSlot;
+  int64_t kind;
+};
+
+// The quantizing scatter of one core over up to two planes. T: data dtype; S: slot dtype; DYN: dynamic
+// scales; BNSD: cache layout (the scale cache's heads are block_size apart); PAD: head rows need
+// DataCopyPad. UB is sized for the larger plane (maxRow = max heads * pitch, maxHeads, tree = the max tree).
+template <typename T, typename S, bool DYN, bool BNSD, bool PAD>
+class RowQuant {
+ public:
+  __aicore__ inline RowQuant() {}
+
+  __aicore__ inline void Init(AscendC::TPipe* pipe, GM_ADDR slots, int64_t maxRow, int64_t maxHeads, int64_t tree,
+                              bool hasOffset) {
+    row_ = maxRow;
+    tree_ = tree;
+    hasOffset_ = hasOffset;
+    slotGm_.SetGlobalBuffer(reinterpret_cast<__gm__ S*>(slots));
+    pipe->InitBuffer(inQ_, 2, static_cast<uint32_t>(Align32(row_ * static_cast<int64_t>(sizeof(T)))));
+    pipe->InitBuffer(x32_, static_cast<uint32_t>(row_ * 4));
+    pipe->InitBuffer(h16_, static_cast<uint32_t>(row_ * 2));
+    pipe->InitBuffer(outQ_, 2, static_cast<uint32_t>(row_));
+    if constexpr (DYN) {
+      pipe->InitBuffer(div_, static_cast<uint32_t>(row_ * 4));
+      pipe->InitBuffer(treeBuf_, static_cast<uint32_t>(tree_ * 4));
+      pipe->InitBuffer(scQ_, 2, static_cast<uint32_t>(ScaleUbBytes(maxHeads)));
+    } else {
+      pipe->InitBuffer(sRow_, static_cast<uint32_t>(2 * row_ * 4));
+      if (hasOffset_) pipe->InitBuffer(oRow_, static_cast<uint32_t>(2 * row_ * 4));
+    }
+  }
+
+  // Static: plane p's divisor (and offset) row from its scale / offset input; call for every plane, then
+  // StaticReady() before the first Row.
+  __aicore__ inline void LoadStatic(int32_t p, const QPlane& q, GM_ADDR scale, GM_ADDR offset) {
+    AscendC::LocalTensor<float> s = sRow_.Get<float>()[static_cast<uint32_t>(p * row_)];
+    FillRow(q, s, scale);
+    if (hasOffset_) FillRow(q, oRow_.Get<float>()[static_cast<uint32_t>(p * row_)], offset);
+  }
+  __aicore__ inline void StaticReady() {
+    AscendC::PipeBarrier<PIPE_ALL>();  // the per-channel rows (MTE2) are in UB before the first Div
+  }
+
+  // UB bytes of the scale row of one token: one float per head (BSND) or one per 32-byte block (BNSD: one
+  // DataCopyPad burst per head), rounded up to whole 64-float repeats (the mask-form Duplicate).
+  __aicore__ static inline int64_t ScaleUbBytes(int64_t heads) {
+    const int64_t bytes = heads * (BNSD ? kBlockBytes : 4);
+    return (bytes + 255) / 256 * 256;
+  }
+
+  // Quantizes token t's row of plane p (geometry q, source src) into its slot of the cache plane `dst`
+  // and, dynamic, its scales into `sc`.
+  __aicore__ inline void Row(int32_t p, const QPlane& q, AscendC::GlobalTensor<T>& src, int64_t t,
+                             AscendC::GlobalTensor<int8_t>& dst, int64_t slot, AscendC::GlobalTensor<float>& sc) {
+    const int64_t H_ = q.heads;
+    const int64_t D_ = q.headSize;
+    const int64_t P_ = q.pitch;
+    const rope::CacheGeom& cg = q.cg;
+    const int32_t n = static_cast<int32_t>(H_ * P_);
+    AscendC::LocalTensor<T> in = inQ_.template AllocTensor<T>();
+    HeadRowsIn<T, PAD>(in, src[static_cast<uint64_t>(t * H_ * D_)], H_, D_, P_);
+    inQ_.EnQue(in);
+    in = inQ_.template DeQue<T>();
+    AscendC::LocalTensor<float> x = x32_.Get<float>();
+    AscendC::LocalTensor<float> xs;
+    if constexpr (AscendC::IsSameType<T, float>::value) {
+      xs = in;
+    } else {
+      AscendC::Cast(x, in, AscendC::RoundMode::CAST_NONE, static_cast<uint32_t>(n));
+      xs = x;
+    }
+    AscendC::LocalTensor<float> scUb;
+    if constexpr (DYN) {
+      scUb = scQ_.template AllocTensor<float>();
+      AscendC::LocalTensor<float> div = div_.Get<float>();
+      AscendC::LocalTensor<float> tree = treeBuf_.Get<float>();
+      for (int64_t h = 0; h < H_; ++h) {
+        AscendC::Duplicate(tree, 0.0f, static_cast<int32_t>(tree_));
+        AscendC::Abs(tree, xs[static_cast<uint32_t>(h * P_)], static_cast<int32_t>(D_));
+        for (int64_t len = tree_; len > 8;) {
+          len /= 2;
+          AscendC::Max(tree, tree, tree[static_cast<uint32_t>(len)], static_cast<int32_t>(len));
+        }
+        float m = 0.0f;  // lanes holding a NaN are skipped (a comparison with NaN is false)
+        for (uint32_t l = 0; l < 8; ++l) {
+          const float v = tree.GetValue(l);
+          m = v > m ? v : m;
+        }
+        const float s = m / kInt8Max;
+        // s == 0 (every |x| below 127 * 2^-150): divide by 1 instead; those x round to code 0 (the cpu
+        // kernel's "all-zero row: codes 0, never 0 / 0")
+        AscendC::Duplicate(div[static_cast<uint32_t>(h * P_)], s == 0.0f ? 1.0f : s, static_cast<int32_t>(P_));
+        const int64_t u = BNSD ? h * 8 : h;  // the scale's UB element
+        uint64_t mask[2] = {1ull << static_cast<uint32_t>(u % 64), 0};
+        AscendC::Duplicate(scUb[static_cast<uint32_t>(u / 64 * 64)], s, mask, 1, 1, 8);
+      }
+      AscendC::Div(x, xs, div, n);
+    } else {
+      AscendC::Div(x, xs, sRow_.Get<float>()[static_cast<uint32_t>(p * row_)], n);
+      if (hasOffset_) AscendC::Sub(x, x, oRow_.Get<float>()[static_cast<uint32_t>(p * row_)], n);
+    }
+    inQ_.FreeTensor(in);
+    AscendC::Maxs(x, x, -128.0f, n);
+    AscendC::Mins(x, x, kInt8Max, n);
+    AscendC::Adds(x, x, kRoundMagic, n);
+    AscendC::Adds(x, x, -kRoundMagic, n);
+    AscendC::LocalTensor<half> h16 = h16_.Get<half>();
+    AscendC::Cast(h16, x, AscendC::RoundMode::CAST_NONE, static_cast<uint32_t>(n));
+    AscendC::LocalTensor<int8_t> out = outQ_.template AllocTensor<int8_t>();
+    AscendC::Cast(out, h16, AscendC::RoundMode::CAST_NONE, static_cast<uint32_t>(n));
+    outQ_.EnQue(out);
+    out = outQ_.template DeQue<int8_t>();
+    rope::HeadsCopy<int8_t, PAD>(dst[rope::SlotOffset(cg, slot, 0)], out, H_, D_, P_, cg.headStride, true);
+    outQ_.FreeTensor(out);
+    if constexpr (DYN) {
+      scQ_.EnQue(scUb);
+      scUb = scQ_.template DeQue<float>();
+      const int64_t block = slot / cg.blockSize;
+      const uint64_t off = static_cast<uint64_t>(block * q.scBlock + (slot - block * cg.blockSize) * q.scSlot);
+      ScaleOut(sc[off], scUb, H_, cg.blockSize);
+      scQ_.FreeTensor(scUb);
+    }
+  }
+
+  __aicore__ inline bool ValidSlot(int64_t t, int64_t numSlots, int64_t* slot) {
+    const int64_t s = static_cast<int64_t>(slotGm_.GetValue(static_cast<uint64_t>(t)));
+    *slot = s;
+    return s >= 0 && s < numSlots;
+  }
+
+ private:
+  // The token's scale row to the scale cache: BSND num_kv_heads contiguous floats, BNSD one float per head,
+  // block_size apart (one 4-byte DataCopyPad burst each, A2/A3 only: the tiling refuses it on 310P).
+  __aicore__ inline void ScaleOut(const AscendC::GlobalTensor<float>& gm, const AscendC::LocalTensor<float>& ub,
+                                  int64_t H_, int64_t blockSize) {
+    const int64_t bytes = H_ * 4;
+#if MSKV_HAS_BF16_AND_PAD
+    if (BNSD) {
+      AscendC::DataCopyExtParams out(static_cast<uint16_t>(H_), 4, 0, static_cast<uint32_t>((blockSize - 1) * 4), 0);
+      AscendC::DataCopyPad(gm, ub, out);
+      return;
+    }
+    if (bytes % kBlockBytes != 0) {
+      AscendC::DataCopyExtParams out(1, static_cast<uint32_t>(bytes), 0, 0, 0);
+      AscendC::DataCopyPad(gm, ub, out);
+      return;
+    }
+#endif
+    (void)blockSize;
+    AscendC::DataCopy(gm, ub, static_cast<uint32_t>(H_));
+  }
+
+  // A divisor row of plane q: per tensor one value, per head one value per head row, per channel the
+  // [heads, headSize] values in head rows of pitch P.
+  __aicore__ inline void FillRow(const QPlane& q, const AscendC::LocalTensor<float>& dst, GM_ADDR src) {
+    AscendC::GlobalTensor<float> g;
+    g.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(src));
+    if (q.kind == 0) {
+      AscendC::Duplicate(dst, g.GetValue(0), static_cast<int32_t>(q.heads * q.pitch));
+    } else if (q.kind == 1) {
+      for (int64_t h = 0; h < q.heads; ++h) {
+        AscendC::Duplicate(dst[static_cast<uint32_t>(h * q.pitch)], g.GetValue(static_cast<uint64_t>(h)),
+                           static_cast<int32_t>(q.pitch));
+      }
+    } else {
+      HeadRowsIn<float, PAD>(dst, g, q.heads, q.headSize, q.pitch);
+    }
+  }
+
+  int64_t row_ = 0, tree_ = 8;
+  bool hasOffset_ = false;
+  AscendC::GlobalTensor<S> slotGm_;
+  AscendC::TQue<AscendC::TPosition::VECIN, 2> inQ_;
+  AscendC::TQue<AscendC::TPosition::VECOUT, 2> outQ_;
+  AscendC::TQue<AscendC::TPosition::VECOUT, 2> scQ_;
+  AscendC::TBuf<AscendC::TPosition::VECCALC> x32_;
+  AscendC::TBuf<AscendC::TPosition::VECCALC> h16_;
+  AscendC::TBuf<AscendC::TPosition::VECCALC> div_;
+  AscendC::TBuf<AscendC::TPosition::VECCALC> treeBuf_;
+  AscendC::TBuf<AscendC::TPosition::VECCALC> sRow_;
+  AscendC::TBuf<AscendC::TPosition::VECCALC> oRow_;
+};
+
+}  // namespace quant
+}  // namespace mskv
+
+#endif  // MS_KVCACHE_OP_KERNEL_KV_QUANT_KERNEL_H_
