@@ -187,7 +187,7 @@ def test_copy_bench_median_of_runs_table():
     lines = [x for x in text.splitlines() if x.startswith("| ")]
     assert lines[0].startswith("| op | case |")
     assert lines[1] == ("| reshape_and_cache | bf16 H8 D128 bs128 T=1024 | 10.00 | 11.00 | 1.10 (0.90, 1.30, 1.10) | "
-                        "2.20 (1.80, 2.60, 2.20) | - |")
+                        "2.20 (1.80, 2.60, 2.20) | - | - |")
     assert lines[2].startswith("| concat_and_cache_mla | DeepSeek-V3 T=1024 | 6.00 | ")
     assert "| 1.20 (1.00, 1.40, 1.20) | 1.50 (1.50, 1.50, 1.50) | 1.20 (1.20, 1.20, 1.20) |" in lines[2]
     assert len(lines) == 3  # the overhead row has no memcpy ratio

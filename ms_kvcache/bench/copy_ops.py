@@ -472,6 +472,10 @@ def _slot_case(rows, name, label, t, planes, k, num_slots, op, anchor, reps, rng
 
     _measure(rows, name, label, t, nbytes, k, lambda i: op(slots[i]), anchor, memcpy, fancy, reps, check,
              cache_bytes + nbytes, kernel=_aot_kernel(kernel[0], kernel[1], sets) if kernel else None)
+    # where each plane starts relative to a 64-byte cache line (MindSpore's host tensors are 16-byte aligned):
+    # rows of a cache not on a line boundary write partial lines, which costs streamed scatters of small
+    # rows (README, "Performance of the copy operators"); it varies between runs and processes
+    rows[-1]["cache_line_offsets"] = "/".join(str((_u8(c).ctypes.data + off) % 64) for (_, c, _, off) in planes)
 
 
 def _block_sets(rng, k, n, extra=0):
@@ -802,10 +806,12 @@ def format_table(rows):
                        f"{r['op_gbps']:>8.2f} {r['memcpy_gbps']:>11.2f} {r['ratio_to_memcpy']:>9.2f} "
                        f"{r.get('speedup_vs_numpy', float('nan')):>8.2f} "
                        + (f"{r['kernel_x_memcpy']:>15.2f}" if "kernel_x_memcpy" in r else f"{'-':>15}")
+                       + (f"  (cache line offsets {r['cache_line_offsets']})" if "cache_line_offsets" in r else "")
                        + ("" if r.get("correct", True) else "  WRONG VALUES"))
         out.append("  MB = payload written per call; kernel x memcpy = memcpy time / time of the op's cpu kernel called "
                    "directly (ctypes, no MindSpore launch or pipeline; same rotation, same rounds): op and kernel "
-                   "differ by the PyNative call's cost; " + BASELINE_LINE)
+                   "differ by the PyNative call's cost; cache line offsets = byte offset of each cache plane from a "
+                   "64-byte line (0 = rows on line boundaries); " + BASELINE_LINE)
     return "\n".join(out)
 
 
@@ -841,14 +847,15 @@ def summarize_runs(runs, loads=()):
         out.append(f"  run {i + 1}: load average {ld[0]:.2f} before, {ld[1]:.2f} after")
     out.append("")
     out.append("| op | case | op GB/s | memcpy GB/s | x memcpy: median (runs) | x numpy: median (runs) | "
-               "kernel x memcpy: median (runs) |")
-    out.append("|---|---|---|---|---|---|---|")
+               "kernel x memcpy: median (runs) | cache line offsets (runs) |")
+    out.append("|---|---|---|---|---|---|---|---|")
     for key in keys:
         rs = by[key]
         out.append(f"| {key[0]} | {key[1]} | {med([r['gbps'] for r in rs]):.2f} | "
                    f"{med([r['memcpy_gbps'] for r in rs]):.2f} | {cell([r['ratio_memcpy'] for r in rs])} | "
                    f"{cell([r['speedup']['numpy fancy index'] for r in rs if 'numpy fancy index' in r.get('speedup', {})])} | "
-                   f"{cell([r['kernel_x_memcpy'] for r in rs if 'kernel_x_memcpy' in r])} |"
+                   f"{cell([r['kernel_x_memcpy'] for r in rs if 'kernel_x_memcpy' in r])} | "
+                   f"{', '.join(r['cache_line_offsets'] for r in rs) if all('cache_line_offsets' in r for r in rs) else '-'} |"
                    + ("" if all(r.get("correct", True) for r in rs) else " WRONG VALUES"))
     out.append("")
     out.append(BASELINE_LINE + "; kernel x memcpy = the op's cpu kernel alone (no MindSpore launch), same rounds")
