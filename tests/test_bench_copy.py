@@ -195,3 +195,21 @@ def test_copy_bench_median_of_runs_table():
     # README's check reads the median back from the three figures: the format is the one it parses
     med = re.search(r"\(([\d.]+), ([\d.]+), ([\d.]+)\)", lines[1])
     assert med and f"{float(np.median([float(v) for v in med.groups()])):.2f}" in lines[1].split("(")[0]
+
+
+def test_copy_bench_main_runs_option(small_copy_bench, capsys, tmp_path):
+    """`python scripts/bench_copy.py --runs 2`: both runs' tables, then the median table of the two; --json
+    holds every run's rows with their run number; --runs 0 is refused."""
+    mod = small_copy_bench
+    out = tmp_path / "rows.json"
+    assert mod.main(["--quick", "--ops", "swap_blocks", "--runs", "2", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "=== run 1 of 2" in text and "=== run 2 of 2" in text and "median of 2 runs" in text
+    line = [x for x in text.splitlines() if x.startswith("| swap_blocks | Llama-3-8B 2 blocks |")]
+    assert len(line) == 1 and re.search(r"\| [\d.]+ \([\d.]+, [\d.]+\) \|", line[0]), line
+    import json
+
+    rows = json.loads(out.read_text())
+    assert sorted({r["run"] for r in rows}) == [1, 2] and all(r["correct"] for r in rows)
+    with pytest.raises(SystemExit):
+        mod.main(["--runs", "0"])
