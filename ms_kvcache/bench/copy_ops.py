@@ -283,6 +283,7 @@ def bench_reshape_and_cache(tokens, reps, rng):
             "scatter_update_fp16_us": t_scatter * 1e6, "speedup_vs_scatter_update": t_scatter / t_op,
             "setitem_fp16_us": t_setitem * 1e6, "speedup_vs_setitem": t_setitem / t_op,
             "cache_mib": 2 * kc.size * 2 / 2**20, "correct": ok,
+            "cache_line_offsets": f"{_u8(kc).ctypes.data % 64}/{_u8(vc).ctypes.data % 64}",
         })
         del kc, vc, kc16, vc16, np_kc, np_vc, memcpy
     return rows
@@ -770,7 +771,9 @@ def format_table(rows):
             out.append(f"{r['T']:>6} {r['bytes']:>10} {r['rotations']:>3} {r['op_us']:>9.1f} {r['op_gbps']:>8.2f} "
                        f"{r['op_gbps_spin_sync']:>7.2f} {r['memcpy_gbps']:>11.2f} {r['ratio_to_memcpy']:>9.2f} "
                        f"{r['speedup_vs_numpy']:>8.2f} {r['speedup_vs_scatter_update']:>13.1f} "
-                       f"{r['speedup_vs_setitem']:>10.1f}" + ("" if r["correct"] else "  WRONG VALUES"))
+                       f"{r['speedup_vs_setitem']:>10.1f}"
+                       + (f"  (cache line offsets {r['cache_line_offsets']})" if "cache_line_offsets" in r else "")
+                       + ("" if r["correct"] else "  WRONG VALUES"))
         out.append("  bytes = K+V rows written; K = slot sets rotated over; op = PyNative call, rounds closed by a "
                    "sleep-polling wait for the pipeline ((spin) = closed by Tensor.asnumpy(), whose busy-wait takes a "
                    "core); scatter_update / setitem in float16 (no bf16 CPU kernel), same rotation; speed-ups = their "
