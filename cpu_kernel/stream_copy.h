@@ -49,14 +49,15 @@ inline bool StreamHasAvx2() {
 #endif
 
 // dst[0, n) = src[0, n). With `stream` (and n >= 128), dst is written with non-temporal stores (x86; a
-// plain copy elsewhere) from its first 16-byte-aligned byte on: whole 64-byte cache lines with 32-byte
-// AVX2 stores when the CPU has AVX2 (else 16-byte SSE2 stores), the partial lines at either end (a row
-// of a cache whose base is not 64-byte aligned: MindSpore's host tensors are 16-byte aligned) with
-// 16-byte ones; only the < 16 bytes before the first 16-byte boundary and after the last one are copied
-// plainly. Never a plain store into a line also written with non-temporal stores: that line would be
-// read for ownership and then evicted (measured 2-3x slower for MLA rows). The source is prefetched
-// 1 KiB ahead: row-sized sources are short, so the hardware prefetcher lags. Call StreamFence() before
-// the data is handed to another thread or the kernel returns.
+// plain copy elsewhere) from its first 16-byte-aligned byte on. With AVX2 (the CPU's, checked once): the
+// partial line at the start (a row of a cache whose base is not on a 64-byte line: MindSpore's host tensors
+// are 16-byte aligned) and at the end with 16-byte stores, the whole lines between with 32-byte stores;
+// without it (or with MS_KVCACHE_STREAM_SSE2=1), 16-byte stores throughout. Only the < 16 bytes before the
+// first and after the last 16-byte boundary are copied plainly. Never a plain store into a line also written
+// with non-temporal stores: that line would be read for ownership and then evicted (measured 2-3x slower
+// for MLA rows). README, "Performance of the copy operators", has the measurements. The source is
+// prefetched 1 KiB ahead: row-sized sources are short, so the hardware prefetcher lags. Call StreamFence()
+// before the data is handed to another thread or the kernel returns.
 inline void StreamCopy(uint8_t* dst, const uint8_t* src, int64_t n, bool stream) {
 #if defined(__SSE2__)
   if (stream && n >= 128) {
@@ -66,7 +67,13 @@ inline void StreamCopy(uint8_t* dst, const uint8_t* src, int64_t n, bool stream)
       dst += head, src += head, n -= head;
     }
 #if defined(MSKV_STREAM_AVX2)
-    if (reinterpret_cast<uintptr_t>(dst) % 64 == 0 && StreamHasAvx2()) {  // a row starting on a line
+    if (StreamHasAvx2()) {
+      // 16-byte pieces up to the first line boundary, whole lines with 32-byte stores, 16-byte pieces after
+      int64_t to_line = static_cast<int64_t>((64 - reinterpret_cast<uintptr_t>(dst) % 64) % 64);
+      if (to_line > n) to_line = n / 16 * 16;
+      for (; to_line >= 16; to_line -= 16, dst += 16, src += 16, n -= 16) {
+        _mm_stream_si128(reinterpret_cast<__m128i*>(dst), _mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+      }
       const int64_t lines = n / 64;
       StreamLinesAvx2(dst, src, lines);
       dst += lines * 64, src += lines * 64, n -= lines * 64;
