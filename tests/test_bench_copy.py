@@ -164,3 +164,52 @@ def test_readme_copy_section_matches_the_benchmark():
             assert runs, f"no three runs in: {x}"
             med = float(np.median([float(v) for v in runs.groups()]))
             assert f"{med:.2f}" in x.split("(")[0], f"median {med:.2f} not the row's figure: {x}"
+
+
+def test_copy_bench_median_of_runs_table():
+    """`--runs 3` ends with README's table: per (op, case) the median op / memcpy GB/s and, for x memcpy,
+    x numpy and kernel x memcpy, the median followed by the three runs' figures in run order; the load of
+    every run and the baseline line are printed with it (issue 20: median of three in one command)."""
+    from ms_kvcache.bench import copy_ops
+
+    def row(bench, case, tokens, ratio, numpy_x, kernel_x=None, gbps=10.0):
+        r = {"bench": bench, "op": bench, "case": case, "tokens": tokens, "gbps": gbps, "memcpy_gbps": gbps * ratio,
+             "ratio_memcpy": ratio, "speedup": {"numpy fancy index": numpy_x}, "correct": True}
+        if kernel_x is not None:
+            r["kernel_x_memcpy"] = kernel_x
+        return r
+
+    runs = [[row("reshape_and_cache", "bf16 H8 D128 bs128", 1024, r, 2.0 * r),
+             row("concat_and_cache_mla", "DeepSeek-V3 T=1024", 1024, r + 0.1, 1.5, 1.2, gbps=g),
+             {"bench": "overhead", "op": "reshape_and_cache", "case": "per-call overhead"}]
+            for r, g in ((0.9, 5.0), (1.3, 7.0), (1.1, 6.0))]
+    text = copy_ops.summarize_runs(runs, [(1.0, 2.0), (2.0, 3.0), (3.0, 4.0)])
+    lines = [x for x in text.splitlines() if x.startswith("| ")]
+    assert lines[0].startswith("| op | case |")
+    assert lines[1] == ("| reshape_and_cache | bf16 H8 D128 bs128 T=1024 | 10.00 | 11.00 | 1.10 (0.90, 1.30, 1.10) | "
+                        "2.20 (1.80, 2.60, 2.20) | - | - |")
+    assert lines[2].startswith("| concat_and_cache_mla | DeepSeek-V3 T=1024 | 6.00 | ")
+    assert "| 1.20 (1.00, 1.40, 1.20) | 1.50 (1.50, 1.50, 1.50) | 1.20 (1.20, 1.20, 1.20) |" in lines[2]
+    assert len(lines) == 3  # the overhead row has no memcpy ratio
+    assert "run 3: load average 3.00 before, 4.00 after" in text and copy_ops.BASELINE_LINE in text
+    # README's check reads the median back from the three figures: the format is the one it parses
+    med = re.search(r"\(([\d.]+), ([\d.]+), ([\d.]+)\)", lines[1])
+    assert med and f"{float(np.median([float(v) for v in med.groups()])):.2f}" in lines[1].split("(")[0]
+
+
+def test_copy_bench_main_runs_option(small_copy_bench, capsys, tmp_path):
+    """`python scripts/bench_copy.py --runs 2`: both runs' tables, then the median table of the two; --json
+    holds every run's rows with their run number; --runs 0 is refused."""
+    mod = small_copy_bench
+    out = tmp_path / "rows.json"
+    assert mod.main(["--quick", "--ops", "swap_blocks", "--runs", "2", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "=== run 1 of 2" in text and "=== run 2 of 2" in text and "median of 2 runs" in text
+    line = [x for x in text.splitlines() if x.startswith("| swap_blocks | Llama-3-8B 2 blocks |")]
+    assert len(line) == 1 and re.search(r"\| [\d.]+ \([\d.]+, [\d.]+\) \|", line[0]), line
+    import json
+
+    rows = json.loads(out.read_text())
+    assert sorted({r["run"] for r in rows}) == [1, 2] and all(r["correct"] for r in rows)
+    with pytest.raises(SystemExit):
+        mod.main(["--runs", "0"])

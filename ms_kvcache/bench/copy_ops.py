@@ -26,6 +26,7 @@ no bf16 CPU kernel), the per-call overhead at T = 1 in PyNative and in a GRAPH_M
     python scripts/bench_copy.py               # full table (this module's main)
     python scripts/bench_copy.py --quick       # fewer sizes and repetitions
     python scripts/bench_copy.py --ops concat_and_cache_mla,swap_blocks --json out.json --csv out.csv
+    python scripts/bench_copy.py --ops ... --runs 3  # three runs, then the median table (README's format)
 
 ``run(ops=None, quick=False) -> list[dict]`` is the programmatic entry (used by ``ms-kvcache bench``).
 The AscendC kernels' data movement is ``ms_kvcache.bench.copy_ops_sim``.
@@ -188,6 +189,28 @@ def _slot_sets(rng, num_slots, k, t):
     return rng.permutation(num_slots)[:k * t].reshape(k, t).astype(np.int64)
 
 
+def _kv_memcpy(key, value, k, num_slots, row_bytes, name):
+    """The memcpy baseline of a K/V row write (reshape_and_cache and its quantizing form): ``memcpy(i)``
+    copies the bytes of ``key`` and of ``value`` (host tensors of T rows of ``row_bytes`` each) back to back
+    into region i of K of a bf16 Parameter ``name`` as large as two caches of ``num_slots`` rows (module
+    docstring: same footprint, rotated, cold). The returned function keeps that buffer alive."""
+    src_k, src_v = _u8(key), _u8(value)
+    half = src_k.size
+    if src_v.size != half:
+        raise ValueError(f"_kv_memcpy: argument 'value': expected {half} bytes (as key), got {src_v.size}")
+    nbytes = 2 * half
+    mem_dst = _u8(_param((num_slots * row_bytes,), name))  # bf16 elements: 2 caches x num_slots x row_bytes bytes
+    if k * nbytes > mem_dst.size:
+        raise ValueError(f"_kv_memcpy: {k} rotations of {nbytes} bytes exceed the {mem_dst.size}-byte buffer")
+    regions = [(mem_dst[i * nbytes:i * nbytes + half], mem_dst[i * nbytes + half:(i + 1) * nbytes]) for i in range(k)]
+
+    def memcpy(i):
+        np.copyto(regions[i][0], src_k)
+        np.copyto(regions[i][1], src_v)
+
+    return memcpy
+
+
 def bench_reshape_and_cache(tokens, reps, rng):
     """One row per T: op vs memcpy vs numpy fancy index vs scatter_update vs setitem, all rotated over the
     same K slot sets (see the module docstring)."""
@@ -210,17 +233,7 @@ def bench_reshape_and_cache(tokens, reps, rng):
         sets = _slot_sets(rng, num_slots, k, t)
         slots = [ms.Tensor(s) for s in sets]
         inner = _inner_for(nbytes)
-
-        # memcpy: the op's own key / value bytes into a buffer of the caches' size, region i of K
-        src_k, src_v = _u8(key), _u8(value)
-        mem_dst = _u8(_param((2 * num_slots * HEADS * HEAD_SIZE,), f"rac_md{t}"))
-        half = t * row_bytes
-        regions = [(mem_dst[i * nbytes:i * nbytes + half], mem_dst[i * nbytes + half:(i + 1) * nbytes])
-                   for i in range(k)]
-
-        def memcpy(i, regions=regions, src_k=src_k, src_v=src_v):
-            np.copyto(regions[i][0], src_k)
-            np.copyto(regions[i][1], src_v)
+        memcpy = _kv_memcpy(key, value, k, num_slots, row_bytes, f"rac_md{t}")
 
         # numpy: fancy-index assignment into caches of the same shape (uint16 views of bf16 Parameters)
         np_kc = _u8(_param(shape, f"rac_nk{t}")).view(np.uint16).reshape(num_slots, HEADS, HEAD_SIZE)
@@ -234,14 +247,7 @@ def bench_reshape_and_cache(tokens, reps, rng):
         def op(i, key=key, value=value, kc=kc, vc=vc, slots=slots):
             ms_kvcache.reshape_and_cache(key, value, kc, vc, slots[i])
 
-        def sync(kc=kc):
-            _polite_sync(kc)
-
-        best = _timeit_interleaved({
-            "op": (_Cycle(k, op), sync, inner),
-            "memcpy": (_Cycle(k, memcpy), _no_sync, inner),
-            "numpy": (_Cycle(k, fancy), _no_sync, inner),
-        }, reps + 2, warmup=k)
+        best = _time_rotated(k, nbytes, op, kc, memcpy, fancy, reps)
         t_op, t_memcpy, t_numpy = best["op"], best["memcpy"], best["numpy"]
         t_op_spin = _timeit(_Cycle(k, op), lambda kc=kc: kc.asnumpy(), max(1, reps // 2), inner, warmup=k)
 
@@ -277,8 +283,9 @@ def bench_reshape_and_cache(tokens, reps, rng):
             "scatter_update_fp16_us": t_scatter * 1e6, "speedup_vs_scatter_update": t_scatter / t_op,
             "setitem_fp16_us": t_setitem * 1e6, "speedup_vs_setitem": t_setitem / t_op,
             "cache_mib": 2 * kc.size * 2 / 2**20, "correct": ok,
+            "cache_line_offsets": f"{_u8(kc).ctypes.data % 64}/{_u8(vc).ctypes.data % 64}",
         })
-        del kc, vc, kc16, vc16, np_kc, np_vc, mem_dst, regions
+        del kc, vc, kc16, vc16, np_kc, np_vc, memcpy
     return rows
 
 
@@ -402,16 +409,24 @@ def _aot_kernel(symbol, tensors, index_sets, after=()):
     return run
 
 
-def _measure(rows, name, shape, tokens, nbytes, k, op, anchor, memcpy, fancy, reps, check, footprint, kernel=None):
-    """Time op / memcpy / numpy (each a function of the rotation index), interleaved; append one row.
-    ``kernel`` (optional, see _aot_kernel): the op's kernel alone, timed in the same rounds."""
+def _time_rotated(k, nbytes, op, anchor, memcpy, fancy, reps, kernel=None):
+    """The timing of every copy row: op, memcpy and numpy (and ``kernel``, the op's cpu kernel alone, when
+    given), each a function of the rotation index cycled over K, interleaved in ``reps + 2`` rounds of
+    ``_inner_for(nbytes)`` calls after one warm-up pass over the K sets; op rounds are closed by a
+    sleep-polling pipeline sync on ``anchor`` (_polite_sync). Returns best seconds per call by name."""
     inner = _inner_for(nbytes)
     cases = {"op": (_Cycle(k, op), lambda: _polite_sync(anchor), inner),
              "memcpy": (_Cycle(k, memcpy), _no_sync, inner),
              "numpy": (_Cycle(k, fancy), _no_sync, inner)}
     if kernel is not None:
         cases["kernel"] = (_Cycle(k, kernel), _no_sync, inner)
-    best = _timeit_interleaved(cases, reps + 2, warmup=k)
+    return _timeit_interleaved(cases, reps + 2, warmup=k)
+
+
+def _measure(rows, name, shape, tokens, nbytes, k, op, anchor, memcpy, fancy, reps, check, footprint, kernel=None):
+    """Time op / memcpy / numpy (each a function of the rotation index), interleaved; append one row.
+    ``kernel`` (optional, see _aot_kernel): the op's kernel alone, timed in the same rounds."""
+    best = _time_rotated(k, nbytes, op, anchor, memcpy, fancy, reps, kernel)
     t_op, t_mem, t_np = best["op"], best["memcpy"], best["numpy"]
     row = {"bench": name, "shape": shape, "T": tokens, "dtype": "bfloat16", "bytes": nbytes, "rotations": k,
            "footprint_mib": footprint / 2**20, "op_us": t_op * 1e6, "op_gbps": nbytes / t_op / 1e9,
@@ -458,6 +473,10 @@ def _slot_case(rows, name, label, t, planes, k, num_slots, op, anchor, reps, rng
 
     _measure(rows, name, label, t, nbytes, k, lambda i: op(slots[i]), anchor, memcpy, fancy, reps, check,
              cache_bytes + nbytes, kernel=_aot_kernel(kernel[0], kernel[1], sets) if kernel else None)
+    # where each plane starts relative to a 64-byte cache line (MindSpore's host tensors are 16-byte aligned):
+    # rows of a cache not on a line boundary write partial lines, which costs streamed scatters of small
+    # rows (README, "Performance of the copy operators"); it varies between runs and processes
+    rows[-1]["cache_line_offsets"] = "/".join(str((_u8(c).ctypes.data + off) % 64) for (_, c, _, off) in planes)
 
 
 def _block_sets(rng, k, n, extra=0):
@@ -600,15 +619,7 @@ def bench_quant(tokens, reps, rng, modes=QUANT_MODES):
         key, value = _tensor(key_np, ms.bfloat16), _tensor(value_np, ms.bfloat16)
         sets = _slot_sets(rng, num_slots, k, t)
         slots = [ms.Tensor(s) for s in sets]
-        src_k, src_v = _u8(key), _u8(value)
-        mem_dst = _u8(_param((2 * num_slots * h * d,), f"q_md{t}"))
-        half = t * row_bytes
-        regions = [(mem_dst[i * nbytes:i * nbytes + half], mem_dst[i * nbytes + half:(i + 1) * nbytes])
-                   for i in range(k)]
-
-        def memcpy(i, regions=regions, src_k=src_k, src_v=src_v):
-            np.copyto(regions[i][0], src_k)
-            np.copyto(regions[i][1], src_v)
+        memcpy = _kv_memcpy(key, value, k, num_slots, row_bytes, f"q_md{t}")
 
         kf, vf = key_np.astype(np.float32), value_np.astype(np.float32)
         for mode in modes:
@@ -760,7 +771,9 @@ def format_table(rows):
             out.append(f"{r['T']:>6} {r['bytes']:>10} {r['rotations']:>3} {r['op_us']:>9.1f} {r['op_gbps']:>8.2f} "
                        f"{r['op_gbps_spin_sync']:>7.2f} {r['memcpy_gbps']:>11.2f} {r['ratio_to_memcpy']:>9.2f} "
                        f"{r['speedup_vs_numpy']:>8.2f} {r['speedup_vs_scatter_update']:>13.1f} "
-                       f"{r['speedup_vs_setitem']:>10.1f}" + ("" if r["correct"] else "  WRONG VALUES"))
+                       f"{r['speedup_vs_setitem']:>10.1f}"
+                       + (f"  (cache line offsets {r['cache_line_offsets']})" if "cache_line_offsets" in r else "")
+                       + ("" if r["correct"] else "  WRONG VALUES"))
         out.append("  bytes = K+V rows written; K = slot sets rotated over; op = PyNative call, rounds closed by a "
                    "sleep-polling wait for the pipeline ((spin) = closed by Tensor.asnumpy(), whose busy-wait takes a "
                    "core); scatter_update / setitem in float16 (no bf16 CPU kernel), same rotation; speed-ups = their "
@@ -796,10 +809,59 @@ def format_table(rows):
                        f"{r['op_gbps']:>8.2f} {r['memcpy_gbps']:>11.2f} {r['ratio_to_memcpy']:>9.2f} "
                        f"{r.get('speedup_vs_numpy', float('nan')):>8.2f} "
                        + (f"{r['kernel_x_memcpy']:>15.2f}" if "kernel_x_memcpy" in r else f"{'-':>15}")
+                       + (f"  (cache line offsets {r['cache_line_offsets']})" if "cache_line_offsets" in r else "")
                        + ("" if r.get("correct", True) else "  WRONG VALUES"))
         out.append("  MB = payload written per call; kernel x memcpy = memcpy time / time of the op's cpu kernel called "
                    "directly (ctypes, no MindSpore launch or pipeline; same rotation, same rounds): op and kernel "
-                   "differ by the PyNative call's cost; " + BASELINE_LINE)
+                   "differ by the PyNative call's cost; cache line offsets = byte offset of each cache plane from a "
+                   "64-byte line (0 = rows on line boundaries); " + BASELINE_LINE)
+    return "\n".join(out)
+
+
+def _case_label(r):
+    """The README table's case cell of a row (reshape_and_cache rows get their T appended)."""
+    case = r["case"]
+    return case if "T=" in case or r.get("tokens") is None or r["bench"] != "reshape_and_cache" else f"{case} T={r['tokens']}"
+
+
+def summarize_runs(runs, loads=()):
+    """The table of several runs of the same benchmark (issue 20's "median of three"): one line per row that
+    has a memcpy ratio (op, case), with the median op GB/s and memcpy GB/s and, for ``x memcpy``, ``x numpy``
+    and ``kernel x memcpy``, the median followed by every run's figure in run order. ``runs`` = one row list
+    per run (``run()``'s result); ``loads`` = per run (load average before, after) for the header. Markdown,
+    README's format; the baseline line under it."""
+    med = lambda v: float(np.median(v))  # noqa: E731
+    keys, by = [], {}
+    for rows in runs:
+        for r in rows:
+            if "ratio_memcpy" not in r:
+                continue
+            key = (r["bench"], _case_label(r))
+            if key not in by:
+                keys.append(key)
+                by[key] = []
+            by[key].append(r)
+
+    def cell(vals):
+        return f"{med(vals):.2f} ({', '.join(f'{v:.2f}' for v in vals)})" if vals else "-"
+
+    out = [f"median of {len(runs)} runs (python scripts/bench_copy.py --runs {len(runs)}); figures in run order"]
+    for i, ld in enumerate(loads):
+        out.append(f"  run {i + 1}: load average {ld[0]:.2f} before, {ld[1]:.2f} after")
+    out.append("")
+    out.append("| op | case | op GB/s | memcpy GB/s | x memcpy: median (runs) | x numpy: median (runs) | "
+               "kernel x memcpy: median (runs) | cache line offsets (runs) |")
+    out.append("|---|---|---|---|---|---|---|---|")
+    for key in keys:
+        rs = by[key]
+        out.append(f"| {key[0]} | {key[1]} | {med([r['gbps'] for r in rs]):.2f} | "
+                   f"{med([r['memcpy_gbps'] for r in rs]):.2f} | {cell([r['ratio_memcpy'] for r in rs])} | "
+                   f"{cell([r['speedup']['numpy fancy index'] for r in rs if 'numpy fancy index' in r.get('speedup', {})])} | "
+                   f"{cell([r['kernel_x_memcpy'] for r in rs if 'kernel_x_memcpy' in r])} | "
+                   f"{', '.join(r['cache_line_offsets'] for r in rs) if all('cache_line_offsets' in r for r in rs) else '-'} |"
+                   + ("" if all(r.get("correct", True) for r in rs) else " WRONG VALUES"))
+    out.append("")
+    out.append(BASELINE_LINE + "; kernel x memcpy = the op's cpu kernel alone (no MindSpore launch), same rounds")
     return "\n".join(out)
 
 
@@ -807,15 +869,32 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="fewer sizes and repetitions")
     p.add_argument("--ops", default=None, help=f"comma-separated subset of {','.join(ALL_OPS)}")
-    p.add_argument("--json", default=None, help="write rows as JSON to this file ('-' = stdout)")
+    p.add_argument("--runs", type=int, default=1,
+                   help="run the whole benchmark N times in a row and end with the median table of the N runs "
+                        "(every run's figure, README's format); default 1")
+    p.add_argument("--json", default=None, help="write rows as JSON to this file ('-' = stdout; all runs' rows, "
+                                                "each with its 'run' number)")
     p.add_argument("--csv", default=None, help="write rows as CSV to this file")
     args = p.parse_args(argv)
-    load = os.getloadavg()
-    rows = run(ops=args.ops.split(",") if args.ops else None, quick=args.quick)
-    load_after = os.getloadavg()
-    print(format_table(rows))
-    print(f"\nload average (1, 5, 15 min): {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} before, "
-          f"{load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f} after (CPU figures of this machine)")
+    if args.runs < 1:
+        p.error(f"argument --runs: expected a number >= 1, got {args.runs}")
+    runs, loads, all_rows = [], [], []
+    for i in range(args.runs):
+        load = os.getloadavg()
+        rows = run(ops=args.ops.split(",") if args.ops else None, quick=args.quick)
+        load_after = os.getloadavg()
+        if args.runs > 1:
+            print(f"=== run {i + 1} of {args.runs}")
+        print(format_table(rows))
+        print(f"\nload average (1, 5, 15 min): {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} before, "
+              f"{load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f} after (CPU figures of this machine)")
+        runs.append(rows)
+        loads.append((load[0], load_after[0]))
+        all_rows += [{**r, "run": i + 1} for r in rows] if args.runs > 1 else rows
+    if args.runs > 1:
+        print("")
+        print(summarize_runs(runs, loads))
+    rows = all_rows
     if args.json:
         text = json.dumps(rows, indent=1)
         if args.json == "-":
