@@ -22,6 +22,17 @@ __aicore__ inline void RunConcatAndCacheMlaQuant(GM_ADDR kv_c, GM_ADDR k_pe, GM_
                                                  GM_ADDR kv_c_offset, GM_ADDR k_pe_offset, GM_ADDR kv_c_scale_cache,
                                                  GM_ADDR k_pe_scale_cache, const TD& td) {
   if (td.numTokens <= 0) return;  // nothing to write (the tiling's no-op launch)
+  // written tensors that share memory (one Parameter as kv_c_cache and k_pe_cache, or as a data and a scale
+  // cache: possible in a graph) would overwrite each other's rows; stop the launch before any write
+  const int64_t numBlocks = td.blockSize > 0 ? td.numSlots / td.blockSize : 0;
+  mskv::GmSpans<4> spans;
+  spans.Add(reinterpret_cast<__gm__ int8_t*>(kv_c_cache), numBlocks * td.blockSize * td.cDim, true);
+  spans.Add(reinterpret_cast<__gm__ int8_t*>(k_pe_cache), numBlocks * td.blockSize * td.pDim, true);
+  if constexpr (DYN) {
+    spans.Add(reinterpret_cast<__gm__ float*>(kv_c_scale_cache), td.cDim > 0 ? numBlocks * td.blockSize : 0, true);
+    spans.Add(reinterpret_cast<__gm__ float*>(k_pe_scale_cache), td.pDim > 0 ? numBlocks * td.blockSize : 0, true);
+  }
+  mskv::TrapOnAliasedWrites(spans);
   int64_t begin = 0;
   int64_t end = 0;
   mskv::CoreRange(td.formerNum, td.formerLen, td.tailLen, &begin, &end);

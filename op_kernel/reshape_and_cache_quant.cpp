@@ -24,6 +24,22 @@ __aicore__ inline void RunReshapeAndCacheQuant(GM_ADDR key, GM_ADDR value, GM_AD
                                                GM_ADDR v_offset, GM_ADDR k_scale_cache, GM_ADDR v_scale_cache,
                                                const TD& td) {
   if (td.numTokens <= 0) return;  // nothing to write (the tiling's no-op launch)
+  // written tensors that share memory (one Parameter as key_cache and value_cache, or as a data and a scale
+  // cache: possible in a graph) would overwrite each other's rows in a core-order-dependent way; stop the
+  // launch before any write. A merged cache is one tensor (its planes never overlap).
+  const int64_t numBlocks = td.blockSize > 0 ? td.numSlots / td.blockSize : 0;
+  mskv::GmSpans<4> spans;
+  if (td.planeElems > 0) {
+    spans.Add(reinterpret_cast<__gm__ int8_t*>(key_cache), 2 * td.planeElems, true);
+  } else {
+    spans.Add(reinterpret_cast<__gm__ int8_t*>(key_cache), numBlocks * td.blockStride, true);
+    spans.Add(reinterpret_cast<__gm__ int8_t*>(value_cache), numBlocks * td.blockStride, true);
+  }
+  if constexpr (DYN) {
+    spans.Add(reinterpret_cast<__gm__ float*>(k_scale_cache), numBlocks * td.scBlockStride, true);
+    spans.Add(reinterpret_cast<__gm__ float*>(v_scale_cache), numBlocks * td.scBlockStride, true);
+  }
+  mskv::TrapOnAliasedWrites(spans);
   int64_t begin = 0;
   int64_t end = 0;
   mskv::CoreRange(td.formerNum, td.formerLen, td.tailLen, &begin, &end);

@@ -346,3 +346,52 @@ def test_graph_mode_same_parameter_as_both_caches_fails_loudly_without_launch_ch
             np.testing.assert_array_equal(to_np(net.c), before)
     finally:
         mk.set_backend(old)
+
+
+# ------------------------------------------------------------------------------ the quantizing writes
+_E = np.zeros((0,), np.float32)  # an absent optional input of the quantizing ops
+
+
+@pytest.mark.parametrize("soc", SOCS)
+def test_reshape_and_cache_quant_same_cache_as_key_and_value_traps(soc, rng):
+    """key_cache is value_cache of an int8 static-scale write (one Parameter passed twice in a graph)."""
+    k, v = _kv_rows(rng, 24, 2, 32, "float32")
+    kc = np.zeros((3, 8, 2, 32), np.int8)
+    s = np.full((), 0.05, np.float32)
+    _trap("MskvReshapeAndCacheQuant",
+          [k, v, kc, kc, np.arange(24, dtype=np.int32), s, s, _E, _E, _E, _E, status()],
+          {"quant_mode": "static"}, soc, written=(kc,))
+
+
+@pytest.mark.parametrize("soc", SOCS)
+def test_reshape_and_cache_quant_scale_cache_aliases_traps(soc, rng):
+    """k_scale_cache is v_scale_cache of a dynamic per-token write: each token's value scale would
+    overwrite its key scale."""
+    k, v = _kv_rows(rng, 24, 8, 32, "float32")
+    kc, vc = np.zeros((3, 8, 8, 32), np.int8), np.zeros((3, 8, 8, 32), np.int8)
+    sc = np.zeros((3, 8, 8, 1), np.float32)
+    _trap("MskvReshapeAndCacheQuant",
+          [k, v, kc, vc, np.arange(24, dtype=np.int32), _E, _E, _E, _E, sc, sc, status()],
+          {"quant_mode": "dynamic"}, soc, written=(kc, vc, sc))
+
+
+def test_reshape_and_cache_quant_distinct_caches_still_run(rng):
+    """Not over-strict: distinct data and scale caches are written (the scale caches' rows change)."""
+    k, v = _kv_rows(rng, 5, 8, 32, "float32")
+    kc, vc = np.zeros((3, 8, 8, 32), np.int8), np.zeros((3, 8, 8, 32), np.int8)
+    ksc, vsc = np.zeros((3, 8, 8, 1), np.float32), np.zeros((3, 8, 8, 1), np.float32)
+    launch("MskvReshapeAndCacheQuant", [k, v, kc, vc, np.arange(5, dtype=np.int32), _E, _E, _E, _E, ksc, vsc,
+                                        status()], {"quant_mode": "dynamic"}, gm_copy="never")
+    want = np.abs(k).max(-1) / np.float32(127)
+    np.testing.assert_allclose(ksc[0, :5, :, 0], want, rtol=1e-6)
+    assert np.abs(kc[0, :5]).max() == 127
+
+
+def test_concat_and_cache_mla_quant_same_cache_for_both_parts_traps(rng):
+    """kv_c_cache is k_pe_cache of an int8 static-scale MLA write (kv_lora_rank == rope_dim)."""
+    kv_c, k_pe = random_array(rng, (30, 32), "float32"), random_array(rng, (30, 32), "float32")
+    c = np.zeros((3, 16, 32), np.int8)
+    s = np.full((), 0.05, np.float32)
+    _trap("MskvConcatAndCacheMlaQuant",
+          [kv_c, k_pe, c, c, np.arange(30, dtype=np.int64), s, s, _E, _E, _E, _E, status()],
+          {"quant_mode": "static"}, written=(c,))
