@@ -213,3 +213,18 @@ def test_copy_bench_main_runs_option(small_copy_bench, capsys, tmp_path):
     assert sorted({r["run"] for r in rows}) == [1, 2] and all(r["correct"] for r in rows)
     with pytest.raises(SystemExit):
         mod.main(["--runs", "0"])
+
+
+def test_copy_sim_quant_rows_name_the_public_op():
+    """The emulation rows of the quantizing writes name the public op a user calls (reshape_and_cache /
+    concat_and_cache_mla with scale arguments), as every bench row must (`ms-kvcache bench` keys its table
+    and plot on public op names): they said reshape_and_cache_quant / concat_and_cache_mla_quant."""
+    import ms_kvcache
+    from ms_kvcache.bench import copy_ops_sim
+    from _copy_sim_ref import sim_module
+
+    sim = sim_module()
+    rows = copy_ops_sim._quant_rows(sim, "Ascend910B1", 4, "bfloat16")
+    rows += copy_ops_sim._mla_quant_rows(sim, "Ascend910B1", 4, "bfloat16")
+    assert {r["op"] for r in rows} == {"reshape_and_cache", "concat_and_cache_mla"}
+    assert all(r["op"] in ms_kvcache.ops.__all__ and "-> int8" in r["case"] for r in rows)

@@ -113,7 +113,7 @@ def _mla_quant_rows(sim, soc, T, dtype):
         st = sim.launch("MskvConcatAndCacheMlaQuant", [kv_c, k_pe, a, b, slots] + sc + [_status()],
                         attrs={"quant_mode": mode}, soc=soc, gm_copy="never")
         minimum = T * (R + P) * (2 + 1) + slots.nbytes + (2 * T * 4 if mode == "dynamic" else 8 * int(st["cores_used"]))
-        rows.append(_row(sim, soc, "concat_and_cache_mla_quant", f"DeepSeek-V3 R=512 P=64 bs=64 -> int8, {mode}",
+        rows.append(_row(sim, soc, "concat_and_cache_mla", f"DeepSeek-V3 R=512 P=64 bs=64 -> int8, {mode} (MskvConcatAndCacheMlaQuant)",
                          dtype, T, minimum, st))
     return rows
 
@@ -144,7 +144,7 @@ def _quant_rows(sim, soc, T, dtype):
         st = sim.launch("MskvReshapeAndCacheQuant", [key, value, kc, vc, slots] + sc + [_status()],
                         attrs={"cache_layout": "BSND", "quant_mode": mode}, soc=soc, gm_copy="never")
         minimum = 2 * T * H * D * (2 + 1) + slots.nbytes + (2 * T * H * 4 if mode == "dynamic" else 8 * int(st["cores_used"]))
-        rows.append(_row(sim, soc, "reshape_and_cache_quant", f"Llama-3-8B BSND H=8 D=128 bs=128 -> int8, {mode}",
+        rows.append(_row(sim, soc, "reshape_and_cache", f"Llama-3-8B BSND H=8 D=128 bs=128 -> int8, {mode} (MskvReshapeAndCacheQuant)",
                          dtype, T, minimum, st))
     return rows
 
