@@ -684,12 +684,9 @@ def _graph_call_fails(call, cache_arrays, input_arrays, msg):
         np.testing.assert_array_equal(to_np(c), a, "written before the failure")
 
 
-_BAD_GQA = [  # (op, argument, bad array, value shown): per tensor / per head / per channel, 0 / NaN / inf / < 0
+_BAD_GQA = [  # (op, argument, bad array, value shown); more values and granularities: the next test
     ("reshape_and_cache", "k_scale", _bad((), 0, 0.0), "0 at flat index 0"),
-    ("reshape_and_cache_merged", "v_scale", _bad((2,), 1, np.nan), "nan at flat index 1"),
-    ("reshape_and_cache", "v_scale", _bad((2, 8), 5, -0.5), "-0.5 at flat index 5"),
-    ("reshape_and_cache", "k_offset", _bad((2, 8), 9, np.inf), "inf at flat index 9"),
-    ("rope_reshape_and_cache", "k_scale", _bad((2, 8), 3, np.inf), "inf at flat index 3"),
+    ("rope_reshape_and_cache", "v_offset", _bad((2, 8), 3, np.inf), "inf at flat index 3"),
 ]
 
 
@@ -724,10 +721,44 @@ def test_bad_static_values_fail_the_graph_launch_cpu(op, arg, bad, shown, rng):
                       [x, sl, pos, cos_sin] + [scales[n] for n in ("k_scale", "v_scale", "k_offset", "v_offset")], msg)
 
 
-@pytest.mark.parametrize("arg,bad,shown", [("kv_c_scale", _bad((16,), 7, 0.0), "0 at flat index 7"),
-                                           ("k_pe_scale", _bad((), 0, -np.inf), "-inf at flat index 0")])
+@pytest.mark.parametrize("kv_format,idx,bad,shown", [
+    (2, 5, _bad((2,), 1, np.nan), "'k_scale': expected finite values > 0, got nan at flat index 1"),
+    (2, 6, _bad((2, 8), 5, -0.5), "'v_scale': expected finite values > 0, got -0.5 at flat index 5"),
+    (2, 7, _bad((2, 8), 9, -np.inf), "'k_offset': expected finite values, got -inf at flat index 9"),
+    (1, 6, _bad((), 0, np.inf), "'v_scale': expected finite values > 0, got inf at flat index 0"),
+])
+def test_bad_static_values_fail_the_kernel_launch_cpu(kv_format, idx, bad, shown, rng):
+    """The cpu kernel itself (launched as graph mode launches it: no strict mode, no Python value check; here
+    through the fast module, without a graph compile) refuses per-head / per-channel / per-tensor scales that are
+    NaN, < 0 or inf and non-finite offsets, separate and merged caches, before writing anything."""
+    from ms_kvcache import _cpu, _custom
+    from ms_kvcache.ops import reshape_and_cache_quant as rq
+
+    if not _custom.fast_path_available("cpu")[0]:
+        pytest.skip(f"fast path unavailable: {_custom.fast_path_available('cpu')[1]}")
+    spec, mod = rq.SPEC, _custom._fast_module()
+    kern = mod.kernel(_cpu.__file__, spec.op_type, spec.name, spec.kernel_attrs(spec.attr_values(
+        ("BSND", kv_format, "static"))), list(_custom.output_sources(spec)))
+    merged = kv_format == 1
+    kc0 = rng.integers(-128, 128, ((2,) if merged else ()) + (2, 4, 2, 8), dtype=np.int8)
+    vc0 = rng.integers(-128, 128, (0,) if merged else (2, 4, 2, 8), dtype=np.int8)
+    x = to_ms(random_array(rng, (3, 2, 8), "float16"))
+    good = np.full(bad.shape, 0.05, np.float32)
+    quant = [good, good, np.zeros_like(good), np.zeros_like(good)]
+    quant[idx - 5] = bad
+    kc, vc = to_ms(kc0), to_ms(vc0)
+    mod.run(kern, x, x, kc, vc, Tensor(np.array([5, -1, 2], np.int32)), *(Tensor(q) for q in quant),
+            _quant.NO_F32, _quant.NO_F32)
+    with pytest.raises(RuntimeError, match=rf"reshape_and_cache_quant: argument {shown} \(checked at launch\); "
+                                           r"nothing was written"):
+        kc.asnumpy()
+    np.testing.assert_array_equal(kc.asnumpy(), kc0)
+    np.testing.assert_array_equal(vc.asnumpy(), vc0)
+
+
+@pytest.mark.parametrize("arg,bad,shown", [("kv_c_scale", _bad((16,), 7, 0.0), "0 at flat index 7")])
 def test_bad_static_values_fail_the_graph_launch_cpu_mla(arg, bad, shown, rng):
-    """As above for concat_and_cache_mla (per channel and per tensor)."""
+    """As above for concat_and_cache_mla (per channel)."""
     cc = rng.integers(-128, 128, (2, 4, 16), dtype=np.int8)
     pc = rng.integers(-128, 128, (2, 4, 4), dtype=np.int8)
     a, b = random_array(rng, (3, 16), "float32"), random_array(rng, (3, 4), "float32")
