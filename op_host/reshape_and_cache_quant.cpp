@@ -206,15 +206,22 @@ ge::graphStatus ReshapeAndCacheQuantTiling(gert::TilingContext* context) {
     // UB: source row x2 (double-buffered queue), fp32 row, half row, codes x2, then per mode the divisor
     // rows (static: scale and offset rows of both planes; dynamic: one divisor row, the max tree, the scale
     // rows x2).
-    const int64_t row = H * P;
-    int64_t need = 2 * AlignUp(row * elem, kBlockBytes) + row * 4 + row * 2 + 2 * row;
-    // (the scale rows: one float per head, BNSD one per 32-byte block, in whole 256-byte repeats; RowQuant)
-    if (dynamic) need += row * 4 + tree * 4 + 2 * AlignUp(H * (bnsd ? kBlockBytes : 4), 256);
-    else need += (hasOffset ? 4 : 2) * row * 4;
-    if (need > hw.ubBytes - kUbReserveBytes) {
-      return Fail(kOp, "a token row of num_kv_heads * head_size = %lld elements needs %lld bytes of UB for its "
-                  "quantization, more than the %lld bytes of %s", static_cast<long long>(g.rowElems),
-                  static_cast<long long>(need), static_cast<long long>(hw.ubBytes - kUbReserveBytes), SocName(hw));
+    auto need = [&](int64_t h) {  // UB bytes for a token row of h heads
+      const int64_t row = h * P;
+      const int64_t n = 2 * AlignUp(row * elem, kBlockBytes) + row * 4 + row * 2 + 2 * row;
+      // (the scale rows: one float per head, BNSD one per 32-byte block, in whole 256-byte repeats; RowQuant)
+      if (dynamic) return n + row * 4 + tree * 4 + 2 * AlignUp(h * (bnsd ? kBlockBytes : 4), 256);
+      return n + (hasOffset ? 4 : 2) * row * 4;
+    };
+    const int64_t budget = hw.ubBytes - kUbReserveBytes;
+    if (need(H) > budget) {
+      int64_t fit = H - 1;  // the most heads of this head_size that fit
+      while (fit > 0 && need(fit) > budget) --fit;
+      return Fail(kOp, "key: expected a token row of num_kv_heads * head_size <= %lld elements (num_kv_heads <= %lld "
+                  "at head_size %lld: the row and its quantization buffers in the %lld bytes of UB of %s), got %lld "
+                  "(num_kv_heads %lld, %lld bytes needed)", static_cast<long long>(fit * D), static_cast<long long>(fit),
+                  static_cast<long long>(D), static_cast<long long>(budget), SocName(hw),
+                  static_cast<long long>(g.rowElems), static_cast<long long>(H), static_cast<long long>(need(H)));
     }
   }
   const CoreSplit split = noWork ? NoWork() : SplitWork(g.numTokens, hw.cores);
