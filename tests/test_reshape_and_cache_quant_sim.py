@@ -488,3 +488,38 @@ def test_row_too_large_for_ub_names_the_public_op_and_argument(merged):
     tiling(fit)
     with pytest.raises(sim.TilingRejectedError, match=rf"num_kv_heads <= {fit} at head_size 128"):
         tiling(fit + 1)
+
+
+def test_row_too_large_for_ub_graph_mode_names_the_public_op():
+    """GRAPH_MODE on set_backend("sim"): the same UB rejection reaches MindSpore as a RuntimeError whose text
+    starts with the public op (reshape_and_cache_merged, the primitive's mskv_op_name), not only the internal
+    OpType MskvReshapeAndCacheQuant; the cache keeps its bytes."""
+    from mindspore import Parameter, Tensor, nn
+
+    from conftest import ms_mode, to_np
+
+    mk = public_backend_or_skip("reshape_and_cache")
+    T, H, D = 2, 96, 128
+    kc0 = np.random.default_rng(3).integers(-128, 128, size=(2, 2, 4, H, D), dtype=np.int8)
+
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.kv = Parameter(Tensor(kc0), name="kv_big")
+
+        def construct(self, k, s, a):
+            mk.reshape_and_cache_merged(k, k, self.kv, s, k_scale=a, v_scale=a)
+            return s
+
+    mk.set_backend("sim")
+    try:
+        with ms_mode("graph"):
+            net = Net()
+            with pytest.raises(RuntimeError) as ei:
+                net(Tensor(np.zeros((T, H, D), np.float16)), Tensor(np.array([0, 5], np.int32)),
+                    Tensor(np.float32(0.1))).asnumpy()
+            np.testing.assert_array_equal(to_np(net.kv), kc0)
+    finally:
+        mk.set_backend("cpu")
+    msg = str(ei.value)
+    assert "reshape_and_cache_merged: " in msg and "key: expected a token row of num_kv_heads" in msg, msg

@@ -1387,6 +1387,16 @@ std::string ReportAotFailure(const std::string& op, const std::string& rule, con
   std::fflush(stderr);
   return msg;
 }
+// `what` led by the public op name of the launch (the primitive's mskv_op_name attribute, e.g.
+// reshape_and_cache_merged for the internal MskvReshapeAndCacheQuant), unless absent or already there: a
+// graph-mode tiling or emulation error then names the op the user called, as the PyNative one does.
+std::string PublicNamed(void* extra, const std::string& what) {
+  auto* ex = static_cast<mindspore::AotExtra*>(extra);
+  if (ex == nullptr || !ex->HasAttr("mskv_op_name")) return what;
+  const std::string pub = ex->GetAttrStr("mskv_op_name");
+  if (pub.empty() || what.compare(0, pub.size() + 1, pub + ":") == 0) return what;
+  return pub + ": " + what;
+}
 // The ms_kvcache alias rule of a launch (graph mode, ops.Custom): the primitive's attributes
 // mskv_disjoint (flat indices of the inputs the op writes), mskv_disjoint_read (inputs read whole that
 // must not overlap a written one), mskv_arg_names (';'-separated argument names) and mskv_op_name. ""
@@ -1557,11 +1567,11 @@ extern "C" int ascendc_sim_aot_launch(const char* op_type, int nparam, void** pa
     return 0;
   } catch (const AliasRefused&) {
   } catch (const ascendc_sim::EmulationError& e) {
-    failed = ReportAotFailure(op, e.rule, e.what());
+    failed = ReportAotFailure(op, e.rule, PublicNamed(extra, e.what()));
   } catch (const simhost::HostError& e) {
-    failed = ReportAotFailure(op, e.rule, e.what());
+    failed = ReportAotFailure(op, e.rule, PublicNamed(extra, e.what()));
   } catch (const std::exception& e) {
-    failed = ReportAotFailure(op, "", op + ": " + e.what());
+    failed = ReportAotFailure(op, "", PublicNamed(extra, op + ": " + e.what()));
   }
   // MindSpore's CPU AOT kernel puts the message of a thrown exception into the Python exception text
   // ("... Error message is <msg>"); a bare non-zero return would only give "Return value ... is 1". A caller
