@@ -20,10 +20,8 @@ enum { kKvC = 0, kKPe, kKvCCache, kKPeCache, kSlotMapping, kNumInputs };
 ge::graphStatus ConcatAndCacheMlaTiling(gert::TilingContext* context) {
   using namespace mskv_tiling;
   Hardware hw;
-  if (GetHardware(context, kOp, &hw) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
-
   const gert::Shape* shapes[kNumInputs];
-  if (GetInputShapes(context, kOp, kNumInputs, shapes) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  if (GetHardwareAndShapes(context, kOp, &hw, kNumInputs, shapes) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   const gert::Shape &kvc = *shapes[kKvC], &kpe = *shapes[kKPe], &kvcc = *shapes[kKvCCache],
                     &kpec = *shapes[kKPeCache], &sm = *shapes[kSlotMapping];
 

@@ -25,9 +25,8 @@ ge::graphStatus ConcatAndCacheMlaQuantTiling(gert::TilingContext* context) {
   using namespace mskv_tiling;
   using namespace mskv_quant_tiling;
   Hardware hw;
-  if (GetHardware(context, kOp, &hw) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   const gert::Shape* shapes[5];
-  if (GetInputShapes(context, kOp, 5, shapes) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  if (GetHardwareAndShapes(context, kOp, &hw, 5, shapes) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   const gert::Shape &kvc = *shapes[kKvc], &kpe = *shapes[kKpe], &cc = *shapes[kKvcCache], &pc = *shapes[kKpeCache],
                     &sm = *shapes[kSlotMapping];
 

@@ -344,6 +344,13 @@ inline ge::graphStatus GetInputShapes(gert::TilingContext* context, const char* 
   return ge::GRAPH_SUCCESS;
 }
 
+// The start of most tiling functions: the SoC's facts (GetHardware), then the storage shapes of inputs 0..n-1.
+inline ge::graphStatus GetHardwareAndShapes(gert::TilingContext* context, const char* op, Hardware* hw, int n,
+                                            const gert::Shape** shapes) {
+  if (GetHardware(context, op, hw) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  return GetInputShapes(context, op, n, shapes);
+}
+
 // An input that must have the dtype of a reference input: index and name (for the message).
 struct NamedInput {
   int index;

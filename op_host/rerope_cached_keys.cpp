@@ -22,9 +22,8 @@ ge::graphStatus ReropeCachedKeysTiling(gert::TilingContext* context) {
   using namespace mskv_tiling;
   using namespace mskv_rope_tiling;
   Hardware hw;
-  if (GetHardware(context, kOp, &hw) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   const gert::Shape* shapes[5];
-  if (GetInputShapes(context, kOp, 5, shapes) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  if (GetHardwareAndShapes(context, kOp, &hw, 5, shapes) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   const gert::Shape &kc = *shapes[kCache], &sm = *shapes[kSlots], &po = *shapes[kOld], &pn = *shapes[kNew],
                     &cs = *shapes[kTable];
   char b1[128], b2[128];

@@ -23,10 +23,9 @@ inline ge::graphStatus RopeCacheTiling(gert::TilingContext* context, const char*
   using namespace mskv_tiling;
   using namespace mskv_rope_tiling;
   Hardware hw;
-  if (GetHardware(context, op, &hw) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   const int nIn = merged ? 7 : 8;
   const gert::Shape* shapes[8] = {};
-  if (GetInputShapes(context, op, nIn, shapes) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  if (GetHardwareAndShapes(context, op, &hw, nIn, shapes) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   const int kPos = 0, kQuery = 1, kKey = 2, kValue = 3, kTable = 4, kCache = 5;
   const int kSlots = merged ? 6 : 7;
   const gert::Shape &pos = *shapes[kPos], &q = *shapes[kQuery], &k = *shapes[kKey], &v = *shapes[kValue],

@@ -23,9 +23,8 @@ ge::graphStatus RopeConcatAndCacheMlaTiling(gert::TilingContext* context) {
   using namespace mskv_tiling;
   using namespace mskv_rope_tiling;
   Hardware hw;
-  if (GetHardware(context, kOp, &hw) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   const gert::Shape* shapes[8];
-  if (GetInputShapes(context, kOp, 8, shapes) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  if (GetHardwareAndShapes(context, kOp, &hw, 8, shapes) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   const gert::Shape &pos = *shapes[kPos], &qpe = *shapes[kQpe], &kpe = *shapes[kKpe], &kvc = *shapes[kKvc],
                     &cs = *shapes[kTable], &cc = *shapes[kKvcCache], &kc = *shapes[kKpeCache], &sm = *shapes[kSlots];
   char b1[128], b2[128];
