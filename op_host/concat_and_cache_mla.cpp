@@ -20,15 +20,10 @@ enum { kKvC = 0, kKPe, kKvCCache, kKPeCache, kSlotMapping, kNumInputs };
 ge::graphStatus ConcatAndCacheMlaTiling(gert::TilingContext* context) {
   using namespace mskv_tiling;
   Hardware hw;
-  if (GetHardware(context, kOp, &hw) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
-
-  const gert::StorageShape* shapes[kNumInputs];
-  if (GetInputShapes(context, kOp, kNumInputs, shapes) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
-  const gert::Shape& kvc = shapes[kKvC]->GetStorageShape();
-  const gert::Shape& kpe = shapes[kKPe]->GetStorageShape();
-  const gert::Shape& kvcc = shapes[kKvCCache]->GetStorageShape();
-  const gert::Shape& kpec = shapes[kKPeCache]->GetStorageShape();
-  const gert::Shape& sm = shapes[kSlotMapping]->GetStorageShape();
+  const gert::Shape* shapes[kNumInputs];
+  if (GetHardwareAndShapes(context, kOp, &hw, kNumInputs, shapes) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  const gert::Shape &kvc = *shapes[kKvC], &kpe = *shapes[kKPe], &kvcc = *shapes[kKvCCache],
+                    &kpec = *shapes[kKPeCache], &sm = *shapes[kSlotMapping];
 
   // ---- dtypes
   const char* names[4] = {"kv_c", "k_pe", "kv_c_cache", "k_pe_cache"};
@@ -52,7 +47,7 @@ ge::graphStatus ConcatAndCacheMlaTiling(gert::TilingContext* context) {
   }
   if (sm.GetDimNum() != 1) return Fail(kOp, "slot_mapping: expected rank 1, got shape %s", ShapeText(sm, b1, sizeof(b1)));
   for (int i = 0; i < 4; ++i) {
-    if (CheckTensorSize(kOp, names[i], shapes[i]->GetStorageShape(), elem) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+    if (CheckTensorSize(kOp, names[i], *shapes[i], elem) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   }
   if (CheckTensorSize(kOp, "slot_mapping", sm, scode == 0 ? 4 : 8) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   const int64_t numTokens = sm.GetDim(0);
@@ -127,14 +122,9 @@ class MskvConcatAndCacheMla : public OpDef {
   }
 
   // The parameters, with the dtype rows r of one compute unit (DeclareOnEverySoc).
-  template <typename Def>
-  static void Declare(Def& d, const mskv_tiling::CopyRows& r) {
-    d.Input("kv_c").ParamType(REQUIRED).DataType(r.kv).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Input("k_pe").ParamType(REQUIRED).DataType(r.kv).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Input("kv_c_cache").ParamType(REQUIRED).DataType(r.kv).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Input("k_pe_cache").ParamType(REQUIRED).DataType(r.kv).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Input("slot_mapping").ParamType(REQUIRED).DataType(r.index).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Output("status").ParamType(REQUIRED).DataType(r.status).Format(r.fmt).UnknownShapeFormat(r.fmt);
+  template <typename Def> static void Declare(Def& d, const mskv_tiling::CopyRows& r) {
+    mskv_tiling::DeclareParams(d, r.fmt, {{"kv_c", r.kv}, {"k_pe", r.kv}, {"kv_c_cache", r.kv}, {"k_pe_cache", r.kv},
+                                          {"slot_mapping", r.index}}, {{"status", r.status}});
   }
 };
 OP_ADD(MskvConcatAndCacheMla);

@@ -25,14 +25,10 @@ ge::graphStatus ConcatAndCacheMlaQuantTiling(gert::TilingContext* context) {
   using namespace mskv_tiling;
   using namespace mskv_quant_tiling;
   Hardware hw;
-  if (GetHardware(context, kOp, &hw) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
-  const gert::StorageShape* shapes[5];
-  if (GetInputShapes(context, kOp, 5, shapes) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
-  const gert::Shape& kvc = shapes[kKvc]->GetStorageShape();
-  const gert::Shape& kpe = shapes[kKpe]->GetStorageShape();
-  const gert::Shape& cc = shapes[kKvcCache]->GetStorageShape();
-  const gert::Shape& pc = shapes[kKpeCache]->GetStorageShape();
-  const gert::Shape& sm = shapes[kSlotMapping]->GetStorageShape();
+  const gert::Shape* shapes[5];
+  if (GetHardwareAndShapes(context, kOp, &hw, 5, shapes) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  const gert::Shape &kvc = *shapes[kKvc], &kpe = *shapes[kKpe], &cc = *shapes[kKvcCache], &pc = *shapes[kKpeCache],
+                    &sm = *shapes[kSlotMapping];
 
   // ---- attrs
   const gert::RuntimeAttrs* attrs = context->GetAttrs();
@@ -63,7 +59,7 @@ ge::graphStatus ConcatAndCacheMlaQuantTiling(gert::TilingContext* context) {
   char b1[160], b2[160];
   const char* names[4] = {"kv_c", "k_pe", "kv_c_cache", "k_pe_cache"};
   for (int i = 0; i < 4; ++i) {
-    if (CheckTensorSize(kOp, names[i], shapes[i]->GetStorageShape(), i < 2 ? elem : 1) != ge::GRAPH_SUCCESS)
+    if (CheckTensorSize(kOp, names[i], *shapes[i], i < 2 ? elem : 1) != ge::GRAPH_SUCCESS)
       return ge::GRAPH_FAILED;
   }
   if (CheckTensorSize(kOp, "slot_mapping", sm, scode == 0 ? 4 : 8) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
@@ -181,39 +177,21 @@ ge::graphStatus ConcatAndCacheMlaQuantTiling(gert::TilingContext* context) {
 namespace ops {
 class MskvConcatAndCacheMlaQuant : public OpDef {
  public:
-  explicit MskvConcatAndCacheMlaQuant(const char* name) : OpDef(name) {
-    Declare(*this, mskv_quant_tiling::kQuantDataDTypes, mskv_quant_tiling::kQuantCacheDTypes,
-            mskv_quant_tiling::kQuantIndexDTypes, mskv_quant_tiling::kQuantScaleDTypes,
-            mskv_quant_tiling::kQuantStatusDTypes, mskv_quant_tiling::kQuantFormats);
-    this->Attr("quant_mode").AttrType(OPTIONAL).Int(mskv_attr::kQuantSTATIC);
-    this->AICore().SetTiling(optiling::ConcatAndCacheMlaQuantTiling);
-    this->AICore().AddConfig("ascend910b");
-    this->AICore().AddConfig("ascend910_93");
-    OpAICoreConfig cfg310p;
-    Declare(cfg310p, mskv_quant_tiling::kQuantDataDTypes310P, mskv_quant_tiling::kQuantCacheDTypes310P,
-            mskv_quant_tiling::kQuantIndexDTypes310P, mskv_quant_tiling::kQuantScaleDTypes310P,
-            mskv_quant_tiling::kQuantStatusDTypes310P, mskv_quant_tiling::kQuantFormats310P);
-    mskv_tiling::SetStaticCompileFlags(cfg310p);
-    this->AICore().AddConfig("ascend310p", cfg310p);
+  // The parameters, with the dtype rows r of one compute unit (DeclareOnEverySoc).
+  template <typename Def> static void Declare(Def& d, const mskv_quant_tiling::QuantRows& r) {
+    mskv_tiling::DeclareParams(d, r.fmt,
+                               {{"kv_c", r.data}, {"k_pe", r.data}, {"kv_c_cache", r.cache}, {"k_pe_cache", r.cache},
+                                {"slot_mapping", r.index}, {"kv_c_scale", r.scale, OPTIONAL},
+                                {"k_pe_scale", r.scale, OPTIONAL}, {"kv_c_offset", r.scale, OPTIONAL},
+                                {"k_pe_offset", r.scale, OPTIONAL}, {"kv_c_scale_cache", r.scale, OPTIONAL},
+                                {"k_pe_scale_cache", r.scale, OPTIONAL}},
+                               {{"status", r.status}});
   }
 
- private:
-  template <typename Def>
-  static void Declare(Def& d, const std::vector<ge::DataType>& data, const std::vector<ge::DataType>& cache,
-                      const std::vector<ge::DataType>& index, const std::vector<ge::DataType>& scale,
-                      const std::vector<ge::DataType>& status, const std::vector<ge::Format>& fmt) {
-    d.Input("kv_c").ParamType(REQUIRED).DataType(data).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("k_pe").ParamType(REQUIRED).DataType(data).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("kv_c_cache").ParamType(REQUIRED).DataType(cache).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("k_pe_cache").ParamType(REQUIRED).DataType(cache).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("slot_mapping").ParamType(REQUIRED).DataType(index).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("kv_c_scale").ParamType(OPTIONAL).DataType(scale).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("k_pe_scale").ParamType(OPTIONAL).DataType(scale).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("kv_c_offset").ParamType(OPTIONAL).DataType(scale).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("k_pe_offset").ParamType(OPTIONAL).DataType(scale).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("kv_c_scale_cache").ParamType(OPTIONAL).DataType(scale).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("k_pe_scale_cache").ParamType(OPTIONAL).DataType(scale).Format(fmt).UnknownShapeFormat(fmt);
-    d.Output("status").ParamType(REQUIRED).DataType(status).Format(fmt).UnknownShapeFormat(fmt);
+  explicit MskvConcatAndCacheMlaQuant(const char* name) : OpDef(name) {
+    this->Attr("quant_mode").AttrType(OPTIONAL).Int(mskv_attr::kQuantSTATIC);
+    mskv_tiling::DeclareOnEverySoc(*this, mskv_quant_tiling::kQuantRows, mskv_quant_tiling::kQuantRows310P,
+                                   optiling::ConcatAndCacheMlaQuantTiling);
   }
 };
 OP_ADD(MskvConcatAndCacheMlaQuant);

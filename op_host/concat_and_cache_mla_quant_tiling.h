@@ -5,16 +5,11 @@
 #define MS_KVCACHE_OP_HOST_CONCAT_AND_CACHE_MLA_QUANT_TILING_H_
 
 #include "register/tilingdata_base.h"
+#include "mskv_tiling_fields.h"
 
 namespace optiling {
 BEGIN_TILING_DATA_DEF(ConcatAndCacheMlaQuantTilingData)
-  TILING_DATA_FIELD_DEF(int64_t, numTokens);    // len(slot_mapping); 0: nothing to write
-  TILING_DATA_FIELD_DEF(int64_t, numSlots);     // num_blocks * block_size; slots outside [0, numSlots) are skipped
-  TILING_DATA_FIELD_DEF(int64_t, blockSize);
-  TILING_DATA_FIELD_DEF(int64_t, usedCoreNum);  // block dim
-  TILING_DATA_FIELD_DEF(int64_t, formerNum);    // cores [0, formerNum) take formerLen tokens
-  TILING_DATA_FIELD_DEF(int64_t, formerLen);
-  TILING_DATA_FIELD_DEF(int64_t, tailLen);      // the other cores take tailLen tokens
+  MSKV_SLOT_TILING_FIELDS
   TILING_DATA_FIELD_DEF(int64_t, cDim);         // kv_lora_rank (kv_c row, kv_c_cache hidden)
   TILING_DATA_FIELD_DEF(int64_t, cPitch);       // UB elements of a kv_c row (cDim, or rounded up to 32 with PAD)
   TILING_DATA_FIELD_DEF(int64_t, pDim);         // rope_dim (k_pe row, k_pe_cache hidden)

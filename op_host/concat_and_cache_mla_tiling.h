@@ -6,16 +6,11 @@
 #define MS_KVCACHE_OP_HOST_CONCAT_AND_CACHE_MLA_TILING_H_
 
 #include "register/tilingdata_base.h"
+#include "mskv_tiling_fields.h"
 
 namespace optiling {
 BEGIN_TILING_DATA_DEF(ConcatAndCacheMlaTilingData)
-  TILING_DATA_FIELD_DEF(int64_t, numTokens);     // len(slot_mapping)
-  TILING_DATA_FIELD_DEF(int64_t, numSlots);      // num_blocks * block_size
-  TILING_DATA_FIELD_DEF(int64_t, blockSize);
-  TILING_DATA_FIELD_DEF(int64_t, usedCoreNum);
-  TILING_DATA_FIELD_DEF(int64_t, formerNum);
-  TILING_DATA_FIELD_DEF(int64_t, formerLen);
-  TILING_DATA_FIELD_DEF(int64_t, tailLen);
+  MSKV_SLOT_TILING_FIELDS
   TILING_DATA_FIELD_DEF(int64_t, rowsPerChunk);  // > 0: runs of whole rows of both planes per buffer
   TILING_DATA_FIELD_DEF(int64_t, bufferBytes);
   TILING_DATA_FIELD_DEF(int64_t, kvRowElems);    // kv_lora_rank

@@ -144,12 +144,9 @@ class MskvCopyBlocks : public OpDef {
   }
 
   // The parameters, with the dtype rows r of one compute unit (DeclareOnEverySoc).
-  template <typename Def>
-  static void Declare(Def& d, const mskv_tiling::CopyRows& r) {
-    d.Input("key_caches").ParamType(DYNAMIC).DataType(r.kv).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Input("value_caches").ParamType(DYNAMIC).DataType(r.kv).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Input("block_mapping").ParamType(REQUIRED).DataType(r.index).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Output("status").ParamType(REQUIRED).DataType(r.status).Format(r.fmt).UnknownShapeFormat(r.fmt);
+  template <typename Def> static void Declare(Def& d, const mskv_tiling::CopyRows& r) {
+    mskv_tiling::DeclareParams(d, r.fmt, {{"key_caches", r.kv, DYNAMIC}, {"value_caches", r.kv, DYNAMIC},
+                                          {"block_mapping", r.index}}, {{"status", r.status}});
   }
 };
 OP_ADD(MskvCopyBlocks);

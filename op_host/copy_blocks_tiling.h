@@ -9,6 +9,7 @@
 #define MS_KVCACHE_OP_HOST_COPY_BLOCKS_TILING_H_
 
 #include "register/tilingdata_base.h"
+#include "mskv_tiling_fields.h"
 
 namespace optiling {
 BEGIN_TILING_DATA_DEF(CopyBlocksTilingData)
@@ -20,10 +21,7 @@ BEGIN_TILING_DATA_DEF(CopyBlocksTilingData)
   TILING_DATA_FIELD_DEF(int64_t, pieceElems);      // elements per piece (last piece may be shorter)
   TILING_DATA_FIELD_DEF(int64_t, chunkElems);      // elements per UB buffer
   TILING_DATA_FIELD_DEF(int64_t, bufferBytes);     // bytes of each of the two UB buffers
-  TILING_DATA_FIELD_DEF(int64_t, usedCoreNum);
-  TILING_DATA_FIELD_DEF(int64_t, formerNum);       // cores [0, formerNum) take formerLen units
-  TILING_DATA_FIELD_DEF(int64_t, formerLen);
-  TILING_DATA_FIELD_DEF(int64_t, tailLen);
+  MSKV_CORE_SPLIT_TILING_FIELDS
 END_TILING_DATA_DEF;
 
 REGISTER_TILING_DATA_CLASS(MskvCopyBlocks, CopyBlocksTilingData)

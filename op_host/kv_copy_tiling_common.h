@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <vector>
 
 #include "register/tilingdata_base.h"
@@ -333,6 +334,23 @@ inline ge::graphStatus GetInputShapes(gert::TilingContext* context, const char* 
   return ge::GRAPH_SUCCESS;
 }
 
+// The same, as the storage shapes themselves (`const gert::Shape &key = *shapes[kKey], ...`).
+inline ge::graphStatus GetInputShapes(gert::TilingContext* context, const char* op, int n, const gert::Shape** shapes) {
+  for (int i = 0; i < n; ++i) {
+    const gert::StorageShape* s = context->GetInputShape(i);
+    if (s == nullptr || context->GetInputDesc(i) == nullptr) return Fail(op, "input %d is missing", i);
+    shapes[i] = &s->GetStorageShape();
+  }
+  return ge::GRAPH_SUCCESS;
+}
+
+// The start of most tiling functions: the SoC's facts (GetHardware), then the storage shapes of inputs 0..n-1.
+inline ge::graphStatus GetHardwareAndShapes(gert::TilingContext* context, const char* op, Hardware* hw, int n,
+                                            const gert::Shape** shapes) {
+  if (GetHardware(context, op, hw) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  return GetInputShapes(context, op, n, shapes);
+}
+
 // An input that must have the dtype of a reference input: index and name (for the message).
 struct NamedInput {
   int index;
@@ -497,6 +515,29 @@ struct CopyRows {
 };
 static const CopyRows kCopyRows = {kKvDTypes, kIndexDTypes, kStatusDTypes, kNdFormats};
 static const CopyRows kCopyRows310P = {kKvDTypes310P, kIndexDTypes310P, kStatusDTypes310P, kNdFormats310P};
+
+// One parameter of an OpDef: its name, its dtype column of one compute unit (a list of the rows struct,
+// `r.kv`) and its ParamType (REQUIRED unless given).
+struct Param {
+  Param(const char* n, const std::vector<ge::DataType>& d, ops::Option t = ops::REQUIRED)
+      : name(n), dtypes(d), type(t) {}
+  const char* name;
+  const std::vector<ge::DataType>& dtypes;
+  ops::Option type;
+};
+
+// An OpDef's parameters, in ops.Custom order: CANN's Input(name).ParamType(type).DataType(dtypes)
+// .Format(fmt).UnknownShapeFormat(fmt) chain for every input, then the same chain with Output for every
+// output. An op's Declare(d, r) is one call: DeclareParams(d, r.fmt, {{"key", r.kv}, ...}, {{"status",
+// r.status}}); the readers of OpDefs read the two lists (tools/mskv_structure.py).
+template <typename Def>
+inline void DeclareParams(Def& d, const std::vector<ge::Format>& fmt, std::initializer_list<Param> inputs,
+                          std::initializer_list<Param> outputs) {
+  for (const Param& p : inputs) d.Input(p.name).ParamType(p.type).DataType(p.dtypes).Format(fmt).UnknownShapeFormat(fmt);
+  for (const Param& p : outputs) {
+    d.Output(p.name).ParamType(p.type).DataType(p.dtypes).Format(fmt).UnknownShapeFormat(fmt);
+  }
+}
 
 // The parameters and compute units of an OpDef, one place for every op (ms_kvcache._backends.ascend
 // COMPUTE_UNITS): Op::Declare(d, rows) declares the op's inputs and outputs with the dtype rows of one

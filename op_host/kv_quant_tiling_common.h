@@ -32,6 +32,22 @@ static const std::vector<ge::DataType> kQuantScaleDTypes310P = {ge::DT_FLOAT, ge
 static const std::vector<ge::DataType> kQuantStatusDTypes310P = {ge::DT_INT32, ge::DT_INT32, ge::DT_INT32, ge::DT_INT32};
 static const std::vector<ge::Format> kQuantFormats310P = {ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND, ge::FORMAT_ND};
 
+// The dtype rows of a quantizing write on one compute unit, by column (an OpDef's Declare gives each of its
+// parameters one: `DataType(r.scale)`): the float data, the int8 cache, the index, the scales and offsets,
+// the status output; the formats. kQuantRows310P are the Ascend310P rows (no bfloat16).
+struct QuantRows {
+  const std::vector<ge::DataType>& data;
+  const std::vector<ge::DataType>& cache;
+  const std::vector<ge::DataType>& index;
+  const std::vector<ge::DataType>& scale;
+  const std::vector<ge::DataType>& status;
+  const std::vector<ge::Format>& fmt;
+};
+static const QuantRows kQuantRows = {kQuantDataDTypes,  kQuantCacheDTypes,  kQuantIndexDTypes,
+                                     kQuantScaleDTypes, kQuantStatusDTypes, kQuantFormats};
+static const QuantRows kQuantRows310P = {kQuantDataDTypes310P,  kQuantCacheDTypes310P,  kQuantIndexDTypes310P,
+                                         kQuantScaleDTypes310P, kQuantStatusDTypes310P, kQuantFormats310P};
+
 inline const char* SocName(const mskv_tiling::Hardware& hw) { return hw.is310P ? "Ascend310P" : "Atlas A2/A3"; }
 
 // The cache dtype of a quantizing write: int8 only. float8_e4m3fn / float8_e5m2 caches are refused

@@ -22,14 +22,10 @@ ge::graphStatus ReropeCachedKeysTiling(gert::TilingContext* context) {
   using namespace mskv_tiling;
   using namespace mskv_rope_tiling;
   Hardware hw;
-  if (GetHardware(context, kOp, &hw) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
-  const gert::StorageShape* shapes[5];
-  if (GetInputShapes(context, kOp, 5, shapes) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
-  const gert::Shape& kc = shapes[kCache]->GetStorageShape();
-  const gert::Shape& sm = shapes[kSlots]->GetStorageShape();
-  const gert::Shape& po = shapes[kOld]->GetStorageShape();
-  const gert::Shape& pn = shapes[kNew]->GetStorageShape();
-  const gert::Shape& cs = shapes[kTable]->GetStorageShape();
+  const gert::Shape* shapes[5];
+  if (GetHardwareAndShapes(context, kOp, &hw, 5, shapes) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  const gert::Shape &kc = *shapes[kCache], &sm = *shapes[kSlots], &po = *shapes[kOld], &pn = *shapes[kNew],
+                    &cs = *shapes[kTable];
   char b1[128], b2[128];
 
   const bool neox = BoolAttr(context, 0, true);
@@ -126,14 +122,10 @@ class MskvReropeCachedKeys : public OpDef {
   }
 
   // The parameters, with the dtype rows r of one compute unit (DeclareOnEverySoc).
-  template <typename Def>
-  static void Declare(Def& d, const mskv_rope_tiling::RopeRows& r) {
-    d.Input("key_cache").ParamType(REQUIRED).DataType(r.data).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Input("slot_mapping").ParamType(REQUIRED).DataType(r.slots).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Input("old_positions").ParamType(REQUIRED).DataType(r.pos).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Input("new_positions").ParamType(REQUIRED).DataType(r.pos).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Input("cos_sin_cache").ParamType(REQUIRED).DataType(r.table).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Output("status").ParamType(REQUIRED).DataType(r.status).Format(r.fmt).UnknownShapeFormat(r.fmt);
+  template <typename Def> static void Declare(Def& d, const mskv_rope_tiling::RopeRows& r) {
+    mskv_tiling::DeclareParams(d, r.fmt, {{"key_cache", r.data}, {"slot_mapping", r.slots}, {"old_positions", r.pos},
+                                          {"new_positions", r.pos}, {"cos_sin_cache", r.table}},
+                                          {{"status", r.status}});
   }
 };
 OP_ADD(MskvReropeCachedKeys);

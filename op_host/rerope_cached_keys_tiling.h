@@ -4,6 +4,7 @@
 #define MS_KVCACHE_OP_HOST_REROPE_CACHED_KEYS_TILING_H_
 
 #include "register/tilingdata_base.h"
+#include "mskv_tiling_fields.h"
 
 namespace optiling {
 BEGIN_TILING_DATA_DEF(ReropeCachedKeysTilingData)
@@ -24,12 +25,7 @@ BEGIN_TILING_DATA_DEF(ReropeCachedKeysTilingData)
   TILING_DATA_FIELD_DEF(int64_t, partnerRows);
   TILING_DATA_FIELD_DEF(int64_t, ubBytes);        // UB bytes the kernel allocates (the plan; <= UB - 1 KiB)
   TILING_DATA_FIELD_DEF(int64_t, treeElems);      // fp32 elements of the min tree over one compact delta row
-  TILING_DATA_FIELD_DEF(int64_t, usedCoreNum);
-  TILING_DATA_FIELD_DEF(int64_t, formerNum);
-  TILING_DATA_FIELD_DEF(int64_t, formerLen);
-  TILING_DATA_FIELD_DEF(int64_t, tailLen);
-  TILING_DATA_FIELD_DEF(int64_t, posIs64);
-  TILING_DATA_FIELD_DEF(int64_t, slotIs64);
+  MSKV_ROPE_SPLIT_TILING_FIELDS
   TILING_DATA_FIELD_DEF(int64_t, blockStride);
   TILING_DATA_FIELD_DEF(int64_t, slotStride);
   TILING_DATA_FIELD_DEF(int64_t, headStride);

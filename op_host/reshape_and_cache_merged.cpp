@@ -38,13 +38,9 @@ class MskvReshapeAndCacheMerged : public OpDef {
   }
 
   // The parameters, with the dtype rows r of one compute unit (DeclareOnEverySoc).
-  template <typename Def>
-  static void Declare(Def& d, const mskv_tiling::CopyRows& r) {
-    d.Input("key").ParamType(REQUIRED).DataType(r.kv).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Input("value").ParamType(REQUIRED).DataType(r.kv).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Input("kv_cache").ParamType(REQUIRED).DataType(r.kv).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Input("slot_mapping").ParamType(REQUIRED).DataType(r.index).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Output("status").ParamType(REQUIRED).DataType(r.status).Format(r.fmt).UnknownShapeFormat(r.fmt);
+  template <typename Def> static void Declare(Def& d, const mskv_tiling::CopyRows& r) {
+    mskv_tiling::DeclareParams(d, r.fmt, {{"key", r.kv}, {"value", r.kv}, {"kv_cache", r.kv},
+                                          {"slot_mapping", r.index}}, {{"status", r.status}});
   }
 };
 OP_ADD(MskvReshapeAndCacheMerged);

@@ -255,41 +255,23 @@ ge::graphStatus ReshapeAndCacheQuantTiling(gert::TilingContext* context) {
 namespace ops {
 class MskvReshapeAndCacheQuant : public OpDef {
  public:
+  // The parameters, with the dtype rows r of one compute unit (DeclareOnEverySoc).
+  template <typename Def> static void Declare(Def& d, const mskv_quant_tiling::QuantRows& r) {
+    mskv_tiling::DeclareParams(d, r.fmt,
+                               {{"key", r.data}, {"value", r.data}, {"key_cache", r.cache},
+                                {"value_cache", r.cache, OPTIONAL}, {"slot_mapping", r.index},
+                                {"k_scale", r.scale, OPTIONAL}, {"v_scale", r.scale, OPTIONAL},
+                                {"k_offset", r.scale, OPTIONAL}, {"v_offset", r.scale, OPTIONAL},
+                                {"k_scale_cache", r.scale, OPTIONAL}, {"v_scale_cache", r.scale, OPTIONAL}},
+                               {{"status", r.status}});
+  }
+
   explicit MskvReshapeAndCacheQuant(const char* name) : OpDef(name) {
-    Declare(*this, mskv_quant_tiling::kQuantDataDTypes, mskv_quant_tiling::kQuantCacheDTypes,
-            mskv_quant_tiling::kQuantIndexDTypes, mskv_quant_tiling::kQuantScaleDTypes,
-            mskv_quant_tiling::kQuantStatusDTypes, mskv_quant_tiling::kQuantFormats);
     this->Attr("cache_layout").AttrType(OPTIONAL).Int(mskv_attr::kLayoutBSND);
     this->Attr("kv_format").AttrType(OPTIONAL).Int(2);
     this->Attr("quant_mode").AttrType(OPTIONAL).Int(mskv_attr::kQuantSTATIC);
-    this->AICore().SetTiling(optiling::ReshapeAndCacheQuantTiling);
-    this->AICore().AddConfig("ascend910b");
-    this->AICore().AddConfig("ascend910_93");
-    OpAICoreConfig cfg310p;
-    Declare(cfg310p, mskv_quant_tiling::kQuantDataDTypes310P, mskv_quant_tiling::kQuantCacheDTypes310P,
-            mskv_quant_tiling::kQuantIndexDTypes310P, mskv_quant_tiling::kQuantScaleDTypes310P,
-            mskv_quant_tiling::kQuantStatusDTypes310P, mskv_quant_tiling::kQuantFormats310P);
-    mskv_tiling::SetStaticCompileFlags(cfg310p);
-    this->AICore().AddConfig("ascend310p", cfg310p);
-  }
-
- private:
-  template <typename Def>
-  static void Declare(Def& d, const std::vector<ge::DataType>& data, const std::vector<ge::DataType>& cache,
-                      const std::vector<ge::DataType>& index, const std::vector<ge::DataType>& scale,
-                      const std::vector<ge::DataType>& status, const std::vector<ge::Format>& fmt) {
-    d.Input("key").ParamType(REQUIRED).DataType(data).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("value").ParamType(REQUIRED).DataType(data).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("key_cache").ParamType(REQUIRED).DataType(cache).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("value_cache").ParamType(OPTIONAL).DataType(cache).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("slot_mapping").ParamType(REQUIRED).DataType(index).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("k_scale").ParamType(OPTIONAL).DataType(scale).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("v_scale").ParamType(OPTIONAL).DataType(scale).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("k_offset").ParamType(OPTIONAL).DataType(scale).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("v_offset").ParamType(OPTIONAL).DataType(scale).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("k_scale_cache").ParamType(OPTIONAL).DataType(scale).Format(fmt).UnknownShapeFormat(fmt);
-    d.Input("v_scale_cache").ParamType(OPTIONAL).DataType(scale).Format(fmt).UnknownShapeFormat(fmt);
-    d.Output("status").ParamType(REQUIRED).DataType(status).Format(fmt).UnknownShapeFormat(fmt);
+    mskv_tiling::DeclareOnEverySoc(*this, mskv_quant_tiling::kQuantRows, mskv_quant_tiling::kQuantRows310P,
+                                   optiling::ReshapeAndCacheQuantTiling);
   }
 };
 OP_ADD(MskvReshapeAndCacheQuant);

@@ -5,16 +5,11 @@
 #define MS_KVCACHE_OP_HOST_RESHAPE_AND_CACHE_QUANT_TILING_H_
 
 #include "register/tilingdata_base.h"
+#include "mskv_tiling_fields.h"
 
 namespace optiling {
 BEGIN_TILING_DATA_DEF(ReshapeAndCacheQuantTilingData)
-  TILING_DATA_FIELD_DEF(int64_t, numTokens);     // len(slot_mapping)
-  TILING_DATA_FIELD_DEF(int64_t, numSlots);      // num_blocks * block_size; slots outside [0, numSlots) are skipped
-  TILING_DATA_FIELD_DEF(int64_t, blockSize);
-  TILING_DATA_FIELD_DEF(int64_t, usedCoreNum);   // block dim
-  TILING_DATA_FIELD_DEF(int64_t, formerNum);     // cores [0, formerNum) take formerLen tokens
-  TILING_DATA_FIELD_DEF(int64_t, formerLen);
-  TILING_DATA_FIELD_DEF(int64_t, tailLen);       // the other cores take tailLen tokens
+  MSKV_SLOT_TILING_FIELDS
   TILING_DATA_FIELD_DEF(int64_t, heads);         // num_kv_heads
   TILING_DATA_FIELD_DEF(int64_t, headSize);      // D
   TILING_DATA_FIELD_DEF(int64_t, pitch);         // P: UB elements per head row (D, or D rounded up to 32 with PAD)

@@ -4,15 +4,10 @@
 #ifndef MS_KVCACHE_OP_HOST_RESHAPE_AND_CACHE_TILING_FIELDS_H_
 #define MS_KVCACHE_OP_HOST_RESHAPE_AND_CACHE_TILING_FIELDS_H_
 
+#include "mskv_tiling_fields.h"
+
 #define MSKV_SCATTER_TILING_FIELDS                                                                           \
-  TILING_DATA_FIELD_DEF(int64_t, numTokens);     /* len(slot_mapping) */                                      \
-  TILING_DATA_FIELD_DEF(int64_t, numSlots);      /* num_blocks * block_size; slots outside [0, numSlots) are  \
-                                                    skipped */                                                \
-  TILING_DATA_FIELD_DEF(int64_t, blockSize);                                                                  \
-  TILING_DATA_FIELD_DEF(int64_t, usedCoreNum);   /* block dim */                                              \
-  TILING_DATA_FIELD_DEF(int64_t, formerNum);     /* cores [0, formerNum) take formerLen tokens */             \
-  TILING_DATA_FIELD_DEF(int64_t, formerLen);                                                                  \
-  TILING_DATA_FIELD_DEF(int64_t, tailLen);       /* the other cores take tailLen tokens */                    \
+  MSKV_SLOT_TILING_FIELDS                                                                                 \
   TILING_DATA_FIELD_DEF(int64_t, rowElems);      /* num_kv_heads * head_size (source row stride) */           \
   TILING_DATA_FIELD_DEF(int64_t, numSeg);        /* segments per row: 1 (BSND) or num_kv_heads (BNSD) */      \
   TILING_DATA_FIELD_DEF(int64_t, segElems);      /* elements per segment */                                   \

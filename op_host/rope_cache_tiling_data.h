@@ -5,6 +5,7 @@
 #define MS_KVCACHE_OP_HOST_ROPE_CACHE_TILING_DATA_H_
 
 #include "register/tilingdata_base.h"
+#include "mskv_tiling_fields.h"
 
 namespace optiling {
 BEGIN_TILING_DATA_DEF(RopeReshapeAndCacheTilingData)
@@ -26,12 +27,7 @@ BEGIN_TILING_DATA_DEF(RopeReshapeAndCacheTilingData)
   TILING_DATA_FIELD_DEF(int64_t, copyElems);      // UB elements of a value chunk buffer
   TILING_DATA_FIELD_DEF(int64_t, partnerRows);    // head rows per partner Gather
   TILING_DATA_FIELD_DEF(int64_t, ubBytes);        // UB bytes the kernel allocates (the plan; <= UB - 1 KiB)
-  TILING_DATA_FIELD_DEF(int64_t, usedCoreNum);    // block dim
-  TILING_DATA_FIELD_DEF(int64_t, formerNum);      // cores [0, formerNum) take formerLen rows
-  TILING_DATA_FIELD_DEF(int64_t, formerLen);
-  TILING_DATA_FIELD_DEF(int64_t, tailLen);        // the other cores take tailLen rows
-  TILING_DATA_FIELD_DEF(int64_t, posIs64);        // positions dtype: 0 int32, 1 int64
-  TILING_DATA_FIELD_DEF(int64_t, slotIs64);       // slot_mapping dtype: 0 int32, 1 int64
+  MSKV_ROPE_SPLIT_TILING_FIELDS
   TILING_DATA_FIELD_DEF(int64_t, blockStride);    // cache elements per block
   TILING_DATA_FIELD_DEF(int64_t, slotStride);     // cache elements between consecutive slots of a block
   TILING_DATA_FIELD_DEF(int64_t, headStride);     // cache elements between heads of one slot

@@ -23,19 +23,13 @@ inline ge::graphStatus RopeCacheTiling(gert::TilingContext* context, const char*
   using namespace mskv_tiling;
   using namespace mskv_rope_tiling;
   Hardware hw;
-  if (GetHardware(context, op, &hw) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   const int nIn = merged ? 7 : 8;
-  const gert::StorageShape* shapes[8] = {};
-  if (GetInputShapes(context, op, nIn, shapes) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  const gert::Shape* shapes[8] = {};
+  if (GetHardwareAndShapes(context, op, &hw, nIn, shapes) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   const int kPos = 0, kQuery = 1, kKey = 2, kValue = 3, kTable = 4, kCache = 5;
   const int kSlots = merged ? 6 : 7;
-  const gert::Shape& pos = shapes[kPos]->GetStorageShape();
-  const gert::Shape& q = shapes[kQuery]->GetStorageShape();
-  const gert::Shape& k = shapes[kKey]->GetStorageShape();
-  const gert::Shape& v = shapes[kValue]->GetStorageShape();
-  const gert::Shape& cs = shapes[kTable]->GetStorageShape();
-  const gert::Shape& kc = shapes[kCache]->GetStorageShape();
-  const gert::Shape& sm = shapes[kSlots]->GetStorageShape();
+  const gert::Shape &pos = *shapes[kPos], &q = *shapes[kQuery], &k = *shapes[kKey], &v = *shapes[kValue],
+                    &cs = *shapes[kTable], &kc = *shapes[kCache], &sm = *shapes[kSlots];
   char b1[128], b2[128];
 
   // ---- attrs
@@ -64,7 +58,7 @@ inline ge::graphStatus RopeCacheTiling(gert::TilingContext* context, const char*
                 merged ? "rank 5 [2, num_blocks, ...]" : "rank 4", ShapeText(kc, b1, sizeof(b1)));
   }
   if (!merged) {
-    const gert::Shape& vc = shapes[6]->GetStorageShape();
+    const gert::Shape& vc = *shapes[6];
     if (!SameShape(vc, kc))
       return Fail(op, "value_cache: expected shape %s (as key_cache), got %s", ShapeText(kc, b1, sizeof(b1)),
                   ShapeText(vc, b2, sizeof(b2)));

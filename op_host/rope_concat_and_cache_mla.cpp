@@ -23,17 +23,10 @@ ge::graphStatus RopeConcatAndCacheMlaTiling(gert::TilingContext* context) {
   using namespace mskv_tiling;
   using namespace mskv_rope_tiling;
   Hardware hw;
-  if (GetHardware(context, kOp, &hw) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
-  const gert::StorageShape* shapes[8];
-  if (GetInputShapes(context, kOp, 8, shapes) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
-  const gert::Shape& pos = shapes[kPos]->GetStorageShape();
-  const gert::Shape& qpe = shapes[kQpe]->GetStorageShape();
-  const gert::Shape& kpe = shapes[kKpe]->GetStorageShape();
-  const gert::Shape& kvc = shapes[kKvc]->GetStorageShape();
-  const gert::Shape& cs = shapes[kTable]->GetStorageShape();
-  const gert::Shape& cc = shapes[kKvcCache]->GetStorageShape();
-  const gert::Shape& kc = shapes[kKpeCache]->GetStorageShape();
-  const gert::Shape& sm = shapes[kSlots]->GetStorageShape();
+  const gert::Shape* shapes[8];
+  if (GetHardwareAndShapes(context, kOp, &hw, 8, shapes) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  const gert::Shape &pos = *shapes[kPos], &qpe = *shapes[kQpe], &kpe = *shapes[kKpe], &kvc = *shapes[kKvc],
+                    &cs = *shapes[kTable], &cc = *shapes[kKvcCache], &kc = *shapes[kKpeCache], &sm = *shapes[kSlots];
   char b1[128], b2[128];
 
   // ---- attrs
@@ -169,20 +162,11 @@ class MskvRopeConcatAndCacheMla : public OpDef {
   }
 
   // The parameters, with the dtype rows r of one compute unit (DeclareOnEverySoc).
-  template <typename Def>
-  static void Declare(Def& d, const mskv_rope_tiling::RopeMlaRows& r) {
-    d.Input("positions").ParamType(REQUIRED).DataType(r.pos).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Input("q_pe").ParamType(REQUIRED).DataType(r.data).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Input("k_pe").ParamType(REQUIRED).DataType(r.data).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Input("kv_c").ParamType(REQUIRED).DataType(r.data).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Input("cos_sin_cache").ParamType(REQUIRED).DataType(r.table).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Input("kv_c_cache").ParamType(REQUIRED).DataType(r.data).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Input("k_pe_cache").ParamType(REQUIRED).DataType(r.data).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Input("slot_mapping").ParamType(REQUIRED).DataType(r.slots).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Input("kv_c_norm_weight").ParamType(OPTIONAL).DataType(r.weight).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Output("q_pe_out").ParamType(REQUIRED).DataType(r.data).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Output("k_pe_out").ParamType(REQUIRED).DataType(r.data).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Output("kv_c_out").ParamType(REQUIRED).DataType(r.data).Format(r.fmt).UnknownShapeFormat(r.fmt);
+  template <typename Def> static void Declare(Def& d, const mskv_rope_tiling::RopeMlaRows& r) {
+    mskv_tiling::DeclareParams(d, r.fmt, {{"positions", r.pos}, {"q_pe", r.data}, {"k_pe", r.data}, {"kv_c", r.data},
+                                          {"cos_sin_cache", r.table}, {"kv_c_cache", r.data}, {"k_pe_cache", r.data},
+                                          {"slot_mapping", r.slots}, {"kv_c_norm_weight", r.weight, OPTIONAL}},
+                                          {{"q_pe_out", r.data}, {"k_pe_out", r.data}, {"kv_c_out", r.data}});
   }
 };
 OP_ADD(MskvRopeConcatAndCacheMla);

@@ -5,6 +5,7 @@
 #define MS_KVCACHE_OP_HOST_ROPE_CONCAT_AND_CACHE_MLA_TILING_H_
 
 #include "register/tilingdata_base.h"
+#include "mskv_tiling_fields.h"
 
 namespace optiling {
 BEGIN_TILING_DATA_DEF(RopeConcatAndCacheMlaTilingData)
@@ -30,12 +31,7 @@ BEGIN_TILING_DATA_DEF(RopeConcatAndCacheMlaTilingData)
   TILING_DATA_FIELD_DEF(int64_t, weightPitch);    // UB elements per kv_c_norm_weight row (its dtype)
   TILING_DATA_FIELD_DEF(int64_t, treeElems);      // fp32 elements of the sum-of-squares tree (8 * 2^k >= L)
   TILING_DATA_FIELD_DEF(int64_t, hasNorm);        // 1: RMSNorm of kv_c with kv_c_norm_weight
-  TILING_DATA_FIELD_DEF(int64_t, usedCoreNum);
-  TILING_DATA_FIELD_DEF(int64_t, formerNum);
-  TILING_DATA_FIELD_DEF(int64_t, formerLen);
-  TILING_DATA_FIELD_DEF(int64_t, tailLen);
-  TILING_DATA_FIELD_DEF(int64_t, posIs64);
-  TILING_DATA_FIELD_DEF(int64_t, slotIs64);
+  MSKV_ROPE_SPLIT_TILING_FIELDS
   TILING_DATA_FIELD_DEF(float, epsilon);
 END_TILING_DATA_DEF;
 

@@ -28,18 +28,10 @@ class MskvRopeReshapeAndCache : public OpDef {
   }
 
   // The parameters, with the dtype rows r of one compute unit (DeclareOnEverySoc).
-  template <typename Def>
-  static void Declare(Def& d, const mskv_rope_tiling::RopeRows& r) {
-    d.Input("positions").ParamType(REQUIRED).DataType(r.pos).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Input("query").ParamType(REQUIRED).DataType(r.data).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Input("key").ParamType(REQUIRED).DataType(r.data).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Input("value").ParamType(REQUIRED).DataType(r.data).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Input("cos_sin_cache").ParamType(REQUIRED).DataType(r.table).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Input("key_cache").ParamType(REQUIRED).DataType(r.data).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Input("value_cache").ParamType(REQUIRED).DataType(r.data).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Input("slot_mapping").ParamType(REQUIRED).DataType(r.slots).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Output("query_out").ParamType(REQUIRED).DataType(r.data).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Output("key_out").ParamType(REQUIRED).DataType(r.data).Format(r.fmt).UnknownShapeFormat(r.fmt);
+  template <typename Def> static void Declare(Def& d, const mskv_rope_tiling::RopeRows& r) {
+    mskv_tiling::DeclareParams(d, r.fmt, {{"positions", r.pos}, {"query", r.data}, {"key", r.data}, {"value", r.data},
+                                          {"cos_sin_cache", r.table}, {"key_cache", r.data}, {"value_cache", r.data},
+                                          {"slot_mapping", r.slots}}, {{"query_out", r.data}, {"key_out", r.data}});
   }
 };
 OP_ADD(MskvRopeReshapeAndCache);

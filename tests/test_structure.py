@@ -258,6 +258,34 @@ def test_shared_opdef_helper_is_read(tmp_path, header, old, new, expect):
     assert any(expect in line for line in lines), lines
 
 
+DECLARE_PARAMS_MUTATIONS = [
+    # (op, old, new, expected line fragment): an OpDef's Declare is one mskv_tiling::DeclareParams call; the
+    # parser reads its rows as the Input/Output chains (name, ParamType, dtype column)
+    ("reshape_and_cache", '{"slot_mapping", r.index}', '{"slot_mapping", r.kv}', "dtype rows"),
+    ("reshape_and_cache", '{"value", r.kv}, ', "", "inputs: expected ['key', 'value', 'key_cache'"),
+    ("reshape_and_cache", '{{"status", r.status}}', '{{"y", r.status}}', "outputs: expected ['status']"),
+    ("reshape_and_cache", '{"key_cache", r.kv}', '{"key_cache", r.kv, OPTIONAL}', "expected ParamType REQUIRED"),
+    ("rope_concat_and_cache_mla", '{"kv_c_norm_weight", r.weight, OPTIONAL}', '{"kv_c_norm_weight", r.weight}',
+     "expected ParamType OPTIONAL"),
+    ("copy_blocks", '{"key_caches", r.kv, DYNAMIC}', '{"key_caches", r.kv}', "expected ParamType DYNAMIC"),
+    ("reshape_and_cache_quant", '{"k_scale", r.scale, OPTIONAL}', '{"k_scale", r.nope, OPTIONAL}',
+     "cannot read the DataType/Format arguments r.nope"),
+    ("reshape_and_cache", '{"key", r.kv}', '"key"', "DeclareParams: input \"key\": expected"),
+]
+
+
+@pytest.mark.parametrize("op,old,new,expect", DECLARE_PARAMS_MUTATIONS)
+def test_declare_params_rows_are_read(tmp_path, op, old, new, expect):
+    shutil.copytree(ROOT / "op_host", tmp_path / "op_host")
+    spec = SPECS[op]
+    src = tmp_path / "op_host" / f"{op}.cpp"
+    assert S.compare_opdef(spec, S.parse_opdef(src, spec.op_type)) == []
+    assert old in src.read_text()
+    src.write_text(src.read_text().replace(old, new, 1))
+    lines = S.compare_opdef(spec, S.parse_opdef(src, spec.op_type))
+    assert any(expect in line for line in lines), lines
+
+
 def test_main_prints_a_one_line_summary_on_success(capsys):
     assert S.main([]) == 0
     out = capsys.readouterr().out.strip().splitlines()

@@ -19,7 +19,9 @@ For each op (``op_kernel/<op>.cpp``) the following must describe the same interf
 The OpDef is read twice, independently: by the emulation (which runs the C++ registration) and by the
 small source parser below, so a mismatch is caught even if either reader were lenient. The parser reads
 what CANN's own op_host files are made of: ``this->Input("x").ParamType(REQUIRED).DataType(...)
-.Format(...)`` chains (also inside a helper ``Declare(Def& d, ...)`` called with ``*this`` or an
+.Format(...)`` chains, or the rows of a ``mskv_tiling::DeclareParams(d, fmt, {{"x", r.kv}, {"w", r.w, OPTIONAL}},
+{{"y", r.status}})`` call, read as the chain ``Input("x").ParamType(REQUIRED).DataType(r.kv).Format(fmt)`` per
+input row and ``Output(...)`` per output row (also inside a helper ``Declare(Def& d, ...)`` called with ``*this`` or an
 ``OpAICoreConfig``, also through a helper of an included op_host header such as
 ``mskv_tiling::DeclareOnEverySoc(*this, rows, rows310p, tiling)``, whose ``AICore().AddConfig`` calls and
 ``OpAICoreConfig`` variables are read as if they stood in the constructor), ``DataType``/``DataTypeList``/
@@ -483,6 +485,49 @@ def parse_opdef(path, op_type):
         config_vars.update(re.findall(r"\bOpAICoreConfig\s+([A-Za-z_]\w*)\s*[;({]", fbody))
     overrides = {v: {"inputs": [], "outputs": []} for v in config_vars}
 
+    def param_table(tgt, args, bindings):
+        # mskv_tiling::DeclareParams(d, fmt, {{"name", dtypes[, TYPE]}, ...}, {...outputs}): each row is the
+        # chain Input(name).ParamType(TYPE, default REQUIRED).DataType(dtypes).Format(fmt).UnknownShapeFormat(fmt)
+        if len(args) != 4:
+            facts.problems.append(f"{rel}: DeclareParams({', '.join(args)}): expected (target, formats, "
+                                  f"{{inputs}}, {{outputs}})")
+            return
+        for kind, table in (("Input", args[2]), ("Output", args[3])):
+            table = table.strip()
+            if not (table.startswith("{") and table.endswith("}")):
+                facts.problems.append(f"{rel}: DeclareParams: {kind.lower()}s {table}: not a {{...}} list")
+                continue
+            for row in _split_args(table[1:-1]):
+                cols = _split_args(row.strip()[1:-1]) if row.strip().startswith("{") else []
+                if len(cols) not in (2, 3):
+                    facts.problems.append(f"{rel}: DeclareParams: {kind.lower()} {row}: expected "
+                                          f"{{\"name\", dtypes[, param type]}}")
+                    continue
+                calls = [(kind, cols[0]), ("ParamType", cols[2] if len(cols) == 3 else "REQUIRED"),
+                         ("DataType", cols[1]), ("Format", args[1]), ("UnknownShapeFormat", args[1])]
+                record(tgt, calls, bindings)
+
+    def record(tgt, calls, bindings):
+        if tgt != "this" and tgt not in overrides:
+            return
+        res = _interpret_chain(calls, resolver, bindings, facts, rel, attr_target=(tgt == "this"))
+        if res is None:
+            return
+        kind, val = res
+        if kind in ("Input", "Output"):
+            lst = (facts.inputs if kind == "Input" else facts.outputs) if tgt == "this" else \
+                overrides[tgt]["inputs" if kind == "Input" else "outputs"]
+            if any(p.name == val.name for p in lst):
+                facts.problems.append(f"{rel}: {kind.lower()} '{val.name}' declared twice")
+            lst.append(val)
+        elif kind == "Attr":
+            facts.attrs.append(val)
+        elif kind == "AICore":
+            for unit, var in val:
+                facts.configs[unit] = overrides.get(var) if var else None
+                if var and var not in overrides:
+                    facts.problems.append(f"{rel}: AddConfig(\"{unit}\", {var}): {var} is not an OpAICoreConfig")
+
     def run(body, target_map, bindings, depth=0):
         # helper calls: Name(<target>, args...)
         for fname, (p0, pnames, fbody) in funcs.items():
@@ -495,31 +540,16 @@ def parse_opdef(path, op_type):
                     continue
                 tgt = args[0].replace(" ", "")
                 tgt = "this" if tgt in ("*this", "this") else target_map.get(tgt, tgt)
+                if fname == "DeclareParams":
+                    param_table(tgt, args, bindings)
+                    continue
                 b = {pn: bindings.get(a.strip(), a) for pn, a in zip(pnames, args[1:])}
                 run(fbody, {p0: tgt}, b, depth + 1)
         for cm in _CHAIN_START.finditer(body):
             raw = cm.group(1).replace(" ", "")
             tgt = "this" if raw in ("this->", "*this.") else target_map.get(cm.group(2), cm.group(2))
             calls, _ = _read_chain(body, cm.start(3))
-            if tgt != "this" and tgt not in overrides:
-                continue
-            res = _interpret_chain(calls, resolver, bindings, facts, rel, attr_target=(tgt == "this"))
-            if res is None:
-                continue
-            kind, val = res
-            if kind in ("Input", "Output"):
-                lst = (facts.inputs if kind == "Input" else facts.outputs) if tgt == "this" else \
-                    overrides[tgt]["inputs" if kind == "Input" else "outputs"]
-                if any(p.name == val.name for p in lst):
-                    facts.problems.append(f"{rel}: {kind.lower()} '{val.name}' declared twice")
-                lst.append(val)
-            elif kind == "Attr":
-                facts.attrs.append(val)
-            elif kind == "AICore":
-                for unit, var in val:
-                    facts.configs[unit] = overrides.get(var) if var else None
-                    if var and var not in overrides:
-                        facts.problems.append(f"{rel}: AddConfig(\"{unit}\", {var}): {var} is not an OpAICoreConfig")
+            record(tgt, calls, bindings)
 
     # the constructor (and anything else in the class) -- helper bodies are run through their calls
     ctor_text = cls
