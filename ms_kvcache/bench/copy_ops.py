@@ -20,7 +20,13 @@ block_size 64) for concat_and_cache_mla.
 reshape_and_cache's table also has MindSpore's ``ops.scatter_update`` and ``param[idx] = value`` (float16:
 no bf16 CPU kernel), the per-call overhead at T = 1 in PyNative and in a GRAPH_MODE Cell next to
 ``ops.add`` (``x ops.add`` = ops.add time / op time), and the per-call time against the cache size
-(``--ops no_copy``).
+(``--ops no_copy``). ``--ops overhead_quant``: the per-call time at T = 1 of the quantizing writes
+(reshape_and_cache / concat_and_cache_mla into int8 caches, static and dynamic scales) and their bf16 forms
+next to ``ops.add`` in the same rounds (issue 17: at most 2x ops.add).
+
+The fast path launches a cache writer at once on the calling thread when MindSpore's pipeline is idle
+(ms_kvcache/csrc/pyboost_module.cpp, "direct launch"); every op row is also timed with that off in the same
+rounds (``queued``: every call through MindSpore's pipeline), the paired before / after of that change.
 
     ms-kvcache bench --ops copy_ops [--quick]  # in the summary table / plot
     python scripts/bench_copy.py               # full table (this module's main)
@@ -473,7 +479,7 @@ def bench_overhead_quant(reps, rng, calls=1000):
         rows.append(row)
     # the writes landed (a decode step's row of each cache)
     for r, ok in zip(rows, (kc, qkc, qkc, cc, qcc, qcc)):
-        r["correct"] = bool(np.any(ok.asnumpy().reshape(-1, ok.shape[-1])[5] != 0))
+        r["correct"] = bool(np.any(ok.asnumpy().reshape(ok.shape[0] * ok.shape[1], -1)[5] != 0))
     return rows
 
 
@@ -790,7 +796,8 @@ def run(ops=None, quick=False):
 
     Args:
         ops (iterable of str | None): subset of ``ALL_OPS`` ("reshape_and_cache", "overhead", "no_copy",
-            "reshape_and_cache_merged", "concat_and_cache_mla", "copy_blocks", "swap_blocks"); None = all.
+            "reshape_and_cache_merged", "concat_and_cache_mla", "copy_blocks", "swap_blocks",
+            "reshape_and_cache_quant", "overhead_quant"); None = all.
         quick (bool): fewer sizes and repetitions (~1 min instead of several).
 
     Runs in PyNative on the cpu backend (the MindSpore mode and ms_kvcache backend are restored after).
@@ -850,6 +857,12 @@ def _standard_keys(r):
         out.update(op="reshape_and_cache", case=f"per-call overhead T=1, {r['mode']}", tokens=1,
                    seconds=r["op_us"] / 1e6, speedup={"ops.add": r["ops_add_us"] / r["op_us"]},
                    note=f"{r['op_us']:.1f} us per call, ops.add {r['ops_add_us']:.1f} us")
+    elif kind == "overhead_quant":
+        out.update(op=r["case_label"].split()[0], case=f"per-call time T=1, {r['case_label'].split(' ', 1)[1]}",
+                   tokens=1, seconds=r["op_us"] / 1e6, speedup={"ops.add": r["add_speedup"]},
+                   note=f"{r['op_us']:.1f} us per call, ops.add {r['ops_add_us']:.1f} us")
+        if r["case_label"].split()[1] == "int8":
+            out["dtype"] = "bfloat16->int8"
     elif kind == "no_copy":
         out.update(op="reshape_and_cache", case=f"no copy: T=1 into a {r['cache_mib']:.2f} MiB cache", tokens=1,
                    dtype="int8", seconds=r["op_us"] / 1e6,
@@ -908,7 +921,19 @@ def format_table(rows):
         for r in nocopy:
             out.append(f"  cache {r['cache_mib']:8.2f} MiB per plane: {r['op_us']:8.1f} us  "
                        f"({r['ratio_to_smallest']:.2f}x the smallest)")
-    other = [r for r in rows if r["bench"] not in ("reshape_and_cache", "overhead", "no_copy")]
+    ovq = [r for r in rows if r["bench"] == "overhead_quant"]
+    if ovq:
+        out.append("")
+        out.append(f"per-call time at T = 1, PyNative, next to ops.add = {ovq[0]['ops_add_us']:.1f} us in the same rounds "
+                   "(x ops.add = ops.add time / op time; issue 17's target >= 0.5, i.e. at most 2x ops.add; queued = "
+                   "the same op with the direct launch off, every call through MindSpore's pipeline; fast path "
+                   f"{'on' if ovq[0]['fast_path'] else 'OFF'})")
+        out.append(f"  {'op':<54} {'us':>8} {'x ops.add':>9} {'queued us':>10} {'x ops.add':>9}")
+        for r in ovq:
+            q = (f"{r['queued_us']:>10.1f} {r['add_speedup_queued']:>9.2f}" if "queued_us" in r else f"{'-':>10} {'-':>9}")
+            out.append(f"  {r['case_label']:<54} {r['op_us']:>8.1f} {r['add_speedup']:>9.2f} {q}  "
+                       f"{'met' if r['add_speedup'] >= 0.5 else 'NOT met'}" + ("" if r["correct"] else "  WRONG VALUES"))
+    other = [r for r in rows if r["bench"] not in ("reshape_and_cache", "overhead", "no_copy", "overhead_quant")]
     if other:
         out.append("")
         out.append("other copy ops (bf16, PyNative, cpu backend)")
