@@ -102,7 +102,10 @@ def test_order_with_pending_ops_before_and_after(fast):
         k_pe = ops.mul(Tensor(y), 2.0)
         if step % 2:
             fast.wait_idle()  # odd steps: the producers have finished, the write can run at once
+        before = fast.launch_counts()[0]
         ms_kvcache.concat_and_cache_mla(kv_c, k_pe, *caches, Tensor(slots))
+        if step % 2:  # the finished ops' outputs were realised and the kernel ran at once
+            assert fast.launch_counts()[0] == before + 1, f"step {step}: not launched directly"
         reads.append(ops.mul(caches[0], 1.0))  # a later op reading the cache
         want_c = _want(want_c, x + 1.0, slots)
         want_p = _want(want_p, y * 2.0, slots)
