@@ -519,8 +519,11 @@ def eager_launcher(spec, backend, attr_values=(), counts=None):
             attrs["mskv_strict"] = True
             if spec.has_dynamic:
                 attrs["dyn_input_sizes"] = spec.dyn_input_sizes(counts)
-            f = _serialised(functools.partial(mod.run, mod.kernel(lib, spec.op_type, spec.name, attrs,
-                                                                  list(output_sources(spec, counts)))))
+            # run_or_queue: a writer runs at once when MindSpore's pipeline is idle (same order; see
+            # ms_kvcache/csrc/pyboost_module.cpp, "direct launch"), else it is queued like run()
+            run = getattr(mod, "run_or_queue", mod.run)
+            f = _serialised(functools.partial(run, mod.kernel(lib, spec.op_type, spec.name, attrs,
+                                                              list(output_sources(spec, counts)))))
         else:
             bmod = _backend.backend_module(backend)
             if getattr(bmod, "pynative_launcher", None) is not None:

@@ -141,6 +141,7 @@ class EagerOp:
         self._plain = self._sequence is None
         self._ro = {}
         self._static = {}
+        self._written_memo = {}
         self._has_outputs = "out_shape" in spec.extra
         self._outs = None if self._sequence is not None else output_sources(spec)
 
@@ -170,9 +171,19 @@ class EagerOp:
         return out
 
     def _written(self, attr_values):
-        """(in-place input indices, indices that must be contiguous) for these attribute values."""
+        """(in-place input indices, indices that must be contiguous) for these attribute values (memoised
+        per attribute values: a quantizing write asks three times per call)."""
         if not self._cond:
             return self._inplace, self._contig
+        try:
+            return self._written_memo[attr_values]
+        except KeyError:
+            out = self._written_memo[attr_values] = self._compute_written(attr_values)
+            return out
+        except TypeError:  # an unhashable attribute value
+            return self._compute_written(attr_values)
+
+    def _compute_written(self, attr_values):
         extra = tuple(i for i, j, v in self._cond if attr_values[j] == v)
         inplace = tuple(sorted(set(self._inplace + extra)))
         contig = tuple(i for i, t in enumerate(self._inputs) if i in inplace or t[0] in self._contiguous)

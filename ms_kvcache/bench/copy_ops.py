@@ -20,7 +20,13 @@ block_size 64) for concat_and_cache_mla.
 reshape_and_cache's table also has MindSpore's ``ops.scatter_update`` and ``param[idx] = value`` (float16:
 no bf16 CPU kernel), the per-call overhead at T = 1 in PyNative and in a GRAPH_MODE Cell next to
 ``ops.add`` (``x ops.add`` = ops.add time / op time), and the per-call time against the cache size
-(``--ops no_copy``).
+(``--ops no_copy``). ``--ops overhead_quant``: the per-call time at T = 1 of the quantizing writes
+(reshape_and_cache / concat_and_cache_mla into int8 caches, static and dynamic scales) and their bf16 forms
+next to ``ops.add`` in the same rounds (issue 17: at most 2x ops.add).
+
+The fast path launches a cache writer at once on the calling thread when MindSpore's pipeline is idle
+(ms_kvcache/csrc/pyboost_module.cpp, "direct launch"); every op row is also timed with that off in the same
+rounds (``queued``: every call through MindSpore's pipeline), the paired before / after of that change.
 
     ms-kvcache bench --ops copy_ops [--quick]  # in the summary table / plot
     python scripts/bench_copy.py               # full table (this module's main)
@@ -52,7 +58,7 @@ SWAP_BLOCKS = (16, 64)
 QUICK_SWAP_BLOCKS = (32,)
 COPY_LAYERS, COPY_PAIRS = 4, (16,)
 ALL_OPS = ("reshape_and_cache", "overhead", "no_copy", "reshape_and_cache_merged", "concat_and_cache_mla",
-           "copy_blocks", "swap_blocks", "reshape_and_cache_quant")
+           "copy_blocks", "swap_blocks", "reshape_and_cache_quant", "overhead_quant")
 #: Quantizing writes (reshape_and_cache into int8 caches, docs/quantization.md): T and the scale modes timed.
 QUANT_TOKENS = (256, 4096)
 QUICK_QUANT_TOKENS = (4096,)
@@ -374,6 +380,109 @@ def bench_no_copy(reps, rng):
     return rows
 
 
+def _direct_switch():
+    """``set_direct_launch`` of ms_kvcache._cpu_pyboost (the fast path's direct launch of the cache writers
+    when MindSpore's pipeline is idle, ms_kvcache/csrc/pyboost_module.cpp), or None when not built."""
+    from ms_kvcache import _custom
+
+    return getattr(_custom._fast_module(), "set_direct_launch", None)
+
+
+def _queued(fn, switch):
+    """``fn`` with the direct launch turned off for the call (every call queued through MindSpore's
+    pipeline, the fast path before the direct launch): the same-run "before" of a paired comparison."""
+    def call(*args):
+        old = switch(False)
+        try:
+            fn(*args)
+        finally:
+            switch(old)
+
+    return call
+
+
+#: The T = 1 cases of ``--ops overhead_quant``: (label, builder key); see bench_overhead_quant.
+OVERHEAD_QUANT_CASES = (
+    ("reshape_and_cache bf16", "rac"),
+    ("reshape_and_cache int8 k_scale (per channel)", "rac_static"),
+    ("reshape_and_cache int8 k_scale_cache (dynamic)", "rac_dynamic"),
+    ("concat_and_cache_mla bf16", "mla"),
+    ("concat_and_cache_mla int8 kv_c_scale (per channel)", "mla_static"),
+    ("concat_and_cache_mla int8 kv_c_scale_cache (dynamic)", "mla_dynamic"),
+)
+
+
+def bench_overhead_quant(reps, rng, calls=1000):
+    """PyNative per-call time at T = 1 of the quantizing writes (reshape_and_cache and concat_and_cache_mla
+    into int8 caches with static ``k_scale`` / ``kv_c_scale`` or dynamic ``k_scale_cache`` /
+    ``kv_c_scale_cache``) and of their bf16 forms, next to ``ops.add`` in the same rounds (issue 17's target:
+    at most 2x ops.add, i.e. x ops.add = ops.add time / op time >= 0.5). Shapes: Llama-3-8B (8 x 128,
+    block_size 128) and DeepSeek-V3 MLA (512 + 64, block_size 64), 64 blocks. Each op is also timed with
+    the direct launch off (``queued``: every call through MindSpore's pipeline), interleaved in the same
+    rounds, when the fast path has the switch."""
+    ms = _ms()
+    from mindspore import Parameter, ops
+
+    import ms_kvcache
+    from ms_kvcache import _custom
+
+    nb = 64
+    h, d, bs = HEADS, HEAD_SIZE, BLOCK_SIZE
+    key = ms.Tensor(_bf16((1, h, d), rng).astype(np.float32), dtype=ms.bfloat16)
+    value = ms.Tensor(_bf16((1, h, d), rng).astype(np.float32), dtype=ms.bfloat16)
+    kv_c = ms.Tensor(_bf16((1, MLA_RANK), rng).astype(np.float32), dtype=ms.bfloat16)
+    k_pe = ms.Tensor(_bf16((1, MLA_ROPE), rng).astype(np.float32), dtype=ms.bfloat16)
+    slot = ms.Tensor(np.array([5], np.int32))
+
+    def param(shape, dtype, name):
+        return Parameter(ms.Tensor(np.zeros(shape, np.float32), dtype=dtype), name=f"ovq_{name}")
+
+    kc, vc = param((nb, bs, h, d), ms.bfloat16, "kc"), param((nb, bs, h, d), ms.bfloat16, "vc")
+    qkc, qvc = param((nb, bs, h, d), ms.int8, "qkc"), param((nb, bs, h, d), ms.int8, "qvc")
+    ksc, vsc = param((nb, bs, h, 1), ms.float32, "ksc"), param((nb, bs, h, 1), ms.float32, "vsc")
+    sc = ms.Tensor(np.full((h, d), 0.02, np.float32))
+    cc, pc = param((nb, MLA_BLOCK_SIZE, MLA_RANK), ms.bfloat16, "cc"), param((nb, MLA_BLOCK_SIZE, MLA_ROPE), ms.bfloat16, "pc")
+    qcc, qpc = param((nb, MLA_BLOCK_SIZE, MLA_RANK), ms.int8, "qcc"), param((nb, MLA_BLOCK_SIZE, MLA_ROPE), ms.int8, "qpc")
+    csc, psc = param((nb, MLA_BLOCK_SIZE, 1), ms.float32, "csc"), param((nb, MLA_BLOCK_SIZE, 1), ms.float32, "psc")
+    c_sc, p_sc = ms.Tensor(np.full((MLA_RANK,), 0.02, np.float32)), ms.Tensor(np.full((MLA_ROPE,), 0.02, np.float32))
+    a = ms.Tensor(np.ones((1,), np.float32))
+    build = {
+        "rac": lambda: ms_kvcache.reshape_and_cache(key, value, kc, vc, slot),
+        "rac_static": lambda: ms_kvcache.reshape_and_cache(key, value, qkc, qvc, slot, k_scale=sc, v_scale=sc),
+        "rac_dynamic": lambda: ms_kvcache.reshape_and_cache(key, value, qkc, qvc, slot, k_scale_cache=ksc,
+                                                            v_scale_cache=vsc),
+        "mla": lambda: ms_kvcache.concat_and_cache_mla(kv_c, k_pe, cc, pc, slot),
+        "mla_static": lambda: ms_kvcache.concat_and_cache_mla(kv_c, k_pe, qcc, qpc, slot, kv_c_scale=c_sc,
+                                                              k_pe_scale=p_sc),
+        "mla_dynamic": lambda: ms_kvcache.concat_and_cache_mla(kv_c, k_pe, qcc, qpc, slot, kv_c_scale_cache=csc,
+                                                               k_pe_scale_cache=psc),
+    }
+
+    def sync():
+        _polite_sync(kc)
+
+    switch = _direct_switch()
+    cases = {"ops.add": (lambda: ops.add(a, a), sync, calls)}
+    for label, b in OVERHEAD_QUANT_CASES:
+        cases[label] = (build[b], sync, calls)
+        if switch is not None:
+            cases[label + " queued"] = (_queued(build[b], switch), sync, calls)
+    best = _timeit_interleaved(cases, reps + 2, warmup=2)
+    fast_ok = _custom.fast_path_available()[0]
+    rows = []
+    for label, _ in OVERHEAD_QUANT_CASES:
+        t, t_add = best[label], best["ops.add"]
+        row = {"bench": "overhead_quant", "mode": "pynative", "T": 1, "case_label": label, "op_us": t * 1e6,
+               "ops_add_us": t_add * 1e6, "add_speedup": t_add / t, "fast_path": fast_ok}
+        if label + " queued" in best:
+            row.update(queued_us=best[label + " queued"] * 1e6, add_speedup_queued=t_add / best[label + " queued"])
+        rows.append(row)
+    # the writes landed (a decode step's row of each cache)
+    for r, ok in zip(rows, (kc, qkc, qkc, cc, qcc, qcc)):
+        r["correct"] = bool(np.any(ok.asnumpy().reshape(ok.shape[0] * ok.shape[1], -1)[5] != 0))
+    return rows
+
+
 def _aot_kernel(symbol, tensors, index_sets, after=()):
     """The cpu backend's kernel ``symbol`` called directly through its AOT entry point (ctypes, no MindSpore:
     no launch, no pipeline), on the tensors' own memory, with ``index_sets[i]`` (an int64 numpy array) as
@@ -420,6 +529,9 @@ def _time_rotated(k, nbytes, op, anchor, memcpy, fancy, reps, kernel=None):
              "numpy": (_Cycle(k, fancy), _no_sync, inner)}
     if kernel is not None:
         cases["kernel"] = (_Cycle(k, kernel), _no_sync, inner)
+    switch = _direct_switch()
+    if switch is not None:  # the op with every call queued through MindSpore's pipeline (no direct launch)
+        cases["queued"] = (_Cycle(k, _queued(op, switch)), lambda: _polite_sync(anchor), inner)
     return _timeit_interleaved(cases, reps + 2, warmup=k)
 
 
@@ -434,6 +546,8 @@ def _measure(rows, name, shape, tokens, nbytes, k, op, anchor, memcpy, fancy, re
            "numpy_fancy_us": t_np * 1e6, "speedup_vs_numpy": t_np / t_op, "correct": bool(check())}
     if kernel is not None:
         row.update(kernel_us=best["kernel"] * 1e6, kernel_x_memcpy=t_mem / best["kernel"])
+    if "queued" in best:
+        row.update(queued_us=best["queued"] * 1e6, queued_x_memcpy=t_mem / best["queued"])
     rows.append(row)
 
 
@@ -682,7 +796,8 @@ def run(ops=None, quick=False):
 
     Args:
         ops (iterable of str | None): subset of ``ALL_OPS`` ("reshape_and_cache", "overhead", "no_copy",
-            "reshape_and_cache_merged", "concat_and_cache_mla", "copy_blocks", "swap_blocks"); None = all.
+            "reshape_and_cache_merged", "concat_and_cache_mla", "copy_blocks", "swap_blocks",
+            "reshape_and_cache_quant", "overhead_quant"); None = all.
         quick (bool): fewer sizes and repetitions (~1 min instead of several).
 
     Runs in PyNative on the cpu backend (the MindSpore mode and ms_kvcache backend are restored after).
@@ -717,6 +832,8 @@ def run(ops=None, quick=False):
                                 swap_blocks=QUICK_SWAP_BLOCKS if quick else SWAP_BLOCKS)
         if "reshape_and_cache_quant" in selected:
             rows += bench_quant(QUICK_QUANT_TOKENS if quick else QUANT_TOKENS, reps, rng)
+        if "overhead_quant" in selected:
+            rows += bench_overhead_quant(reps, rng, calls=200 if quick else 1000)
     finally:
         ms.set_context(mode=old_mode)
         ms_kvcache.set_backend(old_backend)
@@ -740,6 +857,12 @@ def _standard_keys(r):
         out.update(op="reshape_and_cache", case=f"per-call overhead T=1, {r['mode']}", tokens=1,
                    seconds=r["op_us"] / 1e6, speedup={"ops.add": r["ops_add_us"] / r["op_us"]},
                    note=f"{r['op_us']:.1f} us per call, ops.add {r['ops_add_us']:.1f} us")
+    elif kind == "overhead_quant":
+        out.update(op=r["case_label"].split()[0], case=f"per-call time T=1, {r['case_label'].split(' ', 1)[1]}",
+                   tokens=1, seconds=r["op_us"] / 1e6, speedup={"ops.add": r["add_speedup"]},
+                   note=f"{r['op_us']:.1f} us per call, ops.add {r['ops_add_us']:.1f} us")
+        if r["case_label"].split()[1] == "int8":
+            out["dtype"] = "bfloat16->int8"
     elif kind == "no_copy":
         out.update(op="reshape_and_cache", case=f"no copy: T=1 into a {r['cache_mib']:.2f} MiB cache", tokens=1,
                    dtype="int8", seconds=r["op_us"] / 1e6,
@@ -798,22 +921,37 @@ def format_table(rows):
         for r in nocopy:
             out.append(f"  cache {r['cache_mib']:8.2f} MiB per plane: {r['op_us']:8.1f} us  "
                        f"({r['ratio_to_smallest']:.2f}x the smallest)")
-    other = [r for r in rows if r["bench"] not in ("reshape_and_cache", "overhead", "no_copy")]
+    ovq = [r for r in rows if r["bench"] == "overhead_quant"]
+    if ovq:
+        out.append("")
+        out.append(f"per-call time at T = 1, PyNative, next to ops.add = {ovq[0]['ops_add_us']:.1f} us in the same rounds "
+                   "(x ops.add = ops.add time / op time; issue 17's target >= 0.5, i.e. at most 2x ops.add; queued = "
+                   "the same op with the direct launch off, every call through MindSpore's pipeline; fast path "
+                   f"{'on' if ovq[0]['fast_path'] else 'OFF'})")
+        out.append(f"  {'op':<54} {'us':>8} {'x ops.add':>9} {'queued us':>10} {'x ops.add':>9}")
+        for r in ovq:
+            q = (f"{r['queued_us']:>10.1f} {r['add_speedup_queued']:>9.2f}" if "queued_us" in r else f"{'-':>10} {'-':>9}")
+            out.append(f"  {r['case_label']:<54} {r['op_us']:>8.1f} {r['add_speedup']:>9.2f} {q}  "
+                       f"{'met' if r['add_speedup'] >= 0.5 else 'NOT met'}" + ("" if r["correct"] else "  WRONG VALUES"))
+    other = [r for r in rows if r["bench"] not in ("reshape_and_cache", "overhead", "no_copy", "overhead_quant")]
     if other:
         out.append("")
         out.append("other copy ops (bf16, PyNative, cpu backend)")
         out.append(f"  {'op':<25} {'case':<38} {'MB':>6} {'K':>3} {'op GB/s':>8} {'memcpy GB/s':>11} "
-                   f"{'x memcpy':>9} {'x numpy':>8} {'kernel x memcpy':>15}")
+                   f"{'x memcpy':>9} {'x numpy':>8} {'kernel x memcpy':>15} {'queued x memcpy':>15}")
         for r in other:
             out.append(f"  {r['bench']:<25} {r['shape']:<38} {r['bytes'] / 1e6:>6.2f} {r.get('rotations', ''):>3} "
                        f"{r['op_gbps']:>8.2f} {r['memcpy_gbps']:>11.2f} {r['ratio_to_memcpy']:>9.2f} "
                        f"{r.get('speedup_vs_numpy', float('nan')):>8.2f} "
                        + (f"{r['kernel_x_memcpy']:>15.2f}" if "kernel_x_memcpy" in r else f"{'-':>15}")
+                       + (f" {r['queued_x_memcpy']:>15.2f}" if "queued_x_memcpy" in r else f" {'-':>15}")
                        + (f"  (cache line offsets {r['cache_line_offsets']})" if "cache_line_offsets" in r else "")
                        + ("" if r.get("correct", True) else "  WRONG VALUES"))
         out.append("  MB = payload written per call; kernel x memcpy = memcpy time / time of the op's cpu kernel called "
                    "directly (ctypes, no MindSpore launch or pipeline; same rotation, same rounds): op and kernel "
-                   "differ by the PyNative call's cost; cache line offsets = byte offset of each cache plane from a "
+                   "differ by the PyNative call's cost; queued x memcpy = the op with its direct launch off (every "
+                   "call queued through MindSpore's pipeline, the fast path before the direct launch; same rounds); "
+                   "cache line offsets = byte offset of each cache plane from a "
                    "64-byte line (0 = rows on line boundaries); " + BASELINE_LINE)
     return "\n".join(out)
 
@@ -862,6 +1000,14 @@ def summarize_runs(runs, loads=()):
                    + ("" if all(r.get("correct", True) for r in rs) else " WRONG VALUES"))
     out.append("")
     out.append(BASELINE_LINE + "; kernel x memcpy = the op's cpu kernel alone (no MindSpore launch), same rounds")
+    queued = [(key, [r["queued_x_memcpy"] for r in by[key] if "queued_x_memcpy" in r]) for key in keys]
+    queued = [(key, v) for key, v in queued if v]
+    if queued:
+        out.append("")
+        out.append("paired in the same rounds: x memcpy of the op with its direct launch off (every call queued through "
+                   "MindSpore's pipeline, the fast path before the direct launch): median (runs)")
+        for key, v in queued:
+            out.append(f"  {key[0]} {key[1]}: queued x memcpy {cell(v)}")
     return "\n".join(out)
 
 

@@ -20,6 +20,7 @@
 // the kernel in the backend queue like the built-ins, after draining the launch queue, so the write is
 // ordered after every earlier op and before every later one.
 #include <cmath>
+#include <cstdlib>
 #include <chrono>
 #include <stdexcept>
 #include <string>
@@ -101,49 +102,64 @@ struct KernelHolder {
   std::shared_ptr<Op> op;
 };
 
+// Launch kernel k on `ins` (memory assigned, contiguous) and `outs` (none: the dummy int32 [1] status);
+// throws std::runtime_error with the kernel's message. The AOT ABI's argument arrays live on the stack
+// for the usual <= 16 tensors (this runs once per call of every op).
+void LaunchAot(const mskv_bridge::Kernel& k, const std::vector<ms::Tensor>& ins, const std::vector<ms::Tensor>& outs) {
+  constexpr size_t kStack = 16;
+  const size_t n = ins.size() + (outs.empty() ? 1 : outs.size());
+  void* ptrs_s[kStack];
+  int ndims_s[kStack];
+  int64_t* shapes_s[kStack];
+  const char* dtypes_s[kStack];
+  std::vector<void*> ptrs_h;
+  std::vector<int> ndims_h;
+  std::vector<int64_t*> shapes_h;
+  std::vector<const char*> dtypes_h;
+  void** ptrs = ptrs_s;
+  int* ndims = ndims_s;
+  int64_t** shapes = shapes_s;
+  const char** dtypes = dtypes_s;
+  if (n > kStack) {
+    ptrs_h.resize(n), ndims_h.resize(n), shapes_h.resize(n), dtypes_h.resize(n);
+    ptrs = ptrs_h.data(), ndims = ndims_h.data(), shapes = shapes_h.data(), dtypes = dtypes_h.data();
+  }
+  auto put = [&](size_t i, const ms::Tensor& t) {
+    ptrs[i] = t.GetDataPtr();
+    const auto& s = t.shape();
+    ndims[i] = static_cast<int>(s.size());
+    shapes[i] = const_cast<int64_t*>(s.data());
+    dtypes[i] = DTypeName(t.data_type());
+  };
+  for (size_t i = 0; i < ins.size(); ++i) {
+    if (!ins[i].is_contiguous()) {
+      throw std::runtime_error("ms_kvcache: " + mskv_bridge::KernelName(k) + ": input " + std::to_string(i) +
+                               " is not contiguous (the fast path passes tensors as they are)");
+    }
+    put(i, ins[i]);
+  }
+  int32_t status = 0;
+  int64_t status_shape = 1;
+  if (outs.empty()) {
+    ptrs[n - 1] = &status;
+    ndims[n - 1] = 1;
+    shapes[n - 1] = &status_shape;
+    dtypes[n - 1] = "int32";
+  } else {
+    for (size_t i = 0; i < outs.size(); ++i) put(ins.size() + i, outs[i]);
+  }
+  std::string err;
+  if (mskv_bridge::Launch(k, static_cast<int>(n), ptrs, ndims, shapes, dtypes, &err) != 0) {
+    throw std::runtime_error("ms_kvcache: " + err);
+  }
+}
+
 class AotRunner : public ms::pynative::PyboostRunner {
  public:
   explicit AotRunner(std::shared_ptr<mskv_bridge::Kernel> k)
       : PyboostRunner(mskv_bridge::KernelName(*k)), k_(std::move(k)) {}
 
-  void LaunchKernel() override {
-    const auto& ins = inputs();
-    const auto& outs = outputs();
-    const size_t n = ins.size() + (outs.empty() ? 1 : outs.size());
-    std::vector<void*> ptrs(n);
-    std::vector<int> ndims(n);
-    std::vector<int64_t*> shapes(n);
-    std::vector<const char*> dtypes(n);
-    auto put = [&](size_t i, const ms::Tensor& t) {
-      ptrs[i] = t.GetDataPtr();
-      const auto& s = t.shape();
-      ndims[i] = static_cast<int>(s.size());
-      shapes[i] = const_cast<int64_t*>(s.data());
-      dtypes[i] = DTypeName(t.data_type());
-    };
-    for (size_t i = 0; i < ins.size(); ++i) {
-      if (!ins[i].is_contiguous()) {
-        throw std::runtime_error("ms_kvcache: " + mskv_bridge::KernelName(*k_) + ": input " + std::to_string(i) +
-                                 " is not contiguous (the fast path passes tensors as they are)");
-      }
-      put(i, ins[i]);
-    }
-    int32_t status = 0;
-    int64_t status_shape = 1;
-    if (outs.empty()) {
-      ptrs[n - 1] = &status;
-      ndims[n - 1] = 1;
-      shapes[n - 1] = &status_shape;
-      dtypes[n - 1] = "int32";
-    } else {
-      for (size_t i = 0; i < outs.size(); ++i) put(ins.size() + i, outs[i]);
-    }
-    std::string err;
-    if (mskv_bridge::Launch(*k_, static_cast<int>(n), ptrs.data(), ndims.data(), shapes.data(), dtypes.data(),
-                            &err) != 0) {
-      throw std::runtime_error("ms_kvcache: " + err);
-    }
-  }
+  void LaunchKernel() override { LaunchAot(*k_, inputs(), outputs()); }
 
  protected:
   void _DispatchLaunchTask() override {
@@ -173,6 +189,8 @@ template <int N>
 py::object CallWithOutputs(const std::shared_ptr<Op>& op, std::vector<ms::Tensor> ins) {
   return PyboostCall<N>(mskv_bridge::KernelName(*op->k), Eval, op, std::move(ins));
 }
+
+bool OnCpuDevice(const mindspore::tensor::TensorPtr& tp);
 
 py::object RunKernel(const KernelHolder& h, const py::args& args) {
   const auto& op = h.op;
@@ -214,6 +232,79 @@ bool OnCpuDevice(const mindspore::tensor::TensorPtr& tp) {
 #else
   return tp->device_address()->GetDeviceType() == mindspore::device::DeviceType::kCPU;
 #endif
+}
+
+// ---------------------------------------------------------------------------------------- direct launch
+// A PyNative call through PyboostRunner hops over three threads (Python -> MindSpore's frontend queue ->
+// backend queue), and each queue's worker spins up to ~1.2 M polls for its next task before it sleeps
+// (RingQueue::Head), so a stream of calls keeps two spinning pipeline threads next to the kernel's own
+// threads: on a 2-core machine that, not the copy, was most of a concat_and_cache_mla call (README, copy
+// table). When the pipeline has no queued or running task at all, every earlier op has finished and no
+// later one can start before this call returns (the caller holds the GIL throughout and the _SUBMIT lock),
+// so running the kernel right here, on the calling thread, gives the same order as the queued launch. It
+// is used only then, for kernels without outputs (the cache writers), and only when every input is a host
+// tensor of the CPU device with its memory (a pending op's output that has finished is realised first;
+// with the pipeline idle that does not wait); otherwise the call is queued as before.
+
+// Pipeline::bprop_stage() (MindSpore >= 2.3): the autograd queue must be idle too; older Pipelines have none.
+template <typename P>
+auto BpropIdle(P& p, int) -> decltype(p.bprop_stage()->Empty()) {
+  return p.bprop_stage() == nullptr || p.bprop_stage()->Empty();
+}
+template <typename P>
+bool BpropIdle(P&, long) {
+  return true;
+}
+
+bool PipelineIdle() {
+  auto& p = mindspore::runtime::Pipeline::Get();
+  return p.frontend_stage()->Empty() && BpropIdle(p, 0) && p.backend_stage()->Empty() && p.launch_stage()->Empty();
+}
+
+// Whether the kernel may read / write `t` now (see above): realised, host memory of the CPU device,
+// memory assigned (or no elements), contiguous. Realises a finished op's output (a "stub").
+bool ReadyNow(const ms::Tensor& t) {
+  if (t.tensor() == nullptr) {
+    if (t.stub_node() == nullptr) return false;
+    t.ConvertStubNodeToTensor();  // the pipeline is idle: the op that produced it has finished
+    if (t.tensor() == nullptr) return false;
+  }
+  if (!OnCpuDevice(t.tensor()) || !t.is_contiguous()) return false;
+  return t.numel() == 0 || t.GetDataPtr() != nullptr;
+}
+
+bool g_direct = [] {
+  const char* env = std::getenv("MS_KVCACHE_DIRECT_LAUNCH");
+  return env == nullptr || std::string(env) != "0";
+}();
+
+// run_or_queue calls launched directly / queued (launch_counts(), for tests and benchmarks).
+int64_t g_launches[2] = {0, 0};
+
+// Launch now when the pipeline is idle (see above), else queue as run() does. Returns what run() returns
+// (None for the writers). Kernel errors raise RuntimeError here on a direct launch (at the next sync when
+// queued).
+py::object RunOrQueue(const KernelHolder& h, const py::args& args) {
+  const auto& op = h.op;
+  if (g_direct && op->out_like.empty() && PipelineIdle()) {
+    std::vector<ms::Tensor> ins;
+    ins.reserve(args.size());
+    bool ready = true;
+    for (const auto& a : args) {
+      ins.push_back(a.cast<ms::Tensor>());
+      if (!ReadyNow(ins.back())) {
+        ready = false;
+        break;
+      }
+    }
+    if (ready && PipelineIdle()) {  // (realising a stub queues nothing; re-checked anyway)
+      ++g_launches[0];
+      LaunchAot(*op->k, ins, {});
+      return py::none();
+    }
+  }
+  ++g_launches[1];
+  return RunKernel(h, args);
 }
 
 // Index values of a host tensor, read without waiting for the pipeline. Only for tensors that are not
@@ -415,6 +506,19 @@ PYBIND11_MODULE(_cpu_pyboost, m) {
         "tensor is the output of a pending op or has no memory yet.");
   m.def("wait_idle", &WaitIdle, py::arg("timeout_s") = 60.0, py::arg("poll_us") = 20.0,
         "Sleep-poll until MindSpore's PyNative pipeline is idle (no busy-wait); False on timeout.");
+  m.def("run_or_queue", &RunOrQueue,
+        "run_or_queue(kernel, *tensors): like run(), but a kernel without outputs runs at once on the calling "
+        "thread when MindSpore's PyNative pipeline is idle and every tensor is a host tensor with its memory "
+        "(same order as a queued launch; kernel errors then raise here). MS_KVCACHE_DIRECT_LAUNCH=0 or "
+        "set_direct_launch(False): always queue.");
+  m.def("set_direct_launch", [](bool on) {
+    const bool old = g_direct;
+    g_direct = on;
+    return old;
+  }, py::arg("enabled"), "Turn run_or_queue's direct launch on or off; returns the previous setting.");
+  m.def("launch_counts", [] { return py::make_tuple(g_launches[0], g_launches[1]); },
+        "(direct, queued): how many run_or_queue calls launched at once / were queued so far.");
+  m.def("pipeline_idle", &PipelineIdle, "Whether MindSpore's PyNative pipeline has no queued or running task.");
   m.def("run", &RunKernel, "run(kernel, *tensors): launch kernel on the tensors (inputs in op order), "
         "asynchronously in MindSpore's PyNative pipeline; in-place inputs are written through their memory. "
         "Returns None (no outputs), the output tensor, or a tuple of output tensors.");
