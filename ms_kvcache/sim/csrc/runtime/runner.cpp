@@ -2,6 +2,7 @@
 // every core in forward / reverse / threaded order) and the MindSpore AOT entry.
 #include "runner.h"
 
+#include <cctype>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -1387,14 +1388,24 @@ std::string ReportAotFailure(const std::string& op, const std::string& rule, con
   std::fflush(stderr);
   return msg;
 }
-// `what` led by the public op name of the launch (the primitive's mskv_op_name attribute, e.g.
-// reshape_and_cache_merged for the internal MskvReshapeAndCacheQuant), unless absent or already there: a
-// graph-mode tiling or emulation error then names the op the user called, as the PyNative one does.
-std::string PublicNamed(void* extra, const std::string& what) {
+// `what` led by the public op name of the launch (the primitive's mskv_op_name attribute) when that op is
+// not the OpType's own (reshape_and_cache_merged served by MskvReshapeAndCacheQuant), so a graph-mode
+// tiling or emulation error names the op the user called, as the PyNative one does; else `what` as is.
+std::string PublicNamed(const std::string& op, void* extra, const std::string& what) {
   auto* ex = static_cast<mindspore::AotExtra*>(extra);
   if (ex == nullptr || !ex->HasAttr("mskv_op_name")) return what;
   const std::string pub = ex->GetAttrStr("mskv_op_name");
-  if (pub.empty() || what.compare(0, pub.size() + 1, pub + ":") == 0) return what;
+  std::string own = "Mskv";  // reshape_and_cache -> MskvReshapeAndCache
+  bool up = true;
+  for (char ch : pub) {
+    if (ch == '_') {
+      up = true;
+      continue;
+    }
+    own += up ? static_cast<char>(std::toupper(static_cast<unsigned char>(ch))) : ch;
+    up = false;
+  }
+  if (pub.empty() || own == op || what.compare(0, pub.size() + 1, pub + ":") == 0) return what;
   return pub + ": " + what;
 }
 // The ms_kvcache alias rule of a launch (graph mode, ops.Custom): the primitive's attributes
@@ -1567,11 +1578,11 @@ extern "C" int ascendc_sim_aot_launch(const char* op_type, int nparam, void** pa
     return 0;
   } catch (const AliasRefused&) {
   } catch (const ascendc_sim::EmulationError& e) {
-    failed = ReportAotFailure(op, e.rule, PublicNamed(extra, e.what()));
+    failed = ReportAotFailure(op, e.rule, PublicNamed(op, extra, e.what()));
   } catch (const simhost::HostError& e) {
-    failed = ReportAotFailure(op, e.rule, PublicNamed(extra, e.what()));
+    failed = ReportAotFailure(op, e.rule, PublicNamed(op, extra, e.what()));
   } catch (const std::exception& e) {
-    failed = ReportAotFailure(op, "", PublicNamed(extra, op + ": " + e.what()));
+    failed = ReportAotFailure(op, "", PublicNamed(op, extra, op + ": " + e.what()));
   }
   // MindSpore's CPU AOT kernel puts the message of a thrown exception into the Python exception text
   // ("... Error message is <msg>"); a bare non-zero return would only give "Return value ... is 1". A caller
