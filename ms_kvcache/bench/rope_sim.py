@@ -59,7 +59,7 @@ def _row(sim, soc, op, label, dtype, work, minimum, st):
         "cores_used": used, "cores": cores,
         "ub_bytes_per_core": max(st["ub_bytes_per_core"]) if st["ub_bytes_per_core"] else 0,
         "ub_size": int(sim.platform(soc)["ub_size"]), "tiling_key": int(st["tiling_key"]),
-        "batch": int(st["tiling_fields"].get("batch", 0)),
+        "batch": int(st["tiling_fields"].get("batch", st["tiling_fields"].get("rope.batch", 0))),
     }
 
 
