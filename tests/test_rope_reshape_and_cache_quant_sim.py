@@ -14,11 +14,10 @@ backend, PyNative and GRAPH_MODE.
 import numpy as np
 import pytest
 
-from _copy_sim_ref import (assert_last_launch, cores_of, expect_tiling_error, launch, public_backend_or_skip,
-                           reset_last_launch)
+from _copy_sim_ref import assert_last_launch, cores_of, launch, public_backend_or_skip, reset_last_launch
 from _rope_sim_ref import assert_same
 from test_kv_quant import place, quant_dynamic, quant_rows
-from test_reshape_and_cache_quant_sim import _bc, _sc_shape, _scales
+from test_reshape_and_cache_quant_sim import _bc, _sc_shape, _scales, gqa_quant_tiling_errors
 from test_rope_reshape_and_cache_sim import DCODE, Gqa
 
 OP = "MskvRopeReshapeAndCacheQuant"
@@ -155,19 +154,9 @@ def _args(D=32, H=2, cache=np.int8, dyn=False, layout="BSND", dtype=np.float16):
 
 
 def test_tiling_errors():
-    """310P: unaligned heads (a float16 head of 16 elements is 32 bytes, its codes 16), dynamic BNSD and dynamic
-    BSND with a scale row that is not a multiple of 32 bytes are tiling errors naming the SoC; everywhere: a
-    missing scale, a wrong scale shape, a float8 cache."""
-    expect_tiling_error(OP, _args(D=16), {}, "Ascend310P3", "head_size 16", "Ascend310P")
-    expect_tiling_error(OP, _args(dyn=True, layout="BNSD", H=8), {"quant_mode": "dynamic", "cache_layout": "BNSD"},
-                        "Ascend310P3", "dynamic scales on Ascend310P")
-    expect_tiling_error(OP, _args(dyn=True, H=3), {"quant_mode": "dynamic"}, "Ascend310P3", "Ascend310P")
-    a = _args()
-    a[8] = E
-    expect_tiling_error(OP, a, {}, "Ascend910B1", "k_scale", "expected a float32 scale")
-    a = _args()
-    a[9] = np.ones((3,), np.float32)
-    expect_tiling_error(OP, a, {}, "Ascend910B1", "v_scale", "per channel")
+    """The GQA quantizing writes' tiling errors (310P rules naming the SoC, a missing or mis-shaped scale); a
+    float16 head of 16 elements is 32 bytes (the rotation's rows are aligned) but its codes are 16."""
+    gqa_quant_tiling_errors(OP, _args, 8, 16)
 
 
 def test_float8_cache_tiling_error_names_the_soc():
