@@ -3,18 +3,22 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 namespace mskv {
 namespace quant {
 
-void StrictCheckScales(const char* what, const float* v, int64_t n, bool positive) {
+void CheckScaleValues(const std::string& arg, const float* v, int64_t n, bool positive, bool strict) {
   for (int64_t i = 0; i < n; ++i) {
     const float x = v[i];
     if (!std::isfinite(x) || (positive && !(x > 0.0f))) {
-      throw KernelError(std::string(what) + ": expected " + (positive ? "finite values > 0" : "finite values") +
-                        ", got " + std::to_string(x) + " at flat index " + std::to_string(i) +
-                        " (checked at launch: was it modified after the call?)");
+      char got[32];
+      std::snprintf(got, sizeof(got), "%.9g", static_cast<double>(x));  // 0, -1, nan, inf, 1e-05
+      throw KernelError("argument '" + arg + "': expected " + (positive ? "finite values > 0" : "finite values") +
+                        ", got " + got + " at flat index " + std::to_string(i) +
+                        (strict ? " (checked at launch: was it modified after the call?)" :
+                                  " (checked at launch); nothing was written"));
     }
   }
 }
@@ -72,10 +76,10 @@ PlaneQuant ParsePlaneQuant(const AotArgs& a, Code code, bool dynamic, int scale_
     if (a.dtype(offset_idx) != DType::kF32 || no != n) throw KernelError(p + " offset must be float32 shaped like its scale");
     q.offset = a.ptr<float>(offset_idx);
   }
-  if (rope::Strict(a)) {
-    StrictCheckScales((p + " scale").c_str(), q.scale, n, true);
-    if (q.offset != nullptr) StrictCheckScales((p + " offset").c_str(), q.offset, n, false);
-  }
+  // every launch (graph mode and ops.Custom too, where Python never sees the values), before any write
+  const bool strict = rope::Strict(a);
+  CheckScaleValues(p + "_scale", q.scale, n, true, strict);
+  if (q.offset != nullptr) CheckScaleValues(p + "_offset", q.offset, n, false, strict);
   return q;
 }
 

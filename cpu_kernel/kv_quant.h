@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "aot_abi.h"
 
@@ -88,9 +89,12 @@ inline int64_t ScaleIndex(int64_t slot, int64_t h, int64_t heads, int64_t block_
   return (block * heads + h) * block_size + off;
 }
 
-// Strict mode (PyNative fast path): static scales must be finite and > 0, offsets finite; throws a
-// KernelError naming `what` otherwise (the op then writes nothing).
-void StrictCheckScales(const char* what, const float* v, int64_t n, bool positive);
+// The values of a static scale (`positive`: finite and > 0) or offset (finite) input, checked at every
+// launch before anything is written (PyNative checks them in Python too; graph mode and ops.Custom only
+// here): throws a KernelError "argument '<arg>': expected ..., got <value> at flat index <i>" otherwise
+// (MSKV_AOT_GUARD prefixes the public op). `strict` (the PyNative fast path): the message asks whether
+// the tensor was modified after the call.
+void CheckScaleValues(const std::string& arg, const float* v, int64_t n, bool positive, bool strict);
 
 }  // namespace quant
 }  // namespace mskv

@@ -17,10 +17,11 @@ bool ReadDynamic(const AotArgs& a);
 Code CacheCode(const AotArgs& a, int idx, const char* what);
 
 // One plane's quantization from its scale (scale_idx), offset (offset_idx) and scale cache
-// (cache_idx) inputs, checked against the plane geometry `cp`: static scale of 1 or heads*head_size
+// (cache_idx) inputs, checked against the plane geometry `cp`: static scale of 1, heads or heads*head_size
 // float32 values, offset absent or shaped like the scale (int8 only), scale cache absent; dynamic: a
-// float32 scale cache of num_slots * heads values, static inputs absent. Strict mode re-checks the
-// static values (finite, scales > 0).
+// float32 scale cache of num_slots * heads values, static inputs absent. The static values are checked
+// at every launch (finite, scales > 0: CheckScaleValues naming '<plane>_scale' / '<plane>_offset'), so
+// the op fails before its first write in graph mode too; call it before writing anything.
 PlaneQuant ParsePlaneQuant(const AotArgs& a, Code code, bool dynamic, int scale_idx, int offset_idx, int cache_idx,
                            const rope::CachePlane& cp, const char* plane);
 

@@ -135,15 +135,25 @@ ge::graphStatus ConcatAndCacheMlaQuantTiling(gert::TilingContext* context) {
     }
     if (dynamic && hw.is310P) {
       return Fail(kOp, "dynamic scales on Ascend310P: a token's scale is one 4-byte write per plane, which needs "
-                  "DataCopyPad (not on Ascend310P); use static scales there");
+                  "DataCopyPad (not on Ascend310P; a 32-byte read-modify-write would race with the other cores, "
+                  "docs/quantization.md); use static scales there");
     }
-    int64_t need = 2 * AlignUp(row * elem, kBlockBytes) + row * 4 + row * 2 + 2 * row;
-    if (dynamic) need += row * 4 + tree * 4 + 2 * 256;
-    else need += (hasOffset ? 4 : 2) * row * 4;
-    if (need > hw.ubBytes - kUbReserveBytes) {
-      return Fail(kOp, "a row of %lld elements needs %lld bytes of UB for its quantization, more than the %lld bytes "
-                  "of %s", static_cast<long long>(Max64(L, R)), static_cast<long long>(need),
-                  static_cast<long long>(hw.ubBytes - kUbReserveBytes), SocName(hw));
+    auto need = [&](int64_t r) {  // UB bytes for rows of r (padded) elements
+      int64_t t = 8;
+      while (t < r) t *= 2;
+      const int64_t n = 2 * AlignUp(r * elem, kBlockBytes) + r * 4 + r * 2 + 2 * r;
+      return dynamic ? n + r * 4 + t * 4 + 2 * 256 : n + (hasOffset ? 4 : 2) * r * 4;
+    };
+    const int64_t budget = hw.ubBytes - kUbReserveBytes;
+    if (need(row) > budget) {
+      int64_t fit = row - kBlockBytes;  // the longest row (a multiple of 32 elements) that fits
+      while (fit > 0 && need(fit) > budget) fit -= kBlockBytes;
+      const bool latent = L >= R;  // the longer plane sets the UB plan
+      return Fail(kOp, "%s: expected a row of %s <= %lld elements (the row and its quantization buffers in the %lld "
+                  "bytes of UB of %s), got %lld (%lld bytes needed)", latent ? "kv_c" : "k_pe",
+                  latent ? "kv_lora_rank" : "rope_dim", static_cast<long long>(fit > 0 ? fit : 0),
+                  static_cast<long long>(budget), SocName(hw), static_cast<long long>(latent ? L : R),
+                  static_cast<long long>(need(row)));
     }
   }
   const CoreSplit split = noWork ? NoWork() : SplitWork(T, hw.cores);

@@ -122,11 +122,16 @@ ge::graphStatus ReshapeAndCacheQuantTiling(gert::TilingContext* context) {
   const int64_t tree = TreeElems(P);
   if (!noWork) {
     if (GqaQuantRules(kOp, hw, dynamic, bnsd, H, D, g.blockSize) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
-    const int64_t need = QuantUbBytes(H, P, P, elem, dynamic, bnsd, hasOffset, tree);
-    if (need > hw.ubBytes - kUbReserveBytes) {
-      return Fail(kOp, "a token row of num_kv_heads * head_size = %lld elements needs %lld bytes of UB for its "
-                  "quantization, more than the %lld bytes of %s", static_cast<long long>(g.rowElems),
-                  static_cast<long long>(need), static_cast<long long>(hw.ubBytes - kUbReserveBytes), SocName(hw));
+    auto need = [&](int64_t h) { return QuantUbBytes(h, P, P, elem, dynamic, bnsd, hasOffset, tree); };
+    const int64_t budget = hw.ubBytes - kUbReserveBytes;
+    if (need(H) > budget) {
+      int64_t fit = H - 1;  // the most heads of this head_size that fit
+      while (fit > 0 && need(fit) > budget) --fit;
+      return Fail(kOp, "key: expected a token row of num_kv_heads * head_size <= %lld elements (num_kv_heads <= %lld "
+                  "at head_size %lld: the row and its quantization buffers in the %lld bytes of UB of %s), got %lld "
+                  "(num_kv_heads %lld, %lld bytes needed)", static_cast<long long>(fit * D), static_cast<long long>(fit),
+                  static_cast<long long>(D), static_cast<long long>(budget), SocName(hw),
+                  static_cast<long long>(g.rowElems), static_cast<long long>(H), static_cast<long long>(need(H)));
     }
   }
   const CoreSplit split = noWork ? NoWork() : SplitWork(g.numTokens, hw.cores);

@@ -37,7 +37,25 @@ namespace quant {
 constexpr float kRoundMagic = 12582912.0f;  // 1.5 * 2^23: v + it - it rounds |v| <= 2^22 to an integer (RNE)
 constexpr float kInt8Max = 127.0f;          // the dynamic scale is max|x| / 127
 
+constexpr float kF32Max = 3.40282347e+38f;   // largest finite float32
+
 __aicore__ inline int64_t Align32(int64_t n) { return (n + kBlockBytes - 1) / kBlockBytes * kBlockBytes; }
+
+// A static scale value (`positive`: finite and > 0) or offset value (finite). Scalar IEEE compares, all
+// false for NaN. The cpu kernel and PyNative accept the same values (cpu_kernel/kv_quant.cpp
+// CheckScaleValues, ms_kvcache/ops/_quant.py ScaleValues).
+__aicore__ inline bool StaticValueOk(float v, bool positive) {
+  return positive ? (v > 0.0f && v <= kF32Max) : (v >= -kF32Max && v <= kF32Max);
+}
+
+// Stops the launch (AscendC::Trap) on a static scale of 0, < 0, NaN or inf, or a NaN / inf offset: in a
+// graph the values reach no host code, and dividing by them would write saturated or zero codes. Call it
+// on every value a core uses before that core's first write (RowQuant::LoadStatic / StaticReady do); as
+// every core reads the same values, no core writes anything then. (On an NPU the AI Core stops and the
+// launch fails without the reason; the emulation reports rule TRAP. Only the emulation has run it.)
+__aicore__ inline void TrapOnBadStatic(float v, bool positive) {
+  if (!StaticValueOk(v, positive)) AscendC::Trap();
+}
 
 // GM -> UB: `heads` head rows of d elements (contiguous in GM) into UB rows of pitch p elements
 // (p == d: one DataCopy; else one DataCopyPad burst per head, A2/A3 only).
@@ -108,14 +126,21 @@ class RowQuant {
   }
 
   // Static: plane p's divisor (and offset) row from its scale / offset input; call for every plane, then
-  // StaticReady() before the first Row.
+  // StaticReady() before the first Row. Every value is checked (TrapOnBadStatic) before the first Row:
+  // per tensor / per head here, per channel in StaticReady (the rows are then in UB).
   __aicore__ inline void LoadStatic(int32_t p, const QPlane& q, GM_ADDR scale, GM_ADDR offset) {
     AscendC::LocalTensor<float> s = sRow_.Get<float>()[static_cast<uint32_t>(p * row_)];
-    FillRow(q, s, scale);
-    if (hasOffset_) FillRow(q, oRow_.Get<float>()[static_cast<uint32_t>(p * row_)], offset);
+    FillRow(q, s, scale, true);
+    if (hasOffset_) FillRow(q, oRow_.Get<float>()[static_cast<uint32_t>(p * row_)], offset, false);
+    if (q.kind == 2 && p >= 0 && p < 2) chk_[p] = q;
   }
   __aicore__ inline void StaticReady() {
     AscendC::PipeBarrier<PIPE_ALL>();  // the per-channel rows (MTE2) are in UB before the first Div
+    for (int32_t p = 0; p < 2; ++p) {
+      if (chk_[p].kind != 2) continue;
+      CheckRow(chk_[p], sRow_.Get<float>()[static_cast<uint32_t>(p * row_)], true);
+      if (hasOffset_) CheckRow(chk_[p], oRow_.Get<float>()[static_cast<uint32_t>(p * row_)], false);
+    }
   }
 
   // UB bytes of the scale row of one token: one float per head (BSND) or one per 32-byte block (BNSD: one
@@ -246,23 +271,39 @@ class RowQuant {
 
   // A divisor row of plane q: per tensor one value, per head one value per head row, per channel the
   // [heads, headSize] values in head rows of pitch P.
-  __aicore__ inline void FillRow(const QPlane& q, const AscendC::LocalTensor<float>& dst, GM_ADDR src) {
+  // (positive: a scale row; else an offset row. Per tensor / per head values are checked as read.)
+  __aicore__ inline void FillRow(const QPlane& q, const AscendC::LocalTensor<float>& dst, GM_ADDR src,
+                                 bool positive) {
     AscendC::GlobalTensor<float> g;
     g.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(src));
     if (q.kind == 0) {
-      AscendC::Duplicate(dst, g.GetValue(0), static_cast<int32_t>(q.heads * q.pitch));
+      const float v = g.GetValue(0);
+      TrapOnBadStatic(v, positive);
+      AscendC::Duplicate(dst, v, static_cast<int32_t>(q.heads * q.pitch));
     } else if (q.kind == 1) {
       for (int64_t h = 0; h < q.heads; ++h) {
-        AscendC::Duplicate(dst[static_cast<uint32_t>(h * q.pitch)], g.GetValue(static_cast<uint64_t>(h)),
-                           static_cast<int32_t>(q.pitch));
+        const float v = g.GetValue(static_cast<uint64_t>(h));
+        TrapOnBadStatic(v, positive);
+        AscendC::Duplicate(dst[static_cast<uint32_t>(h * q.pitch)], v, static_cast<int32_t>(q.pitch));
       }
     } else {
       HeadRowsIn<float, PAD>(dst, g, q.heads, q.headSize, q.pitch);
     }
   }
 
+  // The heads x headSize values of a per-channel row in UB (head rows of pitch P; the padding is not
+  // read), one scalar read each, once per core: heads * headSize reads per plane and row.
+  __aicore__ inline void CheckRow(const QPlane& q, const AscendC::LocalTensor<float>& row, bool positive) {
+    for (int64_t h = 0; h < q.heads; ++h) {
+      for (int64_t i = 0; i < q.headSize; ++i) {
+        TrapOnBadStatic(row.GetValue(static_cast<uint32_t>(h * q.pitch + i)), positive);
+      }
+    }
+  }
+
   int64_t row_ = 0, outRow_ = 0, tree_ = 8;
   bool hasOffset_ = false;
+  QPlane chk_[2] = {};  // planes with a per-channel row to check in StaticReady (kind 2)
   AscendC::GlobalTensor<S> slotGm_;
   AscendC::TQue<AscendC::TPosition::VECIN, 2> inQ_;
   AscendC::TQue<AscendC::TPosition::VECOUT, 2> outQ_;

@@ -158,3 +158,62 @@ def test_public_op_sim_matches_cpu(mode):
     for a, b in zip(results["cpu"], results["sim"]):
         np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
     assert (results["sim"][0] != 0).any()
+
+
+@pytest.mark.parametrize("soc", ["Ascend910B1", "Ascend310P3"])
+@pytest.mark.parametrize("idx,at,bad", [(5, 40, np.nan), (6, 0, 0.0), (7, 3, np.inf)])
+def test_bad_static_values_trap_before_any_write(soc, idx, at, bad):
+    """A per-channel kv_c_scale with a NaN, a per-tensor k_pe_scale of 0, an infinite kv_c_offset: the kernel traps
+    (rule TRAP) before any core writes; no cache byte changes."""
+    from _copy_sim_ref import sim_module
+
+    sim = sim_module()
+    rng = np.random.default_rng(stable_seed(soc, idx, at))
+    T, L, R = 7, 64, 32
+    kv_c, k_pe = _rows(rng, T, 1, L, "float16").reshape(T, L), _rows(rng, T, 1, R, "float16").reshape(T, R)
+    cc = rng.integers(-128, 128, size=(2, 8, L), dtype=np.int8)
+    pc = rng.integers(-128, 128, size=(2, 8, R), dtype=np.int8)
+    u = lambda shape: rng.uniform(0.004, 0.03, shape).astype(np.float32)  # noqa: E731
+    args = [kv_c, k_pe, cc, pc, make_slots(rng, T, 16, "int32", out_of_range=False), u((L,)), u(()),
+            np.zeros((L,), np.float32), np.zeros((), np.float32), E, E, status()]
+    args[idx].reshape(-1)[at] = bad
+    before = cc.copy(), pc.copy()
+    with pytest.raises(sim.EmulationError) as ei:
+        launch(OP, args, {}, soc, gm_copy="never")
+    assert ei.value.rule == "TRAP", str(ei.value)
+    np.testing.assert_array_equal(cc, before[0])
+    np.testing.assert_array_equal(pc, before[1])
+
+
+def test_row_too_large_for_ub_names_the_public_op_and_argument():
+    """A kv_c row too long for UB: TilingRejectedError naming concat_and_cache_mla, the argument 'kv_c' and the
+    longest kv_lora_rank that fits (which passes the tiling)."""
+    import re
+
+    from mindspore import Tensor
+
+    from ms_kvcache import sim
+
+    mk = public_backend_or_skip("concat_and_cache_mla")
+    soc = sim.get_soc()
+    L, R = 16384, 64
+    s = Tensor(np.float32(0.1))
+    mk.set_backend("sim")
+    try:
+        with pytest.raises(sim.TilingRejectedError) as ei:
+            mk.concat_and_cache_mla(Tensor(np.zeros((2, L), np.float16)), Tensor(np.zeros((2, R), np.float16)),
+                                    Tensor(np.zeros((1, 4, L), np.int8)), Tensor(np.zeros((1, 4, R), np.int8)),
+                                    Tensor(np.array([0, 1], np.int32)), kv_c_scale=s, k_pe_scale=s)
+    finally:
+        mk.set_backend("cpu")
+    msg = str(ei.value)
+    m = re.match(rf"concat_and_cache_mla: the AscendC tiling for {soc} rejects this call: kv_c: expected a row of "
+                 rf"kv_lora_rank <= (\d+) elements .*, got {L} \(\d+ bytes needed\)", msg)
+    assert m and ei.value.op == "concat_and_cache_mla", msg
+    fit = int(m.group(1))
+    ins = [((2, fit), "float16"), ((2, R), "float16"), ((1, 4, fit), "int8"), ((1, 4, R), "int8"), ((2,), "int32"),
+           ((), "float32"), ((), "float32"), None, None, None, None]
+    sim.check_tiling(OP, ins, {}, soc)
+    ins[0], ins[2] = ((2, fit + 32), "float16"), ((1, 4, fit + 32), "int8")
+    with pytest.raises(sim.TilingRejectedError, match="kv_c: expected a row"):
+        sim.check_tiling(OP, ins, {}, soc)

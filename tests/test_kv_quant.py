@@ -580,7 +580,8 @@ F1 = Tensor(np.float32(0.1))
 
 
 @pytest.mark.parametrize("kwargs,exc,msg", [
-    ({}, ValueError, r"reshape_and_cache: argument 'k_scale': expected a float32 scale, shape \[\] \(per tensor\)"),
+    ({}, ValueError, r"reshape_and_cache: argument 'k_scale': expected a float32 scale, shape \[\] or \[1\] \(per "
+                     r"tensor\), \[2\] \(per head\) or \[2, 8\] \(per channel\), for a quantized cache write"),
     ({"k_scale": F1}, ValueError, r"reshape_and_cache: argument 'v_scale': expected a tensor since 'k_scale'"),
     ({"k_scale": Tensor(np.ones((3,), np.float32)), "v_scale": F1}, ValueError,
      r"argument 'k_scale': expected shape \[\] or \[1\] \(per tensor\), \[2\] \(per head\) or \[2, 8\]"),
@@ -644,6 +645,131 @@ def test_bad_input_graph():
 
     with pytest.raises(ValueError, match=r"reshape_and_cache: argument 'v_scale': expected a tensor since 'k_scale'"):
         run("graph", call, [kc.asnumpy(), vc.asnumpy(), np.float32(0.1)], [k.asnumpy(), sl.asnumpy()])
+
+
+def test_missing_scale_lists_every_accepted_shape():
+    """Float data into int8 caches without scales: the message lists exactly the accepted static shapes (the
+    ones the shape check takes: per head included; MLA: per tensor or per channel)."""
+    k, kc, vc, sl = _gqa()
+    with pytest.raises(ValueError, match=r"reshape_and_cache_merged: argument 'k_scale': expected a float32 scale, "
+                                        r"shape \[\] or \[1\] \(per tensor\), \[2\] \(per head\) or \[2, 8\] "
+                                        r"\(per channel\)"):
+        ms_kvcache.reshape_and_cache_merged(k, k, Tensor(np.zeros((2, 2, 4, 2, 8), np.int8)), sl)
+    with pytest.raises(ValueError, match=r"concat_and_cache_mla: argument 'kv_c_scale': expected a float32 scale, "
+                                        r"shape \[\] or \[1\] \(per tensor\) or \[16\] \(per channel\), for a"):
+        ms_kvcache.concat_and_cache_mla(Tensor(np.ones((3, 16), np.float32)), Tensor(np.ones((3, 4), np.float32)),
+                                        Tensor(np.zeros((2, 4, 16), np.int8)), Tensor(np.zeros((2, 4, 4), np.int8)), sl)
+    # each listed shape is accepted (the per-head one included)
+    for shape in ((), (1,), (2,), (2, 8)):
+        s = Tensor(np.full(shape, 0.1, np.float32))
+        ms_kvcache.reshape_and_cache(k, k, kc, vc, sl, k_scale=s, v_scale=s)
+
+
+def _bad(shape, at, value):
+    """A valid static scale (or offset) array of ``shape`` with ``value`` at flat index ``at``."""
+    a = np.full(shape, 0.05, np.float32)
+    a.reshape(-1)[at] = value
+    return a
+
+
+def _graph_call_fails(call, cache_arrays, input_arrays, msg):
+    """GRAPH_MODE: the launch raises RuntimeError matching ``msg``; every cache keeps its bytes."""
+    from copy_util import OpCell, params, tensors
+
+    caches = params(cache_arrays)
+    with ms_mode("graph"):
+        with pytest.raises(RuntimeError, match=msg):
+            [r.asnumpy() for r in OpCell(call, caches)(*tensors(input_arrays))]
+    for c, a in zip(caches, cache_arrays):
+        np.testing.assert_array_equal(to_np(c), a, "written before the failure")
+
+
+_BAD_GQA = [  # (op, argument, bad array, value shown); more values and granularities: the next test
+    ("reshape_and_cache", "k_scale", _bad((), 0, 0.0), "0 at flat index 0"),
+    ("rope_reshape_and_cache", "v_offset", _bad((2, 8), 3, np.inf), "inf at flat index 3"),
+]
+
+
+@pytest.mark.parametrize("op,arg,bad,shown", _BAD_GQA, ids=[f"{c[0]}-{c[1]}" for c in _BAD_GQA])
+def test_bad_static_values_fail_the_graph_launch_cpu(op, arg, bad, shown, rng):
+    """GRAPH_MODE, cpu backend: a static scale of 0 / NaN / inf / < 0 or a non-finite offset never reaches Python
+    (graph code sees no values), so the kernel refuses it at launch, naming the public op and argument, before
+    writing anything (was: saturated or zero codes, no error)."""
+    nb, bs, h, d, t = 2, 4, 2, 8, 3
+    merged = op.endswith("_merged")
+    kc = rng.integers(-128, 128, ((2,) if merged else ()) + (nb, bs, h, d), dtype=np.int8)
+    vc = rng.integers(-128, 128, (nb, bs, h, d), dtype=np.int8)
+    x = random_array(rng, (t, h, d), "float16")
+    sl = np.array([5, -1, 2], np.int32)
+    good = np.full(bad.shape, 0.05, np.float32)
+    scales = {"k_scale": good, "v_scale": good, "k_offset": np.zeros_like(good), "v_offset": np.zeros_like(good)}
+    scales[arg] = bad
+    msg = rf"{op}: argument '{arg}': expected finite values{' > 0' if 'scale' in arg else ''}, got {shown} " \
+          r"\(checked at launch\); nothing was written"
+
+    def call(c, x1, s1, p1, cs1, ks, vs, ko, vo):
+        if op == "reshape_and_cache":
+            ms_kvcache.reshape_and_cache(x1, x1, c[0], c[1], s1, k_scale=ks, v_scale=vs, k_offset=ko, v_offset=vo)
+        elif merged:
+            ms_kvcache.reshape_and_cache_merged(x1, x1, c[0], s1, k_scale=ks, v_scale=vs, k_offset=ko, v_offset=vo)
+        else:
+            ms_kvcache.rope_reshape_and_cache(p1, x1, x1, x1, cs1, c[0], c[1], s1, k_scale=ks, v_scale=vs, k_offset=ko,
+                                              v_offset=vo)
+
+    pos, cos_sin = np.arange(t, dtype=np.int32), random_array(rng, (4, d), "float16")
+    _graph_call_fails(call, [kc] if merged else [kc, vc],
+                      [x, sl, pos, cos_sin] + [scales[n] for n in ("k_scale", "v_scale", "k_offset", "v_offset")], msg)
+
+
+@pytest.mark.parametrize("kv_format,idx,bad,shown", [
+    (2, 5, _bad((2,), 1, np.nan), "'k_scale': expected finite values > 0, got nan at flat index 1"),
+    (2, 6, _bad((2, 8), 5, -0.5), "'v_scale': expected finite values > 0, got -0.5 at flat index 5"),
+    (2, 7, _bad((2, 8), 9, -np.inf), "'k_offset': expected finite values, got -inf at flat index 9"),
+    (1, 6, _bad((), 0, np.inf), "'v_scale': expected finite values > 0, got inf at flat index 0"),
+])
+def test_bad_static_values_fail_the_kernel_launch_cpu(kv_format, idx, bad, shown, rng):
+    """The cpu kernel itself (launched as graph mode launches it: no strict mode, no Python value check; here
+    through the fast module, without a graph compile) refuses per-head / per-channel / per-tensor scales that are
+    NaN, < 0 or inf and non-finite offsets, separate and merged caches, before writing anything."""
+    from ms_kvcache import _cpu, _custom
+    from ms_kvcache.ops import reshape_and_cache_quant as rq
+
+    if not _custom.fast_path_available("cpu")[0]:
+        pytest.skip(f"fast path unavailable: {_custom.fast_path_available('cpu')[1]}")
+    spec, mod = rq.SPEC, _custom._fast_module()
+    kern = mod.kernel(_cpu.__file__, spec.op_type, spec.name, spec.kernel_attrs(spec.attr_values(
+        ("BSND", kv_format, "static"))), list(_custom.output_sources(spec)))
+    merged = kv_format == 1
+    kc0 = rng.integers(-128, 128, ((2,) if merged else ()) + (2, 4, 2, 8), dtype=np.int8)
+    vc0 = rng.integers(-128, 128, (0,) if merged else (2, 4, 2, 8), dtype=np.int8)
+    x = to_ms(random_array(rng, (3, 2, 8), "float16"))
+    good = np.full(bad.shape, 0.05, np.float32)
+    quant = [good, good, np.zeros_like(good), np.zeros_like(good)]
+    quant[idx - 5] = bad
+    kc, vc = to_ms(kc0), to_ms(vc0)
+    mod.run(kern, x, x, kc, vc, Tensor(np.array([5, -1, 2], np.int32)), *(Tensor(q) for q in quant),
+            _quant.NO_F32, _quant.NO_F32)
+    with pytest.raises(RuntimeError, match=rf"reshape_and_cache_quant: argument {shown} \(checked at launch\); "
+                                           r"nothing was written"):
+        kc.asnumpy()
+    np.testing.assert_array_equal(kc.asnumpy(), kc0)
+    np.testing.assert_array_equal(vc.asnumpy(), vc0)
+
+
+@pytest.mark.parametrize("arg,bad,shown", [("kv_c_scale", _bad((16,), 7, 0.0), "0 at flat index 7")])
+def test_bad_static_values_fail_the_graph_launch_cpu_mla(arg, bad, shown, rng):
+    """As above for concat_and_cache_mla (per channel)."""
+    cc = rng.integers(-128, 128, (2, 4, 16), dtype=np.int8)
+    pc = rng.integers(-128, 128, (2, 4, 4), dtype=np.int8)
+    a, b = random_array(rng, (3, 16), "float32"), random_array(rng, (3, 4), "float32")
+    cs = bad if arg == "kv_c_scale" else np.float32(0.05)
+    ps = bad if arg == "k_pe_scale" else np.float32(0.05)
+
+    def call(c, a1, b1, s1, x1, y1):
+        ms_kvcache.concat_and_cache_mla(a1, b1, c[0], c[1], s1, kv_c_scale=x1, k_pe_scale=y1)
+
+    _graph_call_fails(call, [cc, pc], [a, b, np.array([1, 6, -1], np.int32), cs, ps],
+                      rf"concat_and_cache_mla: argument '{arg}': expected finite values > 0, got {shown}")
 
 
 @pytest.mark.parametrize("backend", ("sim", "ascend"))

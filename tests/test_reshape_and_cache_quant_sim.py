@@ -375,3 +375,122 @@ def test_public_float8_cache_refused_on_sim():
             ms_kvcache.reshape_and_cache(x, x, kc, vc, Tensor(np.array([0, 1, -1], np.int32)), k_scale=s, v_scale=s)
     finally:
         mk.set_backend("cpu")
+
+
+# ------------------------------------------------------------------------------------------ bad static values
+_BAD_STATIC = [  # (granularity, input index: 5 k_scale 6 v_scale 7 k_offset 8 v_offset, flat index, value)
+    ("tensor", 5, 0, 0.0), ("head", 6, 1, np.nan), ("channel", 5, 37, np.inf), ("channel", 6, 3, -0.25),
+    ("offset", 7, 40, np.nan), ("offset", 8, 0, -np.inf)]
+
+
+@pytest.mark.parametrize("soc", ["Ascend910B1", "Ascend310P3"])
+@pytest.mark.parametrize("gran,idx,at,bad", _BAD_STATIC)
+def test_bad_static_values_trap_before_any_write(soc, gran, idx, at, bad):
+    """A static scale of 0 / NaN / inf / < 0 or a NaN / inf offset (per tensor, per head, per channel): every core
+    checks the values it uses before its first write and calls AscendC::Trap() (rule TRAP); no cache byte changes.
+    In a graph no host code sees these values (was: saturated or zero codes, no error)."""
+    from _copy_sim_ref import sim_module
+
+    sim = sim_module()
+    rng = np.random.default_rng(stable_seed(soc, gran, idx, at))
+    T, H, D = 9, 2, 32
+    key, value = _rows(rng, T, H, D, "float16"), _rows(rng, T, H, D, "float16")
+    kc, vc = (rng.integers(-128, 128, size=(3, 8, H, D), dtype=np.int8) for _ in range(2))
+    shape = {"tensor": (), "head": (H,)}.get(gran, (H, D))
+    ks, vs = (rng.uniform(0.004, 0.03, shape).astype(np.float32) for _ in range(2))
+    ko, vo = (rng.uniform(-3, 3, shape).astype(np.float32) if gran == "offset" else E for _ in range(2))
+    args = [key, value, kc, vc, make_slots(rng, T, 24, "int32", out_of_range=False), ks, vs, ko, vo, E, E, status()]
+    args[idx].reshape(-1)[at] = bad
+    before = kc.copy(), vc.copy()
+    with pytest.raises(sim.EmulationError) as ei:
+        launch(OP, args, {}, soc, gm_copy="never")
+    assert ei.value.rule == "TRAP" and "AscendC::Trap()" in str(ei.value), str(ei.value)
+    np.testing.assert_array_equal(kc, before[0], "key_cache written before the trap")
+    np.testing.assert_array_equal(vc, before[1], "value_cache written before the trap")
+    args[idx].reshape(-1)[at] = 0.01 if idx < 7 else 1.5  # the same launch with a valid value runs
+    launch(OP, args, {}, soc, gm_copy="never")
+    assert (kc != before[0]).any()
+
+
+def test_bad_static_value_graph_mode_on_sim_fails_the_launch():
+    """GRAPH_MODE on set_backend("sim"): a per-channel k_scale with a 0 reaches the kernel, which traps; MindSpore
+    raises RuntimeError and the caches keep their bytes."""
+    from mindspore import Parameter, Tensor, nn
+
+    from conftest import ms_mode, to_np
+
+    mk = public_backend_or_skip("reshape_and_cache")
+    rng = np.random.default_rng(5)
+    T, H, D = 5, 2, 32
+    kc0 = rng.integers(-128, 128, size=(3, 8, H, D), dtype=np.int8)
+    ks = rng.uniform(0.004, 0.03, (H, D)).astype(np.float32)
+    ks[1, 7] = 0.0
+
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.kc = Parameter(Tensor(kc0), name="kc_bad")
+            self.vc = Parameter(Tensor(kc0.copy()), name="vc_bad")
+
+        def construct(self, k, s, a):
+            mk.reshape_and_cache(k, k, self.kc, self.vc, s, k_scale=a, v_scale=a)
+            return s
+
+    mk.set_backend("sim")
+    try:
+        with ms_mode("graph"):
+            net = Net()
+            with pytest.raises(RuntimeError, match="TRAP"):
+                net(Tensor(_rows(rng, T, H, D, "float16")), Tensor(np.array([0, 3, -1, 9, 20], np.int32)),
+                    Tensor(ks)).asnumpy()
+            np.testing.assert_array_equal(to_np(net.kc), kc0)
+            np.testing.assert_array_equal(to_np(net.vc), kc0)
+    finally:
+        mk.set_backend("cpu")
+
+
+# ------------------------------------------------------------------------------------------ UB limit
+@pytest.mark.parametrize("merged", [False, True])
+def test_row_too_large_for_ub_names_the_public_op_and_argument(merged):
+    """A float16 key [T, 96, 128] does not fit UB on Ascend910B1: the PyNative call raises TilingRejectedError
+    naming the public op (not reshape_and_cache_quant), the argument 'key' and the largest row that fits; that
+    bound is exact (its num_kv_heads passes the tiling, one more head does not)."""
+    import re
+
+    from mindspore import Tensor
+
+    from ms_kvcache import sim
+
+    mk = public_backend_or_skip("reshape_and_cache")
+    soc = sim.get_soc()
+    T, H, D = 2, 96, 128
+    x = Tensor(np.zeros((T, H, D), np.float16))
+    kc = Tensor(np.zeros(((2,) if merged else ()) + (2, 4, H, D), np.int8))
+    sl, s = Tensor(np.array([0, 5], np.int32)), Tensor(np.float32(0.1))
+    op = "reshape_and_cache_merged" if merged else "reshape_and_cache"
+    mk.set_backend("sim")
+    try:
+        with pytest.raises(sim.TilingRejectedError) as ei:
+            if merged:
+                mk.reshape_and_cache_merged(x, x, kc, sl, k_scale=s, v_scale=s)
+            else:
+                mk.reshape_and_cache(x, x, kc, Tensor(np.zeros((2, 4, H, D), np.int8)), sl, k_scale=s, v_scale=s)
+    finally:
+        mk.set_backend("cpu")
+    msg = str(ei.value)
+    m = re.match(rf"{op}: the AscendC tiling for {soc} rejects this call: key: expected a token row of num_kv_heads "
+                 rf"\* head_size <= (\d+) elements \(num_kv_heads <= (\d+) at head_size 128: .*\), got 12288 "
+                 rf"\(num_kv_heads 96, \d+ bytes needed\)", msg)
+    assert m, msg
+    assert ei.value.op == op and "reshape_and_cache_quant" not in msg
+    fit = int(m.group(2))
+    assert int(m.group(1)) == fit * D and 0 < fit < H
+
+    def tiling(h):
+        a = _args(D=D, H=h)
+        ins = [(y.shape, str(y.dtype)) if y.size or y.ndim != 1 else None for y in a[:-1]]
+        return sim.check_tiling(OP, ins, {}, soc)
+
+    tiling(fit)
+    with pytest.raises(sim.TilingRejectedError, match=rf"num_kv_heads <= {fit} at head_size 128"):
+        tiling(fit + 1)

@@ -151,10 +151,17 @@ def routes_graph(data_dtype, cache_dtype, n0, n1, n2, n3, n4, n5):
 
 def renamed(exc, internal, public):
     """``exc`` with a message starting ``<internal>:`` re-prefixed ``<public>:`` (the generic checks of
-    :class:`ms_kvcache._eager.EagerOp` name the variant op; the user called the public one)."""
+    :class:`ms_kvcache._eager.EagerOp` and the sim backend's tiling check name the variant op; the user
+    called the public one). A :class:`ms_kvcache.sim.TilingRejectedError` keeps its class and attributes,
+    its ``op`` becoming ``public``."""
     msg = str(exc)
-    if type(exc) in (TypeError, ValueError) and msg.startswith(internal + ":"):
-        return type(exc)(public + msg[len(internal):])
+    if not msg.startswith(internal + ":"):
+        return exc
+    text = public + msg[len(internal):]
+    if type(exc) in (TypeError, ValueError):
+        return type(exc)(text)
+    if getattr(exc, "op", None) == internal and hasattr(exc, "emulation_message"):  # sim.TilingRejectedError
+        return type(exc)(text, public, exc.op_type, exc.soc, exc.rule, exc.reason, exc.emulation_message)
     return exc
 
 
@@ -219,6 +226,12 @@ def _shape_list(shapes):
     return " or ".join(str(list(s)) for s in shapes)
 
 
+def _scale_shape_text(channels):
+    """The accepted static scale shapes of :func:`_scale_shapes`, for messages."""
+    head = f", [{channels[0]}] (per head)" if len(channels) == 2 else ""
+    return f"[] or [1] (per tensor){head} or {list(channels)} (per channel)"
+
+
 def check_plane_quant(op, mode, cache_dtype, scale, offset, scale_cache, channels, scale_cache_shape, why_layout):
     """One plane's quantization inputs. ``scale`` / ``offset`` / ``scale_cache``: ``(name, shape, dtype)``
     (shape None or ``(0,)`` = absent); ``channels``: the per-channel scale shape (``(H, D)`` or
@@ -241,15 +254,12 @@ def check_plane_quant(op, mode, cache_dtype, scale, offset, scale_cache, channel
                              f"{list(cs)}")
         return
     if absent(ss):
-        raise ValueError(f"{op}: argument '{sn}': expected a float32 scale, shape [] (per tensor) or "
-                         f"{list(channels)} (per channel), for a quantized cache write (or '{cn}' for dynamic "
-                         f"per-token scales), got None")
+        raise ValueError(f"{op}: argument '{sn}': expected a float32 scale, shape {_scale_shape_text(channels)}, "
+                         f"for a quantized cache write (or '{cn}' for dynamic per-token scales), got None")
     if dtype_name(sd) != "float32":
         raise TypeError(f"{op}: argument '{sn}': expected dtype float32, got {dtype_name(sd)}")
     if tuple(ss) not in _scale_shapes(channels):
-        head = f", [{channels[0]}] (per head)" if len(channels) == 2 else ""
-        raise ValueError(f"{op}: argument '{sn}': expected shape [] or [1] (per tensor){head} or {list(channels)} "
-                         f"(per channel), got {list(ss)}")
+        raise ValueError(f"{op}: argument '{sn}': expected shape {_scale_shape_text(channels)}, got {list(ss)}")
     if not absent(os_):
         if dtype_name(cache_dtype) in FP8_DTYPES:
             raise ValueError(f"{op}: argument '{on}': expected None for a {dtype_name(cache_dtype)} cache (offsets "

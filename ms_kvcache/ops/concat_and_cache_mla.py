@@ -103,9 +103,10 @@ def concat_and_cache_mla(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, *, kv
             given twice keeps the later token's row on the cpu backend, fails the call on the sim backend and is
             undefined on ascend); a non-contiguous cache; the two caches the same tensor or sharing memory
             (PyNative).
-            Quantized writes: missing / mis-shaped / non-float32 scales, scales <= 0 or not finite
-            (PyNative), offsets with float8, static and dynamic arguments together, a cache dtype
-            without a quantization rule; NotImplementedError on a backend without the kernels (cpu only).
+            Quantized writes: missing / mis-shaped / non-float32 scales, scales <= 0 or not finite, offsets
+            not finite (PyNative; graph mode: RuntimeError below), offsets with float8, static and dynamic
+            arguments together, a cache dtype without a quantization rule; a float8 cache on sim / ascend
+            (TypeError: int8 only there).
         TypeError (GRAPH_MODE / ``@ms.jit``, at compile time): ``kv_c_cache`` or ``k_pe_cache`` not a whole
             Parameter (a slice, split or reshape of one, an op's result, a Tensor attribute or argument: MindSpore
             would write a temporary copy); a Python list or numpy array where a Tensor is expected.
@@ -113,7 +114,9 @@ def concat_and_cache_mla(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, *, kv
             memory (the same Parameter twice, two Parameters over one buffer); nothing is written. On the ascend
             backend the kernel finds it instead and stops the launch (``AscendC::Trap()``, before any write):
             MindSpore raises at the next stream sync with the AI Core exception, not this message (seen in the
-            emulation only). A kernel failure's message is in the exception text.
+            emulation only). A kernel failure's message is in the exception text. Quantized writes: a static
+            scale of 0, < 0, NaN or inf or a NaN / inf offset: the cpu kernel fails the launch naming the
+            argument (``kv_c_scale`` ...), the AscendC kernels (sim, ascend) trap; nothing is written.
     """
     if _run_in_jit():  # @jit.cond: True
         check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(kv_c), F.typeof(k_pe), F.typeof(kv_c_cache),

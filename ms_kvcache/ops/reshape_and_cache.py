@@ -124,8 +124,8 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, cache_la
         integers of the formulas above (fp32 division, then round half to even; a float64
         recomputation can differ by one code only where ``x / scale - offset`` lies within fp32
         rounding of a half-integer). float8 caches: PyNative only on CPU (MindSpore 2.10 has no CPU
-        float8 Parameter). Backends: cpu only for now (the AscendC kernels come later, issue 19; sim and
-        ascend raise NotImplementedError naming the op). Formulas, conventions and bounds:
+        float8 Parameter). Backends: cpu (int8, float8); sim and ascend: int8 caches (AscendC kernel
+        ``reshape_and_cache_quant``; a float8 cache is a TypeError there). Formulas, conventions and bounds:
         docs/quantization.md.
 
     Raises:
@@ -139,7 +139,7 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, cache_la
             a non-contiguous cache; ``key_cache`` and ``value_cache`` the same tensor or sharing memory
             (PyNative; a view as a cache without the fast path).
             Quantized writes: a missing, mis-shaped or non-float32 scale, a scale that is 0, negative or
-            not finite (PyNative; the strict fast-path kernel re-checks), offsets with a float8 cache,
+            not finite or an offset not finite (PyNative; graph mode: RuntimeError below), offsets with a float8 cache,
             static and dynamic arguments together, or a cache dtype without a quantization rule
             (e.g. hifloat8).
         TypeError (GRAPH_MODE / ``@ms.jit``, at compile time): ``key_cache`` or ``value_cache`` not a whole
@@ -149,7 +149,10 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, cache_la
             memory (the same Parameter twice, two Parameters over one buffer); nothing is written. On the ascend
             backend the kernel finds it instead and stops the launch (``AscendC::Trap()``, before any write):
             MindSpore raises at the next stream sync with the AI Core exception, not this message (seen in the
-            emulation only). A kernel failure's message is in the exception text.
+            emulation only). A kernel failure's message is in the exception text. Quantized writes: a static
+            scale of 0, < 0, NaN or inf or a NaN / inf offset (graph code never sees the values): the cpu kernel
+            fails the launch with "reshape_and_cache: argument 'k_scale': expected finite values > 0, got ...";
+            the AscendC kernels (sim, ascend) stop it with ``AscendC::Trap()``; nothing is written.
     """
     if _run_in_jit():  # @jit.cond: True
         check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(key), F.typeof(value), F.typeof(key_cache),
