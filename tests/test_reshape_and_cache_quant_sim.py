@@ -99,19 +99,23 @@ def run_case(soc, layout, dtype, gran, sdtype="int32", T=13, H=2, D=32, nb=3, bs
     st = launch(OP, args, attrs, soc)
     if merged:
         kc, vc = kv[0], kv[1]
-    got = (kc, vc, ksc, vsc)
-    want = (ek, ev, e_ksc, e_vsc)
+    assert_quant_caches((kc, vc, ksc, vsc), (ek, ev, e_ksc, e_vsc), f"({soc} {layout} {dtype} {gran})")
+    return st
+
+
+def assert_quant_caches(got, want, what):
+    """key_cache, value_cache, k_scale_cache, v_scale_cache equal the expected codes / scales (bit for bit;
+    an expected None is not checked)."""
     names = ("key_cache", "value_cache", "k_scale_cache", "v_scale_cache")
     for g, w, n in zip(got, want, names):
         if w is None:
             continue
         if g.dtype == np.int8:
             bad = np.argwhere(g != w)
-            assert bad.size == 0, f"{n} ({soc} {layout} {dtype} {gran}): {len(bad)} codes differ, first at " \
+            assert bad.size == 0, f"{n} {what}: {len(bad)} codes differ, first at " \
                                   f"{tuple(bad[0])}: {g[tuple(bad[0])]} vs {w[tuple(bad[0])]}"
         else:
-            np.testing.assert_array_equal(g.view(np.uint32), w.view(np.uint32), err_msg=f"{n} ({soc} {layout})")
-    return st
+            np.testing.assert_array_equal(g.view(np.uint32), w.view(np.uint32), err_msg=f"{n} {what}")
 
 
 # ------------------------------------------------------------------------------------------ codes

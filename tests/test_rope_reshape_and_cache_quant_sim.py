@@ -17,7 +17,7 @@ import pytest
 from _copy_sim_ref import assert_last_launch, cores_of, launch, public_backend_or_skip, reset_last_launch
 from _rope_sim_ref import assert_same
 from test_kv_quant import place, quant_dynamic, quant_rows
-from test_reshape_and_cache_quant_sim import _bc, _sc_shape, _scales, gqa_quant_tiling_errors
+from test_reshape_and_cache_quant_sim import _bc, _sc_shape, _scales, assert_quant_caches, gqa_quant_tiling_errors
 from test_rope_reshape_and_cache_sim import DCODE, Gqa
 
 OP = "MskvRopeReshapeAndCacheQuant"
@@ -70,16 +70,7 @@ def run_case(soc, layout, dtype, gran, table_dtype="float32", neox=True, rows=11
     what = f"({soc} {layout} {dtype}/{table_dtype} {gran} neox={neox} d={d} merged={merged})"
     assert_same(c.q_out, q, f"query_out {what}")
     assert_same(c.k_out, k, f"key_out {what}")
-    for g, w, n in ((kc, ek, "key_cache"), (vc, ev, "value_cache"), (ksc, e_ksc, "k_scale_cache"),
-                    (vsc, e_vsc, "v_scale_cache")):
-        if w is None:
-            continue
-        if g.dtype == np.int8:
-            bad = np.argwhere(g != w)
-            assert bad.size == 0, f"{n} {what}: {len(bad)} codes differ, first at {tuple(bad[0])}: " \
-                                  f"{g[tuple(bad[0])]} vs {w[tuple(bad[0])]}"
-        else:
-            np.testing.assert_array_equal(g.view(np.uint32), w.view(np.uint32), err_msg=f"{n} {what}")
+    assert_quant_caches((kc, vc, ksc, vsc), (ek, ev, e_ksc, e_vsc), what)
     st["written"] = int(np.count_nonzero(sl >= 0))
     st["case"] = c
     return st
