@@ -88,6 +88,145 @@ inline const gert::Shape* Optional(gert::TilingContext* context, int i, ge::Data
   return &s->GetStorageShape();
 }
 
+// The kind of a static scale of shape s: 0 per tensor ([] / [1]), 1 per head ([H]), 2 per channel ([H, D]);
+// -1 otherwise.
+inline int ScaleKind(const gert::Shape& s, int64_t h, int64_t d) {
+  if (s.GetDimNum() == 0 || (s.GetDimNum() == 1 && s.GetDim(0) == 1)) return 0;
+  if (s.GetDimNum() == 1 && s.GetDim(0) == h) return 1;
+  if (s.GetDimNum() == 2 && s.GetDim(0) == h && s.GetDim(1) == d) return 2;
+  return -1;
+}
+
+// The attributes kv_format (at i: 1 MERGED_KV, 2 SEPARATE_KV) and quant_mode (at i + 1: static / dynamic
+// codes) of the GQA quantizing writes.
+inline ge::graphStatus GqaQuantAttrs(gert::TilingContext* context, size_t i, const char* op, bool* merged,
+                                     bool* dynamic) {
+  const gert::RuntimeAttrs* attrs = context->GetAttrs();
+  const int64_t* f = attrs == nullptr ? nullptr : attrs->GetAttrPointer<int64_t>(i);
+  const int64_t* m = attrs == nullptr ? nullptr : attrs->GetAttrPointer<int64_t>(i + 1);
+  const int64_t kvFormat = f == nullptr ? 2 : *f;
+  const int64_t mode = m == nullptr ? mskv_attr::kQuantSTATIC : *m;
+  if (kvFormat != 1 && kvFormat != 2) {
+    return mskv_tiling::Fail(op, "kv_format: expected 1 (MERGED_KV) or 2 (SEPARATE_KV), got %lld",
+                             static_cast<long long>(kvFormat));
+  }
+  if (mode != mskv_attr::kQuantSTATIC && mode != mskv_attr::kQuantDYNAMIC) {
+    return mskv_tiling::Fail(op, "quant_mode: expected %lld (static) or %lld (dynamic), got %lld",
+                             static_cast<long long>(mskv_attr::kQuantSTATIC),
+                             static_cast<long long>(mskv_attr::kQuantDYNAMIC), static_cast<long long>(mode));
+  }
+  *merged = kvFormat == 1;
+  *dynamic = mode == mskv_attr::kQuantDYNAMIC;
+  return ge::GRAPH_SUCCESS;
+}
+
+// The quantization inputs of a GQA write (the K and V planes of caches [nb, bs, H, D] / [nb, H, bs, D]): six
+// OPTIONAL inputs from index `first`, k_scale, v_scale, k_offset, v_offset (static: [] / [1], [H] or [H, D],
+// offsets shaped like their scale, both or neither), k_scale_cache, v_scale_cache (dynamic:
+// [nb, bs, H(, 1)] / [nb, H, bs(, 1)]). Sets the static scale kinds (ScaleKind) and whether offsets exist.
+inline ge::graphStatus GqaScales(gert::TilingContext* context, const char* op, int first, bool dynamic, bool bnsd,
+                                 int64_t nb, int64_t bs, int64_t H, int64_t D, int kinds[2], bool* hasOffset) {
+  using mskv_tiling::Fail;
+  using mskv_tiling::ShapeText;
+  char b1[160], b2[160];
+  const char* sn[6] = {"k_scale", "v_scale", "k_offset", "v_offset", "k_scale_cache", "v_scale_cache"};
+  const gert::Shape* q[6];
+  for (int i = 0; i < 6; ++i) {
+    ge::DataType dt = ge::DT_UNDEFINED;
+    q[i] = Optional(context, first + i, &dt);
+    if (q[i] != nullptr && dt != ge::DT_FLOAT) {
+      return Fail(op, "%s: expected dtype float32, got %s", sn[i], mskv_tiling::DTypeName(dt));
+    }
+    if (q[i] != nullptr && mskv_tiling::CheckTensorSize(op, sn[i], *q[i], 4) != ge::GRAPH_SUCCESS) {
+      return ge::GRAPH_FAILED;
+    }
+  }
+  kinds[0] = kinds[1] = 0;
+  *hasOffset = false;
+  for (int p = 0; p < 2; ++p) {
+    const gert::Shape* s = q[p];
+    const gert::Shape* o = q[2 + p];
+    const gert::Shape* c = q[4 + p];
+    if (dynamic) {
+      if (s != nullptr || o != nullptr) return Fail(op, "%s: expected absent with quant_mode dynamic", s ? sn[p] : sn[2 + p]);
+      if (c == nullptr) return Fail(op, "%s: expected a float32 scale cache for quant_mode dynamic, got none", sn[4 + p]);
+      const int64_t want[4] = {nb, bnsd ? H : bs, bnsd ? bs : H, 1};
+      bool ok = c->GetDimNum() == 3 || c->GetDimNum() == 4;
+      for (size_t i = 0; ok && i < c->GetDimNum(); ++i) ok = c->GetDim(i) == want[i];
+      if (!ok) {
+        return Fail(op, "%s: expected shape [%lld, %lld, %lld(, 1)] (the %s cache with head_size 1), got %s", sn[4 + p],
+                    static_cast<long long>(want[0]), static_cast<long long>(want[1]), static_cast<long long>(want[2]),
+                    bnsd ? "BNSD" : "BSND", ShapeText(*c, b1, sizeof(b1)));
+      }
+      continue;
+    }
+    if (c != nullptr) return Fail(op, "%s: expected absent with quant_mode static", sn[4 + p]);
+    if (s == nullptr) return Fail(op, "%s: expected a float32 scale for quant_mode static, got none", sn[p]);
+    kinds[p] = ScaleKind(*s, H, D);
+    if (kinds[p] < 0) {
+      return Fail(op, "%s: expected shape [] or [1] (per tensor), [%lld] (per head) or [%lld, %lld] (per channel), got %s",
+                  sn[p], static_cast<long long>(H), static_cast<long long>(H), static_cast<long long>(D),
+                  ShapeText(*s, b1, sizeof(b1)));
+    }
+    if (o != nullptr && !mskv_tiling::SameShape(*o, *s)) {
+      return Fail(op, "%s: expected shape %s (as %s), got %s", sn[2 + p], ShapeText(*s, b1, sizeof(b1)), sn[p],
+                  ShapeText(*o, b2, sizeof(b2)));
+    }
+    if ((o != nullptr) != (q[3 - p] != nullptr)) return Fail(op, "k_offset, v_offset: expected both or neither");
+    *hasOffset = o != nullptr;
+  }
+  return ge::GRAPH_SUCCESS;
+}
+
+// The SoC rules of a GQA quantizing write with H heads of D codes: DataCopyPad rows (D not a multiple of 32)
+// and dynamic scale rows that are not whole 32-byte blocks need Atlas A2/A3; the burst and stride limits.
+inline ge::graphStatus GqaQuantRules(const char* op, const mskv_tiling::Hardware& hw, bool dynamic, bool bnsd,
+                                     int64_t H, int64_t D, int64_t blockSize) {
+  using mskv_tiling::Fail;
+  if (D % mskv_tiling::kBlockBytes != 0 && hw.is310P) {
+    return Fail(op, "head_size %lld: a head of int8 codes is not a multiple of 32 bytes; Ascend310P has no "
+                "DataCopyPad, so such rows are unsupported there (use a head_size that is a multiple of 32)",
+                static_cast<long long>(D));
+  }
+  if (dynamic && hw.is310P && (bnsd || (H * 4) % mskv_tiling::kBlockBytes != 0)) {
+    return Fail(op, "dynamic scales on Ascend310P: the scale cache row of a token (%s) is not a multiple of 32 "
+                "bytes and Ascend310P has no DataCopyPad (supported there: BSND with num_kv_heads a multiple of 8)",
+                bnsd ? "one float32 per head, block_size apart: BNSD" : "num_kv_heads float32");
+  }
+  if (H > mskv_tiling::kMaxBurstCount) {
+    return Fail(op, "num_kv_heads = %lld exceeds %lld", static_cast<long long>(H),
+                static_cast<long long>(mskv_tiling::kMaxBurstCount));
+  }
+  if (bnsd && (blockSize - 1) * D > 0xFFFFFFFFll) {
+    return Fail(op, "block_size * head_size = %lld is too large for one strided copy",
+                static_cast<long long>(blockSize * D));
+  }
+  return ge::GRAPH_SUCCESS;
+}
+
+// UB bytes of mskv::quant::RowQuant (op_kernel/kv_quant_kernel.h, Init) for rows of H heads at pitch P
+// (elements of `elem` bytes) and codes at pitch O: source row x2 (double-buffered queue), fp32 row, half
+// row, codes x2, then per mode the divisor rows (static: scale and offset rows of both planes; dynamic: one
+// divisor row, the max tree, the scale rows x2: one float per head, BNSD one per 32-byte block, in whole
+// 256-byte repeats).
+inline int64_t QuantUbBytes(int64_t H, int64_t P, int64_t O, int64_t elem, bool dynamic, bool bnsd, bool hasOffset,
+                            int64_t tree) {
+  using mskv_tiling::AlignUp;
+  const int64_t row = H * P;
+  const int64_t out = H * O;
+  int64_t need = 2 * AlignUp(row * elem, mskv_tiling::kBlockBytes) + row * 4 + out * 2 + 2 * out;
+  if (dynamic) need += row * 4 + tree * 4 + 2 * AlignUp(H * (bnsd ? mskv_tiling::kBlockBytes : 4), 256);
+  else need += (hasOffset ? 4 : 2) * row * 4;
+  return need;
+}
+
+// Elements of the dynamic max tree: a power of two >= max(P, 8).
+inline int64_t TreeElems(int64_t P) {
+  int64_t tree = 8;
+  while (tree < P) tree *= 2;
+  return tree;
+}
+
 }  // namespace mskv_quant_tiling
 
 #endif  // MS_KVCACHE_OP_HOST_KV_QUANT_TILING_COMMON_H_

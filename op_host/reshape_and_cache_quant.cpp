@@ -26,22 +26,6 @@ enum {
   kVScaleCache
 };
 
-// The kind of a static scale of shape s: 0 per tensor ([] / [1]), 1 per head ([H]), 2 per channel ([H, D]);
-// -1 otherwise.
-int ScaleKind(const gert::Shape& s, int64_t h, int64_t d) {
-  if (s.GetDimNum() == 0 || (s.GetDimNum() == 1 && s.GetDim(0) == 1)) return 0;
-  if (s.GetDimNum() == 1 && s.GetDim(0) == h) return 1;
-  if (s.GetDimNum() == 2 && s.GetDim(0) == h && s.GetDim(1) == d) return 2;
-  return -1;
-}
-
-ge::graphStatus IntAttr(gert::TilingContext* context, size_t i, int64_t dflt, int64_t* out) {
-  const gert::RuntimeAttrs* attrs = context->GetAttrs();
-  const int64_t* p = attrs == nullptr ? nullptr : attrs->GetAttrPointer<int64_t>(i);
-  *out = p == nullptr ? dflt : *p;
-  return ge::GRAPH_SUCCESS;
-}
-
 ge::graphStatus ReshapeAndCacheQuantTiling(gert::TilingContext* context) {
   using namespace mskv_tiling;
   using namespace mskv_quant_tiling;
@@ -66,19 +50,8 @@ ge::graphStatus ReshapeAndCacheQuantTiling(gert::TilingContext* context) {
   // ---- attrs
   bool bnsd = false;
   if (LayoutAttr(context, 0, kOp, mskv_attr::kLayoutBSND, &bnsd) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
-  int64_t kvFormat = 2, mode = mskv_attr::kQuantSTATIC;
-  IntAttr(context, 1, 2, &kvFormat);
-  IntAttr(context, 2, mskv_attr::kQuantSTATIC, &mode);
-  if (kvFormat != 1 && kvFormat != 2) {
-    return Fail(kOp, "kv_format: expected 1 (MERGED_KV) or 2 (SEPARATE_KV), got %lld", static_cast<long long>(kvFormat));
-  }
-  if (mode != mskv_attr::kQuantSTATIC && mode != mskv_attr::kQuantDYNAMIC) {
-    return Fail(kOp, "quant_mode: expected %lld (static) or %lld (dynamic), got %lld",
-                static_cast<long long>(mskv_attr::kQuantSTATIC), static_cast<long long>(mskv_attr::kQuantDYNAMIC),
-                static_cast<long long>(mode));
-  }
-  const bool merged = kvFormat == 1;
-  const bool dynamic = mode == mskv_attr::kQuantDYNAMIC;
+  bool merged = false, dynamic = false;
+  if (GqaQuantAttrs(context, 1, kOp, &merged, &dynamic) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
 
   // ---- dtypes
   int64_t elem = 0;
@@ -136,83 +109,20 @@ ge::graphStatus ReshapeAndCacheQuantTiling(gert::TilingContext* context) {
   if (CheckTokenRows(kOp, "value", value, g.numTokens, g.rowElems) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
 
   // ---- scales
-  const char* sn[6] = {"k_scale", "v_scale", "k_offset", "v_offset", "k_scale_cache", "v_scale_cache"};
-  const gert::Shape* q[6];
-  for (int i = 0; i < 6; ++i) {
-    ge::DataType dt = ge::DT_UNDEFINED;
-    q[i] = Optional(context, kKScale + i, &dt);
-    if (q[i] != nullptr && dt != ge::DT_FLOAT) return Fail(kOp, "%s: expected dtype float32, got %s", sn[i], DTypeName(dt));
-    if (q[i] != nullptr && CheckTensorSize(kOp, sn[i], *q[i], 4) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
-  }
   int kinds[2] = {0, 0};
   bool hasOffset = false;
-  for (int p = 0; p < 2; ++p) {
-    const gert::Shape* s = q[p];
-    const gert::Shape* o = q[2 + p];
-    const gert::Shape* c = q[4 + p];
-    if (dynamic) {
-      if (s != nullptr || o != nullptr) return Fail(kOp, "%s: expected absent with quant_mode dynamic", s ? sn[p] : sn[2 + p]);
-      if (c == nullptr) return Fail(kOp, "%s: expected a float32 scale cache for quant_mode dynamic, got none", sn[4 + p]);
-      const int64_t want[4] = {nb, bnsd ? H : g.blockSize, bnsd ? g.blockSize : H, 1};
-      bool ok = c->GetDimNum() == 3 || c->GetDimNum() == 4;
-      for (size_t i = 0; ok && i < c->GetDimNum(); ++i) ok = c->GetDim(i) == want[i];
-      if (!ok) {
-        return Fail(kOp, "%s: expected shape [%lld, %lld, %lld(, 1)] (the %s cache with head_size 1), got %s", sn[4 + p],
-                    static_cast<long long>(want[0]), static_cast<long long>(want[1]), static_cast<long long>(want[2]),
-                    bnsd ? "BNSD" : "BSND", ShapeText(*c, b1, sizeof(b1)));
-      }
-      continue;
-    }
-    if (c != nullptr) return Fail(kOp, "%s: expected absent with quant_mode static", sn[4 + p]);
-    if (s == nullptr) return Fail(kOp, "%s: expected a float32 scale for quant_mode static, got none", sn[p]);
-    kinds[p] = ScaleKind(*s, H, D);
-    if (kinds[p] < 0) {
-      return Fail(kOp, "%s: expected shape [] or [1] (per tensor), [%lld] (per head) or [%lld, %lld] (per channel), got %s",
-                  sn[p], static_cast<long long>(H), static_cast<long long>(H), static_cast<long long>(D),
-                  ShapeText(*s, b1, sizeof(b1)));
-    }
-    if (o != nullptr && !SameShape(*o, *s)) {
-      return Fail(kOp, "%s: expected shape %s (as %s), got %s", sn[2 + p], ShapeText(*s, b1, sizeof(b1)), sn[p],
-                  ShapeText(*o, b2, sizeof(b2)));
-    }
-    if ((o != nullptr) != (q[3 - p] != nullptr)) return Fail(kOp, "k_offset, v_offset: expected both or neither");
-    hasOffset = o != nullptr;
+  if (GqaScales(context, kOp, kKScale, dynamic, bnsd, nb, g.blockSize, H, D, kinds, &hasOffset) != ge::GRAPH_SUCCESS) {
+    return ge::GRAPH_FAILED;
   }
 
   // ---- SoC rules and UB plan (nothing to write: zero-sized rows or no slots -> no-op launch)
   const bool noWork = g.rowElems == 0 || g.numSlots == 0 || g.numTokens == 0;
   const bool pad = D % kBlockBytes != 0;  // a head of D int8 codes is not a multiple of 32 bytes
   const int64_t P = pad ? AlignUp(D, kBlockBytes) : D;
-  int64_t tree = 8;
-  while (tree < P) tree *= 2;
+  const int64_t tree = TreeElems(P);
   if (!noWork) {
-    if (pad && hw.is310P) {
-      return Fail(kOp, "head_size %lld: a head of int8 codes is not a multiple of 32 bytes; Ascend310P has no "
-                  "DataCopyPad, so such rows are unsupported there (use a head_size that is a multiple of 32)",
-                  static_cast<long long>(D));
-    }
-    if (dynamic && hw.is310P && (bnsd || (H * 4) % kBlockBytes != 0)) {
-      return Fail(kOp, "dynamic scales on Ascend310P: the scale cache row of a token (%s) is not a multiple of 32 "
-                  "bytes and Ascend310P has no DataCopyPad (supported there: BSND with num_kv_heads a multiple of 8)",
-                  bnsd ? "one float32 per head, block_size apart: BNSD" : "num_kv_heads float32");
-    }
-    if (H > kMaxBurstCount) {
-      return Fail(kOp, "num_kv_heads = %lld exceeds %lld", static_cast<long long>(H), static_cast<long long>(kMaxBurstCount));
-    }
-    if (bnsd && (g.blockSize - 1) * D > 0xFFFFFFFFll) {
-      return Fail(kOp, "block_size * head_size = %lld is too large for one strided copy",
-                  static_cast<long long>(g.blockSize * D));
-    }
-    // UB: source row x2 (double-buffered queue), fp32 row, half row, codes x2, then per mode the divisor
-    // rows (static: scale and offset rows of both planes; dynamic: one divisor row, the max tree, the scale
-    // rows x2).
-    auto need = [&](int64_t h) {  // UB bytes for a token row of h heads
-      const int64_t row = h * P;
-      const int64_t n = 2 * AlignUp(row * elem, kBlockBytes) + row * 4 + row * 2 + 2 * row;
-      // (the scale rows: one float per head, BNSD one per 32-byte block, in whole 256-byte repeats; RowQuant)
-      if (dynamic) return n + row * 4 + tree * 4 + 2 * AlignUp(h * (bnsd ? kBlockBytes : 4), 256);
-      return n + (hasOffset ? 4 : 2) * row * 4;
-    };
+    if (GqaQuantRules(kOp, hw, dynamic, bnsd, H, D, g.blockSize) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+    auto need = [&](int64_t h) { return QuantUbBytes(h, P, P, elem, dynamic, bnsd, hasOffset, tree); };
     const int64_t budget = hw.ubBytes - kUbReserveBytes;
     if (need(H) > budget) {
       int64_t fit = H - 1;  // the most heads of this head_size that fit

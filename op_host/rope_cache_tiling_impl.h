@@ -19,36 +19,73 @@
 namespace optiling {
 namespace rope_cache {
 
-inline ge::graphStatus RopeCacheTiling(gert::TilingContext* context, const char* op, bool merged) {
+// What the fused GQA RoPE writes read from their inputs (ReadRopeCache).
+struct RopeCacheShapes {
+  bool neox = true;
+  bool bnsd = false;
+  ge::DataType dt = ge::DT_FLOAT;     // data dtype (query, key, value; the caches unless quantized)
+  ge::DataType csDt = ge::DT_FLOAT;   // cos_sin_cache dtype
+  int64_t esz = 0;
+  uint64_t dcode = 0;
+  int64_t posIs64 = 0, slotIs64 = 0;
+  int64_t nb = 0, bs = 0, hk = 0, hq = 0, d = 0;
+  int64_t rows = 0;                    // T'
+  int64_t numWrite = 0;                // T
+  mskv_rope_tiling::RopeGeom g;
+};
+
+// Reads and checks positions, query, key, value, cos_sin_cache, the caches and slot_mapping of
+// MskvRopeReshapeAndCache(Merged) (quantized = false: caches of the data dtype; inputs 0 .. 7, merged: 0 .. 6)
+// or MskvRopeReshapeAndCacheQuant (quantized = true: int8 caches; value_cache OPTIONAL at 6, absent with
+// `merged`; slot_mapping at IR index 7). Attrs: is_neox_style (0), cache_layout (1).
+inline ge::graphStatus ReadRopeCache(gert::TilingContext* context, const char* op, const mskv_tiling::Hardware& hw,
+                                     bool merged, bool quantized, RopeCacheShapes* s) {
   using namespace mskv_tiling;
   using namespace mskv_rope_tiling;
-  Hardware hw;
-  const int nIn = merged ? 7 : 8;
-  const gert::Shape* shapes[8] = {};
-  if (GetHardwareAndShapes(context, op, &hw, nIn, shapes) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   const int kPos = 0, kQuery = 1, kKey = 2, kValue = 3, kTable = 4, kCache = 5;
-  const int kSlots = merged ? 6 : 7;
-  const gert::Shape &pos = *shapes[kPos], &q = *shapes[kQuery], &k = *shapes[kKey], &v = *shapes[kValue],
-                    &cs = *shapes[kTable], &kc = *shapes[kCache], &sm = *shapes[kSlots];
+  const int kSlots = quantized ? 7 : (merged ? 6 : 7);
+  const gert::StorageShape* shapes[8] = {};
+  if (GetInputShapes(context, op, quantized ? 6 : kSlots + 1, shapes) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  const gert::CompileTimeTensorDesc* smDesc = nullptr;
+  const gert::Shape* vcShape = nullptr;
+  if (!quantized) {
+    smDesc = context->GetInputDesc(kSlots);
+    if (!merged) vcShape = &shapes[6]->GetStorageShape();
+  } else {
+    // slot_mapping follows the OPTIONAL value_cache: read both by IR index
+    const gert::StorageShape* sm = context->GetRequiredInputShape(kSlots);
+    smDesc = context->GetRequiredInputDesc(kSlots);
+    if (sm == nullptr || smDesc == nullptr) return Fail(op, "input %d (slot_mapping) is missing", kSlots);
+    shapes[kSlots] = sm;
+    const gert::StorageShape* vc = context->GetOptionalInputShape(6);
+    vcShape = vc == nullptr ? nullptr : &vc->GetStorageShape();
+    if (vcShape != nullptr && vcShape->GetDimNum() == 1 && vcShape->GetDim(0) == 0) vcShape = nullptr;
+    if (merged && vcShape != nullptr) return Fail(op, "value_cache: expected absent ([0]) with kv_format 1 (MERGED_KV)");
+    if (!merged && vcShape == nullptr) return Fail(op, "value_cache: expected a cache with kv_format 2, got none");
+  }
+  const gert::Shape& pos = shapes[kPos]->GetStorageShape();
+  const gert::Shape& q = shapes[kQuery]->GetStorageShape();
+  const gert::Shape& k = shapes[kKey]->GetStorageShape();
+  const gert::Shape& v = shapes[kValue]->GetStorageShape();
+  const gert::Shape& cs = shapes[kTable]->GetStorageShape();
+  const gert::Shape& kc = shapes[kCache]->GetStorageShape();
+  const gert::Shape& sm = shapes[kSlots]->GetStorageShape();
   char b1[128], b2[128];
 
   // ---- attrs
-  const bool neox = BoolAttr(context, 0, true);
-  bool bnsd = false;
-  if (LayoutAttr(context, 1, op, &bnsd) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  s->neox = BoolAttr(context, 0, true);
+  if (LayoutAttr(context, 1, op, &s->bnsd) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  const bool bnsd = s->bnsd;
 
-  // ---- dtypes
+  // ---- dtypes (quantized: the caches are checked by the caller)
   const NamedInput data[4] = {{kKey, "key"}, {kValue, "value"}, {kCache, merged ? "kv_cache" : "key_cache"},
                               {merged ? kCache : 6, merged ? "kv_cache" : "value_cache"}};
-  ge::DataType dt = ge::DT_FLOAT;
-  int64_t esz = 0;
-  uint64_t dcode = 0;
-  if (DataDType(context, op, hw, kQuery, "query", data, 4, &dt, &esz, &dcode) != ge::GRAPH_SUCCESS)
+  if (DataDType(context, op, hw, kQuery, "query", data, quantized ? 2 : 4, &s->dt, &s->esz, &s->dcode) !=
+      ge::GRAPH_SUCCESS)
     return ge::GRAPH_FAILED;
-  const ge::DataType csDt = context->GetInputDesc(kTable)->GetDataType();
-  int64_t posIs64 = 0, slotIs64 = 0;
-  if (IndexCode(op, "positions", context->GetInputDesc(kPos)->GetDataType(), &posIs64) != ge::GRAPH_SUCCESS ||
-      IndexCode(op, "slot_mapping", context->GetInputDesc(kSlots)->GetDataType(), &slotIs64) != ge::GRAPH_SUCCESS)
+  s->csDt = context->GetInputDesc(kTable)->GetDataType();
+  if (IndexCode(op, "positions", context->GetInputDesc(kPos)->GetDataType(), &s->posIs64) != ge::GRAPH_SUCCESS ||
+      IndexCode(op, "slot_mapping", smDesc->GetDataType(), &s->slotIs64) != ge::GRAPH_SUCCESS)
     return ge::GRAPH_FAILED;
 
   // ---- cache geometry
@@ -57,71 +94,86 @@ inline ge::graphStatus RopeCacheTiling(gert::TilingContext* context, const char*
     return Fail(op, "%s: expected %s, got shape %s", merged ? "kv_cache" : "key_cache",
                 merged ? "rank 5 [2, num_blocks, ...]" : "rank 4", ShapeText(kc, b1, sizeof(b1)));
   }
-  if (!merged) {
-    const gert::Shape& vc = *shapes[6];
-    if (!SameShape(vc, kc))
-      return Fail(op, "value_cache: expected shape %s (as key_cache), got %s", ShapeText(kc, b1, sizeof(b1)),
-                  ShapeText(vc, b2, sizeof(b2)));
-  }
-  const int64_t nb = kc.GetDim(first);
-  const int64_t bs = bnsd ? kc.GetDim(first + 2) : kc.GetDim(first + 1);
-  const int64_t hk = bnsd ? kc.GetDim(first + 1) : kc.GetDim(first + 2);
-  const int64_t d = kc.GetDim(first + 3);
-  if (bs < 1 || hk < 1 || d < 1)
+  if (!merged && !SameShape(*vcShape, kc))
+    return Fail(op, "value_cache: expected shape %s (as key_cache), got %s", ShapeText(kc, b1, sizeof(b1)),
+                ShapeText(*vcShape, b2, sizeof(b2)));
+  s->nb = kc.GetDim(first);
+  s->bs = bnsd ? kc.GetDim(first + 2) : kc.GetDim(first + 1);
+  s->hk = bnsd ? kc.GetDim(first + 1) : kc.GetDim(first + 2);
+  s->d = kc.GetDim(first + 3);
+  const int64_t d = s->d;
+  if (s->bs < 1 || s->hk < 1 || d < 1)
     return Fail(op, "%s: empty block / head dimension in shape %s", merged ? "kv_cache" : "key_cache",
                 ShapeText(kc, b1, sizeof(b1)));
 
   // ---- token rows
   if (pos.GetDimNum() != 1) return Fail(op, "positions: expected rank 1, got shape %s", ShapeText(pos, b1, sizeof(b1)));
-  const int64_t rows = pos.GetDim(0);
-  const int64_t hq = HeadsOf(op, "query", q, rows, d);
-  if (hq < 0) return ge::GRAPH_FAILED;
-  const int64_t hkk = HeadsOf(op, "key", k, rows, d);
+  s->rows = pos.GetDim(0);
+  s->hq = HeadsOf(op, "query", q, s->rows, d);
+  if (s->hq < 0) return ge::GRAPH_FAILED;
+  const int64_t hkk = HeadsOf(op, "key", k, s->rows, d);
   if (hkk < 0) return ge::GRAPH_FAILED;
-  const int64_t hv = HeadsOf(op, "value", v, rows, d);
+  const int64_t hv = HeadsOf(op, "value", v, s->rows, d);
   if (hv < 0) return ge::GRAPH_FAILED;
-  if (hkk != hk || hv != hk)
+  if (hkk != s->hk || hv != s->hk)
     return Fail(op, "key / value: expected num_kv_heads = %lld (heads of the cache), got %lld / %lld",
-                static_cast<long long>(hk), static_cast<long long>(hkk), static_cast<long long>(hv));
-  if (sm.GetDimNum() != 1 || sm.GetDim(0) > rows)
+                static_cast<long long>(s->hk), static_cast<long long>(hkk), static_cast<long long>(hv));
+  if (sm.GetDimNum() != 1 || sm.GetDim(0) > s->rows)
     return Fail(op, "slot_mapping: expected shape [T] with T <= %lld (rows of key), got %s",
-                static_cast<long long>(rows), ShapeText(sm, b1, sizeof(b1)));
+                static_cast<long long>(s->rows), ShapeText(sm, b1, sizeof(b1)));
+  s->numWrite = sm.GetDim(0);
 
   // ---- rotation geometry, SoC rules
-  RopeGeom g;
-  if (TableGeom(op, cs, csDt, dt, esz, d, hw, &g) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
-  const int64_t gapBytes = (bs - 1) * d * esz;
+  if (TableGeom(op, cs, s->csDt, s->dt, s->esz, d, hw, &s->g) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  const int64_t gapBytes = (s->bs - 1) * d * (quantized ? 1 : s->esz);
   if (bnsd && gapBytes > 0xFFFFFFFFll)
     return Fail(op, "block_size * head_size = %lld elements is too large for one strided copy",
-                static_cast<long long>(bs * d));
+                static_cast<long long>(s->bs * d));
+  return ge::GRAPH_SUCCESS;
+}
+
+// The RopeReshapeAndCacheTilingData fields of shapes `s`, UB plan `plan` (of `in`) and work split.
+inline void SetRopeCacheTiling(RopeReshapeAndCacheTilingData& td, const RopeCacheShapes& s,
+                               const mskv_rope_tiling::PlanInputs& in, const mskv_rope_tiling::RopePlan& plan,
+                               const mskv_tiling::CoreSplit& split, bool merged) {
+  const int64_t d = s.d;
+  td.set_numRows(s.rows);
+  td.set_numWrite(s.numWrite);
+  td.set_numSlots(s.nb * s.bs);
+  td.set_blockSize(s.bs);
+  mskv_rope_tiling::SetRopeTiling(td, in, d, plan, split);
+  td.set_qHeads(s.hq);
+  td.set_kHeads(s.hk);
+  td.set_copyElems(mskv_tiling::Max64(plan.copyElems, s.g.pitch));
+  td.set_posIs64(s.posIs64);
+  td.set_slotIs64(s.slotIs64);
+  td.set_blockStride(s.bs * s.hk * d);
+  td.set_slotStride(s.bnsd ? d : s.hk * d);
+  td.set_headStride(s.bnsd ? s.bs * d : d);
+  td.set_vPlaneOffset(merged ? s.nb * s.bs * s.hk * d : 0);
+}
+
+inline ge::graphStatus RopeCacheTiling(gert::TilingContext* context, const char* op, bool merged) {
+  using namespace mskv_tiling;
+  using namespace mskv_rope_tiling;
+  Hardware hw;
+  if (GetHardware(context, op, &hw) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  RopeCacheShapes s;
+  if (ReadRopeCache(context, op, hw, merged, false, &s) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
 
   // ---- work split and UB plan
-  const CoreSplit split = SplitWork(rows, hw.cores);
+  const CoreSplit split = SplitWork(s.rows, hw.cores);
   PlanInputs in;
-  in.g = g;
-  in.rotHeads = Max64(hq, hk);
-  in.copyHeads = hk;
+  in.g = s.g;
+  in.rotHeads = Max64(s.hq, s.hk);
+  in.copyHeads = s.hk;
   RopePlan plan;
   if (PlanUb(op, hw, in, split.formerLen, &plan) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
 
   RopeReshapeAndCacheTilingData td;
-  td.set_numRows(rows);
-  td.set_numWrite(sm.GetDim(0));
-  td.set_numSlots(nb * bs);
-  td.set_blockSize(bs);
-  SetRopeTiling(td, in, d, plan, split);
-  td.set_qHeads(hq);
-  td.set_kHeads(hk);
-  td.set_copyElems(Max64(plan.copyElems, g.pitch));
-  td.set_posIs64(posIs64);
-  td.set_slotIs64(slotIs64);
-  td.set_blockStride(bs * hk * d);
-  td.set_slotStride(bnsd ? d : hk * d);
-  td.set_headStride(bnsd ? bs * d : d);
-  td.set_vPlaneOffset(merged ? nb * bs * hk * d : 0);
-
+  SetRopeCacheTiling(td, s, in, plan, split, merged);
   return FinishTiling(context, op, hw, td, split.usedCoreNum,
-                      mskv_keys::RopeKey(g.pad, bnsd, dcode, csDt != ge::DT_FLOAT, neox));
+                      mskv_keys::RopeKey(s.g.pad, s.bnsd, s.dcode, s.csDt != ge::DT_FLOAT, s.neox));
 }
 
 }  // namespace rope_cache

@@ -89,6 +89,10 @@ struct QPlane {
   int64_t scBlock;
   int64_t scSlot;
   int64_t kind;
+  // UB elements per head row of codes (a multiple of 32); 0: = pitch. The fused RoPE writes quantize the
+  // rotated rows at the rotation's pitch (head_size rounded up to 32 bytes of the data dtype) and place each
+  // head's codes at this pitch (one Cast fp32 -> half per head).
+  int64_t outPitch = 0;
 };
 
 // The quantizing scatter of one core over up to two planes. T: data dtype; S: slot dtype; DYN: dynamic
@@ -99,16 +103,18 @@ class RowQuant {
  public:
   __aicore__ inline RowQuant() {}
 
+  // maxOutRow: UB elements of the largest row of codes (0: = maxRow; QPlane::outPitch).
   __aicore__ inline void Init(AscendC::TPipe* pipe, GM_ADDR slots, int64_t maxRow, int64_t maxHeads, int64_t tree,
-                              bool hasOffset) {
+                              bool hasOffset, int64_t maxOutRow = 0) {
     row_ = maxRow;
+    outRow_ = maxOutRow > 0 ? maxOutRow : maxRow;
     tree_ = tree;
     hasOffset_ = hasOffset;
     slotGm_.SetGlobalBuffer(reinterpret_cast<__gm__ S*>(slots));
     pipe->InitBuffer(inQ_, 2, static_cast<uint32_t>(Align32(row_ * static_cast<int64_t>(sizeof(T)))));
     pipe->InitBuffer(x32_, static_cast<uint32_t>(row_ * 4));
-    pipe->InitBuffer(h16_, static_cast<uint32_t>(row_ * 2));
-    pipe->InitBuffer(outQ_, 2, static_cast<uint32_t>(row_));
+    pipe->InitBuffer(h16_, static_cast<uint32_t>(outRow_ * 2));
+    pipe->InitBuffer(outQ_, 2, static_cast<uint32_t>(outRow_));
     if constexpr (DYN) {
       pipe->InitBuffer(div_, static_cast<uint32_t>(row_ * 4));
       pipe->InitBuffer(treeBuf_, static_cast<uint32_t>(tree_ * 4));
@@ -148,15 +154,24 @@ class RowQuant {
   // and, dynamic, its scales into `sc`.
   __aicore__ inline void Row(int32_t p, const QPlane& q, AscendC::GlobalTensor<T>& src, int64_t t,
                              AscendC::GlobalTensor<int8_t>& dst, int64_t slot, AscendC::GlobalTensor<float>& sc) {
-    const int64_t H_ = q.heads;
-    const int64_t D_ = q.headSize;
-    const int64_t P_ = q.pitch;
-    const rope::CacheGeom& cg = q.cg;
-    const int32_t n = static_cast<int32_t>(H_ * P_);
     AscendC::LocalTensor<T> in = inQ_.template AllocTensor<T>();
-    HeadRowsIn<T, PAD>(in, src[static_cast<uint64_t>(t * H_ * D_)], H_, D_, P_);
+    HeadRowsIn<T, PAD>(in, src[static_cast<uint64_t>(t * q.heads * q.headSize)], q.heads, q.headSize, q.pitch);
     inQ_.EnQue(in);
     in = inQ_.template DeQue<T>();
+    Quantize(p, q, in, q.heads, 0, dst, slot, sc);
+    inQ_.FreeTensor(in);
+  }
+
+  // Quantizes `hc` head rows (heads h0 .. h0 + hc - 1 of plane p, pitch q.pitch) already in UB into their
+  // slot of `dst` and, dynamic, their scales into `sc` (the fused RoPE writes pass the rotated rows).
+  __aicore__ inline void Quantize(int32_t p, const QPlane& q, const AscendC::LocalTensor<T>& in, int64_t hc,
+                                  int64_t h0, AscendC::GlobalTensor<int8_t>& dst, int64_t slot,
+                                  AscendC::GlobalTensor<float>& sc) {
+    const int64_t D_ = q.headSize;
+    const int64_t P_ = q.pitch;
+    const int64_t O_ = q.outPitch > 0 ? q.outPitch : P_;
+    const rope::CacheGeom& cg = q.cg;
+    const int32_t n = static_cast<int32_t>(hc * P_);
     AscendC::LocalTensor<float> x = x32_.Get<float>();
     AscendC::LocalTensor<float> xs;
     if constexpr (AscendC::IsSameType<T, float>::value) {
@@ -166,11 +181,12 @@ class RowQuant {
       xs = x;
     }
     AscendC::LocalTensor<float> scUb;
+    const uint32_t rowOff = static_cast<uint32_t>(p * row_ + h0 * P_);  // the plane's divisor / offset rows
     if constexpr (DYN) {
       scUb = scQ_.template AllocTensor<float>();
       AscendC::LocalTensor<float> div = div_.Get<float>();
       AscendC::LocalTensor<float> tree = treeBuf_.Get<float>();
-      for (int64_t h = 0; h < H_; ++h) {
+      for (int64_t h = 0; h < hc; ++h) {
         AscendC::Duplicate(tree, 0.0f, static_cast<int32_t>(tree_));
         AscendC::Abs(tree, xs[static_cast<uint32_t>(h * P_)], static_cast<int32_t>(D_));
         for (int64_t len = tree_; len > 8;) {
@@ -192,28 +208,35 @@ class RowQuant {
       }
       AscendC::Div(x, xs, div, n);
     } else {
-      AscendC::Div(x, xs, sRow_.Get<float>()[static_cast<uint32_t>(p * row_)], n);
-      if (hasOffset_) AscendC::Sub(x, x, oRow_.Get<float>()[static_cast<uint32_t>(p * row_)], n);
+      AscendC::Div(x, xs, sRow_.Get<float>()[rowOff], n);
+      if (hasOffset_) AscendC::Sub(x, x, oRow_.Get<float>()[rowOff], n);
     }
-    inQ_.FreeTensor(in);
     AscendC::Maxs(x, x, -128.0f, n);
     AscendC::Mins(x, x, kInt8Max, n);
     AscendC::Adds(x, x, kRoundMagic, n);
     AscendC::Adds(x, x, -kRoundMagic, n);
     AscendC::LocalTensor<half> h16 = h16_.Get<half>();
-    AscendC::Cast(h16, x, AscendC::RoundMode::CAST_NONE, static_cast<uint32_t>(n));
+    if (O_ == P_) {
+      AscendC::Cast(h16, x, AscendC::RoundMode::CAST_NONE, static_cast<uint32_t>(n));
+    } else {
+      for (int64_t h = 0; h < hc; ++h) {
+        AscendC::Cast(h16[static_cast<uint32_t>(h * O_)], x[static_cast<uint32_t>(h * P_)],
+                      AscendC::RoundMode::CAST_NONE, static_cast<uint32_t>(P_));
+      }
+    }
     AscendC::LocalTensor<int8_t> out = outQ_.template AllocTensor<int8_t>();
-    AscendC::Cast(out, h16, AscendC::RoundMode::CAST_NONE, static_cast<uint32_t>(n));
+    AscendC::Cast(out, h16, AscendC::RoundMode::CAST_NONE, static_cast<uint32_t>(hc * O_));
     outQ_.EnQue(out);
     out = outQ_.template DeQue<int8_t>();
-    rope::HeadsCopy<int8_t, PAD>(dst[rope::SlotOffset(cg, slot, 0)], out, H_, D_, P_, cg.headStride, true);
+    rope::HeadsCopy<int8_t, PAD>(dst[rope::SlotOffset(cg, slot, h0)], out, hc, D_, O_, cg.headStride, true);
     outQ_.FreeTensor(out);
     if constexpr (DYN) {
       scQ_.EnQue(scUb);
       scUb = scQ_.template DeQue<float>();
       const int64_t block = slot / cg.blockSize;
-      const uint64_t off = static_cast<uint64_t>(block * q.scBlock + (slot - block * cg.blockSize) * q.scSlot);
-      ScaleOut(sc[off], scUb, H_, cg.blockSize);
+      const uint64_t off = static_cast<uint64_t>(block * q.scBlock + (slot - block * cg.blockSize) * q.scSlot +
+                                                 h0 * (BNSD ? cg.blockSize : 1));
+      ScaleOut(sc[off], scUb, hc, cg.blockSize);
       scQ_.FreeTensor(scUb);
     }
   }
@@ -278,7 +301,7 @@ class RowQuant {
     }
   }
 
-  int64_t row_ = 0, tree_ = 8;
+  int64_t row_ = 0, outRow_ = 0, tree_ = 8;
   bool hasOffset_ = false;
   QPlane chk_[2] = {};  // planes with a per-channel row to check in StaticReady (kind 2)
   AscendC::GlobalTensor<S> slotGm_;
@@ -291,6 +314,21 @@ class RowQuant {
   AscendC::TBuf<AscendC::TPosition::VECCALC> treeBuf_;
   AscendC::TBuf<AscendC::TPosition::VECCALC> sRow_;
   AscendC::TBuf<AscendC::TPosition::VECCALC> oRow_;
+};
+
+// The sink of rope::RotatePlaneTo for a quantized cache plane: the rotated head rows of a written token
+// (as returned in key_out / k_pe_out) quantized by `q` into the plane `plane` (index p of q's planes).
+template <typename Q>
+struct QuantSink {
+  Q* q;
+  int32_t p;
+  const QPlane* plane;
+  AscendC::GlobalTensor<int8_t>* dst;
+  AscendC::GlobalTensor<float>* sc;
+  template <typename T>
+  __aicore__ inline void Put(const AscendC::LocalTensor<T>& rows, int64_t slot, int64_t h0, int64_t hc) {
+    q->Quantize(p, *plane, rows, hc, h0, *dst, slot, *sc);
+  }
 };
 
 }  // namespace quant

@@ -221,7 +221,8 @@ constexpr unsigned long long RopeKey(bool pad, unsigned long long x, unsigned lo
   X(MskvRopeReshapeAndCacheMerged, MSKV_KEYS_ROPE_RESHAPE_AND_CACHE_MERGED) \
   X(MskvRopeConcatAndCacheMla, MSKV_KEYS_ROPE_CONCAT_AND_CACHE_MLA)            \
   X(MskvReshapeAndCacheQuant, MSKV_KEYS_RESHAPE_AND_CACHE_QUANT)               \
-  X(MskvConcatAndCacheMlaQuant, MSKV_KEYS_CONCAT_AND_CACHE_MLA_QUANT)
+  X(MskvConcatAndCacheMlaQuant, MSKV_KEYS_CONCAT_AND_CACHE_MLA_QUANT)         \
+  X(MskvRopeReshapeAndCacheQuant, MSKV_KEYS_ROPE_RESHAPE_AND_CACHE_QUANT)
 
 // key = quant_mode * 10000 + layout * 1000 + data dtype * 100 + index dtype * 10 + DataCopyPad (int8 caches;
 // float8 caches are a tiling error on these SoCs). Ascend310P: dynamic scales in BSND caches only (a BNSD
@@ -245,6 +246,27 @@ namespace mskv_keys {
 constexpr unsigned long long QuantCopyKey(bool dynamic, unsigned long long dtype, unsigned long long index,
                                           bool pad) {
   return Digits(dynamic, dtype, index, pad);
+}
+}  // namespace mskv_keys
+
+// The fused RoPE writes into int8 caches: quant_mode, then the rotary key of the op (DataCopyPad, layout,
+// dtype, table, style; MSKV_KEYS_ROPE). key = quant_mode * 100000 + RopeKey. Static: both layout digits run
+// the template of BSND (value false: the layout only changes strides). Dynamic: the BNSD scale cache takes one
+// 4-byte write per head, which needs DataCopyPad (A2/A3 only).
+#define MSKV_DIM_LAYOUT_STATIC(F, ...) F(__VA_ARGS__, 0, false) F(__VA_ARGS__, 1, false)
+#define MSKV_KEYS_ROPE_RESHAPE_AND_CACHE_QUANT(E)                                                                \
+  MSKV_KEYS6(E, MSKV_DIM_QUANT_STATIC, MSKV_DIM_PAD, MSKV_DIM_LAYOUT_STATIC, MSKV_DIM_ROPE_DTYPE, MSKV_DIM_TABLE,   \
+             MSKV_DIM_NEOX)                                                                                       \
+  MSKV_KEYS6(E, MSKV_DIM_QUANT_STATIC, MSKV_DIM_PAD, MSKV_DIM_LAYOUT_STATIC, MSKV_DIM_ROPE_F32,                \
+             MSKV_DIM_TABLE_F32, MSKV_DIM_NEOX)                                                                   \
+  MSKV_KEYS6(E, MSKV_DIM_QUANT_DYNAMIC, MSKV_DIM_PAD, MSKV_DIM_LAYOUT_PAD_BNSD, MSKV_DIM_ROPE_DTYPE, MSKV_DIM_TABLE, \
+             MSKV_DIM_NEOX)                                                                                       \
+  MSKV_KEYS6(E, MSKV_DIM_QUANT_DYNAMIC, MSKV_DIM_PAD, MSKV_DIM_LAYOUT_PAD_BNSD, MSKV_DIM_ROPE_F32,             \
+             MSKV_DIM_TABLE_F32, MSKV_DIM_NEOX)
+namespace mskv_keys {
+constexpr unsigned long long RopeQuantKey(bool dynamic, bool pad, bool bnsd, unsigned long long dtype, bool tableIsData,
+                                          bool neox) {
+  return Digits(dynamic, pad, bnsd, dtype, tableIsData, neox);
 }
 }  // namespace mskv_keys
 

@@ -500,13 +500,26 @@ __aicore__ inline void ReadBatch(Batch* b, int64_t first, int64_t n, const Index
   }
 }
 
+// Where RotatePlane puts the rotated head rows of a written token: the cache plane, copied as they are.
+// (The quantizing writes have their own sink, op_kernel/kv_quant_kernel.h QuantSink.)
+template <typename T, bool PAD>
+struct CacheSink {
+  AscendC::GlobalTensor<T>* cache;
+  const CacheGeom* cg;
+  int64_t d;
+  int64_t p;
+  // hc head rows (heads h0 .. h0 + hc - 1, UB pitch p) of the token cached at `slot`
+  __aicore__ inline void Put(const AscendC::LocalTensor<T>& rows, int64_t slot, int64_t h0, int64_t hc) {
+    HeadsCopy<T, PAD>((*cache)[SlotOffset(*cg, slot, h0)], rows, hc, d, p, cg->headStride, true);
+  }
+};
+
 // A rotated tensor of the fused ops: rows [T', heads, D] in GM (src), rotated rows to `out`, and for
-// the written tokens to a cache plane (cache == nullptr: none).
-template <typename T, typename C, bool NEOX, bool PAD>
-__aicore__ inline void RotatePlane(RopeEngine<T, C, NEOX, PAD>& eng, const Batch& b, AscendC::GlobalTensor<T>& src,
-                                   AscendC::GlobalTensor<T>& out, int64_t heads, int64_t headsPerChunk,
-                                   AscendC::GlobalTensor<T>* cache, const CacheGeom& cg,
-                                   const AscendC::LocalTensor<float>& cc, const AscendC::LocalTensor<float>& sc) {
+// the written tokens to `sink` (nullptr: none).
+template <typename T, typename C, bool NEOX, bool PAD, typename SINK>
+__aicore__ inline void RotatePlaneTo(RopeEngine<T, C, NEOX, PAD>& eng, const Batch& b, AscendC::GlobalTensor<T>& src,
+                                     AscendC::GlobalTensor<T>& out, int64_t heads, int64_t headsPerChunk, SINK* sink,
+                                     const AscendC::LocalTensor<float>& cc, const AscendC::LocalTensor<float>& sc) {
   const RotGeom& g = eng.Geom();
   const bool whole = heads <= headsPerChunk;
   const int64_t nChunks = whole ? 1 : b.n;
@@ -531,16 +544,24 @@ __aicore__ inline void RotatePlane(RopeEngine<T, C, NEOX, PAD>& eng, const Batch
       yT = eng.ReadyOut(yT);
       eng.FreeIn(xT);
       RowsOut<T, PAD>(out[gmOff], yT, rows, g.headSize, g.pitch);
-      if (cache != nullptr) {
+      if (sink != nullptr) {
         for (int64_t i = 0; i < nt; ++i) {
-          if (!b.write[ti0 + i]) continue;
-          HeadsCopy<T, PAD>((*cache)[SlotOffset(cg, b.slot[ti0 + i], h0)], yT[static_cast<uint32_t>(i * hc * g.pitch)],
-                            hc, g.headSize, g.pitch, cg.headStride, true);
+          if (b.write[ti0 + i]) sink->Put(yT[static_cast<uint32_t>(i * hc * g.pitch)], b.slot[ti0 + i], h0, hc);
         }
       }
       eng.FreeOut(yT);
     }
   }
+}
+
+// RotatePlaneTo with the rotated rows copied to a cache plane (cache == nullptr: none).
+template <typename T, typename C, bool NEOX, bool PAD>
+__aicore__ inline void RotatePlane(RopeEngine<T, C, NEOX, PAD>& eng, const Batch& b, AscendC::GlobalTensor<T>& src,
+                                   AscendC::GlobalTensor<T>& out, int64_t heads, int64_t headsPerChunk,
+                                   AscendC::GlobalTensor<T>* cache, const CacheGeom& cg,
+                                   const AscendC::LocalTensor<float>& cc, const AscendC::LocalTensor<float>& sc) {
+  CacheSink<T, PAD> sink{cache, &cg, eng.Geom().headSize, eng.Geom().pitch};
+  RotatePlaneTo<T, C, NEOX, PAD>(eng, b, src, out, heads, headsPerChunk, cache == nullptr ? nullptr : &sink, cc, sc);
 }
 
 // A pass-through tensor (value rows): rows [T', heads, d] copied to a cache plane for the written

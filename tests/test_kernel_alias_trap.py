@@ -395,3 +395,27 @@ def test_concat_and_cache_mla_quant_same_cache_for_both_parts_traps(rng):
     _trap("MskvConcatAndCacheMlaQuant",
           [kv_c, k_pe, c, c, np.arange(30, dtype=np.int64), s, s, _E, _E, _E, _E, status()],
           {"quant_mode": "static"}, written=(c,))
+
+
+@pytest.mark.parametrize("soc", SOCS)
+def test_rope_reshape_and_cache_quant_aliases_trap(soc, rng):
+    """rope_reshape_and_cache with int8 caches: key_cache is value_cache (static), k_scale_cache is v_scale_cache
+    (dynamic, 8 kv heads: the 310P rule), query_out over key_cache's bytes: TRAP before any write."""
+    positions, q, k, v, table, slots = _rope_inputs(rng, hq=8, hk=8)
+    qo, ko = np.zeros_like(q), np.zeros_like(k)
+    kc, vc = np.zeros((2, 16, 8, 32), np.int8), np.zeros((2, 16, 8, 32), np.int8)
+    s = np.full((), 0.05, np.float32)
+    op = "MskvRopeReshapeAndCacheQuant"
+    _trap(op, [positions, q, k, v, table, kc, kc, slots, s, s, _E, _E, _E, _E, qo, ko], ROPE_ATTRS, soc,
+          written=(kc, qo, ko))
+    sc = np.zeros((2, 16, 8, 1), np.float32)
+    dyn = dict(ROPE_ATTRS, quant_mode="dynamic")
+    _trap(op, [positions, q, k, v, table, kc, vc, slots, _E, _E, _E, _E, sc, sc, qo, ko], dyn, soc,
+          written=(kc, vc, sc, qo, ko))
+    qo_alias = kc.view(np.float16).reshape(-1)[:q.size].reshape(q.shape)  # query_out over key_cache
+    _trap(op, [positions, q, k, v, table, kc, vc, slots, s, s, _E, _E, _E, _E, qo_alias, ko], ROPE_ATTRS, soc,
+          written=(vc, ko))
+    # not over-strict: the same launch with distinct tensors runs and writes the caches
+    launch(op, [positions, q, k, v, table, kc, vc, slots, _E, _E, _E, _E, sc, np.zeros_like(sc), qo, ko], dyn, soc,
+           gm_copy="never")
+    assert np.abs(kc).max() == 127 and (sc > 0).any()

@@ -99,19 +99,23 @@ def run_case(soc, layout, dtype, gran, sdtype="int32", T=13, H=2, D=32, nb=3, bs
     st = launch(OP, args, attrs, soc)
     if merged:
         kc, vc = kv[0], kv[1]
-    got = (kc, vc, ksc, vsc)
-    want = (ek, ev, e_ksc, e_vsc)
+    assert_quant_caches((kc, vc, ksc, vsc), (ek, ev, e_ksc, e_vsc), f"({soc} {layout} {dtype} {gran})")
+    return st
+
+
+def assert_quant_caches(got, want, what):
+    """key_cache, value_cache, k_scale_cache, v_scale_cache equal the expected codes / scales (bit for bit;
+    an expected None is not checked)."""
     names = ("key_cache", "value_cache", "k_scale_cache", "v_scale_cache")
     for g, w, n in zip(got, want, names):
         if w is None:
             continue
         if g.dtype == np.int8:
             bad = np.argwhere(g != w)
-            assert bad.size == 0, f"{n} ({soc} {layout} {dtype} {gran}): {len(bad)} codes differ, first at " \
+            assert bad.size == 0, f"{n} {what}: {len(bad)} codes differ, first at " \
                                   f"{tuple(bad[0])}: {g[tuple(bad[0])]} vs {w[tuple(bad[0])]}"
         else:
-            np.testing.assert_array_equal(g.view(np.uint32), w.view(np.uint32), err_msg=f"{n} ({soc} {layout})")
-    return st
+            np.testing.assert_array_equal(g.view(np.uint32), w.view(np.uint32), err_msg=f"{n} {what}")
 
 
 # ------------------------------------------------------------------------------------------ codes
@@ -239,19 +243,25 @@ def _args(D=32, H=2, cache=np.int8, dyn=False, layout="BSND", dtype=np.float16):
             status()]
 
 
-def test_tiling_errors():
-    """310P: unaligned heads, dynamic BNSD and dynamic BSND with a scale row that is not a multiple of 32 bytes
-    are tiling errors naming the SoC; everywhere: a missing scale, a wrong scale shape."""
-    expect_tiling_error(OP, _args(D=12), {}, "Ascend310P3", "head_size 12", "Ascend310P")
-    expect_tiling_error(OP, _args(dyn=True, layout="BNSD", H=8), {"quant_mode": "dynamic", "cache_layout": "BNSD"},
+def gqa_quant_tiling_errors(op, args, k_scale_at, unaligned_d):
+    """The tiling errors of a GQA quantizing write (reshape_and_cache_quant, rope_reshape_and_cache_quant; `args`
+    builds its inputs, k_scale at index `k_scale_at`): 310P: unaligned heads, dynamic BNSD and dynamic BSND with a
+    scale row that is not a multiple of 32 bytes name the SoC; everywhere: a missing scale, a wrong scale shape."""
+    expect_tiling_error(op, args(D=unaligned_d), {}, "Ascend310P3", f"head_size {unaligned_d}", "Ascend310P")
+    expect_tiling_error(op, args(dyn=True, layout="BNSD", H=8), {"quant_mode": "dynamic", "cache_layout": "BNSD"},
                         "Ascend310P3", "dynamic scales on Ascend310P")
-    expect_tiling_error(OP, _args(dyn=True, H=3), {"quant_mode": "dynamic"}, "Ascend310P3", "Ascend310P")
-    a = _args()
-    a[5] = E
-    expect_tiling_error(OP, a, {}, "Ascend910B1", "k_scale", "expected a float32 scale")
-    a = _args()
-    a[6] = np.ones((3,), np.float32)
-    expect_tiling_error(OP, a, {}, "Ascend910B1", "v_scale", "per channel")
+    expect_tiling_error(op, args(dyn=True, H=3), {"quant_mode": "dynamic"}, "Ascend310P3", "Ascend310P")
+    a = args()
+    a[k_scale_at] = E
+    expect_tiling_error(op, a, {}, "Ascend910B1", "k_scale", "expected a float32 scale")
+    a = args()
+    a[k_scale_at + 1] = np.ones((3,), np.float32)
+    expect_tiling_error(op, a, {}, "Ascend910B1", "v_scale", "per channel")
+
+
+def test_tiling_errors():
+    """gqa_quant_tiling_errors; and a scale cache of the wrong shape."""
+    gqa_quant_tiling_errors(OP, _args, 5, 12)
     a = _args(dyn=True)
     a[9] = np.zeros((2, 4, 3, 1), np.float32)
     expect_tiling_error(OP, a, {"quant_mode": "dynamic"}, "Ascend910B1", "k_scale_cache", "expected shape")

@@ -70,6 +70,21 @@ def _variants(op, dt):
             scales = [((), f), ((), f), None, None, None, None] if mode == "static" else [None] * 4 + [sc, sc]
             attrs = {"cache_layout": layout, "kv_format": 1 if merged else 2, "quant_mode": mode}
             yield [((T, h, d), x), ((T, h, d), x), (kc, c), vc, ((T,), S)] + scales, attrs
+    elif op == "rope_reshape_and_cache_quant":
+        # both styles and tables, separate and merged caches, static and dynamic scales; 8 kv heads (Ascend310P's
+        # dynamic BSND rule)
+        for layout, d, neox, mode in itertools.product(LAYOUTS, HEAD_SIZES, (False, True), ("static", "dynamic")):
+            rd = d - d % 2 if d > 3 else 2
+            x, c, f = dt["key"], dt["key_cache"], dt["k_scale"]
+            h, merged = 8, neox
+            kc = _cache(layout, d, heads=h, merged=merged)
+            vc = None if merged else (_cache(layout, d, heads=h), c)
+            sc = (((NB, BS, h, 1) if layout == "BSND" else (NB, h, BS, 1)), f)
+            scales = [((), f), ((), f), None, None, None, None] if mode == "static" else [None] * 4 + [sc, sc]
+            attrs = {"is_neox_style": neox, "cache_layout": layout, "kv_format": 1 if merged else 2,
+                     "quant_mode": mode}
+            yield [((T,), dt["positions"]), ((T, H, d), x), ((T, h, d), x), ((T, h, d), x),
+                   ((16, rd), dt["cos_sin_cache"]), (kc, c), vc, ((T,), S)] + scales, attrs
     elif op == "concat_and_cache_mla_quant":
         for d, mode in itertools.product(HEAD_SIZES, ("static", "dynamic")):
             x, c, f = dt["kv_c"], dt["kv_c_cache"], dt["kv_c_scale"]
@@ -223,6 +238,7 @@ static_assert(mskv_keys::CopyKey(4, 1, true) == 411, "CopyKey");
 static_assert(mskv_keys::LayoutCopyKey(true, 2, 0, true) == 1201, "LayoutCopyKey");
 static_assert(mskv_keys::RopeKey(true, 2, 1, false, true) == 12101, "RopeKey");
 static_assert(mskv_keys::RopeKey(false, 0, 3, false, false) == 300, "RopeKey");
+static_assert(mskv_keys::RopeQuantKey(true, false, true, 2, true, false) == 101210, "RopeQuantKey");
 int main() {
   for (const mskv_keys::DeclaredKeys& d : mskv_keys::kDeclaredKeys) {
     std::printf("%s %s a2", d.op, d.keySet);

@@ -1,6 +1,7 @@
 """Data movement of the fused RoPE-write AscendC kernels, from the AscendC emulation's accounting.
 
-For rope_reshape_and_cache (BSND, BNSD), rope_reshape_and_cache_merged and rerope_cached_keys at
+For rope_reshape_and_cache (BSND, BNSD; and with int8 caches, static and dynamic scales, T <= 512),
+rope_reshape_and_cache_merged and rerope_cached_keys at
 Llama-3-8B shapes (32 query heads, 8 KV heads x 128, bf16, block_size 128, fp32 cos_sin_cache, NeoX) and
 rope_concat_and_cache_mla at DeepSeek-V3 shapes (128 q_pe heads x 64, kv_lora_rank 512 with RMSNorm,
 bf16, block_size 64, GPT-J), T = 4096 tokens, on every target SoC (Ascend310P3: float16), prints per
@@ -58,7 +59,7 @@ def _row(sim, soc, op, label, dtype, work, minimum, st):
         "cores_used": used, "cores": cores,
         "ub_bytes_per_core": max(st["ub_bytes_per_core"]) if st["ub_bytes_per_core"] else 0,
         "ub_size": int(sim.platform(soc)["ub_size"]), "tiling_key": int(st["tiling_key"]),
-        "batch": int(st["tiling_fields"].get("batch", 0)),
+        "batch": int(st["tiling_fields"].get("batch", st["tiling_fields"].get("rope.batch", 0))),
     }
 
 
@@ -94,6 +95,44 @@ def _llama(sim, soc, T, rng):
                     attrs={"is_neox_style": True, "cache_layout": "BSND"}, soc=soc, gm_copy="never")
     rr_min = 2 * T * Hk * D * item + 2 * T * table[0].nbytes + slots.nbytes + positions.nbytes + new.nbytes
     rows.append(_row(sim, soc, "rerope_cached_keys", f"{label} BSND", dtype, T, rr_min, st))
+    return rows
+
+
+#: rope_reshape_and_cache_quant rows use at most this many tokens: the emulation computes every vector
+#: instruction element by element; the ratio does not depend on T once every core has tokens.
+QUANT_TOKENS = 512
+
+
+def _llama_quant(sim, soc, T, rng):
+    """rope_reshape_and_cache with int8 caches (MskvRopeReshapeAndCacheQuant, BSND): static per-tensor and
+    dynamic per-token scales. Minimum: q, k read and written once, the value rows read once and their codes
+    (and dynamic scales) written once per cached token, one table row per token, positions and slots, the
+    static scales once per core that uses them."""
+    dtype = "float16" if soc == "Ascend310P3" else "bfloat16"
+    T = min(T, QUANT_TOKENS)
+    Hq, Hk, D, bs = 32, 8, 128, 128
+    maxp = 2 * T
+    nb = T // bs + 8
+    table = _table(maxp, D)
+    positions = np.random.default_rng(5).integers(0, maxp, T).astype(np.int64)
+    slots = np.random.default_rng(6).permutation(nb * bs)[:T].astype(np.int64)
+    q, k, v = _rand(rng, (T, Hq, D), dtype), _rand(rng, (T, Hk, D), dtype), _rand(rng, (T, Hk, D), dtype)
+    e = np.zeros((0,), np.float32)
+    rows = []
+    for mode in ("static", "dynamic"):
+        kc, vc = np.zeros((nb, bs, Hk, D), np.int8), np.zeros((nb, bs, Hk, D), np.int8)
+        if mode == "static":
+            sc = [np.array(0.02, np.float32), np.array(0.03, np.float32), e, e, e, e]
+        else:
+            sc = [e, e, e, e, np.zeros((nb, bs, Hk, 1), np.float32), np.zeros((nb, bs, Hk, 1), np.float32)]
+        qo, ko = np.zeros_like(q), np.zeros_like(k)
+        st = sim.launch("MskvRopeReshapeAndCacheQuant", [positions, q, k, v, table, kc, vc, slots] + sc + [qo, ko],
+                        attrs={"is_neox_style": True, "cache_layout": "BSND", "quant_mode": mode}, soc=soc,
+                        gm_copy="never")
+        minimum = (2 * (q.nbytes + k.nbytes) + v.nbytes + 2 * T * Hk * D + T * table[0].nbytes + positions.nbytes
+                   + slots.nbytes + (2 * T * Hk * 4 if mode == "dynamic" else 8 * int(st["cores_used"])))
+        rows.append(_row(sim, soc, "rope_reshape_and_cache", f"Llama-3-8B Hq=32 Hk=8 D=128 bs=128 BSND -> int8, {mode} "
+                         f"(MskvRopeReshapeAndCacheQuant)", dtype, T, minimum, st))
     return rows
 
 
@@ -134,6 +173,7 @@ def run(quick=False):
     rows = []
     for soc in (SOCS[:1] if quick else SOCS):
         rows += _llama(sim, soc, T, rng)
+        rows += _llama_quant(sim, soc, T, rng)
         rows += _mla(sim, soc, T, rng)
     return rows
 

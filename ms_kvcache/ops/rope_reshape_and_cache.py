@@ -142,7 +142,10 @@ def rope_reshape_and_cache(positions, query, key, value, cos_sin_cache, key_cach
             with the arguments, formulas and errors of :func:`ms_kvcache.reshape_and_cache` (static
             scales ``[]`` / ``[num_kv_heads]`` / ``[num_kv_heads, head_size]``, or dynamic scale caches
             written in place);
-            see docs/quantization.md. Backend cpu only for now.
+            see docs/quantization.md. Backends: cpu (int8, float8) and the AscendC kernel
+            (op_kernel/rope_reshape_and_cache_quant.cpp, sim and ascend: int8 caches; float8 caches are a
+            TypeError there; Ascend310P: no bfloat16, head_size a multiple of 32, dynamic scales in BSND
+            caches with num_kv_heads a multiple of 8).
 
     Returns:
         tuple(Tensor, Tensor): ``(query_out, key_out)``, new tensors with the shapes and dtype of

@@ -107,7 +107,8 @@ def rope_reshape_and_cache_merged(positions, query, key, value, cos_sin_cache, k
         cache_layout (str): ``"BSND"`` (default) or ``"BNSD"``.
         k_scale, v_scale, k_offset, v_offset, k_scale_cache, v_scale_cache: keyword only; an int8 /
             float8 ``kv_cache``: quantized writes of the rotated key and the value, as
-            :func:`ms_kvcache.rope_reshape_and_cache` (docs/quantization.md).
+            :func:`ms_kvcache.rope_reshape_and_cache` (docs/quantization.md; backends cpu, and sim / ascend
+            for int8 caches).
 
     Returns:
         tuple(Tensor, Tensor): ``(query_out, key_out)``, new tensors shaped like ``query`` and

@@ -4,7 +4,9 @@ quantized into int8 / float8 caches, in one pass (docs/quantization.md).
 
 Users call the public fused ops with ``k_scale`` / ``v_scale`` or ``k_scale_cache`` / ``v_scale_cache``;
 they route here. Attributes ``is_neox_style``, ``cache_layout``, ``kv_format`` (2 SEPARATE_KV, 1 MERGED_KV
-with ``value_cache`` absent) and ``quant_mode``. No AscendC kernel yet (``extra["ascend_kernel"]``).
+with ``value_cache`` absent) and ``quant_mode``. Kernels: cpu (cpu_kernel/rope_reshape_and_cache_quant.cpp)
+and AscendC (op_kernel/rope_reshape_and_cache_quant.cpp: int8 caches on Atlas A2/A3 and Ascend310P, run by the
+sim and ascend backends; float8 caches are refused there, docs/quantization.md).
 """
 from mindspore.ops.primitive import constexpr
 
@@ -16,7 +18,7 @@ from ms_kvcache._spec import FLOAT_DTYPES, INDEX_DTYPES, QUANT_CACHE_DTYPES, Att
     register
 from ms_kvcache.ops import _quant as Q
 from ms_kvcache.ops import _rope_common as R
-from ms_kvcache.ops.reshape_and_cache_quant import PENDING, check_gqa_quant, public_name
+from ms_kvcache.ops.reshape_and_cache_quant import check_gqa_quant, public_name
 from ms_kvcache.ops.rope_reshape_and_cache import check_gqa
 
 __all__ = ["rope_reshape_and_cache_quant", "SPEC", "check_cos_sin_dtype"]
@@ -54,7 +56,7 @@ SPEC = register(OpSpec(
         AttrSpec("quant_mode", "str", "static", Q.MODES, Q.MODE_CODES),
     ),
     doc="rope_reshape_and_cache(_merged) quantizing the rotated key and the value into int8 / float8 caches.",
-    extra={"out_shape": R.out_like(1, 2), "out_dtype": R.out_like(1, 2), "ascend_kernel": PENDING},
+    extra={"out_shape": R.out_like(1, 2), "out_dtype": R.out_like(1, 2)},
 ))
 
 
@@ -93,8 +95,10 @@ _Prim = Q.quant_prim(SPEC, lambda a: (
 
 
 @constexpr
-def _graph_backend(backend, kv_format):
-    return Q.require_backend(public_name(kv_format, "rope_reshape_and_cache_merged", "rope_reshape_and_cache"), backend)
+def _graph_backend(backend, kv_format, cache_dtype):
+    op = public_name(kv_format, "rope_reshape_and_cache_merged", "rope_reshape_and_cache")
+    Q.require_backend(op, backend, SPEC)
+    return Q.check_kernel_cache(op, backend, "kv_cache" if kv_format == Q.MERGED else "key_cache", cache_dtype)
 
 
 #: PyNative branch: static check -> (num_slots, op name, max_position); T' = 0 launches nothing.
@@ -123,7 +127,7 @@ def rope_reshape_and_cache_quant(positions, query, key, value, cos_sin_cache, ke
                             k_offset.shape, k_offset.dtype, v_offset.shape, v_offset.dtype, k_scale_cache.shape,
                             k_scale_cache.dtype, v_scale_cache.shape, v_scale_cache.dtype, is_neox_style, cache_layout,
                             kv_format, mode)
-        query_out, key_out = _get_cache_prim(_Prim)(_graph_backend(graph_backend(), kv_format), is_neox_style,
+        query_out, key_out = _get_cache_prim(_Prim)(_graph_backend(graph_backend(), kv_format, key_cache.dtype), is_neox_style,
                                                     cache_layout, kv_format, mode)(
             positions, query, key, value, cos_sin_cache, key_cache, value_cache, slot_mapping, k_scale, v_scale,
             k_offset, v_offset, k_scale_cache, v_scale_cache)
@@ -132,7 +136,8 @@ def rope_reshape_and_cache_quant(positions, query, key, value, cos_sin_cache, ke
         if type(is_neox_style) is not bool:  # noqa: E721 - np.bool_ -> bool (other types raise TypeError)
             is_neox_style = R.check_bool(op, "is_neox_style", is_neox_style)
         mode = "static" if k_scale_cache is None and v_scale_cache is None else "dynamic"
-        backend = Q.require_backend(op, _backend.get_backend())
+        backend = Q.require_backend(op, _backend.get_backend(), SPEC)
+        Q.check_kernel_cache(op, backend, "kv_cache" if kv_format == Q.MERGED else "key_cache", key_cache.dtype)
         try:
             query_out, key_out = _EAGER(
                 backend, (is_neox_style, cache_layout, kv_format, mode), positions, query, key, value, cos_sin_cache,
