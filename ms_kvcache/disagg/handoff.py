@@ -1,10 +1,14 @@
 """Hand a sequence's KV cache from one process to another: :class:`KVSender` and :class:`KVReceiver`.
 
-The prefill side gathers every layer's KV of the sequence from its paged caches into registered host
-memory with :func:`ms_kvcache.multi_layer_kv_transfer` (``direction="d2h"``) and writes it with the
-Mooncake transfer engine into the receiver's registered host memory; the decode side checks it and
-scatters it into its own free blocks with the same op (``direction="h2d"``). Protocol (one session per
-sequence; JSON messages on the ZeroMQ control channel, :mod:`ms_kvcache.disagg._channel`):
+The prefill side puts every layer's KV of the sequence, token-major (the buffers of
+:func:`ms_kvcache.multi_layer_kv_transfer`), into the receiver's registered host memory with the
+Mooncake transfer engine: on the cpu backend Mooncake reads it straight from the cache rows (the
+caches' memory registered with the engine, one write per run of consecutive slots of a plane and layer:
+:mod:`ms_kvcache.disagg._direct`); elsewhere (sim / ascend backends, BNSD caches, ``direct=False``) it is
+gathered first into registered host memory with ``multi_layer_kv_transfer`` (``direction="d2h"``). The
+decode side checks it and scatters it into its own free blocks with the same op (``direction="h2d"``).
+Protocol (one session per sequence; JSON messages on the ZeroMQ control channel,
+:mod:`ms_kvcache.disagg._channel`):
 
 1. sender -> receiver ``offer``: protocol version, the sender's :class:`KVLayout` (format, dtype, cache
    layout, layers, heads and head size per plane), ``num_tokens``, ``nbytes``, ``chunk_tokens`` and the
@@ -13,10 +17,12 @@ sequence; JSON messages on the ZeroMQ control channel, :mod:`ms_kvcache.disagg._
 2. receiver: checks all of it against its caches, its buffer and the block ids its caller gave, then
    ``accept`` (its transfer-engine address, buffer address and size) or ``reject`` (every mismatch
    named); both sides raise :class:`MetadataMismatch` on a reject;
-3. sender, per token chunk: d2h into its buffer, asynchronous Mooncake write to the same offset of the
-   receiver's buffer, checksum (while Mooncake reads the chunk); once Mooncake reports a chunk written,
-   a ``chunk`` message with its checksum (the receiver verifies it while later chunks are still
-   moving); then ``done``;
+3. sender, per token chunk: asynchronous Mooncake writes of the chunk's bytes to their offsets in the
+   receiver's buffer (from the cache rows, or from its own buffer after the d2h), the chunk's checksum
+   (streamed over the same bytes while Mooncake reads them); once Mooncake reports every write of a
+   chunk done, a ``chunk`` message with its checksum (the receiver verifies it while later chunks are
+   still moving); then ``done``. Whichever path the sender takes, the bytes in the receiver's buffer
+   are the same;
 4. receiver: every chunk verified, then the h2d into the given blocks, then ``loaded`` (or ``error``).
 
 The receiver's caches are written only in step 4, after every byte has arrived and matched its checksum
@@ -474,7 +480,8 @@ class KVSender(_Endpoint):
             read, by the d2h transfer).
         hostname, protocol, device_name: as for :class:`KVReceiver` (the transfer engine of this process).
         chunk_tokens (int | None): tokens per pipelined chunk (gather, checksum and Mooncake write of
-            chunk ``c + 1`` overlap the write of chunk ``c``); None = about 32 MiB per chunk, ramped.
+            chunk ``c + 1`` overlap the write of chunk ``c``); None = about 32 MiB per chunk, ramped (on
+            the direct path counted in whole blocks of this sender, so no chunk border cuts a block).
         ramp (bool | None): cut the payload into chunks of ``chunk_tokens`` with smaller ones at both ends
             (``/8, /4, /2`` first, ``/4, /8`` last: the first write starts after a short gather, little is
             left to check and load after the last byte); None (default) = ramp only when ``chunk_tokens``
@@ -651,7 +658,9 @@ class KVSender(_Endpoint):
         """Token counts of the chunks a send of ``num_tokens`` tokens is cut into: ``chunk_tokens`` each
         when it was given; by default (``chunk_tokens=None``) ~32 MiB chunks with a ramp of smaller ones
         at both ends (:func:`ms_kvcache.disagg._layout.ramp_chunk_sizes`), so the first write starts after
-        a short gather and little is left to check and load after the last byte."""
+        a short gather and little is left to check and load after the last byte. On the direct path the
+        default ramp is counted in blocks of ``block_size`` tokens (every chunk but the last a whole number
+        of blocks), so no run of cache rows is cut into pieces too small to write directly."""
         T = int(num_tokens)
         bs = self.layout.block_size
         if self._default_chunks and self._rows is not None and self.chunk_tokens >= bs and T > bs:
