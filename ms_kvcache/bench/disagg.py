@@ -4,7 +4,9 @@ engine over loopback TCP): CPU figures of the machine it runs on, not NPU or RDM
 For each case and token count, in one run, interleaved round by round (the order rotates every round,
 so no path always runs first):
 
-- **handoff** (end to end), once per receiver mode: :meth:`KVSender.send` in this process to a
+- **handoff** (end to end), once per sender path (``direct``: Mooncake reads the cache rows, the
+  default on the cpu backend; ``gather``: ``direct=False``, d2h into the registered buffer first; one
+  sender switched between the two) and receiver mode: :meth:`KVSender.send` in this process to a
   :class:`KVReceiver` in a second process, from the call until the receiver has confirmed the KV is in
   its caches: offer / accept, per chunk d2h gather (``multi_layer_kv_transfer``) + Mooncake write +
   checksum, the receiver's checksum verification, the h2d scatter into other block ids, the ``loaded``
@@ -26,8 +28,8 @@ processes used per path (median over rounds; user + system of all threads, so th
 made in the processes' system calls count). Both processes share this machine's cores with the
 kernel's loopback TCP copies.
 
-    python scripts/bench_disagg.py [--quick] [--mode both|verify-all|stream] [--repeats N] [--case NAME]
-                                   [--tokens T] [--chunk-mib M] [--out DIR]   # or: ms-kvcache bench --ops disagg
+    python scripts/bench_disagg.py [--quick] [--path both|direct|gather] [--mode both|verify-all|stream]
+                                   [--repeats N] [--case NAME] [--tokens T] [--chunk-mib M] [--out DIR]   # or: ms-kvcache bench --ops disagg
 
 It prints each row's note on stderr and a summary table (the README's columns) on stdout.
 

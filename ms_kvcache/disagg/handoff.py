@@ -50,8 +50,9 @@ __all__ = ["KVSender", "KVReceiver", "PROTOCOL"]
 PROTOCOL = "ms_kvcache.disagg/2"
 
 _POLL_SLEEP = 1e-4  # seconds between polls of an in-flight Mooncake write
-#: ... while a full window of writes is in flight (the wire has work queued: fewer wake-ups, less CPU)
-_WINDOW_SLEEP = 5e-4
+#: ... while more than _BUSY writes are in flight (the wire has work queued for longer than this: fewer
+#: wake-ups, less CPU taken from the transfer on a small machine)
+_WINDOW_SLEEP, _BUSY = 2e-3, 16
 
 
 def _transfer(layout, kv_caches, buffer, slots, direction):
@@ -115,7 +116,7 @@ class _Writes:
                 if time.monotonic() >= self.deadline:
                     raise HandoffTimeout(f"{self.op}: request {self.request_id!r}: Mooncake had not finished writing "
                                          f"chunk {c} of {len(self.plan)} to {self.te_peer} after {self.timeout:g} s")
-                time.sleep(_WINDOW_SLEEP if max_len else _POLL_SLEEP)
+                time.sleep(_WINDOW_SLEEP if len(self.queue) > _BUSY else _POLL_SLEEP)
                 continue
             self.queue.popleft()
             self.left[c] -= 1
