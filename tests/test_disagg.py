@@ -238,11 +238,11 @@ def test_ramped_handoff_across_processes_is_bit_exact(peer, tmp_path):
 CASE = "separate_bf16_bsnd"
 
 
-def _pair(nb=8, bs=4, seed=1, **rx_kw):
+def _pair(nb=8, bs=4, seed=1, direct=None, **rx_kw):
     fmt, _, layout = P.CASES[CASE][:3]
     src_arrays, src = _caches(CASE, nb, bs, seed)
     dst_arrays, dst = _caches(CASE, nb, bs, seed + 1)
-    tx = disagg.KVSender(src, fmt, cache_layout=layout, chunk_tokens=3)
+    tx = disagg.KVSender(src, fmt, cache_layout=layout, chunk_tokens=3, direct=direct)
     rx = disagg.KVReceiver(dst, fmt, cache_layout=layout, **{"max_tokens": 16, **rx_kw})
     return tx, rx, dst_arrays, dst
 
@@ -404,17 +404,21 @@ def test_size_mismatch_is_rejected_receiver_untouched(what):
     _assert_untouched(dst, dst_arrays, f"receiver after a {what} mismatch")
 
 
-def test_corrupted_payload_is_a_checksum_mismatch_receiver_untouched():
-    """A byte of chunk 2 (of 4) changed after the sender's checksum: the receiver finds it and writes
-    nothing, not even the chunks that verified before it; both raise ChecksumMismatch."""
-    tx, rx, dst_arrays, dst = _pair()
+@pytest.mark.parametrize("path, chunk", [("gather", 2), ("direct", 1)])
+def test_corrupted_payload_is_a_checksum_mismatch_receiver_untouched(path, chunk):
+    """A byte of chunk 2 / 1 (of 4) changed after the sender's checksum: the receiver finds it and writes
+    nothing, not even the chunks that verified before it; both raise ChecksumMismatch. On the direct
+    path every other chunk is read from the caches, the corrupted one is staged."""
+    tx, rx, dst_arrays, dst = _pair(direct=path == "direct")
     try:
-        tx._fault = ("corrupt", 2)
+        assert tx.path == path
+        tx.direct_min_bytes = 0
+        tx._fault = ("corrupt", chunk)
         join = _in_thread(lambda: rx.receive([0, 1, 2], timeout=20))
         with pytest.raises(disagg.ChecksumMismatch):
             tx.send(rx.address, [5, 6, 7], 10, timeout=20)
         _, exc = join()
-        assert isinstance(exc, disagg.ChecksumMismatch) and "chunk 2" in str(exc)
+        assert isinstance(exc, disagg.ChecksumMismatch) and f"chunk {chunk}" in str(exc)
     finally:
         tx.close()
         rx.close()
@@ -718,25 +722,6 @@ def test_gather_path_still_round_trips(peer, tmp_path):
                                  direct=False)
     assert sres["path"] == "gather" and sres["requests"] == sres["chunks"] == 3
     assert sres["staged_bytes"] == sres["nbytes"]
-
-
-def test_direct_corrupted_chunk_is_a_checksum_mismatch_receiver_untouched():
-    """Direct path, every piece read from the caches except the corrupted chunk 1 (staged, one byte
-    changed after the checksum): ChecksumMismatch on both sides, the receiver's caches untouched."""
-    tx, rx, dst_arrays, dst = _pair()
-    try:
-        assert tx.path == "direct"
-        tx.direct_min_bytes = 0
-        tx._fault = ("corrupt", 1)
-        join = _in_thread(lambda: rx.receive([0, 1, 2], timeout=20))
-        with pytest.raises(disagg.ChecksumMismatch):
-            tx.send(rx.address, [5, 6, 7], 10, timeout=20)
-        _, exc = join()
-        assert isinstance(exc, disagg.ChecksumMismatch) and "chunk 1" in str(exc)
-    finally:
-        tx.close()
-        rx.close()
-    _assert_untouched(dst, dst_arrays, "receiver after a corrupted direct chunk")
 
 
 def test_direct_path_choice_and_block_aligned_chunks():
