@@ -16,6 +16,7 @@ import numpy as np
 CASES = {
     "separate_bf16_bsnd": ("separate", "bfloat16", "BSND", 3, [(2, 8), (2, 8)]),
     "merged_fp16_bnsd": ("merged", "float16", "BNSD", 2, [(3, 4), (3, 4)]),
+    "merged_fp16_bsnd": ("merged", "float16", "BSND", 2, [(3, 4), (3, 4)]),
     "mla_fp32": ("mla", "float32", "BSND", 2, [(1, 16), (1, 4)]),
     "dsa_int8": ("dsa", "int8", "BSND", 2, [(1, 16), (1, 4), (1, 8)]),
 }

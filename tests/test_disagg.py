@@ -238,11 +238,11 @@ def test_ramped_handoff_across_processes_is_bit_exact(peer, tmp_path):
 CASE = "separate_bf16_bsnd"
 
 
-def _pair(nb=8, bs=4, seed=1, **rx_kw):
+def _pair(nb=8, bs=4, seed=1, direct=None, **rx_kw):
     fmt, _, layout = P.CASES[CASE][:3]
     src_arrays, src = _caches(CASE, nb, bs, seed)
     dst_arrays, dst = _caches(CASE, nb, bs, seed + 1)
-    tx = disagg.KVSender(src, fmt, cache_layout=layout, chunk_tokens=3)
+    tx = disagg.KVSender(src, fmt, cache_layout=layout, chunk_tokens=3, direct=direct)
     rx = disagg.KVReceiver(dst, fmt, cache_layout=layout, **{"max_tokens": 16, **rx_kw})
     return tx, rx, dst_arrays, dst
 
@@ -404,17 +404,21 @@ def test_size_mismatch_is_rejected_receiver_untouched(what):
     _assert_untouched(dst, dst_arrays, f"receiver after a {what} mismatch")
 
 
-def test_corrupted_payload_is_a_checksum_mismatch_receiver_untouched():
-    """A byte of chunk 2 (of 4) changed after the sender's checksum: the receiver finds it and writes
-    nothing, not even the chunks that verified before it; both raise ChecksumMismatch."""
-    tx, rx, dst_arrays, dst = _pair()
+@pytest.mark.parametrize("path, chunk", [("gather", 2), ("direct", 1)])
+def test_corrupted_payload_is_a_checksum_mismatch_receiver_untouched(path, chunk):
+    """A byte of chunk 2 / 1 (of 4) changed after the sender's checksum: the receiver finds it and writes
+    nothing, not even the chunks that verified before it; both raise ChecksumMismatch. On the direct
+    path every other chunk is read from the caches, the corrupted one is staged."""
+    tx, rx, dst_arrays, dst = _pair(direct=path == "direct")
     try:
-        tx._fault = ("corrupt", 2)
+        assert tx.path == path
+        tx.direct_min_bytes = 0
+        tx._fault = ("corrupt", chunk)
         join = _in_thread(lambda: rx.receive([0, 1, 2], timeout=20))
         with pytest.raises(disagg.ChecksumMismatch):
             tx.send(rx.address, [5, 6, 7], 10, timeout=20)
         _, exc = join()
-        assert isinstance(exc, disagg.ChecksumMismatch) and "chunk 2" in str(exc)
+        assert isinstance(exc, disagg.ChecksumMismatch) and f"chunk {chunk}" in str(exc)
     finally:
         tx.close()
         rx.close()
@@ -619,3 +623,135 @@ def test_prefix_chunk_hashes_chain():
     h0 = hashlib.sha256(b"s" + np.array([1, 2], "<i8").tobytes()).digest()
     assert a[0] == h0.hex()
     assert a[1] == hashlib.sha256(h0 + np.array([3, 4], "<i8").tobytes()).hexdigest()
+
+
+# ------------------------------------------------------------------------------------------ direct sender path
+def _direct_round_trip(peer, tmp_path, case, T, src_blocks, dst_blocks, bs, min_bytes, direct=True, before_send=None,
+                       chunk_tokens=5, keep=None):
+    """Send from this process (direct or gathered) into the peer's receiver; returns (sender result,
+    receiver result), after checking the peer's caches bit for bit against the expected rows."""
+    nb, src_seed, dst_seed = 10, 51, 52
+    src_arrays = P.make_arrays(case, nb, bs, src_seed)
+    dst_arrays = P.make_arrays(case, nb, bs, dst_seed)
+    fmt, _, layout = P.CASES[case][:3]
+    peer.call(cmd="caches", case=case, num_blocks=nb, block_size=bs, seed=dst_seed)
+    addr = peer.call(cmd="receiver", max_tokens=40)["address"]
+    src = P.to_tensors(src_arrays)
+    with disagg.KVSender(src, fmt, cache_layout=layout, chunk_tokens=chunk_tokens, direct=direct) as tx:
+        tx.direct_min_bytes = min_bytes
+        if before_send is not None:
+            src_arrays = before_send(tx, src, src_arrays)
+        expected = _expected(case, dst_arrays, src_arrays, disagg.slots_from_blocks(src_blocks, bs, T),
+                             disagg.slots_from_blocks(dst_blocks, bs, T))
+        peer.start(cmd="receive", block_ids=dst_blocks, timeout=30)
+        sres = tx.send(addr, src_blocks, T, timeout=30)
+        if keep is not None:
+            keep["regions"] = dict(tx._cache_regions)
+    rres = peer.wait(30)
+    assert rres["ok"], rres
+    peer.call(cmd="dump", path=str(tmp_path / "rx.npz"))
+    _assert_rows(case, _load_dump(tmp_path / "rx.npz", dst_arrays), expected, f"{case}: receiver after a direct send")
+    return sres, rres["result"]
+
+
+@pytest.mark.parametrize("case, min_bytes", [("separate_bf16_bsnd", 0), ("merged_fp16_bsnd", 0), ("mla_fp32", 0),
+                                             ("dsa_int8", 32)])
+def test_direct_send_reads_the_cache_rows(peer, tmp_path, case, min_bytes):
+    """The sender's direct path (cpu backend, BSND): Mooncake reads runs of consecutive slots straight
+    from the registered caches into the peer's staging buffer; blocks [2, 3] are consecutive (one run),
+    a chunk border cuts a block. With min_bytes=0 every piece is a direct write (no byte staged); for
+    DSA (rows of 16 / 4 / 8 bytes, 4-token blocks) the 32-byte threshold mixes direct and staged pieces.
+    The receiver's caches get the rows bit for bit."""
+    T, bs = 13, 4
+    src_blocks, dst_blocks = [2, 3, 7, 0], [8, 1, 4, 6]
+    sres, rres = _direct_round_trip(peer, tmp_path, case, T, src_blocks, dst_blocks, bs, min_bytes)
+    assert sres["path"] == "direct" and rres["chunks"] == sres["chunks"] == 3
+    fmt, _, _, L, planes = P.CASES[case]
+    # per chunk of 5 tokens (slots 8..12 | 13..15, 28, 29 | 30, 31, 0): runs 1 | 2 | 2 -> 5 runs per plane and layer
+    if min_bytes == 0:
+        assert sres["requests"] == 5 * len(planes) * L and sres["staged_bytes"] == 0
+    else:  # staged pieces next to each other go as one write
+        assert 0 < sres["staged_bytes"] < sres["nbytes"] and sres["requests"] < 5 * len(planes) * L
+
+
+def test_direct_send_waits_for_pending_writes_and_follows_a_moved_cache(peer, tmp_path):
+    """Mooncake reads the caches behind MindSpore's back, so send() must first wait for the ops still
+    writing them (an h2d load launched just before the send), and must see a cache whose memory moved
+    (Parameter.set_data) since the last send (re-registered at its new address)."""
+    import ms_kvcache
+    from mindspore import Tensor
+
+    case, T, bs = "separate_bf16_bsnd", 12, 4
+    fmt, _, layout, L, planes = P.CASES[case]
+    src_blocks, dst_blocks = [4, 5, 6], [0, 9, 3]
+
+    def write_then_send(tx, src, arrays):
+        tx._register_caches()  # as a previous send did: the caches' memory is registered
+        old = src[1][1].data_ptr()
+        assert old in tx._cache_regions
+        moved = np.ascontiguousarray(P.make_arrays(case, 10, bs, 77)[1][1])
+        src[1][1].set_data(Tensor.from_numpy(moved.copy()))  # layer 1's value cache moves to other memory
+        assert src[1][1].data_ptr() != old
+        arrays[1] = (arrays[1][0], moved)
+        box["moved"] = src[1][1].data_ptr()
+        # then overwrite slots 16..27 (blocks 4-6) of every layer with new rows through an h2d op (async)
+        h = planes[0][0] * planes[0][1]
+        rng = np.random.default_rng(78)
+        buf = rng.integers(0, 1 << 16, size=(2, L, T, h), dtype=np.uint16).view(arrays[0][0].dtype)
+        slots = disagg.slots_from_blocks(src_blocks, bs, T)
+        ms_kvcache.multi_layer_kv_transfer(Tensor.from_numpy(buf.copy()), src, Tensor(slots), kv_format=fmt,
+                                           direction="h2d", cache_layout=layout)
+        out = []
+        for l, (k, v) in enumerate(arrays):
+            k, v = k.copy(), v.copy()
+            for p, a in enumerate((k, v)):
+                a.reshape(-1, h)[slots] = buf[p, l]
+            out.append((k, v))
+        return out
+
+    box = {}
+    sres, _ = _direct_round_trip(peer, tmp_path, case, T, src_blocks, dst_blocks, bs, 0, before_send=write_then_send,
+                                 keep=box)
+    assert sres["path"] == "direct" and sres["staged_bytes"] == 0
+    assert box["moved"] in box["regions"] and len(box["regions"]) == 2 * L  # the old range was unregistered
+
+
+def test_gather_path_still_round_trips(peer, tmp_path):
+    """direct=False: the gather (d2h into the registered buffer) path, on the same BSND caches."""
+    sres, _ = _direct_round_trip(peer, tmp_path, "separate_bf16_bsnd", 13, [2, 3, 7, 0], [8, 1, 4, 6], 4, 0,
+                                 direct=False)
+    assert sres["path"] == "gather" and sres["requests"] == sres["chunks"] == 3
+    assert sres["staged_bytes"] == sres["nbytes"]
+
+
+def test_direct_path_choice_and_block_aligned_chunks():
+    """direct=None picks the direct path for BSND caches on the cpu backend and the gather for BNSD;
+    direct=True where it cannot work is a ValueError naming the argument; the default chunks of the
+    direct path end on block borders (no run of rows cut), ramped."""
+    _, src = _caches(CASE, 64, 4, 1)
+    with disagg.KVSender(src, "separate") as tx:
+        assert tx.path == "direct" and tx.direct_reason == ""
+        tx.chunk_tokens = 16  # 4 blocks
+        sizes = tx.chunk_sizes(203)
+        assert sum(sizes) == 203 and all(n % 4 == 0 for n in sizes[:-1]) and sizes[0] < 16 and max(sizes) == 16
+    bnsd = P.to_tensors(P.make_arrays("merged_fp16_bnsd", 8, 4, 1))
+    with disagg.KVSender(bnsd, "merged", cache_layout="BNSD") as tx:
+        assert tx.path == "gather" and "BNSD" in tx.direct_reason
+    with pytest.raises(ValueError, match=r"KVSender: argument 'direct': expected caches Mooncake can read directly.*BNSD"):
+        disagg.KVSender(bnsd, "merged", cache_layout="BNSD", direct=True)
+    with pytest.raises(ValueError, match=r"KVSender: argument 'direct': expected None, True or False, got 'yes'"):
+        disagg.KVSender(src, "separate", direct="yes")
+    with disagg.KVSender(src, "separate", direct=False) as tx:
+        assert tx.path == "gather" and tx.chunk_sizes(37) == disagg._layout.ramp_chunk_sizes(37, tx.chunk_tokens)
+
+
+@pytest.mark.parametrize("algo", ["xxh3_64", "crc32"])
+def test_checksum_stream_equals_the_checksum_of_the_concatenation(algo):
+    rng = np.random.default_rng(5)
+    parts = [rng.integers(0, 256, n, dtype=np.uint8) for n in (0, 1, 31, 4096, 100003)]
+    h = disagg._layout.ChecksumStream(algo)
+    for p in parts:
+        h.update(p)
+    assert h.value() == disagg.checksum(np.concatenate(parts), algo)
+    with pytest.raises(ValueError, match="algo"):
+        disagg._layout.ChecksumStream("md5")

@@ -4,7 +4,9 @@ engine over loopback TCP): CPU figures of the machine it runs on, not NPU or RDM
 For each case and token count, in one run, interleaved round by round (the order rotates every round,
 so no path always runs first):
 
-- **handoff** (end to end), once per receiver mode: :meth:`KVSender.send` in this process to a
+- **handoff** (end to end), once per sender path (``direct``: Mooncake reads the cache rows, the
+  default on the cpu backend; ``gather``: ``direct=False``, d2h into the registered buffer first; one
+  sender switched between the two) and receiver mode: :meth:`KVSender.send` in this process to a
   :class:`KVReceiver` in a second process, from the call until the receiver has confirmed the KV is in
   its caches: offer / accept, per chunk d2h gather (``multi_layer_kv_transfer``) + Mooncake write +
   checksum, the receiver's checksum verification, the h2d scatter into other block ids, the ``loaded``
@@ -26,8 +28,8 @@ processes used per path (median over rounds; user + system of all threads, so th
 made in the processes' system calls count). Both processes share this machine's cores with the
 kernel's loopback TCP copies.
 
-    python scripts/bench_disagg.py [--quick] [--mode both|verify-all|stream] [--repeats N] [--case NAME]
-                                   [--tokens T] [--chunk-mib M] [--out DIR]   # or: ms-kvcache bench --ops disagg
+    python scripts/bench_disagg.py [--quick] [--path both|direct|gather] [--mode both|verify-all|stream]
+                                   [--repeats N] [--case NAME] [--tokens T] [--chunk-mib M] [--out DIR]   # or: ms-kvcache bench --ops disagg
 
 It prints each row's note on stderr and a summary table (the README's columns) on stdout.
 
@@ -51,6 +53,7 @@ QUICK_CASES = {
     "tiny": ("separate", 4, [(2, 64), (2, 64)], "float16", 16, (64, 512)),
 }
 REPEATS, QUICK_REPEATS = 5, 2
+PATHS = ("direct", "gather")
 CHUNK_BYTES = None  # None: KVSender's default chunking
 
 
@@ -165,6 +168,8 @@ def _cpu_seconds(pid):
 
     r = resource.getrusage(resource.RUSAGE_SELF)
     mine = r.ru_utime + r.ru_stime
+    if pid < 0:
+        return mine
     try:
         with open(f"/proc/{pid}/stat") as f:
             v = f.read().rsplit(")", 1)[1].split()
@@ -181,7 +186,13 @@ def _load():
         return float("nan")
 
 
-def _case_rows(name, case, repeats, log, modes=("verify-all", "stream"), tokens=None):
+def _cpu_split(pid):
+    """(CPU seconds of this process, of process ``pid``) so far (see :func:`_cpu_seconds`)."""
+    mine = _cpu_seconds(-1)
+    return mine, _cpu_seconds(pid) - mine
+
+
+def _case_rows(name, case, repeats, log, modes=("verify-all", "stream"), tokens=None, paths=PATHS):
     from ms_kvcache.bench._util import make_row, memcpy_seconds
     from ms_kvcache.disagg import KVSender
 
@@ -195,6 +206,10 @@ def _case_rows(name, case, repeats, log, modes=("verify-all", "stream"), tokens=
     log(f"disagg: {name}: building caches and the receiver process")
     caches = make_caches(fmt, L, planes, dtype, num_blocks, bs, seed=0)
     sender = KVSender(caches, fmt, max_tokens=max_t)
+    rows_direct = sender._rows  # noqa: SLF001 - the gather rows below switch the same sender to its gather path
+    if "direct" in paths and rows_direct is None:
+        log(f"disagg: {name}: no direct path here ({sender.direct_reason}): gather only")
+        paths = tuple(p for p in paths if p != "direct") or ("gather",)
     if CHUNK_BYTES is not None:  # the default ramped chunking, around chunks of CHUNK_BYTES
         sender.chunk_tokens = sender.layout.default_chunk_tokens(CHUNK_BYTES)
     peer = _Peer(spec)
@@ -208,10 +223,14 @@ def _case_rows(name, case, repeats, log, modes=("verify-all", "stream"), tokens=
             dst = rng.permutation(num_blocks)[:n]
             nbytes = T * sender.layout.bytes_per_token
 
-            def handoff(stream):
+            def handoff(stream, path):
+                sender._rows = rows_direct if path == "direct" else None  # noqa: SLF001
                 peer.receive_async(dst, 120.0, stream)
                 t0 = time.perf_counter()
-                res = sender.send(peer.info["address"], src, T, timeout=120.0)
+                try:
+                    res = sender.send(peer.info["address"], src, T, timeout=120.0)
+                finally:
+                    sender._rows = rows_direct  # noqa: SLF001
                 t = time.perf_counter() - t0
                 return t, {"send": res, "recv": peer.result(120.0)}
 
@@ -228,19 +247,23 @@ def _case_rows(name, case, repeats, log, modes=("verify-all", "stream"), tokens=
                 _raw_chunked(sender, te, dst_ptr, nbytes)
                 return time.perf_counter() - t0, None
 
-            runs = {f"handoff {m}": (lambda m=m: handoff(m == "stream")) for m in modes}
+            variants = [(pa, m) for pa in paths for m in modes]
+            runs = {f"handoff {pa} {m}": (lambda pa=pa, m=m: handoff(m == "stream", pa)) for pa, m in variants}
             runs.update({"raw": raw, "raw_chunked": raw_chunked})
             names = list(runs)
             times = {k: [] for k in names}
             cpus = {k: [] for k in names}  # CPU seconds of both processes per run
+            cpu_parts = {k: [] for k in names}  # (sender, receiver) CPU seconds per run
             info = {k: None for k in names}
             load0 = _load()
             for r in range(repeats + 1):  # round 0 warms every path up (not timed)
                 order = names[r % len(names):] + names[:r % len(names)]  # rotate: no path always goes first
                 for k in order:
-                    c0 = _cpu_seconds(peer.proc.pid)
+                    c0 = _cpu_split(peer.proc.pid)
                     t, extra = runs[k]()
-                    cpus[k].append(_cpu_seconds(peer.proc.pid) - c0)
+                    c1 = _cpu_split(peer.proc.pid)
+                    cpus[k].append(c1[0] + c1[1] - c0[0] - c0[1])
+                    cpu_parts[k].append((c1[0] - c0[0], c1[1] - c0[1]))
                     if r:
                         if extra is not None and (not times[k] or t < min(times[k])):
                             info[k] = extra
@@ -249,34 +272,43 @@ def _case_rows(name, case, repeats, log, modes=("verify-all", "stream"), tokens=
             mc = memcpy_seconds(nbytes)
             best = {k: min(v) for k, v in times.items()}
             cpu = {k: float(np.median(v[1:])) for k, v in cpus.items()}  # median over the timed rounds
+            cpu_tx = {k: float(np.median([c[0] for c in v[1:]])) for k, v in cpu_parts.items()}
+            cpu_rx = {k: float(np.median([c[1] for c in v[1:]])) for k, v in cpu_parts.items()}
             raw_best = min(best["raw"], best["raw_chunked"])  # the faster way Mooncake alone moves the bytes
             # per repeat: the handoff against the raw transfers of the same round (same load), median over rounds
             raw_round = [min(a, b) for a, b in zip(times["raw"], times["raw_chunked"])]
-            for m in modes:
-                k = f"handoff {m}"
+            for pa, m in variants:
+                k = f"handoff {pa} {m}"
                 s, rv = info[k]["send"], info[k]["recv"]
                 ratio = raw_best / best[k]
                 paired = float(np.median([rr / h for rr, h in zip(raw_round, times[k])]))
                 gb = lambda t: nbytes / t / 1e9  # noqa: E731
-                note = (f"{m}: handoff {gb(best[k]):.2f} GB/s = {ratio:.2f}x raw Mooncake (fastest of sync "
+                sent = (f"{s['requests']} Mooncake writes, {s['staged_bytes'] / 2**20:.0f} MiB staged"
+                        if pa == "direct" else f"{s['requests']} Mooncake writes")
+                note = (f"{pa} {m}: handoff {gb(best[k]):.2f} GB/s = {ratio:.2f}x raw Mooncake (fastest of sync "
                         f"{gb(best['raw']):.2f} and chunked {gb(best['raw_chunked']):.2f} GB/s; target >= 0.8; "
                         f"{best['raw'] / best[k]:.2f}x the sync write alone), paired median {paired:.2f}x; "
-                        f"best of {repeats}, load {load0:.1f}-{load1:.1f}; {s['chunks']} chunks; sender connect "
-                        f"{s['t_connect'] * 1e3:.1f} + accept {s['t_accept'] * 1e3:.1f} ms, d2h "
+                        f"best of {repeats}, load {load0:.1f}-{load1:.1f}; {s['chunks']} chunks, {sent}; sender connect "
+                        f"{s['t_connect'] * 1e3:.1f} + accept {s['t_accept'] * 1e3:.1f} ms, "
+                        f"{'gather' if pa == 'gather' else 'copies of small pieces'} "
                         f"{s['d2h_seconds'] * 1e3:.1f} + checksum {s['checksum_seconds'] * 1e3:.1f} ms, wait for "
                         f"the last write {s['t_drain'] * 1e3:.1f} ms, done->loaded {s['t_loaded'] * 1e3:.1f} ms; "
                         f"receiver verify {rv['verify_seconds'] * 1e3:.1f} + h2d"
                         f"{' (with undo copy)' if rv['stream'] else ''} "
                         f"{rv['h2d_seconds'] * 1e3:.1f} ms, of which after 'done' {rv['t_after_done'] * 1e3:.1f} ms; "
-                        f"CPU of both processes (median): handoff {cpu[k] * 1e3:.0f} ms, raw sync "
-                        f"{cpu['raw'] * 1e3:.0f} ms, raw chunked {cpu['raw_chunked'] * 1e3:.0f} ms; "
+                        f"CPU of both processes (median): handoff {cpu[k] * 1e3:.0f} ms (sender "
+                        f"{cpu_tx[k] * 1e3:.0f} + receiver {cpu_rx[k] * 1e3:.0f}), raw sync "
+                        f"{cpu['raw'] * 1e3:.0f} ms, raw chunked {cpu['raw_chunked'] * 1e3:.0f} ms (sender "
+                        f"{cpu_tx['raw_chunked'] * 1e3:.0f} + receiver {cpu_rx['raw_chunked'] * 1e3:.0f}); "
                         f"Mooncake tcp over loopback, 2 processes")
-                row = make_row("multi_layer_kv_transfer", f"disagg handoff {name} {dtype} ({fmt}, L{L}, {m})", T,
+                row = make_row("multi_layer_kv_transfer", f"disagg handoff {name} {dtype} ({fmt}, L{L}, {pa}, {m})", T,
                                nbytes, best[k], memcpy_s=mc,
                                baselines={"raw Mooncake": raw_best, "raw Mooncake sync": best["raw"],
                                           "raw Mooncake chunked": best["raw_chunked"]},
                                dtype=dtype, note=note)
-                row.update({"mode": m, "raw_mooncake_gbps": gb(raw_best), "raw_sync_gbps": gb(best["raw"]),
+                row.update({"mode": m, "path": pa, "requests": s["requests"], "staged_bytes": s["staged_bytes"],
+                            "cpu_seconds_sender": cpu_tx[k], "cpu_seconds_receiver": cpu_rx[k],
+                            "raw_mooncake_gbps": gb(raw_best), "raw_sync_gbps": gb(best["raw"]),
                             "raw_chunked_gbps": gb(best["raw_chunked"]), "ratio_raw_mooncake": ratio,
                             "ratio_raw_paired_median": paired, "chunks": s["chunks"], "repeats": repeats,
                             "load_before": load0, "load_after": load1, "cpu_seconds": cpu[k],
@@ -289,9 +321,12 @@ def _case_rows(name, case, repeats, log, modes=("verify-all", "stream"), tokens=
     return rows
 
 
-def run(quick=False, log=None, repeats=None, modes=("verify-all", "stream"), cases=None, tokens=None):
+def run(quick=False, log=None, repeats=None, modes=("verify-all", "stream"), cases=None, tokens=None, paths=PATHS):
     """Rows of the handoff benchmark (see the module docstring); ``[]`` when Mooncake is unavailable.
 
+    ``paths``: the sender's paths timed (interleaved in the same rounds, one sender switched between
+    them): ``"direct"`` (:class:`KVSender`'s default on the cpu backend: Mooncake reads the cache rows)
+    and / or ``"gather"`` (``direct=False``: d2h into the registered buffer first).
     ``modes``: receiver modes timed (interleaved in the same rounds): ``"verify-all"`` (the default of
     :meth:`KVReceiver.receive`: load once every chunk verified) and / or ``"stream"`` (``stream=True``).
     ``cases``: names of :data:`CASES` (None = all). ``repeats``: timed rounds (default 5, 2 with
@@ -309,17 +344,17 @@ def run(quick=False, log=None, repeats=None, modes=("verify-all", "stream"), cas
     names = list(table) if cases is None else list(cases)
     reps = repeats or (QUICK_REPEATS if quick else REPEATS)
     for name in names:
-        rows += _case_rows(name, table[name], reps, log, modes=tuple(modes), tokens=tokens)
+        rows += _case_rows(name, table[name], reps, log, modes=tuple(modes), tokens=tokens, paths=tuple(paths))
     return rows
 
 
 def format_summary(rows):
     """The README's table lines: case, tokens, MiB, handoff / raw GB/s, ratios, load."""
-    out = ["| case | mode | tokens | MiB | handoff GB/s | raw sync GB/s | raw chunked GB/s | x fastest raw | "
+    out = ["| case | path | mode | tokens | MiB | handoff GB/s | raw sync GB/s | raw chunked GB/s | x fastest raw | "
            "x sync | paired median | CPU ms handoff / raw sync / raw chunked | load |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        out.append(f"| {r['case']} | {r['mode']} | {r['tokens']} | {r['bytes'] / 2**20:.0f} | {r['gbps']:.2f} | "
+        out.append(f"| {r['case']} | {r['path']} | {r['mode']} | {r['tokens']} | {r['bytes'] / 2**20:.0f} | {r['gbps']:.2f} | "
                    f"{r['raw_sync_gbps']:.2f} | {r['raw_chunked_gbps']:.2f} | {r['ratio_raw_mooncake']:.2f} | "
                    f"{r['gbps'] / r['raw_sync_gbps']:.2f} | {r['ratio_raw_paired_median']:.2f} | "
                    f"{r['cpu_seconds'] * 1e3:.0f} / {r['cpu_seconds_raw_sync'] * 1e3:.0f} / "
@@ -340,6 +375,9 @@ def main(argv=None):
     p.add_argument("--mode", choices=("stream", "verify-all", "both"), default="both",
                    help="receiver mode(s) timed, interleaved in the same rounds (default both; verify-all is "
                         "receive()'s default)")
+    p.add_argument("--path", choices=("direct", "gather", "both"), default="both",
+                   help="sender path(s) timed, interleaved in the same rounds (default both; direct is KVSender's "
+                        "default on the cpu backend)")
     p.add_argument("--case", action="append", default=None, help=f"one of {sorted(CASES)} (repeatable; default all)")
     p.add_argument("--tokens", type=int, action="append", default=None,
                    help="token count instead of the cases' own (repeatable)")
@@ -350,7 +388,8 @@ def main(argv=None):
     if a.chunk_mib:
         CHUNK_BYTES = int(a.chunk_mib * (1 << 20))
     modes = ("verify-all", "stream") if a.mode == "both" else (a.mode,)
-    rows = run(quick=a.quick, repeats=a.repeats, modes=modes, cases=a.case, tokens=a.tokens)
+    paths = PATHS if a.path == "both" else (a.path,)
+    rows = run(quick=a.quick, repeats=a.repeats, modes=modes, cases=a.case, tokens=a.tokens, paths=paths)
     print(format_summary(rows))
     if a.out:
         print(write_outputs(rows, a.out))

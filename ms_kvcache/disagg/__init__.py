@@ -1,11 +1,11 @@
 """ms_kvcache.disagg: beyond one process. Hand a sequence's KV cache to another process with the
 Mooncake transfer engine (prefill / decode disaggregation), and share prefixes through Mooncake Store.
 
-- :class:`KVSender` / :class:`KVReceiver` (:mod:`ms_kvcache.disagg.handoff`): the prefill side gathers a
-  sequence's KV of every layer from its paged caches (any :class:`~ms_kvcache.KVCacheFormat`) into
-  registered host memory with :func:`ms_kvcache.multi_layer_kv_transfer`, Mooncake writes it into the
-  receiver's registered memory, and the decode side checks it (layout, size, checksum) and loads it into
-  its own free blocks. Explicit, validated metadata; a deadline on every wait; the receiver's caches
+- :class:`KVSender` / :class:`KVReceiver` (:mod:`ms_kvcache.disagg.handoff`): Mooncake writes a
+  sequence's KV of every layer (any :class:`~ms_kvcache.KVCacheFormat`) into the receiver's registered
+  memory, on the cpu backend straight from the sender's cache rows, elsewhere after a gather into
+  registered host memory with :func:`ms_kvcache.multi_layer_kv_transfer`; the decode side checks it
+  (layout, size, checksum) and loads it into its own free blocks. Explicit, validated metadata; a deadline on every wait; the receiver's caches
   are written only after everything checked out.
 - :class:`KVPrefixStore` (:mod:`ms_kvcache.disagg.store`): LMCache-style chunks of a sequence's KV in
   Mooncake Store, keyed by a hash chain of the token prefix and the model / layout identity, so another

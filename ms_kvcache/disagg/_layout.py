@@ -17,7 +17,7 @@ import numpy as np
 from ms_kvcache._formats import KVCacheFormat
 from ms_kvcache.disagg._errors import MetadataMismatch
 
-__all__ = ["KVLayout", "checksum", "CHECKSUM_ALGO", "slots_from_blocks", "check_block_ids", "HostStaging",
+__all__ = ["KVLayout", "checksum", "ChecksumStream", "CHECKSUM_ALGO", "slots_from_blocks", "check_block_ids", "HostStaging",
            "chunk_plan", "ramp_chunk_sizes", "plan_from_sizes", "wait_ops"]
 
 _ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "int8": 1}
@@ -53,6 +53,28 @@ def checksum(data, algo=None):
     if algo == "crc32":
         return zlib.crc32(data) & 0xFFFFFFFF
     raise ValueError(f"checksum: argument 'algo': expected 'xxh3_64' or 'crc32', got {algo!r}")
+
+
+class ChecksumStream:
+    """:func:`checksum` of the concatenation of the buffers given to :meth:`update`, in that order,
+    without concatenating them (``ChecksumStream(algo)`` fed a chunk's pieces in payload order gives
+    the checksum of the gathered chunk). ``algo`` as for :func:`checksum`."""
+
+    def __init__(self, algo=None):
+        self.algo = algo or CHECKSUM_ALGO
+        checksum(b"", self.algo)  # ValueError for an unknown / unavailable algorithm
+        self._h = _xxhash.xxh3_64() if self.algo == "xxh3_64" else None
+        self._crc = 0
+
+    def update(self, data):
+        if self._h is not None:
+            self._h.update(data)
+        else:
+            self._crc = zlib.crc32(data, self._crc)
+
+    def value(self):
+        """The checksum of everything so far (int, unsigned)."""
+        return self._h.intdigest() if self._h is not None else self._crc & 0xFFFFFFFF
 
 
 def wait_ops():

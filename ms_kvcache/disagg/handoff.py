@@ -1,10 +1,14 @@
 """Hand a sequence's KV cache from one process to another: :class:`KVSender` and :class:`KVReceiver`.
 
-The prefill side gathers every layer's KV of the sequence from its paged caches into registered host
-memory with :func:`ms_kvcache.multi_layer_kv_transfer` (``direction="d2h"``) and writes it with the
-Mooncake transfer engine into the receiver's registered host memory; the decode side checks it and
-scatters it into its own free blocks with the same op (``direction="h2d"``). Protocol (one session per
-sequence; JSON messages on the ZeroMQ control channel, :mod:`ms_kvcache.disagg._channel`):
+The prefill side puts every layer's KV of the sequence, token-major (the buffers of
+:func:`ms_kvcache.multi_layer_kv_transfer`), into the receiver's registered host memory with the
+Mooncake transfer engine: on the cpu backend Mooncake reads it straight from the cache rows (the
+caches' memory registered with the engine, one write per run of consecutive slots of a plane and layer:
+:mod:`ms_kvcache.disagg._direct`); elsewhere (sim / ascend backends, BNSD caches, ``direct=False``) it is
+gathered first into registered host memory with ``multi_layer_kv_transfer`` (``direction="d2h"``). The
+decode side checks it and scatters it into its own free blocks with the same op (``direction="h2d"``).
+Protocol (one session per sequence; JSON messages on the ZeroMQ control channel,
+:mod:`ms_kvcache.disagg._channel`):
 
 1. sender -> receiver ``offer``: protocol version, the sender's :class:`KVLayout` (format, dtype, cache
    layout, layers, heads and head size per plane), ``num_tokens``, ``nbytes``, ``chunk_tokens`` and the
@@ -13,10 +17,12 @@ sequence; JSON messages on the ZeroMQ control channel, :mod:`ms_kvcache.disagg._
 2. receiver: checks all of it against its caches, its buffer and the block ids its caller gave, then
    ``accept`` (its transfer-engine address, buffer address and size) or ``reject`` (every mismatch
    named); both sides raise :class:`MetadataMismatch` on a reject;
-3. sender, per token chunk: d2h into its buffer, asynchronous Mooncake write to the same offset of the
-   receiver's buffer, checksum (while Mooncake reads the chunk); once Mooncake reports a chunk written,
-   a ``chunk`` message with its checksum (the receiver verifies it while later chunks are still
-   moving); then ``done``;
+3. sender, per token chunk: asynchronous Mooncake writes of the chunk's bytes to their offsets in the
+   receiver's buffer (from the cache rows, or from its own buffer after the d2h), the chunk's checksum
+   (streamed over the same bytes while Mooncake reads them); once Mooncake reports every write of a
+   chunk done, a ``chunk`` message with its checksum (the receiver verifies it while later chunks are
+   still moving); then ``done``. Whichever path the sender takes, the bytes in the receiver's buffer
+   are the same;
 4. receiver: every chunk verified, then the h2d into the given blocks, then ``loaded`` (or ``error``).
 
 The receiver's caches are written only in step 4, after every byte has arrived and matched its checksum
@@ -27,13 +33,15 @@ PyNative ops want anyway.
 """
 import time
 import uuid
+from collections import deque
 
 import numpy as np
 
 from ms_kvcache.disagg._channel import ControlClient, ControlServer
+from ms_kvcache.disagg._direct import DIRECT_MIN_BYTES, MAX_INFLIGHT, direct_rows
 from ms_kvcache.disagg._errors import (ChecksumMismatch, DisaggError, HandoffTimeout, MetadataMismatch, PeerGone)
-from ms_kvcache.disagg._layout import (CHECKSUM_ALGO, HostStaging, KVLayout, check_block_ids, checksum, chunk_plan,
-                                       plan_from_sizes, ramp_chunk_sizes, slots_from_blocks, wait_ops)
+from ms_kvcache.disagg._layout import (CHECKSUM_ALGO, ChecksumStream, HostStaging, KVLayout, check_block_ids, checksum,
+                                       chunk_plan, plan_from_sizes, ramp_chunk_sizes, slots_from_blocks, wait_ops)
 from ms_kvcache.disagg._mooncake import LOOPBACK, TransferEngineHandle
 
 __all__ = ["KVSender", "KVReceiver", "PROTOCOL"]
@@ -42,6 +50,9 @@ __all__ = ["KVSender", "KVReceiver", "PROTOCOL"]
 PROTOCOL = "ms_kvcache.disagg/2"
 
 _POLL_SLEEP = 1e-4  # seconds between polls of an in-flight Mooncake write
+#: ... while more than _BUSY writes are in flight (the wire has work queued for longer than this: fewer
+#: wake-ups, less CPU taken from the transfer on a small machine)
+_WINDOW_SLEEP, _BUSY = 2e-3, 16
 
 
 def _transfer(layout, kv_caches, buffer, slots, direction):
@@ -60,6 +71,80 @@ def _receiver_error(op, request_id, msg):
     """The sender's exception for an ``error`` message of the receiver (same class as the receiver's)."""
     cls = _ERRORS.get(msg.get("error"), DisaggError)
     return cls(f"{op}: request {request_id!r}: the receiver failed: {msg.get('reason', msg)}")
+
+
+class _Writes:
+    """The sender's Mooncake writes in flight (at most :data:`MAX_INFLIGHT`), polled in submission
+    order, and the ``chunk`` messages they complete: chunk ``c``'s message (with its checksum) goes once
+    all its writes completed and every earlier chunk's message went."""
+
+    def __init__(self, op, request_id, engine, te_peer, client, session, plan, deadline, timeout, progress):
+        self.op, self.request_id, self.engine, self.te_peer = op, request_id, engine, te_peer
+        self.client, self.session, self.plan = client, session, plan
+        self.deadline, self.timeout, self.progress = deadline, timeout, progress
+        self.queue = deque()  # (chunk, batch id)
+        self.left = [0] * len(plan)  # writes of each chunk not yet completed
+        self.sums = [None] * len(plan)  # checksum of each chunk, once all its writes are submitted
+        self.next = 0  # first chunk whose message has not gone
+        self.count = 0  # writes submitted
+
+    def submit(self, c, src, dst, nbytes):
+        self.wait(MAX_INFLIGHT - 1)
+        what = f"{self.op}: request {self.request_id!r}: chunk {c}"
+        self.queue.append((c, self.engine.submit_write(self.te_peer, src, dst, nbytes, what=what)))
+        self.left[c] += 1
+        self.count += 1
+
+    def close_chunk(self, c, value):
+        """Every write of chunk ``c`` is submitted; ``value`` is its checksum."""
+        self.sums[c] = value
+        self.wait(len(self.queue), block=False)
+        self.check_receiver()
+        if time.monotonic() >= self.deadline:
+            raise HandoffTimeout(f"{self.op}: request {self.request_id!r}: {c + 1} of {len(self.plan)} chunks started "
+                                 f"within {self.timeout:g} s")
+
+    def wait(self, max_len, block=True):
+        """Reap completed writes (in order) until at most ``max_len`` are in flight (``block=False``: only
+        those already complete); bounded by the deadline."""
+        eng = self.engine
+        while self.queue:
+            c, bid = self.queue[0]
+            if not eng.poll(bid, what=f"{self.op}: request {self.request_id!r}: chunk {c}", peer=self.te_peer):
+                if not block or len(self.queue) <= max_len:
+                    break
+                if time.monotonic() >= self.deadline:
+                    raise HandoffTimeout(f"{self.op}: request {self.request_id!r}: Mooncake had not finished writing "
+                                         f"chunk {c} of {len(self.plan)} to {self.te_peer} after {self.timeout:g} s")
+                time.sleep(_WINDOW_SLEEP if len(self.queue) > _BUSY else _POLL_SLEEP)
+                continue
+            self.queue.popleft()
+            self.left[c] -= 1
+        while self.next < len(self.plan) and self.sums[self.next] is not None and not self.left[self.next]:
+            c = self.next
+            self.client.send({"type": "chunk", "session": self.session, "index": c, "checksum": self.sums[c]})
+            self.next += 1
+            if self.progress is not None:
+                self.progress("chunk", {"index": c, "nbytes": self.plan[c][3]})
+
+    def check_receiver(self):
+        """An ``error`` from the receiver ends the send early."""
+        msg = self.client.recv(time.monotonic())
+        if msg is not None and msg.get("session") in (self.session, None) and msg.get("type") == "error":
+            raise _receiver_error(self.op, self.request_id, msg)
+
+    def drain_quietly(self, seconds=2.0):
+        """After a failure: wait (at most ``seconds``, and not past the deadline) for the writes still
+        reading the sender's memory, ignoring their outcome."""
+        end = min(time.monotonic() + seconds, max(self.deadline, time.monotonic()))
+        while self.queue and time.monotonic() < end:
+            try:
+                if not self.engine.poll(self.queue[0][1]):
+                    time.sleep(_POLL_SLEEP)
+                    continue
+            except DisaggError:
+                pass
+            self.queue.popleft()
 
 
 def _check_timeout(op, timeout):
@@ -396,23 +481,48 @@ class KVSender(_Endpoint):
             read, by the d2h transfer).
         hostname, protocol, device_name: as for :class:`KVReceiver` (the transfer engine of this process).
         chunk_tokens (int | None): tokens per pipelined chunk (gather, checksum and Mooncake write of
-            chunk ``c + 1`` overlap the write of chunk ``c``); None = about 32 MiB per chunk, ramped.
+            chunk ``c + 1`` overlap the write of chunk ``c``); None = about 32 MiB per chunk, ramped (on
+            the direct path counted in whole blocks of this sender, so no chunk border cuts a block).
         ramp (bool | None): cut the payload into chunks of ``chunk_tokens`` with smaller ones at both ends
             (``/8, /4, /2`` first, ``/4, /8`` last: the first write starts after a short gather, little is
             left to check and load after the last byte); None (default) = ramp only when ``chunk_tokens``
             is None. The chunk sizes travel in the offer, so the receiver needs no setting.
         model_id (str | None): sent in the offer (a receiver with another model_id rejects it).
         max_tokens (int): initial size of the registered host buffer in tokens (it grows on demand).
+        direct (bool | None): let Mooncake read the KV straight from the cache rows, without the gather
+            into the registered buffer (:mod:`ms_kvcache.disagg._direct`: the caches' memory is registered
+            with the transfer engine, one write per run of consecutive slots of a plane and layer, pieces
+            under 128 KiB copied into the buffer and written together). None (default): wherever it works,
+            i.e. on the cpu backend with BSND (or MLA / DSA) contiguous caches; the gather otherwise (the
+            sim and ascend backends, BNSD caches). True: require it (ValueError where it does not work);
+            False: always gather. The receiver cannot tell the difference: the bytes and the protocol are
+            the same.
+
+    Attributes:
+        path (str): ``"direct"`` or ``"gather"``, what :meth:`send` does; ``direct_reason`` (str) says why
+            not direct (``""`` when direct).
 
     Raises:
         MooncakeUnavailable, TypeError, ValueError: as :class:`KVReceiver`.
     """
 
     def __init__(self, kv_caches, kv_format, *, cache_layout="BSND", hostname=LOOPBACK, protocol="tcp",
-                 device_name="", chunk_tokens=None, model_id=None, max_tokens=0, ramp=None):
+                 device_name="", chunk_tokens=None, model_id=None, max_tokens=0, ramp=None, direct=None):
         op = "KVSender"
+        if direct not in (None, True, False):
+            raise ValueError(f"{op}: argument 'direct': expected None, True or False, got {direct!r}")
         super().__init__(op, kv_caches, kv_format, cache_layout, hostname, protocol, device_name, model_id)
+        self._rows, self.direct_reason = (None, "direct=False") if direct is False else \
+            direct_rows(self.layout, kv_caches)
+        if direct and self._rows is None:
+            self.close()
+            raise ValueError(f"{op}: argument 'direct': expected caches Mooncake can read directly (cpu backend, "
+                             f"BSND, contiguous), got {self.direct_reason}")
+        self.path = "direct" if self._rows is not None else "gather"
+        self.direct_min_bytes = DIRECT_MIN_BYTES  # pieces below it are copied into the buffer (tests: 0)
+        self._cache_regions = {}  # cache memory registered with the engine: address -> bytes
         self._ramp = chunk_tokens is None if ramp is None else bool(ramp)
+        self._default_chunks = chunk_tokens is None and ramp is None
         if chunk_tokens is None:
             chunk_tokens = self.layout.default_chunk_tokens()
         if isinstance(chunk_tokens, bool) or not isinstance(chunk_tokens, (int, np.integer)) or chunk_tokens < 1:
@@ -446,7 +556,10 @@ class KVSender(_Endpoint):
 
         Returns:
             dict: ``request_id``, ``num_tokens``, ``nbytes``, ``chunks``, ``peer_block_ids`` (the blocks
-            the receiver wrote), ``seconds`` (offer to ``loaded``), ``d2h_seconds``, ``checksum_seconds``.
+            the receiver wrote), ``seconds`` (offer to ``loaded``), ``d2h_seconds`` (the gather; on the
+            direct path the copies of small pieces), ``checksum_seconds``, ``path`` (``"direct"`` /
+            ``"gather"``), ``requests`` (Mooncake writes), ``staged_bytes`` (bytes copied into the
+            registered buffer: all of them when gathering).
 
         Raises:
             ValueError: bad ``block_ids`` / ``num_tokens`` / ``timeout``.
@@ -530,6 +643,7 @@ class KVSender(_Endpoint):
         return {"request_id": request_id, "num_tokens": T, "nbytes": nbytes, "chunks": len(stats["checksums"]),
                 "peer_block_ids": reply.get("block_ids"), "seconds": time.perf_counter() - t0,
                 "d2h_seconds": stats["d2h_seconds"], "checksum_seconds": stats["checksum_seconds"],
+                "path": stats["path"], "requests": stats["requests"], "staged_bytes": stats["staged_bytes"],
                 "t_connect": t_conn - t0, "t_accept": t_acc - t_conn, "t_pipeline": t_pipe - t_acc,
                 "t_drain": stats["drain_seconds"], "t_loaded": t_loaded - t_pipe,
                 "t_close": time.perf_counter() - t_loaded}
@@ -545,42 +659,49 @@ class KVSender(_Endpoint):
         """Token counts of the chunks a send of ``num_tokens`` tokens is cut into: ``chunk_tokens`` each
         when it was given; by default (``chunk_tokens=None``) ~32 MiB chunks with a ramp of smaller ones
         at both ends (:func:`ms_kvcache.disagg._layout.ramp_chunk_sizes`), so the first write starts after
-        a short gather and little is left to check and load after the last byte."""
+        a short gather and little is left to check and load after the last byte. On the direct path the
+        default ramp is counted in blocks of ``block_size`` tokens (every chunk but the last a whole number
+        of blocks), so no run of cache rows is cut into pieces too small to write directly."""
         T = int(num_tokens)
+        bs = self.layout.block_size
+        if self._default_chunks and self._rows is not None and self.chunk_tokens >= bs and T > bs:
+            # direct path: chunk borders on block borders, so no run of cache rows is cut into pieces
+            # too small to send directly (the ramp counted in blocks; the last chunk ends at T)
+            sizes = [n * bs for n in ramp_chunk_sizes(-(-T // bs), self.chunk_tokens // bs)]
+            sizes[-1] -= sum(sizes) - T
+            return sizes
         if self._ramp:
             return ramp_chunk_sizes(T, self.chunk_tokens)
         return [b - a for a, b, _, _ in chunk_plan(T, self.chunk_tokens, self.layout.bytes_per_token)]
 
     def _pipeline(self, op, request_id, client, session, te_peer, dst, blocks, T, sizes, deadline, timeout,
                   progress):
-        """Gather, checksum and write every chunk; returns the checksums and stage times."""
-        lay, eng, st = self.layout, self.engine, self.staging
+        """Send every chunk (gathered, or straight from the cache rows); returns the checksums and stage
+        times."""
+        lay = self.layout
         plan = plan_from_sizes(sizes, lay.bytes_per_token)
         slots = slots_from_blocks(blocks, lay.block_size, T)
-        sums, inflight = [], []
+        writes = _Writes(op, request_id, self.engine, te_peer, client, session, plan, deadline, timeout, progress)
+        direct = self._rows is not None and T > 0
+        try:
+            if direct:
+                stats = self._send_direct(writes, plan, slots, dst)
+            else:
+                stats = self._send_gathered(writes, plan, slots, dst)
+            ts = time.perf_counter()
+            writes.wait(0)
+            writes.check_receiver()
+        except BaseException:
+            writes.drain_quietly()  # no write may still be reading the caches / buffer once send() raises
+            raise
+        stats.update({"checksums": writes.sums, "drain_seconds": time.perf_counter() - ts,
+                      "path": "direct" if direct else "gather", "requests": writes.count})
+        return stats
+
+    def _send_gathered(self, writes, plan, slots, dst):
+        """Per chunk: d2h into the staging buffer, one Mooncake write of it, its checksum meanwhile."""
+        lay, st = self.layout, self.staging
         d2h_s = sum_s = 0.0
-
-        def check_receiver():
-            msg = client.recv(time.monotonic())  # an error from the receiver ends the send early
-            if msg is not None and msg.get("session") in (session, None) and msg.get("type") == "error":
-                raise _receiver_error(op, request_id, msg)
-
-        def reap(block):
-            while inflight:
-                c, bid, nb = inflight[0]
-                if not eng.poll(bid, what=f"{op}: request {request_id!r}: chunk {c}", peer=te_peer):
-                    if not block:
-                        return
-                    if time.monotonic() >= deadline:
-                        raise HandoffTimeout(f"{op}: request {request_id!r}: Mooncake had not finished writing chunk "
-                                             f"{c} of {len(plan)} to {te_peer} after {timeout:g} s")
-                    time.sleep(_POLL_SLEEP)
-                    continue
-                inflight.pop(0)
-                client.send({"type": "chunk", "session": session, "index": c, "checksum": sums[c]})
-                if progress is not None:
-                    progress("chunk", {"index": c, "nbytes": nb})
-
         for c, (a, b, off, nb) in enumerate(plan):
             ts = time.perf_counter()
             _transfer(lay, self.kv_caches, st.chunk_tensor(lay, off, b - a), slots[a:b], "d2h")
@@ -588,34 +709,78 @@ class KVSender(_Endpoint):
             tm = time.perf_counter()
             d2h_s += tm - ts
             view = st.view(off, nb)
-            what = f"{op}: request {request_id!r}: chunk {c}"
             if self._fault is None:
                 # Mooncake only reads the chunk: start its write first, checksum it while it moves
-                inflight.append((c, eng.submit_write(te_peer, st.ptr + off, dst + off, nb, what=what), nb))
-                ts = time.perf_counter()
-                sums.append(checksum(view))
-                sum_s += time.perf_counter() - ts
+                writes.submit(c, st.ptr + off, dst + off, nb)
+                value = checksum(view)
             else:
-                sums.append(checksum(view))
-                kind, at = self._fault if isinstance(self._fault, tuple) else (self._fault, 0)
-                if kind == "corrupt" and c == at and nb:
+                value = checksum(view)
+                if self._fault_chunk(c) and nb:
                     view[nb // 2] ^= 0x40  # after the checksum: what arrives no longer matches it
-                sum_s += time.perf_counter() - tm
-                inflight.append((c, eng.submit_write(te_peer, st.ptr + off, dst + off, nb, what=what), nb))
-            reap(block=False)
-            check_receiver()
-            if time.monotonic() >= deadline:
-                raise HandoffTimeout(f"{op}: request {request_id!r}: {c + 1} of {len(plan)} chunks started within "
-                                     f"{timeout:g} s")
+                writes.submit(c, st.ptr + off, dst + off, nb)
+            sum_s += time.perf_counter() - tm
+            writes.close_chunk(c, value)
+        return {"d2h_seconds": d2h_s, "checksum_seconds": sum_s, "staged_bytes": sum(p[3] for p in plan)}
+
+    def _send_direct(self, writes, plan, slots, dst):
+        """Per chunk: one Mooncake write per run of cache rows (:mod:`ms_kvcache.disagg._direct`), the
+        small pieces copied into the staging buffer and written together, the checksum streamed over the
+        pieces while Mooncake reads them."""
+        st = self.staging
         ts = time.perf_counter()
-        reap(block=True)
-        check_receiver()
-        return {"checksums": sums, "d2h_seconds": d2h_s, "checksum_seconds": sum_s,
-                "drain_seconds": time.perf_counter() - ts}
+        wait_ops()  # the caches are read directly, not by an op queued after the ones writing them
+        self._register_caches()
+        copy_s, sum_s, staged = time.perf_counter() - ts, 0.0, 0
+        for c, (a, b, off, nb) in enumerate(plan):
+            fault = self._fault is not None and self._fault_chunk(c)
+            pieces = self._rows.pieces(slots, a, b, off)
+            span = None  # [start, end) of staged bytes not yet written
+            for src, view, poff, n in pieces:
+                if n >= self.direct_min_bytes and not fault:
+                    writes.submit(c, src, dst + poff, n)
+                    continue
+                tc = time.perf_counter()
+                np.copyto(st.array[poff:poff + n], view)
+                copy_s += time.perf_counter() - tc
+                staged += n
+                if span is not None and span[1] == poff:
+                    span[1] += n
+                    continue
+                if span is not None:
+                    writes.submit(c, st.ptr + span[0], dst + span[0], span[1] - span[0])
+                span = [poff, poff + n]
+            tm = time.perf_counter()
+            h = ChecksumStream()
+            for piece in pieces:
+                h.update(piece[1])
+            if fault:  # every piece of this chunk was staged: one span, changed after the checksum
+                st.array[off + nb // 2] ^= 0x40
+            if span is not None:
+                writes.submit(c, st.ptr + span[0], dst + span[0], span[1] - span[0])
+            sum_s += time.perf_counter() - tm
+            writes.close_chunk(c, h.value())
+        return {"d2h_seconds": copy_s, "checksum_seconds": sum_s, "staged_bytes": staged}
+
+    def _fault_chunk(self, c):
+        kind, at = self._fault if isinstance(self._fault, tuple) else (self._fault, 0)
+        return kind == "corrupt" and c == at
+
+    def _register_caches(self):
+        """Register the caches' memory with the transfer engine (again where an address changed, e.g.
+        after ``Parameter.set_data``); the old ranges are unregistered."""
+        regions = dict(self._rows.refresh())
+        for ptr in [p for p in self._cache_regions if self._cache_regions[p] != regions.get(p)]:
+            self.engine.unregister(ptr)
+            del self._cache_regions[ptr]
+        for ptr, n in regions.items():
+            if ptr not in self._cache_regions and n:
+                self.engine.register(ptr, n)
+                self._cache_regions[ptr] = n
 
     def close(self):
-        """Release the registered buffers."""
-        for st in self._retired:
+        """Release the registered buffers (and unregister the caches' memory)."""
+        for st in getattr(self, "_retired", ()):
             st.close()
         self._retired = []
+        self._cache_regions = {}
         self._close()
