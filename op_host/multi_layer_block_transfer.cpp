@@ -19,9 +19,11 @@ class MskvMultiLayerBlockTransfer : public OpDef {
   }
 
   // The parameters, with the dtype rows r of one compute unit (DeclareOnEverySoc).
-  template <typename Def>
-  static void Declare(Def& d, const mskv_tiling::CopyRows& r) {
-    mskv_ml_tiling::DeclareBlockTransferParams(d, r);
+  template <typename Def> static void Declare(Def& d, const mskv_tiling::CopyRows& r) {
+    mskv_tiling::DeclareParams(d, r.fmt, {{"block_ids", r.index}, {"staging", r.kv, OPTIONAL},
+                                          {"host_blocks", r.kv, DYNAMIC},
+                                          {"kv_caches", r.kv, DYNAMIC}},
+                               {{"status", r.status}});
   }
 };
 OP_ADD(MskvMultiLayerBlockTransfer);

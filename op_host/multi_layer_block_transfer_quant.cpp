@@ -13,16 +13,17 @@ class MskvMultiLayerBlockTransferQuant : public OpDef {
  public:
   explicit MskvMultiLayerBlockTransferQuant(const char* name) : OpDef(name) {
     mskv_ml_tiling::DeclareTransferAttrs(*this, mskv_attr::kDirH2D, mskv_attr::kLayoutBNSD);
-    mskv_tiling::DeclareOnEverySoc(*this, mskv_ml_tiling::kQuantRows, mskv_ml_tiling::kQuantRows,
+    mskv_tiling::DeclareOnEverySoc(*this, mskv_ml_tiling::kScaleRows, mskv_ml_tiling::kScaleRows,
                                    optiling::mskv_ml_impl::BlockTransferQuantTiling);
   }
 
   // The parameters, with the dtype rows r of one compute unit (DeclareOnEverySoc).
-  template <typename Def>
-  static void Declare(Def& d, const mskv_ml_tiling::QuantRows& r) {
-    mskv_ml_tiling::DeclareBlockTransferParams(d, r);
-    d.Input("scale_host_blocks").ParamType(DYNAMIC).DataType(r.scale).Format(r.fmt).UnknownShapeFormat(r.fmt);
-    d.Input("scale_caches").ParamType(DYNAMIC).DataType(r.scale).Format(r.fmt).UnknownShapeFormat(r.fmt);
+  template <typename Def> static void Declare(Def& d, const mskv_ml_tiling::ScaleRows& r) {
+    mskv_tiling::DeclareParams(d, r.fmt, {{"block_ids", r.index}, {"staging", r.kv, OPTIONAL},
+                                          {"host_blocks", r.kv, DYNAMIC},
+                                          {"kv_caches", r.kv, DYNAMIC}, {"scale_host_blocks", r.scale, DYNAMIC},
+                                          {"scale_caches", r.scale, DYNAMIC}},
+                               {{"status", r.status}});
   }
 };
 OP_ADD(MskvMultiLayerBlockTransferQuant);

@@ -18,9 +18,9 @@ class MskvMultiLayerKvTransfer : public OpDef {
   }
 
   // The parameters, with the dtype rows r of one compute unit (DeclareOnEverySoc).
-  template <typename Def>
-  static void Declare(Def& d, const mskv_tiling::CopyRows& r) {
-    mskv_ml_tiling::DeclareKvTransferParams(d, r);
+  template <typename Def> static void Declare(Def& d, const mskv_tiling::CopyRows& r) {
+    mskv_tiling::DeclareParams(d, r.fmt, {{"buffer", r.kv}, {"slot_mapping", r.index}, {"kv_caches", r.kv, DYNAMIC}},
+                               {{"status", r.status}});
   }
 };
 OP_ADD(MskvMultiLayerKvTransfer);

@@ -13,15 +13,15 @@ class MskvMultiLayerKvTransferQuant : public OpDef {
  public:
   explicit MskvMultiLayerKvTransferQuant(const char* name) : OpDef(name) {
     mskv_ml_tiling::DeclareTransferAttrs(*this, mskv_attr::kDirD2H, mskv_attr::kLayoutBSND);
-    mskv_tiling::DeclareOnEverySoc(*this, mskv_ml_tiling::kQuantRows, mskv_ml_tiling::kQuantRows,
+    mskv_tiling::DeclareOnEverySoc(*this, mskv_ml_tiling::kScaleRows, mskv_ml_tiling::kScaleRows,
                                    optiling::mskv_ml_impl::KvTransferQuantTiling);
   }
 
   // The parameters, with the dtype rows r of one compute unit (DeclareOnEverySoc).
-  template <typename Def>
-  static void Declare(Def& d, const mskv_ml_tiling::QuantRows& r) {
-    mskv_ml_tiling::DeclareKvTransferParams(d, r);
-    d.Input("scale_caches").ParamType(DYNAMIC).DataType(r.scale).Format(r.fmt).UnknownShapeFormat(r.fmt);
+  template <typename Def> static void Declare(Def& d, const mskv_ml_tiling::ScaleRows& r) {
+    mskv_tiling::DeclareParams(d, r.fmt, {{"buffer", r.kv}, {"slot_mapping", r.index}, {"kv_caches", r.kv, DYNAMIC},
+                                          {"scale_caches", r.scale, DYNAMIC}},
+                               {{"status", r.status}});
   }
 };
 OP_ADD(MskvMultiLayerKvTransferQuant);

@@ -365,14 +365,14 @@ static const std::vector<ge::DataType> kQuantMlIndexDTypes = {ge::DT_INT32, ge::
 static const std::vector<ge::DataType> kQuantMlScaleDTypes = {ge::DT_FLOAT, ge::DT_FLOAT};
 static const std::vector<ge::DataType> kQuantMlStatusDTypes = {ge::DT_INT32, ge::DT_INT32};
 static const std::vector<ge::Format> kQuantMlFormats = {ge::FORMAT_ND, ge::FORMAT_ND};
-struct QuantRows {
+struct ScaleRows {
   const std::vector<ge::DataType>& kv;
   const std::vector<ge::DataType>& index;
   const std::vector<ge::DataType>& status;
   const std::vector<ge::Format>& fmt;
   const std::vector<ge::DataType>& scale;
 };
-static const QuantRows kQuantRows = {kQuantMlKvDTypes, kQuantMlIndexDTypes, kQuantMlStatusDTypes, kQuantMlFormats,
+static const ScaleRows kScaleRows = {kQuantMlKvDTypes, kQuantMlIndexDTypes, kQuantMlStatusDTypes, kQuantMlFormats,
                                      kQuantMlScaleDTypes};
 
 // The attributes of a multi-layer transfer OpDef (with or without scale caches), in OpSpec order, with the
@@ -384,27 +384,6 @@ inline void DeclareTransferAttrs(Def& d, int64_t direction, int64_t cacheLayout)
   d.Attr("cache_layout").AttrType(ops::OPTIONAL).Int(cacheLayout);
   d.Attr("num_layers").AttrType(ops::OPTIONAL).Int(1);
   d.Attr("aiv_num").AttrType(ops::OPTIONAL).Int(0);
-}
-
-// The parameters of multi_layer_kv_transfer with the dtype rows r (CopyRows, QuantRows): buffer,
-// slot_mapping, kv_caches, the status output; the op with scale caches adds its scale_caches input.
-template <typename Def, typename Rows>
-inline void DeclareKvTransferParams(Def& d, const Rows& r) {
-  d.Input("buffer").ParamType(ops::REQUIRED).DataType(r.kv).Format(r.fmt).UnknownShapeFormat(r.fmt);
-  d.Input("slot_mapping").ParamType(ops::REQUIRED).DataType(r.index).Format(r.fmt).UnknownShapeFormat(r.fmt);
-  d.Input("kv_caches").ParamType(ops::DYNAMIC).DataType(r.kv).Format(r.fmt).UnknownShapeFormat(r.fmt);
-  d.Output("status").ParamType(ops::REQUIRED).DataType(r.status).Format(r.fmt).UnknownShapeFormat(r.fmt);
-}
-
-// The parameters of multi_layer_block_transfer: block_ids, staging, host_blocks, kv_caches, the status
-// output; the op with scale caches adds scale_host_blocks and scale_caches.
-template <typename Def, typename Rows>
-inline void DeclareBlockTransferParams(Def& d, const Rows& r) {
-  d.Input("block_ids").ParamType(ops::REQUIRED).DataType(r.index).Format(r.fmt).UnknownShapeFormat(r.fmt);
-  d.Input("staging").ParamType(ops::OPTIONAL).DataType(r.kv).Format(r.fmt).UnknownShapeFormat(r.fmt);
-  d.Input("host_blocks").ParamType(ops::DYNAMIC).DataType(r.kv).Format(r.fmt).UnknownShapeFormat(r.fmt);
-  d.Input("kv_caches").ParamType(ops::DYNAMIC).DataType(r.kv).Format(r.fmt).UnknownShapeFormat(r.fmt);
-  d.Output("status").ParamType(ops::REQUIRED).DataType(r.status).Format(r.fmt).UnknownShapeFormat(r.fmt);
 }
 
 }  // namespace mskv_ml_tiling

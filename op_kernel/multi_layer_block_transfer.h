@@ -45,11 +45,11 @@ class BlockTransfer {
   template <typename TD>
   __aicore__ inline void Init(AscendC::TPipe* pipe, GM_ADDR blockIds, GM_ADDR staging, GM_ADDR hostBlocks,
                               GM_ADDR kvCaches, GM_ADDR scaleHost, GM_ADDR scaleCaches, const TD& td) {
-    mover_.Init(pipe, td.perLoopBuffSize, td.zeroBuffSize);
-    idGm_.SetGlobalBuffer(reinterpret_cast<__gm__ S*>(blockIds));
-    pl_.Init(td, kvCaches, scaleCaches);
+    pl_.Init(td, kvCaches, scaleCaches);  // the caches, then the host blocks of the same planes
     host_[0].Init(reinterpret_cast<__gm__ void*>(hostBlocks));
     if (td.scalesPerLayer > 0) host_[1].Init(reinterpret_cast<__gm__ void*>(scaleHost));
+    mover_.Init(pipe, td.perLoopBuffSize, td.zeroBuffSize);
+    idGm_.SetGlobalBuffer(reinterpret_cast<__gm__ S*>(blockIds));
     staged_ = td.staging != 0;
     if (staged_) stagingGm_.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(staging));
     numPlanes_ = pl_.num;
