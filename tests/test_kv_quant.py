@@ -812,12 +812,12 @@ def test_other_backends_refuse(backend, mode, monkeypatch):
 
 def test_pending_specs_refused_by_aot_and_shims():
     """Every quantizing OpSpec but reshape_and_cache_quant / concat_and_cache_mla_quant / rope_reshape_and_cache_quant
-    (rope_concat_and_cache_mla_quant and the scale-carrying multi-layer transfers) declares its AscendC kernel
-    pending: the sim backend's aot_func refuses it
-    naming the op, no aclnn shim is generated for it, and the structure check wants no op_kernel file."""
+    and the scale-carrying multi-layer transfers (i.e. rope_concat_and_cache_mla_quant) declares its AscendC kernel
+    pending: the sim backend's aot_func refuses it naming the op, no aclnn shim is generated for it, and the
+    structure check wants no op_kernel file."""
     from ms_kvcache import _aclnn
     from ms_kvcache._backends import sim
-    names = {"rope_concat_and_cache_mla_quant", "multi_layer_kv_transfer_quant", "multi_layer_block_transfer_quant"}
+    names = {"rope_concat_and_cache_mla_quant"}
     pending = {s.name for s in _spec.all_specs() if _spec.kernel_pending(s)}
     assert pending == names
     for n in names:
@@ -827,7 +827,9 @@ def test_pending_specs_refused_by_aot_and_shims():
     # the ones with their AscendC kernel: no marker, an aclnn shim, the sim backend's entry
     for n, t in (("reshape_and_cache_quant", "MskvReshapeAndCacheQuant"),
                  ("concat_and_cache_mla_quant", "MskvConcatAndCacheMlaQuant"),
-                 ("rope_reshape_and_cache_quant", "MskvRopeReshapeAndCacheQuant")):
+                 ("rope_reshape_and_cache_quant", "MskvRopeReshapeAndCacheQuant"),
+                 ("multi_layer_kv_transfer_quant", "MskvMultiLayerKvTransferQuant"),
+                 ("multi_layer_block_transfer_quant", "MskvMultiLayerBlockTransferQuant")):
         assert not _spec.kernel_pending(_spec.get_spec(n))
         assert n in {s.name for s in _aclnn.kernel_specs()}
         assert sim.aot_func(_spec.get_spec(n))[0].endswith(":" + t)
