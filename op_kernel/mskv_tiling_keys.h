@@ -102,6 +102,12 @@
 // The failure branch after a generated ladder: a key the kernel has no branch for.
 #define MSKV_UNKNOWN_TILING_KEY() AscendC::Trap()
 
+// The kernel entry parameters every op has and does not read (the in-place ops' dummy status output and the
+// workspace CANN passes), at the start of each entry before GET_TILING_DATA.
+#define MSKV_UNUSED(a, b) \
+  (void)(a);              \
+  (void)(b)
+
 // ------------------------------------------------------------------------- dimensions (per target)
 // Digits: op_host/kv_copy_tiling_common.h (DTypeCode, IndexDTypeCode); the key functions below.
 //

@@ -10,8 +10,7 @@
 extern "C" __global__ __aicore__ void mskv_multi_layer_kv_transfer_quant(GM_ADDR buffer, GM_ADDR slot_mapping,
                                                                     GM_ADDR kv_caches, GM_ADDR scale_caches,
                                                                     GM_ADDR status, GM_ADDR workspace, GM_ADDR tiling) {
-  (void)status;
-  (void)workspace;
+  MSKV_UNUSED(status, workspace);
   GET_TILING_DATA(td, tiling);
   // one branch per tiling key of op_kernel/mskv_tiling_keys.h for this target; any other key traps
 #define MSKV_BRANCH(K, BNSD, T, S, PAD) \
