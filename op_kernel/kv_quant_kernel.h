@@ -320,6 +320,7 @@ class RowQuant {
 // (as returned in key_out / k_pe_out) quantized by `q` into the plane `plane` (index p of q's planes).
 template <typename Q>
 struct QuantSink {
+  static constexpr bool kVectorRead = true;  // the rows are read by vector instructions (rope_mla_kernel.h)
   Q* q;
   int32_t p;
   const QPlane* plane;
