@@ -31,15 +31,8 @@ ge::graphStatus ConcatAndCacheMlaQuantTiling(gert::TilingContext* context) {
                     &sm = *shapes[kSlotMapping];
 
   // ---- attrs
-  const gert::RuntimeAttrs* attrs = context->GetAttrs();
-  const int64_t* mp = attrs == nullptr ? nullptr : attrs->GetAttrPointer<int64_t>(0);
-  const int64_t mode = mp == nullptr ? mskv_attr::kQuantSTATIC : *mp;
-  if (mode != mskv_attr::kQuantSTATIC && mode != mskv_attr::kQuantDYNAMIC) {
-    return Fail(kOp, "quant_mode: expected %lld (static) or %lld (dynamic), got %lld",
-                static_cast<long long>(mskv_attr::kQuantSTATIC), static_cast<long long>(mskv_attr::kQuantDYNAMIC),
-                static_cast<long long>(mode));
-  }
-  const bool dynamic = mode == mskv_attr::kQuantDYNAMIC;
+  bool dynamic = false;
+  if (QuantModeAttr(context, 0, kOp, &dynamic) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
 
   // ---- dtypes
   int64_t elem = 0;

@@ -97,27 +97,49 @@ inline int ScaleKind(const gert::Shape& s, int64_t h, int64_t d) {
   return -1;
 }
 
+// The attribute quant_mode (at i: static / dynamic int codes, static when absent).
+inline ge::graphStatus QuantModeAttr(gert::TilingContext* context, size_t i, const char* op, bool* dynamic) {
+  const gert::RuntimeAttrs* attrs = context->GetAttrs();
+  const int64_t* m = attrs == nullptr ? nullptr : attrs->GetAttrPointer<int64_t>(i);
+  const int64_t mode = m == nullptr ? mskv_attr::kQuantSTATIC : *m;
+  if (mode != mskv_attr::kQuantSTATIC && mode != mskv_attr::kQuantDYNAMIC) {
+    return mskv_tiling::Fail(op, "quant_mode: expected %lld (static) or %lld (dynamic), got %lld",
+                             static_cast<long long>(mskv_attr::kQuantSTATIC),
+                             static_cast<long long>(mskv_attr::kQuantDYNAMIC), static_cast<long long>(mode));
+  }
+  *dynamic = mode == mskv_attr::kQuantDYNAMIC;
+  return ge::GRAPH_SUCCESS;
+}
+
+// The six OPTIONAL float32 quantization inputs from index `first` (names sn): q[i] nullptr when absent.
+inline ge::graphStatus QuantInputs(gert::TilingContext* context, const char* op, int first, const char* const sn[6],
+                                   const gert::Shape* q[6]) {
+  for (int i = 0; i < 6; ++i) {
+    ge::DataType dt = ge::DT_UNDEFINED;
+    q[i] = Optional(context, first + i, &dt);
+    if (q[i] != nullptr && dt != ge::DT_FLOAT) {
+      return mskv_tiling::Fail(op, "%s: expected dtype float32, got %s", sn[i], mskv_tiling::DTypeName(dt));
+    }
+    if (q[i] != nullptr && mskv_tiling::CheckTensorSize(op, sn[i], *q[i], 4) != ge::GRAPH_SUCCESS) {
+      return ge::GRAPH_FAILED;
+    }
+  }
+  return ge::GRAPH_SUCCESS;
+}
+
 // The attributes kv_format (at i: 1 MERGED_KV, 2 SEPARATE_KV) and quant_mode (at i + 1: static / dynamic
 // codes) of the GQA quantizing writes.
 inline ge::graphStatus GqaQuantAttrs(gert::TilingContext* context, size_t i, const char* op, bool* merged,
                                      bool* dynamic) {
   const gert::RuntimeAttrs* attrs = context->GetAttrs();
   const int64_t* f = attrs == nullptr ? nullptr : attrs->GetAttrPointer<int64_t>(i);
-  const int64_t* m = attrs == nullptr ? nullptr : attrs->GetAttrPointer<int64_t>(i + 1);
   const int64_t kvFormat = f == nullptr ? 2 : *f;
-  const int64_t mode = m == nullptr ? mskv_attr::kQuantSTATIC : *m;
   if (kvFormat != 1 && kvFormat != 2) {
     return mskv_tiling::Fail(op, "kv_format: expected 1 (MERGED_KV) or 2 (SEPARATE_KV), got %lld",
                              static_cast<long long>(kvFormat));
   }
-  if (mode != mskv_attr::kQuantSTATIC && mode != mskv_attr::kQuantDYNAMIC) {
-    return mskv_tiling::Fail(op, "quant_mode: expected %lld (static) or %lld (dynamic), got %lld",
-                             static_cast<long long>(mskv_attr::kQuantSTATIC),
-                             static_cast<long long>(mskv_attr::kQuantDYNAMIC), static_cast<long long>(mode));
-  }
   *merged = kvFormat == 1;
-  *dynamic = mode == mskv_attr::kQuantDYNAMIC;
-  return ge::GRAPH_SUCCESS;
+  return QuantModeAttr(context, i + 1, op, dynamic);
 }
 
 // The quantization inputs of a GQA write (the K and V planes of caches [nb, bs, H, D] / [nb, H, bs, D]): six
@@ -131,16 +153,7 @@ inline ge::graphStatus GqaScales(gert::TilingContext* context, const char* op, i
   char b1[160], b2[160];
   const char* sn[6] = {"k_scale", "v_scale", "k_offset", "v_offset", "k_scale_cache", "v_scale_cache"};
   const gert::Shape* q[6];
-  for (int i = 0; i < 6; ++i) {
-    ge::DataType dt = ge::DT_UNDEFINED;
-    q[i] = Optional(context, first + i, &dt);
-    if (q[i] != nullptr && dt != ge::DT_FLOAT) {
-      return Fail(op, "%s: expected dtype float32, got %s", sn[i], mskv_tiling::DTypeName(dt));
-    }
-    if (q[i] != nullptr && mskv_tiling::CheckTensorSize(op, sn[i], *q[i], 4) != ge::GRAPH_SUCCESS) {
-      return ge::GRAPH_FAILED;
-    }
-  }
+  if (QuantInputs(context, op, first, sn, q) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   kinds[0] = kinds[1] = 0;
   *hasOffset = false;
   for (int p = 0; p < 2; ++p) {
@@ -190,16 +203,7 @@ inline ge::graphStatus MlaScales(gert::TilingContext* context, const char* op, i
   char b1[160], b2[160];
   const char* sn[6] = {"kv_c_scale", "k_pe_scale", "kv_c_offset", "k_pe_offset", "kv_c_scale_cache", "k_pe_scale_cache"};
   const gert::Shape* q[6];
-  for (int i = 0; i < 6; ++i) {
-    ge::DataType sdt = ge::DT_UNDEFINED;
-    q[i] = Optional(context, first + i, &sdt);
-    if (q[i] != nullptr && sdt != ge::DT_FLOAT) {
-      return Fail(op, "%s: expected dtype float32, got %s", sn[i], mskv_tiling::DTypeName(sdt));
-    }
-    if (q[i] != nullptr && mskv_tiling::CheckTensorSize(op, sn[i], *q[i], 4) != ge::GRAPH_SUCCESS) {
-      return ge::GRAPH_FAILED;
-    }
-  }
+  if (QuantInputs(context, op, first, sn, q) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   const int64_t dims[2] = {L, R};
   kinds[0] = kinds[1] = 0;
   *hasOffset = false;

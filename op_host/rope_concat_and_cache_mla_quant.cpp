@@ -25,15 +25,8 @@ constexpr int kCScale = 9;  // kv_c_scale, k_pe_scale, kv_c_offset, k_pe_offset,
 ge::graphStatus RopeConcatAndCacheMlaQuantTiling(gert::TilingContext* context) {
   using namespace mskv_tiling;
   using namespace mskv_quant_tiling;
-  const gert::RuntimeAttrs* attrs = context->GetAttrs();
-  const int64_t* mp = attrs == nullptr ? nullptr : attrs->GetAttrPointer<int64_t>(2);
-  const int64_t mode = mp == nullptr ? mskv_attr::kQuantSTATIC : *mp;
-  if (mode != mskv_attr::kQuantSTATIC && mode != mskv_attr::kQuantDYNAMIC) {
-    return Fail(kOp, "quant_mode: expected %lld (static) or %lld (dynamic), got %lld",
-                static_cast<long long>(mskv_attr::kQuantSTATIC), static_cast<long long>(mskv_attr::kQuantDYNAMIC),
-                static_cast<long long>(mode));
-  }
-  const bool dynamic = mode == mskv_attr::kQuantDYNAMIC;
+  bool dynamic = false;
+  if (QuantModeAttr(context, 2, kOp, &dynamic) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   rope_mla::RopeMlaShapes s;
   if (rope_mla::ReadRopeMla(context, kOp, true, &s) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   if (CacheDType(kOp, s.hw, "kv_c_cache", context->GetInputDesc(5)->GetDataType()) != ge::GRAPH_SUCCESS ||

@@ -51,34 +51,14 @@ __aicore__ inline void RunRopeMlaQuant(GM_ADDR positions, GM_ADDR qPe, GM_ADDR k
   Quant q;
   q.Init(&pipe, slotMapping, td.quantRow, 1, td.quantTree, td.hasOffset != 0, td.quantOutRow);
   // plane 0: the kv_c_out row at the norm / copy pitch; plane 1: the rotated k_pe row at the rotation's pitch
-  const int64_t dims[2] = {rt.kvRank, rt.headSize};
-  const int64_t pitches[2] = {rt.kvPitch, rt.pitch};
-  const int64_t outPitches[2] = {td.cOutPitch, td.pOutPitch};
-  const int64_t kinds[2] = {td.cScaleKind, td.pScaleKind};
-  mskv::quant::QPlane planes[2];
-  for (int32_t p = 0; p < 2; ++p) {
-    planes[p].heads = 1;
-    planes[p].headSize = dims[p];
-    planes[p].pitch = pitches[p];
-    planes[p].outPitch = outPitches[p];
-    planes[p].cg = mskv::rope::MlaPlaneGeom(rt, dims[p]);
-    planes[p].scBlock = rt.blockSize;  // scale caches [nb, bs, 1]
-    planes[p].scSlot = 1;
-    planes[p].kind = kinds[p];
-  }
-  if constexpr (!DYN) {
-    q.LoadStatic(0, planes[0], cScale, cOffset);
-    q.LoadStatic(1, planes[1], pScale, pOffset);
-    q.StaticReady();
-  }
-  AscendC::GlobalTensor<int8_t> dst[2];
-  dst[0].SetGlobalBuffer(reinterpret_cast<__gm__ int8_t*>(kvCCache));
-  dst[1].SetGlobalBuffer(reinterpret_cast<__gm__ int8_t*>(kPeCache));
-  AscendC::GlobalTensor<float> sc[2];
-  sc[0].SetGlobalBuffer(reinterpret_cast<__gm__ float*>(cScaleCache));
-  sc[1].SetGlobalBuffer(reinterpret_cast<__gm__ float*>(pScaleCache));
-  mskv::quant::QuantSink<Quant> cSink{&q, 0, &planes[0], &dst[0], &sc[0]};
-  mskv::quant::QuantSink<Quant> kSink{&q, 1, &planes[1], &dst[1], &sc[1]};
+  const mskv::quant::QPlane planes[2] = {
+      mskv::quant::MlaQPlane(rt.numSlots, rt.blockSize, rt.kvRank, rt.kvPitch, td.cScaleKind, td.cOutPitch),
+      mskv::quant::MlaQPlane(rt.numSlots, rt.blockSize, rt.headSize, rt.pitch, td.pScaleKind, td.pOutPitch)};
+  if constexpr (!DYN) q.LoadStatic2(planes, cScale, cOffset, pScale, pOffset);
+  mskv::quant::QuantDst out;
+  out.Init(kvCCache, kPeCache, cScaleCache, pScaleCache);
+  mskv::quant::QuantSink<Quant> cSink{&q, 0, &planes[0], &out.cache[0], &out.scale[0]};
+  mskv::quant::QuantSink<Quant> kSink{&q, 1, &planes[1], &out.cache[1], &out.scale[1]};
   mskv::rope::RopeMlaRows<T, C, W, NEOX, PAD>(pipe, eng, positions, qPe, kPe, kvC, slotMapping, weight, qPeOut,
                                               kPeOut, kvCOut, rt, &kSink, &cSink);
 }
