@@ -154,8 +154,8 @@ def rope_concat_and_cache_mla_quant(positions, q_pe, k_pe, kv_c, cos_sin_cache, 
                                   kv_c_offset.shape, kv_c_offset.dtype, k_pe_offset.shape, k_pe_offset.dtype,
                                   kv_c_scale_cache.shape, kv_c_scale_cache.dtype, k_pe_scale_cache.shape,
                                   k_pe_scale_cache.dtype, is_neox_style, epsilon, mode)[3]
-        q_out, k_out, c_out = _get_cache_prim(_Prim)(_graph_backend(graph_backend(), kv_c_cache.dtype), is_neox_style, eps,
-                                                         mode)(
+        backend = _graph_backend(graph_backend(), kv_c_cache.dtype)
+        q_out, k_out, c_out = _get_cache_prim(_Prim)(backend, is_neox_style, eps, mode)(
             positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_cache, k_pe_cache, slot_mapping, kv_c_norm_weight,
             kv_c_scale, k_pe_scale, kv_c_offset, k_pe_offset, kv_c_scale_cache, k_pe_scale_cache)
     else:
