@@ -209,58 +209,37 @@ int Run(const AotArgs& a, const ml::LayerCaches& c, const std::vector<int>& host
   return 0;
 }
 
+// Both entries: AOT params block_ids, staging, host_blocks (planes), kv_caches (L * tpl)[, scale_host_blocks
+// (planes, float32 [n, bs, L, H] / MLA, DSA [n, bs, L, 1]), scale_caches (L * planes float32)]. The scale
+// planes follow the data planes (ml::AppendScalePlanes: rows of 4 * heads bytes), so the same tiles move them.
+int Call(const AotArgs& a, bool scales) {
+  const ml::TransferAttrs t = ml::ReadTransferAttrs(a, mskv_attr::kLayoutBNSD);
+  const std::vector<mskv::InputSpan> in = mskv::InputSpans(a, scales ? 6 : 4);
+  if (in[2].count != t.planes || in[3].count != t.L * t.tpl || (scales && in[4].count != t.planes))
+    throw KernelError("expected " + std::to_string(t.planes) + " host planes, " + std::to_string(t.L * t.tpl) +
+                      " caches" + (scales ? " and " + std::to_string(t.planes) + " scale host planes" : std::string()));
+  ml::LayerCaches c = ml::ParseLayerCaches(a, in[3].first, t.fmt, t.L, t.bnsd);
+  if (scales) ml::AppendScalePlanes(a, in[5].first, in[5].count, &c);
+  std::vector<int> host_params;
+  for (int p = 0; p < t.planes; ++p) host_params.push_back(in[2].first + p);
+  for (int p = 0; scales && p < t.planes; ++p) host_params.push_back(in[4].first + p);
+  return Run(a, c, host_params, t.planes, in[1].first, t.d2h, t.aiv);
+}
+
 }  // namespace
 
 MSKV_AOT_EXPORT int MskvMultiLayerBlockTransfer(int nparam, void** params, int* ndims, int64_t** shapes,
                                             const char** dtypes, void* /*stream*/, void* extra) {
   MSKV_AOT_GUARD("multi_layer_block_transfer", {
     const ml::CountCall count_call;
-    AotArgs a{nparam, params, ndims, shapes, dtypes, static_cast<mindspore::AotExtra*>(extra)};
-    const int64_t fmt = a.attr_int("kv_format", 0);
-    const bool d2h = mskv::DirectionIsD2H(a.attr_int("direction", 0));  // no default: the primitive always sets it
-    const bool bnsd = mskv::LayoutIsBnsd(a.attr_int("cache_layout", mskv_attr::kLayoutBNSD));
-    const int64_t L = a.attr_int("num_layers", 0);
-    const int64_t aiv = a.attr_int("aiv_num", 0);
-    ml::CheckFormat(fmt);
-    const int planes = ml::PlanesOf(fmt);
-    const int tpl = ml::TensorsPerLayer(fmt);
-    const std::vector<mskv::InputSpan> in = mskv::InputSpans(a, 4);  // block_ids, staging, host_blocks, kv_caches
-    if (in[2].count != planes || in[3].count != L * tpl)
-      throw KernelError("expected " + std::to_string(planes) + " host planes and " + std::to_string(L * tpl) +
-                        " caches, got " + std::to_string(in[2].count) + " and " + std::to_string(in[3].count));
-    const ml::LayerCaches c = ml::ParseLayerCaches(a, in[3].first, fmt, L, bnsd);
-    std::vector<int> host_params;
-    for (int p = 0; p < planes; ++p) host_params.push_back(in[2].first + p);
-    return Run(a, c, host_params, planes, in[1].first, d2h, aiv);
+    return Call(AotArgs{nparam, params, ndims, shapes, dtypes, static_cast<mindspore::AotExtra*>(extra)}, false);
   })
 }
 
-// multi_layer_block_transfer with scale caches (MskvMultiLayerBlockTransferQuant): AOT params block_ids,
-// staging, host_blocks (planes), kv_caches (L * tpl), scale_host_blocks (planes, float32 [n, bs, L, H] /
-// MLA, DSA [n, bs, L, 1]), scale_caches (L * planes float32). The scale planes follow the data planes
-// (ml::AppendScalePlanes: rows of 4 * heads bytes), so the same tiles move them.
 MSKV_AOT_EXPORT int MskvMultiLayerBlockTransferQuant(int nparam, void** params, int* ndims, int64_t** shapes,
                                                  const char** dtypes, void* /*stream*/, void* extra) {
   MSKV_AOT_GUARD("multi_layer_block_transfer_quant", {
     const ml::CountCall count_call;
-    AotArgs a{nparam, params, ndims, shapes, dtypes, static_cast<mindspore::AotExtra*>(extra)};
-    const int64_t fmt = a.attr_int("kv_format", 0);
-    const bool d2h = mskv::DirectionIsD2H(a.attr_int("direction", 0));
-    const bool bnsd = mskv::LayoutIsBnsd(a.attr_int("cache_layout", mskv_attr::kLayoutBNSD));
-    const int64_t L = a.attr_int("num_layers", 0);
-    const int64_t aiv = a.attr_int("aiv_num", 0);
-    ml::CheckFormat(fmt);
-    const int planes = ml::PlanesOf(fmt);
-    const int tpl = ml::TensorsPerLayer(fmt);
-    const std::vector<mskv::InputSpan> in = mskv::InputSpans(a, 6);
-    if (in[2].count != planes || in[3].count != L * tpl || in[4].count != planes)
-      throw KernelError("expected " + std::to_string(planes) + " host planes, " + std::to_string(L * tpl) +
-                        " caches and " + std::to_string(planes) + " scale host planes");
-    ml::LayerCaches c = ml::ParseLayerCaches(a, in[3].first, fmt, L, bnsd);
-    ml::AppendScalePlanes(a, in[5].first, in[5].count, &c);
-    std::vector<int> host_params;
-    for (int p = 0; p < planes; ++p) host_params.push_back(in[2].first + p);
-    for (int p = 0; p < planes; ++p) host_params.push_back(in[4].first + p);
-    return Run(a, c, host_params, planes, in[1].first, d2h, aiv);
+    return Call(AotArgs{nparam, params, ndims, shapes, dtypes, static_cast<mindspore::AotExtra*>(extra)}, true);
   })
 }

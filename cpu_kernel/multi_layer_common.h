@@ -35,6 +35,28 @@ inline void CheckFormat(int64_t fmt) {
   if (fmt < kMerged || fmt > kDsa) throw KernelError("unknown kv_format " + std::to_string(fmt));
 }
 
+// The attributes of every multi-layer transfer (kv_format, direction, cache_layout with the op's default,
+// num_layers, aiv_num), checked, with the format's planes and tensors per layer.
+struct TransferAttrs {
+  int64_t fmt = 0;
+  bool d2h = false, bnsd = false;
+  int64_t L = 0, aiv = 0;
+  int planes = 2, tpl = 1;
+};
+
+inline TransferAttrs ReadTransferAttrs(const AotArgs& a, int64_t default_layout) {
+  TransferAttrs t;
+  t.fmt = a.attr_int("kv_format", 0);
+  t.d2h = mskv::DirectionIsD2H(a.attr_int("direction", 0));  // no default: the primitive always sets it
+  t.bnsd = mskv::LayoutIsBnsd(a.attr_int("cache_layout", default_layout));
+  t.L = a.attr_int("num_layers", 0);
+  t.aiv = a.attr_int("aiv_num", 0);
+  CheckFormat(t.fmt);
+  t.planes = PlanesOf(t.fmt);
+  t.tpl = TensorsPerLayer(t.fmt);
+  return t;
+}
+
 // One KV plane of one layer's paged cache: [nb, bs, heads, head] (BSND) or [nb, heads, bs, head]
 // (BNSD). MLA/DSA planes are [nb, bs, hidden] (or [nb, bs, 1, hidden]): heads = 1.
 struct Plane {

@@ -106,26 +106,25 @@ int Transfer(const AotArgs& a, const ml::LayerCaches& c, bool d2h, int64_t L, in
   return 0;
 }
 
+// Both entries: AOT params buffer, slot_mapping, kv_caches (L * tpl)[, scale_caches (L * planes)].
+int Call(const AotArgs& a, bool scales) {
+  const ml::TransferAttrs t = ml::ReadTransferAttrs(a, mskv_attr::kLayoutBSND);
+  const std::vector<mskv::InputSpan> in = mskv::InputSpans(a, scales ? 4 : 3);
+  if (in[2].count != t.L * t.tpl)
+    throw KernelError("expected num_layers*" + std::to_string(t.tpl) + " = " + std::to_string(t.L * t.tpl) +
+                      " caches, got " + std::to_string(in[2].count));
+  ml::LayerCaches c = ml::ParseLayerCaches(a, in[2].first, t.fmt, t.L, t.bnsd);
+  if (scales) ml::AppendScalePlanes(a, in[3].first, in[3].count, &c);
+  return Transfer(a, c, t.d2h, t.L, t.aiv);
+}
+
 }  // namespace
 
 MSKV_AOT_EXPORT int MskvMultiLayerKvTransfer(int nparam, void** params, int* ndims, int64_t** shapes,
                                          const char** dtypes, void* /*stream*/, void* extra) {
   MSKV_AOT_GUARD("multi_layer_kv_transfer", {
     const ml::CountCall count_call;
-    AotArgs a{nparam, params, ndims, shapes, dtypes, static_cast<mindspore::AotExtra*>(extra)};
-    const int64_t fmt = a.attr_int("kv_format", 0);
-    const bool d2h = mskv::DirectionIsD2H(a.attr_int("direction", 0));  // no default: the primitive always sets it
-    const bool bnsd = mskv::LayoutIsBnsd(a.attr_int("cache_layout", mskv_attr::kLayoutBSND));
-    const int64_t L = a.attr_int("num_layers", 0);
-    const int64_t aiv = a.attr_int("aiv_num", 0);
-    ml::CheckFormat(fmt);
-    const int tpl = ml::TensorsPerLayer(fmt);
-    const std::vector<mskv::InputSpan> in = mskv::InputSpans(a, 3);
-    if (in[2].count != L * tpl)
-      throw KernelError("expected num_layers*" + std::to_string(tpl) + " = " + std::to_string(L * tpl) +
-                        " caches, got " + std::to_string(in[2].count));
-    const ml::LayerCaches c = ml::ParseLayerCaches(a, in[2].first, fmt, L, bnsd);
-    return Transfer(a, c, d2h, L, aiv);
+    return Call(AotArgs{nparam, params, ndims, shapes, dtypes, static_cast<mindspore::AotExtra*>(extra)}, false);
   })
 }
 
@@ -133,20 +132,6 @@ MSKV_AOT_EXPORT int MskvMultiLayerKvTransferQuant(int nparam, void** params, int
                                          const char** dtypes, void* /*stream*/, void* extra) {
   MSKV_AOT_GUARD("multi_layer_kv_transfer_quant", {
     const ml::CountCall count_call;
-    AotArgs a{nparam, params, ndims, shapes, dtypes, static_cast<mindspore::AotExtra*>(extra)};
-    const int64_t fmt = a.attr_int("kv_format", 0);
-    const bool d2h = mskv::DirectionIsD2H(a.attr_int("direction", 0));  // no default: the primitive always sets it
-    const bool bnsd = mskv::LayoutIsBnsd(a.attr_int("cache_layout", mskv_attr::kLayoutBSND));
-    const int64_t L = a.attr_int("num_layers", 0);
-    const int64_t aiv = a.attr_int("aiv_num", 0);
-    ml::CheckFormat(fmt);
-    const int tpl = ml::TensorsPerLayer(fmt);
-    const std::vector<mskv::InputSpan> in = mskv::InputSpans(a, 4);
-    if (in[2].count != L * tpl)
-      throw KernelError("expected num_layers*" + std::to_string(tpl) + " = " + std::to_string(L * tpl) +
-                        " caches, got " + std::to_string(in[2].count));
-    ml::LayerCaches c = ml::ParseLayerCaches(a, in[2].first, fmt, L, bnsd);
-    ml::AppendScalePlanes(a, in[3].first, in[3].count, &c);
-    return Transfer(a, c, d2h, L, aiv);
+    return Call(AotArgs{nparam, params, ndims, shapes, dtypes, static_cast<mindspore::AotExtra*>(extra)}, true);
   })
 }

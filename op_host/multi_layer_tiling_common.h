@@ -5,6 +5,9 @@
 // Planes: MERGED_KV (1) has one [2, nb, ...] tensor per layer whose halves are the K and V planes;
 // SEPARATE_KV (2) key_cache, value_cache; MLA_KV (3) kv_c, k_pe ([nb, bs, hidden] or [nb, bs, 1,
 // hidden]); DSA_KV (4) adds indexer_k. BSND caches [nb, bs, H, D], BNSD [nb, H, bs, D].
+// With scale caches (the *Quant ops; int8 caches): one float32 scale cache per data plane and layer
+// (BSND [nb, bs, H(, 1)], BNSD [nb, H, bs(, 1)], MLA / DSA [nb, bs, 1]), planes P..2P-1 of the transfer in
+// the byte view of the caches: heads H (1 for MLA / DSA), head size 4 bytes (ReadScales).
 #ifndef MS_KVCACHE_OP_HOST_MULTI_LAYER_TILING_COMMON_H_
 #define MS_KVCACHE_OP_HOST_MULTI_LAYER_TILING_COMMON_H_
 
@@ -14,7 +17,8 @@ namespace mskv_ml_tiling {
 
 using namespace mskv_tiling;
 
-constexpr int kMaxPlanes = 3;
+constexpr int kMaxPlanes = 6;  // = mskv_ml::kMaxPlanes: data planes, then their scale planes
+constexpr int64_t kScaleBytes = 4;  // one float32 scale
 constexpr int64_t kMaxRun = 128;  // = mskv_ml::kMaxRun (op_kernel/multi_layer_copy.h)
 // UB bytes of the buffer of zeros (d2h zero rows); taken from the UB budget before the two buffers.
 constexpr int64_t kZeroBuffBytes = 4096;
@@ -70,15 +74,36 @@ struct PlaneGeom {
   int64_t numBlocks = 0, blockSize = 0, heads = 1, headSize = 0;
   int64_t rowElems = 0, numSeg = 1, segElems = 0, segStride = 0, blockStride = 0, slotStride = 0;
   int64_t planeOffset = 0;  // elements from the tensor start (the V half of a MERGED_KV tensor)
+  int64_t list = 0;           // 0 kv_caches, 1 scale_caches
+  int64_t tensorInLayer = 0;  // its tensor of layer l: l * (tensors per layer of its list) + tensorInLayer
+
+  // The row geometry of heads x headSize (BNSD: one segment per head, block_size rows apart).
+  void SetRows(bool bnsd) {
+    rowElems = heads * headSize;
+    blockStride = blockSize * rowElems;
+    if (bnsd) {
+      numSeg = heads; segElems = headSize; segStride = blockSize * headSize; slotStride = headSize;
+    } else {
+      numSeg = 1; segElems = rowElems; segStride = rowElems; slotStride = rowElems;
+    }
+  }
 };
 
 struct CacheList {
   uint64_t dcode = 0;
   int64_t elem = 0;
   ge::DataType dt = ge::DT_UNDEFINED;
-  int planes = 2;
+  int planes = 2;          // every plane: data planes, then scale planes
+  int dataPlanes = 2;
   int64_t tpl = 1;
+  int64_t scalesPerLayer = 0;  // scale caches per layer (0 without scale caches)
   PlaneGeom plane[kMaxPlanes];
+
+  int64_t SumRows() const {
+    int64_t s = 0;
+    for (int p = 0; p < planes; ++p) s += plane[p].rowElems;
+    return s;
+  }
 };
 
 // Checks the kv_caches list (IR input `ir`): count = num_layers * tensorsPerLayer, one dtype, every
@@ -87,6 +112,7 @@ inline ge::graphStatus ReadCaches(gert::TilingContext* context, const char* op, 
                                   CacheList* cl) {
   char b1[160], b2[160];
   cl->planes = PlanesOf(a.fmt);
+  cl->dataPlanes = cl->planes;
   cl->tpl = TensorsPerLayer(a.fmt);
   int64_t count = 0;
   while (context->GetDynamicInputShape(ir, count) != nullptr) ++count;
@@ -143,14 +169,9 @@ inline ge::graphStatus ReadCaches(gert::TilingContext* context, const char* op, 
       g.heads = 1;
       g.headSize = s.GetDim(s.GetDimNum() - 1);
     }
-    g.rowElems = g.heads * g.headSize;
-    g.blockStride = g.blockSize * g.rowElems;
-    if (a.bnsd) {
-      g.numSeg = g.heads; g.segElems = g.headSize; g.segStride = g.blockSize * g.headSize; g.slotStride = g.headSize;
-    } else {
-      g.numSeg = 1; g.segElems = g.rowElems; g.segStride = g.rowElems; g.slotStride = g.rowElems;
-    }
+    g.SetRows(a.bnsd);
     g.planeOffset = (a.fmt == kMerged && p == 1) ? g.numBlocks * g.blockStride : 0;
+    g.tensorInLayer = a.fmt == kMerged ? 0 : p;
     if (g.numBlocks != cl->plane[0].numBlocks || g.blockSize != cl->plane[0].blockSize) {
       return Fail(op, "kv_caches[%d]: expected num_blocks, block_size = %lld, %lld (as plane 0), got shape %s", p,
                   static_cast<long long>(cl->plane[0].numBlocks), static_cast<long long>(cl->plane[0].blockSize),
@@ -163,6 +184,83 @@ inline ge::graphStatus ReadCaches(gert::TilingContext* context, const char* op, 
     if (!SameShape(k, v)) {
       return Fail(op, "kv_caches[1]: expected shape %s (as the key cache), got %s", ShapeText(k, b1, sizeof(b1)),
                   ShapeText(v, b2, sizeof(b2)));
+    }
+  }
+  return ge::GRAPH_SUCCESS;
+}
+
+// The scale_caches list (IR input `ir`) of a quantized transfer: num_layers * planes float32 caches,
+// layer-major, each shaped for its data plane (file comment), every layer like layer 0; appends the scale
+// planes (4-byte heads in the byte view of the int8 caches). The caches must be int8: float8 caches have no
+// AscendC kernel on these SoCs (as for the quantizing writes), a tiling error naming the SoC.
+inline ge::graphStatus ReadScales(gert::TilingContext* context, const char* op, int ir, const Attrs& a, bool is310P,
+                                  CacheList* cl) {
+  char b1[160];
+  if (cl->dt == ge::DT_FLOAT8_E4M3FN || cl->dt == ge::DT_FLOAT8_E5M2) {
+    return Fail(op, "kv_caches: float8 caches with scale caches have no AscendC kernel on %s (float8 is not an "
+                "OpDef dtype there); use int8 caches, or the cpu backend", is310P ? "Ascend310P" : "Atlas A2/A3");
+  }
+  if (cl->dt != ge::DT_INT8) {
+    return Fail(op, "kv_caches: scale caches go with int8 caches, got %s", DTypeName(cl->dt));
+  }
+  const int P = cl->dataPlanes;
+  int64_t count = 0;
+  while (context->GetDynamicInputShape(ir, count) != nullptr) ++count;
+  if (count != a.numLayers * P) {
+    return Fail(op, "scale_caches: expected num_layers * %d = %lld scale caches, got %lld", P,
+                static_cast<long long>(a.numLayers * P), static_cast<long long>(count));
+  }
+  const bool mla = a.fmt == kMla || a.fmt == kDsa;
+  for (int64_t i = 0; i < count; ++i) {
+    const int p = static_cast<int>(i % P);
+    const PlaneGeom& d = cl->plane[p];
+    const gert::Shape& s = context->GetDynamicInputShape(ir, i)->GetStorageShape();
+    const gert::CompileTimeTensorDesc* di = context->GetDynamicInputDesc(ir, i);
+    if (di == nullptr || di->GetDataType() != ge::DT_FLOAT) {
+      return Fail(op, "scale_caches[%lld]: expected dtype float32, got %s", static_cast<long long>(i),
+                  di == nullptr ? "none" : DTypeName(di->GetDataType()));
+    }
+    if (CheckTensorSize(op, "scale_caches", s, kScaleBytes) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+    const int64_t heads = mla ? 1 : d.heads;
+    const int64_t d1 = a.bnsd ? heads : d.blockSize, d2 = a.bnsd ? d.blockSize : heads;
+    const bool ok = (s.GetDimNum() == 3 || (s.GetDimNum() == 4 && s.GetDim(3) == 1 && !mla)) &&
+                    s.GetDim(0) == d.numBlocks && s.GetDim(1) == d1 && s.GetDim(2) == d2;
+    if (!ok) {
+      return Fail(op, "scale_caches[%lld]: expected [%lld, %lld, %lld] (one float32 scale per token%s of data plane %d), "
+                  "got %s", static_cast<long long>(i), static_cast<long long>(d.numBlocks), static_cast<long long>(d1),
+                  static_cast<long long>(d2), mla ? "" : "-head", p, ShapeText(s, b1, sizeof(b1)));
+    }
+  }
+  for (int p = 0; p < P; ++p) {
+    PlaneGeom g;
+    g.numBlocks = cl->plane[p].numBlocks;
+    g.blockSize = cl->plane[p].blockSize;
+    g.heads = mla ? 1 : cl->plane[p].heads;
+    g.headSize = kScaleBytes;
+    g.SetRows(a.bnsd);
+    g.list = 1;
+    g.tensorInLayer = p;
+    cl->plane[P + p] = g;
+  }
+  cl->planes = 2 * P;
+  cl->scalesPerLayer = P;
+  return ge::GRAPH_SUCCESS;
+}
+
+// DataCopyPad is needed when a row (BNSD: a head) of a plane is not a multiple of 32 bytes; Ascend310P has
+// none (a tiling error naming the SoC and the plane); every stride must fit a strided copy.
+inline ge::graphStatus NeedPad(const char* op, const CacheList& cl, const Attrs& a, bool is310P, bool* pad) {
+  *pad = false;
+  for (int p = 0; p < cl.planes; ++p) {
+    const PlaneGeom& g = cl.plane[p];
+    if (g.rowElems == 0) continue;
+    if ((g.segElems * cl.elem) % kBlockBytes == 0) continue;
+    *pad = true;
+    if (is310P) {
+      return Fail(op, "rows of %s %d (%s of %lld bytes) are not a multiple of 32 bytes; Ascend310P has no DataCopyPad, "
+                  "so such caches are unsupported there", g.list == 1 ? "scale plane" : "plane",
+                  g.list == 1 ? p - cl.dataPlanes : p, a.bnsd ? "one head of a BNSD cache" : "one token row",
+                  static_cast<long long>(g.segElems * cl.elem));
     }
   }
   return ge::GRAPH_SUCCESS;
@@ -213,6 +311,79 @@ inline ge::graphStatus CheckGap(const char* op, const char* what, int64_t gapByt
                 static_cast<long long>(gapBytes));
   }
   return ge::GRAPH_SUCCESS;
+}
+
+// The per-plane fields both tilings share: cache geometry, list, and the UB plan of each plane's rows
+// (PlanMlRow: at most maxRows rows per buffer of loopBytes; none for noWork or an empty plane). *needed grows to
+// the largest buffer a plane needs, *maxRun shrinks to the fewest whole rows a buffer holds.
+template <typename TD>
+inline void SetPlanes(TD& td, const CacheList& cl, bool noWork, int64_t loopBytes, int64_t maxRows, int64_t* needed,
+                      int64_t* maxRun) {
+  int64_t rowElems[kMaxPlanes] = {0}, numSeg[kMaxPlanes] = {0}, segElems[kMaxPlanes] = {0};
+  int64_t segStride[kMaxPlanes] = {0}, planeOffset[kMaxPlanes] = {0}, list[kMaxPlanes] = {0}, til[kMaxPlanes] = {0};
+  int64_t rows[kMaxPlanes] = {0}, segs[kMaxPlanes] = {0}, pieces[kMaxPlanes] = {0};
+  for (int p = 0; p < cl.planes; ++p) {
+    const PlaneGeom& g = cl.plane[p];
+    if (!noWork && g.rowElems > 0) {
+      const MlRowPlan rp = PlanMlRow(g.numSeg, g.segElems, cl.elem, loopBytes, maxRows);
+      rows[p] = rp.rowsPerLoop;
+      segs[p] = rp.segsPerLoop;
+      pieces[p] = rp.pieceElems;
+      *needed = Max64(*needed, rp.bytesNeeded);
+      if (rp.rowsPerLoop > 0) *maxRun = Min64(*maxRun, rp.rowsPerLoop);
+    }
+    rowElems[p] = g.rowElems;
+    numSeg[p] = g.numSeg;
+    segElems[p] = g.segElems;
+    segStride[p] = g.segStride;
+    planeOffset[p] = g.planeOffset;
+    list[p] = g.list;
+    til[p] = g.tensorInLayer;
+  }
+  td.set_numPlanes(cl.planes);
+  td.set_tensorsPerLayer(cl.tpl);
+  td.set_scalesPerLayer(cl.scalesPerLayer);
+  td.set_blockSize(cl.plane[0].blockSize);
+  td.set_rowElems(rowElems);
+  td.set_numSeg(numSeg);
+  td.set_segElems(segElems);
+  td.set_segStride(segStride);
+  td.set_planeOffset(planeOffset);
+  td.set_planeList(list);
+  td.set_tensorInLayer(til);
+  td.set_tokensPerInnerLoop(rows);
+  td.set_segsPerLoop(segs);
+  td.set_pieceElems(pieces);
+}
+
+// ------------------------------------------------------------------ OpDefs
+// The OpDef dtype rows of the transfers with scale caches (MskvMultiLayer*TransferQuant), the same on every
+// SoC: int8 caches (float8 has no kernel: ms_kvcache._spec.SOC_EXCLUDED_DTYPES), index int32 / int64, float32
+// scales, int32 status. The columns of CopyRows (op_host/kv_copy_tiling_common.h) plus the scales.
+static const std::vector<ge::DataType> kQuantMlKvDTypes = {ge::DT_INT8, ge::DT_INT8};
+static const std::vector<ge::DataType> kQuantMlIndexDTypes = {ge::DT_INT32, ge::DT_INT64};
+static const std::vector<ge::DataType> kQuantMlScaleDTypes = {ge::DT_FLOAT, ge::DT_FLOAT};
+static const std::vector<ge::DataType> kQuantMlStatusDTypes = {ge::DT_INT32, ge::DT_INT32};
+static const std::vector<ge::Format> kQuantMlFormats = {ge::FORMAT_ND, ge::FORMAT_ND};
+struct ScaleRows {
+  const std::vector<ge::DataType>& kv;
+  const std::vector<ge::DataType>& index;
+  const std::vector<ge::DataType>& status;
+  const std::vector<ge::Format>& fmt;
+  const std::vector<ge::DataType>& scale;
+};
+static const ScaleRows kScaleRows = {kQuantMlKvDTypes, kQuantMlIndexDTypes, kQuantMlStatusDTypes, kQuantMlFormats,
+                                     kQuantMlScaleDTypes};
+
+// The attributes of a multi-layer transfer OpDef (with or without scale caches), in OpSpec order, with the
+// op's default direction and cache_layout codes (op_host/mskv_attr_codes.h).
+template <typename Def>
+inline void DeclareTransferAttrs(Def& d, int64_t direction, int64_t cacheLayout) {
+  d.Attr("kv_format").AttrType(ops::OPTIONAL).Int(1);
+  d.Attr("direction").AttrType(ops::OPTIONAL).Int(direction);
+  d.Attr("cache_layout").AttrType(ops::OPTIONAL).Int(cacheLayout);
+  d.Attr("num_layers").AttrType(ops::OPTIONAL).Int(1);
+  d.Attr("aiv_num").AttrType(ops::OPTIONAL).Int(0);
 }
 
 }  // namespace mskv_ml_tiling

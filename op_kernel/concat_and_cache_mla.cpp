@@ -60,8 +60,7 @@ __aicore__ inline void RunConcatAndCacheMla(GM_ADDR kv_c, GM_ADDR k_pe, GM_ADDR 
 extern "C" __global__ __aicore__ void mskv_concat_and_cache_mla(GM_ADDR kv_c, GM_ADDR k_pe, GM_ADDR kv_c_cache,
                                                            GM_ADDR k_pe_cache, GM_ADDR slot_mapping, GM_ADDR status,
                                                            GM_ADDR workspace, GM_ADDR tiling) {
-  (void)status;
-  (void)workspace;
+  MSKV_UNUSED(status, workspace);
   GET_TILING_DATA(td, tiling);
   // one branch per tiling key of op_kernel/mskv_tiling_keys.h for this target; any other key traps
 #define MSKV_BRANCH(K, T, S, PAD) \

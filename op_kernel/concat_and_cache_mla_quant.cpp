@@ -69,8 +69,7 @@ extern "C" __global__ __aicore__ void mskv_concat_and_cache_mla_quant(GM_ADDR kv
                                                                       GM_ADDR kv_c_scale_cache,
                                                                       GM_ADDR k_pe_scale_cache, GM_ADDR status,
                                                                       GM_ADDR workspace, GM_ADDR tiling) {
-  (void)status;
-  (void)workspace;
+  MSKV_UNUSED(status, workspace);
   GET_TILING_DATA(td, tiling);
   // one branch per tiling key of op_kernel/mskv_tiling_keys.h for this target; any other key traps
 #define MSKV_BRANCH(K, DYN, T, S, PAD)                                                                          \

@@ -147,8 +147,7 @@ __aicore__ inline void RunCopyBlocks(GM_ADDR key_caches, GM_ADDR value_caches, G
 
 extern "C" __global__ __aicore__ void mskv_copy_blocks(GM_ADDR key_caches, GM_ADDR value_caches, GM_ADDR block_mapping,
                                                   GM_ADDR status, GM_ADDR workspace, GM_ADDR tiling) {
-  (void)status;
-  (void)workspace;
+  MSKV_UNUSED(status, workspace);
   GET_TILING_DATA(td, tiling);
   // one branch per tiling key of op_kernel/mskv_tiling_keys.h for this target; any other key traps
 #define MSKV_BRANCH(K, T, S, PAD) \

@@ -102,6 +102,12 @@
 // The failure branch after a generated ladder: a key the kernel has no branch for.
 #define MSKV_UNKNOWN_TILING_KEY() AscendC::Trap()
 
+// The kernel entry parameters every op has and does not read (the in-place ops' dummy status output and the
+// workspace CANN passes), at the start of each entry before GET_TILING_DATA.
+#define MSKV_UNUSED(a, b) \
+  (void)(a);              \
+  (void)(b)
+
 // ------------------------------------------------------------------------- dimensions (per target)
 // Digits: op_host/kv_copy_tiling_common.h (DTypeCode, IndexDTypeCode); the key functions below.
 //
@@ -135,6 +141,12 @@
 #define MSKV_DIM_LAYOUT_PAD_BNSD(F, ...) F(__VA_ARGS__, 0, false) MSKV_A2_ONLY(F)(__VA_ARGS__, 1, true)
 #define MSKV_DIM_ROPE_F32(F, ...) F(__VA_ARGS__, 3, float)
 // slot_mapping / block_mapping / block_ids dtype: int32 0, int64 1
+// the layouts of the transfers with scale caches: BSND; BNSD (A2/A3), only with DataCopyPad (MSKV_DIM_PAD_ONLY)
+#define MSKV_DIM_LAYOUT_BSND(F, ...) F(__VA_ARGS__, 0, false)
+#define MSKV_DIM_LAYOUT_BNSD_PAD(F, ...) MSKV_A2_ONLY(F)(__VA_ARGS__, 1, true)
+#define MSKV_DIM_PAD_ONLY(F, ...) F(__VA_ARGS__, 1, true)
+// the byte view of a quantized (int8) cache and its float32 scale caches: the multi-layer transfers' dtype digit 4
+#define MSKV_DIM_INT8_BYTES(F, ...) F(__VA_ARGS__, 4, int8_t)
 #define MSKV_DIM_INDEX_DTYPE(F, ...) F(__VA_ARGS__, 0, int32_t) F(__VA_ARGS__, 1, int64_t)
 // cache_layout, value = BNSD: BSND 0, BNSD 1 (a template parameter of the copy kernels)
 #define MSKV_DIM_LAYOUT(F, ...) F(__VA_ARGS__, 0, false) F(__VA_ARGS__, 1, true)
@@ -178,6 +190,14 @@ constexpr unsigned long long CopyKey(unsigned long long dtype, unsigned long lon
 #define MSKV_KEYS_RESHAPE_AND_CACHE_MERGED(E) MSKV_KEYS_LAYOUT_COPY(E)
 #define MSKV_KEYS_MULTI_LAYER_KV_TRANSFER(E) MSKV_KEYS_LAYOUT_COPY(E)
 #define MSKV_KEYS_MULTI_LAYER_BLOCK_TRANSFER(E) MSKV_KEYS_LAYOUT_COPY(E)
+// with scale caches: int8 caches only, moved as bytes (LayoutCopyKey with dtype 4). A BNSD scale cache has
+// 4-byte heads, which need DataCopyPad: BNSD keys with DataCopyPad only, on A2/A3 only (Ascend310P: BSND rows of
+// 32-byte multiples only).
+#define MSKV_KEYS_MULTI_LAYER_QUANT(E)                                                                      \
+  MSKV_KEYS4(E, MSKV_DIM_LAYOUT_BSND, MSKV_DIM_INT8_BYTES, MSKV_DIM_INDEX_DTYPE, MSKV_DIM_PAD)              \
+  MSKV_KEYS4(E, MSKV_DIM_LAYOUT_BNSD_PAD, MSKV_DIM_INT8_BYTES, MSKV_DIM_INDEX_DTYPE, MSKV_DIM_PAD_ONLY)
+#define MSKV_KEYS_MULTI_LAYER_KV_TRANSFER_QUANT(E) MSKV_KEYS_MULTI_LAYER_QUANT(E)
+#define MSKV_KEYS_MULTI_LAYER_BLOCK_TRANSFER_QUANT(E) MSKV_KEYS_MULTI_LAYER_QUANT(E)
 namespace mskv_keys {
 constexpr unsigned long long LayoutCopyKey(bool bnsd, unsigned long long dtype, unsigned long long index, bool pad) {
   return Digits(bnsd, dtype, index, pad);
@@ -216,6 +236,8 @@ constexpr unsigned long long RopeKey(bool pad, unsigned long long x, unsigned lo
   X(MskvReshapeAndCacheMerged, MSKV_KEYS_RESHAPE_AND_CACHE_MERGED)         \
   X(MskvMultiLayerKvTransfer, MSKV_KEYS_MULTI_LAYER_KV_TRANSFER)           \
   X(MskvMultiLayerBlockTransfer, MSKV_KEYS_MULTI_LAYER_BLOCK_TRANSFER)     \
+  X(MskvMultiLayerKvTransferQuant, MSKV_KEYS_MULTI_LAYER_KV_TRANSFER_QUANT)     \
+  X(MskvMultiLayerBlockTransferQuant, MSKV_KEYS_MULTI_LAYER_BLOCK_TRANSFER_QUANT) \
   X(MskvReropeCachedKeys, MSKV_KEYS_REROPE_CACHED_KEYS)                    \
   X(MskvRopeReshapeAndCache, MSKV_KEYS_ROPE_RESHAPE_AND_CACHE)             \
   X(MskvRopeReshapeAndCacheMerged, MSKV_KEYS_ROPE_RESHAPE_AND_CACHE_MERGED) \

@@ -25,21 +25,13 @@ constexpr int32_t kBufferNum = 2;
 constexpr int64_t kBlockBytes = 32;
 constexpr int64_t kMaxBurst = 4095;
 constexpr int64_t kMaxGapBlocks = 65535;
-constexpr int32_t kMaxPlanes = 3;
+// data planes (<= 3: DSA_KV), then for quantized caches their scale planes (one per data plane)
+constexpr int32_t kMaxPlanes = 6;
+constexpr int32_t kMaxLists = 2;  // the cache lists: kv_caches, scale_caches
 constexpr int64_t kMaxRun = 128;  // = mskv_ml_tiling::kMaxRun (op_host/multi_layer_tiling_common.h)
 
 __aicore__ inline int64_t MinI64(int64_t a, int64_t b) { return a < b ? a : b; }
 __aicore__ inline int64_t MaxI64(int64_t a, int64_t b) { return a > b ? a : b; }
-
-// Elements of the layer tensor `q` (of tpl per layer) a transfer can touch: plane q alone, or for one
-// tensor per layer (tpl 1: MERGED_KV, a single MLA plane) every plane, planeOffset[p] + planeElems[p].
-__aicore__ inline int64_t LayerTensorElems(int64_t q, int64_t tpl, int32_t numPlanes, const int64_t* planeOffset,
-                                           const int64_t* planeElems) {
-  if (tpl != 1) return planeOffset[q] + planeElems[q];
-  int64_t e = 0;
-  for (int32_t p = 0; p < numPlanes; ++p) e = MaxI64(e, planeOffset[p] + planeElems[p]);
-  return e;
-}
 
 // Work items [begin, end) of this core under the main/tail split of the tiling.
 __aicore__ inline void CoreRange(int64_t formerNum, int64_t formerLen, int64_t tailLen, int64_t* begin,
@@ -68,6 +60,74 @@ struct RowPlan {
   int64_t rowsPerLoop;
   int64_t segsPerLoop;
   int64_t pieceElems;
+};
+
+// The planes of a transfer and the cache tensors they live in. Plane p is the data plane of list
+// list[p] = 0 (kv_caches) or, for quantized caches, a scale plane of list 1 (scale_caches: float32 scales
+// moved as 4 * heads bytes in the byte view of the 1-byte cache dtype, rows of their own size); its
+// tensor of layer l is entry l * perLayer[list[p]] + tensorInLayer[p] of its list, the plane starting
+// planeOffset[p] elements into it (the V half of a MERGED_KV tensor). All from the tiling data.
+struct Planes {
+  int32_t num = 0;
+  int64_t numLayers = 0;
+  int64_t perLayer[kMaxLists];
+  RowPlan plan[kMaxPlanes];
+  int64_t list[kMaxPlanes];
+  int64_t tensorInLayer[kMaxPlanes];
+  int64_t planeOffset[kMaxPlanes];
+  AscendC::ListTensorDesc desc[kMaxLists];
+
+  template <typename TD>
+  __aicore__ inline void Init(const TD& td, GM_ADDR kvCaches, GM_ADDR scaleCaches) {
+    num = static_cast<int32_t>(td.numPlanes);
+    numLayers = td.numLayers;
+    perLayer[0] = td.tensorsPerLayer;
+    perLayer[1] = td.scalesPerLayer;
+    for (int32_t p = 0; p < kMaxPlanes; ++p) {
+      plan[p].rowElems = td.rowElems[p];
+      plan[p].numSeg = td.numSeg[p];
+      plan[p].segElems = td.segElems[p];
+      plan[p].segStride = td.segStride[p];
+      plan[p].rowsPerLoop = td.tokensPerInnerLoop[p];
+      plan[p].segsPerLoop = td.segsPerLoop[p];
+      plan[p].pieceElems = td.pieceElems[p];
+      list[p] = td.planeList[p];
+      tensorInLayer[p] = td.tensorInLayer[p];
+      planeOffset[p] = td.planeOffset[p];
+    }
+    desc[0].Init(reinterpret_cast<__gm__ void*>(kvCaches));
+    if (perLayer[1] > 0) desc[1].Init(reinterpret_cast<__gm__ void*>(scaleCaches));
+  }
+
+  // Every cache tensor of the launch: the kv_caches, then the scale_caches.
+  __aicore__ inline int32_t Tensors() const { return static_cast<int32_t>(numLayers * (perLayer[0] + perLayer[1])); }
+
+  template <typename T>
+  __aicore__ inline __gm__ T* Cache(int32_t p, int64_t layer) {
+    const int64_t c = list[p];
+    return desc[c].template GetDataPtr<__gm__ T>(static_cast<uint32_t>(layer * perLayer[c] + tensorInLayer[p]));
+  }
+
+  // Index of plane p among the planes of its list (its host-block tensor: p, or p - data planes).
+  __aicore__ inline int32_t IndexInList(int32_t p) const {
+    int32_t k = 0;
+    for (int32_t q = 0; q < p; ++q) k += list[q] == list[p] ? 1 : 0;
+    return k;
+  }
+
+  // Bytes cache tensor i (of Tensors()) can be touched at: every plane in it, planeElems[p] elements from
+  // planeOffset[p] (for mskv::TrapOnAliasedWrites).
+  template <typename T>
+  __aicore__ inline void CacheSpan(int32_t i, const int64_t* planeElems, uint64_t* lo, uint64_t* hi) {
+    const int64_t n0 = numLayers * perLayer[0];
+    const int64_t c = i < n0 ? 0 : 1;
+    const int64_t j = c == 0 ? i : i - n0;
+    int64_t e = 0;
+    for (int32_t p = 0; p < num; ++p) {
+      if (list[p] == c && tensorInLayer[p] == j % perLayer[c]) e = MaxI64(e, planeOffset[p] + planeElems[p]);
+    }
+    mskv::GmRange(desc[c].template GetDataPtr<__gm__ T>(static_cast<uint32_t>(j)), e, lo, hi);
+  }
 };
 
 template <typename T, bool PAD>
@@ -106,79 +166,13 @@ class Mover {
   // GM -> UB strided copy (see the file comment).
   __aicore__ inline void GmToUb(const AscendC::LocalTensor<T>& ub, AscendC::GlobalTensor<T>& gm, uint64_t off,
                                 int64_t count, int64_t len, int64_t gmStride, int64_t ubStride) {
-    const int64_t sz = static_cast<int64_t>(sizeof(T));
-#if MSKV_HAS_BF16_AND_PAD
-    if constexpr (PAD) {
-      for (int64_t g = 0; g < count; g += kMaxBurst) {
-        const int64_t cnt = MinI64(kMaxBurst, count - g);
-        AscendC::DataCopyExtParams p(static_cast<uint16_t>(cnt), static_cast<uint32_t>(len * sz),
-                                     static_cast<uint32_t>((gmStride - len) * sz),
-                                     static_cast<uint32_t>((ubStride - Pitch(len)) * sz / kBlockBytes), 0);
-        AscendC::DataCopyPadExtParams<T> noPad(false, 0, 0, 0);
-        AscendC::DataCopyPad(ub[static_cast<uint32_t>(g * ubStride)], gm[off + static_cast<uint64_t>(g * gmStride)], p,
-                             noPad);
-      }
-      return;
-    }
-#endif
-    if (count == 1 || (gmStride == len && ubStride == len)) {
-      AscendC::DataCopy(ub, gm[off], static_cast<uint32_t>(count * len));
-      return;
-    }
-    const int64_t gGap = (gmStride - len) * sz / kBlockBytes;
-    const int64_t uGap = (ubStride - len) * sz / kBlockBytes;
-    const int64_t blocks = len * sz / kBlockBytes;
-    if (gGap <= kMaxGapBlocks && uGap <= kMaxGapBlocks && blocks <= kMaxGapBlocks) {
-      for (int64_t g = 0; g < count; g += kMaxBurst) {
-        const int64_t cnt = MinI64(kMaxBurst, count - g);
-        AscendC::DataCopyParams p(static_cast<uint16_t>(cnt), static_cast<uint16_t>(blocks),
-                                  static_cast<uint16_t>(gGap), static_cast<uint16_t>(uGap));
-        AscendC::DataCopy(ub[static_cast<uint32_t>(g * ubStride)], gm[off + static_cast<uint64_t>(g * gmStride)], p);
-      }
-      return;
-    }
-    for (int64_t k = 0; k < count; ++k) {
-      AscendC::DataCopy(ub[static_cast<uint32_t>(k * ubStride)], gm[off + static_cast<uint64_t>(k * gmStride)],
-                        static_cast<uint32_t>(len));
-    }
+    Strided<false>(gm, off, ub, count, len, gmStride, ubStride);
   }
 
   // UB -> GM strided copy.
   __aicore__ inline void UbToGm(AscendC::GlobalTensor<T>& gm, uint64_t off, const AscendC::LocalTensor<T>& ub,
                                 int64_t count, int64_t len, int64_t gmStride, int64_t ubStride) {
-    const int64_t sz = static_cast<int64_t>(sizeof(T));
-#if MSKV_HAS_BF16_AND_PAD
-    if constexpr (PAD) {
-      for (int64_t g = 0; g < count; g += kMaxBurst) {
-        const int64_t cnt = MinI64(kMaxBurst, count - g);
-        AscendC::DataCopyExtParams p(static_cast<uint16_t>(cnt), static_cast<uint32_t>(len * sz),
-                                     static_cast<uint32_t>((ubStride - Pitch(len)) * sz / kBlockBytes),
-                                     static_cast<uint32_t>((gmStride - len) * sz), 0);
-        AscendC::DataCopyPad(gm[off + static_cast<uint64_t>(g * gmStride)], ub[static_cast<uint32_t>(g * ubStride)], p);
-      }
-      return;
-    }
-#endif
-    if (count == 1 || (gmStride == len && ubStride == len)) {
-      AscendC::DataCopy(gm[off], ub, static_cast<uint32_t>(count * len));
-      return;
-    }
-    const int64_t gGap = (gmStride - len) * sz / kBlockBytes;
-    const int64_t uGap = (ubStride - len) * sz / kBlockBytes;
-    const int64_t blocks = len * sz / kBlockBytes;
-    if (gGap <= kMaxGapBlocks && uGap <= kMaxGapBlocks && blocks <= kMaxGapBlocks) {
-      for (int64_t g = 0; g < count; g += kMaxBurst) {
-        const int64_t cnt = MinI64(kMaxBurst, count - g);
-        AscendC::DataCopyParams p(static_cast<uint16_t>(cnt), static_cast<uint16_t>(blocks),
-                                  static_cast<uint16_t>(uGap), static_cast<uint16_t>(gGap));
-        AscendC::DataCopy(gm[off + static_cast<uint64_t>(g * gmStride)], ub[static_cast<uint32_t>(g * ubStride)], p);
-      }
-      return;
-    }
-    for (int64_t k = 0; k < count; ++k) {
-      AscendC::DataCopy(gm[off + static_cast<uint64_t>(k * gmStride)], ub[static_cast<uint32_t>(k * ubStride)],
-                        static_cast<uint32_t>(len));
-    }
+    Strided<true>(gm, off, ub, count, len, gmStride, ubStride);
   }
 
   // `rows` rows of rowElems elements: source rows srcStride apart, destination rows dstStride apart,
@@ -230,6 +224,64 @@ class Mover {
   }
 
  private:
+  // One DataCopy in the direction TO_GM (UB -> GM) or GM -> UB; `p` a count or DataCopyParams.
+  template <bool TO_GM, typename P>
+  __aicore__ inline static void Dma(const AscendC::GlobalTensor<T>& gm, const AscendC::LocalTensor<T>& ub, const P& p) {
+    if constexpr (TO_GM) {
+      AscendC::DataCopy(gm, ub, p);
+    } else {
+      AscendC::DataCopy(ub, gm, p);
+    }
+  }
+
+  // The strided copy of both directions: bursts gmStride apart in GM, ubStride apart in UB. The source gap
+  // of DataCopy(Pad) is the GM one for GM -> UB, the UB one for UB -> GM (DataCopyPad: GM gaps in bytes, UB
+  // gaps in 32-byte blocks).
+  template <bool TO_GM>
+  __aicore__ inline void Strided(AscendC::GlobalTensor<T>& gm, uint64_t off, const AscendC::LocalTensor<T>& ub,
+                                 int64_t count, int64_t len, int64_t gmStride, int64_t ubStride) {
+    const int64_t sz = static_cast<int64_t>(sizeof(T));
+#if MSKV_HAS_BF16_AND_PAD
+    if constexpr (PAD) {
+      const uint32_t gmGap = static_cast<uint32_t>((gmStride - len) * sz);
+      const uint32_t ubGap = static_cast<uint32_t>((ubStride - Pitch(len)) * sz / kBlockBytes);
+      for (int64_t g = 0; g < count; g += kMaxBurst) {
+        const int64_t cnt = MinI64(kMaxBurst, count - g);
+        AscendC::DataCopyExtParams p(static_cast<uint16_t>(cnt), static_cast<uint32_t>(len * sz), TO_GM ? ubGap : gmGap,
+                                     TO_GM ? gmGap : ubGap, 0);
+        const AscendC::GlobalTensor<T> at = gm[off + static_cast<uint64_t>(g * gmStride)];
+        if constexpr (TO_GM) {
+          AscendC::DataCopyPad(at, ub[static_cast<uint32_t>(g * ubStride)], p);
+        } else {
+          AscendC::DataCopyPadExtParams<T> noPad(false, 0, 0, 0);
+          AscendC::DataCopyPad(ub[static_cast<uint32_t>(g * ubStride)], at, p, noPad);
+        }
+      }
+      return;
+    }
+#endif
+    if (count == 1 || (gmStride == len && ubStride == len)) {
+      Dma<TO_GM>(gm[off], ub, static_cast<uint32_t>(count * len));
+      return;
+    }
+    const int64_t gGap = (gmStride - len) * sz / kBlockBytes;
+    const int64_t uGap = (ubStride - len) * sz / kBlockBytes;
+    const int64_t blocks = len * sz / kBlockBytes;
+    if (gGap <= kMaxGapBlocks && uGap <= kMaxGapBlocks && blocks <= kMaxGapBlocks) {
+      for (int64_t g = 0; g < count; g += kMaxBurst) {
+        const int64_t cnt = MinI64(kMaxBurst, count - g);
+        AscendC::DataCopyParams p(static_cast<uint16_t>(cnt), static_cast<uint16_t>(blocks),
+                                  static_cast<uint16_t>(TO_GM ? uGap : gGap), static_cast<uint16_t>(TO_GM ? gGap : uGap));
+        Dma<TO_GM>(gm[off + static_cast<uint64_t>(g * gmStride)], ub[static_cast<uint32_t>(g * ubStride)], p);
+      }
+      return;
+    }
+    for (int64_t k = 0; k < count; ++k) {
+      Dma<TO_GM>(gm[off + static_cast<uint64_t>(k * gmStride)], ub[static_cast<uint32_t>(k * ubStride)],
+                 static_cast<uint32_t>(len));
+    }
+  }
+
   __aicore__ inline void ZeroSpan(AscendC::GlobalTensor<T>& gm, uint64_t off, int64_t elems) {
     for (int64_t o = 0; o < elems; o += zeroElems_) {
       const int64_t len = MinI64(zeroElems_, elems - o);

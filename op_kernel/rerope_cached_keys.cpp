@@ -225,8 +225,7 @@ __aicore__ inline void RunRerope(GM_ADDR keyCache, GM_ADDR slotMapping, GM_ADDR 
 extern "C" __global__ __aicore__ void mskv_rerope_cached_keys(GM_ADDR key_cache, GM_ADDR slot_mapping, GM_ADDR old_positions,
                                                          GM_ADDR new_positions, GM_ADDR cos_sin_cache, GM_ADDR status,
                                                          GM_ADDR workspace, GM_ADDR tiling) {
-  (void)status;
-  (void)workspace;
+  MSKV_UNUSED(status, workspace);
   GET_TILING_DATA(td, tiling);
   // one branch per tiling key of op_kernel/mskv_tiling_keys.h for this target; any other key traps
 #define MSKV_BRANCH(K, PAD, LAYOUT, T, TABLE_IS_DATA, NEOX) \

@@ -30,8 +30,7 @@ __aicore__ inline void RunReshapeAndCache(GM_ADDR key, GM_ADDR value, GM_ADDR ke
 extern "C" __global__ __aicore__ void mskv_reshape_and_cache(GM_ADDR key, GM_ADDR value, GM_ADDR key_cache,
                                                         GM_ADDR value_cache, GM_ADDR slot_mapping, GM_ADDR status,
                                                         GM_ADDR workspace, GM_ADDR tiling) {
-  (void)status;
-  (void)workspace;
+  MSKV_UNUSED(status, workspace);
   GET_TILING_DATA(td, tiling);
   // one branch per tiling key of op_kernel/mskv_tiling_keys.h for this target; any other key traps
 #define MSKV_BRANCH(K, BNSD, T, S, PAD) \

@@ -90,8 +90,7 @@ extern "C" __global__ __aicore__ void mskv_reshape_and_cache_quant(GM_ADDR key, 
                                                                    GM_ADDR v_offset, GM_ADDR k_scale_cache,
                                                                    GM_ADDR v_scale_cache, GM_ADDR status,
                                                                    GM_ADDR workspace, GM_ADDR tiling) {
-  (void)status;
-  (void)workspace;
+  MSKV_UNUSED(status, workspace);
   GET_TILING_DATA(td, tiling);
   // one branch per tiling key of op_kernel/mskv_tiling_keys.h for this target; any other key traps
 #define MSKV_BRANCH(K, DYN, BNSD, T, S, PAD)                                                                      \

@@ -669,7 +669,10 @@ def _ascend_prim(spec, counts=None):
 def _counts_for(spec, layers):
     """Per-dynamic-input counts for ``layers`` layers (K and V planes per layer for the transfers)."""
     return {"copy_blocks": (layers, layers), "multi_layer_kv_transfer": (2 * layers,),
-            "multi_layer_block_transfer": (2, 2 * layers)}.get(spec.name)
+            "multi_layer_block_transfer": (2, 2 * layers),
+            # with scale caches: one per layer and plane (and, block op, one scale host tensor per plane)
+            "multi_layer_kv_transfer_quant": (2 * layers, 2 * layers),
+            "multi_layer_block_transfer_quant": (2, 2 * layers, 2, 2 * layers)}.get(spec.name)
 
 
 def test_aclnn_header_text_matches_cann_form():

@@ -776,8 +776,8 @@ def test_bad_static_values_fail_the_graph_launch_cpu_mla(arg, bad, shown, rng):
 def test_other_backends_refuse_float8_mla_rope(backend, monkeypatch):
     """Every quantizing cache write has its AscendC kernel now (tests/test_*_quant_sim.py); on sim / ascend a
     float8 cache of rope_concat_and_cache_mla is a TypeError naming the public op and kv_c_cache before any launch
-    (no fallback), the caches untouched; require_backend still refuses an op whose kernel is pending (the
-    scale-carrying multi-layer transfers). (The ascend backend is selected by hand: off an NPU
+    (no fallback), the caches untouched; require_backend still refuses an op whose kernel is pending (a
+    spec marked pending by hand: none is any more). (The ascend backend is selected by hand: off an NPU
     set_backend('ascend') refuses.)"""
     from ms_kvcache import _backend
     if backend == "sim":
@@ -796,18 +796,23 @@ def test_other_backends_refuse_float8_mla_rope(backend, monkeypatch):
             Tensor(np.ones((4, rope), np.float16)), cc, pc, Tensor(np.array([0, -1, 5], np.int32)), kv_c_scale=F1,
             k_pe_scale=F1)
     np.testing.assert_array_equal(cc.view(ms.uint8).asnumpy(), np.zeros((2, 4, rank), np.uint8))
+    # no quantizing spec is pending any more: one marked pending by hand is still refused
+    import dataclasses
+    spec = _spec.get_spec("multi_layer_kv_transfer_quant")
+    pending = dataclasses.replace(spec, extra={**spec.extra, "ascend_kernel": "not yet"})
     with pytest.raises(NotImplementedError, match=rf"x: quantized cache writes .* no kernel on backend '{backend}'"):
-        _quant.require_backend("x", backend, _spec.get_spec("multi_layer_kv_transfer_quant"))
+        _quant.require_backend("x", backend, pending)
+    assert _quant.require_backend("x", backend, spec) == backend
 
 
 def test_pending_specs_refused_by_aot_and_shims():
-    """Every quantizing OpSpec but the quantizing cache writes (reshape_and_cache_quant, concat_and_cache_mla_quant,
-    rope_reshape_and_cache_quant, rope_concat_and_cache_mla_quant), i.e. the scale-carrying multi-layer transfers,
-    declares its AscendC kernel pending: the sim backend's aot_func refuses it
-    naming the op, no aclnn shim is generated for it, and the structure check wants no op_kernel file."""
+    """No quantizing OpSpec declares its AscendC kernel pending any more (every quantizing cache write and both
+    scale-carrying multi-layer transfers have one): the pending set is empty, and each has an aclnn shim and the
+    sim backend's entry (a spec marked pending again would be refused by the sim backend's aot_func naming the op,
+    get no aclnn shim, and the structure check would want no op_kernel file)."""
     from ms_kvcache import _aclnn
     from ms_kvcache._backends import sim
-    names = {"multi_layer_kv_transfer_quant", "multi_layer_block_transfer_quant"}
+    names = set()
     pending = {s.name for s in _spec.all_specs() if _spec.kernel_pending(s)}
     assert pending == names
     for n in names:
@@ -818,7 +823,9 @@ def test_pending_specs_refused_by_aot_and_shims():
     for n, t in (("reshape_and_cache_quant", "MskvReshapeAndCacheQuant"),
                  ("concat_and_cache_mla_quant", "MskvConcatAndCacheMlaQuant"),
                  ("rope_reshape_and_cache_quant", "MskvRopeReshapeAndCacheQuant"),
-                 ("rope_concat_and_cache_mla_quant", "MskvRopeConcatAndCacheMlaQuant")):
+                 ("rope_concat_and_cache_mla_quant", "MskvRopeConcatAndCacheMlaQuant"),
+                 ("multi_layer_kv_transfer_quant", "MskvMultiLayerKvTransferQuant"),
+                 ("multi_layer_block_transfer_quant", "MskvMultiLayerBlockTransferQuant")):
         assert not _spec.kernel_pending(_spec.get_spec(n))
         assert n in {s.name for s in _aclnn.kernel_specs()}
         assert sim.aot_func(_spec.get_spec(n))[0].endswith(":" + t)

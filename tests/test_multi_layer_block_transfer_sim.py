@@ -196,7 +196,7 @@ def test_tiling_fields_and_data_movement():
     rows = (ub - 256 - 1024 - 4096) // 2 // row
     assert int(f["numLayers"]) == 8 and int(f["numIds"]) == 12 and int(f["numBlocks"]) == 14
     assert int(f["usedCoreNum"]) == 48 and int(f["formerLen"]) == 2 and int(f["staging"]) == 0
-    assert f["tokensPerInnerLoop"] == str([rows, rows, 0])
+    assert f["tokensPerInnerLoop"] == str([rows, rows, 0, 0, 0, 0])
     assert int(f["perLoopBuffSize"]) == rows * row and int(f["zeroBuffSize"]) == 4096
     minimum = 2 * 2 * 8 * 12 * 128 * row + ids.nbytes
     total = st["gm_read_bytes"] + st["gm_write_bytes"]

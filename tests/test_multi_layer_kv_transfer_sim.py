@@ -202,10 +202,10 @@ def test_tiling_fields_and_data_movement():
     assert int(f["tensorsPerLayer"]) == 2 and int(f["direction"]) == 0 and int(f["zeroBuffSize"]) == 4096
     assert int(f["usedCoreNum"]) == 48 and int(f["formerLen"]) == 50 and int(f["tailLen"]) == 50
     rows = (ub - 256 - 1024 - 4096) // 2 // row
-    assert f["tokensPerInnerLoop"] == str([min(rows, 50)] * 2 + [0])
+    assert f["tokensPerInnerLoop"] == str([min(rows, 50)] * 2 + [0] * 4)
     assert int(f["maxTokensPerLoop"]) == min(rows, 50)
     assert loop == min(rows, 50) * row and 2 * loop + 4096 <= ub
-    assert f["bufOffset"] == str([0, 4 * T * 1024, 0])
+    assert f["bufOffset"] == str([0, 4 * T * 1024, 0, 0, 0, 0])
     minimum = 2 * 2 * 4 * T * row + slots.nbytes
     total = st["gm_read_bytes"] + st["gm_write_bytes"]
     assert total <= 1.05 * minimum, total / minimum

@@ -1,7 +1,7 @@
 """Multi-layer transfers of quantized (int8) caches with their float32 scale caches in one call
 (multi_layer_kv_transfer / multi_layer_block_transfer with scale_caches): bit-exact offload then reload into
 other slots / blocks against an independent numpy model of the buffer layout, PyNative and GRAPH_MODE, and
-the argument checks (cpu backend; sim / ascend refuse with NotImplementedError)."""
+the argument checks (cpu backend; the AscendC kernels in the emulation: tests/test_multi_layer_quant_transfer_sim.py)."""
 import numpy as np
 import pytest
 
@@ -333,15 +333,46 @@ def test_block_transfer_errors(rng):
            staging=Tensor(np.zeros(BS * L * sum(MLA_HIDDEN[:2]), np.int8)))
 
 
-def test_sim_backend_refuses_clearly(rng):
-    kv, sc, buf, slots = _kv_args(rng)
-    mk.set_backend("sim")
-    try:
-        with pytest.raises(NotImplementedError, match=r"multi_layer_kv_transfer: scale_caches .* no kernel on "
-                                                      r"backend 'sim'"):
-            mk.multi_layer_kv_transfer(buf, kv, slots, kv_format=SEPARATE, direction="d2h", scale_caches=sc)
-    finally:
-        mk.set_backend("cpu")
+class SlicedScales(nn.Cell):
+    """Written scale tensors that are slices of one Parameter (not Parameters): the graph must refuse them
+    naming the public op and argument."""
+
+    def __init__(self, block, data, scales, buf_np):
+        super().__init__()
+        self.block = block
+        self.kv = ParameterTuple([Parameter(Tensor(x), name=f"gc{l}_{p}") for l, dl in enumerate(data)
+                                  for p, x in enumerate(dl)])
+        self.sc = ParameterTuple([Parameter(Tensor(x), name=f"gs{l}_{p}") for l, sl in enumerate(scales)
+                                  for p, x in enumerate(sl)])
+        self.whole = Parameter(Tensor(np.stack([x for sl in scales for x in sl])), name="gwhole")
+        self.host = ParameterTuple([Parameter(Tensor(np.zeros((1, BS, L, MLA_HIDDEN[p]), np.int8)), name=f"gh{p}")
+                                    for p in range(2)])
+        self.shost = Parameter(Tensor(np.zeros((2, 1, BS, L, 1), np.float32)), name="gsh")
+        self.buf = Parameter(Tensor(buf_np), name="gbuf")
+
+    def construct(self, idx):
+        if self.block:  # d2h writes the scale host blocks: two slices of one Parameter
+            mk.multi_layer_block_transfer(self.kv, self.host, idx, direction="d2h", kv_format=MLA,
+                                          scale_caches=self.sc, scale_host_blocks=(self.shost[0], self.shost[1]))
+        else:  # h2d writes the scale caches: L * 2 slices of one Parameter
+            w = self.whole
+            mk.multi_layer_kv_transfer(self.buf, self.kv, idx, kv_format=MLA, direction="h2d",
+                                       scale_caches=(w[0], w[1], w[2], w[3], w[4], w[5]))
+        return idx
+
+
+@pytest.mark.parametrize("block", [False, True], ids=["kv_transfer", "block_transfer"])
+def test_graph_mode_refusal_names_the_public_op(rng, block):
+    """A written scale tensor that is not a Parameter: the message names multi_layer_kv_transfer /
+    multi_layer_block_transfer, not the internal spec (..._quant)."""
+    data, scales = make_layers(rng, MLA, "BSND")
+    buf = np.zeros(mk.transfer_buffer_shape(MLA, L, 2, MLA_HIDDEN[:2], scale_sizes=1), np.int8)
+    op, arg = ("multi_layer_block_transfer", r"scale_host_blocks\[0\]") if block else \
+        ("multi_layer_kv_transfer", r"scale_caches\[0\]")
+    with ms_mode("graph"):
+        net = SlicedScales(block, data, scales, buf)
+        with pytest.raises(TypeError, match=rf"^{op}: argument '{arg}': expected a Parameter"):
+            net(Tensor(np.array([1] if block else [1, 2], np.int64)))
 
 
 def _fp8(codes_u8):
@@ -389,17 +420,3 @@ def test_kv_transfer_jit_and_zero_tokens(rng):
     empty = Tensor(np.zeros(mk.transfer_buffer_shape(SEPARATE, L, 0, H * D, scale_sizes=H), np.int8))
     mk.multi_layer_kv_transfer(empty, list(kv), Tensor(np.zeros(0, np.int64)), kv_format=SEPARATE, direction="h2d",
                                scale_caches=list(sc))
-
-
-def test_sim_backend_refuses_block_transfer_with_scales(rng):
-    data, scales = make_layers(rng, MLA, "BSND")
-    kv, sc = ms_layers(MLA, data, scales)
-    host = [Tensor(np.zeros((1, BS, L, MLA_HIDDEN[p]), np.int8)) for p in range(2)]
-    shost = [Tensor(np.zeros((1, BS, L, 1), np.float32)) for _ in range(2)]
-    mk.set_backend("sim")
-    try:
-        with pytest.raises(NotImplementedError, match=r"multi_layer_block_transfer: scale_caches / scale_host_blocks"):
-            mk.multi_layer_block_transfer(kv, host, Tensor(np.array([1], np.int64)), direction="d2h",
-                                          scale_caches=sc, scale_host_blocks=shost)
-    finally:
-        mk.set_backend("cpu")

@@ -112,6 +112,23 @@ def _variants(op, dt):
             else:
                 host = [(host_block_shape(geo, p, 1), kv) for p in range(geo.P)]
                 yield [((1,), dt["block_ids"]), None, host, caches], attrs
+    elif op in ("multi_layer_kv_transfer_quant", "multi_layer_block_transfer_quant"):
+        # int8 caches with float32 scale caches: 8 heads BSND (32-byte scale rows), 2 heads BSND (8-byte rows,
+        # DataCopyPad), BNSD (4-byte scale heads, DataCopyPad)
+        for layout, heads in (("BSND", 8), ("BSND", 2), ("BNSD", 8)):
+            geo = Geometry(SEPARATE, layout, 1, NB, BS, heads=heads, head_size=32)
+            kv = dt["kv_caches"]
+            caches = [(geo.plane_shape(p), kv) for p in range(geo.P)]
+            sshape = (NB, heads, BS) if layout == "BNSD" else (NB, BS, heads)
+            scales = [(sshape, "float32")] * geo.P
+            attrs = {"kv_format": int(geo.fmt), "direction": "d2h", "cache_layout": layout, "num_layers": 1,
+                     "aiv_num": 0}
+            if op == "multi_layer_kv_transfer_quant":
+                yield [((T * 2 * (geo.hidden[0] + 4 * heads),), kv), ((T,), S), caches, scales], attrs
+            else:
+                host = [(host_block_shape(geo, p, 1), kv) for p in range(geo.P)]
+                shost = [((1, BS, 1, heads), "float32")] * geo.P
+                yield [((1,), dt["block_ids"]), None, host, caches, shost, scales], attrs
     elif op in ("rerope_cached_keys", "rope_reshape_and_cache", "rope_reshape_and_cache_merged"):
         for layout, d, neox in itertools.product(LAYOUTS, HEAD_SIZES, (False, True)):
             rd = d - d % 2 if d > 3 else 2  # rotary dim: even, <= head size

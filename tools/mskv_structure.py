@@ -404,8 +404,8 @@ def _interpret_chain(calls, resolver, bindings, facts, where, attr_target):
                 a.required = v.split("::")[-1].strip().upper() == "REQUIRED"
             elif name in ATTR_TYPES:
                 a.type = ATTR_TYPES[name]
-                if v != "":
-                    a.has_default, a.default = True, resolver.literal(v)
+                if v != "":  # a literal, a named constant, or a helper's parameter bound to one
+                    a.has_default, a.default = True, resolver.literal(bindings.get(v.strip(), v))
         return ("Attr", a) if attr_target else None
     if head == "AICore":
         out = []

@@ -6,7 +6,8 @@ direct and staging modes), both directions, at Llama-3-8B shapes (32 layers, 8 K
 1024 tokens = 16 blocks of 64), prints per launch: GM bytes read + written against the minimum
 (2 x payload + slot_mapping / block_ids bytes; staging mode moves every byte twice on the device by
 design - host -> staging, staging -> cache - so its minimum is 4 x payload), cores used / available,
-DataCopy(Pad) calls per core, peak UB bytes per core. Target: GM traffic <= 1.05 x the minimum, every
+DataCopy(Pad) calls per core, peak UB bytes per core; rows ``int8+scales``: the same transfers of int8 caches
+with their float32 scale caches (scale_caches=; minimum over the data and scale bytes). Target: GM traffic <= 1.05 x the minimum, every
 core busy.
 
 These are counts of the emulated kernels (bytes moved, instructions issued), not hardware timings:
@@ -33,6 +34,8 @@ def _status():
 def _fill(shape, dtype, seed):
     """Cheap non-constant data (the emulation copies bits; values do not matter for the counts)."""
     n = int(np.prod(shape))
+    if dtype == "int8":
+        return ((np.arange(n, dtype=np.int64) * 31 + seed) % 256 - 128).astype(np.int8).reshape(shape)
     return (np.arange(n, dtype=np.uint16) * 2654435761 % 65521 + seed).astype(np.uint16).view(NP[dtype]).reshape(shape)
 
 
@@ -119,6 +122,48 @@ def run(quick=False, socs=("Ascend910B1",)):
                     factor = 2 if stg is None else 4
                     rows.append(_row(sim, soc, "multi_layer_block_transfer", f"{label} {layout} bs={bs}", direction,
                                      mode, dtype, nblk, factor * payload + ids.nbytes, st))
+            rows += _quant_rows(sim, soc, label, fmt, L, planes, bs, T)
+    return rows
+
+
+def _quant_rows(sim, soc, label, fmt, L, planes, bs, T):
+    """The same transfers of int8 caches with their float32 scale caches (one per token-head, MLA one per
+    token; rows ``+scales``): the scale planes are extra planes of 4 * heads-byte rows. Ascend310P only where
+    every row is a multiple of 32 bytes (the BSND token transfer of the 8-head model)."""
+    rows = []
+    nblk = T // bs
+    nb = nblk + 4
+    heads = [1 if fmt == 3 else h for h, _ in planes]
+    payload = L * T * (sum(h * d for h, d in planes) + 4 * sum(heads))
+    for layout in ("BSND",) if fmt == 3 else ("BSND", "BNSD"):
+        if soc == "Ascend310P3" and (fmt == 3 or layout == "BNSD"):
+            continue  # 4-byte scale rows need DataCopyPad, which 310P lacks (a tiling error)
+        bnsd = layout == "BNSD"
+        caches = _caches(fmt, L, planes, nb, bs, "int8", layout)
+        sshape = [(nb, h, bs) if bnsd else (nb, bs, h) for h in heads]
+        scales = [np.ones(sshape[p], np.float32) for _ in range(L) for p in range(len(planes))]
+        attrs = {"kv_format": fmt, "cache_layout": layout, "num_layers": L, "aiv_num": 0}
+        name = f"{label} {layout} int8+scales"
+        if not bnsd:
+            slots = np.arange(2 * bs, 2 * bs + T, dtype=np.int64)
+            buf = np.zeros(payload, np.int8)
+            for direction in ("d2h", "h2d"):
+                st = sim.launch("MskvMultiLayerKvTransferQuant", [buf, slots, caches, scales, _status()],
+                                attrs=dict(attrs, direction=direction), soc=soc, gm_copy="never")
+                rows.append(_row(sim, soc, "multi_layer_kv_transfer", name, direction, "-", "int8", T,
+                                 2 * payload + slots.nbytes, st))
+        if fmt == 2 and not bnsd:
+            continue  # block granularity: BNSD for the GQA model, as above
+        ids = np.arange(1, 1 + nblk, dtype=np.int64)[::-1].copy()
+        host = [np.zeros((nblk, bs, L, h, d) if fmt == 2 else (nblk, bs, L, h * d), np.int8) for h, d in planes]
+        shost = [np.zeros((nblk, bs, L, h), np.float32) for h in heads]
+        staging = np.zeros(payload, np.int8)
+        for direction in ("d2h", "h2d"):
+            for mode, stg in (("direct", None), ("staging", staging)):
+                st = sim.launch("MskvMultiLayerBlockTransferQuant", [ids, stg, host, caches, shost, scales, _status()],
+                                attrs=dict(attrs, direction=direction), soc=soc, gm_copy="never")
+                rows.append(_row(sim, soc, "multi_layer_block_transfer", f"{name} bs={bs}", direction, mode, "int8",
+                                 nblk, (2 if stg is None else 4) * payload + ids.nbytes, st))
     return rows
 
 

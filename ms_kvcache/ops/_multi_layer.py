@@ -368,3 +368,35 @@ def check_scale_dtypes(op, fmt, cache_dtype, scale_dtypes, name="scale_caches"):
         d = dtype_name(d)
         if d != "float32":
             raise TypeError(f"{op}: argument '{_scale_name(fmt, i, name)}': expected dtype float32, got {d}")
+
+
+
+def require_quant_backend(op, backend, cache_dtype):
+    """The backend of a transfer with scale caches, returned: every backend has int8 caches; float8 caches
+    are cpu only (not an OpDef dtype of the AscendC SoCs: ms_kvcache._spec.SOC_EXCLUDED_DTYPES), a TypeError
+    naming the public op and 'kv_caches' on sim / ascend (ops._quant.check_kernel_cache)."""
+    from ms_kvcache.ops._quant import check_kernel_cache
+
+    return check_kernel_cache(op, backend, "kv_caches", cache_dtype)
+
+def public_prim(spec, op):
+    """``prim_class(spec)`` of an internal transfer spec whose graph-mode messages (not-a-Parameter,
+    aliasing) name the public op ``op`` (multi_layer_kv_transfer, multi_layer_block_transfer)."""
+    from ms_kvcache.ops._quant import quant_prim
+
+    return quant_prim(spec, lambda attrs: (op, {}))
+
+
+def transfer_attrs(direction, cache_layout):
+    """The AttrSpecs of a multi-layer transfer (with or without scale caches), OpDef order: kv_format,
+    direction, cache_layout (defaults given), num_layers, aiv_num."""
+    from ms_kvcache._formats import CACHE_LAYOUT_CODES, DIRECTION_CODES
+    from ms_kvcache._spec import AttrSpec
+
+    return (
+        AttrSpec("kv_format", "int", int(KVCacheFormat.MERGED_KV), tuple(int(f) for f in KVCacheFormat)),
+        AttrSpec("direction", "str", direction, DIRECTIONS, DIRECTION_CODES),
+        AttrSpec("cache_layout", "str", cache_layout, CACHE_LAYOUTS, CACHE_LAYOUT_CODES),
+        AttrSpec("num_layers", "int", 1),
+        AttrSpec("aiv_num", "int", 0),
+    )

@@ -26,8 +26,8 @@ from ms_kvcache import _backend
 from ms_kvcache import _validate as V
 from ms_kvcache._custom import (_get_cache_prim, _run_in_jit, check_graph_types, eager_launcher, empty_input,
                                 empty_input_graph, graph_backend, nosync_checker, prim_class)
-from ms_kvcache._formats import CACHE_LAYOUT_CODES, CACHE_LAYOUTS, DIRECTION_CODES, DIRECTIONS, KVCacheFormat
-from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, AttrSpec, OpSpec, TensorSpec, register
+from ms_kvcache._formats import KVCacheFormat
+from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, OpSpec, TensorSpec, register
 from ms_kvcache.ops import _multi_layer as ML
 from ms_kvcache.ops import multi_layer_block_transfer_quant as _QB
 
@@ -153,13 +153,7 @@ SPEC = register(OpSpec(
         TensorSpec("kv_caches", "T", (3, 4, 5), dynamic=True, inplace_if=("direction", "h2d")),
     ),
     dtype_groups={"T": KV_DTYPES, "S": INDEX_DTYPES},
-    attrs=(
-        AttrSpec("kv_format", "int", int(KVCacheFormat.MERGED_KV), tuple(int(f) for f in KVCacheFormat)),
-        AttrSpec("direction", "str", "h2d", DIRECTIONS, DIRECTION_CODES),
-        AttrSpec("cache_layout", "str", "BNSD", CACHE_LAYOUTS, CACHE_LAYOUT_CODES),
-        AttrSpec("num_layers", "int", 1),
-        AttrSpec("aiv_num", "int", 0),
-    ),
+    attrs=ML.transfer_attrs("h2d", "BNSD"),
     doc="Whole blocks of every layer between per-layer paged caches and token-major host blocks.",
     extra={"infer_shape": _infer_shape, "infer_dtype": _infer_dtype},
 ))
@@ -247,7 +241,10 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
             float32 tensor per data plane, token-major like ``host_blocks``: ``[n, block_size, L, H]``
             (MLA / DSA ``[n, block_size, L, 1]``). Written for ``"d2h"``. With scales a ``staging`` buffer
             must hold ``block_size * L * (sum(hidden) + 4 * sum(scales))`` one-byte elements (one block of
-            every data and scale plane). cpu backend only (sim / ascend: NotImplementedError).
+            every data and scale plane). Every backend: cpu (int8 and float8), sim / ascend (the AscendC
+            kernel of ``op_kernel/multi_layer_block_transfer_quant.cpp``: int8 caches; on Ascend310P only
+            where every data and scale row is a multiple of 32 bytes, i.e. BSND with H a multiple of 8, else
+            a tiling error naming the SoC).
 
     Returns:
         None. Host blocks (d2h) or caches (h2d) are written in place, without copies, in PyNative,
@@ -257,7 +254,7 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
         TypeError: non-Tensor arguments; dtypes differing between layers, planes, host blocks and staging;
             block_ids not int32/int64; scale caches with caches that are not int8 / float8, or scale caches /
             scale host blocks that are not float32.
-        NotImplementedError: scale caches on a backend other than cpu.
+        TypeError: float8 caches with scale caches on sim / ascend (int8 there).
         ValueError: only one of ``scale_caches`` / ``scale_host_blocks``; scale caches missing for a layer or
             plane, or of shapes that do not match the caches or the host blocks; unknown ``direction``/``kv_format``/``cache_layout``; ``aiv_num`` not an int >= 0;
             shapes differing between layers;

@@ -14,7 +14,12 @@ Op interface (cpu kernel ``cpu_kernel/multi_layer_block_transfer.cpp``, ``MskvMu
 
 The scale planes are extra planes of the transfer (rows of ``4 * H`` bytes): a staging buffer must then
 hold one block of every data plane and every scale plane, ``block_size * L * (sum(hidden) + 4 *
-sum(scales))`` one-byte elements. No AscendC kernel yet (``extra["ascend_kernel"]``).
+sum(scales))`` one-byte elements.
+
+Backends: cpu (int8 and float8 caches); AscendC (sim, ascend: kernel ``op_kernel/multi_layer_block_transfer_quant.cpp``,
+the kernel of multi_layer_block_transfer moving every plane as bytes) int8 caches on Ascend910B / Ascend910_93, and on
+Ascend310P where every row is a multiple of 32 bytes (BSND scale rows of ``4 * H`` bytes with H a multiple of 8).
+float8 caches: cpu only.
 """
 import numpy as np
 import mindspore as ms
@@ -24,18 +29,14 @@ from mindspore.ops.primitive import constexpr
 from ms_kvcache import _backend
 from ms_kvcache import _validate as V
 from ms_kvcache._custom import (_get_cache_prim, check_graph_types, eager_launcher, empty_input, empty_input_graph,
-                                graph_backend, nosync_checker, prim_class)
-from ms_kvcache._formats import CACHE_LAYOUT_CODES, CACHE_LAYOUTS, DIRECTION_CODES, DIRECTIONS, KVCacheFormat
-from ms_kvcache._spec import INDEX_DTYPES, QUANT_CACHE_DTYPES, AttrSpec, OpSpec, TensorSpec, register
+                                graph_backend, nosync_checker)
+from ms_kvcache._formats import KVCacheFormat
+from ms_kvcache._spec import INDEX_DTYPES, QUANT_CACHE_DTYPES, OpSpec, TensorSpec, register
 from ms_kvcache.ops import _multi_layer as ML
 
-__all__ = ["SPEC", "transfer_quant", "transfer_quant_graph", "check_pair", "graph_pair_error", "PENDING"]
+__all__ = ["SPEC", "transfer_quant", "transfer_quant_graph", "check_pair", "graph_pair_error"]
 
 _OP = "multi_layer_block_transfer"
-
-#: Why the op has no AscendC kernel yet (ms_kvcache._spec.kernel_pending).
-PENDING = ("multi-layer block transfer of quantized caches with their scale caches: cpu kernel only; the AscendC "
-           "kernel (scale planes as extra planes of their own row size) is not written yet")
 
 
 def _numel(shape):
@@ -108,27 +109,13 @@ SPEC = register(OpSpec(
         TensorSpec("scale_caches", "F", (3, 4), dynamic=True, inplace_if=("direction", "h2d")),
     ),
     dtype_groups={"Q": QUANT_CACHE_DTYPES, "S": INDEX_DTYPES, "F": ("float32",)},
-    attrs=(
-        AttrSpec("kv_format", "int", int(KVCacheFormat.MERGED_KV), tuple(int(f) for f in KVCacheFormat)),
-        AttrSpec("direction", "str", "h2d", DIRECTIONS, DIRECTION_CODES),
-        AttrSpec("cache_layout", "str", "BNSD", CACHE_LAYOUTS, CACHE_LAYOUT_CODES),
-        AttrSpec("num_layers", "int", 1),
-        AttrSpec("aiv_num", "int", 0),
-    ),
+    attrs=ML.transfer_attrs("h2d", "BNSD"),
     doc="multi_layer_block_transfer of int8 / float8 caches with their float32 scale caches and host blocks.",
-    extra={"infer_shape": _infer_shape, "infer_dtype": _infer_dtype, "ascend_kernel": PENDING},
+    extra={"infer_shape": _infer_shape, "infer_dtype": _infer_dtype},
 ))
 
-_Prim = prim_class(SPEC)
+_Prim = ML.public_prim(SPEC, _OP)  # graph-mode messages name the public op
 _STATIC = {}
-
-
-def _require_backend(backend):
-    if backend != "cpu":
-        raise NotImplementedError(
-            f"{_OP}: scale_caches / scale_host_blocks (quantized caches with their scale caches in one call) have "
-            f"no kernel on backend {backend!r} yet (implemented: cpu); use ms_kvcache.set_backend('cpu')")
-    return backend
 
 
 def check_pair(op, scale_caches_none, scale_host_blocks_none):
@@ -148,7 +135,7 @@ def graph_pair_error(scale_caches_none, scale_host_blocks_none):
 
 
 @constexpr
-def _graph_check(fmt, num_tensors, num_shost, num_scales, scale_caches_none, scale_host_blocks_none):
+def _graph_check(fmt, num_tensors, num_shost, num_scales, scale_caches_none, scale_host_blocks_none, cache_dtype):
     check_pair(_OP, scale_caches_none, scale_host_blocks_none)
     tpl, P = ML.tensors_per_layer(fmt), ML.planes_of(fmt)
     L = num_tensors // tpl
@@ -157,7 +144,7 @@ def _graph_check(fmt, num_tensors, num_shost, num_scales, scale_caches_none, sca
                          f"{ML.SCALE_PLANE_NAMES[fmt]} = {L * P} tensors, got {num_scales}")
     if num_shost != P:
         raise ValueError(f"{_OP}: argument 'scale_host_blocks': expected {P} float32 planes, got {num_shost}")
-    _require_backend(_backend.get_backend())
+    ML.require_quant_backend(_OP, _backend.get_backend(), cache_dtype)
     return True
 
 
@@ -167,7 +154,7 @@ def transfer_quant_graph(flat, host, block_ids, staging, scale_caches, scale_hos
                       F.typeof(scale_host_blocks))
     sflat = ML.flatten_graph(scale_caches)
     shost = tuple(scale_host_blocks)
-    _graph_check(fmt, len(flat), len(shost), len(sflat), False, False)
+    _graph_check(fmt, len(flat), len(shost), len(sflat), False, False, flat[0].dtype)
     prim = _get_cache_prim(_Prim)(graph_backend(), (len(host), len(flat), len(shost), len(sflat)), fmt, direction,
                                   layout, num_layers, aiv_num)
     if staging is None:
@@ -214,7 +201,7 @@ def transfer_quant(flat, num_layers, host, block_ids, staging, scale_caches, sca
     for name, x in written + read:
         V.require_contiguous(op, name, x)
     V.require_disjoint(op, written, read)
-    backend = _require_backend(_backend.get_backend())
+    backend = ML.require_quant_backend(_OP, _backend.get_backend(), flat[0].dtype)
     if n == 0:
         return None
     nosync = nosync_checker(backend)

@@ -25,8 +25,8 @@ from ms_kvcache import _backend
 from ms_kvcache import _validate as V
 from ms_kvcache._custom import (_get_cache_prim, _run_in_jit, check_graph_types, eager_launcher, graph_backend,
                                 nosync_checker, prim_class)
-from ms_kvcache._formats import CACHE_LAYOUT_CODES, CACHE_LAYOUTS, DIRECTION_CODES, DIRECTIONS, KVCacheFormat
-from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, AttrSpec, OpSpec, TensorSpec, register
+from ms_kvcache._formats import KVCacheFormat
+from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, OpSpec, TensorSpec, register
 from ms_kvcache.ops import _multi_layer as ML
 from ms_kvcache.ops import multi_layer_kv_transfer_quant as _QT
 
@@ -190,13 +190,7 @@ SPEC = register(OpSpec(
         TensorSpec("kv_caches", "T", (3, 4, 5), dynamic=True, inplace_if=("direction", "h2d")),
     ),
     dtype_groups={"T": KV_DTYPES, "S": INDEX_DTYPES},
-    attrs=(
-        AttrSpec("kv_format", "int", int(KVCacheFormat.MERGED_KV), tuple(int(f) for f in KVCacheFormat)),
-        AttrSpec("direction", "str", "d2h", DIRECTIONS, DIRECTION_CODES),
-        AttrSpec("cache_layout", "str", "BSND", CACHE_LAYOUTS, CACHE_LAYOUT_CODES),
-        AttrSpec("num_layers", "int", 1),
-        AttrSpec("aiv_num", "int", 0),
-    ),
+    attrs=ML.transfer_attrs("d2h", "BSND"),
     doc="All layers' K/V rows of T tokens between paged caches and one contiguous buffer.",
     extra={"infer_shape": _infer_shape, "infer_dtype": _infer_dtype},
 ))
@@ -272,7 +266,10 @@ def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direc
             ``transfer_buffer_shape(..., scale_sizes=H)`` (MLA / DSA ``scale_sizes=1``): 1-D, the data
             planes, then the scale planes ``[L, T, scales_p]`` as float32 bytes (docs/ops-transfer.md,
             "Quantized caches"). Written in place for ``"h2d"`` like the caches; d2h writes zero scales
-            for skipped slots. cpu backend only (sim / ascend: NotImplementedError).
+            for skipped slots. Every backend: cpu (int8 and float8), sim / ascend (the AscendC kernel of
+            ``op_kernel/multi_layer_kv_transfer_quant.cpp``: int8 caches; on Ascend310P only where every
+            data and scale row is a multiple of 32 bytes, i.e. BSND with H a multiple of 8, else a tiling
+            error naming the SoC).
 
     Returns:
         None. The buffer (d2h) or the caches (h2d) are written in place, without copies, in PyNative,
@@ -283,7 +280,7 @@ def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direc
         TypeError: non-Tensor arguments; dtypes differing between layers, planes and the buffer;
             unsupported dtypes (slot_mapping must be int32/int64); ``scale_caches`` with caches that are not
             int8 / float8, or a scale cache that is not float32.
-        NotImplementedError: ``scale_caches`` on a backend other than cpu.
+        TypeError: float8 ``kv_caches`` with ``scale_caches`` on sim / ascend (int8 there).
         ValueError: ``scale_caches`` without one scale cache per layer and plane, or of shapes that do not
             match the caches (the argument named, e.g. ``scale_caches[3][1] (v_scale_cache of layer 3)``);
             unknown ``kv_format``, ``direction`` or ``cache_layout``; ``aiv_num`` not an int >= 0;

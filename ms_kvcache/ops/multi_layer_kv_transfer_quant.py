@@ -19,7 +19,10 @@ flattened), then the scale planes one after another, plane-major, each ``[L, T, 
 machine's byte order (``s_p`` = num_kv_heads, or 1 for MLA / DSA planes): the scale planes travel like
 DSA_KV's indexer plane, an extra plane with its own row size (``4 * s_p`` bytes).
 
-No AscendC kernel yet (``extra["ascend_kernel"]``): backends sim and ascend refuse it.
+Backends: cpu (int8 and float8 caches); AscendC (sim, ascend: kernel ``op_kernel/multi_layer_kv_transfer_quant.cpp``,
+the kernel of multi_layer_kv_transfer moving every plane as bytes) int8 caches on Ascend910B / Ascend910_93, and on
+Ascend310P where every row is a multiple of 32 bytes (no DataCopyPad there: BSND scale rows of ``4 * H`` bytes with
+H a multiple of 8; BNSD and MLA / DSA scale caches are a tiling error naming the SoC). float8 caches: cpu only.
 """
 import mindspore as ms
 from mindspore.ops import functional as F
@@ -28,18 +31,13 @@ from mindspore.ops.primitive import constexpr
 from ms_kvcache import _backend
 from ms_kvcache import _validate as V
 from ms_kvcache._custom import _get_cache_prim, check_graph_types, eager_launcher, graph_backend, nosync_checker
-from ms_kvcache._custom import prim_class
-from ms_kvcache._formats import CACHE_LAYOUT_CODES, CACHE_LAYOUTS, DIRECTION_CODES, DIRECTIONS, KVCacheFormat
-from ms_kvcache._spec import INDEX_DTYPES, QUANT_CACHE_DTYPES, AttrSpec, OpSpec, TensorSpec, register
+from ms_kvcache._formats import KVCacheFormat
+from ms_kvcache._spec import INDEX_DTYPES, QUANT_CACHE_DTYPES, OpSpec, TensorSpec, register
 from ms_kvcache.ops import _multi_layer as ML
 
-__all__ = ["SPEC", "transfer_quant", "transfer_quant_graph", "quant_buffer_shape", "PENDING"]
+__all__ = ["SPEC", "transfer_quant", "transfer_quant_graph", "quant_buffer_shape"]
 
 _OP = "multi_layer_kv_transfer"  # the public op named in messages
-
-#: Why the op has no AscendC kernel yet (ms_kvcache._spec.kernel_pending).
-PENDING = ("multi-layer transfer of quantized caches with their scale caches: cpu kernel only; the AscendC "
-           "kernel (scale planes as extra planes of their own row size) is not written yet")
 
 
 def quant_buffer_shape(fmt, num_layers, num_tokens, hidden, scales):
@@ -95,32 +93,17 @@ SPEC = register(OpSpec(
         TensorSpec("scale_caches", "F", (3, 4), dynamic=True, inplace_if=("direction", "h2d")),
     ),
     dtype_groups={"Q": QUANT_CACHE_DTYPES, "S": INDEX_DTYPES, "F": ("float32",)},
-    attrs=(
-        AttrSpec("kv_format", "int", int(KVCacheFormat.MERGED_KV), tuple(int(f) for f in KVCacheFormat)),
-        AttrSpec("direction", "str", "d2h", DIRECTIONS, DIRECTION_CODES),
-        AttrSpec("cache_layout", "str", "BSND", CACHE_LAYOUTS, CACHE_LAYOUT_CODES),
-        AttrSpec("num_layers", "int", 1),
-        AttrSpec("aiv_num", "int", 0),
-    ),
+    attrs=ML.transfer_attrs("d2h", "BSND"),
     doc="multi_layer_kv_transfer of int8 / float8 caches with their float32 scale caches in one buffer.",
-    extra={"infer_shape": _infer_shape, "infer_dtype": _infer_dtype, "ascend_kernel": PENDING},
+    extra={"infer_shape": _infer_shape, "infer_dtype": _infer_dtype},
 ))
 
-_Prim = prim_class(SPEC)
+_Prim = ML.public_prim(SPEC, _OP)  # graph-mode messages name the public op
 _STATIC = {}
 
 
-def _require_backend(backend):
-    if backend != "cpu":
-        raise NotImplementedError(
-            f"{_OP}: scale_caches (quantized caches with their scale caches in one call) have no kernel on "
-            f"backend {backend!r} yet (implemented: cpu); use ms_kvcache.set_backend('cpu'), or move the scale "
-            f"caches in a second multi_layer_kv_transfer call (float32 buffer)")
-    return backend
-
-
 @constexpr
-def _graph_check(kv_format, num_tensors, num_scales):
+def _graph_check(kv_format, num_tensors, num_scales, cache_dtype):
     fmt = ML.format_code(_OP, kv_format)
     tpl, P = ML.tensors_per_layer(fmt), ML.planes_of(fmt)
     L = num_tensors // tpl
@@ -128,7 +111,7 @@ def _graph_check(kv_format, num_tensors, num_scales):
         raise ValueError(f"{_OP}: argument 'scale_caches': expected {L} layers x {P} scale caches "
                          f"{ML.SCALE_PLANE_NAMES[fmt]} = {L * P} tensors for {KVCacheFormat(fmt).name}, got "
                          f"{num_scales}; every layer's caches need their scale caches")
-    _require_backend(_backend.get_backend())
+    ML.require_quant_backend(_OP, _backend.get_backend(), cache_dtype)
     return True
 
 
@@ -137,7 +120,7 @@ def transfer_quant_graph(buffer, flat, scale_caches, slot_mapping, fmt, directio
     """Graph branch (called from multi_layer_kv_transfer's graph branch with the checked attributes)."""
     check_graph_types(_OP, ("scale_caches[]",), F.typeof(scale_caches))
     sflat = ML.flatten_graph(scale_caches)
-    _graph_check(fmt, len(flat), len(sflat))
+    _graph_check(fmt, len(flat), len(sflat), flat[0].dtype)
     _get_cache_prim(_Prim)(graph_backend(), (len(flat), len(sflat)), fmt, direction, cache_layout, num_layers,
                            aiv_num)(buffer, slot_mapping, *flat, *sflat)
 
@@ -161,7 +144,7 @@ def transfer_quant(buffer, flat, num_layers, scale_caches, slot_mapping, fmt, di
     for name, x in written + read:
         V.require_contiguous(op, name, x)
     V.require_disjoint(op, written, read)
-    backend = _require_backend(_backend.get_backend())
+    backend = ML.require_quant_backend(_OP, _backend.get_backend(), flat[0].dtype)
     if slot_mapping.shape[0] == 0:
         return None
     nosync = nosync_checker(backend)
