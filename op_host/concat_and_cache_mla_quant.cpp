@@ -31,15 +31,8 @@ ge::graphStatus ConcatAndCacheMlaQuantTiling(gert::TilingContext* context) {
                     &sm = *shapes[kSlotMapping];
 
   // ---- attrs
-  const gert::RuntimeAttrs* attrs = context->GetAttrs();
-  const int64_t* mp = attrs == nullptr ? nullptr : attrs->GetAttrPointer<int64_t>(0);
-  const int64_t mode = mp == nullptr ? mskv_attr::kQuantSTATIC : *mp;
-  if (mode != mskv_attr::kQuantSTATIC && mode != mskv_attr::kQuantDYNAMIC) {
-    return Fail(kOp, "quant_mode: expected %lld (static) or %lld (dynamic), got %lld",
-                static_cast<long long>(mskv_attr::kQuantSTATIC), static_cast<long long>(mskv_attr::kQuantDYNAMIC),
-                static_cast<long long>(mode));
-  }
-  const bool dynamic = mode == mskv_attr::kQuantDYNAMIC;
+  bool dynamic = false;
+  if (QuantModeAttr(context, 0, kOp, &dynamic) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
 
   // ---- dtypes
   int64_t elem = 0;
@@ -56,7 +49,7 @@ ge::graphStatus ConcatAndCacheMlaQuantTiling(gert::TilingContext* context) {
   }
 
   // ---- shapes
-  char b1[160], b2[160];
+  char b1[160];
   const char* names[4] = {"kv_c", "k_pe", "kv_c_cache", "k_pe_cache"};
   for (int i = 0; i < 4; ++i) {
     if (CheckTensorSize(kOp, names[i], *shapes[i], i < 2 ? elem : 1) != ge::GRAPH_SUCCESS)
@@ -74,47 +67,10 @@ ge::graphStatus ConcatAndCacheMlaQuantTiling(gert::TilingContext* context) {
   if (CheckTokenRows(kOp, "k_pe", kpe, T, R) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
 
   // ---- scales
-  const char* sn[6] = {"kv_c_scale", "k_pe_scale", "kv_c_offset", "k_pe_offset", "kv_c_scale_cache", "k_pe_scale_cache"};
-  const gert::Shape* q[6];
-  for (int i = 0; i < 6; ++i) {
-    ge::DataType sdt = ge::DT_UNDEFINED;
-    q[i] = Optional(context, kCScale + i, &sdt);
-    if (q[i] != nullptr && sdt != ge::DT_FLOAT) return Fail(kOp, "%s: expected dtype float32, got %s", sn[i], DTypeName(sdt));
-    if (q[i] != nullptr && CheckTensorSize(kOp, sn[i], *q[i], 4) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
-  }
-  const int64_t dims[2] = {L, R};
   int kinds[2] = {0, 0};
   bool hasOffset = false;
-  for (int p = 0; p < 2; ++p) {
-    const gert::Shape* s = q[p];
-    const gert::Shape* o = q[2 + p];
-    const gert::Shape* c = q[4 + p];
-    if (dynamic) {
-      if (s != nullptr || o != nullptr) return Fail(kOp, "%s: expected absent with quant_mode dynamic", s ? sn[p] : sn[2 + p]);
-      if (c == nullptr) return Fail(kOp, "%s: expected a float32 scale cache for quant_mode dynamic, got none", sn[4 + p]);
-      if (c->GetDimNum() != 3 || c->GetDim(0) != nb || c->GetDim(1) != bs || c->GetDim(2) != 1) {
-        return Fail(kOp, "%s: expected shape [%lld, %lld, 1], got %s", sn[4 + p], static_cast<long long>(nb),
-                    static_cast<long long>(bs), ShapeText(*c, b1, sizeof(b1)));
-      }
-      continue;
-    }
-    if (c != nullptr) return Fail(kOp, "%s: expected absent with quant_mode static", sn[4 + p]);
-    if (s == nullptr) return Fail(kOp, "%s: expected a float32 scale for quant_mode static, got none", sn[p]);
-    if (s->GetDimNum() == 0 || (s->GetDimNum() == 1 && s->GetDim(0) == 1)) {
-      kinds[p] = 0;
-    } else if (s->GetDimNum() == 1 && s->GetDim(0) == dims[p]) {
-      kinds[p] = 2;
-    } else {
-      return Fail(kOp, "%s: expected shape [] or [1] (per tensor) or [%lld] (per channel), got %s", sn[p],
-                  static_cast<long long>(dims[p]), ShapeText(*s, b1, sizeof(b1)));
-    }
-    if (o != nullptr && !SameShape(*o, *s)) {
-      return Fail(kOp, "%s: expected shape %s (as %s), got %s", sn[2 + p], ShapeText(*s, b1, sizeof(b1)), sn[p],
-                  ShapeText(*o, b2, sizeof(b2)));
-    }
-    if ((o != nullptr) != (q[3 - p] != nullptr)) return Fail(kOp, "kv_c_offset, k_pe_offset: expected both or neither");
-    hasOffset = o != nullptr;
-  }
+  if (MlaScales(context, kOp, kCScale, dynamic, nb, bs, L, R, kinds, &hasOffset) != ge::GRAPH_SUCCESS)
+    return ge::GRAPH_FAILED;
 
   // ---- SoC rules and UB plan (nothing to write: no slots or tokens, or both planes empty -> no-op launch)
   const bool noWork = (L == 0 && R == 0) || nb * bs == 0 || T == 0;
@@ -124,16 +80,7 @@ ge::graphStatus ConcatAndCacheMlaQuantTiling(gert::TilingContext* context) {
   int64_t tree = 8;
   while (tree < row) tree *= 2;
   if (!noWork) {
-    if (pad && hw.is310P) {
-      return Fail(kOp, "kv_lora_rank %lld / rope_dim %lld: a row of int8 codes that is not a multiple of 32 bytes needs "
-                  "DataCopyPad, which Ascend310P does not have (use sizes that are multiples of 32)",
-                  static_cast<long long>(L), static_cast<long long>(R));
-    }
-    if (dynamic && hw.is310P) {
-      return Fail(kOp, "dynamic scales on Ascend310P: a token's scale is one 4-byte write per plane, which needs "
-                  "DataCopyPad (not on Ascend310P; a 32-byte read-modify-write would race with the other cores, "
-                  "docs/quantization.md); use static scales there");
-    }
+    if (MlaQuantRules(kOp, hw, dynamic, L, R) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
     auto need = [&](int64_t r) {  // UB bytes for rows of r (padded) elements
       int64_t t = 8;
       while (t < r) t *= 2;

@@ -97,27 +97,49 @@ inline int ScaleKind(const gert::Shape& s, int64_t h, int64_t d) {
   return -1;
 }
 
+// The attribute quant_mode (at i: static / dynamic int codes, static when absent).
+inline ge::graphStatus QuantModeAttr(gert::TilingContext* context, size_t i, const char* op, bool* dynamic) {
+  const gert::RuntimeAttrs* attrs = context->GetAttrs();
+  const int64_t* m = attrs == nullptr ? nullptr : attrs->GetAttrPointer<int64_t>(i);
+  const int64_t mode = m == nullptr ? mskv_attr::kQuantSTATIC : *m;
+  if (mode != mskv_attr::kQuantSTATIC && mode != mskv_attr::kQuantDYNAMIC) {
+    return mskv_tiling::Fail(op, "quant_mode: expected %lld (static) or %lld (dynamic), got %lld",
+                             static_cast<long long>(mskv_attr::kQuantSTATIC),
+                             static_cast<long long>(mskv_attr::kQuantDYNAMIC), static_cast<long long>(mode));
+  }
+  *dynamic = mode == mskv_attr::kQuantDYNAMIC;
+  return ge::GRAPH_SUCCESS;
+}
+
+// The six OPTIONAL float32 quantization inputs from index `first` (names sn): q[i] nullptr when absent.
+inline ge::graphStatus QuantInputs(gert::TilingContext* context, const char* op, int first, const char* const sn[6],
+                                   const gert::Shape* q[6]) {
+  for (int i = 0; i < 6; ++i) {
+    ge::DataType dt = ge::DT_UNDEFINED;
+    q[i] = Optional(context, first + i, &dt);
+    if (q[i] != nullptr && dt != ge::DT_FLOAT) {
+      return mskv_tiling::Fail(op, "%s: expected dtype float32, got %s", sn[i], mskv_tiling::DTypeName(dt));
+    }
+    if (q[i] != nullptr && mskv_tiling::CheckTensorSize(op, sn[i], *q[i], 4) != ge::GRAPH_SUCCESS) {
+      return ge::GRAPH_FAILED;
+    }
+  }
+  return ge::GRAPH_SUCCESS;
+}
+
 // The attributes kv_format (at i: 1 MERGED_KV, 2 SEPARATE_KV) and quant_mode (at i + 1: static / dynamic
 // codes) of the GQA quantizing writes.
 inline ge::graphStatus GqaQuantAttrs(gert::TilingContext* context, size_t i, const char* op, bool* merged,
                                      bool* dynamic) {
   const gert::RuntimeAttrs* attrs = context->GetAttrs();
   const int64_t* f = attrs == nullptr ? nullptr : attrs->GetAttrPointer<int64_t>(i);
-  const int64_t* m = attrs == nullptr ? nullptr : attrs->GetAttrPointer<int64_t>(i + 1);
   const int64_t kvFormat = f == nullptr ? 2 : *f;
-  const int64_t mode = m == nullptr ? mskv_attr::kQuantSTATIC : *m;
   if (kvFormat != 1 && kvFormat != 2) {
     return mskv_tiling::Fail(op, "kv_format: expected 1 (MERGED_KV) or 2 (SEPARATE_KV), got %lld",
                              static_cast<long long>(kvFormat));
   }
-  if (mode != mskv_attr::kQuantSTATIC && mode != mskv_attr::kQuantDYNAMIC) {
-    return mskv_tiling::Fail(op, "quant_mode: expected %lld (static) or %lld (dynamic), got %lld",
-                             static_cast<long long>(mskv_attr::kQuantSTATIC),
-                             static_cast<long long>(mskv_attr::kQuantDYNAMIC), static_cast<long long>(mode));
-  }
   *merged = kvFormat == 1;
-  *dynamic = mode == mskv_attr::kQuantDYNAMIC;
-  return ge::GRAPH_SUCCESS;
+  return QuantModeAttr(context, i + 1, op, dynamic);
 }
 
 // The quantization inputs of a GQA write (the K and V planes of caches [nb, bs, H, D] / [nb, H, bs, D]): six
@@ -131,16 +153,7 @@ inline ge::graphStatus GqaScales(gert::TilingContext* context, const char* op, i
   char b1[160], b2[160];
   const char* sn[6] = {"k_scale", "v_scale", "k_offset", "v_offset", "k_scale_cache", "v_scale_cache"};
   const gert::Shape* q[6];
-  for (int i = 0; i < 6; ++i) {
-    ge::DataType dt = ge::DT_UNDEFINED;
-    q[i] = Optional(context, first + i, &dt);
-    if (q[i] != nullptr && dt != ge::DT_FLOAT) {
-      return Fail(op, "%s: expected dtype float32, got %s", sn[i], mskv_tiling::DTypeName(dt));
-    }
-    if (q[i] != nullptr && mskv_tiling::CheckTensorSize(op, sn[i], *q[i], 4) != ge::GRAPH_SUCCESS) {
-      return ge::GRAPH_FAILED;
-    }
-  }
+  if (QuantInputs(context, op, first, sn, q) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   kinds[0] = kinds[1] = 0;
   *hasOffset = false;
   for (int p = 0; p < 2; ++p) {
@@ -174,6 +187,74 @@ inline ge::graphStatus GqaScales(gert::TilingContext* context, const char* op, i
     }
     if ((o != nullptr) != (q[3 - p] != nullptr)) return Fail(op, "k_offset, v_offset: expected both or neither");
     *hasOffset = o != nullptr;
+  }
+  return ge::GRAPH_SUCCESS;
+}
+
+// The quantization inputs of an MLA write (planes kv_c [nb, bs, L] and k_pe [nb, bs, R], one "head" each): six
+// OPTIONAL inputs from index `first`, kv_c_scale, k_pe_scale, kv_c_offset, k_pe_offset (static: [] / [1] per
+// tensor or [L] / [R] per channel, offsets shaped like their scale, both or neither), kv_c_scale_cache,
+// k_pe_scale_cache (dynamic: [nb, bs, 1]). Sets the static scale kinds (0 per tensor, 2 per channel) and
+// whether offsets exist.
+inline ge::graphStatus MlaScales(gert::TilingContext* context, const char* op, int first, bool dynamic, int64_t nb,
+                                 int64_t bs, int64_t L, int64_t R, int kinds[2], bool* hasOffset) {
+  using mskv_tiling::Fail;
+  using mskv_tiling::ShapeText;
+  char b1[160], b2[160];
+  const char* sn[6] = {"kv_c_scale", "k_pe_scale", "kv_c_offset", "k_pe_offset", "kv_c_scale_cache", "k_pe_scale_cache"};
+  const gert::Shape* q[6];
+  if (QuantInputs(context, op, first, sn, q) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  const int64_t dims[2] = {L, R};
+  kinds[0] = kinds[1] = 0;
+  *hasOffset = false;
+  for (int p = 0; p < 2; ++p) {
+    const gert::Shape* s = q[p];
+    const gert::Shape* o = q[2 + p];
+    const gert::Shape* c = q[4 + p];
+    if (dynamic) {
+      if (s != nullptr || o != nullptr) return Fail(op, "%s: expected absent with quant_mode dynamic", s ? sn[p] : sn[2 + p]);
+      if (c == nullptr) return Fail(op, "%s: expected a float32 scale cache for quant_mode dynamic, got none", sn[4 + p]);
+      if (c->GetDimNum() != 3 || c->GetDim(0) != nb || c->GetDim(1) != bs || c->GetDim(2) != 1) {
+        return Fail(op, "%s: expected shape [%lld, %lld, 1], got %s", sn[4 + p], static_cast<long long>(nb),
+                    static_cast<long long>(bs), ShapeText(*c, b1, sizeof(b1)));
+      }
+      continue;
+    }
+    if (c != nullptr) return Fail(op, "%s: expected absent with quant_mode static", sn[4 + p]);
+    if (s == nullptr) return Fail(op, "%s: expected a float32 scale for quant_mode static, got none", sn[p]);
+    if (s->GetDimNum() == 0 || (s->GetDimNum() == 1 && s->GetDim(0) == 1)) {
+      kinds[p] = 0;
+    } else if (s->GetDimNum() == 1 && s->GetDim(0) == dims[p]) {
+      kinds[p] = 2;
+    } else {
+      return Fail(op, "%s: expected shape [] or [1] (per tensor) or [%lld] (per channel), got %s", sn[p],
+                  static_cast<long long>(dims[p]), ShapeText(*s, b1, sizeof(b1)));
+    }
+    if (o != nullptr && !mskv_tiling::SameShape(*o, *s)) {
+      return Fail(op, "%s: expected shape %s (as %s), got %s", sn[2 + p], ShapeText(*s, b1, sizeof(b1)), sn[p],
+                  ShapeText(*o, b2, sizeof(b2)));
+    }
+    if ((o != nullptr) != (q[3 - p] != nullptr)) return Fail(op, "kv_c_offset, k_pe_offset: expected both or neither");
+    *hasOffset = o != nullptr;
+  }
+  return ge::GRAPH_SUCCESS;
+}
+
+// The SoC rules of an MLA quantizing write (kv_lora_rank L, rope_dim R): rows of int8 codes that are not a
+// multiple of 32 bytes and dynamic scales (one 4-byte write per token and plane) need DataCopyPad (A2/A3).
+inline ge::graphStatus MlaQuantRules(const char* op, const mskv_tiling::Hardware& hw, bool dynamic, int64_t L,
+                                     int64_t R) {
+  using mskv_tiling::Fail;
+  const bool pad = (L % mskv_tiling::kBlockBytes) != 0 || (R % mskv_tiling::kBlockBytes) != 0;
+  if (pad && hw.is310P) {
+    return Fail(op, "kv_lora_rank %lld / rope_dim %lld: a row of int8 codes that is not a multiple of 32 bytes needs "
+                "DataCopyPad, which Ascend310P does not have (use sizes that are multiples of 32)",
+                static_cast<long long>(L), static_cast<long long>(R));
+  }
+  if (dynamic && hw.is310P) {
+    return Fail(op, "dynamic scales on Ascend310P: a token's scale is one 4-byte write per plane, which needs "
+                "DataCopyPad (not on Ascend310P; a 32-byte read-modify-write would race with the other cores, "
+                "docs/quantization.md); use static scales there");
   }
   return ge::GRAPH_SUCCESS;
 }

@@ -40,45 +40,24 @@ __aicore__ inline void RunConcatAndCacheMlaQuant(GM_ADDR kv_c, GM_ADDR k_pe, GM_
   if (begin >= end) return;
   const int64_t dims[2] = {td.cDim, td.pDim};
   const int64_t pitches[2] = {td.cPitch, td.pPitch};
-  const int64_t kinds[2] = {td.cScaleKind, td.pScaleKind};
-  mskv::quant::QPlane planes[2];
-  for (int32_t p = 0; p < 2; ++p) {
-    planes[p].heads = 1;
-    planes[p].headSize = dims[p];
-    planes[p].pitch = pitches[p];
-    planes[p].cg.numSlots = td.numSlots;
-    planes[p].cg.blockSize = td.blockSize;
-    planes[p].cg.blockStride = td.blockSize * dims[p];
-    planes[p].cg.slotStride = dims[p];
-    planes[p].cg.headStride = dims[p];
-    planes[p].cg.heads = 1;
-    planes[p].scBlock = td.blockSize;  // scale caches [nb, bs, 1]
-    planes[p].scSlot = 1;
-    planes[p].kind = kinds[p];
-  }
+  const mskv::quant::QPlane planes[2] = {
+      mskv::quant::MlaQPlane(td.numSlots, td.blockSize, dims[0], pitches[0], td.cScaleKind),
+      mskv::quant::MlaQPlane(td.numSlots, td.blockSize, dims[1], pitches[1], td.pScaleKind)};
   const int64_t maxRow = pitches[0] > pitches[1] ? pitches[0] : pitches[1];
   AscendC::TPipe pipe;
   mskv::quant::RowQuant<T, S, DYN, false, PAD> q;
   q.Init(&pipe, slot_mapping, maxRow, 1, td.treeElems, td.hasOffset != 0);
-  if constexpr (!DYN) {
-    if (dims[0] > 0) q.LoadStatic(0, planes[0], kv_c_scale, kv_c_offset);
-    if (dims[1] > 0) q.LoadStatic(1, planes[1], k_pe_scale, k_pe_offset);
-    q.StaticReady();
-  }
+  if constexpr (!DYN) q.LoadStatic2(planes, kv_c_scale, kv_c_offset, k_pe_scale, k_pe_offset);
   AscendC::GlobalTensor<T> src[2];
   src[0].SetGlobalBuffer(reinterpret_cast<__gm__ T*>(kv_c));
   src[1].SetGlobalBuffer(reinterpret_cast<__gm__ T*>(k_pe));
-  AscendC::GlobalTensor<int8_t> dst[2];
-  dst[0].SetGlobalBuffer(reinterpret_cast<__gm__ int8_t*>(kv_c_cache));
-  dst[1].SetGlobalBuffer(reinterpret_cast<__gm__ int8_t*>(k_pe_cache));
-  AscendC::GlobalTensor<float> sc[2];
-  sc[0].SetGlobalBuffer(reinterpret_cast<__gm__ float*>(kv_c_scale_cache));
-  sc[1].SetGlobalBuffer(reinterpret_cast<__gm__ float*>(k_pe_scale_cache));
+  mskv::quant::QuantDst out;
+  out.Init(kv_c_cache, k_pe_cache, kv_c_scale_cache, k_pe_scale_cache);
   for (int64_t t = begin; t < end; ++t) {
     int64_t slot = -1;
     if (!q.ValidSlot(t, td.numSlots, &slot)) continue;
     for (int32_t p = 0; p < 2; ++p) {
-      if (dims[p] > 0) q.Row(p, planes[p], src[p], t, dst[p], slot, sc[p]);
+      if (dims[p] > 0) q.Row(p, planes[p], src[p], t, out.cache[p], slot, out.scale[p]);
     }
   }
 }

@@ -143,6 +143,14 @@ class RowQuant {
     }
   }
 
+  // Static: both planes' rows (LoadStatic; a plane of headSize 0 is skipped), then StaticReady.
+  __aicore__ inline void LoadStatic2(const QPlane* planes, GM_ADDR scale0, GM_ADDR offset0, GM_ADDR scale1,
+                                     GM_ADDR offset1) {
+    if (planes[0].headSize > 0) LoadStatic(0, planes[0], scale0, offset0);
+    if (planes[1].headSize > 0) LoadStatic(1, planes[1], scale1, offset1);
+    StaticReady();
+  }
+
   // UB bytes of the scale row of one token: one float per head (BSND) or one per 32-byte block (BNSD: one
   // DataCopyPad burst per head), rounded up to whole 64-float repeats (the mask-form Duplicate).
   __aicore__ static inline int64_t ScaleUbBytes(int64_t heads) {
@@ -316,10 +324,45 @@ class RowQuant {
   AscendC::TBuf<AscendC::TPosition::VECCALC> oRow_;
 };
 
+// The written GM tensors of a two-plane quantizing write: the int8 cache planes and their scale caches.
+struct QuantDst {
+  AscendC::GlobalTensor<int8_t> cache[2];
+  AscendC::GlobalTensor<float> scale[2];
+  __aicore__ inline void Init(GM_ADDR cache0, GM_ADDR cache1, GM_ADDR scale0, GM_ADDR scale1) {
+    cache[0].SetGlobalBuffer(reinterpret_cast<__gm__ int8_t*>(cache0));
+    cache[1].SetGlobalBuffer(reinterpret_cast<__gm__ int8_t*>(cache1));
+    scale[0].SetGlobalBuffer(reinterpret_cast<__gm__ float*>(scale0));
+    scale[1].SetGlobalBuffer(reinterpret_cast<__gm__ float*>(scale1));
+  }
+};
+
+// An MLA plane (kv_c or k_pe of concat_and_cache_mla(_quant) / rope_concat_and_cache_mla_quant): one "head" of d
+// elements per slot of a cache [nb, bs, d], UB rows of pitch p, codes at outPitch (0: = p), its scale cache
+// [nb, bs, 1] and its static scale kind.
+__aicore__ inline QPlane MlaQPlane(int64_t numSlots, int64_t blockSize, int64_t d, int64_t p, int64_t kind,
+                                   int64_t outPitch = 0) {
+  QPlane q;
+  q.heads = 1;
+  q.headSize = d;
+  q.pitch = p;
+  q.cg.numSlots = numSlots;
+  q.cg.blockSize = blockSize;
+  q.cg.blockStride = blockSize * d;
+  q.cg.slotStride = d;
+  q.cg.headStride = d;
+  q.cg.heads = 1;
+  q.scBlock = blockSize;
+  q.scSlot = 1;
+  q.kind = kind;
+  q.outPitch = outPitch;
+  return q;
+}
+
 // The sink of rope::RotatePlaneTo for a quantized cache plane: the rotated head rows of a written token
 // (as returned in key_out / k_pe_out) quantized by `q` into the plane `plane` (index p of q's planes).
 template <typename Q>
 struct QuantSink {
+  static constexpr bool kVectorRead = true;  // the rows are read by vector instructions (rope_mla_kernel.h)
   Q* q;
   int32_t p;
   const QPlane* plane;

@@ -244,7 +244,8 @@ constexpr unsigned long long RopeKey(bool pad, unsigned long long x, unsigned lo
   X(MskvRopeConcatAndCacheMla, MSKV_KEYS_ROPE_CONCAT_AND_CACHE_MLA)            \
   X(MskvReshapeAndCacheQuant, MSKV_KEYS_RESHAPE_AND_CACHE_QUANT)               \
   X(MskvConcatAndCacheMlaQuant, MSKV_KEYS_CONCAT_AND_CACHE_MLA_QUANT)         \
-  X(MskvRopeReshapeAndCacheQuant, MSKV_KEYS_ROPE_RESHAPE_AND_CACHE_QUANT)
+  X(MskvRopeReshapeAndCacheQuant, MSKV_KEYS_ROPE_RESHAPE_AND_CACHE_QUANT)     \
+  X(MskvRopeConcatAndCacheMlaQuant, MSKV_KEYS_ROPE_CONCAT_AND_CACHE_MLA_QUANT)
 
 // key = quant_mode * 10000 + layout * 1000 + data dtype * 100 + index dtype * 10 + DataCopyPad (int8 caches;
 // float8 caches are a tiling error on these SoCs). Ascend310P: dynamic scales in BSND caches only (a BNSD
@@ -286,10 +287,20 @@ constexpr unsigned long long QuantCopyKey(bool dynamic, unsigned long long dtype
   MSKV_KEYS6(E, MSKV_DIM_QUANT_DYNAMIC, MSKV_DIM_PAD, MSKV_DIM_LAYOUT_PAD_BNSD, MSKV_DIM_ROPE_F32,             \
              MSKV_DIM_TABLE_F32, MSKV_DIM_NEOX)
 namespace mskv_keys {
-constexpr unsigned long long RopeQuantKey(bool dynamic, bool pad, bool bnsd, unsigned long long dtype, bool tableIsData,
-                                          bool neox) {
-  return Digits(dynamic, pad, bnsd, dtype, tableIsData, neox);
+// x: the rotary key's second digit (the layout of the GQA writes, the norm weight of the MLA write)
+constexpr unsigned long long RopeQuantKey(bool dynamic, bool pad, unsigned long long x, unsigned long long dtype,
+                                          bool tableIsData, bool neox) {
+  return Digits(dynamic, pad, x, dtype, tableIsData, neox);
 }
 }  // namespace mskv_keys
+
+// The MLA RoPE write into int8 caches: key = quant_mode * 100000 + the key of rope_concat_and_cache_mla
+// (DataCopyPad, norm weight, dtype, table, style), RopeQuantKey. Ascend310P: static scales only (a dynamic MLA
+// scale is one 4-byte write per token and plane, which needs DataCopyPad).
+#define MSKV_KEYS_ROPE_CONCAT_AND_CACHE_MLA_QUANT(E)                                                              \
+  MSKV_KEYS6(E, MSKV_DIM_QUANT_MODE_PAD_DYN, MSKV_DIM_PAD, MSKV_DIM_NORM_WEIGHT, MSKV_DIM_ROPE_DTYPE,            \
+             MSKV_DIM_TABLE, MSKV_DIM_NEOX)                                                                       \
+  MSKV_KEYS6(E, MSKV_DIM_QUANT_MODE_PAD_DYN, MSKV_DIM_PAD, MSKV_DIM_NORM_WEIGHT_F32, MSKV_DIM_ROPE_F32,          \
+             MSKV_DIM_TABLE_F32, MSKV_DIM_NEOX)
 
 #endif  // MS_KVCACHE_OP_KERNEL_MSKV_TILING_KEYS_H_

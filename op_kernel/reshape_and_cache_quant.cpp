@@ -63,11 +63,7 @@ __aicore__ inline void RunReshapeAndCacheQuant(GM_ADDR key, GM_ADDR value, GM_AD
   AscendC::TPipe pipe;
   mskv::quant::RowQuant<T, S, DYN, BNSD, PAD> q;
   q.Init(&pipe, slot_mapping, td.heads * td.pitch, td.heads, td.treeElems, td.hasOffset != 0);
-  if constexpr (!DYN) {
-    q.LoadStatic(0, planes[0], k_scale, k_offset);
-    q.LoadStatic(1, planes[1], v_scale, v_offset);
-    q.StaticReady();
-  }
+  if constexpr (!DYN) q.LoadStatic2(planes, k_scale, k_offset, v_scale, v_offset);
   AscendC::GlobalTensor<T> src[2];
   src[0].SetGlobalBuffer(reinterpret_cast<__gm__ T*>(key));
   src[1].SetGlobalBuffer(reinterpret_cast<__gm__ T*>(value));

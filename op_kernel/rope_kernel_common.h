@@ -504,6 +504,7 @@ __aicore__ inline void ReadBatch(Batch* b, int64_t first, int64_t n, const Index
 // (The quantizing writes have their own sink, op_kernel/kv_quant_kernel.h QuantSink.)
 template <typename T, bool PAD>
 struct CacheSink {
+  static constexpr bool kVectorRead = false;  // the rows leave UB through MTE3 only
   AscendC::GlobalTensor<T>* cache;
   const CacheGeom* cg;
   int64_t d;

@@ -419,3 +419,29 @@ def test_rope_reshape_and_cache_quant_aliases_trap(soc, rng):
     launch(op, [positions, q, k, v, table, kc, vc, slots, _E, _E, _E, _E, sc, np.zeros_like(sc), qo, ko], dyn, soc,
            gm_copy="never")
     assert np.abs(kc).max() == 127 and (sc > 0).any()
+
+
+@pytest.mark.parametrize("soc", SOCS)
+def test_rope_concat_and_cache_mla_quant_aliases_trap(soc, rng):
+    """rope_concat_and_cache_mla with int8 caches: kv_c_cache is k_pe_cache (static), kv_c_scale_cache is
+    k_pe_scale_cache (dynamic, A2 only: Ascend310P refuses dynamic MLA scales), kv_c_out over kv_c_cache's bytes:
+    TRAP before any write."""
+    positions, q, k, kv, table, slots = _mla_inputs(rng)
+    outs = [np.zeros_like(q), np.zeros_like(k), np.zeros_like(kv)]
+    c, p = np.zeros((2, 16, 32), np.int8), np.zeros((2, 16, 32), np.int8)
+    s = np.full((), 0.05, np.float32)
+    op, st = "MskvRopeConcatAndCacheMlaQuant", {"is_neox_style": False, "epsilon": 1e-6, "quant_mode": "static"}
+    _trap(op, [positions, q, k, kv, table, c, c, slots, None, s, s, _E, _E, _E, _E, *outs], st, soc,
+          written=(c, *outs))
+    kv_alias = c.view(np.float16).reshape(-1)[:kv.size].reshape(kv.shape)  # kv_c_out over kv_c_cache's bytes
+    _trap(op, [positions, q, k, kv, table, c, p, slots, None, s, s, _E, _E, _E, _E, outs[0], outs[1], kv_alias], st,
+          soc, written=(p, outs[0], outs[1]))
+    if soc != "Ascend310P3":
+        sc = np.zeros((2, 16, 1), np.float32)
+        dyn = dict(st, quant_mode="dynamic")
+        _trap(op, [positions, q, k, kv, table, c, p, slots, None, _E, _E, _E, _E, sc, sc, *outs], dyn, soc,
+              written=(c, p, sc, *outs))
+        # not over-strict: the same launch with distinct tensors runs and writes the caches and scales
+        launch(op, [positions, q, k, kv, table, c, p, slots, None, _E, _E, _E, _E, sc, np.zeros_like(sc), *outs],
+               dyn, soc, gm_copy="never")
+        assert np.abs(c).max() == 127 and np.abs(p).max() == 127 and (sc > 0).any()

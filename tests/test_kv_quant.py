@@ -773,13 +773,12 @@ def test_bad_static_values_fail_the_graph_launch_cpu_mla(arg, bad, shown, rng):
 
 
 @pytest.mark.parametrize("backend", ("sim", "ascend"))
-@pytest.mark.parametrize("mode", ("pynative", "graph"))
-def test_other_backends_refuse(backend, mode, monkeypatch):
-    """sim / ascend have no AscendC kernel of rope_concat_and_cache_mla_quant yet: a clear error naming the op and
-    the backend that has it, before any launch (no fallback); the caches are untouched. (reshape_and_cache_quant,
-    concat_and_cache_mla_quant and rope_reshape_and_cache_quant have their AscendC kernels:
-    tests/test_*_quant_sim.py. The ascend backend is selected by hand: off an NPU set_backend('ascend')
-    refuses.)"""
+def test_other_backends_refuse_float8_mla_rope(backend, monkeypatch):
+    """Every quantizing cache write has its AscendC kernel now (tests/test_*_quant_sim.py); on sim / ascend a
+    float8 cache of rope_concat_and_cache_mla is a TypeError naming the public op and kv_c_cache before any launch
+    (no fallback), the caches untouched; require_backend still refuses an op whose kernel is pending (a
+    spec marked pending by hand: none is any more). (The ascend backend is selected by hand: off an NPU
+    set_backend('ascend') refuses.)"""
     from ms_kvcache import _backend
     if backend == "sim":
         ok, why = _backend.backend_module("sim").available()
@@ -787,37 +786,33 @@ def test_other_backends_refuse(backend, mode, monkeypatch):
             pytest.skip(f"sim backend unavailable: {why}")
     monkeypatch.setattr(_backend, "_current", backend)
     t, rank, rope = 3, 32, 16
-    pos = np.array([0, 1, 2], np.int32)
-    q_pe = np.ones((t, 2, rope), np.float16)
-    k_pe = np.ones((t, rope), np.float16)
-    kv_c = np.ones((t, rank), np.float16)
-    cs = np.ones((4, rope), np.float16)
-    cc, pc = np.zeros((2, 4, rank), np.int8), np.zeros((2, 4, rope), np.int8)
-    sl = np.array([0, -1, 5], np.int32)
-
-    def call(c, p1, q1, k1, c1, cs1, s1, a):
-        ms_kvcache.rope_concat_and_cache_mla(p1, q1, k1, c1, cs1, c[0], c[1], s1, kv_c_scale=a, k_pe_scale=a)
-
-    with pytest.raises(NotImplementedError, match=rf"rope_concat_and_cache_mla: quantized cache writes .* no kernel "
-                                                  rf"on backend '{backend}' yet \(implemented: cpu"):
-        if mode == "pynative":
-            kc_t, pc_t = Tensor(cc), Tensor(pc)
-            ms_kvcache.rope_concat_and_cache_mla(Tensor(pos), Tensor(q_pe), Tensor(k_pe), Tensor(kv_c), Tensor(cs), kc_t,
-                                                 pc_t, Tensor(sl), kv_c_scale=F1, k_pe_scale=F1)
-        else:
-            run("graph", call, [cc, pc], [pos, q_pe, k_pe, kv_c, cs, sl, np.float32(0.1)])
-    if mode == "pynative":
-        np.testing.assert_array_equal(kc_t.asnumpy(), cc)
+    cc = fp8_tensor(np.zeros((2, 4, rank), np.uint8), "float8_e4m3fn")
+    pc = fp8_tensor(np.zeros((2, 4, rope), np.uint8), "float8_e4m3fn")
+    with pytest.raises(TypeError, match=rf"rope_concat_and_cache_mla: argument 'kv_c_cache': expected dtype int8 on "
+                                        rf"backend '{backend}'"):
+        ms_kvcache.rope_concat_and_cache_mla(
+            Tensor(np.array([0, 1, 2], np.int32)), Tensor(np.ones((t, 2, rope), np.float16)),
+            Tensor(np.ones((t, rope), np.float16)), Tensor(np.ones((t, rank), np.float16)),
+            Tensor(np.ones((4, rope), np.float16)), cc, pc, Tensor(np.array([0, -1, 5], np.int32)), kv_c_scale=F1,
+            k_pe_scale=F1)
+    np.testing.assert_array_equal(cc.view(ms.uint8).asnumpy(), np.zeros((2, 4, rank), np.uint8))
+    # no quantizing spec is pending any more: one marked pending by hand is still refused
+    import dataclasses
+    spec = _spec.get_spec("multi_layer_kv_transfer_quant")
+    pending = dataclasses.replace(spec, extra={**spec.extra, "ascend_kernel": "not yet"})
+    with pytest.raises(NotImplementedError, match=rf"x: quantized cache writes .* no kernel on backend '{backend}'"):
+        _quant.require_backend("x", backend, pending)
+    assert _quant.require_backend("x", backend, spec) == backend
 
 
 def test_pending_specs_refused_by_aot_and_shims():
-    """Every quantizing OpSpec but reshape_and_cache_quant / concat_and_cache_mla_quant / rope_reshape_and_cache_quant
-    and the scale-carrying multi-layer transfers (i.e. rope_concat_and_cache_mla_quant) declares its AscendC kernel
-    pending: the sim backend's aot_func refuses it naming the op, no aclnn shim is generated for it, and the
-    structure check wants no op_kernel file."""
+    """No quantizing OpSpec declares its AscendC kernel pending any more (every quantizing cache write and both
+    scale-carrying multi-layer transfers have one): the pending set is empty, and each has an aclnn shim and the
+    sim backend's entry (a spec marked pending again would be refused by the sim backend's aot_func naming the op,
+    get no aclnn shim, and the structure check would want no op_kernel file)."""
     from ms_kvcache import _aclnn
     from ms_kvcache._backends import sim
-    names = {"rope_concat_and_cache_mla_quant"}
+    names = set()
     pending = {s.name for s in _spec.all_specs() if _spec.kernel_pending(s)}
     assert pending == names
     for n in names:
@@ -828,6 +823,7 @@ def test_pending_specs_refused_by_aot_and_shims():
     for n, t in (("reshape_and_cache_quant", "MskvReshapeAndCacheQuant"),
                  ("concat_and_cache_mla_quant", "MskvConcatAndCacheMlaQuant"),
                  ("rope_reshape_and_cache_quant", "MskvRopeReshapeAndCacheQuant"),
+                 ("rope_concat_and_cache_mla_quant", "MskvRopeConcatAndCacheMlaQuant"),
                  ("multi_layer_kv_transfer_quant", "MskvMultiLayerKvTransferQuant"),
                  ("multi_layer_block_transfer_quant", "MskvMultiLayerBlockTransferQuant")):
         assert not _spec.kernel_pending(_spec.get_spec(n))
@@ -852,11 +848,13 @@ def test_kernel_coverage_flags_both_mismatches(tmp_path):
     without the marker must have its kernel file; this checkout is consistent."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
     import mskv_structure as _structure  # tools/mskv_structure.py, a developer check outside the package
-    specs = [_spec.get_spec("rope_concat_and_cache_mla_quant"), _spec.get_spec("reshape_and_cache")]
+    import dataclasses
+    spec = _spec.get_spec("multi_layer_kv_transfer_quant")  # no spec is pending any more: mark one by hand
+    specs = [dataclasses.replace(spec, extra={**spec.extra, "ascend_kernel": "not yet"}), _spec.get_spec("reshape_and_cache")]
     (tmp_path / "op_kernel").mkdir()
-    (tmp_path / "op_kernel" / "rope_concat_and_cache_mla_quant.cpp").write_text("")
+    (tmp_path / "op_kernel" / "multi_layer_kv_transfer_quant.cpp").write_text("")
     out = _structure.kernel_coverage(tmp_path, specs)
-    assert any("MskvRopeConcatAndCacheMlaQuant: op_kernel/rope_concat_and_cache_mla_quant.cpp exists" in line
+    assert any("MskvMultiLayerKvTransferQuant: op_kernel/multi_layer_kv_transfer_quant.cpp exists" in line
                for line in out), out
     assert any("MskvReshapeAndCache: no op_kernel/reshape_and_cache.cpp" in line for line in out), out
     root = _structure.Path(_structure.__file__).resolve().parent.parent

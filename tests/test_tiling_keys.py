@@ -153,6 +153,17 @@ def _variants(op, dt):
                    ((NB, BS, d), x), ((NB, BS, rd), x), ((T,), S),
                    ((d,), dt["kv_c_norm_weight"]) if weight else None]
             yield ins, {"is_neox_style": neox, "epsilon": 1e-6}
+    elif op == "rope_concat_and_cache_mla_quant":
+        # both styles, with and without the norm, static and dynamic scales (one per token and plane)
+        for d, neox, weight, mode in itertools.product(HEAD_SIZES, (False, True), (False, True), ("static", "dynamic")):
+            x, c, f = dt["q_pe"], dt["cos_sin_cache"], dt["kv_c_scale"]
+            rd = 32 if d == 32 else 2
+            sc = ((NB, BS, 1), f)
+            scales = [((), f), ((), f), None, None, None, None] if mode == "static" else [None] * 4 + [sc, sc]
+            ins = [((T,), dt["positions"]), ((T, H, rd), x), ((T, rd), x), ((T, d), x), ((16, rd), c),
+                   ((NB, BS, d), dt["kv_c_cache"]), ((NB, BS, rd), dt["k_pe_cache"]), ((T,), S),
+                   ((d,), dt["kv_c_norm_weight"]) if weight else None] + scales
+            yield ins, {"is_neox_style": neox, "epsilon": 1e-6, "quant_mode": mode}
     else:
         raise AssertionError(f"tests/test_tiling_keys.py: no input builder for op {op!r}: add one")
 
@@ -256,6 +267,7 @@ static_assert(mskv_keys::LayoutCopyKey(true, 2, 0, true) == 1201, "LayoutCopyKey
 static_assert(mskv_keys::RopeKey(true, 2, 1, false, true) == 12101, "RopeKey");
 static_assert(mskv_keys::RopeKey(false, 0, 3, false, false) == 300, "RopeKey");
 static_assert(mskv_keys::RopeQuantKey(true, false, true, 2, true, false) == 101210, "RopeQuantKey");
+static_assert(mskv_keys::RopeQuantKey(true, true, 2, 1, false, true) == 112101, "RopeQuantKey (MLA)");
 int main() {
   for (const mskv_keys::DeclaredKeys& d : mskv_keys::kDeclaredKeys) {
     std::printf("%s %s a2", d.op, d.keySet);

@@ -156,7 +156,10 @@ def rope_concat_and_cache_mla(positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_c
         kv_c_scale, k_pe_scale, kv_c_offset, k_pe_offset, kv_c_scale_cache, k_pe_scale_cache: keyword
             only; int8 / float8 caches: ``kv_c_out`` and ``k_pe_out`` (as returned) are quantized into
             them, each plane with its own scales, with the arguments, formulas and errors of
-            :func:`ms_kvcache.concat_and_cache_mla` (docs/quantization.md). Backend cpu only for now.
+            :func:`ms_kvcache.concat_and_cache_mla` (docs/quantization.md). Backends: cpu (int8, float8)
+            and the AscendC kernel (op_kernel/rope_concat_and_cache_mla_quant.cpp, sim and ascend: int8 caches;
+            float8 caches are a TypeError there; Ascend310P: static scales only, kv_lora_rank and rope_dim
+            multiples of 32, no bfloat16).
 
     Returns:
         tuple(Tensor, Tensor, Tensor): ``(q_pe_out, k_pe_out, kv_c_out)``, new tensors shaped like

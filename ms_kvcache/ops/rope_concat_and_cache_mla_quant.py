@@ -3,8 +3,10 @@ k_pe, optional RMSNorm of kv_c, then kv_c_out and k_pe_out (as returned) quantiz
 caches, each plane with its own scales, in one pass (docs/quantization.md).
 
 Users call :func:`ms_kvcache.rope_concat_and_cache_mla` with ``kv_c_scale`` / ``k_pe_scale`` or
-``kv_c_scale_cache`` / ``k_pe_scale_cache``; it routes here. No AscendC kernel yet
-(``extra["ascend_kernel"]``).
+``kv_c_scale_cache`` / ``k_pe_scale_cache``; it routes here. Kernels: cpu
+(cpu_kernel/rope_concat_and_cache_mla_quant.cpp) and AscendC (op_kernel/rope_concat_and_cache_mla_quant.cpp: int8
+caches on Atlas A2/A3 and Ascend310P (static scales only there), run by the sim and ascend backends; float8 caches
+are refused there, docs/quantization.md).
 """
 import numpy as np
 from mindspore import Tensor
@@ -18,7 +20,6 @@ from ms_kvcache._spec import FLOAT_DTYPES, INDEX_DTYPES, QUANT_CACHE_DTYPES, Att
 from ms_kvcache.ops import _quant as Q
 from ms_kvcache.ops import _rope_common as R
 from ms_kvcache.ops.concat_and_cache_mla_quant import check_mla_quant
-from ms_kvcache.ops.reshape_and_cache_quant import PENDING
 from ms_kvcache.ops.rope_reshape_and_cache_quant import check_cos_sin_dtype
 
 __all__ = ["rope_concat_and_cache_mla_quant", "SPEC"]
@@ -59,7 +60,7 @@ SPEC = register(OpSpec(
         AttrSpec("quant_mode", "str", "static", Q.MODES, Q.MODE_CODES),
     ),
     doc="rope_concat_and_cache_mla quantizing kv_c_out and k_pe_out into int8 / float8 caches.",
-    extra={"out_shape": R.out_like(1, 2, 3), "out_dtype": R.out_like(1, 2, 3), "ascend_kernel": PENDING},
+    extra={"out_shape": R.out_like(1, 2, 3), "out_dtype": R.out_like(1, 2, 3)},
 ))
 
 #: stands in for kv_c_norm_weight=None (no RMSNorm)
@@ -115,8 +116,9 @@ _Prim = Q.quant_prim(SPEC, lambda a: ("rope_concat_and_cache_mla", {}))
 
 
 @constexpr
-def _graph_backend(backend):
-    return Q.require_backend(_OP, backend)
+def _graph_backend(backend, cache_dtype):
+    Q.require_backend(_OP, backend, SPEC)
+    return Q.check_kernel_cache(_OP, backend, "kv_c_cache", cache_dtype)
 
 
 @constexpr
@@ -152,14 +154,16 @@ def rope_concat_and_cache_mla_quant(positions, q_pe, k_pe, kv_c, cos_sin_cache, 
                                   kv_c_offset.shape, kv_c_offset.dtype, k_pe_offset.shape, k_pe_offset.dtype,
                                   kv_c_scale_cache.shape, kv_c_scale_cache.dtype, k_pe_scale_cache.shape,
                                   k_pe_scale_cache.dtype, is_neox_style, epsilon, mode)[3]
-        q_out, k_out, c_out = _get_cache_prim(_Prim)(_graph_backend(graph_backend()), is_neox_style, eps, mode)(
+        backend = _graph_backend(graph_backend(), kv_c_cache.dtype)
+        q_out, k_out, c_out = _get_cache_prim(_Prim)(backend, is_neox_style, eps, mode)(
             positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_cache, k_pe_cache, slot_mapping, kv_c_norm_weight,
             kv_c_scale, k_pe_scale, kv_c_offset, k_pe_offset, kv_c_scale_cache, k_pe_scale_cache)
     else:
         if type(is_neox_style) is not bool:  # noqa: E721 - np.bool_ -> bool (other types raise TypeError)
             is_neox_style = R.check_bool(_OP, "is_neox_style", is_neox_style)
         mode = "static" if kv_c_scale_cache is None and k_pe_scale_cache is None else "dynamic"
-        backend = Q.require_backend(_OP, _backend.get_backend())
+        backend = Q.require_backend(_OP, _backend.get_backend(), SPEC)
+        Q.check_kernel_cache(_OP, backend, "kv_c_cache", kv_c_cache.dtype)
         try:
             q_out, k_out, c_out = _EAGER(
                 backend, (is_neox_style, epsilon, mode), positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_cache,
