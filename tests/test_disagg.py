@@ -468,6 +468,97 @@ def test_timeouts_are_bounded():
     _assert_untouched(dst, dst_arrays, "receiver after timeouts")
 
 
+def _delay_first_accept(rx, before_accept):
+    """Make rx's first 'accept' wait for before_accept() (run in the receiving thread) before it is sent."""
+    real, state = rx.server.send, {"first": True}
+
+    def send(peer_id, msg):
+        if msg.get("type") == "accept" and state["first"]:
+            state["first"] = False
+            before_accept()
+        return real(peer_id, msg)
+
+    rx.server.send = send
+
+
+def test_offer_withdrawn_while_being_accepted_then_next_offer_is_served(peer):
+    """CI saw this race (stop 25): a sender times out waiting for the accept and withdraws its offer just
+    as receive() picks the offer up. Nothing moved, so receive() drops that offer and serves the next one
+    within its own timeout (it raised PeerGone before). The second, real handoff lands bit for bit."""
+    nb, bs, T = 8, 4, 7
+    src_seed = 31
+    peer.call(cmd="caches", case=CASE, num_blocks=nb, block_size=bs, seed=src_seed)
+    tx, rx, dst_arrays, dst = _pair(nb=nb, bs=bs)
+    first = {}
+
+    def before_accept():
+        # the first sender gives up (its timeout passes while the accept is held back), then the second
+        # sender offers; only after both does the held accept go out
+        first["result"], first["exc"] = first.pop("join")()
+        peer.start(cmd="send", peer=rx.address, block_ids=[6, 2], num_tokens=T, timeout=30, request_id="second")
+
+    try:
+        _delay_first_accept(rx, before_accept)
+        first["join"] = _in_thread(lambda: tx.send(rx.address, [5, 6], 8, timeout=0.5, request_id="first"))
+        got = rx.receive([1, 4, 3], timeout=30)
+        sres = peer.wait(30)
+    finally:
+        tx.close()
+        rx.close()
+    assert isinstance(first["exc"], disagg.HandoffTimeout) and "did not answer" in str(first["exc"]), first
+    assert sres["ok"], sres
+    assert got["request_id"] == "second" and got["num_tokens"] == T and got["block_ids"] == [1, 4]
+    src_arrays = P.make_arrays(CASE, nb, bs, src_seed)
+    expected = _expected(CASE, dst_arrays, src_arrays, disagg.slots_from_blocks([6, 2], bs, T),
+                         disagg.slots_from_blocks([1, 4], bs, T))
+    _assert_rows(CASE, _bits(dst), expected, "receiver after a withdrawn offer and a real one")
+
+
+def test_withdrawn_abort_after_the_accept_is_not_an_error():
+    """The receiver's side of the same race, message by message: an offer, the accept, then the sender's
+    'abort' marked withdrawn (what a sender that timed out before seeing the accept sends). receive()
+    keeps waiting and ends in HandoffTimeout 'no offer' at its own timeout; the caches are untouched. A
+    plain abort (the sender failed after the accept) stays PeerGone."""
+    from ms_kvcache.disagg._channel import ControlClient
+
+    for withdrawn in (True, False):
+        tx, rx, dst_arrays, dst = _pair()
+        tx.close()
+        T = 6
+
+        def sender(withdrawn=withdrawn):
+            c = ControlClient(rx.address)
+            try:
+                c.send({"type": "offer", "protocol": disagg.PROTOCOL, "session": "s1", "request_id": "r1",
+                        "layout": rx.layout.describe(), "model_id": None, "num_tokens": T,
+                        "nbytes": T * rx.layout.bytes_per_token, "chunk_tokens": 3, "src_block_ids": [0, 1],
+                        "src_block_size": 4, "checksum_algo": disagg.CHECKSUM_ALGO})
+                reply = c.recv(time.monotonic() + 20)
+                msg = {"type": "abort", "session": "s1", "reason": "the sender timed out waiting for an accept"}
+                if withdrawn:
+                    msg["withdrawn"] = True
+                c.send(msg)
+                return reply
+            finally:
+                c.close()
+
+        try:
+            join = _in_thread(sender)
+            t = time.monotonic()
+            if withdrawn:
+                with pytest.raises(disagg.HandoffTimeout, match="no offer"):
+                    rx.receive([2, 3], timeout=2)
+                assert 1.5 < time.monotonic() - t < 6
+            else:
+                with pytest.raises(disagg.PeerGone, match="the sender aborted"):
+                    rx.receive([2, 3], timeout=20)
+            reply, exc = join()
+            assert exc is None and reply["type"] == "accept", (reply, exc)
+        finally:
+            rx.close()
+        _assert_untouched(dst, dst_arrays, f"receiver after an abort (withdrawn={withdrawn})")
+
+
 def test_sender_abort_mid_transfer_receiver_untouched():
     """The sender fails after the accept (its progress callback raises): it tells the receiver, which
     raises PeerGone naming the reason and writes nothing."""

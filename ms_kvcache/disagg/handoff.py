@@ -73,6 +73,10 @@ def _receiver_error(op, request_id, msg):
     return cls(f"{op}: request {request_id!r}: the receiver failed: {msg.get('reason', msg)}")
 
 
+class _OfferWithdrawn(Exception):
+    """Internal: the sender of the offer being served withdrew it before the accept reached it."""
+
+
 class _Writes:
     """The sender's Mooncake writes in flight (at most :data:`MAX_INFLIGHT`), polled in submission
     order, and the ``chunk`` messages they complete: chunk ``c``'s message (with its checksum) goes once
@@ -328,19 +332,32 @@ class KVReceiver(_Endpoint):
             MetadataMismatch: the offer does not fit (layout, model_id, size, buffer, blocks); the sender
                 was told why.
             ChecksumMismatch: bytes that arrived do not match the sender's checksum.
-            PeerGone: the sender aborted (its reason in the message) or disconnected.
+            PeerGone: the sender aborted (its reason in the message) or disconnected after the accept.
             DisaggError: a malformed message, or (unexpected) a transfer op failed while writing.
             In every case the caches end as they were before the call.
+
+        An offer its sender withdrew (it timed out before this call's accept reached it, or closed its end
+        first) moved no byte: the call drops it and waits for the next offer within the same ``timeout``.
         """
         op = "KVReceiver.receive"
         timeout = _check_timeout(op, timeout)
         deadline = time.monotonic() + timeout
         lay = self.layout
         blocks = check_block_ids(op, block_ids, lay.num_blocks, distinct=True)
-        got = self._next_offer(request_id, deadline)
-        if got is None:
-            which = f"for request {request_id!r} " if request_id is not None else ""
-            raise HandoffTimeout(f"{op}: no offer {which}arrived at {self.address} within {timeout:g} s")
+        while True:
+            got = self._next_offer(request_id, deadline)
+            if got is None:
+                which = f"for request {request_id!r} " if request_id is not None else ""
+                raise HandoffTimeout(f"{op}: no offer {which}arrived at {self.address} within {timeout:g} s")
+            try:
+                return self._serve(op, got, blocks, deadline, timeout, stream)
+            except _OfferWithdrawn:
+                continue  # the sender gave up on that offer before it saw the accept: nothing moved, wait on
+
+    def _serve(self, op, got, blocks, deadline, timeout, stream):
+        """Accept the offer ``got`` = ``(peer, offer)`` and load its KV (the body of :meth:`receive`).
+        Raises :class:`_OfferWithdrawn` when the sender withdrew the offer before any byte moved."""
+        lay = self.layout
         peer, offer = got
         session = offer.get("session")
         rid = offer.get("request_id")
@@ -358,8 +375,12 @@ class KVReceiver(_Endpoint):
         sizes = offer.get("chunks")
         plan = plan_from_sizes(sizes, lay.bytes_per_token) if sizes is not None else \
             chunk_plan(T, ct, lay.bytes_per_token)
-        self.server.send(peer, {"type": "accept", "session": session, "te_peer": self.engine.address,
-                                "buffer_ptr": self.staging.ptr, "buffer_nbytes": self.staging.nbytes})
+        try:
+            self.server.send(peer, {"type": "accept", "session": session, "te_peer": self.engine.address,
+                                    "buffer_ptr": self.staging.ptr, "buffer_nbytes": self.staging.nbytes})
+        except PeerGone:  # the sender closed its end before the accept: it no longer waits for this offer
+            self._done_sessions.add(session)
+            raise _OfferWithdrawn() from None
         verified = [False] * len(plan)
         verify_s = h2d_s = 0.0
         slots = slots_from_blocks(blocks, lay.block_size, T)
@@ -428,6 +449,10 @@ class KVReceiver(_Endpoint):
                     verify(msg.get("index"), msg.get("checksum"))
                     if stream and not self.server.pending():  # load what verified while no message waits
                         commit()
+                elif kind == "abort" and msg.get("withdrawn") and not any(verified):
+                    # the sender timed out before our accept reached it: it sent nothing and never will
+                    self._done_sessions.add(session)
+                    raise _OfferWithdrawn()
                 elif kind == "abort":
                     fail(PeerGone(f"{op}: request {rid!r}: the sender aborted: {msg.get('reason')}; {untouched}"),
                          tell=False)
@@ -445,7 +470,7 @@ class KVReceiver(_Endpoint):
             ts = time.perf_counter()
             wait_ops()
             h2d_s += time.perf_counter() - ts
-        except DisaggError:
+        except (DisaggError, _OfferWithdrawn):
             raise
         except Exception as exc:  # an op failed while writing: put back what was written (stream mode)
             fail(DisaggError(f"{op}: request {rid!r}: writing the caches failed: {type(exc).__name__}: {exc}"))
@@ -597,7 +622,7 @@ class KVSender(_Endpoint):
                          "src_block_size": lay.block_size, "checksum_algo": CHECKSUM_ALGO})
             reply = client.recv(deadline)
             if reply is None:
-                self._abort(client, session, "the sender timed out waiting for an accept")
+                self._abort(client, session, "the sender timed out waiting for an accept", withdrawn=True)
                 raise HandoffTimeout(f"{op}: request {request_id!r}: the receiver at {client.address} did not answer "
                                      f"the offer within {timeout:g} s (not calling receive(), busy, or gone)")
             if reply.get("type") == "reject":
@@ -649,9 +674,14 @@ class KVSender(_Endpoint):
                 "t_close": time.perf_counter() - t_loaded}
 
     @staticmethod
-    def _abort(client, session, reason):
+    def _abort(client, session, reason, withdrawn=False):
+        """Tell the receiver this session ends. ``withdrawn``: no accept was seen and no byte was sent, so a
+        receiver that accepted the offer meanwhile goes back to waiting for another offer."""
+        msg = {"type": "abort", "session": session, "reason": reason}
+        if withdrawn:
+            msg["withdrawn"] = True
         try:
-            client.send({"type": "abort", "session": session, "reason": reason})
+            client.send(msg)
         except DisaggError:
             pass
 
