@@ -228,3 +228,23 @@ def test_copy_sim_quant_rows_name_the_public_op():
     rows += copy_ops_sim._mla_quant_rows(sim, "Ascend910B1", 4, "bfloat16")
     assert {r["op"] for r in rows} == {"reshape_and_cache", "concat_and_cache_mla"}
     assert all(r["op"] in ms_kvcache.ops.__all__ and "-> int8" in r["case"] for r in rows)
+
+
+def test_rope_sim_mla_quant_rows_gm_traffic_at_the_minimum():
+    """Issue 17's GM-traffic target for the quantizing MLA RoPE-write: the emulation's bench rows of
+    MskvRopeConcatAndCacheMlaQuant (static and dynamic on Atlas A2, static only on Ascend310P) name the
+    public op and move at most 1.05x the minimum GM bytes (the minimum counted independently of the
+    kernel in ms_kvcache/bench/rope_sim.py: every input read once, outputs and int8 codes written once)."""
+    import ms_kvcache
+    from ms_kvcache.bench import rope_sim
+    from _copy_sim_ref import sim_module
+
+    sim = sim_module()
+    rng = np.random.default_rng(0)
+    rows = rope_sim._mla_quant(sim, "Ascend910B1", 64, rng) + rope_sim._mla_quant(sim, "Ascend310P3", 64, rng)
+    assert [r["soc"] for r in rows] == ["Ascend910B1", "Ascend910B1", "Ascend310P3"]
+    assert all(r["op"] == "rope_concat_and_cache_mla" and r["op"] in ms_kvcache.ops.__all__ for r in rows)
+    assert ["static" in r["case"] for r in rows] == [True, False, True]
+    for r in rows:
+        assert r["work"] == 64 and r["gm_min_bytes"] > 64 * (512 + 64)
+        assert 1.0 <= r["gm_ratio"] <= 1.05, r

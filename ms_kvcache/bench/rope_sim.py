@@ -4,7 +4,7 @@ For rope_reshape_and_cache (BSND, BNSD; and with int8 caches, static and dynamic
 rope_reshape_and_cache_merged and rerope_cached_keys at
 Llama-3-8B shapes (32 query heads, 8 KV heads x 128, bf16, block_size 128, fp32 cos_sin_cache, NeoX) and
 rope_concat_and_cache_mla at DeepSeek-V3 shapes (128 q_pe heads x 64, kv_lora_rank 512 with RMSNorm,
-bf16, block_size 64, GPT-J), T = 4096 tokens, on every target SoC (Ascend310P3: float16), prints per
+bf16, block_size 64, GPT-J; and with int8 caches, static and dynamic scales, T <= 512), T = 4096 tokens, on every target SoC (Ascend310P3: float16), prints per
 call: GM bytes read + written against the minimum, DataCopy(Pad) calls per core (max / mean), vector
 instructions per core, cores used / cores available, UB bytes used per core, tokens per batch.
 
@@ -157,6 +157,40 @@ def _mla(sim, soc, T, rng):
                  minimum, st)]
 
 
+def _mla_quant(sim, soc, T, rng):
+    """rope_concat_and_cache_mla with int8 caches (MskvRopeConcatAndCacheMlaQuant, DeepSeek-V3 shapes as
+    _mla): static per-tensor and (not on Ascend310P) dynamic per-token scales, one per token and plane.
+    Minimum: q_pe, k_pe, kv_c read and their outputs written once, one int8 code per element of both cache
+    rows per cached token (and its two dynamic scales), one table row per token, positions, slots, the
+    RMSNorm weight once, the static scales once per core that uses them."""
+    dtype = "float16" if soc == "Ascend310P3" else "bfloat16"
+    T = min(T, QUANT_TOKENS)
+    Hq, R, L, bs = 128, 64, 512, 64
+    maxp = 2 * T
+    nb = T // bs + 8
+    table = _table(maxp, R)
+    positions = np.random.default_rng(7).integers(0, maxp, T).astype(np.int64)
+    slots = np.random.default_rng(8).permutation(nb * bs)[:T].astype(np.int64)
+    q, k, kvc = _rand(rng, (T, Hq, R), dtype), _rand(rng, (T, R), dtype), _rand(rng, (T, L), dtype)
+    w = np.ones(L, np.float32)
+    e = np.zeros((0,), np.float32)
+    rows = []
+    for mode in ("static",) if soc == "Ascend310P3" else ("static", "dynamic"):
+        a, b = np.zeros((nb, bs, L), np.int8), np.zeros((nb, bs, R), np.int8)
+        if mode == "static":
+            sc = [np.array(0.02, np.float32), np.array(0.03, np.float32), e, e, e, e]
+        else:
+            sc = [e, e, e, e, np.zeros((nb, bs, 1), np.float32), np.zeros((nb, bs, 1), np.float32)]
+        outs = [np.zeros_like(q), np.zeros_like(k), np.zeros_like(kvc)]
+        st = sim.launch("MskvRopeConcatAndCacheMlaQuant", [positions, q, k, kvc, table, a, b, slots, w] + sc + outs,
+                        attrs={"is_neox_style": False, "epsilon": 1e-6, "quant_mode": mode}, soc=soc, gm_copy="never")
+        minimum = (2 * (q.nbytes + k.nbytes + kvc.nbytes) + T * (L + R) + T * table[0].nbytes + positions.nbytes
+                   + slots.nbytes + w.nbytes + (2 * T * 4 if mode == "dynamic" else 8 * int(st["cores_used"])))
+        rows.append(_row(sim, soc, "rope_concat_and_cache_mla", f"DeepSeek-V3 Hq=128 R=64 L=512 norm bs=64 -> int8, "
+                         f"{mode} (MskvRopeConcatAndCacheMlaQuant)", dtype, T, minimum, st))
+    return rows
+
+
 def run(quick=False):
     """Launch every RoPE-write op through the emulation and return one dict per (op, shape, SoC):
     op, shape, soc, dtype, work (tokens / entries), gm_read_bytes, gm_write_bytes, gm_min_bytes, gm_ratio,
@@ -175,6 +209,7 @@ def run(quick=False):
         rows += _llama(sim, soc, T, rng)
         rows += _llama_quant(sim, soc, T, rng)
         rows += _mla(sim, soc, T, rng)
+        rows += _mla_quant(sim, soc, T, rng)
     return rows
 
 
