@@ -190,10 +190,41 @@ inline float AbsMax(const uint8_t* src, int64_t n) {
   return m;
 }
 
+#if MSKV_ROPE_AVX512
+// Dynamic int8 scale and codes of one head of G * 16 elements in one pass over src: the lanes stay in
+// registers between the abs-max and the division (AbsMax + EncodeRow read and convert the row twice).
+// The same operations in the same order as AbsMax<DT> (n >= 16, a multiple of 16) and EncodeRow: the
+// same scale and codes.
+template <DType DT, int G>
+inline void DynamicInt8Head(const uint8_t* src, uint8_t* dst, float* scale_out) {
+  constexpr int64_t esz = DT == DType::kF32 ? 4 : 2;
+  __m512 v[G];
+  __m512 acc = _mm512_setzero_ps();
+  for (int g = 0; g < G; ++g) {
+    v[g] = Load16<DT>(src + g * 16 * esz);
+    acc = _mm512_max_ps(_mm512_abs_ps(v[g]), acc);
+  }
+  const float s = _mm512_reduce_max_ps(acc) / ::mskv::quant::CodeMax(Code::kInt8);
+  *scale_out = s;
+  if (s == 0.0f) {
+    std::memset(dst, 0, static_cast<size_t>(G * 16));
+    return;
+  }
+  const __m512 s16 = _mm512_set1_ps(s);
+  for (int g = 0; g < G; ++g) StoreInt8x16(_mm512_div_ps(v[g], s16), dst + g * 16);
+}
+#endif
+
 // Quantize head h (n elements) of a row into dst; dynamic: its scale goes to *scale_out.
 template <DType DT, Code C>
 inline void QuantHead(const uint8_t* src, uint8_t* dst, int64_t n, const PlaneQuant& q, int64_t h, float* scale_out) {
   if (q.dynamic) {
+#if MSKV_ROPE_AVX512
+    if constexpr (C == Code::kInt8) {  // the usual head sizes in one pass
+      if (n == 128) return DynamicInt8Head<DT, 8>(src, dst, scale_out);
+      if (n == 64) return DynamicInt8Head<DT, 4>(src, dst, scale_out);
+    }
+#endif
     const float s = AbsMax<DT>(src, n) / ::mskv::quant::CodeMax(C);
     *scale_out = s;
     if (s == 0.0f) {  // an all-zero (or vanishing) row: codes 0, never 0 / 0

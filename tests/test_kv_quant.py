@@ -19,7 +19,7 @@ import ms_kvcache
 from ms_kvcache import _spec
 from ms_kvcache.ops import _quant
 
-from conftest import MODES, ms_mode, random_array, to_ms, to_np
+from conftest import MODES, NP_DTYPES as NP_DTYPES_, ms_mode, random_array, to_ms, to_np
 from copy_util import fast_path, random_slots, run
 
 FLOATS = ("float16", "bfloat16", "float32")
@@ -301,6 +301,38 @@ def test_int8_vector_paths_exact_at_every_step(rng):
     want, ws = quant_dynamic(rows, "int8")
     np.testing.assert_array_equal(after[0], place(kc, want, sl, "BSND"))
     np.testing.assert_array_equal(after[2], place(ksc, ws, sl, "BSND"))
+
+
+@pytest.mark.parametrize("dt", ("float16", "bfloat16", "float32"))
+@pytest.mark.parametrize("d", (64, 128, 80))
+def test_int8_dynamic_one_pass_heads(d, dt, rng):
+    """Dynamic int8 scales of the usual head sizes (64, 128: the cpu kernel's one-pass AVX-512 path keeps a
+    head in registers between its abs-max and the division, cpu_kernel/quant_body.inl DynamicInt8Head; 80:
+    the two-pass path) against the numpy model: codes and scales bit for bit, with NaN elements (ignored by
+    the max, code 0), +-inf (scale inf, codes 0), an all-zero head (scale 0, codes 0), a head whose max is
+    a negative element, and rows whose max makes max / 127 inexact."""
+    t, h = 9, 4
+    x = (rng.standard_normal((t, h, d)) * rng.uniform(0.01, 30, (t, h, 1))).astype(np.float32)
+    x[0, 0, [3, d - 1]] = np.nan
+    x[1, 1, 5] = np.inf
+    x[2, 2, 7] = -np.inf
+    x[3, 3] = 0
+    x[4, 0, d // 2] = -1e3
+    x[5, 1] = np.linspace(-1.7, 1.7, d, dtype=np.float32)
+    x = x.astype(NP_DTYPES_[dt])
+    nb, bs = 4, 4
+    kc = rng.integers(-128, 128, (nb, bs, h, d), dtype=np.int8)
+    ksc = rand_scale(rng, (nb, bs, h, 1), 1, 2)
+    sl = rng.permutation(nb * bs)[:t].astype(np.int64)
+    after, _, _ = run("pynative", lambda c, k1, s1: ms_kvcache.reshape_and_cache(
+        k1, k1, c[0], c[1], s1, k_scale_cache=c[2], v_scale_cache=c[3]), [kc, kc.copy(), ksc, ksc.copy()],
+        [x, sl])
+    with np.errstate(invalid="ignore"):
+        want, ws = quant_dynamic(x, "int8")
+    assert ws[3, 3, 0] == 0 and np.isinf(ws[1, 1, 0]) and np.isinf(ws[2, 2, 0]) and np.isfinite(ws[0, 0, 0])
+    np.testing.assert_array_equal(after[0], place(kc, want, sl, "BSND"), err_msg=f"codes d={d} {dt}")
+    np.testing.assert_array_equal(after[2].view(np.uint32), place(ksc, ws, sl, "BSND").view(np.uint32),
+                                  err_msg=f"scales d={d} {dt}")
 
 
 @pytest.mark.parametrize("mode", ("graph",))
