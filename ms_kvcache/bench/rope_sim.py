@@ -38,6 +38,26 @@ def _table(max_position, rd):
     return np.concatenate([np.cos(ang), np.sin(ang)], axis=1).astype(np.float32)
 
 
+def _common(soc, T, rot_dim, bs, seed):
+    """What every row builds: the SoC's data dtype, the position range, the block count, the cos_sin_cache,
+    T positions and T distinct slots (their generators seeded ``seed`` and ``seed + 1``)."""
+    dtype = "float16" if soc == "Ascend310P3" else "bfloat16"
+    maxp = 2 * T
+    nb = T // bs + 8
+    positions = np.random.default_rng(seed).integers(0, maxp, T).astype(np.int64)
+    slots = np.random.default_rng(seed + 1).permutation(nb * bs)[:T].astype(np.int64)
+    return dtype, maxp, nb, _table(maxp, rot_dim), positions, slots
+
+
+def _scale_inputs(mode, scale_shape):
+    """The six scale inputs of a quantizing write: static per-tensor (0.02, 0.03), or two dynamic scale
+    caches of ``scale_shape``; absent ones empty."""
+    e = np.zeros((0,), np.float32)
+    if mode == "static":
+        return [np.array(0.02, np.float32), np.array(0.03, np.float32), e, e, e, e]
+    return [e, e, e, e, np.zeros(scale_shape, np.float32), np.zeros(scale_shape, np.float32)]
+
+
 def _row(sim, soc, op, label, dtype, work, minimum, st):
     cores = int(sim.platform(soc)["aiv_cores"])
     used = int(st["cores_used"])
@@ -64,14 +84,9 @@ def _row(sim, soc, op, label, dtype, work, minimum, st):
 
 
 def _llama(sim, soc, T, rng):
-    dtype = "float16" if soc == "Ascend310P3" else "bfloat16"
     item = 2
     Hq, Hk, D, bs = 32, 8, 128, 128
-    maxp = 2 * T
-    nb = T // bs + 8
-    table = _table(maxp, D)
-    positions = np.random.default_rng(1).integers(0, maxp, T).astype(np.int64)
-    slots = np.random.default_rng(2).permutation(nb * bs)[:T].astype(np.int64)
+    dtype, maxp, nb, table, positions, slots = _common(soc, T, D, bs, 1)
     q, k, v = _rand(rng, (T, Hq, D), dtype), _rand(rng, (T, Hk, D), dtype), _rand(rng, (T, Hk, D), dtype)
     qo, ko = np.zeros_like(q), np.zeros_like(k)
     minimum = (2 * (q.nbytes + k.nbytes) + v.nbytes + 2 * T * Hk * D * item + T * table[0].nbytes
@@ -108,23 +123,14 @@ def _llama_quant(sim, soc, T, rng):
     dynamic per-token scales. Minimum: q, k read and written once, the value rows read once and their codes
     (and dynamic scales) written once per cached token, one table row per token, positions and slots, the
     static scales once per core that uses them."""
-    dtype = "float16" if soc == "Ascend310P3" else "bfloat16"
     T = min(T, QUANT_TOKENS)
     Hq, Hk, D, bs = 32, 8, 128, 128
-    maxp = 2 * T
-    nb = T // bs + 8
-    table = _table(maxp, D)
-    positions = np.random.default_rng(5).integers(0, maxp, T).astype(np.int64)
-    slots = np.random.default_rng(6).permutation(nb * bs)[:T].astype(np.int64)
+    dtype, maxp, nb, table, positions, slots = _common(soc, T, D, bs, 5)
     q, k, v = _rand(rng, (T, Hq, D), dtype), _rand(rng, (T, Hk, D), dtype), _rand(rng, (T, Hk, D), dtype)
-    e = np.zeros((0,), np.float32)
     rows = []
     for mode in ("static", "dynamic"):
         kc, vc = np.zeros((nb, bs, Hk, D), np.int8), np.zeros((nb, bs, Hk, D), np.int8)
-        if mode == "static":
-            sc = [np.array(0.02, np.float32), np.array(0.03, np.float32), e, e, e, e]
-        else:
-            sc = [e, e, e, e, np.zeros((nb, bs, Hk, 1), np.float32), np.zeros((nb, bs, Hk, 1), np.float32)]
+        sc = _scale_inputs(mode, (nb, bs, Hk, 1))
         qo, ko = np.zeros_like(q), np.zeros_like(k)
         st = sim.launch("MskvRopeReshapeAndCacheQuant", [positions, q, k, v, table, kc, vc, slots] + sc + [qo, ko],
                         attrs={"is_neox_style": True, "cache_layout": "BSND", "quant_mode": mode}, soc=soc,
@@ -137,14 +143,9 @@ def _llama_quant(sim, soc, T, rng):
 
 
 def _mla(sim, soc, T, rng):
-    dtype = "float16" if soc == "Ascend310P3" else "bfloat16"
     item = 2
     Hq, R, L, bs = 128, 64, 512, 64
-    maxp = 2 * T
-    nb = T // bs + 8
-    table = _table(maxp, R)
-    positions = np.random.default_rng(3).integers(0, maxp, T).astype(np.int64)
-    slots = np.random.default_rng(4).permutation(nb * bs)[:T].astype(np.int64)
+    dtype, maxp, nb, table, positions, slots = _common(soc, T, R, bs, 3)
     q, k, kvc = _rand(rng, (T, Hq, R), dtype), _rand(rng, (T, R), dtype), _rand(rng, (T, L), dtype)
     w = np.ones(L, np.float32)
     outs = [np.zeros_like(q), np.zeros_like(k), np.zeros_like(kvc)]
@@ -163,24 +164,15 @@ def _mla_quant(sim, soc, T, rng):
     Minimum: q_pe, k_pe, kv_c read and their outputs written once, one int8 code per element of both cache
     rows per cached token (and its two dynamic scales), one table row per token, positions, slots, the
     RMSNorm weight once, the static scales once per core that uses them."""
-    dtype = "float16" if soc == "Ascend310P3" else "bfloat16"
     T = min(T, QUANT_TOKENS)
     Hq, R, L, bs = 128, 64, 512, 64
-    maxp = 2 * T
-    nb = T // bs + 8
-    table = _table(maxp, R)
-    positions = np.random.default_rng(7).integers(0, maxp, T).astype(np.int64)
-    slots = np.random.default_rng(8).permutation(nb * bs)[:T].astype(np.int64)
+    dtype, maxp, nb, table, positions, slots = _common(soc, T, R, bs, 7)
     q, k, kvc = _rand(rng, (T, Hq, R), dtype), _rand(rng, (T, R), dtype), _rand(rng, (T, L), dtype)
     w = np.ones(L, np.float32)
-    e = np.zeros((0,), np.float32)
     rows = []
     for mode in ("static",) if soc == "Ascend310P3" else ("static", "dynamic"):
         a, b = np.zeros((nb, bs, L), np.int8), np.zeros((nb, bs, R), np.int8)
-        if mode == "static":
-            sc = [np.array(0.02, np.float32), np.array(0.03, np.float32), e, e, e, e]
-        else:
-            sc = [e, e, e, e, np.zeros((nb, bs, 1), np.float32), np.zeros((nb, bs, 1), np.float32)]
+        sc = _scale_inputs(mode, (nb, bs, 1))
         outs = [np.zeros_like(q), np.zeros_like(k), np.zeros_like(kvc)]
         st = sim.launch("MskvRopeConcatAndCacheMlaQuant", [positions, q, k, kvc, table, a, b, slots, w] + sc + outs,
                         attrs={"is_neox_style": False, "epsilon": 1e-6, "quant_mode": mode}, soc=soc, gm_copy="never")
