@@ -101,8 +101,10 @@ foreach(k IN LISTS MSKV_OP_KERNELS)
   if(EXISTS "${op_def}")
     file(READ "${op_def}" op_def_src)
     # AddConfig("ascend310p") in the OpDef, or the shared mskv_tiling::DeclareOnEverySoc (op_host/
-    # kv_copy_tiling_common.h), which adds it (tests/test_sim_conformance.py checks this against the OpDef reader)
-    if(op_def_src MATCHES "AddConfig\\(\"ascend310p\"" OR op_def_src MATCHES "DeclareOnEverySoc\\(")
+    # kv_copy_tiling_common.h), which adds it, or a helper named ...OnEverySoc that calls it
+    # (mskv_rope_tiling::DeclareGqaRopeOnEverySoc; tests/test_sim_conformance.py checks this against the OpDef
+    # reader)
+    if(op_def_src MATCHES "AddConfig\\(\"ascend310p\"" OR op_def_src MATCHES "OnEverySoc\\(")
       set(has_310p TRUE)
     endif()
   endif()

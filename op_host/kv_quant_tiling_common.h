@@ -142,6 +142,47 @@ inline ge::graphStatus GqaQuantAttrs(gert::TilingContext* context, size_t i, con
   return QuantModeAttr(context, i + 1, op, dynamic);
 }
 
+// The checks of plane p's quantization inputs (scale q[p], offset q[2 + p], scale cache q[4 + p], names sn,
+// from QuantInputs) common to the GQA and MLA writes: quant_mode dynamic takes a scale cache and neither scale
+// nor offset, static a scale and no scale cache, an offset shaped like its scale, both offsets or neither.
+inline ge::graphStatus PlaneScaleInputs(const char* op, const char* const sn[6], const gert::Shape* const q[6], int p,
+                                        bool dynamic) {
+  using mskv_tiling::Fail;
+  using mskv_tiling::ShapeText;
+  const gert::Shape* s = q[p];
+  const gert::Shape* o = q[2 + p];
+  if (dynamic) {
+    if (s != nullptr || o != nullptr) return Fail(op, "%s: expected absent with quant_mode dynamic", s ? sn[p] : sn[2 + p]);
+    if (q[4 + p] == nullptr) {
+      return Fail(op, "%s: expected a float32 scale cache for quant_mode dynamic, got none", sn[4 + p]);
+    }
+    return ge::GRAPH_SUCCESS;
+  }
+  if (q[4 + p] != nullptr) return Fail(op, "%s: expected absent with quant_mode static", sn[4 + p]);
+  if (s == nullptr) return Fail(op, "%s: expected a float32 scale for quant_mode static, got none", sn[p]);
+  char b1[160], b2[160];
+  if (o != nullptr && !mskv_tiling::SameShape(*o, *s)) {
+    return Fail(op, "%s: expected shape %s (as %s), got %s", sn[2 + p], ShapeText(*s, b1, sizeof(b1)), sn[p],
+                ShapeText(*o, b2, sizeof(b2)));
+  }
+  if ((o != nullptr) != (q[3 - p] != nullptr)) return Fail(op, "%s, %s: expected both or neither", sn[2], sn[3]);
+  return ge::GRAPH_SUCCESS;
+}
+
+// The six quantization inputs of a two-plane write from index `first` (names sn: the two scales, the two
+// offsets, the two scale caches; q[i] nullptr when absent), checked as far as the GQA and MLA writes agree
+// (QuantInputs, PlaneScaleInputs); whether offsets exist. The shapes of the static scales (their kinds) and
+// of the scale caches are the caller's to check.
+inline ge::graphStatus ScaleInputs(gert::TilingContext* context, const char* op, int first, const char* const sn[6],
+                                   bool dynamic, const gert::Shape* q[6], bool* hasOffset) {
+  if (QuantInputs(context, op, first, sn, q) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  for (int p = 0; p < 2; ++p) {
+    if (PlaneScaleInputs(op, sn, q, p, dynamic) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  }
+  *hasOffset = q[2] != nullptr;
+  return ge::GRAPH_SUCCESS;
+}
+
 // The quantization inputs of a GQA write (the K and V planes of caches [nb, bs, H, D] / [nb, H, bs, D]): six
 // OPTIONAL inputs from index `first`, k_scale, v_scale, k_offset, v_offset (static: [] / [1], [H] or [H, D],
 // offsets shaped like their scale, both or neither), k_scale_cache, v_scale_cache (dynamic:
@@ -150,19 +191,14 @@ inline ge::graphStatus GqaScales(gert::TilingContext* context, const char* op, i
                                  int64_t nb, int64_t bs, int64_t H, int64_t D, int kinds[2], bool* hasOffset) {
   using mskv_tiling::Fail;
   using mskv_tiling::ShapeText;
-  char b1[160], b2[160];
   const char* sn[6] = {"k_scale", "v_scale", "k_offset", "v_offset", "k_scale_cache", "v_scale_cache"};
   const gert::Shape* q[6];
-  if (QuantInputs(context, op, first, sn, q) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  if (ScaleInputs(context, op, first, sn, dynamic, q, hasOffset) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  char b1[160];
   kinds[0] = kinds[1] = 0;
-  *hasOffset = false;
   for (int p = 0; p < 2; ++p) {
-    const gert::Shape* s = q[p];
-    const gert::Shape* o = q[2 + p];
-    const gert::Shape* c = q[4 + p];
     if (dynamic) {
-      if (s != nullptr || o != nullptr) return Fail(op, "%s: expected absent with quant_mode dynamic", s ? sn[p] : sn[2 + p]);
-      if (c == nullptr) return Fail(op, "%s: expected a float32 scale cache for quant_mode dynamic, got none", sn[4 + p]);
+      const gert::Shape* c = q[4 + p];
       const int64_t want[4] = {nb, bnsd ? H : bs, bnsd ? bs : H, 1};
       bool ok = c->GetDimNum() == 3 || c->GetDimNum() == 4;
       for (size_t i = 0; ok && i < c->GetDimNum(); ++i) ok = c->GetDim(i) == want[i];
@@ -173,22 +209,28 @@ inline ge::graphStatus GqaScales(gert::TilingContext* context, const char* op, i
       }
       continue;
     }
-    if (c != nullptr) return Fail(op, "%s: expected absent with quant_mode static", sn[4 + p]);
-    if (s == nullptr) return Fail(op, "%s: expected a float32 scale for quant_mode static, got none", sn[p]);
-    kinds[p] = ScaleKind(*s, H, D);
+    kinds[p] = ScaleKind(*q[p], H, D);
     if (kinds[p] < 0) {
       return Fail(op, "%s: expected shape [] or [1] (per tensor), [%lld] (per head) or [%lld, %lld] (per channel), got %s",
                   sn[p], static_cast<long long>(H), static_cast<long long>(H), static_cast<long long>(D),
-                  ShapeText(*s, b1, sizeof(b1)));
+                  ShapeText(*q[p], b1, sizeof(b1)));
     }
-    if (o != nullptr && !mskv_tiling::SameShape(*o, *s)) {
-      return Fail(op, "%s: expected shape %s (as %s), got %s", sn[2 + p], ShapeText(*s, b1, sizeof(b1)), sn[p],
-                  ShapeText(*o, b2, sizeof(b2)));
-    }
-    if ((o != nullptr) != (q[3 - p] != nullptr)) return Fail(op, "k_offset, v_offset: expected both or neither");
-    *hasOffset = o != nullptr;
   }
   return ge::GRAPH_SUCCESS;
+}
+
+// The MSKV_GQA_QUANT_TILING_FIELDS (op_host/mskv_tiling_fields.h) of a GQA quantizing write into caches of H
+// heads and block size bs (layout bnsd): the dynamic scale caches' strides, the max-reduction tree, the
+// static scale kinds (GqaScales) and whether offsets are given.
+template <typename TD>
+inline void SetGqaQuantTiling(TD& td, int64_t bs, int64_t H, bool bnsd, int64_t tree, const int kinds[2],
+                              bool hasOffset) {
+  td.set_scBlockStride(bs * H);
+  td.set_scSlotStride(bnsd ? 1 : H);
+  td.set_treeElems(tree);
+  td.set_kScaleKind(kinds[0]);
+  td.set_vScaleKind(kinds[1]);
+  td.set_hasOffset(hasOffset ? 1 : 0);
 }
 
 // The quantization inputs of an MLA write (planes kv_c [nb, bs, L] and k_pe [nb, bs, R], one "head" each): six
@@ -200,28 +242,22 @@ inline ge::graphStatus MlaScales(gert::TilingContext* context, const char* op, i
                                  int64_t bs, int64_t L, int64_t R, int kinds[2], bool* hasOffset) {
   using mskv_tiling::Fail;
   using mskv_tiling::ShapeText;
-  char b1[160], b2[160];
   const char* sn[6] = {"kv_c_scale", "k_pe_scale", "kv_c_offset", "k_pe_offset", "kv_c_scale_cache", "k_pe_scale_cache"};
   const gert::Shape* q[6];
-  if (QuantInputs(context, op, first, sn, q) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  if (ScaleInputs(context, op, first, sn, dynamic, q, hasOffset) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  char b1[160];
   const int64_t dims[2] = {L, R};
   kinds[0] = kinds[1] = 0;
-  *hasOffset = false;
   for (int p = 0; p < 2; ++p) {
     const gert::Shape* s = q[p];
-    const gert::Shape* o = q[2 + p];
-    const gert::Shape* c = q[4 + p];
     if (dynamic) {
-      if (s != nullptr || o != nullptr) return Fail(op, "%s: expected absent with quant_mode dynamic", s ? sn[p] : sn[2 + p]);
-      if (c == nullptr) return Fail(op, "%s: expected a float32 scale cache for quant_mode dynamic, got none", sn[4 + p]);
+      const gert::Shape* c = q[4 + p];
       if (c->GetDimNum() != 3 || c->GetDim(0) != nb || c->GetDim(1) != bs || c->GetDim(2) != 1) {
         return Fail(op, "%s: expected shape [%lld, %lld, 1], got %s", sn[4 + p], static_cast<long long>(nb),
                     static_cast<long long>(bs), ShapeText(*c, b1, sizeof(b1)));
       }
       continue;
     }
-    if (c != nullptr) return Fail(op, "%s: expected absent with quant_mode static", sn[4 + p]);
-    if (s == nullptr) return Fail(op, "%s: expected a float32 scale for quant_mode static, got none", sn[p]);
     if (s->GetDimNum() == 0 || (s->GetDimNum() == 1 && s->GetDim(0) == 1)) {
       kinds[p] = 0;
     } else if (s->GetDimNum() == 1 && s->GetDim(0) == dims[p]) {
@@ -230,12 +266,6 @@ inline ge::graphStatus MlaScales(gert::TilingContext* context, const char* op, i
       return Fail(op, "%s: expected shape [] or [1] (per tensor) or [%lld] (per channel), got %s", sn[p],
                   static_cast<long long>(dims[p]), ShapeText(*s, b1, sizeof(b1)));
     }
-    if (o != nullptr && !mskv_tiling::SameShape(*o, *s)) {
-      return Fail(op, "%s: expected shape %s (as %s), got %s", sn[2 + p], ShapeText(*s, b1, sizeof(b1)), sn[p],
-                  ShapeText(*o, b2, sizeof(b2)));
-    }
-    if ((o != nullptr) != (q[3 - p] != nullptr)) return Fail(op, "kv_c_offset, k_pe_offset: expected both or neither");
-    *hasOffset = o != nullptr;
   }
   return ge::GRAPH_SUCCESS;
 }

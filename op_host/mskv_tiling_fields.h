@@ -26,4 +26,16 @@
   TILING_DATA_FIELD_DEF(int64_t, posIs64);  /* positions dtype: 0 int32, 1 int64 */ \
   TILING_DATA_FIELD_DEF(int64_t, slotIs64); /* slot_mapping dtype: 0 int32, 1 int64 */
 
+// The scales of a GQA quantizing write (reshape_and_cache_quant, rope_reshape_and_cache_quant: the K and V
+// planes; mskv_quant_tiling::SetGqaQuantTiling fills them).
+#define MSKV_GQA_QUANT_TILING_FIELDS                                                                           \
+  TILING_DATA_FIELD_DEF(int64_t, scBlockStride); /* dynamic: scale-cache elements per block */                 \
+  TILING_DATA_FIELD_DEF(int64_t, scSlotStride);  /* dynamic: between consecutive slots of a block */           \
+  TILING_DATA_FIELD_DEF(int64_t, treeElems);     /* dynamic: power of two >= max(pitch, 8), the max-reduction  \
+                                                    buffer */                                                  \
+  TILING_DATA_FIELD_DEF(int64_t, kScaleKind);    /* static, K plane: 0 per tensor, 1 per head, 2 per channel */ \
+  TILING_DATA_FIELD_DEF(int64_t, vScaleKind);    /* static, V plane */                                         \
+  TILING_DATA_FIELD_DEF(int64_t, hasOffset);     /* static: 1 when k_offset / v_offset are given (both or      \
+                                                    neither) */
+
 #endif  // MS_KVCACHE_OP_HOST_MSKV_TILING_FIELDS_H_

@@ -115,10 +115,7 @@ namespace ops {
 class MskvReropeCachedKeys : public OpDef {
  public:
   explicit MskvReropeCachedKeys(const char* name) : OpDef(name) {
-    this->Attr("is_neox_style").AttrType(OPTIONAL).Bool(true);
-    this->Attr("cache_layout").AttrType(OPTIONAL).Int(mskv_attr::kLayoutBSND);
-    mskv_tiling::DeclareOnEverySoc(*this, mskv_rope_tiling::kRopeRows, mskv_rope_tiling::kRopeRows310P,
-                                   optiling::ReropeCachedKeysTiling);
+    mskv_rope_tiling::DeclareGqaRopeOnEverySoc(*this, optiling::ReropeCachedKeysTiling);
   }
 
   // The parameters, with the dtype rows r of one compute unit (DeclareOnEverySoc).

@@ -148,13 +148,8 @@ ge::graphStatus ReshapeAndCacheQuantTiling(gert::TilingContext* context) {
   td.set_slotStride(g.slotStride);
   td.set_headStride(bnsd ? g.blockSize * D : D);
   td.set_planeElems(merged ? nb * g.blockStride : 0);
-  td.set_scBlockStride(g.blockSize * H);
-  td.set_scSlotStride(bnsd ? 1 : H);
   td.set_scHeadStride(bnsd ? g.blockSize : 1);
-  td.set_treeElems(tree);
-  td.set_kScaleKind(kinds[0]);
-  td.set_vScaleKind(kinds[1]);
-  td.set_hasOffset(hasOffset ? 1 : 0);
+  SetGqaQuantTiling(td, g.blockSize, H, bnsd, tree, kinds, hasOffset);
   return FinishTiling(context, kOp, hw, td, split.usedCoreNum,
                       mskv_keys::QuantLayoutCopyKey(dynamic, bnsd, dcode, static_cast<uint64_t>(scode), pad));
 }

@@ -17,13 +17,8 @@ BEGIN_TILING_DATA_DEF(ReshapeAndCacheQuantTilingData)
   TILING_DATA_FIELD_DEF(int64_t, slotStride);    // cache codes between consecutive slots of a block
   TILING_DATA_FIELD_DEF(int64_t, headStride);    // cache codes between the heads of one slot
   TILING_DATA_FIELD_DEF(int64_t, planeElems);    // MERGED_KV: codes of the K plane (the V plane follows); else 0
-  TILING_DATA_FIELD_DEF(int64_t, scBlockStride); // dynamic: scale-cache elements per block
-  TILING_DATA_FIELD_DEF(int64_t, scSlotStride);  // dynamic: between consecutive slots of a block
   TILING_DATA_FIELD_DEF(int64_t, scHeadStride);  // dynamic: between the heads of one slot (1 BSND, block_size BNSD)
-  TILING_DATA_FIELD_DEF(int64_t, treeElems);     // dynamic: power of two >= max(P, 8), the max-reduction buffer
-  TILING_DATA_FIELD_DEF(int64_t, kScaleKind);    // static, K plane: 0 per tensor, 1 per head, 2 per channel
-  TILING_DATA_FIELD_DEF(int64_t, vScaleKind);    // static, V plane
-  TILING_DATA_FIELD_DEF(int64_t, hasOffset);     // static: 1 when k_offset / v_offset are given (both or neither)
+  MSKV_GQA_QUANT_TILING_FIELDS
 END_TILING_DATA_DEF;
 
 REGISTER_TILING_DATA_CLASS(MskvReshapeAndCacheQuant, ReshapeAndCacheQuantTilingData)

@@ -176,6 +176,13 @@ inline ge::graphStatus RopeCacheTiling(gert::TilingContext* context, const char*
                       mskv_keys::RopeKey(s.g.pad, s.bnsd, s.dcode, s.csDt != ge::DT_FLOAT, s.neox));
 }
 
+// The SetTiling functions of MskvRopeReshapeAndCache (kMerged false: key_cache and value_cache) and
+// MskvRopeReshapeAndCacheMerged (kMerged true: one kv_cache [2, nb, ...]).
+template <bool kMerged>
+ge::graphStatus RopeCacheTilingOf(gert::TilingContext* context) {
+  return RopeCacheTiling(context, kMerged ? "MskvRopeReshapeAndCacheMerged" : "MskvRopeReshapeAndCache", kMerged);
+}
+
 }  // namespace rope_cache
 }  // namespace optiling
 

@@ -34,10 +34,7 @@ namespace ops {
 class MskvRopeConcatAndCacheMla : public OpDef {
  public:
   explicit MskvRopeConcatAndCacheMla(const char* name) : OpDef(name) {
-    this->Attr("is_neox_style").AttrType(OPTIONAL).Bool(false);
-    this->Attr("epsilon").AttrType(OPTIONAL).Float(1e-6);
-    mskv_tiling::DeclareOnEverySoc(*this, mskv_rope_tiling::kRopeMlaRows, mskv_rope_tiling::kRopeMlaRows310P,
-                                   optiling::RopeConcatAndCacheMlaTiling);
+    mskv_rope_tiling::DeclareMlaRopeOnEverySoc(*this, optiling::RopeConcatAndCacheMlaTiling);
   }
 
   // The parameters, with the dtype rows r of one compute unit (DeclareOnEverySoc).

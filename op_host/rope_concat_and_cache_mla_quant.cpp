@@ -113,8 +113,7 @@ namespace ops {
 class MskvRopeConcatAndCacheMlaQuant : public OpDef {
  public:
   explicit MskvRopeConcatAndCacheMlaQuant(const char* name) : OpDef(name) {
-    this->Attr("is_neox_style").AttrType(OPTIONAL).Bool(false);
-    this->Attr("epsilon").AttrType(OPTIONAL).Float(1e-6);
+    mskv_rope_tiling::DeclareMlaRopeAttrs(*this);
     this->Attr("quant_mode").AttrType(OPTIONAL).Int(mskv_attr::kQuantSTATIC);
     mskv_tiling::DeclareOnEverySoc(*this, optiling::kRopeMlaQuantRows, optiling::kRopeMlaQuantRows310P,
                                    optiling::RopeConcatAndCacheMlaQuantTiling);

@@ -7,24 +7,11 @@
 #include "rope_reshape_and_cache_merged_tiling.h"
 #include "rope_cache_tiling_impl.h"
 
-namespace optiling {
-namespace {
-
-ge::graphStatus RopeReshapeAndCacheTiling(gert::TilingContext* context) {
-  return rope_cache::RopeCacheTiling(context, "MskvRopeReshapeAndCacheMerged", true);
-}
-
-}  // namespace
-}  // namespace optiling
-
 namespace ops {
 class MskvRopeReshapeAndCacheMerged : public OpDef {
  public:
   explicit MskvRopeReshapeAndCacheMerged(const char* name) : OpDef(name) {
-    this->Attr("is_neox_style").AttrType(OPTIONAL).Bool(true);
-    this->Attr("cache_layout").AttrType(OPTIONAL).Int(mskv_attr::kLayoutBSND);
-    mskv_tiling::DeclareOnEverySoc(*this, mskv_rope_tiling::kRopeRows, mskv_rope_tiling::kRopeRows310P,
-                                   optiling::RopeReshapeAndCacheTiling);
+    mskv_rope_tiling::DeclareGqaRopeOnEverySoc(*this, optiling::rope_cache::RopeCacheTilingOf<true>);
   }
 
   // The parameters, with the dtype rows r of one compute unit (DeclareOnEverySoc).

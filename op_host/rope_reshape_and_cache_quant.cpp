@@ -74,12 +74,7 @@ ge::graphStatus RopeReshapeAndCacheQuantTiling(gert::TilingContext* context) {
   RopeReshapeAndCacheQuantTilingData td;
   rope_cache::SetRopeCacheTiling(td.rope, s, in, plan, split, merged);
   td.set_outPitch(outPitch);
-  td.set_scBlockStride(s.bs * s.hk);
-  td.set_scSlotStride(s.bnsd ? 1 : s.hk);
-  td.set_treeElems(tree);
-  td.set_kScaleKind(kinds[0]);
-  td.set_vScaleKind(kinds[1]);
-  td.set_hasOffset(hasOffset ? 1 : 0);
+  SetGqaQuantTiling(td, s.bs, s.hk, s.bnsd, tree, kinds, hasOffset);
   const bool pad = s.g.pad || s.d % kBlockBytes != 0;  // rotated rows, table rows or code rows
   return FinishTiling(context, kOp, hw, td, split.usedCoreNum,
                       mskv_keys::RopeQuantKey(dynamic, pad, s.bnsd, s.dcode, s.csDt != ge::DT_FLOAT, s.neox));
@@ -126,8 +121,7 @@ namespace ops {
 class MskvRopeReshapeAndCacheQuant : public OpDef {
  public:
   explicit MskvRopeReshapeAndCacheQuant(const char* name) : OpDef(name) {
-    this->Attr("is_neox_style").AttrType(OPTIONAL).Bool(true);
-    this->Attr("cache_layout").AttrType(OPTIONAL).Int(mskv_attr::kLayoutBSND);
+    mskv_rope_tiling::DeclareGqaRopeAttrs(*this);
     this->Attr("kv_format").AttrType(OPTIONAL).Int(2);
     this->Attr("quant_mode").AttrType(OPTIONAL).Int(mskv_attr::kQuantSTATIC);
     mskv_tiling::DeclareOnEverySoc(*this, optiling::kRopeQuantRows, optiling::kRopeQuantRows310P,

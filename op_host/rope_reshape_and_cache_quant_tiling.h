@@ -6,18 +6,14 @@
 #define MS_KVCACHE_OP_HOST_ROPE_RESHAPE_AND_CACHE_QUANT_TILING_H_
 
 #include "register/tilingdata_base.h"
+#include "mskv_tiling_fields.h"
 #include "rope_cache_tiling_data.h"
 
 namespace optiling {
 BEGIN_TILING_DATA_DEF(RopeReshapeAndCacheQuantTilingData)
   TILING_DATA_FIELD_DEF_STRUCT(RopeReshapeAndCacheTilingData, rope);
   TILING_DATA_FIELD_DEF(int64_t, outPitch);      // UB codes per head row (head_size rounded up to 32)
-  TILING_DATA_FIELD_DEF(int64_t, scBlockStride); // dynamic: scale-cache elements per block
-  TILING_DATA_FIELD_DEF(int64_t, scSlotStride);  // dynamic: between consecutive slots of a block
-  TILING_DATA_FIELD_DEF(int64_t, treeElems);     // dynamic: power of two >= max(pitch, 8), the max-reduction buffer
-  TILING_DATA_FIELD_DEF(int64_t, kScaleKind);    // static, K plane: 0 per tensor, 1 per head, 2 per channel
-  TILING_DATA_FIELD_DEF(int64_t, vScaleKind);    // static, V plane
-  TILING_DATA_FIELD_DEF(int64_t, hasOffset);     // static: 1 when k_offset / v_offset are given (both or neither)
+  MSKV_GQA_QUANT_TILING_FIELDS
 END_TILING_DATA_DEF;
 
 REGISTER_TILING_DATA_CLASS(MskvRopeReshapeAndCacheQuant, RopeReshapeAndCacheQuantTilingData)

@@ -403,6 +403,36 @@ static const RopeMlaRows kRopeMlaRows = {kRopeMlaPDTypes, kRopeMlaTDTypes, kRope
 static const RopeMlaRows kRopeMlaRows310P = {kRopeMlaPDTypes310P, kRopeMlaTDTypes310P, kRopeMlaCDTypes310P,
                                              kRopeMlaSDTypes310P, kRopeMlaWDTypes310P, kRopeMlaFormats310P};
 
+// The attributes every rotary op of a family starts with, in OpSpec order: the GQA ops
+// (rope_reshape_and_cache[_merged][_quant], rerope_cached_keys) is_neox_style (default NeoX) and cache_layout
+// (default BSND), attributes 0 and 1 of their tilings; the MLA ops (rope_concat_and_cache_mla[_quant])
+// is_neox_style (default GPT-J) and epsilon. A quantizing op's own attributes (kv_format, quant_mode) follow.
+template <typename Def>
+inline void DeclareGqaRopeAttrs(Def& d) {
+  d.Attr("is_neox_style").AttrType(ops::OPTIONAL).Bool(true);
+  d.Attr("cache_layout").AttrType(ops::OPTIONAL).Int(mskv_attr::kLayoutBSND);
+}
+template <typename Def>
+inline void DeclareMlaRopeAttrs(Def& d) {
+  d.Attr("is_neox_style").AttrType(ops::OPTIONAL).Bool(false);
+  d.Attr("epsilon").AttrType(ops::OPTIONAL).Float(1e-6);
+}
+
+// The OpDef of an unquantized rotary op but for its parameters (the op's Declare(d, rows)): the family's
+// attributes, then the parameters with the family's dtype rows (kRopeRows / kRopeMlaRows), the compute units
+// and `tiling` (mskv_tiling::DeclareOnEverySoc). The readers of OpDefs follow these helpers
+// (tools/mskv_structure.py, scripts/check_cann_headers.py; cmake/sim.cmake by the OnEverySoc of their names).
+template <typename Op, typename TilingFunc>
+inline void DeclareGqaRopeOnEverySoc(Op& op, TilingFunc tiling) {
+  DeclareGqaRopeAttrs(op);
+  mskv_tiling::DeclareOnEverySoc(op, kRopeRows, kRopeRows310P, tiling);
+}
+template <typename Op, typename TilingFunc>
+inline void DeclareMlaRopeOnEverySoc(Op& op, TilingFunc tiling) {
+  DeclareMlaRopeAttrs(op);
+  mskv_tiling::DeclareOnEverySoc(op, kRopeMlaRows, kRopeMlaRows310P, tiling);
+}
+
 }  // namespace mskv_rope_tiling
 
 #endif  // MS_KVCACHE_OP_HOST_ROPE_TILING_COMMON_H_

@@ -52,8 +52,7 @@ __aicore__ inline void RunConcatAndCacheMla(GM_ADDR kv_c, GM_ADDR k_pe, GM_ADDR 
   }
   int64_t begin = 0;
   int64_t end = 0;
-  mskv::CoreRange(td.formerNum, td.formerLen, td.tailLen, &begin, &end);
-  end = mskv::MinI64(end, td.numTokens);
+  mskv::RowRange(td, td.numTokens, &begin, &end);
   if (numPlanes > 0) scatter.Process(begin, end, td.rowsPerChunk, planes, src, dst, numPlanes);
 }
 

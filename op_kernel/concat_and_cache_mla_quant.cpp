@@ -35,8 +35,7 @@ __aicore__ inline void RunConcatAndCacheMlaQuant(GM_ADDR kv_c, GM_ADDR k_pe, GM_
   mskv::TrapOnAliasedWrites(spans);
   int64_t begin = 0;
   int64_t end = 0;
-  mskv::CoreRange(td.formerNum, td.formerLen, td.tailLen, &begin, &end);
-  end = mskv::MinI64(end, td.numTokens);
+  mskv::RowRange(td, td.numTokens, &begin, &end);
   if (begin >= end) return;
   const int64_t dims[2] = {td.cDim, td.pDim};
   const int64_t pitches[2] = {td.cPitch, td.pPitch};

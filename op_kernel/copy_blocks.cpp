@@ -140,8 +140,7 @@ __aicore__ inline void RunCopyBlocks(GM_ADDR key_caches, GM_ADDR value_caches, G
   copier.Init(&pipe, key_caches, value_caches, block_mapping, td.bufferBytes);
   int64_t begin = 0;
   int64_t end = 0;
-  mskv::CoreRange(td.formerNum, td.formerLen, td.tailLen, &begin, &end);
-  end = td.numPairs > 0 ? mskv::MinI64(end, 2 * td.numLayers * td.piecesPerBlock) : 0;
+  mskv::RowRange(td, td.numPairs > 0 ? 2 * td.numLayers * td.piecesPerBlock : 0, &begin, &end);
   copier.Process(td, begin, end);
 }
 

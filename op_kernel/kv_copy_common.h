@@ -22,6 +22,7 @@ constexpr int64_t kBlockBytes = 32;
 constexpr int64_t kMaxStrideBlocks = 65535;
 
 __aicore__ inline int64_t MinI64(int64_t a, int64_t b) { return a < b ? a : b; }
+__aicore__ inline int64_t MaxI64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 // Select<C, A, B>::type: A if C, else B (a template argument chosen by a tiling-key digit).
 template <bool C, typename A, typename B>
@@ -47,6 +48,14 @@ __aicore__ inline void CoreRange(int64_t formerNum, int64_t formerLen, int64_t t
     *begin = formerNum * formerLen + (i - formerNum) * tailLen;
     *end = *begin + tailLen;
   }
+}
+
+// This core's work items [*begin, *end) of `items`: its share of the main / tail split of TD (formerNum cores
+// of formerLen items, then tailLen items each), cut at `items`.
+template <typename TD>
+__aicore__ inline void RowRange(const TD& td, int64_t items, int64_t* begin, int64_t* end) {
+  CoreRange(td.formerNum, td.formerLen, td.tailLen, begin, end);
+  *end = MinI64(*end, items);
 }
 
 // One token row of one cache (see mskv_tiling::ScatterGeom): numSeg segments of segElems elements,
@@ -280,8 +289,7 @@ __aicore__ inline void ScatterKeyValue(GM_ADDR key, GM_ADDR value, __gm__ T* key
   dst[1].SetGlobalBuffer(valueCache);
   int64_t begin = 0;
   int64_t end = 0;
-  CoreRange(td.formerNum, td.formerLen, td.tailLen, &begin, &end);
-  end = MinI64(end, td.numTokens);
+  RowRange(td, td.numTokens, &begin, &end);
   scatter.Process(begin, end, td.rowsPerChunk, planes, src, dst, 2);
 }
 

@@ -283,8 +283,7 @@ __aicore__ inline void RunBlockTransfer(GM_ADDR block_ids, GM_ADDR staging, GM_A
   op.Init(&pipe, block_ids, staging, host_blocks, kv_caches, scale_host_blocks, scale_caches, td);
   int64_t begin = 0;
   int64_t end = 0;
-  mskv_ml::CoreRange(td.formerNum, td.formerLen, td.tailLen, &begin, &end);
-  end = mskv_ml::MinI64(end, td.numIds * td.numLayers * (td.tokenChunks < 1 ? 1 : td.tokenChunks));
+  RowRange(td, td.numIds * td.numLayers * (td.tokenChunks < 1 ? 1 : td.tokenChunks), &begin, &end);
   op.Process(begin, end);
 }
 

@@ -30,21 +30,10 @@ constexpr int32_t kMaxPlanes = 6;
 constexpr int32_t kMaxLists = 2;  // the cache lists: kv_caches, scale_caches
 constexpr int64_t kMaxRun = 128;  // = mskv_ml_tiling::kMaxRun (op_host/multi_layer_tiling_common.h)
 
-__aicore__ inline int64_t MinI64(int64_t a, int64_t b) { return a < b ? a : b; }
-__aicore__ inline int64_t MaxI64(int64_t a, int64_t b) { return a > b ? a : b; }
-
-// Work items [begin, end) of this core under the main/tail split of the tiling.
-__aicore__ inline void CoreRange(int64_t formerNum, int64_t formerLen, int64_t tailLen, int64_t* begin,
-                                 int64_t* end) {
-  const int64_t i = static_cast<int64_t>(AscendC::GetBlockIdx());
-  if (i < formerNum) {
-    *begin = i * formerLen;
-    *end = *begin + formerLen;
-  } else {
-    *begin = formerNum * formerLen + (i - formerNum) * tailLen;
-    *end = *begin + tailLen;
-  }
-}
+// op_kernel/kv_copy_common.h's: this core's work items (main/tail split of the tiling, RowRange), min and max
+using mskv::MaxI64;
+using mskv::MinI64;
+using mskv::RowRange;
 
 // How one row (token row of one plane and layer) is moved. Sizes in elements.
 //   rowElems: elements of the row (contiguous in the buffer / host blocks);

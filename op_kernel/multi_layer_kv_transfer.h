@@ -210,8 +210,7 @@ __aicore__ inline void RunKvTransfer(GM_ADDR buffer, GM_ADDR slot_mapping, GM_AD
   op.Init(&pipe, buffer, slot_mapping, kv_caches, scale_caches, td);
   int64_t begin = 0;
   int64_t end = 0;
-  mskv_ml::CoreRange(td.formerNum, td.formerLen, td.tailLen, &begin, &end);
-  end = mskv_ml::MinI64(end, td.numLayers * td.numTokens);
+  RowRange(td, td.numLayers * td.numTokens, &begin, &end);
   op.Process(begin, end);
 }
 

@@ -42,8 +42,7 @@ __aicore__ inline void RunReshapeAndCacheQuant(GM_ADDR key, GM_ADDR value, GM_AD
   mskv::TrapOnAliasedWrites(spans);
   int64_t begin = 0;
   int64_t end = 0;
-  mskv::CoreRange(td.formerNum, td.formerLen, td.tailLen, &begin, &end);
-  end = mskv::MinI64(end, td.numTokens);
+  mskv::RowRange(td, td.numTokens, &begin, &end);
   if (begin >= end) return;
   mskv::quant::QPlane plane;
   plane.heads = td.heads;

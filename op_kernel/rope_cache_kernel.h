@@ -36,10 +36,6 @@ __aicore__ inline void RunRopeCache(GM_ADDR positions, GM_ADDR query, GM_ADDR ke
   AscendC::TQueBind<AscendC::TPosition::VECIN, AscendC::TPosition::VECOUT, 2> valueQue;
   pipe.InitBuffer(valueQue, 2, static_cast<uint32_t>(td.copyElems * static_cast<int64_t>(sizeof(T))));
 
-  IndexGm pos;
-  IndexGm slots;
-  pos.Init(positions, td.posIs64);
-  slots.Init(slotMapping, td.slotIs64);
   AscendC::GlobalTensor<T> q, k, v, qOut, kOut, kCache, vCache;
   q.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(query));
   k.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(key));
@@ -50,19 +46,11 @@ __aicore__ inline void RunRopeCache(GM_ADDR positions, GM_ADDR query, GM_ADDR ke
   vCache.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(valueCache) + td.vPlaneOffset);
   const CacheGeom cg = CacheGeomOf(td, td.kHeads);
 
-  int64_t begin = 0;
-  int64_t end = 0;
-  RowRange(td, td.numRows, &begin, &end);
-  AscendC::LocalTensor<float> cc = eng.RotSet(0);
-  AscendC::LocalTensor<float> sc = eng.RotSet(1);
-  Batch b;
-  for (int64_t t = begin; t < end; t += td.batch) {
-    const int64_t n = MinI64(td.batch, end - t);
-    ReadBatch(&b, t, n, pos, slots, td.maxPosition, td.numWrite, td.numSlots);
-    eng.GatherTable(n, b.rows, cc, sc);
-    RotatePlane<T, C, NEOX, PAD>(eng, b, q, qOut, td.qHeads, td.headsPerChunk, nullptr, cg, cc, sc);
-    RotatePlane<T, C, NEOX, PAD>(eng, b, k, kOut, td.kHeads, td.headsPerChunk, &kCache, cg, cc, sc);
-    CopyPlane<T, PAD>(valueQue, b, v, td.kHeads, td.headSize, td.pitch, td.headsPerChunk, vCache, cg);
+  TokenBatches<TD, RopeEngine<T, C, NEOX, PAD>> tb(td, eng, positions, slotMapping);
+  while (tb.Next()) {
+    RotatePlane<T, C, NEOX, PAD>(eng, tb.b, q, qOut, td.qHeads, td.headsPerChunk, nullptr, cg, tb.cc, tb.sc);
+    RotatePlane<T, C, NEOX, PAD>(eng, tb.b, k, kOut, td.kHeads, td.headsPerChunk, &kCache, cg, tb.cc, tb.sc);
+    CopyPlane<T, PAD>(valueQue, tb.b, v, td.kHeads, td.headSize, td.pitch, td.headsPerChunk, vCache, cg);
   }
 }
 

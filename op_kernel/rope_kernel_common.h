@@ -106,14 +106,6 @@ __aicore__ inline CacheGeom CacheGeomOf(const TD& td, int64_t heads) {
   return c;
 }
 
-// This core's rows [*begin, *end) of `rows`: its share of the main / tail split of TD (formerNum cores
-// of formerLen rows, then tailLen rows each), cut at `rows`.
-template <typename TD>
-__aicore__ inline void RowRange(const TD& td, int64_t rows, int64_t* begin, int64_t* end) {
-  CoreRange(td.formerNum, td.formerLen, td.tailLen, begin, end);
-  *end = MinI64(*end, rows);
-}
-
 __aicore__ inline uint64_t LowBits(int64_t n) { return n >= 64 ? ~0ull : ((1ull << n) - 1ull); }
 
 // Row movement GM <-> UB: `rows` rows of d elements, UB pitch p (a 32-byte multiple). p == d: one
@@ -499,6 +491,42 @@ __aicore__ inline void ReadBatch(Batch* b, int64_t first, int64_t n, const Index
     }
   }
 }
+
+// This core's tokens of [0, td.numRows) (RowRange) in batches of td.batch, for the ops that rotate token rows
+// by their positions and write them by slot_mapping: Next() fills `b` with the next batch (ReadBatch against
+// td.maxPosition, td.numWrite, td.numSlots; positions and slots of the index dtypes td.posIs64 / td.slotIs64)
+// and gathers its cos / sin rows into the rotation sets cc / sc of the engine; false when the core is done.
+template <typename TD, typename ENG>
+class TokenBatches {
+ public:
+  __aicore__ inline TokenBatches(const TD& td, ENG& eng, GM_ADDR positions, GM_ADDR slotMapping)
+      : cc(eng.RotSet(0)), sc(eng.RotSet(1)), td_(td), eng_(eng) {
+    pos_.Init(positions, td.posIs64);
+    slots_.Init(slotMapping, td.slotIs64);
+    RowRange(td, td.numRows, &next_, &end_);
+  }
+
+  __aicore__ inline bool Next() {
+    if (next_ >= end_) return false;
+    const int64_t n = MinI64(td_.batch, end_ - next_);
+    ReadBatch(&b, next_, n, pos_, slots_, td_.maxPosition, td_.numWrite, td_.numSlots);
+    eng_.GatherTable(n, b.rows, cc, sc);
+    next_ += n;
+    return true;
+  }
+
+  Batch b;                            // the current batch: tokens [b.first, b.first + b.n)
+  AscendC::LocalTensor<float> cc;     // its cos rows
+  AscendC::LocalTensor<float> sc;     // its sin rows
+
+ private:
+  const TD& td_;
+  ENG& eng_;
+  IndexGm pos_;
+  IndexGm slots_;
+  int64_t next_ = 0;
+  int64_t end_ = 0;
+};
 
 // Where RotatePlane puts the rotated head rows of a written token: the cache plane, copied as they are.
 // (The quantizing writes have their own sink, op_kernel/kv_quant_kernel.h QuantSink.)

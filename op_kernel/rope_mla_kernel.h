@@ -210,10 +210,6 @@ __aicore__ inline void RopeMlaRows(AscendC::TPipe& pipe, RopeEngine<T, C, NEOX, 
     pipe.InitBuffer(kvQue, 2, static_cast<uint32_t>(td.copyElems * static_cast<int64_t>(sizeof(T))));
   }
 
-  IndexGm pos;
-  IndexGm slots;
-  pos.Init(positions, td.posIs64);
-  slots.Init(slotMapping, td.slotIs64);
   AscendC::GlobalTensor<T> q, k, kv, qOut, kOut, kvOut;
   q.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(qPe));
   k.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(kPe));
@@ -224,19 +220,13 @@ __aicore__ inline void RopeMlaRows(AscendC::TPipe& pipe, RopeEngine<T, C, NEOX, 
   const int64_t L = td.kvRank;
   const int64_t Lp = td.kvPitch;
 
-  int64_t begin = 0;
-  int64_t end = 0;
-  RowRange(td, td.numRows, &begin, &end);
-  AscendC::LocalTensor<float> cc = eng.RotSet(0);
-  AscendC::LocalTensor<float> sc = eng.RotSet(1);
-  Batch b;
-  for (int64_t t = begin; t < end; t += td.batch) {
-    const int64_t n = MinI64(td.batch, end - t);
-    ReadBatch(&b, t, n, pos, slots, td.maxPosition, td.numWrite, td.numSlots);
-    eng.GatherTable(n, b.rows, cc, sc);
-    RotatePlaneTo<T, C, NEOX, PAD, KSINK>(eng, b, q, qOut, td.qHeads, td.headsPerChunk, nullptr, cc, sc);
-    RotatePlaneTo<T, C, NEOX, PAD>(eng, b, k, kOut, 1, td.headsPerChunk, kSink, cc, sc);
-    const uint64_t off = static_cast<uint64_t>(t * L);
+  TokenBatches<TD, RopeEngine<T, C, NEOX, PAD>> tb(td, eng, positions, slotMapping);
+  while (tb.Next()) {
+    const Batch& b = tb.b;
+    const int64_t n = b.n;
+    RotatePlaneTo<T, C, NEOX, PAD, KSINK>(eng, b, q, qOut, td.qHeads, td.headsPerChunk, nullptr, tb.cc, tb.sc);
+    RotatePlaneTo<T, C, NEOX, PAD>(eng, b, k, kOut, 1, td.headsPerChunk, kSink, tb.cc, tb.sc);
+    const uint64_t off = static_cast<uint64_t>(b.first * L);
     AscendC::LocalTensor<T> ready;
     if (viaChunks) {
       AscendC::LocalTensor<T> xT = eng.AllocIn();

@@ -74,10 +74,6 @@ __aicore__ inline void RunRopeCacheQuant(GM_ADDR positions, GM_ADDR query, GM_AD
     q.StaticReady();
   }
 
-  mskv::rope::IndexGm pos;
-  mskv::rope::IndexGm slots;
-  pos.Init(positions, rt.posIs64);
-  slots.Init(slotMapping, rt.slotIs64);
   AscendC::GlobalTensor<T> qIn, kIn, vIn, qOut, kOut;
   qIn.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(query));
   kIn.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(key));
@@ -92,21 +88,15 @@ __aicore__ inline void RunRopeCacheQuant(GM_ADDR positions, GM_ADDR query, GM_AD
   sc[1].SetGlobalBuffer(reinterpret_cast<__gm__ float*>(vScaleCache));
   mskv::quant::QuantSink<Quant> kSink{&q, 0, &planes[0], &dst[0], &sc[0]};
 
-  int64_t begin = 0;
-  int64_t end = 0;
-  mskv::rope::RowRange(rt, rt.numRows, &begin, &end);
-  AscendC::LocalTensor<float> cc = eng.RotSet(0);
-  AscendC::LocalTensor<float> ss = eng.RotSet(1);
-  mskv::rope::Batch b;
-  for (int64_t t = begin; t < end; t += rt.batch) {
-    const int64_t n = mskv::MinI64(rt.batch, end - t);
-    mskv::rope::ReadBatch(&b, t, n, pos, slots, rt.maxPosition, rt.numWrite, rt.numSlots);
-    eng.GatherTable(n, b.rows, cc, ss);
+  mskv::rope::TokenBatches<decltype(td.rope), mskv::rope::RopeEngine<T, C, NEOX, PAD>> tb(rt, eng, positions,
+                                                                                          slotMapping);
+  while (tb.Next()) {
+    const mskv::rope::Batch& b = tb.b;
     mskv::rope::RotatePlaneTo<T, C, NEOX, PAD, mskv::quant::QuantSink<Quant>>(
-        eng, b, qIn, qOut, rt.qHeads, rt.headsPerChunk, nullptr, cc, ss);
-    mskv::rope::RotatePlaneTo<T, C, NEOX, PAD>(eng, b, kIn, kOut, rt.kHeads, rt.headsPerChunk, &kSink, cc, ss);
-    for (int64_t i = 0; i < n; ++i) {
-      if (b.write[i]) q.Row(1, planes[1], vIn, t + i, dst[1], b.slot[i], sc[1]);
+        eng, b, qIn, qOut, rt.qHeads, rt.headsPerChunk, nullptr, tb.cc, tb.sc);
+    mskv::rope::RotatePlaneTo<T, C, NEOX, PAD>(eng, b, kIn, kOut, rt.kHeads, rt.headsPerChunk, &kSink, tb.cc, tb.sc);
+    for (int64_t i = 0; i < b.n; ++i) {
+      if (b.write[i]) q.Row(1, planes[1], vIn, b.first + i, dst[1], b.slot[i], sc[1]);
     }
   }
 }

@@ -513,9 +513,9 @@ def op_type_of_kernel(path):
 _ADD_CONFIG = re.compile(r'AddConfig\(\s*"([^"]+)"')
 
 
-def _host_helper_configs(path, seen=None):
-    """``AddConfig`` keys of the functions defined in the op_host headers ``path`` includes (quoted includes,
-    transitively): {function name: keys}, for helpers such as ``mskv_tiling::DeclareOnEverySoc``."""
+def _host_helper_bodies(path, seen=None):
+    """Bodies of the functions defined in the op_host headers ``path`` includes (quoted includes,
+    transitively): {function name: body}."""
     seen = set() if seen is None else seen
     out = {}
     for inc in re.findall(r'#\s*include\s*"([^"]+)"', Path(path).read_text(errors="replace")):
@@ -529,23 +529,44 @@ def _host_helper_configs(path, seen=None):
             while depth and i < len(text):
                 depth += {"{": 1, "}": -1}.get(text[i], 0)
                 i += 1
-            keys = set(_ADD_CONFIG.findall(text[m.end():i]))
-            if keys:
-                out[m.group(1)] = keys
-        out.update(_host_helper_configs(h, seen))
+            out.setdefault(m.group(1), text[m.end():i])
+        for name, body in _host_helper_bodies(h, seen).items():
+            out.setdefault(name, body)
     return out
+
+
+def _calls(name, text):
+    return re.search(rf"(?<![\w.>]){re.escape(name)}\s*\(", text) is not None
+
+
+def _host_helper_configs(path):
+    """``AddConfig`` keys of the functions defined in the op_host headers ``path`` includes, with those of the
+    helpers they call (``mskv_rope_tiling::DeclareGqaRopeOnEverySoc`` calls ``mskv_tiling::DeclareOnEverySoc``):
+    {function name: keys}, for the functions that add any."""
+    bodies = _host_helper_bodies(path)
+    keys = {name: set(_ADD_CONFIG.findall(body)) for name, body in bodies.items()}
+    changed = True
+    while changed:  # the closure over the helpers' calls of each other
+        changed = False
+        for name, body in bodies.items():
+            for other, okeys in keys.items():
+                if other != name and not okeys <= keys[name] and _calls(other, body):
+                    keys[name] |= okeys
+                    changed = True
+    return {name: k for name, k in keys.items() if k}
 
 
 def op_soc_configs(op_type, repo=ROOT):
     """``AddConfig`` keys of op ``op_type``'s OpDef (``{"ascend910b", "ascend910_93", "ascend310p"}``),
     read from the ``op_host/*.cpp`` that defines ``class <op_type> : public OpDef``: its own ``AddConfig``
-    calls and those of the helpers of its op_host headers it calls (``mskv_tiling::DeclareOnEverySoc``)."""
+    calls and those of the helpers of its op_host headers it calls (``mskv_tiling::DeclareOnEverySoc``, also
+    through another helper: ``mskv_rope_tiling::DeclareGqaRopeOnEverySoc``)."""
     for f in sorted((Path(repo) / "op_host").glob("*.cpp")):
         text = f.read_text(errors="replace")
         if re.search(rf"\bclass\s+{re.escape(op_type)}\s*:\s*public\s+(?:ops::)?OpDef\b", text):
             keys = set(_ADD_CONFIG.findall(text))
             for name, hkeys in _host_helper_configs(f).items():
-                if re.search(rf"(?<![\w.>]){re.escape(name)}\s*\(", text):
+                if _calls(name, text):
                     keys |= hkeys
             return keys
     return set()

@@ -287,11 +287,17 @@ def test_link_host_stubs_only_cann_symbols(tmp_path):
 
 def test_op_soc_configs_follow_the_shared_opdef_helper(tmp_path):
     """The OpDefs add their compute units through mskv_tiling::DeclareOnEverySoc (op_host/
-    kv_copy_tiling_common.h): op_soc_configs reads the AddConfig calls of the helper the OpDef calls, so the
-    310p kernel target follows the helper's AddConfig("ascend310p")."""
+    kv_copy_tiling_common.h), directly or through another helper (mskv_rope_tiling::DeclareGqaRopeOnEverySoc):
+    op_soc_configs reads the AddConfig calls of the helpers the OpDef calls, so the 310p kernel target follows
+    the helper's AddConfig("ascend310p")."""
     import shutil
 
     assert cch.op_soc_configs("MskvReshapeAndCache") == {"ascend910b", "ascend910_93", "ascend310p"}
+    # through a helper that calls it (op_host/rope_tiling_common.h: the family's attributes, then
+    # DeclareOnEverySoc)
+    assert "mskv_tiling::DeclareOnEverySoc(" not in (ROOT / "op_host" / "rope_reshape_and_cache.cpp").read_text()
+    for op in ("MskvRopeReshapeAndCache", "MskvReropeCachedKeys", "MskvRopeConcatAndCacheMla"):
+        assert cch.op_soc_configs(op) == {"ascend910b", "ascend910_93", "ascend310p"}, op
     shutil.copytree(ROOT / "op_host", tmp_path / "op_host")
     shutil.copytree(ROOT / "op_kernel", tmp_path / "op_kernel")
     h = tmp_path / "op_host" / "kv_copy_tiling_common.h"
@@ -300,3 +306,5 @@ def test_op_soc_configs_follow_the_shared_opdef_helper(tmp_path):
     h.write_text(h.read_text().replace(line, ""))
     assert cch.op_soc_configs("MskvReshapeAndCache", tmp_path) == {"ascend910b", "ascend910_93"}
     assert cch.kernel_targets(tmp_path / "op_kernel" / "reshape_and_cache.cpp", tmp_path) == ["a2"]
+    assert cch.op_soc_configs("MskvRopeReshapeAndCache", tmp_path) == {"ascend910b", "ascend910_93"}
+    assert cch.kernel_targets(tmp_path / "op_kernel" / "rope_reshape_and_cache.cpp", tmp_path) == ["a2"]
