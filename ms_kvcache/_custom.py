@@ -522,8 +522,9 @@ def eager_launcher(spec, backend, attr_values=(), counts=None):
             # run_or_queue: a writer runs at once when MindSpore's pipeline is idle (same order; see
             # ms_kvcache/csrc/pyboost_module.cpp, "direct launch"), else it is queued like run()
             run = getattr(mod, "run_or_queue", mod.run)
-            f = _serialised(functools.partial(run, mod.kernel(lib, spec.op_type, spec.name, attrs,
-                                                              list(output_sources(spec, counts)))))
+            kernel = mod.kernel(lib, spec.op_type, spec.name, attrs, list(output_sources(spec, counts)))
+            f = _serialised(functools.partial(run, kernel))
+            f.kernel = kernel  # what EagerOp's replay plans launch (ms_kvcache._eager, "replayed calls")
         else:
             bmod = _backend.backend_module(backend)
             if getattr(bmod, "pynative_launcher", None) is not None:

@@ -33,6 +33,7 @@ ops get the fast path with no extra code.
 from mindspore import Tensor, ops
 
 from ms_kvcache import _backend
+from ms_kvcache import _custom
 from ms_kvcache import _validate as V
 from ms_kvcache._custom import eager_launcher, nosync_checker, output_sources
 
@@ -67,6 +68,12 @@ class Slots:
             dup = self.allow_duplicates
             dup = dup(attr_values) if callable(dup) else dup
             V.check_slot_tensor(op, self.name, x, _bound(result, self.bound), nosync, dup)
+
+    def replay(self, result, attr_values):
+        """What a replay plan checks per call (see EagerOp, "Replayed calls"): ("slots", duplicates allowed,
+        bound)."""
+        dup = self.allow_duplicates
+        return "slots", bool(dup(attr_values) if callable(dup) else dup), int(_bound(result, self.bound))
 
 
 class Positions:
@@ -112,6 +119,18 @@ class EagerOp:
             must be.
         backend_impl: name of an optional function of the backend module that replaces the kernel
             (called with the inputs after the checks, which then read index tensors with a sync).
+
+    Replayed calls. The Python checks above cost ~15-40 us per call (a quantizing write: 11 inputs, five
+    value checks), a large part of a copy op's time at a few hundred tokens. For an op whose inputs are
+    all single tensors, without outputs, whose index checks all have a ``replay`` form (:class:`Slots`,
+    and the quantizing writes' slot / scale checks), a call the Python path accepted and launched on the
+    fast path records its signature (shapes, dtypes, slot bounds) in a C++ plan
+    (``ms_kvcache._cpu_pyboost.Plan``, one per op, backend and attribute values). A later call first
+    tries the plan: with the pipeline idle and a recorded signature it re-checks in C++ what can differ
+    between such calls (every input a realised contiguous host tensor, written tensors disjoint, slot and
+    scale values) and launches directly; anything else returns to the Python path unchanged, which then
+    raises its usual error for bad input or queues the launch. Plans live in
+    ``ms_kvcache._custom._LAUNCHERS`` (cleared by ``set_fast_path``).
     """
 
     def __init__(self, spec, check_static, index_checks=(), skip_if_empty=(), absent=None, launch_attrs=None,
@@ -144,6 +163,10 @@ class EagerOp:
         self._written_memo = {}
         self._has_outputs = "out_shape" in spec.extra
         self._outs = None if self._sequence is not None else output_sources(spec)
+        self._replayable = (self._plain and not self._has_outputs and not self._distinct and backend_impl is None
+                            and launch_attrs is None
+                            and all(hasattr(c, "replay") for c in self.index_checks))
+        self._planned = set()  # static keys (attribute values included) already given to a plan
 
     # ------------------------------------------------------------------ helpers
     def _static_result(self, key, args, attr_values):
@@ -234,6 +257,15 @@ class EagerOp:
     def __call__(self, backend, attr_values, *args):
         """Run the op in PyNative on ``args`` (the inputs in ``spec.inputs`` order) with ``attr_values``
         (in ``spec.attrs`` order) on ``backend``; returns None, the output or the tuple of outputs."""
+        if self._replayable:
+            try:
+                plan = _custom._LAUNCHERS.get(("replay", id(self), backend, attr_values, *map(type, attr_values)))
+            except TypeError:  # an unhashable attribute value: the checks report it
+                plan = None
+            if plan is not None:
+                with _custom._SUBMIT:
+                    if plan(*args):
+                        return None
         if self._plain and not any(args[i] is None for i in self._optional):
             return self._call_plain(backend, attr_values, args)
         return self._call_general(backend, attr_values, args)
@@ -256,7 +288,7 @@ class EagerOp:
         for i in self._skip:
             if args[i].shape[0] == 0:
                 return self._empty_outputs(args)
-        return self._launch(backend, attr_values, args, result, list(args))
+        return self._launch(backend, attr_values, args, result, list(args), key if self._replayable else None)
 
     def _call_general(self, backend, attr_values, args):
         op = self.spec.name
@@ -285,8 +317,9 @@ class EagerOp:
                 return self._empty_outputs(args)
         return self._launch(backend, attr_values, args, result, self._flatten(args))
 
-    def _launch(self, backend, attr_values, args, result, flat):
-        """Index checks, read-only inputs made contiguous, then the launch (or the backend's own impl)."""
+    def _launch(self, backend, attr_values, args, result, flat, replay_key=None):
+        """Index checks, read-only inputs made contiguous, then the launch (or the backend's own impl);
+        ``replay_key``: the static key of a replayable call (see "Replayed calls")."""
         impl = getattr(_backend.backend_module(backend), self.backend_impl, None) if self.backend_impl else None
         nosync = None if impl is not None else nosync_checker(backend)
         inplace = self._inplace if not self._cond else self._written(attr_values)[0]
@@ -305,8 +338,34 @@ class EagerOp:
         if self.launch_attrs is not None:
             attr_values = self.launch_attrs(result, attr_values)
         arity = None if self._sequence is None else len(args[self._sequence])
-        out = eager_launcher(self.spec, backend, tuple(attr_values), arity)(*flat)
+        f = eager_launcher(self.spec, backend, tuple(attr_values), arity)
+        out = f(*flat)
+        if replay_key is not None and nosync is not None and replay_key not in self._planned:
+            self._remember(f, backend, attr_values, args, result, replay_key)
         return out if self._has_outputs else None
+
+    def _remember(self, f, backend, attr_values, args, result, replay_key):
+        """Record the signature of an accepted fast-path call in the op's replay plan ("Replayed calls")."""
+        kernel = getattr(f, "kernel", None)
+        cls = getattr(_custom._fast_module(), "Plan", None)
+        if kernel is None or cls is None or not getattr(f, "fast_path", False):
+            return
+        try:
+            key = ("replay", id(self), backend, attr_values, *map(type, attr_values))
+            plan = _custom._LAUNCHERS.get(key)
+        except TypeError:
+            return
+        specs = [(i, c.replay(result, attr_values)) for i, c in self._index]
+        if plan is None:
+            written = self._inplace if not self._cond else self._written(attr_values)[0]
+            plan = cls(kernel, len(args), list(written), [(i, r[1]) for i, r in specs if r[0] == "slots"],
+                       [(i, r[1]) for i, r in specs if r[0] == "scale"])
+            _custom._LAUNCHERS[key] = plan
+        if not plan.add(list(args), [r[2] for _, r in specs if r[0] == "slots"]):
+            return  # an input is a pending op's output: recorded by a later call
+        if len(self._planned) >= 4096:
+            self._planned.clear()
+        self._planned.add(replay_key)
 
     def _readonly_flat(self, n, inplace):
         """Positions of read-only tensors in the flattened input list of length ``n`` (cached)."""

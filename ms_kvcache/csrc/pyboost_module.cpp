@@ -307,6 +307,128 @@ py::object RunOrQueue(const KernelHolder& h, const py::args& args) {
   return RunKernel(h, args);
 }
 
+// ------------------------------------------------------------------------------------ replayed calls
+// A Plan replays, in C++, the PyNative checks of ms_kvcache._eager.EagerOp for argument signatures
+// (shapes + dtypes) the Python path has already accepted, and launches directly: the per-call Python
+// (~20-40 us for a quantizing write: shape / dtype reads, memo keys, contiguity, disjointness, slot and
+// scale value checks) becomes one call. Per call it checks what can change between calls with the same
+// signature: every argument a realised host tensor, contiguous; the written tensors' byte ranges
+// disjoint; slot values (< the bound, non-negative ones distinct unless allowed) and static scales /
+// offsets (finite, scales > 0) read now, which is exact because it runs only when the pipeline is idle
+// (nothing pending can change them). Any other case (a new signature, a bad value, a busy pipeline, a
+// stub that is not ready, direct launch off) returns False and launches nothing: the Python path then
+// runs as before, raising its own error for bad input or queueing the launch.
+const void* HostIndexData(const ms::Tensor& t, size_t* elem, int64_t* n);
+
+size_t ElemSize(ms::TypeId t) {
+  switch (t) {
+    case ms::TypeId::kNumberTypeFloat64:
+    case ms::TypeId::kNumberTypeInt64: return 8;
+    case ms::TypeId::kNumberTypeFloat32:
+    case ms::TypeId::kNumberTypeInt32: return 4;
+    case ms::TypeId::kNumberTypeFloat16:
+    case ms::TypeId::kNumberTypeBFloat16:
+    case ms::TypeId::kNumberTypeInt16: return 2;
+    default: return 1;
+  }
+}
+
+struct PlanSig {
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<ms::TypeId> dtypes;
+  std::vector<int64_t> slot_bounds;  // one per Plan::slots entry
+};
+
+struct Plan {
+  KernelHolder k;
+  size_t n = 0;
+  std::vector<int> written;                  // inputs whose bytes must not overlap each other
+  std::vector<std::pair<int, bool>> slots;   // (input, duplicates allowed)
+  std::vector<std::pair<int, bool>> scales;  // (input, values must be > 0)
+  std::vector<PlanSig> sigs;                 // accepted signatures (most recent last, at most kMaxSigs)
+  static constexpr size_t kMaxSigs = 16;
+  int64_t hits = 0;
+};
+
+// False (nothing recorded) when a tensor is still the output of a pending op (its shape is not readable
+// here without waiting for it).
+bool PlanAdd(Plan& p, const py::sequence& args, const std::vector<int64_t>& slot_bounds) {
+  if (args.size() != p.n) throw py::value_error("Plan.add: expected " + std::to_string(p.n) + " tensors");
+  if (slot_bounds.size() != p.slots.size()) throw py::value_error("Plan.add: one bound per slot input expected");
+  PlanSig s;
+  for (const auto& a : args) {
+    const auto t = a.cast<ms::Tensor>();
+    if (t.tensor() == nullptr) return false;
+    s.shapes.push_back(t.shape());
+    s.dtypes.push_back(t.data_type());
+  }
+  s.slot_bounds = slot_bounds;
+  for (const auto& o : p.sigs) {
+    if (o.shapes == s.shapes && o.dtypes == s.dtypes) return true;
+  }
+  if (p.sigs.size() >= Plan::kMaxSigs) p.sigs.erase(p.sigs.begin());
+  p.sigs.push_back(std::move(s));
+  return true;
+}
+
+bool PlanCall(Plan& p, const py::args& args) {
+  if (!g_direct || args.size() != p.n || p.sigs.empty() || !PipelineIdle()) return false;
+  std::vector<ms::Tensor> ins;
+  ins.reserve(p.n);
+  for (const auto& a : args) {
+    py::detail::make_caster<ms::Tensor> c;
+    if (!c.load(a, true)) return false;
+    ins.push_back(py::detail::cast_op<ms::Tensor>(std::move(c)));
+  }
+  for (const auto& t : ins) {
+    if (!ReadyNow(t)) return false;  // (realises a finished op's output; contiguous host memory)
+  }
+  if (!PipelineIdle()) return false;
+  const PlanSig* sig = nullptr;
+  for (auto it = p.sigs.rbegin(); it != p.sigs.rend() && sig == nullptr; ++it) {
+    bool same = true;
+    for (size_t i = 0; i < p.n && same; ++i) same = ins[i].data_type() == it->dtypes[i];
+    for (size_t i = 0; i < p.n && same; ++i) same = ins[i].shape() == it->shapes[i];
+    if (same) sig = &*it;
+  }
+  if (sig == nullptr) return false;
+  for (size_t a = 0; a < p.written.size(); ++a) {
+    const auto& x = ins[static_cast<size_t>(p.written[a])];
+    const auto xb = reinterpret_cast<uintptr_t>(x.GetDataPtr());
+    const auto xe = xb + x.numel() * ElemSize(x.data_type());
+    for (size_t b = 0; b < a; ++b) {
+      const auto& y = ins[static_cast<size_t>(p.written[b])];
+      const auto yb = reinterpret_cast<uintptr_t>(y.GetDataPtr());
+      const auto ye = yb + y.numel() * ElemSize(y.data_type());
+      if (xb < xe && yb < ye && xb < ye && yb < xe) return false;
+    }
+  }
+  for (size_t j = 0; j < p.slots.size(); ++j) {
+    const auto& t = ins[static_cast<size_t>(p.slots[j].first)];
+    if (t.numel() == 0) continue;
+    size_t elem = 0;
+    int64_t n = 0;
+    const void* d = HostIndexData(t, &elem, &n);
+    if (d == nullptr) return false;
+    const mskv::IndexIssue e = mskv::CheckSlotValues(d, elem, n, sig->slot_bounds[j]);
+    if (e.code != 0 && !(e.code == 2 && p.slots[j].second)) return false;
+  }
+  for (const auto& [i, positive] : p.scales) {
+    const auto& t = ins[static_cast<size_t>(i)];
+    const int64_t n = static_cast<int64_t>(t.numel());
+    if (n == 0) continue;
+    if (t.data_type() != ms::TypeId::kNumberTypeFloat32) return false;
+    const float* v = static_cast<const float*>(t.GetDataPtr());
+    for (int64_t q = 0; q < n; ++q) {
+      if (!std::isfinite(v[q]) || (positive && !(v[q] > 0.0f))) return false;
+    }
+  }
+  ++g_launches[0];
+  ++p.hits;
+  LaunchAot(*p.k.op->k, ins, {});
+  return true;
+}
+
 // Index values of a host tensor, read without waiting for the pipeline. Only for tensors that are not
 // the output of a MindSpore op (those are still "stub" tensors here, tensor() == nullptr) and whose
 // memory is host memory (CPU device address, contiguous, int32/int64). Returns nullptr otherwise; the
@@ -479,6 +601,32 @@ PYBIND11_MODULE(_cpu_pyboost, m) {
         py::arg("out_like") = std::vector<int>(),
         "Resolve AOT entry `symbol` of `library` with fixed attribute values. out_like[i]: output i is a new "
         "tensor shaped and typed like input out_like[i] (none: the op has no outputs and run() returns None).");
+  py::class_<Plan, std::shared_ptr<Plan>>(m, "Plan")
+      .def(py::init([](const KernelHolder& k, size_t n, std::vector<int> written, std::vector<std::pair<int, bool>> slots,
+                       std::vector<std::pair<int, bool>> scales) {
+             if (!k.op->out_like.empty()) throw py::value_error("Plan: kernels with outputs are not replayed");
+             auto check = [n](int i) {
+               if (i < 0 || static_cast<size_t>(i) >= n) throw py::value_error("Plan: input index out of range");
+             };
+             for (int i : written) check(i);
+             for (const auto& s : slots) check(s.first);
+             for (const auto& s : scales) check(s.first);
+             auto p = std::make_shared<Plan>();
+             p->k = k, p->n = n, p->written = std::move(written), p->slots = std::move(slots);
+             p->scales = std::move(scales);
+             return p;
+           }),
+           py::arg("kernel"), py::arg("num_inputs"), py::arg("written"), py::arg("slots"), py::arg("scales"),
+           "Replay of an EagerOp's PyNative checks + direct launch for accepted signatures (see pyboost_module.cpp, "
+           "\"replayed calls\"): written = inputs that must not share memory; slots = (input, duplicates allowed); "
+           "scales = (input, must be > 0).")
+      .def("add", &PlanAdd, py::arg("tensors"), py::arg("slot_bounds"),
+           "add(tensors, slot_bounds) -> bool: accept the shapes / dtypes of these tensors (a call the Python checks "
+           "passed), with the slot bound of each slot input; False (nothing recorded) if one is a pending op's output.")
+      .def("__call__", &PlanCall, "__call__(*tensors) -> bool: checked and launched directly (True), or nothing "
+           "done (False: run the Python path).")
+      .def_property_readonly("hits", [](const Plan& p) { return p.hits; })
+      .def_property_readonly("num_signatures", [](const Plan& p) { return p.sigs.size(); });
   m.def("check_slots_nosync", &CheckSlotsNoSync, py::arg("slots"), py::arg("num_slots"),
         "Like ms_kvcache._cpu.check_slots on a host index tensor read without a pipeline sync; None if the "
         "tensor is not host-resident (an op output, non-CPU, strided or not int32/int64).");

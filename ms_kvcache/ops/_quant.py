@@ -307,6 +307,10 @@ class ScaleValues:
             what = "finite values > 0" if self.positive else "finite values"
             raise ValueError(f"{op}: argument '{self.name}': expected {what}, got {vals[i]!r} at flat index {i}")
 
+    def replay(self, result, attr_values):
+        """EagerOp replay plan entry: ("scale", must be > 0)."""
+        return "scale", bool(self.positive)
+
 
 class PublicSlots:
     """``Slots`` naming the public op (index 1 of the static check's result); bound at index 0."""
@@ -317,6 +321,10 @@ class PublicSlots:
     def check(self, op, x, result, nosync, attr_values):
         if x.shape[0]:
             V.check_slot_tensor(result[self.where], self.name, x, result[self.bound], nosync, False)
+
+    def replay(self, result, attr_values):
+        """EagerOp replay plan entry: ("slots", duplicates allowed, bound)."""
+        return "slots", False, int(result[self.bound])
 
 
 class PublicPositions:
