@@ -38,7 +38,7 @@ from collections import deque
 import numpy as np
 
 from ms_kvcache.disagg._channel import ControlClient, ControlServer
-from ms_kvcache.disagg._direct import DIRECT_MIN_BYTES, MAX_INFLIGHT, direct_rows
+from ms_kvcache.disagg._direct import DIRECT_MIN_BYTES, MAX_INFLIGHT, SPAN_BYTES, WINDOW_BYTES, direct_rows
 from ms_kvcache.disagg._errors import (ChecksumMismatch, DisaggError, HandoffTimeout, MetadataMismatch, PeerGone)
 from ms_kvcache.disagg._layout import (CHECKSUM_ALGO, ChecksumStream, HostStaging, KVLayout, check_block_ids, checksum,
                                        chunk_plan, plan_from_sizes, ramp_chunk_sizes, slots_from_blocks, wait_ops)
@@ -78,26 +78,35 @@ class _OfferWithdrawn(Exception):
 
 
 class _Writes:
-    """The sender's Mooncake writes in flight (at most :data:`MAX_INFLIGHT`), polled in submission
-    order, and the ``chunk`` messages they complete: chunk ``c``'s message (with its checksum) goes once
-    all its writes completed and every earlier chunk's message went."""
+    """The sender's Mooncake writes in flight (at most :data:`MAX_INFLIGHT` writes, and at most
+    :data:`WINDOW_BYTES` bytes once two are in flight), polled in submission order, and the ``chunk``
+    messages they complete: chunk ``c``'s message (with its checksum) goes once all its writes completed
+    and every earlier chunk's message went.
+
+    The byte window makes the chunks complete one after the other: with every write of a payload in
+    flight, Mooncake's TCP transport shares the wire between all of them and the chunks all complete near
+    the end, so the receiver could only verify (and load) them after the last byte; with a window shorter
+    than a chunk each chunk completes, and is verified and (``stream=True``) loaded by the receiver,
+    while the next ones move."""
 
     def __init__(self, op, request_id, engine, te_peer, client, session, plan, deadline, timeout, progress):
         self.op, self.request_id, self.engine, self.te_peer = op, request_id, engine, te_peer
         self.client, self.session, self.plan = client, session, plan
         self.deadline, self.timeout, self.progress = deadline, timeout, progress
-        self.queue = deque()  # (chunk, batch id)
+        self.queue = deque()  # (chunk, batch id, bytes)
         self.left = [0] * len(plan)  # writes of each chunk not yet completed
         self.sums = [None] * len(plan)  # checksum of each chunk, once all its writes are submitted
         self.next = 0  # first chunk whose message has not gone
         self.count = 0  # writes submitted
+        self.inflight = 0  # bytes of the writes in flight
 
     def submit(self, c, src, dst, nbytes):
-        self.wait(MAX_INFLIGHT - 1)
+        self.wait(MAX_INFLIGHT - 1, max_bytes=WINDOW_BYTES - nbytes)
         what = f"{self.op}: request {self.request_id!r}: chunk {c}"
-        self.queue.append((c, self.engine.submit_write(self.te_peer, src, dst, nbytes, what=what)))
+        self.queue.append((c, self.engine.submit_write(self.te_peer, src, dst, nbytes, what=what), nbytes))
         self.left[c] += 1
         self.count += 1
+        self.inflight += nbytes
 
     def close_chunk(self, c, value):
         """Every write of chunk ``c`` is submitted; ``value`` is its checksum."""
@@ -108,14 +117,16 @@ class _Writes:
             raise HandoffTimeout(f"{self.op}: request {self.request_id!r}: {c + 1} of {len(self.plan)} chunks started "
                                  f"within {self.timeout:g} s")
 
-    def wait(self, max_len, block=True):
-        """Reap completed writes (in order) until at most ``max_len`` are in flight (``block=False``: only
-        those already complete); bounded by the deadline."""
+    def wait(self, max_len, block=True, max_bytes=None):
+        """Reap completed writes (in order) until at most ``max_len`` writes are in flight and, when
+        ``max_bytes`` is given and more than one write is, at most ``max_bytes`` bytes (``block=False``:
+        only those already complete); bounded by the deadline."""
         eng = self.engine
         while self.queue:
-            c, bid = self.queue[0]
+            c, bid, n = self.queue[0]
             if not eng.poll(bid, what=f"{self.op}: request {self.request_id!r}: chunk {c}", peer=self.te_peer):
-                if not block or len(self.queue) <= max_len:
+                if not block or (len(self.queue) <= max_len and
+                                 (max_bytes is None or len(self.queue) < 2 or self.inflight <= max_bytes)):
                     break
                 if time.monotonic() >= self.deadline:
                     raise HandoffTimeout(f"{self.op}: request {self.request_id!r}: Mooncake had not finished writing "
@@ -124,6 +135,7 @@ class _Writes:
                 continue
             self.queue.popleft()
             self.left[c] -= 1
+            self.inflight -= n
         while self.next < len(self.plan) and self.sums[self.next] is not None and not self.left[self.next]:
             c = self.next
             self.client.send({"type": "chunk", "session": self.session, "index": c, "checksum": self.sums[c]})
@@ -517,7 +529,7 @@ class KVSender(_Endpoint):
         direct (bool | None): let Mooncake read the KV straight from the cache rows, without the gather
             into the registered buffer (:mod:`ms_kvcache.disagg._direct`: the caches' memory is registered
             with the transfer engine, one write per run of consecutive slots of a plane and layer, pieces
-            under 128 KiB copied into the buffer and written together). None (default): wherever it works,
+            under 256 KiB copied into the buffer and written together). None (default): wherever it works,
             i.e. on the cpu backend with BSND (or MLA / DSA) contiguous caches; the gather otherwise (the
             sim and ascend backends, BNSD caches). True: require it (ValueError where it does not work);
             False: always gather. The receiver cannot tell the difference: the bytes and the protocol are
@@ -754,40 +766,52 @@ class KVSender(_Endpoint):
 
     def _send_direct(self, writes, plan, slots, dst):
         """Per chunk: one Mooncake write per run of cache rows (:mod:`ms_kvcache.disagg._direct`), the
-        small pieces copied into the staging buffer and written together, the checksum streamed over the
-        pieces while Mooncake reads them."""
+        small pieces copied into the staging buffer and written together (a span of adjacent copies goes
+        once it reaches :data:`SPAN_BYTES`, so its write overlaps the next copies), the checksum streamed
+        over the pieces in payload order as they go (a copied piece hashed from the staging buffer while
+        it is still in cache; a direct piece while Mooncake reads it)."""
         st = self.staging
         ts = time.perf_counter()
         wait_ops()  # the caches are read directly, not by an op queued after the ones writing them
         self._register_caches()
         copy_s, sum_s, staged = time.perf_counter() - ts, 0.0, 0
+        clock = time.perf_counter
         for c, (a, b, off, nb) in enumerate(plan):
             fault = self._fault is not None and self._fault_chunk(c)
             pieces = self._rows.pieces(slots, a, b, off)
+            h = ChecksumStream()
             span = None  # [start, end) of staged bytes not yet written
             for src, view, poff, n in pieces:
                 if n >= self.direct_min_bytes and not fault:
+                    if span is not None:
+                        writes.submit(c, st.ptr + span[0], dst + span[0], span[1] - span[0])
+                        span = None
                     writes.submit(c, src, dst + poff, n)
+                    tm = clock()
+                    h.update(view)
+                    sum_s += clock() - tm
                     continue
-                tc = time.perf_counter()
-                np.copyto(st.array[poff:poff + n], view)
-                copy_s += time.perf_counter() - tc
+                tc = clock()
+                piece = st.array[poff:poff + n]
+                np.copyto(piece, view)
+                tm = clock()
+                h.update(piece)
+                sum_s += clock() - tm
+                copy_s += tm - tc
                 staged += n
                 if span is not None and span[1] == poff:
                     span[1] += n
-                    continue
-                if span is not None:
+                else:
+                    if span is not None:
+                        writes.submit(c, st.ptr + span[0], dst + span[0], span[1] - span[0])
+                    span = [poff, poff + n]
+                if not fault and span[1] - span[0] >= SPAN_BYTES:
                     writes.submit(c, st.ptr + span[0], dst + span[0], span[1] - span[0])
-                span = [poff, poff + n]
-            tm = time.perf_counter()
-            h = ChecksumStream()
-            for piece in pieces:
-                h.update(piece[1])
+                    span = None
             if fault:  # every piece of this chunk was staged: one span, changed after the checksum
                 st.array[off + nb // 2] ^= 0x40
             if span is not None:
                 writes.submit(c, st.ptr + span[0], dst + span[0], span[1] - span[0])
-            sum_s += time.perf_counter() - tm
             writes.close_chunk(c, h.value())
         return {"d2h_seconds": copy_s, "checksum_seconds": sum_s, "staged_bytes": staged}
 
