@@ -846,3 +846,44 @@ def test_checksum_stream_equals_the_checksum_of_the_concatenation(algo):
     assert h.value() == disagg.checksum(np.concatenate(parts), algo)
     with pytest.raises(ValueError, match="algo"):
         disagg._layout.ChecksumStream("md5")
+
+
+def test_receiver_chunk_ops_check_once_then_launch_directly(monkeypatch):
+    """The receiver's per-chunk op calls (handoff._ChunkOps): the first of each direction goes through
+    multi_layer_kv_transfer with all its checks, the later ones launch the kernel directly; the rows they
+    move are the same as a numpy gather / scatter (bit for bit)."""
+    from mindspore import Tensor
+
+    from ms_kvcache import _custom
+    from ms_kvcache.disagg import handoff as H
+    from ms_kvcache.disagg._layout import HostStaging, KVLayout, wait_ops
+
+    if not _custom.fast_path_available()[0]:
+        pytest.skip(f"no PyNative fast path: {_custom.fast_path_available()[1]}")
+    rng = np.random.default_rng(3)
+    nb, bs, L, heads, d = 6, 4, 3, 2, 8
+    keys = [rng.standard_normal((nb, bs, heads, d)).astype(np.float16) for _ in range(L)]
+    vals = [rng.standard_normal((nb, bs, heads, d)).astype(np.float16) for _ in range(L)]
+    caches = [(Tensor(k), Tensor(v)) for k, v in zip(keys, vals)]
+    lay = KVLayout.from_caches(caches, "separate")
+    st = HostStaging(nb * bs * lay.bytes_per_token)
+    public = []
+    real = H._transfer
+    monkeypatch.setattr(H, "_transfer", lambda *a: (public.append(a[-1]), real(*a))[1])
+    ops = H._ChunkOps(lay, caches)
+    src = np.array([9, 10, 11, 2, 3], np.int64)  # two chunks of a d2h
+    ops(st.chunk_tensor(lay, 0, 3), src[:3], "d2h")
+    ops(st.chunk_tensor(lay, 3 * lay.bytes_per_token, 2), src[3:], "d2h")
+    wait_ops()
+    dst = np.array([20, 0, 1, 21, 22], np.int64)
+    ops(st.chunk_tensor(lay, 0, 3), dst[:3], "h2d")
+    ops(st.chunk_tensor(lay, 3 * lay.bytes_per_token, 2), dst[3:], "h2d")
+    wait_ops()
+    assert public == ["d2h", "h2d"]  # one checked call per direction, the rest direct
+    for lyr, (k, v) in enumerate(caches):
+        for plane, (t, ref) in enumerate(((k, keys[lyr]), (v, vals[lyr]))):
+            want = ref.reshape(nb * bs, heads, d).copy()
+            want[dst] = ref.reshape(nb * bs, heads, d)[src]
+            np.testing.assert_array_equal(t.asnumpy().reshape(nb * bs, heads, d).view(np.uint16),
+                                          want.view(np.uint16), err_msg=f"layer {lyr} plane {plane}")
+    st.close()

@@ -64,6 +64,44 @@ def _transfer(layout, kv_caches, buffer, slots, direction):
                                        cache_layout=layout.cache_layout)
 
 
+class _ChunkOps:
+    """The receiver's ``multi_layer_kv_transfer`` calls of one :meth:`KVReceiver.receive`: the first call
+    of each direction goes through the public op (every argument check: dtypes, shapes, contiguity,
+    caches disjoint from each other and from the buffer, slots in range and distinct); the later ones
+    (same caches, chunks of the receiver's own staging / undo buffers, slots of the same checked block
+    ids) launch the op's kernel directly on the PyNative fast path (the strict kernel still checks every
+    slot it reads). That saves ~0.4 ms of Python checks of 64+ tensors per chunk (measured here for
+    Llama-3-8B's 64 caches). Without the fast path every call is the public op."""
+
+    def __init__(self, layout, kv_caches):
+        self.layout, self.kv_caches = layout, kv_caches
+        self._launch = {}  # direction -> (launcher, flat caches), after the first checked call
+
+    def __call__(self, buffer, slots, direction):
+        entry = self._launch.get(direction)
+        if entry is not None:
+            from mindspore import Tensor
+
+            launch, flat = entry
+            launch(buffer, Tensor(np.ascontiguousarray(slots, np.int64)), *flat)
+            return
+        _transfer(self.layout, self.kv_caches, buffer, slots, direction)
+        self._launch[direction] = self._launcher(direction)
+
+    def _launcher(self, direction):
+        from ms_kvcache import get_backend
+        from ms_kvcache._custom import eager_launcher, is_fast_launcher
+        from ms_kvcache.ops import _multi_layer as ML
+        from ms_kvcache.ops.multi_layer_kv_transfer import SPEC
+
+        op = "multi_layer_kv_transfer"
+        lay = self.layout
+        fmt = ML.format_code(op, lay.kv_format)
+        flat, num_layers = ML.flatten_eager(op, self.kv_caches, fmt)
+        f = eager_launcher(SPEC, get_backend(), (fmt, direction, lay.cache_layout, num_layers, 0), (len(flat),))
+        return (f, tuple(flat)) if is_fast_launcher(f) else None
+
+
 _ERRORS = {c.__name__: c for c in (ChecksumMismatch, MetadataMismatch, HandoffTimeout, PeerGone, DisaggError)}
 
 
@@ -397,6 +435,7 @@ class KVReceiver(_Endpoint):
         verify_s = h2d_s = 0.0
         slots = slots_from_blocks(blocks, lay.block_size, T)
         committed = []  # (t0, t1, byte offset) of the chunks already scattered into the caches
+        ops = _ChunkOps(lay, self.kv_caches)
         nxt = 0  # first chunk not yet scattered
         if stream and (self._undo is None or self._undo.nbytes < self.staging.nbytes):
             self._undo = HostStaging(self.staging.nbytes)
@@ -410,17 +449,17 @@ class KVReceiver(_Endpoint):
                 ts = time.perf_counter()
                 a, b, off, _nb = plan[nxt]
                 if stream:
-                    _transfer(lay, self.kv_caches, self._undo.chunk_tensor(lay, off, b - a), slots[a:b], "d2h")
+                    ops(self._undo.chunk_tensor(lay, off, b - a), slots[a:b], "d2h")
                 committed.append((a, b, off))
                 nxt += 1
-                _transfer(lay, self.kv_caches, self.staging.chunk_tensor(lay, off, b - a), slots[a:b], "h2d")
+                ops(self.staging.chunk_tensor(lay, off, b - a), slots[a:b], "h2d")
                 h2d_s += time.perf_counter() - ts
 
         def fail(exc, tell=True):
             self._done_sessions.add(session)
             if committed and stream:
                 for a, b, off in committed:
-                    _transfer(lay, self.kv_caches, self._undo.chunk_tensor(lay, off, b - a), slots[a:b], "h2d")
+                    ops(self._undo.chunk_tensor(lay, off, b - a), slots[a:b], "h2d")
                 wait_ops()
             if tell:
                 try:
