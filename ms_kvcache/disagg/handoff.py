@@ -21,7 +21,8 @@ Protocol (one session per sequence; JSON messages on the ZeroMQ control channel,
    receiver's buffer (from the cache rows, or from its own buffer after the d2h), the chunk's checksum
    (streamed over the same bytes while Mooncake reads them); once Mooncake reports every write of a
    chunk done, a ``chunk`` message with its checksum (the receiver verifies it while later chunks are
-   still moving); then ``done``. Whichever path the sender takes, the bytes in the receiver's buffer
+   still moving: at most :data:`~ms_kvcache.disagg._direct.WINDOW_BYTES` are in flight, so the chunks
+   complete in order); then ``done``. Whichever path the sender takes, the bytes in the receiver's buffer
    are the same;
 4. receiver: every chunk verified, then the h2d into the given blocks, then ``loaded`` (or ``error``).
 
@@ -808,7 +809,8 @@ class KVSender(_Endpoint):
         small pieces copied into the staging buffer and written together (a span of adjacent copies goes
         once it reaches :data:`SPAN_BYTES`, so its write overlaps the next copies), the checksum streamed
         over the pieces in payload order as they go (a copied piece hashed from the staging buffer while
-        it is still in cache; a direct piece while Mooncake reads it)."""
+        it is still in cache; a direct piece just before its write is submitted, which brings its rows
+        into cache for Mooncake's send copy: 125 vs 140 ms of CPU for 128 MiB here)."""
         st = self.staging
         ts = time.perf_counter()
         wait_ops()  # the caches are read directly, not by an op queued after the ones writing them
@@ -825,10 +827,10 @@ class KVSender(_Endpoint):
                     if span is not None:
                         writes.submit(c, st.ptr + span[0], dst + span[0], span[1] - span[0])
                         span = None
-                    writes.submit(c, src, dst + poff, n)
                     tm = clock()
-                    h.update(view)
+                    h.update(view)  # first: Mooncake's send copy then finds the rows in cache
                     sum_s += clock() - tm
+                    writes.submit(c, src, dst + poff, n)
                     continue
                 tc = clock()
                 piece = st.array[poff:poff + n]
