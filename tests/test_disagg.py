@@ -887,3 +887,63 @@ def test_receiver_chunk_ops_check_once_then_launch_directly(monkeypatch):
             np.testing.assert_array_equal(t.asnumpy().reshape(nb * bs, heads, d).view(np.uint16),
                                           want.view(np.uint16), err_msg=f"layer {lyr} plane {plane}")
     st.close()
+
+
+def test_sender_writes_stay_within_the_byte_window(monkeypatch):
+    """handoff._Writes submits a write only while at most one is in flight or the bytes in flight plus it
+    fit WINDOW_BYTES (so a write larger than the window still goes, with one other), so the chunks complete
+    in order; each chunk's message goes once all its writes
+    completed, in chunk order, with its checksum. A fake engine completes a write on its 3rd poll."""
+    from ms_kvcache.disagg import handoff as H
+
+    monkeypatch.setattr(H, "WINDOW_BYTES", 10, raising=False)
+    monkeypatch.setattr(H, "_POLL_SLEEP", 0)
+    monkeypatch.setattr(H, "_WINDOW_SLEEP", 0)
+
+    class Engine:
+        def __init__(self):
+            self.polls, self.sizes, self.live, self.over, self.peak = {}, {}, set(), [], 0
+
+        def submit_write(self, peer, src, dst, n, what=""):
+            live = sum(self.sizes[b] for b in self.live)
+            if len(self.live) >= 2 and live + n > 10:  # two or more in flight and beyond the window
+                self.over.append((len(self.live), live, n))
+            self.peak = max(self.peak, live + n)
+            bid = len(self.sizes) + 1
+            self.sizes[bid] = n
+            self.live.add(bid)
+            return bid
+
+        def poll(self, bid, what="", peer=""):
+            self.polls[bid] = self.polls.get(bid, 0) + 1
+            if self.polls[bid] >= 3:
+                self.live.discard(bid)
+                return True
+            return False
+
+    class Client:
+        def __init__(self):
+            self.sent = []
+
+        def send(self, msg):
+            self.sent.append(msg)
+
+        def recv(self, deadline):
+            return None
+
+    eng, client = Engine(), Client()
+    plan = [(0, 1, 0, 12), (1, 2, 12, 8), (2, 3, 20, 8)]
+    w = H._Writes("op", "r", eng, "peer", client, "s", plan, time.monotonic() + 30, 30, None)
+    w.submit(0, 0, 0, 12)  # alone it may exceed the window
+    w.close_chunk(0, 100)
+    for k in range(4):
+        w.submit(1, 12 + 2 * k, 12 + 2 * k, 2)
+    w.close_chunk(1, 101)
+    for k in range(2):
+        w.submit(2, 20 + 4 * k, 20 + 4 * k, 4)
+    w.close_chunk(2, 102)
+    w.wait(0)
+    assert not eng.over, eng.over  # (writes in flight, their bytes, the new write's) of each violation
+    assert eng.peak == 14  # the 2-byte write joined the 12-byte one alone in flight, nothing more did
+    assert [(m["index"], m["checksum"]) for m in client.sent] == [(0, 100), (1, 101), (2, 102)]
+    assert w.inflight == 0 and not w.queue and w.count == 7
