@@ -112,8 +112,6 @@ def test_int8_static_codes_vs_float64(dtype, rng):
     v = random_array(rng, (t + 2, h, d), dtype)
     ks, vs = rng.uniform(0.005, 0.05, (h, d)).astype(np.float32), rng.uniform(0.005, 0.05, (h, d)).astype(np.float32)
     ko, vo = rng.uniform(-3, 3, (h, d)).astype(np.float32), rng.uniform(-3, 3, (h, d)).astype(np.float32)
-    # exact halves in float64: x = (k + 0.5 + o) * s rounded to the data dtype rarely stays exact, so also
-    # place values whose float64 x / s - o is a half-integer up to the data dtype's rounding
     kc0, vc0 = (rng.integers(-128, 128, (nb, bs, h, d), dtype=np.int8) for _ in range(2))
     kc, vc = Parameter(Tensor(kc0), name="f64kc"), Parameter(Tensor(vc0), name="f64vc")
     ms_kvcache.reshape_and_cache(to_ms(k), to_ms(v), kc, vc, Tensor(sl), k_scale=Tensor(ks), v_scale=Tensor(vs),
