@@ -276,8 +276,8 @@ def check_plane_quant(op, mode, cache_dtype, scale, offset, scale_cache, channel
 
 
 def check_pairs(op, pairs):
-    """Arguments that go together (``[((name, shape), (name, shape)), ...]``): both given or neither, as
-    fused_infer_attention_score requires for key/value scales and offsets."""
+    """Arguments that go together (``[((name, shape), (name, shape)), ...]``): both given or neither (as
+    fused_infer_attention_score requires of its key / value antiquant scales and offsets)."""
     for (an, a), (bn, b) in pairs:
         if absent(a) != absent(b):
             given, missing = (an, bn) if not absent(a) else (bn, an)

@@ -2,8 +2,9 @@
 
 A host helper for tests, debugging and CPU attention: it reads the codes with ``asnumpy()`` (a pipeline
 sync), so it is PyNative only and not meant for a hot loop. The formulas invert the quantized writes of
-:func:`ms_kvcache.reshape_and_cache` and friends, and are the antiquant rule of
-``fused_infer_attention_score`` (``(q + offset) * scale``).
+:func:`ms_kvcache.reshape_and_cache` and friends, and are CANN's antiquant rule (``AscendAntiQuant``,
+``(q + offset) * scale``), which ``fused_infer_attention_score`` applies to the scales it is given (their
+mode, shape and dtype: docs/quantization.md).
 """
 import ml_dtypes
 import mindspore as ms
@@ -51,9 +52,11 @@ def dequantize_kv_cache(cache, *, scale=None, offset=None, scale_cache=None, cac
     """Dequantize one int8 / float8 cache plane to float32: ``(q + offset) * scale``.
 
     The inverse of the quantized writes (:func:`ms_kvcache.reshape_and_cache`,
-    :func:`ms_kvcache.concat_and_cache_mla` and the fused RoPE writers) and the antiquant rule of
-    MindSpore's / CANN's ``fused_infer_attention_score`` (``key_antiquant_scale``,
-    ``key_antiquant_offset``). Host computation through numpy (PyNative only; a pipeline sync).
+    :func:`ms_kvcache.concat_and_cache_mla` and the fused RoPE writers) and CANN's antiquant rule
+    (``AscendAntiQuant``), which ``fused_infer_attention_score`` applies with ``key_antiquant_scale`` /
+    ``key_antiquant_offset`` (in the mode, shape and dtype of docs/quantization.md, "Reading the cache
+    with fused_infer_attention_score"; not run on an NPU). Host computation through numpy (PyNative
+    only; a pipeline sync).
 
     Args:
         cache (Tensor): the codes: int8, float8_e4m3fn or float8_e5m2. A GQA plane ``[num_blocks,
@@ -127,8 +130,9 @@ def dequantize_kv_cache(cache, *, scale=None, offset=None, scale_cache=None, cac
         bad = ~np.isfinite(flat) | ((flat <= 0) if positive else False)
         if bad.any():
             i = int(np.argmax(bad))
-            raise ValueError(f"{_OP}: argument '{name}': expected {'finite values > 0' if positive else 'finite values'}"
-                             f" (as the quantized writes), got {flat[i]!r} at flat index {i}")
+            what = "finite values > 0" if positive else "finite values"
+            raise ValueError(f"{_OP}: argument '{name}': expected {what} (as the quantized writes), got {flat[i]!r} "
+                             f"at flat index {i}")
     d = shape[-1]
     if s.shape in ((), (1,)):
         view = (1,)
