@@ -355,8 +355,8 @@ _REGISTRY: Dict[str, OpSpec] = {}
 
 def kernel_pending(spec) -> str:
     """Why ``spec`` has no AscendC kernel yet ('' if it has one, or is not meant to): ops declared with
-    ``extra={"ascend_kernel": "<reason>"}`` (the quantized writes, whose AscendC kernels follow the
-    tiling-key refactor). The structural check expects no op_kernel/ file for them, the sim and ascend
+    ``extra={"ascend_kernel": "<reason>"}`` (none today: every quantizing op has its AscendC kernel; the
+    marker is for an op added before its kernel). The structural check expects no op_kernel/ file for them, the sim and ascend
     backends refuse them naming the op, and no aclnn shim is generated."""
     return str(spec.extra.get("ascend_kernel", "")) if hasattr(spec, "extra") else ""
 

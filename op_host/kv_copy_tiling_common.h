@@ -23,6 +23,10 @@
 
 namespace mskv_tiling {
 
+// One dtype / format column of an OpDef's dtype rows (a rows struct holds one reference per column).
+using DTypes = std::vector<ge::DataType>;
+using Formats = std::vector<ge::Format>;
+
 // Double buffering: two UB buffers per queue, copy-in of chunk i+1 overlaps copy-out of chunk i.
 constexpr int64_t kBufferNum = 2;
 // UB bytes left unused by the kernels (the official ops keep about 1 KiB back).
@@ -508,10 +512,8 @@ inline void SetStaticCompileFlags(ops::OpAICoreConfig& cfg) {
 // (slot_mapping, block_mapping, block_ids), the status output; the formats. An OpDef's Declare gives each
 // of its parameters one column (`DataType(r.kv)`); kCopyRows310P are the Ascend310P rows (no bfloat16).
 struct CopyRows {
-  const std::vector<ge::DataType>& kv;
-  const std::vector<ge::DataType>& index;
-  const std::vector<ge::DataType>& status;
-  const std::vector<ge::Format>& fmt;
+  const DTypes &kv, &index, &status;
+  const Formats &fmt;
 };
 static const CopyRows kCopyRows = {kKvDTypes, kIndexDTypes, kStatusDTypes, kNdFormats};
 static const CopyRows kCopyRows310P = {kKvDTypes310P, kIndexDTypes310P, kStatusDTypes310P, kNdFormats310P};

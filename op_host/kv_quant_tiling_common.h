@@ -36,12 +36,8 @@ static const std::vector<ge::Format> kQuantFormats310P = {ge::FORMAT_ND, ge::FOR
 // parameters one: `DataType(r.scale)`): the float data, the int8 cache, the index, the scales and offsets,
 // the status output; the formats. kQuantRows310P are the Ascend310P rows (no bfloat16).
 struct QuantRows {
-  const std::vector<ge::DataType>& data;
-  const std::vector<ge::DataType>& cache;
-  const std::vector<ge::DataType>& index;
-  const std::vector<ge::DataType>& scale;
-  const std::vector<ge::DataType>& status;
-  const std::vector<ge::Format>& fmt;
+  const mskv_tiling::DTypes &data, &cache, &index, &scale, &status;
+  const mskv_tiling::Formats &fmt;
 };
 static const QuantRows kQuantRows = {kQuantDataDTypes,  kQuantCacheDTypes,  kQuantIndexDTypes,
                                      kQuantScaleDTypes, kQuantStatusDTypes, kQuantFormats};

@@ -366,11 +366,9 @@ static const std::vector<ge::DataType> kQuantMlScaleDTypes = {ge::DT_FLOAT, ge::
 static const std::vector<ge::DataType> kQuantMlStatusDTypes = {ge::DT_INT32, ge::DT_INT32};
 static const std::vector<ge::Format> kQuantMlFormats = {ge::FORMAT_ND, ge::FORMAT_ND};
 struct ScaleRows {
-  const std::vector<ge::DataType>& kv;
-  const std::vector<ge::DataType>& index;
-  const std::vector<ge::DataType>& status;
-  const std::vector<ge::Format>& fmt;
-  const std::vector<ge::DataType>& scale;
+  const mskv_tiling::DTypes &kv, &index, &status;
+  const mskv_tiling::Formats &fmt;
+  const mskv_tiling::DTypes &scale;
 };
 static const ScaleRows kScaleRows = {kQuantMlKvDTypes, kQuantMlIndexDTypes, kQuantMlStatusDTypes, kQuantMlFormats,
                                      kQuantMlScaleDTypes};

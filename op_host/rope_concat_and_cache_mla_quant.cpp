@@ -88,14 +88,8 @@ static const std::vector<ge::DataType> kRopeMlaQuantScaleDTypes310P = {
     ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_FLOAT};
 
 struct RopeMlaQuantRows {
-  const std::vector<ge::DataType>& pos;
-  const std::vector<ge::DataType>& data;
-  const std::vector<ge::DataType>& table;
-  const std::vector<ge::DataType>& slots;
-  const std::vector<ge::DataType>& weight;
-  const std::vector<ge::DataType>& cache;
-  const std::vector<ge::DataType>& scale;
-  const std::vector<ge::Format>& fmt;
+  const mskv_tiling::DTypes &pos, &data, &table, &slots, &weight, &cache, &scale;
+  const mskv_tiling::Formats &fmt;
 };
 static const RopeMlaQuantRows kRopeMlaQuantRows = {
     mskv_rope_tiling::kRopeMlaPDTypes, mskv_rope_tiling::kRopeMlaTDTypes, mskv_rope_tiling::kRopeMlaCDTypes,

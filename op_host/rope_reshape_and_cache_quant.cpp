@@ -98,13 +98,8 @@ static const std::vector<ge::DataType> kRopeQuantScaleDTypes310P = {
     ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_FLOAT, ge::DT_FLOAT};
 
 struct RopeQuantRows {
-  const std::vector<ge::DataType>& pos;
-  const std::vector<ge::DataType>& data;
-  const std::vector<ge::DataType>& table;
-  const std::vector<ge::DataType>& slots;
-  const std::vector<ge::DataType>& cache;
-  const std::vector<ge::DataType>& scale;
-  const std::vector<ge::Format>& fmt;
+  const mskv_tiling::DTypes &pos, &data, &table, &slots, &cache, &scale;
+  const mskv_tiling::Formats &fmt;
 };
 static const RopeQuantRows kRopeQuantRows = {
     mskv_rope_tiling::kRopePDTypes, mskv_rope_tiling::kRopeTDTypes, mskv_rope_tiling::kRopeCDTypes,

@@ -379,24 +379,16 @@ static const std::vector<ge::Format> kRopeMlaFormats310P = {
 // The rotary ops' dtype rows by column (mskv_tiling::CopyRows, for DeclareOnEverySoc): positions, data,
 // cos_sin_cache, slots, then the status output (rerope_cached_keys) or kv_c_norm_weight (MLA); the formats.
 struct RopeRows {
-  const std::vector<ge::DataType>& pos;
-  const std::vector<ge::DataType>& data;
-  const std::vector<ge::DataType>& table;
-  const std::vector<ge::DataType>& slots;
-  const std::vector<ge::DataType>& status;
-  const std::vector<ge::Format>& fmt;
+  const mskv_tiling::DTypes &pos, &data, &table, &slots, &status;
+  const mskv_tiling::Formats &fmt;
 };
 static const RopeRows kRopeRows = {kRopePDTypes, kRopeTDTypes, kRopeCDTypes, kRopeSDTypes, kRopeStatusDTypes,
                                    kRopeFormats};
 static const RopeRows kRopeRows310P = {kRopePDTypes310P, kRopeTDTypes310P, kRopeCDTypes310P, kRopeSDTypes310P,
                                        kRopeStatusDTypes310P, kRopeFormats310P};
 struct RopeMlaRows {
-  const std::vector<ge::DataType>& pos;
-  const std::vector<ge::DataType>& data;
-  const std::vector<ge::DataType>& table;
-  const std::vector<ge::DataType>& slots;
-  const std::vector<ge::DataType>& weight;
-  const std::vector<ge::Format>& fmt;
+  const mskv_tiling::DTypes &pos, &data, &table, &slots, &weight;
+  const mskv_tiling::Formats &fmt;
 };
 static const RopeMlaRows kRopeMlaRows = {kRopeMlaPDTypes, kRopeMlaTDTypes, kRopeMlaCDTypes, kRopeMlaSDTypes,
                                          kRopeMlaWDTypes, kRopeMlaFormats};

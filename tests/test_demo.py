@@ -81,15 +81,45 @@ def test_demo_int8_dynamic_per_token():
     b, d = r["blocks"], r["model"]["head_size"]
     assert b["cache_bytes"] == pytest.approx(b["cache_bytes_bf16"] * (0.5 + 2 / d))
     assert _check(r, "reload: K/V bit-identical")["value"] == 0
-    assert r["preemption"]["bytes_offloaded"] == 2 * 2 * r["preemption"]["offload_tokens"] * 384 * 1
-    # the scale caches travel with the data: one multi_layer_kv_transfer call, one buffer
-    heads = r["model"]["num_heads"]
-    assert r["preemption"]["scale_bytes_offloaded"] == 2 * 2 * r["preemption"]["offload_tokens"] * heads * 4
+    # the scale caches travel with the data: one multi_layer_kv_transfer call, one buffer; the bytes
+    # offloaded and reloaded are that whole buffer (int8 data planes + float32 scale planes)
+    p, heads = r["preemption"], r["model"]["num_heads"]
+    assert p["scale_bytes_offloaded"] == 2 * 2 * p["offload_tokens"] * heads * 4
+    assert p["bytes_offloaded"] == p["bytes_reloaded"] == (2 * 2 * p["offload_tokens"] * 384 * 1
+                                                           + p["scale_bytes_offloaded"])
     assert "their scales, one call" in _check(r, "offload: host buffer")["detail"]
+    assert "(data and scale caches)" in _check(r, "prefill: padding rows")["detail"]
+    assert "(data and scale caches)" in _check(r, "reload: every other cache slot")["detail"]
     with pytest.raises(DemoError, match="int8 caches run with kv_format 'separate'"):
         run_demo(DemoOptions(dtype="int8", kv_format="merged"))
-    with pytest.raises(DemoError, match="cpu kernels only"):
-        run_demo(DemoOptions(dtype="int8", backend="sim"))
+
+
+def test_demo_int8_sim():
+    """--dtype int8 --backend sim: the quantized RoPE write and the quantized transfer run as AscendC
+    kernels through the emulation; every check passes (2 layers to stay fast)."""
+    ok, why = _backend_ok("sim")
+    if not ok:
+        pytest.skip(why)
+    r = run_demo(DemoOptions(dtype="int8", backend="sim", layers=2, bench_reps=0))
+    assert _failed(r) == [] and r["ok"]
+    err = _check(r, "hidden states")["value"]
+    assert TOLERANCES["float32"] < err <= TOLERANCES["int8"], err
+    p = r["preemption"]
+    assert p["bytes_offloaded"] == p["bytes_reloaded"] > p["scale_bytes_offloaded"] > 0
+    assert ms_kvcache.get_backend() == "cpu"
+
+
+def test_demo_int8_checks_cover_the_scale_caches():
+    """One stray scale-cache element outside the slot mapping after the prefill, one during the reload:
+    the padding-rows check and the every-other-slot check must fail (they ignored the scale caches)."""
+    r = run_demo(DemoOptions(dtype="int8", random_weights=True, layers=1, fault="scale-stray", bench_reps=0))
+    failed = _failed(r)
+    assert any(f.startswith("prefill: padding rows") for f in failed), failed
+    assert any(f.startswith("reload: every other cache slot") for f in failed), failed
+    assert _check(r, "reload: every other cache slot")["value"] == 1
+    assert _check(r, "reload: K/V bit-identical")["value"] == 0
+    with pytest.raises(DemoError, match="scale-stray"):
+        run_demo(DemoOptions(fault="scale-stray"))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

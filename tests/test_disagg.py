@@ -846,3 +846,104 @@ def test_checksum_stream_equals_the_checksum_of_the_concatenation(algo):
     assert h.value() == disagg.checksum(np.concatenate(parts), algo)
     with pytest.raises(ValueError, match="algo"):
         disagg._layout.ChecksumStream("md5")
+
+
+def test_receiver_chunk_ops_check_once_then_launch_directly(monkeypatch):
+    """The receiver's per-chunk op calls (handoff._ChunkOps): the first of each direction goes through
+    multi_layer_kv_transfer with all its checks, the later ones launch the kernel directly; the rows they
+    move are the same as a numpy gather / scatter (bit for bit)."""
+    from mindspore import Tensor
+
+    from ms_kvcache import _custom
+    from ms_kvcache.disagg import handoff as H
+    from ms_kvcache.disagg._layout import HostStaging, KVLayout, wait_ops
+
+    if not _custom.fast_path_available()[0]:
+        pytest.skip(f"no PyNative fast path: {_custom.fast_path_available()[1]}")
+    rng = np.random.default_rng(3)
+    nb, bs, L, heads, d = 6, 4, 3, 2, 8
+    keys = [rng.standard_normal((nb, bs, heads, d)).astype(np.float16) for _ in range(L)]
+    vals = [rng.standard_normal((nb, bs, heads, d)).astype(np.float16) for _ in range(L)]
+    caches = [(Tensor(k), Tensor(v)) for k, v in zip(keys, vals)]
+    lay = KVLayout.from_caches(caches, "separate")
+    st = HostStaging(nb * bs * lay.bytes_per_token)
+    public = []
+    real = H._transfer
+    monkeypatch.setattr(H, "_transfer", lambda *a: (public.append(a[-1]), real(*a))[1])
+    ops = H._ChunkOps(lay, caches)
+    src = np.array([9, 10, 11, 2, 3], np.int64)  # two chunks of a d2h
+    ops(st.chunk_tensor(lay, 0, 3), src[:3], "d2h")
+    ops(st.chunk_tensor(lay, 3 * lay.bytes_per_token, 2), src[3:], "d2h")
+    wait_ops()
+    dst = np.array([20, 0, 1, 21, 22], np.int64)
+    ops(st.chunk_tensor(lay, 0, 3), dst[:3], "h2d")
+    ops(st.chunk_tensor(lay, 3 * lay.bytes_per_token, 2), dst[3:], "h2d")
+    wait_ops()
+    assert public == ["d2h", "h2d"]  # one checked call per direction, the rest direct
+    for lyr, (k, v) in enumerate(caches):
+        for plane, (t, ref) in enumerate(((k, keys[lyr]), (v, vals[lyr]))):
+            want = ref.reshape(nb * bs, heads, d).copy()
+            want[dst] = ref.reshape(nb * bs, heads, d)[src]
+            np.testing.assert_array_equal(t.asnumpy().reshape(nb * bs, heads, d).view(np.uint16),
+                                          want.view(np.uint16), err_msg=f"layer {lyr} plane {plane}")
+    st.close()
+
+
+def test_sender_writes_stay_within_the_byte_window(monkeypatch):
+    """handoff._Writes submits a write only while at most one is in flight or the bytes in flight plus it
+    fit WINDOW_BYTES (so a write larger than the window still goes, with one other), so the chunks complete
+    in order; each chunk's message goes once all its writes
+    completed, in chunk order, with its checksum. A fake engine completes a write on its 3rd poll."""
+    from ms_kvcache.disagg import handoff as H
+
+    monkeypatch.setattr(H, "WINDOW_BYTES", 10, raising=False)
+    monkeypatch.setattr(H, "_POLL_SLEEP", 0)
+    monkeypatch.setattr(H, "_WINDOW_SLEEP", 0)
+
+    class Engine:
+        def __init__(self):
+            self.polls, self.sizes, self.live, self.over, self.peak = {}, {}, set(), [], 0
+
+        def submit_write(self, peer, src, dst, n, what=""):
+            live = sum(self.sizes[b] for b in self.live)
+            if len(self.live) >= 2 and live + n > 10:  # two or more in flight and beyond the window
+                self.over.append((len(self.live), live, n))
+            self.peak = max(self.peak, live + n)
+            bid = len(self.sizes) + 1
+            self.sizes[bid] = n
+            self.live.add(bid)
+            return bid
+
+        def poll(self, bid, what="", peer=""):
+            self.polls[bid] = self.polls.get(bid, 0) + 1
+            if self.polls[bid] >= 3:
+                self.live.discard(bid)
+                return True
+            return False
+
+    class Client:
+        def __init__(self):
+            self.sent = []
+
+        def send(self, msg):
+            self.sent.append(msg)
+
+        def recv(self, deadline):
+            return None
+
+    eng, client = Engine(), Client()
+    plan = [(0, 1, 0, 12), (1, 2, 12, 8), (2, 3, 20, 8)]
+    w = H._Writes("op", "r", eng, "peer", client, "s", plan, time.monotonic() + 30, 30, None)
+    w.submit(0, 0, 0, 12)  # alone it may exceed the window
+    w.close_chunk(0, 100)
+    for k in range(4):
+        w.submit(1, 12 + 2 * k, 12 + 2 * k, 2)
+    w.close_chunk(1, 101)
+    for k in range(2):
+        w.submit(2, 20 + 4 * k, 20 + 4 * k, 4)
+    w.close_chunk(2, 102)
+    w.wait(0)
+    assert not eng.over, eng.over  # (writes in flight, their bytes, the new write's) of each violation
+    assert eng.peak == 14  # the 2-byte write joined the 12-byte one alone in flight, nothing more did
+    assert [(m["index"], m["checksum"]) for m in client.sent] == [(0, 100), (1, 101), (2, 102)]
+    assert w.inflight == 0 and not w.queue and w.count == 7

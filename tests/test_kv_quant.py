@@ -1,10 +1,12 @@
-"""Quantized KV-cache writes (issue 17, phase 1: the cpu backend): reshape_and_cache(_merged),
+"""Quantized KV-cache writes (issue 17; the cpu backend): reshape_and_cache(_merged),
 concat_and_cache_mla and the fused RoPE writers with int8 / float8 caches, static (per tensor, per head,
 per channel, int8 offsets) and dynamic per-token scales, against an independent numpy model of the
 documented formulas (docs/quantization.md); PyNative, GRAPH_MODE and @ms.jit; slot -1, padding rows, zero
 tokens, the last slot, saturation, round-half-even; the quant -> dequant round trip within its bound;
-dequantize_kv_cache; bad input; the sim / ascend backends refusing the ops without an AscendC kernel (the RoPE
-variants; the others: tests/test_*_quant_sim.py)."""
+dequantize_kv_cache; bad input; on sim / ascend: float8 caches refused (no AscendC Cast to fp8) and a spec
+marked kernel-pending refused (none is: every quantizing op has its AscendC kernel, run through the emulation
+in tests/test_*_quant_sim.py). The float64 reference of the integer codes and the float8 MLA / RoPE paths:
+tests/test_kv_quant_f64.py."""
 import itertools
 import sys
 from pathlib import Path
@@ -599,6 +601,34 @@ def test_dequantize_errors():
                                        scale=Tensor(np.float32(1)), offset=Tensor(np.float32(0)))
 
 
+
+def test_dequantize_docstring_rules():
+    """dequantize_kv_cache does what its docstring says: an MLA plane takes the scale cache [nb, bs, 1] only
+    (the old code also took [nb, bs]), a 4-d plane also without the last axis; a static scale of 0 /
+    negative / NaN / inf or a NaN / inf offset is refused as by the writes (the old code returned -0.0 / inf
+    / NaN); cache_layout has no effect on a 3-d plane; a negative code times a scale-cache 0 is -0.0."""
+    m = np.arange(-12, 12, dtype=np.int8).reshape(2, 3, 4)  # MLA plane [nb=2, bs=3, hidden=4]
+    with pytest.raises(ValueError, match=r"argument 'scale_cache': expected shape \[2, 3, 1\] .*an MLA plane: "
+                                         r"the trailing 1 is required\), got \[2, 3\]"):
+        ms_kvcache.dequantize_kv_cache(Tensor(m), scale_cache=Tensor(np.ones((2, 3), np.float32)))
+    sc = np.array([0.5, 0.0, 2.0, 1.0, 0.25, 4.0], np.float32).reshape(2, 3, 1)
+    r = ms_kvcache.dequantize_kv_cache(Tensor(m), scale_cache=Tensor(sc)).asnumpy()
+    np.testing.assert_array_equal(r, m.astype(np.float32) * sc)
+    assert np.signbit(r[0, 1, 0]) and r[0, 1, 0] == 0  # code -8 times scale 0: -0.0, as documented
+    for lay in ms_kvcache.CACHE_LAYOUTS:  # no head axis: the layout does not matter
+        np.testing.assert_array_equal(ms_kvcache.dequantize_kv_cache(Tensor(m), scale=Tensor(np.float32(0.5)),
+                                                                     cache_layout=lay).asnumpy(), m * np.float32(0.5))
+    g = Tensor(np.zeros((2, 4, 3, 8), np.int8))
+    assert ms_kvcache.dequantize_kv_cache(g, scale_cache=Tensor(np.ones((2, 4, 3), np.float32))).shape == (2, 4, 3, 8)
+    for bad, shown in ((0.0, "0.0"), (-1.0, "-1.0"), (np.nan, "nan"), (np.inf, "inf")):
+        with pytest.raises(ValueError, match=rf"argument 'scale': expected finite values > 0 \(as the quantized "
+                                             rf"writes\), got {shown} at flat index 1"):
+            ms_kvcache.dequantize_kv_cache(g, scale=Tensor(np.array([1.0, bad, 1.0], np.float32)))
+    with pytest.raises(ValueError, match=r"argument 'offset': expected finite values \(as the quantized writes\), "
+                                         r"got nan at flat index 0"):
+        ms_kvcache.dequantize_kv_cache(g, scale=Tensor(np.float32(1)), offset=Tensor(np.float32(np.nan)))
+
+
 # --------------------------------------------------------------------------- bad input, backends
 def _gqa(nb=2, bs=4, h=2, d=8, t=3, cache_dtype=np.int8):
     rng = np.random.default_rng(1)
@@ -832,7 +862,8 @@ def test_other_backends_refuse_float8_mla_rope(backend, monkeypatch):
     import dataclasses
     spec = _spec.get_spec("multi_layer_kv_transfer_quant")
     pending = dataclasses.replace(spec, extra={**spec.extra, "ascend_kernel": "not yet"})
-    with pytest.raises(NotImplementedError, match=rf"x: quantized cache writes .* no kernel on backend '{backend}'"):
+    with pytest.raises(NotImplementedError, match=rf"x: quantized cache writes .* no kernel on backend '{backend}'"
+                                                  rf" \(its OpSpec is marked as having no AscendC kernel: not yet;"):
         _quant.require_backend("x", backend, pending)
     assert _quant.require_backend("x", backend, spec) == backend
 

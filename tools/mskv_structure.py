@@ -264,11 +264,13 @@ def _constants(text):
 
 
 _ROWS_STRUCT = re.compile(r"\bstruct\s+([A-Za-z_]\w*)\s*\{")
-_ROWS_MEMBER = re.compile(r"^\s*const\s+(?:std::)?vector\s*<\s*(?:ge::)?(?:DataType|Format)\s*>\s*&\s*([A-Za-z_]\w*)\s*$")
+_ROWS_MEMBER = re.compile(r"^\s*const\s+(?:(?:std::)?vector\s*<\s*(?:ge::)?(?:DataType|Format)\s*>|(?:mskv_tiling::)?(?:DTypes|Formats))"
+                          r"\s*((?:&\s*[A-Za-z_]\w*\s*,\s*)*&\s*[A-Za-z_]\w*)\s*$")
 
 
 def _row_constants(text):
-    """Members of named dtype-row structs: ``struct R { const std::vector<ge::DataType>& kv; ... };`` and
+    """Members of named dtype-row structs: ``struct R { const std::vector<ge::DataType>& kv; ... };`` (or
+    ``const mskv_tiling::DTypes &kv, &index;``, the aliases of op_host/kv_copy_tiling_common.h) and
     ``static const R kRows = {kKvDTypes, ...};`` give {"kRows.kv": "kKvDTypes", ...} (resolved further as
     names of lists, :meth:`_Resolver.values`)."""
     members = {}
@@ -276,9 +278,9 @@ def _row_constants(text):
         start = m.end() - 1
         body = text[start + 1:_match_close(text, start, "{", "}") - 1]
         decls = [d for d in body.split(";") if d.strip()]
-        names = [_ROWS_MEMBER.match(d).group(1) if _ROWS_MEMBER.match(d) else None for d in decls]
-        if decls and all(names):
-            members[m.group(1)] = names
+        groups = [_ROWS_MEMBER.match(d) for d in decls]
+        if decls and all(groups):
+            members[m.group(1)] = [n.strip().lstrip("&").strip() for g in groups for n in g.group(1).split(",")]
     out = {}
     for sname, names in members.items():
         pat = re.compile(r"\b" + re.escape(sname) + r"\s+([A-Za-z_]\w*)\s*=\s*\{")

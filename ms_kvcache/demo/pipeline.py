@@ -52,7 +52,9 @@ class DemoOptions:
     offload_steps: int = 10
     bench_reps: int = 30
     #: testing only: "host-bitflip" flips one bit of the host buffer before the reload, "skip-reload"
-    #: leaves the new blocks as they are; both must make checks fail (proves the checks can fail).
+    #: leaves the new blocks as they are; "scale-stray" (int8) writes one scale-cache element of a slot
+    #: outside the slot mapping after the prefill and another one during the reload; each must make
+    #: checks fail (proves the checks can fail).
     fault: Optional[str] = None
 
 
@@ -68,6 +70,15 @@ def _n_diff(a, b):
 
 def _check(name, passed, value=None, tolerance=None, detail=""):
     return {"name": name, "passed": bool(passed), "value": value, "tolerance": tolerance, "detail": detail}
+
+
+def _stray_scale(param, slot, heads):
+    """fault "scale-stray": add 1 to the first head's scale of ``slot`` in a scale-cache Parameter."""
+    from mindspore import Tensor
+
+    a = param.asnumpy().copy()
+    a.reshape(-1, heads)[slot, 0] += 1.0
+    param.set_data(Tensor(a))
 
 
 def _set_backend(name):
@@ -96,15 +107,14 @@ def run_demo(opts: DemoOptions = DemoOptions(), log=None):
     log = log or (lambda msg: None)
     if opts.kv_format not in ("separate", "merged"):
         raise DemoError(f"kv_format: expected 'separate' or 'merged', got {opts.kv_format!r}")
-    if opts.fault not in (None, "host-bitflip", "skip-reload"):
-        raise DemoError(f"fault: expected None, 'host-bitflip' or 'skip-reload', got {opts.fault!r}")
+    if opts.fault not in (None, "host-bitflip", "skip-reload", "scale-stray"):
+        raise DemoError(f"fault: expected None, 'host-bitflip', 'skip-reload' or 'scale-stray', got {opts.fault!r}")
+    if opts.fault == "scale-stray" and opts.dtype != "int8":
+        raise DemoError(f"fault: 'scale-stray' needs dtype 'int8' (got {opts.dtype!r})")
     if opts.dtype not in TOLERANCES:
         raise DemoError(f"dtype: expected one of {tuple(TOLERANCES)}, got {opts.dtype!r}")
     if opts.dtype == "int8" and opts.kv_format != "separate":
         raise DemoError(f"dtype: int8 caches run with kv_format 'separate' (got {opts.kv_format!r})")
-    if opts.dtype == "int8" and opts.backend != "cpu":
-        raise DemoError(f"dtype: int8 caches need the quantized writes, which have cpu kernels only so far "
-                        f"(got backend {opts.backend!r}; docs/quantization.md)")
 
     old_mode, old_backend = ms.get_context("mode"), ms_kvcache.get_backend()
     _set_backend(opts.backend)
@@ -196,9 +206,15 @@ def _run(opts, log, ms, Tensor, A, MS_DTYPES, DecodeStep, KVWriteBench, PagedBer
             timings["prefill_graph_s"].append(run_model(prefill, step))
             used = step.slot_mapping[step.slot_mapping >= 0]
             untouched = np.setdiff1d(np.arange(sched.num_blocks * sched.block_size), used)
+            if opts.fault == "scale-stray":
+                _stray_scale(net.k_scale_caches[0], int(untouched[0]), H)
             clean = all(not np.any(p.reshape(-1, H * D)[untouched]) for pair in net.cache_planes() for p in pair)
+            # int8: the scale caches' rows of those slots too (a padding row must not write its scale)
+            clean = clean and all(not np.any(p.reshape(-1, H)[untouched])
+                                  for pair in net.scale_planes() for p in pair)
             checks.append(_check("prefill: padding rows (slot -1) write nothing", clean,
-                                 detail=f"{untouched.size} cache slots outside the slot mapping still zero"))
+                                 detail=f"{untouched.size} cache slots outside the slot mapping still zero"
+                                        f"{' (data and scale caches)' if quant else ''}"))
         elif step.kind == "decode":
             timings["decode_graph_s"].append(run_model(decode, step))
         elif step.kind == "offload":
@@ -217,6 +233,7 @@ def _run(opts, log, ms, Tensor, A, MS_DTYPES, DecodeStep, KVWriteBench, PagedBer
                 timings["offload_d2h_s"].append(time.perf_counter() - t)
             host = buffer.asnumpy()
             host = host.view(f"u{host.dtype.itemsize}").copy()
+            buffer_nbytes = int(host.nbytes)  # the whole buffer (int8: data and scale planes), as reloaded
             scale_snapshot = None
             if quant:  # 1-D bytes: [2, L, T, H*D] int8, then [2, L, T, H] float32
                 ndata = 2 * L * slots.size * H * D
@@ -233,7 +250,7 @@ def _run(opts, log, ms, Tensor, A, MS_DTYPES, DecodeStep, KVWriteBench, PagedBer
                                                    f"{' + their scales, one call' if quant else ''}; value = "
                                                    f"elements that differ"))
             transfer.update(offload_tokens=int(slots.size), buffer_shape=list(shape), pinned=pinned,
-                            bytes_offloaded=int(host.nbytes), offload_blocks=list(step.blocks))
+                            bytes_offloaded=buffer_nbytes, offload_blocks=list(step.blocks))
             if quant:  # the scales' bytes, in the same buffer and call as the data
                 transfer.update(scale_bytes_offloaded=int(sh.nbytes))
             offload_state = {"snapshot": snapshot, "buffer": buffer, "slots": slots, "planes": planes,
@@ -243,6 +260,7 @@ def _run(opts, log, ms, Tensor, A, MS_DTYPES, DecodeStep, KVWriteBench, PagedBer
             slots = step.slot_mapping
             log(f"reload sequence {p} into blocks {step.blocks} (was {sched.offload_blocks})")
             before = net.cache_planes()
+            sbefore = net.scale_planes()
             st = Tensor(slots)
             if opts.fault == "host-bitflip":
                 raw = offload_state["buffer"].asnumpy()
@@ -252,6 +270,9 @@ def _run(opts, log, ms, Tensor, A, MS_DTYPES, DecodeStep, KVWriteBench, PagedBer
                 if opts.fault != "skip-reload":
                     A.kv_transfer(net, offload_state["buffer"], st, "h2d", scales=quant)
                 timings["reload_h2d_s"].append(time.perf_counter() - t)
+            others = np.setdiff1d(np.arange(sched.num_blocks * sched.block_size), slots)
+            if opts.fault == "scale-stray":
+                _stray_scale(net.v_scale_caches[L - 1], int(others[-1]), H)
             after = net.cache_planes()
             back = plane_rows(after, slots)
             bad = sum(_n_diff(a[0], b[0]) + _n_diff(a[1], b[1]) for a, b in zip(back, offload_state["snapshot"]))
@@ -262,11 +283,14 @@ def _run(opts, log, ms, Tensor, A, MS_DTYPES, DecodeStep, KVWriteBench, PagedBer
             checks.append(_check("reload: K/V bit-identical to before the offload", bad == 0, value=bad,
                                  detail=f"{L} layers x 2 planes x {slots.size} tokens, new slots; value = "
                                         f"elements that differ"))
-            others = np.setdiff1d(np.arange(sched.num_blocks * sched.block_size), slots)
             bad = sum(_n_diff(a.reshape(-1, H * D)[others], b.reshape(-1, H * D)[others])
                       for pa, pb in zip(after, before) for a, b in zip(pa, pb))
+            # int8: the scale caches' other rows too
+            bad += sum(_n_diff(a.reshape(-1, H)[others], b.reshape(-1, H)[others])
+                       for pa, pb in zip(net.scale_planes(), sbefore) for a, b in zip(pa, pb))
             checks.append(_check("reload: every other cache slot unchanged", bad == 0, value=bad,
-                                 detail=f"{others.size} slots x {L} layers x 2 planes; value = elements changed"))
+                                 detail=f"{others.size} slots x {L} layers x 2 planes"
+                                        f"{' (data and scale caches)' if quant else ''}; value = elements changed"))
             # the preempted sequence's old blocks were handed to other sequences and overwritten
             bs = sched.block_size
             old = offload_state["slots"]
@@ -395,7 +419,8 @@ def format_report(r):
     add(f"preemption: sequence {p['sequence']} ({p.get('offload_tokens', 0)} tokens) offloaded from blocks "
         f"{p.get('offload_blocks')} -> host buffer {p.get('buffer_shape')} "
         f"({'pinned' if p.get('pinned') else 'pageable'}), reloaded into blocks {p.get('reload_blocks')}")
-    add(f"  bytes offloaded {p.get('bytes_offloaded', 0):,}, reloaded {p.get('bytes_reloaded', 0):,}")
+    scales = f" (of which scale caches {p['scale_bytes_offloaded']:,})" if "scale_bytes_offloaded" in p else ""
+    add(f"  bytes offloaded {p.get('bytes_offloaded', 0):,}, reloaded {p.get('bytes_reloaded', 0):,}{scales}")
     add("checks:")
     for c in r["checks"]:
         val = ""

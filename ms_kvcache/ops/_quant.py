@@ -38,13 +38,15 @@ __all__ = [
 #: int-coded for the kernels (``QUANT_MODE_CODES``: static 0, dynamic 1).
 MODES = QUANT_MODES
 MODE_CODES = QUANT_MODE_CODES
-#: Backends with kernels for every quantized write. An op whose OpSpec drops the ``ascend_kernel``
-#: marker has its AscendC kernel and runs on sim / ascend too (require_backend: reshape_and_cache_quant).
+#: Backends that have the kernel of a quantizing op whose OpSpec is marked ``extra["ascend_kernel"]``
+#: (kernel pending). No quantizing OpSpec carries the marker today (all six have their AscendC kernels and
+#: run on cpu, sim and ascend; tests/test_kv_quant.py::test_pending_specs_refused_by_aot_and_shims); the
+#: marker and :func:`require_backend` stay for an op added before its kernel.
 BACKENDS = ("cpu",)
 MERGED = int(KVCacheFormat.MERGED_KV)
 SEPARATE = int(KVCacheFormat.SEPARATE_KV)
-#: Why a quantizing op has no AscendC kernel yet (its OpSpec's ``extra["ascend_kernel"]``,
-#: ms_kvcache._spec.kernel_pending): concat_and_cache_mla_quant and the RoPE variants.
+#: A reason to put in a quantizing OpSpec's ``extra["ascend_kernel"]`` (ms_kvcache._spec.kernel_pending)
+#: while its AscendC kernel is not written (no OpSpec uses it today).
 PENDING = "quantized cache writes: the AscendC kernel of this quantizing op is not written yet (issue 17, phase 2)"
 #: Largest finite code value per cache dtype (the dynamic scale is max|x| / code_max).
 _CODE_MAX = {"int8": 127.0, "float8_e4m3fn": 448.0, "float8_e5m2": 57344.0}
@@ -99,16 +101,17 @@ def graph_mode_of(no_cache_0, no_cache_1):
 
 
 def require_backend(op, backend, spec=None):
-    """NotImplementedError unless ``backend`` has kernels for the quantized writes; returns it. An op
-    whose ``spec`` has its AscendC kernel (no ``extra["ascend_kernel"]`` marker, e.g.
-    ``reshape_and_cache_quant``) runs on every backend."""
-    if spec is not None and not kernel_pending(spec):
+    """Returns ``backend``. An op whose ``spec`` has its AscendC kernel (no ``extra["ascend_kernel"]``
+    marker: every quantizing op today) runs on every backend; one marked pending (or no ``spec``) raises
+    NotImplementedError on a backend outside :data:`BACKENDS`, naming the op and the marker's reason."""
+    reason = kernel_pending(spec) if spec is not None else "no OpSpec given"
+    if not reason:
         return backend
     if backend not in BACKENDS:
         raise NotImplementedError(
-            f"{op}: quantized cache writes (int8 / float8 caches, k_scale / k_scale_cache arguments) have no "
-            f"kernel on backend {backend!r} yet (implemented: {', '.join(BACKENDS)}; the AscendC kernels of the "
-            f"quantizing ops come after the tiling-key refactor); use ms_kvcache.set_backend('cpu')")
+            f"{op}: quantized cache writes (int8 / float8 caches, k_scale / k_scale_cache arguments): no "
+            f"kernel on backend {backend!r} (its OpSpec is marked as having no AscendC kernel: {reason}; "
+            f"implemented on: {', '.join(BACKENDS)}); use ms_kvcache.set_backend('cpu')")
     return backend
 
 
@@ -273,8 +276,8 @@ def check_plane_quant(op, mode, cache_dtype, scale, offset, scale_cache, channel
 
 
 def check_pairs(op, pairs):
-    """Arguments that go together (``[((name, shape), (name, shape)), ...]``): both given or neither, as
-    fused_infer_attention_score requires for key/value scales and offsets."""
+    """Arguments that go together (``[((name, shape), (name, shape)), ...]``): both given or neither (as
+    fused_infer_attention_score requires of its key / value antiquant scales and offsets)."""
     for (an, a), (bn, b) in pairs:
         if absent(a) != absent(b):
             given, missing = (an, bn) if not absent(a) else (bn, an)

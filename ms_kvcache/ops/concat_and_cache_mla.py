@@ -65,8 +65,8 @@ def concat_and_cache_mla(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, *, kv
     Follows vLLM's ``concat_and_cache_mla`` (DeepSeek V2/V3 multi-head latent attention), with the two
     planes of :attr:`ms_kvcache.KVCacheFormat.MLA_KV` kept as two caches instead of one concatenated
     ``[.., kv_lora_rank + rope_dim]`` tensor. Quantized (int8 / float8) caches: each plane has its own
-    scales (as fused_infer_attention_score's key / key_rope antiquant scales); see the keyword
-    arguments and docs/quantization.md.
+    scales; see the keyword arguments and docs/quantization.md (which FIA antiquant mode could read an
+    int8 MLA plane is not documented: torch_npu marks ``key_rope_antiquant_scale`` reserved).
 
     Args:
         kv_c (Tensor): ``[T', kv_lora_rank]`` (e.g. 512); float16, bfloat16, float32 or int8.

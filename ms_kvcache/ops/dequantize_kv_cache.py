@@ -2,8 +2,9 @@
 
 A host helper for tests, debugging and CPU attention: it reads the codes with ``asnumpy()`` (a pipeline
 sync), so it is PyNative only and not meant for a hot loop. The formulas invert the quantized writes of
-:func:`ms_kvcache.reshape_and_cache` and friends, and are the antiquant rule of
-``fused_infer_attention_score`` (``(q + offset) * scale``).
+:func:`ms_kvcache.reshape_and_cache` and friends, and are CANN's antiquant rule (``AscendAntiQuant``,
+``(q + offset) * scale``), which ``fused_infer_attention_score`` applies to the scales it is given (their
+mode, shape and dtype: docs/quantization.md).
 """
 import ml_dtypes
 import mindspore as ms
@@ -51,9 +52,11 @@ def dequantize_kv_cache(cache, *, scale=None, offset=None, scale_cache=None, cac
     """Dequantize one int8 / float8 cache plane to float32: ``(q + offset) * scale``.
 
     The inverse of the quantized writes (:func:`ms_kvcache.reshape_and_cache`,
-    :func:`ms_kvcache.concat_and_cache_mla` and the fused RoPE writers) and the antiquant rule of
-    MindSpore's / CANN's ``fused_infer_attention_score`` (``key_antiquant_scale``,
-    ``key_antiquant_offset``). Host computation through numpy (PyNative only; a pipeline sync).
+    :func:`ms_kvcache.concat_and_cache_mla` and the fused RoPE writers) and CANN's antiquant rule
+    (``AscendAntiQuant``), which ``fused_infer_attention_score`` applies with ``key_antiquant_scale`` /
+    ``key_antiquant_offset`` (in the mode, shape and dtype of docs/quantization.md, "Reading the cache
+    with fused_infer_attention_score"; not run on an NPU). Host computation through numpy (PyNative
+    only; a pipeline sync).
 
     Args:
         cache (Tensor): the codes: int8, float8_e4m3fn or float8_e5m2. A GQA plane ``[num_blocks,
@@ -62,23 +65,33 @@ def dequantize_kv_cache(cache, *, scale=None, offset=None, scale_cache=None, cac
             ``[2, ...]`` cache pass ``kv_cache[0]`` / ``kv_cache[1]``.)
         scale (Tensor | None): keyword only; static scales, float32: ``[]`` / ``[1]`` per tensor,
             ``[num_kv_heads]`` per head, ``[num_kv_heads, head_size]`` per channel (an MLA plane:
-            ``[]`` / ``[1]`` / ``[hidden]``) - the tensors given to the write.
-        offset (Tensor | None): keyword only; int8 only, float32 shaped like ``scale``. Default 0.
+            ``[]`` / ``[1]`` / ``[hidden]``) - the tensors given to the write; finite and > 0, as the
+            writes require (checked here too).
+        offset (Tensor | None): keyword only; int8 only, float32 shaped like ``scale``, finite. Default 0.
         scale_cache (Tensor | None): keyword only; dynamic per-token scales instead of ``scale``: the
-            float32 scale cache the write filled, the plane's shape with head_size 1 (or without that
-            last axis for a 4-d plane).
+            float32 scale cache the write filled, the plane's shape with head_size 1. A 4-d plane also
+            takes it without that last axis (``[num_blocks, block_size, num_kv_heads]`` /
+            ``[num_blocks, num_kv_heads, block_size]``, as the writes do); a 3-d MLA plane takes
+            ``[num_blocks, block_size, 1]`` only (the MLA writes' shape). Its values are not checked:
+            0 (a zero row, or a row never written of a zero-initialised scale cache) and inf (a row with
+            an infinite element) are what the writes store.
         cache_layout (str): ``"BSND"`` (default) or ``"BNSD"``; where the head axis of a 4-d plane is.
+            A 3-d MLA plane has no head axis: the argument is validated but has no effect there.
 
     Returns:
-        Tensor: float32, shaped like ``cache``. Slots never written hold whatever their codes and
-        scales dequantize to (e.g. 0 for a zero-initialised cache).
+        Tensor: float32, shaped like ``cache``: ``(q + offset) * scale`` in float32 (numpy), so a
+        negative code times a scale of 0 is ``-0.0`` (IEEE), e.g. in a slot never written of a
+        zero-initialised scale cache. Slots never written hold whatever their codes and scales
+        dequantize to (0 for zero-initialised caches).
 
     Raises:
         TypeError: a non-Tensor argument, a cache dtype without a quantization rule, a scale / offset /
             scale cache that is not float32, a float8 cache on MindSpore 2.7 (its ``Tensor.view`` takes no
             dtype, so the codes cannot be read).
         ValueError: neither or both of ``scale`` / ``scale_cache``, an offset with a float8 cache or
-            with ``scale_cache``, a shape that does not fit the plane, an unknown ``cache_layout``.
+            with ``scale_cache``, a shape that does not fit the plane (e.g. ``[num_blocks, block_size]``
+            for an MLA plane), a static scale that is 0, negative, NaN or inf, a NaN / inf offset, an
+            unknown ``cache_layout``.
     """
     _tensor("cache", cache)
     if cache_layout not in CACHE_LAYOUTS:
@@ -100,15 +113,26 @@ def dequantize_kv_cache(cache, *, scale=None, offset=None, scale_cache=None, cac
     if scale_cache is not None:
         sc = _f32("scale_cache", scale_cache)
         want = shape[:-1] + (1,)
-        if sc.shape not in (want, shape[:-1]):
+        if sc.shape != want and not (len(shape) == 4 and sc.shape == shape[:-1]):
+            also = f" or {list(shape[:-1])}" if len(shape) == 4 else " (an MLA plane: the trailing 1 is required)"
             raise ValueError(f"{_OP}: argument 'scale_cache': expected shape {list(want)} (the plane with head_size "
-                             f"1), got {list(sc.shape)}")
+                             f"1){also}, got {list(sc.shape)}")
         return Tensor(q * sc.reshape(want))
     s = _f32("scale", scale)
     o = None if offset is None else _f32("offset", offset)
     if o is not None and o.shape != s.shape:
         raise ValueError(f"{_OP}: argument 'offset': expected shape {list(s.shape)} (same as 'scale'), got "
                          f"{list(o.shape)}")
+    for name, v, positive in (("scale", s, True), ("offset", o, False)):
+        if v is None:
+            continue
+        flat = np.asarray(v, np.float32).reshape(-1)
+        bad = ~np.isfinite(flat) | ((flat <= 0) if positive else False)
+        if bad.any():
+            i = int(np.argmax(bad))
+            what = "finite values > 0" if positive else "finite values"
+            raise ValueError(f"{_OP}: argument '{name}': expected {what} (as the quantized writes), got {flat[i]!r} "
+                             f"at flat index {i}")
     d = shape[-1]
     if s.shape in ((), (1,)):
         view = (1,)

@@ -101,9 +101,12 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, cache_la
             channel, finite and > 0. The
             caches are then int8, float8_e4m3fn or float8_e5m2 and key/value float16, bfloat16 or
             float32. int8: ``q = clamp(round_half_even(x / scale - offset), -128, 127)`` (NaN -> 0),
-            read back as ``(q + offset) * scale`` - fused_infer_attention_score's
-            ``key_antiquant_scale`` / ``key_antiquant_offset`` with ``key_antiquant_mode=0`` take these
-            very tensors. float8: ``q = fp8(clamp(x / scale, -max, max))`` (vLLM's ``x / scale`` with
+            read back as ``(q + offset) * scale`` (CANN's antiquant rule). fused_infer_attention_score
+            reads it with ``key_antiquant_mode=0``, but takes per-channel / per-tensor scales and offsets
+            in the query's dtype (float16 / bfloat16), reshaped ``(1, num_kv_heads, 1, head_size)``: not
+            these float32 tensors as they are; cast, they change value unless chosen exact in that dtype
+            (docs/quantization.md, "Reading the cache with fused_infer_attention_score"; not run on an
+            NPU). float8: ``q = fp8(clamp(x / scale, -max, max))`` (vLLM's ``x / scale`` with
             saturation, max 448 / 57344, round half to even, NaN stays NaN), read back as ``q * scale``.
         k_offset, v_offset (Tensor | None): keyword only; int8 only: float32, shaped like the scale
             (finite; both or neither). Default: no offset (symmetric).
@@ -113,7 +116,11 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, cache_la
             ``[num_blocks, num_kv_heads, block_size, 1]`` for BNSD; the same without the trailing 1 is
             accepted; in graph mode Parameters), contiguous, written in place: each
             written token-head gets ``scale = max|x| / 127`` (int8; 448 / 57344 for float8; an all-zero
-            row gets scale 0 and codes 0) and ``q`` as above without offset.
+            row gets scale 0 and codes 0) and ``q`` as above without offset. One scale per token and
+            head: fused_infer_attention_score's ``key_antiquant_mode=5`` (paged, float32, decode only),
+            which takes ``(num_blocks, num_kv_heads, block_size)`` = the BNSD scale cache reshaped
+            (BSND: also transposed); not mode 1 (one scale per token for all heads, not paged). Same
+            docs section; not run on an NPU.
 
     Returns:
         None. The caches are modified in place (no copy is made; in graph mode the write is ordered
