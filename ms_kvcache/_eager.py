@@ -39,6 +39,9 @@ from ms_kvcache._custom import eager_launcher, nosync_checker, output_sources
 
 __all__ = ["EagerOp", "Slots", "Positions", "BlockPairs"]
 
+#: signatures a replay plan keeps (``Plan::kMaxSigs`` in ms_kvcache/csrc/pyboost_module.cpp)
+_PLAN_SIGNATURES = 16
+
 
 def _is_sequence(t):
     """A list input (``TensorSpec.sequence``; ``dynamic`` on specs written for the transfer branch)."""
@@ -166,7 +169,10 @@ class EagerOp:
         self._replayable = (self._plain and not self._has_outputs and not self._distinct and backend_impl is None
                             and launch_attrs is None
                             and all(hasattr(c, "replay") for c in self.index_checks))
-        self._planned = set()  # static keys (attribute values included) already given to a plan
+        # static key (attribute values included) -> the launcher whose plan has its signature. Keyed to the
+        # launcher, not just the key: set_fast_path() clears the plans with the launchers, and the next call's
+        # new launcher records the signature again (a plain set kept it "planned" forever: no more replays)
+        self._planned = {}
 
     # ------------------------------------------------------------------ helpers
     def _static_result(self, key, args, attr_values):
@@ -340,7 +346,7 @@ class EagerOp:
         arity = None if self._sequence is None else len(args[self._sequence])
         f = eager_launcher(self.spec, backend, tuple(attr_values), arity)
         out = f(*flat)
-        if replay_key is not None and nosync is not None and replay_key not in self._planned:
+        if replay_key is not None and nosync is not None and self._planned.get(replay_key) is not f:
             self._remember(f, backend, attr_values, args, result, replay_key)
         return out if self._has_outputs else None
 
@@ -361,11 +367,14 @@ class EagerOp:
             plan = cls(kernel, len(args), list(written), [(i, r[1]) for i, r in specs if r[0] == "slots"],
                        [(i, r[1]) for i, r in specs if r[0] == "scale"])
             _custom._LAUNCHERS[key] = plan
+        full = plan.num_signatures >= _PLAN_SIGNATURES
         if not plan.add(list(args), [r[2] for _, r in specs if r[0] == "slots"]):
             return  # an input is a pending op's output: recorded by a later call
-        if len(self._planned) >= 4096:
+        if full or len(self._planned) >= 4096:
+            # a full plan dropped its oldest signature for this one (or this one was there): forget which
+            # keys were given to plans, so a dropped signature is recorded again on its next Python-path call
             self._planned.clear()
-        self._planned.add(replay_key)
+        self._planned[replay_key] = f
 
     def _readonly_flat(self, n, inplace):
         """Positions of read-only tensors in the flattened input list of length ``n`` (cached)."""
