@@ -416,3 +416,26 @@ def test_bug2_a_signature_dropped_from_a_full_plan_is_recorded_again(fast):
         assert call(t)
     assert max(p.num_signatures for p in _plans(OP)) == 16
     assert [call(1) for _ in range(3)] == [False, True, True]  # was [False, False, False]
+
+
+def test_strided_key_and_padding_rows(fast):
+    """A transposed key of the recorded shape is not replayed (the Python path copies it); padding rows
+    (T < T') and a skipped slot write nothing."""
+    nb, bs, h, d = 2, 4, 2, 4
+    kc = Parameter(Tensor(np.zeros((nb, bs, h, d), np.float32)), name="bs_kc")
+    vc = Parameter(Tensor(np.zeros((nb, bs, h, d), np.float32)), name="bs_vc")
+    k = np.arange(2 * h * d, dtype=np.float32).reshape(2, h, d) + 1
+    for s in ([0, 1], [0, 1]):
+        _outcome(fast, OP, lambda: ms_kvcache.reshape_and_cache(Tensor(k), Tensor(k), kc, vc, Tensor(np.array(s, np.int32))))
+    kt = Tensor(np.ascontiguousarray(k.transpose(1, 0, 2))).transpose(1, 0, 2)
+    assert _outcome(fast, OP, lambda: ms_kvcache.reshape_and_cache(kt, kt, kc, vc, Tensor(np.array([2, 3], np.int32)))) \
+        == (False, None)
+    k3 = np.arange(3 * h * d, dtype=np.float32).reshape(3, h, d) + 100
+    res = [_outcome(fast, OP, lambda s=s: ms_kvcache.reshape_and_cache(Tensor(k3), Tensor(k3), kc, vc,
+                                                                        Tensor(np.array(s, np.int32))))
+           for s in ([4, 5], [6, -1])]
+    assert res == [(False, None), (True, None)]
+    want = np.zeros((nb * bs, h, d), np.float32)
+    want[0:4] = np.concatenate([k, k])
+    want[4:6], want[6] = k3[:2], k3[0]
+    assert np.array_equal(kc.asnumpy().reshape(-1, h, d), want) and np.array_equal(vc.asnumpy().reshape(-1, h, d), want)
