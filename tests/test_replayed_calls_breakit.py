@@ -113,10 +113,22 @@ def test_caches_sharing_memory_are_refused_like_the_python_path(fast):
     want[NB * BS + s] = k[:, 0]
     assert replayed and err is None and np.array_equal(buf2.reshape(-1, D), want)
     big2 = Parameter(Tensor(np.zeros((2 * NB, BS, H, D), np.float32)), name="bk_big2")
-    fast.wait_idle()
-    replayed, err = _outcome(fast, OP, lambda: ms_kvcache.reshape_and_cache(
-        Tensor(k), Tensor(k), big2[0:NB], big2[NB:], Tensor(s)))
-    assert replayed and err is None and np.array_equal(_rows(big2, D), want)
+    # The slices are views made by MindSpore ops. Whether a given call finds the pipeline idle (and so is
+    # replayed) depends on the machine's load (a slice still queued, or a pipeline stage still finishing, sends
+    # the call down the Python path: right values, not replayed; seen under CI's load). The write is
+    # idempotent, so the call is repeated: every attempt must write the reference values, and at least one
+    # must be replayed.
+    lo, hi = big2[0:NB], big2[NB:]
+    outcomes = []
+    for _ in range(20):
+        fast.wait_idle()
+        replayed, err = _outcome(fast, OP, lambda: ms_kvcache.reshape_and_cache(Tensor(k), Tensor(k), lo, hi, Tensor(s)))
+        assert err is None, err
+        assert np.array_equal(_rows(big2, D), want)
+        outcomes.append(replayed)
+        if replayed:
+            break
+    assert any(outcomes), f"disjoint slices of one Parameter were never replayed in {len(outcomes)} calls"
 
 
 def test_slot_values_changed_in_place_between_replayed_calls(fast):
