@@ -341,7 +341,9 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
             written.append(("staging", staging))
         for name, x in written + read:
             V.require_contiguous(op, name, x)
-        V.require_disjoint(op, written, read)
+        # the index tensor is read too: it may not share memory with a written tensor (a
+        # strided one is copied before the launch)
+        V.require_disjoint(op, written, list(read) + [("block_ids", block_ids)])
         if n == 0:
             return None
         backend = _backend.get_backend()

@@ -336,7 +336,9 @@ def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direc
             written, read = caches, (("buffer", buffer),)
         for name, x in written + read:
             V.require_contiguous(op, name, x)
-        V.require_disjoint(op, written, read)
+        # the index tensor is read too: it may not share memory with a written tensor (a
+        # strided one is copied before the launch)
+        V.require_disjoint(op, written, list(read) + [("slot_mapping", slot_mapping)])
         if slot_mapping.shape[0] == 0:
             return None
         backend = _backend.get_backend()
