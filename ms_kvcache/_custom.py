@@ -524,7 +524,8 @@ def eager_launcher(spec, backend, attr_values=(), counts=None):
 
     On the fast path the kernel runs in strict mode (attribute ``mskv_strict``): it re-checks the index
     values it reads at launch and fails the op, writing nothing, if one is invalid (see
-    :func:`nosync_checker`); it also gets the alias rule's attributes (:func:`alias_attrs`). It gets the attributes the primitive would set, ``dyn_input_sizes`` included.
+    :func:`nosync_checker`); it also gets the alias rule's attributes (:func:`alias_attrs`). It gets the
+    attributes the primitive would set, ``dyn_input_sizes`` included.
     Outputs are new tensors allocated in MindSpore's pipeline with the shape and dtype of the input given
     by :func:`output_sources`."""
     key = (spec.name, backend, attr_values, counts)

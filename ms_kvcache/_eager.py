@@ -133,9 +133,9 @@ class EagerOp:
     (``ms_kvcache._cpu_pyboost.Plan``, one per op, backend and attribute values). A later call first
     tries the plan: with the pipeline idle and a recorded signature it re-checks in C++ what can differ
     between such calls (every input a realised contiguous host tensor, written tensors disjoint from each
-    other and from the read ones, slot and scale values) and launches directly; anything else returns to the Python path unchanged, which then
-    raises its usual error for bad input or queues the launch. Plans live in
-    ``ms_kvcache._custom._LAUNCHERS`` (cleared by ``set_fast_path``).
+    other and from the read ones, slot and scale values) and launches directly; anything else returns to
+    the Python path unchanged, which then raises its usual error for bad input or queues the launch. Plans
+    live in ``ms_kvcache._custom._LAUNCHERS`` (cleared by ``set_fast_path``).
     """
 
     def __init__(self, spec, check_static, index_checks=(), skip_if_empty=(), absent=None, launch_attrs=None,

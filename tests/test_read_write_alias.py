@@ -318,3 +318,35 @@ def test_alias_sets_cover_every_read_input():
         assert free == list(spec.read_may_alias), (spec.name, free)
     assert mk.swap_blocks and _custom._alias_sets(__import__("ms_kvcache._spec", fromlist=["x"]).get_spec(
         "swap_blocks"), None, {})[1] == [2]
+
+
+def test_pending_read_input_is_refused_at_launch(fast, rng):
+    """A read input still being produced by a pending op while the pipeline is busy (a whole-tensor reshape of
+    the cache, queued behind a slow matmul) is not compared in Python (its address would wait for the
+    pipeline): the fast-path kernel refuses the launch before writing (it gets the rule's attributes,
+    _custom.alias_attrs) and MindSpore raises the message at the next sync."""
+    from mindspore import ops
+
+    nb, bs, h, d = 2, 4, 2, 16
+    kc0 = rng.standard_normal((nb, bs, h, d)).astype(np.float32)
+    kc = Tensor(kc0.copy())
+    vc = Tensor(np.zeros((nb, bs, h, d), np.float32))
+    v = Tensor(rng.standard_normal((nb * bs, h, d)).astype(np.float32))
+    slots = Tensor(rng.permutation(nb * bs).astype(np.int32))
+    big = Tensor(rng.standard_normal((1024, 1024)).astype(np.float32))
+    fast.wait_idle()
+    for _ in range(3):
+        slow = ops.matmul(ops.matmul(big, big), big)  # keeps the pipeline busy
+        key = kc.reshape(nb * bs, h, d)               # queued behind it: a pending op's output
+        if fast.data_address_nosync(key) is None and not fast.pipeline_idle():
+            break
+    else:
+        pytest.skip("could not catch the pipeline busy")
+    mk.reshape_and_cache(key, v, kc, vc, slots)
+    with pytest.raises(RuntimeError, match=rf"argument 'key_cache': {READ_WRITE}, got the same memory as 'key'.*"
+                                           r"nothing was written"):
+        kc.asnumpy()
+    del slow
+    fast.wait_idle()
+    assert_bits_equal(to_np(kc), kc0, "key_cache untouched")
+    assert not to_np(vc).any(), "value_cache untouched"
