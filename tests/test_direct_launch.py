@@ -5,31 +5,17 @@ reference."""
 import ml_dtypes
 import numpy as np
 import pytest
-import mindspore as ms
 from mindspore import Parameter, Tensor, ops
 
 import ms_kvcache
-from ms_kvcache import _custom
+
+from _replay import direct_launch_context
 
 
 
 @pytest.fixture
 def fast():
-    ms.set_context(mode=ms.PYNATIVE_MODE)
-    old_backend = ms_kvcache.get_backend()
-    ms_kvcache.set_backend("cpu")
-    ok, why = _custom.fast_path_available("cpu")
-    if not ok:
-        ms_kvcache.set_backend(old_backend)
-        pytest.skip(f"no fast path: {why}")
-    mod = _custom._fast_module()
-    if not hasattr(mod, "run_or_queue"):
-        ms_kvcache.set_backend(old_backend)
-        pytest.skip("fast path module without the direct launch")
-    old = mod.set_direct_launch(True)
-    yield mod
-    mod.set_direct_launch(old)
-    ms_kvcache.set_backend(old_backend)
+    yield from direct_launch_context("run_or_queue")
 
 
 def _mla(rng, t=6, nb=3, bs=4, r=32, p=8):

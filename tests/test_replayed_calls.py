@@ -6,38 +6,20 @@ writes the numpy reference values through the plan."""
 import ml_dtypes
 import numpy as np
 import pytest
-import mindspore as ms
 from mindspore import Parameter, Tensor
 
 import ms_kvcache
 from ms_kvcache import _custom
 
+from _replay import direct_launch_context, hits, plans
+
 
 @pytest.fixture
 def fast():
-    ms.set_context(mode=ms.PYNATIVE_MODE)
-    old_backend = ms_kvcache.get_backend()
-    ms_kvcache.set_backend("cpu")
-    ok, why = _custom.fast_path_available("cpu")
-    mod = _custom._fast_module()
-    if not ok or not hasattr(mod, "Plan"):
-        ms_kvcache.set_backend(old_backend)
-        pytest.skip(f"no replay plans: {why or 'module without Plan'}")
-    old = mod.set_direct_launch(True)
-    yield mod
-    mod.set_direct_launch(old)
-    ms_kvcache.set_backend(old_backend)
+    yield from direct_launch_context("Plan")
 
 
-def _plans(op_name):
-    from importlib import import_module
-
-    eager = import_module(f"ms_kvcache.ops.{op_name}")._EAGER
-    return [p for k, p in _custom._LAUNCHERS.items() if k[0] == "replay" and k[1] == id(eager)]
-
-
-def _hits(op_name):
-    return sum(p.hits for p in _plans(op_name))
+_plans, _hits = plans, hits
 
 
 def _quant_ref(x, scale):
