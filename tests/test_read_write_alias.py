@@ -13,6 +13,7 @@ from mindspore import Parameter, Tensor, nn
 import ms_kvcache as mk
 from ms_kvcache import _custom
 
+from _replay import direct_launch_context, hits as _hits
 from conftest import assert_bits_equal, ms_mode, to_np
 
 READ_WRITE = "expected a tensor sharing no memory with the tensors the op reads"
@@ -21,25 +22,7 @@ READ_WRITE = "expected a tensor sharing no memory with the tensors the op reads"
 @pytest.fixture
 def fast():
     """PyNative on the cpu fast path with direct launch (replayed calls need both)."""
-    ms.set_context(mode=ms.PYNATIVE_MODE)
-    old_backend = mk.get_backend()
-    mk.set_backend("cpu")
-    ok, why = _custom.fast_path_available("cpu")
-    mod = _custom._fast_module()
-    if not ok or not hasattr(mod, "Plan"):
-        mk.set_backend(old_backend)
-        pytest.skip(f"no replay plans: {why or 'module without Plan'}")
-    old = mod.set_direct_launch(True)
-    yield mod
-    mod.set_direct_launch(old)
-    mk.set_backend(old_backend)
-
-
-def _hits(op_module):
-    from importlib import import_module
-
-    eager = import_module(f"ms_kvcache.ops.{op_module}")._EAGER
-    return sum(p.hits for k, p in _custom._LAUNCHERS.items() if k[0] == "replay" and k[1] == id(eager))
+    yield from direct_launch_context("Plan")
 
 
 def _refused(fast, call, written, args, op, pattern, replay_module=None):
@@ -307,7 +290,7 @@ def test_graph_mode_key_and_value_one_tensor_still_run(rng):
 
 def test_alias_sets_cover_every_read_input():
     """The rule is declared once: every input an op only reads is constrained, except read_may_alias."""
-    from ms_kvcache._spec import all_specs
+    from ms_kvcache._spec import all_specs, get_spec
 
     for spec in all_specs():
         counts = 1 if spec.has_dynamic else None
@@ -316,8 +299,7 @@ def test_alias_sets_cover_every_read_input():
         names = _custom._display_names(spec, counts)
         free = [names[i] for i in range(len(names)) if i not in written and i not in read]
         assert free == list(spec.read_may_alias), (spec.name, free)
-    assert mk.swap_blocks and _custom._alias_sets(__import__("ms_kvcache._spec", fromlist=["x"]).get_spec(
-        "swap_blocks"), None, {})[1] == [2]
+    assert _custom._alias_sets(get_spec("swap_blocks"), None, {}) == ([1], [2])  # block_mapping only
 
 
 def test_pending_read_input_is_refused_at_launch(fast, rng):
