@@ -16,8 +16,9 @@ made by a graph branch refuses in its infer step (compile time) a written input 
 Parameter (``RefType``), because MindSpore would hand the kernel a temporary copy (slice, view, op result,
 Tensor attribute) or a view argument's base address; :func:`eager_op` instances skip that check
 (PyNative wrappers check views themselves). Every primitive also carries the attributes the cpu and sim
-AOT entries read to refuse, before writing, written tensors that share memory (``mskv_disjoint``, ...;
-:func:`_set_alias_attrs`), since graph code sees no tensor identity. :func:`check_graph_types` is the
+AOT entries read to refuse, before writing, written tensors that share memory with each other or with an
+input the op reads (``mskv_disjoint``, ...; :func:`_alias_sets`, :func:`_set_alias_attrs`), since graph code
+sees no tensor identity. :func:`check_graph_types` is the
 compile-time type check of the graph branches' arguments.
 
 Lists of tensors (one cache per layer: ``copy_blocks``, the multi-layer transfers). A Python list of
@@ -290,39 +291,56 @@ def check_written_are_parameters(op, written_args, args):
 
 def _alias_sets(spec, counts, attrs):
     """(flat indices of the written inputs, flat indices of the inputs that must not overlap them): the
-    launch-time alias rule, as the PyNative wrappers apply it (:func:`ms_kvcache._validate.require_disjoint`).
-    Written tensors share no byte with each other; an input written only for another attribute value
-    (``inplace_if``: the caches of a d2h transfer, the buffer / host blocks of an h2d one) is read whole
-    and may not overlap a written one either. Other read inputs (key, value, positions, a swap's
-    ``src_cache``) are not constrained."""
+    alias rule, as the PyNative wrappers (:func:`ms_kvcache._validate.require_disjoint`), the graph-mode
+    launch check (:func:`_set_alias_attrs`), the fast-path kernels (:func:`alias_attrs`) and the replayed
+    calls' Plan apply it. Written tensors share no byte with each other, and no input the op only reads
+    (key, value, slot_mapping, positions, cos_sin_cache, scales and offsets, block ids and mappings, a
+    transfer's buffer or caches of the other direction, ...) may share a byte with a written one: the
+    kernel would read rows it has already overwritten. Read inputs may overlap each other (key and value
+    two slices of one qkv tensor). Exempt: the inputs of ``spec.read_may_alias`` (swap_blocks'
+    ``src_cache``, which may be its ``dst_cache``)."""
     written, read = [], []
     it = iter(spec.counts(counts)) if spec.has_dynamic else iter(())
     wnames = set(spec.written_inputs(attrs))
+    free = set(spec.read_may_alias)
     i = 0
     for t in spec.inputs:
         n = next(it) if t.dynamic else 1
         for _ in range(n):
             if t.name in wnames:
                 written.append(i)
-            elif t.inplace_if is not None:
+            elif t.name not in free:
                 read.append(i)
             i += 1
     return written, read
 
 
-def _set_alias_attrs(prim, spec, counts, attrs):
-    """Attributes the cpu and sim AOT entries read to refuse, before writing anything, a launch whose
-    written tensors share memory (graph mode, where the wrapper cannot see tensor identity):
-    ``mskv_disjoint`` / ``mskv_disjoint_read`` (flat input indices, see :func:`_alias_sets`) and
-    ``mskv_arg_names`` (the argument names of the flat inputs, joined by ``;``) and ``mskv_op_name`` for
-    the message."""
+def alias_attrs(spec, counts, attrs, renames=None, op_name=None):
+    """The primitive attributes of the alias rule (``mskv_disjoint``, ``mskv_disjoint_read``,
+    ``mskv_arg_names``, ``mskv_op_name``) for these counts and (public) attribute values, ``{}`` when
+    there is nothing to check; ``renames`` / ``op_name``: public argument / op names of an internal op
+    (:attr:`InplaceCustom.public_names`). The cpu and sim AOT entries read them at launch and refuse,
+    before writing anything, a launch whose tensors break the rule (``mskv::CheckDisjointArgs``,
+    ``AliasProblem``). Set on every primitive (graph mode, ops.Custom) and given to the PyNative fast
+    path's kernels too (:func:`eager_launcher`), which then catch a read input the Python check could not
+    see without a pipeline sync (the output of a still-pending op)."""
     written, read = _alias_sets(spec, counts, attrs)
     if len(written) + len(read) < 2 or not written:
-        return
-    prim.add_prim_attr("mskv_disjoint", written)
-    prim.add_prim_attr("mskv_disjoint_read", read)
-    prim.add_prim_attr("mskv_arg_names", ";".join(_display_names(spec, counts)))
-    prim.add_prim_attr("mskv_op_name", spec.name)
+        return {}
+    renames = renames or {}
+    return {"mskv_disjoint": written, "mskv_disjoint_read": read,
+            "mskv_arg_names": ";".join(renames.get(n, n) for n in _display_names(spec, counts)),
+            "mskv_op_name": op_name or spec.name}
+
+
+def _set_alias_attrs(prim, spec, counts, attrs):
+    """Attributes the cpu and sim AOT entries read to refuse, before writing anything, a launch that
+    breaks the alias rule (graph mode, where the wrapper cannot see tensor identity): see
+    :func:`alias_attrs` (``mskv_disjoint`` / ``mskv_disjoint_read``: flat input indices from
+    :func:`_alias_sets`; ``mskv_arg_names``, the argument names of the flat inputs joined by ``;``, and
+    ``mskv_op_name`` for the message)."""
+    for key, value in alias_attrs(spec, counts, attrs).items():
+        prim.add_prim_attr(key, value)
 
 
 def _drop_trailing(fn, n):
@@ -506,7 +524,8 @@ def eager_launcher(spec, backend, attr_values=(), counts=None):
 
     On the fast path the kernel runs in strict mode (attribute ``mskv_strict``): it re-checks the index
     values it reads at launch and fails the op, writing nothing, if one is invalid (see
-    :func:`nosync_checker`). It gets the attributes the primitive would set, ``dyn_input_sizes`` included.
+    :func:`nosync_checker`); it also gets the alias rule's attributes (:func:`alias_attrs`). It gets the
+    attributes the primitive would set, ``dyn_input_sizes`` included.
     Outputs are new tensors allocated in MindSpore's pipeline with the shape and dtype of the input given
     by :func:`output_sources`."""
     key = (spec.name, backend, attr_values, counts)
@@ -515,10 +534,19 @@ def eager_launcher(spec, backend, attr_values=(), counts=None):
         if fast_path_available(backend)[0]:
             mod = _fast_module()
             lib = _backend.backend_module(backend).fast_library()
+            public = spec.attr_values(attr_values)
             attrs = spec.kernel_attrs({a.name: v for a, v in zip(spec.attrs, attr_values)})
             attrs["mskv_strict"] = True
             if spec.has_dynamic:
                 attrs["dyn_input_sizes"] = spec.dyn_input_sizes(counts)
+            # the alias rule at launch too (a read input that was a pending op's output when the Python
+            # check ran: refused before anything is written, MindSpore raises at the next sync); the op
+            # name stays the kernel's, as in the kernel's other messages on this path
+            names = prim_class(spec).public_names
+            renames = names(public)[1] if names is not None else None
+            alias = alias_attrs(spec, spec.counts(counts) if spec.has_dynamic else None, public, renames)
+            alias.pop("mskv_op_name", None)
+            attrs.update(alias)
             # run_or_queue: a writer runs at once when MindSpore's pipeline is idle (same order; see
             # ms_kvcache/csrc/pyboost_module.cpp, "direct launch"), else it is queued like run()
             run = getattr(mod, "run_or_queue", mod.run)

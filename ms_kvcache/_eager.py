@@ -115,8 +115,10 @@ class EagerOp:
             AOT ABI cannot express a missing input).
         launch_attrs: ``f(static_result, attr_values) -> attr_values`` for the kernel when the static
             check normalises an attribute (e.g. ``float(epsilon)``); default: the values as given.
-        distinct: read-only inputs that must not share memory with each other or with the written ones
-            (written inputs never may: :func:`ms_kvcache._validate.require_disjoint` runs on every call).
+        distinct: read-only inputs that must not share memory with each other either (no read input may share
+            memory with a written one, nor written ones with each other: the alias rule,
+            :func:`ms_kvcache._validate.require_disjoint` runs on every call with the inputs of
+            ``_custom._alias_sets``).
         contiguous: read-only inputs that must be contiguous (raise) instead of being copied (e.g. a
             whole source cache, where a silent copy would cost more than the op); in-place inputs always
             must be.
@@ -130,10 +132,10 @@ class EagerOp:
     fast path records its signature (shapes, dtypes, slot bounds) in a C++ plan
     (``ms_kvcache._cpu_pyboost.Plan``, one per op, backend and attribute values). A later call first
     tries the plan: with the pipeline idle and a recorded signature it re-checks in C++ what can differ
-    between such calls (every input a realised contiguous host tensor, written tensors disjoint, slot and
-    scale values) and launches directly; anything else returns to the Python path unchanged, which then
-    raises its usual error for bad input or queues the launch. Plans live in
-    ``ms_kvcache._custom._LAUNCHERS`` (cleared by ``set_fast_path``).
+    between such calls (every input a realised contiguous host tensor, written tensors disjoint from each
+    other and from the read ones, slot and scale values) and launches directly; anything else returns to
+    the Python path unchanged, which then raises its usual error for bad input or queues the launch. Plans
+    live in ``ms_kvcache._custom._LAUNCHERS`` (cleared by ``set_fast_path``).
     """
 
     def __init__(self, spec, check_static, index_checks=(), skip_if_empty=(), absent=None, launch_attrs=None,
@@ -157,6 +159,10 @@ class EagerOp:
         self._distinct = tuple(pos[n] for n in distinct)
         self._contiguous = frozenset(contiguous)
         self._inplace = tuple(i for i, t in enumerate(spec.inputs) if t.inplace)
+        # inputs the op only reads that may not share memory with a written one (the alias rule:
+        # _custom._alias_sets; every read input but spec.read_may_alias), for the unconditional writes
+        self._free = frozenset(pos[n] for n in spec.read_may_alias)
+        self._read = tuple(i for i in range(len(names)) if i not in self._inplace and i not in self._free)
         self._contig = tuple(i for i, t in enumerate(spec.inputs) if t.inplace or t.name in contiguous)
         self._sequence = next((i for i, t in enumerate(spec.inputs) if _is_sequence(t)), None)
         self._optional = tuple(i for i, t in enumerate(spec.inputs) if t.optional)
@@ -200,10 +206,11 @@ class EagerOp:
         return out
 
     def _written(self, attr_values):
-        """(in-place input indices, indices that must be contiguous) for these attribute values (memoised
-        per attribute values: a quantizing write asks three times per call)."""
+        """(in-place input indices, indices that must be contiguous, read input indices constrained by the
+        alias rule) for these attribute values (memoised per attribute values: a quantizing write asks
+        three times per call)."""
         if not self._cond:
-            return self._inplace, self._contig
+            return self._inplace, self._contig, self._read
         try:
             return self._written_memo[attr_values]
         except KeyError:
@@ -216,7 +223,8 @@ class EagerOp:
         extra = tuple(i for i, j, v in self._cond if attr_values[j] == v)
         inplace = tuple(sorted(set(self._inplace + extra)))
         contig = tuple(i for i, t in enumerate(self._inputs) if i in inplace or t[0] in self._contiguous)
-        return inplace, contig
+        read = tuple(i for i in range(len(self._inputs)) if i not in inplace and i not in self._free)
+        return inplace, contig, read
 
     def _types(self, args):
         op = self.spec.name
@@ -288,9 +296,10 @@ class EagerOp:
         for i in (self._contig if not self._cond else self._written(attr_values)[1]):
             if not args[i].is_contiguous():
                 V.require_contiguous(self.spec.name, self._inputs[i][0], args[i])
-        written = self._inplace if not self._cond else self._written(attr_values)[0]
-        if len(written) > 1:
-            V.require_disjoint(self.spec.name, [(self._inputs[i][0], args[i]) for i in written])
+        written, _, read = self._written(attr_values)
+        if len(written) > 1 or (written and read):
+            V.require_disjoint(self.spec.name, [(self._inputs[i][0], args[i]) for i in written],
+                               [(self._inputs[i][0], args[i]) for i in read])
         for i in self._skip:
             if args[i].shape[0] == 0:
                 return self._empty_outputs(args)
@@ -314,9 +323,11 @@ class EagerOp:
         for i in self._written(attr_values)[1]:
             for name, x in self._each(i, args):
                 V.require_contiguous(op, name, x)
-        written = [nx for i in self._written(attr_values)[0] for nx in self._each(i, args)]
-        written += [nx for i in self._distinct if i not in self._written(attr_values)[0] for nx in self._each(i, args)]
-        V.require_disjoint(op, written)
+        inplace, _, reads = self._written(attr_values)
+        written = [nx for i in inplace for nx in self._each(i, args)]
+        written += [nx for i in self._distinct if i not in inplace for nx in self._each(i, args)]
+        read = [nx for i in reads if i not in self._distinct for nx in self._each(i, args)]
+        V.require_disjoint(op, written, read)
         for i in self._skip:
             x = args[i]
             if (len(x) == 0) if self._inputs[i][1] else (x.shape[0] == 0):
@@ -363,9 +374,9 @@ class EagerOp:
             return
         specs = [(i, c.replay(result, attr_values)) for i, c in self._index]
         if plan is None:
-            written = self._inplace if not self._cond else self._written(attr_values)[0]
+            written, _, read = self._written(attr_values)
             plan = cls(kernel, len(args), list(written), [(i, r[1]) for i, r in specs if r[0] == "slots"],
-                       [(i, r[1]) for i, r in specs if r[0] == "scale"])
+                       [(i, r[1]) for i, r in specs if r[0] == "scale"], list(read))
             _custom._LAUNCHERS[key] = plan
         full = plan.num_signatures >= _PLAN_SIGNATURES
         if not plan.add(list(args), [r[2] for _, r in specs if r[0] == "slots"]):

@@ -187,6 +187,19 @@ class OpSpec:
     #: ``"=G"`` ("the dtype of group G"). E.g. ``{"C": ("float32", "=T")}``: group C is float32 or
     #: the dtype of group T. Applied by :meth:`check_dtypes` and :meth:`dtype_rows`.
     group_rules: Mapping[str, Tuple[str, ...]] = field(default_factory=dict)
+    #: The alias rule (docs/design.md, "Tensors an op writes never share memory"): no tensor the op only
+    #: reads (key, value, slot_mapping, positions, cos_sin_cache, scales, block ids, ...) may share a byte
+    #: with a tensor it writes, since the kernel would read rows it has already overwritten. Inputs named
+    #: here are exempt because their aliasing a written tensor is a defined use (``swap_blocks``'
+    #: ``src_cache`` may be ``dst_cache``: rows of block_mapping apply in order). Applied by
+    #: ``_custom._alias_sets`` (PyNative checks, graph-mode launch attributes, replayed calls).
+    read_may_alias: Tuple[str, ...] = ()
+
+    def __post_init__(self):
+        names = {t.name for t in self.inputs}
+        for n in self.read_may_alias:
+            if n not in names or any(t.name == n and (t.inplace or t.inplace_if is not None) for t in self.inputs):
+                raise ValueError(f"{self.name}: read_may_alias: {n!r} is not an input the op only reads")
 
     # ------------------------------------------------------------------ derived views
     def input(self, name) -> TensorSpec:

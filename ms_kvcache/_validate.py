@@ -140,53 +140,126 @@ def require_write_lands(op, name, x):
 
 
 def require_disjoint(op, named, read=()):
-    """The tensors an op writes must not share memory with each other nor with a tensor it reads:
-    ``named`` is ``[(argument name, tensor), ...]`` of the written tensors in argument order, ``read`` the
-    same for contiguous tensors the op only reads (e.g. the caches of a d2h transfer, which a ``staging``
-    buffer must not overlap); read tensors may share memory with each other. The same tensor twice
-    (``reshape_and_cache(k, v, c, c, s)``) or two views of one
-    storage whose bytes overlap raise ValueError naming the later argument and the earlier one. Written
-    tensors are contiguous (checked before), so each spans ``[address, address + nbytes)``; the address is
-    read without a pipeline sync through ``ms_kvcache._cpu_pyboost.data_address_nosync`` (``data_ptr()``
-    waits for every pending op, ~3 ms) except for a tensor a pending op still has to produce. Graph mode
-    cannot check this (a graph sees no tensor identity or address): see the ops' docstrings. A set of
-    tensors found disjoint is remembered by identity (weak references), so a loop passing the same caches
-    pays ~2 us per call instead of ~6 us."""
+    """The alias rule: the tensors an op writes must not share memory with each other nor with a tensor it
+    reads. ``named`` is ``[(argument name, tensor), ...]`` of the written tensors in argument order, ``read``
+    the same for the tensors the op only reads (key, value, slot_mapping, scales, the caches of a d2h
+    transfer, ...: every read input but ``OpSpec.read_may_alias``, see ``_custom._alias_sets``): the kernel
+    would read rows it has already overwritten. Read tensors may share memory with each other (key and value
+    two slices of one qkv tensor). The same tensor twice (``reshape_and_cache(k, v, c, c, s)``,
+    ``reshape_and_cache(c.reshape(-1, h, d)[:n], v, c, c2, s)``) or two views of one storage whose bytes
+    overlap raise ValueError naming both arguments. Written tensors are contiguous (checked before), so
+    each spans ``[address, address + nbytes)``; a read tensor that is not contiguous is skipped (the
+    wrappers give the kernel a contiguous copy of it, made before the launch). The address is read
+    without a pipeline sync through ``ms_kvcache._cpu_pyboost.data_address_nosync`` (``data_ptr()`` waits
+    for every pending op, ~3 ms) except for a written tensor a pending op still has to produce; a *read*
+    tensor that is a pending op's output (``key = linear(x)``, a whole-tensor reshape) is waited for only
+    when MindSpore's pipeline is idle (then nothing waits), else skipped here: the fast-path kernel and
+    the AOT entries check the same rule at launch (``_custom.alias_attrs``) and fail, writing nothing,
+    MindSpore raising at the next sync. Graph mode cannot check this (a graph sees no tensor identity or
+    address): the launch does (see the ops' docstrings). The written tensors found disjoint are remembered
+    by identity (weak references) with their byte ranges, so a loop passing the same caches pays ~2 us per
+    call plus ~0.5 us per read tensor (compared every call: a decode step passes new key / value / slot
+    tensors); with more than ``_FEW_READS`` read tensors (the caches of a d2h transfer) the whole set found
+    disjoint (none skipped) is remembered instead."""
     if len(named) + len(read) < 2 or not named:
         return
-    every = list(named) + list(read)
-    key = (len(named),) + tuple(id(x) for _, x in every)
+    if len(read) > _FEW_READS:  # e.g. the caches a d2h transfer reads: the whole set is remembered
+        every = list(named) + list(read)
+        key = (len(named),) + tuple(id(x) for _, x in every)
+        hit = _DISJOINT.get(key)
+        if hit is not None and all(r() is x for r, (_, x) in zip(hit, every)):
+            return  # these very tensors were checked before (a loop passing the same caches every step)
+        if _check_disjoint(op, named, read):  # (False: a read tensor was pending: checked again next time)
+            _remember(key, every, True)
+        return
+    # a few read tensors (key, value, slot_mapping, ...: new ones at every step of a decode loop, and a weak
+    # reference to a new tensor costs ~3 us): the written tensors' byte ranges are remembered, the read ones
+    # compared with them on every call
+    key = (len(named),) + tuple(id(x) for _, x in named)
     hit = _DISJOINT.get(key)
-    if hit is not None and all(r() is x for r, (_, x) in zip(hit, every)):
-        return  # these very tensors were checked before (a decode loop passes the same caches every step)
-    _check_disjoint(op, named, read)
+    if hit is not None and all(r() is x for r, (_, x) in zip(hit[0], named)):
+        spans = hit[1]
+    else:
+        spans = _check_disjoint(op, named, (), want_spans=True)
+        _remember(key, named, spans)
+    if read and _reads_overlap(spans, read):
+        _check_disjoint(op, named, read)  # raises the error naming both arguments
+
+
+def _remember(key, pairs, value):
     try:
-        refs = tuple(weakref.ref(x) for _, x in every)
+        refs = tuple(weakref.ref(x) for _, x in pairs)
     except TypeError:  # pragma: no cover - MindSpore tensors accept weak references
         return
     if len(_DISJOINT) >= 1024:
         _DISJOINT.clear()
-    _DISJOINT[key] = refs
+    _DISJOINT[key] = (refs, value) if value is not True else refs
 
 
-#: require_disjoint memo: tuple of tensor ids -> weak references to those tensors (an id is only trusted
-#: while its weak reference still returns the same object, so a reused id never matches).
+#: Above this many read tensors require_disjoint remembers the whole set instead of the written ones only.
+_FEW_READS = 6
+
+#: require_disjoint memo: tuple of tensor ids -> weak references to those tensors (and, for the written
+#: tensors alone, their byte ranges); an id is only trusted while its weak reference still returns the same
+#: object, so a reused id never matches.
 _DISJOINT = {}
 
 
-def _check_disjoint(op, named, read=()):
+def _reads_overlap(spans, read):
+    """Whether a read tensor (contiguous, its address known without waiting for a busy pipeline; see
+    :func:`require_disjoint`) shares a byte with one of the written ranges ``spans`` ([(start, end)])."""
+    from ms_kvcache import _custom
+
+    mod = _custom._fast_module()  # noqa: WPS437
+    nosync = getattr(mod, "data_address_nosync", None)
+    idle = None
+    for _, x in read:
+        n = x.nbytes
+        if not n or not x.is_contiguous():
+            continue
+        p = nosync(x) if nosync is not None else None
+        if p is None:
+            if nosync is not None:
+                if idle is None:
+                    idle = bool(mod.pipeline_idle())
+                if not idle:
+                    continue  # a pending op's output: the launch checks it
+            p = x.data_ptr()
+        for lo, hi in spans:
+            if p < hi and lo < p + n:
+                return True
+    return False
+
+
+def _check_disjoint(op, named, read=(), want_spans=False):
+    """Raise the alias error of ``named`` / ``read`` (see :func:`require_disjoint`); returns False if a
+    read tensor was skipped because its address is not known without waiting for a busy pipeline, else
+    True (with ``want_spans``: the byte ranges [(start, end)] of the tensors instead)."""
     from ms_kvcache import _custom
 
     mod = _custom._fast_module()  # noqa: WPS437 - importable even when the fast path itself is turned off
     nosync = getattr(mod, "data_address_nosync", None)
+    idle = None
+    complete = True
     spans = []  # (start, end, argument order, name, tensor, written)
+    nw = len(named)
     for order, (name, x) in enumerate(list(named) + list(read)):
         n = x.nbytes
-        if n:
-            p = nosync(x) if nosync is not None else None
-            if p is None:  # output of a pending op (or no fast module): Tensor.data_ptr() waits for it
-                p = x.data_ptr()
-            spans.append((p, p + n, order, name, x, order < len(named)))
+        if not n:
+            continue
+        written = order < nw
+        if not written and not x.is_contiguous():
+            continue  # copied to a contiguous tensor before the launch: the kernel never reads these bytes
+        p = nosync(x) if nosync is not None else None
+        if p is None and not written and nosync is not None:
+            if idle is None:
+                idle = bool(mod.pipeline_idle())
+            if not idle:  # a pending op's output: left to the launch-time check (no sync here)
+                complete = False
+                continue
+        if p is None:  # output of a pending op (or no fast module): Tensor.data_ptr() waits for it
+            p = x.data_ptr()
+        spans.append((p, p + n, order, name, x, written))
     spans.sort(key=lambda s: (s[0], s[2]))
     last_any = last_written = None  # the spans reaching furthest so far (of any kind / written)
     for s in spans:
@@ -197,6 +270,9 @@ def _check_disjoint(op, named, read=()):
             last_any = s
         if s[5] and (last_written is None or s[1] > last_written[1]):
             last_written = s
+    if want_spans:
+        return [(s[0], s[1]) for s in spans]
+    return complete
 
 
 def _overlap_error(op, s, last):

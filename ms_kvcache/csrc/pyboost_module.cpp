@@ -313,7 +313,9 @@ py::object RunOrQueue(const KernelHolder& h, const py::args& args) {
 // (~20-40 us for a quantizing write: shape / dtype reads, memo keys, contiguity, disjointness, slot and
 // scale value checks) becomes one call. Per call it checks what can change between calls with the same
 // signature: every argument a realised host tensor, contiguous; the written tensors' byte ranges
-// disjoint; slot values (< the bound, non-negative ones distinct unless allowed) and static scales /
+// disjoint from each other and from those of the inputs the op only reads (the alias rule of
+// ms_kvcache._custom._alias_sets: a kernel reading bytes it writes reads rows it has already overwritten;
+// read inputs may overlap each other); slot values (< the bound, non-negative ones distinct unless allowed) and static scales /
 // offsets (finite, scales > 0) read now, which is exact because it runs only when the pipeline is idle
 // (nothing pending can change them). Any other case (a new signature, a bad value, a busy pipeline, a
 // stub that is not ready, direct launch off) returns False and launches nothing: the Python path then
@@ -343,6 +345,7 @@ struct Plan {
   KernelHolder k;
   size_t n = 0;
   std::vector<int> written;                  // inputs whose bytes must not overlap each other
+  std::vector<int> read;                     // inputs only read, whose bytes must not overlap a written one
   std::vector<std::pair<int, bool>> slots;   // (input, duplicates allowed)
   std::vector<std::pair<int, bool>> scales;  // (input, values must be > 0)
   std::vector<PlanSig> sigs;                 // accepted signatures (most recent last, at most kMaxSigs)
@@ -392,15 +395,33 @@ bool PlanCall(Plan& p, const py::args& args) {
     if (same) sig = &*it;
   }
   if (sig == nullptr) return false;
+  // byte ranges [b, e) of the written inputs, then of the read ones: a few pointer comparisons
+  constexpr size_t kStack = 16;
+  uintptr_t wb_s[kStack], we_s[kStack];
+  std::vector<uintptr_t> wb_h, we_h;
+  uintptr_t* wb = wb_s;
+  uintptr_t* we = we_s;
+  if (p.written.size() > kStack) {
+    wb_h.resize(p.written.size()), we_h.resize(p.written.size());
+    wb = wb_h.data(), we = we_h.data();
+  }
+  auto range = [&](int i, uintptr_t* b, uintptr_t* e) {
+    const auto& x = ins[static_cast<size_t>(i)];
+    *b = reinterpret_cast<uintptr_t>(x.GetDataPtr());
+    *e = *b + x.numel() * ElemSize(x.data_type());
+  };
   for (size_t a = 0; a < p.written.size(); ++a) {
-    const auto& x = ins[static_cast<size_t>(p.written[a])];
-    const auto xb = reinterpret_cast<uintptr_t>(x.GetDataPtr());
-    const auto xe = xb + x.numel() * ElemSize(x.data_type());
+    range(p.written[a], &wb[a], &we[a]);
     for (size_t b = 0; b < a; ++b) {
-      const auto& y = ins[static_cast<size_t>(p.written[b])];
-      const auto yb = reinterpret_cast<uintptr_t>(y.GetDataPtr());
-      const auto ye = yb + y.numel() * ElemSize(y.data_type());
-      if (xb < xe && yb < ye && xb < ye && yb < xe) return false;
+      if (wb[a] < we[a] && wb[b] < we[b] && wb[a] < we[b] && wb[b] < we[a]) return false;
+    }
+  }
+  for (int r : p.read) {  // the Python path raises the alias error naming both arguments
+    uintptr_t rb = 0, re = 0;
+    range(r, &rb, &re);
+    if (rb == re) continue;
+    for (size_t a = 0; a < p.written.size(); ++a) {
+      if (wb[a] < we[a] && rb < we[a] && wb[a] < re) return false;
     }
   }
   for (size_t j = 0; j < p.slots.size(); ++j) {
@@ -603,22 +624,26 @@ PYBIND11_MODULE(_cpu_pyboost, m) {
         "tensor shaped and typed like input out_like[i] (none: the op has no outputs and run() returns None).");
   py::class_<Plan, std::shared_ptr<Plan>>(m, "Plan")
       .def(py::init([](const KernelHolder& k, size_t n, std::vector<int> written, std::vector<std::pair<int, bool>> slots,
-                       std::vector<std::pair<int, bool>> scales) {
+                       std::vector<std::pair<int, bool>> scales, std::vector<int> read) {
              if (!k.op->out_like.empty()) throw py::value_error("Plan: kernels with outputs are not replayed");
              auto check = [n](int i) {
                if (i < 0 || static_cast<size_t>(i) >= n) throw py::value_error("Plan: input index out of range");
              };
              for (int i : written) check(i);
+             for (int i : read) check(i);
              for (const auto& s : slots) check(s.first);
              for (const auto& s : scales) check(s.first);
              auto p = std::make_shared<Plan>();
              p->k = k, p->n = n, p->written = std::move(written), p->slots = std::move(slots);
              p->scales = std::move(scales);
+             p->read = std::move(read);
              return p;
            }),
            py::arg("kernel"), py::arg("num_inputs"), py::arg("written"), py::arg("slots"), py::arg("scales"),
+           py::arg("read") = std::vector<int>(),
            "Replay of an EagerOp's PyNative checks + direct launch for accepted signatures (see pyboost_module.cpp, "
-           "\"replayed calls\"): written = inputs that must not share memory; slots = (input, duplicates allowed); "
+           "\"replayed calls\"): written = inputs that must not share memory; read = inputs only read, which must not "
+           "share memory with a written one; slots = (input, duplicates allowed); "
            "scales = (input, must be > 0).")
       .def("add", &PlanAdd, py::arg("tensors"), py::arg("slot_bounds"),
            "add(tensors, slot_bounds) -> bool: accept the shapes / dtypes of these tensors (a call the Python checks "

@@ -102,7 +102,7 @@ def concat_and_cache_mla(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, *, kv
             duplicated non-negative slot (PyNative only; in graph mode out-of-range slots are skipped, and a slot
             given twice keeps the later token's row on the cpu backend, fails the call on the sim backend and is
             undefined on ascend); a non-contiguous cache; the two caches the same tensor or sharing memory
-            (PyNative).
+            (PyNative); a tensor the op only reads (kv_c, k_pe, slot_mapping, a scale or offset) sharing memory with a cache (PyNative; in a graph a RuntimeError at launch on cpu and sim, nothing written).
             Quantized writes: missing / mis-shaped / non-float32 scales, scales <= 0 or not finite, offsets
             not finite (PyNative; graph mode: RuntimeError below), offsets with float8, static and dynamic
             arguments together, a cache dtype without a quantization rule; a float8 cache on sim / ascend

@@ -163,7 +163,8 @@ def copy_blocks(key_caches, value_caches, block_mapping):
             different from ``key_caches[0]``; block_mapping not ``[n, 2]``; a block id outside
             ``[0, num_blocks)`` (PyNative only; in graph mode such rows are skipped); a non-contiguous
             cache; the same tensor passed twice, or two caches sharing memory (views of one storage)
-            (PyNative).
+            (PyNative); ``block_mapping`` sharing memory with a cache (PyNative; a RuntimeError at launch in a
+            graph on cpu and sim).
         TypeError (GRAPH_MODE / ``@ms.jit``, at compile time): a cache not a whole Parameter (a
             slice, split or reshape of one, an op's result, a Tensor attribute or argument: MindSpore would
             write a temporary copy); a Python list or numpy array where a Tensor is expected.

@@ -263,7 +263,8 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
             repeated id (PyNative only: in graph mode such ids are skipped by h2d and give zero host
             blocks in d2h, never a write outside a cache); a non-contiguous tensor that would be written, or
             (without the PyNative fast path, where ops.Custom would write into a copy) a view; a written
-            tensor sharing memory with another one or with a tensor the op reads (PyNative).
+            tensor sharing memory with another one or with a tensor the op reads (the caches or host blocks of
+            the other direction, ``block_ids``) (PyNative).
         TypeError (GRAPH_MODE / ``@ms.jit``, at compile time): a written tensor (host blocks for d2h, caches for
             h2d, ``staging``) not a whole Parameter (a slice, split or reshape of one, an op's result, a Tensor
             attribute or argument: MindSpore would write a temporary copy); a Python list or numpy array where a
@@ -341,7 +342,9 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
             written.append(("staging", staging))
         for name, x in written + read:
             V.require_contiguous(op, name, x)
-        V.require_disjoint(op, written, read)
+        # the index tensor is read too: it may not share memory with a written tensor (a
+        # strided one is copied before the launch)
+        V.require_disjoint(op, written, list(read) + [("block_ids", block_ids)])
         if n == 0:
             return None
         backend = _backend.get_backend()

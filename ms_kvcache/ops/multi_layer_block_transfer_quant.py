@@ -200,7 +200,9 @@ def transfer_quant(flat, num_layers, host, block_ids, staging, scale_caches, sca
         written.append(("staging", staging))
     for name, x in written + read:
         V.require_contiguous(op, name, x)
-    V.require_disjoint(op, written, read)
+    # the index tensor is read too: it may not share memory with a written tensor (a
+    # strided one is copied before the launch)
+    V.require_disjoint(op, written, list(read) + [("block_ids", block_ids)])
     backend = ML.require_quant_backend(_OP, _backend.get_backend(), flat[0].dtype)
     if n == 0:
         return None

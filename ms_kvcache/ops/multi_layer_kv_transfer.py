@@ -291,7 +291,7 @@ def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direc
             mode skips out-of-range slots and never writes outside a cache); a non-contiguous tensor
             that would be written, or (without the PyNative fast path, where ops.Custom would write
             into a copy) a view; a written tensor sharing memory with another one or with a tensor the op
-            reads (PyNative).
+            reads (the caches or buffer of the other direction, ``slot_mapping``) (PyNative).
         TypeError (GRAPH_MODE / ``@ms.jit``, at compile time): a written tensor (``buffer`` for d2h, a cache for
             h2d) not a whole Parameter (a slice, split or reshape of one, an op's result, a Tensor attribute or
             argument: MindSpore would write a temporary copy); a Python list or numpy array where a Tensor is
@@ -336,7 +336,9 @@ def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direc
             written, read = caches, (("buffer", buffer),)
         for name, x in written + read:
             V.require_contiguous(op, name, x)
-        V.require_disjoint(op, written, read)
+        # the index tensor is read too: it may not share memory with a written tensor (a
+        # strided one is copied before the launch)
+        V.require_disjoint(op, written, list(read) + [("slot_mapping", slot_mapping)])
         if slot_mapping.shape[0] == 0:
             return None
         backend = _backend.get_backend()

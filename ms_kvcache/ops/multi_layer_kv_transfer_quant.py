@@ -143,7 +143,9 @@ def transfer_quant(buffer, flat, num_layers, scale_caches, slot_mapping, fmt, di
         written, read = caches, (("buffer", buffer),)
     for name, x in written + read:
         V.require_contiguous(op, name, x)
-    V.require_disjoint(op, written, read)
+    # the index tensor is read too: it may not share memory with a written tensor (a
+    # strided one is copied before the launch)
+    V.require_disjoint(op, written, list(read) + [("slot_mapping", slot_mapping)])
     backend = ML.require_quant_backend(_OP, _backend.get_backend(), flat[0].dtype)
     if slot_mapping.shape[0] == 0:
         return None

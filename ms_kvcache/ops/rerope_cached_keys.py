@@ -108,7 +108,9 @@ def rerope_cached_keys(key_cache, slot_mapping, old_positions, new_positions, co
     Raises:
         TypeError: non-Tensor arguments; unsupported dtypes; old/new positions of different dtypes;
             ``cos_sin_cache`` neither float32 nor the cache dtype; non-bool ``is_neox_style``.
-        ValueError: unknown ``cache_layout``; rank/shape mismatches (positions not ``[N]``);
+        ValueError: ``slot_mapping``, a positions tensor or ``cos_sin_cache`` sharing memory with ``key_cache``
+            (PyNative; in a graph a RuntimeError at launch on cpu and sim, nothing written); unknown
+            ``cache_layout``; rank/shape mismatches (positions not ``[N]``);
             odd ``rotary_dim`` or ``rotary_dim > head_size``; PyNative only: positions outside
             ``[0, max_position)``, slots ``>= num_blocks * block_size``, duplicated non-negative
             slots; a non-contiguous cache. In graph mode entries with an out-of-range slot or

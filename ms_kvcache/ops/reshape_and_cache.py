@@ -144,7 +144,7 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, cache_la
             skipped, and a slot given twice keeps the later token's row on the cpu backend, fails the
             call on the sim backend and is undefined on ascend);
             a non-contiguous cache; ``key_cache`` and ``value_cache`` the same tensor or sharing memory
-            (PyNative; a view as a cache without the fast path).
+            (PyNative; a view as a cache without the fast path); a tensor the op only reads (key, value, slot_mapping, a scale or offset) sharing memory with a cache (PyNative; in a graph a RuntimeError at launch on cpu and sim, nothing written).
             Quantized writes: a missing, mis-shaped or non-float32 scale, a scale that is 0, negative or
             not finite or an offset not finite (PyNative; graph mode: RuntimeError below), offsets with a float8 cache,
             static and dynamic arguments together, or a cache dtype without a quantization rule

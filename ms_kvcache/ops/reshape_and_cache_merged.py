@@ -84,7 +84,9 @@ def reshape_and_cache_merged(key, value, kv_cache, slot_mapping, cache_layout="B
     Raises:
         TypeError: an argument is not a Tensor; dtypes of key/value/kv_cache differ or are unsupported;
             slot_mapping is not int32/int64.
-        ValueError: unknown ``cache_layout``; a rank or shape mismatch (``kv_cache.shape[0] != 2``, key/value rows
+        ValueError: ``key``, ``value``, ``slot_mapping`` or a scale sharing memory with ``kv_cache`` (or a
+            scale cache) (PyNative; in a graph a RuntimeError at launch on cpu and sim, nothing written);
+            unknown ``cache_layout``; a rank or shape mismatch (``kv_cache.shape[0] != 2``, key/value rows
             not ``num_kv_heads * head_size``, ``len(slot_mapping)`` > rows of key); a slot ``>= num_blocks *
             block_size`` or a duplicated non-negative slot (PyNative only; in graph mode out-of-range slots are
             skipped, and a slot given twice keeps the later token's row on the cpu backend, fails the call on the

@@ -179,7 +179,7 @@ def rope_concat_and_cache_mla(positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_c
             position gets zero ``q_pe_out``/``k_pe_out`` rows and is not cached; out-of-range slots
             are skipped; a slot given twice keeps the later token's rows on the cpu
             backend, fails the call on the sim backend and is undefined on ascend (docs/ops-rope.md); the two
-            caches the same tensor or sharing memory (PyNative).
+            caches the same tensor or sharing memory (PyNative); a tensor the op only reads (positions, q_pe, k_pe, kv_c, cos_sin_cache, slot_mapping, kv_c_norm_weight, a scale) sharing memory with a cache (PyNative; in a graph a RuntimeError at launch on cpu and sim, nothing written).
         TypeError (GRAPH_MODE / ``@ms.jit``, at compile time): ``kv_c_cache`` or ``k_pe_cache`` not a whole
             Parameter (a slice, split or reshape of one, an op's result, a Tensor attribute or argument: MindSpore
             would write a temporary copy); a Python list or numpy array where a Tensor is expected.

@@ -168,7 +168,8 @@ def rope_reshape_and_cache(positions, query, key, value, cos_sin_cache, key_cach
             ``key_out`` and is not cached, and out-of-range slots are skipped: nothing is ever read
             or written out of bounds; a slot given twice keeps the later token's rows on the cpu
             backend, fails the call on the sim backend and is undefined on ascend (docs/ops-rope.md);
-            ``key_cache`` and ``value_cache`` the same tensor or sharing memory (PyNative).
+            ``key_cache`` and ``value_cache`` the same tensor or sharing memory (PyNative);
+            a tensor the op only reads (positions, query, key, value, cos_sin_cache, slot_mapping, a scale) sharing memory with a cache (PyNative; in a graph a RuntimeError at launch on cpu and sim, nothing written).
         TypeError (GRAPH_MODE / ``@ms.jit``, at compile time): ``key_cache`` or ``value_cache`` not a whole
             Parameter (a slice, split or reshape of one, an op's result, a Tensor attribute or argument: MindSpore
             would write a temporary copy); a Python list or numpy array where a Tensor is expected.

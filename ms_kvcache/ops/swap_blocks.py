@@ -21,6 +21,9 @@ SPEC = register(OpSpec(
         TensorSpec("block_mapping", "S", (2,)),
     ),
     dtype_groups={"T": KV_DTYPES, "S": INDEX_DTYPES},
+    # src_cache may be dst_cache (or overlap it): a documented use, rows of block_mapping apply in order
+    # like a Python loop (docs/design.md, "Block copies"); block_mapping may not overlap dst_cache
+    read_may_alias=("src_cache",),
 ))
 
 
@@ -86,7 +89,10 @@ def swap_blocks(src_cache, dst_cache, block_mapping):
             not int32/int64.
         ValueError: rank outside 2..6; block shapes differ; block_mapping is not ``[n, 2]``; a block id
             out of range (PyNative only; in graph mode such rows are skipped); a non-contiguous cache.
-            ``src_cache`` may be ``dst_cache`` (it is only read; rows apply in order).
+            ``block_mapping`` sharing memory with ``dst_cache`` (PyNative; RuntimeError at launch in a
+            graph on cpu / sim). ``src_cache`` may be ``dst_cache`` or overlap it: the op's one exception to
+            the rule that a read input shares no memory with a written one (``OpSpec.read_may_alias``;
+            rows apply in order, so a later row reads the blocks earlier rows wrote).
         TypeError (GRAPH_MODE / ``@ms.jit``, at compile time): ``dst_cache`` not a whole Parameter (a
             slice, split or reshape of one, an op's result, a Tensor attribute or argument: MindSpore would
             write a temporary copy); a Python list or numpy array where a Tensor is expected.
