@@ -4,23 +4,30 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 namespace mskv {
 namespace quant {
 
-void CheckScaleValues(const std::string& arg, const float* v, int64_t n, bool positive, bool strict) {
+std::string ScaleValuesProblem(const std::string& arg, const float* v, int64_t n, bool positive) {
   for (int64_t i = 0; i < n; ++i) {
     const float x = v[i];
     if (!std::isfinite(x) || (positive && !(x > 0.0f))) {
       char got[32];
       std::snprintf(got, sizeof(got), "%.9g", static_cast<double>(x));  // 0, -1, nan, inf, 1e-05
-      throw KernelError("argument '" + arg + "': expected " + (positive ? "finite values > 0" : "finite values") +
-                        ", got " + got + " at flat index " + std::to_string(i) +
-                        (strict ? " (checked at launch: was it modified after the call?)" :
-                                  " (checked at launch); nothing was written"));
+      return "argument '" + arg + "': expected " + (positive ? "finite values > 0" : "finite values") + ", got " +
+             got + " at flat index " + std::to_string(i);
     }
   }
+  return std::string();
+}
+
+void CheckScaleValues(const std::string& arg, const float* v, int64_t n, bool positive, bool strict) {
+  const std::string problem = ScaleValuesProblem(arg, v, n, positive);
+  if (problem.empty()) return;
+  throw KernelError(problem + (strict ? " (checked at launch: was it modified after the call?)" :
+                                        " (checked at launch); nothing was written"));
 }
 
 bool ReadDynamic(const AotArgs& a) {
@@ -148,3 +155,59 @@ ScatterArgs ScatterOf(const AotArgs& a, const rope::CachePlane cp[2], const char
 
 }  // namespace quant
 }  // namespace mskv
+
+namespace {
+// The static scale / offset inputs of the quantizing writes' AOT entries (the OpSpec order, shared by the cpu
+// and sim backends), plane by plane in the order ParsePlaneQuant checks them, with the public names.
+struct TrapCauseOp {
+  const char* op_type;
+  int nparam;
+  const char* plane[2];
+  int scale[2];
+  int offset[2];
+};
+constexpr TrapCauseOp kTrapCauseOps[] = {
+    {"MskvReshapeAndCacheQuant", 12, {"k", "v"}, {5, 6}, {7, 8}},
+    {"MskvConcatAndCacheMlaQuant", 12, {"kv_c", "k_pe"}, {5, 6}, {7, 8}},
+    {"MskvRopeReshapeAndCacheQuant", 16, {"k", "v"}, {8, 9}, {10, 11}},
+    {"MskvRopeConcatAndCacheMlaQuant", 18, {"kv_c", "k_pe"}, {9, 10}, {11, 12}},
+};
+}  // namespace
+
+// The cause of an AscendC::Trap() of a quantizing write's kernel (the sim backend's AOT entry calls it after a
+// launch failed with rule TRAP: ms_kvcache/_backends/sim.py registers it with _sim.set_error_diagnoser): the
+// first static scale / offset value CheckScaleValues refuses (the kernels' TrapOnBadStatic, op_kernel/
+// kv_quant_kernel.h, applies the same rule), in the cpu kernel's order and with its argument names, written to
+// buf (NUL-terminated, at most buflen - 1 bytes); returns its length, 0 when nothing is wrong with these values
+// (dynamic mode, an op not listed, or a trap for another reason). Reads the inputs only; never throws.
+MSKV_AOT_EXPORT int MskvQuantTrapCause(const char* op_type, int nparam, void** params, int* ndims, int64_t** shapes,
+                                       const char** dtypes, void* extra, char* buf, int buflen) {
+  using namespace mskv;
+  using namespace mskv::quant;
+  if (op_type == nullptr || buf == nullptr || buflen <= 0) return 0;
+  buf[0] = '\0';
+  try {
+    for (const TrapCauseOp& op : kTrapCauseOps) {
+      if (std::string(op_type) != op.op_type || nparam != op.nparam) continue;
+      const AotArgs a{nparam, params, ndims, shapes, dtypes, static_cast<mindspore::AotExtra*>(extra)};
+      if (ReadDynamic(a)) return 0;
+      for (int p = 0; p < 2; ++p) {
+        const std::string name(op.plane[p]);
+        for (int o = 0; o < 2; ++o) {
+          const int idx = o == 0 ? op.scale[p] : op.offset[p];
+          if (a.numel(idx) == 0 || a.dtype(idx) != DType::kF32) continue;
+          const std::string problem =
+              ScaleValuesProblem(name + (o == 0 ? "_scale" : "_offset"), a.ptr<float>(idx), a.numel(idx), o == 0);
+          if (problem.empty()) continue;
+          const int n = static_cast<int>(std::min<size_t>(problem.size(), static_cast<size_t>(buflen - 1)));
+          std::memcpy(buf, problem.data(), static_cast<size_t>(n));
+          buf[n] = '\0';
+          return n;
+        }
+      }
+      return 0;
+    }
+  } catch (...) {  // an attribute or dtype it cannot read: no cause to add
+  }
+  return 0;
+}

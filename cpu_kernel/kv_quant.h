@@ -95,6 +95,9 @@ inline int64_t ScaleIndex(int64_t slot, int64_t h, int64_t heads, int64_t block_
 // (MSKV_AOT_GUARD prefixes the public op). `strict` (the PyNative fast path): the message asks whether
 // the tensor was modified after the call.
 void CheckScaleValues(const std::string& arg, const float* v, int64_t n, bool positive, bool strict);
+// The rule of CheckScaleValues without the throw: "" if every value passes, else "argument '<arg>': expected
+// ..., got <value> at flat index <i>" for the first that does not (also the cause MskvQuantTrapCause gives).
+std::string ScaleValuesProblem(const std::string& arg, const float* v, int64_t n, bool positive);
 
 }  // namespace quant
 }  // namespace mskv

@@ -217,3 +217,48 @@ def test_row_too_large_for_ub_names_the_public_op_and_argument():
     ins[0], ins[2] = ((2, fit + 32), "float16"), ((1, 4, fit + 32), "int8")
     with pytest.raises(sim.TilingRejectedError, match="kv_c: expected a row"):
         sim.check_tiling(OP, ins, {}, soc)
+
+
+def test_bad_static_value_graph_mode_on_sim_names_the_cause():
+    """GRAPH_MODE on set_backend("sim"): a per-channel kv_c_scale with a negative value at flat index 21 makes the
+    kernel trap; the RuntimeError reports rule TRAP, then the cause found on the host from the same inputs
+    (public argument name, value, flat index); the caches keep their bytes."""
+    from mindspore import Parameter, Tensor, nn
+
+    from conftest import ms_mode, to_np
+
+    mk = public_backend_or_skip("concat_and_cache_mla")
+    rng = np.random.default_rng(31)
+    T, L, R, nb, bs = 6, 64, 32, 2, 8
+    cc0 = rng.integers(-128, 128, size=(nb, bs, L), dtype=np.int8)
+    pc0 = rng.integers(-128, 128, size=(nb, bs, R), dtype=np.int8)
+    cs = rng.uniform(0.004, 0.03, (L,)).astype(np.float32)
+    cs[21] = -0.5
+    ps = np.float32(0.02)
+
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.cc = Parameter(Tensor(cc0), name="cc_cause")
+            self.pc = Parameter(Tensor(pc0), name="pc_cause")
+
+        def construct(self, a, b, s, x1, x2):
+            mk.concat_and_cache_mla(a, b, self.cc, self.pc, s, kv_c_scale=x1, k_pe_scale=x2)
+            return s
+
+    mk.set_backend("sim")
+    try:
+        with ms_mode("graph"):
+            net = Net()
+            with pytest.raises(RuntimeError) as ei:
+                net(Tensor(_rows(rng, T, 1, L, "float16").reshape(T, L)),
+                    Tensor(_rows(rng, T, 1, R, "float16").reshape(T, R)),
+                    Tensor(make_slots(rng, T, nb * bs, "int32", out_of_range=False)), Tensor(cs),
+                    Tensor(ps)).asnumpy()
+            msg = str(ei.value)
+            assert "TRAP" in msg and "AscendC::Trap()" in msg, msg
+            assert "; cause: argument 'kv_c_scale': expected finite values > 0, got -0.5 at flat index 21" in msg, msg
+            np.testing.assert_array_equal(to_np(net.cc), cc0)
+            np.testing.assert_array_equal(to_np(net.pc), pc0)
+    finally:
+        mk.set_backend("cpu")

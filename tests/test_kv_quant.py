@@ -922,3 +922,48 @@ def test_kernel_coverage_flags_both_mismatches(tmp_path):
     assert any("MskvReshapeAndCache: no op_kernel/reshape_and_cache.cpp" in line for line in out), out
     root = _structure.Path(_structure.__file__).resolve().parent.parent
     assert _structure.kernel_coverage(root, _spec.all_specs()) == []
+
+
+def _trap_cause(op_type, arrays):
+    """ms_kvcache._cpu's MskvQuantTrapCause (the host diagnosis the sim backend appends after a quantizing kernel's
+    TRAP) on numpy inputs, no AotExtra (static mode): (length, text)."""
+    import ctypes
+
+    from ms_kvcache._backends import cpu
+
+    fn = ctypes.CDLL(cpu.library_path()).MskvQuantTrapCause
+    fn.restype = ctypes.c_int
+    n = len(arrays)
+    arrays = [np.ascontiguousarray(a) for a in arrays]
+    params = (ctypes.c_void_p * n)(*[a.ctypes.data for a in arrays])
+    ndims = (ctypes.c_int * n)(*[a.ndim for a in arrays])
+    shp = [(ctypes.c_int64 * max(a.ndim, 1))(*a.shape) for a in arrays]
+    shapes = (ctypes.POINTER(ctypes.c_int64) * n)(*[ctypes.cast(s, ctypes.POINTER(ctypes.c_int64)) for s in shp])
+    dtypes = (ctypes.c_char_p * n)(*[str(a.dtype).encode() for a in arrays])
+    buf = ctypes.create_string_buffer(256)
+    got = fn(op_type.encode(), n, params, ndims, shapes, dtypes, None, buf, 256)
+    return got, buf.value.decode()
+
+
+def test_trap_cause_export_is_the_cpu_check():
+    """The sim backend's TRAP diagnosis (cpu_kernel/kv_quant.cpp MskvQuantTrapCause) reports, for the
+    reshape_and_cache_quant argument order, the first bad static value in the cpu kernel's order (k_scale,
+    k_offset, v_scale, v_offset) with the text of the cpu backend's graph-mode error; nothing for valid values,
+    another op or a wrong argument count."""
+    H, D = 2, 4
+    e = np.zeros((0,), np.float32)
+    base = [np.zeros((3, H, D), np.float16), np.zeros((3, H, D), np.float16), np.zeros((1, 4, H, D), np.int8),
+            np.zeros((1, 4, H, D), np.int8), np.zeros((3,), np.int32), np.full((H, D), 0.5, np.float32),
+            np.full((H, D), 0.5, np.float32), np.zeros((H, D), np.float32), np.zeros((H, D), np.float32), e, e,
+            np.zeros((1,), np.int32)]
+    assert _trap_cause("MskvReshapeAndCacheQuant", base) == (0, "")
+    bad = [a.copy() for a in base]
+    bad[8].reshape(-1)[2] = np.inf    # v_offset
+    bad[6].reshape(-1)[5] = -2.0      # v_scale
+    assert _trap_cause("MskvReshapeAndCacheQuant", bad)[1] == \
+        "argument 'v_scale': expected finite values > 0, got -2 at flat index 5"
+    bad[7].reshape(-1)[6] = np.nan    # k_offset: before v_*
+    got = _trap_cause("MskvReshapeAndCacheQuant", bad)
+    assert got == (len(got[1]), "argument 'k_offset': expected finite values, got nan at flat index 6"), got
+    assert _trap_cause("MskvReshapeAndCache", bad) == (0, "")
+    assert _trap_cause("MskvReshapeAndCacheQuant", bad[:-1]) == (0, "")

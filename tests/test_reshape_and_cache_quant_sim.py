@@ -533,3 +533,49 @@ def test_row_too_large_for_ub_graph_mode_names_the_public_op():
         mk.set_backend("cpu")
     msg = str(ei.value)
     assert "reshape_and_cache_merged: " in msg and "key: expected a token row of num_kv_heads" in msg, msg
+
+
+@pytest.mark.parametrize("arg,at,bad", [("k_scale", 39, 0.0), ("v_offset", 45, np.nan)])
+def test_bad_static_value_graph_mode_on_sim_names_the_cause(arg, at, bad):
+    """GRAPH_MODE on set_backend("sim"), reshape_and_cache static int8 per channel with offsets: a k_scale with a 0
+    (or a NaN v_offset) at flat index `at` makes the kernel trap; the RuntimeError still reports rule TRAP and
+    then the cause found on the host from the same inputs, with the public argument name, the value and the flat
+    index (the cpu backend's graph-mode text); the caches keep their bytes."""
+    from mindspore import Parameter, Tensor, nn
+
+    from conftest import ms_mode, to_np
+
+    mk = public_backend_or_skip("reshape_and_cache")
+    rng = np.random.default_rng(stable_seed(arg, at))
+    T, H, D = 5, 2, 32
+    kc0 = rng.integers(-128, 128, size=(3, 8, H, D), dtype=np.int8)
+    vals = {n: rng.uniform(0.004, 0.03, (H, D)).astype(np.float32) for n in ("k_scale", "v_scale")}
+    vals.update({n: rng.uniform(-3, 3, (H, D)).astype(np.float32) for n in ("k_offset", "v_offset")})
+    vals[arg].reshape(-1)[at] = bad
+
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.kc = Parameter(Tensor(kc0), name="kc_cause")
+            self.vc = Parameter(Tensor(kc0.copy()), name="vc_cause")
+
+        def construct(self, k, s, ks, vs, ko, vo):
+            mk.reshape_and_cache(k, k, self.kc, self.vc, s, k_scale=ks, v_scale=vs, k_offset=ko, v_offset=vo)
+            return s
+
+    mk.set_backend("sim")
+    try:
+        with ms_mode("graph"):
+            net = Net()
+            with pytest.raises(RuntimeError) as ei:
+                net(Tensor(_rows(rng, T, H, D, "float16")), Tensor(np.array([0, 3, -1, 9, 20], np.int32)),
+                    *(Tensor(vals[n]) for n in ("k_scale", "v_scale", "k_offset", "v_offset"))).asnumpy()
+            msg = str(ei.value)
+            want = "finite values > 0, got 0" if arg == "k_scale" else "finite values, got nan"
+            assert "TRAP" in msg and "AscendC::Trap()" in msg, msg
+            assert f"; cause: argument '{arg}': expected {want} at flat index {at}" in msg, msg
+            assert msg.index("AscendC::Trap()") < msg.index("cause:"), msg
+            np.testing.assert_array_equal(to_np(net.kc), kc0)
+            np.testing.assert_array_equal(to_np(net.vc), kc0)
+    finally:
+        mk.set_backend("cpu")

@@ -267,3 +267,50 @@ def test_public_float8_cache_refused_on_sim():
                                               Tensor(np.array([0, 1, -1], np.int32)), k_scale=s, v_scale=s)
     finally:
         mk.set_backend("cpu")
+
+
+def test_bad_static_value_graph_mode_on_sim_names_the_cause():
+    """GRAPH_MODE on set_backend("sim"): rope_reshape_and_cache, int8 BSND caches, a per-head v_scale with an inf at
+    flat index 1: the kernel traps; the RuntimeError reports rule TRAP, then the cause found on the host from the
+    same inputs (public argument name, value, flat index); the caches keep their bytes."""
+    from mindspore import Parameter, Tensor, nn
+
+    from _rope_sim_ref import make_table, rand
+    from conftest import ms_mode, to_ms, to_np
+
+    mk = public_backend_or_skip("rope_reshape_and_cache")
+    rng = np.random.default_rng(41)
+    T, hq, hk, D, nb, bs = 7, 4, 2, 32, 3, 8
+    pos = rng.integers(0, 32, T).astype(np.int64)
+    table = make_table(32, D, "float32")
+    q, k, v = (rand(rng, (T, h, D), "float16") for h in (hq, hk, hk))
+    slots = rng.permutation(nb * bs)[:T].astype(np.int32)
+    kc0 = rng.integers(-128, 128, size=(nb, bs, hk, D), dtype=np.int8)
+    ks = rng.uniform(0.004, 0.03, (hk,)).astype(np.float32)
+    vs = rng.uniform(0.004, 0.03, (hk,)).astype(np.float32)
+    vs[1] = np.inf
+
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.kc = Parameter(Tensor(kc0), name="kc_cause")
+            self.vc = Parameter(Tensor(kc0.copy()), name="vc_cause")
+
+        def construct(self, p, a, b, c, cs, s, x1, x2):
+            return mk.rope_reshape_and_cache(p, a, b, c, cs, self.kc, self.vc, s, k_scale=x1, v_scale=x2)
+
+    mk.set_backend("sim")
+    try:
+        with ms_mode("graph"):
+            net = Net()
+            with pytest.raises(RuntimeError) as ei:
+                outs = net(Tensor(pos), to_ms(q), to_ms(k), to_ms(v), Tensor(table), Tensor(slots), Tensor(ks),
+                           Tensor(vs))
+                [to_np(o) for o in outs]
+            msg = str(ei.value)
+            assert "TRAP" in msg and "AscendC::Trap()" in msg, msg
+            assert "; cause: argument 'v_scale': expected finite values > 0, got inf at flat index 1" in msg, msg
+            np.testing.assert_array_equal(to_np(net.kc), kc0)
+            np.testing.assert_array_equal(to_np(net.vc), kc0)
+    finally:
+        mk.set_backend("cpu")

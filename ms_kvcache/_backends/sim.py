@@ -17,7 +17,9 @@ the entry refuses written tensors that share memory (the same Parameter twice in
 GM_WRITE_CONFLICT between cores. For
 ops that scatter rows by ``slot_mapping``, a cross-core write conflict or an MTE3 write-after-write
 hazard means a non-negative slot is repeated (graph mode only; PyNative rejects it): the message says
-so (see ``_slot_hints``).
+so (see ``_slot_hints``). When a quantizing write's kernel traps (rule TRAP) on a bad static scale / offset, the
+message ends with the cause the cpu kernel's check finds in the same inputs ("; cause: argument 'k_scale': ...",
+see ``_trap_causes``).
 
 Ops compiled later with ``ms_kvcache.sim.build`` are found too: their module's file is used.
 """
@@ -77,6 +79,34 @@ def _slot_hints(spec):
         _module().set_error_hint(spec.op_type, rule, hint)
 
 
+#: The quantizing writes whose AscendC kernel calls AscendC::Trap() on a static scale of 0 / < 0 / NaN / inf or a
+#: NaN / inf offset (op_kernel/kv_quant_kernel.h TrapOnBadStatic), and the cpu kernel's export that finds such a
+#: value in the same inputs (cpu_kernel/kv_quant.cpp MskvQuantTrapCause, the rule of CheckScaleValues).
+_QUANT_TRAP_OPS = frozenset({"MskvReshapeAndCacheQuant", "MskvConcatAndCacheMlaQuant", "MskvRopeReshapeAndCacheQuant",
+                             "MskvRopeConcatAndCacheMlaQuant"})
+_QUANT_TRAP_CAUSE = "MskvQuantTrapCause"
+
+
+def _trap_causes(spec):
+    """Register, for the quantizing writes, the host diagnosis the AOT entry runs after the kernel trapped: the
+    message then ends with "; cause: argument 'k_scale': expected finite values > 0, got 0 at flat index 3" (the
+    public argument, as the cpu backend's graph-mode error names it). Only after the launch failed with rule TRAP,
+    and only as added text: what the kernel accepts or refuses does not change. No cause when the cpu module is
+    missing or the trap had another reason."""
+    if spec.op_type not in _QUANT_TRAP_OPS:
+        return
+    sim = _module()
+    if not hasattr(sim, "set_error_diagnoser"):  # a module built before it existed
+        return
+    from ms_kvcache._backends import cpu
+
+    try:
+        path = cpu.library_path()
+    except ImportError:
+        return
+    sim.set_error_diagnoser(spec.op_type, "TRAP", path, _QUANT_TRAP_CAUSE)
+
+
 #: Ops that are a runtime memcpy on Ascend (the ascend backend's ``RUNTIME_OPS``: ``aclrtMemcpy`` per
 #: block), not an AscendC kernel: there is no kernel or tiling to emulate, so the sim backend runs the
 #: cpu backend's host kernel for them (same semantics, PyNative and graph mode).
@@ -107,6 +137,7 @@ def aot_func(spec):
         return cpu.aot_func(spec)
     sim = _module()
     _slot_hints(spec)
+    _trap_causes(spec)
     if _has_symbol(sim.__file__, op):
         return f"{sim.__file__}:{op}", None
     from ms_kvcache import sim as simpkg  # built modules

@@ -116,7 +116,9 @@ def concat_and_cache_mla(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, *, kv
             MindSpore raises at the next stream sync with the AI Core exception, not this message (seen in the
             emulation only). A kernel failure's message is in the exception text. Quantized writes: a static
             scale of 0, < 0, NaN or inf or a NaN / inf offset: the cpu kernel fails the launch naming the
-            argument (``kv_c_scale`` ...), the AscendC kernels (sim, ascend) trap; nothing is written.
+            argument (``kv_c_scale`` ...), the AscendC kernels (sim, ascend) trap; nothing is written. On sim the
+            message reports rule TRAP, then "; cause: argument 'kv_c_scale': expected finite values > 0, got ... at
+            flat index ..." (the cpu kernel's check of the same inputs); on an NPU no reason.
     """
     if _run_in_jit():  # @jit.cond: True
         check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(kv_c), F.typeof(k_pe), F.typeof(kv_c_cache),

@@ -159,7 +159,9 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, cache_la
             emulation only). A kernel failure's message is in the exception text. Quantized writes: a static
             scale of 0, < 0, NaN or inf or a NaN / inf offset (graph code never sees the values): the cpu kernel
             fails the launch with "reshape_and_cache: argument 'k_scale': expected finite values > 0, got ...";
-            the AscendC kernels (sim, ascend) stop it with ``AscendC::Trap()``; nothing is written.
+            the AscendC kernels (sim, ascend) stop it with ``AscendC::Trap()``; nothing is written. On sim the
+            message reports rule TRAP, then the cause the cpu kernel's check finds in the same inputs ("...;
+            cause: argument 'k_scale': expected finite values > 0, got 0 at flat index 3"); on an NPU no reason.
     """
     if _run_in_jit():  # @jit.cond: True
         check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(key), F.typeof(value), F.typeof(key_cache),

@@ -187,7 +187,11 @@ def rope_concat_and_cache_mla(positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_c
             memory (the same Parameter twice, two Parameters over one buffer); nothing is written. On the ascend
             backend the kernel finds it instead and stops the launch (``AscendC::Trap()``, before any write):
             MindSpore raises at the next stream sync with the AI Core exception, not this message (seen in the
-            emulation only). A kernel failure's message is in the exception text.
+            emulation only). A kernel failure's message is in the exception text. Quantized writes: a static
+            scale of 0, < 0, NaN or inf or a NaN / inf offset: the cpu kernel fails the launch naming the
+            argument (``kv_c_scale`` ...); the AscendC kernels (sim, ascend) trap, nothing is written; on sim the
+            message reports rule TRAP, then "; cause: argument 'kv_c_scale': expected finite values > 0, got ... at
+            flat index ..." (the cpu kernel's check of the same inputs); on an NPU no reason.
     """
     if _run_in_jit():  # @jit.cond: True
         check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(positions), F.typeof(q_pe), F.typeof(k_pe), F.typeof(kv_c),

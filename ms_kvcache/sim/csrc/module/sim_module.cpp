@@ -268,6 +268,10 @@ PYBIND11_MODULE(_sim, m) {
   m.def("set_error_hint", &ascendc_sim::SetErrorHint, py::arg("op"), py::arg("rule"), py::arg("hint"),
         "Sentence appended to a failing AOT call's message for this op and rule ('' removes it).");
   m.def("error_hint", &ascendc_sim::ErrorHint, py::arg("op"), py::arg("rule"));
+  m.def("set_error_diagnoser", &ascendc_sim::SetErrorDiagnoser, py::arg("op"), py::arg("rule"), py::arg("library"),
+        py::arg("symbol"),
+        "After a failing AOT call of this op with this rule, call extern \"C\" `symbol` of `library` with the "
+        "call's arguments and append '; cause: <its text>' to the message (library '' removes it).");
   m.def("last_launch_stats", []() { return StatsDict(ascendc_sim::LastLaunch()); },
         "Statistics of the most recent successful launch (any path, including the MindSpore AOT entry).");
   m.def("library_path", &LibraryPath, "Path of libascendc_sim.so.");

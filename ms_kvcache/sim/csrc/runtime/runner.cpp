@@ -22,6 +22,7 @@
 #include <cstring>
 #include <exception>
 #include <map>
+#include <stdexcept>
 #include <thread>
 
 #include "runtime_internal.h"
@@ -187,6 +188,7 @@ void CheckGmCopy(const std::string& o, const std::string& op = "") {
 std::mutex g_err_mu;
 std::string g_last_error;
 std::map<std::pair<std::string, std::string>, std::string> g_hints;  // guarded by g_err_mu
+std::map<std::pair<std::string, std::string>, AotDiagnoser> g_diagnosers;  // guarded by g_err_mu
 std::mutex g_last_mu;
 LaunchResult g_last_launch;
 }  // namespace
@@ -243,6 +245,28 @@ std::string ErrorHint(const std::string& op, const std::string& rule) {
   std::lock_guard<std::mutex> lk(g_err_mu);
   auto it = g_hints.find({op, rule});
   return it == g_hints.end() ? std::string() : it->second;
+}
+void SetErrorDiagnoser(const std::string& op, const std::string& rule, const std::string& library,
+                       const std::string& symbol) {
+  if (library.empty()) {
+    std::lock_guard<std::mutex> lk(g_err_mu);
+    g_diagnosers.erase({op, rule});
+    return;
+  }
+  void* h = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);  // kept loaded (the registry may call it later)
+  if (h == nullptr) {
+    const char* why = dlerror();
+    throw std::runtime_error("set_error_diagnoser: cannot load " + library + ": " + (why ? why : "?"));
+  }
+  void* f = dlsym(h, symbol.c_str());
+  if (f == nullptr) throw std::runtime_error("set_error_diagnoser: " + library + " has no symbol " + symbol);
+  std::lock_guard<std::mutex> lk(g_err_mu);
+  g_diagnosers[{op, rule}] = reinterpret_cast<AotDiagnoser>(f);
+}
+AotDiagnoser ErrorDiagnoser(const std::string& op, const std::string& rule) {
+  std::lock_guard<std::mutex> lk(g_err_mu);
+  auto it = g_diagnosers.find({op, rule});
+  return it == g_diagnosers.end() ? nullptr : it->second;
 }
 LaunchResult LastLaunch() {
   std::lock_guard<std::mutex> lk(g_last_mu);
@@ -1578,7 +1602,16 @@ extern "C" int ascendc_sim_aot_launch(const char* op_type, int nparam, void** pa
     return 0;
   } catch (const AliasRefused&) {
   } catch (const ascendc_sim::EmulationError& e) {
-    failed = ReportAotFailure(op, e.rule, PublicNamed(op, extra, e.what()));
+    // the launch has failed (the emulation's verdict); a registered diagnosis of the same inputs only
+    // explains it (e.g. which static scale made a quantizing kernel trap)
+    std::string what = e.what();
+    if (const ascendc_sim::AotDiagnoser diag = ascendc_sim::ErrorDiagnoser(op, e.rule)) {
+      char buf[1024];
+      buf[0] = '\0';
+      const int n = diag(op.c_str(), nparam, params, ndims, shapes, dtypes, extra, buf, static_cast<int>(sizeof(buf)));
+      if (n > 0) what += "; cause: " + std::string(buf, std::min<size_t>(static_cast<size_t>(n), sizeof(buf) - 1));
+    }
+    failed = ReportAotFailure(op, e.rule, PublicNamed(op, extra, what));
   } catch (const simhost::HostError& e) {
     failed = ReportAotFailure(op, e.rule, PublicNamed(op, extra, e.what()));
   } catch (const std::exception& e) {

@@ -84,6 +84,16 @@ ASCENDC_SIM_API void SetLastError(const std::string& msg);
 // (what the rule usually means for that op, e.g. a repeated slot); "" removes it.
 ASCENDC_SIM_API void SetErrorHint(const std::string& op, const std::string& rule, const std::string& hint);
 ASCENDC_SIM_API std::string ErrorHint(const std::string& op, const std::string& rule);
+// A host-side diagnosis of a failing AOT call of `op` whose error has rule `rule`, run only after the
+// emulation failed (it changes nothing about what is accepted or refused): extern "C" function `symbol` of
+// shared object `library` (loaded here), called with the AOT call's arguments, writes the cause into buf
+// (NUL-terminated) and returns its length, 0 for none; the AOT entry then appends "; cause: <it>" to the
+// message. An empty `library` removes it. Throws std::runtime_error if the library or symbol is missing.
+using AotDiagnoser = int (*)(const char* op_type, int nparam, void** params, int* ndims, int64_t** shapes,
+                             const char** dtypes, void* extra, char* buf, int buflen);
+ASCENDC_SIM_API void SetErrorDiagnoser(const std::string& op, const std::string& rule, const std::string& library,
+                                       const std::string& symbol);
+ASCENDC_SIM_API AotDiagnoser ErrorDiagnoser(const std::string& op, const std::string& rule);
 ASCENDC_SIM_API LaunchResult LastLaunch();
 
 }  // namespace ascendc_sim
