@@ -967,3 +967,9 @@ def test_trap_cause_export_is_the_cpu_check():
     assert got == (len(got[1]), "argument 'k_offset': expected finite values, got nan at flat index 6"), got
     assert _trap_cause("MskvReshapeAndCache", bad) == (0, "")
     assert _trap_cause("MskvReshapeAndCacheQuant", bad[:-1]) == (0, "")
+    # the fused MLA write's static inputs: kv_c_scale 9, k_pe_scale 10, kv_c_offset 11, k_pe_offset 12 (of 18)
+    mla = [np.zeros((1,), np.float32)] * 18
+    mla[9], mla[10], mla[11], mla[12] = (np.full((4,), 0.5, np.float32), np.float32(0.5).reshape(()),
+                                         np.zeros((4,), np.float32), np.array(np.nan, np.float32))
+    assert _trap_cause("MskvRopeConcatAndCacheMlaQuant", mla)[1] == \
+        "argument 'k_pe_offset': expected finite values, got nan at flat index 0"
