@@ -196,3 +196,29 @@ def assert_last_launch(op, **fields):
     assert st["op"] == op, f"expected the sim backend to launch {op}, last launch was {st['op']!r}"
     for k, v in fields.items():
         assert st["tiling_fields"][k] == str(v), (k, st["tiling_fields"][k], v)
+
+
+def expect_sim_graph_trap(mk, make_net, run, cause, kept):
+    """GRAPH_MODE on set_backend("sim"): ``run(make_net())`` must raise a RuntimeError that reports the kernel's
+    rule TRAP (``AscendC::Trap()``) and then ``cause`` (the host diagnosis of the same inputs), and
+    ``kept(net)`` = [(Parameter, its bytes before)] must be unchanged. Restores the cpu backend. Returns the
+    message."""
+    import pytest
+
+    from conftest import ms_mode, to_np
+
+    mk.set_backend("sim")
+    try:
+        with ms_mode("graph"):
+            net = make_net()
+            with pytest.raises(RuntimeError) as ei:
+                run(net)
+            msg = str(ei.value)
+            assert "TRAP" in msg and "AscendC::Trap()" in msg, msg
+            assert cause in msg, msg
+            assert msg.index("AscendC::Trap()") < msg.index("cause:"), msg
+            for p, before in kept(net):
+                np.testing.assert_array_equal(to_np(p), before)
+    finally:
+        mk.set_backend("cpu")
+    return msg

@@ -11,7 +11,7 @@ set_backend("sim") against the cpu backend, PyNative and GRAPH_MODE.
 import numpy as np
 import pytest
 
-from _copy_sim_ref import (assert_last_launch, expect_tiling_error, launch, make_slots, public_backend_or_skip,
+from _copy_sim_ref import (assert_last_launch, expect_sim_graph_trap, expect_tiling_error, launch, make_slots, public_backend_or_skip,
                            reset_last_launch, status, stable_seed)
 from test_kv_quant import place, quant_dynamic, quant_rows
 from test_reshape_and_cache_quant_sim import _rows
@@ -225,8 +225,6 @@ def test_bad_static_value_graph_mode_on_sim_names_the_cause():
     (public argument name, value, flat index); the caches keep their bytes."""
     from mindspore import Parameter, Tensor, nn
 
-    from conftest import ms_mode, to_np
-
     mk = public_backend_or_skip("concat_and_cache_mla")
     rng = np.random.default_rng(31)
     T, L, R, nb, bs = 6, 64, 32, 2, 8
@@ -246,19 +244,10 @@ def test_bad_static_value_graph_mode_on_sim_names_the_cause():
             mk.concat_and_cache_mla(a, b, self.cc, self.pc, s, kv_c_scale=x1, k_pe_scale=x2)
             return s
 
-    mk.set_backend("sim")
-    try:
-        with ms_mode("graph"):
-            net = Net()
-            with pytest.raises(RuntimeError) as ei:
-                net(Tensor(_rows(rng, T, 1, L, "float16").reshape(T, L)),
-                    Tensor(_rows(rng, T, 1, R, "float16").reshape(T, R)),
-                    Tensor(make_slots(rng, T, nb * bs, "int32", out_of_range=False)), Tensor(cs),
-                    Tensor(ps)).asnumpy()
-            msg = str(ei.value)
-            assert "TRAP" in msg and "AscendC::Trap()" in msg, msg
-            assert "; cause: argument 'kv_c_scale': expected finite values > 0, got -0.5 at flat index 21" in msg, msg
-            np.testing.assert_array_equal(to_np(net.cc), cc0)
-            np.testing.assert_array_equal(to_np(net.pc), pc0)
-    finally:
-        mk.set_backend("cpu")
+    expect_sim_graph_trap(
+        mk, Net, lambda net: net(Tensor(_rows(rng, T, 1, L, "float16").reshape(T, L)),
+                                 Tensor(_rows(rng, T, 1, R, "float16").reshape(T, R)),
+                                 Tensor(make_slots(rng, T, nb * bs, "int32", out_of_range=False)), Tensor(cs),
+                                 Tensor(ps)).asnumpy(),
+        "; cause: argument 'kv_c_scale': expected finite values > 0, got -0.5 at flat index 21",
+        lambda net: [(net.cc, cc0), (net.pc, pc0)])

@@ -14,7 +14,8 @@ backend, PyNative and GRAPH_MODE.
 import numpy as np
 import pytest
 
-from _copy_sim_ref import assert_last_launch, cores_of, launch, public_backend_or_skip, reset_last_launch
+from _copy_sim_ref import (assert_last_launch, cores_of, expect_sim_graph_trap, launch, public_backend_or_skip,
+                           reset_last_launch)
 from _rope_sim_ref import assert_same
 from test_kv_quant import place, quant_dynamic, quant_rows
 from test_reshape_and_cache_quant_sim import _bc, _sc_shape, _scales, assert_quant_caches, gqa_quant_tiling_errors
@@ -276,7 +277,7 @@ def test_bad_static_value_graph_mode_on_sim_names_the_cause():
     from mindspore import Parameter, Tensor, nn
 
     from _rope_sim_ref import make_table, rand
-    from conftest import ms_mode, to_ms, to_np
+    from conftest import to_ms, to_np
 
     mk = public_backend_or_skip("rope_reshape_and_cache")
     rng = np.random.default_rng(41)
@@ -299,18 +300,9 @@ def test_bad_static_value_graph_mode_on_sim_names_the_cause():
         def construct(self, p, a, b, c, cs, s, x1, x2):
             return mk.rope_reshape_and_cache(p, a, b, c, cs, self.kc, self.vc, s, k_scale=x1, v_scale=x2)
 
-    mk.set_backend("sim")
-    try:
-        with ms_mode("graph"):
-            net = Net()
-            with pytest.raises(RuntimeError) as ei:
-                outs = net(Tensor(pos), to_ms(q), to_ms(k), to_ms(v), Tensor(table), Tensor(slots), Tensor(ks),
-                           Tensor(vs))
-                [to_np(o) for o in outs]
-            msg = str(ei.value)
-            assert "TRAP" in msg and "AscendC::Trap()" in msg, msg
-            assert "; cause: argument 'v_scale': expected finite values > 0, got inf at flat index 1" in msg, msg
-            np.testing.assert_array_equal(to_np(net.kc), kc0)
-            np.testing.assert_array_equal(to_np(net.vc), kc0)
-    finally:
-        mk.set_backend("cpu")
+    def run(net):
+        outs = net(Tensor(pos), to_ms(q), to_ms(k), to_ms(v), Tensor(table), Tensor(slots), Tensor(ks), Tensor(vs))
+        [to_np(o) for o in outs]
+
+    expect_sim_graph_trap(mk, Net, run, "; cause: argument 'v_scale': expected finite values > 0, got inf at flat index 1",
+                          lambda net: [(net.kc, kc0), (net.vc, kc0)])
