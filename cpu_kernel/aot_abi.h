@@ -112,6 +112,15 @@ void ParallelFor(int64_t n, int64_t total_bytes, F&& body);
 
 int NumThreads();
 int64_t ParallelThresholdBytes();
+// How long (us) an idle pool helper spins (yielding) for the next job before it sleeps
+// (MS_KVCACHE_SPIN_US, default 200; 0 = sleep at once).
+int64_t SpinMicros();
+// Jobs the pool ran with helpers, and how many of them had to wake a sleeping helper.
+struct PoolCounters {
+  uint64_t jobs;
+  uint64_t wakes;
+};
+PoolCounters PoolStats();
 
 // The named-mode attributes (int codes of op_host/mskv_attr_codes.h); KernelError for any other value.
 inline bool LayoutIsBnsd(int64_t code) {

@@ -538,22 +538,32 @@ def test_withdrawn_abort_after_the_accept_is_not_an_error():
                 if withdrawn:
                     msg["withdrawn"] = True
                 c.send(msg)
+                abort_sent.append(time.monotonic())
                 return reply
             finally:
                 c.close()
 
+        abort_sent = []
         try:
             join = _in_thread(sender)
             t = time.monotonic()
             if withdrawn:
-                with pytest.raises(disagg.HandoffTimeout, match="no offer"):
-                    rx.receive([2, 3], timeout=2)
-                assert 1.5 < time.monotonic() - t < 6
+                with pytest.raises(disagg.HandoffTimeout) as info:
+                    rx.receive([2, 3], timeout=4)
+                assert 3.5 < time.monotonic() - t < 9
             else:
                 with pytest.raises(disagg.PeerGone, match="the sender aborted"):
                     rx.receive([2, 3], timeout=20)
             reply, exc = join()
             assert exc is None and reply["type"] == "accept", (reply, exc)
+            if withdrawn:
+                # The withdrawn offer is dropped and the wait goes on to the deadline: 'no offer'. Only an
+                # abort that left the sender near the deadline (a starved machine: the full suite once took
+                # 2 s here) may instead find the receiver still waiting for chunks of the accepted offer.
+                if abort_sent[0] - t < 3:
+                    assert "no offer" in str(info.value), (str(info.value), abort_sent[0] - t)
+                else:
+                    assert "no offer" in str(info.value) or "went silent" in str(info.value), str(info.value)
         finally:
             rx.close()
         _assert_untouched(dst, dst_arrays, f"receiver after an abort (withdrawn={withdrawn})")

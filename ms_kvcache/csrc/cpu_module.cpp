@@ -57,6 +57,12 @@ PYBIND11_MODULE(_cpu, m) {
   m.def("num_threads", &mskv::NumThreads, "Threads the CPU kernels use (MS_KVCACHE_NUM_THREADS).");
   m.def("parallel_threshold_bytes", &mskv::ParallelThresholdBytes,
         "Bytes moved by one call above which kernels fork threads (MS_KVCACHE_PARALLEL_BYTES).");
+  m.def("spin_us", &mskv::SpinMicros,
+        "Microseconds an idle helper thread spins (yielding) for the next job before it sleeps (MS_KVCACHE_SPIN_US).");
+  m.def("pool_stats", [] {
+        const mskv::PoolCounters c = mskv::PoolStats();
+        return std::make_tuple(c.jobs, c.wakes);
+      }, "(jobs, wakes): calls the thread pool ran with helpers, and how many had to wake a sleeping helper.");
   m.def("copy_stream_threshold_bytes", &mskv::CopyStreamThresholdBytes,
         "Bytes written by one call of a copy op (slot scatter, block copy) above which it uses non-temporal "
         "stores (default 256 KiB; MS_KVCACHE_STREAM_BYTES).");
