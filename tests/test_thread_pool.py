@@ -110,3 +110,90 @@ def test_results_exact_when_jobs_alternate_with_sleeps(spin):
     the two when a job arrives (the 'job ended before the helper joined it' path)."""
     r = _run({"MS_KVCACHE_SPIN_US": spin}, "serial", 300, 0.0002)
     assert r["bad"] == 0 and r["jobs"] == 300
+
+
+# A C++ harness compiled with ThreadSanitizer against the pool's own source (cpu_kernel/aot_abi.cpp): several
+# caller threads run jobs of 1-7 chunks back to back and between short sleeps (helpers found spinning, asleep,
+# or between the two), each caller checks that every element was written exactly once per job. "racy" adds
+# an unsynchronised counter shared by the chunks: TSAN must report it, so the clean runs' silence means
+# something.
+_TSAN_MAIN = r"""
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+#include "aot_abi.h"
+namespace mskv { void RunChunks(int64_t n, int64_t chunks, void (*fn)(void*, int64_t, int64_t), void* ctx); }
+static bool g_racy = false;
+static long g_shared = 0;
+static void Fill(void* ctx, int64_t a, int64_t b) {
+  auto* v = static_cast<int64_t*>(ctx);
+  for (int64_t i = a; i < b; ++i) v[i] += i;
+  if (g_racy) ++g_shared;
+}
+int main(int argc, char** argv) {
+  g_racy = argc > 3 && std::strcmp(argv[3], "racy") == 0;
+  const int callers = std::atoi(argv[1]), iters = std::atoi(argv[2]);
+  std::atomic<int> bad{0};
+  std::vector<std::thread> ts;
+  for (int c = 0; c < callers; ++c) ts.emplace_back([&, c] {
+    const int64_t n = 4096 + c;  // odd sizes
+    std::vector<int64_t> v(n, 0);
+    for (int it = 0; it < iters; ++it) {
+      mskv::RunChunks(n, 1 + (it + c) % 7, Fill, v.data());
+      if (it % 61 == 0) std::this_thread::sleep_for(std::chrono::microseconds(150 + 40 * c));
+    }
+    for (int64_t i = 0; i < n; ++i) if (v[i] != i * iters) { bad++; break; }
+  });
+  for (auto& t : ts) t.join();
+  std::printf("bad=%d jobs=%llu\n", bad.load(), (unsigned long long)mskv::PoolStats().jobs);
+  return bad.load() != 0 ? 3 : 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def tsan_harness(tmp_path_factory):
+    import shutil
+
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no C++ compiler on PATH: the ThreadSanitizer harness needs g++")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    d = tmp_path_factory.mktemp("tsan")
+    src = d / "main.cpp"
+    src.write_text(_TSAN_MAIN)
+    exe = d / "pool_tsan"
+    p = subprocess.run([cxx, "-std=c++17", "-O1", "-g", "-fsanitize=thread", f"-I{root}/cpu_kernel",
+                        f"-I{root}/op_host", f"-I{root}", str(src), f"{root}/cpu_kernel/aot_abi.cpp", "-o", str(exe),
+                        "-lpthread"], capture_output=True, text=True, timeout=180)
+    if p.returncode != 0:
+        if "tsan" in p.stderr.lower() or "sanitize" in p.stderr.lower():
+            pytest.skip(f"this compiler cannot build with -fsanitize=thread (libtsan missing?): {p.stderr[-300:]}")
+        raise AssertionError(p.stderr[-3000:])
+    return exe
+
+
+def _tsan_run(exe, spin, *args):
+    env = dict(os.environ, MS_KVCACHE_SPIN_US=spin, MS_KVCACHE_NUM_THREADS="3",
+               TSAN_OPTIONS="halt_on_error=0 exitcode=66")
+    p = subprocess.run([str(exe), *map(str, args)], env=env, capture_output=True, text=True, timeout=240)
+    if "FATAL: ThreadSanitizer" in p.stderr:  # e.g. a kernel whose mmap layout this libtsan does not support
+        pytest.skip(f"ThreadSanitizer cannot run on this machine: {p.stderr.strip().splitlines()[0][:200]}")
+    return p
+
+
+@pytest.mark.parametrize("spin", ["0", "5", "200"])
+def test_pool_has_no_data_race_under_thread_sanitizer(tsan_harness, spin):
+    p = _tsan_run(tsan_harness, spin, 3, 1500)
+    assert "ThreadSanitizer" not in p.stderr, p.stderr[-4000:]
+    assert p.returncode == 0, (p.returncode, p.stdout, p.stderr[-2000:])
+    assert "bad=0" in p.stdout
+
+
+def test_thread_sanitizer_harness_sees_a_planted_race(tsan_harness):
+    p = _tsan_run(tsan_harness, "200", 1, 1500, "racy")
+    assert "WARNING: ThreadSanitizer: data race" in p.stderr, (p.returncode, p.stderr[-2000:])
