@@ -417,6 +417,25 @@ def dtype_name(dtype) -> str:
     return s.lower()
 
 
+#: Bytes per element of the dtypes :func:`dtype_name` names.
+DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int8": 1, "uint8": 1, "int16": 2,
+               "uint16": 2, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8, "bool": 1, "float8_e4m3fn": 1,
+               "float8_e5m2": 1, "hifloat8": 1, "complex64": 8, "complex128": 16}
+
+
+def tensor_nbytes(t) -> int:
+    """Bytes a (contiguous) MindSpore tensor spans: ``size x`` the element size of its dtype.
+
+    Not ``Tensor.nbytes``: on MindSpore 2.10 a dtype view (``Tensor.view(mindspore.float32)`` of an int8
+    tensor) keeps the base's ``itemsize``, so its ``nbytes`` is a quarter of the bytes the float32 view
+    really covers (and an int8 view of a float32 tensor reports 4x too many). A dtype without an entry in
+    :data:`DTYPE_BYTES` falls back to ``Tensor.nbytes``."""
+    n = DTYPE_BYTES.get(dtype_name(t.dtype))
+    if n is None:
+        return int(t.nbytes)
+    return int(t.size) * n
+
+
 def dtype_arg_name(dtype):
     """Canonical lower-case name of a ``dtype`` argument given as a MindSpore dtype (``ms.bfloat16``), a
     numpy dtype or scalar type (``np.dtype("float16")``, ``np.float32``, ``ml_dtypes.bfloat16``) or a

@@ -11,7 +11,7 @@ import numpy as np
 import mindspore as _ms
 from mindspore import Parameter, Tensor
 
-from ms_kvcache._spec import dtype_name
+from ms_kvcache._spec import dtype_name, tensor_nbytes
 
 __all__ = [
     "require_tensor", "require_contiguous", "index_values", "check_slot_values",
@@ -214,7 +214,7 @@ def _reads_overlap(spans, read):
     nosync = getattr(mod, "data_address_nosync", None)
     idle = None
     for _, x in read:
-        n = x.nbytes
+        n = tensor_nbytes(x)
         if not n or not x.is_contiguous():
             continue
         p = nosync(x) if nosync is not None else None
@@ -244,7 +244,7 @@ def _check_disjoint(op, named, read=(), want_spans=False):
     spans = []  # (start, end, argument order, name, tensor, written)
     nw = len(named)
     for order, (name, x) in enumerate(list(named) + list(read)):
-        n = x.nbytes
+        n = tensor_nbytes(x)
         if not n:
             continue
         written = order < nw

@@ -167,6 +167,63 @@ def test_quantizing_write_scale_inside_a_cache(fast, rng):
              rf"'key_cache': {READ_WRITE}, got memory shared with 'k_scale'", "reshape_and_cache_quant")
 
 
+def test_dtype_view_spans_its_true_bytes():
+    """MindSpore 2.10's ``Tensor.view(dtype)`` keeps the base's itemsize (an int8 -> float32 view reports a
+    quarter of its bytes in ``nbytes``); the alias checks use ``_spec.tensor_nbytes`` (size x dtype bytes)."""
+    from ms_kvcache._spec import tensor_nbytes
+
+    buf = Tensor(np.zeros(64, np.int8))
+    assert tensor_nbytes(buf.view(ms.float32)) == 64
+    assert tensor_nbytes(Tensor(np.zeros(16, np.float32)).view(ms.int8)) == 64
+    assert tensor_nbytes(Tensor(np.zeros((3, 5), np.float16))) == 30
+    assert tensor_nbytes(Tensor(np.zeros(7, np.int8)).view(ms.uint8)) == 7
+
+
+def _overlapping_float_view(nb, bs, h, d, n_float):
+    """One int8 buffer holding a float32 view of ``n_float`` elements at byte 0 and, from the middle of that
+    view's bytes on (past what its ``nbytes`` reports on MindSpore 2.10), an int8 cache [nb, bs, h, d]."""
+    nfb = 4 * n_float
+    buf = Tensor(np.full(nfb + nb * bs * h * d, 0x3C, np.int8))  # float32 bits 0x3c3c3c3c: 0.0115, finite > 0
+    view = buf[0:nfb].view(ms.float32)
+    cache = buf[nfb // 2:nfb // 2 + nb * bs * h * d].reshape(nb, bs, h, d)
+    return buf, view, cache
+
+
+def test_scale_cache_dtype_view_overlapping_a_cache_is_refused_in_python(fast, rng):
+    """A dynamic k_scale_cache that is a float32 view of bytes whose second half is key_cache: refused by
+    the Python check with a ValueError naming both (was: missed there, caught only at launch as a
+    RuntimeError naming the internal op reshape_and_cache_quant)."""
+    nb, bs, h, d, t = 2, 4, 2, 8, 3
+    buf, k_scale_cache, kc = _overlapping_float_view(nb, bs, h, d, nb * bs * h)
+    k_scale_cache = k_scale_cache.reshape(nb, bs, h, 1)
+    vc = Tensor(np.zeros((nb, bs, h, d), np.int8))
+    vs = Tensor(np.zeros((nb, bs, h, 1), np.float32))
+    key = Tensor(rng.standard_normal((t, h, d)).astype(np.float32))
+    slots = Tensor(np.array([0, 5, 2], np.int32))
+
+    def call(ksc):
+        mk.reshape_and_cache(key, key, kc, vc, slots, k_scale_cache=ksc, v_scale_cache=vs)
+
+    _refused(fast, call, (buf, vc, vs), (k_scale_cache,), "reshape_and_cache",
+             r"'k_scale_cache': expected a distinct cache tensor .*'key_cache'")
+
+
+def test_static_scale_dtype_view_overlapping_a_cache_is_refused_in_python(fast, rng):
+    """A static k_scale [h, d] viewed as float32 over bytes whose second half is key_cache."""
+    nb, bs, h, d, t = 2, 4, 2, 8, 3
+    buf, k_scale, kc = _overlapping_float_view(nb, bs, h, d, h * d)
+    k_scale = k_scale.reshape(h, d)
+    vc = Tensor(np.zeros((nb, bs, h, d), np.int8))
+    key = Tensor(rng.standard_normal((t, h, d)).astype(np.float32))
+    slots = Tensor(np.array([0, 5, 2], np.int32))
+
+    def call(ks):
+        mk.reshape_and_cache(key, key, kc, vc, slots, k_scale=ks, v_scale=Tensor(np.float32(0.02)))
+
+    _refused(fast, call, (buf, vc), (k_scale,), "reshape_and_cache",
+             rf"'key_cache': {READ_WRITE}, got memory shared with 'k_scale'")
+
+
 def test_rope_writer_positions_and_key_inside_a_cache(fast, rng):
     """rope_reshape_and_cache (an op with outputs: Python path only)."""
     nb, bs, h, d, t = 2, 4, 2, 16, 3

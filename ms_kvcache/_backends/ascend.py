@@ -566,14 +566,12 @@ def swap_blocks(src_cache, dst_cache, block_mapping):
 
 
 def _itemsize(t):
-    from ms_kvcache._spec import dtype_name
+    from ms_kvcache._spec import DTYPE_BYTES, dtype_name
 
-    sizes = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int8": 1, "uint8": 1, "int16": 2,
-             "int32": 4, "int64": 8, "bool": 1}
     name = dtype_name(t.dtype)
-    if name not in sizes:
+    if name not in DTYPE_BYTES:
         raise ValueError(f"swap_blocks: argument 'src': unsupported dtype {name}")
-    return sizes[name]
+    return DTYPE_BYTES[name]
 
 
 def _is_pinned(t):
@@ -588,7 +586,9 @@ def _is_pinned(t):
     try:
         from ms_kvcache import _host_memory
 
-        return _host_memory.mapped_address(int(t.data_ptr()), int(t.nbytes)) is not None
+        from ms_kvcache._spec import tensor_nbytes
+
+        return _host_memory.mapped_address(int(t.data_ptr()), tensor_nbytes(t)) is not None
     except Exception:  # noqa: BLE001
         return False
 
@@ -784,13 +784,13 @@ def host_arg(mod, op, name, t, copy_in, copy_out, mode=None):
         ValueError: ``t`` not contiguous; ``mode == "zero_copy"`` and ``t`` not in registered memory.
     """
     from ms_kvcache import _host_memory
-    from ms_kvcache._spec import dtype_name
+    from ms_kvcache._spec import dtype_name, tensor_nbytes
 
     mode = host_memory_mode() if mode is None else mode
     if not t.is_contiguous():
         raise ValueError(f"{op}: argument '{name}': expected a contiguous host tensor, got strides {t.stride()}")
     addr = _data_address(t)
-    nbytes = int(t.nbytes)
+    nbytes = tensor_nbytes(t)
     mapped = _host_memory.mapped_address(addr, nbytes)
     if mode == "zero_copy" and mapped is None:
         raise ValueError(f"{op}: argument '{name}': expected host memory registered for device access "

@@ -26,6 +26,7 @@ import ctypes
 import numpy as np
 
 from ms_kvcache._formats import KVCacheFormat
+from ms_kvcache._spec import tensor_nbytes
 
 __all__ = ["CacheRows", "DIRECT_MIN_BYTES", "MAX_INFLIGHT", "SPAN_BYTES", "WINDOW_BYTES", "direct_rows"]
 
@@ -79,7 +80,7 @@ class CacheRows:
         """Read the caches' addresses (call after :func:`ms_kvcache.synchronize`: an op still pending
         could otherwise be writing them); returns ``[(ptr, nbytes)]`` of every cache tensor."""
         lay = self.layout
-        regions = [(int(x.data_ptr()), int(x.nbytes)) for x in self.flat]
+        regions = [(int(x.data_ptr()), tensor_nbytes(x)) for x in self.flat]
         planes = len(lay.planes)
         ptrs = []  # [plane][layer] -> (base address, uint8 view of the plane's rows)
         for p in range(planes):
