@@ -399,6 +399,29 @@ def test_kv_transfer_float8_caches_with_scales(rng):
     np.testing.assert_array_equal(got, ref_buffer(MLA, "BSND", data, scales, slots).view(np.uint8))
 
 
+def test_float8_caches_without_scale_caches_name_the_missing_argument(rng):
+    """float8 caches given without scale_caches: the error names kv_caches and says to pass scale_caches (was:
+    'argument scale_caches: scale caches go with quantized caches (float16, ...)', an argument never given),
+    and nothing is written."""
+    data, _ = make_layers(rng, MLA, "BSND")
+    kv = [tuple(_fp8(x.view(np.uint8)) for x in dl) for dl in data]
+    slots = Tensor(np.array([2, 19], np.int64))
+    buf = _fp8(np.zeros(mk.transfer_buffer_shape(MLA, L, 2, MLA_HIDDEN[:2]), np.uint8))
+    want = (r"argument 'kv_caches': float8_e4m3fn caches move with their scale caches: pass scale_caches.*"
+            r"got float8_e4m3fn")
+    with pytest.raises(TypeError, match=want):
+        mk.multi_layer_kv_transfer(buf, kv, slots, kv_format=MLA, direction="d2h")
+    with pytest.raises(TypeError, match=want):
+        mk.multi_layer_kv_transfer(buf, kv, slots, kv_format=MLA, direction="h2d")
+    for dl, layer in zip(data, kv):
+        for x, t in zip(dl, layer):
+            np.testing.assert_array_equal(t.view(ms.uint8).asnumpy(), x.view(np.uint8))
+    assert not buf.view(ms.uint8).asnumpy().any()
+    host = [_fp8(np.zeros((1, BS, L, MLA_HIDDEN[p]), np.uint8)) for p in range(2)]
+    with pytest.raises(TypeError, match=want):
+        mk.multi_layer_block_transfer(kv, host, Tensor(np.array([1], np.int64)), direction="d2h", kv_format=MLA)
+
+
 def test_kv_transfer_jit_and_zero_tokens(rng):
     data, scales = make_layers(rng, SEPARATE, "BSND")
     kv = ParameterTuple([Parameter(Tensor(x), name=f"jc{l}_{p}") for l, dl in enumerate(data)

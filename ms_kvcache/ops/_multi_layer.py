@@ -219,6 +219,11 @@ def check_kv_dtypes(op, fmt, cache_dtypes, others, allowed=KV_DTYPES):
     the float8 types); ``others`` ({arg name: dtype}) must equal it."""
     names = [dtype_name(d) for d in cache_dtypes]
     first = names[0]
+    if first not in allowed and first in QUANT_CACHE_DTYPES and allowed == KV_DTYPES:
+        # a float8 cache moved without its scales (the transfers without scale_caches take KV_DTYPES)
+        raise TypeError(f"{op}: argument 'kv_caches': {first} caches move with their scale caches: pass "
+                        f"scale_caches (the k / v scale-cache Parameters of every layer, as the quantizing writes "
+                        f"filled them); without scale_caches the caches' dtype must be in {allowed}, got {first}")
     if first not in allowed and first in KV_DTYPES + QUANT_CACHE_DTYPES:
         raise TypeError(f"{op}: argument 'scale_caches': scale caches go with quantized caches (dtype in "
                         f"{allowed}), but 'kv_caches' are {first}")
