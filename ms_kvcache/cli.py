@@ -675,8 +675,8 @@ def build_parser():
     d.add_argument("--kv-format", choices=("separate", "merged"), default="separate",
                    help="SEPARATE_KV (key_cache, value_cache) or MERGED_KV [2, ...] per layer (default separate)")
     d.add_argument("--dtype", "--kv-dtype", dest="dtype", choices=("float32", "bfloat16", "int8"), default="float32",
-                   help="KV-cache dtype (default float32; int8: dynamic per-token int8 caches, cpu backend, "
-                        "--kv-format separate)")
+                   help="KV-cache dtype (default float32; int8: dynamic per-token int8 caches, cpu or sim "
+                        "backend, --kv-format separate)")
     d.add_argument("--layers", type=int, default=None, metavar="N", help="use only the first N layers (default: all)")
     d.add_argument("--random-weights", action="store_true",
                    help="use seeded random weights even if the model package is installed")

@@ -973,3 +973,59 @@ def test_trap_cause_export_is_the_cpu_check():
                                          np.zeros((4,), np.float32), np.array(np.nan, np.float32))
     assert _trap_cause("MskvRopeConcatAndCacheMlaQuant", mla)[1] == \
         "argument 'k_pe_offset': expected finite values, got nan at flat index 0"
+
+
+_POISON_CHILD = r"""
+import sys, json
+import numpy as np, mindspore as ms
+from mindspore import Tensor, Parameter, nn
+import ms_kvcache as mk
+mk.set_backend(sys.argv[1])
+ms.set_context(mode=ms.GRAPH_MODE)
+class Net(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.kc = Parameter(Tensor(np.zeros((2, 4, 2, 8), np.int8)), name="kc")
+        self.vc = Parameter(Tensor(np.zeros((2, 4, 2, 8), np.int8)), name="vc")
+    def construct(self, k, v, sl, ks):
+        mk.reshape_and_cache(k, v, self.kc, self.vc, sl, k_scale=ks, v_scale=ks)
+        return self.kc
+x = Tensor(np.random.default_rng(3).standard_normal((3, 2, 8)).astype(np.float32))
+sl = Tensor(np.array([0, 5, 2], np.int32))
+out = []
+net = Net()
+for s in (0.5, 0.0, 0.5):
+    before = net.kc.asnumpy().copy()
+    try:
+        net(x, x, sl, Tensor(np.float32(s)))
+        out.append(["ok", int(np.count_nonzero(net.kc.asnumpy()))])
+    except RuntimeError as e:
+        out.append([" ".join(str(e).split())[-1500:], bool(np.array_equal(net.kc.asnumpy(), before))])
+fresh = Net()
+fresh(x, x, sl, Tensor(np.float32(0.5)))
+out.append(["fresh ok", int(np.count_nonzero(fresh.kc.asnumpy()))])
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("backend", ["cpu", "sim"])
+def test_graph_launch_refusal_stops_that_graph_until_it_is_rebuilt(backend, tmp_path):
+    """Documents MindSpore's behaviour (2.10) that docs/design.md "Kernel errors in graph mode" states: after a
+    launch the kernel refused (here a static k_scale of 0), every later run of the same compiled Cell fails
+    with MindSpore's "An error occurred in the previous step" (even with good inputs); a new Cell instance
+    runs. Nothing is written by the refused call. If MindSpore changes this, the docs must change with it."""
+    import json
+    import subprocess
+
+    if backend == "sim":
+        pytest.importorskip("ms_kvcache._sim")
+    child = tmp_path / "graph_refusal_child.py"  # GRAPH_MODE parses the Cell's source: a file, not -c
+    child.write_text(_POISON_CHILD)
+    p = subprocess.run([sys.executable, str(child), backend], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    first, refused, after, fresh = json.loads(p.stdout.strip().splitlines()[-1])
+    assert first[0] == "ok" and first[1] > 0
+    assert "'k_scale': expected finite values > 0" in refused[0], refused
+    assert refused[1] is True, "the refused call changed key_cache"
+    assert "previous step" in after[0], after
+    assert fresh[0] == "fresh ok" and fresh[1] > 0

@@ -79,8 +79,8 @@ def concat_and_cache_mla(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, *, kv
             ``slot // block_size``, row ``slot % block_size`` of both caches; ``slot < 0`` skips it;
             rows ``T..T'-1`` are ignored.
         kv_c_scale, k_pe_scale (Tensor | None): keyword only; static quantization into int8 / float8
-            caches (kv_c / k_pe float16, bfloat16 or float32): float32, shape ``[]`` per tensor or
-            ``[kv_lora_rank]`` / ``[rope_dim]`` per channel, finite and > 0. Formulas as
+            caches (kv_c / k_pe float16, bfloat16 or float32): float32, shape ``[]`` (or ``[1]``) per
+            tensor or ``[kv_lora_rank]`` / ``[rope_dim]`` per channel, finite and > 0. Formulas as
             :func:`ms_kvcache.reshape_and_cache`: int8 ``q = clamp(round_half_even(x / scale - offset),
             -128, 127)``, read back as ``(q + offset) * scale``; float8 ``q = fp8(clamp(x / scale))``.
         kv_c_offset, k_pe_offset (Tensor | None): keyword only; int8 only, float32 shaped like the
