@@ -585,7 +585,6 @@ def _is_pinned(t):
         pass
     try:
         from ms_kvcache import _host_memory
-
         from ms_kvcache._spec import tensor_nbytes
 
         return _host_memory.mapped_address(int(t.data_ptr()), tensor_nbytes(t)) is not None
