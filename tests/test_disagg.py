@@ -957,3 +957,31 @@ def test_sender_writes_stay_within_the_byte_window(monkeypatch):
     assert eng.peak == 14  # the 2-byte write joined the 12-byte one alone in flight, nothing more did
     assert [(m["index"], m["checksum"]) for m in client.sent] == [(0, 100), (1, 101), (2, 102)]
     assert w.inflight == 0 and not w.queue and w.count == 7
+
+
+def test_bench_ablation_rows_are_marked_and_the_code_is_put_back():
+    """``bench_disagg.py --ablate``: its diagnostic rows (checksums / load switched off) are marked as not
+    being handoffs, the real handoff rows are unchanged, and the handoff code is the original again
+    after the run and after an error inside an ablation."""
+    from ms_kvcache.bench import disagg as B
+    from ms_kvcache.disagg import handoff as H
+
+    original = (H.checksum, H.ChecksumStream, H._ChunkOps.__call__)
+    with pytest.raises(RuntimeError, match="inside"):
+        with B._ablated("no checksums, no load"):
+            assert H.checksum(b"abc") == 0 and H._ChunkOps.__call__ is B._no_load
+            raise RuntimeError("inside")
+    assert (H.checksum, H.ChecksumStream, H._ChunkOps.__call__) == original
+    with pytest.raises(ValueError, match="ablation"):
+        with B._ablated("no verify"):
+            pass
+    rows = B.run(quick=True, repeats=1, modes=("verify-all",), paths=("direct",), ablate=True, log=lambda m: None)
+    assert (H.checksum, H.ChecksumStream, H._ChunkOps.__call__) == original
+    assert H.checksum(b"abc") != 0
+    real = [r for r in rows if not r.get("diagnostic")]
+    diag = [r for r in rows if r.get("diagnostic")]
+    assert len(real) == 2 and len(diag) == 6  # tokens 64 and 512: one handoff, two ablations, raw paged rows
+    assert all("handoff" in r["case"] and "ablation" not in r for r in real)
+    assert sorted({r["ablation"] for r in diag}) == sorted(B.ABLATIONS + (B.RAW_PAGED,))
+    assert all("not a handoff" in r["case"] and r["note"].startswith("ABLATION") for r in diag)
+    assert "not a handoff" in B.format_summary(rows)

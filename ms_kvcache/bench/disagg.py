@@ -29,13 +29,25 @@ made in the processes' system calls count). Both processes share this machine's 
 kernel's loopback TCP copies.
 
     python scripts/bench_disagg.py [--quick] [--path both|direct|gather] [--mode both|verify-all|stream]
-                                   [--repeats N] [--case NAME] [--tokens T] [--chunk-mib M] [--out DIR]   # or: ms-kvcache bench --ops disagg
+                                   [--repeats N] [--case NAME] [--tokens T] [--chunk-mib M] [--ablate] [--out DIR]   # or: ms-kvcache bench --ops disagg
 
 It prints each row's note on stderr and a summary table (the README's columns) on stdout.
+
+``--ablate`` adds diagnostic rows (:data:`ABLATIONS`), timed in the same rounds: the handoff with its own
+work switched off in both processes (no checksums: the sender sends 0 and the receiver compares 0; no
+load: the receiver's h2d into its caches is skipped as well). They are **not** valid handoffs (nothing is
+checked, or nothing reaches the caches) and exist only to show how much of the gap to the raw transfer is
+that work rather than the protocol (offer / accept, chunk messages, the window of writes, ``loaded``).
+They run with the first path timed and the ``verify-all`` mode, and never count as the handoff's figure.
+On the direct path one more row, :data:`RAW_PAGED`: Mooncake alone writing the sequence's cache rows as
+the direct path cuts them (one write per run of rows, every piece sent directly, the same window of
+bytes in flight) into their places in the receiver's buffer: the raw transfer of paged rows rather
+than of one contiguous buffer.
 
 Needs ``ms_kvcache[disagg]`` (Mooncake, pyzmq, xxhash); without Mooncake :func:`run` returns no rows and
 says why on stderr.
 """
+import contextlib
 import os
 import sys
 import time
@@ -55,6 +67,51 @@ QUICK_CASES = {
 REPEATS, QUICK_REPEATS = 5, 2
 PATHS = ("direct", "gather")
 CHUNK_BYTES = None  # None: KVSender's default chunking
+
+#: Diagnostic variants of ``--ablate`` (see the module docstring): not valid handoffs.
+ABLATIONS = ("no checksums", "no checksums, no load")
+#: The ``--ablate`` row of Mooncake alone writing the paged cache rows (direct path only).
+RAW_PAGED = "raw Mooncake of the paged rows"
+
+
+class _NoChecksum:
+    """Stands in for ``ChecksumStream`` in an ablation: hashes nothing, its value is 0."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def update(self, data):
+        pass
+
+    def value(self):
+        return 0
+
+
+def _no_checksum(data, algo=None):
+    return 0
+
+
+def _no_load(self, buffer, slots, direction):
+    return None
+
+
+@contextlib.contextmanager
+def _ablated(what):
+    """Within the block, this process's handoff code skips the work named by ``what`` (one of
+    :data:`ABLATIONS`; None = nothing skipped); everything is put back on exit, also on an error."""
+    from ms_kvcache.disagg import handoff as H
+
+    if what is not None and what not in ABLATIONS:
+        raise ValueError(f"bench disagg: ablation: expected one of {ABLATIONS}, got {what!r}")
+    saved = (H.checksum, H.ChecksumStream, H._ChunkOps.__call__)  # noqa: SLF001
+    try:
+        if what is not None:
+            H.checksum, H.ChecksumStream = _no_checksum, _NoChecksum
+        if what == "no checksums, no load":
+            H._ChunkOps.__call__ = _no_load  # noqa: SLF001
+        yield
+    finally:
+        H.checksum, H.ChecksumStream, H._ChunkOps.__call__ = saved  # noqa: SLF001
 
 
 def _np_dtype(name):
@@ -102,7 +159,8 @@ def _receiver_main(conn, spec):
         if cmd[0] == "stop":
             break
         try:
-            conn.send(("ok", rx.receive(cmd[1], timeout=cmd[2], stream=cmd[3])))
+            with _ablated(cmd[4]):
+                conn.send(("ok", rx.receive(cmd[1], timeout=cmd[2], stream=cmd[3])))
         except Exception as exc:  # noqa: BLE001 - reported to the parent
             conn.send(("error", f"{type(exc).__name__}: {exc}"))
     rx.close()
@@ -124,8 +182,8 @@ class _Peer:
             raise TimeoutError(f"bench disagg: the receiver process did not start within {timeout:g} s")
         self.info = self.conn.recv()
 
-    def receive_async(self, block_ids, timeout, stream=False):
-        self.conn.send(("receive", list(map(int, block_ids)), timeout, bool(stream)))
+    def receive_async(self, block_ids, timeout, stream=False, ablate=None):
+        self.conn.send(("receive", list(map(int, block_ids)), timeout, bool(stream), ablate))
 
     def result(self, timeout):
         if not self.conn.poll(timeout):
@@ -161,6 +219,41 @@ def _raw_chunked(sender, te_peer, dst, nbytes, deadline=60.0):
             time.sleep(1e-4)
 
 
+def _raw_paged(sender, te_peer, dst, src_blocks, num_tokens, deadline=60.0):
+    """Mooncake alone moving a sequence's paged cache rows (``--ablate``): one write per run of rows
+    (the pieces of the direct path, every piece sent directly) into its place in the peer's buffer,
+    with the handoff's window of bytes in flight, no protocol, no checksum, no load."""
+    from ms_kvcache.disagg._direct import WINDOW_BYTES
+    from ms_kvcache.disagg._layout import plan_from_sizes, slots_from_blocks, wait_ops
+
+    lay, eng, rows = sender.layout, sender.engine, sender._rows  # noqa: SLF001
+    wait_ops()
+    sender._register_caches()  # noqa: SLF001
+    slots = slots_from_blocks(src_blocks, lay.block_size, num_tokens)
+    plan = plan_from_sizes(sender.chunk_sizes(num_tokens), lay.bytes_per_token)
+    end = time.monotonic() + deadline
+    queue, inflight = [], 0
+
+    def reap(keep_bytes):
+        nonlocal inflight
+        while queue and (len(queue) > 1 and inflight > keep_bytes or keep_bytes < 0):
+            bid, n = queue[0]
+            if eng.poll(bid, peer=te_peer):
+                queue.pop(0)
+                inflight -= n
+                continue
+            if time.monotonic() > end:
+                raise TimeoutError("bench disagg: raw paged writes did not finish")
+            time.sleep(1e-4)
+
+    for a, b, off, _nb in plan:
+        for src, _view, poff, n in rows.pieces(slots, a, b, off):
+            reap(WINDOW_BYTES - n)
+            queue.append((eng.submit_write(te_peer, src, dst + poff, n), n))
+            inflight += n
+    reap(-1)
+
+
 def _cpu_seconds(pid):
     """CPU seconds (user + system, all threads) used so far by this process and by process ``pid``
     (from /proc; NaN where that is not available)."""
@@ -192,7 +285,7 @@ def _cpu_split(pid):
     return mine, _cpu_seconds(pid) - mine
 
 
-def _case_rows(name, case, repeats, log, modes=("verify-all", "stream"), tokens=None, paths=PATHS):
+def _case_rows(name, case, repeats, log, modes=("verify-all", "stream"), tokens=None, paths=PATHS, ablate=False):
     from ms_kvcache.bench._util import make_row, memcpy_seconds
     from ms_kvcache.disagg import KVSender
 
@@ -223,12 +316,13 @@ def _case_rows(name, case, repeats, log, modes=("verify-all", "stream"), tokens=
             dst = rng.permutation(num_blocks)[:n]
             nbytes = T * sender.layout.bytes_per_token
 
-            def handoff(stream, path):
+            def handoff(stream, path, ablation=None):
                 sender._rows = rows_direct if path == "direct" else None  # noqa: SLF001
-                peer.receive_async(dst, 120.0, stream)
+                peer.receive_async(dst, 120.0, stream, ablation)
                 t0 = time.perf_counter()
                 try:
-                    res = sender.send(peer.info["address"], src, T, timeout=120.0)
+                    with _ablated(ablation):
+                        res = sender.send(peer.info["address"], src, T, timeout=120.0)
                 finally:
                     sender._rows = rows_direct  # noqa: SLF001
                 t = time.perf_counter() - t0
@@ -249,6 +343,18 @@ def _case_rows(name, case, repeats, log, modes=("verify-all", "stream"), tokens=
 
             variants = [(pa, m) for pa in paths for m in modes]
             runs = {f"handoff {pa} {m}": (lambda pa=pa, m=m: handoff(m == "stream", pa)) for pa, m in variants}
+            ablations = [(paths[0], a) for a in ABLATIONS] if ablate else []
+            runs.update({f"ablation {pa} {a}": (lambda pa=pa, a=a: handoff(False, pa, a)) for pa, a in ablations})
+            if ablate and rows_direct is not None:
+                ablations.append(("direct", RAW_PAGED))
+
+                def raw_paged():
+                    sender._rows = rows_direct  # noqa: SLF001
+                    t0 = time.perf_counter()
+                    _raw_paged(sender, te, dst_ptr, src, T)
+                    return time.perf_counter() - t0, None
+
+                runs[f"ablation direct {RAW_PAGED}"] = raw_paged
             runs.update({"raw": raw, "raw_chunked": raw_chunked})
             names = list(runs)
             times = {k: [] for k in names}
@@ -315,13 +421,39 @@ def _case_rows(name, case, repeats, log, modes=("verify-all", "stream"), tokens=
                             "cpu_seconds_raw_sync": cpu["raw"], "cpu_seconds_raw_chunked": cpu["raw_chunked"]})
                 rows.append(row)
                 log(f"disagg: {name} T={T} ({nbytes / 2**20:.0f} MiB): {note}")
+            for pa, a in ablations:
+                k = f"ablation {pa} {a}"
+                ratio = raw_best / best[k]
+                paired = float(np.median([rr / h for rr, h in zip(raw_round, times[k])]))
+                sent = info[k]["send"] if info[k] is not None else {"requests": None, "staged_bytes": 0,
+                                                                    "chunks": None}
+                m = "raw" if a == RAW_PAGED else "verify-all"
+                note = (f"ABLATION ({a}; not a valid handoff, a diagnostic): {pa} {m}: "
+                        f"{nbytes / best[k] / 1e9:.2f} GB/s = {ratio:.2f}x raw Mooncake (fastest), paired median "
+                        f"{paired:.2f}x; CPU of both processes (median) {cpu[k] * 1e3:.0f} ms (sender "
+                        f"{cpu_tx[k] * 1e3:.0f} + receiver {cpu_rx[k] * 1e3:.0f}); same rounds as the rows above")
+                row = make_row("multi_layer_kv_transfer", f"disagg ablation, {a} (not a handoff) {name} {dtype} "
+                               f"({fmt}, L{L}, {pa}, {m})", T, nbytes, best[k], memcpy_s=mc,
+                               baselines={"raw Mooncake": raw_best, "raw Mooncake sync": best["raw"],
+                                          "raw Mooncake chunked": best["raw_chunked"]}, dtype=dtype, note=note)
+                row.update({"mode": m, "path": pa, "ablation": a, "diagnostic": True,
+                            "requests": sent["requests"], "staged_bytes": sent["staged_bytes"],
+                            "cpu_seconds_sender": cpu_tx[k], "cpu_seconds_receiver": cpu_rx[k],
+                            "raw_mooncake_gbps": nbytes / raw_best / 1e9, "raw_sync_gbps": nbytes / best["raw"] / 1e9,
+                            "raw_chunked_gbps": nbytes / best["raw_chunked"] / 1e9, "ratio_raw_mooncake": ratio,
+                            "ratio_raw_paired_median": paired, "chunks": sent["chunks"],
+                            "repeats": repeats, "load_before": load0, "load_after": load1, "cpu_seconds": cpu[k],
+                            "cpu_seconds_raw_sync": cpu["raw"], "cpu_seconds_raw_chunked": cpu["raw_chunked"]})
+                rows.append(row)
+                log(f"disagg: {name} T={T} ({nbytes / 2**20:.0f} MiB): {note}")
     finally:
         peer.stop()
         sender.close()
     return rows
 
 
-def run(quick=False, log=None, repeats=None, modes=("verify-all", "stream"), cases=None, tokens=None, paths=PATHS):
+def run(quick=False, log=None, repeats=None, modes=("verify-all", "stream"), cases=None, tokens=None, paths=PATHS,
+        ablate=False):
     """Rows of the handoff benchmark (see the module docstring); ``[]`` when Mooncake is unavailable.
 
     ``paths``: the sender's paths timed (interleaved in the same rounds, one sender switched between
@@ -330,7 +462,8 @@ def run(quick=False, log=None, repeats=None, modes=("verify-all", "stream"), cas
     ``modes``: receiver modes timed (interleaved in the same rounds): ``"verify-all"`` (the default of
     :meth:`KVReceiver.receive`: load once every chunk verified) and / or ``"stream"`` (``stream=True``).
     ``cases``: names of :data:`CASES` (None = all). ``repeats``: timed rounds (default 5, 2 with
-    ``quick``). ``tokens``: token counts instead of each case's own."""
+    ``quick``). ``tokens``: token counts instead of each case's own. ``ablate``: also the diagnostic rows
+    of :data:`ABLATIONS` (not valid handoffs; see the module docstring)."""
     from ms_kvcache.disagg import mooncake_available
 
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
@@ -344,7 +477,8 @@ def run(quick=False, log=None, repeats=None, modes=("verify-all", "stream"), cas
     names = list(table) if cases is None else list(cases)
     reps = repeats or (QUICK_REPEATS if quick else REPEATS)
     for name in names:
-        rows += _case_rows(name, table[name], reps, log, modes=tuple(modes), tokens=tokens, paths=tuple(paths))
+        rows += _case_rows(name, table[name], reps, log, modes=tuple(modes), tokens=tokens, paths=tuple(paths),
+                           ablate=ablate)
     return rows
 
 
@@ -364,7 +498,7 @@ def format_summary(rows):
 
 def main(argv=None):
     """``python scripts/bench_disagg.py [--quick] [--repeats N] [--mode stream|verify-all|both]
-    [--case NAME ...] [--out DIR]``: prints the rows' notes on stderr and the summary table on stdout."""
+    [--case NAME ...] [--ablate] [--out DIR]``: prints the rows' notes on stderr and the summary table on stdout."""
     import argparse
 
     from ms_kvcache.bench._runner import write_outputs
@@ -382,6 +516,9 @@ def main(argv=None):
     p.add_argument("--tokens", type=int, action="append", default=None,
                    help="token count instead of the cases' own (repeatable)")
     p.add_argument("--chunk-mib", type=float, default=None, help="sender's chunk size in MiB (default: KVSender's)")
+    p.add_argument("--ablate", action="store_true",
+                   help="also time diagnostic variants with the handoff's checksums (and its load into the "
+                        "caches) switched off: not valid handoffs, they show where the gap to raw Mooncake is")
     p.add_argument("--out", help="also write bench.csv / bench.md / bench.png to this folder")
     a = p.parse_args(argv)
     global CHUNK_BYTES
@@ -389,7 +526,8 @@ def main(argv=None):
         CHUNK_BYTES = int(a.chunk_mib * (1 << 20))
     modes = ("verify-all", "stream") if a.mode == "both" else (a.mode,)
     paths = PATHS if a.path == "both" else (a.path,)
-    rows = run(quick=a.quick, repeats=a.repeats, modes=modes, cases=a.case, tokens=a.tokens, paths=paths)
+    rows = run(quick=a.quick, repeats=a.repeats, modes=modes, cases=a.case, tokens=a.tokens, paths=paths,
+               ablate=a.ablate)
     print(format_summary(rows))
     if a.out:
         print(write_outputs(rows, a.out))
