@@ -19,7 +19,34 @@ CASES = {
     "merged_fp16_bsnd": ("merged", "float16", "BSND", 2, [(3, 4), (3, 4)]),
     "mla_fp32": ("mla", "float32", "BSND", 2, [(1, 16), (1, 4)]),
     "dsa_int8": ("dsa", "int8", "BSND", 2, [(1, 16), (1, 4), (1, 8)]),
+    # int8 caches with per-token float32 scale caches (the dynamic quantizing writes'), moved with the data
+    "separate_int8_scaled": ("separate", "int8", "BSND", 2, [(2, 8), (2, 8)]),
+    "mla_int8_scaled": ("mla", "int8", "BSND", 2, [(1, 16), (1, 4)]),
 }
+
+
+def scaled(case):
+    return isinstance(case, str) and case.endswith("_scaled")
+
+
+def make_scales(case, num_blocks, block_size, seed):
+    """Per-layer float32 scale caches (a tuple of one ``[nb, bs, H]`` per plane; MLA / DSA ``H = 1``) of
+    a scaled case, random positive values; None for the other cases."""
+    if not scaled(case):
+        return None
+    fmt, _, _, L, planes = CASES[case]
+    rng = np.random.default_rng(seed + 1000)
+    heads = [1 if fmt in ("mla", "dsa") else h for h, _ in planes]
+    return [tuple(rng.uniform(1e-3, 1.0, (num_blocks, block_size, h)).astype(np.float32) for h in heads)
+            for _ in range(L)]
+
+
+def endpoint_kw(case, scale_tensors=None):
+    """The scale keywords of a KVSender / KVReceiver / KVPrefixStore over this case's caches: int8 with
+    scale caches -> scale_caches, int8 without -> static_scales=True, others none."""
+    if scaled(case):
+        return {"scale_caches": scale_tensors}
+    return {"static_scales": True} if CASES[case][1] == "int8" else {}
 
 
 def np_dtype(name):
@@ -121,6 +148,8 @@ def main():
                 case = cmd["case"]
                 st["case"] = case
                 st["caches"] = to_tensors(make_arrays(case, cmd["num_blocks"], cmd["block_size"], cmd["seed"]))
+                sc = make_scales(case, cmd["num_blocks"], cmd["block_size"], cmd["seed"])
+                st["kw"] = endpoint_kw(case, to_tensors(sc) if sc is not None else None)
                 fmt, _, layout = CASES[case][:3]
                 st["fmt"], st["layout"] = fmt, layout
                 answer({"ok": True})
@@ -128,7 +157,7 @@ def main():
                 if "receiver" in st:
                     st.pop("receiver").close()
                 r = disagg.KVReceiver(st["caches"], st["fmt"], cache_layout=st["layout"], max_tokens=cmd["max_tokens"],
-                                      model_id=cmd.get("model_id"))
+                                      model_id=cmd.get("model_id"), **st["kw"])
                 st["receiver"] = r
                 answer({"ok": True, "address": r.address})
             elif c == "receive":
@@ -139,7 +168,7 @@ def main():
                 s = st.get("sender")
                 if s is None:
                     s = st["sender"] = disagg.KVSender(st["caches"], st["fmt"], cache_layout=st["layout"],
-                                                      chunk_tokens=cmd.get("chunk_tokens"))
+                                                      chunk_tokens=cmd.get("chunk_tokens"), **st["kw"])
                 die = cmd.get("fault") == "die-after-accept"
 
                 def progress(event, info, die=die):
@@ -153,11 +182,15 @@ def main():
                 np.savez(cmd["path"], *[_as_bits(a) for layer in arrays
                                          for a in (layer if isinstance(layer, tuple) else (layer,))])
                 answer({"ok": True})
+            elif c == "dump_scales":
+                sc = st["kw"].get("scale_caches") or []
+                np.savez(cmd["path"], *[t.asnumpy() for layer in sc for t in layer])
+                answer({"ok": True})
             elif c == "store":
                 st["store"] = disagg.KVPrefixStore(st["caches"], st["fmt"], cache_layout=st["layout"],
                                                    master_address=cmd["master"], model_id=cmd["model_id"],
                                                    chunk_tokens=cmd["chunk_tokens"], global_segment_size=16 << 20,
-                                                   local_buffer_size=16 << 20)
+                                                   local_buffer_size=16 << 20, **st["kw"])
                 answer({"ok": True})
             elif c == "store_put":
                 answer({"ok": True, "result": st["store"].put(cmd["token_ids"], cmd["block_ids"])})

@@ -149,7 +149,24 @@ ROUND_TRIPS = [
     ("merged_fp16_bnsd", "peer", 4, 4, False),
     ("mla_fp32", "test", 4, 4, True),
     ("dsa_int8", "peer", 8, 4, False),
+    ("separate_int8_scaled", "test", 4, 8, False),
+    ("mla_int8_scaled", "peer", 8, 4, True),
 ]
+
+
+def _scale_rows(scales):
+    """Every scale cache of every layer as float32 bits ``[nb * bs, H]`` (token-major), in order."""
+    return [np.ascontiguousarray(a).view(np.uint32).reshape(a.shape[0] * a.shape[1], -1)
+            for layer in scales for a in layer]
+
+
+def _check_scales(case, got, dst_initial, src, src_slots, dst_slots):
+    """The receiver's scale caches: the sender's scale rows at dst_slots, their own everywhere else."""
+    for i, (g, d, s_) in enumerate(zip(_scale_rows(got), _scale_rows(dst_initial), _scale_rows(src))):
+        e = d.copy()
+        e[dst_slots] = s_[src_slots]
+        bad = np.flatnonzero((g != e).any(axis=1))
+        assert bad.size == 0, f"{case}: scale cache {i}: {bad.size} token rows differ, first at slot {bad[:5]}"
 
 
 @pytest.mark.parametrize("case, sender, bs_src, bs_dst, stream", ROUND_TRIPS)
@@ -166,22 +183,33 @@ def test_handoff_round_trip_is_bit_exact(peer, tmp_path, case, sender, bs_src, b
     src_slots = disagg.slots_from_blocks(src_blocks, bs_src, T)
     dst_slots = disagg.slots_from_blocks(dst_blocks, bs_dst, T)
     expected = _expected(case, dst_arrays, src_arrays, src_slots, dst_slots)
+    src_scales, dst_scales = P.make_scales(case, nb, bs_src, src_seed), P.make_scales(case, nb, bs_dst, dst_seed)
     fmt, _, layout = P.CASES[case][:3]
     if sender == "test":
         peer.call(cmd="caches", case=case, num_blocks=nb, block_size=bs_dst, seed=dst_seed)
         addr = peer.call(cmd="receiver", max_tokens=32, model_id="m")["address"]
         peer.start(cmd="receive", block_ids=dst_blocks, timeout=30, stream=stream)
-        with disagg.KVSender(P.to_tensors(src_arrays), fmt, cache_layout=layout, chunk_tokens=5, model_id="m") as tx:
+        kw = P.endpoint_kw(case, P.to_tensors(src_scales) if src_scales is not None else None)
+        with disagg.KVSender(P.to_tensors(src_arrays), fmt, cache_layout=layout, chunk_tokens=5, model_id="m",
+                             **kw) as tx:
+            assert tx.path == ("gather" if src_scales is not None else "direct")
             sres = tx.send(addr, src_blocks, T, timeout=30, request_id="r1")
         rres = peer.wait(30)
         assert rres["ok"], rres
         rres = rres["result"]
         peer.call(cmd="dump", path=str(tmp_path / "rx.npz"))
         got = _load_dump(tmp_path / "rx.npz", dst_arrays)
+        if dst_scales is not None:
+            peer.call(cmd="dump_scales", path=str(tmp_path / "rx_scales.npz"))
+            data = np.load(tmp_path / "rx_scales.npz")
+            flat = [data[f"arr_{i}"] for i in range(len(data.files))]
+            P_ = len(dst_scales[0])
+            got_scales = [tuple(flat[k * P_:(k + 1) * P_]) for k in range(len(dst_scales))]
     else:
         peer.call(cmd="caches", case=case, num_blocks=nb, block_size=bs_src, seed=src_seed)
         dst = P.to_tensors(dst_arrays)
-        with disagg.KVReceiver(dst, fmt, cache_layout=layout, max_tokens=32) as rx:
+        dst_sc = P.to_tensors(dst_scales) if dst_scales is not None else None
+        with disagg.KVReceiver(dst, fmt, cache_layout=layout, max_tokens=32, **P.endpoint_kw(case, dst_sc)) as rx:
             peer.start(cmd="send", peer=rx.address, block_ids=src_blocks, num_tokens=T, timeout=30, chunk_tokens=5,
                        request_id="r1")
             rres = rx.receive(dst_blocks, timeout=30, stream=stream)
@@ -189,7 +217,11 @@ def test_handoff_round_trip_is_bit_exact(peer, tmp_path, case, sender, bs_src, b
             assert sres["ok"], sres
             sres = sres["result"]
         got = _bits(dst)
+        if dst_sc is not None:
+            got_scales = P.from_tensors(dst_sc)
     _assert_rows(case, got, expected, f"{case}: receiver caches after the handoff")
+    if dst_scales is not None:  # the scale rows arrived with the data rows, nothing else changed
+        _check_scales(case, got_scales, dst_scales, src_scales, src_slots, dst_slots)
     assert rres["request_id"] == "r1" and rres["num_tokens"] == T and rres["chunks"] == 3
     assert rres["block_ids"] == dst_blocks and rres["src_block_ids"] == src_blocks
     assert rres["src_block_size"] == bs_src
@@ -370,6 +402,105 @@ def test_layout_mismatch_is_rejected_on_both_sides():
         _, exc = join()
     assert isinstance(exc, disagg.MetadataMismatch) and "planes" in str(exc)
     _assert_rows(other, _bits(dst), P.token_rows(other, dst_arrays), "receiver after a layout mismatch")
+
+
+def test_int8_caches_need_their_scales_accounted_for(master):
+    """int8 caches without scale_caches or static_scales=True would hand the KV over without the scales it
+    was quantized with (the old code moved the int8 bytes only): KVSender, KVReceiver and KVPrefixStore
+    refuse that, naming 'scale_caches'; both at once, either with float caches, scale caches of another
+    shape or dtype are refused too."""
+    from mindspore import Tensor
+
+    case, nb, bs = "separate_int8_scaled", 6, 4
+    fmt, _, layout = P.CASES[case][:3]
+    _, caches = _caches(case, nb, bs, 5)
+    scales = P.to_tensors(P.make_scales(case, nb, bs, 5))
+    _, floats = _caches(CASE, nb, bs, 5)
+    store_kw = {"master_address": master.address, "model_id": "m", "global_segment_size": 0,
+                "local_buffer_size": 1 << 20}
+    makers = [lambda **kw: disagg.KVSender(caches if "c" not in kw else kw.pop("c"), fmt, **kw),
+              lambda **kw: disagg.KVReceiver(caches if "c" not in kw else kw.pop("c"), fmt, max_tokens=8, **kw),
+              lambda **kw: disagg.KVPrefixStore(caches if "c" not in kw else kw.pop("c"), fmt, **store_kw, **kw)]
+    for make in makers:
+        with pytest.raises(ValueError, match=r"argument 'scale_caches': int8 'kv_caches' need their scales.*"
+                                             r"static_scales=True"):
+            make()
+        with pytest.raises(ValueError, match=r"argument 'static_scales': expected False with scale_caches given"):
+            make(scale_caches=scales, static_scales=True)
+        with pytest.raises(ValueError, match=r"argument 'static_scales': expected only with int8 'kv_caches'.*bfloat16"):
+            make(c=floats, static_scales=True)
+        with pytest.raises(ValueError, match=r"argument 'scale_caches': expected only with int8"):
+            make(c=floats, scale_caches=scales)
+        with pytest.raises(ValueError, match=r"static_scales.*expected True or False"):
+            make(static_scales="yes")
+        wrong = [tuple(Tensor(np.ones((nb, bs, 3), np.float32)) for _ in range(2)) for _ in range(2)]
+        with pytest.raises(ValueError, match=r"scale_caches"):
+            make(scale_caches=wrong)
+        halves = [tuple(Tensor(np.ones((nb, bs, 2), np.float16)) for _ in range(2)) for _ in range(2)]
+        with pytest.raises(TypeError, match=r"scale_caches"):
+            make(scale_caches=halves)
+        with pytest.raises(ValueError, match=r"scale_caches"):
+            make(scale_caches=scales[:1])  # one layer's scale caches for two layers
+    with disagg.KVSender(caches, fmt, static_scales=True) as tx:
+        assert tx.layout.scales == () and tx.path == "direct"
+    with disagg.KVSender(caches, fmt, scale_caches=scales) as tx:
+        assert tx.layout.scales == (2, 2) and tx.path == "gather" and "scale caches" in tx.direct_reason
+        L, h = 2, 16
+        assert tx.layout.bytes_per_token == L * (2 * h + 4 * 2 * 2)
+    with pytest.raises(ValueError, match=r"argument 'direct'.*scale caches"):
+        disagg.KVSender(caches, fmt, scale_caches=scales, direct=True)
+
+
+def test_scaled_and_static_int8_ends_do_not_match():
+    """A sender whose int8 caches carry per-token scale caches and a receiver that declared static scales
+    (or the other way round) disagree on what the payload is: MetadataMismatch on both sides naming
+    'scales', the receiver's caches and scale caches untouched."""
+    case, nb, bs = "separate_int8_scaled", 8, 4
+    fmt = P.CASES[case][0]
+    _, src = _caches(case, nb, bs, 1)
+    src_scales = P.to_tensors(P.make_scales(case, nb, bs, 1))
+    dst_arrays, dst = _caches(case, nb, bs, 2)
+    dst_scale_arrays = P.make_scales(case, nb, bs, 2)
+    dst_scales = P.to_tensors(dst_scale_arrays)
+    for tx_kw, rx_kw in (({"scale_caches": src_scales}, {"static_scales": True}),
+                         ({"static_scales": True}, {"scale_caches": dst_scales})):
+        with disagg.KVSender(src, fmt, **tx_kw) as tx, disagg.KVReceiver(dst, fmt, max_tokens=16, **rx_kw) as rx:
+            join = _in_thread(lambda: rx.receive([0, 1], timeout=20))
+            with pytest.raises(disagg.MetadataMismatch, match=r"scales: "):
+                tx.send(rx.address, [3, 4], 8, timeout=20)
+            _, exc = join()
+        assert isinstance(exc, disagg.MetadataMismatch) and "scales" in str(exc)
+        _assert_rows(case, _bits(dst), P.token_rows(case, dst_arrays), "receiver after a scales mismatch")
+        _check_scales(case, P.from_tensors(dst_scales), dst_scale_arrays, dst_scale_arrays, [], [])
+
+
+def test_prefix_store_carries_int8_scale_caches(master):
+    """Prefix chunks of int8 caches with per-token scale caches: put() stores the scale rows with the data,
+    load() in another client writes both into other blocks bit for bit; a client of the same caches that
+    declared static scales has another layout identity and finds nothing."""
+    case, bs, nb, ct = "mla_int8_scaled", 4, 10, 4
+    fmt = P.CASES[case][0]
+    tokens = list(range(300, 310))
+    src_arrays, src = _caches(case, nb, bs, 61)
+    src_sc_arrays = P.make_scales(case, nb, bs, 61)
+    dst_arrays, dst = _caches(case, nb, bs, 62)
+    dst_sc_arrays = P.make_scales(case, nb, bs, 62)
+    dst_sc = P.to_tensors(dst_sc_arrays)
+    kw = {"master_address": master.address, "model_id": "int8-scaled", "chunk_tokens": ct,
+          "global_segment_size": 16 << 20, "local_buffer_size": 16 << 20}
+    src_blocks, dst_blocks = [4, 0, 7], [9, 2, 5]
+    with disagg.KVPrefixStore(src, fmt, scale_caches=P.to_tensors(src_sc_arrays), **kw) as a:
+        assert a.put(tokens, src_blocks)["stored"] == 2
+        with disagg.KVPrefixStore(dst, fmt, static_scales=True, **kw) as other:
+            assert other.lookup(tokens) == 0
+        with disagg.KVPrefixStore(dst, fmt, scale_caches=dst_sc, **kw) as b:
+            assert b.lookup(tokens) == 8
+            assert b.load(tokens, dst_blocks)["tokens"] == 8
+    src_slots = disagg.slots_from_blocks(src_blocks, bs, 8)
+    dst_slots = disagg.slots_from_blocks(dst_blocks, bs, 8)
+    _assert_rows(case, _bits(dst), _expected(case, dst_arrays, src_arrays, src_slots, dst_slots),
+                 "caches after the scaled prefix reload")
+    _check_scales(case, P.from_tensors(dst_sc), dst_sc_arrays, src_sc_arrays, src_slots, dst_slots)
 
 
 @pytest.mark.parametrize("what", ["max_tokens", "blocks", "model_id", "nbytes", "chunks"])
@@ -738,7 +869,8 @@ def _direct_round_trip(peer, tmp_path, case, T, src_blocks, dst_blocks, bs, min_
     peer.call(cmd="caches", case=case, num_blocks=nb, block_size=bs, seed=dst_seed)
     addr = peer.call(cmd="receiver", max_tokens=40)["address"]
     src = P.to_tensors(src_arrays)
-    with disagg.KVSender(src, fmt, cache_layout=layout, chunk_tokens=chunk_tokens, direct=direct) as tx:
+    with disagg.KVSender(src, fmt, cache_layout=layout, chunk_tokens=chunk_tokens, direct=direct,
+                         **P.endpoint_kw(case)) as tx:
         tx.direct_min_bytes = min_bytes
         if before_send is not None:
             src_arrays = before_send(tx, src, src_arrays)
@@ -879,7 +1011,7 @@ def test_receiver_chunk_ops_check_once_then_launch_directly(monkeypatch):
     st = HostStaging(nb * bs * lay.bytes_per_token)
     public = []
     real = H._transfer
-    monkeypatch.setattr(H, "_transfer", lambda *a: (public.append(a[-1]), real(*a))[1])
+    monkeypatch.setattr(H, "_transfer", lambda *a: (public.append(a[4]), real(*a))[1])  # a[4]: direction
     ops = H._ChunkOps(lay, caches)
     src = np.array([9, 10, 11, 2, 3], np.int64)  # two chunks of a d2h
     ops(st.chunk_tensor(lay, 0, 3), src[:3], "d2h")

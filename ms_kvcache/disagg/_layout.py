@@ -7,7 +7,10 @@ shorter). Chunk ``c`` is one ``multi_layer_kv_transfer`` buffer of its ``t_c`` t
 ``transfer_buffer_shape(kv_format, L, t_c, hidden_sizes)`` (``[2, L, t_c, H*D]`` for MERGED_KV /
 SEPARATE_KV, the planes ``[L, t_c, hidden_p]`` one after another for MLA_KV / DSA_KV), stored at byte
 offset ``c * chunk_tokens * bytes_per_token``. Every token costs ``bytes_per_token = L * sum(hidden) *
-itemsize`` bytes, so the payload is ``T * bytes_per_token`` bytes whatever the chunking.
+itemsize`` bytes, so the payload is ``T * bytes_per_token`` bytes whatever the chunking. int8 caches with
+per-token scale caches: each chunk is the 1-D buffer of ``multi_layer_kv_transfer(..., scale_caches=...)``
+(the data planes, then the float32 scale planes ``[L, t_c, scales_p]``), and ``bytes_per_token`` adds
+``L * 4 * sum(scales)``.
 """
 import json
 import zlib
@@ -174,13 +177,16 @@ class KVLayout:
         kv_format (KVCacheFormat), dtype (str: float16 | bfloat16 | float32 | int8), cache_layout
         ("BSND" | "BNSD"), num_layers (int), planes (tuple of (num_kv_heads, head_size) per plane; MLA
         planes are (1, kv_lora_rank) and (1, rope_dim)), num_blocks, block_size (ints), hidden_sizes
-        (per-plane row elements), itemsize, bytes_per_token.
+        (per-plane row elements), scales (tuple: float32 scales per token row of each plane when the
+        int8 caches' per-token scale caches travel with them, i.e. num_kv_heads, or 1 for MLA / DSA;
+        ``()`` without scale caches), itemsize, bytes_per_token (data and scale bytes of one token, all
+        layers).
     """
 
     #: fields that must agree between the two ends of a handoff
-    MATCHED = ("kv_format", "dtype", "cache_layout", "num_layers", "planes")
+    MATCHED = ("kv_format", "dtype", "cache_layout", "num_layers", "planes", "scales")
 
-    def __init__(self, kv_format, dtype, cache_layout, num_layers, planes, num_blocks, block_size):
+    def __init__(self, kv_format, dtype, cache_layout, num_layers, planes, num_blocks, block_size, scales=()):
         self.kv_format = KVCacheFormat(kv_format)
         self.dtype = str(dtype)
         self.cache_layout = cache_layout
@@ -190,16 +196,27 @@ class KVLayout:
         self.block_size = int(block_size)
         self.hidden_sizes = tuple(h * d for h, d in self.planes)
         self.itemsize = _ITEMSIZE[self.dtype]
-        self.bytes_per_token = self.num_layers * sum(self.hidden_sizes) * self.itemsize
+        self.scales = tuple(int(n) for n in scales)
+        self.bytes_per_token = self.num_layers * (sum(self.hidden_sizes) * self.itemsize + 4 * sum(self.scales))
 
     @classmethod
-    def from_caches(cls, kv_caches, kv_format, cache_layout="BSND", op="KVLayout.from_caches"):
+    def from_caches(cls, kv_caches, kv_format, cache_layout="BSND", op="KVLayout.from_caches", scale_caches=None,
+                    static_scales=False):
         """Layout of ``kv_caches`` as :func:`ms_kvcache.multi_layer_kv_transfer` takes them (one entry per
         layer, or flat layer-major), checked the way that op checks them.
 
+        int8 caches need their scales accounted for, or the KV that arrives is decoded with the wrong ones:
+        ``scale_caches`` (the float32 per-token scale caches of the dynamic quantizing writes, as
+        ``multi_layer_kv_transfer(..., scale_caches=...)`` takes them; they then travel with the data) or
+        ``static_scales=True`` (the scales are the model's constants, the same at both ends: nothing
+        per token to move).
+
         Raises:
             TypeError / ValueError: what ``multi_layer_kv_transfer`` would raise for these caches
-            (wrong arity, differing shapes or dtypes, unknown ``kv_format`` / ``cache_layout``).
+            (wrong arity, differing shapes or dtypes, unknown ``kv_format`` / ``cache_layout``, scale
+            caches of the wrong shape or dtype).
+            ValueError: int8 caches with neither ``scale_caches`` nor ``static_scales=True`` (or both);
+            ``scale_caches`` / ``static_scales`` with caches that are not int8.
         """
         from ms_kvcache.ops import _multi_layer as ML
 
@@ -213,21 +230,44 @@ class KVLayout:
         dtype = dtypes.pop()
         if dtype not in _ITEMSIZE:
             raise TypeError(f"{op}: argument 'kv_caches': expected dtype float16, bfloat16, float32 or int8, got {dtype}")
+        if static_scales not in (True, False):
+            raise ValueError(f"{op}: argument 'static_scales': expected True or False, got {static_scales!r}")
+        scales = ()
+        if dtype == "int8":
+            if scale_caches is None and not static_scales:
+                raise ValueError(
+                    f"{op}: argument 'scale_caches': int8 'kv_caches' need their scales: pass scale_caches (the "
+                    f"float32 per-token scale caches of the dynamic quantizing writes, moved with the data) or "
+                    f"static_scales=True (per-tensor / per-head / per-channel scales, the same at both ends); "
+                    f"got neither, and the KV would arrive without the scales it was quantized with")
+            if scale_caches is not None and static_scales:
+                raise ValueError(f"{op}: argument 'static_scales': expected False with scale_caches given (the scales "
+                                 f"are either per token, in scale caches, or static), got True")
+            if scale_caches is not None:
+                sflat = ML.flatten_scales_eager(op, scale_caches, fmt, num_layers)
+                ML.check_scale_dtypes(op, fmt, flat[0].dtype, [x.dtype for x in sflat])
+                scales = tuple(ML.scale_planes(op, fmt, cache_layout, num_layers, planes,
+                                               [tuple(x.shape) for x in sflat]))
+        elif scale_caches is not None or static_scales:
+            which = "scale_caches" if scale_caches is not None else "static_scales"
+            raise ValueError(f"{op}: argument '{which}': expected only with int8 'kv_caches' (quantized), got "
+                             f"{dtype} caches")
         nb, bs = planes[0][0], planes[0][1]
-        return cls(fmt, dtype, cache_layout, num_layers, [(h, d) for (_, _, h, d) in planes], nb, bs)
+        return cls(fmt, dtype, cache_layout, num_layers, [(h, d) for (_, _, h, d) in planes], nb, bs, scales)
 
     # ------------------------------------------------------------------ description and comparison
     def describe(self):
         """JSON-serialisable dict of the layout (what goes into a handoff offer / a store header)."""
         return {"kv_format": self.kv_format.name, "dtype": self.dtype, "cache_layout": self.cache_layout,
                 "num_layers": self.num_layers, "planes": [list(p) for p in self.planes],
-                "num_blocks": self.num_blocks, "block_size": self.block_size,
+                "scales": list(self.scales), "num_blocks": self.num_blocks, "block_size": self.block_size,
                 "bytes_per_token": self.bytes_per_token}
 
     def identity(self):
         """The fields that must match, as a canonical JSON string (hashed into store keys)."""
         d = self.describe()
-        return json.dumps({k: d[k] for k in self.MATCHED}, sort_keys=True, separators=(",", ":"))
+        keys = [k for k in self.MATCHED if k != "scales" or self.scales]  # unscaled: the keys of before
+        return json.dumps({k: d[k] for k in keys}, sort_keys=True, separators=(",", ":"))
 
     def mismatches(self, other):
         """``["field: ours X, theirs Y", ...]`` for every :attr:`MATCHED` field that differs from
@@ -236,7 +276,7 @@ class KVLayout:
         ours = self.describe()
         out = []
         for k in self.MATCHED:
-            a, b = ours[k], theirs.get(k)
+            a, b = ours[k], theirs.get(k, [] if k == "scales" else None)
             if k == "planes" and b is not None:
                 try:
                     b = [list(map(int, p)) for p in b]
@@ -259,7 +299,8 @@ class KVLayout:
 
         hidden = self.hidden_sizes[0] if self.kv_format in (KVCacheFormat.MERGED_KV, KVCacheFormat.SEPARATE_KV) \
             else self.hidden_sizes
-        return tuple(transfer_buffer_shape(self.kv_format, self.num_layers, num_tokens, hidden))
+        return tuple(transfer_buffer_shape(self.kv_format, self.num_layers, num_tokens, hidden,
+                                           scale_sizes=list(self.scales) or None))
 
     def np_dtype(self):
         """numpy dtype of the caches (ml_dtypes.bfloat16 for bfloat16)."""
@@ -274,8 +315,9 @@ class KVLayout:
         return max(1, int(chunk_bytes) // max(1, self.bytes_per_token))
 
     def __repr__(self):
+        sc = f", scales={list(self.scales)}" if self.scales else ""
         return (f"KVLayout({self.kv_format.name}, {self.dtype}, {self.cache_layout}, L={self.num_layers}, "
-                f"planes={list(self.planes)}, num_blocks={self.num_blocks}, block_size={self.block_size})")
+                f"planes={list(self.planes)}{sc}, num_blocks={self.num_blocks}, block_size={self.block_size})")
 
 
 class HostStaging:

@@ -48,7 +48,7 @@ from ms_kvcache.disagg._mooncake import LOOPBACK, TransferEngineHandle
 __all__ = ["KVSender", "KVReceiver", "PROTOCOL"]
 
 #: Version tag of the offer / accept protocol; a receiver rejects any other.
-PROTOCOL = "ms_kvcache.disagg/2"
+PROTOCOL = "ms_kvcache.disagg/3"
 
 _POLL_SLEEP = 1e-4  # seconds between polls of an in-flight Mooncake write
 #: ... while more than _BUSY writes are in flight (the wire has work queued for longer than this: fewer
@@ -56,13 +56,14 @@ _POLL_SLEEP = 1e-4  # seconds between polls of an in-flight Mooncake write
 _WINDOW_SLEEP, _BUSY = 2e-3, 16
 
 
-def _transfer(layout, kv_caches, buffer, slots, direction):
+def _transfer(layout, kv_caches, buffer, slots, direction, scale_caches=None):
     import ms_kvcache
     from mindspore import Tensor
 
+    kw = {"scale_caches": scale_caches} if scale_caches is not None else {}
     ms_kvcache.multi_layer_kv_transfer(buffer, kv_caches, Tensor(np.ascontiguousarray(slots, np.int64)),
                                        kv_format=layout.kv_format, direction=direction,
-                                       cache_layout=layout.cache_layout)
+                                       cache_layout=layout.cache_layout, **kw)
 
 
 class _ChunkOps:
@@ -72,10 +73,10 @@ class _ChunkOps:
     (same caches, chunks of the receiver's own staging / undo buffers, slots of the same checked block
     ids) launch the op's kernel directly on the PyNative fast path (the strict kernel still checks every
     slot it reads). That saves ~0.4 ms of Python checks of 64+ tensors per chunk (measured here for
-    Llama-3-8B's 64 caches). Without the fast path every call is the public op."""
+    Llama-3-8B's 64 caches). Without the fast path, and with scale caches, every call is the public op."""
 
-    def __init__(self, layout, kv_caches):
-        self.layout, self.kv_caches = layout, kv_caches
+    def __init__(self, layout, kv_caches, scale_caches=None):
+        self.layout, self.kv_caches, self.scale_caches = layout, kv_caches, scale_caches
         self._launch = {}  # direction -> (launcher, flat caches), after the first checked call
 
     def __call__(self, buffer, slots, direction):
@@ -86,8 +87,9 @@ class _ChunkOps:
             launch, flat = entry
             launch(buffer, Tensor(np.ascontiguousarray(slots, np.int64)), *flat)
             return
-        _transfer(self.layout, self.kv_caches, buffer, slots, direction)
-        self._launch[direction] = self._launcher(direction)
+        _transfer(self.layout, self.kv_caches, buffer, slots, direction, self.scale_caches)
+        if self.scale_caches is None:
+            self._launch[direction] = self._launcher(direction)
 
     def _launcher(self, direction):
         from ms_kvcache import get_backend
@@ -215,9 +217,12 @@ def _check_model_id(op, model_id):
 
 
 class _Endpoint:
-    def __init__(self, op, kv_caches, kv_format, cache_layout, hostname, protocol, device_name, model_id):
-        self.layout = KVLayout.from_caches(kv_caches, kv_format, cache_layout, op=op)
+    def __init__(self, op, kv_caches, kv_format, cache_layout, hostname, protocol, device_name, model_id,
+                 scale_caches=None, static_scales=False):
+        self.layout = KVLayout.from_caches(kv_caches, kv_format, cache_layout, op=op, scale_caches=scale_caches,
+                                           static_scales=static_scales)
         self.kv_caches = kv_caches
+        self.scale_caches = scale_caches
         self.model_id = _check_model_id(op, model_id)
         self.engine = TransferEngineHandle(hostname, protocol, device_name)
         self.staging = None
@@ -244,7 +249,8 @@ class KVReceiver(_Endpoint):
         kv_caches: this process's paged caches, as :func:`ms_kvcache.multi_layer_kv_transfer` takes them
             (one entry per layer: MERGED_KV the ``[2, nb, bs, H, D]`` tensor; SEPARATE_KV ``(key_cache,
             value_cache)``; MLA_KV ``(kv_c_cache, k_pe_cache)``; DSA_KV plus ``indexer_k_cache``; or a
-            flat layer-major sequence). Written in place (h2d) by :meth:`receive` only.
+            flat layer-major sequence). Written in place (h2d) by :meth:`receive` only. dtype float16,
+            bfloat16, float32 or int8 (int8 needs ``scale_caches`` or ``static_scales``).
         kv_format (KVCacheFormat | int | str): their format.
         cache_layout (str): ``"BSND"`` (default) or ``"BNSD"`` (MERGED / SEPARATE only).
         max_tokens (int): most tokens one handoff may carry (sizes the registered host buffer:
@@ -255,6 +261,15 @@ class KVReceiver(_Endpoint):
             device_name (str): RDMA devices for ``"rdma"``.
         model_id (str | None): if given, offers from a sender with another (non-None) model_id are
             rejected.
+        scale_caches (sequence | None): int8 caches only: their float32 per-token scale caches (the
+            dynamic quantizing writes', docs/quantization.md), as ``multi_layer_kv_transfer(...,
+            scale_caches=...)`` takes them (per layer ``(k_scale_cache, v_scale_cache)`` ``[nb, bs, H]``;
+            MLA / DSA ``[nb, bs, 1]`` per plane). They travel with the data and are written with it; both
+            ends must have them.
+        static_scales (bool): int8 caches only: True = their scales are static (per tensor / head /
+            channel, the model's constants at both ends), so only the int8 bytes move. int8 caches need
+            exactly one of ``scale_caches`` and ``static_scales=True``: without either the KV would arrive
+            without the scales it was quantized with, so that is refused.
 
     Attributes:
         address (str): ``"host:port"`` to hand to :meth:`KVSender.send`.
@@ -262,15 +277,18 @@ class KVReceiver(_Endpoint):
 
     Raises:
         MooncakeUnavailable: Mooncake or pyzmq cannot be imported.
-        TypeError / ValueError: caches or arguments as :func:`multi_layer_kv_transfer` would reject them.
+        TypeError / ValueError: caches or arguments as :func:`multi_layer_kv_transfer` would reject them;
+            ValueError: int8 caches with neither or both of ``scale_caches`` / ``static_scales=True``, or
+            either of them with caches that are not int8.
     """
 
     def __init__(self, kv_caches, kv_format, *, cache_layout="BSND", max_tokens, hostname=LOOPBACK, port=0,
-                 protocol="tcp", device_name="", model_id=None):
+                 protocol="tcp", device_name="", model_id=None, scale_caches=None, static_scales=False):
         op = "KVReceiver"
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) or max_tokens < 1:
             raise ValueError(f"{op}: argument 'max_tokens': expected an int >= 1, got {max_tokens!r}")
-        super().__init__(op, kv_caches, kv_format, cache_layout, hostname, protocol, device_name, model_id)
+        super().__init__(op, kv_caches, kv_format, cache_layout, hostname, protocol, device_name, model_id,
+                         scale_caches, static_scales)
         self.max_tokens = int(max_tokens)
         self.staging = HostStaging(self.max_tokens * self.layout.bytes_per_token, self.engine)
         self.server = ControlServer(hostname, port)
@@ -436,7 +454,7 @@ class KVReceiver(_Endpoint):
         verify_s = h2d_s = 0.0
         slots = slots_from_blocks(blocks, lay.block_size, T)
         committed = []  # (t0, t1, byte offset) of the chunks already scattered into the caches
-        ops = _ChunkOps(lay, self.kv_caches)
+        ops = _ChunkOps(lay, self.kv_caches, self.scale_caches)
         nxt = 0  # first chunk not yet scattered
         if stream and (self._undo is None or self._undo.nbytes < self.staging.nbytes):
             self._undo = HostStaging(self.staging.nbytes)
@@ -554,8 +572,9 @@ class KVSender(_Endpoint):
     """Prefill side of a handoff: sends a sequence's KV of every layer to a :class:`KVReceiver`.
 
     Args:
-        kv_caches, kv_format, cache_layout: this process's caches, as for :class:`KVReceiver` (only
-            read, by the d2h transfer).
+        kv_caches, kv_format, cache_layout, scale_caches, static_scales: this process's caches (and for
+            int8 caches their scales), as for :class:`KVReceiver` (only read). With ``scale_caches`` the
+            sender gathers (the direct path does not carry scale rows).
         hostname, protocol, device_name: as for :class:`KVReceiver` (the transfer engine of this process).
         chunk_tokens (int | None): tokens per pipelined chunk (gather, checksum and Mooncake write of
             chunk ``c + 1`` overlap the write of chunk ``c``); None = about 32 MiB per chunk, ramped (on
@@ -571,7 +590,8 @@ class KVSender(_Endpoint):
             with the transfer engine, one write per run of consecutive slots of a plane and layer, pieces
             under 256 KiB copied into the buffer and written together). None (default): wherever it works,
             i.e. on the cpu backend with BSND (or MLA / DSA) contiguous caches; the gather otherwise (the
-            sim and ascend backends, BNSD caches). True: require it (ValueError where it does not work);
+            sim and ascend backends, BNSD caches, int8 caches with ``scale_caches``). True: require it
+            (ValueError where it does not work);
             False: always gather. The receiver cannot tell the difference: the bytes and the protocol are
             the same.
 
@@ -584,13 +604,19 @@ class KVSender(_Endpoint):
     """
 
     def __init__(self, kv_caches, kv_format, *, cache_layout="BSND", hostname=LOOPBACK, protocol="tcp",
-                 device_name="", chunk_tokens=None, model_id=None, max_tokens=0, ramp=None, direct=None):
+                 device_name="", chunk_tokens=None, model_id=None, max_tokens=0, ramp=None, direct=None,
+                 scale_caches=None, static_scales=False):
         op = "KVSender"
         if direct not in (None, True, False):
             raise ValueError(f"{op}: argument 'direct': expected None, True or False, got {direct!r}")
-        super().__init__(op, kv_caches, kv_format, cache_layout, hostname, protocol, device_name, model_id)
-        self._rows, self.direct_reason = (None, "direct=False") if direct is False else \
-            direct_rows(self.layout, kv_caches)
+        super().__init__(op, kv_caches, kv_format, cache_layout, hostname, protocol, device_name, model_id,
+                         scale_caches, static_scales)
+        if direct is False:
+            self._rows, self.direct_reason = None, "direct=False"
+        elif scale_caches is not None:
+            self._rows, self.direct_reason = None, "scale caches (the direct path moves the data rows only)"
+        else:
+            self._rows, self.direct_reason = direct_rows(self.layout, kv_caches)
         if direct and self._rows is None:
             self.close()
             raise ValueError(f"{op}: argument 'direct': expected caches Mooncake can read directly (cpu backend, "
@@ -786,7 +812,7 @@ class KVSender(_Endpoint):
         d2h_s = sum_s = 0.0
         for c, (a, b, off, nb) in enumerate(plan):
             ts = time.perf_counter()
-            _transfer(lay, self.kv_caches, st.chunk_tensor(lay, off, b - a), slots[a:b], "d2h")
+            _transfer(lay, self.kv_caches, st.chunk_tensor(lay, off, b - a), slots[a:b], "d2h", self.scale_caches)
             wait_ops()
             tm = time.perf_counter()
             d2h_s += tm - ts

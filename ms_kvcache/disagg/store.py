@@ -71,7 +71,10 @@ class KVPrefixStore:
     Args:
         kv_caches, kv_format, cache_layout: this process's paged caches, as
             :func:`ms_kvcache.multi_layer_kv_transfer` takes them (read by :meth:`put`, written by
-            :meth:`load`).
+            :meth:`load`). int8 caches need ``scale_caches`` or ``static_scales=True``, as for
+            :class:`~ms_kvcache.disagg.KVReceiver`: ``scale_caches`` (their float32 per-token scale caches)
+            are stored with the data of every chunk and written with it; the scales are part of the key's
+            layout identity, so a client without them never finds chunks stored with them.
         master_address (str): ``"host:port"`` of a running ``mooncake_master`` (see :class:`MooncakeMaster`).
         model_id (str): names the model (weights); part of every key, so two models never share chunks.
         chunk_tokens (int): tokens per chunk (LMCache's default is 256; a multiple of the block size is
@@ -88,15 +91,18 @@ class KVPrefixStore:
         MooncakeUnavailable: Mooncake cannot be imported.
         PeerGone: nothing listens at ``master_address`` within ``setup_timeout``.
         StoreError: ``setup`` / ``register_buffer`` failed.
-        TypeError / ValueError: caches or arguments (as :func:`multi_layer_kv_transfer` would say).
+        TypeError / ValueError: caches or arguments (as :func:`multi_layer_kv_transfer` would say); int8
+            caches without ``scale_caches`` / ``static_scales=True`` (ValueError, as KVReceiver).
     """
 
     def __init__(self, kv_caches, kv_format, *, master_address, model_id, cache_layout="BSND", chunk_tokens=256,
                  max_chunks=64, hostname=LOOPBACK, protocol="tcp", device_name="", global_segment_size=256 << 20,
-                 local_buffer_size=64 << 20, setup_timeout=10.0):
+                 local_buffer_size=64 << 20, setup_timeout=10.0, scale_caches=None, static_scales=False):
         op = "KVPrefixStore"
-        self.layout = KVLayout.from_caches(kv_caches, kv_format, cache_layout, op=op)
+        self.layout = KVLayout.from_caches(kv_caches, kv_format, cache_layout, op=op, scale_caches=scale_caches,
+                                           static_scales=static_scales)
         self.kv_caches = kv_caches
+        self.scale_caches = scale_caches
         if not isinstance(model_id, str) or not model_id:
             raise ValueError(f"{op}: argument 'model_id': expected a non-empty str, got {model_id!r}")
         for name, v in (("chunk_tokens", chunk_tokens), ("max_chunks", max_chunks)):
@@ -231,7 +237,8 @@ class KVPrefixStore:
         for g in range(0, len(todo), self.max_chunks):
             group = todo[g:g + self.max_chunks]
             for j, i in enumerate(group):
-                _transfer(lay, self.kv_caches, self._chunk_tensor(j), slots[i * ct:(i + 1) * ct], "d2h")
+                _transfer(lay, self.kv_caches, self._chunk_tensor(j), slots[i * ct:(i + 1) * ct], "d2h",
+                          self.scale_caches)
             wait_ops()
             for j, i in enumerate(group):
                 off = self._offset(j)
@@ -303,7 +310,8 @@ class KVPrefixStore:
                 raise StoreError(f"{op}: stored chunk {j} ({keys[j]}) does not match: {why}; caches not written")
         slots = slots_from_blocks(blocks, lay.block_size, n * ct)
         for j in range(n):
-            _transfer(lay, self.kv_caches, self._chunk_tensor(j), slots[j * ct:(j + 1) * ct], "h2d")
+            _transfer(lay, self.kv_caches, self._chunk_tensor(j), slots[j * ct:(j + 1) * ct], "h2d",
+                      self.scale_caches)
         if n:
             wait_ops()
         return {"tokens": n * ct, "chunks": n, "keys": keys[:n], "nbytes": n * self.object_nbytes,
