@@ -5,22 +5,13 @@ from mindspore.ops.primitive import constexpr
 from ms_kvcache import _backend
 from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, graph_backend, prim_class
 from ms_kvcache._eager import EagerOp, Slots
-from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, OpSpec, TensorSpec, dtype_name, register
+from ms_kvcache._opspecs.copy import CONCAT_AND_CACHE_MLA as SPEC
+from ms_kvcache._spec import dtype_name
+from ms_kvcache.ops import _quant as Q
+from ms_kvcache.ops import concat_and_cache_mla_quant as _quant_op
 
 __all__ = ["concat_and_cache_mla", "SPEC"]
 
-SPEC = register(OpSpec(
-    name="concat_and_cache_mla",
-    op_type="MskvConcatAndCacheMla",
-    inputs=(
-        TensorSpec("kv_c", "T", (2,)),
-        TensorSpec("k_pe", "T", (2, 3)),
-        TensorSpec("kv_c_cache", "T", (3,), inplace=True),
-        TensorSpec("k_pe_cache", "T", (3,), inplace=True),
-        TensorSpec("slot_mapping", "S", (1,)),
-    ),
-    dtype_groups={"T": KV_DTYPES, "S": INDEX_DTYPES},
-))
 
 
 def _check_static(c_shape, c_dtype, p_shape, p_dtype, cc_shape, cc_dtype, pc_shape, pc_dtype, s_shape, s_dtype):
@@ -139,9 +130,3 @@ def concat_and_cache_mla(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, *, kv
                                                         k_pe_scale_cache)
         _EAGER(_backend.get_backend(), (), kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping)
     return None
-
-
-# quantized writes (routed to ms_kvcache/ops/concat_and_cache_mla_quant.py)
-from ms_kvcache.ops import _quant as Q  # noqa: E402
-from ms_kvcache.ops import concat_and_cache_mla_quant as _quant_op  # noqa: E402
-

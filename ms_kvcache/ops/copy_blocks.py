@@ -31,8 +31,9 @@ from ms_kvcache import _backend
 from ms_kvcache import _validate as V
 from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, graph_backend, prim_class
 from ms_kvcache._eager import BlockPairs, EagerOp
-from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, OpSpec, TensorSpec, dtype_name, register
-from ms_kvcache.ops.swap_blocks import BLOCK_CACHE_RANKS, check_block_mapping_shape
+from ms_kvcache._opspecs.copy import COPY_BLOCKS
+from ms_kvcache._spec import KV_DTYPES, attach_checks, dtype_name
+from ms_kvcache.ops._kv_shapes import BLOCK_CACHE_RANKS, check_block_mapping_shape
 
 __all__ = ["copy_blocks", "SPEC"]
 
@@ -52,17 +53,7 @@ def _infer_dtype(_attrs, k_dtypes, v_dtypes, _m_dtype):
     return ms.int32
 
 
-SPEC = register(OpSpec(
-    name="copy_blocks",
-    op_type="MskvCopyBlocks",
-    inputs=(
-        TensorSpec("key_caches", "T", BLOCK_CACHE_RANKS, inplace=True, dynamic=True),
-        TensorSpec("value_caches", "T", BLOCK_CACHE_RANKS, inplace=True, dynamic=True),
-        TensorSpec("block_mapping", "S", (2,)),
-    ),
-    dtype_groups={"T": KV_DTYPES, "S": INDEX_DTYPES},
-    extra={"infer_shape": _infer_shape, "infer_dtype": _infer_dtype},
-))
+SPEC = attach_checks(COPY_BLOCKS, infer_shape=_infer_shape, infer_dtype=_infer_dtype)
 
 
 def _check_counts(num_keys, num_values, m_shape, m_dtype):

@@ -16,7 +16,6 @@ Op interface (implemented by the cpu kernel ``cpu_kernel/multi_layer_block_trans
 See :mod:`ms_kvcache.ops._multi_layer` and docs/design.md ("Lists of tensors") for why the layers are
 a list input.
 """
-import numpy as np
 import mindspore as ms
 from mindspore import Tensor
 from mindspore.ops import functional as F
@@ -27,7 +26,8 @@ from ms_kvcache import _validate as V
 from ms_kvcache._custom import (_get_cache_prim, _run_in_jit, check_graph_types, eager_launcher, empty_input,
                                 empty_input_graph, graph_backend, nosync_checker, prim_class)
 from ms_kvcache._formats import KVCacheFormat
-from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, OpSpec, TensorSpec, register
+from ms_kvcache._opspecs.transfer import MULTI_LAYER_BLOCK_TRANSFER
+from ms_kvcache._spec import attach_checks
 from ms_kvcache.ops import _multi_layer as ML
 from ms_kvcache.ops import multi_layer_block_transfer_quant as _QB
 
@@ -75,54 +75,11 @@ def _default_layout(fmt, cache_layout, cache_shape=None):
     return "BNSD"
 
 
-def _host_plane_shape(fmt, n, plane, num_layers):
-    nb, bs, h, d = plane
-    if fmt in (KVCacheFormat.MERGED_KV, KVCacheFormat.SEPARATE_KV):
-        return (n, bs, num_layers, h, d)
-    return (n, bs, num_layers, h * d)
-
-
-def _check_shapes(attrs, ids_shape, staging_shape, host_shapes, cache_shapes, has_staging):
-    """Shape checks (eager and infer); returns (planes, n, staging elements needed per block)."""
-    fmt, layout, num_layers = attrs["kv_format"], attrs["cache_layout"], attrs["num_layers"]
-    planes_n = ML.planes_of(fmt)
-    if len(host_shapes) != planes_n:
-        raise ValueError(f"{_OP}: argument 'host_blocks': expected {planes_n} planes {ML.PLANE_NAMES[fmt]} for "
-                         f"{KVCacheFormat(fmt).name}, got {len(host_shapes)}")
-    planes = ML.cache_planes(_OP, fmt, layout, num_layers, cache_shapes)
-    if len(ids_shape) != 1:
-        raise ValueError(f"{_OP}: argument 'block_ids': expected rank 1, got shape {tuple(ids_shape)}")
-    n = int(ids_shape[0])
-    names = ML.PLANE_NAMES[fmt]
-    for p in range(planes_n):
-        expected = _host_plane_shape(fmt, n, planes[p], num_layers)
-        got = tuple(int(d) for d in host_shapes[p])
-        if got != expected:
-            layout_txt = "[n, block_size, num_layers, num_kv_heads, head_size]" if len(expected) == 5 else \
-                "[n, block_size, num_layers, hidden]"
-            raise ValueError(f"{_OP}: argument 'host_blocks[{p}]': expected the {names[p]} host blocks "
-                             f"{layout_txt} = {expected} (n = len(block_ids), geometry of the caches read as "
-                             f"cache_layout={layout!r} - this op's default is BNSD for MERGED_KV / SEPARATE_KV, "
-                             f"pass cache_layout='BSND' for [num_blocks, block_size, num_kv_heads, head_size] caches "
-                             f"- num_layers = {num_layers}), got {got}")
-    per_block = sum(bs * num_layers * h * d for (_, bs, h, d) in planes)
-    if has_staging:
-        size = _numel(staging_shape)
-        if size < per_block:
-            raise ValueError(f"{_OP}: argument 'staging': expected at least one block of every plane, "
-                             f"block_size * num_layers * sum(hidden) = {per_block} elements, got {size} "
-                             f"(shape {tuple(staging_shape)})")
-    return planes, n, per_block
-
-
-def _numel(shape):
-    return int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
-
-
 def _infer_shape(attrs, ids_shape, staging_shape, host_shapes, cache_shapes):
     """Run in MindSpore's infer step: at graph compile time and at every ops.Custom PyNative call. An
     empty staging tensor stands for "no staging" (the wrapper passes one when ``staging`` is None)."""
-    _check_shapes(attrs, ids_shape, staging_shape, host_shapes, cache_shapes, _numel(staging_shape) > 0)
+    ML.check_block_shapes(_OP, attrs, ids_shape, staging_shape, host_shapes, cache_shapes,
+                          ML.numel(staging_shape) > 0)
     return [1]
 
 
@@ -136,27 +93,14 @@ def _infer_dtype(attrs, ids_dtype, staging_dtype, host_dtypes, cache_dtypes):
 
 def _check_static(attr_values, shapes, dtypes, has_staging):
     """Eager shape/dtype checks (memoised by the wrapper): shapes/dtypes of (block_ids, staging, host
-    planes, caches); returns what :func:`_check_shapes` returns."""
+    planes, caches); returns what ``_multi_layer.check_block_shapes`` returns."""
     attrs = SPEC.attr_values(attr_values)
     ids_d, st_d, host_d, cache_d = dtypes
     _infer_dtype(attrs, ids_d, st_d if has_staging else cache_d[0], host_d, cache_d)
-    return _check_shapes(attrs, *shapes, has_staging)
+    return ML.check_block_shapes(_OP, attrs, *shapes, has_staging)
 
 
-SPEC = register(OpSpec(
-    name=_OP,
-    op_type="MskvMultiLayerBlockTransfer",
-    inputs=(
-        TensorSpec("block_ids", "S", (1,)),
-        TensorSpec("staging", "T", (1, 2, 3, 4, 5), inplace=True, optional=True),
-        TensorSpec("host_blocks", "T", (4, 5), dynamic=True, inplace_if=("direction", "d2h")),
-        TensorSpec("kv_caches", "T", (3, 4, 5), dynamic=True, inplace_if=("direction", "h2d")),
-    ),
-    dtype_groups={"T": KV_DTYPES, "S": INDEX_DTYPES},
-    attrs=ML.transfer_attrs("h2d", "BNSD"),
-    doc="Whole blocks of every layer between per-layer paged caches and token-major host blocks.",
-    extra={"infer_shape": _infer_shape, "infer_dtype": _infer_dtype},
-))
+SPEC = attach_checks(MULTI_LAYER_BLOCK_TRANSFER, infer_shape=_infer_shape, infer_dtype=_infer_dtype)
 
 
 _Prim = prim_class(SPEC)

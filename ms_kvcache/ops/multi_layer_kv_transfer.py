@@ -26,7 +26,8 @@ from ms_kvcache import _validate as V
 from ms_kvcache._custom import (_get_cache_prim, _run_in_jit, check_graph_types, eager_launcher, graph_backend,
                                 nosync_checker, prim_class)
 from ms_kvcache._formats import KVCacheFormat
-from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, OpSpec, TensorSpec, register
+from ms_kvcache._opspecs.transfer import MULTI_LAYER_KV_TRANSFER
+from ms_kvcache._spec import attach_checks
 from ms_kvcache.ops import _multi_layer as ML
 from ms_kvcache.ops import multi_layer_kv_transfer_quant as _QT
 
@@ -181,19 +182,7 @@ def _check_static(attr_values, buffer_shape, buffer_dtype, slot_shape, slot_dtyp
     return _check_shapes(attrs, buffer_shape, slot_shape, cache_shapes)
 
 
-SPEC = register(OpSpec(
-    name=_OP,
-    op_type="MskvMultiLayerKvTransfer",
-    inputs=(
-        TensorSpec("buffer", "T", (1, 4), inplace_if=("direction", "d2h")),
-        TensorSpec("slot_mapping", "S", (1,)),
-        TensorSpec("kv_caches", "T", (3, 4, 5), dynamic=True, inplace_if=("direction", "h2d")),
-    ),
-    dtype_groups={"T": KV_DTYPES, "S": INDEX_DTYPES},
-    attrs=ML.transfer_attrs("d2h", "BSND"),
-    doc="All layers' K/V rows of T tokens between paged caches and one contiguous buffer.",
-    extra={"infer_shape": _infer_shape, "infer_dtype": _infer_dtype},
-))
+SPEC = attach_checks(MULTI_LAYER_KV_TRANSFER, infer_shape=_infer_shape, infer_dtype=_infer_dtype)
 
 _Prim = prim_class(SPEC)
 _STATIC = {}

@@ -6,29 +6,12 @@ from mindspore.ops.primitive import constexpr
 from ms_kvcache import _backend
 from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, graph_backend, prim_class
 from ms_kvcache._eager import EagerOp, Positions, Slots
-from ms_kvcache._formats import CACHE_LAYOUT_CODES, CACHE_LAYOUTS
-from ms_kvcache._spec import FLOAT_DTYPES, INDEX_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, register
+from ms_kvcache._opspecs.rope import REROPE_CACHED_KEYS as SPEC
+from ms_kvcache._spec import dtype_name
 from ms_kvcache.ops import _rope_common as R
 
 __all__ = ["rerope_cached_keys", "SPEC"]
 
-SPEC = register(OpSpec(
-    name="rerope_cached_keys",
-    op_type="MskvReropeCachedKeys",
-    inputs=(
-        TensorSpec("key_cache", "T", (3, 4), inplace=True),
-        TensorSpec("slot_mapping", "S", (1,)),
-        TensorSpec("old_positions", "P", (1,)),
-        TensorSpec("new_positions", "P", (1,)),
-        TensorSpec("cos_sin_cache", "C", (2,)),
-    ),
-    dtype_groups={"T": FLOAT_DTYPES, "C": FLOAT_DTYPES, "P": INDEX_DTYPES, "S": INDEX_DTYPES},
-    group_rules=R.COS_SIN_RULE,
-    attrs=(
-        AttrSpec("is_neox_style", "bool", True, (True, False)),
-        AttrSpec("cache_layout", "str", "BSND", CACHE_LAYOUTS, CACHE_LAYOUT_CODES),
-    ),
-))
 
 
 def _check_static(kc_shape, kc_dtype, s_shape, s_dtype, o_shape, o_dtype, n_shape, n_dtype, cs_shape, cs_dtype,

@@ -5,49 +5,14 @@ from mindspore.ops.primitive import constexpr
 from ms_kvcache import _backend
 from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, graph_backend, prim_class
 from ms_kvcache._eager import EagerOp, Slots
-from ms_kvcache._formats import CACHE_LAYOUT_CODES, CACHE_LAYOUTS
-from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, register
+from ms_kvcache._opspecs.copy import RESHAPE_AND_CACHE as SPEC
+from ms_kvcache._spec import dtype_name
+from ms_kvcache.ops import _quant as Q
+from ms_kvcache.ops import reshape_and_cache_quant as _quant_op
+from ms_kvcache.ops._kv_shapes import cache_geometry, check_kv_rows
 
 __all__ = ["reshape_and_cache", "SPEC"]
 
-SPEC = register(OpSpec(
-    name="reshape_and_cache",
-    op_type="MskvReshapeAndCache",
-    inputs=(
-        TensorSpec("key", "T", (2, 3)),
-        TensorSpec("value", "T", (2, 3)),
-        TensorSpec("key_cache", "T", (4,), inplace=True),
-        TensorSpec("value_cache", "T", (4,), inplace=True),
-        TensorSpec("slot_mapping", "S", (1,)),
-    ),
-    dtype_groups={"T": KV_DTYPES, "S": INDEX_DTYPES},
-    attrs=(AttrSpec("cache_layout", "str", "BSND", CACHE_LAYOUTS, CACHE_LAYOUT_CODES),),
-))
-
-
-def cache_geometry(op, name, shape, layout):
-    """(num_blocks, block_size, num_kv_heads, head_size) of a rank-4 cache in ``layout``."""
-    if layout == "BSND":
-        nb, bs, h, d = shape
-    else:
-        nb, h, bs, d = shape
-    return nb, bs, h, d
-
-
-def check_kv_rows(op, name, shape, num_tokens, heads, head_size):
-    """key/value: [T', H, D] or [T', H*D] with T' >= num_tokens."""
-    if len(shape) == 3:
-        ok = tuple(shape[1:]) == (heads, head_size)
-        exp = f"[T', {heads}, {head_size}]"
-    else:
-        ok = shape[1] == heads * head_size
-        exp = f"[T', {heads * head_size}]"
-    if not ok:
-        raise ValueError(f"{op}: argument '{name}': expected shape {exp} (num_kv_heads, head_size of the "
-                         f"cache), got {tuple(shape)}")
-    if shape[0] < num_tokens:
-        raise ValueError(f"{op}: argument '{name}': expected at least len(slot_mapping) = {num_tokens} rows, "
-                         f"got {shape[0]}")
 
 
 def _check_static(k_shape, k_dtype, v_shape, v_dtype, kc_shape, kc_dtype, vc_shape, vc_dtype,
@@ -188,7 +153,3 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, cache_la
 #: PyNative branch (fast path when available): static check -> num_slots; no slots launches nothing.
 _EAGER = EagerOp(SPEC, _check_static, index_checks=(Slots("slot_mapping"),), skip_if_empty=("slot_mapping",))
 
-
-# quantized writes (ms_kvcache/ops/reshape_and_cache_quant.py imports this module: imported last)
-from ms_kvcache.ops import _quant as Q  # noqa: E402
-from ms_kvcache.ops import reshape_and_cache_quant as _quant_op  # noqa: E402

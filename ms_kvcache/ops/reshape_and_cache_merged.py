@@ -5,24 +5,14 @@ from mindspore.ops.primitive import constexpr
 from ms_kvcache import _backend
 from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, graph_backend, prim_class
 from ms_kvcache._eager import EagerOp, Slots
-from ms_kvcache._formats import CACHE_LAYOUT_CODES, CACHE_LAYOUTS
-from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, register
+from ms_kvcache._opspecs.copy import RESHAPE_AND_CACHE_MERGED as SPEC
+from ms_kvcache._spec import dtype_name
 from ms_kvcache.ops.reshape_and_cache import cache_geometry, check_kv_rows
+from ms_kvcache.ops import _quant as Q
+from ms_kvcache.ops import reshape_and_cache_quant as _quant_op
 
 __all__ = ["reshape_and_cache_merged", "SPEC"]
 
-SPEC = register(OpSpec(
-    name="reshape_and_cache_merged",
-    op_type="MskvReshapeAndCacheMerged",
-    inputs=(
-        TensorSpec("key", "T", (2, 3)),
-        TensorSpec("value", "T", (2, 3)),
-        TensorSpec("kv_cache", "T", (5,), inplace=True),
-        TensorSpec("slot_mapping", "S", (1,)),
-    ),
-    dtype_groups={"T": KV_DTYPES, "S": INDEX_DTYPES},
-    attrs=(AttrSpec("cache_layout", "str", "BSND", CACHE_LAYOUTS, CACHE_LAYOUT_CODES),),
-))
 
 
 def _check_static(k_shape, k_dtype, v_shape, v_dtype, c_shape, c_dtype, s_shape, s_dtype, cache_layout):
@@ -117,9 +107,3 @@ def reshape_and_cache_merged(key, value, kv_cache, slot_mapping, cache_layout="B
                                                      v_scale_cache)
         _EAGER(_backend.get_backend(), (cache_layout,), key, value, kv_cache, slot_mapping)
     return None
-
-
-# quantized writes (routed to ms_kvcache/ops/reshape_and_cache_quant.py)
-from ms_kvcache.ops import _quant as Q  # noqa: E402
-from ms_kvcache.ops import reshape_and_cache_quant as _quant_op  # noqa: E402
-

@@ -10,41 +10,14 @@ from mindspore.ops.primitive import constexpr
 from ms_kvcache import _backend
 from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, graph_backend, prim_class
 from ms_kvcache._eager import EagerOp, Positions, Slots
-from ms_kvcache._spec import FLOAT_DTYPES, INDEX_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, register
+from ms_kvcache._opspecs.rope import ROPE_CONCAT_AND_CACHE_MLA as SPEC
+from ms_kvcache._spec import dtype_name
 from ms_kvcache.ops import _rope_common as R
+from ms_kvcache.ops import _quant as Q
+from ms_kvcache.ops import rope_concat_and_cache_mla_quant as _quant_op
 
 __all__ = ["rope_concat_and_cache_mla", "SPEC"]
 
-SPEC = register(OpSpec(
-    name="rope_concat_and_cache_mla",
-    op_type="MskvRopeConcatAndCacheMla",
-    inputs=(
-        TensorSpec("positions", "P", (1,)),
-        TensorSpec("q_pe", "T", (2, 3)),
-        TensorSpec("k_pe", "T", (2, 3)),
-        TensorSpec("kv_c", "T", (2,)),
-        TensorSpec("cos_sin_cache", "C", (2,)),
-        TensorSpec("kv_c_cache", "T", (3,), inplace=True),
-        TensorSpec("k_pe_cache", "T", (3,), inplace=True),
-        TensorSpec("slot_mapping", "S", (1,)),
-        # Absent = no RMSNorm. The cpu backend receives an empty float32 [0] tensor in its place;
-        # an AscendC OpDef declares it OPTIONAL.
-        TensorSpec("kv_c_norm_weight", "W", (1,), optional=True),
-    ),
-    outputs=(
-        TensorSpec("q_pe_out", "T", (2, 3)),
-        TensorSpec("k_pe_out", "T", (2, 3)),
-        TensorSpec("kv_c_out", "T", (2,)),
-    ),
-    dtype_groups={"T": FLOAT_DTYPES, "C": FLOAT_DTYPES, "W": FLOAT_DTYPES, "P": INDEX_DTYPES,
-                  "S": INDEX_DTYPES},
-    group_rules={"C": ("float32", "=T"), "W": ("float32", "=T")},
-    attrs=(
-        AttrSpec("is_neox_style", "bool", False, (True, False)),
-        AttrSpec("epsilon", "float", 1e-6),
-    ),
-    extra={"out_shape": R.out_like(1, 2, 3), "out_dtype": R.out_like(1, 2, 3)},
-))
 
 #: stands in for kv_c_norm_weight=None (no RMSNorm) on the cpu backend
 _NO_WEIGHT = Tensor(np.zeros((0,), np.float32))
@@ -232,8 +205,3 @@ def rope_concat_and_cache_mla(positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_c
                                      positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_cache, k_pe_cache, slot_mapping,
                                      kv_c_norm_weight)
     return q_out, k_out, c_out
-
-
-# quantized writes (routed to ms_kvcache/ops/rope_concat_and_cache_mla_quant.py)
-from ms_kvcache.ops import _quant as Q  # noqa: E402
-from ms_kvcache.ops import rope_concat_and_cache_mla_quant as _quant_op  # noqa: E402

@@ -6,60 +6,14 @@ from mindspore.ops.primitive import constexpr
 from ms_kvcache import _backend
 from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, graph_backend, prim_class
 from ms_kvcache._eager import EagerOp, Positions, Slots
-from ms_kvcache._formats import CACHE_LAYOUT_CODES, CACHE_LAYOUTS
-from ms_kvcache._spec import FLOAT_DTYPES, INDEX_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, register
+from ms_kvcache._opspecs.rope import ROPE_RESHAPE_AND_CACHE as SPEC
+from ms_kvcache._spec import dtype_name
 from ms_kvcache.ops import _rope_common as R
+from ms_kvcache.ops import _quant as Q
+from ms_kvcache.ops import rope_reshape_and_cache_quant as _quant_op
 
 __all__ = ["rope_reshape_and_cache", "SPEC"]
 
-SPEC = register(OpSpec(
-    name="rope_reshape_and_cache",
-    op_type="MskvRopeReshapeAndCache",
-    inputs=(
-        TensorSpec("positions", "P", (1,)),
-        TensorSpec("query", "T", (2, 3)),
-        TensorSpec("key", "T", (2, 3)),
-        TensorSpec("value", "T", (2, 3)),
-        TensorSpec("cos_sin_cache", "C", (2,)),
-        TensorSpec("key_cache", "T", (4,), inplace=True),
-        TensorSpec("value_cache", "T", (4,), inplace=True),
-        TensorSpec("slot_mapping", "S", (1,)),
-    ),
-    outputs=(
-        TensorSpec("query_out", "T", (2, 3)),
-        TensorSpec("key_out", "T", (2, 3)),
-    ),
-    dtype_groups={"T": FLOAT_DTYPES, "C": FLOAT_DTYPES, "P": INDEX_DTYPES, "S": INDEX_DTYPES},
-    group_rules=R.COS_SIN_RULE,
-    attrs=(
-        AttrSpec("is_neox_style", "bool", True, (True, False)),
-        AttrSpec("cache_layout", "str", "BSND", CACHE_LAYOUTS, CACHE_LAYOUT_CODES),
-    ),
-    extra={"out_shape": R.out_like(1, 2), "out_dtype": R.out_like(1, 2)},
-))
-
-
-def check_gqa(op, p_shape, q_shape, k_shape, v_shape, cs_shape, s_shape, heads, head_size):
-    """Shape checks shared with rope_reshape_and_cache_merged; returns (rows, max_position)."""
-    rows = int(k_shape[0])
-    kh = R.heads_of(op, "key", k_shape, head_size, "num_kv_heads")
-    if kh != heads:
-        raise ValueError(f"{op}: argument 'key': expected num_kv_heads = {heads} (heads of the cache), got "
-                         f"{kh} (shape {tuple(k_shape)})")
-    vh = R.heads_of(op, "value", v_shape, head_size, "num_kv_heads")
-    if vh != heads or v_shape[0] != rows:
-        raise ValueError(f"{op}: argument 'value': expected {rows} rows of {heads} heads x {head_size} "
-                         f"(like 'key'), got shape {tuple(v_shape)}")
-    R.heads_of(op, "query", q_shape, head_size, "num_heads")
-    if q_shape[0] != rows:
-        raise ValueError(f"{op}: argument 'query': expected {rows} rows (same T' as 'key'), got shape "
-                         f"{tuple(q_shape)}")
-    R.check_positions_shape(op, "positions", p_shape, rows, "key")
-    if len(s_shape) != 1 or s_shape[0] > rows:
-        raise ValueError(f"{op}: argument 'slot_mapping': expected shape [T] with T <= {rows} (rows of "
-                         f"'key'), got {tuple(s_shape)}")
-    max_position, _ = R.table_geometry(op, cs_shape, head_size)
-    return rows, max_position
 
 
 def _check_static(p_shape, p_dtype, q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, cs_shape, cs_dtype,
@@ -81,7 +35,7 @@ def _check_static(p_shape, p_dtype, q_shape, q_dtype, k_shape, k_dtype, v_shape,
         nb, bs, h, d = kc_shape
     else:
         nb, h, bs, d = kc_shape
-    rows, max_position = check_gqa(op, p_shape, q_shape, k_shape, v_shape, cs_shape, s_shape, h, d)
+    rows, max_position = R.check_gqa(op, p_shape, q_shape, k_shape, v_shape, cs_shape, s_shape, h, d)
     return nb * bs, max_position
 
 
@@ -210,8 +164,3 @@ def rope_reshape_and_cache(positions, query, key, value, cos_sin_cache, key_cach
         query_out, key_out = _EAGER(R.require_backend(SPEC.name, _backend.get_backend()), (is_neox_style, cache_layout),
                                     positions, query, key, value, cos_sin_cache, key_cache, value_cache, slot_mapping)
     return query_out, key_out
-
-
-# quantized writes (routed to ms_kvcache/ops/rope_reshape_and_cache_quant.py)
-from ms_kvcache.ops import _quant as Q  # noqa: E402
-from ms_kvcache.ops import rope_reshape_and_cache_quant as _quant_op  # noqa: E402

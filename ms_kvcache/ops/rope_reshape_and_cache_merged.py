@@ -6,37 +6,14 @@ from mindspore.ops.primitive import constexpr
 from ms_kvcache import _backend
 from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, graph_backend, prim_class
 from ms_kvcache._eager import EagerOp, Positions, Slots
-from ms_kvcache._formats import CACHE_LAYOUT_CODES, CACHE_LAYOUTS
-from ms_kvcache._spec import FLOAT_DTYPES, INDEX_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, register
+from ms_kvcache._opspecs.rope import ROPE_RESHAPE_AND_CACHE_MERGED as SPEC
+from ms_kvcache._spec import dtype_name
 from ms_kvcache.ops import _rope_common as R
-from ms_kvcache.ops.rope_reshape_and_cache import check_gqa
+from ms_kvcache.ops import _quant as Q
+from ms_kvcache.ops import rope_reshape_and_cache_quant as _quant_op
 
 __all__ = ["rope_reshape_and_cache_merged", "SPEC"]
 
-SPEC = register(OpSpec(
-    name="rope_reshape_and_cache_merged",
-    op_type="MskvRopeReshapeAndCacheMerged",
-    inputs=(
-        TensorSpec("positions", "P", (1,)),
-        TensorSpec("query", "T", (2, 3)),
-        TensorSpec("key", "T", (2, 3)),
-        TensorSpec("value", "T", (2, 3)),
-        TensorSpec("cos_sin_cache", "C", (2,)),
-        TensorSpec("kv_cache", "T", (5,), inplace=True),
-        TensorSpec("slot_mapping", "S", (1,)),
-    ),
-    outputs=(
-        TensorSpec("query_out", "T", (2, 3)),
-        TensorSpec("key_out", "T", (2, 3)),
-    ),
-    dtype_groups={"T": FLOAT_DTYPES, "C": FLOAT_DTYPES, "P": INDEX_DTYPES, "S": INDEX_DTYPES},
-    group_rules=R.COS_SIN_RULE,
-    attrs=(
-        AttrSpec("is_neox_style", "bool", True, (True, False)),
-        AttrSpec("cache_layout", "str", "BSND", CACHE_LAYOUTS, CACHE_LAYOUT_CODES),
-    ),
-    extra={"out_shape": R.out_like(1, 2), "out_dtype": R.out_like(1, 2)},
-))
 
 
 def _check_static(p_shape, p_dtype, q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, cs_shape, cs_dtype,
@@ -58,7 +35,7 @@ def _check_static(p_shape, p_dtype, q_shape, q_dtype, k_shape, k_dtype, v_shape,
         _, nb, bs, h, d = kv_shape
     else:
         _, nb, h, bs, d = kv_shape
-    _, max_position = check_gqa(op, p_shape, q_shape, k_shape, v_shape, cs_shape, s_shape, h, d)
+    _, max_position = R.check_gqa(op, p_shape, q_shape, k_shape, v_shape, cs_shape, s_shape, h, d)
     return nb * bs, max_position
 
 
@@ -153,8 +130,3 @@ def rope_reshape_and_cache_merged(positions, query, key, value, cos_sin_cache, k
         query_out, key_out = _EAGER(R.require_backend(SPEC.name, _backend.get_backend()), (is_neox_style, cache_layout),
                                     positions, query, key, value, cos_sin_cache, kv_cache, slot_mapping)
     return query_out, key_out
-
-
-# quantized writes (routed to ms_kvcache/ops/rope_reshape_and_cache_quant.py)
-from ms_kvcache.ops import _quant as Q  # noqa: E402
-from ms_kvcache.ops import rope_reshape_and_cache_quant as _quant_op  # noqa: E402

@@ -5,31 +5,13 @@ from mindspore.ops.primitive import constexpr
 from ms_kvcache import _backend
 from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, graph_backend, prim_class
 from ms_kvcache._eager import BlockPairs, EagerOp
-from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, OpSpec, TensorSpec, dtype_name, register
+from ms_kvcache._opspecs.copy import SWAP_BLOCKS as SPEC
+from ms_kvcache._spec import dtype_name
+from ms_kvcache.ops._kv_shapes import check_block_mapping_shape
 
 __all__ = ["swap_blocks", "SPEC"]
 
-#: Cache ranks accepted by the block copy ops: dim 0 is num_blocks, the rest is one block.
-BLOCK_CACHE_RANKS = (2, 3, 4, 5, 6)
 
-SPEC = register(OpSpec(
-    name="swap_blocks",
-    op_type="MskvSwapBlocks",
-    inputs=(
-        TensorSpec("src_cache", "T", BLOCK_CACHE_RANKS),
-        TensorSpec("dst_cache", "T", BLOCK_CACHE_RANKS, inplace=True),
-        TensorSpec("block_mapping", "S", (2,)),
-    ),
-    dtype_groups={"T": KV_DTYPES, "S": INDEX_DTYPES},
-    # src_cache may be dst_cache (or overlap it): a documented use, rows of block_mapping apply in order
-    # like a Python loop (docs/design.md, "Block copies"); block_mapping may not overlap dst_cache
-    read_may_alias=("src_cache",),
-))
-
-
-def check_block_mapping_shape(op, name, shape):
-    if len(shape) != 2 or shape[1] != 2:
-        raise ValueError(f"{op}: argument '{name}': expected shape [n, 2] (src, dst block ids), got {tuple(shape)}")
 
 
 def _check_static(s_shape, s_dtype, d_shape, d_dtype, m_shape, m_dtype):
