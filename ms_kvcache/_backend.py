@@ -44,6 +44,9 @@ def set_backend(name):
     Args:
         name (str): ``"cpu"``, ``"sim"`` or ``"ascend"``.
 
+    Returns:
+        None: every later PyNative call, and every graph compiled later, uses this backend.
+
     Raises:
         ValueError: ``name`` is not one of :data:`BACKENDS`.
         RuntimeError: the backend cannot run on this machine (the message says what is missing,

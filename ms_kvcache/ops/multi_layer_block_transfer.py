@@ -132,93 +132,44 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
                                cache_layout=None, aiv_num=0, scale_caches=None, scale_host_blocks=None):
     """Move whole blocks of every layer between the paged caches and host blocks, in one call.
 
-    ``direction="h2d"`` copies host block ``i`` into device block ``block_ids[i]`` of every layer (load);
-    ``"d2h"`` copies device block ``block_ids[i]`` of every layer into host block ``i`` (offload). Host
-    blocks are token-major, one contiguous piece per block and plane, as offload stores keep them
-    (HeteroFusedKernels' pcieThrough layout, extended to many blocks and both directions).
+    ``direction="h2d"`` copies host block ``i`` into block ``block_ids[i]`` of every layer (load); ``"d2h"``
+    the reverse (offload). Host blocks are token-major, one contiguous piece per block and plane
+    (HeteroFusedKernels' pcieThrough layout, many blocks, both directions). Details: docs/ops-transfer.md.
 
     Args:
-        kv_caches (sequence): one entry per layer, as in :func:`multi_layer_kv_transfer` (MERGED_KV
-            tensor, ``(key_cache, value_cache)``, MLA ``(kv_c_cache, k_pe_cache)``, DSA adds
-            ``indexer_k_cache``), or the flat layer-major sequence. Device caches per layer are BNSD
-            ``[num_blocks, H, block_size, D]`` by default or BSND ``[num_blocks, block_size, H, D]``
-            (``cache_layout``); MLA/DSA planes ``[num_blocks, block_size, hidden]``. Written for ``"h2d"``
-            (in a graph then each a whole Parameter).
-        host_blocks (sequence of Tensor): one tensor per plane - ``(key_blocks, value_blocks)`` for
-            MERGED/SEPARATE, each ``[n, block_size, L, H, D]``; ``(kv_c_blocks [n, block_size, L,
-            kv_lora_rank], k_pe_blocks [n, block_size, L, rope_dim])`` for MLA, plus ``indexer_blocks
-            [n, block_size, L, index_head_dim]`` for DSA. Same dtype as the caches; contiguous; written
-            for ``"d2h"`` (in a graph then each a whole Parameter; a buffer from
-            :func:`ms_kvcache.alloc_host_buffer` is the usual choice).
-        block_ids (Tensor): int64 (or int32) ``[n]``, device block of each host block; n may be large.
-        direction (str): keyword-only, ``"h2d"`` or ``"d2h"``.
-        staging (Tensor, optional): a device buffer of the caches' dtype with at least
-            ``block_size * L * sum(hidden)`` elements (one block of every plane). When given, host blocks
-            go through it ("fused memcpy"): the AscendC kernel (sim, ascend) gives each core a slice of
-            the buffer, copies the host rows of up to a slice of (block, layer) units into it with large
-            strided copies, then scatters/gathers on device; without it the kernel reads/writes host
-            memory directly (zero-copy). Both give identical caches and host blocks on every backend. The
-            buffer is scratch: its dtype and size are checked on every backend, its contents after the call
-            are unspecified. The cpu backend (host memory is its device memory, so staging buys nothing)
-            checks it and runs the zero-copy path. See docs/ops-transfer.md, "AscendC kernels". Written
-            (scratch), so in a graph a whole Parameter.
-        kv_format (KVCacheFormat | int | str, optional): a ``KVCacheFormat`` member, its int value (1-4)
-            or a string in any case, the member name or its short form (``"MERGED_KV"`` / ``"merged"``,
-            ``"SEPARATE_KV"`` / ``"separate"``, ``"MLA_KV"`` / ``"mla"``, ``"DSA_KV"`` / ``"dsa"``);
-            inferred when None: 3 host planes -> DSA_KV,
-            rank-4 host planes -> MLA_KV, rank-5 host planes -> MERGED_KV if the caches are rank 5 else
-            SEPARATE_KV.
-        cache_layout (str, optional): ``"BNSD"`` (the default for MERGED/SEPARATE, as pcieThrough) or
-            ``"BSND"``; MLA/DSA caches have no head axis and only take ``"BSND"`` (their default). Note the
-            other ops default to BSND: pass ``cache_layout="BSND"`` for caches written by
-            ``reshape_and_cache`` with its default. Without ``cache_layout``, MERGED/SEPARATE caches with
-            num_kv_heads == block_size raise ValueError (the layout cannot be told from the shape).
-        aiv_num (int): keyword-only cap on the vector cores (AIV) the AscendC kernel uses (sim, ascend),
-            like pcieThrough's ``aivNum`` (leave cores to concurrent compute); on the cpu backend a cap on
-            threads. 0 (default) = all.
-        scale_caches (sequence, optional): keyword-only; the float32 scale caches of int8 / float8
-            ``kv_caches``, one per layer and data plane, nested or flat as in
-            :func:`multi_layer_kv_transfer` (MERGED_KV / SEPARATE_KV ``(k_scale_cache, v_scale_cache)``
-            ``[nb, H, bs(, 1)]`` BNSD / ``[nb, bs, H(, 1)]`` BSND; MLA / DSA one ``[nb, bs, 1]`` per plane),
-            moved in the same call. Written for ``"h2d"``. Needs ``scale_host_blocks``.
-        scale_host_blocks (sequence of Tensor, optional): keyword-only; the scales' host blocks, one
-            float32 tensor per data plane, token-major like ``host_blocks``: ``[n, block_size, L, H]``
-            (MLA / DSA ``[n, block_size, L, 1]``). Written for ``"d2h"``. With scales a ``staging`` buffer
-            must hold ``block_size * L * (sum(hidden) + 4 * sum(scales))`` one-byte elements (one block of
-            every data and scale plane). Every backend: cpu (int8 and float8), sim / ascend (the AscendC
-            kernel of ``op_kernel/multi_layer_block_transfer_quant.cpp``: int8 caches; on Ascend310P only
-            where every data and scale row is a multiple of 32 bytes, i.e. BSND with H a multiple of 8, else
-            a tiling error naming the SoC).
+        kv_caches (sequence): one entry per layer as for :func:`multi_layer_kv_transfer`, or flat; caches
+            BNSD ``[num_blocks, H, block_size, D]`` (default) or BSND; MLA / DSA planes ``[num_blocks,
+            block_size, hidden]``; contiguous; written for ``"h2d"``.
+        host_blocks (sequence of Tensor): one per plane: ``[n, block_size, L, H, D]`` (MERGED_KV /
+            SEPARATE_KV) or ``[n, block_size, L, hidden]`` (MLA_KV / DSA_KV); dtype of the caches;
+            contiguous; written for ``"d2h"``.
+        block_ids (Tensor): ``[n]`` int64 or int32, the cache block of each host block.
+        direction (str, keyword): ``"h2d"`` or ``"d2h"``.
+        staging (Tensor, keyword): optional device scratch buffer of the caches' dtype, at least
+            ``block_size * L * sum(hidden)`` elements; AscendC kernels then copy through it (docs).
+        kv_format (KVCacheFormat | int | str, keyword): as for :func:`multi_layer_kv_transfer`; None
+            (default): inferred from the host planes (3 -> DSA_KV, rank 4 -> MLA_KV, rank 5 -> MERGED_KV /
+            SEPARATE_KV by the cache rank).
+        cache_layout (str, keyword): ``"BNSD"`` (default for MERGED_KV / SEPARATE_KV) or ``"BSND"``
+            (MLA_KV / DSA_KV: only BSND); needed when num_kv_heads == block_size.
+        aiv_num (int, keyword): cap on the vector cores (sim, ascend) or threads (cpu); 0 (default) = all.
+        scale_caches (sequence, keyword): int8 / float8 caches only: their float32 scale caches, as for
+            :func:`multi_layer_kv_transfer`; written for ``"h2d"``; needs ``scale_host_blocks``.
+        scale_host_blocks (sequence of Tensor, keyword): float32 ``[n, block_size, L, H]`` per data plane
+            (MLA / DSA: ``[n, block_size, L, 1]``); written for ``"d2h"``.
 
     Returns:
-        None. Host blocks (d2h) or caches (h2d) are written in place, without copies, in PyNative,
-        GRAPH_MODE and ``@ms.jit``, ordered against other reads/writes of the same Parameters.
+        None: the host blocks (d2h) or the caches (h2d), and ``staging``, are written in place; in a graph
+        (every written tensor a whole Parameter) ordered against other reads and writes of them.
 
     Raises:
-        TypeError: non-Tensor arguments; dtypes differing between layers, planes, host blocks and staging;
-            block_ids not int32/int64; scale caches with caches that are not int8 / float8, or scale caches /
-            scale host blocks that are not float32.
-        TypeError: float8 caches with scale caches on sim / ascend (int8 there).
-        ValueError: only one of ``scale_caches`` / ``scale_host_blocks``; scale caches missing for a layer or
-            plane, or of shapes that do not match the caches or the host blocks; unknown ``direction``/``kv_format``/``cache_layout``; ``aiv_num`` not an int >= 0;
-            shapes differing between layers;
-            host blocks whose shape does not match (``n``, block_size, layer count, heads, head size);
-            a staging buffer smaller than one block; a block id outside ``[0, num_blocks)`` or (h2d) a
-            repeated id (PyNative only: in graph mode such ids are skipped by h2d and give zero host
-            blocks in d2h, never a write outside a cache); a non-contiguous tensor that would be written, or
-            (without the PyNative fast path, where ops.Custom would write into a copy) a view; a written
-            tensor sharing memory with another one or with a tensor the op reads (the caches or host blocks of
-            the other direction, ``block_ids``) (PyNative).
-        TypeError (GRAPH_MODE / ``@ms.jit``, at compile time): a written tensor (host blocks for d2h, caches for
-            h2d, ``staging``) not a whole Parameter (a slice, split or reshape of one, an op's result, a Tensor
-            attribute or argument: MindSpore would write a temporary copy); a Python list or numpy array where a
-            Tensor is expected.
-        RuntimeError (GRAPH_MODE / ``@ms.jit``, at launch, cpu and sim): a written tensor sharing memory (the same
-            Parameter twice, two Parameters over one buffer), or a written tensor over one the call reads (e.g.
-            ``staging`` over a cache); nothing is written. On the ascend backend the kernel finds it instead and
-            stops the launch (``AscendC::Trap()``, before any write): MindSpore raises at the next stream sync with
-            the AI Core exception, not this message (seen in the emulation only). A kernel failure's message is in
-            the exception text.
+        TypeError: a non-Tensor argument; mixed or unsupported dtypes; in a graph, a written tensor that is not
+            a whole Parameter.
+        ValueError: shapes that do not match (host blocks, layers, staging smaller than one block), only one of
+            the scale arguments, unknown names; in PyNative a block id out of range or repeated (h2d), memory
+            shared between a written tensor and another argument.
+        RuntimeError: in a graph, at launch: written tensors sharing memory (cpu, sim), a kernel failure. Per
+            mode and backend: docs/ops-transfer.md, "Errors".
     """
     if _run_in_jit():  # @jit.cond: True
         check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(kv_caches), F.typeof(host_blocks), F.typeof(block_ids),

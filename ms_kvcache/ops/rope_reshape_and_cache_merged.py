@@ -60,49 +60,38 @@ _GRAPH_ARGS = ('positions', 'query', 'key', 'value', 'cos_sin_cache', 'kv_cache'
 def rope_reshape_and_cache_merged(positions, query, key, value, cos_sin_cache, kv_cache, slot_mapping, *,
                                   is_neox_style=True, cache_layout="BSND", k_scale=None, v_scale=None, k_offset=None,
                                   v_offset=None, k_scale_cache=None, v_scale_cache=None):
-    """:func:`ms_kvcache.rope_reshape_and_cache` for a merged per-layer cache (vLLM 0.9 style,
-    ``KVCacheFormat.MERGED_KV``): rotary embedding on ``query`` and ``key``, then the rotated key
-    row goes to ``kv_cache[0]`` and the value row to ``kv_cache[1]``, in one pass.
+    """:func:`ms_kvcache.rope_reshape_and_cache` for a merged per-layer cache: the rotated key row goes to
+    ``kv_cache[0]``, the value row to ``kv_cache[1]``, in one pass; returns the rotated query and key.
 
-    Follows vLLM's ``rotary_embedding`` (cos_sin_cache layout, NeoX / GPT-J pairs, partial rotary)
-    and ``reshape_and_cache`` semantics on the merged layout of ``reshape_and_cache_merged``.
+    ``KVCacheFormat.MERGED_KV`` (vLLM 0.9 style), the layout of :func:`ms_kvcache.reshape_and_cache_merged`.
+    Conventions and errors: docs/ops-rope.md; quantized caches: docs/quantization.md.
 
     Args:
-        positions (Tensor): int32 or int64 ``[T']``, each in ``[0, max_position)``.
-        query (Tensor): ``[T', num_heads, head_size]`` or ``[T', num_heads * head_size]``; float16,
-            bfloat16 or float32. Not modified.
-        key (Tensor): ``[T', num_kv_heads, head_size]`` or ``[T', num_kv_heads * head_size]``; same
-            dtype as ``query``. Not modified.
-        value (Tensor): same shape rules and dtype as ``key``.
-        cos_sin_cache (Tensor): ``[max_position, rotary_dim]``, cos | sin halves (vLLM layout);
-            float32 (recommended) or the dtype of ``query``; ``rotary_dim`` even, ``<= head_size``.
-        kv_cache (Tensor | Parameter; a whole Parameter in a graph): ``[2, num_blocks, block_size, num_kv_heads,
-            head_size]`` (``"BSND"``) or ``[2, num_blocks, num_kv_heads, block_size, head_size]`` (``"BNSD"``); K at
-            index 0, V at index 1; same dtype as ``query``; contiguous. Written in place.
-        slot_mapping (Tensor): int32 or int64 ``[T]``, ``T <= T'``; ``slot < 0`` skips the token.
-        is_neox_style (bool | numpy.bool_): pairs ``(i, i + rotary_dim/2)`` if True, ``(2i, 2i+1)`` if False.
-        cache_layout (str): ``"BSND"`` (default) or ``"BNSD"``.
-        k_scale, v_scale, k_offset, v_offset, k_scale_cache, v_scale_cache: keyword only; an int8 /
-            float8 ``kv_cache``: quantized writes of the rotated key and the value, as
-            :func:`ms_kvcache.rope_reshape_and_cache` (docs/quantization.md; backends cpu, and sim / ascend
-            for int8 caches).
+        positions (Tensor): ``[T']`` int32 or int64, in ``[0, max_position)``.
+        query (Tensor): ``[T', num_heads, head_size]`` or flattened; float16, bfloat16 or float32.
+        key (Tensor): ``[T', num_kv_heads, head_size]`` or flattened; dtype of ``query``.
+        value (Tensor): shape and dtype of ``key``.
+        cos_sin_cache (Tensor): ``[max_position, rotary_dim]``, cos then sin halves; float32 (recommended) or
+            the dtype of ``query``; ``rotary_dim`` even, ``<= head_size``.
+        kv_cache (Tensor | Parameter): ``[2, num_blocks, block_size, num_kv_heads, head_size]`` (BSND) or
+            ``[2, num_blocks, num_kv_heads, block_size, head_size]`` (BNSD); dtype of ``query`` (int8 / float8
+            when quantizing); contiguous; written in place (in a graph: a whole Parameter).
+        slot_mapping (Tensor): ``[T]`` int32 or int64, ``T <= T'``; ``slot < 0`` skips the token.
+        is_neox_style (bool | numpy.bool_, keyword): True (default): pairs ``(i, i + rotary_dim / 2)``;
+            False: ``(2i, 2i+1)``.
+        cache_layout (str, keyword): ``"BSND"`` (default) or ``"BNSD"``.
+        k_scale, v_scale, k_offset, v_offset, k_scale_cache, v_scale_cache (keyword): int8 / float8
+            ``kv_cache``: as for :func:`ms_kvcache.rope_reshape_and_cache`.
 
     Returns:
-        tuple(Tensor, Tensor): ``(query_out, key_out)``, new tensors shaped like ``query`` and
-        ``key``, every row rotated (fp32 compute, round to nearest even).
+        tuple(Tensor, Tensor): ``(query_out, key_out)``, new tensors shaped like ``query`` and ``key``, every
+        row rotated. ``kv_cache`` is written in place.
 
     Raises:
-        TypeError: as :func:`ms_kvcache.rope_reshape_and_cache` (dtypes, non-Tensor arguments,
-            non-bool ``is_neox_style``).
+        TypeError: as :func:`ms_kvcache.rope_reshape_and_cache`.
         ValueError: as :func:`ms_kvcache.rope_reshape_and_cache`; also ``kv_cache.shape[0] != 2``.
-            In graph mode out-of-range positions give zero output rows and no cache write;
-            out-of-range slots are skipped; a slot given twice keeps the later token's rows on the cpu
-            backend, fails the call on the sim backend and is undefined on ascend (docs/ops-rope.md).
-        TypeError (GRAPH_MODE / ``@ms.jit``, at compile time): ``kv_cache`` not a whole Parameter (a
-            slice, split or reshape of one, an op's result, a Tensor attribute or argument: MindSpore would
-            write a temporary copy); a Python list or numpy array where a Tensor is expected.
-        RuntimeError (GRAPH_MODE / ``@ms.jit``): a kernel failure, with its message in the exception text
-            (e.g. a repeated slot on the sim backend, a launch the AscendC tiling rejects).
+        RuntimeError: in a graph, at launch: a kernel failure (a repeated slot on sim, a launch the AscendC
+            tiling rejects, a bad scale value). Per mode and backend: docs/ops-rope.md.
     """
     if _run_in_jit():  # @jit.cond: True
         check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(positions), F.typeof(query), F.typeof(key),
