@@ -62,9 +62,11 @@ def concat_and_cache_mla(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, *, kv
         k_pe (Tensor): ``[T', rope_dim]`` or ``[T', 1, rope_dim]``; dtype of ``kv_c``.
         kv_c_cache (Tensor | Parameter): ``[num_blocks, block_size, kv_lora_rank]``; dtype of ``kv_c``
             (int8 / float8 when quantizing); contiguous; written in place (in a graph: a whole Parameter).
-        k_pe_cache (Tensor | Parameter): ``[num_blocks, block_size, rope_dim]``; as ``kv_c_cache``.
+        k_pe_cache (Tensor | Parameter): ``[num_blocks, block_size, rope_dim]``; as ``kv_c_cache`` (a whole
+            Parameter in a graph).
         slot_mapping (Tensor): ``[T]`` int32 or int64; token ``t`` goes to block ``slot // block_size``, row
-            ``slot % block_size`` of both caches; ``slot < 0`` skips it.
+            ``slot % block_size`` of both caches; ``slot < 0`` skips it; in a graph a slot given twice keeps the
+            later token's row on the cpu backend, fails the call on the sim backend and is undefined on ascend.
         kv_c_scale, k_pe_scale (Tensor, keyword): static scales, float32 ``[]`` / ``[1]`` or
             ``[kv_lora_rank]`` / ``[rope_dim]``, finite, > 0; kv_c / k_pe then float16, bfloat16 or float32.
         kv_c_offset, k_pe_offset (Tensor, keyword): int8 caches only: float32 shaped like the scale; both or

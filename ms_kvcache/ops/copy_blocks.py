@@ -133,11 +133,11 @@ def copy_blocks(key_caches, value_caches, block_mapping):
 
     Args:
         key_caches (list | tuple of Tensor or Parameter): L caches, one per layer, each
-            ``[num_blocks, *block_shape]`` (any layout: a block is everything after dim 0; rank 2 to 6);
-            float16, bfloat16, float32 or int8; contiguous, distinct; written in place. In a graph: a ``ParameterTuple`` attribute of the Cell (or
-            a list built inside ``@ms.jit`` from Parameters).
-        value_caches (list | tuple of Tensor or Parameter): L caches, shape and dtype of ``key_caches[0]``;
-            written in place.
+            ``[num_blocks, *block_shape]`` (any layout: a block is everything after dim 0; rank 2 to 6); float16,
+            bfloat16, float32 or int8; contiguous, distinct; written in place. In a graph each a whole Parameter: a
+            ``ParameterTuple`` attribute of the Cell (or a list built in ``@ms.jit``).
+        value_caches (list | tuple of Tensor or Parameter): L caches, shape and dtype of ``key_caches[0]``; written
+            in place (in a graph each a whole Parameter).
         block_mapping (Tensor): ``[n, 2]`` int32 or int64, rows ``(src, dst)`` with ``0 <= src, dst <
             num_blocks``. ``n = 0`` and ``L = 0`` are no-ops.
 

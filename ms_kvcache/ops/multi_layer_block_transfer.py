@@ -132,24 +132,24 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
                                cache_layout=None, aiv_num=0, scale_caches=None, scale_host_blocks=None):
     """Move whole blocks of every layer between the paged caches and host blocks, in one call.
 
-    ``direction="h2d"`` copies host block ``i`` into block ``block_ids[i]`` of every layer (load); ``"d2h"``
-    the reverse (offload). Host blocks are token-major, one contiguous piece per block and plane
-    (HeteroFusedKernels' pcieThrough layout, many blocks, both directions). Details: docs/ops-transfer.md.
+    ``direction="h2d"`` copies host block ``i`` into block ``block_ids[i]`` of every layer, ``"d2h"`` the
+    reverse. Host blocks are token-major, one piece per block and plane (pcieThrough's layout, many blocks,
+    both directions). Details: docs/ops-transfer.md.
 
     Args:
-        kv_caches (sequence): one entry per layer as for :func:`multi_layer_kv_transfer`, or flat; caches
-            BNSD ``[num_blocks, H, block_size, D]`` (default) or BSND; MLA / DSA planes ``[num_blocks,
-            block_size, hidden]``; contiguous; written for ``"h2d"``.
-        host_blocks (sequence of Tensor): one per plane: ``[n, block_size, L, H, D]`` (MERGED_KV /
-            SEPARATE_KV) or ``[n, block_size, L, hidden]`` (MLA_KV / DSA_KV); dtype of the caches;
-            contiguous; written for ``"d2h"``.
+        kv_caches (sequence): one entry per layer as for :func:`multi_layer_kv_transfer`, or flat: BNSD
+            ``[num_blocks, H, block_size, D]`` (default) or BSND; MLA / DSA ``[num_blocks, block_size, hidden]``;
+            contiguous; written for ``"h2d"`` (in a graph each a whole Parameter).
+        host_blocks (sequence of Tensor): one per plane: ``[n, block_size, L, H, D]`` (MERGED_KV / SEPARATE_KV) or
+            ``[n, block_size, L, hidden]`` (MLA_KV / DSA_KV); dtype of the caches; contiguous; written for ``"d2h"``
+            (in a graph each a whole Parameter).
         block_ids (Tensor): ``[n]`` int64 or int32, the cache block of each host block.
         direction (str, keyword): ``"h2d"`` or ``"d2h"``.
-        staging (Tensor, keyword): optional device scratch buffer of the caches' dtype, at least
-            ``block_size * L * sum(hidden)`` elements; AscendC kernels then copy through it (docs).
-        kv_format (KVCacheFormat | int | str, keyword): as for :func:`multi_layer_kv_transfer`; None
-            (default): inferred from the host planes (3 -> DSA_KV, rank 4 -> MLA_KV, rank 5 -> MERGED_KV /
-            SEPARATE_KV by the cache rank).
+        staging (Tensor, keyword): optional device scratch of the caches' dtype, at least
+            ``block_size * L * sum(hidden)`` elements; the AscendC kernels copy through it; written (a whole
+            Parameter in a graph).
+        kv_format (KVCacheFormat | int | str, keyword): as for :func:`multi_layer_kv_transfer`; None (default):
+            inferred from the number and rank of the host planes.
         cache_layout (str, keyword): ``"BNSD"`` (default for MERGED_KV / SEPARATE_KV) or ``"BSND"``
             (MLA_KV / DSA_KV: only BSND); needed when num_kv_heads == block_size.
         aiv_num (int, keyword): cap on the vector cores (sim, ascend) or threads (cpu); 0 (default) = all.
@@ -160,7 +160,7 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
 
     Returns:
         None: the host blocks (d2h) or the caches (h2d), and ``staging``, are written in place; in a graph
-        (every written tensor a whole Parameter) ordered against other reads and writes of them.
+        ordered against other reads and writes of them.
 
     Raises:
         TypeError: a non-Tensor argument; mixed or unsupported dtypes; in a graph, a written tensor that is not

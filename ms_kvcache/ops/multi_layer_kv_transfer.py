@@ -210,13 +210,15 @@ def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direc
     Formats, buffer layouts, scale caches and errors: docs/ops-transfer.md.
 
     Args:
-        buffer (Tensor): ``transfer_buffer_shape(kv_format, L, T, hidden_sizes)``: ``[2, L, T, H * D]``
-            (MERGED_KV / SEPARATE_KV) or 1-D, plane after plane ``[L, T, hidden_p]`` (MLA_KV / DSA_KV); dtype
-            of the caches; contiguous; written for ``"d2h"`` (e.g. an :func:`ms_kvcache.alloc_host_buffer`).
-        kv_caches (sequence): one entry per layer: MERGED_KV the ``[2, num_blocks, block_size, H, D]`` tensor
-            (BNSD: ``[2, num_blocks, H, block_size, D]``), SEPARATE_KV ``(key_cache, value_cache)``, MLA_KV
+        buffer (Tensor): ``transfer_buffer_shape(kv_format, L, T, hidden_sizes)``: ``[2, L, T, H * D]`` (MERGED_KV /
+            SEPARATE_KV) or 1-D, plane after plane ``[L, T, hidden_p]`` (MLA_KV / DSA_KV); dtype of the caches;
+            contiguous; written for ``"d2h"`` (then a whole Parameter in a graph), e.g. an
+            :func:`ms_kvcache.alloc_host_buffer`.
+        kv_caches (sequence): one entry per layer: MERGED_KV the ``[2, num_blocks, block_size, H, D]`` tensor (BNSD:
+            ``[2, num_blocks, H, block_size, D]``), SEPARATE_KV ``(key_cache, value_cache)``, MLA_KV
             ``(kv_c_cache, k_pe_cache)``, DSA_KV plus ``indexer_k_cache``; or the flat layer-major sequence.
-            float16, bfloat16, float32 or int8; contiguous; written for ``"h2d"``.
+            float16, bfloat16, float32 or int8; contiguous; written for ``"h2d"`` (in a graph each a whole
+            Parameter).
         slot_mapping (Tensor): ``[T]`` int32 or int64, the cache row of each token; ``slot < 0``: d2h writes
             a zero row, h2d skips the token.
         kv_format (KVCacheFormat | int | str, keyword): the format (a member, 1-4, or a name such as
@@ -230,8 +232,7 @@ def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direc
 
     Returns:
         None: the buffer (d2h) or the caches (h2d) are written in place; in a graph the transfer is ordered
-        against other reads and writes of the same Parameters. In a graph every written tensor is a whole
-        Parameter.
+        against other reads and writes of the same Parameters.
 
     Raises:
         TypeError: a non-Tensor argument; dtypes differing between layers, planes and the buffer; unsupported

@@ -72,7 +72,7 @@ def rerope_cached_keys(key_cache, slot_mapping, old_positions, new_positions, co
             contiguous; rotated in place (in a graph: a whole Parameter).
         slot_mapping (Tensor): ``[N]`` int32 or int64, the slots to re-rotate, distinct; ``slot < 0`` skips.
         old_positions (Tensor): ``[N]`` int32 or int64, in ``[0, max_position)``: what the keys hold.
-        new_positions (Tensor): ``[N]``, dtype of ``old_positions``, in ``[0, max_position)``.
+        new_positions (Tensor): ``[N]``, same dtype as ``old_positions``, in ``[0, max_position)``.
         cos_sin_cache (Tensor): ``[max_position, rotary_dim]``, cos then sin halves; float32 (recommended) or
             the cache dtype; ``rotary_dim`` even, ``<= head_size`` (only those elements change).
         is_neox_style (bool | numpy.bool_, keyword): True (default): pairs ``(i, i + rotary_dim / 2)``;

@@ -57,9 +57,11 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, cache_la
         key_cache (Tensor | Parameter): ``[num_blocks, block_size, num_kv_heads, head_size]`` (BSND) or
             ``[num_blocks, num_kv_heads, block_size, head_size]`` (BNSD); dtype of ``key``, or int8 / float8
             when quantizing; contiguous; written in place (in a graph: a whole Parameter).
-        value_cache (Tensor | Parameter): shape, dtype and layout of ``key_cache``; written in place.
+        value_cache (Tensor | Parameter): shape, dtype and layout of ``key_cache``; written in place (a whole
+            Parameter in a graph).
         slot_mapping (Tensor): ``[T]`` int32 or int64; token ``t`` goes to block ``slot // block_size``, row
-            ``slot % block_size``; ``slot < 0`` skips it.
+            ``slot % block_size``; ``slot < 0`` skips it; in a graph a slot given twice keeps the later token's row
+            on the cpu backend, fails the call on the sim backend and is undefined on ascend.
         cache_layout (str): ``"BSND"`` (default) or ``"BNSD"``.
         k_scale, v_scale (Tensor, keyword): static scales, float32 ``[]`` / ``[1]``, ``[num_kv_heads]`` or
             ``[num_kv_heads, head_size]``, finite, > 0; key / value then float16, bfloat16 or float32.

@@ -58,7 +58,8 @@ def reshape_and_cache_merged(key, value, kv_cache, slot_mapping, cache_layout="B
             ``[2, num_blocks, num_kv_heads, block_size, head_size]`` (BNSD); dtype of ``key`` (int8 / float8
             when quantizing); contiguous; written in place (in a graph: a whole Parameter).
         slot_mapping (Tensor): ``[T]`` int32 or int64; token ``t`` goes to block ``slot // block_size``, row
-            ``slot % block_size`` of both planes; ``slot < 0`` skips it.
+            ``slot % block_size`` of both planes; ``slot < 0`` skips it; in a graph a slot given twice keeps the
+            later token's row on the cpu backend, fails the call on the sim backend and is undefined on ascend.
         cache_layout (str): ``"BSND"`` (default) or ``"BNSD"``.
         k_scale, v_scale, k_offset, v_offset (Tensor, keyword): static quantization of the K / V plane, as
             for :func:`ms_kvcache.reshape_and_cache`.

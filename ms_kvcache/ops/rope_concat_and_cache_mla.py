@@ -112,8 +112,11 @@ def rope_concat_and_cache_mla(positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_c
             the dtype of ``q_pe``; ``rotary_dim`` even, ``<= rope_dim``.
         kv_c_cache (Tensor | Parameter): ``[num_blocks, block_size, kv_lora_rank]``; dtype of ``q_pe``
             (int8 / float8 when quantizing); contiguous; written in place (in a graph: a whole Parameter).
-        k_pe_cache (Tensor | Parameter): ``[num_blocks, block_size, rope_dim]``; as ``kv_c_cache``.
-        slot_mapping (Tensor): ``[T]`` int32 or int64, ``T <= T'``; ``slot < 0`` skips the token.
+        k_pe_cache (Tensor | Parameter): ``[num_blocks, block_size, rope_dim]``; as ``kv_c_cache`` (a whole
+            Parameter in a graph).
+        slot_mapping (Tensor): ``[T]`` int32 or int64, ``T <= T'``; ``slot < 0`` skips the token; in a graph a slot
+            given twice keeps the later token's row on the cpu backend, fails the call on the sim backend and is
+            undefined on ascend.
         is_neox_style (bool | numpy.bool_, keyword): False (default, DeepSeek): pairs ``(2i, 2i+1)``; True:
             ``(i, i + rotary_dim / 2)``.
         kv_c_norm_weight (Tensor, keyword): ``[kv_lora_rank]``, float32 or the dtype of ``kv_c``: if given,

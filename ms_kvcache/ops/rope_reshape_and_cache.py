@@ -79,9 +79,11 @@ def rope_reshape_and_cache(positions, query, key, value, cos_sin_cache, key_cach
         key_cache (Tensor | Parameter): ``[num_blocks, block_size, num_kv_heads, head_size]`` (BSND) or
             ``[num_blocks, num_kv_heads, block_size, head_size]`` (BNSD); dtype of ``query`` (int8 / float8
             when quantizing); contiguous; written in place (in a graph: a whole Parameter).
-        value_cache (Tensor | Parameter): shape, dtype and layout of ``key_cache``; written in place.
-        slot_mapping (Tensor): ``[T]`` int32 or int64, ``T <= T'``; ``slot < 0`` skips the token; rows
-            ``T..T'-1`` are rotated and returned but not cached.
+        value_cache (Tensor | Parameter): shape, dtype and layout of ``key_cache``; written in place (a whole
+            Parameter in a graph).
+        slot_mapping (Tensor): ``[T]`` int32 or int64, ``T <= T'``; ``slot < 0`` skips the token; rows ``T..T'-1``
+            are rotated and returned but not cached; in a graph a slot given twice keeps the later token's row on
+            the cpu backend, fails the call on the sim backend and is undefined on ascend.
         is_neox_style (bool | numpy.bool_, keyword): True (default): pairs ``(i, i + rotary_dim / 2)``;
             False: ``(2i, 2i+1)``.
         cache_layout (str, keyword): ``"BSND"`` (default) or ``"BNSD"``.

@@ -76,7 +76,9 @@ def rope_reshape_and_cache_merged(positions, query, key, value, cos_sin_cache, k
         kv_cache (Tensor | Parameter): ``[2, num_blocks, block_size, num_kv_heads, head_size]`` (BSND) or
             ``[2, num_blocks, num_kv_heads, block_size, head_size]`` (BNSD); dtype of ``query`` (int8 / float8
             when quantizing); contiguous; written in place (in a graph: a whole Parameter).
-        slot_mapping (Tensor): ``[T]`` int32 or int64, ``T <= T'``; ``slot < 0`` skips the token.
+        slot_mapping (Tensor): ``[T]`` int32 or int64, ``T <= T'``; ``slot < 0`` skips the token; in a graph a slot
+            given twice keeps the later token's row on the cpu backend, fails the call on the sim backend and is
+            undefined on ascend.
         is_neox_style (bool | numpy.bool_, keyword): True (default): pairs ``(i, i + rotary_dim / 2)``;
             False: ``(2i, 2i+1)``.
         cache_layout (str, keyword): ``"BSND"`` (default) or ``"BNSD"``.
@@ -88,7 +90,8 @@ def rope_reshape_and_cache_merged(positions, query, key, value, cos_sin_cache, k
         row rotated. ``kv_cache`` is written in place.
 
     Raises:
-        TypeError: as :func:`ms_kvcache.rope_reshape_and_cache`.
+        TypeError: a non-Tensor argument; non-bool ``is_neox_style``; mixed or unsupported dtypes; a float8
+            cache on sim / ascend; in a graph, a ``kv_cache`` that is not a whole Parameter.
         ValueError: as :func:`ms_kvcache.rope_reshape_and_cache`; also ``kv_cache.shape[0] != 2``.
         RuntimeError: in a graph, at launch: a kernel failure (a repeated slot on sim, a launch the AscendC
             tiling rejects, a bad scale value). Per mode and backend: docs/ops-rope.md.
