@@ -9,6 +9,10 @@ ranks, its attributes, and its dtype support per SoC. From it we derive:
 - the in-place ``__mindspore_signature__`` of the ``ops.Custom`` primitive (``inplace`` arguments),
 - the Ascend ``CustomRegOp`` dtype rows (:meth:`OpSpec.dtype_rows`),
 - the structural test that the C++ OpDef in op_host/ declares the same names, order and dtype rows.
+
+The OpSpecs themselves are data in :mod:`ms_kvcache._opspecs` (one module per family), which
+``import ms_kvcache`` imports: the registry (:func:`get_spec`, :func:`all_specs`) is complete without the op
+wrappers, and this module imports nothing of the package (docs/design.md, "Layers").
 """
 from dataclasses import dataclass, field
 import itertools

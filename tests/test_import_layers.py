@@ -157,3 +157,36 @@ def test_registry_is_complete_without_the_op_wrappers():
                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
     assert res.returncode == 0, res.stderr[-3000:]
     assert int(res.stdout.strip()) >= 17
+
+
+# --------------------------------------------------------------------------- the picture in docs/design.md
+def _token(pattern):
+    """How the picture names the modules of a LAYERS pattern (a path), or None for a bare package docstring."""
+    if pattern == "":
+        return "ms_kvcache/__init__.py"
+    if pattern == "ops.*_quant":
+        return "ops/<op>_quant.py"
+    if pattern == "ops.*":
+        return "ops/<op>.py"
+    if pattern == "ops":
+        return "ops/__init__.py"
+    if pattern == "_backends":
+        return None  # the backends package's own __init__ holds only its docstring
+    base = pattern[:-2] if pattern.endswith(".*") else pattern
+    path = base.replace(".", "/")
+    return f"{path}/" if (ROOT / "ms_kvcache" / path).is_dir() else f"{path}.py"
+
+
+def test_design_picture_lists_the_layers_in_order():
+    text = (ROOT / "docs" / "design.md").read_text()
+    block = text.split("\n## Layers\n", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
+    lines = block.splitlines()
+    spans = []
+    for name, patterns in S.LAYERS:
+        tokens = sorted({_token(p) for p in patterns} - {None})
+        where = {tok: next((i for i, ln in enumerate(lines) if tok in ln), None) for tok in tokens}
+        assert None not in where.values(), f"docs/design.md, Layers: layer {name!r} does not show {where}"
+        spans.append((name, min(where.values()), max(where.values())))
+    # the picture goes from the public op down: every layer is drawn below the layer above it
+    for (low, low_first, _), (high, _, high_last) in zip(spans, spans[1:]):
+        assert low_first > high_last, f"docs/design.md, Layers: {low!r} is not drawn below {high!r}"
