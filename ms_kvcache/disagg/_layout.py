@@ -183,13 +183,17 @@ class KVLayout:
     receiver may page it differently): :meth:`mismatches` lists the fields that differ.
 
     Attributes:
-        kv_format (KVCacheFormat), dtype (str: float16 | bfloat16 | float32 | int8), cache_layout
-        ("BSND" | "BNSD"), num_layers (int), planes (tuple of (num_kv_heads, head_size) per plane; MLA
-        planes are (1, kv_lora_rank) and (1, rope_dim)), num_blocks, block_size (ints), hidden_sizes
-        (per-plane row elements), scales (tuple: float32 scales per token row of each plane when the
-        int8 caches' per-token scale caches travel with them, i.e. num_kv_heads, or 1 for MLA / DSA;
-        ``()`` without scale caches), itemsize, bytes_per_token (data and scale bytes of one token, all
-        layers).
+        kv_format (KVCacheFormat): the caches' format.
+        dtype (str): ``"float16"``, ``"bfloat16"``, ``"float32"`` or ``"int8"``.
+        cache_layout (str): ``"BSND"`` or ``"BNSD"``.
+        num_layers (int): layers.
+        planes (tuple): ``(num_kv_heads, head_size)`` per plane; MLA planes are ``(1, kv_lora_rank)`` and
+            ``(1, rope_dim)``.
+        num_blocks, block_size (int): the pool (may differ between the two ends).
+        hidden_sizes (tuple of int): elements of one token row per plane.
+        scales (tuple of int): float32 scales per token row of each plane when the int8 caches' per-token
+            scale caches travel with them (num_kv_heads, or 1 for MLA / DSA); ``()`` without.
+        itemsize, bytes_per_token (int): bytes of an element; data and scale bytes of one token, all layers.
     """
 
     #: fields that must agree between the two ends of a handoff
