@@ -1035,22 +1035,24 @@ def _package_modules(pkg_dir):
 
 
 def _lazy_names(init_tree):
-    """The root package's lazy public names: {name: module}, read from its ``_OPS`` / ``_LAZY`` assignments."""
+    """The root package's lazy public names: ``({name: module}, line of _LAZY)``, read from its ``_OPS`` /
+    ``_LAZY`` assignments."""
     import ast
 
-    ops, lazy = (), {}
+    ops, lazy, line = (), {}, 0
     for node in init_tree.body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             name = node.targets[0].id
             if name == "_OPS":
                 ops = ast.literal_eval(node.value)
             elif name == "_LAZY" and isinstance(node.value, ast.Dict):
+                line = node.lineno
                 for k, v in zip(node.value.keys, node.value.values):
                     if k is None:  # **{name: "ms_kvcache.ops" for name in _OPS}
                         lazy.update({n: "ms_kvcache.ops" for n in ops})
                     else:
                         lazy[ast.literal_eval(k)] = ast.literal_eval(v)
-    return lazy
+    return lazy, line
 
 
 def import_graph(root=None):
@@ -1068,7 +1070,7 @@ def import_graph(root=None):
     root = Path(root) if root else Path(__file__).resolve().parent.parent
     mods = _package_modules(root / "ms_kvcache")
     trees = {m: ast.parse(p.read_text(encoding="utf-8"), str(p)) for m, (p, _) in mods.items()}
-    lazy = _lazy_names(trees["ms_kvcache"])
+    lazy, lazy_line = _lazy_names(trees["ms_kvcache"])
     edges, problems = {}, []
 
     def add(src, dst, line):
@@ -1137,7 +1139,7 @@ def import_graph(root=None):
                         and node.value.id == "ms_kvcache" and node.attr in lazy):
                     add(src, lazy[node.attr], node.lineno)
     for name, where in lazy.items():  # the package's own lazy names (ms_kvcache.__getattr__)
-        add("ms_kvcache", where, 0)
+        add("ms_kvcache", where, lazy_line)
     return {m: p for m, (p, _) in mods.items()}, edges, problems
 
 
