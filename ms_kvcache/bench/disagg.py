@@ -44,8 +44,9 @@ the direct path cuts them (one write per run of rows, every piece sent directly,
 bytes in flight) into their places in the receiver's buffer: the raw transfer of paged rows rather
 than of one contiguous buffer.
 
-Needs ``ms_kvcache[disagg]`` (Mooncake, pyzmq, xxhash); without Mooncake :func:`run` returns no rows and
-says why on stderr.
+Needs ``ms_kvcache[disagg]`` (Mooncake, pyzmq, xxhash); without Mooncake :func:`available` says why and
+``ms-kvcache bench`` skips the family with that reason (:func:`run` alone returns no rows and says why on
+stderr).
 """
 import contextlib
 import os
@@ -54,7 +55,7 @@ import time
 
 import numpy as np
 
-__all__ = ["run", "CASES"]
+__all__ = ["run", "available", "CASES"]
 
 #: name: (kv_format, num_layers, planes [(num_kv_heads, head_size)], dtype, block_size, token counts)
 CASES = {
@@ -450,6 +451,14 @@ def _case_rows(name, case, repeats, log, modes=("verify-all", "stream"), tokens=
         peer.stop()
         sender.close()
     return rows
+
+
+def available():
+    """``(True, "")`` when Mooncake imports, else ``(False, reason)``: ``ms-kvcache bench`` then skips this
+    family with that reason (the ``disagg`` extra, or the libibverbs1 it links against, is missing)."""
+    from ms_kvcache.disagg import mooncake_available
+
+    return mooncake_available()
 
 
 def run(quick=False, log=None, repeats=None, modes=("verify-all", "stream"), cases=None, tokens=None, paths=PATHS,
