@@ -31,7 +31,7 @@ kernel's loopback TCP copies.
     python scripts/bench_disagg.py [--quick] [--path both|direct|gather] [--mode both|verify-all|stream]
                                    [--repeats N] [--case NAME] [--tokens T] [--chunk-mib M] [--ablate] [--out DIR]   # or: ms-kvcache bench --ops disagg
 
-It prints each row's note on stderr and a summary table (the README's columns) on stdout.
+It prints each row's note on stderr and a summary table on stdout.
 
 ``--ablate`` adds diagnostic rows (:data:`ABLATIONS`), timed in the same rounds: the handoff with its own
 work switched off in both processes (no checksums: the sender sends 0 and the receiver compares 0; no
@@ -492,7 +492,7 @@ def run(quick=False, log=None, repeats=None, modes=("verify-all", "stream"), cas
 
 
 def format_summary(rows):
-    """The README's table lines: case, tokens, MiB, handoff / raw GB/s, ratios, load."""
+    """The summary table's lines: case, tokens, MiB, handoff / raw GB/s, ratios, load."""
     out = ["| case | path | mode | tokens | MiB | handoff GB/s | raw sync GB/s | raw chunked GB/s | x fastest raw | "
            "x sync | paired median | CPU ms handoff / raw sync / raw chunked | load |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
