@@ -353,6 +353,10 @@ def cmd_bench(args):
     if not mods:
         raise CLIError("no benchmark modules found (ms_kvcache/bench/<family>.py or scripts/bench_<family>.py; "
                        "see docs/design.md, 'Benchmarks')", code=EXIT_FAIL)
+    try:
+        load_before = os.getloadavg()[0]
+    except OSError:
+        load_before = None
     rows, failures, skipped = bench.run_modules(mods, quick=args.quick, progress=not args.no_progress)
     for name, why in skipped:
         print(f"{PROG} bench: {name} skipped: {why}", file=sys.stderr)
@@ -363,7 +367,8 @@ def cmd_bench(args):
         print(f"wrote {paths['csv']}, {paths['md']}{png}")
         if args.report:
             command = " ".join([PROG] + [shlex.quote(a) for a in args.argv])
-            done = bench.write_report(args.report, rows, [(m.name, bench.describe(m)) for m in mods], command)
+            done = bench.write_report(args.report, rows, [(m.name, bench.describe(m)) for m in mods], command,
+                                      load_before=load_before)
             print(f"wrote {args.report} (sections: {', '.join(done)})")
     for name, msg in failures:
         print(f"{PROG} bench: error: benchmark '{name}' failed: {msg}", file=sys.stderr)

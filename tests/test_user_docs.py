@@ -138,8 +138,8 @@ def test_benchmarks_copy_section_covers_the_copy_ops():
 
 
 def test_readme_performance_rows_quote_the_benchmarks_page():
-    """Each row of the README's performance table names an op and case whose GB/s and x memcpy are those of
-    docs/benchmarks.md (the README quotes the page, it keeps no figures of its own)."""
+    """Each row of the README's performance table names an op, case and token count whose GB/s and x memcpy
+    are those of docs/benchmarks.md (the README quotes the page, it keeps no figures of its own)."""
     perf = _section(README, "## Performance")
     assert "ms-kvcache bench --report docs/benchmarks.md" in perf and "docs/benchmarks.md" in perf
     rows = [ln for ln in perf.splitlines() if ln.startswith("| ") and not ln.startswith("| family")]
@@ -147,7 +147,7 @@ def test_readme_performance_rows_quote_the_benchmarks_page():
     page = BENCH.read_text()
     for ln in rows:
         cells = [c.strip() for c in ln.strip().strip("|").split("|")]
-        op, case, gbps, ratio = cells[1].strip("`"), cells[2], cells[3], cells[4]
-        match = [r for r in page.splitlines() if r.startswith(f"| {op} | {case} |")]
+        op, case, tokens, gbps, ratio = cells[1].strip("`"), cells[2], cells[3], cells[4], cells[5]
+        match = [r for r in page.splitlines() if r.startswith(f"| {op} | {case} | {tokens} |")]
         assert match, f"README row not in docs/benchmarks.md: {ln}"
         assert f"| {gbps} |" in match[0] and f"| {ratio} |" in match[0], (ln, match[0])

@@ -370,8 +370,9 @@ def print_table(rows, file=None):
         Console(file=out, width=180).print(t)
 
 
-def machine_description():
-    """One line naming the machine: CPU model, logical cores, OS / arch, 1-min load average."""
+def machine_description(load=True):
+    """One line naming the machine: CPU model, logical cores, OS / arch and (``load``) the 1-min load
+    average."""
     import os
     import platform
 
@@ -386,7 +387,7 @@ def machine_description():
         pass
     model = " ".join(model.replace("(R)", "").replace("(TM)", "").replace("CPU ", "").split())
     try:
-        load = f", load {os.getloadavg()[0]:.1f}"
+        load = f", load {os.getloadavg()[0]:.1f}" if load else ""
     except OSError:
         load = ""
     return f"{model or 'unknown CPU'}, {os.cpu_count()} logical cores, {platform.system()} {platform.machine()}{load}"
@@ -446,7 +447,8 @@ every field of every row.
 
 def code_description():
     """``"ms_kvcache 0.1.0 (commit abc1234), MindSpore 2.10.0"``: the code a figure measured (the commit of
-    the checkout this ms_kvcache runs from, ``+ local changes`` when tracked files differ from it)."""
+    the checkout this ms_kvcache runs from, ``+ local changes`` when tracked files other than docs and tests
+    differ from it)."""
     import os
     import subprocess
 
@@ -459,7 +461,9 @@ def code_description():
             env = dict(os.environ, GIT_OPTIONAL_LOCKS="0")
             head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
                                   text=True, timeout=10, env=env).stdout.strip()
-            dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            # changes to what runs (not to docs or tests) make the figures those of other code than HEAD's
+            dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--",
+                                    ".", ":(exclude)docs", ":(exclude)tests", ":(exclude)*.md", ":(exclude).ci"],
                                    capture_output=True, text=True, timeout=10, env=env).stdout.strip()
             if head:
                 text += f" (commit {head}{' + local changes' if dirty else ''})"
@@ -508,16 +512,24 @@ def report_section(family, rows, *, description, command, date, machine, code):
     return "\n".join(out) + "\n"
 
 
-def write_report(path, rows, families, command, date=None):
+def write_report(path, rows, families, command, date=None, load_before=None):
     """Write (or update) the Markdown report ``path``: one section per family in ``families``
-    ``[(name, description)]`` with rows, each with its date, command, machine and code. Sections of other
-    families already in the file, and any text outside the sections, are kept; a new file starts with
-    :data:`REPORT_INTRO`. Returns the families written."""
+    ``[(name, description)]`` with rows, each with its date, command, machine (with the 1-min load average
+    at the start, ``load_before``, and now) and code. Sections of other families already in the file, and
+    any text outside the sections, are kept; a new file starts with :data:`REPORT_INTRO`. Returns the
+    families written."""
+    import os
     import time
 
     path = Path(path)
     date = date or time.strftime("%Y-%m-%d", time.gmtime())
-    machine, code = machine_description(), code_description()
+    machine, code = machine_description(load=False), code_description()
+    try:
+        now = os.getloadavg()[0]
+        machine += (f", load average {load_before:.1f} at the start, {now:.1f} at the end"
+                    if load_before is not None else f", load average {now:.1f} at the end")
+    except OSError:
+        pass
     text = path.read_text() if path.is_file() else REPORT_INTRO
     written = []
     for name, description in families:
