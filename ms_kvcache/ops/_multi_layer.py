@@ -405,3 +405,38 @@ def transfer_attrs(direction, cache_layout):
         AttrSpec("num_layers", "int", 1),
         AttrSpec("aiv_num", "int", 0),
     )
+
+
+class EagerCall:
+    """A checked PyNative call of a multi-layer transfer, ready to launch: what the public ops launch at once and
+    :class:`ms_kvcache.LayerwiseTransfer` runs layer by layer.
+
+    Attributes: ``spec``, ``backend``, ``attr_values`` (spec order, kv_format as its int), ``counts`` (the list
+    inputs' lengths), ``args`` (the flat primitive inputs, lists expanded), ``planes`` (per data plane
+    ``(num_blocks, block_size, heads, head_size)``), ``n`` (tokens or blocks; 0: nothing to launch),
+    ``written`` / ``read`` (``(argument name, tensor)`` the call writes / reads)."""
+
+    __slots__ = ("spec", "backend", "attr_values", "counts", "args", "planes", "n", "written", "read")
+
+    def __init__(self, spec, backend, attr_values, counts, args, planes, n, written, read):
+        self.spec, self.backend, self.attr_values, self.counts = spec, backend, attr_values, counts
+        self.args, self.planes, self.n, self.written, self.read = tuple(args), planes, n, written, read
+
+    @property
+    def attrs(self):
+        """``{attribute name: public value}``."""
+        return self.spec.attr_values(self.attr_values)
+
+    def launch(self):
+        """Launch the call in PyNative (nothing when ``n == 0``); returns None."""
+        if self.n == 0:
+            return None
+        from ms_kvcache._custom import eager_launcher
+
+        eager_launcher(self.spec, self.backend, self.attr_values, self.counts)(*self.args)
+        return None
+
+
+def finish(call, prepare):
+    """End of a transfer's PyNative branch: ``call`` (an :class:`EagerCall`) when ``prepare``, else launch it."""
+    return call if prepare else call.launch()
