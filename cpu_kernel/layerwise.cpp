@@ -76,7 +76,7 @@ LayerwiseWorker::LayerwiseWorker(LayerwiseLaunch launch) : launch_(std::move(lau
 
 LayerwiseWorker::~LayerwiseWorker() { Close(); }
 
-void LayerwiseWorker::Submit(int64_t layer) {
+void LayerwiseWorker::Expect(int64_t layer) {
   std::lock_guard<std::mutex> lk(mu_);
   if (layer < 0 || layer >= launch_.num_layers)
     throw std::out_of_range("layer " + std::to_string(layer) + " is not in [0, " +
@@ -84,6 +84,35 @@ void LayerwiseWorker::Submit(int64_t layer) {
   if (closing_) throw std::logic_error("the transfer is closed");
   int& st = state_[static_cast<size_t>(layer)];
   if (st != kIdle) throw std::logic_error(LayerName(layer) + " was issued already");
+  if (failed_ >= 0) {
+    st = kCancelled;
+    error_[static_cast<size_t>(layer)] = LayerName(layer) + ": not run: " + LayerName(failed_) + " failed first";
+    done_cv_.notify_all();
+    return;
+  }
+  st = kAwaiting;
+}
+
+void LayerwiseWorker::DropAwaiting(const std::string& why) {
+  std::lock_guard<std::mutex> lk(mu_);
+  for (size_t l = 0; l < state_.size(); ++l) {
+    if (state_[l] != kAwaiting) continue;
+    state_[l] = kFailed;
+    error_[l] = LayerName(static_cast<int64_t>(l)) + ": " + why;
+    if (failed_ < 0) failed_ = static_cast<int64_t>(l);
+  }
+  done_cv_.notify_all();
+}
+
+void LayerwiseWorker::Submit(int64_t layer) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (layer < 0 || layer >= launch_.num_layers)
+    throw std::out_of_range("layer " + std::to_string(layer) + " is not in [0, " +
+                            std::to_string(launch_.num_layers) + ")");
+  if (closing_) throw std::logic_error("the transfer is closed");
+  int& st = state_[static_cast<size_t>(layer)];
+  if (st == kCancelled) return;  // awaiting when an earlier layer failed: already reported as not run
+  if (st != kIdle && st != kAwaiting) throw std::logic_error(LayerName(layer) + " was issued already");
   if (failed_ >= 0) {
     st = kCancelled;
     error_[static_cast<size_t>(layer)] = LayerName(layer) + ": not run: " + LayerName(failed_) + " failed first";
@@ -103,7 +132,7 @@ std::string LayerwiseWorker::Wait(int64_t layer) {
                             std::to_string(launch_.num_layers) + ")");
   const size_t l = static_cast<size_t>(layer);
   if (state_[l] == kIdle) throw std::logic_error(LayerName(layer) + " was not issued");
-  done_cv_.wait(lk, [&] { return state_[l] >= kDone; });
+  done_cv_.wait(lk, [&] { return state_[l] >= kDone && state_[l] != kAwaiting; });
   return state_[l] == kDone ? std::string() : error_[l];
 }
 
@@ -111,7 +140,7 @@ std::string LayerwiseWorker::WaitAll() {
   std::unique_lock<std::mutex> lk(mu_);
   done_cv_.wait(lk, [&] {
     for (int s : state_)
-      if (s == kQueued || s == kRunning) return false;
+      if (s == kQueued || s == kRunning || s == kAwaiting) return false;
     return true;
   });
   return failed_ >= 0 ? error_[static_cast<size_t>(failed_)] : std::string();
@@ -120,7 +149,7 @@ std::string LayerwiseWorker::WaitAll() {
 bool LayerwiseWorker::AllDone() {
   std::lock_guard<std::mutex> lk(mu_);
   for (int s : state_)
-    if (s == kQueued || s == kRunning) return false;
+    if (s == kQueued || s == kRunning || s == kAwaiting) return false;
   return true;
 }
 
@@ -139,12 +168,13 @@ void LayerwiseWorker::Reset() {
   std::lock_guard<std::mutex> lk(mu_);
   if (failed_ >= 0) throw std::logic_error(LayerName(failed_) + " failed: start a new transfer");
   for (int s : state_)
-    if (s == kQueued || s == kRunning) throw std::logic_error("layers are still in flight");
+    if (s == kQueued || s == kRunning || s == kAwaiting) throw std::logic_error("layers are still in flight");
   for (auto& s : state_) s = kIdle;
   for (auto& e : error_) e.clear();
 }
 
 void LayerwiseWorker::Close() {
+  if (id_ != 0) UnregisterLayerwiseWorker(id_);  // a pipeline signal arriving later finds nothing to do
   {
     std::lock_guard<std::mutex> lk(mu_);
     closing_ = true;
@@ -202,3 +232,44 @@ std::string LayerwiseWorker::RunLayer(int64_t layer) {
 }
 
 }  // namespace mskv
+
+namespace mskv {
+namespace {
+std::mutex g_reg_mu;
+std::map<int64_t, std::weak_ptr<LayerwiseWorker>> g_reg;
+int64_t g_next_id = 1;
+}  // namespace
+
+int64_t RegisterLayerwiseWorker(const std::shared_ptr<LayerwiseWorker>& w) {
+  std::lock_guard<std::mutex> lk(g_reg_mu);
+  for (auto it = g_reg.begin(); it != g_reg.end();) it = it->second.expired() ? g_reg.erase(it) : std::next(it);
+  const int64_t id = g_next_id++;
+  g_reg[id] = w;
+  w->set_id(id);
+  return id;
+}
+
+void UnregisterLayerwiseWorker(int64_t id) {
+  std::lock_guard<std::mutex> lk(g_reg_mu);
+  g_reg.erase(id);
+}
+
+}  // namespace mskv
+
+MSKV_AOT_EXPORT int MskvLayerwiseSubmit(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
+                                        void* /*stream*/, void* extra) {
+  (void)nparam, (void)params, (void)ndims, (void)shapes, (void)dtypes;
+  try {
+    const mskv::AotArgs a{nparam, params, ndims, shapes, dtypes, static_cast<mindspore::AotExtra*>(extra)};
+    std::shared_ptr<mskv::LayerwiseWorker> w;
+    {
+      std::lock_guard<std::mutex> lk(mskv::g_reg_mu);
+      const auto it = mskv::g_reg.find(a.attr_int("mskv_worker", 0));
+      if (it != mskv::g_reg.end()) w = it->second.lock();
+    }
+    if (w) w->Submit(a.attr_int("mskv_layer", -1));
+    return 0;
+  } catch (const std::exception& e) {
+    return mskv::FailAotCall(std::string("LayerwiseTransfer: ") + e.what(), extra);
+  }
+}

@@ -4,7 +4,9 @@
 // submitting thread (Python's, the forward pass) goes on. The worker never touches Python: the pybind11
 // binding (ms_kvcache/csrc/cpu_module.cpp) releases the GIL while it waits.
 //
-// Per layer: not issued -> queued -> running -> done | failed | cancelled. A layer fails when its call of
+// Per layer: not issued -> [awaiting ->] queued -> running -> done | failed | cancelled. "Awaiting": issued behind
+// the forward pass's PyNative ops; MindSpore's pipeline runs the AOT entry MskvLayerwiseSubmit (below) after them,
+// which queues the layer, as a stream runs an event wait before the work behind it. A layer fails when its call of
 // the kernel fails (the kernel checks its arguments before it writes, so a failed layer wrote nothing;
 // strict mode re-checks the index values it reads); every layer queued or submitted after a failure is
 // cancelled (not run). Close() (also the destructor) waits for the queued and running layers, then stops
@@ -15,6 +17,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -51,7 +54,7 @@ struct LayerwiseLaunch {
 
 class LayerwiseWorker {
  public:
-  enum State : int { kIdle = 0, kQueued = 1, kRunning = 2, kDone = 3, kFailed = 4, kCancelled = 5 };
+  enum State : int { kIdle = 0, kQueued = 1, kRunning = 2, kDone = 3, kFailed = 4, kCancelled = 5, kAwaiting = 6 };
 
   // Throws std::invalid_argument for an unknown op, mismatched lists or num_layers < 1.
   explicit LayerwiseWorker(LayerwiseLaunch launch);
@@ -63,10 +66,16 @@ class LayerwiseWorker {
   // std::logic_error if it was issued in this round already or the worker is closed. After a failure the
   // layer is cancelled at once.
   void Submit(int64_t layer);
+  // Mark `layer` issued behind MindSpore's pipeline (awaiting); the pipeline's MskvLayerwiseSubmit queues it. Same
+  // errors as Submit.
+  void Expect(int64_t layer);
+  // The pipeline dropped the awaiting layers (an earlier op failed): they fail with `why`.
+  void DropAwaiting(const std::string& why);
   // Block until `layer` finished; "" if it was moved, else the failure (its own, or "not run" after an
-  // earlier layer failed). std::logic_error if it was not issued in this round.
+  // earlier layer failed). std::logic_error if it was not issued in this round. An awaiting layer is waited for
+  // too: the caller makes sure its pipeline signal runs (or calls DropAwaiting).
   std::string Wait(int64_t layer);
-  // Block until every issued layer finished; "" or the first failure (naming its layer).
+  // Block until every queued or running layer finished (awaiting ones: as for Wait); "" or the first failure.
   std::string WaitAll();
   // Whether every issued layer finished (non-blocking).
   bool AllDone();
@@ -81,6 +90,8 @@ class LayerwiseWorker {
   // Tests: the call of `layer` fails with `message` instead of running the kernel.
   void FailLayerForTest(int64_t layer, const std::string& message);
   int64_t num_layers() const { return launch_.num_layers; }
+  int64_t id() const { return id_; }
+  void set_id(int64_t id) { id_ = id; }
 
  private:
   void Loop();
@@ -102,6 +113,19 @@ class LayerwiseWorker {
   int64_t failed_ = -1;
   bool closing_ = false;
   std::thread thread_;
+  int64_t id_ = 0;
 };
 
+// Workers the pipeline's MskvLayerwiseSubmit may reach, by id (weak references: a dropped worker is not kept alive,
+// and a signal for it does nothing).
+int64_t RegisterLayerwiseWorker(const std::shared_ptr<LayerwiseWorker>& w);
+void UnregisterLayerwiseWorker(int64_t id);
+
 }  // namespace mskv
+
+// AOT entry (MindSpore's CPU AOT ABI) run in the PyNative pipeline after the ops launched before it: queues layer
+// mskv_layer (attribute) on worker mskv_worker (attribute, a RegisterLayerwiseWorker id). Its tensor inputs are the
+// layer's tensors (only read for ordering). A worker no longer registered: nothing to do.
+extern "C" __attribute__((visibility("default"))) int MskvLayerwiseSubmit(int nparam, void** params, int* ndims,
+                                                                        int64_t** shapes, const char** dtypes,
+                                                                        void* stream, void* extra);

@@ -391,3 +391,69 @@ def test_debug_mode_off_checks_nothing_and_bad_values_are_refused(rng, monkeypat
         monkeypatch.setenv("MS_KVCACHE_CHECK_LAYERWISE", bad)
         with pytest.raises(ValueError, match=rf"\$MS_KVCACHE_CHECK_LAYERWISE: expected 0 or 1, got '{bad}'"):
             case.make()
+
+
+# ------------------------------------------------------------------------------------------ order against the forward pass
+def _slow_ops(n=6, size=1024):
+    a = Tensor(np.random.default_rng(0).random((size, size), dtype=np.float32))
+    for _ in range(n):
+        a = ops.matmul(a, a) * 1e-3
+    return a
+
+
+def test_save_layer_is_queued_behind_the_forward_without_blocking(rng):
+    """With the PyNative fast path, save_layer(l) queues the layer behind the ops launched before it (MindSpore's
+    pipeline hands it to the worker when it gets there): the host does not wait for those ops, and the save still
+    sees their writes."""
+    from ms_kvcache import _custom
+
+    if not _custom.fast_path_available("cpu")[0]:
+        pytest.skip("the PyNative fast path (ms_kvcache._cpu_pyboost) is not available")
+    L, nb, bs, H, D = 2, 4, 8, 2, 16
+    kc = [Parameter(Tensor(np.zeros((nb, bs, H, D), np.float32)), name=f"sk{l}") for l in range(L)]
+    vc = [Parameter(Tensor(np.zeros((nb, bs, H, D), np.float32)), name=f"sv{l}") for l in range(L)]
+    slots = Tensor(np.arange(8, 12, dtype=np.int64))
+    buf = mk.alloc_host_buffer(mk.transfer_buffer_shape(SEPARATE, L, 4, H * D), ms.float32)
+    lt = mk.LayerwiseTransfer(buf, list(zip(kc, vc)), slots, kv_format=SEPARATE, direction="d2h")
+    seen = []
+    for layer in range(L):
+        x = _slow_ops()                                              # the forward pass, still running
+        rows = ops.ones((4, H, D), ms.float32) * (layer + 1) + x[:4, :H * D].reshape(4, H, D) * 0
+        mk.reshape_and_cache(rows, rows, kc[layer], vc[layer], slots)  # queued behind the matmuls
+        lt.save_layer(layer)
+        seen.append(lt._engine.state(layer))  # noqa: SLF001 - 6: awaiting its turn in the pipeline
+    lt.wait()
+    got = to_np(buf)
+    for layer in range(L):
+        assert (got[:, layer] == layer + 1).all(), layer
+    assert 6 in seen, seen  # at least one save_layer returned before the forward's ops ran
+
+
+def test_without_the_fast_path_the_host_waits_for_the_forward(rng):
+    from ms_kvcache import _custom
+
+    _custom.set_fast_path(False)
+    try:
+        case = TokenCase(rng, SEPARATE, "BNSD", "float16", "d2h")
+        case.run_sync()
+        lt = case.make()
+        assert lt._engine._signals is None  # noqa: SLF001
+        run_layerwise(lt, "d2h", 3)
+        case.check()
+    finally:
+        _custom.set_fast_path(True)
+
+
+def test_a_signal_the_pipeline_dropped_fails_its_layer_instead_of_hanging(rng):
+    """MindSpore drops the ops queued behind an op that failed; a layer whose signal was among them is reported (it
+    would otherwise be waited for forever)."""
+    from ms_kvcache import _custom
+
+    if not _custom.fast_path_available("cpu")[0]:
+        pytest.skip("the PyNative fast path (ms_kvcache._cpu_pyboost) is not available")
+    case = TokenCase(rng, SEPARATE, "BSND", "float16", "d2h")
+    lt = case.make()
+    lt._engine._w.expect(1)  # noqa: SLF001 - issued, but its signal never reaches the pipeline
+    lt._issued.add(1)  # noqa: SLF001
+    with pytest.raises(RuntimeError, match=r"layer 1: not issued: MindSpore's pipeline dropped the ops queued"):
+        lt.wait_layer(1)

@@ -1,7 +1,8 @@
 """The layer-wise transfer worker (cpu_kernel/layerwise.cpp) under ThreadSanitizer, as tests/test_thread_pool.py does
 for the pool: a C++ harness compiled with -fsanitize=thread against the worker, the pool and the two transfer
 kernels runs token and block transfers in both directions, layers submitted in a shuffled order by one thread and
-waited for in another order by a second thread, with and without the pool's helpers (aiv_num 0 / 1), and drops
+waited for in another order by a second thread, or handed over by a third thread playing MindSpore's pipeline
+(MskvLayerwiseSubmit through the worker registry), with and without the pool's helpers (aiv_num 0 / 1), and drops
 workers with layers in flight; every result is checked against a direct copy. "racy" reads the buffer of a layer
 without waiting for it: TSAN must report that, so the clean runs' silence means something."""
 import os
@@ -16,6 +17,8 @@ _MAIN = r"""
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <memory>
+#include <mutex>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -77,14 +80,69 @@ LayerwiseLaunch BlockLaunch(int64_t* ids, int n, std::vector<std::vector<uint16_
   return a;
 }
 
+// The attributes of a pipeline signal (MskvLayerwiseSubmit): mskv_worker, mskv_layer.
+class SignalExtra : public mindspore::AotExtra {
+ public:
+  SignalExtra(int64_t w, int64_t l) : w_(w), l_(l) {}
+  bool HasAttr(std::string n) override { return n == "mskv_worker" || n == "mskv_layer"; }
+  bool GetAttrBool(std::string) override { return false; }
+  int64_t GetAttrInt(std::string n) override { return n == "mskv_worker" ? w_ : l_; }
+  float GetAttrFloat(std::string) override { return 0; }
+  std::string GetAttrStr(std::string) override { return ""; }
+  std::vector<int64_t> GetAttrIntVec(std::string) override { return {}; }
+  std::vector<float> GetAttrFloatVec(std::string) override { return {}; }
+
+ private:
+  int64_t w_, l_;
+};
+
 // Submit every layer in a shuffled order from this thread while a second thread waits for them in another order.
-// drop: no waits at all, the worker is destroyed with the layers in flight (the destructor waits). racy: this
-// thread reads `watch` (written by the last submitted layer) without waiting.
-void Run(LayerwiseLaunch launch, std::mt19937& rng, bool drop, bool racy, const uint16_t* watch, size_t watch_n) {
+// signal: the layers are marked awaiting (Expect) here and handed over by a third thread playing MindSpore's
+// pipeline (MskvLayerwiseSubmit through the registry). drop: no waits at all, the worker is destroyed with the
+// layers in flight (the destructor waits). racy: this thread reads `watch` (written by the last submitted layer)
+// without waiting.
+void Run(LayerwiseLaunch launch, std::mt19937& rng, bool drop, bool racy, const uint16_t* watch, size_t watch_n,
+         bool signal = false) {
   std::vector<int> order(L), wait_order(L);
   for (int l = 0; l < L; ++l) order[l] = wait_order[l] = l;
   std::shuffle(order.begin(), order.end(), rng);
   std::shuffle(wait_order.begin(), wait_order.end(), rng);
+  if (signal) {
+    auto w = std::make_shared<LayerwiseWorker>(std::move(launch));
+    const int64_t id = mskv::RegisterLayerwiseWorker(w);
+    std::mutex mu;
+    std::vector<int> pipe;
+    std::atomic<int> handed{0};
+    std::thread pipeline([&] {
+      for (int done = 0; done < L;) {
+        int l = -1;
+        {
+          std::lock_guard<std::mutex> lk(mu);
+          if (!pipe.empty()) l = pipe.front(), pipe.erase(pipe.begin());
+        }
+        if (l < 0) { std::this_thread::yield(); continue; }
+        SignalExtra ex(id, l);
+        if (MskvLayerwiseSubmit(0, nullptr, nullptr, nullptr, nullptr, nullptr, &ex) != 0) bad++;
+        ++done, ++handed;
+      }
+    });
+    std::thread waiter([&] {
+      for (int l : wait_order) {
+        while (w->StateOf(l) == LayerwiseWorker::kIdle) std::this_thread::yield();  // awaiting is fine
+        if (!w->Wait(l).empty()) bad++;
+      }
+    });
+    for (int l : order) {
+      w->Expect(l);
+      std::lock_guard<std::mutex> lk(mu);
+      pipe.push_back(l);
+    }
+    pipeline.join();
+    waiter.join();
+    if (!w->WaitAll().empty()) bad++;
+    w->Close();
+    return;
+  }
   LayerwiseWorker w(std::move(launch));
   if (drop) {
     for (int l : order) w.Submit(l);
@@ -129,7 +187,7 @@ int main(int argc, char** argv) {
     Run(TokenLaunch(buf.data(), slots.data(), caches, true, aiv), rng, drop, racy, buf.data() + (L - 1) * T * ROW,
         T * ROW);
     std::vector<std::vector<uint16_t>> back(2 * L, std::vector<uint16_t>(NB * BS * ROW, 0));
-    Run(TokenLaunch(buf.data(), slots.data(), back, false, aiv), rng, drop, false, nullptr, 0);
+    Run(TokenLaunch(buf.data(), slots.data(), back, false, aiv), rng, drop, false, nullptr, 0, /*signal=*/it % 2 == 0);
     for (int c = 0; c < 2 * L; ++c)
       for (int t = 0; t < T; ++t) {
         const int p = c % 2, l = c / 2;
@@ -146,7 +204,7 @@ int main(int argc, char** argv) {
     std::vector<std::vector<uint16_t>> host(2, std::vector<uint16_t>(3 * BS * L * ROW, 0xFFFF));
     Run(BlockLaunch(ids.data(), 3, host, caches, true, aiv), rng, drop, false, nullptr, 0);
     std::vector<std::vector<uint16_t>> back2(2 * L, std::vector<uint16_t>(NB * BS * ROW, 0));
-    Run(BlockLaunch(ids.data(), 3, host, back2, false, aiv), rng, drop, false, nullptr, 0);
+    Run(BlockLaunch(ids.data(), 3, host, back2, false, aiv), rng, drop, false, nullptr, 0, /*signal=*/it % 2 == 1);
     for (int c = 0; c < 2 * L; ++c)
       for (int64_t b : ids)
         bad += std::memcmp(back2[c].data() + b * BS * ROW, caches[c].data() + b * BS * ROW, BS * ROW * 2) != 0;
