@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import mindspore as ms
-from mindspore import Parameter, Tensor, ops
+from mindspore import Parameter, Tensor, nn, ops
 
 import ms_kvcache as mk
 from conftest import assert_bits_equal, to_np
@@ -457,3 +457,57 @@ def test_a_signal_the_pipeline_dropped_fails_its_layer_instead_of_hanging(rng):
     lt._issued.add(1)  # noqa: SLF001
     with pytest.raises(RuntimeError, match=r"layer 1: not issued: MindSpore's pipeline dropped the ops queued"):
         lt.wait_layer(1)
+
+
+class _LayerScores(nn.Cell):
+    """One layer's compute as a GRAPH_MODE Cell: scores against the layer's reloaded keys."""
+
+    def __init__(self, key_cache):
+        super().__init__()
+        self.k = key_cache
+
+    def construct(self, q, slots):
+        return ops.matmul(q, ops.gather(self.k.reshape(-1, q.shape[1]), slots, 0).T)
+
+
+class _LayerWrite(nn.Cell):
+    def __init__(self, k, v):
+        super().__init__()
+        self.k, self.v = k, v
+
+    def construct(self, x, slots):
+        mk.reshape_and_cache(x, x, self.k, self.v, slots)
+        return slots
+
+
+def test_between_graph_mode_cells_of_each_layer(rng):
+    """In GRAPH_MODE the transfer is driven between the compiled Cells of each layer (a single graph of the whole
+    forward pass cannot hold the waits): saves see each layer's graph writes, loads are complete for the next Cell."""
+    from conftest import ms_mode
+
+    L, nb, bs, H, D, T = 3, 8, 16, 2, 32, 20
+    src = [rng.standard_normal((nb, bs, H, D)).astype(np.float32) for _ in range(2 * L)]
+    caches = [(Parameter(Tensor(src[2 * l]), name=f"gk{l}"), Parameter(Tensor(src[2 * l + 1]), name=f"gv{l}"))
+              for l in range(L)]
+    slots = Tensor(np.arange(16, 16 + T, dtype=np.int64))
+    buf = mk.alloc_host_buffer(mk.transfer_buffer_shape(SEPARATE, L, T, H * D), ms.float32)
+    zero = [(Parameter(Tensor(np.zeros((nb, bs, H, D), np.float32)), name=f"zk{l}"),
+             Parameter(Tensor(np.zeros((nb, bs, H, D), np.float32)), name=f"zv{l}")) for l in range(L)]
+    new = Tensor(rng.standard_normal((4, H, D)).astype(np.float32))
+    q = Tensor(rng.standard_normal((3, H * D)).astype(np.float32))
+    with ms_mode("graph"):
+        save = mk.LayerwiseTransfer(buf, caches, slots, kv_format=SEPARATE, direction="d2h")
+        for layer in range(L):
+            _LayerWrite(*caches[layer])(new, Tensor(np.arange(32, 36, dtype=np.int64)))
+            save.save_layer(layer)
+        save.wait()
+        load = mk.LayerwiseTransfer(buf, zero, slots, kv_format=SEPARATE, direction="h2d").start()
+        scores = []
+        for layer in range(L):
+            load.wait_layer(layer)
+            scores.append(_LayerScores(zero[layer][0])(q, slots).asnumpy())
+        load.wait()
+    for layer in range(L):
+        keys = src[2 * layer].reshape(nb * bs, H * D).copy()
+        keys[32:36] = new.asnumpy().reshape(4, H * D)
+        np.testing.assert_allclose(scores[layer], q.asnumpy() @ keys[16:16 + T].T, rtol=2e-5, atol=2e-4)

@@ -179,13 +179,14 @@ def _layer_tensors(kind, call, layer):
 
 
 class LayerwiseTransfer:
-    """A multi-layer KV transfer moved layer by layer beside the forward pass; PyNative, one thread.
+    """A multi-layer KV transfer moved layer by layer beside the forward pass, driven from one host thread.
 
     Takes exactly :func:`ms_kvcache.multi_layer_kv_transfer`'s arguments (token rows by slot; whole blocks:
     :meth:`blocks`, exactly :func:`ms_kvcache.multi_layer_block_transfer`'s) and runs their checks at
     construction; the slot / block-id values are copied then. Each layer moves the bytes the synchronous op
-    moves for it. Ordering, backends and the vLLM / LMCache mapping: docs/ops-transfer.md, "Layer-wise
-    transfer"; ``MS_KVCACHE_CHECK_LAYERWISE=1`` refuses ms_kvcache ops on tensors of a layer not waited for.
+    moves for it. Use it in PyNative or between per-layer GRAPH_MODE Cells. Ordering, backends and the vLLM /
+    LMCache mapping: docs/ops-transfer.md, "Layer-wise transfer"; ``MS_KVCACHE_CHECK_LAYERWISE=1`` refuses
+    ms_kvcache ops on tensors of a layer not waited for.
 
     Args:
         buffer, kv_caches, slot_mapping, kv_format, direction, cache_layout, scale_caches: as for
