@@ -19,7 +19,8 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 __all__ = [
     "TensorSpec", "AttrSpec", "OpSpec", "register", "get_spec", "all_specs",
     "KV_DTYPES", "FLOAT_DTYPES", "INDEX_DTYPES", "SOCS", "dtype_name", "dtype_arg_name",
-    "FP8_DTYPES", "QUANT_CACHE_DTYPES", "kernel_pending", "ascend_runtime", "OP_TYPE_PREFIX", "camel", "snake", "op_type_of",
+    "FP8_DTYPES", "QUANT_CACHE_DTYPES", "kernel_pending", "ascend_runtime", "OP_TYPE_PREFIX", "camel", "snake",
+    "op_type_of",
     "op_name_of",
 ]
 

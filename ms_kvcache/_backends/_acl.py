@@ -1,7 +1,8 @@
 """ctypes bindings of the few CANN runtime (ACL) calls the "ascend" backend makes itself.
 
-Loaded lazily, only when a caller needs the NPU runtime (``swap_blocks`` between host and device,
-``ms_kvcache._host_memory.register_host_memory``, the SoC name for the reg_info dtype rows). Nothing here runs at import.
+Loaded lazily, only when a caller needs the NPU runtime (``swap_blocks`` between host and device, the
+host memory of ``ms_kvcache._host_memory``, the SoC name for the reg_info dtype rows). Nothing here runs at
+import.
 
 Where the library comes from, in order:
 

@@ -1010,11 +1010,11 @@ def _host_memory_report(mode, pyboost_ok):
         return res
     ver = acl.cann_version()
     res["cann_version"] = ver[1] if ver else None
-    old = _host_memory.kernel_version()
-    res["allocation"] = ("aclrtMallocHost, then aclrtHostRegister (Linux <= 5.10: CANN requires page-locked runtime "
-                         "memory there; pinned=False is refused)"
-                         if acl.has_host_register and (old is None or old <= _host_memory.OLD_KERNEL) else
-                         "mmap + mbind + mlock, then aclrtHostRegister" if acl.has_host_register else "mmap + mbind + mlock")
+    if _host_memory.runtime_pages_required():
+        res["allocation"] = ("aclrtMallocHost, then aclrtHostRegister (Linux <= 5.10: CANN requires page-locked "
+                             "runtime memory there; pinned=False is refused)")
+    else:
+        res["allocation"] = "mmap + mbind + mlock" + (", then aclrtHostRegister" if acl.has_host_register else "")
     if not pyboost_ok:
         res.update(effective="unavailable", why="PyNative host transfers need ms_kvcache._ascend_pyboost (see "
                    "'pynative'); without it an op that writes a host tensor raises instead of losing the data")
