@@ -9,6 +9,10 @@
 // a 1-D uint8 numpy array whose base is a capsule that munmaps the memory when the last reference
 // (numpy view, MindSpore Tensor made by Tensor.from_numpy) goes away. Errors are returned, not
 // raised, so Python can word them: (array or None, failing call name, errno).
+//
+// host_bind(address, nbytes, numa_node) binds memory allocated elsewhere (the CANN runtime's page-locked
+// memory, aclrtMallocHost) to `numa_node`, moving the pages already there (MPOL_MF_MOVE | MPOL_MF_STRICT);
+// returns 0 or the errno.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
@@ -31,6 +35,19 @@ std::atomic<int64_t> g_live_buffers{0};
 
 constexpr int kMpolBind = 2;
 constexpr unsigned kMpolFNode = 1, kMpolFAddr = 2;
+constexpr unsigned kMpolMfStrict = 1, kMpolMfMove = 2;
+
+// mbind(2) of [addr, addr + len) to `node` with `flags`; 0 or the errno (ENOSYS on node 0: no NUMA, fine)
+int BindNode(void* addr, size_t len, int node, unsigned flags) {
+  const size_t words = static_cast<size_t>(node) / (8 * sizeof(unsigned long)) + 1;
+  std::vector<unsigned long> mask(words, 0UL);
+  mask[static_cast<size_t>(node) / (8 * sizeof(unsigned long))] |=
+      1UL << (static_cast<size_t>(node) % (8 * sizeof(unsigned long)));
+  const unsigned long maxnode = words * 8 * sizeof(unsigned long) + 1;
+  if (syscall(SYS_mbind, addr, len, kMpolBind, mask.data(), maxnode, flags) == 0) return 0;
+  const int err = errno;
+  return (err == ENOSYS && node == 0) ? 0 : err;
+}
 
 struct Mapping {
   void* addr;
@@ -54,18 +71,10 @@ py::tuple HostAlloc(int64_t nbytes, int numa_node, bool pinned) {
   if (addr == MAP_FAILED) return py::make_tuple(py::none(), "mmap", errno);
   if (len >= (size_t{2} << 20)) madvise(addr, len, MADV_HUGEPAGE);  // fewer TLB misses; advisory
   if (numa_node >= 0) {
-    const size_t words = static_cast<size_t>(numa_node) / (8 * sizeof(unsigned long)) + 1;
-    std::vector<unsigned long> mask(words, 0UL);
-    mask[static_cast<size_t>(numa_node) / (8 * sizeof(unsigned long))] |=
-        1UL << (static_cast<size_t>(numa_node) % (8 * sizeof(unsigned long)));
-    const unsigned long maxnode = words * 8 * sizeof(unsigned long) + 1;
-    if (syscall(SYS_mbind, addr, len, kMpolBind, mask.data(), maxnode, 0U) != 0) {
-      const int err = errno;
-      // ENOSYS: kernel without NUMA; node 0 is then the whole machine.
-      if (!(err == ENOSYS && numa_node == 0)) {
-        munmap(addr, len);
-        return py::make_tuple(py::none(), "mbind", err);
-      }
+    const int err = BindNode(addr, len, numa_node, 0U);  // ENOSYS on node 0 (no NUMA) counts as bound
+    if (err != 0) {
+      munmap(addr, len);
+      return py::make_tuple(py::none(), "mbind", err);
     }
   }
   if (pinned) {
@@ -85,6 +94,15 @@ py::tuple HostAlloc(int64_t nbytes, int numa_node, bool pinned) {
   py::array_t<uint8_t> arr({static_cast<py::ssize_t>(nbytes)}, {static_cast<py::ssize_t>(1)},
                            static_cast<uint8_t*>(addr), owner);
   return py::make_tuple(arr, "", 0);
+}
+
+// Bind (and move) the pages of [address, address + nbytes) to `numa_node`: 0 or the errno.
+int HostBind(uintptr_t address, int64_t nbytes, int numa_node) {
+  if (nbytes <= 0 || numa_node < 0) throw py::value_error("host_bind: nbytes must be > 0 and numa_node >= 0");
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t start = address / page * page;
+  const uintptr_t end = (address + static_cast<uintptr_t>(nbytes) + page - 1) / page * page;
+  return BindNode(reinterpret_cast<void*>(start), end - start, numa_node, kMpolMfMove | kMpolMfStrict);
 }
 
 // NUMA node of the page holding `address` (faults it in if needed), or -1 if unknown.
@@ -123,6 +141,8 @@ namespace ml = mskv::ml;
 void BindHostMemory(py::module_& m) {
   m.def("host_alloc", &HostAlloc, py::arg("nbytes"), py::arg("numa_node"), py::arg("pinned"),
         "mmap + mbind + mlock; returns (uint8 array | None, failing call, errno).");
+  m.def("host_bind", &HostBind, py::arg("address"), py::arg("nbytes"), py::arg("numa_node"),
+        "mbind(MPOL_BIND, MPOL_MF_MOVE | MPOL_MF_STRICT) of memory allocated elsewhere; 0 or the errno.");
   m.def("host_node_of", &NodeOfAddress, py::arg("address"), "NUMA node of the page at address (-1: unknown).");
   m.def("host_live", &LiveStats, "Bytes and count of live host_alloc buffers.");
   m.def("transfer_calls", [] { return ml::CompletedCalls().load(std::memory_order_acquire); },

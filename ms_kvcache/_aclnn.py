@@ -36,6 +36,8 @@ Parameter kinds in :func:`signature`: ``T`` tensor input, ``L`` tensor-list inpu
 import sys
 from pathlib import Path
 
+from ms_kvcache import _spec
+
 __all__ = ["params", "signature", "header_text", "header_name", "snake_case", "shim_source", "kernel_specs",
            "SHIM_PATH", "check_shim", "main"]
 
@@ -123,13 +125,9 @@ def header_text(spec):
 
 
 def kernel_specs():
-    """The specs of ops that have an AscendC kernel (every registered op but the ascend backend's
-    runtime ops, e.g. swap_blocks), sorted by name."""
-    import ms_kvcache  # noqa: F401  (registers every op)
-    from ms_kvcache import _spec
-    from ms_kvcache._backends import ascend
-
-    return [s for s in _spec.all_specs() if s.name not in ascend.RUNTIME_OPS and not _spec.kernel_pending(s)]
+    """The specs of ops that have an AscendC kernel (every registered op but the ascend backend's runtime ops,
+    ``_spec.ascend_runtime``: swap_blocks), sorted by name."""
+    return [s for s in _spec.all_specs() if not _spec.ascend_runtime(s) and not _spec.kernel_pending(s)]
 
 
 _ACCESS = {"T": "t", "L": "l", "O": "t", "s": "s", "i": "i", "b": "b", "d": "d"}
@@ -190,8 +188,6 @@ def main(argv=None):
         print(f"wrote {SHIM_PATH}")
         return 0
     if argv[:1] == ["--header"] and len(argv) == 2:
-        from ms_kvcache import _spec
-
         print(header_text(_spec.get_spec(argv[1])), end="")
         return 0
     why = check_shim()

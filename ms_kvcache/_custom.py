@@ -277,15 +277,108 @@ NOT_A_PARAMETER = (
 def check_written_are_parameters(op, written_args, args):
     """Infer-step check of a graph-branch primitive: every written input (``written_args``: (flat index,
     name)) must be a Parameter, which MindSpore's abstract value marks with a ``RefType`` dtype at compile
-    time (what ``ops.IsParameter`` reads). A zero-element tensor (the ``[0]`` stand-in of an absent
-    optional input) is exempt: nothing is written to it. Raises TypeError naming the op and argument."""
+    time (what ``ops.IsParameter`` reads), and a contiguous one (:func:`check_written_are_contiguous`). A
+    zero-element tensor (the ``[0]`` stand-in of an absent optional input) is exempt: nothing is written to
+    it. Raises TypeError (not a Parameter) or ValueError (not contiguous) naming the op and argument."""
+    refs = []
     for i, name in written_args:
         if i >= len(args):
             continue
         a = args[i]
-        if isinstance(a.get("dtype"), mstype.RefType) or _numel(a.get("shape")) == 0:
+        if _numel(a.get("shape")) == 0:
             continue
-        raise TypeError(f"{op}: argument '{name}': {NOT_A_PARAMETER}")
+        if not isinstance(a.get("dtype"), mstype.RefType):
+            raise TypeError(f"{op}: argument '{name}': {NOT_A_PARAMETER}")
+        refs.append((name, a))
+    if refs:
+        check_written_are_contiguous(op, refs, _compiling_parameters())
+
+
+def check_written_are_contiguous(op, refs, params):
+    """Refuse a graph whose written Parameter is not contiguous (a view given with ``Parameter.set_data``): MindSpore
+    runs the graph on a contiguous copy of it, so the write would not reach the memory the view shows (PyNative
+    refuses such a cache the same way). The graph's abstract values carry no Parameter identity, so the
+    Parameters of the graph being compiled (``params``, :func:`_compiling_parameters`) that are not contiguous
+    and have a written argument's shape and dtype are the ones refused.
+
+    Args:
+        refs: ``(argument name, abstract dict)`` of the written Parameter arguments.
+        params: the Parameters of the graph being compiled.
+
+    Raises:
+        ValueError: naming the op, the argument, the Parameter and its strides.
+    """
+    strided = [p for p in params if hasattr(p, "is_contiguous") and not p.is_contiguous()]
+    if not strided:
+        return
+    for p in strided:
+        names = [n for n, a in refs if tuple(a.get("shape") or ()) == tuple(p.shape)
+                 and a["dtype"].element_type() == p.dtype]
+        if not names:
+            continue
+        which = "' / '".join(names)
+        among = ("" if len(names) == 1 else
+                 " (one of these arguments: a graph's abstract values do not say which Parameter each one is)")
+        raise ValueError(
+            f"{op}: argument '{which}': expected a contiguous Parameter, got Parameter '{p.name}' (shape "
+            f"{tuple(p.shape)}, {p.dtype}) with strides {tuple(p.stride())}{among}: a view given with set_data. "
+            f"MindSpore's graph runs on a contiguous copy of it, so the write would not reach the memory it views. "
+            f"Give the Parameter its own memory (p.set_data(view.contiguous()) copies) or call the op in PyNative")
+
+
+def _compiling_parameters():
+    """The Parameters of the graph MindSpore is compiling now: those of the Cell (with its sub-cells), the
+    Parameter arguments, and for a ``@ms.jit`` function the Parameters its code names as globals or closure
+    variables; read from the ``compile`` frame of ``mindspore/graph/api.py`` (``_CellGraphExecutor.compile`` /
+    ``_JitExecutor.compile``), [] when there is none (not compiling, another MindSpore layout)."""
+    import sys
+
+    from mindspore import Parameter
+
+    f = sys._getframe(1)
+    while f is not None:
+        code = f.f_code
+        if code.co_name == "compile" and code.co_filename.replace("\\", "/").endswith(
+                ("mindspore/graph/api.py", "mindspore/common/api.py")):
+            break
+        f = f.f_back
+    if f is None:
+        return []
+    loc = f.f_locals
+    owner = loc.get("self")
+    found, seen = [], set()
+
+    def add(x):
+        if isinstance(x, Parameter):
+            if id(x) not in seen:
+                seen.add(id(x))
+                found.append(x)
+        elif isinstance(x, (list, tuple)):
+            for y in x:
+                add(y)
+        elif isinstance(x, dict):
+            for y in x.values():
+                add(y)
+
+    for cell in (loc.get("obj"), getattr(owner, "obj", None)):
+        if cell is not None and hasattr(cell, "parameters_and_names"):
+            add([q for _, q in cell.parameters_and_names()])
+    add(list(loc.get("args", ())))
+    fn = getattr(owner, "fn", None)
+    fn = getattr(fn, "__wrapped__", fn)
+    if callable(fn) and hasattr(fn, "__code__"):
+        glb = getattr(fn, "__globals__", {})
+        add([glb[n] for n in fn.__code__.co_names if n in glb])
+        add([c.cell_contents for c in (fn.__closure__ or ()) if _has_contents(c)])
+    return found
+
+
+def _has_contents(cell):
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
 
 
 def _alias_sets(spec, counts, attrs):

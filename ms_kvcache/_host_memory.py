@@ -16,22 +16,31 @@ What holds (MindSpore 2.10 CPU, checked by tests/test_alloc_host_buffer.py):
   Tensor (``asnumpy()``) waits; reading the same memory through another alias (the numpy array, a
   storage library given ``data_ptr()``) must call :func:`synchronize` first.
 
-The Ascend part (registering the pages with ``aclrtHostRegister`` so AI cores can read and write them
-directly) is the hook :func:`ascend_host_register`; :func:`alloc_host_buffer` calls it on the ascend
-backend, and it raises a clear RuntimeError where CANN is missing. PyNative transfers on Ascend hand
-kernels the mapped address (:func:`mapped_address`, zero-copy) or stage the buffer through a device
-tensor (docs/ascend.md, "Host memory"); :func:`synchronize` then also waits for the device.
+The Ascend part: on the ascend backend :func:`alloc_host_buffer` registers the pages with ``aclrtHostRegister``
+(:func:`ascend_host_register`, a device context bound first) so AI cores can reach them through the mapped
+address; on Linux <= 5.10 the pages are the runtime's (``aclrtMallocHost``), as CANN requires there, and
+``pinned=False`` is refused. A registration the runtime refuses is warned about once and the buffer is staged.
+Whether PyNative transfers hand kernels the mapped address (:func:`mapped_address`, zero-copy) or stage the
+buffer through a device tensor is the ascend backend's choice (``ascend.host_memory_mode``,
+``ascend.zero_copy_status``; docs/ascend.md, "Host memory"); :func:`synchronize` also waits for the device.
+This module imports no backend: the ascend backend imports it.
 """
+import collections
 import errno as _errno
 import operator
 import os
+import re
 import resource
+import warnings
 import weakref
 
 import numpy as np
 
+from ms_kvcache._backends import _acl
+
 __all__ = ["alloc_host_buffer", "synchronize", "online_numa_nodes", "ascend_host_register", "ascend_host_unregister",
-           "ascend_device_numa_node", "mapped_address"]
+           "ascend_device_numa_node", "mapped_address", "register_host_memory", "unregister_host_memory",
+           "kernel_release", "kernel_version", "runtime_pages_required", "warn_once"]
 
 _OP = "alloc_host_buffer"
 
@@ -181,46 +190,40 @@ def alloc_host_buffer(shape, dtype, numa_node=None, pinned=True):
     """Allocate a host buffer for KV offload, as a MindSpore Tensor over page-aligned, NUMA-bound,
     page-locked memory.
 
-    The memory is an anonymous ``mmap`` (page-aligned), bound to one NUMA node with ``mbind(2)``
-    (MPOL_BIND), locked with ``mlock(2)`` when ``pinned`` (which also faults every page in on that node;
-    unpinned buffers are faulted in by touching each page), and wrapped zero-copy with
-    ``Tensor.from_numpy``. The Tensor owns the memory: it is unmapped when the Tensor and every view of
-    it are released. On the ascend backend the pages are also registered with ``aclrtHostRegister`` so
-    kernels can read/write them directly (zero-copy transfers); see :func:`ascend_host_register`.
+    The memory is an anonymous ``mmap`` bound to one NUMA node (``mbind``) and locked with ``mlock`` when
+    ``pinned`` (unpinned pages are faulted in by touching them), wrapped zero-copy with ``Tensor.from_numpy``;
+    the Tensor owns it (freed when the Tensor and every view are gone). On the ascend backend the pages are
+    also registered with ``aclrtHostRegister`` (device context bound first); on Linux <= 5.10 they come from
+    ``aclrtMallocHost`` instead, as CANN requires there. See docs/ascend.md, "Host memory".
 
-    Pass the Tensor to the transfer ops in PyNative (written in place). In GRAPH_MODE / ``@ms.jit`` a
-    written tensor must be a Parameter: ``param.set_data(buffer)`` into one (keeps the address, any
-    placeholder shape); ``Parameter(buffer)`` would copy it.
+    In GRAPH_MODE / ``@ms.jit`` a written tensor must be a Parameter: ``param.set_data(buffer)`` keeps the
+    address (any placeholder shape); ``Parameter(buffer)`` would copy it.
 
     Args:
-        shape (int | sequence of int): dimensions, each >= 0 (a 0 gives an empty buffer); the element
-            count and the bytes (count x itemsize) must fit in int64 and in the memory the machine can
-            give now (``MemAvailable`` of /proc/meminfo, plus free swap when ``pinned=False``; also the
-            cgroup memory limit and ``RLIMIT_AS`` when set).
-        dtype: mindspore dtype (``ms.bfloat16``...), numpy dtype or name (``"float16"``, ``"bfloat16"``,
-            ``"float32"``, ``"float64"``, ``"int8"``, ``"uint8"``, ``"int16"``, ``"int32"``, ``"int64"``,
-            ``"bool"``).
-        numa_node (int, optional): node to bind to; default: the NUMA node of the device (ascend
-            backend) or of the calling CPU (node 0 on a single-node machine).
-        pinned (bool | numpy.bool_): page-lock the memory (default). ``False`` skips ``mlock`` - the way out when the
-            memlock limit is too small; such memory is pageable (and on Ascend registered unpinned,
-            which CANN supports on kernels newer than 5.10).
+        shape (int | sequence of int): dimensions, each >= 0; the element count and bytes must fit in int64
+            and in the memory the machine can give now (MemAvailable, plus free swap when not ``pinned``;
+            the cgroup limit and RLIMIT_AS when set).
+        dtype: mindspore / numpy dtype or name: float16, bfloat16, float32, float64, int8, uint8, int16,
+            int32, int64, bool.
+        numa_node (int, optional): node to bind to; default: the device's node (ascend backend) or the
+            calling CPU's.
+        pinned (bool | numpy.bool_): page-lock the memory (default); ``False`` skips ``mlock`` (the way out
+            of a small memlock limit), refused on the ascend backend on Linux <= 5.10.
 
     Returns:
         mindspore.Tensor: of ``shape`` and ``dtype``, zero-filled, ``data_ptr()`` page-aligned.
 
     Raises:
         TypeError: unsupported ``dtype``; ``shape`` not ints; ``pinned`` not a bool or numpy.bool_.
-        ValueError: negative dimensions; an element count or byte size beyond int64 or beyond the
-            machine's memory (the message names ``shape`` and the bytes requested); ``numa_node`` not an
-            online node.
-        OSError: ``mmap``/``mbind`` failed, or pinning failed - the message gives ``RLIMIT_MEMLOCK``
-            (soft/hard) and the remedies (``ulimit -l``, ``pinned=False``).
-        RuntimeError: ascend backend without a usable CANN runtime (registration hook).
+        ValueError: negative dimensions; a size beyond int64 or the machine's memory (names ``shape`` and
+            the bytes); ``numa_node`` not an online node; ``pinned=False`` on the ascend backend on Linux <= 5.10.
+        OSError: ``mmap`` / ``mbind`` / ``mlock`` / ``aclrtMallocHost`` failed (the message gives the reason
+            and, for ``mlock``, ``RLIMIT_MEMLOCK`` and the remedies).
+        RuntimeError: ascend backend without a usable CANN runtime.
     """
     from mindspore import Tensor
 
-    from ms_kvcache import _cpu
+    from ms_kvcache import _backend, _cpu
 
     name = _dtype_name(dtype)
     if not isinstance(pinned, (bool, np.bool_)):
@@ -246,26 +249,33 @@ def alloc_host_buffer(shape, dtype, numa_node=None, pinned=True):
             raise ValueError(f"{_OP}: argument 'numa_node': expected an online NUMA node {nodes}, got {numa_node!r}")
         node = int(numa_node)
     np_dtype = _np_dtype(name)
-    raw, failed, err = _cpu.host_alloc(nbytes, node, bool(pinned))
-    if raw is None:
-        reason = os.strerror(err) if err else "unknown error"
-        if failed == "mlock":
-            raise OSError(err, f"{_OP}: cannot page-lock {nbytes} bytes (mlock: {reason}); {_memlock_text()}. "
-                               f"Raise the limit (ulimit -l, /etc/security/limits.conf 'memlock', docker "
-                               f"--ulimit memlock=-1, CAP_IPC_LOCK) or pass pinned=False")
-        if failed == "mbind":
-            raise OSError(err, f"{_OP}: cannot bind {nbytes} bytes to NUMA node {node} (mbind: {reason})")
-        raise OSError(err if err else _errno.ENOMEM, f"{_OP}: cannot map {nbytes} bytes ({failed}: {reason})")
+    ascend = _backend.get_backend() == "ascend" and nbytes > 0
+    old_kernel = ascend and runtime_pages_required()
+    if old_kernel and not pinned:
+        raise ValueError(f"{_OP}: argument 'pinned': expected True on the ascend backend on Linux {kernel_release()} "
+                         f"(<= 5.10), got False: CANN documents that registering memory that is not page-locked "
+                         f"causes exceptions on these kernels (aclrtHostRegister); use pinned=True (memory from "
+                         f"aclrtMallocHost) or the cpu backend")
+    if old_kernel:
+        raw = _runtime_pinned_buffer(nbytes, node, explicit_node=numa_node is not None)
+    else:
+        raw, failed, err = _cpu.host_alloc(nbytes, node, bool(pinned))
+        if raw is None:
+            reason = os.strerror(err) if err else "unknown error"
+            if failed == "mlock":
+                raise OSError(err, f"{_OP}: cannot page-lock {nbytes} bytes (mlock: {reason}); {_memlock_text()}. "
+                                   f"Raise the limit (ulimit -l, /etc/security/limits.conf 'memlock', docker "
+                                   f"--ulimit memlock=-1, CAP_IPC_LOCK) or pass pinned=False")
+            if failed == "mbind":
+                raise OSError(err, f"{_OP}: cannot bind {nbytes} bytes to NUMA node {node} (mbind: {reason})")
+            raise OSError(err if err else _errno.ENOMEM, f"{_OP}: cannot map {nbytes} bytes ({failed}: {reason})")
+        if ascend:
+            # make the pages device-accessible; when the runtime cannot register them the buffer is still
+            # usable, through the staged mode (warned once, ascend.host_memory_mode / ms-kvcache info)
+            if ascend_host_register(raw.ctypes.data, nbytes, fallback=True) is not None:
+                weakref.finalize(raw, ascend_host_unregister, raw.ctypes.data)
     array = raw.view(np_dtype).reshape(shape)
-    tensor = Tensor.from_numpy(array)
-    from ms_kvcache import _backend
-
-    if _backend.get_backend() == "ascend" and nbytes > 0:
-        # ASCEND BACKEND HOOK: make the pages device-accessible (zero-copy transfers); when the runtime cannot
-        # register them the buffer is still usable, through the staged mode (ascend.host_memory_mode)
-        if ascend_host_register(raw.ctypes.data, nbytes, fallback=True) is not None:
-            weakref.finalize(raw, ascend_host_unregister, raw.ctypes.data)
-    return tensor
+    return Tensor.from_numpy(array)
 
 
 def synchronize():
@@ -299,41 +309,123 @@ def synchronize():
         import mindspore as ms
 
         ms.runtime.synchronize()
-        from ms_kvcache._backends import ascend  # noqa: WPS433
-
-        ascend._INFLIGHT.clear()  # noqa: WPS437 - host tensors kept alive for queued launches
+        _INFLIGHT.clear()  # nothing queued refers to these host tensors any more
 
 
 # ------------------------------------------------------------------------------------------------ Ascend
-# Hooks for the ascend backend (ms_kvcache/_backends/ascend.py calls these). They use the CANN runtime
-# (libascendcl.so) through ctypes; nothing here runs on a machine without CANN.
+# The ascend backend's host memory (ms_kvcache/_backends/ascend.py uses these). They call the CANN runtime
+# (libascendcl.so) through ms_kvcache._backends._acl; nothing here runs on a machine without CANN.
 _REGISTERED = {}  # host address -> (device address from aclrtHostRegister, bytes)
 #: why the last registration fell back to unregistered memory ('' if none did)
 REGISTER_FALLBACK = {"why": ""}
+#: Host tensors a queued PyNative launch refers to by address (``ascend.host_arg`` appends them): kept alive
+#: until the next :func:`synchronize` (or this many later host launches), so memory a queued kernel or copy
+#: still uses is not freed under it. Registered memory is also protected by a device synchronisation before
+#: it is unregistered and freed.
+_INFLIGHT = collections.deque(maxlen=4096)
+#: Linux kernels up to this (major, minor) need aclrtMallocHost memory for aclrtHostRegister (CANN 8.1-9.1
+#: aclrtHostRegister: "when the OS kernel is 5.10 or older, memory that is not page-locked causes exceptions").
+OLD_KERNEL = (5, 10)
+_WARNED = set()
+
+
+def warn_once(key, message):
+    """A RuntimeWarning with ``message``, the first time ``key`` is given in this process."""
+    if key not in _WARNED:
+        _WARNED.add(key)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def kernel_release():
+    """``uname -r`` of the running Linux kernel."""
+    return os.uname().release
+
+
+def kernel_version(release=None):
+    """``(major, minor)`` of a kernel release string (default: the running kernel), or None if unparsable."""
+    m = re.match(r"^(\d+)\.(\d+)", release if release is not None else kernel_release())
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def runtime_pages_required():
+    """True where host buffers for the ascend backend must be the runtime's page-locked memory
+    (``aclrtMallocHost``) before ``aclrtHostRegister``: a Linux kernel <= 5.10 (or an unparsable release)
+    and a runtime that exports aclrtHostRegister (an older runtime registers nothing).
+
+    Raises:
+        RuntimeError: CANN's libascendcl.so cannot be loaded (``CannNotFoundError``).
+    """
+    ver = kernel_version()
+    if ver is not None and ver > OLD_KERNEL:
+        return False
+    return _acl.load().has_host_register
+
+
+def _device_id():
+    try:
+        import mindspore as ms
+
+        return int(ms.get_context("device_id") or 0)
+    except Exception:  # noqa: BLE001 - context unavailable
+        return 0
+
+
+def register_host_memory(ptr, nbytes, device_id=None):
+    """Map ``nbytes`` of host memory at ``ptr`` for device access (``aclrtHostRegister``, MAPPED), with a
+    device context bound to the calling thread first (``aclrtSetDevice(device_id)`` unless one is bound;
+    default: MindSpore's ``device_id``).
+
+    Args:
+        ptr (int): host address, 4 KiB aligned (CANN requirement).
+        nbytes (int): size in bytes, > 0.
+        device_id (int, optional): the device whose context is bound.
+
+    Returns:
+        int: the device-side address of the mapping (usable by kernels, not by memcpy).
+
+    Raises:
+        ValueError: ``ptr`` not 4 KiB aligned or ``nbytes`` <= 0.
+        RuntimeError: CANN runtime missing (:class:`~ms_kvcache._backends._acl.CannNotFoundError`), or
+            the call failed (:class:`~ms_kvcache._backends._acl.AclError`, with the aclError code).
+    """
+    ptr, nbytes = int(ptr), int(nbytes)
+    if ptr <= 0 or ptr % 4096:
+        raise ValueError(f"register_host_memory: argument 'ptr': expected a 4096-byte aligned host address, "
+                         f"got {ptr:#x}")
+    if nbytes <= 0:
+        raise ValueError(f"register_host_memory: argument 'nbytes': expected > 0, got {nbytes}")
+    acl = _acl.load()
+    acl.ensure_context(_device_id() if device_id is None else device_id)
+    return acl.host_register(ptr, nbytes)
+
+
+def unregister_host_memory(ptr, device_id=None):
+    """Undo :func:`register_host_memory` (``aclrtHostUnregister``, device context bound first). Same errors."""
+    acl = _acl.load()
+    acl.ensure_context(_device_id() if device_id is None else device_id)
+    acl.host_unregister(int(ptr))
 
 
 def ascend_host_register(address, nbytes, fallback=False):
-    """ASCEND BACKEND HOOK: register ``nbytes`` of page-aligned host memory at ``address`` with
-    ``aclrtHostRegister(ptr, size, ACL_HOST_REGISTER_MAPPED, &dev_ptr)`` so AI cores can access it;
-    returns the device-side address (the one kernels get for zero-copy access). The ACL call is
-    :func:`ms_kvcache._backends.ascend.register_host_memory` (one ACL loader for the package).
+    """Register ``nbytes`` of page-aligned host memory at ``address`` (:func:`register_host_memory`) and
+    remember the device address for :func:`mapped_address`; returns it.
 
     ``fallback=True`` (what :func:`alloc_host_buffer` passes): when the runtime lacks the call (CANN < 8.1)
-    or refuses it, return None and note why in ``REGISTER_FALLBACK``; the memory is then used through
-    the staged mode (a device staging tensor and ``aclrtMemcpyAsync``).
+    or refuses it, return None, note why in ``REGISTER_FALLBACK`` and warn once; the memory is then used
+    through the staged mode (a device staging tensor and ``aclrtMemcpyAsync``).
 
     Raises:
         RuntimeError: CANN's libascendcl.so cannot be loaded (``CannNotFoundError``), or (without
             ``fallback``) the call fails (``AclError`` with the ACL error code).
     """
-    from ms_kvcache._backends import _acl, ascend  # noqa: WPS433 - only on the Ascend path
-
     try:
-        dev = ascend.register_host_memory(address, nbytes)
+        dev = register_host_memory(address, nbytes)
     except _acl.AclError as exc:
         if not fallback:
             raise
         REGISTER_FALLBACK["why"] = str(exc)
+        warn_once("register", f"ms_kvcache: alloc_host_buffer could not register its pages for device access "
+                              f"({exc}); such buffers go through a device staging copy (see `ms-kvcache info`)")
         return None
     _REGISTERED[address] = (dev, int(nbytes))
     return dev
@@ -350,24 +442,67 @@ def mapped_address(address, nbytes):
 
 
 def ascend_host_unregister(address):
-    """ASCEND BACKEND HOOK: undo :func:`ascend_host_register` (called before the memory is unmapped). The
-    device is synchronised first, so no queued kernel or copy still uses the mapping."""
+    """Undo :func:`ascend_host_register` (called before the memory is freed). The device is synchronised
+    first, so no queued kernel or copy still uses the mapping."""
     if _REGISTERED.pop(address, None) is None:
         return
-    from ms_kvcache._backends import ascend  # noqa: WPS433
-
     try:
         import mindspore as ms
 
         ms.runtime.synchronize()
     except Exception:  # noqa: BLE001 - interpreter shutdown / no device: nothing can be in flight
         pass
-    from ms_kvcache._backends import _acl  # noqa: WPS433
-
     try:
-        ascend.unregister_host_memory(address)
+        unregister_host_memory(address)
     except _acl.CannNotFoundError:  # the runtime is gone (interpreter shutdown): so is the mapping
         pass
+
+
+class _RuntimeHostBlock:
+    """Page-locked host memory of the CANN runtime (``aclrtMallocHost``) exposed to numpy (the buffer's base
+    object): freed, after unregistering it, when the last array over it goes away."""
+
+    def __init__(self, ptr, nbytes):
+        self.__array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (ptr, False), "version": 3}
+
+
+def _release_runtime_block(ptr, registered):
+    if registered:
+        ascend_host_unregister(ptr)
+    try:
+        _acl.load().free_host(ptr)
+    except (_acl.CannNotFoundError, _acl.AclError):  # interpreter shutdown: the runtime frees its memory
+        pass
+
+
+def _runtime_pinned_buffer(nbytes, node, explicit_node):
+    """A zero-filled uint8 array over ``nbytes`` of ``aclrtMallocHost`` memory (device context bound first),
+    its pages moved to NUMA ``node`` (an error only when the caller named the node) and registered (a
+    registration failure: warned once, staged mode)."""
+    import ctypes
+
+    from ms_kvcache import _cpu
+
+    acl = _acl.load()
+    acl.ensure_context(_device_id())
+    try:
+        ptr = acl.malloc_host(nbytes)
+    except _acl.AclError as exc:
+        raise OSError(_errno.ENOMEM, f"{_OP}: cannot allocate {nbytes} bytes of page-locked host memory "
+                                     f"(aclrtMallocHost: {exc})") from None
+    try:
+        err = _cpu.host_bind(ptr, nbytes, node)
+        if err and explicit_node:
+            raise OSError(err, f"{_OP}: cannot bind {nbytes} bytes of aclrtMallocHost memory to NUMA node {node} "
+                               f"(mbind: {os.strerror(err)})")
+        ctypes.memset(ptr, 0, nbytes)
+        registered = ascend_host_register(ptr, nbytes, fallback=True) is not None
+    except BaseException:
+        acl.free_host(ptr)
+        raise
+    block = _RuntimeHostBlock(ptr, nbytes)
+    weakref.finalize(block, _release_runtime_block, ptr, registered)
+    return np.asarray(block)
 
 
 def ascend_device_numa_node(device_id=None):

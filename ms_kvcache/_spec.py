@@ -23,7 +23,8 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 __all__ = [
     "TensorSpec", "AttrSpec", "OpSpec", "register", "attach_checks", "get_spec", "all_specs",
     "KV_DTYPES", "FLOAT_DTYPES", "INDEX_DTYPES", "SOCS", "dtype_name", "dtype_arg_name",
-    "FP8_DTYPES", "QUANT_CACHE_DTYPES", "kernel_pending", "OP_TYPE_PREFIX", "camel", "snake", "op_type_of",
+    "FP8_DTYPES", "QUANT_CACHE_DTYPES", "kernel_pending", "ascend_runtime", "OP_TYPE_PREFIX", "camel", "snake",
+    "op_type_of",
     "op_name_of",
 ]
 
@@ -376,6 +377,14 @@ def kernel_pending(spec) -> str:
     marker is for an op added before its kernel). The structural check expects no op_kernel/ file for them, the sim and ascend
     backends refuse them naming the op, and no aclnn shim is generated."""
     return str(spec.extra.get("ascend_kernel", "")) if hasattr(spec, "extra") else ""
+
+
+def ascend_runtime(spec) -> str:
+    """How the ascend backend runs ``spec`` without a kernel ('' for an op with an AscendC kernel): ops declared
+    with ``extra={"ascend_runtime": "<how>"}`` (swap_blocks: ACL runtime copies). Such an op has no
+    op_kernel/ file, no OpDef in the CANN package and no aclnn shim; the ascend backend runs it in PyNative
+    only, the sim backend through the cpu kernel."""
+    return str(spec.extra.get("ascend_runtime", "")) if hasattr(spec, "extra") else ""
 
 
 def register(spec: OpSpec) -> OpSpec:

@@ -322,6 +322,9 @@ def cmd_info(args):
         print(f"    PyNative: {a['pynative']['path']} - {a['pynative']['why']}")
         hm = a["host_memory"]
         print(f"    host memory (mode {hm['mode']}): {hm['effective']} - {hm['why']}")
+        if hm.get("allocation"):
+            print(f"    host buffers: {hm['allocation']} (Linux {hm.get('linux', '?')}, CANN "
+                  f"{hm.get('cann_version') or 'version unknown'})")
         print(f"    GRAPH_MODE: {a['graph_mode']}")
     print(f"  ops: {', '.join(info['ops'])}")
     d = info["demo"]

@@ -79,9 +79,8 @@ def aclnn_header(spec):
 
 def kernel_specs():
     from ms_kvcache import _spec
-    from ms_kvcache._backends import ascend as A
 
-    return [s for s in _spec.all_specs() if s.name not in A.RUNTIME_OPS and not _spec.kernel_pending(s)]
+    return [s for s in _spec.all_specs() if not _spec.ascend_runtime(s) and not _spec.kernel_pending(s)]
 
 
 # ------------------------------------------------------------------------------------ the stand-in opapi

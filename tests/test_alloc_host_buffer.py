@@ -241,3 +241,117 @@ def test_ascend_hooks_without_cann():
         _host_memory.ascend_host_register(0x1000, 4096)
     assert _host_memory.ascend_device_numa_node(0) == 0
     _host_memory.ascend_host_unregister(0x1000)  # never registered: a no-op
+
+
+# ------------------------------------------------------------------------------------------ ascend backend, Linux <= 5.10
+# CANN's aclrtHostRegister (8.1-9.1): on OS kernels 5.10 and older memory that is not page-locked causes exceptions,
+# so it must come from aclrtMallocHost. The stand-in runtime (tests/fake_acl/fake_ascendcl.c) logs each host-memory
+# call; the kernel release is mocked.
+def _fake_acl_lib(tmp_path_factory):
+    import shutil
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build the stand-in libascendcl.so")
+    out = tmp_path_factory.mktemp("fake_acl_host") / "libascendcl.so"
+    src = os.path.join(os.path.dirname(__file__), "fake_acl", "fake_ascendcl.c")
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-Wl,-Bsymbolic", "-o", str(out), src, "-lpthread"], check=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def fake_acl_path(tmp_path_factory):
+    return _fake_acl_lib(tmp_path_factory)
+
+
+@pytest.fixture
+def ascend_on(fake_acl_path, monkeypatch):
+    """The ascend backend with the stand-in runtime; ``ascend_on.linux(release)`` mocks the kernel release."""
+    import json
+    from types import SimpleNamespace
+
+    from ms_kvcache import _backend
+    from ms_kvcache._backends import _acl
+
+    monkeypatch.setenv("MS_KVCACHE_LIBASCENDCL", str(fake_acl_path))
+    _acl.reset()
+    rt = _acl.load()
+    rt.lib.fake_host_log_get.restype = ctypes.c_char_p
+    rt.lib.fake_host_log_clear()
+    monkeypatch.setattr(_backend, "_current", "ascend")
+    monkeypatch.setattr(_host_memory, "_WARNED", set(), raising=False)
+
+    def events():
+        return [json.loads(x) for x in rt.lib.fake_host_log_get().decode().splitlines() if x.strip()]
+
+    yield SimpleNamespace(rt=rt, events=events,
+                          linux=lambda r: monkeypatch.setattr(_host_memory, "kernel_release", lambda: r, raising=False))
+    gc.collect()
+    _acl.reset()
+
+
+OPENEULER_2203 = "5.10.0-60.18.0.50.oe2203.aarch64"
+
+
+def test_old_kernel_buffers_are_runtime_page_locked_memory(ascend_on, rng):
+    """Linux 5.10 (openEuler 22.03, Kylin V10): the pages come from aclrtMallocHost, zero-filled (the runtime's
+    memory is not), then registered; freeing unregisters before aclrtFreeHost. The old code registered mmap +
+    mlock memory there."""
+    ascend_on.linux(OPENEULER_2203)
+    t = mk.alloc_host_buffer((3, 1000), ms.float16)
+    addr = t.data_ptr()
+    ev = ascend_on.events()
+    assert [e["ev"] for e in ev] == ["set_device", "malloc_host", "register"], ev
+    assert ev[1]["ptr"] == addr and ev[1]["n"] == 6000 and ev[2]["ptr"] == addr and ev[2]["context"] == 1
+    assert addr % PAGE == 0 and tuple(t.shape) == (3, 1000) and t.dtype == ms.float16
+    assert not alias(t, np.float16).any(), "zero-filled"
+    x = random_array(rng, (3, 1000), "float16")
+    alias(t, np.float16)[...] = x
+    assert_bits_equal(to_np(t), x, "the Tensor is the runtime's memory")
+    assert _host_memory.mapped_address(addr, 6000) == addr + (1 << 40)
+    view = t[1:]
+    del t
+    gc.collect()
+    assert [e["ev"] for e in ascend_on.events()][3:] == [], "a view keeps the memory"
+    del view
+    gc.collect()
+    rest = ascend_on.events()[3:]
+    assert [e["ev"] for e in rest] == ["unregister", "free_host"] and rest[0]["context"] == 1, rest
+    assert _host_memory.mapped_address(addr, 1) is None
+
+
+def test_old_kernel_refuses_unpinned_buffers(ascend_on):
+    ascend_on.linux(OPENEULER_2203)
+    with pytest.raises(ValueError, match=r"alloc_host_buffer: argument 'pinned': expected True on the ascend backend "
+                                         r"on Linux 5\.10\.0-60\.18\.0\.50\.oe2203\.aarch64 \(<= 5\.10\), got False"):
+        mk.alloc_host_buffer((4096,), "int8", pinned=False)
+    assert ascend_on.events() == [], "nothing allocated or registered"
+
+
+@pytest.mark.parametrize("release", ["5.15.0-105-generic", "6.6.0-28.0.0.34.oe2403.aarch64"])
+def test_newer_kernels_keep_mmap_memory(ascend_on, release):
+    """After 5.10 CANN registers memory that is not page-locked: mmap (+ mlock when pinned) as before, pinned=False
+    allowed, both registered."""
+    ascend_on.linux(release)
+    a = mk.alloc_host_buffer((4096,), "int8")
+    b = mk.alloc_host_buffer((4096,), "int8", pinned=False)
+    ev = ascend_on.events()
+    assert "malloc_host" not in [e["ev"] for e in ev]
+    assert [e["ptr"] for e in ev if e["ev"] == "register"] == [a.data_ptr(), b.data_ptr()]
+
+
+def test_old_kernel_explicit_numa_node_is_applied(ascend_on, monkeypatch):
+    """The runtime's pages are moved to the node asked for (host_bind: mbind MPOL_MF_MOVE); a failure is an
+    OSError naming the node (not a silently ignored request)."""
+    ascend_on.linux(OPENEULER_2203)
+    calls = []
+    real = _cpu.host_bind
+    monkeypatch.setattr(_cpu, "host_bind", lambda a, n, node: (calls.append((a, n, node)), real(a, n, node))[1])
+    t = mk.alloc_host_buffer((8192,), "int8", numa_node=0)
+    assert calls == [(t.data_ptr(), 8192, 0)]
+    assert _cpu.host_node_of(t.data_ptr()) == 0
+    monkeypatch.setattr(_cpu, "host_bind", lambda a, n, node: 22)
+    with pytest.raises(OSError, match=r"cannot bind 8192 bytes of aclrtMallocHost memory to NUMA node 0 \(mbind: "
+                                      r"Invalid argument\)"):
+        mk.alloc_host_buffer((8192,), "int8", numa_node=0)
+    assert [e["ev"] for e in ascend_on.events()][-1] == "free_host", "the refused buffer is given back"

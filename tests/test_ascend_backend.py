@@ -3,9 +3,12 @@ no-CANN errors, and the ACL runtime calls of swap_blocks / register_host_memory 
 stand-in libascendcl.so (tests/fake_acl/fake_ascendcl.c, compiled here with the system C compiler).
 Tests that need a real NPU carry the ``npu`` marker and are skipped here with the reason."""
 import ctypes
+import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -14,7 +17,7 @@ import mindspore as ms
 from mindspore import Tensor
 
 import ms_kvcache
-from ms_kvcache import _spec
+from ms_kvcache import _host_memory, _spec
 from ms_kvcache._backends import _acl
 from ms_kvcache._backends import ascend as A
 
@@ -269,14 +272,14 @@ def test_acl_missing_is_a_clear_error(no_cann):
                                                      r"tried: libascendcl\.so"):
         _acl.load()
     with pytest.raises(RuntimeError, match="set_env.sh"):
-        A.register_host_memory(4096 * 4, 4096)
+        _host_memory.register_host_memory(4096 * 4, 4096)
 
 
 def test_register_host_memory_argument_checks():
     with pytest.raises(ValueError, match=r"argument 'ptr': expected a 4096-byte aligned"):
-        A.register_host_memory(4097, 10)
+        _host_memory.register_host_memory(4097, 10)
     with pytest.raises(ValueError, match=r"argument 'nbytes': expected > 0, got 0"):
-        A.register_host_memory(8192, 0)
+        _host_memory.register_host_memory(8192, 0)
 
 
 # ------------------------------------------------------------------------------------------ ACL calls (stand-in)
@@ -289,12 +292,12 @@ def test_struct_layouts_match_c():
 def test_register_host_memory_calls_acl(fake_acl):
     buf = ctypes.create_string_buffer(3 * 4096)
     ptr = (ctypes.addressof(buf) + 4095) // 4096 * 4096
-    dev = A.register_host_memory(ptr, 4096)
+    dev = _host_memory.register_host_memory(ptr, 4096)
     assert dev == ptr + 0x10000000000
     assert counter(fake_acl, "fake_last_registered", ctypes.c_size_t) == ptr
-    A.unregister_host_memory(ptr)
+    _host_memory.unregister_host_memory(ptr)
     with pytest.raises(_acl.AclError, match=r"aclrtHostUnregister failed with aclError 100000: not registered"):
-        A.unregister_host_memory(ptr)
+        _host_memory.unregister_host_memory(ptr)
 
 
 def test_plan_block_copies_merges_in_row_order_and_validates():
@@ -537,10 +540,8 @@ def test_batch_rejected_by_runtime_falls_back_to_single_copies(fake_acl, rng):
 
 
 def test_swap_blocks_in_a_graph_is_a_clear_error():
-    from ms_kvcache._spec import OpSpec, TensorSpec
-
-    spec = OpSpec(name="swap_blocks", op_type="MskvSwapBlocks", inputs=(TensorSpec("src_cache", "T", (2,)),),
-                  dtype_groups={"T": ("float16",)})
+    spec = _spec.get_spec("swap_blocks")
+    assert _spec.ascend_runtime(spec)   # the OpSpec's marker: no kernel, no OpDef, no aclnn shim
     with pytest.raises(RuntimeError, match="ACL runtime copy, not a kernel .* call it in PyNative mode"):
         A.aot_func(spec)
 
@@ -585,6 +586,229 @@ def test_alloc_host_buffer_registration_hooks_use_the_acl_runtime(fake_acl):
         _host_memory.ascend_host_register(addr + 8, 4096)
 
 
+def host_events(rt, ev=None):
+    """The stand-in runtime's host-memory log (set_device, malloc_host, register, unregister, free_host)."""
+    import json
+
+    rt.lib.fake_host_log_get.restype = ctypes.c_char_p
+    lines = [json.loads(x) for x in rt.lib.fake_host_log_get().decode().splitlines() if x.strip()]
+    return [x for x in lines if ev is None or x["ev"] == ev]
+
+
+@pytest.fixture
+def ascend_host(fake_acl, monkeypatch):
+    """The ascend backend active (alloc_host_buffer registers), CANN = the stand-in, no device context bound."""
+    from ms_kvcache import _backend
+
+    monkeypatch.setattr(_backend, "_current", "ascend")
+    monkeypatch.setattr(_host_memory, "_WARNED", set(), raising=False)
+    monkeypatch.setitem(_host_memory.REGISTER_FALLBACK, "why", "")
+    fake_acl.lib.fake_unbind_context()
+    fake_acl.lib.fake_host_log_clear()
+    yield fake_acl
+    import gc
+
+    gc.collect()   # free the buffers (unregistering them) while the stand-in is loaded
+
+
+def test_register_and_unregister_bind_a_device_context_first(ascend_host):
+    """aclrtHostRegister / aclrtHostUnregister run with a device context bound to the calling thread (the old
+    code called them on whatever thread allocated, with no context: aclrtSetDevice came only with swap_blocks)."""
+    buf = ms_kvcache.alloc_host_buffer((4096,), "int8")
+    addr = buf.data_ptr()
+    assert [e["ev"] for e in host_events(ascend_host)] == ["set_device", "register"]
+    (reg,) = host_events(ascend_host, "register")
+    assert reg["ptr"] == addr and reg["context"] == 1
+    ascend_host.lib.fake_unbind_context()   # e.g. the buffer dies on another thread
+    del buf
+    import gc
+
+    gc.collect()
+    assert [e["ev"] for e in host_events(ascend_host)][-2:] == ["set_device", "unregister"]
+    assert host_events(ascend_host, "unregister")[-1]["context"] == 1
+
+
+def test_a_registration_failure_warns_once(ascend_host):
+    """A registration the runtime refuses leaves the buffer usable (staged) and says so once (it was silent)."""
+    import warnings
+
+    ctypes.c_int.in_dll(ascend_host.lib, "fake_register_fail").value = 1
+    try:
+        with pytest.warns(RuntimeWarning, match=r"alloc_host_buffer could not register its pages for device access "
+                                                r"\(aclrtHostRegister failed with aclError 100000: the stand-in refuses"):
+            a = ms_kvcache.alloc_host_buffer((4096,), "int8")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            b = ms_kvcache.alloc_host_buffer((4096,), "int8")   # no second warning
+    finally:
+        ctypes.c_int.in_dll(ascend_host.lib, "fake_register_fail").value = 0
+    assert _host_memory.mapped_address(a.data_ptr(), 1) is None and _host_memory.mapped_address(b.data_ptr(), 1) is None
+    assert "the stand-in refuses" in _host_memory.REGISTER_FALLBACK["why"]
+
+
+def test_cann_version_from_the_runtime(fake_acl, monkeypatch):
+    monkeypatch.setenv("FAKE_CANN_VERSION", "8.2.RC1")
+    assert fake_acl.cann_version() == ((8, 2), "8.2.RC1")
+    monkeypatch.setenv("FAKE_CANN_VERSION", "9.1.0")
+    assert fake_acl.cann_version() == ((9, 1), "9.1.0")
+    monkeypatch.delenv("FAKE_CANN_VERSION")
+    assert fake_acl.cann_version() is None      # the call fails: unknown
+    assert ctypes.sizeof(_acl.CANNPackageVersion) == 128 + 4 * 64 + 128
+
+
+def test_the_three_modules_import_one_way():
+    """_aclnn, _backends/ascend and _host_memory: no import between two of them goes both ways (module level or
+    inside a function): _aclnn and _host_memory import neither other, ascend imports both."""
+    import ast
+
+    root = Path(ms_kvcache.__file__).parent
+    mods = {"ms_kvcache._aclnn": root / "_aclnn.py", "ms_kvcache._backends.ascend": root / "_backends" / "ascend.py",
+            "ms_kvcache._host_memory": root / "_host_memory.py"}
+    edges = set()
+    for name, path in mods.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            edges |= {(name, t) for t in targets if t in mods and t != name}
+    assert not {(a, b) for a, b in edges if (b, a) in edges}, edges
+    assert ("ms_kvcache._backends.ascend", "ms_kvcache._host_memory") in edges
+    assert ("ms_kvcache._backends.ascend", "ms_kvcache._aclnn") in edges
+
+
+# ------------------------------------------------------------------------------------------ zero-copy decision
+@pytest.fixture(scope="module")
+def npu_files(tmp_path_factory):
+    import _fake_ascend as FA
+
+    if A._pyboost_module() is None:
+        pytest.skip(f"ms_kvcache._ascend_pyboost not usable: {A._PYBOOST['why']}")
+    try:
+        return FA.build(tmp_path_factory.mktemp("fake_npu"))
+    except RuntimeError as exc:
+        pytest.skip(f"cannot build the stand-in CANN libraries: {exc}")
+
+
+@pytest.fixture
+def npu(npu_files, monkeypatch):
+    """The ascend backend's PyNative path on the stand-in NPU (tests/_fake_ascend.py), with the CANN version of
+    the test (``$FAKE_CANN_VERSION``); the zero-copy decision not made yet."""
+    import _fake_ascend as FA
+    from ms_kvcache import _backend, _custom
+    from ms_kvcache._backends import cpu
+
+    monkeypatch.setenv("MS_KVCACHE_LIBASCENDCL", str(npu_files["ascendcl"]))
+    monkeypatch.setenv("FAKE_ACL_LIB", str(npu_files["ascendcl"]))
+    monkeypatch.setenv("MS_KVCACHE_LIBNNOPBASE", str(npu_files["nnopbase"]))
+    monkeypatch.setenv("ASCEND_CUSTOM_OPP_PATH", str(npu_files["vendor"]))
+    monkeypatch.setenv("FAKE_OPAPI_CPU_LIB", cpu.library_path())
+    for v in (A.HOST_MEMORY_ENV, A.PYBOOST_ENV, "FAKE_CANN_VERSION"):
+        monkeypatch.delenv(v, raising=False)
+    _acl.reset()
+    monkeypatch.setitem(A._PYBOOST, "runtime", None)
+    monkeypatch.setattr(A, "_ZERO_COPY", {"state": None}, raising=False)
+    monkeypatch.setattr(_host_memory, "_WARNED", set(), raising=False)
+    monkeypatch.setitem(_host_memory.REGISTER_FALLBACK, "why", "")
+    monkeypatch.setattr(_backend, "_current", "ascend")
+    monkeypatch.setattr(_custom, "_LAUNCHERS", {})
+    hosts = []
+    monkeypatch.setattr(A, "_is_host_tensor", lambda t: any(t is h for h in hosts))
+    rt = FA.FakeRuntime(npu_files["ascendcl"], npu_files["nnopbase"])
+    rt.clear()
+    yield SimpleNamespace(rt=rt, host=lambda t: (hosts.append(t), t)[1], hosts=hosts)
+    ms_kvcache.synchronize()
+    hosts.clear()
+    getattr(_host_memory, "_INFLIGHT", []).clear()
+    import gc
+
+    gc.collect()
+    ctypes.c_int.in_dll(ctypes.CDLL(str(npu_files["ascendcl"])), "fake_mapped_reads_zero").value = 0
+    _acl.reset()
+
+
+def _d2h(npu, rng):
+    """One multi_layer_kv_transfer d2h into an alloc_host_buffer buffer; (buffer address, the kernel's address of
+    it, the staging copies, the numpy check passed)."""
+    caches = [[rng.standard_normal((4, 4, 2, 8)).astype(np.float16) for _ in range(2)]]
+    kv = [[Tensor(c) for c in layer] for layer in caches]
+    slots = np.array([3, 9, 14], np.int64)
+    buf = npu.host(ms_kvcache.alloc_host_buffer((2, 1, 3, 16), "float16"))
+    npu.rt.clear()
+    ms_kvcache.multi_layer_kv_transfer(buf, kv, Tensor(slots), kv_format="separate", direction="d2h")
+    ms_kvcache.synchronize()
+    want = np.stack([np.stack([c.reshape(16, 16)[slots] for c in layer]) for layer in caches], axis=1)
+    np.testing.assert_array_equal(buf.asnumpy(), want)
+    data = npu.rt.events("ws")[-1]["params"][0]["v"]["data"]
+    return buf.data_ptr(), data, npu.rt.events("memcpy_async")
+
+
+MAP = 1 << 40   # where the stand-in maps registered pages
+
+
+@pytest.mark.parametrize("version", ["8.2.RC1", "8.5.0", "9.0.0", None])
+def test_auto_mode_stages_below_cann_9_1(npu, rng, monkeypatch, version):
+    """Registered buffers go the staged way where the CANN runtime does not document kernel access to the mapped
+    address (before 9.1, or the version unknown), warned once; the old code handed kernels the mapped address
+    whenever the registration succeeded."""
+    if version:
+        monkeypatch.setenv("FAKE_CANN_VERSION", version)
+    with pytest.warns(RuntimeWarning, match="go through a device staging copy, not their mapped address"):
+        addr, data, copies = _d2h(npu, rng)
+    assert data not in (addr, addr + MAP) and len(copies) == 1 and copies[0]["dst"] == addr
+    ok, why = A.zero_copy_status()
+    assert not ok
+    assert (f"CANN {version}: its runtime documents" in why) if version else ("CANN version is unknown" in why)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _d2h(npu, rng)   # once only
+
+
+def test_auto_mode_zero_copy_on_cann_9_1_after_the_self_test(npu, rng, monkeypatch):
+    monkeypatch.setenv("FAKE_CANN_VERSION", "9.1.0")
+    addr, data, copies = _d2h(npu, rng)
+    assert data == addr + MAP and copies == []
+    ok, why = A.zero_copy_status()
+    assert ok and why == ("CANN 9.1.0; self-test: an h2d kernel reading a registered page by its mapped address got "
+                          "all 1024 bytes")
+
+
+def test_a_failing_self_test_means_staged(npu, rng, monkeypatch):
+    """CANN 9.1 but the AI core reads zeros at the mapped address (the stand-in's fake_mapped_reads_zero): the
+    self-test compares the bytes, fails, and the buffers are staged."""
+    monkeypatch.setenv("FAKE_CANN_VERSION", "9.1.0")
+    ctypes.c_int.in_dll(ctypes.CDLL(os.environ["FAKE_ACL_LIB"]), "fake_mapped_reads_zero").value = 1
+    ok, why = A.zero_copy_status()
+    assert not ok and re.search(r"CANN 9\.1\.0; self-test: an h2d kernel reading a registered page by its mapped "
+                                r"address got \d+ of 1024 bytes wrong", why), why
+    ctypes.c_int.in_dll(ctypes.CDLL(os.environ["FAKE_ACL_LIB"]), "fake_mapped_reads_zero").value = 0
+    with pytest.warns(RuntimeWarning, match="bytes wrong"):
+        addr, data, copies = _d2h(npu, rng)
+    assert data != addr + MAP and len(copies) == 1
+
+
+def test_info_says_staged_or_zero_copy_and_why(npu, monkeypatch, capsys):
+    from ms_kvcache.cli import main
+
+    monkeypatch.setattr(A, "_device_target", lambda: "Ascend")
+    monkeypatch.setenv("FAKE_CANN_VERSION", "8.2.RC1")
+    assert main(["info"]) == 0
+    text = capsys.readouterr().out
+    assert re.search(r"host memory \(mode auto\): staged - alloc_host_buffer memory is staged through a device "
+                     r"tensor: CANN 8\.2\.RC1: its runtime documents", text), text
+    assert re.search(r"host buffers: mmap \+ mbind \+ mlock, then aclrtHostRegister \(Linux [^,]+, CANN 8\.2\.RC1\)",
+                     text), text
+    monkeypatch.setenv("FAKE_CANN_VERSION", "9.1.0")
+    monkeypatch.setattr(A, "_ZERO_COPY", {"state": None})
+    monkeypatch.setattr(_host_memory, "kernel_release", lambda: "5.10.0-60.18.0.50.oe2203.aarch64")
+    rep = A.report()["host_memory"]
+    assert rep["effective"] == "zero_copy" and "self-test" in rep["why"] and rep["cann_version"] == "9.1.0"
+    assert rep["allocation"].startswith("aclrtMallocHost, then aclrtHostRegister (Linux <= 5.10")
+
+
 # ------------------------------------------------------------------------------------------ MindSpore's Ascend C path
 # MindSpore 2.10 on device target "Ascend" turns every ops.Custom(func_type="aot") into an Ascend C (aclnn)
 # op (custom_ops.py, Custom.__init__: is_ascend_c): it reads the installed op's
@@ -603,7 +827,7 @@ from _fake_ascend import aclnn_header  # noqa: E402  (the independent writer of 
 
 
 def _kernel_specs():
-    return [s for s in _spec.all_specs() if s.name not in A.RUNTIME_OPS and not _spec.kernel_pending(s)]
+    return [s for s in _spec.all_specs() if not _spec.ascend_runtime(s) and not _spec.kernel_pending(s)]
 
 
 def _expected_types(spec):
@@ -699,7 +923,7 @@ _MS27_SCALAR_PARAMS = {"int64_t", "uint64_t", "float", "double", "bool", "aclDat
 
 
 @pytest.mark.parametrize("name", [s.name for s in _spec.all_specs()
-                                  if s.name not in A.RUNTIME_OPS and not _spec.kernel_pending(s)])
+                                  if not _spec.ascend_runtime(s) and not _spec.kernel_pending(s)])
 def test_attributes_pass_on_every_supported_mindspore(name):
     """Every reg_info attribute type is one the oldest supported MindSpore (2.7.0) can generate the aclnn
     callback for, and every aclnn attribute parameter is a scalar type its callback takes: a str attribute
@@ -786,7 +1010,7 @@ def test_mindspore_finds_each_header_by_op_type():
 
 
 @pytest.mark.parametrize("name,layers", [(s.name, l) for s in _spec.all_specs()
-                                         if s.name not in A.RUNTIME_OPS and not _spec.kernel_pending(s)
+                                         if not _spec.ascend_runtime(s) and not _spec.kernel_pending(s)
                                          for l in ((32, 61) if s.has_dynamic else (None,))])
 def test_primitive_inputs_line_up_with_aclnn_prototype(ascend_c, name, layers):
     spec = _spec.get_spec(name)

@@ -5,7 +5,11 @@
 - the project's CMake logic runs against a stand-in of CANN's ASC CMake package that records every
   npu_op_* call, so we check that every op of op_kernel/ is collected with the right OpType, kernel file,
   host / proto sources, vendor and compute units (the real toolkit is not available here);
-- the msopgen fallback puts the sources into a (stand-in) msopgen skeleton and sets its presets.
+- the msopgen fallback puts the sources, and every header they include, into a (stand-in) msopgen skeleton,
+  keeps no framework plugin and sets its presets (vendor, compute units, ENABLE_TEST off);
+- compute units: A2/A3 by default, ascend310p opt-in, the units not built named in the output.
+scripts/check_cann_build.py (tests/test_cann_build.py) runs the fallback on the real msopgen template and
+compiles the result against the official headers.
 """
 import json
 import os
@@ -75,7 +79,7 @@ def test_cann_without_asc_modules_or_msopgen(tmp_path):
     cann.mkdir()
     line = one_line_failure(run(["--source-root", str(FIXTURE_SRC), "--build-dir", str(tmp_path / "b")],
                                 clean_env(ASCEND_HOME_PATH=str(cann))))
-    assert "neither the ASC CMake modules" in line and "msopgen" in line and str(cann) in line
+    assert "neither the ASC CMake package" in line and "msopgen" in line and str(cann) in line
 
 
 def test_no_kernels_is_one_line(tmp_path):
@@ -94,7 +98,10 @@ def test_presets_json():
     (preset,) = [c for c in p["configurePresets"] if c["name"] == "default"]
     cv = {k: v["value"] for k, v in preset["cacheVariables"].items()}
     assert cv["vendor_name"] == A.VENDOR_NAME == "ms_kvcache"
-    assert tuple(cv["ASCEND_COMPUTE_UNIT"].split(";")) == A.COMPUTE_UNITS == ("ascend910b", "ascend910_93", "ascend310p")
+    # A2 / A3 by default; ascend310p (an OpDef compute unit too) is opt-in (scripts/build_opp.sh --compute-units)
+    assert tuple(cv["ASCEND_COMPUTE_UNIT"].split(";")) == ("ascend910b", "ascend910_93")
+    assert set(cv["ASCEND_COMPUTE_UNIT"].split(";")) < set(A.COMPUTE_UNITS) == {"ascend910b", "ascend910_93", "ascend310p"}
+    assert cv["ENABLE_TEST"] == "False"
     assert cv["ASCEND_CANN_PACKAGE_PATH"] == "$env{ASCEND_HOME_PATH}"
     assert preset["binaryDir"] == "${sourceDir}/../../build_out"   # scripts/opp -> <repo>/build_out
     assert preset["generator"] == "Unix Makefiles"
@@ -106,7 +113,7 @@ STANDIN_ASC = textwrap.dedent(r"""
     set(ASCEND_AUTOGEN_PATH ${CMAKE_BINARY_DIR}/autogen)
     file(MAKE_DIRECTORY ${ASCEND_AUTOGEN_PATH})
     set(_rec_file ${CMAKE_BINARY_DIR}/asc_calls.txt)
-    file(WRITE ${_rec_file} "ASC_ENV|${vendor_name}|${ASCEND_COMPUTE_UNIT}|${ASCEND_CANN_PACKAGE_PATH}|$ENV{ASCEND_HOME_PATH}\n")
+    file(WRITE ${_rec_file} "ASC_ENV|${vendor_name}|${ASCEND_COMPUTE_UNIT}|${ASCEND_CANN_PACKAGE_PATH}|$ENV{ASCEND_HOME_PATH}|${ASCEND_SKIP_FAILED_COMPUTE_UNIT}|${ASC_DIR}\n")
     file(WRITE ${CMAKE_BINARY_DIR}/standin_empty.cpp "")
     function(_rec name)
       string(REPLACE ";" " " a "${ARGN}")
@@ -136,18 +143,20 @@ STANDIN_ASC = textwrap.dedent(r"""
 """)
 
 
-def standin_cann(tmp_path):
+def standin_cann(tmp_path, where="lib64/cmake", name="asc-config.cmake"):
+    """A CANN folder whose ASC CMake package is the recording stand-in: asc-config.cmake in lib64/cmake (where
+    asc-devkit's install rules put it, CANN 9.x), or the ASCConfig.cmake spelling elsewhere."""
     cann = tmp_path / "cann"
-    d = cann / "compiler" / "tikcpp" / "ascendc_kernel_cmake"
+    d = cann / where
     d.mkdir(parents=True)
-    (d / "ASCConfig.cmake").write_text(STANDIN_ASC)
+    (d / name).write_text(STANDIN_ASC)
     return cann
 
 
-def configure(tmp_path, src_root):
-    cann = standin_cann(tmp_path)
+def configure(tmp_path, src_root, extra=(), **standin):
+    cann = standin_cann(tmp_path, **standin)
     build = tmp_path / "build"
-    res = run(["--configure-only", "--source-root", str(src_root), "--build-dir", str(build)],
+    res = run(["--configure-only", "--source-root", str(src_root), "--build-dir", str(build), *extra],
               clean_env(ASCEND_HOME_PATH=str(cann)), timeout=300)
     return res, build, cann
 
@@ -169,12 +178,15 @@ def camel(op):
     return "Mskv" + "".join(w[:1].upper() + w[1:] for w in op.split("_") if w)
 
 
-def check_collected(build, src_root, cann):
+def check_collected(build, src_root, cann, units="ascend910b;ascend910_93"):
     calls = read_calls(build)
     env = [c for c in calls if c[0] == "ASC_ENV"][0][1].split("|")
     assert env[0] == "ms_kvcache"
-    assert env[1] == "ascend910b;ascend910_93;ascend310p"
+    assert env[1] == units
     assert env[2] == str(cann) and env[3] == str(cann)
+    # a compute unit whose kernels fail is skipped, not the whole package (build_opp.sh names it)
+    assert env[4] == "True"
+    assert env[5] == str(cann / "lib64" / "cmake")
     pkg = [r for n, r in calls if n == "npu_op_package"]
     assert pkg and pkg[0].split()[:3] == ["ms_kvcache", "TYPE", "RUN"] and f"INSTALL_PATH {build}/" in pkg[0]
     host = sorted(str(p) for p in (Path(src_root) / "op_host").glob("*.cpp"))
@@ -206,6 +218,71 @@ def test_project_collects_fixture_ops(tmp_path):
 
 
 @needs_cmake
+def test_compute_units_default_a2_a3_and_310p_opt_in(tmp_path):
+    """The default package is A2 / A3 and the output names what it leaves out; --compute-units adds ascend310p.
+    (The old script built ascend310p into every package: one failing 310P kernel failed it for A2 users.)"""
+    res, build, cann = configure(tmp_path / "a", FIXTURE_SRC)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert ("build_opp.sh: compute units ascend910b;ascend910_93 (not built: ascend310p; add with --compute-units "
+            "'ascend910b;ascend910_93;ascend310p')") in res.stdout
+    check_collected(build, FIXTURE_SRC, cann)
+    all3 = "ascend910b;ascend910_93;ascend310p"
+    res, build, cann = configure(tmp_path / "b", FIXTURE_SRC, ["--compute-units", all3])
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"build_opp.sh: compute units {all3}\n" in res.stdout
+    check_collected(build, FIXTURE_SRC, cann, units=all3)
+
+
+@pytest.mark.parametrize("units", ["", "ascend910", "ascend910b;ascend310"])
+def test_bad_compute_units_is_one_line(tmp_path, units):
+    line = one_line_failure(run(["--compute-units", units, "--source-root", str(FIXTURE_SRC)],
+                                clean_env(ASCEND_HOME_PATH=str(tmp_path))))
+    assert line.startswith("build_opp.sh: --compute-units: expected one or more of ascend910b, ascend910_93, ascend310p")
+
+
+@needs_cmake
+@pytest.mark.parametrize("where,name", [("lib64/cmake", "asc-config.cmake"),
+                                        ("x86_64-linux/lib64/cmake", "asc-config.cmake"),
+                                        ("compiler/tikcpp/ascendc_kernel_cmake", "ASCConfig.cmake")])
+def test_asc_package_found_where_cann_installs_it(tmp_path, where, name, monkeypatch):
+    """asc-devkit installs asc-config.cmake into <arch>-linux/lib64/cmake (cmake/CMakeLists.txt), not into the
+    module folder the old script looked at; the configure gets the folder it was found in as ASC_DIR."""
+    if where.startswith("x86_64") and os.uname().machine != "x86_64":
+        pytest.skip("the <arch>-linux folder of this test is x86_64")
+    res, build, cann = configure(tmp_path, FIXTURE_SRC, where=where, name=name)
+    assert res.returncode == 0, res.stdout + res.stderr
+    env = [c for c in read_calls(build) if c[0] == "ASC_ENV"][0][1].split("|")
+    assert env[5] == str(cann / where)
+
+
+def test_skipped_compute_unit_is_named(tmp_path):
+    """A compute unit whose kernels failed (asc-devkit's compile_error.log lines) is named after the build."""
+    cann = standin_cann(tmp_path)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    build = tmp_path / "build"
+    # stand-in cmake: configure succeeds, the build writes CANN's failure log and a package
+    (bindir / "cmake").write_text(textwrap.dedent(f"""\
+        #!/bin/sh
+        case "$1" in
+          --version) echo "cmake version 3.28.0" ;;
+          --build) printf '\\nfail op-type: MskvFixtureCopy, fail compute-unit: ascend310p.\\n' > "{build}/compile_error.log"
+                   touch "{build}/custom_opp_standin_x86_64.run" ;;
+        esac
+        exit 0
+        """))
+    (bindir / "cmake").chmod(0o755)
+    env = clean_env(ASCEND_HOME_PATH=str(cann))
+    env["PATH"] = f"{bindir}{os.pathsep}{env['PATH']}"
+    res = run(["--source-root", str(FIXTURE_SRC), "--build-dir", str(build),
+               "--compute-units", "ascend910b;ascend310p"], env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert ("build_opp.sh: skipped: the MskvFixtureCopy kernels for ascend310p failed to compile (see "
+            f"{build}/compile.log); the package has no MskvFixtureCopy for ascend310p") in res.stdout
+    assert f"build_opp.sh: built {build}/custom_opp_standin_x86_64.run" in res.stdout
+
+
+@needs_cmake
 def test_project_collects_every_repository_op(tmp_path):
     if not expected_ops(ROOT):
         pytest.skip("no AscendC ops in op_kernel/ yet (they come from the copy-kernel work)")
@@ -229,31 +306,40 @@ def test_project_rejects_op_without_proto(tmp_path):
 # ------------------------------------------------------------------------------------------ msopgen fallback
 STANDIN_MSOPGEN = textwrap.dedent(r"""
     #!__PY__
-    # Stand-in for CANN's msopgen (tests only): writes a project skeleton whose build.sh records what it saw.
+    # Stand-in for CANN's msopgen (tests only): writes a project skeleton as msopgen does (the stub op's files,
+    # a TensorFlow plugin unless -f names another framework, presets with ENABLE_TEST on, as the template's)
+    # whose build.sh records what it saw.
     import json, os, sys
     a = sys.argv[1:]
     assert a[0] == "gen" and "-lan" in a and a[a.index("-lan") + 1] == "cpp"
     assert a[a.index("-c") + 1].startswith("ai_core-")
     out = a[a.index("-out") + 1]
+    fw = a[a.index("-f") + 1].lower() if "-f" in a else "tf"
     ops = json.load(open(a[a.index("-i") + 1]))
     assert ops[0]["op"] == "MsKvcacheStub"
-    for d in ("op_host", "op_kernel", "build_out"):
+    for d in ("op_host", "op_kernel", "build_out", "framework"):
         os.makedirs(os.path.join(out, d), exist_ok=True)
-    for f in ("op_host/ms_kvcache_stub.cpp", "op_host/ms_kvcache_stub_tiling.h", "op_kernel/ms_kvcache_stub.cpp"):
+    files = ["op_host/ms_kvcache_stub.cpp", "op_host/ms_kvcache_stub_tiling.h", "op_kernel/ms_kvcache_stub.cpp"]
+    if fw in ("tf", "tensorflow"):
+        os.makedirs(os.path.join(out, "framework", "tf_plugin"))
+        files.append("framework/tf_plugin/tensorflow_ms_kvcache_stub_plugin.cc")
+    for f in files:
         open(os.path.join(out, f), "w").write("// stub\n")
     json.dump({"version": 1, "configurePresets": [{"name": "default", "cacheVariables": {
         "vendor_name": {"type": "STRING", "value": "customize"},
+        "ENABLE_TEST": {"type": "BOOL", "value": "True"},
         "ASCEND_COMPUTE_UNIT": {"type": "STRING", "value": "ascendxxx"}}}]},
         open(os.path.join(out, "CMakePresets.json"), "w"))
     build = os.path.join(out, "build.sh")
     open(build, "w").write('#!/bin/sh\nset -e\ncd "$(dirname "$0")"\n'
-                           'ls op_host op_kernel > build_out/custom_opp_standin_x86_64.run\n'
-                           'cat CMakePresets.json >> build_out/custom_opp_standin_x86_64.run\n')
+                           'find op_host op_kernel framework -type f | sort > build_out/custom_opp_standin_x86_64.run\n'
+                           'cat CMakePresets.json >> build_out/custom_opp_standin_x86_64.run\n'
+                           'cp -r . ../captured_project\n')
     os.chmod(build, 0o755)
 """).replace("__PY__", sys.executable)
 
 
-def test_msopgen_fallback(tmp_path):
+def run_msopgen_fallback(tmp_path, src_root, extra=()):
     cann = tmp_path / "cann"
     cann.mkdir()
     bindir = tmp_path / "bin"
@@ -263,23 +349,87 @@ def test_msopgen_fallback(tmp_path):
     env = clean_env(ASCEND_HOME_PATH=str(cann))
     env["PATH"] = f"{bindir}{os.pathsep}{env['PATH']}"
     build = tmp_path / "build"
-    res = run(["--source-root", str(FIXTURE_SRC), "--build-dir", str(build)], env)
+    res = run(["--source-root", str(src_root), "--build-dir", str(build), *extra], env)
+    return res, build, cann
+
+
+def fixture_with_proto_header(tmp_path):
+    """The fixture op with an op_proto header its infer file includes (as the RoPE ops' rope_cache_infer.h),
+    one the header includes in turn, and an op_host header reached through another header."""
+    src = tmp_path / "src"
+    shutil.copytree(FIXTURE_SRC, src)
+    (src / "op_proto" / "fixture_infer_common.h").write_text('#pragma once\n#include "fixture_infer_detail.h"\n')
+    (src / "op_proto" / "fixture_infer_detail.h").write_text("#pragma once\n")
+    (src / "op_proto" / "unused_proto_header.h").write_text("#pragma once\n")
+    proto = src / "op_proto" / "fixture_copy.cpp"
+    proto.write_text(proto.read_text().replace('#include "register/op_impl_registry.h"',
+                                               '#include "register/op_impl_registry.h"\n#include "fixture_infer_common.h"'))
+    tiling = src / "op_host" / "fixture_copy_tiling.h"
+    tiling.write_text(tiling.read_text() + '\n#include "fixture_tiling_more.h"\n')
+    (src / "op_host" / "fixture_tiling_more.h").write_text("#pragma once\n")
+    return src
+
+
+def test_msopgen_fallback(tmp_path):
+    src = fixture_with_proto_header(tmp_path)
+    res, build, cann = run_msopgen_fallback(tmp_path, src)
     assert res.returncode == 0, res.stdout + res.stderr
     run_file = build / "custom_opp_standin_x86_64.run"
     assert run_file.is_file(), res.stdout
     text = run_file.read_text()
-    # op_host keeps the file names; the kernel is renamed to the file the template compiles for OpType
-    # MskvFixtureCopy: <snake_case(OpType)>.cpp (opbuild's opFile.value)
-    for f in ("fixture_copy.cpp", "fixture_copy_tiling.h", "fixture_copy_infer.cpp", "mskv_fixture_copy.cpp"):
-        assert f in text
-    kernels = text.split("op_kernel:")[1].split("{")[0].split()
-    assert kernels == ["mskv_fixture_copy.cpp"], kernels
+    files = text.split("{")[0].split()
+    # op_host keeps the file names; op_proto/<op>.cpp is op_host/<op>_infer.cpp and every header it includes
+    # (transitively) sits next to it, where its #include "..." finds it (the old script copied no op_proto
+    # header: the RoPE infer files failed to compile on every CANN 8.x toolkit); the kernel is renamed to the
+    # file the template compiles for OpType MskvFixtureCopy: <snake_case(OpType)>.cpp (opbuild's opFile.value)
+    for f in ("op_host/fixture_copy.cpp", "op_host/fixture_copy_tiling.h", "op_host/fixture_tiling_more.h",
+              "op_host/fixture_copy_infer.cpp", "op_host/fixture_infer_common.h", "op_host/fixture_infer_detail.h",
+              "op_kernel/mskv_fixture_copy.cpp"):
+        assert f in files, (f, files)
+    assert "op_host/unused_proto_header.h" not in files
+    assert [f for f in files if f.startswith("op_kernel/")] == ["op_kernel/mskv_fixture_copy.cpp"]
     assert "ms_kvcache_stub" not in text
+    # no framework plugin: -f pytorch (msopgen's default tf writes a TensorFlow parser plugin for the stub op)
+    assert not [f for f in files if f.startswith("framework/")], files
     presets = json.loads(text[text.index("{"):])
     cv = presets["configurePresets"][0]["cacheVariables"]
     assert cv["vendor_name"]["value"] == "ms_kvcache"
-    assert cv["ASCEND_COMPUTE_UNIT"]["value"] == "ascend910b;ascend910_93;ascend310p"
+    assert cv["ASCEND_COMPUTE_UNIT"]["value"] == "ascend910b;ascend910_93"
     assert cv["ASCEND_CANN_PACKAGE_PATH"]["value"] == str(cann)
+    assert cv["ENABLE_TEST"]["value"] == "False"
+    assert "not built: ascend310p" in res.stdout
+    proj = build / "captured_project"   # copied by the stand-in build.sh
+    assert (proj / "op_host" / "fixture_copy_infer.cpp").read_text() == (src / "op_proto" / "fixture_copy.cpp").read_text()
+    assert (proj / "op_host" / "fixture_infer_detail.h").read_bytes() == (src / "op_proto" / "fixture_infer_detail.h").read_bytes()
+
+
+def test_msopgen_fallback_removes_a_framework_plugin(tmp_path):
+    """An msopgen that writes a plugin anyway (an older one without -f pytorch): the plugin folder is removed
+    and named."""
+    res, _, _ = run_msopgen_fallback(tmp_path, FIXTURE_SRC)
+    assert res.returncode == 0 and "removed the framework plugin" not in res.stdout
+    stand_in = (tmp_path / "bin" / "msopgen")
+    stand_in.write_text(stand_in.read_text().replace('fw = a[a.index("-f") + 1].lower() if "-f" in a else "tf"',
+                                                     'fw = "tf"'))
+    env = clean_env(ASCEND_HOME_PATH=str(tmp_path / "cann"))
+    env["PATH"] = f"{tmp_path / 'bin'}{os.pathsep}{env['PATH']}"
+    res = run(["--source-root", str(FIXTURE_SRC), "--build-dir", str(tmp_path / "build2")], env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "build_opp.sh: removed the framework plugin msopgen generated: framework/tf_plugin" in res.stdout
+    text = (tmp_path / "build2" / "custom_opp_standin_x86_64.run").read_text()
+    assert "framework/" not in text.split("{")[0]
+
+
+def test_msopgen_fallback_refuses_an_include_from_outside(tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(FIXTURE_SRC, src)
+    (tmp_path / "elsewhere.h").write_text("#pragma once\n")
+    proto = src / "op_proto" / "fixture_copy.cpp"
+    proto.write_text('#include "../../elsewhere.h"\n' + proto.read_text())
+    res, _, _ = run_msopgen_fallback(tmp_path, src)
+    assert res.returncode != 0
+    assert 'op_proto/fixture_copy.cpp includes "../../elsewhere.h" from outside op_host/, op_proto/ and op_kernel/' \
+        in res.stderr
 
 
 # ------------------------------------------------------------------------------------------ CANN's kernel source copy

@@ -16,27 +16,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 import mskv_structure as S  # noqa: E402 - tools/mskv_structure.py, a developer check outside the package
 
-#: Edges of the cycle among ``_aclnn``, ``_backends/ascend`` and ``_host_memory`` (and the package root,
-#: which imports ``_backends.ascend``). Another branch breaks it (RUNTIME_OPS as a spec marker, host-memory
-#: registration below the ascend backend, no ``import ms_kvcache`` in ``_aclnn``); the lead removes this set
-#: when merging that branch. Nothing else is exempt.
-_BROKEN_ON_ANOTHER_BRANCH = {
-    ("ms_kvcache._aclnn", "ms_kvcache"),                 # kernel_specs(): `import ms_kvcache` to register the ops
-    ("ms_kvcache._aclnn", "ms_kvcache._backends.ascend"),  # kernel_specs(): ascend.RUNTIME_OPS
-    ("ms_kvcache._host_memory", "ms_kvcache._backends.ascend"),  # register / unregister, _INFLIGHT
-}
-
-
 def test_package_imports_downward_only_without_cycles():
-    problems = S.import_problems(ROOT, allowed=_BROKEN_ON_ANOTHER_BRANCH)
+    problems = S.import_problems(ROOT)
     assert problems == [], "\n".join(problems)
-
-
-def test_exempt_edges_still_exist():
-    """Each exempt edge is still in the code: once the other branch is merged, the test says to drop it."""
-    _, edges, _ = S.import_graph(ROOT)
-    gone = sorted(e for e in _BROKEN_ON_ANOTHER_BRANCH if e not in edges)
-    assert not gone, f"no longer imported, remove from _BROKEN_ON_ANOTHER_BRANCH: {gone}"
 
 
 def test_every_module_has_a_layer():

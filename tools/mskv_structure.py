@@ -943,13 +943,12 @@ def check_attr_codes(root, specs):
 
 def kernel_coverage(root, specs):
     """Lines for registered ops whose AscendC kernel presence disagrees with their OpSpec: an op must
-    have op_kernel/<op>.cpp unless it is a runtime op of the ascend backend (``RUNTIME_OPS``, e.g.
-    swap_blocks: an ACL memcpy, no kernel) or its spec declares the kernel pending
+    have op_kernel/<op>.cpp unless it is a runtime op of the ascend backend
+    (``extra["ascend_runtime"]``, :func:`ms_kvcache._spec.ascend_runtime`, e.g. swap_blocks: an ACL memcpy, no kernel) or its spec declares the kernel pending
     (``extra["ascend_kernel"] = "<reason>"``, :func:`ms_kvcache._spec.kernel_pending`: the quantized
     writes until their AscendC phase); a pending op must not have one yet (drop the marker with the
     kernel)."""
-    from ms_kvcache._backends.ascend import RUNTIME_OPS
-    from ms_kvcache._spec import kernel_pending
+    from ms_kvcache._spec import ascend_runtime, kernel_pending
 
     have = set(repository_ops(root))
     out = []
@@ -958,7 +957,7 @@ def kernel_coverage(root, specs):
         if why and spec.name in have:
             out.append(f"{spec.op_type}: op_kernel/{spec.name}.cpp exists but its OpSpec declares the AscendC kernel "
                        f"pending ({why!r}): drop extra['ascend_kernel'] now that the kernel is there")
-        elif not why and spec.name not in RUNTIME_OPS and spec.name not in have:
+        elif not why and not ascend_runtime(spec) and spec.name not in have:
             out.append(f"{spec.op_type}: no op_kernel/{spec.name}.cpp (an op without an AscendC kernel yet declares "
                        f"extra['ascend_kernel'] = '<reason>' in its OpSpec)")
     return out

@@ -1,7 +1,8 @@
 """ctypes bindings of the few CANN runtime (ACL) calls the "ascend" backend makes itself.
 
-Loaded lazily, only when a caller needs the NPU runtime (``swap_blocks`` between host and device,
-``register_host_memory``, the SoC name for the reg_info dtype rows). Nothing here runs at import.
+Loaded lazily, only when a caller needs the NPU runtime (``swap_blocks`` between host and device, the
+host memory of ``ms_kvcache._host_memory``, the SoC name for the reg_info dtype rows). Nothing here runs at
+import.
 
 Where the library comes from, in order:
 
@@ -23,18 +24,24 @@ Prototypes follow the CANN 8.x "AscendCL API reference" (runtime: memory managem
   A2/A3 only; looked up at run time, absent on older CANN.
 - ``aclError aclrtHostRegister(void *ptr, uint64_t size, aclrtHostRegisterType type, void **devPtr)``
   and ``aclError aclrtHostUnregister(void *ptr)`` -- documented from CANN 8.1.RC1 on (A2/A3).
+- ``aclError aclrtMallocHost(void **hostPtr, size_t size)``, ``aclError aclrtFreeHost(void *hostPtr)``
+  (page-locked host memory of the runtime).
+- ``aclError aclsysGetCANNVersion(aclCANNPackageName name, aclCANNPackageVersion *version)`` (documented from
+  CANN 8.2, deprecated in 9.0 for aclsysGetVersionStr; looked up at run time).
 - ``aclError aclrtSynchronizeStream(aclrtStream)``, ``aclrtSetDevice(int32_t)``,
   ``aclrtGetCurrentContext(aclrtContext *)``, ``const char *aclrtGetSocName()``,
   ``const char *aclGetRecentErrMsg()``.
 """
 import ctypes
 import os
+import re
 import threading
 
 __all__ = [
     "CannNotFoundError", "AclError", "AclRuntime", "load", "reset",
     "MEMCPY_HOST_TO_HOST", "MEMCPY_HOST_TO_DEVICE", "MEMCPY_DEVICE_TO_HOST", "MEMCPY_DEVICE_TO_DEVICE",
     "MEM_LOCATION_HOST", "MEM_LOCATION_DEVICE", "MemLocation", "MemcpyBatchAttr", "ERROR_RT_FEATURE_NOT_SUPPORT",
+    "CANNPackageVersion",
 ]
 
 #: aclrtMemcpyKind
@@ -47,6 +54,8 @@ MEM_LOCATION_HOST = 0
 MEM_LOCATION_DEVICE = 1
 #: aclrtHostRegisterType
 HOST_REGISTER_MAPPED = 0
+#: aclCANNPackageName ACL_PKG_NAME_CANN (the CANN version as a whole)
+PKG_NAME_CANN = 0
 #: aclError ACL_ERROR_RT_FEATURE_NOT_SUPPORT (the runtime does not support the call for these arguments)
 ERROR_RT_FEATURE_NOT_SUPPORT = 207000
 
@@ -81,6 +90,15 @@ class MemcpyBatchAttr(ctypes.Structure):
     """``aclrtMemcpyBatchAttr {aclrtMemLocation dstLoc; aclrtMemLocation srcLoc; uint8_t rsv[16];}``."""
 
     _fields_ = [("dstLoc", MemLocation), ("srcLoc", MemLocation), ("rsv", ctypes.c_uint8 * 16)]
+
+
+class CANNPackageVersion(ctypes.Structure):
+    """``aclCANNPackageVersion``: ``char version[128]`` (e.g. "8.2.RC1"), ``majorVersion``, ``minorVersion``,
+    ``releaseVersion``, ``patchVersion`` (``char[64]`` each), ``char reserved[128]``."""
+
+    _fields_ = [("version", ctypes.c_char * 128), ("majorVersion", ctypes.c_char * 64),
+                ("minorVersion", ctypes.c_char * 64), ("releaseVersion", ctypes.c_char * 64),
+                ("patchVersion", ctypes.c_char * 64), ("reserved", ctypes.c_char * 128)]
 
 
 _vp = ctypes.c_void_p
@@ -118,6 +136,10 @@ class AclRuntime:
         self._host_register = _bind(lib, "aclrtHostRegister", _err,
                                     [_vp, ctypes.c_uint64, ctypes.c_int, ctypes.POINTER(_vp)], required=False)
         self._host_unregister = _bind(lib, "aclrtHostUnregister", _err, [_vp], required=False)
+        self._malloc_host = _bind(lib, "aclrtMallocHost", _err, [ctypes.POINTER(_vp), _sz], required=False)
+        self._free_host = _bind(lib, "aclrtFreeHost", _err, [_vp], required=False)
+        self._cann_version = _bind(lib, "aclsysGetCANNVersion", _err,
+                                   [ctypes.c_int, ctypes.POINTER(CANNPackageVersion)], required=False)
         self._set_device = _bind(lib, "aclrtSetDevice", _err, [ctypes.c_int32], required=False)
         self._get_ctx = _bind(lib, "aclrtGetCurrentContext", _err, [ctypes.POINTER(_vp)], required=False)
         self._soc_name = _bind(lib, "aclrtGetSocName", ctypes.c_char_p, [], required=False)
@@ -193,6 +215,40 @@ class AclRuntime:
         if self._host_unregister is None:
             raise AclError("aclrtHostUnregister", -1, "not exported by this CANN (needs CANN >= 8.1.RC1)")
         self._check("aclrtHostUnregister", self._host_unregister(ptr))
+
+    def malloc_host(self, size):
+        """``aclrtMallocHost``: ``size`` bytes of page-locked host memory; returns its address."""
+        if self._malloc_host is None:
+            raise AclError("aclrtMallocHost", -1, "not exported by this library")
+        ptr = _vp()
+        self._check("aclrtMallocHost", self._malloc_host(ctypes.byref(ptr), int(size)))
+        if not ptr.value:
+            raise AclError("aclrtMallocHost", -1, "returned a null pointer")
+        return ptr.value
+
+    def free_host(self, ptr):
+        if self._free_host is None:
+            raise AclError("aclrtFreeHost", -1, "not exported by this library")
+        self._check("aclrtFreeHost", self._free_host(ptr))
+
+    def cann_version(self):
+        """``((major, minor), text)`` of the CANN package (``aclsysGetCANNVersion(ACL_PKG_NAME_CANN)``), or None
+        when this runtime does not export the call or it fails (the version is then unknown)."""
+        if self._cann_version is None:
+            return None
+        v = CANNPackageVersion()
+        try:
+            if self._cann_version(PKG_NAME_CANN, ctypes.byref(v)) != 0:
+                return None
+        except Exception:  # noqa: BLE001 - diagnostics only
+            return None
+        text = v.version.decode(errors="replace").strip()
+        try:
+            return (int(v.majorVersion.decode()), int(v.minorVersion.decode())), text
+        except ValueError:
+            pass
+        m = re.match(r"^(\d+)\.(\d+)", text)
+        return ((int(m.group(1)), int(m.group(2))), text) if m else None
 
     def soc_name(self):
         """CANN SoC version name of the current device (e.g. "Ascend910B1"), or None."""

@@ -19,20 +19,20 @@ Finding the package (first hit wins, see :func:`find_vendor`):
 2. ``$ASCEND_OPP_PATH/vendors/ms_kvcache`` when ``$ASCEND_OPP_PATH/vendors/config.ini`` lists it in
    ``load_priority`` (default install of the .run package).
 
-Other hooks kept here for the op families that need the NPU runtime directly: :func:`swap_blocks`
-(host <-> device block copies are ACL runtime memcpys, not a kernel) and
-:func:`register_host_memory` (``aclrtHostRegister``, for pinned host KV buffers).
+Also here: :func:`swap_blocks` (host <-> device block copies are ACL runtime memcpys, not a kernel) and the
+PyNative host-memory paths (:func:`host_memory_mode`, :func:`zero_copy_status`, :func:`host_arg`) over the
+buffers ``ms_kvcache._host_memory`` allocates and registers.
 """
-import collections
 import os
 from pathlib import Path
 
+from ms_kvcache import _aclnn, _spec
 from ms_kvcache._backends import _acl
 
 __all__ = [
     "VENDOR_NAME", "COMPUTE_UNITS", "WHEEL_VENDOR_DIR", "available", "aot_func", "reg_info",
     "find_vendor", "VendorPackage", "PackageNotFoundError", "compute_unit", "current_soc",
-    "swap_blocks", "register_host_memory", "unregister_host_memory", "plan_block_copies", "batch_copy_allowed",
+    "swap_blocks", "plan_block_copies", "batch_copy_allowed", "zero_copy_status", "ZERO_COPY_MIN_CANN",
     "pyboost_status", "pynative_launcher", "host_memory_mode", "host_arg", "nnopbase_path", "HOST_SIDE_INPUTS",
     "check_jit_level", "infer_guard", "report",
 ]
@@ -65,9 +65,6 @@ WHEEL_VENDOR_DIR = Path(__file__).resolve().parent.parent / "opp" / "vendors" / 
 #: a string attribute fails before 2.9 (no ``str``/``char*`` type), so named modes travel as int codes
 #: (``AttrSpec.codes``).
 ATTRS_AS_INPUTS = True
-
-#: Ops implemented on Ascend by the ACL runtime (backend functions of this module), not by a kernel.
-RUNTIME_OPS = ("swap_blocks",)
 
 _MS_DTYPE_PREFIX = {
     "float16": "F16", "bfloat16": "BF16", "float32": "F32", "float64": "F64", "int8": "I8",
@@ -316,14 +313,12 @@ def aot_func(spec):
     Raises:
         PackageNotFoundError: the package, or this op inside it, is not installed.
     """
-    if spec.name in RUNTIME_OPS:
+    if _spec.ascend_runtime(spec):
         raise RuntimeError(f"{spec.name}: on the 'ascend' backend this op is an ACL runtime copy, not a kernel of the "
                            f"CANN package, so it cannot be compiled into a graph; call it in PyNative mode")
-    from ms_kvcache._spec import kernel_pending
-
-    if kernel_pending(spec):
+    if _spec.kernel_pending(spec):
         raise NotImplementedError(f"ascend backend: op {spec.name} ({spec.op_type}) has no AscendC kernel yet "
-                                  f"({kernel_pending(spec)}); use ms_kvcache.set_backend('cpu')")
+                                  f"({_spec.kernel_pending(spec)}); use ms_kvcache.set_backend('cpu')")
     pkg = require_vendor()
     if _device_target() == "Ascend" and not os.environ.get("ASCEND_OPP_PATH"):
         # ops.Custom on Ascend compiles its aclnn callback with -I${ASCEND_OPP_PATH%opp*}/include and looks
@@ -337,36 +332,6 @@ def aot_func(spec):
             f"{spec.op_type} (missing op_api/include/{aclnn_header_name(spec)}; installed: "
             f"{', '.join(sorted(ops)) or 'none'}). Rebuild it with scripts/build_opp.sh")
     return spec.op_type, reg_info(spec, current_soc())
-
-
-# ---------------------------------------------------------------------------------------- host memory
-def register_host_memory(ptr, nbytes):
-    """Map ``nbytes`` of host memory at ``ptr`` for device access (``aclrtHostRegister``, MAPPED).
-
-    Args:
-        ptr (int): host address, 4 KiB aligned (CANN requirement).
-        nbytes (int): size in bytes, > 0.
-
-    Returns:
-        int: the device-side address of the mapping (usable by kernels, not by memcpy).
-
-    Raises:
-        ValueError: ``ptr`` not 4 KiB aligned or ``nbytes`` <= 0.
-        RuntimeError: CANN runtime missing (:class:`~ms_kvcache._backends._acl.CannNotFoundError`), or
-            the call failed (:class:`~ms_kvcache._backends._acl.AclError`, with the aclError code).
-    """
-    ptr, nbytes = int(ptr), int(nbytes)
-    if ptr <= 0 or ptr % 4096:
-        raise ValueError(f"register_host_memory: argument 'ptr': expected a 4096-byte aligned host address, "
-                         f"got {ptr:#x}")
-    if nbytes <= 0:
-        raise ValueError(f"register_host_memory: argument 'nbytes': expected > 0, got {nbytes}")
-    return _acl.load().host_register(ptr, nbytes)
-
-
-def unregister_host_memory(ptr):
-    """Undo :func:`register_host_memory` (``aclrtHostUnregister``). Same errors."""
-    _acl.load().host_unregister(int(ptr))
 
 
 # ---------------------------------------------------------------------------------------- swap_blocks
@@ -602,22 +567,27 @@ PYBOOST_ENV = "MS_KVCACHE_ASCEND_PYBOOST"
 HOST_MEMORY_ENV = "MS_KVCACHE_HOST_MEMORY"
 HOST_MEMORY_MODES = ("auto", "zero_copy", "staged")
 #: Inputs that live in host memory in the intended use (the transfer ops' host side) and that the
-#: kernel writes completely in d2h (so a staged d2h need not copy them in first).
+#: kernel writes completely in d2h (so a staged d2h need not copy them in first). (The host tensors a queued
+#: launch refers to are kept alive in ``ms_kvcache._host_memory._INFLIGHT`` until the next synchronize.)
 HOST_SIDE_INPUTS = {"multi_layer_kv_transfer": ("buffer",), "multi_layer_block_transfer": ("host_blocks",)}
-#: Host tensors a PyNative launch refers to by address stay referenced here until the next
-#: :func:`ms_kvcache.synchronize` (or until this many later host launches), so that memory a queued
-#: kernel or copy still uses is not freed under it. Memory from alloc_host_buffer is also protected by
-#: a device synchronisation before it is unregistered and unmapped.
-_INFLIGHT = collections.deque(maxlen=4096)
 _PYBOOST = {"module": None, "why": None, "runtime": None}
+#: The CANN version from which the runtime documents the mapped device address of registered host memory
+#: (aclrtHostRegister) as usable by kernels on the AI cores: 9.1 ("can only be accessed on devices, for
+#: example, as a parameter of a kernel function for the device AI Core to access"); 8.2-9.0 document it as
+#: an address that "cannot be used for memory operations, such as memory copy".
+ZERO_COPY_MIN_CANN = (9, 1)
+#: the auto mode's zero-copy decision, made once per process (:func:`zero_copy_status`)
+_ZERO_COPY = {"state": None}
 
 
 def host_memory_mode(env=None):
     """The host-memory mode in force (``$MS_KVCACHE_HOST_MEMORY``, default ``auto``).
 
     - ``auto``: zero-copy for host memory registered with ``aclrtHostRegister`` (what
-      :func:`ms_kvcache.alloc_host_buffer` returns on the ascend backend), staged for other host memory;
-    - ``zero_copy``: registered host memory only (other host memory raises ValueError);
+      :func:`ms_kvcache.alloc_host_buffer` returns on the ascend backend) where :func:`zero_copy_status` allows
+      it (CANN >= 9.1 and a one-shot self-test passed), else staged (warned once); other host memory: staged;
+    - ``zero_copy``: registered host memory only, always by its mapped address (other host memory raises
+      ValueError);
     - ``staged``: always through a device staging tensor and ``aclrtMemcpyAsync``.
 
     Raises:
@@ -671,6 +641,86 @@ def _pyboost_runtime(mod):
         mod.init(nnopbase_path(), acl.path)
         _PYBOOST["runtime"] = (nnopbase_path(), acl.path)
     return _PYBOOST["runtime"]
+
+
+def zero_copy_status(refresh=False):
+    """``(ok, why)``: whether the ``auto`` host-memory mode hands kernels the mapped device address of registered
+    host memory (zero-copy), decided once per process (``refresh``: decide again).
+
+    Yes only where the CANN runtime reports a version (``aclsysGetCANNVersion``) of at least
+    :data:`ZERO_COPY_MIN_CANN` (9.1: the first whose documentation has AI cores use that address) and a
+    self-test passes: a one-token-per-slot ``multi_layer_kv_transfer`` h2d of 16 rows from a registered
+    host page, by its mapped address, into a device cache, read back and compared byte for byte.
+    """
+    if _ZERO_COPY["state"] is None or refresh:
+        _ZERO_COPY["state"] = _decide_zero_copy()
+    return _ZERO_COPY["state"]
+
+
+def _decide_zero_copy():
+    try:
+        acl = _acl.load()
+    except _acl.CannNotFoundError as exc:
+        return False, str(exc)
+    if not acl.has_host_register:
+        return False, "aclrtHostRegister is not exported by this CANN (needs CANN >= 8.1.RC1)"
+    ver = acl.cann_version()
+    need = ".".join(map(str, ZERO_COPY_MIN_CANN))
+    if ver is None:
+        return False, (f"the CANN version is unknown (aclsysGetCANNVersion not exported or failing); kernels use "
+                       f"the mapped address of registered host memory only from CANN {need} on")
+    (major, minor), text = ver
+    if (major, minor) < ZERO_COPY_MIN_CANN:
+        return False, (f"CANN {text}: its runtime documents the mapped address of registered host memory as one "
+                       f"that cannot be used for memory operations; kernels use it from CANN {need} on")
+    ok, why = _zero_copy_self_test()
+    return ok, f"CANN {text}; {why}"
+
+
+def _zero_copy_self_test():
+    """(ok, why) of one h2d multi_layer_kv_transfer launched from a registered host buffer's mapped address
+    (through ms_kvcache._ascend_pyboost, as a PyNative call is) into two device caches, compared byte for byte."""
+    import numpy as np
+    from mindspore import Tensor
+
+    from ms_kvcache import _host_memory
+    from ms_kvcache._formats import KVCacheFormat
+
+    mod = _pyboost_module()
+    if mod is None:
+        return False, f"self-test not run: {_PYBOOST['why']}"
+    pkg, notes = find_vendor()
+    if pkg is None:
+        return False, f"self-test not run: {_missing_package_message(notes)}"
+    spec = _spec.get_spec("multi_layer_kv_transfer")
+    if spec.name not in pkg.ops() or not pkg.opapi_library().is_file():
+        return False, f"self-test not run: the CANN package at {pkg.path} has no {spec.op_type} / libcust_opapi.so"
+    tokens, width = 16, 16
+    try:
+        _pyboost_runtime(mod)
+        buf = _host_memory.alloc_host_buffer((2, 1, tokens, width), "float16")
+        addr = _data_address(buf)
+        mapped = _host_memory.mapped_address(addr, buf.nbytes)
+        if mapped is None:
+            return False, f"self-test: the page was not registered ({_host_memory.REGISTER_FALLBACK['why']})"
+        want = ((np.arange(2 * tokens * width) % 2039) - 1019).astype(np.float16).reshape(2, 1, tokens, width)
+        buf.asnumpy()[...] = want   # the host pages themselves (Tensor.from_numpy)
+        caches = [Tensor(np.zeros((1, tokens, 1, width), np.float16)) for _ in range(2)]
+        slots = Tensor(np.arange(tokens, dtype=np.int64))
+        attrs = (int(KVCacheFormat.SEPARATE_KV), "h2d", "BSND", 1, 0)
+        plan, n_flat, out_like = _plan(spec, attrs, (2,))
+        kernel = mod.kernel(str(pkg.opapi_library()), spec.op_type, _aclnn.signature(spec), plan, n_flat, out_like)
+        host = mod.HostArg(addr, mapped, list(buf.shape), "float16", int(buf.nbytes), True, False)
+        mod.run(kernel, host, slots, *caches)
+        _host_memory.synchronize()
+        got = np.stack([c.asnumpy().reshape(tokens, width) for c in caches])
+    except Exception as exc:  # noqa: BLE001 - any failure means: do not hand kernels the mapped address
+        return False, f"self-test failed: {type(exc).__name__}: {exc}"
+    bad = int(np.count_nonzero(got.view(np.uint8) != want.reshape(2, tokens, width).view(np.uint8)))
+    if bad:
+        return False, (f"self-test: an h2d kernel reading a registered page by its mapped address got {bad} of "
+                       f"{got.nbytes} bytes wrong")
+    return True, f"self-test: an h2d kernel reading a registered page by its mapped address got all {got.nbytes} bytes"
 
 
 def pyboost_status(spec=None):
@@ -795,8 +845,14 @@ def host_arg(mod, op, name, t, copy_in, copy_out, mode=None):
         raise ValueError(f"{op}: argument '{name}': expected host memory registered for device access "
                          f"(ms_kvcache.alloc_host_buffer on the ascend backend) because ${HOST_MEMORY_ENV}=zero_copy, "
                          f"got an unregistered host tensor at {addr:#x}")
+    if mapped is not None and mode == "auto":
+        ok, why = zero_copy_status()
+        if not ok:
+            _host_memory.warn_once("zero_copy", f"ms_kvcache: host buffers from alloc_host_buffer go through a "
+                                                f"device staging copy, not their mapped address: {why}")
+            mapped = None
     dev = mapped if (mapped is not None and mode != "staged") else 0
-    _INFLIGHT.append(t)
+    _host_memory._INFLIGHT.append(t)  # noqa: WPS437 - kept alive until the next synchronize
     return mod.HostArg(addr, dev, [int(d) for d in t.shape], dtype_name(t.dtype), nbytes, bool(copy_in),
                        bool(copy_out))
 
@@ -946,7 +1002,19 @@ def report():
 def _host_memory_report(mode, pyboost_ok):
     from ms_kvcache import _host_memory
 
-    res = {"mode": mode}
+    res = {"mode": mode, "linux": _host_memory.kernel_release()}
+    try:
+        acl = _acl.load()
+    except _acl.CannNotFoundError as exc:
+        res.update(effective="unavailable", why=str(exc))
+        return res
+    ver = acl.cann_version()
+    res["cann_version"] = ver[1] if ver else None
+    if _host_memory.runtime_pages_required():
+        res["allocation"] = ("aclrtMallocHost, then aclrtHostRegister (Linux <= 5.10: CANN requires page-locked "
+                             "runtime memory there; pinned=False is refused)")
+    else:
+        res["allocation"] = "mmap + mbind + mlock" + (", then aclrtHostRegister" if acl.has_host_register else "")
     if not pyboost_ok:
         res.update(effective="unavailable", why="PyNative host transfers need ms_kvcache._ascend_pyboost (see "
                    "'pynative'); without it an op that writes a host tensor raises instead of losing the data")
@@ -954,11 +1022,6 @@ def _host_memory_report(mode, pyboost_ok):
     if mode == "staged":
         res.update(effective="staged", why=f"${HOST_MEMORY_ENV}=staged: a device staging tensor and aclrtMemcpyAsync "
                    "on MindSpore's current stream, before (h2d) / after (d2h) the kernel")
-        return res
-    try:
-        acl = _acl.load()
-    except _acl.CannNotFoundError as exc:
-        res.update(effective="unavailable", why=str(exc))
         return res
     if not acl.has_host_register:
         res.update(effective="staged" if mode == "auto" else "unavailable",
@@ -972,9 +1035,17 @@ def _host_memory_report(mode, pyboost_ok):
         res.update(effective="staged" if mode == "auto" else "unavailable",
                    why=f"aclrtHostRegister failed for the last alloc_host_buffer ({fallback}); such buffers are staged")
         return res
-    res.update(effective="zero_copy", why="alloc_host_buffer registers its pages (aclrtHostRegister, MAPPED) and "
-               "kernels get the mapped device address; other host tensors are staged"
-               + ("" if mode == "auto" else " - no: zero_copy mode refuses them"))
+    if mode == "zero_copy":
+        res.update(effective="zero_copy", why=f"${HOST_MEMORY_ENV}=zero_copy: kernels get the mapped device address "
+                   "of alloc_host_buffer memory whatever the CANN version; other host tensors are refused")
+        return res
+    ok, why = zero_copy_status()
+    res["zero_copy_check"] = why
+    if ok:
+        res.update(effective="zero_copy", why="kernels get the mapped device address of alloc_host_buffer memory "
+                   f"({why}); other host tensors are staged")
+    else:
+        res.update(effective="staged", why=f"alloc_host_buffer memory is staged through a device tensor: {why}")
     return res
 
 

@@ -107,7 +107,7 @@ def _trap_causes(spec):
     sim.set_error_diagnoser(spec.op_type, "TRAP", path, _QUANT_TRAP_CAUSE)
 
 
-#: Ops that are a runtime memcpy on Ascend (the ascend backend's ``RUNTIME_OPS``: ``aclrtMemcpy`` per
+#: Ops that are a runtime memcpy on Ascend (``_spec.ascend_runtime``: ``aclrtMemcpy`` per
 #: block), not an AscendC kernel: there is no kernel or tiling to emulate, so the sim backend runs the
 #: cpu backend's host kernel for them (same semantics, PyNative and graph mode).
 HOST_OPS = ("MskvSwapBlocks",)

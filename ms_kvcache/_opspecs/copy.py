@@ -73,4 +73,6 @@ SWAP_BLOCKS = register(OpSpec(
     # src_cache may be dst_cache (or overlap it): a documented use, rows of block_mapping apply in order
     # like a Python loop (docs/design.md, "Block copies"); block_mapping may not overlap dst_cache
     read_may_alias=("src_cache",),
+    # on Ascend: ACL runtime copies (ms_kvcache._backends.ascend.swap_blocks), no AscendC kernel
+    extra={"ascend_runtime": "aclrtMemcpyAsync / aclrtMemcpyBatchAsync per run of blocks"},
 ))

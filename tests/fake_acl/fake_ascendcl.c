@@ -4,6 +4,11 @@
  * asked to do so tests can check the ctypes argument and struct layouts and the chosen code path.
  *
  * Build: cc -shared -fPIC [-DFAKE_WITH_BATCH] [-DFAKE_NO_HOST_REGISTER] -o libascendcl.so fake_ascendcl.c -lpthread
+ *
+ * Runtime knobs: $FAKE_CANN_VERSION (what aclsysGetCANNVersion reports, e.g. "9.1.0"; unset: the call fails),
+ * fake_register_fail (aclrtHostRegister fails), fake_mapped_reads_zero (a kernel reading a mapped address sees
+ * zeros, as if the AI core could not reach the host page). A device context is bound per thread by aclrtSetDevice
+ * (fake_unbind_context drops it); aclrtHostRegister / aclrtHostUnregister log whether one was bound.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -34,6 +39,10 @@ long fake_sync_calls = 0;
 long fake_set_device_calls = 0;
 long fake_register_calls = 0;
 long fake_unregister_calls = 0;
+long fake_malloc_host_calls = 0;
+long fake_free_host_calls = 0;
+int fake_register_fail = 0;
+int fake_mapped_reads_zero = 0;
 int fake_last_kind = -1;
 uintptr_t fake_last_stream = 0;
 int fake_last_dst_type = -1;
@@ -92,6 +101,12 @@ uintptr_t fake_translate(uintptr_t p, uint64_t nbytes, int* err) {
   for (i = 0; i < n_regions; ++i) {
     if (p >= regions[i].dev && p < regions[i].dev + regions[i].size) {
       if (p + nbytes > regions[i].dev + regions[i].size) *err = 2;
+      if (fake_mapped_reads_zero) {
+        static uint8_t zeros[1 << 20];
+        if (nbytes > sizeof(zeros)) *err = 2;
+        memset(zeros, 0, sizeof(zeros));
+        return (uintptr_t)zeros;
+      }
       return regions[i].host + (p - regions[i].dev);
     }
     if (nbytes > 0 && p >= regions[i].host && p < regions[i].host + regions[i].size) {
@@ -101,6 +116,38 @@ uintptr_t fake_translate(uintptr_t p, uint64_t nbytes, int* err) {
   }
   return p;
 }
+
+/* ---- host-memory event log (JSON lines: set_device, malloc_host, register, unregister, free_host), apart from
+ * the launch log above ---- */
+static char* hlog_buf = NULL;
+static size_t hlog_len = 0, hlog_cap = 0;
+
+static void hlog(const char* line) {
+  size_t n = strlen(line);
+  pthread_mutex_lock(&log_mu);
+  if (hlog_len + n + 2 > hlog_cap) {
+    hlog_cap = (hlog_len + n + 2) * 2;
+    hlog_buf = (char*)realloc(hlog_buf, hlog_cap);
+  }
+  memcpy(hlog_buf + hlog_len, line, n);
+  hlog_len += n;
+  hlog_buf[hlog_len++] = '\n';
+  hlog_buf[hlog_len] = 0;
+  pthread_mutex_unlock(&log_mu);
+}
+
+const char* fake_host_log_get(void) { return hlog_buf ? hlog_buf : ""; }
+
+void fake_host_log_clear(void) {
+  pthread_mutex_lock(&log_mu);
+  hlog_len = 0;
+  if (hlog_buf) hlog_buf[0] = 0;
+  pthread_mutex_unlock(&log_mu);
+}
+
+/* the device context of the calling thread (aclrtSetDevice binds it) */
+static __thread int context_bound = 0;
+void fake_unbind_context(void) { context_bound = 0; }
 
 static aclError fail(const char* msg) {
   strncpy(last_error, msg, sizeof(last_error) - 1);
@@ -195,13 +242,65 @@ aclError aclrtSynchronizeStream(void* stream) {
 }
 
 aclError aclrtSetDevice(int32_t id) {
-  (void)id;
+  char line[96];
   fake_set_device_calls++;
+  context_bound = 1;
+  snprintf(line, sizeof(line), "{\"ev\": \"set_device\", \"id\": %d}", (int)id);
+  hlog(line);
   return 0;
 }
 
 aclError aclrtGetCurrentContext(void** ctx) {
-  *ctx = NULL; /* no context bound: the backend must call aclrtSetDevice */
+  *ctx = context_bound ? (void*)0x1 : NULL; /* none bound yet: the backend must call aclrtSetDevice */
+  return 0;
+}
+
+/* page-locked host memory of the "runtime": page-aligned, recorded */
+aclError aclrtMallocHost(void** ptr, size_t size) {
+  char line[128];
+  void* p = NULL;
+  fake_malloc_host_calls++;
+  if (size == 0 || posix_memalign(&p, 4096, (size + 4095) / 4096 * 4096) != 0) return fail("aclrtMallocHost failed");
+  memset(p, 0xA5, size); /* not zeroed, as the runtime's memory need not be */
+  *ptr = p;
+  snprintf(line, sizeof(line), "{\"ev\": \"malloc_host\", \"ptr\": %lu, \"n\": %lu}", (unsigned long)(uintptr_t)p,
+           (unsigned long)size);
+  hlog(line);
+  return 0;
+}
+
+aclError aclrtFreeHost(void* ptr) {
+  char line[96];
+  int i;
+  fake_free_host_calls++;
+  for (i = 0; i < n_regions; ++i)
+    if (regions[i].host == (uintptr_t)ptr) return fail("aclrtFreeHost of memory still registered");
+  snprintf(line, sizeof(line), "{\"ev\": \"free_host\", \"ptr\": %lu}", (unsigned long)(uintptr_t)ptr);
+  hlog(line);
+  free(ptr);
+  return 0;
+}
+
+/* aclCANNPackageVersion: char version[128], major/minor/release/patch[64] each, reserved[128] */
+typedef struct {
+  char version[128];
+  char majorVersion[64];
+  char minorVersion[64];
+  char releaseVersion[64];
+  char patchVersion[64];
+  char reserved[128];
+} FakeCANNVersion;
+
+aclError aclsysGetCANNVersion(int name, FakeCANNVersion* v) {
+  const char* s = getenv("FAKE_CANN_VERSION");
+  int major = 0, minor = 0;
+  if (name != 0 || s == NULL || sscanf(s, "%d.%d", &major, &minor) != 2) return fail("version unknown");
+  memset(v, 0, sizeof(*v));
+  strncpy(v->version, s, sizeof(v->version) - 1);
+  snprintf(v->majorVersion, sizeof(v->majorVersion), "%d", major);
+  snprintf(v->minorVersion, sizeof(v->minorVersion), "%d", minor);
+  strcpy(v->releaseVersion, "0");
+  strcpy(v->patchVersion, "0");
   return 0;
 }
 
@@ -212,7 +311,12 @@ const char* aclrtGetSocName(void) {
 
 #ifndef FAKE_NO_HOST_REGISTER /* a CANN older than 8.1.RC1 */
 aclError aclrtHostRegister(void* ptr, uint64_t size, int type, void** dev_ptr) {
+  char line[160];
   fake_register_calls++;
+  snprintf(line, sizeof(line), "{\"ev\": \"register\", \"ptr\": %lu, \"n\": %lu, \"context\": %d}",
+           (unsigned long)(uintptr_t)ptr, (unsigned long)size, context_bound);
+  hlog(line);
+  if (fake_register_fail) return fail("the stand-in refuses the registration (fake_register_fail)");
   if (((uintptr_t)ptr) % 4096 != 0 || size == 0 || type != 0) return fail("bad host register args");
   if (n_regions == FAKE_MAX_REGIONS) return fail("too many registered regions");
   fake_last_registered = (uintptr_t)ptr;
@@ -225,8 +329,12 @@ aclError aclrtHostRegister(void* ptr, uint64_t size, int type, void** dev_ptr) {
 }
 
 aclError aclrtHostUnregister(void* ptr) {
+  char line[128];
   int i;
   fake_unregister_calls++;
+  snprintf(line, sizeof(line), "{\"ev\": \"unregister\", \"ptr\": %lu, \"context\": %d}", (unsigned long)(uintptr_t)ptr,
+           context_bound);
+  hlog(line);
   for (i = 0; i < n_regions; ++i) {
     if (regions[i].host == (uintptr_t)ptr) {
       regions[i] = regions[--n_regions];
