@@ -544,7 +544,7 @@ def run_disagg_demo(opts: DisaggOptions = DisaggOptions(), log=None):
                          "B": {"prompt": REQUESTS[1], "prompt_tokens": len(req["B"]), "tokens": b_d["tokens"],
                                "completion": b_d["text"]}},
             "handoff": {"tokens": a_p["send"]["num_tokens"], "bytes": a_p["send"]["nbytes"],
-                        "chunks": a_p["send"]["chunks"], "prefill_blocks": rcv["src_block_ids"],
+                        "chunks": a_p["send"]["chunks"], "prefill_blocks": src,
                         "decode_blocks": rcv["block_ids"], "checksum": rcv["checksum_algo"],
                         "send_s": a_p["send"]["seconds"], "receive_s": rcv["seconds"]},
             "prefix": {"tokens_not_recomputed": k, "tokens_computed": b_d["prefill_tokens"],
