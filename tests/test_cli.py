@@ -394,7 +394,7 @@ def test_bench_discovers_every_script_with_run():
 
     mods = _bench_modules()
     package = {n for n, m in mods.items() if m.origin == "package"}
-    assert {"copy_ops", "copy_ops_sim", "rope", "rope_sim", "transfer", "transfer_sim", "list_ops"} <= package
+    assert {"copy_ops", "copy_ops_sim", "rope", "rope_sim", "transfer", "transfer_sim", "list_ops", "demo"} <= package
     for p in (ROOT / "scripts").glob("bench_*.py"):
         name = p.stem[len("bench_"):]
         wraps = wrapped_modules(p) & package

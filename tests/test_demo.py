@@ -124,7 +124,11 @@ def test_gguf_loader_reads_config_weights_and_tokenizer(tiny_gguf, tmp_path, mon
     prompt; a second load comes from the weight cache, identical; a layer subset keeps only its tensors."""
     path, floats, exact = tiny_gguf
     monkeypatch.setenv("MS_KVCACHE_CACHE_DIR", str(tmp_path))
+    stale, other = tmp_path / "gguf" / f"{path.stem}-1-2-v1", tmp_path / "gguf" / "other-model-1-2-v1"
+    stale.mkdir(parents=True)
+    other.mkdir()
     m = M.load_gguf(path)
+    assert not stale.exists() and other.exists()  # one cache entry per model file
     c = m.config
     assert (c.num_layers, c.file_layers, c.hidden_size, c.num_heads, c.num_kv_heads, c.head_size,
             c.intermediate_size, c.rope_base, c.max_position, c.tied_embeddings) == (2, 2, 64, 4, 2, 16, 128, 1e4,
@@ -159,6 +163,14 @@ def test_gguf_loader_reads_config_weights_and_tokenizer(tiny_gguf, tmp_path, mon
         M.load_gguf(path, num_layers=3)
     nocache = M.load_gguf(path, use_cache=False)
     assert nocache.cache_note == "weight cache off"
+    entry = next((tmp_path / "gguf").glob(f"{path.stem}-*"))
+    with open(entry / "weights.f32", "r+b") as f:  # a truncated entry is rebuilt, not trusted
+        f.truncate(100)
+    rebuilt = M.load_gguf(path)
+    assert "unreadable, rebuilt" in rebuilt.cache_note
+    name = "blk.1.ffn_up.weight"
+    assert np.array_equal(np.asarray(rebuilt.weights[name]), np.asarray(m.weights[name]))
+    assert "from the cache" in M.load_gguf(path).cache_note
 
 
 def test_gguf_loader_refuses_other_files(tmp_path, monkeypatch):

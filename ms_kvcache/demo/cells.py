@@ -198,27 +198,34 @@ class PagedLlama(_LlamaBase):
         return sum(p.nbytes for p in ps)
 
     # ------------------------------------------------------------------ graph
-    def _paged_kv(self, i, q, k, v, positions, slot_mapping, bt, nb_rows):
+    def _f32(self, cache):
+        # CPU Gather has no bf16 / int8 kernel worth using: widen the (small) cache first
+        return cache if self.kv_dtype == ms.float32 else ops.cast(cache, ms.float32)
+
+    def _paged_kv(self, i, q, k, v, positions, slot_mapping, bt, bt_v, nb_rows):
         """RoPE + cache write of this step's rows, then every cached K / V row of the batch's blocks."""
         shape = (nb_rows, self.kv_len, self.kv_heads, self.head_size)
         if self.merged:
             q_rot, k_rot = A.rope_and_cache_merged(positions, q, k, v, self.cos_sin_cache, self.kv_caches[i],
                                                    slot_mapping, self.is_neox_style)
-            kv = ops.gather(ops.cast(self.kv_caches[i], ms.float32), bt, 1)  # CPU Gather has no bf16
-            keys, vals = kv[0].reshape(shape), kv[1].reshape(shape)
+            # [2, nb, ...] read as [2 * nb, ...]: V block b is row nb + b (a Gather on axis 0; on axis 1 or
+            # after kv[0] / kv[1] slices MindSpore's CPU kernels are several times slower)
+            kv = self._f32(self.kv_caches[i]).reshape((2 * self.num_blocks, self.block_size, self.kv_heads,
+                                                       self.head_size))
+            keys, vals = ops.gather(kv, bt, 0).reshape(shape), ops.gather(kv, bt_v, 0).reshape(shape)
         elif self.quant:  # int8 codes and per-token scales written; read back dequantized: code * scale
             q_rot, k_rot = A.rope_and_cache(positions, q, k, v, self.cos_sin_cache, self.key_caches[i],
                                             self.value_caches[i], slot_mapping, self.is_neox_style,
                                             k_scale_cache=self.k_scale_caches[i], v_scale_cache=self.v_scale_caches[i])
-            keys = (ops.gather(ops.cast(self.key_caches[i], ms.float32), bt, 0)
+            keys = (ops.gather(self._f32(self.key_caches[i]), bt, 0)
                     * ops.gather(self.k_scale_caches[i], bt, 0)).reshape(shape)
-            vals = (ops.gather(ops.cast(self.value_caches[i], ms.float32), bt, 0)
+            vals = (ops.gather(self._f32(self.value_caches[i]), bt, 0)
                     * ops.gather(self.v_scale_caches[i], bt, 0)).reshape(shape)
         else:
             q_rot, k_rot = A.rope_and_cache(positions, q, k, v, self.cos_sin_cache, self.key_caches[i],
                                             self.value_caches[i], slot_mapping, self.is_neox_style)
-            keys = ops.gather(ops.cast(self.key_caches[i], ms.float32), bt, 0).reshape(shape)
-            vals = ops.gather(ops.cast(self.value_caches[i], ms.float32), bt, 0).reshape(shape)
+            keys = ops.gather(self._f32(self.key_caches[i]), bt, 0).reshape(shape)
+            vals = ops.gather(self._f32(self.value_caches[i]), bt, 0).reshape(shape)
         q_rot = ops.depend(q_rot, k_rot)  # the rotated keys are read back from the cache
         return ops.cast(q_rot, ms.float32), keys, vals
 
@@ -232,12 +239,14 @@ class PagedLlama(_LlamaBase):
         visible = self.kv_index.reshape((1, 1, 1, self.kv_len)) <= qpos.reshape((nb_rows, 1, self.group * s, 1))
         bias = (1.0 - ops.cast(visible, ms.float32)) * -1e9
         bt = block_tables.reshape((-1,))
+        bt_v = bt + self.num_blocks  # merged caches: the V plane's blocks
         for i in range(self.num_layers):
             q, k, v = self._qkv(x, i, n)
-            q = ops.cast(q, self.data_dtype)
-            k = ops.cast(k, self.data_dtype)
-            v = ops.cast(v, self.data_dtype)
-            q_rot, keys, vals = self._paged_kv(i, q, k, v, positions, slot_mapping, bt, nb_rows)
+            if self.data_dtype != ms.float32:
+                q = ops.cast(q, self.data_dtype)
+                k = ops.cast(k, self.data_dtype)
+                v = ops.cast(v, self.data_dtype)
+            q_rot, keys, vals = self._paged_kv(i, q, k, v, positions, slot_mapping, bt, bt_v, nb_rows)
             x = x + ops.dense(self._attend(q_rot, keys, vals, bias, nb_rows, s), self.w.wo[i])
             x = self._mlp(x, i)
         return self._logits(x, logit_index)

@@ -21,6 +21,7 @@ import importlib.util
 import json
 import os
 from pathlib import Path
+import re
 import shutil
 import tempfile
 
@@ -178,12 +179,13 @@ def load_gguf(path, num_layers=None, use_cache=True):
     if entry is not None and (entry / "index.json").is_file():
         try:
             return _load_cached(path, entry, num_layers)
-        except (OSError, ValueError, KeyError) as exc:
+        except (OSError, ValueError, KeyError, TypeError) as exc:
             note = f"weight cache entry unreadable, rebuilt ({exc})"
+            shutil.rmtree(entry, ignore_errors=True)
     cfg, arrays, tok_json, default_system = _read_gguf(path)
     if entry is not None:
         try:
-            _write_cache(entry, cfg, arrays, tok_json, default_system)
+            _write_cache(entry, path.stem, cfg, arrays, tok_json, default_system)
             note = note or f"weights cached in {entry}"
         except OSError as exc:
             note = f"weight cache not written ({exc})"
@@ -280,9 +282,10 @@ def _check_shapes(cfg, arrays, what):
 
 
 # ============================================================================================ cache
-def _write_cache(entry, cfg, arrays, tok_json, default_system):
+def _write_cache(entry, stem, cfg, arrays, tok_json, default_system):
     """One flat float32 file + an index; written into a temporary folder, then renamed (a reader never
-    sees half an entry). Other entries of the same model file (older size / mtime) are removed."""
+    sees half an entry; a complete entry another process wrote meanwhile is kept). Other entries of the
+    same model file (an older size / mtime or cache version) are removed: one entry per file."""
     entry.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=entry.name + ".tmp-", dir=entry.parent))
     try:
@@ -296,13 +299,14 @@ def _write_cache(entry, cfg, arrays, tok_json, default_system):
         (tmp / "tokenizer.json").write_text(tok_json)
         (tmp / "index.json").write_text(json.dumps({"version": CACHE_VERSION, "config": asdict(cfg),
                                                     "default_system": default_system, "tensors": index}))
-        stem = entry.name.split("-")[0]
-        for old in entry.parent.glob(stem + "-*"):
-            if old != entry and ".tmp-" not in old.name and old.is_dir():
+        own = re.compile(re.escape(stem) + r"-\d+-\d+-v\d+")
+        for old in entry.parent.iterdir():
+            if old != entry and own.fullmatch(old.name) and old.is_dir():
                 shutil.rmtree(old, ignore_errors=True)
-        if entry.exists():
-            shutil.rmtree(entry, ignore_errors=True)
-        os.replace(tmp, entry)
+        if not (entry / "index.json").is_file():
+            if entry.exists():  # a half-removed entry
+                shutil.rmtree(entry, ignore_errors=True)
+            os.replace(tmp, entry)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

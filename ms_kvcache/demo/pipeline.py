@@ -17,7 +17,7 @@ __all__ = ["DemoOptions", "DemoError", "run_demo", "format_report", "TOLERANCES"
 
 #: Largest |pipeline logit - reference logit| allowed, per KV-cache dtype (logit units; justified in
 #: docs/demo.md). A generated token must be the reference's argmax, or within this much of it (a near tie).
-TOLERANCES = {"float32": 2e-3, "bfloat16": 0.5, "int8": 1.0}
+TOLERANCES = {"float32": 2e-3, "bfloat16": 1.0, "int8": 2.0}
 
 #: (user message, arrival step): four requests arrive together and are prefilled as one padded batch; the
 #: fifth arrives while they decode, every row busy: a running sequence is preempted to admit it.
@@ -589,6 +589,7 @@ def reference_summary(per_seq):
             "max_logit_err": max(p["max_logit_err"] for p in per_seq),
             "min_ref_margin": min(p["min_ref_margin"] for p in per_seq),
             "max_abs_logit": max(p["max_abs_logit"] for p in per_seq),
+            "max_tie_gap": max(p["max_tie_gap"] for p in per_seq),
             "agree_before_first_tie": [p["first_mismatch"] if p["first_mismatch"] is not None else p["tokens"]
                                        for p in per_seq]}
 
@@ -602,8 +603,9 @@ def reference_checks(summary, dtype, num_seqs):
                s["mismatch"] == 0, value=s["mismatch"],
                detail=f"{s['tokens']} tokens of {num_seqs} sequences, one causal pass each over prompt + completion; "
                       f"{s['exact']} exact, {s['near_ties']} near ties (the token's reference logit within {tol:g} "
-                      f"of the maximum), {s['mismatch']} other; tokens equal to the reference's own greedy "
-                      f"choice per sequence: {s['agree_before_first_tie']}"),
+                      f"of the maximum; largest shortfall {s['max_tie_gap']:.3g}), {s['mismatch']} other; leading "
+                      f"tokens equal to the reference's own greedy completion, per sequence: "
+                      f"{s['agree_before_first_tie']}"),
         _check("logits == reference logits", s["max_logit_err"] <= tol, value=s["max_logit_err"], tolerance=tol,
                detail=f"max |pipeline - reference| over every generated position, logit units (largest |logit| "
                       f"{s['max_abs_logit']:.1f})"),

@@ -83,7 +83,7 @@ def compare_tokens(ref, logits, generated, tol):
 
     Returns a dict: ``exact`` (positions where the token is the reference's argmax), ``near_ties`` (not the
     argmax, but its reference logit within ``tol`` of the maximum: a tie the two computations may break
-    differently), ``mismatch`` (neither), ``max_logit_err`` (max |logits - ref|), ``first_mismatch`` (first
+    differently; ``max_tie_gap``: the largest such shortfall), ``mismatch`` (neither), ``max_logit_err`` (max |logits - ref|), ``first_mismatch`` (first
     position that is not exact: the tokens before it are what the reference itself would have generated),
     ``min_ref_margin`` (smallest gap between the reference's two largest logits), ``max_abs_logit``.
     """
@@ -98,7 +98,9 @@ def compare_tokens(ref, logits, generated, tol):
     near = ~exact & (chosen >= ref.max(-1) - tol)
     top2 = np.sort(ref, -1)[:, -2:]
     bad = np.flatnonzero(~exact)
+    gaps = (ref.max(-1) - chosen)[near]
     return {"tokens": int(gen.size), "exact": int(exact.sum()), "near_ties": int(near.sum()),
+            "max_tie_gap": float(gaps.max()) if gaps.size else 0.0,
             "mismatch": int((~exact & ~near).sum()), "max_logit_err": float(np.max(np.abs(got - ref))),
             "first_mismatch": int(bad[0]) if bad.size else None,
             "min_ref_margin": float(np.min(top2[:, 1] - top2[:, 0])), "max_abs_logit": float(np.max(np.abs(ref)))}
