@@ -13,7 +13,9 @@ decoded together for ``new_tokens`` greedy steps (stop tokens ignored, so every 
 - **decode, recompute without cache**: the same model with dense causal attention over the whole
   sequence (``RecomputeLlama``), the shape a static graph needs at each step: ``[rows, L]`` with L the
   longest row's length rounded up to 16. Every bucket is compiled once and timed (median of ``repeats``);
-  the completion's time is the sum over its steps of their bucket's time. speed-up = that / the paged total;
+  the completion's time is the sum over its steps of their bucket's time. The speed-up compares each
+  bucket's recompute step with a decode step timed back to back with it (``repeats`` rounds, medians), so a
+  change of the machine's load between the two measurements does not skew it; weighted by the steps;
 - **ms_kvcache share**: the RoPE-write op of every layer at the decode shape (``KVWriteBench`` minus a
   graph that does nothing) over the median decode step.
 
@@ -139,7 +141,8 @@ def run(quick=False, log=None, new_tokens=None, rows=ROWS, repeats=None, dtype="
         for t_ in range(new_tokens - 1):
             L = int(-(-(longest + t_ + 1) // bs) * bs)  # the longest row holds longest + t_ + 1 tokens
             buckets[L] = buckets.get(L, 0) + 1
-        base_s = {}
+        base_s, paired_dec = {}, {}
+        probe = dargs(new_tokens // 2)  # a decode step mid-completion, timed back to back with the baseline
         for L, count in sorted(buckets.items()):
             log(f"demo: recompute baseline [{rows} x {L}] ({count} steps; compiling)")
             bid = Tensor(np.tile(np.asarray((prompts[0] * L)[:L], np.int32), rows))
@@ -147,8 +150,13 @@ def run(quick=False, log=None, new_tokens=None, rows=ROWS, repeats=None, dtype="
             valid = Tensor(np.ones(rows * L, np.float32))
             blast = Tensor(np.arange(rows, dtype=np.int32) * L + L - 1)
             base(bid, bpos, valid, blast).asnumpy()
-            base_s[L] = _median_time(lambda: base(bid, bpos, valid, blast).asnumpy(), repeats)
+            bt_, dt_ = [], []
+            for _ in range(repeats):  # rounds: a load change hits both alike
+                dt_.append(_median_time(lambda: decode(*probe).asnumpy(), 1))
+                bt_.append(_median_time(lambda: base(bid, bpos, valid, blast).asnumpy(), 1))
+            base_s[L], paired_dec[L] = float(np.median(bt_)), float(np.median(dt_))
         base_total = sum(base_s[L] * c for L, c in buckets.items()) * new_tokens / max(1, new_tokens - 1)
+        speedup = sum(base_s[L] * c for L, c in buckets.items()) / sum(paired_dec[L] * c for L, c in buckets.items())
     finally:
         ms.set_context(mode=old_mode)
         ms_kvcache.set_backend(old_backend)
@@ -160,11 +168,12 @@ def run(quick=False, log=None, new_tokens=None, rows=ROWS, repeats=None, dtype="
     return [
         {"op": "rope_reshape_and_cache", "case": f"{case}: decode {new_tokens} tokens, paged KV", "tokens": gen,
          "backend": "cpu", "dtype": dtype, "seconds": decode_total,
-         "speedup": {"recompute without cache": base_total / decode_total},
+         "speedup": {"recompute without cache": speedup},
          "tokens_per_s": gen / decode_total, "step_median_s": step_median, "first_call_s": decode_first,
          "rope_write_step_s": write_s, "empty_graph_s": empty_s, "ops_share": share, "load": load,
          "baseline_seconds": base_total, "baseline_tokens_per_s": gen / base_total,
          "baseline_buckets": {str(k): v for k, v in base_s.items()},
+         "paired_decode_step_s": {str(k): v for k, v in paired_dec.items()},
          "note": f"{gen / decode_total:.1f} tokens/s (recompute {gen / base_total:.2f}); RoPE-write op "
                  f"{share * 100:.1f} % of a step; load {load:.1f}"},
         {"op": "rope_reshape_and_cache", "case": f"{case}: prefill [{rows} x {S}]", "tokens": int(lens.sum()),

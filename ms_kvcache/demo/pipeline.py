@@ -334,7 +334,7 @@ class _Run:
         self._structure_checks(swaps, cows, prefill_writes)
 
         # ------------------------------------------------------------------ timing probes
-        perf = self._timing_probes(prompts, S, MB, cos_sin, weights)
+        perf = self._timing_probes(prompts, MB, cos_sin, weights, decode)
         self.t["total_s"] = time.perf_counter() - t_start
         return self._report(texts, prompts, ref, swaps, cows, prefill_writes, perf, S, MB, num_blocks, budget)
 
@@ -471,16 +471,27 @@ class _Run:
                                   detail=f"admitted at {adm}, finished at {fin}"))
 
     # ------------------------------------------------------------------ timing
-    def _timing_probes(self, prompts, S, MB, cos_sin, weights):
-        """After the checks (the caches may be overwritten now): the RoPE-write op family's share of a
-        decode step, and the recompute-without-cache baseline."""
+    def _timing_probes(self, prompts, MB, cos_sin, weights, decode):
+        """After the checks (the caches may be overwritten now), in interleaved rounds so that a change of the
+        machine's load hits every probe alike: the decode step with every row active, the RoPE-write op of
+        every layer alone (minus a graph that does nothing: its share of the step), and the same model
+        recomputing the whole sequence without a cache at the mean context length of a completion. The
+        speed-up is the median over rounds of (recompute / decode) measured back to back."""
         from mindspore import Tensor
 
         from ms_kvcache.demo.cells import DATA_DTYPES, EmptyStep, KVWriteBench, RecomputeLlama
 
         opts, cfg, net = self.opts, self.model.config, self.net
-        R = opts.num_rows
-        perf = {}
+        R, bs = opts.num_rows, opts.block_size
+        ctx = max(len(p) for p in prompts) + self.sched.max_new_tokens // 2
+        Sb = -(-ctx // bs) * bs
+        pos = min(ctx - 1, MB * bs - 1)
+        tables = np.arange(R * MB, dtype=np.int32).reshape(R, MB)  # the pool has R * MB + 1 blocks
+        dargs = [Tensor(a) for a in (np.array([prompts[r % len(prompts)][-1] for r in range(R)], np.int32),
+                                     np.full(R, pos, np.int32), tables[:, pos // bs] * bs + pos % bs, tables,
+                                     np.arange(R, dtype=np.int32))]
+        probes = {"decode": lambda: decode(*dargs).asnumpy()}
+        perf = {"probe_context": int(pos + 1)}
         if opts.bench_reps > 0:
             self.log("timing the RoPE-write op family (all layers, decode shape)")
             bench, empty = KVWriteBench(net), EmptyStep()
@@ -489,24 +500,41 @@ class _Run:
             q = Tensor(rng.standard_normal((R, cfg.num_heads, cfg.head_size)).astype(np.float32), dtype=dt)
             k, v = (Tensor(rng.standard_normal((R, cfg.num_kv_heads, cfg.head_size)).astype(np.float32), dtype=dt)
                     for _ in range(2))
-            pos = Tensor(np.arange(R, dtype=np.int32))
-            args = (pos, q, k, v, Tensor(np.arange(R, dtype=np.int32) * 3))
-            perf["rope_write_step_s"] = _median_time(lambda: bench(*args).asnumpy(), opts.bench_reps)
-            perf["empty_graph_s"] = _median_time(lambda: empty(pos).asnumpy(), opts.bench_reps)
+            p_ = Tensor(np.arange(R, dtype=np.int32))
+            wargs = (p_, q, k, v, Tensor(np.arange(R, dtype=np.int32) * 3))
+            probes["rope_write"] = lambda: bench(*wargs).asnumpy()
+            probes["empty"] = lambda: empty(p_).asnumpy()
         if opts.baseline:
-            ctx = max(len(p) for p in prompts) + (opts.max_new_tokens or self.sched.max_new_tokens) // 2
-            Sb = -(-ctx // 16) * 16
-            self.log(f"timing the recompute-without-cache baseline: [{R} x {Sb}] tokens per step")
+            self.log(f"timing the recompute-without-cache baseline: [{R} x {Sb}] tokens per step (compiling)")
             base = RecomputeLlama(cfg, weights, cos_sin, opts.rope_style == "neox")
-            ids = Tensor(np.tile(np.asarray((list(prompts[0]) * Sb)[:Sb], np.int32), R))
-            posn = Tensor(np.tile(np.arange(Sb, dtype=np.int32), R))
-            valid = Tensor(np.ones(R * Sb, np.float32))
-            last = Tensor(np.arange(R, dtype=np.int32) * Sb + Sb - 1)
+            bargs = [Tensor(a) for a in (np.tile(np.asarray((list(prompts[0]) * Sb)[:Sb], np.int32), R),
+                                         np.tile(np.arange(Sb, dtype=np.int32), R), np.ones(R * Sb, np.float32),
+                                         np.arange(R, dtype=np.int32) * Sb + Sb - 1)]
             t = time.perf_counter()
-            base(ids, posn, valid, last).asnumpy()
+            base(*bargs).asnumpy()
             perf["baseline_first_s"] = time.perf_counter() - t
-            perf["baseline_step_s"] = _median_time(lambda: base(ids, posn, valid, last).asnumpy(), 2)
             perf["baseline_context"] = Sb
+            probes["baseline"] = lambda: base(*bargs).asnumpy()
+        for fn in probes.values():
+            fn()  # warm-up (the RoPE-write and empty graphs compile here)
+        times = {k: [] for k in probes}
+        rounds = max(3, opts.bench_reps)
+        for r in range(rounds):
+            for name, fn in probes.items():
+                if name == "baseline" and r >= 3:  # a recompute step is the costly one: 3 rounds
+                    continue
+                t = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t)
+        perf["decode_probe_s"] = float(np.median(times["decode"]))
+        if "rope_write" in times:
+            perf["rope_write_step_s"] = float(np.median(times["rope_write"]))
+            perf["empty_graph_s"] = float(np.median(times["empty"]))
+            perf["ops_share"] = float(np.median([max(w - e, 0.0) / d for w, e, d in
+                                                 zip(times["rope_write"], times["empty"], times["decode"])]))
+        if "baseline" in times:
+            perf["baseline_step_s"] = float(np.median(times["baseline"]))
+            perf["speedup"] = float(np.median([b / d for b, d in zip(times["baseline"], times["decode"])]))
         return perf
 
     # ------------------------------------------------------------------ report
@@ -546,15 +574,15 @@ class _Run:
             "reference_s": t["reference_s"], "total_s": t["total_s"],
             "load_average": os.getloadavg()[0],
         }
-        if "rope_write_step_s" in perf and step:
-            ops_s = max(perf["rope_write_step_s"] - perf["empty_graph_s"], 0.0)
+        timing.update(decode_probe_s=perf["decode_probe_s"], probe_context=perf["probe_context"])
+        if "rope_write_step_s" in perf:
             timing.update(rope_write_step_s=perf["rope_write_step_s"], empty_graph_s=perf["empty_graph_s"],
-                          ops_share_of_decode_step=ops_s / step)
-        if "baseline_step_s" in perf and step:
+                          ops_share_of_decode_step=perf["ops_share"])
+        if "baseline_step_s" in perf:
             timing.update(baseline_context=perf["baseline_context"], baseline_first_call_s=perf["baseline_first_s"],
                           baseline_step_s=perf["baseline_step_s"],
                           baseline_tokens_per_s=opts.num_rows / perf["baseline_step_s"],
-                          decode_speedup_vs_recompute=perf["baseline_step_s"] / step)
+                          decode_speedup_vs_recompute=perf["speedup"])
         for w in swaps:
             w.setdefault("reload_s", None)
         report = {
@@ -612,16 +640,6 @@ def reference_checks(summary, dtype, num_seqs):
                detail=f"max |pipeline - reference| over every generated position, logit units (largest |logit| "
                       f"{s['max_abs_logit']:.1f})"),
     ]
-
-
-def _median_time(fn, reps):
-    fn()  # warm-up (compiles on the first call)
-    ts = []
-    for _ in range(max(1, reps)):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return float(np.median(ts))
 
 
 # ================================================================================================ report
@@ -691,15 +709,18 @@ def format_report(r):
             ("decode step (median)", f"{_fmt_s(tm['decode_step_median_s'])}  ({tm['decode_steps']} steps, "
                                      f"{tm['decode_rows_mean']:.1f} rows mean)"),
             ("decode throughput", f"{tm['decode_tokens_per_s']:.1f} tokens/s" if tm["decode_tokens_per_s"] else "-")]
+    rows.append((f"decode step, every row active (context {tm['probe_context']}; probe rounds)",
+                 f"{_fmt_s(tm['decode_probe_s'])}  ({o['num_rows'] / tm['decode_probe_s']:.1f} tokens/s)"))
     if "ops_share_of_decode_step" in tm:
-        rows.append(("ms_kvcache RoPE-write, all layers per decode step",
-                     f"{_fmt_s(tm['rope_write_step_s'] - tm['empty_graph_s'])}  "
+        rows.append(("  of which ms_kvcache (RoPE-write, all layers)",
+                     f"{_fmt_s(max(tm['rope_write_step_s'] - tm['empty_graph_s'], 0.0))}  "
                      f"({tm['ops_share_of_decode_step'] * 100:.1f} % of the step)"))
     if "baseline_step_s" in tm:
         rows.append((f"recompute without cache, step over [{o['num_rows']} x {tm['baseline_context']}]",
                      f"{_fmt_s(tm['baseline_step_s'])}  ({tm['baseline_tokens_per_s']:.2f} tokens/s; first call "
                      f"{_fmt_s(tm['baseline_first_call_s'])})"))
-        rows.append(("decode speed-up from the KV cache", f"{tm['decode_speedup_vs_recompute']:.1f}x per token"))
+        rows.append(("decode speed-up from the KV cache (paired rounds)",
+                     f"{tm['decode_speedup_vs_recompute']:.1f}x per token"))
     for w in r["preemptions"]:
         rows.append((f"offload d2h, sequence {w['seq']} ({w['tokens']} tokens, {w['bytes']:,} B)",
                      f"{_fmt_s(w['offload_s'])} (first call {_fmt_s(w['offload_first_s'])})"))
