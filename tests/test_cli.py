@@ -122,7 +122,7 @@ def test_bad_arguments_in_a_real_process():
 
 
 def test_demo_failed_check_exits_1(capsys):
-    rc = main(["demo", "--random-weights", "--layers", "1", "--max-new-tokens", "6", "--no-baseline", "--json",
+    rc = main(["demo", "--random-weights", "--layers", "1", "--max-new-tokens", "8", "--no-baseline", "--json",
                "--inject-fault", "skip-reload"])
     assert rc == 1
     report = json.loads(capsys.readouterr().out)
@@ -140,7 +140,7 @@ def test_demo_without_model_package(capsys, monkeypatch):
 
 
 def test_demo_random_weights_prints_completions_checks_and_timing(capsys):
-    assert main(["demo", "--random-weights", "--layers", "1", "--max-new-tokens", "6", "--no-baseline"]) == 0
+    assert main(["demo", "--random-weights", "--layers", "1", "--max-new-tokens", "8", "--no-baseline"]) == 0
     out = capsys.readouterr().out
     for needle in ("user:      What is the capital of France?", "assistant: ", "[PASS] every generated token",
                    "[PASS] reload: K/V bit-identical", "[PASS] copy-on-write", "decode step (median)",

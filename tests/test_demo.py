@@ -403,6 +403,21 @@ def test_scheduler_prefix_sharing_and_copy_on_write():
     assert s.alloc.num_free == 10 and all(s.alloc.refcount(b) == 0 for b in range(10))
 
 
+def test_scheduler_forced_preemption_with_a_free_row():
+    """forced_preempt swaps out the sequence with the most blocks although a row is free; it resumes at the
+    next iteration, in blocks other than the ones it left."""
+    s = Scheduler([list(range(10, 19)), [1, 2, 3]], num_rows=3, num_blocks=12, block_size=4, max_blocks_per_seq=5,
+                  prefill_len=12, max_new_tokens=6)
+    p0 = s.plan()
+    s.finish_iteration(p0, {r: 5 for r in p0.prefill.rows}, None)
+    p1 = s.plan(forced_preempt=True)
+    assert [(so.seq, so.reason) for so in p1.swap_out] == [(0, "forced")] and sorted(p1.decode.rows.values()) == [1]
+    s.finish_iteration(p1, None, {r: 5 for r in p1.decode.rows})
+    p2 = s.plan()
+    assert [si.seq for si in p2.swap_in] == [0] and not set(p2.swap_in[0].blocks) & set(p1.swap_out[0].blocks)
+    assert sorted(p2.decode.rows.values()) == [0, 1]
+
+
 def test_scheduler_preempts_when_blocks_run_out():
     prompts = [list(range(10, 14)), list(range(20, 24))]
     s = Scheduler(prompts, num_rows=2, num_blocks=3, block_size=4, max_blocks_per_seq=3, prefill_len=4,
@@ -488,9 +503,18 @@ def test_demo_gguf_file_through_the_pipeline(tiny_gguf, tmp_path, monkeypatch):
     """The GGUF path end to end (the tiny file written by the tests in place of the package's)."""
     monkeypatch.setenv("MS_KVCACHE_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(M, "find_model_file", lambda: tiny_gguf[0])
-    r = run_demo(DemoOptions(max_new_tokens=6, baseline=False, bench_reps=0))
+    r = run_demo(DemoOptions(max_new_tokens=8, baseline=False, bench_reps=0))
     assert _failed(r) == [] and r["ok"] and r["model"]["real_weights"]
     assert not any("Paris" in c["name"] for c in r["checks"])  # only SmolLM2's file is asked for Paris
+
+
+def test_demo_preempts_even_with_a_free_row():
+    """Three requests at step 0 and one at step 2 on four rows: a row is free when the last one arrives, and
+    the demo still preempts (forced), reloads into other blocks and passes every check."""
+    prompts = DemoOptions().prompts[:3] + (DemoOptions().prompts[4],)
+    r = run_demo(DemoOptions(prompts=prompts, **QUICK))
+    assert _failed(r) == [] and r["ok"]
+    assert [w["reason"] for w in r["preemptions"]] == ["forced"]
 
 
 @pytest.mark.parametrize("fault, expect", [
@@ -527,6 +551,8 @@ def test_demo_bad_options():
         run_demo(DemoOptions(layers=7, random_weights=True))
     with pytest.raises(DemoError, match="int8 caches run with kv_format 'separate'"):
         run_demo(DemoOptions(dtype="int8", kv_format="merged"))
+    with pytest.raises(DemoError, match=r"max_new_tokens: expected 8\.\.512"):
+        run_demo(DemoOptions(max_new_tokens=4, random_weights=True))
     with pytest.raises(DemoError, match="rope_style"):
         run_demo(DemoOptions(rope_style="llama"))
     with pytest.raises(DemoError, match="scale-stray"):

@@ -106,8 +106,10 @@ def _validate(opts):
         raise DemoError(f"fault: expected one of {FAULTS}, got {opts.fault!r}")
     if opts.fault == "scale-stray" and opts.dtype != "int8":
         raise DemoError(f"fault: 'scale-stray' needs dtype 'int8' (got {opts.dtype!r})")
-    if opts.max_new_tokens is not None and not 2 <= opts.max_new_tokens <= 512:
-        raise DemoError(f"max_new_tokens: expected 2..512, got {opts.max_new_tokens!r}")
+    last = max(a for _, a in opts.prompts) if opts.prompts else 0
+    if opts.max_new_tokens is not None and not max(8, last + 4) <= opts.max_new_tokens <= 512:
+        raise DemoError(f"max_new_tokens: expected {max(8, last + 4)}..512 (room for the preemption at step {last} "
+                        f"and a reload), got {opts.max_new_tokens!r}")
     if not 2 <= opts.num_rows <= 16:
         raise DemoError(f"num_rows: expected 2..16, got {opts.num_rows!r}")
     if opts.block_size not in (8, 16, 32, 64):
@@ -218,6 +220,7 @@ class _Run:
         texts = [p for p, _ in opts.prompts]
         prompts = [tok.encode(tok.chat_prompt(p)) for p in texts]
         arrivals = [a for _, a in opts.prompts]
+        preempt_at = max(arrivals)
         bs = opts.block_size
         R = opts.num_rows
         S = -(-max(len(p) for p in prompts) // bs) * bs
@@ -244,7 +247,9 @@ class _Run:
         while not sched.done():
             if sched.step > max_iters:
                 raise RuntimeError(f"demo: the schedule did not finish within {max_iters} iterations")
-            plan = sched.plan()
+            # the demo's preemption: at the last request's arrival (to admit it when every row is busy, as
+            # with the default prompts; forced if a row happens to be free, so that it always happens)
+            plan = sched.plan(forced_preempt=sched.step == preempt_at and not swaps)
             for so in plan.swap_out:  # ---------------------------------------------- preemption: offload
                 log(f"step {plan.step}: preempt sequence {so.seq} ({so.reason}): offload {so.num_tokens} tokens x "
                     f"{cfg.num_layers} layers to host in one multi_layer_kv_transfer call")

@@ -332,14 +332,15 @@ class Scheduler:
 
     # ------------------------------------------------------------------ planning
     def plan(self, forced_preempt=False):
-        """The :class:`Plan` of the next iteration (``forced_preempt``: also preempt the running sequence
-        with the most blocks, whatever the rows)."""
+        """The :class:`Plan` of the next iteration (``forced_preempt``: preempt the running sequence with
+        the most blocks even when a row is free)."""
         plan = Plan(self.step)
         arrived = [s for s in self.seqs if s.state == "waiting" and s.arrival <= self.step]
         busy = self._free_row() is None
         if self._running() and (forced_preempt or (arrived and busy and self.preempt_for_arrivals)):
             victim = max(self._running(), key=lambda s: (len(s.blocks), -s.seq_id))
-            self._swap_out(plan, victim, "forced" if forced_preempt else f"to admit sequence {arrived[0].seq_id}")
+            why = f"to admit sequence {arrived[0].seq_id}" if arrived and busy else "forced"
+            self._swap_out(plan, victim, why)
         # swapped-out sequences resume first (in the order they were preempted), then arrivals
         just_out = {so.seq for so in plan.swap_out}
         for seq in [s for s in self.seqs if s.state == "swapped" and s.seq_id not in just_out]:
