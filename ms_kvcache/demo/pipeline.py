@@ -46,8 +46,9 @@ class DemoOptions:
     rope_style: "neox" (q / k rows un-permuted, ``is_neox_style=True``) | "gptj" (the GGUF rows as stored,
     ``is_neox_style=False``); layers: first N layers (None = all); random_weights: the tiny seeded model;
     max_new_tokens: completion budget (None: 64, 24 with random weights); num_rows: batch rows;
-    baseline: time the recompute-without-cache baseline; bench_reps: timed calls of the op-share probe
-    (0: skip); use_cache: the on-disk weight cache.
+    baseline: time the recompute-without-cache baseline; bench_reps: rounds of the timing probes after the
+    checks (at least 3; 0: no RoPE-write probe); use_cache: the on-disk weight cache; prompts: (user
+    message, arrival step) pairs, the demo's preemption happening at the last arrival.
     """
 
     backend: str = "cpu"
