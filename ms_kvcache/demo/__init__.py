@@ -1,6 +1,7 @@
-"""``ms-kvcache demo``: all-MiniLM-L6-v2 run as a causal decoder over paged KV caches in MindSpore
-GRAPH_MODE, with a preemption that offloads one sequence's KV to host and reloads it, every step checked
-against a float64 recomputation without cache. Entry point: :func:`run_demo` (see ``docs/demo.md``)."""
+"""``ms-kvcache demo``: SmolLM2-135M-Instruct generating text through paged KV caches in MindSpore
+GRAPH_MODE (continuous batching, prefix sharing with copy-on-write, a preemption offloaded to host and
+reloaded), every generated token checked against a numpy model without cache. Entry point:
+:func:`run_demo` (see ``docs/demo.md``)."""
 from ms_kvcache.demo.pipeline import DemoError, DemoOptions, TOLERANCES, format_report, run_demo
 
 __all__ = ["DemoError", "DemoOptions", "TOLERANCES", "format_report", "run_demo"]

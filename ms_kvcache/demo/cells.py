@@ -1,16 +1,17 @@
-"""MindSpore GRAPH_MODE cells of the demo: a BERT encoder run as a causal decoder over paged KV caches.
+"""MindSpore GRAPH_MODE cells of the demo's Llama.
 
-Each layer: q/k/v projections -> RoPE on q and k + k/v written into the layer's paged cache by slot
-mapping (one fused op, :func:`ops_adapter.rope_and_cache`) -> attention of the step's queries over the
-sequence's cached blocks, gathered through the block table inside the graph -> output projection,
-residual + LayerNorm, GELU feed-forward, residual + LayerNorm (BERT post-LN).
-
-The BERT absolute position embeddings are kept (added to the token embeddings as trained); RoPE is
-applied on top, to q and k, so the cached keys carry their positions like a RoPE decoder's do.
-
-The caches are Parameters held by :class:`PagedBert` (``key_caches`` / ``value_caches`` for
-SEPARATE_KV, ``kv_caches`` for MERGED_KV, BSND layout); :class:`PrefillStep` and :class:`DecodeStep`
-share that model and are each compiled once for their static shape.
+- :class:`LlamaWeights`: the weights as Parameters (q / k / v rows fused into one matrix, gate / up into
+  another; Linear weights stay ``[out, in]`` and run through ``ops.dense``).
+- :class:`PagedLlama`: the model over paged KV caches. Per layer: RMSNorm, the fused q/k/v projection,
+  ``rope_reshape_and_cache`` (RoPE on q and k, and the k / v write into the layer's cache, one op), GQA
+  attention of the step's queries over the sequence's cached blocks gathered through the block table
+  inside the graph (causal mask from the positions), output projection, residual, RMSNorm, SwiGLU MLP,
+  residual. The logits of one row per batch row (``logit_index``) come out: the last prompt token of a
+  prefill row, the token of a decode row.
+- :class:`PrefillStep` / :class:`DecodeStep`: the same model, each compiled once for its bucketed shape.
+- :class:`RecomputeLlama`: the same weights, no cache: every step recomputes the whole sequence with
+  dense causal attention (RoPE with MindSpore ops). The baseline of the speed-up the cache buys.
+- :class:`KVWriteBench`: only the RoPE-write op of every layer, on scratch caches (its share of a step).
 """
 import math
 
@@ -19,8 +20,10 @@ import mindspore as ms
 from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
 
 from ms_kvcache.demo import ops_adapter as A
+from ms_kvcache.demo.model import layer_names, neox_weights
 
-__all__ = ["PagedBert", "PrefillStep", "DecodeStep", "KVWriteBench", "MS_DTYPES", "DATA_DTYPES"]
+__all__ = ["LlamaWeights", "PagedLlama", "PrefillStep", "DecodeStep", "RecomputeLlama", "KVWriteBench",
+           "MS_DTYPES", "DATA_DTYPES"]
 
 MS_DTYPES = {"float32": ms.float32, "bfloat16": ms.bfloat16, "int8": ms.int8}
 #: dtype of the q/k/v handed to the RoPE-write op per cache dtype (an int8 cache quantizes float32 data)
@@ -31,204 +34,233 @@ def _param(a, name):
     return Parameter(Tensor(np.ascontiguousarray(a, np.float32)), name=name, requires_grad=False)
 
 
-class PagedBert(nn.Cell):
+class LlamaWeights(nn.Cell):
+    """The weights as Parameters.
+
+    Args:
+        cfg (LlamaConfig); weights: llama.cpp names, float32, q / k rows in GGUF (GPT-J) order.
+        rope_style: "neox" (q / k rows un-permuted, :func:`ms_kvcache.demo.model.neox_weights`) or "gptj"
+            (the GGUF rows as stored).
+    """
+
+    def __init__(self, cfg, weights, rope_style):
+        super().__init__()
+        if rope_style not in ("neox", "gptj"):
+            raise ValueError(f"rope_style: expected 'neox' or 'gptj', got {rope_style!r}")
+        w = neox_weights(weights, cfg) if rope_style == "neox" else weights
+        self.embed = _param(w["token_embd.weight"], "token_embd")
+        self.tied = cfg.tied_embeddings
+        if not self.tied:
+            self.lm_head = _param(w["output.weight"], "lm_head")
+        self.final_norm = _param(w["output_norm.weight"], "output_norm")
+        names = [layer_names(i) for i in range(cfg.num_layers)]
+
+        def per_layer(tag, build):
+            return ParameterTuple([_param(build(n), f"l{i}.{tag}") for i, n in enumerate(names)])
+
+        self.attn_norm = per_layer("attn_norm", lambda n: w[n["attn_norm"]])
+        self.wqkv = per_layer("wqkv", lambda n: np.concatenate([w[n["attn_q"]], w[n["attn_k"]], w[n["attn_v"]]]))
+        self.wo = per_layer("wo", lambda n: w[n["attn_output"]])
+        self.ffn_norm = per_layer("ffn_norm", lambda n: w[n["ffn_norm"]])
+        self.w_gate_up = per_layer("w_gate_up", lambda n: np.concatenate([w[n["ffn_gate"]], w[n["ffn_up"]]]))
+        self.w_down = per_layer("w_down", lambda n: w[n["ffn_down"]])
+
+
+class _LlamaBase(nn.Cell):
+    """Shared pieces of the paged model and the recompute baseline."""
+
+    def __init__(self, cfg, weights_cell):
+        super().__init__()
+        self.w = weights_cell
+        self.num_layers = cfg.num_layers
+        self.heads, self.kv_heads, self.head_size = cfg.num_heads, cfg.num_kv_heads, cfg.head_size
+        self.group = cfg.num_heads // cfg.num_kv_heads
+        self.q_size, self.kv_size = cfg.q_size, cfg.kv_size
+        self.ff = cfg.intermediate_size
+        self.hidden = cfg.hidden_size
+        self.eps = cfg.rms_norm_eps
+        self.scale = 1.0 / math.sqrt(cfg.head_size)
+
+    def _rms(self, x, g):
+        return x * ops.rsqrt((x * x).mean(-1, keep_dims=True) + self.eps) * g
+
+    def _mlp(self, x, i):
+        h = self._rms(x, self.w.ffn_norm[i])
+        gu = ops.dense(h, self.w.w_gate_up[i])
+        return x + ops.dense(ops.silu(gu[:, :self.ff]) * gu[:, self.ff:], self.w.w_down[i])
+
+    def _qkv(self, x, i, n):
+        h = self._rms(x, self.w.attn_norm[i])
+        qkv = ops.dense(h, self.w.wqkv[i])
+        q = qkv[:, :self.q_size].reshape((n, self.heads, self.head_size))
+        k = qkv[:, self.q_size:self.q_size + self.kv_size].reshape((n, self.kv_heads, self.head_size))
+        v = qkv[:, self.q_size + self.kv_size:].reshape((n, self.kv_heads, self.head_size))
+        return q, k, v
+
+    def _attend(self, q, keys, vals, bias, nb_rows, s):
+        """GQA attention. q ``[n, H, D]`` (rows ``[R, s]``), keys / vals ``[R, K, Hkv, D]``, bias
+        ``[R, 1, G*s, K]`` -> ``[n, H*D]``. Query head ``j`` reads KV head ``j // G``."""
+        n = nb_rows * s
+        G, Hkv, D = self.group, self.kv_heads, self.head_size
+        qh = q.reshape((nb_rows, s, Hkv, G, D)).transpose(0, 2, 3, 1, 4).reshape((nb_rows, Hkv, G * s, D))
+        scores = ops.matmul(qh, keys.transpose(0, 2, 3, 1)) * self.scale + bias  # [R, Hkv, G*s, K]
+        probs = ops.softmax(scores, -1)
+        ctx = ops.matmul(probs, vals.transpose(0, 2, 1, 3))  # [R, Hkv, G*s, D]
+        return ctx.reshape((nb_rows, Hkv, G, s, D)).transpose(0, 3, 1, 2, 4).reshape((n, self.q_size))
+
+    def _logits(self, x, logit_index):
+        h = self._rms(ops.gather(x, logit_index, 0), self.w.final_norm)
+        return ops.dense(h, self.w.embed if self.w.tied else self.w.lm_head)
+
+
+class PagedLlama(_LlamaBase):
     """The model with its paged KV caches.
 
     Args:
-        cfg (BertConfig), weights (dict of float32 numpy, Hugging Face names).
-        num_blocks, block_size: cache geometry; each layer's cache is
-            ``[num_blocks, block_size, num_heads, head_size]`` (two of them, or one
-            ``[2, num_blocks, block_size, num_heads, head_size]`` for ``kv_format="merged"``).
-        max_blocks_per_seq: width of the block tables.
+        cfg (LlamaConfig), weights_cell (LlamaWeights).
+        num_blocks, block_size: cache geometry; each layer's cache is ``[num_blocks, block_size,
+            num_kv_heads, head_size]`` (BSND; two of them, or one ``[2, num_blocks, block_size, num_kv_heads,
+            head_size]`` for ``kv_format="merged"``).
+        max_blocks_per_seq: width of the block tables (the attention reads that many blocks per row).
         kv_dtype: "float32" | "bfloat16" (caches, and the q/k/v handed to the RoPE-write op) | "int8"
-            (SEPARATE_KV only: int8 caches written with dynamic per-token scales from float32 q/k/v,
-            plus float32 scale caches ``k_scale_caches`` / ``v_scale_caches`` ``[num_blocks, block_size,
-            num_heads, 1]`` per layer; the attention reads ``code * scale``, docs/quantization.md).
+            (SEPARATE_KV only: int8 caches written with dynamic per-token scales from float32 q/k/v, and
+            float32 scale caches ``k_scale_caches`` / ``v_scale_caches`` ``[num_blocks, block_size,
+            num_kv_heads, 1]`` per layer; the attention reads ``code * scale``, docs/quantization.md).
         kv_format: "separate" | "merged".
-        cos_sin_cache: Tensor ``[max_position, head_size]`` (rotary_dim = head_size, NeoX style).
+        cos_sin_cache: Tensor ``[max_position, head_size]`` float32.
+        is_neox_style: the rotation of the RoPE-write op (True with ``LlamaWeights(rope_style="neox")``).
 
-    construct(input_ids, positions, slot_mapping, block_tables) -> hidden states float32 ``[B*S, hidden]``
-        input_ids, positions, slot_mapping: int32 ``[B*S]`` (B batch rows of S query tokens; padding
-        rows have slot -1 and position 0); block_tables: int32 ``[B, max_blocks_per_seq]``.
+    construct(input_ids, positions, slot_mapping, block_tables, logit_index) -> logits float32 ``[R, vocab]``
+        input_ids, positions, slot_mapping: int32 ``[R*S]`` (R batch rows of S query tokens; padding rows
+        and tokens have slot -1); block_tables: int32 ``[R, max_blocks_per_seq]``; logit_index: int32 ``[R]``,
+        the flat row whose logits each batch row returns.
     """
 
-    def __init__(self, cfg, weights, num_blocks, block_size, max_blocks_per_seq, kv_dtype, kv_format,
-                 cos_sin_cache):
-        super().__init__()
-        w = weights
-        L = cfg.num_hidden_layers
-        self.num_layers = L
-        self.heads = cfg.num_attention_heads
-        self.head_size = cfg.head_size
-        self.hidden = cfg.hidden_size
-        self.eps = cfg.layer_norm_eps
+    def __init__(self, cfg, weights_cell, num_blocks, block_size, max_blocks_per_seq, kv_dtype, kv_format,
+                 cos_sin_cache, is_neox_style):
+        super().__init__(cfg, weights_cell)
+        L = cfg.num_layers
         self.kv_format = kv_format
         self.merged = kv_format == "merged"
         self.kv_dtype = MS_DTYPES[kv_dtype]
         self.data_dtype = DATA_DTYPES[kv_dtype]
         self.quant = kv_dtype == "int8"
+        self.is_neox_style = bool(is_neox_style)
         if self.quant and self.merged:
-            raise ValueError("PagedBert: argument 'kv_dtype': int8 caches are demonstrated with kv_format "
+            raise ValueError("PagedLlama: argument 'kv_dtype': int8 caches are demonstrated with kv_format "
                              "'separate' only")
         self.num_blocks = num_blocks
         self.block_size = block_size
-        self.scale = 1.0 / math.sqrt(cfg.head_size)
-        self.inv_sqrt2 = 1.0 / math.sqrt(2.0)
-        e = "embeddings."
-        self.word = _param(w[e + "word_embeddings.weight"], "emb.word")
-        self.pos_emb = _param(w[e + "position_embeddings.weight"], "emb.position")
-        self.type0 = _param(w[e + "token_type_embeddings.weight"][0], "emb.type0")
-        self.ln_e_w = _param(w[e + "LayerNorm.weight"], "emb.ln.w")
-        self.ln_e_b = _param(w[e + "LayerNorm.bias"], "emb.ln.b")
+        self.max_blocks_per_seq = max_blocks_per_seq
+        shape = (num_blocks, block_size, cfg.num_kv_heads, cfg.head_size)
 
-        def per_layer(key, tag, transpose=False):
-            out = []
-            for i in range(L):
-                a = w[f"encoder.layer.{i}.{key}"]
-                out.append(_param(a.T if transpose else a, f"l{i}.{tag}"))
-            return ParameterTuple(out)
+        def caches(tag, shp, dtype):
+            z = np.zeros(shp, np.float32)
+            return ParameterTuple([Parameter(Tensor(z, dtype=dtype), name=f"{tag}.{i}", requires_grad=False)
+                                   for i in range(L)])
 
-        s = "attention.self."
-        self.wq = per_layer(s + "query.weight", "wq", True)
-        self.bq = per_layer(s + "query.bias", "bq")
-        self.wk = per_layer(s + "key.weight", "wk", True)
-        self.bk = per_layer(s + "key.bias", "bk")
-        self.wv = per_layer(s + "value.weight", "wv", True)
-        self.bv = per_layer(s + "value.bias", "bv")
-        self.wo = per_layer("attention.output.dense.weight", "wo", True)
-        self.bo = per_layer("attention.output.dense.bias", "bo")
-        self.ln1_w = per_layer("attention.output.LayerNorm.weight", "ln1.w")
-        self.ln1_b = per_layer("attention.output.LayerNorm.bias", "ln1.b")
-        self.w1 = per_layer("intermediate.dense.weight", "w1", True)
-        self.b1 = per_layer("intermediate.dense.bias", "b1")
-        self.w2 = per_layer("output.dense.weight", "w2", True)
-        self.b2 = per_layer("output.dense.bias", "b2")
-        self.ln2_w = per_layer("output.LayerNorm.weight", "ln2.w")
-        self.ln2_b = per_layer("output.LayerNorm.bias", "ln2.b")
-
-        shape = (num_blocks, block_size, self.heads, self.head_size)
-        zeros = np.zeros(shape, np.float32)
         if self.merged:
-            z2 = np.zeros((2,) + shape, np.float32)
-            self.kv_caches = ParameterTuple([Parameter(Tensor(z2, dtype=self.kv_dtype), name=f"kv_cache.{i}",
-                                                       requires_grad=False) for i in range(L)])
+            self.kv_caches = caches("kv_cache", (2,) + shape, self.kv_dtype)
         else:
-            self.key_caches = ParameterTuple([Parameter(Tensor(zeros, dtype=self.kv_dtype), name=f"key_cache.{i}",
-                                                        requires_grad=False) for i in range(L)])
-            self.value_caches = ParameterTuple([Parameter(Tensor(zeros, dtype=self.kv_dtype),
-                                                          name=f"value_cache.{i}", requires_grad=False)
-                                                for i in range(L)])
+            self.key_caches = caches("key_cache", shape, self.kv_dtype)
+            self.value_caches = caches("value_cache", shape, self.kv_dtype)
         if self.quant:
-            zs = np.zeros((num_blocks, block_size, self.heads, 1), np.float32)
-            self.k_scale_caches = ParameterTuple([Parameter(Tensor(zs), name=f"k_scale_cache.{i}", requires_grad=False)
-                                                  for i in range(L)])
-            self.v_scale_caches = ParameterTuple([Parameter(Tensor(zs), name=f"v_scale_cache.{i}", requires_grad=False)
-                                                  for i in range(L)])
+            sshape = shape[:3] + (1,)
+            self.k_scale_caches = caches("k_scale_cache", sshape, ms.float32)
+            self.v_scale_caches = caches("v_scale_cache", sshape, ms.float32)
         self.cos_sin_cache = Parameter(cos_sin_cache, name="cos_sin_cache", requires_grad=False)
+        self.cos_sin_table = cos_sin_cache
         self.kv_len = max_blocks_per_seq * block_size
         self.kv_index = Tensor(np.arange(self.kv_len, dtype=np.int32))
 
     # ------------------------------------------------------------------ host-side views of the caches
     def cache_planes(self):
-        """[(K cache, V cache) per layer] as numpy arrays (copies, exact bits: bf16 -> uint16)."""
-        out = []
-        for i in range(self.num_layers):
-            if self.merged:
-                kv = _host_bits(self.kv_caches[i])
+        """[(K cache, V cache) per layer] as numpy copies of the exact bits (bf16 -> uint16, float32 -> uint32)."""
+        if self.merged:
+            out = []
+            for p in self.kv_caches:
+                kv = _host_bits(p)
                 out.append((kv[0].copy(), kv[1].copy()))
-            else:
-                out.append((_host_bits(self.key_caches[i]).copy(), _host_bits(self.value_caches[i]).copy()))
-        return out
+            return out
+        return [(_host_bits(k), _host_bits(v)) for k, v in zip(self.key_caches, self.value_caches)]
 
     def scale_planes(self):
-        """int8 caches: [(K scale cache, V scale cache) per layer] as float32 bits (uint32), else []."""
+        """int8 caches: [(K scale cache, V scale cache) per layer] as uint32 bits, else []."""
         if not self.quant:
             return []
-        return [(_host_bits(k).copy(), _host_bits(v).copy()) for k, v in zip(self.k_scale_caches, self.v_scale_caches)]
+        return [(_host_bits(k), _host_bits(v)) for k, v in zip(self.k_scale_caches, self.v_scale_caches)]
 
     def cache_nbytes(self):
         """Bytes of every layer's caches (int8: the scale caches included)."""
-        n = 0
-        for p in (self.kv_caches if self.merged else tuple(self.key_caches) + tuple(self.value_caches)):
-            n += p.nbytes
+        ps = tuple(self.kv_caches) if self.merged else tuple(self.key_caches) + tuple(self.value_caches)
         if self.quant:
-            for p in tuple(self.k_scale_caches) + tuple(self.v_scale_caches):
-                n += p.nbytes
-        return n
+            ps += tuple(self.k_scale_caches) + tuple(self.v_scale_caches)
+        return sum(p.nbytes for p in ps)
 
     # ------------------------------------------------------------------ graph
-    def _ln(self, x, g, b):
-        mean = x.mean(-1, keep_dims=True)
-        xc = x - mean
-        var = (xc * xc).mean(-1, keep_dims=True)
-        return xc / ops.sqrt(var + self.eps) * g + b
+    def _f32(self, cache):
+        # CPU Gather has no bf16 / int8 kernel worth using: widen the (small) cache first
+        return cache if self.kv_dtype == ms.float32 else ops.cast(cache, ms.float32)
 
-    def construct(self, input_ids, positions, slot_mapping, block_tables):
+    def _paged_kv(self, i, q, k, v, positions, slot_mapping, bt, bt_v, nb_rows):
+        """RoPE + cache write of this step's rows, then every cached K / V row of the batch's blocks."""
+        shape = (nb_rows, self.kv_len, self.kv_heads, self.head_size)
+        if self.merged:
+            q_rot, k_rot = A.rope_and_cache_merged(positions, q, k, v, self.cos_sin_cache, self.kv_caches[i],
+                                                   slot_mapping, self.is_neox_style)
+            # [2, nb, ...] read as [2 * nb, ...]: V block b is row nb + b (a Gather on axis 0; on axis 1 or
+            # after kv[0] / kv[1] slices MindSpore's CPU kernels are several times slower)
+            kv = self._f32(self.kv_caches[i]).reshape((2 * self.num_blocks, self.block_size, self.kv_heads,
+                                                       self.head_size))
+            keys, vals = ops.gather(kv, bt, 0).reshape(shape), ops.gather(kv, bt_v, 0).reshape(shape)
+        elif self.quant:  # int8 codes and per-token scales written; read back dequantized: code * scale
+            q_rot, k_rot = A.rope_and_cache(positions, q, k, v, self.cos_sin_cache, self.key_caches[i],
+                                            self.value_caches[i], slot_mapping, self.is_neox_style,
+                                            k_scale_cache=self.k_scale_caches[i], v_scale_cache=self.v_scale_caches[i])
+            keys = (ops.gather(self._f32(self.key_caches[i]), bt, 0)
+                    * ops.gather(self.k_scale_caches[i], bt, 0)).reshape(shape)
+            vals = (ops.gather(self._f32(self.value_caches[i]), bt, 0)
+                    * ops.gather(self.v_scale_caches[i], bt, 0)).reshape(shape)
+        else:
+            q_rot, k_rot = A.rope_and_cache(positions, q, k, v, self.cos_sin_cache, self.key_caches[i],
+                                            self.value_caches[i], slot_mapping, self.is_neox_style)
+            keys = ops.gather(self._f32(self.key_caches[i]), bt, 0).reshape(shape)
+            vals = ops.gather(self._f32(self.value_caches[i]), bt, 0).reshape(shape)
+        q_rot = ops.depend(q_rot, k_rot)  # the rotated keys are read back from the cache
+        return ops.cast(q_rot, ms.float32), keys, vals
+
+    def construct(self, input_ids, positions, slot_mapping, block_tables, logit_index):
         nb_rows = block_tables.shape[0]
         n = input_ids.shape[0]
         s = n // nb_rows
-        h, d = self.heads, self.head_size
-        x = ops.gather(self.word, input_ids, 0) + ops.gather(self.pos_emb, positions, 0) + self.type0
-        x = self._ln(x, self.ln_e_w, self.ln_e_b)
+        x = ops.gather(self.w.embed, input_ids, 0)
         # causal mask over the sequence's cache: key j is visible to a query at position p iff j <= p
-        visible = self.kv_index.reshape((1, 1, 1, self.kv_len)) <= positions.reshape((nb_rows, 1, s, 1))
-        mask_bias = (1.0 - ops.cast(visible, ms.float32)) * -1e9
+        qpos = ops.broadcast_to(positions.reshape((nb_rows, 1, 1, s)), (nb_rows, 1, self.group, s))
+        visible = self.kv_index.reshape((1, 1, 1, self.kv_len)) <= qpos.reshape((nb_rows, 1, self.group * s, 1))
+        bias = (1.0 - ops.cast(visible, ms.float32)) * -1e9
         bt = block_tables.reshape((-1,))
+        bt_v = bt + self.num_blocks  # merged caches: the V plane's blocks
         for i in range(self.num_layers):
-            q = (ops.matmul(x, self.wq[i]) + self.bq[i]).reshape((n, h, d))
-            k = (ops.matmul(x, self.wk[i]) + self.bk[i]).reshape((n, h, d))
-            v = (ops.matmul(x, self.wv[i]) + self.bv[i]).reshape((n, h, d))
-            q = ops.cast(q, self.data_dtype)
-            k = ops.cast(k, self.data_dtype)
-            v = ops.cast(v, self.data_dtype)
-            if self.merged:
-                q_rot, k_rot = A.rope_and_cache_merged(positions, q, k, v, self.cos_sin_cache, self.kv_caches[i],
-                                                       slot_mapping)
-                # paged read: gather this batch's blocks (CPU Gather has no bf16: cast the cache first)
-                kv = ops.gather(ops.cast(self.kv_caches[i], ms.float32), bt, 1)
-                keys = kv[0].reshape((nb_rows, self.kv_len, h, d))
-                vals = kv[1].reshape((nb_rows, self.kv_len, h, d))
-            elif self.quant:  # int8 codes and per-token scales written; read back dequantized: code * scale
-                q_rot, k_rot = A.rope_and_cache(positions, q, k, v, self.cos_sin_cache, self.key_caches[i],
-                                                self.value_caches[i], slot_mapping,
-                                                k_scale_cache=self.k_scale_caches[i],
-                                                v_scale_cache=self.v_scale_caches[i])
-                keys = (ops.gather(ops.cast(self.key_caches[i], ms.float32), bt, 0)
-                        * ops.gather(self.k_scale_caches[i], bt, 0)).reshape((nb_rows, self.kv_len, h, d))
-                vals = (ops.gather(ops.cast(self.value_caches[i], ms.float32), bt, 0)
-                        * ops.gather(self.v_scale_caches[i], bt, 0)).reshape((nb_rows, self.kv_len, h, d))
-            else:
-                q_rot, k_rot = A.rope_and_cache(positions, q, k, v, self.cos_sin_cache, self.key_caches[i],
-                                                self.value_caches[i], slot_mapping)
-                keys = ops.gather(ops.cast(self.key_caches[i], ms.float32), bt, 0).reshape(
-                    (nb_rows, self.kv_len, h, d))
-                vals = ops.gather(ops.cast(self.value_caches[i], ms.float32), bt, 0).reshape(
-                    (nb_rows, self.kv_len, h, d))
-            q_rot = ops.depend(q_rot, k_rot)  # the rotated keys are read back from the cache below
-            qh = ops.cast(q_rot, ms.float32).reshape((nb_rows, s, h, d)).transpose(0, 2, 1, 3)
-            kh = keys.transpose(0, 2, 3, 1)                       # [B, H, D, K]
-            vh = vals.transpose(0, 2, 1, 3)                       # [B, H, K, D]
-            scores = ops.matmul(qh, kh) * self.scale + mask_bias  # [B, H, S, K]
-            probs = ops.softmax(scores, -1)
-            ctx = ops.matmul(probs, vh).transpose(0, 2, 1, 3).reshape((n, self.hidden))
-            a = ops.matmul(ctx, self.wo[i]) + self.bo[i]
-            x = self._ln(a + x, self.ln1_w[i], self.ln1_b[i])
-            f = ops.matmul(x, self.w1[i]) + self.b1[i]
-            f = 0.5 * f * (1.0 + ops.erf(f * self.inv_sqrt2))
-            f = ops.matmul(f, self.w2[i]) + self.b2[i]
-            x = self._ln(f + x, self.ln2_w[i], self.ln2_b[i])
-        return x
+            q, k, v = self._qkv(x, i, n)
+            if self.data_dtype != ms.float32:
+                q = ops.cast(q, self.data_dtype)
+                k = ops.cast(k, self.data_dtype)
+                v = ops.cast(v, self.data_dtype)
+            q_rot, keys, vals = self._paged_kv(i, q, k, v, positions, slot_mapping, bt, bt_v, nb_rows)
+            x = x + ops.dense(self._attend(q_rot, keys, vals, bias, nb_rows, s), self.w.wo[i])
+            x = self._mlp(x, i)
+        return self._logits(x, logit_index)
 
 
 class PrefillStep(nn.Cell):
-    """Prefill of a padded batch ``[B, S]`` (flattened), compiled once for its shape."""
+    """Prefill of a padded batch ``[R, S]`` (flattened), compiled once for its shape."""
 
     def __init__(self, model):
         super().__init__()
         self.model = model
 
-    def construct(self, input_ids, positions, slot_mapping, block_tables):
-        return self.model(input_ids, positions, slot_mapping, block_tables)
+    def construct(self, input_ids, positions, slot_mapping, block_tables, logit_index):
+        return self.model(input_ids, positions, slot_mapping, block_tables, logit_index)
 
 
 class DecodeStep(nn.Cell):
@@ -238,49 +270,105 @@ class DecodeStep(nn.Cell):
         super().__init__()
         self.model = model
 
-    def construct(self, input_ids, positions, slot_mapping, block_tables):
-        return self.model(input_ids, positions, slot_mapping, block_tables)
+    def construct(self, input_ids, positions, slot_mapping, block_tables, logit_index):
+        return self.model(input_ids, positions, slot_mapping, block_tables, logit_index)
+
+
+class RecomputeLlama(_LlamaBase):
+    """The same model without a KV cache: each call runs every token of every row through all layers
+    (dense causal attention, RoPE with MindSpore ops: ``rotate_half`` for NeoX, interleaved pairs for GPT-J).
+
+    construct(input_ids, positions, key_valid, logit_index) -> logits ``[R, vocab]``
+        input_ids, positions: int32 ``[R*S]``; key_valid: float32 ``[R*S]`` (1 for a token, 0 for padding);
+        logit_index: int32 ``[R]``.
+    """
+
+    def __init__(self, cfg, weights_cell, cos_sin_cache, is_neox_style):
+        super().__init__(cfg, weights_cell)
+        self.cos_sin_cache = Parameter(cos_sin_cache, name="recompute.cos_sin_cache", requires_grad=False)
+        self.is_neox_style = bool(is_neox_style)
+        self.half = cfg.head_size // 2
+
+    def _rope(self, x, cos, sin):
+        if self.is_neox_style:
+            x1, x2 = x[..., :self.half], x[..., self.half:]
+            return ops.concat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), -1)
+        shp = x.shape
+        pairs = x.reshape(shp[:-1] + (self.half, 2))
+        a, b = pairs[..., 0], pairs[..., 1]
+        return ops.stack((a * cos - b * sin, b * cos + a * sin), -1).reshape(shp)
+
+    def construct(self, input_ids, positions, key_valid, logit_index):
+        nb_rows = logit_index.shape[0]
+        n = input_ids.shape[0]
+        s = n // nb_rows
+        cs = ops.gather(self.cos_sin_cache, positions, 0)  # [n, D]
+        cos = cs[:, :self.half].reshape((n, 1, self.half))
+        sin = cs[:, self.half:].reshape((n, 1, self.half))
+        kpos = positions.reshape((nb_rows, 1, 1, s))
+        qpos = ops.broadcast_to(positions.reshape((nb_rows, 1, 1, s)), (nb_rows, 1, self.group, s))
+        visible = ops.cast(kpos <= qpos.reshape((nb_rows, 1, self.group * s, 1)), ms.float32) \
+            * key_valid.reshape((nb_rows, 1, 1, s))
+        bias = (1.0 - visible) * -1e9
+        x = ops.gather(self.w.embed, input_ids, 0)
+        for i in range(self.num_layers):
+            q, k, v = self._qkv(x, i, n)
+            q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
+            shape = (nb_rows, s, self.kv_heads, self.head_size)
+            x = x + ops.dense(self._attend(q, k.reshape(shape), v.reshape(shape), bias, nb_rows, s), self.w.wo[i])
+            x = self._mlp(x, i)
+        return self._logits(x, logit_index)
 
 
 class KVWriteBench(nn.Cell):
-    """Only the RoPE-write op family, for every layer, on scratch caches of the model's geometry
-    (timing of that family; the model's caches are not touched)."""
+    """Only the RoPE-write op of every layer, on scratch caches of the model's geometry (the time of that
+    op family per step; the model's caches are not touched)."""
 
     def __init__(self, model):
         super().__init__()
         self.num_layers = model.num_layers
         self.merged = model.merged
-        shape = (model.num_blocks, model.block_size, model.heads, model.head_size)
+        self.quant = model.quant
+        self.is_neox_style = model.is_neox_style
+        shape = (model.num_blocks, model.block_size, model.kv_heads, model.head_size)
         if self.merged:
             shape = (2,) + shape
-        mk = lambda name: Parameter(Tensor(np.zeros(shape, np.float32), dtype=model.kv_dtype), name=name,  # noqa: E731
-                                    requires_grad=False)
-        self.c0 = ParameterTuple([mk(f"bench.c0.{i}") for i in range(self.num_layers)])
-        self.c1 = ParameterTuple([mk(f"bench.c1.{i}") for i in range(self.num_layers)])
-        self.quant = model.quant
+
+        def mk(tag, shp, dtype):
+            return ParameterTuple([Parameter(Tensor(np.zeros(shp, np.float32), dtype=dtype), name=f"bench.{tag}.{i}",
+                                             requires_grad=False) for i in range(self.num_layers)])
+
+        self.c0 = mk("c0", shape, model.kv_dtype)
+        self.c1 = mk("c1", shape, model.kv_dtype)
         if self.quant:
-            ss = (model.num_blocks, model.block_size, model.heads, 1)
-            mks = lambda name: Parameter(Tensor(np.zeros(ss, np.float32)), name=name, requires_grad=False)  # noqa: E731
-            self.s0 = ParameterTuple([mks(f"bench.s0.{i}") for i in range(self.num_layers)])
-            self.s1 = ParameterTuple([mks(f"bench.s1.{i}") for i in range(self.num_layers)])
-        self.cos_sin_cache = model.cos_sin_cache
+            self.s0 = mk("s0", shape[:3] + (1,), ms.float32)
+            self.s1 = mk("s1", shape[:3] + (1,), ms.float32)
+        self.cos_sin_cache = Parameter(model.cos_sin_table, name="bench.cos_sin_cache", requires_grad=False)
 
     def construct(self, positions, q, k, v, slot_mapping):
         acc = ops.zeros(q.shape, ms.float32)
         for i in range(self.num_layers):
             if self.merged:
-                out, k_out = A.rope_and_cache_merged(positions, q, k, v, self.cos_sin_cache, self.c0[i],
-                                                     slot_mapping)
+                out, k_out = A.rope_and_cache_merged(positions, q, k, v, self.cos_sin_cache, self.c0[i], slot_mapping,
+                                                     self.is_neox_style)
             elif self.quant:
                 out, k_out = A.rope_and_cache(positions, q, k, v, self.cos_sin_cache, self.c0[i], self.c1[i],
-                                              slot_mapping, k_scale_cache=self.s0[i], v_scale_cache=self.s1[i])
+                                              slot_mapping, self.is_neox_style, k_scale_cache=self.s0[i],
+                                              v_scale_cache=self.s1[i])
             else:
                 out, k_out = A.rope_and_cache(positions, q, k, v, self.cos_sin_cache, self.c0[i], self.c1[i],
-                                              slot_mapping)
+                                              slot_mapping, self.is_neox_style)
             acc = acc + ops.cast(ops.depend(out, k_out), ms.float32)  # keep every layer's outputs alive
         return acc
 
 
+class EmptyStep(nn.Cell):
+    """A graph that does nearly nothing: the fixed cost of one graph call (subtracted from KVWriteBench)."""
+
+    def construct(self, positions):
+        return positions + 1
+
+
 def _host_bits(p):
     a = p.asnumpy()
-    return a.view(f"u{a.dtype.itemsize}")
+    return a.view(f"u{a.dtype.itemsize}").copy()

