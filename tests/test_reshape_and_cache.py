@@ -8,6 +8,7 @@ import pytest
 from mindspore import Parameter, Tensor, ops
 
 import ms_kvcache
+from ms_kvcache._formats import ND_CACHE_LAYOUTS as ND_LAYOUTS  # NZ: tests/test_nz_layout.py
 from ms_kvcache import _custom
 from ms_kvcache.ops.reshape_and_cache import reshape_and_cache
 
@@ -60,7 +61,7 @@ def case(rng, dtype, layout, nb=5, bs=16, h=3, d=24, tokens=11, extra_rows=3, fl
 
 
 @pytest.mark.parametrize("sdt", INDEX)
-@pytest.mark.parametrize("layout", ms_kvcache.CACHE_LAYOUTS)
+@pytest.mark.parametrize("layout", ND_LAYOUTS)
 @pytest.mark.parametrize("mode", MODES)
 def test_matrix(mode, layout, sdt, rng):
     """All four dtypes in one graph: T' > T (padding rows), negative slots, the last slot of the last block,
@@ -108,7 +109,7 @@ def test_pynative_ops_custom_fallback(rng):
     """PyNative through ops.Custom (the path used when the fast-path module is unavailable)."""
     with fast_path(False):
         assert not _custom.fast_path_available()[0]
-        for layout in ms_kvcache.CACHE_LAYOUTS:
+        for layout in ND_LAYOUTS:
             slots = random_slots(rng, 9, 80, "int32", pad=2, must_include=(79,))
             kc, vc, k, v = case(rng, "bfloat16", layout)
             check("pynative", make_call(layout), [kc, vc], [k, v, slots], ref(kc, vc, k, v, slots, layout), layout)

@@ -75,7 +75,8 @@ def dequantize_kv_cache(cache, *, scale=None, offset=None, scale_cache=None, cac
             ``[num_blocks, block_size, 1]`` only (the MLA writes' shape). Its values are not checked:
             0 (a zero row, or a row never written of a zero-initialised scale cache) and inf (a row with
             an infinite element) are what the writes store.
-        cache_layout (str): ``"BSND"`` (default) or ``"BNSD"``; where the head axis of a 4-d plane is.
+        cache_layout (str): ``"BSND"`` (default) or ``"BNSD"``; where the head axis of a 4-d plane is. An NZ
+            cache: pass ``ms_kvcache.nz_to_nd(cache)`` reshaped to BSND.
             A 3-d MLA plane has no head axis: the argument is validated but has no effect there.
 
     Returns:
@@ -94,6 +95,10 @@ def dequantize_kv_cache(cache, *, scale=None, offset=None, scale_cache=None, cac
             unknown ``cache_layout``.
     """
     _tensor("cache", cache)
+    if cache_layout == "NZ":
+        raise ValueError(f"{_OP}: argument 'cache_layout': expected 'BSND' or 'BNSD', got 'NZ': dequantize an NZ cache "
+                         f"as ms_kvcache.nz_to_nd(cache).reshape(num_blocks, block_size, num_kv_heads, head_size) "
+                         f"with cache_layout='BSND'")
     if cache_layout not in CACHE_LAYOUTS:
         raise ValueError(f"{_OP}: argument 'cache_layout': expected one of {CACHE_LAYOUTS}, got {cache_layout!r}")
     shape = tuple(cache.shape)

@@ -6,7 +6,7 @@ from mindspore.ops.primitive import constexpr
 from ms_kvcache import _backend
 from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, graph_backend, prim_class
 from ms_kvcache._eager import EagerOp, Positions, Slots
-from ms_kvcache._formats import CACHE_LAYOUT_CODES, CACHE_LAYOUTS
+from ms_kvcache._formats import ND_CACHE_LAYOUT_CODES, ND_CACHE_LAYOUTS
 from ms_kvcache._spec import FLOAT_DTYPES, INDEX_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, register
 from ms_kvcache.ops import _rope_common as R
 
@@ -26,7 +26,7 @@ SPEC = register(OpSpec(
     group_rules=R.COS_SIN_RULE,
     attrs=(
         AttrSpec("is_neox_style", "bool", True, (True, False)),
-        AttrSpec("cache_layout", "str", "BSND", CACHE_LAYOUTS, CACHE_LAYOUT_CODES),
+        AttrSpec("cache_layout", "str", "BSND", ND_CACHE_LAYOUTS, ND_CACHE_LAYOUT_CODES),  # no NZ: see _check_static
     ),
 ))
 
@@ -35,6 +35,9 @@ def _check_static(kc_shape, kc_dtype, s_shape, s_dtype, o_shape, o_dtype, n_shap
                   is_neox_style, cache_layout):
     op = SPEC.name
     R.check_bool(op, "is_neox_style", is_neox_style)
+    if cache_layout == "NZ":
+        raise ValueError(f"{op}: argument 'cache_layout': expected 'BSND' or 'BNSD', got 'NZ' (NZ key caches "
+                         f"cannot be re-rotated in place by this op)")
     SPEC.check_attrs({"cache_layout": cache_layout})
     SPEC.check_ranks({"key_cache": kc_shape, "slot_mapping": s_shape, "old_positions": o_shape,
                       "new_positions": n_shape, "cos_sin_cache": cs_shape})

@@ -1,4 +1,5 @@
 """reshape_and_cache: write new tokens' K and V rows into a paged cache by slot mapping."""
+import numpy as np
 from mindspore.ops import functional as F
 from mindspore.ops.primitive import constexpr
 
@@ -6,6 +7,7 @@ from ms_kvcache import _backend
 from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, graph_backend, prim_class
 from ms_kvcache._eager import EagerOp, Slots
 from ms_kvcache._formats import CACHE_LAYOUT_CODES, CACHE_LAYOUTS
+from ms_kvcache._nz import MERGED_SHAPES, cache_geometry  # noqa: F401  (shared with the other writers)
 from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, register
 
 __all__ = ["reshape_and_cache", "SPEC"]
@@ -25,18 +27,13 @@ SPEC = register(OpSpec(
 ))
 
 
-def cache_geometry(op, name, shape, layout):
-    """(num_blocks, block_size, num_kv_heads, head_size) of a rank-4 cache in ``layout``."""
-    if layout == "BSND":
-        nb, bs, h, d = shape
-    else:
-        nb, h, bs, d = shape
-    return nb, bs, h, d
-
-
 def check_kv_rows(op, name, shape, num_tokens, heads, head_size):
-    """key/value: [T', H, D] or [T', H*D] with T' >= num_tokens."""
-    if len(shape) == 3:
+    """key/value: [T', H, D] or [T', H*D] with T' >= num_tokens; heads None (an NZ cache): any [T', H, D] with
+    H * D = head_size (the cache's hidden size) or [T', hidden]."""
+    if heads is None:
+        ok = int(np.prod(shape[1:], dtype=np.int64)) == head_size
+        exp = f"[T', {head_size}] or [T', num_kv_heads, head_size] with num_kv_heads * head_size = {head_size}"
+    elif len(shape) == 3:
         ok = tuple(shape[1:]) == (heads, head_size)
         exp = f"[T', {heads}, {head_size}]"
     else:
@@ -62,7 +59,7 @@ def _check_static(k_shape, k_dtype, v_shape, v_dtype, kc_shape, kc_dtype, vc_sha
     if tuple(vc_shape) != tuple(kc_shape):
         raise ValueError(f"{op}: argument 'value_cache': expected shape {tuple(kc_shape)} (same as "
                          f"'key_cache'), got {tuple(vc_shape)}")
-    nb, bs, h, d = cache_geometry(op, "key_cache", kc_shape, cache_layout)
+    nb, bs, h, d = cache_geometry(op, "key_cache", kc_shape, cache_layout, kc_dtype)
     t = s_shape[0]
     check_kv_rows(op, "key", k_shape, t, h, d)
     check_kv_rows(op, "value", v_shape, t, h, d)
@@ -90,12 +87,13 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, cache_la
         value (Tensor): same shape rules and dtype as ``key``.
         key_cache (Tensor | Parameter; a whole Parameter in a graph): ``[num_blocks, block_size, num_kv_heads,
             head_size]`` for ``cache_layout="BSND"`` or ``[num_blocks, num_kv_heads, block_size, head_size]`` for
-            ``"BNSD"``; same dtype as ``key``; contiguous. Written in place.
+            ``"BNSD"``, ``[num_blocks, num_kv_heads * head_size // C0, block_size, C0]`` for ``"NZ"`` (C0 = 16
+            for float16 / bfloat16, 32 for int8; docs/ops-copy.md); same dtype as ``key``; contiguous. Written in place.
         value_cache (Tensor | Parameter; a whole Parameter in a graph): same shape, dtype and layout as ``key_cache``.
         slot_mapping (Tensor): int32 or int64 ``[T]``, ``T <= T'``. Token ``t`` goes to block
             ``slot // block_size``, row ``slot % block_size``. ``slot < 0`` skips the token; rows
             ``T..T'-1`` of key/value (padding) are ignored.
-        cache_layout (str): ``"BSND"`` (default) or ``"BNSD"``.
+        cache_layout (str): ``"BSND"`` (default), ``"BNSD"`` or ``"NZ"`` (FRACTAL_NZ, Ascend 310P attention).
         k_scale, v_scale (Tensor | None): keyword only. Static quantization: float32 scales, shape ``[]``
             (or ``[1]``) per tensor, ``[num_kv_heads]`` per head or ``[num_kv_heads, head_size]`` per
             channel, finite and > 0. The
@@ -137,8 +135,9 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, cache_la
 
     Raises:
         TypeError: an argument is not a Tensor, dtypes differ between key/value/caches, or a dtype is
-            unsupported (slot_mapping must be int32/int64).
-        ValueError: unknown ``cache_layout``; rank or shape mismatch between key/value and the caches;
+            unsupported (slot_mapping must be int32/int64; an NZ cache float16, bfloat16 or int8).
+        ValueError: unknown ``cache_layout``; rank or shape mismatch between key/value and the caches (NZ: last
+            dim not C0, block_size not a multiple of 16; with quantization, key not ``[T', H, D]``);
             ``len(slot_mapping)`` > rows of key; a slot ``>= num_blocks * block_size`` or
             a duplicated non-negative slot (PyNative only; in graph mode out-of-range slots are
             skipped, and a slot given twice keeps the later token's row on the cpu backend, fails the

@@ -7,7 +7,8 @@ from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, 
 from ms_kvcache._eager import EagerOp, Slots
 from ms_kvcache._formats import CACHE_LAYOUT_CODES, CACHE_LAYOUTS
 from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, register
-from ms_kvcache.ops.reshape_and_cache import cache_geometry, check_kv_rows
+from ms_kvcache._nz import MERGED_SHAPES, cache_geometry
+from ms_kvcache.ops.reshape_and_cache import check_kv_rows
 
 __all__ = ["reshape_and_cache_merged", "SPEC"]
 
@@ -32,11 +33,9 @@ def _check_static(k_shape, k_dtype, v_shape, v_dtype, c_shape, c_dtype, s_shape,
     SPEC.check_dtypes({"key": dtype_name(k_dtype), "value": dtype_name(v_dtype), "kv_cache": dtype_name(c_dtype),
                        "slot_mapping": dtype_name(s_dtype)})
     if c_shape[0] != 2:
-        exp = "[2, num_blocks, block_size, num_kv_heads, head_size]" if cache_layout == "BSND" else \
-            "[2, num_blocks, num_kv_heads, block_size, head_size]"
-        raise ValueError(f"{op}: argument 'kv_cache': expected shape {exp} (K plane, V plane), got "
-                         f"{tuple(c_shape)}")
-    nb, bs, h, d = cache_geometry(op, "kv_cache", tuple(c_shape[1:]), cache_layout)
+        raise ValueError(f"{op}: argument 'kv_cache': expected shape {MERGED_SHAPES[cache_layout]} (K plane, V plane), "
+                         f"got {tuple(c_shape)}")
+    nb, bs, h, d = cache_geometry(op, "kv_cache", tuple(c_shape[1:]), cache_layout, c_dtype)
     t = s_shape[0]
     check_kv_rows(op, "key", k_shape, t, h, d)
     check_kv_rows(op, "value", v_shape, t, h, d)
@@ -66,11 +65,13 @@ def reshape_and_cache_merged(key, value, kv_cache, slot_mapping, cache_layout="B
         value (Tensor): same shape rules and dtype as ``key``.
         kv_cache (Tensor | Parameter; a whole Parameter in a graph): ``[2, num_blocks, block_size, num_kv_heads,
             head_size]`` for ``cache_layout="BSND"`` or ``[2, num_blocks, num_kv_heads, block_size, head_size]`` for
-            ``"BNSD"``; same dtype as ``key``; contiguous. Written in place (plane 0 from key, plane 1 from value).
+            ``"BNSD"``, ``[2, num_blocks, num_kv_heads * head_size // C0, block_size, C0]`` for ``"NZ"`` (C0 = 16 /
+            16 / 32 for float16 / bfloat16 / int8); same dtype as ``key``; contiguous. Written in place (plane 0
+            from key, plane 1 from value).
         slot_mapping (Tensor): int32 or int64 ``[T]``, ``T <= T'``. Token ``t`` goes to block
             ``slot // block_size``, row ``slot % block_size`` of both planes. ``slot < 0`` skips the
             token; rows ``T..T'-1`` of key/value are ignored.
-        cache_layout (str): ``"BSND"`` (default) or ``"BNSD"``.
+        cache_layout (str): ``"BSND"`` (default), ``"BNSD"`` or ``"NZ"`` (FRACTAL_NZ, docs/ops-copy.md).
         k_scale, v_scale, k_offset, v_offset, k_scale_cache, v_scale_cache: keyword only; quantized
             writes into an int8 / float8 ``kv_cache``, exactly as :func:`ms_kvcache.reshape_and_cache`
             (static scales ``[]``, ``[num_kv_heads]`` or ``[num_kv_heads, head_size]``; dynamic scale caches

@@ -7,6 +7,7 @@ from ms_kvcache import _backend
 from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, graph_backend, prim_class
 from ms_kvcache._eager import EagerOp, Positions, Slots
 from ms_kvcache._formats import CACHE_LAYOUT_CODES, CACHE_LAYOUTS
+from ms_kvcache._nz import NZ_C0, cache_geometry, nz_head_split
 from ms_kvcache._spec import FLOAT_DTYPES, INDEX_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, register
 from ms_kvcache.ops import _rope_common as R
 
@@ -77,10 +78,9 @@ def _check_static(p_shape, p_dtype, q_shape, q_dtype, k_shape, k_dtype, v_shape,
     if tuple(vc_shape) != tuple(kc_shape):
         raise ValueError(f"{op}: argument 'value_cache': expected shape {tuple(kc_shape)} (same as "
                          f"'key_cache'), got {tuple(vc_shape)}")
-    if cache_layout == "BSND":
-        nb, bs, h, d = kc_shape
-    else:
-        nb, h, bs, d = kc_shape
+    nb, bs, h, d = cache_geometry(op, "key_cache", kc_shape, cache_layout, kc_dtype)
+    if h is None:  # NZ: the head split from the key rows
+        h, d = nz_head_split(op, "key", k_shape, d, NZ_C0[dtype_name(kc_dtype)], "the rotary embedding")
     rows, max_position = check_gqa(op, p_shape, q_shape, k_shape, v_shape, cs_shape, s_shape, h, d)
     return nb * bs, max_position
 
@@ -136,7 +136,8 @@ def rope_reshape_and_cache(positions, query, key, value, cos_sin_cache, key_cach
             ``slot < 0`` skips the token. Rows ``T..T'-1`` are rotated (returned) but not cached.
         is_neox_style (bool | numpy.bool_): True: rotate pairs ``(i, i + rotary_dim/2)`` (GPT-NeoX / Llama);
             False: pairs ``(2i, 2i+1)`` (GPT-J). Keyword only.
-        cache_layout (str): ``"BSND"`` (default) or ``"BNSD"``. Keyword only.
+        cache_layout (str): ``"BSND"`` (default), ``"BNSD"`` or ``"NZ"`` (caches ``[num_blocks, num_kv_heads *
+            head_size // 16, block_size, 16]``, key ``[T', num_kv_heads, head_size]``; docs/ops-copy.md). Keyword only.
         k_scale, v_scale, k_offset, v_offset, k_scale_cache, v_scale_cache: keyword only; int8 / float8
             caches: the rotated key (``key_out`` as returned) and the value are quantized into them,
             with the arguments, formulas and errors of :func:`ms_kvcache.reshape_and_cache` (static

@@ -8,6 +8,7 @@ from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, 
 from ms_kvcache._eager import EagerOp, Positions, Slots
 from ms_kvcache._formats import CACHE_LAYOUT_CODES, CACHE_LAYOUTS
 from ms_kvcache._spec import FLOAT_DTYPES, INDEX_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, register
+from ms_kvcache._nz import MERGED_SHAPES, NZ_C0, cache_geometry, nz_head_split
 from ms_kvcache.ops import _rope_common as R
 from ms_kvcache.ops.rope_reshape_and_cache import check_gqa
 
@@ -50,14 +51,11 @@ def _check_static(p_shape, p_dtype, q_shape, q_dtype, k_shape, k_dtype, v_shape,
                        "value": dtype_name(v_dtype), "cos_sin_cache": dtype_name(cs_dtype),
                        "kv_cache": dtype_name(kv_dtype), "slot_mapping": dtype_name(s_dtype)})
     if kv_shape[0] != 2:
-        lay = "[2, num_blocks, block_size, num_kv_heads, head_size]" if cache_layout == "BSND" else \
-              "[2, num_blocks, num_kv_heads, block_size, head_size]"
-        raise ValueError(f"{op}: argument 'kv_cache': expected shape {lay} (K plane 0, V plane 1), got "
-                         f"{tuple(kv_shape)}")
-    if cache_layout == "BSND":
-        _, nb, bs, h, d = kv_shape
-    else:
-        _, nb, h, bs, d = kv_shape
+        raise ValueError(f"{op}: argument 'kv_cache': expected shape {MERGED_SHAPES[cache_layout]} (K plane 0, V "
+                         f"plane 1), got {tuple(kv_shape)}")
+    nb, bs, h, d = cache_geometry(op, "kv_cache", tuple(kv_shape[1:]), cache_layout, kv_dtype)
+    if h is None:  # NZ: the head split from the key rows
+        h, d = nz_head_split(op, "key", k_shape, d, NZ_C0[dtype_name(kv_dtype)], "the rotary embedding")
     _, max_position = check_gqa(op, p_shape, q_shape, k_shape, v_shape, cs_shape, s_shape, h, d)
     return nb * bs, max_position
 
@@ -104,7 +102,8 @@ def rope_reshape_and_cache_merged(positions, query, key, value, cos_sin_cache, k
             index 0, V at index 1; same dtype as ``query``; contiguous. Written in place.
         slot_mapping (Tensor): int32 or int64 ``[T]``, ``T <= T'``; ``slot < 0`` skips the token.
         is_neox_style (bool | numpy.bool_): pairs ``(i, i + rotary_dim/2)`` if True, ``(2i, 2i+1)`` if False.
-        cache_layout (str): ``"BSND"`` (default) or ``"BNSD"``.
+        cache_layout (str): ``"BSND"`` (default), ``"BNSD"`` or ``"NZ"`` (``[2, num_blocks, num_kv_heads *
+            head_size // 16, block_size, 16]``, key ``[T', num_kv_heads, head_size]``; docs/ops-copy.md).
         k_scale, v_scale, k_offset, v_offset, k_scale_cache, v_scale_cache: keyword only; an int8 /
             float8 ``kv_cache``: quantized writes of the rotated key and the value, as
             :func:`ms_kvcache.rope_reshape_and_cache` (docs/quantization.md; backends cpu, and sim / ascend
