@@ -335,7 +335,7 @@ def test_attr_codes_differing_between_ops_are_reported():
                    dtype_groups={"T": ("float16",)},
                    attrs=(AttrSpec("cache_layout", "str", "BSND", codes=(("BSND", 1), ("BNSD", 0))),))
     lines = S.check_attr_codes(ROOT, list(all_specs()) + [other])
-    assert any("MskvFixtureOther: attr 'cache_layout': code of 'BSND' is 1, MskvReshapeAndCache's is 0" in ln
+    assert any("MskvFixtureOther: attr 'cache_layout': code of 'BSND' is 1, " in ln and "'s is 0" in ln
                for ln in lines), lines
 
 
