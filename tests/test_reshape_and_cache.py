@@ -226,7 +226,7 @@ BAD = [
     ("unsupported dtype", dict(key=Tensor(np.zeros((4, 2, 8), np.float64))), TypeError, "argument 'key': expected dtype in"),
     ("slot dtype", dict(slot_mapping=Tensor(np.array([0.0], np.float32))), TypeError, "argument 'slot_mapping': expected dtype in \\('int32', 'int64'\\)"),
     ("cache dtype", dict(value_cache=Parameter(Tensor(np.zeros((3, 4, 2, 8), np.int8)), name="x")), TypeError, "argument 'value_cache'"),
-    ("unknown layout", dict(cache_layout="NHD"), ValueError, "argument 'cache_layout': expected one of \\('BSND', 'BNSD'\\), got 'NHD'"),
+    ("unknown layout", dict(cache_layout="NHD"), ValueError, "argument 'cache_layout': expected one of \\('BSND', 'BNSD', 'NZ'\\), got 'NHD'"),
     ("cache rank", dict(key_cache=Parameter(Tensor(np.zeros((3, 4, 16), np.float16)), name="x")), ValueError, "argument 'key_cache': expected rank 4, got rank 3"),
     ("key rank", dict(key=Tensor(np.zeros((4,), np.float16))), ValueError, "argument 'key': expected rank 2 or 3"),
     ("head mismatch", dict(key=Tensor(np.zeros((4, 4, 8), np.float16))), ValueError, "argument 'key': expected shape \\[T', 2, 8\\]"),
