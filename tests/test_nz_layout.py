@@ -131,11 +131,11 @@ def test_reshape_and_cache(mode, dtype, rng):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_reshape_and_cache_merged(mode, rng):
+def test_reshape_and_cache_merged(mode, rng, dtype="bfloat16"):
     nb, bs, hidden = 3, 16, 64
-    kv = np.stack([nz_cache(rng, "bfloat16", nb, bs, hidden), nz_cache(rng, "bfloat16", nb, bs, hidden)])
+    kv = np.stack([nz_cache(rng, dtype, nb, bs, hidden), nz_cache(rng, dtype, nb, bs, hidden)])
     slots = random_slots(rng, 9, nb * bs, "int64", pad=2, must_include=(nb * bs - 1, 0))
-    key, value = random_array(rng, (11, 2, 32), "bfloat16"), random_array(rng, (11, 64), "bfloat16")
+    key, value = random_array(rng, (11, 2, 32), dtype), random_array(rng, (11, 64), dtype)
 
     def call(caches, k, v, s):
         ms_kvcache.reshape_and_cache_merged(k, v, caches[0], s, "NZ")
@@ -185,12 +185,12 @@ def test_zero_tokens_and_last_slot(rng):
 # --------------------------------------------------------------------------- quantized int8 writes
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("scales", ["tensor", "head", "channel_offset", "dynamic"])
-def test_quantized_write(mode, scales, rng):
-    nb, bs, H, D = 3, 16, 4, 32
+def test_quantized_write(mode, scales, rng, dtype="bfloat16"):
+    nb, bs, H, D = 3, 16, 8, 32  # 8 heads: a BSND scale row of 32 bytes (Ascend310P's rule, tests/test_nz_layout_sim.py)
     kc, vc = nz_cache(rng, "int8", nb, bs, H * D), nz_cache(rng, "int8", nb, bs, H * D)
     slots = random_slots(rng, 9, nb * bs, "int64", pad=2, must_include=(nb * bs - 1,))
-    key, value = random_array(rng, (11, H, D), "bfloat16"), random_array(rng, (11, H, D), "bfloat16")
-    caches, inputs, names = [kc, vc], [key, value, slots], []
+    key, value = random_array(rng, (11, H, D), dtype), random_array(rng, (11, H, D), dtype)
+    caches, inputs = [kc, vc], [key, value, slots]
     if scales == "dynamic":
         ksc, vsc = np.zeros((nb, bs, H, 1), np.float32), np.zeros((nb, bs, H), np.float32)  # both accepted forms
         caches += [ksc, vsc]
@@ -288,19 +288,22 @@ def test_rope_write_modes(mode, merged, rng):
 
 @pytest.mark.parametrize("mode", ["pynative", "graph"])
 @pytest.mark.parametrize("scales", ["static", "dynamic"])
-def test_rope_quantized_write(mode, scales, rng):
-    case = RopeCase(rng, "bfloat16", head_size=64, rotary_dim=64, num_heads=2, num_kv_heads=2, rows=7, tokens=7,
+def test_rope_quantized_write(mode, scales, rng, dtype="bfloat16"):
+    """The rotated key (fp32 model) and the value quantized into NZ int8 caches; 8 kv heads of 32 (a BSND scale
+    row of 32 bytes: Ascend310P's rule; tests/test_nz_layout_sim.py runs this with float16)."""
+    H, D = 8, 32
+    case = RopeCase(rng, dtype, head_size=D, rotary_dim=D, num_heads=2, num_kv_heads=H, rows=7, tokens=7,
                     num_blocks=2, block_size=16, neox=False)
-    z = nd_to_nz(np.zeros((2, 16, 128), np.int8))
+    z = nd_to_nz(np.zeros((2, 16, H * D), np.int8))
     k_rot = case.expected_model(case.k)
     caches, extra = [z, z.copy()], []
     if scales == "static":
-        k_s, v_s = rand_scale(rng, ()), rand_scale(rng, (2, 64))
+        k_s, v_s = rand_scale(rng, ()), rand_scale(rng, (H, D))
         extra = [k_s, v_s]
         kq, vq = quant_rows(k_rot, "int8", k_s), quant_rows(case.v, "int8", v_s)
         want = [place_nz(z, kq, case.slots), place_nz(z, vq, case.slots)]
     else:
-        caches += [np.zeros((2, 16, 2, 1), np.float32), np.zeros((2, 16, 2, 1), np.float32)]
+        caches += [np.zeros((2, 16, H, 1), np.float32), np.zeros((2, 16, H, 1), np.float32)]
         (kq, ks), (vq, vs) = quant_dynamic(k_rot, "int8"), quant_dynamic(case.v, "int8")
         want = [place_nz(z, kq, case.slots), place_nz(z, vq, case.slots), place_rows(caches[2], ks, case.slots),
                 place_rows(caches[3], vs, case.slots)]
