@@ -200,14 +200,16 @@ constexpr unsigned long long CopyKey(unsigned long long dtype, unsigned long lon
   MSKV_KEYS_LAYOUT_COPY(E) MSKV_KEYS4(E, MSKV_DIM_LAYOUT_NZ, MSKV_DIM_NZ_DTYPE, MSKV_DIM_INDEX_DTYPE, MSKV_DIM_NO_PAD)
 #define MSKV_KEYS_RESHAPE_AND_CACHE(E) MSKV_KEYS_LAYOUT_COPY_NZ(E)
 #define MSKV_KEYS_RESHAPE_AND_CACHE_MERGED(E) MSKV_KEYS_LAYOUT_COPY_NZ(E)
-#define MSKV_KEYS_MULTI_LAYER_KV_TRANSFER(E) MSKV_KEYS_LAYOUT_COPY(E)
-#define MSKV_KEYS_MULTI_LAYER_BLOCK_TRANSFER(E) MSKV_KEYS_LAYOUT_COPY(E)
+#define MSKV_KEYS_MULTI_LAYER_KV_TRANSFER(E) MSKV_KEYS_LAYOUT_COPY_NZ(E)
+#define MSKV_KEYS_MULTI_LAYER_BLOCK_TRANSFER(E) MSKV_KEYS_LAYOUT_COPY_NZ(E)
 // with scale caches: int8 caches only, moved as bytes (LayoutCopyKey with dtype 4). A BNSD scale cache has
 // 4-byte heads, which need DataCopyPad: BNSD keys with DataCopyPad only, on A2/A3 only (Ascend310P: BSND rows of
-// 32-byte multiples only).
+// 32-byte multiples only). NZ caches (32-byte units) have BSND scale caches: DataCopyPad only for scale rows of
+// 4 * H bytes not a multiple of 32 (A2/A3).
 #define MSKV_KEYS_MULTI_LAYER_QUANT(E)                                                                      \
   MSKV_KEYS4(E, MSKV_DIM_LAYOUT_BSND, MSKV_DIM_INT8_BYTES, MSKV_DIM_INDEX_DTYPE, MSKV_DIM_PAD)              \
-  MSKV_KEYS4(E, MSKV_DIM_LAYOUT_BNSD_PAD, MSKV_DIM_INT8_BYTES, MSKV_DIM_INDEX_DTYPE, MSKV_DIM_PAD_ONLY)
+  MSKV_KEYS4(E, MSKV_DIM_LAYOUT_BNSD_PAD, MSKV_DIM_INT8_BYTES, MSKV_DIM_INDEX_DTYPE, MSKV_DIM_PAD_ONLY)     \
+  MSKV_KEYS4(E, MSKV_DIM_LAYOUT_NZ, MSKV_DIM_INT8_BYTES, MSKV_DIM_INDEX_DTYPE, MSKV_DIM_PAD)
 #define MSKV_KEYS_MULTI_LAYER_KV_TRANSFER_QUANT(E) MSKV_KEYS_MULTI_LAYER_QUANT(E)
 #define MSKV_KEYS_MULTI_LAYER_BLOCK_TRANSFER_QUANT(E) MSKV_KEYS_MULTI_LAYER_QUANT(E)
 namespace mskv_keys {

@@ -146,6 +146,15 @@ def _variants(op, dt):
             else:
                 host = [(host_block_shape(geo, p, 1), kv) for p in range(geo.P)]
                 yield [((1,), dt["block_ids"]), None, host, caches], attrs
+        kv = dt["kv_caches"]
+        if _nz(kv, H) is not None:  # NZ caches, the ND host side
+            attrs = {"kv_format": int(SEPARATE), "direction": "d2h", "cache_layout": "NZ", "num_layers": 1,
+                     "aiv_num": 0}
+            caches = [(_nz(kv, H), kv)] * 2
+            if op == "multi_layer_kv_transfer":
+                yield [((2, 1, T, H * NZ_D), kv), ((T,), S), caches], attrs
+            else:
+                yield [((1,), dt["block_ids"]), None, [((1, NZ_BS, 1, H, NZ_D), kv)] * 2, caches], attrs
     elif op in ("multi_layer_kv_transfer_quant", "multi_layer_block_transfer_quant"):
         # int8 caches with float32 scale caches: 8 heads BSND (32-byte scale rows), 2 heads BSND (8-byte rows,
         # DataCopyPad), BNSD (4-byte scale heads, DataCopyPad)
@@ -163,6 +172,19 @@ def _variants(op, dt):
                 host = [(host_block_shape(geo, p, 1), kv) for p in range(geo.P)]
                 shost = [((1, BS, 1, heads), "float32")] * geo.P
                 yield [((1,), dt["block_ids"]), None, host, caches, shost, scales], attrs
+        # NZ int8 caches with ND (BSND) scale caches: 8 heads (32-byte scale rows), 2 heads (DataCopyPad, A2/A3)
+        for heads in (8, 2):
+            kv = dt["kv_caches"]
+            attrs = {"kv_format": int(SEPARATE), "direction": "d2h", "cache_layout": "NZ", "num_layers": 1,
+                     "aiv_num": 0}
+            caches = [(_nz(kv, heads), kv)] * 2
+            scales = [((NB, NZ_BS, heads), "float32")] * 2
+            if op == "multi_layer_kv_transfer_quant":
+                yield [((T * 2 * (heads * NZ_D + 4 * heads),), kv), ((T,), S), caches, scales], attrs
+            else:
+                host = [((1, NZ_BS, 1, heads, NZ_D), kv)] * 2
+                yield [((1,), dt["block_ids"]), None, host, caches, [((1, NZ_BS, 1, heads), "float32")] * 2, scales], \
+                    attrs
     elif op in ("rerope_cached_keys", "rope_reshape_and_cache", "rope_reshape_and_cache_merged"):
         for layout, d, neox in itertools.product(LAYOUTS, HEAD_SIZES, (False, True)):
             rd = d - d % 2 if d > 3 else 2  # rotary dim: even, <= head size

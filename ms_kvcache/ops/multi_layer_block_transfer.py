@@ -97,6 +97,13 @@ def _check_shapes(attrs, ids_shape, staging_shape, host_shapes, cache_shapes, ha
     for p in range(planes_n):
         expected = _host_plane_shape(fmt, n, planes[p], num_layers)
         got = tuple(int(d) for d in host_shapes[p])
+        if layout == "NZ" and len(got) == 5 and got[:3] == expected[:3] and got[3] * got[4] == expected[3] * expected[4]:
+            continue  # NZ caches: the usual ND host blocks [n, bs, L, H, D], any H * D = the NZ hidden size
+        if layout == "NZ":
+            hid = expected[3] * expected[4]
+            raise ValueError(f"{_OP}: argument 'host_blocks[{p}]': expected the {names[p]} host blocks [n, block_size, "
+                             f"num_layers, num_kv_heads, head_size] = {expected[:3]} + (H, D) with H * D = {hid} (the "
+                             f"NZ caches' hidden size), got {got}")
         if got != expected:
             layout_txt = "[n, block_size, num_layers, num_kv_heads, head_size]" if len(expected) == 5 else \
                 "[n, block_size, num_layers, hidden]"
@@ -131,6 +138,7 @@ def _infer_dtype(attrs, ids_dtype, staging_dtype, host_dtypes, cache_dtypes):
     others = {f"host_blocks[{p}]": d for p, d in enumerate(host_dtypes)}
     others["staging"] = staging_dtype  # the empty stand-in has the caches' dtype
     ML.check_kv_dtypes(_OP, attrs["kv_format"], cache_dtypes, others)
+    ML.check_nz_dtype(_OP, attrs["cache_layout"], cache_dtypes[0])
     return ms.int32
 
 
@@ -140,6 +148,7 @@ def _check_static(attr_values, shapes, dtypes, has_staging):
     attrs = SPEC.attr_values(attr_values)
     ids_d, st_d, host_d, cache_d = dtypes
     _infer_dtype(attrs, ids_d, st_d if has_staging else cache_d[0], host_d, cache_d)
+    ML.check_nz_caches(_OP, attrs["kv_format"], attrs["cache_layout"], shapes[3], cache_d[0])
     return _check_shapes(attrs, *shapes, has_staging)
 
 
@@ -164,13 +173,15 @@ _STATIC = {}
 
 
 @constexpr
-def _graph_attrs(kv_format, direction, cache_layout, num_host_planes, host_rank, cache_shape, num_tensors, aiv_num):
+def _graph_attrs(kv_format, direction, cache_layout, num_host_planes, host_rank, cache_shape, num_tensors, aiv_num,
+                 cache_dtype):
     """Compile-time checks of the graph branch; returns (kv_format value, num_layers, cache_layout)."""
     ML.check_aiv_num(_OP, aiv_num)
     ML.check_direction(_OP, direction)
     fmt = _guess_format(_OP, kv_format, num_host_planes, host_rank, len(cache_shape))
     cache_layout = _default_layout(fmt, cache_layout, cache_shape)
     ML.check_layout(_OP, fmt, cache_layout)
+    ML.check_nz_caches(_OP, fmt, cache_layout, (cache_shape,), cache_dtype)
     if num_host_planes != ML.planes_of(fmt):
         raise ValueError(f"{_OP}: argument 'host_blocks': expected {ML.planes_of(fmt)} planes "
                          f"{ML.PLANE_NAMES[fmt]} for {KVCacheFormat(fmt).name}, got {num_host_planes}")
@@ -224,8 +235,8 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
             inferred when None: 3 host planes -> DSA_KV,
             rank-4 host planes -> MLA_KV, rank-5 host planes -> MERGED_KV if the caches are rank 5 else
             SEPARATE_KV.
-        cache_layout (str, optional): ``"BNSD"`` (the default for MERGED/SEPARATE, as pcieThrough) or
-            ``"BSND"``; MLA/DSA caches have no head axis and only take ``"BSND"`` (their default). Note the
+        cache_layout (str, optional): ``"BNSD"`` (the default for MERGED/SEPARATE, as pcieThrough), ``"BSND"`` or
+            ``"NZ"`` (``[num_blocks, H*D // C0, block_size, C0]``, host blocks still ND; docs/ops-transfer.md); MLA/DSA caches have no head axis and only take ``"BSND"`` (their default). Note the
             other ops default to BSND: pass ``cache_layout="BSND"`` for caches written by
             ``reshape_and_cache`` with its default. Without ``cache_layout``, MERGED/SEPARATE caches with
             num_kv_heads == block_size raise ValueError (the layout cannot be told from the shape).
@@ -282,7 +293,7 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
         flat = ML.flatten_graph(kv_caches)
         host = tuple(host_blocks)
         fmt, num_layers, layout = _graph_attrs(kv_format, direction, cache_layout, len(host), len(host[0].shape),
-                                               flat[0].shape, len(flat), aiv_num)
+                                               flat[0].shape, len(flat), aiv_num, flat[0].dtype)
         if scale_caches is None and scale_host_blocks is None:
             prim = _get_cache_prim(_Prim)(graph_backend(), (len(host), len(flat)), fmt, direction, layout,
                                           num_layers, aiv_num)

@@ -171,6 +171,7 @@ def _infer_shape(attrs, buffer_shape, slot_shape, cache_shapes):
 def _infer_dtype(attrs, buffer_dtype, slot_dtype, cache_dtypes):
     ML.check_index(_OP, "slot_mapping", (0,), slot_dtype)
     ML.check_kv_dtypes(_OP, attrs["kv_format"], cache_dtypes, {"buffer": buffer_dtype})
+    ML.check_nz_dtype(_OP, attrs["cache_layout"], cache_dtypes[0])
     return ms.int32
 
 
@@ -178,6 +179,7 @@ def _check_static(attr_values, buffer_shape, buffer_dtype, slot_shape, slot_dtyp
     """Eager shape/dtype checks (memoised by the wrapper); returns the per-plane geometry."""
     attrs = SPEC.attr_values(attr_values)
     _infer_dtype(attrs, buffer_dtype, slot_dtype, cache_dtypes)
+    ML.check_nz_caches(_OP, attrs["kv_format"], attrs["cache_layout"], cache_shapes, cache_dtypes[0])
     return _check_shapes(attrs, buffer_shape, slot_shape, cache_shapes)
 
 
@@ -200,12 +202,13 @@ _STATIC = {}
 
 
 @constexpr
-def _graph_attrs(kv_format, direction, cache_layout, num_tensors, aiv_num):
+def _graph_attrs(kv_format, direction, cache_layout, num_tensors, aiv_num, cache_shape, cache_dtype):
     """Compile-time checks of the graph branch; returns (kv_format value, num_layers)."""
     ML.check_aiv_num(_OP, aiv_num)
     fmt = ML.format_code(_OP, kv_format)
     ML.check_direction(_OP, direction)
     ML.check_layout(_OP, fmt, cache_layout)
+    ML.check_nz_caches(_OP, fmt, cache_layout, (cache_shape,), cache_dtype)
     tpl = ML.tensors_per_layer(fmt)
     if num_tensors % tpl:
         raise ValueError(f"{_OP}: argument 'kv_caches': expected num_layers * {tpl} tensors for "
@@ -252,7 +255,8 @@ def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direc
             ``"separate"``, ``"MERGED_KV"`` / ``"merged"``, ``"MLA_KV"`` / ``"mla"``, ``"DSA_KV"`` /
             ``"dsa"``).
         direction (str): keyword-only, ``"d2h"`` (caches -> buffer) or ``"h2d"`` (buffer -> caches).
-        cache_layout (str): ``"BSND"`` (default) or ``"BNSD"`` (MERGED/SEPARATE only).
+        cache_layout (str): ``"BSND"`` (default), ``"BNSD"`` or ``"NZ"`` (MERGED/SEPARATE only; NZ caches
+            ``[num_blocks, H*D // C0, block_size, C0]`` with the same ND buffer; docs/ops-transfer.md).
         aiv_num (int): keyword-only cap on the vector cores (AIV) the AscendC kernel uses (sim, ascend),
             e.g. to leave cores to concurrent compute as pcieThrough's ``aivNum``; on the cpu backend a cap
             on threads. 0 (default) = all.
@@ -305,7 +309,8 @@ def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direc
     if _run_in_jit():  # @jit.cond: True
         check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(buffer), F.typeof(kv_caches), F.typeof(slot_mapping))
         flat = ML.flatten_graph(kv_caches)
-        fmt, num_layers = _graph_attrs(kv_format, direction, cache_layout, len(flat), aiv_num)
+        fmt, num_layers = _graph_attrs(kv_format, direction, cache_layout, len(flat), aiv_num, flat[0].shape,
+                                       flat[0].dtype)
         if scale_caches is None:
             _get_cache_prim(_Prim)(graph_backend(), (len(flat),), fmt, direction, cache_layout, num_layers,
                                    aiv_num)(buffer, slot_mapping, *flat)
