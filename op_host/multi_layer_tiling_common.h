@@ -278,7 +278,8 @@ inline ge::graphStatus NeedPad(const char* op, const CacheList& cl, const Attrs&
     if (is310P) {
       return Fail(op, "rows of %s %d (%s of %lld bytes) are not a multiple of 32 bytes; Ascend310P has no DataCopyPad, "
                   "so such caches are unsupported there", g.list == 1 ? "scale plane" : "plane",
-                  g.list == 1 ? p - cl.dataPlanes : p, g.numSeg > 1 ? "one head of a BNSD cache" : "one token row",
+                  g.list == 1 ? p - cl.dataPlanes : p,
+                  g.numSeg > 1 ? "one head of a BNSD cache" : (a.nz ? "one token row beside NZ caches" : "one token row"),
                   static_cast<long long>(g.segElems * cl.elem));
     }
   }

@@ -411,3 +411,45 @@ def test_transfer_refusals(rng):
             direction="d2h", cache_layout="NZ", scale_caches=[(Tensor(np.zeros((2, 16, 3), np.float32)),
                                                                Tensor(np.zeros((2, 16, 3), np.float32)))])
     del host
+
+
+@pytest.mark.parametrize("op", ["token", "block"])
+def test_large_transfers_threads_and_streaming_stores(op, rng):
+    """>= 4 MiB moved: the threaded, non-temporal path of the cpu kernels (nz_copy.cpp tiles), prefill-style
+    slots (whole blocks in random order) and scattered ones, both directions, against the model."""
+    ms_kvcache.set_backend("cpu")
+    c = Caches(rng, SEPARATE, "float16", L=2, nb=40, bs=128)
+    c.hidden = 1024  # 8 heads x 128
+    c.nd = [[random_array(rng, (c.nb, c.bs, c.hidden), "float16") for _ in range(2)] for _ in range(c.L)]
+    caches = [Parameter(to_ms(x)) for x in c.flat_nz()]
+    if op == "token":
+        T = 4096
+        ids = rng.permutation(c.nb)[:T // c.bs]
+        slots = (ids[:, None] * c.bs + np.arange(c.bs)).reshape(-1).astype(np.int64)
+        slots[1000:1100] = rng.permutation(np.arange(c.nb * c.bs))[:100]  # some scattered (may repeat: d2h only)
+        slots[7] = -1
+        buf = Parameter(to_ms(np.zeros((2, c.L, T, c.hidden), np.float16)))
+        ms_kvcache.multi_layer_kv_transfer(buf, nested(c, caches), Tensor(slots), kv_format=SEPARATE,
+                                           direction="d2h", cache_layout="NZ")
+        assert_bits_equal(to_np(buf), gather(c, slots)[0], "large d2h")
+        slots = (ids[:, None] * c.bs + np.arange(c.bs)).reshape(-1).astype(np.int64)
+        slots[7] = -1
+        rows = random_array(rng, (2, c.L, T, c.hidden), "float16")
+        ms_kvcache.multi_layer_kv_transfer(to_ms(rows), nested(c, caches), Tensor(slots), kv_format=SEPARATE,
+                                           direction="h2d", cache_layout="NZ")
+        check_nd(c, caches, scatter(c, rows, None, slots)[0], msg="large h2d")
+        return
+    ids = rng.permutation(c.nb)[:24].astype(np.int64)
+    host = [Parameter(to_ms(np.zeros((24, c.bs, c.L, 8, 128), np.float16))) for _ in range(2)]
+    ms_kvcache.multi_layer_block_transfer(nested(c, caches), host, Tensor(ids), direction="d2h", kv_format=SEPARATE,
+                                          cache_layout="NZ")
+    want = [np.stack([np.stack([c.nd[l][p][b] for l in range(c.L)], axis=1) for b in ids]) for p in range(2)]
+    for p in range(2):
+        assert_bits_equal(to_np(host[p]).reshape(want[p].shape), want[p], f"large block d2h plane {p}")
+    new = [random_array(rng, (24, c.bs, c.L, 8, 128), "float16") for _ in range(2)]
+    for p in range(2):
+        host[p].set_data(to_ms(new[p]))
+    ms_kvcache.multi_layer_block_transfer(nested(c, caches), host, Tensor(ids), direction="h2d", kv_format=SEPARATE,
+                                          cache_layout="NZ")
+    nd, _ = blocks_to_nd(c, new, None, ids)
+    check_nd(c, caches, nd, msg="large block h2d")
