@@ -99,7 +99,7 @@ inline void TileToCache(const ml::LayerCaches& c, int p, int64_t blk, const uint
   if (pl.nz_c0 > 0) {  // NZ block [H*D/C0, bs, C0]: per layer the tile's rows as NZ pieces (nz_copy.h)
     for (int64_t l = l0; l < l1; ++l) {
       mskv::NzRunToCache(ml::NzOf(c, p, l), blk * pl.bs + s0, s1 - s0, h + (s0 * c.num_layers + l) * row, stride,
-                         stream);
+                         stream, /*stage_rows=*/true);
     }
     return;
   }

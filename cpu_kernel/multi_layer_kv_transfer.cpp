@@ -78,7 +78,7 @@ int Transfer(const AotArgs& a, const ml::LayerCaches& c, bool d2h, int64_t L, in
           }
           const int64_t n = mskv::NzRunLength(slot_at, t, t1, pl.bs, pl.bs);
           if (d2h) mskv::NzRunFromCache(np, slot, n, row, row_bytes[p], stream);
-          else mskv::NzRunToCache(np, slot, n, row, row_bytes[p], stream);
+          else mskv::NzRunToCache(np, slot, n, row, row_bytes[p], stream, /*stage_rows=*/true);
           t += n, row += n * row_bytes[p];
         }
         continue;

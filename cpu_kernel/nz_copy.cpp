@@ -161,12 +161,14 @@ void TileFromCache(const NzPlane& p, int64_t s, int64_t n, uint8_t* rows, int64_
   }
 }
 
-// A tile of rows copied into a per-thread staging buffer first (NzRunToCache): the copy reads the rows
-// sequentially, which the hardware prefetchers follow, and the transposition into the fractal columns then
-// reads the staging buffer from the L1 / L2 cache. Measured on this project's 2-core VM (multi_layer_kv_transfer
-// h2d of NZ caches, 4 layers x 2048 tokens x 2 KiB rows): 0.66-0.84 of memcpy staged, 0.27-0.53 reading the rows
-// directly (32-byte pieces of 16 rows at a time, even with software prefetch of the next tile). A run of fewer
-// than kNzStageMin tokens (scattered decode slots) is moved directly.
+// Rows in memory not in the CPU caches (a host buffer: stage_rows) go through a per-thread staging buffer a tile
+// at a time (NzRunToCache): the copy reads the rows sequentially, which the hardware prefetchers follow, and the
+// transposition into the fractal columns then reads the staging buffer from the L1 / L2 cache. Measured on this
+// project's 2-core VM (multi_layer_kv_transfer h2d of NZ caches, 4 layers x 2048 tokens x 2 KiB rows): 0.63-0.84
+// of memcpy staged, 0.27-0.53 reading the rows directly (32-byte pieces of 16 rows at a time, even with software
+// prefetch of the next tile). Rows just computed (reshape_and_cache's key / value) are read directly: staging
+// them cost 0.64-0.79 of memcpy against 0.89-1.98 direct (T = 1024, 4096). A run of fewer than kNzStageMin
+// tokens (scattered decode slots) is always moved directly.
 constexpr int64_t kNzStageMin = 4;
 
 uint8_t* StageBuffer(int64_t bytes) {
@@ -177,11 +179,12 @@ uint8_t* StageBuffer(int64_t bytes) {
 
 }  // namespace
 
-void NzRunToCache(const NzPlane& p, int64_t s, int64_t n, const uint8_t* rows, int64_t stride, bool stream) {
+void NzRunToCache(const NzPlane& p, int64_t s, int64_t n, const uint8_t* rows, int64_t stride, bool stream,
+                  bool stage_rows) {
   const int64_t rb = p.row_bytes();
   for (int64_t i = 0; i < n; i += kNzTileTokens) {
     const int64_t m = std::min(kNzTileTokens, n - i);
-    if (m < kNzStageMin) {
+    if (!stage_rows || m < kNzStageMin) {
       TileToCache(p, s + i, m, rows + i * stride, stride, stream);
       continue;
     }

@@ -38,8 +38,10 @@ constexpr int64_t kNzTileTokens = 16;
 
 // Rows of the n consecutive slots s, s + 1, ..., s + n - 1 of one block (s % block_size + n <= block_size),
 // row i at rows + i * stride (row_bytes() each), into (ToCache) or out of (FromCache) the plane. `stream`:
-// non-temporal stores on the side that is written (the cache for ToCache, the rows for FromCache).
-void NzRunToCache(const NzPlane& p, int64_t s, int64_t n, const uint8_t* rows, int64_t stride, bool stream);
+// non-temporal stores on the side that is written (the cache for ToCache, the rows for FromCache);
+// `stage_rows`: the rows are in cold memory (a host buffer), copied to a staging buffer a tile at a time first.
+void NzRunToCache(const NzPlane& p, int64_t s, int64_t n, const uint8_t* rows, int64_t stride, bool stream,
+                  bool stage_rows = false);
 void NzRunFromCache(const NzPlane& p, int64_t s, int64_t n, uint8_t* rows, int64_t stride, bool stream);
 
 // The length of the run of consecutive valid slots from token t (at most `max_run`, at most end - t, within
