@@ -10,9 +10,16 @@ import importlib as _importlib
 
 __version__ = "0.1.0"
 
+from ms_kvcache import _opspecs  # noqa: F401  (declares every op: fills ms_kvcache._spec's registry; no MindSpore)
+from ms_kvcache import _backend
 from ms_kvcache._backend import BACKENDS, get_backend, set_backend
-from ms_kvcache._backends import ascend as _ascend  # noqa: F401  (prepends a shipped CANN vendor folder to ASCEND_CUSTOM_OPP_PATH)
+from ms_kvcache._backends import ascend as _ascend  # (prepends a shipped CANN vendor folder to ASCEND_CUSTOM_OPP_PATH)
+from ms_kvcache._backends import cpu as _cpu_backend, sim as _sim_backend
 from ms_kvcache._formats import CACHE_LAYOUTS, KVCacheFormat
+
+for _name, _module in (("cpu", _cpu_backend), ("sim", _sim_backend), ("ascend", _ascend)):
+    _backend.register_backend_module(_name, _module)  # the lower layers never import a backend module
+del _name, _module
 
 #: The public ops, imported from ms_kvcache.ops on first use (keep equal to ms_kvcache.ops.__all__;
 #: tests/test_cli.py checks it).

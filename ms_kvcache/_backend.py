@@ -4,15 +4,18 @@ AscendC CPU emulation) and "ascend" (the installed CANN custom-op package).
 The backend is read when an op is built: in PyNative at every call, in GRAPH_MODE / ``@ms.jit`` when
 the graph is compiled. Set it before compiling a graph; a compiled graph keeps its backend.
 """
-import importlib
 import os
 
-__all__ = ["set_backend", "get_backend", "BACKENDS", "backend_module"]
+__all__ = ["set_backend", "get_backend", "BACKENDS", "backend_module", "register_backend_module"]
 
 #: Names accepted by :func:`set_backend`.
 BACKENDS = ("cpu", "sim", "ascend")
 
 _current = None
+#: The module implementing each backend (``ms_kvcache._backends.<name>``). The package root registers them
+#: (``ms_kvcache/__init__.py``; they import no MindSpore at module level), so this base module imports none of
+#: them: the layers point one way (docs/design.md, "Layers").
+_MODULES = {}
 
 
 def _default_backend():
@@ -40,6 +43,9 @@ def set_backend(name):
 
     Args:
         name (str): ``"cpu"``, ``"sim"`` or ``"ascend"``.
+
+    Returns:
+        None: every later PyNative call, and every graph compiled later, uses this backend.
 
     Raises:
         ValueError: ``name`` is not one of :data:`BACKENDS`.
@@ -75,6 +81,17 @@ def get_backend():
     return _current
 
 
+def register_backend_module(name, module):
+    """Record ``module`` (``available()``, ``aot_func(spec)``, ...) as the implementation of backend ``name``."""
+    if name not in BACKENDS:
+        raise ValueError(f"register_backend_module: argument 'name': expected one of {BACKENDS}, got {name!r}")
+    _MODULES[name] = module
+
+
 def backend_module(name):
     """Return the module implementing backend ``name`` (``ms_kvcache._backends.<name>``)."""
-    return importlib.import_module(f"ms_kvcache._backends.{name}")
+    try:
+        return _MODULES[name]
+    except KeyError:
+        raise ValueError(f"backend_module: argument 'name': expected one of {tuple(_MODULES)} (registered by "
+                         f"ms_kvcache/__init__.py), got {name!r}") from None

@@ -72,7 +72,6 @@ order with other ops; see ms_kvcache/csrc/pyboost_module.cpp). ``MS_KVCACHE_PYNA
 :func:`set_fast_path` (False) turns it off; graph mode always uses ops.Custom.
 """
 import functools
-import os
 import threading
 
 import mindspore as ms
@@ -82,7 +81,7 @@ from mindspore.common import dtype as mstype
 from mindspore.ops import signature as sig
 from mindspore.ops.primitive import constexpr
 
-from ms_kvcache import _backend
+from ms_kvcache import _backend, _pyboost_loader
 
 from mindspore.ops._primitive_cache import _get_cache_prim  # noqa: F401  (re-exported)
 
@@ -407,54 +406,13 @@ def graph_launcher(prim):
 
 
 # ---------------------------------------------------------------------------- PyNative fast path
-_FAST = {"enabled": os.environ.get("MS_KVCACHE_PYNATIVE_FAST", "1") != "0", "module": None, "why": None}
+_FAST = _pyboost_loader.FAST  # the switch and the loaded module (ms_kvcache/_pyboost_loader.py)
 _LAUNCHERS = {}
 
 
 def _fast_module():
     """ms_kvcache._cpu_pyboost if it was built for the running MindSpore, else None (reason in _FAST)."""
-    if _FAST["module"] is None and _FAST["why"] is None:
-        try:
-            from ms_kvcache import _cpu_pyboost as mod  # noqa: WPS433 - optional compiled extension
-        except ImportError as exc:
-            _FAST["why"] = _build_failure() or f"ms_kvcache._cpu_pyboost not importable ({exc})"
-        else:
-            if mod.mindspore_version != ms.__version__:
-                _FAST["why"] = (f"ms_kvcache._cpu_pyboost was built for MindSpore {mod.mindspore_version}, "
-                                f"running {ms.__version__}; reinstall ms_kvcache")
-            else:
-                _FAST["module"] = mod
-    return _FAST["module"]
-
-
-def _build_failure():
-    """Why the build left no ``_cpu_pyboost`` module, from the ``_cpu_pyboost.build-failed.log`` it writes next
-    to the package (cmake/pyboost.cmake: MindSpore not found or without the headers at build time, or a
-    compile error against them), or None when there is no such log."""
-    import sysconfig
-
-    import ms_kvcache
-
-    dirs = [os.path.dirname(os.path.abspath(_backend.__file__))] + list(getattr(ms_kvcache, "__path__", []))
-    dirs += [os.path.join(sysconfig.get_paths()[k], "ms_kvcache") for k in ("platlib", "purelib")]  # editable installs
-    for d in dirs:
-        log = os.path.join(d, "_cpu_pyboost.build-failed.log")
-        try:
-            with open(log, encoding="utf-8", errors="replace") as f:
-                lines = [ln.strip() for ln in f.read().splitlines() if ln.strip()]
-            break
-        except OSError:
-            continue
-    else:
-        return None
-    if not lines:
-        return None
-    first = lines[0]
-    err = next((ln for ln in lines[1:] if "error" in ln), None)
-    detail = f"{first} {err}" if err else first
-    if len(detail) > 400:
-        detail = detail[:400] + "..."
-    return f"ms_kvcache._cpu_pyboost was not built: {detail} (log: {log})"
+    return _pyboost_loader.fast_module()
 
 
 def fast_path_available(backend=None):

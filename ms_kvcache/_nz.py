@@ -11,7 +11,7 @@ import numpy as np
 from ms_kvcache._formats import NZ_C0
 from ms_kvcache._spec import dtype_name as _dtype_name
 
-__all__ = ["NZ_C0", "NZ_BLOCK_ALIGN", "nz_c0", "nz_geometry", "nz_head_split", "cache_geometry", "MERGED_SHAPES", "nd_to_nz", "nz_to_nd", "NZ_RANK_TEXT"]
+__all__ = ["NZ_C0", "NZ_BLOCK_ALIGN", "nz_c0", "nz_geometry", "nz_head_split", "nd_to_nz", "nz_to_nd", "NZ_RANK_TEXT"]
 
 #: block_size of an NZ cache is a multiple of this (the fractal is 16 tokens tall).
 NZ_BLOCK_ALIGN = 16
@@ -63,25 +63,6 @@ def nz_head_split(op, name, shape, hidden, c0, why):
         raise ValueError(f"{op}: argument '{name}': expected num_kv_heads * head_size = {hidden} (the NZ cache's "
                          f"hidden size) with head_size a multiple of C0 = {c0}, got shape {shape}")
     return h, d
-
-
-def cache_geometry(op, name, shape, layout, dtype=None):
-    """(num_blocks, block_size, num_kv_heads, head_size) of a rank-4 cache in ``layout``; an NZ cache
-    (``dtype`` needed: its C0) has no head split: (num_blocks, block_size, None, num_kv_heads * head_size)."""
-    if layout == "NZ":
-        nb, bs, hidden, _ = nz_geometry(op, name, shape, _dtype_name(dtype))
-        return nb, bs, None, hidden
-    if layout == "BSND":
-        nb, bs, h, d = shape
-    else:
-        nb, h, bs, d = shape
-    return nb, bs, h, d
-
-
-#: The shape of a merged ``[2, ...]`` cache per layout, for messages.
-MERGED_SHAPES = {"BSND": "[2, num_blocks, block_size, num_kv_heads, head_size]",
-                 "BNSD": "[2, num_blocks, num_kv_heads, block_size, head_size]",
-                 "NZ": "[2, num_blocks, num_kv_heads * head_size // C0, block_size, C0]"}
 
 
 def _dtype_name_of(x):

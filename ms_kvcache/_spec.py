@@ -9,6 +9,10 @@ ranks, its attributes, and its dtype support per SoC. From it we derive:
 - the in-place ``__mindspore_signature__`` of the ``ops.Custom`` primitive (``inplace`` arguments),
 - the Ascend ``CustomRegOp`` dtype rows (:meth:`OpSpec.dtype_rows`),
 - the structural test that the C++ OpDef in op_host/ declares the same names, order and dtype rows.
+
+The OpSpecs themselves are data in :mod:`ms_kvcache._opspecs` (one module per family), which
+``import ms_kvcache`` imports: the registry (:func:`get_spec`, :func:`all_specs`) is complete without the op
+wrappers, and this module imports nothing of the package (docs/design.md, "Layers").
 """
 from dataclasses import dataclass, field
 import itertools
@@ -17,7 +21,7 @@ import re
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 __all__ = [
-    "TensorSpec", "AttrSpec", "OpSpec", "register", "get_spec", "all_specs",
+    "TensorSpec", "AttrSpec", "OpSpec", "register", "attach_checks", "get_spec", "all_specs",
     "KV_DTYPES", "FLOAT_DTYPES", "INDEX_DTYPES", "SOCS", "dtype_name", "dtype_arg_name",
     "FP8_DTYPES", "QUANT_CACHE_DTYPES", "kernel_pending", "OP_TYPE_PREFIX", "camel", "snake", "op_type_of",
     "op_name_of",
@@ -375,26 +379,35 @@ def kernel_pending(spec) -> str:
 
 
 def register(spec: OpSpec) -> OpSpec:
-    """Add ``spec`` to the registry (one entry per snake_case name) and return it."""
+    """Add ``spec`` to the registry (one entry per snake_case name) and return it. Called by the
+    declarations in :mod:`ms_kvcache._opspecs`."""
     if spec.name in _REGISTRY and _REGISTRY[spec.name] != spec:
         raise ValueError(f"op {spec.name!r} registered twice with different specs")
     _REGISTRY[spec.name] = spec
     return spec
 
 
+def attach_checks(spec: OpSpec, **callbacks) -> OpSpec:
+    """Give a declared spec its wrapper's Python callbacks and return it: ``infer_shape(attrs, *shapes)``
+    / ``infer_dtype(attrs, *dtypes)``, the checks MindSpore's infer step runs (``ms_kvcache._custom``).
+    They live with the wrapper (they use its checks), the declaration stays data."""
+    unknown = set(callbacks) - {"infer_shape", "infer_dtype"}
+    if unknown:
+        raise ValueError(f"{spec.name}: attach_checks: unknown callbacks {sorted(unknown)}")
+    spec.extra.update(callbacks)
+    return spec
+
+
 def get_spec(name) -> OpSpec:
-    """The spec of op ``name`` (snake_case); KeyError if no such op."""
-    if name not in _REGISTRY:
-        import ms_kvcache.ops  # noqa: F401  (registers every public op)
+    """The spec of op ``name`` (snake_case); KeyError if no such op. The registry holds every declared op
+    once ``ms_kvcache`` is imported (its ``__init__`` imports :mod:`ms_kvcache._opspecs`, which needs
+    neither the wrappers nor MindSpore)."""
     return _REGISTRY[name]
 
 
 def all_specs():
-    """All registered specs, sorted by name (importing ms_kvcache.ops registers every public op; done
-    here, since ``import ms_kvcache`` imports the ops only on first use)."""
-    import ms_kvcache.ops  # noqa: F401
-
-    return [ _REGISTRY[k] for k in sorted(_REGISTRY) ]
+    """All registered specs, sorted by name (every declared op, as for :func:`get_spec`)."""
+    return [_REGISTRY[k] for k in sorted(_REGISTRY)]
 
 
 _MS_NAMES = {

@@ -11,6 +11,7 @@ import numpy as np
 import mindspore as _ms
 from mindspore import Parameter, Tensor
 
+from ms_kvcache import _pyboost_loader
 from ms_kvcache._spec import dtype_name, tensor_nbytes
 
 __all__ = [
@@ -40,9 +41,7 @@ def require_contiguous(op, name, x):
 def _view_info(x):
     """``(is_view, viewed shape, storage offset)`` from MindSpore's C++ storage metadata (through the
     optional ``ms_kvcache._cpu_pyboost``), or None when that module is unavailable."""
-    from ms_kvcache import _custom
-
-    mod = _custom._fast_module()  # noqa: WPS437 - importable even when the fast path itself is turned off
+    mod = _pyboost_loader.fast_module()  # importable even when the fast path itself is turned off
     fn = getattr(mod, "view_info", None)
     if fn is None:
         return None
@@ -115,9 +114,7 @@ def require_write_lands(op, name, x):
     """
     if isinstance(x, Parameter) or x.nbytes == 0:
         return
-    from ms_kvcache import _custom
-
-    mod = _custom._fast_module()  # noqa: WPS437 - importable even when the fast path itself is turned off
+    mod = _pyboost_loader.fast_module()  # importable even when the fast path itself is turned off
     nosync = getattr(mod, "data_address_nosync", None)
     converted = getattr(mod, "converted_address", None)
     if nosync is None or converted is None:
@@ -208,9 +205,7 @@ _DISJOINT = {}
 def _reads_overlap(spans, read):
     """Whether a read tensor (contiguous, its address known without waiting for a busy pipeline; see
     :func:`require_disjoint`) shares a byte with one of the written ranges ``spans`` ([(start, end)])."""
-    from ms_kvcache import _custom
-
-    mod = _custom._fast_module()  # noqa: WPS437
+    mod = _pyboost_loader.fast_module()
     nosync = getattr(mod, "data_address_nosync", None)
     idle = None
     for _, x in read:
@@ -235,9 +230,7 @@ def _check_disjoint(op, named, read=(), want_spans=False):
     """Raise the alias error of ``named`` / ``read`` (see :func:`require_disjoint`); returns False if a
     read tensor was skipped because its address is not known without waiting for a busy pipeline, else
     True (with ``want_spans``: the byte ranges [(start, end)] of the tensors instead)."""
-    from ms_kvcache import _custom
-
-    mod = _custom._fast_module()  # noqa: WPS437 - importable even when the fast path itself is turned off
+    mod = _pyboost_loader.fast_module()  # importable even when the fast path itself is turned off
     nosync = getattr(mod, "data_address_nosync", None)
     idle = None
     complete = True

@@ -8,7 +8,7 @@ import pytest
 from mindspore import Parameter, Tensor
 
 import ms_kvcache
-from ms_kvcache import _backend, _custom
+from ms_kvcache import _backend, _custom, _pyboost_loader
 from ms_kvcache import _validate as V
 
 from conftest import assert_bits_equal, random_array, to_ms, to_np
@@ -50,7 +50,7 @@ def ms27(monkeypatch):
     """Make require_not_view behave as on MindSpore 2.7 with the given stand-in module."""
     def use(fake):
         monkeypatch.setattr(V, "MS_VIEWS_WITHOUT_STORAGE_INFO", True)
-        monkeypatch.setattr(_custom, "_fast_module", lambda: fake)
+        monkeypatch.setattr(_pyboost_loader, "fast_module", lambda: fake)  # what _validate and _custom load
         return fake
     return use
 

@@ -44,7 +44,8 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 __all__ = ["check_repository", "check_op", "check_attr_codes", "parse_opdef", "opdef_from_sim", "OpDefFacts",
-           "Param", "Attr", "camel", "snake", "op_type_of", "op_name_of", "OP_TYPE_PREFIX", "main"]
+           "Param", "Attr", "camel", "snake", "op_type_of", "op_name_of", "OP_TYPE_PREFIX", "main", "LAYERS",
+           "import_graph", "import_problems", "import_cycles", "layer_of"]
 
 DTYPES = {
     "DT_FLOAT16": "float16", "DT_BF16": "bfloat16", "DT_FLOAT": "float32", "DT_DOUBLE": "float64",
@@ -991,13 +992,260 @@ def check_repository(root=None, specs=None, sim="auto"):
     return out
 
 
+# ------------------------------------------------------------------------------------ Python import layers
+#: The import layers of the ms_kvcache package, lowest first (docs/design.md, "Layers"). A module imports only
+#: modules of its own layer or lower ones, at module level and inside functions alike, and the imports form no
+#: cycle (:func:`import_problems`). Each module belongs to the first layer with a matching pattern (relative
+#: to ``ms_kvcache``; ``""`` is the package itself, ``x.*`` any module below ``x``); every module must match one.
+LAYERS = (
+    ("base: formats, backend selection, ctypes ACL, the fast-path module loader",
+     ("_formats", "_backend", "_backends", "_backends._acl", "_pyboost_loader")),
+    ("declarations: OpSpec machinery and registry, the OpSpecs as data", ("_spec", "_opspecs", "_opspecs.*")),
+    ("checks and host memory", ("_validate", "_host_memory", "_nz")),
+    ("AscendC emulation", ("sim", "sim.*")),
+    ("primitives, launchers, fast path", ("_custom",)),
+    ("backends", ("_backends.cpu", "_backends.sim", "_aclnn", "_backends.ascend")),
+    ("the PyNative branch", ("_eager",)),
+    ("op helpers: shared checks", ("ops._kv_shapes", "ops._rope_common", "ops._quant", "ops._multi_layer")),
+    ("quantizing variants", ("ops.*_quant",)),
+    ("public ops", ("ops.*", "ops")),
+    ("the package", ("",)),
+    ("applications", ("disagg", "disagg.*", "demo", "demo.*", "bench", "bench.*", "cli")),
+)
+
+#: Compiled extension modules of the package (built by CMake; no Python imports of their own).
+EXTENSIONS = ("_cpu", "_sim", "_cpu_pyboost", "_ascend_pyboost")
+
+#: Calls that import a module named at run time, per module, and why; not edges of the graph.
+#: :func:`import_graph` reports any other ``importlib.import_module`` / ``__import__`` call.
+DYNAMIC_IMPORTS = {
+    "ms_kvcache": "the lazy public names (_LAZY, counted as edges) and ms_kvcache.<submodule> by attribute",
+    "ms_kvcache.bench._runner": "benchmark modules found by name (ms_kvcache.bench.<name>) or file",
+    "ms_kvcache.disagg._mooncake": "the optional Mooncake package, imported when a sender / receiver is created",
+}
+
+
+def _package_modules(pkg_dir):
+    """{dotted name: (path, is_package)} of every .py module under ``pkg_dir`` (``ms_kvcache/``)."""
+    pkg_dir = Path(pkg_dir)
+    out = {}
+    for path in sorted(pkg_dir.rglob("*.py")):
+        parts = list(path.relative_to(pkg_dir.parent).with_suffix("").parts)
+        is_pkg = parts[-1] == "__init__"
+        if is_pkg:
+            parts = parts[:-1]
+        out[".".join(parts)] = (path, is_pkg)
+    return out
+
+
+def _lazy_names(init_tree):
+    """The root package's lazy public names: ``({name: module}, line of _LAZY)``, read from its ``_OPS`` /
+    ``_LAZY`` assignments."""
+    import ast
+
+    ops, lazy, line = (), {}, 0
+    for node in init_tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name = node.targets[0].id
+            if name == "_OPS":
+                ops = ast.literal_eval(node.value)
+            elif name == "_LAZY" and isinstance(node.value, ast.Dict):
+                line = node.lineno
+                for k, v in zip(node.value.keys, node.value.values):
+                    if k is None:  # **{name: "ms_kvcache.ops" for name in _OPS}
+                        lazy.update({n: "ms_kvcache.ops" for n in ops})
+                    else:
+                        lazy[ast.literal_eval(k)] = ast.literal_eval(v)
+    return lazy, line
+
+
+def import_graph(root=None):
+    """The import graph of the ms_kvcache package of ``root`` (default: this checkout), read from the source
+    with ``ast`` (nothing is imported): ``(modules, edges, problems)``. ``modules`` = {dotted name: path};
+    ``edges`` = {(importer, imported): first line}; every ``import`` / ``from ... import`` anywhere in a
+    module (module level, functions, classes, try blocks) is an edge, relative imports resolved, and
+    ``from pkg import name`` goes to the submodule ``pkg.name`` when there is one, else to ``pkg``. A lazy
+    public name of the package (``ms_kvcache.reshape_and_cache``, ``from ms_kvcache import ...``) is also an
+    edge to the module that defines it. Imports of compiled extensions (:data:`EXTENSIONS`) and of other
+    packages are not edges. ``problems``: lines for unknown ``ms_kvcache`` names and for run-time imports
+    outside :data:`DYNAMIC_IMPORTS`."""
+    import ast
+
+    root = Path(root) if root else Path(__file__).resolve().parent.parent
+    mods = _package_modules(root / "ms_kvcache")
+    trees = {m: ast.parse(p.read_text(encoding="utf-8"), str(p)) for m, (p, _) in mods.items()}
+    lazy, lazy_line = _lazy_names(trees["ms_kvcache"])
+    edges, problems = {}, []
+
+    def add(src, dst, line):
+        if dst != src:
+            edges.setdefault((src, dst), line)
+
+    def target(src, name, line):
+        """Edge(s) for the imported dotted ``name``; returns False for a name outside the package."""
+        if name != "ms_kvcache" and not name.startswith("ms_kvcache."):
+            return False
+        if name in mods:
+            add(src, name, line)
+            return True
+        parent, _, last = name.rpartition(".")
+        if parent == "ms_kvcache" and last in EXTENSIONS:
+            return True
+        if parent in mods and mods[parent][1]:
+            add(src, parent, line)  # a name defined in the package's __init__
+            if parent == "ms_kvcache" and last in lazy:
+                add(src, lazy[last], line)
+            elif parent == "ms_kvcache" and not last.startswith("__"):
+                ok = any(isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == last or
+                         isinstance(n, (ast.Import, ast.ImportFrom)) and any((a.asname or a.name) == last for a in n.names)
+                         or isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == last for t in n.targets)
+                         for n in trees["ms_kvcache"].body)
+                if not ok:
+                    problems.append(f"{src}:{line}: imports {name}, which is neither a module, a compiled extension "
+                                    f"({', '.join(EXTENSIONS)}) nor a name of ms_kvcache/__init__.py")
+            return True
+        problems.append(f"{src}:{line}: imports {name}, which is not a module of the package")
+        return True
+
+    for src, tree in trees.items():
+        is_pkg = mods[src][1]
+        imports_root = False
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    target(src, a.name, node.lineno)
+                    imports_root |= a.name == "ms_kvcache" and a.asname is None
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = src.split(".") if is_pkg else src.split(".")[:-1]
+                    base = base[:len(base) - (node.level - 1)]
+                    module = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    module = node.module
+                for a in node.names:
+                    full = f"{module}.{a.name}"
+                    if full in mods or (module == "ms_kvcache" and a.name in EXTENSIONS):
+                        target(src, full, node.lineno)
+                    elif module == "ms_kvcache":
+                        target(src, full, node.lineno)  # a name of the package's __init__ (lazy ones too)
+                    else:
+                        target(src, module, node.lineno)
+            elif isinstance(node, ast.Call):
+                f = node.func
+                fname = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+                if fname in ("import_module", "__import__") and src not in DYNAMIC_IMPORTS:
+                    problems.append(f"{src}:{node.lineno}: imports a module named at run time ({fname}); import it "
+                                    f"by name, or add the module to DYNAMIC_IMPORTS in tools/mskv_structure.py "
+                                    f"with the reason")
+        if imports_root:  # ms_kvcache.<lazy name> through `import ms_kvcache`
+            for node in ast.walk(tree):
+                if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                        and node.value.id == "ms_kvcache" and node.attr in lazy):
+                    add(src, lazy[node.attr], node.lineno)
+    for name, where in lazy.items():  # the package's own lazy names (ms_kvcache.__getattr__)
+        add("ms_kvcache", where, lazy_line)
+    return {m: p for m, (p, _) in mods.items()}, edges, problems
+
+
+def layer_of(module):
+    """Index in :data:`LAYERS` of the first layer with a pattern matching ``module`` (a dotted name), or None."""
+    import fnmatch
+
+    rel = module[len("ms_kvcache."):] if module.startswith("ms_kvcache.") else "" if module == "ms_kvcache" else None
+    if rel is None:
+        return None
+    for i, (_, patterns) in enumerate(LAYERS):
+        if any(rel == p if "*" not in p else fnmatch.fnmatchcase(rel, p) for p in patterns):
+            return i
+    return None
+
+
+def import_cycles(edges):
+    """The strongly connected components of more than one module (sorted lists), i.e. the import cycles."""
+    graph = {}
+    for a, b in edges:
+        graph.setdefault(a, set()).add(b)
+        graph.setdefault(b, set())
+    index, low, on_stack, stack, out = {}, {}, set(), [], []
+    counter = [0]
+
+    def visit(v):  # Tarjan, iterative over the successors to stay clear of the recursion limit
+        work = [(v, iter(sorted(graph[v])))]
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        while work:
+            node, it = work[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    comp = []
+                    while True:
+                        w = stack.pop()
+                        on_stack.discard(w)
+                        comp.append(w)
+                        if w == node:
+                            break
+                    if len(comp) > 1:
+                        out.append(sorted(comp))
+            elif nxt not in index:
+                index[nxt] = low[nxt] = counter[0]
+                counter[0] += 1
+                stack.append(nxt)
+                on_stack.add(nxt)
+                work.append((nxt, iter(sorted(graph[nxt]))))
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
+def import_problems(root=None, allowed=()):
+    """One line per import that breaks the layering: a module in no layer, an import of a higher layer, an
+    import cycle (naming its edges), an unknown name or an unlisted run-time import (:func:`import_graph`).
+    ``allowed``: (importer, imported) edges left out (e.g. ones another change removes)."""
+    modules, edges, problems = import_graph(root)
+    allowed = set(allowed)
+    edges = {e: line for e, line in edges.items() if e not in allowed}
+    out = list(problems)
+    for m in sorted(modules):
+        if layer_of(m) is None:
+            out.append(f"{m}: in no layer of LAYERS (tools/mskv_structure.py): add it where it belongs")
+    for (a, b), line in sorted(edges.items()):
+        la, lb = layer_of(a), layer_of(b)
+        if la is not None and lb is not None and lb > la:
+            out.append(f"{a}:{line}: imports {b}, a higher layer ({LAYERS[lb][0]!r} above {LAYERS[la][0]!r})")
+    for comp in import_cycles(edges):
+        inner = [f"{a} -> {b} (line {edges[(a, b)]})" for (a, b) in sorted(edges) if a in comp and b in comp]
+        out.append(f"import cycle among {', '.join(comp)}: {'; '.join(inner)}")
+    return out
+
+
 def main(argv=None):
     import argparse
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--root", default=None, help="checkout to check (default: this one)")
     ap.add_argument("--no-sim", action="store_true", help="do not consult the emulation's OpDef registry")
+    ap.add_argument("--imports", action="store_true",
+                    help="check the Python import layers of ms_kvcache instead (LAYERS: no upward import, no cycle)")
     args = ap.parse_args(argv)
+    if args.imports:
+        lines = import_problems(args.root)
+        for line in lines:
+            print(line)
+        if not lines:
+            modules, edges, _ = import_graph(args.root)
+            print(f"OK: {len(modules)} modules of ms_kvcache import downward only ({len(LAYERS)} layers, "
+                  f"{len(edges)} imports, no cycle)")
+        return 1 if lines else 0
     lines = check_repository(args.root, sim=None if args.no_sim else "auto")
     for line in lines:
         print(line)

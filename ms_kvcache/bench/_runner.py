@@ -105,10 +105,8 @@ def discover(extra_dirs=(), include_checkout=True):
     """Benchmark modules, sorted by name: every ``ms_kvcache.bench.<name>`` (not starting with "_"; they
     ship in the wheel), then ``bench_<name>.py`` in the checkout's scripts/ and in ``extra_dirs``, except
     a script named like a package module or importing one (a thin wrapper: not run twice)."""
-    import ms_kvcache.bench as pkg
-
     found = {}
-    for info in pkgutil.iter_modules(pkg.__path__):
+    for info in pkgutil.iter_modules([str(Path(__file__).resolve().parent)]):  # this package's modules
         if not info.name.startswith("_"):
             found[info.name] = BenchModule(info.name, "package", module_name=f"ms_kvcache.bench.{info.name}")
     package = set(found)

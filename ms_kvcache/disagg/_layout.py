@@ -115,8 +115,17 @@ def check_block_ids(op, block_ids, num_blocks, distinct):
 
 
 def slots_from_blocks(block_ids, block_size, num_tokens):
-    """vLLM slot mapping of the first ``num_tokens`` tokens of a sequence stored in ``block_ids``:
-    ``slot[t] = block_ids[t // block_size] * block_size + t % block_size`` (int64 numpy ``[T]``)."""
+    """vLLM slot mapping of the first ``num_tokens`` tokens of a sequence stored in ``block_ids``.
+
+    Args:
+        block_ids (sequence of int): the sequence's blocks, in order.
+        block_size (int): tokens per block.
+        num_tokens (int): tokens to map (``len(block_ids) * block_size >= num_tokens``).
+
+    Returns:
+        numpy.ndarray: int64 ``[num_tokens]``, ``slot[t] = block_ids[t // block_size] * block_size +
+        t % block_size``.
+    """
     t = np.arange(num_tokens, dtype=np.int64)
     blocks = np.asarray(block_ids, dtype=np.int64)
     return blocks[t // block_size] * block_size + t % block_size
@@ -174,13 +183,17 @@ class KVLayout:
     receiver may page it differently): :meth:`mismatches` lists the fields that differ.
 
     Attributes:
-        kv_format (KVCacheFormat), dtype (str: float16 | bfloat16 | float32 | int8), cache_layout
-        ("BSND" | "BNSD"), num_layers (int), planes (tuple of (num_kv_heads, head_size) per plane; MLA
-        planes are (1, kv_lora_rank) and (1, rope_dim)), num_blocks, block_size (ints), hidden_sizes
-        (per-plane row elements), scales (tuple: float32 scales per token row of each plane when the
-        int8 caches' per-token scale caches travel with them, i.e. num_kv_heads, or 1 for MLA / DSA;
-        ``()`` without scale caches), itemsize, bytes_per_token (data and scale bytes of one token, all
-        layers).
+        kv_format (KVCacheFormat): the caches' format.
+        dtype (str): ``"float16"``, ``"bfloat16"``, ``"float32"`` or ``"int8"``.
+        cache_layout (str): ``"BSND"`` or ``"BNSD"``.
+        num_layers (int): layers.
+        planes (tuple): ``(num_kv_heads, head_size)`` per plane; MLA planes are ``(1, kv_lora_rank)`` and
+            ``(1, rope_dim)``.
+        num_blocks, block_size (int): the pool (may differ between the two ends).
+        hidden_sizes (tuple of int): elements of one token row per plane.
+        scales (tuple of int): float32 scales per token row of each plane when the int8 caches' per-token
+            scale caches travel with them (num_kv_heads, or 1 for MLA / DSA); ``()`` without.
+        itemsize, bytes_per_token (int): bytes of an element; data and scale bytes of one token, all layers.
     """
 
     #: fields that must agree between the two ends of a handoff
@@ -202,21 +215,30 @@ class KVLayout:
     @classmethod
     def from_caches(cls, kv_caches, kv_format, cache_layout="BSND", op="KVLayout.from_caches", scale_caches=None,
                     static_scales=False):
-        """Layout of ``kv_caches`` as :func:`ms_kvcache.multi_layer_kv_transfer` takes them (one entry per
-        layer, or flat layer-major), checked the way that op checks them.
+        """Layout of ``kv_caches`` as :func:`ms_kvcache.multi_layer_kv_transfer` takes them, checked the way
+        that op checks them.
 
         int8 caches need their scales accounted for, or the KV that arrives is decoded with the wrong ones:
-        ``scale_caches`` (the float32 per-token scale caches of the dynamic quantizing writes, as
-        ``multi_layer_kv_transfer(..., scale_caches=...)`` takes them; they then travel with the data) or
-        ``static_scales=True`` (the scales are the model's constants, the same at both ends: nothing
-        per token to move).
+        ``scale_caches`` (they then travel with the data) or ``static_scales=True`` (the model's constants, the
+        same at both ends: nothing per token to move).
+
+        Args:
+            kv_caches (sequence): one entry per layer, or flat layer-major (as the transfer op).
+            kv_format (KVCacheFormat | int | str): their format.
+            cache_layout (str): ``"BSND"`` (default) or ``"BNSD"``.
+            op (str): the name the error messages start with.
+            scale_caches (sequence | None): int8 caches: their float32 per-token scale caches, as
+                ``multi_layer_kv_transfer(..., scale_caches=...)`` takes them.
+            static_scales (bool): int8 caches: True = static scales (nothing per token to move).
+
+        Returns:
+            KVLayout: the layout.
 
         Raises:
-            TypeError / ValueError: what ``multi_layer_kv_transfer`` would raise for these caches
-            (wrong arity, differing shapes or dtypes, unknown ``kv_format`` / ``cache_layout``, scale
-            caches of the wrong shape or dtype).
-            ValueError: int8 caches with neither ``scale_caches`` nor ``static_scales=True`` (or both);
-            ``scale_caches`` / ``static_scales`` with caches that are not int8.
+            TypeError: what ``multi_layer_kv_transfer`` would raise for these caches (dtypes, non-Tensors).
+            ValueError: what that op would raise (arity, shapes, unknown ``kv_format`` / ``cache_layout``, scale
+                caches of the wrong shape); int8 caches with neither or both of ``scale_caches`` /
+                ``static_scales=True``, or either of them with caches that are not int8.
         """
         from ms_kvcache.ops import _multi_layer as ML
 
@@ -270,8 +292,14 @@ class KVLayout:
         return json.dumps({k: d[k] for k in keys}, sort_keys=True, separators=(",", ":"))
 
     def mismatches(self, other):
-        """``["field: ours X, theirs Y", ...]`` for every :attr:`MATCHED` field that differs from
-        ``other`` (a :class:`KVLayout` or a :meth:`describe` dict)."""
+        """The fields of :attr:`MATCHED` that differ from ``other``.
+
+        Args:
+            other (KVLayout | dict): another layout, or its :meth:`describe` dict.
+
+        Returns:
+            list of str: ``["field: ours X, theirs Y", ...]``, empty when the layouts match.
+        """
         theirs = other.describe() if isinstance(other, KVLayout) else dict(other)
         ours = self.describe()
         out = []
@@ -287,14 +315,32 @@ class KVLayout:
         return out
 
     def require_match(self, other, what):
-        """Raise :class:`MetadataMismatch` listing :meth:`mismatches` (prefixed by ``what``) if any."""
+        """Raise :class:`MetadataMismatch` listing :meth:`mismatches` if any.
+
+        Args:
+            other (KVLayout | dict): another layout, or its :meth:`describe` dict.
+            what (str): prefix of the message (who compares).
+
+        Returns:
+            None.
+
+        Raises:
+            MetadataMismatch: the layouts differ.
+        """
         bad = self.mismatches(other)
         if bad:
             raise MetadataMismatch(f"{what}: KV layouts differ: " + "; ".join(bad))
 
     # ------------------------------------------------------------------ buffers
     def buffer_shape(self, num_tokens):
-        """``transfer_buffer_shape`` of ``num_tokens`` tokens of this layout."""
+        """``transfer_buffer_shape`` of ``num_tokens`` tokens of this layout.
+
+        Args:
+            num_tokens (int): tokens, >= 0.
+
+        Returns:
+            tuple of int: the buffer shape (with the scale planes when the layout has scales).
+        """
         from ms_kvcache import transfer_buffer_shape
 
         hidden = self.hidden_sizes[0] if self.kv_format in (KVCacheFormat.MERGED_KV, KVCacheFormat.SEPARATE_KV) \
@@ -311,7 +357,14 @@ class KVLayout:
         return np.dtype(self.dtype)
 
     def default_chunk_tokens(self, chunk_bytes=32 << 20):
-        """Tokens per chunk so that a chunk is about ``chunk_bytes`` (at least 1)."""
+        """Tokens per chunk so that a chunk is about ``chunk_bytes``.
+
+        Args:
+            chunk_bytes (int): target bytes per chunk (default 32 MiB).
+
+        Returns:
+            int: tokens per chunk, at least 1.
+        """
         return max(1, int(chunk_bytes) // max(1, self.bytes_per_token))
 
     def __repr__(self):

@@ -214,6 +214,7 @@ class MooncakeMaster:
 
     @property
     def address(self):
+        """``"host:port"`` of the RPC server: the ``master_server_addr`` of store clients."""
         return f"{self.host}:{self.port}"
 
     def start(self):
@@ -252,7 +253,14 @@ class MooncakeMaster:
         return " | ".join(lines[-n:])
 
     def stop(self, timeout=5.0):
-        """Terminate the master (SIGTERM, then SIGKILL after ``timeout`` seconds) and reap it."""
+        """Terminate the master (SIGTERM, then SIGKILL after ``timeout`` seconds) and reap it.
+
+        Args:
+            timeout (float): seconds to wait after each signal.
+
+        Returns:
+            None.
+        """
         proc, self.proc = self.proc, None
         if proc is not None and proc.poll() is None:
             proc.terminate()

@@ -764,12 +764,20 @@ class KVSender(_Endpoint):
             pass
 
     def chunk_sizes(self, num_tokens):
-        """Token counts of the chunks a send of ``num_tokens`` tokens is cut into: ``chunk_tokens`` each
-        when it was given; by default (``chunk_tokens=None``) ~32 MiB chunks with a ramp of smaller ones
-        at both ends (:func:`ms_kvcache.disagg._layout.ramp_chunk_sizes`), so the first write starts after
-        a short gather and little is left to check and load after the last byte. On the direct path the
-        default ramp is counted in blocks of ``block_size`` tokens (every chunk but the last a whole number
-        of blocks), so no run of cache rows is cut into pieces too small to write directly."""
+        """Token counts of the chunks a send of ``num_tokens`` tokens is cut into.
+
+        ``chunk_tokens`` each when it was given; by default ~32 MiB chunks with a ramp of smaller ones at both
+        ends (:func:`ms_kvcache.disagg._layout.ramp_chunk_sizes`), so the first write starts after a short gather
+        and little is left to check and load after the last byte. On the direct path the default ramp is counted
+        in blocks of ``block_size`` tokens (every chunk but the last a whole number of blocks), so no run of cache
+        rows is cut into pieces too small to write directly.
+
+        Args:
+            num_tokens (int): tokens of the send.
+
+        Returns:
+            list of int: the chunk sizes, summing to ``num_tokens``.
+        """
         T = int(num_tokens)
         bs = self.layout.block_size
         if self._default_chunks and self._rows is not None and self.chunk_tokens >= bs and T > bs:

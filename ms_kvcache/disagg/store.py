@@ -51,9 +51,19 @@ def _tokens(op, token_ids):
 
 
 def prefix_chunk_hashes(token_ids, chunk_tokens, salt=b""):
-    """Hex sha256 hash chain of the full ``chunk_tokens``-token chunks of ``token_ids`` (a trailing
-    partial chunk gets no hash). ``salt`` (bytes) starts the chain; :class:`KVPrefixStore` uses the
-    model / layout identity."""
+    """Hex sha256 hash chain of the full ``chunk_tokens``-token chunks of ``token_ids``.
+
+    Args:
+        token_ids (sequence of int): the tokens.
+        chunk_tokens (int): tokens per chunk, >= 1; a trailing partial chunk gets no hash.
+        salt (bytes): starts the chain (:class:`KVPrefixStore` uses the model / layout identity).
+
+    Returns:
+        list of str: one hex digest per full chunk, each covering every token before it.
+
+    Raises:
+        ValueError: bad ``token_ids`` or ``chunk_tokens``.
+    """
     toks = _tokens("prefix_chunk_hashes", token_ids)
     if isinstance(chunk_tokens, bool) or not isinstance(chunk_tokens, (int, np.integer)) or chunk_tokens < 1:
         raise ValueError(f"prefix_chunk_hashes: argument 'chunk_tokens': expected an int >= 1, got {chunk_tokens!r}")
@@ -139,12 +149,25 @@ class KVPrefixStore:
 
     # ------------------------------------------------------------------ keys
     def keys(self, token_ids):
-        """Store keys of the full chunks of ``token_ids`` (see the module docstring)."""
+        """Store keys of the full chunks of ``token_ids`` (see the module docstring).
+
+        Args:
+            token_ids (sequence of int): the tokens.
+
+        Returns:
+            list of str: one key per full chunk.
+        """
         return [KEY_PREFIX + h for h in prefix_chunk_hashes(token_ids, self.chunk_tokens, self.salt)]
 
     def lookup(self, token_ids):
-        """Number of leading tokens of ``token_ids`` whose chunks are in the store (a multiple of
-        ``chunk_tokens``; the longest stored prefix, as LMCache's lookup).
+        """Number of leading tokens of ``token_ids`` whose chunks are in the store (the longest stored
+        prefix, as LMCache's lookup).
+
+        Args:
+            token_ids (sequence of int): the tokens.
+
+        Returns:
+            int: a multiple of ``chunk_tokens``.
 
         Raises:
             StoreError: Mooncake reports an error for a key.

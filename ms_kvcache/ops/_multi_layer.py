@@ -20,15 +20,18 @@ not apply RW_WRITE to Parameters inside a tuple and graph mode would read stale 
 """
 import operator
 
+import numpy as np
+
 from ms_kvcache._formats import CACHE_LAYOUTS, DIRECTIONS, KVCacheFormat
+from ms_kvcache._opspecs.transfer import transfer_attrs
 from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, QUANT_CACHE_DTYPES
 from ms_kvcache._spec import dtype_name as _dtype_name
 
 __all__ = [
     "DIRECTIONS", "PLANE_NAMES", "planes_of", "tensors_per_layer", "format_code", "check_direction",
     "check_layout", "flatten_eager", "flatten_graph", "cache_planes", "check_index", "check_kv_dtypes",
-    "check_aiv_num", "FORMAT_NAMES", "FORMAT_SPELLINGS", "check_nz_caches",
-    "check_nz_dtype",
+    "check_aiv_num", "FORMAT_NAMES", "FORMAT_SPELLINGS", "transfer_attrs", "check_block_shapes", "numel",
+    "check_nz_caches", "check_nz_dtype",
 ]
 
 #: Names of the planes of each format (used in messages).
@@ -457,16 +460,54 @@ def public_prim(spec, op):
     return quant_prim(spec, lambda attrs: (op, {}))
 
 
-def transfer_attrs(direction, cache_layout):
-    """The AttrSpecs of a multi-layer transfer (with or without scale caches), OpDef order: kv_format,
-    direction, cache_layout (defaults given), num_layers, aiv_num."""
-    from ms_kvcache._formats import CACHE_LAYOUT_CODES, DIRECTION_CODES
-    from ms_kvcache._spec import AttrSpec
+def host_plane_shape(fmt, n, plane, num_layers):
+    nb, bs, h, d = plane
+    if fmt in (KVCacheFormat.MERGED_KV, KVCacheFormat.SEPARATE_KV):
+        return (n, bs, num_layers, h, d)
+    return (n, bs, num_layers, h * d)
 
-    return (
-        AttrSpec("kv_format", "int", int(KVCacheFormat.MERGED_KV), tuple(int(f) for f in KVCacheFormat)),
-        AttrSpec("direction", "str", direction, DIRECTIONS, DIRECTION_CODES),
-        AttrSpec("cache_layout", "str", cache_layout, CACHE_LAYOUTS, CACHE_LAYOUT_CODES),
-        AttrSpec("num_layers", "int", 1),
-        AttrSpec("aiv_num", "int", 0),
-    )
+
+def check_block_shapes(op, attrs, ids_shape, staging_shape, host_shapes, cache_shapes, has_staging):
+    """Shape checks of multi_layer_block_transfer (eager and infer; the data planes of its quantizing variant
+    too); returns (planes, n, staging elements needed per block)."""
+    fmt, layout, num_layers = attrs["kv_format"], attrs["cache_layout"], attrs["num_layers"]
+    planes_n = planes_of(fmt)
+    if len(host_shapes) != planes_n:
+        raise ValueError(f"{op}: argument 'host_blocks': expected {planes_n} planes {PLANE_NAMES[fmt]} for "
+                         f"{KVCacheFormat(fmt).name}, got {len(host_shapes)}")
+    planes = cache_planes(op, fmt, layout, num_layers, cache_shapes)
+    if len(ids_shape) != 1:
+        raise ValueError(f"{op}: argument 'block_ids': expected rank 1, got shape {tuple(ids_shape)}")
+    n = int(ids_shape[0])
+    names = PLANE_NAMES[fmt]
+    for p in range(planes_n):
+        expected = host_plane_shape(fmt, n, planes[p], num_layers)
+        got = tuple(int(d) for d in host_shapes[p])
+        if layout == "NZ" and len(got) == 5 and got[:3] == expected[:3] and got[3] * got[4] == expected[3] * expected[4]:
+            continue  # NZ caches: the usual ND host blocks [n, bs, L, H, D], any H * D = the NZ hidden size
+        if layout == "NZ":
+            hid = expected[3] * expected[4]
+            raise ValueError(f"{op}: argument 'host_blocks[{p}]': expected the {names[p]} host blocks [n, block_size, "
+                             f"num_layers, num_kv_heads, head_size] = {expected[:3]} + (H, D) with H * D = {hid} (the "
+                             f"NZ caches' hidden size), got {got}")
+        if got != expected:
+            layout_txt = "[n, block_size, num_layers, num_kv_heads, head_size]" if len(expected) == 5 else \
+                "[n, block_size, num_layers, hidden]"
+            raise ValueError(f"{op}: argument 'host_blocks[{p}]': expected the {names[p]} host blocks "
+                             f"{layout_txt} = {expected} (n = len(block_ids), geometry of the caches read as "
+                             f"cache_layout={layout!r} - this op's default is BNSD for MERGED_KV / SEPARATE_KV, "
+                             f"pass cache_layout='BSND' for [num_blocks, block_size, num_kv_heads, head_size] caches "
+                             f"- num_layers = {num_layers}), got {got}")
+    per_block = sum(bs * num_layers * h * d for (_, bs, h, d) in planes)
+    if has_staging:
+        size = numel(staging_shape)
+        if size < per_block:
+            raise ValueError(f"{op}: argument 'staging': expected at least one block of every plane, "
+                             f"block_size * num_layers * sum(hidden) = {per_block} elements, got {size} "
+                             f"(shape {tuple(staging_shape)})")
+    return planes, n, per_block
+
+
+def numel(shape):
+    """Elements of a tensor of ``shape`` (1 for a scalar)."""
+    return int(np.prod(shape, dtype=np.int64)) if len(shape) else 1

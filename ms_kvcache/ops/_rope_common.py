@@ -18,17 +18,17 @@ Conventions (vLLM ``rotary_embedding`` / ``get_rope``):
 """
 import numpy as np
 
+from ms_kvcache._opspecs.rope import COS_SIN_RULE, out_like  # noqa: F401  (re-exported)
+
 __all__ = [
     "COS_SIN_RULE", "table_geometry", "heads_of", "check_positions_shape", "check_position_values",
-    "check_bool", "out_like", "BACKENDS", "require_backend",
+    "check_bool", "out_like", "BACKENDS", "require_backend", "check_gqa",
 ]
 
 #: Backends with kernels for the RoPE-write family: the native cpu kernels (cpu_kernel/) and the AscendC
 #: kernels (op_kernel/ + op_host/), run through the emulation ("sim") or the CANN package ("ascend").
 BACKENDS = ("cpu", "sim", "ascend")
 
-#: group rule of OpSpec: the cos_sin_cache group "C" is float32 or the data group "T"'s dtype.
-COS_SIN_RULE = {"C": ("float32", "=T")}
 
 
 def require_backend(op, backend):
@@ -100,8 +100,25 @@ def check_position_values(op, name, values, max_position):
                          f"cos_sin_cache), got {int(values[idx])} at index {idx}")
 
 
-def out_like(*idx):
-    """out_shape / out_dtype callables of ops.Custom: the outputs copy inputs ``idx``'s shape/dtype."""
-    def f(*args):
-        return tuple(args[i] for i in idx)
-    return f
+def check_gqa(op, p_shape, q_shape, k_shape, v_shape, cs_shape, s_shape, heads, head_size):
+    """Shape checks of rope_reshape_and_cache(_merged) and their quantizing variant; returns (rows,
+    max_position)."""
+    rows = int(k_shape[0])
+    kh = heads_of(op, "key", k_shape, head_size, "num_kv_heads")
+    if kh != heads:
+        raise ValueError(f"{op}: argument 'key': expected num_kv_heads = {heads} (heads of the cache), got "
+                         f"{kh} (shape {tuple(k_shape)})")
+    vh = heads_of(op, "value", v_shape, head_size, "num_kv_heads")
+    if vh != heads or v_shape[0] != rows:
+        raise ValueError(f"{op}: argument 'value': expected {rows} rows of {heads} heads x {head_size} "
+                         f"(like 'key'), got shape {tuple(v_shape)}")
+    heads_of(op, "query", q_shape, head_size, "num_heads")
+    if q_shape[0] != rows:
+        raise ValueError(f"{op}: argument 'query': expected {rows} rows (same T' as 'key'), got shape "
+                         f"{tuple(q_shape)}")
+    check_positions_shape(op, "positions", p_shape, rows, "key")
+    if len(s_shape) != 1 or s_shape[0] > rows:
+        raise ValueError(f"{op}: argument 'slot_mapping': expected shape [T] with T <= {rows} (rows of "
+                         f"'key'), got {tuple(s_shape)}")
+    max_position, _ = table_geometry(op, cs_shape, head_size)
+    return rows, max_position

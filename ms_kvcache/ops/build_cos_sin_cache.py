@@ -118,43 +118,32 @@ def _round_f64(x, dtype):
 def build_cos_sin_cache(rotary_dim, max_position, base=10000.0, rope_scaling=None, dtype=ms.float32):
     """Build the rotary-embedding table ``cos_sin_cache`` ``[max_position, rotary_dim]``.
 
-    Row ``p`` is ``[cos(p * inv_freq), sin(p * inv_freq)]`` (cos in the first ``rotary_dim / 2``
-    columns, sin in the last), the layout of vLLM's ``RotaryEmbedding.cos_sin_cache`` used by every
-    ms_kvcache RoPE op. ``inv_freq[i] = base ** (-2i / rotary_dim)``, modified by ``rope_scaling`` as
-    in the Hugging Face configs / ``transformers.modeling_rope_utils``:
-
-    - ``None`` or ``{"rope_type": "default"}``: unscaled.
-    - ``{"rope_type": "linear", "factor": f}``: ``inv_freq / f`` (positions divided by ``f``).
-    - ``{"rope_type": "llama3", "factor", "low_freq_factor", "high_freq_factor",
-      "original_max_position_embeddings"}``: Llama 3.1 frequency-dependent scaling (wavelengths
-      longer than ``original / low_freq_factor`` divided by ``factor``, shorter than
-      ``original / high_freq_factor`` unchanged, smooth interpolation between).
-
-    The legacy key ``"type"`` is accepted for ``"rope_type"``; other keys are ignored.
-    Everything is computed in float64 and rounded once (nearest even) to ``dtype``. (HF and vLLM
-    compute the table in fp32, so at large positions their angles carry an absolute error of order
-    ``p * 2**-24`` rad that this table does not have.)
+    Row ``p`` is ``[cos(p * inv_freq), sin(p * inv_freq)]`` (vLLM's ``RotaryEmbedding.cos_sin_cache``
+    layout), ``inv_freq[i] = base ** (-2i / rotary_dim)`` scaled as in the Hugging Face configs
+    (``transformers.modeling_rope_utils``). Computed in float64 and rounded once (nearest even) to ``dtype``,
+    so more accurate at large positions than fp32 tables (docs/ops-rope.md, "Conventions").
 
     Args:
-        rotary_dim (int): even, >= 2 (numpy ints accepted, not floats): number of rotated elements per head (``head_size`` unless
-            the model uses partial rotary, e.g. ``partial_rotary_factor * head_size``).
-        max_position (int): >= 1: number of rows (``max_position_embeddings``).
-        base (float): ``rope_theta`` (> 0), default 10000.
-        rope_scaling (dict | None): see above.
-        dtype: float32 (default, recommended: the kernels compute in fp32), float16 or bfloat16 (the
-            table dtype may also equal the data dtype), given as a mindspore dtype (``ms.float32``), a
-            numpy dtype or type (``np.float16``, ``ml_dtypes.bfloat16``) or a name (``"bfloat16"``).
+        rotary_dim (int): even, >= 2 (numpy ints accepted): rotated elements per head (``head_size``, or
+            less for partial rotary).
+        max_position (int): >= 1, the number of rows (``max_position_embeddings``).
+        base (float): ``rope_theta``, > 0 (default 10000).
+        rope_scaling (dict | None): None or ``{"rope_type": "default"}`` (unscaled); ``{"rope_type":
+            "linear", "factor": f}``; ``{"rope_type": "llama3", "factor", "low_freq_factor",
+            "high_freq_factor", "original_max_position_embeddings"}`` (Llama 3.1). ``"type"`` is accepted
+            for ``"rope_type"``; other keys are ignored.
+        dtype (mindspore.dtype | numpy dtype | str): float32 (default, recommended: the kernels compute in
+            fp32), float16 or bfloat16, e.g. ``ms.float32``, ``np.float16`` or ``"bfloat16"``.
 
     Returns:
         Tensor: ``[max_position, rotary_dim]`` of ``dtype``.
 
     Raises:
-        ValueError: ``rotary_dim`` odd or < 2; ``max_position`` < 1; non-positive/non-finite
-            ``base`` or scaling factors; unknown ``rope_type``; a missing scaling key;
-            ``high_freq_factor <= low_freq_factor``; a ``dtype`` other than float32/float16/bfloat16.
-        TypeError: ``rotary_dim`` or ``max_position`` not an int (``8.0``, ``"8"``, a bool); ``base`` or a
-            scaling factor not a number (``"1e4"``); ``rope_scaling`` not None or a dict; ``dtype`` not a
-            mindspore dtype, numpy dtype or dtype name.
+        TypeError: ``rotary_dim`` / ``max_position`` not an int (``8.0``, ``"8"``, a bool); ``base`` or a
+            factor not a number; ``rope_scaling`` not None or a dict; ``dtype`` not a dtype or a name.
+        ValueError: ``rotary_dim`` odd or < 2; ``max_position`` < 1; a non-positive or non-finite base or
+            factor; an unknown ``rope_type`` or missing key; ``high_freq_factor <= low_freq_factor``; a dtype
+            other than float32, float16 and bfloat16.
     """
     dtype = _table_dtype(dtype)
     inv_freq = inv_freq_f64(rotary_dim, base, rope_scaling)

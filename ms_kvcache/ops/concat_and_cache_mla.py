@@ -5,22 +5,13 @@ from mindspore.ops.primitive import constexpr
 from ms_kvcache import _backend
 from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, graph_backend, prim_class
 from ms_kvcache._eager import EagerOp, Slots
-from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, OpSpec, TensorSpec, dtype_name, register
+from ms_kvcache._opspecs.copy import CONCAT_AND_CACHE_MLA as SPEC
+from ms_kvcache._spec import dtype_name
+from ms_kvcache.ops import _quant as Q
+from ms_kvcache.ops import concat_and_cache_mla_quant as _quant_op
 
 __all__ = ["concat_and_cache_mla", "SPEC"]
 
-SPEC = register(OpSpec(
-    name="concat_and_cache_mla",
-    op_type="MskvConcatAndCacheMla",
-    inputs=(
-        TensorSpec("kv_c", "T", (2,)),
-        TensorSpec("k_pe", "T", (2, 3)),
-        TensorSpec("kv_c_cache", "T", (3,), inplace=True),
-        TensorSpec("k_pe_cache", "T", (3,), inplace=True),
-        TensorSpec("slot_mapping", "S", (1,)),
-    ),
-    dtype_groups={"T": KV_DTYPES, "S": INDEX_DTYPES},
-))
 
 
 def _check_static(c_shape, c_dtype, p_shape, p_dtype, cc_shape, cc_dtype, pc_shape, pc_dtype, s_shape, s_dtype):
@@ -59,66 +50,41 @@ _TYPES_OP, _GRAPH_ARGS = 'concat_and_cache_mla', ('kv_c', 'k_pe', 'kv_c_cache', 
 
 def concat_and_cache_mla(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, *, kv_c_scale=None, k_pe_scale=None,
                          kv_c_offset=None, k_pe_offset=None, kv_c_scale_cache=None, k_pe_scale_cache=None):
-    """Write the MLA latent rows (``kv_c``) and rotary key rows (``k_pe``) of the first
-    ``len(slot_mapping)`` tokens into their paged caches, in place.
+    """Write the MLA latent rows (``kv_c``) and rotary key rows (``k_pe``) of the first ``len(slot_mapping)``
+    tokens into their paged caches, in place.
 
-    Follows vLLM's ``concat_and_cache_mla`` (DeepSeek V2/V3 multi-head latent attention), with the two
-    planes of :attr:`ms_kvcache.KVCacheFormat.MLA_KV` kept as two caches instead of one concatenated
-    ``[.., kv_lora_rank + rope_dim]`` tensor. Quantized (int8 / float8) caches: each plane has its own
-    scales; see the keyword arguments and docs/quantization.md (which FIA antiquant mode could read an
-    int8 MLA plane is not documented: torch_npu marks ``key_rope_antiquant_scale`` reserved).
+    vLLM ``concat_and_cache_mla`` (DeepSeek V2/V3 multi-head latent attention), with the two planes of
+    ``KVCacheFormat.MLA_KV`` kept as two caches. Errors: docs/ops-copy.md; quantized caches (each plane with
+    its own scales): docs/quantization.md.
 
     Args:
-        kv_c (Tensor): ``[T', kv_lora_rank]`` (e.g. 512); float16, bfloat16, float32 or int8.
-        k_pe (Tensor): ``[T', rope_dim]`` or ``[T', 1, rope_dim]`` (e.g. 64); same dtype as ``kv_c``.
-        kv_c_cache (Tensor | Parameter; a whole Parameter in a graph): ``[num_blocks, block_size, kv_lora_rank]``,
-            same dtype; contiguous. Written in place.
-        k_pe_cache (Tensor | Parameter; a whole Parameter in a graph): ``[num_blocks, block_size, rope_dim]``, same
-            dtype; contiguous. Written in place.
-        slot_mapping (Tensor): int32 or int64 ``[T]``, ``T <= T'``. Token ``t`` goes to block
-            ``slot // block_size``, row ``slot % block_size`` of both caches; ``slot < 0`` skips it;
-            rows ``T..T'-1`` are ignored.
-        kv_c_scale, k_pe_scale (Tensor | None): keyword only; static quantization into int8 / float8
-            caches (kv_c / k_pe float16, bfloat16 or float32): float32, shape ``[]`` (or ``[1]``) per
-            tensor or ``[kv_lora_rank]`` / ``[rope_dim]`` per channel, finite and > 0. Formulas as
-            :func:`ms_kvcache.reshape_and_cache`: int8 ``q = clamp(round_half_even(x / scale - offset),
-            -128, 127)``, read back as ``(q + offset) * scale``; float8 ``q = fp8(clamp(x / scale))``.
-        kv_c_offset, k_pe_offset (Tensor | None): keyword only; int8 only, float32 shaped like the
-            scale (both or neither).
-        kv_c_scale_cache, k_pe_scale_cache (Tensor | Parameter | None): keyword only; dynamic
-            per-token scales instead: float32 ``[num_blocks, block_size, 1]`` each (one scale per token
-            of the latent row, and one of the rope row), written in place with ``max|x| / 127`` (int8;
-            448 / 57344 for float8).
+        kv_c (Tensor): ``[T', kv_lora_rank]``, ``T' >= T``; float16, bfloat16, float32 or int8.
+        k_pe (Tensor): ``[T', rope_dim]`` or ``[T', 1, rope_dim]``; dtype of ``kv_c``.
+        kv_c_cache (Tensor | Parameter): ``[num_blocks, block_size, kv_lora_rank]``; dtype of ``kv_c``
+            (int8 / float8 when quantizing); contiguous; written in place (in a graph: a whole Parameter).
+        k_pe_cache (Tensor | Parameter): ``[num_blocks, block_size, rope_dim]``; as ``kv_c_cache`` (a whole
+            Parameter in a graph).
+        slot_mapping (Tensor): ``[T]`` int32 or int64; token ``t`` goes to block ``slot // block_size``, row
+            ``slot % block_size`` of both caches; ``slot < 0`` skips it; in a graph a slot given twice keeps the
+            later token's row on the cpu backend, fails the call on the sim backend and is undefined on ascend.
+        kv_c_scale, k_pe_scale (Tensor, keyword): static scales, float32 ``[]`` / ``[1]`` or
+            ``[kv_lora_rank]`` / ``[rope_dim]``, finite, > 0; kv_c / k_pe then float16, bfloat16 or float32.
+        kv_c_offset, k_pe_offset (Tensor, keyword): int8 caches only: float32 shaped like the scale; both or
+            neither.
+        kv_c_scale_cache, k_pe_scale_cache (Tensor | Parameter, keyword): dynamic scales instead: float32
+            ``[num_blocks, block_size, 1]`` each (one scale per token and plane); written in place.
 
     Returns:
-        None. Both caches are modified in place (no copy; in graph mode the write is ordered before
-        later reads of the caches in the same graph).
+        None: both caches (and the scale caches) are written in place; in a graph the write is ordered before
+        later reads of them.
 
     Raises:
-        TypeError: an argument is not a Tensor; dtypes differ between inputs and caches or are
-            unsupported; slot_mapping is not int32/int64.
-        ValueError: a rank or shape mismatch (kv_lora_rank / rope_dim / num_blocks / block_size between inputs and
-            caches, ``len(slot_mapping)`` > rows of kv_c or k_pe); a slot ``>= num_blocks * block_size`` or a
-            duplicated non-negative slot (PyNative only; in graph mode out-of-range slots are skipped, and a slot
-            given twice keeps the later token's row on the cpu backend, fails the call on the sim backend and is
-            undefined on ascend); a non-contiguous cache; the two caches the same tensor or sharing memory
-            (PyNative); a tensor the op only reads (kv_c, k_pe, slot_mapping, a scale or offset) sharing memory with a cache (PyNative; in a graph a RuntimeError at launch on cpu and sim, nothing written).
-            Quantized writes: missing / mis-shaped / non-float32 scales, scales <= 0 or not finite, offsets
-            not finite (PyNative; graph mode: RuntimeError below), offsets with float8, static and dynamic
-            arguments together, a cache dtype without a quantization rule; a float8 cache on sim / ascend
-            (TypeError: int8 only there).
-        TypeError (GRAPH_MODE / ``@ms.jit``, at compile time): ``kv_c_cache`` or ``k_pe_cache`` not a whole
-            Parameter (a slice, split or reshape of one, an op's result, a Tensor attribute or argument: MindSpore
-            would write a temporary copy); a Python list or numpy array where a Tensor is expected.
-        RuntimeError (GRAPH_MODE / ``@ms.jit``, at launch, cpu and sim): ``kv_c_cache`` and ``k_pe_cache`` sharing
-            memory (the same Parameter twice, two Parameters over one buffer); nothing is written. On the ascend
-            backend the kernel finds it instead and stops the launch (``AscendC::Trap()``, before any write):
-            MindSpore raises at the next stream sync with the AI Core exception, not this message (seen in the
-            emulation only). A kernel failure's message is in the exception text. Quantized writes: a static
-            scale of 0, < 0, NaN or inf or a NaN / inf offset: the cpu kernel fails the launch naming the
-            argument (``kv_c_scale`` ...), the AscendC kernels (sim, ascend) trap; nothing is written. On sim the
-            message reports rule TRAP, then "; cause: argument 'kv_c_scale': expected finite values > 0, got ... at
-            flat index ..." (the cpu kernel's check of the same inputs); on an NPU no reason.
+        TypeError: a non-Tensor argument; mixed or unsupported dtypes; a float8 cache on sim / ascend; in a
+            graph, a cache that is not a whole Parameter.
+        ValueError: a shape mismatch between inputs and caches; an invalid scale; in PyNative a slot out of
+            range or repeated, a non-contiguous cache, memory shared between a cache and another argument.
+        RuntimeError: in a graph, at launch: caches sharing memory or a bad scale value (cpu, sim; nothing
+            written), a kernel failure. Per mode and backend: docs/ops-copy.md, "Errors".
     """
     if _run_in_jit():  # @jit.cond: True
         check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(kv_c), F.typeof(k_pe), F.typeof(kv_c_cache),
@@ -139,9 +105,3 @@ def concat_and_cache_mla(kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping, *, kv
                                                         k_pe_scale_cache)
         _EAGER(_backend.get_backend(), (), kv_c, k_pe, kv_c_cache, k_pe_cache, slot_mapping)
     return None
-
-
-# quantized writes (routed to ms_kvcache/ops/concat_and_cache_mla_quant.py)
-from ms_kvcache.ops import _quant as Q  # noqa: E402
-from ms_kvcache.ops import concat_and_cache_mla_quant as _quant_op  # noqa: E402
-

@@ -12,33 +12,13 @@ from mindspore.ops.primitive import constexpr
 from ms_kvcache import _backend
 from ms_kvcache._custom import _get_cache_prim, _run_in_jit, graph_backend
 from ms_kvcache._eager import EagerOp
-from ms_kvcache._spec import FLOAT_DTYPES, INDEX_DTYPES, QUANT_CACHE_DTYPES, AttrSpec, OpSpec, TensorSpec, register
+from ms_kvcache._opspecs.quant import CONCAT_AND_CACHE_MLA_QUANT as SPEC
 from ms_kvcache.ops import _quant as Q
 
 __all__ = ["concat_and_cache_mla_quant", "SPEC", "check_mla_quant"]
 
 _OP = "concat_and_cache_mla"
 
-SPEC = register(OpSpec(
-    name="concat_and_cache_mla_quant",
-    op_type="MskvConcatAndCacheMlaQuant",
-    inputs=(
-        TensorSpec("kv_c", "T", (2,)),
-        TensorSpec("k_pe", "T", (2, 3)),
-        TensorSpec("kv_c_cache", "Q", (3,), inplace=True),
-        TensorSpec("k_pe_cache", "Q", (3,), inplace=True),
-        TensorSpec("slot_mapping", "S", (1,)),
-        TensorSpec("kv_c_scale", "F", (0, 1), optional=True),
-        TensorSpec("k_pe_scale", "F", (0, 1), optional=True),
-        TensorSpec("kv_c_offset", "F", (0, 1), optional=True),
-        TensorSpec("k_pe_offset", "F", (0, 1), optional=True),
-        TensorSpec("kv_c_scale_cache", "F", (3,), optional=True, inplace_if=("quant_mode", "dynamic")),
-        TensorSpec("k_pe_scale_cache", "F", (3,), optional=True, inplace_if=("quant_mode", "dynamic")),
-    ),
-    dtype_groups={"T": FLOAT_DTYPES, "Q": QUANT_CACHE_DTYPES, "S": INDEX_DTYPES, "F": ("float32",)},
-    attrs=(AttrSpec("quant_mode", "str", "static", Q.MODES, Q.MODE_CODES),),
-    doc="concat_and_cache_mla quantizing float kv_c / k_pe into int8 / float8 caches (static or dynamic scales).",
-))
 
 
 def check_mla_quant(op, quant_mode, cc_shape, cc_dtype, pc_shape, pc_dtype, scales):

@@ -31,8 +31,9 @@ from ms_kvcache import _backend
 from ms_kvcache import _validate as V
 from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, graph_backend, prim_class
 from ms_kvcache._eager import BlockPairs, EagerOp
-from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, OpSpec, TensorSpec, dtype_name, register
-from ms_kvcache.ops.swap_blocks import BLOCK_CACHE_RANKS, check_block_mapping_shape
+from ms_kvcache._opspecs.copy import COPY_BLOCKS
+from ms_kvcache._spec import KV_DTYPES, attach_checks, dtype_name
+from ms_kvcache.ops._kv_shapes import BLOCK_CACHE_RANKS, check_block_mapping_shape
 
 __all__ = ["copy_blocks", "SPEC"]
 
@@ -52,17 +53,7 @@ def _infer_dtype(_attrs, k_dtypes, v_dtypes, _m_dtype):
     return ms.int32
 
 
-SPEC = register(OpSpec(
-    name="copy_blocks",
-    op_type="MskvCopyBlocks",
-    inputs=(
-        TensorSpec("key_caches", "T", BLOCK_CACHE_RANKS, inplace=True, dynamic=True),
-        TensorSpec("value_caches", "T", BLOCK_CACHE_RANKS, inplace=True, dynamic=True),
-        TensorSpec("block_mapping", "S", (2,)),
-    ),
-    dtype_groups={"T": KV_DTYPES, "S": INDEX_DTYPES},
-    extra={"infer_shape": _infer_shape, "infer_dtype": _infer_dtype},
-))
+SPEC = attach_checks(COPY_BLOCKS, infer_shape=_infer_shape, infer_dtype=_infer_dtype)
 
 
 def _check_counts(num_keys, num_values, m_shape, m_dtype):
@@ -134,45 +125,33 @@ _EAGER = EagerOp(SPEC, _check_static, index_checks=(BlockPairs("block_mapping", 
 _TYPES_OP, _GRAPH_ARGS = 'copy_blocks', ('key_caches[]', 'value_caches[]', 'block_mapping')
 
 def copy_blocks(key_caches, value_caches, block_mapping):
-    """Copy block ``src`` to block ``dst`` in every layer's key and value cache, in place, for each row
-    ``(src, dst)`` of ``block_mapping``, with one kernel launch for all layers.
+    """Copy block ``src`` to block ``dst`` of every layer's key and value cache, in place, for each row
+    ``(src, dst)`` of ``block_mapping``, in one kernel launch for all layers.
 
-    Follows vLLM's ``copy_blocks`` (copy-on-write of blocks shared by forked sequences / beam search),
-    except that overlapping rows are defined: rows are applied in order (see the module docstring).
+    vLLM ``copy_blocks`` (copy-on-write of blocks shared by forked sequences), except that overlapping rows
+    are defined: they apply in order, as a Python loop over them would (docs/ops-copy.md, "Semantics").
 
     Args:
-        key_caches (list | tuple of Tensor/Parameter): L caches, one per layer, each
-            ``[num_blocks, *block_shape]`` (any layout; a block is everything after dim 0), float16,
-            bfloat16, float32 or int8; all 2L caches (keys and values) share one shape and dtype; each
-            contiguous and a distinct tensor. Written in place. In graph mode each must be a whole
-            Parameter: pass a ``ParameterTuple`` attribute of the Cell (or a list built inside ``@ms.jit``
-            from Parameters).
-        value_caches (list | tuple of Tensor/Parameter): L caches, same rules (a whole Parameter each in a
-            graph). Written in place.
-        block_mapping (Tensor): int32 or int64 ``[n, 2]``, rows ``(src, dst)`` with
-            ``0 <= src, dst < num_blocks``. ``n = 0`` and ``L = 0`` are no-ops.
+        key_caches (list | tuple of Tensor or Parameter): L caches, one per layer, each
+            ``[num_blocks, *block_shape]`` (any layout: a block is everything after dim 0; rank 2 to 6); float16,
+            bfloat16, float32 or int8; contiguous, distinct; written in place. In a graph each a whole Parameter: a
+            ``ParameterTuple`` attribute of the Cell (or a list built in ``@ms.jit``).
+        value_caches (list | tuple of Tensor or Parameter): L caches, shape and dtype of ``key_caches[0]``; written
+            in place (in a graph each a whole Parameter).
+        block_mapping (Tensor): ``[n, 2]`` int32 or int64, rows ``(src, dst)`` with ``0 <= src, dst <
+            num_blocks``. ``n = 0`` and ``L = 0`` are no-ops.
 
     Returns:
-        None. The caches are modified in place (no copy; in graph mode the writes are ordered before
-        later reads of the caches in the same graph).
+        None: the caches are written in place; in a graph the writes are ordered before later reads of them.
 
     Raises:
-        TypeError: key_caches/value_caches is not a list or tuple, an element or block_mapping is not a
-            Tensor, cache dtypes differ or are unsupported, block_mapping is not int32/int64.
-        ValueError: different numbers of key and value caches; a cache rank outside 2..6 or a shape
-            different from ``key_caches[0]``; block_mapping not ``[n, 2]``; a block id outside
-            ``[0, num_blocks)`` (PyNative only; in graph mode such rows are skipped); a non-contiguous
-            cache; the same tensor passed twice, or two caches sharing memory (views of one storage)
-            (PyNative); ``block_mapping`` sharing memory with a cache (PyNative; a RuntimeError at launch in a
-            graph on cpu and sim).
-        TypeError (GRAPH_MODE / ``@ms.jit``, at compile time): a cache not a whole Parameter (a
-            slice, split or reshape of one, an op's result, a Tensor attribute or argument: MindSpore would
-            write a temporary copy); a Python list or numpy array where a Tensor is expected.
-        RuntimeError (GRAPH_MODE / ``@ms.jit``, at launch, cpu and sim): two caches sharing memory (the
-            same Parameter twice, two Parameters over one buffer); nothing is written. On the ascend
-            backend the kernel finds it instead and stops the launch (``AscendC::Trap()``, before any
-            write): MindSpore raises at the next stream sync with the AI Core exception, not this
-            message (seen in the emulation only). A kernel failure's message is in the exception text.
+        TypeError: caches not in a list or tuple; a non-Tensor element; mixed or unsupported dtypes; in a
+            graph, a cache that is not a whole Parameter.
+        ValueError: different numbers of key and value caches; differing shapes; ``block_mapping`` not
+            ``[n, 2]``; in PyNative a block id out of range, a non-contiguous cache, memory shared between two
+            caches or between a cache and ``block_mapping``.
+        RuntimeError: in a graph, at launch: caches sharing memory (cpu, sim; nothing written), a kernel
+            failure. Per mode and backend: docs/ops-copy.md, "Errors".
     """
     if _run_in_jit():  # @jit.cond: True
         check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(key_caches), F.typeof(value_caches),

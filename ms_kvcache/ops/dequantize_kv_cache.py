@@ -51,48 +51,31 @@ def _f32(name, x):
 def dequantize_kv_cache(cache, *, scale=None, offset=None, scale_cache=None, cache_layout="BSND"):
     """Dequantize one int8 / float8 cache plane to float32: ``(q + offset) * scale``.
 
-    The inverse of the quantized writes (:func:`ms_kvcache.reshape_and_cache`,
-    :func:`ms_kvcache.concat_and_cache_mla` and the fused RoPE writers) and CANN's antiquant rule
-    (``AscendAntiQuant``), which ``fused_infer_attention_score`` applies with ``key_antiquant_scale`` /
-    ``key_antiquant_offset`` (in the mode, shape and dtype of docs/quantization.md, "Reading the cache
-    with fused_infer_attention_score"; not run on an NPU). Host computation through numpy (PyNative
-    only; a pipeline sync).
+    The inverse of the quantizing writes and CANN's antiquant rule (``AscendAntiQuant``, what
+    fused_infer_attention_score applies). Host computation through numpy (PyNative; a pipeline sync).
+    Shapes, values and the reading rules: docs/quantization.md, "Reading a cache back".
 
     Args:
-        cache (Tensor): the codes: int8, float8_e4m3fn or float8_e5m2. A GQA plane ``[num_blocks,
+        cache (Tensor): the codes, int8, float8_e4m3fn or float8_e5m2: a GQA plane ``[num_blocks,
             block_size, num_kv_heads, head_size]`` (BSND) / ``[num_blocks, num_kv_heads, block_size,
-            head_size]`` (BNSD), or an MLA plane ``[num_blocks, block_size, hidden]``. (For a merged
-            ``[2, ...]`` cache pass ``kv_cache[0]`` / ``kv_cache[1]``.)
-        scale (Tensor | None): keyword only; static scales, float32: ``[]`` / ``[1]`` per tensor,
-            ``[num_kv_heads]`` per head, ``[num_kv_heads, head_size]`` per channel (an MLA plane:
-            ``[]`` / ``[1]`` / ``[hidden]``) - the tensors given to the write; finite and > 0, as the
-            writes require (checked here too).
-        offset (Tensor | None): keyword only; int8 only, float32 shaped like ``scale``, finite. Default 0.
-        scale_cache (Tensor | None): keyword only; dynamic per-token scales instead of ``scale``: the
-            float32 scale cache the write filled, the plane's shape with head_size 1. A 4-d plane also
-            takes it without that last axis (``[num_blocks, block_size, num_kv_heads]`` /
-            ``[num_blocks, num_kv_heads, block_size]``, as the writes do); a 3-d MLA plane takes
-            ``[num_blocks, block_size, 1]`` only (the MLA writes' shape). Its values are not checked:
-            0 (a zero row, or a row never written of a zero-initialised scale cache) and inf (a row with
-            an infinite element) are what the writes store.
-        cache_layout (str): ``"BSND"`` (default) or ``"BNSD"``; where the head axis of a 4-d plane is. An NZ
-            cache: pass ``ms_kvcache.nz_to_nd(cache)`` reshaped to BSND.
-            A 3-d MLA plane has no head axis: the argument is validated but has no effect there.
+            head_size]`` (BNSD) or an MLA plane ``[num_blocks, block_size, hidden]`` (merged: ``kv_cache[0]``).
+        scale (Tensor, keyword): the static scales given to the write: float32 ``[]`` / ``[1]``,
+            ``[num_kv_heads]`` or ``[num_kv_heads, head_size]`` (MLA: ``[hidden]``); finite, > 0.
+        offset (Tensor, keyword): int8 only: float32 shaped like ``scale``, finite; default 0.
+        scale_cache (Tensor, keyword): dynamic scales instead: the float32 scale cache the write filled, the
+            plane's shape with head_size 1 (a 4-d plane: also without that axis); values not checked.
+        cache_layout (str, keyword): ``"BSND"`` (default) or ``"BNSD"``: where a 4-d plane's head axis is
+            (no effect on an MLA plane). An NZ cache: pass ``nz_to_nd(cache)`` reshaped to BSND.
 
     Returns:
-        Tensor: float32, shaped like ``cache``: ``(q + offset) * scale`` in float32 (numpy), so a
-        negative code times a scale of 0 is ``-0.0`` (IEEE), e.g. in a slot never written of a
-        zero-initialised scale cache. Slots never written hold whatever their codes and scales
-        dequantize to (0 for zero-initialised caches).
+        Tensor: float32, shaped like ``cache``.
 
     Raises:
-        TypeError: a non-Tensor argument, a cache dtype without a quantization rule, a scale / offset /
-            scale cache that is not float32, a float8 cache on MindSpore 2.7 (its ``Tensor.view`` takes no
-            dtype, so the codes cannot be read).
-        ValueError: neither or both of ``scale`` / ``scale_cache``, an offset with a float8 cache or
-            with ``scale_cache``, a shape that does not fit the plane (e.g. ``[num_blocks, block_size]``
-            for an MLA plane), a static scale that is 0, negative, NaN or inf, a NaN / inf offset, an
-            unknown ``cache_layout``.
+        TypeError: a non-Tensor argument; a cache dtype without a quantization rule; a scale, offset or scale
+            cache that is not float32; a float8 cache on MindSpore 2.7 (its codes cannot be read there).
+        ValueError: neither or both of ``scale`` / ``scale_cache``; an offset with a float8 cache or with
+            ``scale_cache``; a shape that does not fit the plane; a static scale that is 0, negative, NaN or
+            inf, a NaN / inf offset; an unknown ``cache_layout``.
     """
     _tensor("cache", cache)
     if cache_layout == "NZ":

@@ -16,7 +16,6 @@ Op interface (implemented by the cpu kernel ``cpu_kernel/multi_layer_block_trans
 See :mod:`ms_kvcache.ops._multi_layer` and docs/design.md ("Lists of tensors") for why the layers are
 a list input.
 """
-import numpy as np
 import mindspore as ms
 from mindspore import Tensor
 from mindspore.ops import functional as F
@@ -27,7 +26,8 @@ from ms_kvcache import _validate as V
 from ms_kvcache._custom import (_get_cache_prim, _run_in_jit, check_graph_types, eager_launcher, empty_input,
                                 empty_input_graph, graph_backend, nosync_checker, prim_class)
 from ms_kvcache._formats import KVCacheFormat
-from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, OpSpec, TensorSpec, register
+from ms_kvcache._opspecs.transfer import MULTI_LAYER_BLOCK_TRANSFER
+from ms_kvcache._spec import attach_checks
 from ms_kvcache.ops import _multi_layer as ML
 from ms_kvcache.ops import multi_layer_block_transfer_quant as _QB
 
@@ -75,61 +75,11 @@ def _default_layout(fmt, cache_layout, cache_shape=None):
     return "BNSD"
 
 
-def _host_plane_shape(fmt, n, plane, num_layers):
-    nb, bs, h, d = plane
-    if fmt in (KVCacheFormat.MERGED_KV, KVCacheFormat.SEPARATE_KV):
-        return (n, bs, num_layers, h, d)
-    return (n, bs, num_layers, h * d)
-
-
-def _check_shapes(attrs, ids_shape, staging_shape, host_shapes, cache_shapes, has_staging):
-    """Shape checks (eager and infer); returns (planes, n, staging elements needed per block)."""
-    fmt, layout, num_layers = attrs["kv_format"], attrs["cache_layout"], attrs["num_layers"]
-    planes_n = ML.planes_of(fmt)
-    if len(host_shapes) != planes_n:
-        raise ValueError(f"{_OP}: argument 'host_blocks': expected {planes_n} planes {ML.PLANE_NAMES[fmt]} for "
-                         f"{KVCacheFormat(fmt).name}, got {len(host_shapes)}")
-    planes = ML.cache_planes(_OP, fmt, layout, num_layers, cache_shapes)
-    if len(ids_shape) != 1:
-        raise ValueError(f"{_OP}: argument 'block_ids': expected rank 1, got shape {tuple(ids_shape)}")
-    n = int(ids_shape[0])
-    names = ML.PLANE_NAMES[fmt]
-    for p in range(planes_n):
-        expected = _host_plane_shape(fmt, n, planes[p], num_layers)
-        got = tuple(int(d) for d in host_shapes[p])
-        if layout == "NZ" and len(got) == 5 and got[:3] == expected[:3] and got[3] * got[4] == expected[3] * expected[4]:
-            continue  # NZ caches: the usual ND host blocks [n, bs, L, H, D], any H * D = the NZ hidden size
-        if layout == "NZ":
-            hid = expected[3] * expected[4]
-            raise ValueError(f"{_OP}: argument 'host_blocks[{p}]': expected the {names[p]} host blocks [n, block_size, "
-                             f"num_layers, num_kv_heads, head_size] = {expected[:3]} + (H, D) with H * D = {hid} (the "
-                             f"NZ caches' hidden size), got {got}")
-        if got != expected:
-            layout_txt = "[n, block_size, num_layers, num_kv_heads, head_size]" if len(expected) == 5 else \
-                "[n, block_size, num_layers, hidden]"
-            raise ValueError(f"{_OP}: argument 'host_blocks[{p}]': expected the {names[p]} host blocks "
-                             f"{layout_txt} = {expected} (n = len(block_ids), geometry of the caches read as "
-                             f"cache_layout={layout!r} - this op's default is BNSD for MERGED_KV / SEPARATE_KV, "
-                             f"pass cache_layout='BSND' for [num_blocks, block_size, num_kv_heads, head_size] caches "
-                             f"- num_layers = {num_layers}), got {got}")
-    per_block = sum(bs * num_layers * h * d for (_, bs, h, d) in planes)
-    if has_staging:
-        size = _numel(staging_shape)
-        if size < per_block:
-            raise ValueError(f"{_OP}: argument 'staging': expected at least one block of every plane, "
-                             f"block_size * num_layers * sum(hidden) = {per_block} elements, got {size} "
-                             f"(shape {tuple(staging_shape)})")
-    return planes, n, per_block
-
-
-def _numel(shape):
-    return int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
-
-
 def _infer_shape(attrs, ids_shape, staging_shape, host_shapes, cache_shapes):
     """Run in MindSpore's infer step: at graph compile time and at every ops.Custom PyNative call. An
     empty staging tensor stands for "no staging" (the wrapper passes one when ``staging`` is None)."""
-    _check_shapes(attrs, ids_shape, staging_shape, host_shapes, cache_shapes, _numel(staging_shape) > 0)
+    ML.check_block_shapes(_OP, attrs, ids_shape, staging_shape, host_shapes, cache_shapes,
+                          ML.numel(staging_shape) > 0)
     return [1]
 
 
@@ -144,28 +94,15 @@ def _infer_dtype(attrs, ids_dtype, staging_dtype, host_dtypes, cache_dtypes):
 
 def _check_static(attr_values, shapes, dtypes, has_staging):
     """Eager shape/dtype checks (memoised by the wrapper): shapes/dtypes of (block_ids, staging, host
-    planes, caches); returns what :func:`_check_shapes` returns."""
+    planes, caches); returns what ``_multi_layer.check_block_shapes`` returns."""
     attrs = SPEC.attr_values(attr_values)
     ids_d, st_d, host_d, cache_d = dtypes
     _infer_dtype(attrs, ids_d, st_d if has_staging else cache_d[0], host_d, cache_d)
     ML.check_nz_caches(_OP, attrs["kv_format"], attrs["cache_layout"], shapes[3], cache_d[0])
-    return _check_shapes(attrs, *shapes, has_staging)
+    return ML.check_block_shapes(_OP, attrs, *shapes, has_staging)
 
 
-SPEC = register(OpSpec(
-    name=_OP,
-    op_type="MskvMultiLayerBlockTransfer",
-    inputs=(
-        TensorSpec("block_ids", "S", (1,)),
-        TensorSpec("staging", "T", (1, 2, 3, 4, 5), inplace=True, optional=True),
-        TensorSpec("host_blocks", "T", (4, 5), dynamic=True, inplace_if=("direction", "d2h")),
-        TensorSpec("kv_caches", "T", (3, 4, 5), dynamic=True, inplace_if=("direction", "h2d")),
-    ),
-    dtype_groups={"T": KV_DTYPES, "S": INDEX_DTYPES},
-    attrs=ML.transfer_attrs("h2d", "BNSD"),
-    doc="Whole blocks of every layer between per-layer paged caches and token-major host blocks.",
-    extra={"infer_shape": _infer_shape, "infer_dtype": _infer_dtype},
-))
+SPEC = attach_checks(MULTI_LAYER_BLOCK_TRANSFER, infer_shape=_infer_shape, infer_dtype=_infer_dtype)
 
 
 _Prim = prim_class(SPEC)
@@ -199,93 +136,45 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
                                cache_layout=None, aiv_num=0, scale_caches=None, scale_host_blocks=None):
     """Move whole blocks of every layer between the paged caches and host blocks, in one call.
 
-    ``direction="h2d"`` copies host block ``i`` into device block ``block_ids[i]`` of every layer (load);
-    ``"d2h"`` copies device block ``block_ids[i]`` of every layer into host block ``i`` (offload). Host
-    blocks are token-major, one contiguous piece per block and plane, as offload stores keep them
-    (HeteroFusedKernels' pcieThrough layout, extended to many blocks and both directions).
+    ``direction="h2d"`` copies host block ``i`` into block ``block_ids[i]`` of every layer, ``"d2h"`` the
+    reverse. Host blocks are token-major, one piece per block and plane (pcieThrough's layout, many blocks,
+    both directions). Details: docs/ops-transfer.md.
 
     Args:
-        kv_caches (sequence): one entry per layer, as in :func:`multi_layer_kv_transfer` (MERGED_KV
-            tensor, ``(key_cache, value_cache)``, MLA ``(kv_c_cache, k_pe_cache)``, DSA adds
-            ``indexer_k_cache``), or the flat layer-major sequence. Device caches per layer are BNSD
-            ``[num_blocks, H, block_size, D]`` by default or BSND ``[num_blocks, block_size, H, D]``
-            (``cache_layout``); MLA/DSA planes ``[num_blocks, block_size, hidden]``. Written for ``"h2d"``
-            (in a graph then each a whole Parameter).
-        host_blocks (sequence of Tensor): one tensor per plane - ``(key_blocks, value_blocks)`` for
-            MERGED/SEPARATE, each ``[n, block_size, L, H, D]``; ``(kv_c_blocks [n, block_size, L,
-            kv_lora_rank], k_pe_blocks [n, block_size, L, rope_dim])`` for MLA, plus ``indexer_blocks
-            [n, block_size, L, index_head_dim]`` for DSA. Same dtype as the caches; contiguous; written
-            for ``"d2h"`` (in a graph then each a whole Parameter; a buffer from
-            :func:`ms_kvcache.alloc_host_buffer` is the usual choice).
-        block_ids (Tensor): int64 (or int32) ``[n]``, device block of each host block; n may be large.
-        direction (str): keyword-only, ``"h2d"`` or ``"d2h"``.
-        staging (Tensor, optional): a device buffer of the caches' dtype with at least
-            ``block_size * L * sum(hidden)`` elements (one block of every plane). When given, host blocks
-            go through it ("fused memcpy"): the AscendC kernel (sim, ascend) gives each core a slice of
-            the buffer, copies the host rows of up to a slice of (block, layer) units into it with large
-            strided copies, then scatters/gathers on device; without it the kernel reads/writes host
-            memory directly (zero-copy). Both give identical caches and host blocks on every backend. The
-            buffer is scratch: its dtype and size are checked on every backend, its contents after the call
-            are unspecified. The cpu backend (host memory is its device memory, so staging buys nothing)
-            checks it and runs the zero-copy path. See docs/ops-transfer.md, "AscendC kernels". Written
-            (scratch), so in a graph a whole Parameter.
-        kv_format (KVCacheFormat | int | str, optional): a ``KVCacheFormat`` member, its int value (1-4)
-            or a string in any case, the member name or its short form (``"MERGED_KV"`` / ``"merged"``,
-            ``"SEPARATE_KV"`` / ``"separate"``, ``"MLA_KV"`` / ``"mla"``, ``"DSA_KV"`` / ``"dsa"``);
-            inferred when None: 3 host planes -> DSA_KV,
-            rank-4 host planes -> MLA_KV, rank-5 host planes -> MERGED_KV if the caches are rank 5 else
-            SEPARATE_KV.
-        cache_layout (str, optional): ``"BNSD"`` (the default for MERGED/SEPARATE, as pcieThrough), ``"BSND"`` or
-            ``"NZ"`` (``[num_blocks, H*D // C0, block_size, C0]``, host blocks still ND; docs/ops-transfer.md); MLA/DSA caches have no head axis and only take ``"BSND"`` (their default). Note the
-            other ops default to BSND: pass ``cache_layout="BSND"`` for caches written by
-            ``reshape_and_cache`` with its default. Without ``cache_layout``, MERGED/SEPARATE caches with
-            num_kv_heads == block_size raise ValueError (the layout cannot be told from the shape).
-        aiv_num (int): keyword-only cap on the vector cores (AIV) the AscendC kernel uses (sim, ascend),
-            like pcieThrough's ``aivNum`` (leave cores to concurrent compute); on the cpu backend a cap on
-            threads. 0 (default) = all.
-        scale_caches (sequence, optional): keyword-only; the float32 scale caches of int8 / float8
-            ``kv_caches``, one per layer and data plane, nested or flat as in
-            :func:`multi_layer_kv_transfer` (MERGED_KV / SEPARATE_KV ``(k_scale_cache, v_scale_cache)``
-            ``[nb, H, bs(, 1)]`` BNSD / ``[nb, bs, H(, 1)]`` BSND; MLA / DSA one ``[nb, bs, 1]`` per plane),
-            moved in the same call. Written for ``"h2d"``. Needs ``scale_host_blocks``.
-        scale_host_blocks (sequence of Tensor, optional): keyword-only; the scales' host blocks, one
-            float32 tensor per data plane, token-major like ``host_blocks``: ``[n, block_size, L, H]``
-            (MLA / DSA ``[n, block_size, L, 1]``). Written for ``"d2h"``. With scales a ``staging`` buffer
-            must hold ``block_size * L * (sum(hidden) + 4 * sum(scales))`` one-byte elements (one block of
-            every data and scale plane). Every backend: cpu (int8 and float8), sim / ascend (the AscendC
-            kernel of ``op_kernel/multi_layer_block_transfer_quant.cpp``: int8 caches; on Ascend310P only
-            where every data and scale row is a multiple of 32 bytes, i.e. BSND with H a multiple of 8, else
-            a tiling error naming the SoC).
+        kv_caches (sequence): one entry per layer as for :func:`multi_layer_kv_transfer`, or flat: BNSD
+            ``[num_blocks, H, block_size, D]`` (default) or BSND; MLA / DSA ``[num_blocks, block_size, hidden]``;
+            contiguous; written for ``"h2d"`` (in a graph each a whole Parameter).
+        host_blocks (sequence of Tensor): one per plane: ``[n, block_size, L, H, D]`` (MERGED_KV / SEPARATE_KV) or
+            ``[n, block_size, L, hidden]`` (MLA_KV / DSA_KV); dtype of the caches; contiguous; written for ``"d2h"``
+            (in a graph each a whole Parameter).
+        block_ids (Tensor): ``[n]`` int64 or int32, the cache block of each host block.
+        direction (str, keyword): ``"h2d"`` or ``"d2h"``.
+        staging (Tensor, keyword): optional device scratch of the caches' dtype, at least
+            ``block_size * L * sum(hidden)`` elements; the AscendC kernels copy through it; written (a whole
+            Parameter in a graph).
+        kv_format (KVCacheFormat | int | str, keyword): as for :func:`multi_layer_kv_transfer`; None (default):
+            inferred from the number and rank of the host planes.
+        cache_layout (str, keyword): ``"BNSD"`` (default for MERGED_KV / SEPARATE_KV), ``"BSND"`` or ``"NZ"``
+            (host blocks still ND; docs/ops-transfer.md) (MLA_KV / DSA_KV: only BSND); needed when num_kv_heads ==
+            block_size.
+        aiv_num (int, keyword): cap on the vector cores (sim, ascend) or threads (cpu); 0 (default) = all.
+        scale_caches (sequence, keyword): int8 / float8 caches only: their float32 scale caches, as for
+            :func:`multi_layer_kv_transfer`; written for ``"h2d"``; needs ``scale_host_blocks``.
+        scale_host_blocks (sequence of Tensor, keyword): float32 ``[n, block_size, L, H]`` per data plane
+            (MLA / DSA: ``[n, block_size, L, 1]``); written for ``"d2h"``.
 
     Returns:
-        None. Host blocks (d2h) or caches (h2d) are written in place, without copies, in PyNative,
-        GRAPH_MODE and ``@ms.jit``, ordered against other reads/writes of the same Parameters.
+        None: the host blocks (d2h) or the caches (h2d), and ``staging``, are written in place; in a graph
+        ordered against other reads and writes of them.
 
     Raises:
-        TypeError: non-Tensor arguments; dtypes differing between layers, planes, host blocks and staging;
-            block_ids not int32/int64; scale caches with caches that are not int8 / float8, or scale caches /
-            scale host blocks that are not float32.
-        TypeError: float8 caches with scale caches on sim / ascend (int8 there).
-        ValueError: only one of ``scale_caches`` / ``scale_host_blocks``; scale caches missing for a layer or
-            plane, or of shapes that do not match the caches or the host blocks; unknown ``direction``/``kv_format``/``cache_layout``; ``aiv_num`` not an int >= 0;
-            shapes differing between layers;
-            host blocks whose shape does not match (``n``, block_size, layer count, heads, head size);
-            a staging buffer smaller than one block; a block id outside ``[0, num_blocks)`` or (h2d) a
-            repeated id (PyNative only: in graph mode such ids are skipped by h2d and give zero host
-            blocks in d2h, never a write outside a cache); a non-contiguous tensor that would be written, or
-            (without the PyNative fast path, where ops.Custom would write into a copy) a view; a written
-            tensor sharing memory with another one or with a tensor the op reads (the caches or host blocks of
-            the other direction, ``block_ids``) (PyNative).
-        TypeError (GRAPH_MODE / ``@ms.jit``, at compile time): a written tensor (host blocks for d2h, caches for
-            h2d, ``staging``) not a whole Parameter (a slice, split or reshape of one, an op's result, a Tensor
-            attribute or argument: MindSpore would write a temporary copy); a Python list or numpy array where a
-            Tensor is expected.
-        RuntimeError (GRAPH_MODE / ``@ms.jit``, at launch, cpu and sim): a written tensor sharing memory (the same
-            Parameter twice, two Parameters over one buffer), or a written tensor over one the call reads (e.g.
-            ``staging`` over a cache); nothing is written. On the ascend backend the kernel finds it instead and
-            stops the launch (``AscendC::Trap()``, before any write): MindSpore raises at the next stream sync with
-            the AI Core exception, not this message (seen in the emulation only). A kernel failure's message is in
-            the exception text.
+        TypeError: a non-Tensor argument; mixed or unsupported dtypes; in a graph, a written tensor that is not
+            a whole Parameter.
+        ValueError: shapes that do not match (host blocks, layers, staging smaller than one block), only one of
+            the scale arguments, unknown names; in PyNative a block id out of range or repeated (h2d), memory
+            shared between a written tensor and another argument.
+        RuntimeError: in a graph, at launch: written tensors sharing memory (cpu, sim), a kernel failure. Per
+            mode and backend: docs/ops-transfer.md, "Errors".
     """
     if _run_in_jit():  # @jit.cond: True
         check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(kv_caches), F.typeof(host_blocks), F.typeof(block_ids),

@@ -21,7 +21,6 @@ the kernel of multi_layer_block_transfer moving every plane as bytes) int8 cache
 Ascend310P where every row is a multiple of 32 bytes (BSND scale rows of ``4 * H`` bytes with H a multiple of 8).
 float8 caches: cpu only.
 """
-import numpy as np
 import mindspore as ms
 from mindspore.ops import functional as F
 from mindspore.ops.primitive import constexpr
@@ -31,7 +30,8 @@ from ms_kvcache import _validate as V
 from ms_kvcache._custom import (_get_cache_prim, check_graph_types, eager_launcher, empty_input, empty_input_graph,
                                 graph_backend, nosync_checker)
 from ms_kvcache._formats import KVCacheFormat
-from ms_kvcache._spec import INDEX_DTYPES, QUANT_CACHE_DTYPES, OpSpec, TensorSpec, register
+from ms_kvcache._opspecs.quant import MULTI_LAYER_BLOCK_TRANSFER_QUANT
+from ms_kvcache._spec import QUANT_CACHE_DTYPES, attach_checks
 from ms_kvcache.ops import _multi_layer as ML
 
 __all__ = ["SPEC", "transfer_quant", "transfer_quant_graph", "check_pair", "graph_pair_error"]
@@ -39,16 +39,10 @@ __all__ = ["SPEC", "transfer_quant", "transfer_quant_graph", "check_pair", "grap
 _OP = "multi_layer_block_transfer"
 
 
-def _numel(shape):
-    return int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
-
-
 def _check_shapes(attrs, ids_shape, staging_shape, host_shapes, cache_shapes, shost_shapes, scale_shapes,
                   has_staging):
-    from ms_kvcache.ops.multi_layer_block_transfer import _check_shapes as check_data
-
     fmt, layout, num_layers = attrs["kv_format"], attrs["cache_layout"], attrs["num_layers"]
-    planes, n, per_block = check_data(attrs, ids_shape, staging_shape, host_shapes, cache_shapes, False)
+    planes, n, per_block = ML.check_block_shapes(_OP, attrs, ids_shape, staging_shape, host_shapes, cache_shapes, False)
     scales = ML.scale_planes(_OP, fmt, layout, num_layers, planes, scale_shapes)
     P = ML.planes_of(fmt)
     if len(shost_shapes) != P:
@@ -63,7 +57,7 @@ def _check_shapes(attrs, ids_shape, staging_shape, host_shapes, cache_shapes, sh
                              f"{expected}, got {got}")
     per_block += ML.SCALE_BYTES * sum(planes[p][1] * num_layers * scales[p] for p in range(P))
     if has_staging:
-        size = _numel(staging_shape)
+        size = ML.numel(staging_shape)
         if size < per_block:
             raise ValueError(f"{_OP}: argument 'staging': expected at least one block of every data and scale "
                              f"plane, block_size * num_layers * (sum(hidden) + 4 * sum(scales)) = {per_block} "
@@ -73,7 +67,7 @@ def _check_shapes(attrs, ids_shape, staging_shape, host_shapes, cache_shapes, sh
 
 def _infer_shape(attrs, ids_shape, staging_shape, host_shapes, cache_shapes, shost_shapes, scale_shapes):
     _check_shapes(attrs, ids_shape, staging_shape, host_shapes, cache_shapes, shost_shapes, scale_shapes,
-                  _numel(staging_shape) > 0)
+                  ML.numel(staging_shape) > 0)
     return [1]
 
 
@@ -99,22 +93,7 @@ def _check_static(attr_values, shapes, dtypes, has_staging):
     return _check_shapes(attrs, *shapes, has_staging)
 
 
-SPEC = register(OpSpec(
-    name="multi_layer_block_transfer_quant",
-    op_type="MskvMultiLayerBlockTransferQuant",
-    inputs=(
-        TensorSpec("block_ids", "S", (1,)),
-        TensorSpec("staging", "Q", (1, 2, 3, 4, 5), inplace=True, optional=True),
-        TensorSpec("host_blocks", "Q", (4, 5), dynamic=True, inplace_if=("direction", "d2h")),
-        TensorSpec("kv_caches", "Q", (3, 4, 5), dynamic=True, inplace_if=("direction", "h2d")),
-        TensorSpec("scale_host_blocks", "F", (4,), dynamic=True, inplace_if=("direction", "d2h")),
-        TensorSpec("scale_caches", "F", (3, 4), dynamic=True, inplace_if=("direction", "h2d")),
-    ),
-    dtype_groups={"Q": QUANT_CACHE_DTYPES, "S": INDEX_DTYPES, "F": ("float32",)},
-    attrs=ML.transfer_attrs("h2d", "BNSD"),
-    doc="multi_layer_block_transfer of int8 / float8 caches with their float32 scale caches and host blocks.",
-    extra={"infer_shape": _infer_shape, "infer_dtype": _infer_dtype},
-))
+SPEC = attach_checks(MULTI_LAYER_BLOCK_TRANSFER_QUANT, infer_shape=_infer_shape, infer_dtype=_infer_dtype)
 
 _Prim = ML.public_prim(SPEC, _OP)  # graph-mode messages name the public op
 _STATIC = {}

@@ -26,7 +26,8 @@ from ms_kvcache import _validate as V
 from ms_kvcache._custom import (_get_cache_prim, _run_in_jit, check_graph_types, eager_launcher, graph_backend,
                                 nosync_checker, prim_class)
 from ms_kvcache._formats import KVCacheFormat
-from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, OpSpec, TensorSpec, register
+from ms_kvcache._opspecs.transfer import MULTI_LAYER_KV_TRANSFER
+from ms_kvcache._spec import attach_checks
 from ms_kvcache.ops import _multi_layer as ML
 from ms_kvcache.ops import multi_layer_kv_transfer_quant as _QT
 
@@ -108,31 +109,27 @@ def transfer_buffer_shape(kv_format, num_layers, num_tokens, hidden_sizes, *, sc
     """Shape of the contiguous buffer of :func:`multi_layer_kv_transfer`.
 
     Args:
-        kv_format (KVCacheFormat | int | str): the cache format: a ``KVCacheFormat`` member, its int
-            value (1-4) or a string in any case, the member name or its short form: ``"MERGED_KV"`` /
-            ``"merged"``, ``"SEPARATE_KV"`` / ``"separate"``, ``"MLA_KV"`` / ``"mla"``, ``"DSA_KV"`` /
-            ``"dsa"``.
+        kv_format (KVCacheFormat | int | str): a ``KVCacheFormat`` member, its int value (1-4) or its name in
+            any case, long or short (``"SEPARATE_KV"`` / ``"separate"``, ``"mla"``, ...).
         num_layers (int): L >= 1.
         num_tokens (int): T >= 0 (``len(slot_mapping)``).
-        hidden_sizes: elements of one token row of one layer, per plane. MERGED_KV / SEPARATE_KV:
-            ``num_kv_heads * head_size`` (an int; a pair of equal ints is accepted). MLA_KV:
-            ``(kv_lora_rank, rope_dim)``, e.g. ``(512, 64)``. DSA_KV: ``(kv_lora_rank, rope_dim,
-            index_head_dim)``, e.g. ``(512, 64, 128)``.
-        scale_sizes: keyword-only; for the buffer of a transfer with ``scale_caches`` (int8 / float8
-            caches): float32 scales per token row of each plane, ``num_kv_heads`` for MERGED_KV /
-            SEPARATE_KV, ``1`` for MLA_KV / DSA_KV (an int for every plane or one int per plane).
-            None (default): no scales.
+        hidden_sizes (int | tuple of int): elements of one token row of one layer, per plane: MERGED_KV /
+            SEPARATE_KV ``num_kv_heads * head_size`` (a pair of equal ints is accepted); MLA_KV
+            ``(kv_lora_rank, rope_dim)``, e.g. ``(512, 64)``; DSA_KV ``(kv_lora_rank, rope_dim,
+            index_head_dim)``.
+        scale_sizes (int | tuple of int, keyword): for a transfer with ``scale_caches``: float32 scales per
+            token row of each plane, ``num_kv_heads`` (MERGED_KV / SEPARATE_KV) or 1 (MLA_KV / DSA_KV), one
+            int for every plane or one per plane. None (default): no scales.
 
     Returns:
-        tuple: ``(2, L, T, H*D)`` for MERGED/SEPARATE (plane, layer, token, hidden); for MLA/DSA the
-        planes ``[L, T, hidden_p]`` are stored one after another, plane-major, in a 1-D buffer of
-        ``L * T * sum(hidden_sizes)`` elements. With ``scale_sizes`` (every format): a 1-D buffer of
-        one-byte elements, ``L * T * (sum(hidden_sizes) + 4 * sum(scale_sizes))``: the data planes as
-        above (plane-major ``[L, T, hidden_p]``), then the scale planes ``[L, T, scale_p]`` float32
-        (4 bytes each, machine byte order), plane after plane.
+        tuple of int: ``(2, L, T, H * D)`` for MERGED_KV / SEPARATE_KV (plane, layer, token, row); for MLA_KV /
+        DSA_KV ``(L * T * sum(hidden_sizes),)``, the planes ``[L, T, hidden_p]`` one after another. With
+        ``scale_sizes`` (every format): ``(L * T * (sum(hidden_sizes) + 4 * sum(scale_sizes)),)`` one-byte
+        elements: the data planes as above, then the scale planes ``[L, T, scale_p]`` as float32 bytes
+        (machine byte order), plane after plane.
 
     Raises:
-        ValueError: unknown ``kv_format``, non-positive sizes, or ``hidden_sizes`` of the wrong form.
+        ValueError: an unknown ``kv_format``, non-positive sizes, or ``hidden_sizes`` of the wrong form.
     """
     op = "transfer_buffer_shape"
     fmt = ML.format_code(op, kv_format)
@@ -183,19 +180,7 @@ def _check_static(attr_values, buffer_shape, buffer_dtype, slot_shape, slot_dtyp
     return _check_shapes(attrs, buffer_shape, slot_shape, cache_shapes)
 
 
-SPEC = register(OpSpec(
-    name=_OP,
-    op_type="MskvMultiLayerKvTransfer",
-    inputs=(
-        TensorSpec("buffer", "T", (1, 4), inplace_if=("direction", "d2h")),
-        TensorSpec("slot_mapping", "S", (1,)),
-        TensorSpec("kv_caches", "T", (3, 4, 5), dynamic=True, inplace_if=("direction", "h2d")),
-    ),
-    dtype_groups={"T": KV_DTYPES, "S": INDEX_DTYPES},
-    attrs=ML.transfer_attrs("d2h", "BSND"),
-    doc="All layers' K/V rows of T tokens between paged caches and one contiguous buffer.",
-    extra={"infer_shape": _infer_shape, "infer_dtype": _infer_dtype},
-))
+SPEC = attach_checks(MULTI_LAYER_KV_TRANSFER, infer_shape=_infer_shape, infer_dtype=_infer_dtype)
 
 _Prim = prim_class(SPEC)
 _STATIC = {}
@@ -223,88 +208,45 @@ def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direc
                             scale_caches=None):
     """Move the K/V rows of T tokens of every layer between the paged caches and one buffer, in one call.
 
-    ``direction="d2h"`` gathers cache rows into ``buffer`` (offload); ``"h2d"`` scatters ``buffer`` rows
-    into the caches (load). Follows LMCache's multi-layer KV transfer ("KV_2LTD" buffer, one launch for
-    all layers) with vLLM's slot convention (``slot = block * block_size + offset``, ``slot < 0`` skips).
+    ``direction="d2h"`` gathers cache rows into ``buffer`` (offload), ``"h2d"`` scatters them back (load).
+    LMCache's multi-layer transfer ("KV_2LTD" buffer, one launch for all layers) with vLLM's slots.
+    Formats, buffer layouts, scale caches and errors: docs/ops-transfer.md.
 
     Args:
-        buffer (Tensor): shape ``transfer_buffer_shape(kv_format, L, T, hidden_sizes)``: ``[2, L, T, H*D]``
-            for MERGED_KV / SEPARATE_KV (plane, layer, token, row); for MLA_KV / DSA_KV a 1-D buffer
-            holding the planes ``[L, T, hidden_p]`` one after another (kv_c, then k_pe, then the DSA
-            indexer keys). Same dtype as the caches; contiguous. Written in place for ``"d2h"`` (in a
-            graph then a whole Parameter, e.g. ``p.set_data(host_buffer)``); a host buffer from
-            :func:`ms_kvcache.alloc_host_buffer` is the usual choice.
-        kv_caches (sequence): one entry per layer (L >= 1), every layer of the same shapes and dtype:
-
-            - MERGED_KV: the layer's ``[2, num_blocks, block_size, H, D]`` tensor (BSND) or
-              ``[2, num_blocks, H, block_size, D]`` (BNSD);
-            - SEPARATE_KV: ``(key_cache, value_cache)``, each ``[num_blocks, block_size, H, D]`` (BSND) or
-              ``[num_blocks, H, block_size, D]`` (BNSD);
-            - MLA_KV: ``(kv_c_cache [nb, bs, kv_lora_rank], k_pe_cache [nb, bs, rope_dim])``;
-            - DSA_KV: MLA's planes plus ``indexer_k_cache [nb, bs, index_head_dim]``
-              (MLA/DSA planes may also be ``[nb, bs, 1, hidden]``).
-
-            A flat sequence of ``L * planes`` tensors in the same layer-major order
-            (``k0, v0, k1, v1, ...``; e.g. one ``ParameterTuple``) is accepted too and compiles fastest in
-            graph mode. dtype float16, bfloat16, float32 or int8; contiguous; written in place for ``"h2d"``
-            (in a graph each then a whole Parameter).
-        slot_mapping (Tensor): int32/int64 ``[T]``: token ``t`` is cache row ``slot_mapping[t]``.
-            ``slot < 0``: d2h writes a zero row to the buffer, h2d skips the token.
-        kv_format (KVCacheFormat | int | str): keyword-only; a ``KVCacheFormat`` member, its int value
-            (1-4) or a string in any case, the member name or its short form (``"SEPARATE_KV"`` /
-            ``"separate"``, ``"MERGED_KV"`` / ``"merged"``, ``"MLA_KV"`` / ``"mla"``, ``"DSA_KV"`` /
-            ``"dsa"``).
-        direction (str): keyword-only, ``"d2h"`` (caches -> buffer) or ``"h2d"`` (buffer -> caches).
-        cache_layout (str): ``"BSND"`` (default), ``"BNSD"`` or ``"NZ"`` (MERGED/SEPARATE only; NZ caches
-            ``[num_blocks, H*D // C0, block_size, C0]`` with the same ND buffer; docs/ops-transfer.md).
-        aiv_num (int): keyword-only cap on the vector cores (AIV) the AscendC kernel uses (sim, ascend),
-            e.g. to leave cores to concurrent compute as pcieThrough's ``aivNum``; on the cpu backend a cap
-            on threads. 0 (default) = all.
-        scale_caches (sequence, optional): keyword-only; the float32 scale caches of int8 / float8
-            ``kv_caches`` (the dynamic per-token scale caches of the quantized writes,
-            docs/quantization.md), moved in the same call: one entry per layer, a tuple of one scale cache
-            per data plane - MERGED_KV / SEPARATE_KV ``(k_scale_cache, v_scale_cache)``, each
-            ``[nb, bs, H]`` or ``[nb, bs, H, 1]`` (BSND) / ``[nb, H, bs]`` or ``[nb, H, bs, 1]`` (BNSD);
-            MLA_KV ``(kv_c_scale_cache, k_pe_scale_cache)``, each ``[nb, bs, 1]``; DSA_KV adds
-            ``indexer_k_scale_cache [nb, bs, 1]`` - or the flat layer-major sequence. The buffer is then
-            ``transfer_buffer_shape(..., scale_sizes=H)`` (MLA / DSA ``scale_sizes=1``): 1-D, the data
-            planes, then the scale planes ``[L, T, scales_p]`` as float32 bytes (docs/ops-transfer.md,
-            "Quantized caches"). Written in place for ``"h2d"`` like the caches; d2h writes zero scales
-            for skipped slots. Every backend: cpu (int8 and float8), sim / ascend (the AscendC kernel of
-            ``op_kernel/multi_layer_kv_transfer_quant.cpp``: int8 caches; on Ascend310P only where every
-            data and scale row is a multiple of 32 bytes, i.e. BSND with H a multiple of 8, else a tiling
-            error naming the SoC).
+        buffer (Tensor): ``transfer_buffer_shape(kv_format, L, T, hidden_sizes)``: ``[2, L, T, H * D]`` (MERGED_KV /
+            SEPARATE_KV) or 1-D, plane after plane ``[L, T, hidden_p]`` (MLA_KV / DSA_KV); dtype of the caches;
+            contiguous; written for ``"d2h"`` (then a whole Parameter in a graph), e.g. an
+            :func:`ms_kvcache.alloc_host_buffer`.
+        kv_caches (sequence): one entry per layer: MERGED_KV the ``[2, num_blocks, block_size, H, D]`` tensor (BNSD:
+            ``[2, num_blocks, H, block_size, D]``), SEPARATE_KV ``(key_cache, value_cache)``, MLA_KV
+            ``(kv_c_cache, k_pe_cache)``, DSA_KV plus ``indexer_k_cache``; or the flat layer-major sequence.
+            float16, bfloat16, float32 or int8; contiguous; written for ``"h2d"`` (in a graph each a whole
+            Parameter).
+        slot_mapping (Tensor): ``[T]`` int32 or int64, the cache row of each token; ``slot < 0``: d2h writes
+            a zero row, h2d skips the token.
+        kv_format (KVCacheFormat | int | str, keyword): the format (a member, 1-4, or a name such as
+            ``"separate"``).
+        direction (str, keyword): ``"d2h"`` (caches -> buffer) or ``"h2d"`` (buffer -> caches).
+        cache_layout (str, keyword): ``"BSND"`` (default), ``"BNSD"`` or ``"NZ"`` (MERGED_KV / SEPARATE_KV only;
+            NZ caches ``[num_blocks, H*D // C0, block_size, C0]`` with the same ND buffer; docs/ops-transfer.md).
+        aiv_num (int, keyword): cap on the vector cores (sim, ascend) or threads (cpu); 0 (default) = all.
+        scale_caches (sequence, keyword): int8 / float8 caches only: their float32 scale caches, one per layer
+            and data plane, moved in the same call; the buffer is then ``transfer_buffer_shape(...,
+            scale_sizes=...)``, data planes then scale planes. Written for ``"h2d"``.
 
     Returns:
-        None. The buffer (d2h) or the caches (h2d) are written in place, without copies, in PyNative,
-        GRAPH_MODE and ``@ms.jit``; in a graph the transfer is ordered after earlier and before later
-        reads/writes of the same Parameters.
+        None: the buffer (d2h) or the caches (h2d) are written in place; in a graph the transfer is ordered
+        against other reads and writes of the same Parameters.
 
     Raises:
-        TypeError: non-Tensor arguments; dtypes differing between layers, planes and the buffer;
-            unsupported dtypes (slot_mapping must be int32/int64); ``scale_caches`` with caches that are not
-            int8 / float8, or a scale cache that is not float32.
-        TypeError: float8 ``kv_caches`` with ``scale_caches`` on sim / ascend (int8 there).
-        ValueError: ``scale_caches`` without one scale cache per layer and plane, or of shapes that do not
-            match the caches (the argument named, e.g. ``scale_caches[3][1] (v_scale_cache of layer 3)``);
-            unknown ``kv_format``, ``direction`` or ``cache_layout``; ``aiv_num`` not an int >= 0;
-            a layer entry of the wrong
-            arity; shapes differing between layers; a buffer whose shape is not
-            ``transfer_buffer_shape(...)`` (this also catches a layer-count mismatch); a slot
-            ``>= num_blocks * block_size``, or (h2d) a repeated non-negative slot (PyNative only: graph
-            mode skips out-of-range slots and never writes outside a cache); a non-contiguous tensor
-            that would be written, or (without the PyNative fast path, where ops.Custom would write
-            into a copy) a view; a written tensor sharing memory with another one or with a tensor the op
-            reads (the caches or buffer of the other direction, ``slot_mapping``) (PyNative).
-        TypeError (GRAPH_MODE / ``@ms.jit``, at compile time): a written tensor (``buffer`` for d2h, a cache for
-            h2d) not a whole Parameter (a slice, split or reshape of one, an op's result, a Tensor attribute or
-            argument: MindSpore would write a temporary copy); a Python list or numpy array where a Tensor is
-            expected.
-        RuntimeError (GRAPH_MODE / ``@ms.jit``, at launch, cpu and sim): a written tensor sharing memory (the same
-            Parameter twice, two Parameters over one buffer), or a written tensor over one the call reads; nothing
-            is written. On the ascend backend the kernel finds it instead and stops the launch (``AscendC::Trap()``,
-            before any write): MindSpore raises at the next stream sync with the AI Core exception, not this message
-            (seen in the emulation only). A kernel failure's message is in the exception text.
+        TypeError: a non-Tensor argument; dtypes differing between layers, planes and the buffer; unsupported
+            dtypes; scale caches with caches that are not int8 / float8; in a graph, a written tensor that is
+            not a whole Parameter.
+        ValueError: unknown ``kv_format`` / ``direction`` / ``cache_layout``; shapes differing between layers;
+            a buffer not of ``transfer_buffer_shape``; in PyNative a slot out of range, a repeated slot (h2d),
+            memory shared between a written tensor and another argument.
+        RuntimeError: in a graph, at launch: written tensors sharing memory (cpu, sim; nothing written), a
+            kernel failure. Per mode and backend: docs/ops-transfer.md, "Errors".
     """
     if _run_in_jit():  # @jit.cond: True
         check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(buffer), F.typeof(kv_caches), F.typeof(slot_mapping))

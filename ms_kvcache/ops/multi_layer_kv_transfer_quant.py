@@ -32,7 +32,8 @@ from ms_kvcache import _backend
 from ms_kvcache import _validate as V
 from ms_kvcache._custom import _get_cache_prim, check_graph_types, eager_launcher, graph_backend, nosync_checker
 from ms_kvcache._formats import KVCacheFormat
-from ms_kvcache._spec import INDEX_DTYPES, QUANT_CACHE_DTYPES, OpSpec, TensorSpec, register
+from ms_kvcache._opspecs.quant import MULTI_LAYER_KV_TRANSFER_QUANT
+from ms_kvcache._spec import QUANT_CACHE_DTYPES, attach_checks
 from ms_kvcache.ops import _multi_layer as ML
 
 __all__ = ["SPEC", "transfer_quant", "transfer_quant_graph", "quant_buffer_shape"]
@@ -85,20 +86,7 @@ def _check_static(attr_values, buffer_shape, buffer_dtype, slot_shape, slot_dtyp
     return _check_shapes(attrs, buffer_shape, slot_shape, cache_shapes, scale_shapes)
 
 
-SPEC = register(OpSpec(
-    name="multi_layer_kv_transfer_quant",
-    op_type="MskvMultiLayerKvTransferQuant",
-    inputs=(
-        TensorSpec("buffer", "Q", (1,), inplace_if=("direction", "d2h")),
-        TensorSpec("slot_mapping", "S", (1,)),
-        TensorSpec("kv_caches", "Q", (3, 4, 5), dynamic=True, inplace_if=("direction", "h2d")),
-        TensorSpec("scale_caches", "F", (3, 4), dynamic=True, inplace_if=("direction", "h2d")),
-    ),
-    dtype_groups={"Q": QUANT_CACHE_DTYPES, "S": INDEX_DTYPES, "F": ("float32",)},
-    attrs=ML.transfer_attrs("d2h", "BSND"),
-    doc="multi_layer_kv_transfer of int8 / float8 caches with their float32 scale caches in one buffer.",
-    extra={"infer_shape": _infer_shape, "infer_dtype": _infer_dtype},
-))
+SPEC = attach_checks(MULTI_LAYER_KV_TRANSFER_QUANT, infer_shape=_infer_shape, infer_dtype=_infer_dtype)
 
 _Prim = ML.public_prim(SPEC, _OP)  # graph-mode messages name the public op
 _STATIC = {}

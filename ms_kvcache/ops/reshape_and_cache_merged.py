@@ -5,25 +5,14 @@ from mindspore.ops.primitive import constexpr
 from ms_kvcache import _backend
 from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, graph_backend, prim_class
 from ms_kvcache._eager import EagerOp, Slots
-from ms_kvcache._formats import CACHE_LAYOUT_CODES, CACHE_LAYOUTS
-from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, register
-from ms_kvcache._nz import MERGED_SHAPES, cache_geometry
-from ms_kvcache.ops.reshape_and_cache import check_kv_rows
+from ms_kvcache._opspecs.copy import RESHAPE_AND_CACHE_MERGED as SPEC
+from ms_kvcache._spec import dtype_name
+from ms_kvcache.ops._kv_shapes import MERGED_SHAPES, cache_geometry, check_kv_rows
+from ms_kvcache.ops import _quant as Q
+from ms_kvcache.ops import reshape_and_cache_quant as _quant_op
 
 __all__ = ["reshape_and_cache_merged", "SPEC"]
 
-SPEC = register(OpSpec(
-    name="reshape_and_cache_merged",
-    op_type="MskvReshapeAndCacheMerged",
-    inputs=(
-        TensorSpec("key", "T", (2, 3)),
-        TensorSpec("value", "T", (2, 3)),
-        TensorSpec("kv_cache", "T", (5,), inplace=True),
-        TensorSpec("slot_mapping", "S", (1,)),
-    ),
-    dtype_groups={"T": KV_DTYPES, "S": INDEX_DTYPES},
-    attrs=(AttrSpec("cache_layout", "str", "BSND", CACHE_LAYOUTS, CACHE_LAYOUT_CODES),),
-))
 
 
 def _check_static(k_shape, k_dtype, v_shape, v_dtype, c_shape, c_dtype, s_shape, s_dtype, cache_layout):
@@ -53,52 +42,40 @@ _TYPES_OP, _GRAPH_ARGS = 'reshape_and_cache_merged', ('key', 'value', 'kv_cache'
 
 def reshape_and_cache_merged(key, value, kv_cache, slot_mapping, cache_layout="BSND", *, k_scale=None, v_scale=None,
                              k_offset=None, v_offset=None, k_scale_cache=None, v_scale_cache=None):
-    """Write the K and V rows of the first ``len(slot_mapping)`` tokens into a merged paged cache, in place.
+    """Write the K/V rows of the first ``len(slot_mapping)`` tokens into a merged paged cache, in place.
 
-    Same semantics as :func:`ms_kvcache.reshape_and_cache` (vLLM's ``reshape_and_cache_flash``), for
-    the merged per-layer format :attr:`ms_kvcache.KVCacheFormat.MERGED_KV` (vLLM 0.9 style): one tensor
-    holding the K plane at index 0 and the V plane at index 1.
+    :func:`ms_kvcache.reshape_and_cache` for the merged per-layer format ``KVCacheFormat.MERGED_KV`` (vLLM 0.9
+    style): one tensor with the K plane at index 0 and the V plane at index 1. Layouts and errors:
+    docs/ops-copy.md; quantized caches: docs/quantization.md.
 
     Args:
-        key (Tensor): ``[T', num_kv_heads, head_size]`` or ``[T', num_kv_heads * head_size]``;
-            float16, bfloat16, float32 or int8.
-        value (Tensor): same shape rules and dtype as ``key``.
-        kv_cache (Tensor | Parameter; a whole Parameter in a graph): ``[2, num_blocks, block_size, num_kv_heads,
-            head_size]`` for ``cache_layout="BSND"`` or ``[2, num_blocks, num_kv_heads, block_size, head_size]`` for
-            ``"BNSD"``, ``[2, num_blocks, num_kv_heads * head_size // C0, block_size, C0]`` for ``"NZ"`` (C0 = 16 /
-            16 / 32 for float16 / bfloat16 / int8); same dtype as ``key``; contiguous. Written in place (plane 0
-            from key, plane 1 from value).
-        slot_mapping (Tensor): int32 or int64 ``[T]``, ``T <= T'``. Token ``t`` goes to block
-            ``slot // block_size``, row ``slot % block_size`` of both planes. ``slot < 0`` skips the
-            token; rows ``T..T'-1`` of key/value are ignored.
+        key (Tensor): ``[T', num_kv_heads, head_size]`` or ``[T', num_kv_heads * head_size]``, ``T' >= T``;
+            float16, bfloat16, float32 or int8. Rows ``T..T'-1`` (padding) are ignored.
+        value (Tensor): shape and dtype of ``key``.
+        kv_cache (Tensor | Parameter): ``[2, num_blocks, block_size, num_kv_heads, head_size]`` (BSND),
+            ``[2, num_blocks, num_kv_heads, block_size, head_size]`` (BNSD) or ``[2, num_blocks, num_kv_heads *
+            head_size // C0, block_size, C0]`` (NZ, C0 = 16 / 32 for 2- / 1-byte dtypes); dtype of ``key`` (int8 / float8
+            when quantizing); contiguous; written in place (in a graph: a whole Parameter).
+        slot_mapping (Tensor): ``[T]`` int32 or int64; token ``t`` goes to block ``slot // block_size``, row
+            ``slot % block_size`` of both planes; ``slot < 0`` skips it; in a graph a slot given twice keeps the
+            later token's row on the cpu backend, fails the call on the sim backend and is undefined on ascend.
         cache_layout (str): ``"BSND"`` (default), ``"BNSD"`` or ``"NZ"`` (FRACTAL_NZ, docs/ops-copy.md).
-        k_scale, v_scale, k_offset, v_offset, k_scale_cache, v_scale_cache: keyword only; quantized
-            writes into an int8 / float8 ``kv_cache``, exactly as :func:`ms_kvcache.reshape_and_cache`
-            (static scales ``[]``, ``[num_kv_heads]`` or ``[num_kv_heads, head_size]``; dynamic scale caches
-            ``[num_blocks, block_size, num_kv_heads, 1]`` (BSND) / ``[num_blocks, num_kv_heads,
-            block_size, 1]`` (BNSD), one per plane). See docs/quantization.md.
+        k_scale, v_scale, k_offset, v_offset (Tensor, keyword): static quantization of the K / V plane, as
+            for :func:`ms_kvcache.reshape_and_cache`.
+        k_scale_cache, v_scale_cache (Tensor | Parameter, keyword): dynamic scales, one scale cache per
+            plane shaped as for :func:`ms_kvcache.reshape_and_cache`; written in place.
 
     Returns:
-        None. The cache is modified in place (no copy; in graph mode the write is ordered before later
-        reads of the cache in the same graph).
+        None: ``kv_cache`` (and the scale caches) are written in place; in a graph the write is ordered before
+        later reads of them.
 
     Raises:
-        TypeError: an argument is not a Tensor; dtypes of key/value/kv_cache differ or are unsupported;
-            slot_mapping is not int32/int64.
-        ValueError: ``key``, ``value``, ``slot_mapping`` or a scale sharing memory with ``kv_cache`` (or a
-            scale cache) (PyNative; in a graph a RuntimeError at launch on cpu and sim, nothing written);
-            unknown ``cache_layout``; a rank or shape mismatch (``kv_cache.shape[0] != 2``, key/value rows
-            not ``num_kv_heads * head_size``, ``len(slot_mapping)`` > rows of key); a slot ``>= num_blocks *
-            block_size`` or a duplicated non-negative slot (PyNative only; in graph mode out-of-range slots are
-            skipped, and a slot given twice keeps the later token's row on the cpu backend, fails the call on the
-            sim backend and is undefined on ascend); a non-contiguous cache (PyNative; a view as the cache without
-            the fast path).
-            Quantized writes: as :func:`ms_kvcache.reshape_and_cache`.
-        TypeError (GRAPH_MODE / ``@ms.jit``, at compile time): ``kv_cache`` not a whole Parameter (a
-            slice, split or reshape of one, an op's result, a Tensor attribute or argument: MindSpore would
-            write a temporary copy); a Python list or numpy array where a Tensor is expected.
-        RuntimeError (GRAPH_MODE / ``@ms.jit``): a kernel failure, with its message in the exception text
-            (e.g. a repeated slot on the sim backend, a launch the AscendC tiling rejects).
+        TypeError: a non-Tensor argument; mixed or unsupported dtypes; in a graph, a ``kv_cache`` that is not
+            a whole Parameter.
+        ValueError: ``kv_cache.shape[0] != 2`` or another shape mismatch; an invalid scale; in PyNative a slot
+            out of range or repeated, a non-contiguous cache, a read input sharing memory with the cache.
+        RuntimeError: in a graph, at launch: a kernel failure (a repeated slot on sim, a launch the AscendC
+            tiling rejects, a bad scale value). Per mode and backend: docs/ops-copy.md, "Errors".
     """
     if _run_in_jit():  # @jit.cond: True
         check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(key), F.typeof(value), F.typeof(kv_cache),
@@ -118,9 +95,3 @@ def reshape_and_cache_merged(key, value, kv_cache, slot_mapping, cache_layout="B
                                                      v_scale_cache)
         _EAGER(_backend.get_backend(), (cache_layout,), key, value, kv_cache, slot_mapping)
     return None
-
-
-# quantized writes (routed to ms_kvcache/ops/reshape_and_cache_quant.py)
-from ms_kvcache.ops import _quant as Q  # noqa: E402
-from ms_kvcache.ops import reshape_and_cache_quant as _quant_op  # noqa: E402
-

@@ -14,41 +14,16 @@ from mindspore.ops.primitive import constexpr
 from ms_kvcache import _backend
 from ms_kvcache._custom import _get_cache_prim, _run_in_jit, empty_input, empty_input_graph, graph_backend
 from ms_kvcache._eager import EagerOp
-from ms_kvcache._formats import CACHE_LAYOUT_CODES, CACHE_LAYOUTS
-from ms_kvcache._spec import FLOAT_DTYPES, INDEX_DTYPES, QUANT_CACHE_DTYPES, AttrSpec, OpSpec, TensorSpec, register
+from ms_kvcache._opspecs.quant import RESHAPE_AND_CACHE_QUANT as SPEC
 from ms_kvcache.ops import _quant as Q
-from ms_kvcache._nz import MERGED_SHAPES, NZ_C0, cache_geometry, nz_head_split
-from ms_kvcache.ops.reshape_and_cache import check_kv_rows
+from ms_kvcache._nz import NZ_C0, nz_head_split
+from ms_kvcache.ops._kv_shapes import MERGED_SHAPES, cache_geometry, check_kv_rows
 
 __all__ = ["reshape_and_cache_quant", "SPEC", "check_gqa_quant"]
 
 #: (the other quantizing ops' marker, kept here for their imports)
 PENDING = Q.PENDING
 
-SPEC = register(OpSpec(
-    name="reshape_and_cache_quant",
-    op_type="MskvReshapeAndCacheQuant",
-    inputs=(
-        TensorSpec("key", "T", (2, 3)),
-        TensorSpec("value", "T", (2, 3)),
-        TensorSpec("key_cache", "Q", (4, 5), inplace=True),
-        TensorSpec("value_cache", "Q", (4,), optional=True, inplace_if=("kv_format", Q.SEPARATE)),
-        TensorSpec("slot_mapping", "S", (1,)),
-        TensorSpec("k_scale", "F", (0, 1, 2), optional=True),
-        TensorSpec("v_scale", "F", (0, 1, 2), optional=True),
-        TensorSpec("k_offset", "F", (0, 1, 2), optional=True),
-        TensorSpec("v_offset", "F", (0, 1, 2), optional=True),
-        TensorSpec("k_scale_cache", "F", (4,), optional=True, inplace_if=("quant_mode", "dynamic")),
-        TensorSpec("v_scale_cache", "F", (4,), optional=True, inplace_if=("quant_mode", "dynamic")),
-    ),
-    dtype_groups={"T": FLOAT_DTYPES, "Q": QUANT_CACHE_DTYPES, "S": INDEX_DTYPES, "F": ("float32",)},
-    attrs=(
-        AttrSpec("cache_layout", "str", "BSND", CACHE_LAYOUTS, CACHE_LAYOUT_CODES),  # the kernel reads the int code
-        AttrSpec("kv_format", "int", Q.SEPARATE, (Q.MERGED, Q.SEPARATE)),
-        AttrSpec("quant_mode", "str", "static", Q.MODES, Q.MODE_CODES),
-    ),
-    doc="reshape_and_cache(_merged) quantizing float K/V into int8 / float8 caches (static or dynamic scales).",
-))
 
 
 def public_name(kv_format, merged_name, separate_name):

@@ -10,41 +10,14 @@ from mindspore.ops.primitive import constexpr
 from ms_kvcache import _backend
 from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, graph_backend, prim_class
 from ms_kvcache._eager import EagerOp, Positions, Slots
-from ms_kvcache._spec import FLOAT_DTYPES, INDEX_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, register
+from ms_kvcache._opspecs.rope import ROPE_CONCAT_AND_CACHE_MLA as SPEC
+from ms_kvcache._spec import dtype_name
 from ms_kvcache.ops import _rope_common as R
+from ms_kvcache.ops import _quant as Q
+from ms_kvcache.ops import rope_concat_and_cache_mla_quant as _quant_op
 
 __all__ = ["rope_concat_and_cache_mla", "SPEC"]
 
-SPEC = register(OpSpec(
-    name="rope_concat_and_cache_mla",
-    op_type="MskvRopeConcatAndCacheMla",
-    inputs=(
-        TensorSpec("positions", "P", (1,)),
-        TensorSpec("q_pe", "T", (2, 3)),
-        TensorSpec("k_pe", "T", (2, 3)),
-        TensorSpec("kv_c", "T", (2,)),
-        TensorSpec("cos_sin_cache", "C", (2,)),
-        TensorSpec("kv_c_cache", "T", (3,), inplace=True),
-        TensorSpec("k_pe_cache", "T", (3,), inplace=True),
-        TensorSpec("slot_mapping", "S", (1,)),
-        # Absent = no RMSNorm. The cpu backend receives an empty float32 [0] tensor in its place;
-        # an AscendC OpDef declares it OPTIONAL.
-        TensorSpec("kv_c_norm_weight", "W", (1,), optional=True),
-    ),
-    outputs=(
-        TensorSpec("q_pe_out", "T", (2, 3)),
-        TensorSpec("k_pe_out", "T", (2, 3)),
-        TensorSpec("kv_c_out", "T", (2,)),
-    ),
-    dtype_groups={"T": FLOAT_DTYPES, "C": FLOAT_DTYPES, "W": FLOAT_DTYPES, "P": INDEX_DTYPES,
-                  "S": INDEX_DTYPES},
-    group_rules={"C": ("float32", "=T"), "W": ("float32", "=T")},
-    attrs=(
-        AttrSpec("is_neox_style", "bool", False, (True, False)),
-        AttrSpec("epsilon", "float", 1e-6),
-    ),
-    extra={"out_shape": R.out_like(1, 2, 3), "out_dtype": R.out_like(1, 2, 3)},
-))
 
 #: stands in for kv_c_norm_weight=None (no RMSNorm) on the cpu backend
 _NO_WEIGHT = Tensor(np.zeros((0,), np.float32))
@@ -123,75 +96,46 @@ def rope_concat_and_cache_mla(positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_c
                               is_neox_style=False, kv_c_norm_weight=None, epsilon=1e-6, kv_c_scale=None,
                               k_pe_scale=None, kv_c_offset=None, k_pe_offset=None, kv_c_scale_cache=None,
                               k_pe_scale_cache=None):
-    """DeepSeek V2/V3 multi-head latent attention: rotary embedding on ``q_pe`` and ``k_pe``,
-    optional RMSNorm of the compressed latent ``kv_c``, and the write of ``kv_c`` and ``k_pe`` into
-    their cache planes (``KVCacheFormat.MLA_KV``), in one pass.
+    """DeepSeek MLA in one pass: RoPE on ``q_pe`` and ``k_pe``, optional RMSNorm of the latent ``kv_c``, and
+    the write of ``kv_c`` and ``k_pe`` into their cache planes (``KVCacheFormat.MLA_KV``).
 
-    Follows vLLM's DeepSeek path: ``rotary_embedding`` on the rope part (DeepSeek uses GPT-J style,
-    hence ``is_neox_style=False`` by default) and ``concat_and_cache_mla``; the RMSNorm is the
-    model's ``kv_a_layernorm`` (as fused by Ascend's kv_rmsnorm_rope_cache).
+    vLLM's DeepSeek path: ``rotary_embedding`` on the rope part (GPT-J pairs by default), the model's
+    ``kv_a_layernorm`` and ``concat_and_cache_mla``. Numerics and errors: docs/ops-rope.md; quantized caches:
+    docs/quantization.md.
 
     Args:
-        positions (Tensor): int32 or int64 ``[T']``, each in ``[0, max_position)``.
-        q_pe (Tensor): ``[T', num_heads, rope_dim]`` or ``[T', num_heads * rope_dim]``; float16,
-            bfloat16 or float32. Not modified.
-        k_pe (Tensor): ``[T', rope_dim]`` or ``[T', 1, rope_dim]``; same dtype. Not modified.
-        kv_c (Tensor): ``[T', kv_lora_rank]``; same dtype. Not modified.
-        cos_sin_cache (Tensor): ``[max_position, rotary_dim]``, cos | sin halves (vLLM layout);
-            float32 (recommended) or the dtype of ``q_pe``; ``rotary_dim`` even, ``<= rope_dim``
-            (normally equal).
-        kv_c_cache (Tensor | Parameter; a whole Parameter in a graph): ``[num_blocks, block_size, kv_lora_rank]``;
-            same dtype; contiguous; written in place.
-        k_pe_cache (Tensor | Parameter; a whole Parameter in a graph): ``[num_blocks, block_size, rope_dim]``; same
-            dtype; contiguous; written in place.
-        slot_mapping (Tensor): int32 or int64 ``[T]``, ``T <= T'``; ``slot < 0`` skips the token.
-        is_neox_style (bool | numpy.bool_): pairs ``(i, i + rotary_dim/2)`` if True, ``(2i, 2i+1)`` if False
-            (default, DeepSeek).
-        kv_c_norm_weight (Tensor | None): ``[kv_lora_rank]``, float32 or the dtype of ``kv_c``. If
-            given, ``kv_c`` is replaced by ``kv_c / sqrt(mean(kv_c**2) + epsilon) * weight`` (per
-            row; mean of squares accumulated in fp64, the rest fp32, one rounding at the end) before
-            it is cached and returned. None (default): ``kv_c`` is cached unchanged.
-        epsilon (float): RMSNorm epsilon, >= 0 (default 1e-6; passed to the kernel as fp32); an int or a
-            numpy float/int is accepted.
-        kv_c_scale, k_pe_scale, kv_c_offset, k_pe_offset, kv_c_scale_cache, k_pe_scale_cache: keyword
-            only; int8 / float8 caches: ``kv_c_out`` and ``k_pe_out`` (as returned) are quantized into
-            them, each plane with its own scales, with the arguments, formulas and errors of
-            :func:`ms_kvcache.concat_and_cache_mla` (docs/quantization.md). Backends: cpu (int8, float8)
-            and the AscendC kernel (op_kernel/rope_concat_and_cache_mla_quant.cpp, sim and ascend: int8 caches;
-            float8 caches are a TypeError there; Ascend310P: static scales only, kv_lora_rank and rope_dim
-            multiples of 32, no bfloat16).
+        positions (Tensor): ``[T']`` int32 or int64, in ``[0, max_position)``.
+        q_pe (Tensor): ``[T', num_heads, rope_dim]`` or flattened; float16, bfloat16 or float32.
+        k_pe (Tensor): ``[T', rope_dim]`` or ``[T', 1, rope_dim]``; dtype of ``q_pe``.
+        kv_c (Tensor): ``[T', kv_lora_rank]``; dtype of ``q_pe``.
+        cos_sin_cache (Tensor): ``[max_position, rotary_dim]``, cos then sin halves; float32 (recommended) or
+            the dtype of ``q_pe``; ``rotary_dim`` even, ``<= rope_dim``.
+        kv_c_cache (Tensor | Parameter): ``[num_blocks, block_size, kv_lora_rank]``; dtype of ``q_pe``
+            (int8 / float8 when quantizing); contiguous; written in place (in a graph: a whole Parameter).
+        k_pe_cache (Tensor | Parameter): ``[num_blocks, block_size, rope_dim]``; as ``kv_c_cache`` (a whole
+            Parameter in a graph).
+        slot_mapping (Tensor): ``[T]`` int32 or int64, ``T <= T'``; ``slot < 0`` skips the token; in a graph a slot
+            given twice keeps the later token's row on the cpu backend, fails the call on the sim backend and is
+            undefined on ascend.
+        is_neox_style (bool | numpy.bool_, keyword): False (default, DeepSeek): pairs ``(2i, 2i+1)``; True:
+            ``(i, i + rotary_dim / 2)``.
+        kv_c_norm_weight (Tensor, keyword): ``[kv_lora_rank]``, float32 or the dtype of ``kv_c``: if given,
+            ``kv_c`` is RMS-normalised (``kv_c / sqrt(mean(kv_c ** 2) + epsilon) * weight``) before caching.
+        epsilon (float, keyword): RMSNorm epsilon, >= 0 (default 1e-6).
+        kv_c_scale, k_pe_scale, kv_c_offset, k_pe_offset, kv_c_scale_cache, k_pe_scale_cache (keyword):
+            int8 / float8 caches: as for :func:`ms_kvcache.concat_and_cache_mla`.
 
     Returns:
-        tuple(Tensor, Tensor, Tensor): ``(q_pe_out, k_pe_out, kv_c_out)``, new tensors shaped like
-        ``q_pe``, ``k_pe`` and ``kv_c``: rotated q_pe and k_pe (fp32 compute, round to nearest
-        even) and the normalised (or copied) kv_c, i.e. exactly what was cached.
+        tuple(Tensor, Tensor, Tensor): ``(q_pe_out, k_pe_out, kv_c_out)``, new tensors shaped like the
+        inputs: rotated q_pe / k_pe and the normalised (or copied) kv_c, i.e. what was cached.
 
     Raises:
-        TypeError: a non-Tensor argument; ``is_neox_style`` not a bool or numpy.bool_; ``epsilon`` not a
-            number (e.g. the string ``"1e-6"``); q_pe, k_pe, kv_c and the caches differ in dtype or are
-            not float16/bfloat16/float32; ``cos_sin_cache`` or ``kv_c_norm_weight`` neither float32 nor
-            the data dtype; non-integer positions/slots.
-        ValueError: rank/shape mismatches (rope_dim, kv_lora_rank, num_blocks/block_size of the two
-            planes, T' of the inputs, ``len(slot_mapping) > T'``, weight size); odd ``rotary_dim`` or
-            ``rotary_dim > rope_dim``; a negative or non-finite ``epsilon``; PyNative only:
-            positions outside ``[0, max_position)``, slots ``>= num_blocks * block_size``, duplicated
-            non-negative slots; non-contiguous caches. In graph mode a token with an out-of-range
-            position gets zero ``q_pe_out``/``k_pe_out`` rows and is not cached; out-of-range slots
-            are skipped; a slot given twice keeps the later token's rows on the cpu
-            backend, fails the call on the sim backend and is undefined on ascend (docs/ops-rope.md); the two
-            caches the same tensor or sharing memory (PyNative); a tensor the op only reads (positions, q_pe, k_pe, kv_c, cos_sin_cache, slot_mapping, kv_c_norm_weight, a scale) sharing memory with a cache (PyNative; in a graph a RuntimeError at launch on cpu and sim, nothing written).
-        TypeError (GRAPH_MODE / ``@ms.jit``, at compile time): ``kv_c_cache`` or ``k_pe_cache`` not a whole
-            Parameter (a slice, split or reshape of one, an op's result, a Tensor attribute or argument: MindSpore
-            would write a temporary copy); a Python list or numpy array where a Tensor is expected.
-        RuntimeError (GRAPH_MODE / ``@ms.jit``, at launch, cpu and sim): ``kv_c_cache`` and ``k_pe_cache`` sharing
-            memory (the same Parameter twice, two Parameters over one buffer); nothing is written. On the ascend
-            backend the kernel finds it instead and stops the launch (``AscendC::Trap()``, before any write):
-            MindSpore raises at the next stream sync with the AI Core exception, not this message (seen in the
-            emulation only). A kernel failure's message is in the exception text. Quantized writes: a static
-            scale of 0, < 0, NaN or inf or a NaN / inf offset: the cpu kernel fails the launch naming the
-            argument (``kv_c_scale`` ...); the AscendC kernels (sim, ascend) trap, nothing is written; on sim the
-            message reports rule TRAP, then "; cause: argument 'kv_c_scale': expected finite values > 0, got ... at
-            flat index ..." (the cpu kernel's check of the same inputs); on an NPU no reason.
+        TypeError: a non-Tensor argument; non-bool ``is_neox_style``; non-number ``epsilon``; mixed or
+            unsupported dtypes; a float8 cache on sim / ascend; in a graph, a cache not a whole Parameter.
+        ValueError: a shape mismatch; ``rotary_dim`` odd or > rope_dim; negative or non-finite ``epsilon``; an
+            invalid scale; in PyNative a position or slot out of range, a repeated slot, shared memory.
+        RuntimeError: in a graph, at launch: caches sharing memory or a bad scale value (cpu, sim), a kernel
+            failure. Per mode and backend: docs/ops-rope.md, "Indices and bad input".
     """
     if _run_in_jit():  # @jit.cond: True
         check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(positions), F.typeof(q_pe), F.typeof(k_pe), F.typeof(kv_c),
@@ -232,8 +176,3 @@ def rope_concat_and_cache_mla(positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_c
                                      positions, q_pe, k_pe, kv_c, cos_sin_cache, kv_c_cache, k_pe_cache, slot_mapping,
                                      kv_c_norm_weight)
     return q_out, k_out, c_out
-
-
-# quantized writes (routed to ms_kvcache/ops/rope_concat_and_cache_mla_quant.py)
-from ms_kvcache.ops import _quant as Q  # noqa: E402
-from ms_kvcache.ops import rope_concat_and_cache_mla_quant as _quant_op  # noqa: E402

@@ -15,8 +15,8 @@ from mindspore.ops.primitive import constexpr
 from ms_kvcache import _backend
 from ms_kvcache._custom import _get_cache_prim, _run_in_jit, graph_backend
 from ms_kvcache._eager import EagerOp
-from ms_kvcache._spec import FLOAT_DTYPES, INDEX_DTYPES, QUANT_CACHE_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, \
-    register
+from ms_kvcache._opspecs.quant import ROPE_CONCAT_AND_CACHE_MLA_QUANT as SPEC
+from ms_kvcache._spec import dtype_name
 from ms_kvcache.ops import _quant as Q
 from ms_kvcache.ops import _rope_common as R
 from ms_kvcache.ops.concat_and_cache_mla_quant import check_mla_quant
@@ -26,42 +26,6 @@ __all__ = ["rope_concat_and_cache_mla_quant", "SPEC"]
 
 _OP = "rope_concat_and_cache_mla"
 
-SPEC = register(OpSpec(
-    name="rope_concat_and_cache_mla_quant",
-    op_type="MskvRopeConcatAndCacheMlaQuant",
-    inputs=(
-        TensorSpec("positions", "P", (1,)),
-        TensorSpec("q_pe", "T", (2, 3)),
-        TensorSpec("k_pe", "T", (2, 3)),
-        TensorSpec("kv_c", "T", (2,)),
-        TensorSpec("cos_sin_cache", "C", (2,)),
-        TensorSpec("kv_c_cache", "Q", (3,), inplace=True),
-        TensorSpec("k_pe_cache", "Q", (3,), inplace=True),
-        TensorSpec("slot_mapping", "S", (1,)),
-        TensorSpec("kv_c_norm_weight", "W", (1,), optional=True),
-        TensorSpec("kv_c_scale", "F", (0, 1), optional=True),
-        TensorSpec("k_pe_scale", "F", (0, 1), optional=True),
-        TensorSpec("kv_c_offset", "F", (0, 1), optional=True),
-        TensorSpec("k_pe_offset", "F", (0, 1), optional=True),
-        TensorSpec("kv_c_scale_cache", "F", (3,), optional=True, inplace_if=("quant_mode", "dynamic")),
-        TensorSpec("k_pe_scale_cache", "F", (3,), optional=True, inplace_if=("quant_mode", "dynamic")),
-    ),
-    outputs=(
-        TensorSpec("q_pe_out", "T", (2, 3)),
-        TensorSpec("k_pe_out", "T", (2, 3)),
-        TensorSpec("kv_c_out", "T", (2,)),
-    ),
-    dtype_groups={"T": FLOAT_DTYPES, "C": FLOAT_DTYPES, "W": FLOAT_DTYPES, "P": INDEX_DTYPES, "S": INDEX_DTYPES,
-                  "Q": QUANT_CACHE_DTYPES, "F": ("float32",)},
-    group_rules={"C": ("float32", "=T"), "W": ("float32", "=T")},
-    attrs=(
-        AttrSpec("is_neox_style", "bool", False, (True, False)),
-        AttrSpec("epsilon", "float", 1e-6),
-        AttrSpec("quant_mode", "str", "static", Q.MODES, Q.MODE_CODES),
-    ),
-    doc="rope_concat_and_cache_mla quantizing kv_c_out and k_pe_out into int8 / float8 caches.",
-    extra={"out_shape": R.out_like(1, 2, 3), "out_dtype": R.out_like(1, 2, 3)},
-))
 
 #: stands in for kv_c_norm_weight=None (no RMSNorm)
 _NO_WEIGHT = Tensor(np.zeros((0,), np.float32))

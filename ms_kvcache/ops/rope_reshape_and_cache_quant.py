@@ -13,51 +13,14 @@ from mindspore.ops.primitive import constexpr
 from ms_kvcache import _backend
 from ms_kvcache._custom import _get_cache_prim, _run_in_jit, empty_input, empty_input_graph, graph_backend
 from ms_kvcache._eager import EagerOp
-from ms_kvcache._formats import CACHE_LAYOUT_CODES, CACHE_LAYOUTS
-from ms_kvcache._spec import FLOAT_DTYPES, INDEX_DTYPES, QUANT_CACHE_DTYPES, AttrSpec, OpSpec, TensorSpec, dtype_name, \
-    register
+from ms_kvcache._opspecs.quant import ROPE_RESHAPE_AND_CACHE_QUANT as SPEC
+from ms_kvcache._spec import dtype_name
 from ms_kvcache.ops import _quant as Q
 from ms_kvcache.ops import _rope_common as R
 from ms_kvcache.ops.reshape_and_cache_quant import check_gqa_quant, public_name
-from ms_kvcache.ops.rope_reshape_and_cache import check_gqa
 
 __all__ = ["rope_reshape_and_cache_quant", "SPEC", "check_cos_sin_dtype"]
 
-SPEC = register(OpSpec(
-    name="rope_reshape_and_cache_quant",
-    op_type="MskvRopeReshapeAndCacheQuant",
-    inputs=(
-        TensorSpec("positions", "P", (1,)),
-        TensorSpec("query", "T", (2, 3)),
-        TensorSpec("key", "T", (2, 3)),
-        TensorSpec("value", "T", (2, 3)),
-        TensorSpec("cos_sin_cache", "C", (2,)),
-        TensorSpec("key_cache", "Q", (4, 5), inplace=True),
-        TensorSpec("value_cache", "Q", (4,), optional=True, inplace_if=("kv_format", Q.SEPARATE)),
-        TensorSpec("slot_mapping", "S", (1,)),
-        TensorSpec("k_scale", "F", (0, 1, 2), optional=True),
-        TensorSpec("v_scale", "F", (0, 1, 2), optional=True),
-        TensorSpec("k_offset", "F", (0, 1, 2), optional=True),
-        TensorSpec("v_offset", "F", (0, 1, 2), optional=True),
-        TensorSpec("k_scale_cache", "F", (4,), optional=True, inplace_if=("quant_mode", "dynamic")),
-        TensorSpec("v_scale_cache", "F", (4,), optional=True, inplace_if=("quant_mode", "dynamic")),
-    ),
-    outputs=(
-        TensorSpec("query_out", "T", (2, 3)),
-        TensorSpec("key_out", "T", (2, 3)),
-    ),
-    dtype_groups={"T": FLOAT_DTYPES, "C": FLOAT_DTYPES, "P": INDEX_DTYPES, "S": INDEX_DTYPES, "Q": QUANT_CACHE_DTYPES,
-                  "F": ("float32",)},
-    group_rules=R.COS_SIN_RULE,
-    attrs=(
-        AttrSpec("is_neox_style", "bool", True, (True, False)),
-        AttrSpec("cache_layout", "str", "BSND", CACHE_LAYOUTS, CACHE_LAYOUT_CODES),  # the kernel reads the int code
-        AttrSpec("kv_format", "int", Q.SEPARATE, (Q.MERGED, Q.SEPARATE)),
-        AttrSpec("quant_mode", "str", "static", Q.MODES, Q.MODE_CODES),
-    ),
-    doc="rope_reshape_and_cache(_merged) quantizing the rotated key and the value into int8 / float8 caches.",
-    extra={"out_shape": R.out_like(1, 2), "out_dtype": R.out_like(1, 2)},
-))
 
 
 def check_cos_sin_dtype(op, cs_dtype, data_dtype, data_name):
@@ -84,7 +47,7 @@ def _check_static(p_shape, p_dtype, q_shape, q_dtype, k_shape, k_dtype, v_shape,
                                    ((ks_shape, ks_dtype), (vs_shape, vs_dtype), (ko_shape, ko_dtype),
                                     (vo_shape, vo_dtype), (ksc_shape, ksc_dtype), (vsc_shape, vsc_dtype)), k_shape,
                                    "the rotary embedding and the quantization scales")
-    _, max_position = check_gqa(op, p_shape, q_shape, k_shape, v_shape, cs_shape, s_shape, h, d)
+    _, max_position = R.check_gqa(op, p_shape, q_shape, k_shape, v_shape, cs_shape, s_shape, h, d)
     return nb * bs, op, max_position
 
 
