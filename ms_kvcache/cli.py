@@ -18,6 +18,7 @@ argument, unavailable backend; for ``tiling`` also an op without an AscendC tili
 import argparse
 import json
 import os
+import shlex
 import sys
 
 __all__ = ["main", "build_parser", "CLIError"]
@@ -35,8 +36,19 @@ class CLIError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line instead of usage + message
+    def error(self, message):  # one line instead of usage + message, pointing to this (sub)command's help
         raise CLIError(f"{message} (see '{self.prog} --help')")
+
+
+class _SubParser(_Parser):
+    """A subcommand's parser: arguments it does not know are its error (so the message points to
+    ``ms-kvcache <command> --help``), not left for the top-level parser to report."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extra = super().parse_known_args(args, namespace)
+        if extra:
+            self.error(f"unrecognized arguments: {' '.join(extra)}")
+        return namespace, extra
 
 
 def _one_line(exc):
@@ -326,26 +338,42 @@ def cmd_bench(args):
     except FileNotFoundError as exc:
         raise CLIError(str(exc)) from None
     if args.list:
+        width = max((len(m.name) for m in mods), default=0)
         for m in mods:
-            print(f"{m.name:20s} {m.origin}")
+            where = "" if m.origin == "package" else f"  [{m.origin}]"
+            print(f"{m.name:{width}s}  {bench.describe(m)}{where}")
         return EXIT_OK
     if args.ops:
         names = {m.name for m in mods}
         bad = [o for o in args.ops if o not in names]
         if bad:
-            raise CLIError(f"unknown benchmark {', '.join(bad)}; available: {', '.join(sorted(names)) or 'none'}")
+            raise CLIError(f"unknown benchmark {', '.join(bad)}; available: {', '.join(sorted(names)) or 'none'} "
+                           f"(see '{PROG} bench --list')")
         mods = [m for m in mods if m.name in args.ops]
     if not mods:
         raise CLIError("no benchmark modules found (ms_kvcache/bench/<family>.py or scripts/bench_<family>.py; "
                        "see docs/design.md, 'Benchmarks')", code=EXIT_FAIL)
-    rows, failures = bench.run_modules(mods, quick=args.quick, progress=not args.no_progress)
+    try:
+        load_before = os.getloadavg()[0]
+    except OSError:
+        load_before = None
+    rows, failures, skipped = bench.run_modules(mods, quick=args.quick, progress=not args.no_progress)
+    for name, why in skipped:
+        print(f"{PROG} bench: {name} skipped: {why}", file=sys.stderr)
     if rows:
         bench.print_table(rows)
         paths = bench.write_outputs(rows, args.out)
         png = f", {paths['png']}" if paths["png"] else f" (no plot: {paths.get('png_skipped', 'no rows with tokens and gbps')})"
         print(f"wrote {paths['csv']}, {paths['md']}{png}")
+        if args.report:
+            command = " ".join([PROG] + [shlex.quote(a) for a in args.argv])
+            done = bench.write_report(args.report, rows, [(m.name, bench.describe(m)) for m in mods], command,
+                                      load_before=load_before)
+            print(f"wrote {args.report} (sections: {', '.join(done)})")
     for name, msg in failures:
         print(f"{PROG} bench: error: benchmark '{name}' failed: {msg}", file=sys.stderr)
+    if not rows and not failures:
+        print(f"{PROG} bench: error: nothing ran (every benchmark asked for was skipped)", file=sys.stderr)
     return EXIT_FAIL if failures or not rows else EXIT_OK
 
 
@@ -664,7 +692,7 @@ def build_parser():
     p = _Parser(prog=PROG, description="KV-cache operators for MindSpore: demo, environment info, benchmarks, "
                                        "tiling inspection.")
     p.add_argument("--version", action="store_true", help="print the ms_kvcache version and exit")
-    sub = p.add_subparsers(dest="cmd", metavar="{demo,info,bench,tiling}", parser_class=_Parser)
+    sub = p.add_subparsers(dest="cmd", metavar="{demo,info,bench,tiling}", parser_class=_SubParser)
 
     d = sub.add_parser("demo", help="run a real transformer's KV through paged caches, offload and reload, check it",
                        description="all-MiniLM-L6-v2 run as a causal decoder in MindSpore GRAPH_MODE over paged KV "
@@ -705,7 +733,10 @@ def build_parser():
     b.add_argument("--ops", nargs="+", metavar="NAME", help="only these benchmark modules (see --list)")
     b.add_argument("--out", default="bench_out", metavar="DIR", help="output folder (default ./bench_out)")
     b.add_argument("--quick", action="store_true", help="small sizes (seconds, for smoke tests)")
-    b.add_argument("--list", action="store_true", help="list the benchmark modules found and exit")
+    b.add_argument("--list", action="store_true", help="list the benchmark families found, one line each, and exit")
+    b.add_argument("--report", metavar="FILE.md",
+                   help="also write the tables as Markdown sections of FILE.md, each with date, command, machine "
+                        "and code; sections of families not run are kept (e.g. --report docs/benchmarks.md)")
     b.add_argument("--from", dest="from_dirs", action="append", metavar="DIR",
                    help="also load bench_*.py files from DIR (repeatable)")
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -751,6 +782,7 @@ def main(argv=None):
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
+        args.argv = list(sys.argv[1:] if argv is None else argv)
     except CLIError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return exc.code

@@ -227,11 +227,114 @@ def test_bench_script_with_a_graph_cell(tmp_path, capsys):
 
 
 def test_bench_list(tmp_path, capsys):
+    """`bench --list`: one line per family, its name and what it measures (the first sentence of its
+    docstring); a --from script also says where it was found."""
     d = tmp_path / "benches"
     d.mkdir()
     (d / "bench_fake.py").write_text(FAKE_BENCH)
     assert main(["bench", "--from", str(d), "--list"]) == 0
-    assert "fake" in capsys.readouterr().out
+    lines = capsys.readouterr().out.splitlines()
+    by_name = {ln.split()[0]: ln for ln in lines}
+    assert len(by_name) == len(lines)
+    assert "Fake benchmark for the CLI tests." in by_name["fake"] and str(d / "bench_fake.py") in by_name["fake"]
+    assert "Benchmark of the copy operators on the cpu backend" in by_name["copy_ops"]
+    assert "KV handoff between two processes" in by_name["disagg"]
+    for name in ("copy_ops", "copy_ops_sim", "rope", "rope_sim", "transfer", "transfer_sim", "list_ops", "disagg"):
+        desc = by_name[name].split(None, 1)[1]
+        assert len(desc) > 30 and desc.endswith(".") and "\n" not in desc and "``" not in desc, by_name[name]
+
+
+@pytest.mark.parametrize("argv, helps", [
+    (["demo", "--foo"], "ms-kvcache demo --help"),
+    (["demo", "--backend", "gpu"], "ms-kvcache demo --help"),
+    (["bench", "--bogus"], "ms-kvcache bench --help"),
+    (["bench", "--ops"], "ms-kvcache bench --help"),
+    (["info", "extra"], "ms-kvcache info --help"),
+    (["tiling", "reshape_and_cache", "--nope"], "ms-kvcache tiling --help"),
+    (["tiling"], "ms-kvcache tiling --help"),
+    (["--foo", "demo"], "ms-kvcache --help"),
+    (["nonsense"], "ms-kvcache --help"),
+])
+def test_argument_errors_point_to_the_commands_help(capsys, argv, helps):
+    """An argument error names the help of the command it belongs to (`demo --foo` pointed to
+    'ms-kvcache --help')."""
+    assert main(argv) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert line.endswith(f"(see '{helps}')"), line
+
+
+SKIPPING_BENCH = '''
+"""A benchmark whose optional dependency is missing."""
+def available():
+    return False, "needs the frobnicator extra (pip install frob)"
+
+
+def run(quick=False):
+    raise AssertionError("run() of a module that is not available")
+'''
+
+
+def test_bench_skips_an_unavailable_module_with_its_reason(tmp_path, capsys):
+    """A module whose available() says no is skipped, its reason printed, and is no failure; a module
+    whose run() returns no rows is a failure (it used to pass silently)."""
+    d = tmp_path / "benches"
+    d.mkdir()
+    (d / "bench_fake.py").write_text(FAKE_BENCH)
+    (d / "bench_frob.py").write_text(SKIPPING_BENCH)
+    (d / "bench_empty.py").write_text("def run(quick=False):\n    return []\n")
+    assert main(["bench", "--from", str(d), "--ops", "fake", "frob", "--out", str(tmp_path / "o"),
+                 "--no-progress"]) == 0
+    cap = capsys.readouterr()
+    assert "ms-kvcache bench: frob skipped: needs the frobnicator extra (pip install frob)" in cap.err
+    assert {r["module"] for r in csv.DictReader(open(tmp_path / "o" / "bench.csv"))} == {"fake"}
+    assert main(["bench", "--from", str(d), "--ops", "frob", "--out", str(tmp_path / "o2"), "--no-progress"]) == 1
+    assert "nothing ran" in capsys.readouterr().err
+    assert main(["bench", "--from", str(d), "--ops", "fake", "empty", "--out", str(tmp_path / "o3"),
+                 "--no-progress"]) == 1
+    assert "'empty' failed: RuntimeError: run() returned no rows" in capsys.readouterr().err
+
+
+def test_bench_disagg_available_matches_mooncake():
+    """The disagg family says it cannot run exactly when Mooncake cannot be imported, with the reason."""
+    from ms_kvcache.disagg import mooncake_available
+
+    ok, why = _load_bench("disagg").available()
+    assert (ok, why) == mooncake_available()
+    assert ok or ("Mooncake" in why and "pip install" in why)
+
+
+def test_bench_report_sections(tmp_path, capsys):
+    """`bench --report FILE`: one Markdown section per family with date, command, machine and code; a later
+    run rewrites only its families' sections and keeps everything else in the file."""
+    d = tmp_path / "benches"
+    d.mkdir()
+    (d / "bench_fake.py").write_text(FAKE_BENCH)
+    (d / "bench_other.py").write_text(FAKE_BENCH.replace("fake_copy", "other_copy").replace("Fake benchmark",
+                                                                                          "Other benchmark"))
+    report = tmp_path / "docs" / "benchmarks.md"
+    argv = ["bench", "--from", str(d), "--ops", "fake", "other", "--out", str(tmp_path / "o"), "--no-progress",
+            "--report", str(report)]
+    assert main(argv) == 0
+    assert f"wrote {report} (sections: fake, other)" in capsys.readouterr().out
+    text = report.read_text()
+    assert text.startswith("# Benchmarks\n") and "ms-kvcache bench --report docs/benchmarks.md" in text
+    for fam, op in (("fake", "fake_copy"), ("other", "other_copy")):
+        sec = text.split(f"<!-- bench-report: {fam} -->\n", 1)[1].split(f"<!-- /bench-report: {fam} -->", 1)[0]
+        assert sec.startswith(f"## {fam}\n")
+        assert re.search(r"Measured on \d{4}-\d{2}-\d{2} with `ms-kvcache bench --from \S+ --ops fake other "
+                         r"--out \S+ --no-progress --report \S+` on .+ logical cores.*; ms_kvcache \S+", sec), sec
+        assert "memcpy column: memcpy of the same bytes" in sec
+        assert f"| {op} | bf16 H8 D128 | 4096 | 3.36 ms | 6 | 8 | 0.75 |" in sec
+    # a hand-written paragraph and the other family's section survive a run of one family
+    report.write_text(text.replace("## other\n", "## other\n\nHAND-WRITTEN\n").rstrip("\n")
+                      + "\n\nA closing paragraph.\n")
+    (d / "bench_fake.py").write_text(FAKE_BENCH.replace("bf16 H8 D128", "fp16 H8 D128"))
+    assert main(["bench", "--from", str(d), "--ops", "fake", "--out", str(tmp_path / "o"), "--no-progress",
+                 "--report", str(report)]) == 0
+    new = report.read_text()
+    assert "| fake_copy | fp16 H8 D128 |" in new and "| fake_copy | bf16 H8 D128 |" not in new
+    assert "HAND-WRITTEN" in new and "| other_copy | bf16 H8 D128 |" in new and "A closing paragraph." in new
+    assert new.count("<!-- bench-report: fake -->") == 1 and new.count("# Benchmarks") == 1
 
 
 class _FakeSim:
@@ -541,41 +644,88 @@ class _FakeSimStats:
 
 def test_bench_plot_panels_are_lines_with_few_entries():
     """One panel per module; only series with >= 2 token counts; a module that names series plots only
-    those; at most MAX_SERIES per panel."""
+    those; at most MAX_SERIES per panel; the title names the ops drawn (a panel drawing one of five ops was
+    titled "(5 ops)"); the memcpy baseline is named per family."""
     from ms_kvcache.bench import plot_panels
-    from ms_kvcache.bench._runner import MAX_SERIES
+    from ms_kvcache.bench._runner import MAX_SERIES, MEMCPY_BASELINES
 
-    def row(module, case, t, series=None):
-        r = {"module": module, "op": "reshape_and_cache", "case": case, "tokens": t, "gbps": 1.0 + t / 1e4,
+    def row(module, case, t, series=None, op="reshape_and_cache"):
+        r = {"module": module, "op": op, "case": case, "tokens": t, "gbps": 1.0 + t / 1e4,
              "memcpy_gbps": 3.0, "bytes": 100 * t, "backend": "cpu"}
         if series:
             r["series"] = series
         return r
 
     rows = [row("a", "one point", 16)] + [row("a", "line", t) for t in (16, 256, 4096)]
-    rows += [row("b", f"c{i}", t) for i in range(9) for t in (1, 2)]
+    rows += [row("a", f"T={t}", t, op=op) for t in (16, 256) for op in ("copy_blocks", "swap_blocks")]
+    rows += [row("b", f"c{i}", t, op=f"op{i}") for i in range(9) for t in (1, 2)]
     rows += [row("c", "all paths", t) for t in (1, 2)] + [row("c", "x", t, series="fused") for t in (1, 2, 4)]
+    rows += [dict(row("copy_ops", "line", t), memcpy_baseline="my own memcpy") for t in (1, 2)]
+    rows += [row("rope", "line", t) for t in (1, 2)]
     rows += [_OLD_SIM_ROW]
-    panels = {title.split(":")[0]: (lines, dropped) for title, lines, dropped in plot_panels(rows)}
-    assert set(panels) == {"a", "b", "c"}
-    assert [label for label, _ in panels["a"][0]] == ["line"] and len(panels["a"][0][0][1]) == 3
-    assert len(panels["b"][0]) == MAX_SERIES and panels["b"][1] == 9 - MAX_SERIES
-    assert [label for label, _ in panels["c"][0]] == ["fused"]
+    panels = {title.split(":")[0]: (title, lines, dropped, base) for title, lines, dropped, base in plot_panels(rows)}
+    assert set(panels) == {"a", "b", "c", "copy_ops", "rope"}
+    assert [label for label, _ in panels["a"][1]] == ["reshape_and_cache: line"] and len(panels["a"][1][0][1]) == 3
+    assert panels["a"][0] == "a: reshape_and_cache"  # copy_blocks / swap_blocks rows have one token count each
+    assert len(panels["b"][1]) == MAX_SERIES and panels["b"][2] == 9 - MAX_SERIES
+    assert panels["b"][0] == f"b: {MAX_SERIES} ops: " + ", ".join(f"op{i}" for i in range(MAX_SERIES))
+    assert [label for label, _ in panels["c"][1]] == ["fused"]
+    assert panels["copy_ops"][3] == "my own memcpy" and panels["rope"][3] == MEMCPY_BASELINES["rope"]
+    assert panels["a"][3] == "memcpy of the same bytes, timed in the same run"
+
+
+def test_bench_plot_says_what_each_panel_shows():
+    """Each panel of bench.png: the title names the family and its ops and says higher is better; the
+    legend names the memcpy baseline of that family."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from ms_kvcache.bench._runner import MEMCPY_BASELINES, plot_figure, plot_panels
+
+    rows = [{"module": fam, "op": op, "case": "c", "tokens": t, "gbps": 2.0, "memcpy_gbps": 3.0, "bytes": t,
+             "backend": "cpu"} for fam, op in (("copy_ops", "reshape_and_cache"), ("transfer", "multi_layer_kv_transfer"))
+            for t in (1, 2)]
+    fig = plot_figure(plot_panels(rows))
+    try:
+        axes = [ax for ax in fig.axes if ax.get_title()]
+        assert len(axes) == 2
+        for ax, (fam, op) in zip(axes, (("copy_ops", "reshape_and_cache"), ("transfer", "multi_layer_kv_transfer"))):
+            title = ax.get_title().replace("\n", " ")
+            assert title.startswith(f"{fam}: {op}") and "higher is better" in title, title
+            assert "higher is better" in ax.get_ylabel()
+            legend = " ".join(t.get_text().replace("\n", " ") for t in ax.get_legend().get_texts())
+            assert "memcpy baseline:" in legend and MEMCPY_BASELINES[fam] in legend, legend
+    finally:
+        plt.close(fig)
 
 
 @pytest.mark.slow
 def test_bench_quick_end_to_end(tmp_path):
     """`ms-kvcache bench --quick` (a process of its own, as a user runs it) runs every benchmark of the
     checkout, writes bench.csv / .md / .png, no table row is blank, and prints no deprecation warning
-    (MindSpore logs one per deprecated setting, e.g. set_context(pynative_synchronize=...)). ~3-5 min here."""
+    (MindSpore logs one per deprecated setting, e.g. set_context(pynative_synchronize=...)). A family whose
+    optional extra is missing here (disagg without Mooncake) must be skipped with its reason, and only
+    then; its absence is asserted and the reason printed. ~3-5 min here."""
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     p = subprocess.run([sys.executable, "-m", "ms_kvcache.cli", "bench", "--quick", "--no-progress", "--out",
                         str(tmp_path)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)
     assert p.returncode == 0, p.stderr[-4000:]
+    mods = _bench_modules()
+    unavailable = {}
+    for name in mods:
+        check = getattr(_load_bench(name), "available", None)
+        ok, why = check() if callable(check) else (True, "")
+        if not ok:
+            unavailable[name] = why
+    skip_lines = [ln for ln in p.stderr.splitlines() if re.match(r"ms-kvcache bench: \S+ skipped: ", ln)]
+    assert {ln.split()[2] for ln in skip_lines} == set(unavailable), skip_lines
+    for name, why in unavailable.items():
+        print(f"bench family {name!r} not run here: {why}")  # shown with -rA / on failure
+    stderr = "\n".join(ln for ln in p.stderr.splitlines() if ln not in skip_lines)
     # the word, not Mooncake's counters ("connect_failed=0") should its INFO log get through
-    assert not re.search(r"\bfailed\b", p.stderr) and "deprecat" not in (p.stdout + p.stderr).lower(), p.stderr[-4000:]
+    assert not re.search(r"\bfailed\b", stderr) and "deprecat" not in (p.stdout + stderr).lower(), stderr[-4000:]
     rows = list(csv.DictReader(open(tmp_path / "bench.csv")))
-    assert {r["module"] for r in rows} >= set(_bench_modules())
+    assert {r["module"] for r in rows} == set(mods) - set(unavailable)
     assert all(r["op"] in _public_ops() for r in rows)
     _check_bench_outputs(tmp_path)
 

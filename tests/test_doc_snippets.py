@@ -1,8 +1,8 @@
-"""Every Python snippet of README.md and docs/*.md runs as written.
+"""Every snippet of README.md and docs/*.md runs as pasted.
 
-The ```python blocks of one file run in order in one namespace (a later block may use the names of an
-earlier one, as a reader does), in a fresh process with the cwd in a temp folder. A block whose first
-line is a marker comment is treated as the marker says:
+Each ```python block runs alone, as a reader pastes it into a new Python session: in a fresh process of
+its own with the cwd in a temp folder (a block that needs names of an earlier one fails). A block whose
+first line is a marker comment is treated as the marker says:
 
 - ``# snippet: npu`` - needs an Ascend NPU and CANN: compiled only (none here);
 - ``# snippet: excerpt`` - a piece of library code quoted to explain it, not a program: compiled only;
@@ -13,10 +13,14 @@ line is a marker comment is treated as the marker says:
   MindSpore is at least X.Y, compiled only on an older one (a reader of the doc sees the same line).
 
 Any other block must run without error.
+
+In the ```bash blocks, every ``ms-kvcache ...`` command must parse with the CLI's own parser (real
+subcommands and options), and every ``scripts/...`` / ``tools/...`` file a command runs must exist.
 """
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -102,17 +106,90 @@ def test_markers_are_few_and_known():
     assert "ms_kvcache.reshape_and_cache(" in text and "class " in text and "GRAPH_MODE" in text
 
 
-@pytest.mark.parametrize("path", [f for f in FILES if snippets(f)], ids=lambda p: p.name)
-def test_snippets_run_as_written(path, tmp_path):
-    here = _mindspore_version()
-    # a block that does not run here goes to the runner with a marker (compiled only), one that runs without
-    blocks = [(line, code, None if runs_here(mk, here) else mk) for line, code, mk in snippets(path)]
+def _all_blocks():
+    return [(f, line, code, mk) for f in FILES for line, code, mk in snippets(f)]
+
+
+@pytest.mark.parametrize("path, line, code, marker", _all_blocks(), ids=lambda v: v.name if isinstance(v, Path)
+                         else (str(v) if isinstance(v, int) else ""))
+def test_snippet_runs_as_pasted(path, line, code, marker, tmp_path):
+    """One block, alone in a fresh process (or compiled only, as its marker says)."""
+    if not runs_here(marker, _mindspore_version()):
+        compile(code, f"{path.name}:{line}", "exec")  # a block that cannot run here must still be valid Python
+        return
+    blocks = [(line, code, None)]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), GLOG_v="3")
     env.pop("MS_KVCACHE_BACKEND", None)
     p = subprocess.run([sys.executable, "-c", _RUNNER, str(path.relative_to(ROOT))], input=json.dumps(blocks),
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-5000:]
-    assert f"ran {sum(1 for b in blocks if b[2] is None)} of {len(blocks)}" in p.stdout
+    assert "ran 1 of 1" in p.stdout
+
+
+def test_runner_fails_a_block_that_needs_an_earlier_one(tmp_path):
+    """The runner really isolates blocks: a block using a name of an earlier block fails."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "-c", _RUNNER, "x.md"], input=json.dumps([(3, "print(defined_above)\n", None)]),
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1 and "NameError" in p.stderr and "x.md line 3" in p.stderr
+
+
+_BASH = re.compile(r"^[ \t]*```(?:bash|sh|shell)[^\n]*\n(.*?)^[ \t]*```", re.M | re.S)  # list items indent theirs
+
+
+def bash_commands(path):
+    """[(line, words)] of the simple commands in the ```bash blocks of a Markdown file (comments cut,
+    continuation lines joined, ``&&`` / ``;`` / ``|`` chains split, ``VAR=value`` prefixes dropped)."""
+    text = path.read_text()
+    out = []
+    for m in _BASH.finditer(text):
+        first = text.count("\n", 0, m.start()) + 2
+        lines, pending = [], ""
+        for i, raw in enumerate(m.group(1).splitlines()):  # a trailing backslash continues the line
+            code = re.sub(r"(^|\s)#.*$", "", raw).strip()
+            if code.endswith("\\"):
+                pending += code[:-1] + " "
+                continue
+            lines.append((i, pending + code))
+            pending = ""
+        for i, code in lines:
+            lex = shlex.shlex(code, posix=True, punctuation_chars=";&|")
+            lex.whitespace_split = True
+            words = []
+            for tok in list(lex) + [";"]:
+                if tok and set(tok) <= set(";&|"):  # a separator: &&, ||, ;, |
+                    while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
+                        words.pop(0)  # VAR=value prefixes
+                    if words:
+                        out.append((first + i, words))
+                    words = []
+                else:
+                    words.append(tok)
+    return out
+
+
+def test_bash_commands_name_real_options_and_files():
+    from ms_kvcache.cli import CLIError, build_parser
+
+    checked = 0
+    for f in FILES:
+        for line, words in bash_commands(f):
+            where = f"{f.name} line {line}: {' '.join(words)}"
+            if words[0] == "ms-kvcache":
+                if any(w.startswith("<") or "..." in w for w in words):
+                    continue  # a placeholder, not a command
+                try:
+                    build_parser().parse_args(words[1:])
+                except CLIError as exc:
+                    raise AssertionError(f"{where}: {exc}") from None
+                except SystemExit:  # --help / --version
+                    pass
+                checked += 1
+            for w in words[:3]:
+                if re.match(r"^(\./)?(scripts|tools)/\S+\.(py|sh)$", w):
+                    assert (ROOT / w).is_file(), f"{where}: {w} does not exist"
+                    checked += 1
+    assert checked >= 10
 
 
 def test_version_marker():

@@ -1,5 +1,6 @@
 """Discovery, execution and output of the benchmark modules (``ms-kvcache bench``)."""
 import argparse
+import ast
 import csv
 from dataclasses import dataclass
 import importlib
@@ -9,10 +10,12 @@ from pathlib import Path
 import pkgutil
 import re
 import sys
+import textwrap
 from typing import Optional
 
-__all__ = ["ROW_KEYS", "BenchModule", "discover", "run_modules", "write_outputs", "format_table", "format_tables",
-           "print_table", "main_for", "normalise_row", "plot_panels", "wrapped_modules"]
+__all__ = ["ROW_KEYS", "BenchModule", "describe", "discover", "run_modules", "write_outputs", "write_report",
+           "format_table", "format_tables", "print_table", "main_for", "normalise_row", "plot_panels",
+           "wrapped_modules"]
 
 #: Keys of a result row (only ``op`` is required; ``tokens`` + ``gbps`` put it on the plot).
 ROW_KEYS = {
@@ -28,6 +31,8 @@ ROW_KEYS = {
     "ratio_memcpy": "memcpy time / op time (1.0 = as fast as memcpy)",
     "speedup": "{baseline name: baseline time / op time}",
     "note": "free text",
+    "memcpy_baseline": "what the row's memcpy_gbps measured (names the dashed line of its plot panel; default: "
+                       "MEMCPY_BASELINES of its family)",
     "series": "legend label of the plot line this row belongs to (rows of one series differ in tokens); "
               "a module that sets it on some rows plots only those",
     # AscendC emulation rows (backend 'sim'): counts of the emulated kernels, not timings
@@ -128,12 +133,15 @@ def discover(extra_dirs=(), include_checkout=True):
 
 
 def run_modules(mods, quick=False, progress=True):
-    """Run each module's ``run(quick=...)``; returns (rows, failures [(name, message)]).
+    """Run each module's ``run(quick=...)``; returns ``(rows, failures, skipped)``, the last two
+    ``[(name, message)]``.
 
-    Every row gets ``module`` = the module name. A module without ``run`` or whose ``run`` raises is a
-    failure (one line each); the others still run.
+    Every row gets ``module`` = the module name. A module may define ``available() -> (ok, reason)``:
+    when it says no (an optional extra missing, e.g. Mooncake for ``disagg``) the module is skipped with
+    that reason instead of run. A module without ``run``, whose ``run`` raises or returns no rows, or a
+    row without ``op``, is a failure (one line each); the others still run.
     """
-    rows, failures = [], []
+    rows, failures, skipped = [], [], []
     bar = None
     if progress:
         try:
@@ -153,23 +161,49 @@ def run_modules(mods, quick=False, progress=True):
                 bar.update(task, description=f"bench {m.name}")
             try:
                 mod = m.load()
+                check = getattr(mod, "available", None)
+                ok, why = check() if callable(check) else (True, "")
+                if not ok:
+                    skipped.append((m.name, " ".join(str(why).split()) or "available() said no"))
+                    continue
                 fn = getattr(mod, "run", None)
                 if fn is None:
                     raise AttributeError("no run(quick=False) function (see docs/design.md, 'Benchmarks')")
-                out = fn(quick=quick)
-                for r in out or []:
+                out = list(fn(quick=quick) or [])
+                if not out:
+                    raise RuntimeError("run() returned no rows (a module that cannot run here says why in "
+                                       "available())")
+                for r in out:
                     if not isinstance(r, dict) or "op" not in r:
                         raise TypeError(f"run() returned a row without 'op': {r!r}"[:200])
-                    rows.append({"module": m.name, **normalise_row(r)})
+                rows += [{"module": m.name, **normalise_row(r)} for r in out]
             except Exception as exc:  # noqa: BLE001 - one module's failure must not stop the others
                 msg = " ".join(str(exc).split()) or type(exc).__name__
                 failures.append((m.name, f"{type(exc).__name__}: {msg}"[:300]))
-            if bar:
-                bar.advance(task)
+            finally:
+                if bar:
+                    bar.advance(task)
     finally:
         if bar:
             bar.stop()
-    return rows, failures
+    return rows, failures, skipped
+
+
+def describe(module):
+    """One line saying what a benchmark module measures: the first sentence of its docstring, read from
+    its source without importing it (``ms-kvcache bench --list`` stays free of MindSpore)."""
+    path = module.path
+    if path is None:
+        spec = importlib.util.find_spec(module.module_name)
+        path = spec.origin if spec else None
+    try:
+        doc = ast.get_docstring(ast.parse(Path(path).read_text(errors="replace"))) or ""
+    except (OSError, SyntaxError, TypeError, ValueError):
+        doc = ""
+    text = " ".join(doc.strip().split("\n\n")[0].split())
+    text = re.sub(r":\w+:`~?([^`]+)`", r"\1", text).replace("``", "")
+    m = re.match(r"(.+?[.!?])(?:\s|$)", text)
+    return (m.group(1) if m else text) or "(no description: the module has no docstring)"
 
 
 def normalise_row(row):
@@ -334,8 +368,9 @@ def print_table(rows, file=None):
         Console(file=out, width=180).print(t)
 
 
-def machine_description():
-    """One line naming the machine: CPU model, logical cores, OS / arch, 1-min load average."""
+def machine_description(load=True):
+    """One line naming the machine: CPU model, logical cores, OS / arch and (``load``) the 1-min load
+    average."""
     import os
     import platform
 
@@ -350,7 +385,7 @@ def machine_description():
         pass
     model = " ".join(model.replace("(R)", "").replace("(TM)", "").replace("CPU ", "").split())
     try:
-        load = f", load {os.getloadavg()[0]:.1f}"
+        load = f", load {os.getloadavg()[0]:.1f}" if load else ""
     except OSError:
         load = ""
     return f"{model or 'unknown CPU'}, {os.cpu_count()} logical cores, {platform.system()} {platform.machine()}{load}"
@@ -392,16 +427,155 @@ def write_outputs(rows, out_dir):
     return paths
 
 
+#: Markers around one family's section of a ``--report`` file (the text between is rewritten by each run).
+_SECTION_BEGIN, _SECTION_END = "<!-- bench-report: {} -->", "<!-- /bench-report: {} -->"
+_SECTION_RE = re.compile(r"<!-- bench-report: (\S+) -->\n.*?<!-- /bench-report: \1 -->\n?", re.S)
+REPORT_INTRO = """# Benchmarks
+
+CPU figures of the machine named in each section, measured by `ms-kvcache bench`: not NPU figures (no
+Ascend hardware was used), and the AscendC emulation's tables are counts (bytes, cores, calls), not
+timings. Each section names the date, the command and the machine that made it, and the code it measured.
+
+Regenerate every section with `ms-kvcache bench --report docs/benchmarks.md` (a few minutes; `--ops FAMILY
+...` rewrites only those sections, `ms-kvcache bench --list` names the families). Every ratio is reference
+time / op time: above 1 the op is faster. The CSV of the same run (`--out DIR`, default `bench_out/`) has
+every field of every row.
+"""
+
+
+def code_description():
+    """``"ms_kvcache 0.1.0 (commit abc1234), MindSpore 2.10.0"``: the code a figure measured (the commit of
+    the checkout this ms_kvcache runs from, ``+ local changes`` when tracked files other than docs and tests
+    differ from it)."""
+    import os
+    import subprocess
+
+    import ms_kvcache
+
+    text = f"ms_kvcache {getattr(ms_kvcache, '__version__', '?')}"
+    root = Path(ms_kvcache.__file__).resolve().parent.parent
+    if (root / ".git").exists():
+        try:
+            env = dict(os.environ, GIT_OPTIONAL_LOCKS="0")
+            head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                  text=True, timeout=10, env=env).stdout.strip()
+            # changes to what runs (not to docs or tests) make the figures those of other code than HEAD's
+            dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--",
+                                    ".", ":(exclude)docs", ":(exclude)tests", ":(exclude)*.md", ":(exclude).ci"],
+                                   capture_output=True, text=True, timeout=10, env=env).stdout.strip()
+            if head:
+                text += f" (commit {head}{' + local changes' if dirty else ''})"
+        except (OSError, subprocess.SubprocessError):
+            pass
+    try:
+        from importlib.metadata import version
+
+        text += f", MindSpore {version('mindspore')}"
+    except Exception:  # noqa: BLE001 - a report without the MindSpore version is still a report
+        pass
+    return text
+
+
+def _short_note(note, limit=110):
+    """The first clause of a row's note (up to a top-level "; "), at most ``limit`` characters."""
+    depth, cut = 0, len(note)
+    for i, ch in enumerate(note):
+        depth += ch in "([" 
+        depth -= ch in ")]"
+        if ch == ";" and depth == 0:
+            cut = i
+            break
+    text = note[:cut].strip()
+    return text if len(text) <= limit else text[:limit - 3].rstrip() + "..."
+
+
+def report_section(family, rows, *, description, command, date, machine, code):
+    """The Markdown of one family's ``--report`` section (markers included): heading, what it measures,
+    date / command / machine / code, then its summary tables (notes cut to their first clause)."""
+    rows = [normalise_row(r) for r in rows]
+    out = [_SECTION_BEGIN.format(family), f"## {family}", "", description, "",
+           f"Measured on {date} with `{command}` on {machine}; {code}."]
+    if any(isinstance(r.get("memcpy_gbps"), (int, float)) for r in rows):
+        base = next((str(r["memcpy_baseline"]) for r in rows if r.get("memcpy_baseline")),
+                    MEMCPY_BASELINES.get(family, _DEFAULT_BASELINE))
+        out[-1] += f" memcpy column: {base}."
+    for title, headers, cells, note in format_tables(rows):
+        if "note" in headers:
+            i = headers.index("note")
+            cells = [c[:i] + [_short_note(c[i])] + c[i + 1:] for c in cells]
+        out += ["", f"### {title}", "", f"{note[0].upper() + note[1:]}.", "",
+                "| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+        out += ["| " + " | ".join(x.replace("|", "\\|") for x in c) + " |" for c in cells]
+    out.append(_SECTION_END.format(family))
+    return "\n".join(out) + "\n"
+
+
+def write_report(path, rows, families, command, date=None, load_before=None):
+    """Write (or update) the Markdown report ``path``: one section per family in ``families``
+    ``[(name, description)]`` with rows, each with its date, command, machine (with the 1-min load average
+    at the start, ``load_before``, and now) and code. Sections of other families already in the file, and
+    any text outside the sections, are kept; a new file starts with :data:`REPORT_INTRO`. Returns the
+    families written."""
+    import os
+    import time
+
+    path = Path(path)
+    date = date or time.strftime("%Y-%m-%d", time.gmtime())
+    machine, code = machine_description(load=False), code_description()
+    try:
+        now = os.getloadavg()[0]
+        machine += (f", load average {load_before:.1f} at the start, {now:.1f} at the end"
+                    if load_before is not None else f", load average {now:.1f} at the end")
+    except OSError:
+        pass
+    text = path.read_text() if path.is_file() else REPORT_INTRO
+    written = []
+    for name, description in families:
+        sub = [r for r in rows if r.get("module") == name]
+        if not sub:
+            continue
+        section = report_section(name, sub, description=description, command=command, date=date,
+                                 machine=machine, code=code)
+        found = [m for m in _SECTION_RE.finditer(text) if m.group(1) == name]
+        if found:
+            m = found[0]
+            text = text[:m.start()] + section + text[m.end():]
+        else:
+            text = text.rstrip("\n") + "\n\n" + section
+        written.append(name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return written
+
+
 #: Most lines per plot panel (the legend stays readable); the others stay in the table and the CSV.
 MAX_SERIES = 6
 
+#: What the dashed "memcpy" line of each family's panel is (the ``memcpy_gbps`` its rows carry); a row's
+#: ``memcpy_baseline`` key overrides it (a ``--from`` script's family has no entry here).
+MEMCPY_BASELINES = {
+    "copy_ops": "numpy memcpy of the op's bytes (1 thread) into a cold buffer as large as its caches",
+    "disagg": "numpy memcpy of the same bytes in one process (1 thread); raw Mooncake is in the table",
+    "rope": "numpy memcpy of the bytes the op reads and writes (the faster of 1 and 2 threads)",
+    "transfer": "memcpy of the same bytes between two host buffers (the faster of 1 thread and the op's threads)",
+}
+_DEFAULT_BASELINE = "memcpy of the same bytes, timed in the same run"
+
+
+def _panel_title(fam, ops):
+    """``"<family>: op"``, ``"<family>: op_a, op_b"`` or ``"<family>: 3 ops: a, b, c"`` (the ops drawn)."""
+    names = ", ".join(ops)
+    return f"{fam}: {names}" if len(ops) <= 2 else f"{fam}: {len(ops)} ops: {names}"
+
 
 def plot_panels(rows):
-    """What bench.png draws: ``[(title, [(label, [(tokens, gbps, memcpy_gbps, bytes)])], dropped)]``,
+    """What bench.png draws: ``[(title, [(label, [(tokens, gbps, memcpy_gbps, bytes)])], dropped, baseline)]``,
     one panel per benchmark module (op family) with timing rows. A series is a legend label: the row's
     ``series`` (a module that sets it on some rows plots only those rows), else ``op: case``; only series
     with GB/s at two or more token counts are drawn (lines, not dots), at most :data:`MAX_SERIES` per
-    panel (the ones with the most points); ``dropped`` counts the series left out."""
+    panel (the ones with the most points); ``dropped`` counts the series left out. ``title`` is the family
+    and the ops of the drawn lines; ``baseline`` says what the panel's memcpy line is
+    (:data:`MEMCPY_BASELINES`)."""
     timing = [r for r in rows if not is_emulation_row(r) and isinstance(r.get("tokens"), (int, float))
               and isinstance(r.get("gbps"), (int, float)) and r["tokens"] > 0 and r["gbps"] > 0]
     families = []
@@ -414,19 +588,25 @@ def plot_panels(rows):
             many_ops = len({r["op"] for r in sub}) > 1
             label = (lambda r, m=many_ops: (f"{r['op']}: {r.get('case', '')}" if m else str(r.get("case", "")))
                      or r["op"])
-        series = {}
+        series, series_ops = {}, {}
         for r in sub:
             pts = series.setdefault(label(r), {})
             pts[r["tokens"]] = (r["tokens"], r["gbps"], r.get("memcpy_gbps"), r.get("bytes"))
+            series_ops.setdefault(label(r), [])
+            if r["op"] not in series_ops[label(r)]:
+                series_ops[label(r)].append(r["op"])
         lines = [(k, sorted(v.values())) for k, v in series.items() if len(v) >= 2]
         if not lines:
             continue
         order = {k: i for i, k in enumerate(series)}
         lines.sort(key=lambda kv: (-len(kv[1]), order[kv[0]]))
         kept = sorted(lines[:MAX_SERIES], key=lambda kv: order[kv[0]])
-        ops = sorted({r["op"] for r in sub})
-        title = f"{fam}: {', '.join(ops)}" if len(ops) <= 2 else f"{fam} ({len(ops)} ops)"
-        families.append((title, kept, len(lines) - len(kept)))
+        ops = []
+        for k, _ in kept:
+            ops += [o for o in series_ops[k] if o not in ops]
+        baseline = next((str(r["memcpy_baseline"]) for r in sub if r.get("memcpy_baseline")),
+                        MEMCPY_BASELINES.get(fam, _DEFAULT_BASELINE))
+        families.append((_panel_title(fam, ops), kept, len(lines) - len(kept), baseline))
     return families
 
 
@@ -435,6 +615,16 @@ _MARKERS = ["o", "s", "^", "D", "v", "P"]
 
 
 def _plot(panels, path):
+    import matplotlib.pyplot as plt
+
+    fig = plot_figure(panels)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+def plot_figure(panels):
+    """The matplotlib figure of bench.png for :func:`plot_panels`' panels: one axes per panel, titled by
+    its family and the ops drawn, "higher is better", and the memcpy baseline named in its legend."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -445,7 +635,7 @@ def _plot(panels, path):
     ncol = min(3, n)
     nrow = -(-n // ncol)
     fig, axes = plt.subplots(nrow, ncol, figsize=(6.2 * ncol, 4.9 * nrow), squeeze=False)
-    for ax, (fam, lines, dropped) in zip(axes.flat, panels):
+    for ax, (title, lines, dropped, baseline) in zip(axes.flat, panels):
         handles = []
         for i, (label, pts) in enumerate(lines):
             c, m = _COLORS[i % len(_COLORS)], _MARKERS[i % len(_MARKERS)]
@@ -464,14 +654,15 @@ def _plot(panels, path):
             color = "0.35" if len(groups) == 1 else _COLORS[members[0][0] % len(_COLORS)]
             ax.plot(xs, ys, color=color, linestyle="--", linewidth=1.3, marker="x", markersize=5, alpha=0.8)
         if groups:
-            what = ("memcpy of the same bytes" if len(groups) == 1 else
-                    "memcpy of the same bytes (colour of its line)")
-            handles.append(Line2D([], [], color="0.35", linestyle="--", marker="x", label=what))
+            what = "memcpy baseline" + ("" if len(groups) == 1 else " (colour of its line)")
+            handles.append(Line2D([], [], color="0.35", linestyle="--", marker="x",
+                                  label=f"{what}:\n" + "\n".join(textwrap.wrap(baseline, 48))))
         ax.set_xscale("log", base=2)
         ax.set_ylim(bottom=0)
-        ax.set_title(fam, fontsize=10, fontweight="bold")
+        ax.set_title("\n".join(textwrap.wrap(title, 64)) + "\nGB/s against tokens per call: higher is better",
+                     fontsize=10, fontweight="bold")
         ax.set_xlabel("tokens per call (log scale)")
-        ax.set_ylabel("GB/s (bytes the op reads + writes / time)")
+        ax.set_ylabel("GB/s = bytes read + written / time (higher is better)")
         ax.grid(True, which="both", alpha=0.3)
         if dropped:
             ax.text(0.99, 0.01, f"{dropped} more series in bench.csv", transform=ax.transAxes, ha="right",
@@ -482,8 +673,7 @@ def _plot(panels, path):
     fig.suptitle("ms-kvcache bench: CPU figures of the cpu backend (not NPU timings)\n" + machine_description(),
                  fontsize=11)
     fig.tight_layout()
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    return fig
 
 
 def main_for(module, argv=None):

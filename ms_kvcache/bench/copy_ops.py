@@ -32,7 +32,7 @@ rounds (``queued``: every call through MindSpore's pipeline), the paired before 
     python scripts/bench_copy.py               # full table (this module's main)
     python scripts/bench_copy.py --quick       # fewer sizes and repetitions
     python scripts/bench_copy.py --ops concat_and_cache_mla,swap_blocks --json out.json --csv out.csv
-    python scripts/bench_copy.py --ops ... --runs 3  # three runs, then the median table (README's format)
+    python scripts/bench_copy.py --ops ... --runs 3  # three runs, then the median table
 
 ``run(ops=None, quick=False) -> list[dict]`` is the programmatic entry (used by ``ms-kvcache bench``).
 The AscendC kernels' data movement is ``ms_kvcache.bench.copy_ops_sim``.
@@ -69,7 +69,7 @@ COLD_BYTES = 64 << 20
 #: At most this many slot / block sets per case (T = 1 would need 16384 for 64 MiB).
 MAX_ROTATIONS = 64
 
-#: The baseline of every ratio, in one line (printed under each table and quoted by README).
+#: The baseline of every ratio, in one line (printed under each table).
 BASELINE_LINE = (f"baseline: memcpy of the op's bytes (numpy, 1 thread) into a buffer as large as the op's caches, "
                  "and numpy fancy-index assignment of the same rows, both rotated like the op over "
                  f">= {COLD_BYTES >> 20} MiB (every call writes cold memory) and timed interleaved with it; "
@@ -589,7 +589,7 @@ def _slot_case(rows, name, label, t, planes, k, num_slots, op, anchor, reps, rng
              cache_bytes + nbytes, kernel=_aot_kernel(kernel[0], kernel[1], sets) if kernel else None)
     # where each plane starts relative to a 64-byte cache line (MindSpore's host tensors are 16-byte aligned):
     # rows of a cache not on a line boundary write partial lines, which costs streamed scatters of small
-    # rows (README, "Performance of the copy operators"); it varies between runs and processes
+    # rows; it varies between runs and processes
     rows[-1]["cache_line_offsets"] = "/".join(str((_u8(c).ctypes.data + off) % 64) for (_, c, _, off) in planes)
 
 
@@ -957,7 +957,7 @@ def format_table(rows):
 
 
 def _case_label(r):
-    """The README table's case cell of a row (reshape_and_cache rows get their T appended)."""
+    """The median table's case cell of a row (reshape_and_cache rows get their T appended)."""
     case = r["case"]
     return case if "T=" in case or r.get("tokens") is None or r["bench"] != "reshape_and_cache" else f"{case} T={r['tokens']}"
 
@@ -967,7 +967,7 @@ def summarize_runs(runs, loads=()):
     has a memcpy ratio (op, case), with the median op GB/s and memcpy GB/s and, for ``x memcpy``, ``x numpy``
     and ``kernel x memcpy``, the median followed by every run's figure in run order. ``runs`` = one row list
     per run (``run()``'s result); ``loads`` = per run (load average before, after) for the header. Markdown,
-    README's format; the baseline line under it."""
+    the baseline line under it."""
     med = lambda v: float(np.median(v))  # noqa: E731
     keys, by = [], {}
     for rows in runs:
@@ -1017,7 +1017,7 @@ def main(argv=None):
     p.add_argument("--ops", default=None, help=f"comma-separated subset of {','.join(ALL_OPS)}")
     p.add_argument("--runs", type=int, default=1,
                    help="run the whole benchmark N times in a row and end with the median table of the N runs "
-                        "(every run's figure, README's format); default 1")
+                        "(every run's figure); default 1")
     p.add_argument("--json", default=None, help="write rows as JSON to this file ('-' = stdout; all runs' rows, "
                                                 "each with its 'run' number)")
     p.add_argument("--csv", default=None, help="write rows as CSV to this file")

@@ -31,7 +31,7 @@ kernel's loopback TCP copies.
     python scripts/bench_disagg.py [--quick] [--path both|direct|gather] [--mode both|verify-all|stream]
                                    [--repeats N] [--case NAME] [--tokens T] [--chunk-mib M] [--ablate] [--out DIR]   # or: ms-kvcache bench --ops disagg
 
-It prints each row's note on stderr and a summary table (the README's columns) on stdout.
+It prints each row's note on stderr and a summary table on stdout.
 
 ``--ablate`` adds diagnostic rows (:data:`ABLATIONS`), timed in the same rounds: the handoff with its own
 work switched off in both processes (no checksums: the sender sends 0 and the receiver compares 0; no
@@ -44,8 +44,9 @@ the direct path cuts them (one write per run of rows, every piece sent directly,
 bytes in flight) into their places in the receiver's buffer: the raw transfer of paged rows rather
 than of one contiguous buffer.
 
-Needs ``ms_kvcache[disagg]`` (Mooncake, pyzmq, xxhash); without Mooncake :func:`run` returns no rows and
-says why on stderr.
+Needs ``ms_kvcache[disagg]`` (Mooncake, pyzmq, xxhash); without Mooncake :func:`available` says why and
+``ms-kvcache bench`` skips the family with that reason (:func:`run` alone returns no rows and says why on
+stderr).
 """
 import contextlib
 import os
@@ -54,7 +55,7 @@ import time
 
 import numpy as np
 
-__all__ = ["run", "CASES"]
+__all__ = ["run", "available", "CASES"]
 
 #: name: (kv_format, num_layers, planes [(num_kv_heads, head_size)], dtype, block_size, token counts)
 CASES = {
@@ -452,6 +453,14 @@ def _case_rows(name, case, repeats, log, modes=("verify-all", "stream"), tokens=
     return rows
 
 
+def available():
+    """``(True, "")`` when Mooncake imports, else ``(False, reason)``: ``ms-kvcache bench`` then skips this
+    family with that reason (the ``disagg`` extra, or the libibverbs1 it links against, is missing)."""
+    from ms_kvcache.disagg import mooncake_available
+
+    return mooncake_available()
+
+
 def run(quick=False, log=None, repeats=None, modes=("verify-all", "stream"), cases=None, tokens=None, paths=PATHS,
         ablate=False):
     """Rows of the handoff benchmark (see the module docstring); ``[]`` when Mooncake is unavailable.
@@ -483,7 +492,7 @@ def run(quick=False, log=None, repeats=None, modes=("verify-all", "stream"), cas
 
 
 def format_summary(rows):
-    """The README's table lines: case, tokens, MiB, handoff / raw GB/s, ratios, load."""
+    """The summary table's lines: case, tokens, MiB, handoff / raw GB/s, ratios, load."""
     out = ["| case | path | mode | tokens | MiB | handoff GB/s | raw sync GB/s | raw chunked GB/s | x fastest raw | "
            "x sync | paired median | CPU ms handoff / raw sync / raw chunked | load |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
