@@ -4,7 +4,8 @@
 // AOT params (OpSpec order): block_ids [n] int32/int64, staging (optional: an empty [0] tensor when
 // absent), host_blocks... (list, one tensor per plane), kv_caches... (list, num_layers *
 // tensors_per_layer, layer-major), then the int32 [1] status output; the list lengths come from
-// dyn_input_sizes (mskv::InputSpans). Attrs: kv_format, direction, cache_layout, num_layers, aiv_num.
+// dyn_input_sizes (mskv::InputSpans). Attrs: kv_format, direction, cache_layout, num_layers, aiv_num; mskv_layer
+// (optional, the layer-wise worker's: move that layer's rows only, ml::ReadLayerRange).
 // Host plane p: [n, block_size, L, H, D] (MLA/DSA: [n, block_size, L, hidden_p]), i.e. block i,
 // token s, layer l is the row at ((i * bs + s) * L + l) * hidden_p elements: one contiguous piece per
 // block. Device plane p of layer l: [nb, bs, H, D] (BSND), [nb, H, bs, D] (BNSD) or [nb, H*D/C0, bs, C0] (NZ,
@@ -50,30 +51,37 @@ inline void LayerRowsToHost(const ml::LayerCaches& c, int p, int64_t l, int64_t 
       ml::Copy(h + (s - s0) * host_stride + hh * hb, dev + (hh * pl.bs + s) * hb, hb, stream);
 }
 
-// d2h of token rows [s0, s1) of device block `blk` (all layers and planes) -> host rows (`rows[p]`
+// d2h of token rows [s0, s1) of device block `blk` (the layers of `lr`, all planes) -> host rows (`rows[p]`
 // points at token s0, layer 0 of plane p, laid out [s1 - s0, L, hidden_p]), token by token, layers
 // inside (the host rows of one token are the contiguous side). Ids outside [0, nb) give zeros.
 void BlockRowsToHost(const ml::LayerCaches& c, uint8_t* const* host_rows, int64_t blk, int64_t s0, int64_t s1,
-                     bool stream) {
+                     bool stream, ml::LayerRange lr) {
   const int64_t L = c.num_layers;
+  const bool all = lr.l0 == 0 && lr.l1 == L;
   for (int p = 0; p < c.planes; ++p) {
     const ml::Plane& pl = c.plane[p];
     const int64_t row = pl.hidden() * static_cast<int64_t>(c.elem);
     uint8_t* rows = host_rows[p];
     if (blk < 0 || blk >= pl.nb) {
-      std::memset(rows, 0, static_cast<size_t>((s1 - s0) * L * row));
+      if (all) {
+        std::memset(rows, 0, static_cast<size_t>((s1 - s0) * L * row));
+      } else {
+        for (int64_t s = s0; s < s1; ++s)
+          for (int64_t l = lr.l0; l < lr.l1; ++l)
+            std::memset(rows + ((s - s0) * L + l) * row, 0, static_cast<size_t>(row));
+      }
       continue;
     }
     for (int64_t s = s0; s < s1; ++s)
-      for (int64_t l = 0; l < L; ++l)
+      for (int64_t l = lr.l0; l < lr.l1; ++l)
         LayerRowsToHost(c, p, l, blk, s, s + 1, rows + ((s - s0) * L + l) * row, 0, stream);
   }
 }
 
-// Token rows per work item: ~256 KiB of data (all layers and planes), so n blocks give enough items.
-int64_t RowsPerItem(const ml::LayerCaches& c) {
+// Token rows per work item: ~256 KiB of data (`nl` layers, all planes), so n blocks give enough items.
+int64_t RowsPerItem(const ml::LayerCaches& c, int64_t nl) {
   int64_t token_bytes = 0;
-  for (int p = 0; p < c.planes; ++p) token_bytes += c.num_layers * c.plane[p].hidden() * static_cast<int64_t>(c.elem);
+  for (int p = 0; p < c.planes; ++p) token_bytes += nl * c.plane[p].hidden() * static_cast<int64_t>(c.elem);
   return std::max<int64_t>(1, std::min(c.plane[0].bs, (int64_t{256} << 10) / token_bytes));
 }
 
@@ -120,27 +128,28 @@ inline void TileToCache(const ml::LayerCaches& c, int p, int64_t blk, const uint
 // of token rows) instead, whose host side is one contiguous range (measured here: MLA d2h 3 -> 8 GB/s;
 // Llama BNSD d2h is better per layer).
 void BlockCopy(const ml::LayerCaches& c, uint8_t* const* host, const void* ids, mskv::DType id_dtype, int64_t n,
-               bool d2h, int64_t aiv) {
-  const int64_t bs = c.plane[0].bs, L = c.num_layers, elem = static_cast<int64_t>(c.elem);
-  int64_t total = 0, min_row = INT64_MAX;
+               bool d2h, int64_t aiv, ml::LayerRange lr) {
+  const int64_t bs = c.plane[0].bs, L = c.num_layers, elem = static_cast<int64_t>(c.elem), nl = lr.count();
+  int64_t total = 0, min_row = INT64_MAX;  // total: bytes of the layers this call moves
   for (int p = 0; p < c.planes; ++p) {
-    total += n * bs * L * c.plane[p].hidden() * elem;
+    total += n * bs * nl * c.plane[p].hidden() * elem;
     min_row = std::min(min_row, c.plane[p].hidden() * elem);
   }
   const bool stream = total >= ml::kStreamBytes;
   if (!d2h) {
     // items (block, group of kTileRows token rows, group of kTileLayers layers), layer groups innermost
-    const int64_t rows = std::min(bs, kTileRows), layers = std::min(L, kTileLayers);
-    const int64_t row_groups = (bs + rows - 1) / rows, layer_groups = (L + layers - 1) / layers;
+    const int64_t rows = std::min(bs, kTileRows), layers = std::min(nl, kTileLayers);
+    const int64_t row_groups = (bs + rows - 1) / rows, layer_groups = (nl + layers - 1) / layers;
     const int64_t per_block = row_groups * layer_groups;
     ml::ParallelForCapped(n * per_block, total, aiv, [&](int64_t begin, int64_t end) {
       for (int64_t it = begin; it < end; ++it) {
-        const int64_t i = it / per_block, s0 = (it % per_block) / layer_groups * rows, l0 = (it % layer_groups) * layers;
+        const int64_t i = it / per_block, s0 = (it % per_block) / layer_groups * rows;
+        const int64_t l0 = lr.l0 + (it % layer_groups) * layers;
         const int64_t blk = mskv::ReadIndex(ids, id_dtype, i);
         for (int p = 0; p < c.planes; ++p) {
           if (blk < 0 || blk >= c.plane[p].nb) continue;
           const uint8_t* h = host[p] + i * bs * L * c.plane[p].hidden() * elem;
-          TileToCache(c, p, blk, h, s0, std::min(bs, s0 + rows), l0, std::min(L, l0 + layers), stream);
+          TileToCache(c, p, blk, h, s0, std::min(bs, s0 + rows), l0, std::min(lr.l1, l0 + layers), stream);
         }
       }
       if (stream) ml::StreamFence();
@@ -148,9 +157,9 @@ void BlockCopy(const ml::LayerCaches& c, uint8_t* const* host, const void* ids, 
     return;
   }
   if (min_row >= 2048) {
-    ml::ParallelForCapped(n * L, total, aiv, [&](int64_t begin, int64_t end) {
+    ml::ParallelForCapped(n * nl, total, aiv, [&](int64_t begin, int64_t end) {
       for (int64_t it = begin; it < end; ++it) {
-        const int64_t i = it / L, l = it % L;
+        const int64_t i = it / nl, l = lr.l0 + it % nl;
         const int64_t blk = mskv::ReadIndex(ids, id_dtype, i);
         for (int p = 0; p < c.planes; ++p) {
           const int64_t row = c.plane[p].hidden() * elem;
@@ -166,13 +175,13 @@ void BlockCopy(const ml::LayerCaches& c, uint8_t* const* host, const void* ids, 
     });
     return;
   }
-  const int64_t rows = RowsPerItem(c), chunks = (bs + rows - 1) / rows;
+  const int64_t rows = RowsPerItem(c, nl), chunks = (bs + rows - 1) / rows;
   ml::ParallelForCapped(n * chunks, total, aiv, [&](int64_t begin, int64_t end) {
     std::vector<uint8_t*> at(c.planes);
     for (int64_t it = begin; it < end; ++it) {
       const int64_t i = it / chunks, s0 = (it % chunks) * rows;
       for (int p = 0; p < c.planes; ++p) at[p] = host[p] + (i * bs + s0) * L * c.plane[p].hidden() * elem;
-      BlockRowsToHost(c, at.data(), mskv::ReadIndex(ids, id_dtype, i), s0, std::min(bs, s0 + rows), stream);
+      BlockRowsToHost(c, at.data(), mskv::ReadIndex(ids, id_dtype, i), s0, std::min(bs, s0 + rows), stream, lr);
     }
     if (stream) ml::StreamFence();
   });
@@ -183,7 +192,7 @@ void BlockCopy(const ml::LayerCaches& c, uint8_t* const* host, const void* ids, 
 // `host[p]` the host blocks of plane p (`host_params[p]` its AOT param), block_ids at AOT param 0,
 // staging at `st` (an empty tensor when absent).
 int Run(const AotArgs& a, const ml::LayerCaches& c, const std::vector<int>& host_params, int data_planes, int st,
-        bool d2h, int64_t aiv) {
+        bool d2h, int64_t aiv, ml::LayerRange lr) {
   const int64_t L = c.num_layers;
   const mskv::DType id_dtype = a.dtype(0);
   if (id_dtype != mskv::DType::kI32 && id_dtype != mskv::DType::kI64) throw KernelError("block_ids must be int32/int64");
@@ -217,7 +226,7 @@ int Run(const AotArgs& a, const ml::LayerCaches& c, const std::vector<int>& host
     for (int p = 0; p < c.planes; ++p) block_bytes += c.plane[p].bs * L * c.plane[p].hidden() * elem;
     if (a.numel(st) * elem < block_bytes) throw KernelError("staging holds less than one block of every plane");
   }
-  BlockCopy(c, host.data(), ids, id_dtype, n, d2h, aiv);
+  BlockCopy(c, host.data(), ids, id_dtype, n, d2h, aiv, lr);
   return 0;
 }
 
@@ -235,7 +244,7 @@ int Call(const AotArgs& a, bool scales) {
   std::vector<int> host_params;
   for (int p = 0; p < t.planes; ++p) host_params.push_back(in[2].first + p);
   for (int p = 0; scales && p < t.planes; ++p) host_params.push_back(in[4].first + p);
-  return Run(a, c, host_params, t.planes, in[1].first, t.d2h, t.aiv);
+  return Run(a, c, host_params, t.planes, in[1].first, t.d2h, t.aiv, ml::ReadLayerRange(a, t.L));
 }
 
 }  // namespace

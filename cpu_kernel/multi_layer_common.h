@@ -47,6 +47,24 @@ struct TransferAttrs {
   int planes = 2, tpl = 1;
 };
 
+// The layers one call moves: [l0, l1). Every layer unless the call carries the attribute "mskv_layer" (set
+// only by the layer-wise worker, cpu_kernel/layerwise.h: one layer per call); KernelError when it is not in
+// [0, num_layers). A layer's call touches only that layer's cache rows and its rows of the buffer / host
+// blocks, and moves them with the same row copies as the call of every layer (identical bytes).
+struct LayerRange {
+  int64_t l0 = 0, l1 = 0;
+  int64_t count() const { return l1 - l0; }
+};
+
+inline LayerRange ReadLayerRange(const AotArgs& a, int64_t num_layers) {
+  const int64_t l = a.attr_int("mskv_layer", -1);
+  if (l == -1) return LayerRange{0, num_layers};
+  if (l < 0 || l >= num_layers)
+    throw KernelError("attribute mskv_layer = " + std::to_string(l) + " is not a layer of [0, " +
+                      std::to_string(num_layers) + ")");
+  return LayerRange{l, l + 1};
+}
+
 inline TransferAttrs ReadTransferAttrs(const AotArgs& a, int64_t default_layout) {
   TransferAttrs t;
   t.fmt = a.attr_int("kv_format", 0);

@@ -4,8 +4,9 @@
 // AOT params (OpSpec order): buffer, slot_mapping [T] int32/int64, kv_caches... (list input:
 // num_layers * tensors_per_layer tensors, layer-major; dyn_input_sizes), then the int32 [1] status output.
 // Attrs: kv_format (1..4), direction (int code: 1 h2d, 2 d2h), cache_layout (int code: 0 BSND, 1 BNSD, 2 NZ;
-// op_host/mskv_attr_codes.h), num_layers, aiv_num (thread cap, 0 = all). NZ caches ([nb, H*D/C0, bs, C0],
-// nz_copy.h; their scale caches BSND) keep the ND buffer rows.
+// op_host/mskv_attr_codes.h), num_layers, aiv_num (thread cap, 0 = all); mskv_layer (optional, the layer-wise
+// worker's: move that layer only, ml::ReadLayerRange). NZ caches ([nb, H*D/C0, bs, C0], nz_copy.h; their scale
+// caches BSND) keep the ND buffer rows.
 // Buffer: plane p, layer l, token t is the row at byte offset
 //   plane_off[p] + (l * T + t) * hidden_p * elem,  plane_off[p] = sum_{q<p} L * T * hidden_q * elem,
 // i.e. [2, L, T, H*D] for MERGED/SEPARATE and the planes [L, T, hidden_p] one after another for MLA/DSA.
@@ -26,9 +27,9 @@ namespace ml = mskv::ml;
 // layer, and one item's rows stay in L2.
 constexpr int64_t kChunkBytes = int64_t{64} << 10;
 
-// The transfer of every plane of `c` (data planes, then scale planes if any) between the caches and the
-// buffer (AOT param 0), with slot_mapping at AOT param 1.
-int Transfer(const AotArgs& a, const ml::LayerCaches& c, bool d2h, int64_t L, int64_t aiv) {
+// The transfer of every plane of `c` (data planes, then scale planes if any) of the layers `lr` between the
+// caches and the buffer (AOT param 0), with slot_mapping at AOT param 1.
+int Transfer(const AotArgs& a, const ml::LayerCaches& c, bool d2h, int64_t L, int64_t aiv, ml::LayerRange lr) {
   if (a.dtype(0) != c.dtype) throw KernelError("buffer dtype differs from the caches");
   const mskv::DType sd = a.dtype(1);
   if (sd != mskv::DType::kI32 && sd != mskv::DType::kI64) throw KernelError("slot_mapping must be int32/int64");
@@ -37,11 +38,13 @@ int Transfer(const AotArgs& a, const ml::LayerCaches& c, bool d2h, int64_t L, in
   const int64_t elem = static_cast<int64_t>(c.elem);
   // Buffer plane offsets and size check (the kernel never trusts Python here: graph mode).
   std::vector<int64_t> plane_off(c.planes + 1, 0), row_bytes(c.planes), chunk(c.planes), items(c.planes + 1, 0);
+  int64_t moved = 0;  // bytes of the layers this call moves
   for (int p = 0; p < c.planes; ++p) {
     row_bytes[p] = c.plane[p].hidden() * elem;
     plane_off[p + 1] = plane_off[p] + L * T * row_bytes[p];
     chunk[p] = std::max<int64_t>(1, kChunkBytes / std::max<int64_t>(1, row_bytes[p]));
-    items[p + 1] = items[p] + L * ((T + chunk[p] - 1) / chunk[p]);
+    items[p + 1] = items[p] + lr.count() * ((T + chunk[p] - 1) / chunk[p]);
+    moved += lr.count() * T * row_bytes[p];
   }
   if (a.numel(0) * elem != plane_off[c.planes]) throw KernelError("buffer size does not match the caches");
   if (T == 0) return 0;
@@ -50,14 +53,14 @@ int Transfer(const AotArgs& a, const ml::LayerCaches& c, bool d2h, int64_t L, in
   const void* slots = a.ptr<void>(1);
   const int64_t num_slots = c.plane[0].slots();
   ml::StrictCheckSlots(a, slots, sd, T, num_slots, /*allow_duplicates=*/d2h);
-  const bool stream = plane_off[c.planes] >= ml::kStreamBytes;
-  ml::ParallelForCapped(items[c.planes], plane_off[c.planes], aiv, [&](int64_t begin, int64_t end) {
+  const bool stream = moved >= ml::kStreamBytes;
+  ml::ParallelForCapped(items[c.planes], moved, aiv, [&](int64_t begin, int64_t end) {
     int p = 0;
     for (int64_t it = begin; it < end; ++it) {
       while (it >= items[p + 1]) ++p;
       const int64_t local = it - items[p];
       const int64_t per_layer = (T + chunk[p] - 1) / chunk[p];
-      const int64_t l = local / per_layer;
+      const int64_t l = lr.l0 + local / per_layer;
       const int64_t t0 = (local % per_layer) * chunk[p];
       const int64_t t1 = std::min(T, t0 + chunk[p]);
       const ml::Plane& pl = c.plane[p];
@@ -133,7 +136,7 @@ int Call(const AotArgs& a, bool scales) {
                       " caches, got " + std::to_string(in[2].count));
   ml::LayerCaches c = ml::ParseLayerCaches(a, in[2].first, t.fmt, t.L, t.bnsd, t.nz);
   if (scales) ml::AppendScalePlanes(a, in[3].first, in[3].count, &c);
-  return Transfer(a, c, t.d2h, t.L, t.aiv);
+  return Transfer(a, c, t.d2h, t.L, t.aiv, ml::ReadLayerRange(a, t.L));
 }
 
 }  // namespace

@@ -81,7 +81,7 @@ from mindspore.common import dtype as mstype
 from mindspore.ops import signature as sig
 from mindspore.ops.primitive import constexpr
 
-from ms_kvcache import _backend, _pyboost_loader
+from ms_kvcache import _backend, _layerwise_guard, _pyboost_loader
 
 from mindspore.ops._primitive_cache import _get_cache_prim  # noqa: F401  (re-exported)
 
@@ -525,7 +525,23 @@ def eager_launcher(spec, backend, attr_values=(), counts=None):
                 elif getattr(bmod, "ATTRS_AS_INPUTS", False):
                     f = graph_launcher(f)
         _LAUNCHERS[key] = f
+    if _layerwise_guard.pending():  # MS_KVCACHE_CHECK_LAYERWISE=1 and a LayerwiseTransfer layer not waited for
+        return _layerwise_checked(spec, attr_values, counts, f)
     return f
+
+
+def _layerwise_checked(spec, attr_values, counts, f):
+    """``f`` preceded by the debug check of :mod:`ms_kvcache._layerwise_guard` (no tensor a pending layer-wise
+    transfer uses)."""
+    norm = spec.counts(counts) if spec.has_dynamic else None
+    names = _display_names(spec, norm)
+    written = {i for i, _ in _written_args(spec, norm, spec.attr_values(attr_values))}
+
+    def run(*tensors):
+        _layerwise_guard.check_launch(spec.name, names, written, tensors)
+        return f(*tensors)
+
+    return run
 
 
 #: One submission at a time into MindSpore's PyNative pipeline from the fast path: MindSpore's frontend is

@@ -32,7 +32,7 @@ ops get the fast path with no extra code.
 """
 from mindspore import Tensor, ops
 
-from ms_kvcache import _backend
+from ms_kvcache import _backend, _layerwise_guard
 from ms_kvcache import _custom
 from ms_kvcache import _validate as V
 from ms_kvcache._custom import eager_launcher, nosync_checker, output_sources
@@ -271,7 +271,7 @@ class EagerOp:
     def __call__(self, backend, attr_values, *args):
         """Run the op in PyNative on ``args`` (the inputs in ``spec.inputs`` order) with ``attr_values``
         (in ``spec.attrs`` order) on ``backend``; returns None, the output or the tuple of outputs."""
-        if self._replayable:
+        if self._replayable and not _layerwise_guard.pending():  # the debug check runs on the Python path
             try:
                 plan = _custom._LAUNCHERS.get(("replay", id(self), backend, attr_values, *map(type, attr_values)))
             except TypeError:  # an unhashable attribute value: the checks report it

@@ -52,3 +52,13 @@ class KVCacheFormat(IntEnum):
     SEPARATE_KV = 2
     MLA_KV = 3
     DSA_KV = 4
+
+
+def planes_of(fmt):
+    """Number of KV planes per layer (2, or 3 for DSA_KV)."""
+    return 3 if fmt == KVCacheFormat.DSA_KV else 2
+
+
+def tensors_per_layer(fmt):
+    """Tensors per layer in ``kv_caches`` (1 for MERGED_KV, else the plane count)."""
+    return 1 if fmt == KVCacheFormat.MERGED_KV else planes_of(fmt)

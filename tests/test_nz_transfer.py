@@ -364,6 +364,59 @@ def test_block_round_trip_nd_nz_host_nz(target, rng):
 
 
 # --------------------------------------------------------------------------- refusals
+@pytest.mark.parametrize("kind", ["token", "block"])
+def test_layerwise_transfer_of_nz_caches(target, kind, rng):
+    """ms_kvcache.LayerwiseTransfer with cache_layout="NZ" (int8 with scale caches): layers issued and waited
+    out of order, the same bytes as the model, both directions."""
+    c = Caches(rng, SEPARATE, "int8", scales=True)
+    caches = [Parameter(to_ms(x)) for x in c.flat_nz()]
+    sc = [Parameter(Tensor(x)) for x in c.flat_scales()]
+    kw = {"kv_format": SEPARATE, "cache_layout": "NZ", "scale_caches": [tuple(sc[2 * l:2 * l + 2])
+                                                                       for l in range(c.L)]}
+
+    def run(lt, direction):
+        if direction == "d2h":
+            for layer in (2, 0, 1):
+                lt.save_layer(layer)
+        else:
+            lt.start()
+        for layer in (1, 2, 0):
+            lt.wait_layer(layer)
+        lt.wait()
+        lt.close()
+
+    if kind == "token":
+        T = 24
+        slots = slots_of(rng, c, T)
+        buf = Parameter(to_ms(np.zeros(pack(c, *gather(c, slots)).shape, np.int8)))
+        run(ms_kvcache.LayerwiseTransfer(buf, nested(c, caches), Tensor(slots), direction="d2h", **kw), "d2h")
+        assert_bits_equal(to_np(buf), pack(c, *gather(c, slots)), f"{target} layer-wise d2h")
+        rows = random_array(rng, (2, c.L, T, c.hidden), "int8")
+        srows = rng.uniform(0.01, 1, (2, c.L, T, H)).astype(np.float32)
+        slots[slots >= 0] = rng.permutation(c.nb * c.bs)[:int((slots >= 0).sum())]  # distinct for h2d
+        run(ms_kvcache.LayerwiseTransfer(Tensor(pack(c, rows, srows)), nested(c, caches), Tensor(slots),
+                                         direction="h2d", **kw), "h2d")
+        nd, scs = scatter(c, rows, srows, slots)
+    else:
+        ids = block_ids_of(rng, c, 3)
+        host = [Parameter(to_ms(np.zeros((3, c.bs, c.L, H, D), np.int8))) for _ in range(2)]
+        shost = [Parameter(Tensor(np.zeros((3, c.bs, c.L, H), np.float32))) for _ in range(2)]
+        run(ms_kvcache.LayerwiseTransfer.blocks(nested(c, caches), host, Tensor(ids), direction="d2h",
+                                                scale_host_blocks=shost, **kw), "d2h")
+        want, swant = host_of(c, ids)
+        for p in range(2):
+            assert_bits_equal(to_np(host[p]), want[p], f"{target} layer-wise block d2h plane {p}")
+            assert_bits_equal(to_np(shost[p]), swant[p], f"{target} layer-wise block d2h scales {p}")
+        new = [random_array(rng, (3, c.bs, c.L, H, D), "int8") for _ in range(2)]
+        snew = [rng.uniform(0.01, 1, (3, c.bs, c.L, H)).astype(np.float32) for _ in range(2)]
+        run(ms_kvcache.LayerwiseTransfer.blocks(nested(c, caches), [to_ms(x) for x in new], Tensor(ids),
+                                                direction="h2d", scale_host_blocks=[Tensor(x) for x in snew], **kw),
+            "h2d")
+        nd, scs = blocks_to_nd(c, new, snew, ids)
+    check_nd(c, caches, nd, scs, sc, f"{target} layer-wise h2d")
+    assert_ran(target, "MskvMultiLayerKvTransferQuant" if kind == "token" else "MskvMultiLayerBlockTransferQuant")
+
+
 def test_mla_and_dsa_refuse_nz(rng):
     ms_kvcache.set_backend("cpu")
     kv_c = Tensor(np.zeros((2, 16, 64), np.float16))

@@ -976,3 +976,12 @@ def _host_memory_report(mode, pyboost_ok):
                "kernels get the mapped device address; other host tensors are staged"
                + ("" if mode == "auto" else " - no: zero_copy mode refuses them"))
     return res
+
+
+# ---------------------------------------------------------------------------------------- layer-wise transfer
+def layerwise_engine(plan):
+    """The engine :class:`ms_kvcache.LayerwiseTransfer` uses on this backend: a MindSpore side stream with one event
+    per layer (:mod:`ms_kvcache._backends.ascend_layerwise`; not run on hardware)."""
+    from ms_kvcache._backends import ascend_layerwise
+
+    return ascend_layerwise.LayerwiseEngine(plan)

@@ -25,7 +25,7 @@ Ops compiled later with ``ms_kvcache.sim.build`` are found too: their module's f
 """
 import ctypes
 
-__all__ = ["available", "aot_func", "library_path", "last_error", "HOST_OPS"]
+__all__ = ["available", "aot_func", "library_path", "last_error", "HOST_OPS", "layerwise_engine", "strided_bytes"]
 
 
 def _module():
@@ -153,3 +153,98 @@ def last_error():
     """Message of the last failing emulated AOT call ('' if none): ``"<RULE>: op <OpType>...: <values>"``,
     plus the op's hint in brackets for a rule with a known meaning (e.g. a repeated slot)."""
     return _module().last_error()
+
+
+# ---------------------------------------------------------------------------------------- layer-wise transfer
+def strided_bytes(addr, nbytes, offset, pitch, width, height):
+    """numpy uint8 view ``[height, width]`` of the rows at ``addr + offset + r * pitch`` inside the ``nbytes``
+    bytes at ``addr``. Raises ValueError when the rows would reach outside them (never a write outside a tensor)."""
+    import ctypes
+
+    import numpy as np
+
+    if height <= 0 or width <= 0:
+        return np.zeros((0, 0), np.uint8)
+    end = offset + (height - 1) * pitch + width
+    if offset < 0 or (height > 1 and width > pitch) or end > nbytes:
+        raise ValueError(f"layer-wise copy of {height} x {width} bytes at +{offset} (pitch {pitch}) reaches outside "
+                         f"a tensor of {nbytes} bytes")
+    base = np.ctypeslib.as_array((ctypes.c_uint8 * end).from_address(addr))
+    return np.lib.stride_tricks.as_strided(base[offset:], shape=(height, width), strides=(pitch or width, 1))
+
+
+class LayerwiseEngine:
+    """The sim backend's layer-wise engine (:class:`ms_kvcache.LayerwiseTransfer`): synchronous. ``issue(l)`` runs
+    layer ``l`` to the end before it returns: the op's AscendC kernel with L = 1 through the emulation on a
+    per-layer host staging buffer, plus numpy copies between that and the layer's rows of the host side
+    (``plan``: an ``ops.layerwise_transfer.StagedPlan``). A failure is kept and reported at the next wait."""
+
+    def __init__(self, plan):
+        from ms_kvcache._host_memory import alloc_host_buffer
+        from ms_kvcache._spec import tensor_nbytes
+
+        self._plan = plan
+        self._staging = [alloc_host_buffer(shape, dtype, pinned=False) for shape, dtype in plan.staging_specs]
+        self._host = [(int(t.data_ptr()), tensor_nbytes(t)) for t in plan.host]
+        self._stg = [(int(t.data_ptr()), tensor_nbytes(t)) for t in self._staging]
+        self._err, self._failed = {}, -1
+
+    @staticmethod
+    def settle():
+        from ms_kvcache import _host_memory
+
+        _host_memory.synchronize()
+
+    def _copy(self, layer, to_staging):
+        for c in self._plan.copies(layer):
+            h = strided_bytes(*self._host[c.host], c.host_offset, c.host_pitch, c.width, c.height)
+            s = strided_bytes(*self._stg[c.staging], c.staging_offset, c.staging_pitch, c.width, c.height)
+            if to_staging:
+                s[...] = h
+            else:
+                h[...] = s
+
+    def issue(self, layer):
+        from ms_kvcache import _host_memory
+
+        if self._failed >= 0:
+            self._err[layer] = f"layer {layer}: not run: layer {self._failed} failed first"
+            return
+        try:
+            if self._plan.direction == "h2d":
+                self._copy(layer, True)
+                self._plan.launch(layer, self._staging)
+                _host_memory.synchronize()
+            else:
+                self._plan.launch(layer, self._staging)
+                _host_memory.synchronize()
+                self._copy(layer, False)
+        except Exception as exc:  # noqa: BLE001 - reported at the next wait, naming the layer
+            self._failed = layer
+            self._err[layer] = f"layer {layer}: {exc}"
+
+    def wait_layer(self, layer):
+        return self._err.get(layer, "")
+
+    def wait_all(self):
+        return self._err.get(self._failed, "") if self._failed >= 0 else ""
+
+    @staticmethod
+    def all_done():
+        return True
+
+    def failed_layer(self):
+        return self._failed
+
+    def reset(self):
+        if self._failed >= 0:
+            raise RuntimeError(f"layer {self._failed} failed: start a new transfer")
+        self._err.clear()
+
+    def close(self):
+        pass
+
+
+def layerwise_engine(plan):
+    """The engine :class:`ms_kvcache.LayerwiseTransfer` uses on this backend (see :class:`LayerwiseEngine`)."""
+    return LayerwiseEngine(plan)

@@ -3,12 +3,14 @@
 // ops.Custom(func_type="aot").
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <cstdint>
 #include <tuple>
 
 #include "aot_abi.h"
 #include "index_check.h"
+#include "layerwise.h"
 #include "stream_copy.h"
 
 namespace py = pybind11;
@@ -45,6 +47,38 @@ std::tuple<int, int64_t, int64_t, int64_t> CheckBlockMapping(const py::array& a,
   return {e.code, e.i, e.j, e.value};
 }
 
+// The layer-wise worker from Python: tensors as (address, shape, dtype name), attributes as a dict of
+// bool / int / str / list of ints (the fast path's convention, ms_kvcache._custom.eager_launcher).
+std::shared_ptr<mskv::LayerwiseWorker> MakeWorker(const std::string& op_type, const std::vector<uintptr_t>& addresses,
+                                                  const std::vector<std::vector<int64_t>>& shapes,
+                                                  const std::vector<std::string>& dtypes, const py::dict& attrs,
+                                                  int64_t num_layers) {
+  mskv::LayerwiseLaunch launch;
+  launch.op_type = op_type;
+  for (uintptr_t a : addresses) launch.params.push_back(reinterpret_cast<void*>(a));
+  launch.shapes = shapes;
+  launch.dtypes = dtypes;
+  launch.num_layers = num_layers;
+  for (const auto& item : attrs) {
+    const std::string name = item.first.cast<std::string>();
+    const py::handle v = item.second;
+    if (py::isinstance<py::bool_>(v)) {
+      launch.attrs.bools[name] = v.cast<bool>();
+    } else if (py::isinstance<py::int_>(v)) {
+      launch.attrs.ints[name] = v.cast<int64_t>();
+    } else if (py::isinstance<py::str>(v)) {
+      launch.attrs.strs[name] = v.cast<std::string>();
+    } else if (py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v)) {
+      launch.attrs.int_lists[name] = v.cast<std::vector<int64_t>>();
+    } else {
+      throw py::type_error("attribute " + name + ": expected bool, int, str or a list of ints");
+    }
+  }
+  auto w = std::make_shared<mskv::LayerwiseWorker>(std::move(launch));
+  mskv::RegisterLayerwiseWorker(w);  // reachable by the pipeline's MskvLayerwiseSubmit
+  return w;
+}
+
 }  // namespace
 
 namespace mskv {
@@ -73,5 +107,30 @@ PYBIND11_MODULE(_cpu, m) {
         py::arg("dst_blocks"),
         "(code, row, col, value) for an int32/int64 [n, 2] array: 0 ok; 1 block_mapping[row][col] = value "
         "is outside [0, src_blocks) (col 0) or [0, dst_blocks) (col 1).");
+  using W = mskv::LayerwiseWorker;
+  py::class_<W, std::shared_ptr<W>>(m, "LayerwiseWorker",
+                "One thread running a multi-layer transfer layer by layer (cpu_kernel/layerwise.h); waits release "
+                "the GIL. Used by ms_kvcache.LayerwiseTransfer on the cpu backend.")
+      .def(py::init(&MakeWorker), py::arg("op_type"), py::arg("addresses"), py::arg("shapes"), py::arg("dtypes"),
+           py::arg("attrs"), py::arg("num_layers"))
+      .def("submit", &W::Submit, py::arg("layer"), "Queue a layer (returns at once).")
+      .def("expect", &W::Expect, py::arg("layer"),
+           "Mark a layer issued behind the pipeline: MskvLayerwiseSubmit (attributes mskv_worker = id, mskv_layer) "
+           "queues it when MindSpore's pipeline runs it.")
+      .def("drop_awaiting", &W::DropAwaiting, py::arg("why"), "Fail the layers whose pipeline signal was dropped.")
+      .def_property_readonly("id", &W::id, "The id MskvLayerwiseSubmit's attribute mskv_worker names.")
+      .def("wait", &W::Wait, py::arg("layer"), py::call_guard<py::gil_scoped_release>(),
+           "Block until the layer finished: '' if it was moved, else its failure.")
+      .def("wait_all", &W::WaitAll, py::call_guard<py::gil_scoped_release>(),
+           "Block until every issued layer finished: '' or the first failure.")
+      .def("all_done", &W::AllDone, "Whether every issued layer finished.")
+      .def("state", &W::StateOf, py::arg("layer"),
+           "0 not issued, 1 queued, 2 running, 3 done, 4 failed, 5 cancelled, 6 awaiting its pipeline signal.")
+      .def("failed_layer", &W::FailedLayer, "Layer of the first failure, or -1.")
+      .def("reset", &W::Reset, "Start a new round (every layer not issued).")
+      .def("close", &W::Close, py::call_guard<py::gil_scoped_release>(),
+           "Wait for the queued and running layers, then stop the thread.")
+      .def("fail_layer_for_test", &W::FailLayerForTest, py::arg("layer"), py::arg("message"))
+      .def_property_readonly("num_layers", &W::num_layers);
   mskv::BindHostMemory(m);
 }

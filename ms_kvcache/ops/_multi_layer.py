@@ -22,7 +22,7 @@ import operator
 
 import numpy as np
 
-from ms_kvcache._formats import CACHE_LAYOUTS, DIRECTIONS, KVCacheFormat
+from ms_kvcache._formats import CACHE_LAYOUTS, DIRECTIONS, KVCacheFormat, planes_of, tensors_per_layer
 from ms_kvcache._opspecs.transfer import transfer_attrs
 from ms_kvcache._spec import INDEX_DTYPES, KV_DTYPES, QUANT_CACHE_DTYPES
 from ms_kvcache._spec import dtype_name as _dtype_name
@@ -41,16 +41,6 @@ PLANE_NAMES = {
     KVCacheFormat.MLA_KV: ("kv_c_cache", "k_pe_cache"),
     KVCacheFormat.DSA_KV: ("kv_c_cache", "k_pe_cache", "indexer_k_cache"),
 }
-
-
-def planes_of(fmt):
-    """Number of KV planes per layer (2, or 3 for DSA_KV)."""
-    return 3 if fmt == KVCacheFormat.DSA_KV else 2
-
-
-def tensors_per_layer(fmt):
-    """Tensors per layer in ``kv_caches`` (1 for MERGED_KV, else the plane count)."""
-    return 1 if fmt == KVCacheFormat.MERGED_KV else planes_of(fmt)
 
 
 #: Accepted string spellings of ``kv_format`` (any case): the member name or its short form (the demo's
@@ -511,3 +501,38 @@ def check_block_shapes(op, attrs, ids_shape, staging_shape, host_shapes, cache_s
 def numel(shape):
     """Elements of a tensor of ``shape`` (1 for a scalar)."""
     return int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
+
+
+class EagerCall:
+    """A checked PyNative call of a multi-layer transfer, ready to launch: what the public ops launch at once and
+    :class:`ms_kvcache.LayerwiseTransfer` runs layer by layer.
+
+    Attributes: ``spec``, ``backend``, ``attr_values`` (spec order, kv_format as its int), ``counts`` (the list
+    inputs' lengths), ``args`` (the flat primitive inputs, lists expanded), ``planes`` (per data plane
+    ``(num_blocks, block_size, heads, head_size)``), ``n`` (tokens or blocks; 0: nothing to launch),
+    ``written`` / ``read`` (``(argument name, tensor)`` the call writes / reads)."""
+
+    __slots__ = ("spec", "backend", "attr_values", "counts", "args", "planes", "n", "written", "read")
+
+    def __init__(self, spec, backend, attr_values, counts, args, planes, n, written, read):
+        self.spec, self.backend, self.attr_values, self.counts = spec, backend, attr_values, counts
+        self.args, self.planes, self.n, self.written, self.read = tuple(args), planes, n, written, read
+
+    @property
+    def attrs(self):
+        """``{attribute name: public value}``."""
+        return self.spec.attr_values(self.attr_values)
+
+    def launch(self):
+        """Launch the call in PyNative (nothing when ``n == 0``); returns None."""
+        if self.n == 0:
+            return None
+        from ms_kvcache._custom import eager_launcher
+
+        eager_launcher(self.spec, self.backend, self.attr_values, self.counts)(*self.args)
+        return None
+
+
+def finish(call, prepare):
+    """End of a transfer's PyNative branch: ``call`` (an :class:`EagerCall`) when ``prepare``, else launch it."""
+    return call if prepare else call.launch()

@@ -23,7 +23,7 @@ from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
 from ms_kvcache import _validate as V
-from ms_kvcache._custom import (_get_cache_prim, _run_in_jit, check_graph_types, eager_launcher, empty_input,
+from ms_kvcache._custom import (_get_cache_prim, _run_in_jit, check_graph_types, empty_input,
                                 empty_input_graph, graph_backend, nosync_checker, prim_class)
 from ms_kvcache._formats import KVCacheFormat
 from ms_kvcache._opspecs.transfer import MULTI_LAYER_BLOCK_TRANSFER
@@ -196,64 +196,74 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
             _QB.transfer_quant_graph(flat, host, block_ids, staging, scale_caches, scale_host_blocks, fmt, direction,
                                      layout, num_layers, aiv_num)
     else:
-        op = _OP
-        V.require_tensor(op, "block_ids", block_ids)
-        V.require_tensor(op, "staging", staging, optional=True)
-        ML.check_direction(op, direction)
-        if not isinstance(host_blocks, (tuple, list)) or not host_blocks:
-            raise TypeError(f"{op}: argument 'host_blocks': expected a tuple of per-plane Tensors, "
-                            f"got {type(host_blocks).__name__}")
-        for p, x in enumerate(host_blocks):
-            if not isinstance(x, Tensor):
-                raise TypeError(f"{op}: argument 'host_blocks[{p}]': expected a Tensor, got {type(x).__name__}")
-        if not isinstance(kv_caches, (tuple, list)) or not kv_caches:
-            raise TypeError(f"{op}: argument 'kv_caches': expected a non-empty list/tuple with one entry per "
-                            f"layer, got {type(kv_caches).__name__}")
-        first = kv_caches[0][0] if isinstance(kv_caches[0], (tuple, list)) and kv_caches[0] else kv_caches[0]
-        fmt = _guess_format(op, kv_format, len(host_blocks), len(host_blocks[0].shape),
-                            len(first.shape) if isinstance(first, Tensor) else -1)
-        cache_layout = _default_layout(fmt, cache_layout, first.shape if isinstance(first, Tensor) else None)
-        ML.check_layout(op, fmt, cache_layout)
-        if len(host_blocks) != ML.planes_of(fmt):
-            raise ValueError(f"{op}: argument 'host_blocks': expected {ML.planes_of(fmt)} planes "
-                             f"{ML.PLANE_NAMES[fmt]} for {KVCacheFormat(fmt).name}, got {len(host_blocks)}")
-        flat, num_layers = ML.flatten_eager(op, kv_caches, fmt)
-        host = tuple(host_blocks)
-        staged = staging is not None
-        ML.check_aiv_num(op, aiv_num)
-        if scale_caches is not None or scale_host_blocks is not None:
-            return _QB.transfer_quant(flat, num_layers, host, block_ids, staging, scale_caches, scale_host_blocks,
-                                      fmt, direction, cache_layout, aiv_num)
-        attr_values = (fmt, direction, cache_layout, num_layers, int(aiv_num))
-        planes, n, _ = V.cached_static(_STATIC, _check_static, (
-            attr_values,
-            (block_ids.shape, staging.shape if staged else (0,), tuple(x.shape for x in host),
-             tuple(x.shape for x in flat)),
-            (block_ids.dtype, staging.dtype if staged else None, tuple(x.dtype for x in host),
-             tuple(x.dtype for x in flat)),
-            staged))
-        caches = [(f"kv_caches (tensor {i} in layer-major order)", x) for i, x in enumerate(flat)]
-        if direction == "d2h":  # whole caches are read in place (a copy would cost more than the op): contiguous
-            written, read = [(f"host_blocks[{p}]", x) for p, x in enumerate(host)], caches
-        else:  # host blocks are read: a strided view is copied first, as for key/value of the copy ops
-            host = tuple(V.contiguous_input(x) for x in host)
-            written, read = caches, [(f"host_blocks[{p}]", x) for p, x in enumerate(host)]
-        if staged:  # scratch the kernel writes: no memory shared with anything the op touches
-            written.append(("staging", staging))
-        for name, x in written + read:
-            V.require_contiguous(op, name, x)
-        # the index tensor is read too: it may not share memory with a written tensor (a
-        # strided one is copied before the launch)
-        V.require_disjoint(op, written, list(read) + [("block_ids", block_ids)])
-        if n == 0:
-            return None
-        backend = _backend.get_backend()
-        nosync = nosync_checker(backend)
-        if nosync is None:  # ops.Custom path: it would write into a copy of a view
-            for name, x in written:
-                V.require_not_view(op, name, x)
-        V.check_block_id_tensor(op, "block_ids", block_ids, planes[0][0], distinct=(direction == "h2d"),
-                                nosync=nosync)
-        eager_launcher(SPEC, backend, attr_values, (len(host), len(flat)))(
-            V.contiguous_input(block_ids), staging if staged else empty_input(flat[0].dtype), *host, *flat)
+        _eager(kv_caches, host_blocks, block_ids, direction, staging, kv_format, cache_layout, aiv_num, scale_caches,
+               scale_host_blocks)
     return None
+
+
+def _eager(kv_caches, host_blocks, block_ids, direction, staging, kv_format, cache_layout, aiv_num, scale_caches,
+           scale_host_blocks, prepare=False):
+    """The PyNative branch: every check, then the launch; with ``prepare`` the checked call instead
+    (:class:`ms_kvcache.ops._multi_layer.EagerCall`, what :meth:`ms_kvcache.LayerwiseTransfer.blocks` runs)."""
+    op = _OP
+    V.require_tensor(op, "block_ids", block_ids)
+    V.require_tensor(op, "staging", staging, optional=True)
+    ML.check_direction(op, direction)
+    if not isinstance(host_blocks, (tuple, list)) or not host_blocks:
+        raise TypeError(f"{op}: argument 'host_blocks': expected a tuple of per-plane Tensors, "
+                        f"got {type(host_blocks).__name__}")
+    for p, x in enumerate(host_blocks):
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{op}: argument 'host_blocks[{p}]': expected a Tensor, got {type(x).__name__}")
+    if not isinstance(kv_caches, (tuple, list)) or not kv_caches:
+        raise TypeError(f"{op}: argument 'kv_caches': expected a non-empty list/tuple with one entry per "
+                        f"layer, got {type(kv_caches).__name__}")
+    first = kv_caches[0][0] if isinstance(kv_caches[0], (tuple, list)) and kv_caches[0] else kv_caches[0]
+    fmt = _guess_format(op, kv_format, len(host_blocks), len(host_blocks[0].shape),
+                        len(first.shape) if isinstance(first, Tensor) else -1)
+    cache_layout = _default_layout(fmt, cache_layout, first.shape if isinstance(first, Tensor) else None)
+    ML.check_layout(op, fmt, cache_layout)
+    if len(host_blocks) != ML.planes_of(fmt):
+        raise ValueError(f"{op}: argument 'host_blocks': expected {ML.planes_of(fmt)} planes "
+                         f"{ML.PLANE_NAMES[fmt]} for {KVCacheFormat(fmt).name}, got {len(host_blocks)}")
+    flat, num_layers = ML.flatten_eager(op, kv_caches, fmt)
+    host = tuple(host_blocks)
+    staged = staging is not None
+    ML.check_aiv_num(op, aiv_num)
+    if scale_caches is not None or scale_host_blocks is not None:
+        return _QB.transfer_quant(flat, num_layers, host, block_ids, staging, scale_caches, scale_host_blocks,
+                                  fmt, direction, cache_layout, aiv_num, prepare=prepare)
+    attr_values = (fmt, direction, cache_layout, num_layers, int(aiv_num))
+    planes, n, _ = V.cached_static(_STATIC, _check_static, (
+        attr_values,
+        (block_ids.shape, staging.shape if staged else (0,), tuple(x.shape for x in host),
+         tuple(x.shape for x in flat)),
+        (block_ids.dtype, staging.dtype if staged else None, tuple(x.dtype for x in host),
+         tuple(x.dtype for x in flat)),
+        staged))
+    caches = [(f"kv_caches (tensor {i} in layer-major order)", x) for i, x in enumerate(flat)]
+    if direction == "d2h":  # whole caches are read in place (a copy would cost more than the op): contiguous
+        written, read = [(f"host_blocks[{p}]", x) for p, x in enumerate(host)], caches
+    else:  # host blocks are read: a strided view is copied first, as for key/value of the copy ops
+        host = tuple(V.contiguous_input(x) for x in host)
+        written, read = caches, [(f"host_blocks[{p}]", x) for p, x in enumerate(host)]
+    if staged:  # scratch the kernel writes: no memory shared with anything the op touches
+        written.append(("staging", staging))
+    for name, x in written + read:
+        V.require_contiguous(op, name, x)
+    # the index tensor is read too: it may not share memory with a written tensor (a
+    # strided one is copied before the launch)
+    V.require_disjoint(op, written, list(read) + [("block_ids", block_ids)])
+    counts = (len(host), len(flat))
+    if n == 0:
+        return ML.EagerCall(SPEC, None, attr_values, counts, (), planes, 0, written, read) if prepare else None
+    backend = _backend.get_backend()
+    nosync = nosync_checker(backend)
+    if nosync is None:  # ops.Custom path: it would write into a copy of a view
+        for name, x in written:
+            V.require_not_view(op, name, x)
+    V.check_block_id_tensor(op, "block_ids", block_ids, planes[0][0], distinct=(direction == "h2d"),
+                            nosync=nosync)
+    call = ML.EagerCall(SPEC, backend, attr_values, counts, (V.contiguous_input(block_ids),
+                        staging if staged else empty_input(flat[0].dtype), *host, *flat), planes, n, written, read)
+    return ML.finish(call, prepare)

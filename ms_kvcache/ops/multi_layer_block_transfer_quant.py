@@ -27,7 +27,7 @@ from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
 from ms_kvcache import _validate as V
-from ms_kvcache._custom import (_get_cache_prim, check_graph_types, eager_launcher, empty_input, empty_input_graph,
+from ms_kvcache._custom import (_get_cache_prim, check_graph_types, empty_input, empty_input_graph,
                                 graph_backend, nosync_checker)
 from ms_kvcache._formats import KVCacheFormat
 from ms_kvcache._opspecs.quant import MULTI_LAYER_BLOCK_TRANSFER_QUANT
@@ -145,8 +145,9 @@ def transfer_quant_graph(flat, host, block_ids, staging, scale_caches, scale_hos
 
 
 def transfer_quant(flat, num_layers, host, block_ids, staging, scale_caches, scale_host_blocks, fmt, direction,
-                   cache_layout, aiv_num):
-    """PyNative branch: ``flat`` / ``host`` checked by the caller."""
+                   cache_layout, aiv_num, prepare=False):
+    """PyNative branch: ``flat`` / ``host`` checked by the caller; with ``prepare`` the checked call
+    (:class:`ms_kvcache.ops._multi_layer.EagerCall`) instead of the launch."""
     op = _OP
     check_pair(op, scale_caches is None, scale_host_blocks is None)
     sflat = ML.flatten_scales_eager(op, scale_caches, fmt, num_layers)
@@ -185,14 +186,15 @@ def transfer_quant(flat, num_layers, host, block_ids, staging, scale_caches, sca
     # strided one is copied before the launch)
     V.require_disjoint(op, written, list(read) + [("block_ids", block_ids)])
     backend = ML.require_quant_backend(_OP, _backend.get_backend(), flat[0].dtype)
+    counts = (len(host), len(flat), len(shost), len(sflat))
     if n == 0:
-        return None
+        return ML.EagerCall(SPEC, backend, attr_values, counts, (), planes, 0, written, read) if prepare else None
     nosync = nosync_checker(backend)
     if nosync is None:
         for name, x in written:
             V.require_not_view(op, name, x)
     V.check_block_id_tensor(op, "block_ids", block_ids, planes[0][0], distinct=(direction == "h2d"), nosync=nosync)
-    eager_launcher(SPEC, backend, attr_values, (len(host), len(flat), len(shost), len(sflat)))(
-        V.contiguous_input(block_ids), staging if staged else empty_input(flat[0].dtype), *host, *flat, *shost,
-        *sflat)
-    return None
+    call = ML.EagerCall(SPEC, backend, attr_values, counts, (V.contiguous_input(block_ids),
+                        staging if staged else empty_input(flat[0].dtype), *host, *flat, *shost, *sflat), planes, n,
+                        written, read)
+    return ML.finish(call, prepare)

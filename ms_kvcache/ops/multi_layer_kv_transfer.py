@@ -23,7 +23,7 @@ from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
 from ms_kvcache import _validate as V
-from ms_kvcache._custom import (_get_cache_prim, _run_in_jit, check_graph_types, eager_launcher, graph_backend,
+from ms_kvcache._custom import (_get_cache_prim, _run_in_jit, check_graph_types, graph_backend,
                                 nosync_checker, prim_class)
 from ms_kvcache._formats import KVCacheFormat
 from ms_kvcache._opspecs.transfer import MULTI_LAYER_KV_TRANSFER
@@ -260,40 +260,48 @@ def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direc
             _QT.transfer_quant_graph(buffer, flat, scale_caches, slot_mapping, fmt, direction, cache_layout,
                                      num_layers, aiv_num)
     else:
-        op = _OP
-        V.require_tensor(op, "buffer", buffer)
-        V.require_tensor(op, "slot_mapping", slot_mapping)
-        fmt = ML.format_code(op, kv_format)
-        ML.check_direction(op, direction)
-        ML.check_layout(op, fmt, cache_layout)
-        ML.check_aiv_num(op, aiv_num)
-        flat, num_layers = ML.flatten_eager(op, kv_caches, fmt)
-        if scale_caches is not None:
-            return _QT.transfer_quant(buffer, flat, num_layers, scale_caches, slot_mapping, fmt, direction,
-                                      cache_layout, aiv_num)
-        attr_values = (fmt, direction, cache_layout, num_layers, int(aiv_num))
-        planes = V.cached_static(_STATIC, _check_static, (
-            attr_values, buffer.shape, buffer.dtype, slot_mapping.shape, slot_mapping.dtype,
-            tuple(x.shape for x in flat), tuple(x.dtype for x in flat)))
-        caches = tuple((f"kv_caches (tensor {i} in layer-major order)", x) for i, x in enumerate(flat))
-        if direction == "d2h":  # whole caches are read in place (a copy would cost more than the op): contiguous
-            written, read = (("buffer", buffer),), caches
-        else:  # the buffer is read: a strided view is copied first, as for key/value of the copy ops
-            buffer = V.contiguous_input(buffer)
-            written, read = caches, (("buffer", buffer),)
-        for name, x in written + read:
-            V.require_contiguous(op, name, x)
-        # the index tensor is read too: it may not share memory with a written tensor (a
-        # strided one is copied before the launch)
-        V.require_disjoint(op, written, list(read) + [("slot_mapping", slot_mapping)])
-        if slot_mapping.shape[0] == 0:
-            return None
-        backend = _backend.get_backend()
-        nosync = nosync_checker(backend)
-        if nosync is None:  # ops.Custom path: it would write into a copy of a view
-            for name, x in written:
-                V.require_not_view(op, name, x)
-        nb, bs = planes[0][0], planes[0][1]
-        V.check_slot_tensor(op, "slot_mapping", slot_mapping, nb * bs, nosync, allow_duplicates=(direction == "d2h"))
-        eager_launcher(SPEC, backend, attr_values, (len(flat),))(buffer, V.contiguous_input(slot_mapping), *flat)
+        _eager(buffer, kv_caches, slot_mapping, kv_format, direction, cache_layout, aiv_num, scale_caches)
     return None
+
+
+def _eager(buffer, kv_caches, slot_mapping, kv_format, direction, cache_layout, aiv_num, scale_caches, prepare=False):
+    """The PyNative branch: every check, then the launch; with ``prepare`` the checked call instead
+    (:class:`ms_kvcache.ops._multi_layer.EagerCall`, what :class:`ms_kvcache.LayerwiseTransfer` runs)."""
+    op = _OP
+    V.require_tensor(op, "buffer", buffer)
+    V.require_tensor(op, "slot_mapping", slot_mapping)
+    fmt = ML.format_code(op, kv_format)
+    ML.check_direction(op, direction)
+    ML.check_layout(op, fmt, cache_layout)
+    ML.check_aiv_num(op, aiv_num)
+    flat, num_layers = ML.flatten_eager(op, kv_caches, fmt)
+    if scale_caches is not None:
+        return _QT.transfer_quant(buffer, flat, num_layers, scale_caches, slot_mapping, fmt, direction,
+                                  cache_layout, aiv_num, prepare=prepare)
+    attr_values = (fmt, direction, cache_layout, num_layers, int(aiv_num))
+    planes = V.cached_static(_STATIC, _check_static, (
+        attr_values, buffer.shape, buffer.dtype, slot_mapping.shape, slot_mapping.dtype,
+        tuple(x.shape for x in flat), tuple(x.dtype for x in flat)))
+    caches = tuple((f"kv_caches (tensor {i} in layer-major order)", x) for i, x in enumerate(flat))
+    if direction == "d2h":  # whole caches are read in place (a copy would cost more than the op): contiguous
+        written, read = (("buffer", buffer),), caches
+    else:  # the buffer is read: a strided view is copied first, as for key/value of the copy ops
+        buffer = V.contiguous_input(buffer)
+        written, read = caches, (("buffer", buffer),)
+    for name, x in written + read:
+        V.require_contiguous(op, name, x)
+    # the index tensor is read too: it may not share memory with a written tensor (a
+    # strided one is copied before the launch)
+    V.require_disjoint(op, written, list(read) + [("slot_mapping", slot_mapping)])
+    if slot_mapping.shape[0] == 0:
+        return ML.EagerCall(SPEC, None, attr_values, (len(flat),), (), planes, 0, written, read) if prepare else None
+    backend = _backend.get_backend()
+    nosync = nosync_checker(backend)
+    if nosync is None:  # ops.Custom path: it would write into a copy of a view
+        for name, x in written:
+            V.require_not_view(op, name, x)
+    nb, bs = planes[0][0], planes[0][1]
+    V.check_slot_tensor(op, "slot_mapping", slot_mapping, nb * bs, nosync, allow_duplicates=(direction == "d2h"))
+    call = ML.EagerCall(SPEC, backend, attr_values, (len(flat),), (buffer, V.contiguous_input(slot_mapping), *flat),
+                        planes, int(slot_mapping.shape[0]), written, read)
+    return ML.finish(call, prepare)

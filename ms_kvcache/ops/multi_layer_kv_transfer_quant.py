@@ -30,7 +30,7 @@ from mindspore.ops.primitive import constexpr
 
 from ms_kvcache import _backend
 from ms_kvcache import _validate as V
-from ms_kvcache._custom import _get_cache_prim, check_graph_types, eager_launcher, graph_backend, nosync_checker
+from ms_kvcache._custom import _get_cache_prim, check_graph_types, graph_backend, nosync_checker
 from ms_kvcache._formats import KVCacheFormat
 from ms_kvcache._opspecs.quant import MULTI_LAYER_KV_TRANSFER_QUANT
 from ms_kvcache._spec import QUANT_CACHE_DTYPES, attach_checks
@@ -115,8 +115,10 @@ def transfer_quant_graph(buffer, flat, scale_caches, slot_mapping, fmt, directio
                            aiv_num)(buffer, slot_mapping, *flat, *sflat)
 
 
-def transfer_quant(buffer, flat, num_layers, scale_caches, slot_mapping, fmt, direction, cache_layout, aiv_num):
-    """PyNative branch: ``flat`` the data caches (checked by the caller), ``scale_caches`` as given."""
+def transfer_quant(buffer, flat, num_layers, scale_caches, slot_mapping, fmt, direction, cache_layout, aiv_num,
+                   prepare=False):
+    """PyNative branch: ``flat`` the data caches (checked by the caller), ``scale_caches`` as given; with
+    ``prepare`` the checked call (:class:`ms_kvcache.ops._multi_layer.EagerCall`) instead of the launch."""
     op = _OP
     sflat = ML.flatten_scales_eager(op, scale_caches, fmt, num_layers)
     attr_values = (fmt, direction, cache_layout, num_layers, int(aiv_num))
@@ -137,14 +139,15 @@ def transfer_quant(buffer, flat, num_layers, scale_caches, slot_mapping, fmt, di
     # strided one is copied before the launch)
     V.require_disjoint(op, written, list(read) + [("slot_mapping", slot_mapping)])
     backend = ML.require_quant_backend(_OP, _backend.get_backend(), flat[0].dtype)
+    counts = (len(flat), len(sflat))
     if slot_mapping.shape[0] == 0:
-        return None
+        return ML.EagerCall(SPEC, backend, attr_values, counts, (), planes, 0, written, read) if prepare else None
     nosync = nosync_checker(backend)
     if nosync is None:
         for name, x in written:
             V.require_not_view(op, name, x)
     nb, bs = planes[0][0], planes[0][1]
     V.check_slot_tensor(op, "slot_mapping", slot_mapping, nb * bs, nosync, allow_duplicates=(direction == "d2h"))
-    eager_launcher(SPEC, backend, attr_values, (len(flat), len(sflat)))(
-        buffer, V.contiguous_input(slot_mapping), *flat, *sflat)
-    return None
+    call = ML.EagerCall(SPEC, backend, attr_values, counts, (buffer, V.contiguous_input(slot_mapping), *flat, *sflat),
+                        planes, int(slot_mapping.shape[0]), written, read)
+    return ML.finish(call, prepare)

@@ -134,6 +134,30 @@ aclError aclrtMemcpyAsync(void* dst, size_t dest_max, const void* src, size_t co
   return do_copy(dst, dest_max, src, count, kind);
 }
 
+/* aclrtMemcpy2dAsync (CANN AscendCL reference): height rows of width bytes, dpitch / spitch apart; only
+ * ACL_MEMCPY_HOST_TO_DEVICE and ACL_MEMCPY_DEVICE_TO_HOST; height <= 5 * 1024 * 1024 */
+long fake_memcpy2d_async_calls = 0;
+
+aclError aclrtMemcpy2dAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
+                            int kind, void* stream) {
+  char line[320];
+  size_t r;
+  fake_memcpy2d_async_calls++;
+  fake_last_stream = (uintptr_t)stream;
+  snprintf(line, sizeof(line), "{\"ev\": \"memcpy2d_async\", \"dst\": %lu, \"dpitch\": %lu, \"src\": %lu, "
+           "\"spitch\": %lu, \"width\": %lu, \"height\": %lu, \"kind\": %d, \"stream\": %lu}",
+           (unsigned long)(uintptr_t)dst, (unsigned long)dpitch, (unsigned long)(uintptr_t)src, (unsigned long)spitch,
+           (unsigned long)width, (unsigned long)height, kind, (unsigned long)(uintptr_t)stream);
+  fake_log_append(line);
+  if (dst == NULL || src == NULL) return fail("null pointer");
+  if (kind != 1 && kind != 2) return fail("aclrtMemcpy2dAsync: only host-to-device and device-to-host copies");
+  if (width > dpitch || width > spitch) return fail("aclrtMemcpy2dAsync: width exceeds a pitch");
+  if (height > 5u * 1024u * 1024u) return fail("aclrtMemcpy2dAsync: height above 5242880");
+  for (r = 0; r < height; ++r) memmove((char*)dst + r * dpitch, (const char*)src + r * spitch, width);
+  fake_last_kind = kind;
+  return 0;
+}
+
 #ifdef FAKE_WITH_BATCH
 aclError aclrtMemcpyBatchAsync(void** dsts, size_t* dest_maxs, void** srcs, size_t* sizes, size_t n,
                                FakeBatchAttr* attrs, size_t* attr_idx, size_t num_attrs, size_t* fail_index,
