@@ -123,9 +123,12 @@ struct PoolCounters {
 PoolCounters PoolStats();
 
 // The named-mode attributes (int codes of op_host/mskv_attr_codes.h); KernelError for any other value.
+// LayoutIsBnsd: an op without NZ caches (NZ is refused too); an op with NZ caches asks LayoutIsNz first.
+inline bool LayoutIsNz(int64_t code) { return code == mskv_attr::kLayoutNZ; }
 inline bool LayoutIsBnsd(int64_t code) {
+  if (code == mskv_attr::kLayoutNZ) throw KernelError("cache_layout NZ is not supported by this op");
   if (code != mskv_attr::kLayoutBSND && code != mskv_attr::kLayoutBNSD)
-    throw KernelError("unknown cache_layout code " + std::to_string(code) + " (0 BSND, 1 BNSD)");
+    throw KernelError("unknown cache_layout code " + std::to_string(code) + " (0 BSND, 1 BNSD, 2 NZ)");
   return code == mskv_attr::kLayoutBNSD;
 }
 inline bool DirectionIsD2H(int64_t code) {

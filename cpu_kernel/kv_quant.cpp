@@ -90,8 +90,10 @@ PlaneQuant ParsePlaneQuant(const AotArgs& a, Code code, bool dynamic, int scale_
   return q;
 }
 
-void GqaPlanes(const AotArgs& a, int key_idx, int value_idx, rope::CachePlane* kc, rope::CachePlane* vc) {
-  const bool bnsd = rope::LayoutAttr(a);
+void GqaPlanes(const AotArgs& a, int key_idx, int value_idx, rope::CachePlane* kc, rope::CachePlane* vc, int rows_idx) {
+  const int64_t layout = rope::LayoutCode(a);
+  const bool nz = LayoutIsNz(layout);
+  const bool bnsd = !nz && LayoutIsBnsd(layout);
   const int64_t fmt = a.attr_int("kv_format", 2);
   rope::Require(fmt == 1 || fmt == 2, "kv_format must be 1 (MERGED_KV) or 2 (SEPARATE_KV)");
   const int k = key_idx, v = value_idx;
@@ -99,12 +101,18 @@ void GqaPlanes(const AotArgs& a, int key_idx, int value_idx, rope::CachePlane* k
     rope::Require(a.rank(k) == 4 && a.rank(v) == 4, "caches must be rank 4");
     for (int d = 0; d < 4; ++d) rope::Require(a.dim(k, d) == a.dim(v, d), "key_cache and value_cache shapes differ");
     rope::Require(a.dtype(v) == a.dtype(k), "key_cache and value_cache dtypes differ");
-    *kc = rope::PlaneArg(a, k, bnsd);
-    *vc = rope::PlaneArg(a, v, bnsd);
+    *kc = nz ? rope::NzPlaneArg(a, k, 0, rows_idx) : rope::PlaneArg(a, k, bnsd);
+    *vc = nz ? rope::NzPlaneArg(a, v, 0, rows_idx) : rope::PlaneArg(a, v, bnsd);
     return;
   }
   rope::Require(a.rank(k) == 5 && a.dim(k, 0) == 2, "a MERGED_KV cache must be [2, nb, ...] rank 5");
   rope::Require(a.numel(v) == 0, "value_cache must be empty for MERGED_KV");
+  if (nz) {
+    *kc = rope::NzPlaneArg(a, k, 1, rows_idx);
+    *vc = *kc;
+    vc->base = kc->base + kc->num_slots() * kc->heads * kc->head_size * static_cast<int64_t>(kc->elem);
+    return;
+  }
   kc->base = a.ptr(k);
   kc->elem = 1;
   kc->num_blocks = a.dim(k, 1);
@@ -144,6 +152,7 @@ ScatterArgs ScatterOf(const AotArgs& a, const rope::CachePlane cp[2], const char
     sp.heads = cp[p].heads;
     sp.head_size = cp[p].head_size;
     sp.bnsd = cp[p].bnsd;
+    sp.nz_c0 = cp[p].nz_c0;
     sp.q = ParsePlaneQuant(a, code, dynamic, 5 + p, 7 + p, 9 + p, cp[p], names[p]);
   }
   if (rope::Strict(a)) {

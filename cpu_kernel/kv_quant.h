@@ -63,6 +63,7 @@ struct ScatterPlane {
   uint8_t* cache = nullptr;
   int64_t num_blocks = 0, block_size = 0, heads = 1, head_size = 0;
   bool bnsd = false;
+  int64_t nz_c0 = 0;  // an NZ cache (rope::CachePlane::nz_c0); its scale cache is BSND
   PlaneQuant q;
 };
 

@@ -28,8 +28,9 @@ PlaneQuant ParsePlaneQuant(const AotArgs& a, Code code, bool dynamic, int scale_
 // The K and V cache planes of a GQA quantizing write from inputs key_idx / value_idx: kv_format 2
 // (SEPARATE_KV) two rank-4 caches of one shape and dtype; kv_format 1 (MERGED_KV) the rank-5 [2, nb, ...]
 // cache at key_idx (its V plane behind the K plane) and an empty value_cache. Reads kv_format and
-// cache_layout; throws on anything else.
-void GqaPlanes(const AotArgs& a, int key_idx, int value_idx, rope::CachePlane* kc, rope::CachePlane* vc);
+// cache_layout; throws on anything else. An NZ cache takes its heads / head_size from the key rows [T', H, D]
+// at input rows_idx (rope::NzPlaneArg).
+void GqaPlanes(const AotArgs& a, int key_idx, int value_idx, rope::CachePlane* kc, rope::CachePlane* vc, int rows_idx);
 
 // The two planes of a quantizing scatter (reshape_and_cache_quant: K, V; concat_and_cache_mla_quant:
 // kv_c, k_pe) from the plane geometries `cp` (source rows: inputs 0 and 1, dtype of input 0, contiguous

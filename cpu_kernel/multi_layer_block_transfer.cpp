@@ -8,7 +8,8 @@
 // (optional, the layer-wise worker's: move that layer's rows only, ml::ReadLayerRange).
 // Host plane p: [n, block_size, L, H, D] (MLA/DSA: [n, block_size, L, hidden_p]), i.e. block i,
 // token s, layer l is the row at ((i * bs + s) * L + l) * hidden_p elements: one contiguous piece per
-// block. Device plane p of layer l: [nb, bs, H, D] (BSND) or [nb, H, bs, D] (BNSD).
+// block. Device plane p of layer l: [nb, bs, H, D] (BSND), [nb, H, bs, D] (BNSD) or [nb, H*D/C0, bs, C0] (NZ,
+// nz_copy.h: host planes [n, bs, L, H, D] with any H * D = hidden; scale caches BSND).
 // h2d: host block i -> device block block_ids[i]; d2h: device block block_ids[i] -> host block i.
 // Ids outside [0, nb) are skipped by h2d and give zero host blocks in d2h (Python rejects them before
 // launch; this only matters in graph mode). Work is split by (block, token rows, layers) tiles.
@@ -34,6 +35,10 @@ inline void LayerRowsToHost(const ml::LayerCaches& c, int p, int64_t l, int64_t 
   const int64_t elem = static_cast<int64_t>(c.elem);
   const int64_t row = pl.hidden() * elem;
   const uint8_t* dev = c.at(p, l) + blk * pl.bs * row;  // the device block (bs * hidden elements)
+  if (pl.nz_c0 > 0) {  // NZ block [H*D/C0, bs, C0] -> host rows: tiles (nz_copy.h)
+    mskv::NzRunFromCache(ml::NzOf(c, p, l), blk * pl.bs + s0, s1 - s0, h, host_stride, stream);
+    return;
+  }
   // pieces shorter than a cache line (scale planes: 4 * H bytes, BNSD 4) go with plain stores
   stream = stream && (pl.bnsd ? pl.head * elem : row) >= 64;
   if (!pl.bnsd) {
@@ -99,6 +104,13 @@ inline void TileToCache(const ml::LayerCaches& c, int p, int64_t blk, const uint
   const int64_t row = pl.hidden() * elem, stride = c.num_layers * row;
   const int64_t piece = pl.bnsd ? pl.head * elem : row;  // BNSD: [H, bs, D] block, host row [H, D]
   const int64_t pieces = pl.bnsd ? pl.heads : 1;
+  if (pl.nz_c0 > 0) {  // NZ block [H*D/C0, bs, C0]: per layer the tile's rows as NZ pieces (nz_copy.h)
+    for (int64_t l = l0; l < l1; ++l) {
+      mskv::NzRunToCache(ml::NzOf(c, p, l), blk * pl.bs + s0, s1 - s0, h + (s0 * c.num_layers + l) * row, stride,
+                         stream, /*stage_rows=*/true);
+    }
+    return;
+  }
   stream = stream && piece >= 64;  // pieces shorter than a cache line (scale planes): plain stores
   for (int64_t l = l0; l < l1; ++l) {
     uint8_t* block = c.at(p, l) + blk * pl.bs * row;
@@ -227,7 +239,7 @@ int Call(const AotArgs& a, bool scales) {
   if (in[2].count != t.planes || in[3].count != t.L * t.tpl || (scales && in[4].count != t.planes))
     throw KernelError("expected " + std::to_string(t.planes) + " host planes, " + std::to_string(t.L * t.tpl) +
                       " caches" + (scales ? " and " + std::to_string(t.planes) + " scale host planes" : std::string()));
-  ml::LayerCaches c = ml::ParseLayerCaches(a, in[3].first, t.fmt, t.L, t.bnsd);
+  ml::LayerCaches c = ml::ParseLayerCaches(a, in[3].first, t.fmt, t.L, t.bnsd, t.nz);
   if (scales) ml::AppendScalePlanes(a, in[5].first, in[5].count, &c);
   std::vector<int> host_params;
   for (int p = 0; p < t.planes; ++p) host_params.push_back(in[2].first + p);

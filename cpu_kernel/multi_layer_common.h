@@ -16,6 +16,7 @@
 
 #include "aot_abi.h"
 #include "index_check.h"
+#include "nz_copy.h"
 #include "stream_copy.h"
 
 #if defined(__SSE2__)
@@ -35,11 +36,13 @@ inline void CheckFormat(int64_t fmt) {
   if (fmt < kMerged || fmt > kDsa) throw KernelError("unknown kv_format " + std::to_string(fmt));
 }
 
+
 // The attributes of every multi-layer transfer (kv_format, direction, cache_layout with the op's default,
 // num_layers, aiv_num), checked, with the format's planes and tensors per layer.
 struct TransferAttrs {
   int64_t fmt = 0;
   bool d2h = false, bnsd = false;
+  bool nz = false;  // NZ caches [nb, H*D/C0, bs, C0] (bnsd is then true: their BNSD geometry, nz_copy.h)
   int64_t L = 0, aiv = 0;
   int planes = 2, tpl = 1;
 };
@@ -66,10 +69,13 @@ inline TransferAttrs ReadTransferAttrs(const AotArgs& a, int64_t default_layout)
   TransferAttrs t;
   t.fmt = a.attr_int("kv_format", 0);
   t.d2h = mskv::DirectionIsD2H(a.attr_int("direction", 0));  // no default: the primitive always sets it
-  t.bnsd = mskv::LayoutIsBnsd(a.attr_int("cache_layout", default_layout));
+  const int64_t layout = a.attr_int("cache_layout", default_layout);
+  t.nz = mskv::LayoutIsNz(layout);
+  t.bnsd = t.nz || mskv::LayoutIsBnsd(layout);
   t.L = a.attr_int("num_layers", 0);
   t.aiv = a.attr_int("aiv_num", 0);
   CheckFormat(t.fmt);
+  if (t.nz && (t.fmt == kMla || t.fmt == kDsa)) throw KernelError("MLA_KV / DSA_KV caches have no NZ form");
   t.planes = PlanesOf(t.fmt);
   t.tpl = TensorsPerLayer(t.fmt);
   return t;
@@ -80,6 +86,7 @@ inline TransferAttrs ReadTransferAttrs(const AotArgs& a, int64_t default_layout)
 struct Plane {
   int64_t nb = 0, bs = 0, heads = 1, head = 0;
   bool bnsd = false;
+  int64_t nz_c0 = 0;  // an NZ plane: heads = H*D/C0 pieces of head = C0 elements (bnsd true); 0 otherwise
   int64_t hidden() const { return heads * head; }
   int64_t slots() const { return nb * bs; }
   int64_t elems() const { return nb * bs * heads * head; }
@@ -128,7 +135,8 @@ struct LayerCaches {
   uint8_t* at(int p, int64_t l) const { return base[static_cast<size_t>(p * num_layers + l)]; }
 };
 
-inline LayerCaches ParseLayerCaches(const AotArgs& a, int first, int64_t fmt, int64_t num_layers, bool bnsd) {
+inline LayerCaches ParseLayerCaches(const AotArgs& a, int first, int64_t fmt, int64_t num_layers, bool bnsd,
+                                    bool nz = false) {
   CheckFormat(fmt);
   LayerCaches c;
   c.fmt = fmt;
@@ -142,6 +150,11 @@ inline LayerCaches ParseLayerCaches(const AotArgs& a, int first, int64_t fmt, in
   if (c.elem == 0) throw KernelError("unsupported cache dtype");
   for (int p = 0; p < c.planes; ++p) {
     c.plane.push_back(PlaneFromCache(a, first + (fmt == kMerged ? 0 : p), fmt, bnsd));
+    if (nz) {  // checked as NzPlaneOf does (graph mode has no Python check)
+      Plane& pl = c.plane.back();
+      if (pl.head * static_cast<int64_t>(c.elem) != 32) throw KernelError("an NZ cache needs C0 of 32 bytes");
+      pl.nz_c0 = pl.head;
+    }
   }
   for (int p = 1; p < c.planes; ++p) {
     if (c.plane[p].nb != c.plane[0].nb || c.plane[p].bs != c.plane[0].bs)
@@ -190,9 +203,15 @@ inline void AppendScalePlanes(const AotArgs& a, int first, int64_t count, LayerC
     Plane s;
     s.nb = d.nb, s.bs = d.bs, s.heads = d.heads, s.head = 4, s.bnsd = d.bnsd;
     bool ok = (r == 3 || (r == 4 && a.dim(idx, 3) == 1)) && a.dim(idx, 0) == d.nb;
-    if (ok && (c->fmt == kMla || c->fmt == kDsa)) ok = r == 3 && a.dim(idx, 1) == d.bs && a.dim(idx, 2) == 1;
-    else if (ok) ok = d.bnsd ? (a.dim(idx, 1) == d.heads && a.dim(idx, 2) == d.bs)
-                             : (a.dim(idx, 1) == d.bs && a.dim(idx, 2) == d.heads);
+    if (ok && (c->fmt == kMla || c->fmt == kDsa)) {
+      ok = r == 3 && a.dim(idx, 1) == d.bs && a.dim(idx, 2) == 1;
+    } else if (ok && d.nz_c0 > 0) {  // an NZ plane's scale cache is BSND [nb, bs, H(, 1)], H the real heads
+      s.heads = a.dim(idx, 2), s.bnsd = false;
+      ok = a.dim(idx, 1) == d.bs && s.heads >= 1 && d.hidden() % s.heads == 0;
+    } else if (ok) {
+      ok = d.bnsd ? (a.dim(idx, 1) == d.heads && a.dim(idx, 2) == d.bs)
+                  : (a.dim(idx, 1) == d.bs && a.dim(idx, 2) == d.heads);
+    }
     if (!ok) throw KernelError("scale cache " + std::to_string(p) + " does not match its data plane");
     sp[static_cast<size_t>(p)] = s;
   }
@@ -265,6 +284,18 @@ inline void CopyTokenRow(uint8_t* cache, uint8_t* row, const Plane& pl, int64_t 
     if (to_cache) Copy(c + h * stride, row + h * head_bytes, head_bytes, stream);
     else Copy(row + h * head_bytes, c + h * stride, head_bytes, stream);
   }
+}
+
+// The NZ view (nz_copy.h) of NZ plane p of layer l.
+inline NzPlane NzOf(const LayerCaches& c, int p, int64_t l) {
+  const Plane& pl = c.plane[static_cast<size_t>(p)];
+  NzPlane z;
+  z.cache = c.at(p, l);
+  z.num_blocks = pl.nb;
+  z.fractals = pl.heads;
+  z.block_size = pl.bs;
+  z.chunk = pl.head * static_cast<int64_t>(c.elem);
+  return z;
 }
 
 // ParallelFor with an optional cap on threads (the op's aiv_num attribute: 0 = all, 1 = inline): at

@@ -3,9 +3,10 @@
 //
 // AOT params (OpSpec order): buffer, slot_mapping [T] int32/int64, kv_caches... (list input:
 // num_layers * tensors_per_layer tensors, layer-major; dyn_input_sizes), then the int32 [1] status output.
-// Attrs: kv_format (1..4), direction (int code: 1 h2d, 2 d2h), cache_layout (int code: 0 BSND, 1 BNSD;
+// Attrs: kv_format (1..4), direction (int code: 1 h2d, 2 d2h), cache_layout (int code: 0 BSND, 1 BNSD, 2 NZ;
 // op_host/mskv_attr_codes.h), num_layers, aiv_num (thread cap, 0 = all); mskv_layer (optional, the layer-wise
-// worker's: move that layer only, ml::ReadLayerRange).
+// worker's: move that layer only, ml::ReadLayerRange). NZ caches ([nb, H*D/C0, bs, C0], nz_copy.h; their scale
+// caches BSND) keep the ND buffer rows.
 // Buffer: plane p, layer l, token t is the row at byte offset
 //   plane_off[p] + (l * T + t) * hidden_p * elem,  plane_off[p] = sum_{q<p} L * T * hidden_q * elem,
 // i.e. [2, L, T, H*D] for MERGED/SEPARATE and the planes [L, T, hidden_p] one after another for MLA/DSA.
@@ -68,6 +69,23 @@ int Transfer(const AotArgs& a, const ml::LayerCaches& c, bool d2h, int64_t L, in
       const bool stream_p = stream && (pl.bnsd ? pl.head * elem : row_bytes[p]) >= 64;
       uint8_t* cache = c.at(p, l);
       uint8_t* row = buffer + plane_off[p] + (l * T + t0) * row_bytes[p];
+      if (pl.nz_c0 > 0) {  // NZ: runs of consecutive slots of one block move as tiles (nz_copy.h)
+        const mskv::NzPlane np = ml::NzOf(c, p, l);
+        auto slot_at = [&](int64_t t) { return mskv::ReadIndex(slots, sd, t); };
+        for (int64_t t = t0; t < t1;) {
+          const int64_t slot = slot_at(t);
+          if (slot < 0 || slot >= num_slots) {
+            if (d2h) std::memset(row, 0, static_cast<size_t>(row_bytes[p]));
+            ++t, row += row_bytes[p];
+            continue;
+          }
+          const int64_t n = mskv::NzRunLength(slot_at, t, t1, pl.bs, pl.bs);
+          if (d2h) mskv::NzRunFromCache(np, slot, n, row, row_bytes[p], stream);
+          else mskv::NzRunToCache(np, slot, n, row, row_bytes[p], stream, /*stage_rows=*/true);
+          t += n, row += n * row_bytes[p];
+        }
+        continue;
+      }
       if (pl.bnsd && !d2h) {
         // BNSD h2d: one head at a time, so the stores run along one contiguous cache range (the block's
         // [bs, D] piece of that head) instead of being scattered over H ranges (5x slower here).
@@ -116,7 +134,7 @@ int Call(const AotArgs& a, bool scales) {
   if (in[2].count != t.L * t.tpl)
     throw KernelError("expected num_layers*" + std::to_string(t.tpl) + " = " + std::to_string(t.L * t.tpl) +
                       " caches, got " + std::to_string(in[2].count));
-  ml::LayerCaches c = ml::ParseLayerCaches(a, in[2].first, t.fmt, t.L, t.bnsd);
+  ml::LayerCaches c = ml::ParseLayerCaches(a, in[2].first, t.fmt, t.L, t.bnsd, t.nz);
   if (scales) ml::AppendScalePlanes(a, in[3].first, in[3].count, &c);
   return Transfer(a, c, t.d2h, t.L, t.aiv, ml::ReadLayerRange(a, t.L));
 }

@@ -294,6 +294,7 @@ inline CachePlane ScatterCachePlane(const ::mskv::quant::ScatterPlane& p) {
   cp.head_size = p.head_size;
   cp.elem = 1;
   cp.bnsd = p.bnsd;
+  cp.nz_c0 = p.nz_c0;
   return cp;
 }
 

@@ -1,9 +1,10 @@
 // reshape_and_cache, native CPU kernel ("cpu" backend).
 // Inputs: key, value [T', H, D] (or [T', H*D]); key_cache, value_cache [nb, bs, H, D] (BSND) or
-// [nb, H, bs, D] (BNSD), written in place; slot_mapping int32/int64 [T], T <= T'.
-// Output: a dummy int32 [1]. Attr: cache_layout "BSND" | "BNSD".
+// [nb, H, bs, D] (BNSD) or [nb, H*D/C0, bs, C0] (NZ, nz_copy.h), written in place; slot_mapping int32/int64
+// [T], T <= T'. Output: a dummy int32 [1]. Attr: cache_layout (int code: 0 BSND, 1 BNSD, 2 NZ).
 // Tokens with slot < 0 or slot >= nb*bs are skipped (Python rejects the latter before launch).
 #include "kv_copy.h"
+#include "nz_copy.h"
 
 using mskv::AotArgs;
 using mskv::KernelError;
@@ -13,7 +14,9 @@ MSKV_AOT_EXPORT int MskvReshapeAndCache(int nparam, void** params, int* ndims, i
   MSKV_AOT_GUARD("reshape_and_cache", {
     AotArgs a{nparam, params, ndims, shapes, dtypes, static_cast<mindspore::AotExtra*>(extra)};
     if (nparam != 6) throw KernelError("expected 5 inputs + 1 output, got " + std::to_string(nparam));
-    const bool bnsd = mskv::ReadLayoutIsBnsd(a);
+    const int64_t layout = a.attr_int("cache_layout", mskv_attr::kLayoutBSND);
+    const bool nz = mskv::LayoutIsNz(layout);
+    const bool bnsd = nz || mskv::LayoutIsBnsd(layout);  // NZ [nb, H*D/C0, bs, C0]: the BNSD geometry
     if (a.rank(2) != 4 || a.rank(3) != 4) throw KernelError("caches must be rank 4");
     for (int d = 0; d < 4; ++d) {
       if (a.dim(2, d) != a.dim(3, d)) throw KernelError("key_cache and value_cache shapes differ");
@@ -34,6 +37,14 @@ MSKV_AOT_EXPORT int MskvReshapeAndCache(int nparam, void** params, int* ndims, i
     const mskv::DType sd = a.dtype(4);
     mskv::RequireIndexDType(sd, "slot_mapping");
     const bool distinct = mskv::StrictCheckSlots(a, a.ptr<void>(4), sd, T, nb * bs);
+    if (nz) {
+      const int64_t e = static_cast<int64_t>(elem);
+      const mskv::NzSrcPlane planes[2] = {
+          {a.ptr(0), heads * hd * e, mskv::NzPlaneOf(a.ptr(2), nb, heads, bs, hd, e, "key_cache")},
+          {a.ptr(1), heads * hd * e, mskv::NzPlaneOf(a.ptr(3), nb, heads, bs, hd, e, "value_cache")}};
+      mskv::ScatterSlotsNz(planes, 2, a.ptr<void>(4), sd, T, distinct);
+      return 0;
+    }
     mskv::ReshapeAndCacheImpl(a.ptr(0), a.ptr(1), a.ptr(2), a.ptr(3), a.ptr<void>(4), sd, T, nb, bs,
                               heads, hd, elem, bnsd, distinct);
   })

@@ -12,7 +12,7 @@
 
 MSKV_QUANT_ENTRY(MskvReshapeAndCacheQuant, "reshape_and_cache_quant", 12, {
   mskv::rope::CachePlane cp[2];
-  mskv::quant::GqaPlanes(a, 2, 3, &cp[0], &cp[1]);
+  mskv::quant::GqaPlanes(a, 2, 3, &cp[0], &cp[1], /*rows_idx=*/0);
   static const char* const kNames[2] = {"k", "v"};
   mskv::quant::QuantScatter(mskv::quant::ScatterOf(a, cp, kNames, "key_cache"));
 })

@@ -98,19 +98,33 @@ struct CachePlane {
   int64_t head_size = 0;
   size_t elem = 0;
   bool bnsd = false;
+  // NZ cache [num_blocks, heads * head_size / nz_c0, block_size, nz_c0] (nz_copy.h); 0: BSND / BNSD. A
+  // dynamic scale cache beside an NZ plane is BSND (bnsd false).
+  int64_t nz_c0 = 0;
 
   int64_t num_slots() const { return num_blocks * block_size; }
-  // Byte offset of head h of slot.
+  // Byte offset of head h of slot (NZ: of its first fractal piece; head_size a multiple of nz_c0).
   int64_t HeadOffset(int64_t slot, int64_t h) const {
     const int64_t hb = head_size * static_cast<int64_t>(elem);
+    if (nz_c0 > 0) return NzOffset(slot, h * head_size / nz_c0);
     if (!bnsd) return (slot * heads + h) * hb;
     const int64_t block = slot / block_size, off = slot % block_size;
     return ((block * heads + h) * block_size + off) * hb;
+  }
+  // NZ: byte offset of fractal piece f of slot.
+  int64_t NzOffset(int64_t slot, int64_t f) const {
+    const int64_t block = slot / block_size, off = slot % block_size;
+    return ((block * (heads * head_size / nz_c0) + f) * block_size + off) * nz_c0 * static_cast<int64_t>(elem);
   }
   // Copy one token's contiguous [heads, head_size] row into slot (`stream`: non-temporal stores,
   // stream_copy.h).
   void WriteRow(int64_t slot, const uint8_t* src, bool stream = false) const {
     const int64_t hb = head_size * static_cast<int64_t>(elem);
+    if (nz_c0 > 0) {
+      const int64_t cb = nz_c0 * static_cast<int64_t>(elem), pieces = heads * head_size / nz_c0;
+      for (int64_t f = 0; f < pieces; ++f) StreamCopy(base + NzOffset(slot, f), src + f * cb, cb, stream);
+      return;
+    }
     if (!bnsd) {
       StreamCopy(base + slot * heads * hb, src, heads * hb, stream);
       return;
@@ -242,6 +256,31 @@ inline CachePlane PlaneArg(const AotArgs& a, int i, bool bnsd) {
   }
   return p;
 }
+
+// An NZ cache plane [nb, H*D/C0, bs, C0] of the cache tensor at argument i, from dim `first` on (0; 1 for a
+// merged [2, ...] cache: the K plane), whose rows are the [T', H, D] tensor at argument rows_idx (the NZ cache
+// has no head split; the per-head writes need it): head_size a multiple of C0, C0 * element size 32 bytes.
+inline CachePlane NzPlaneArg(const AotArgs& a, int i, int first, int rows_idx) {
+  CachePlane p;
+  p.base = a.ptr(i);
+  p.elem = DTypeSize(a.dtype(i));
+  Require(p.elem > 0, "unsupported cache dtype");
+  Require(a.rank(i) == first + 4, "an NZ cache must be [num_blocks, H*D/C0, block_size, C0]");
+  Require(a.rank(rows_idx) == 3, "with an NZ cache the key rows must be [T', num_kv_heads, head_size]");
+  p.num_blocks = a.dim(i, first);
+  p.block_size = a.dim(i, first + 2);
+  p.heads = a.dim(rows_idx, 1);
+  p.head_size = a.dim(rows_idx, 2);
+  p.nz_c0 = a.dim(i, first + 3);
+  Require(p.nz_c0 * static_cast<int64_t>(p.elem) == 32 && p.head_size % p.nz_c0 == 0 &&
+              a.dim(i, first + 1) * p.nz_c0 == p.heads * p.head_size,
+          "an NZ cache [num_blocks, H*D/C0, block_size, C0] needs C0 of 32 bytes, head_size a multiple of C0 and "
+          "H*D/C0 * C0 = num_kv_heads * head_size of the key rows");
+  return p;
+}
+
+// cache_layout: the int code (op_host/mskv_attr_codes.h), BSND when absent; LayoutAttr: BSND / BNSD only.
+inline int64_t LayoutCode(const AotArgs& a) { return a.attr_int("cache_layout", mskv_attr::kLayoutBSND); }
 
 // rope_reshape_and_cache(_merged): fill the arguments shared by both ops. Inputs 0..4 are
 // positions, query, key, value, cos_sin_cache; slot_mapping at slot_idx; outputs query_out, key_out

@@ -60,9 +60,11 @@ MSKV_AOT_EXPORT int MskvRopeReshapeAndCache(int nparam, void** params, int* ndim
   MSKV_AOT_GUARD("rope_reshape_and_cache", {
     mskv::AotArgs a{nparam, params, ndims, shapes, dtypes, static_cast<mindspore::AotExtra*>(extra)};
     mskv::rope::Require(nparam == 10, "expected 8 inputs + 2 outputs, got " + std::to_string(nparam));
-    const bool bnsd = mskv::rope::LayoutAttr(a);
-    const mskv::rope::CachePlane kc = mskv::rope::PlaneArg(a, 5, bnsd);
-    const mskv::rope::CachePlane vc = mskv::rope::PlaneArg(a, 6, bnsd);
+    const int64_t layout = mskv::rope::LayoutCode(a);
+    const bool nz = mskv::LayoutIsNz(layout);
+    const bool bnsd = !nz && mskv::LayoutIsBnsd(layout);
+    const mskv::rope::CachePlane kc = nz ? mskv::rope::NzPlaneArg(a, 5, 0, 2) : mskv::rope::PlaneArg(a, 5, bnsd);
+    const mskv::rope::CachePlane vc = nz ? mskv::rope::NzPlaneArg(a, 6, 0, 2) : mskv::rope::PlaneArg(a, 6, bnsd);
     mskv::rope::Require(a.rank(5) == 4 && a.rank(6) == 4, "caches must be rank 4");
     mskv::rope::RopeCacheArgs r = mskv::rope::GqaArgs(a, kc, vc, 7, 8);
     mskv::rope::StrictCheck(a, r);

@@ -11,17 +11,23 @@ MSKV_AOT_EXPORT int MskvRopeReshapeAndCacheMerged(int nparam, void** params, int
     mskv::AotArgs a{nparam, params, ndims, shapes, dtypes, static_cast<mindspore::AotExtra*>(extra)};
     using mskv::rope::Require;
     Require(nparam == 9, "expected 7 inputs + 2 outputs, got " + std::to_string(nparam));
-    const bool bnsd = mskv::rope::LayoutAttr(a);
+    const int64_t layout = mskv::rope::LayoutCode(a);
+    const bool nz = mskv::LayoutIsNz(layout);
+    const bool bnsd = !nz && mskv::LayoutIsBnsd(layout);
     Require(a.rank(5) == 5 && a.dim(5, 0) == 2, "kv_cache must be [2, ...] rank 5");
     mskv::rope::CachePlane kc;
-    kc.base = a.ptr(5);
-    kc.elem = mskv::DTypeSize(a.dtype(5));
-    Require(kc.elem > 0, "unsupported cache dtype");
-    kc.num_blocks = a.dim(5, 1);
-    kc.block_size = bnsd ? a.dim(5, 3) : a.dim(5, 2);
-    kc.heads = bnsd ? a.dim(5, 2) : a.dim(5, 3);
-    kc.head_size = a.dim(5, 4);
-    kc.bnsd = bnsd;
+    if (nz) {
+      kc = mskv::rope::NzPlaneArg(a, 5, 1, 2);
+    } else {
+      kc.base = a.ptr(5);
+      kc.elem = mskv::DTypeSize(a.dtype(5));
+      Require(kc.elem > 0, "unsupported cache dtype");
+      kc.num_blocks = a.dim(5, 1);
+      kc.block_size = bnsd ? a.dim(5, 3) : a.dim(5, 2);
+      kc.heads = bnsd ? a.dim(5, 2) : a.dim(5, 3);
+      kc.head_size = a.dim(5, 4);
+      kc.bnsd = bnsd;
+    }
     mskv::rope::CachePlane vc = kc;
     vc.base = kc.base + kc.num_blocks * kc.block_size * kc.heads * kc.head_size * static_cast<int64_t>(kc.elem);
     mskv::rope::RopeCacheArgs r = mskv::rope::GqaArgs(a, kc, vc, 6, 7);

@@ -16,7 +16,7 @@ MSKV_QUANT_ENTRY(MskvRopeReshapeAndCacheQuant, "rope_reshape_and_cache_quant", 1
   const bool dynamic = q::ReadDynamic(a);
   const q::Code code = q::CacheCode(a, 5, "key_cache");
   rp::CachePlane kc, vc;
-  q::GqaPlanes(a, 5, 6, &kc, &vc);
+  q::GqaPlanes(a, 5, 6, &kc, &vc, /*rows_idx=*/2);
   rp::RopeCacheArgs r = rp::GqaArgs(a, kc, vc, 7, 14, /*quantized=*/true);
   const q::PlaneQuant kq = q::ParsePlaneQuant(a, code, dynamic, 8, 10, 12, kc, "k");
   const q::PlaneQuant vq = q::ParsePlaneQuant(a, code, dynamic, 9, 11, 13, vc, "v");

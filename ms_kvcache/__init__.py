@@ -30,10 +30,11 @@ _OPS = ("reshape_and_cache", "reshape_and_cache_merged", "concat_and_cache_mla",
         "rerope_cached_keys", "build_cos_sin_cache", "dequantize_kv_cache")
 _LAZY = {**{name: "ms_kvcache.ops" for name in _OPS},
          "alloc_host_buffer": "ms_kvcache._host_memory", "synchronize": "ms_kvcache._host_memory",
-         "LayerwiseTransfer": "ms_kvcache.ops.layerwise_transfer"}
+         "LayerwiseTransfer": "ms_kvcache.ops.layerwise_transfer",
+         "nd_to_nz": "ms_kvcache._nz", "nz_to_nd": "ms_kvcache._nz"}
 
 __all__ = ["__version__", "BACKENDS", "get_backend", "set_backend", "CACHE_LAYOUTS", "KVCacheFormat"] + list(_OPS)
-__all__ += ["alloc_host_buffer", "synchronize", "LayerwiseTransfer"]
+__all__ += ["alloc_host_buffer", "synchronize", "LayerwiseTransfer", "nd_to_nz", "nz_to_nd"]
 
 
 def __getattr__(name):

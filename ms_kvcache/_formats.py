@@ -1,17 +1,25 @@
 """KV-cache format enum shared by every op family."""
 from enum import IntEnum
 
-__all__ = ["KVCacheFormat", "CACHE_LAYOUTS", "CACHE_LAYOUT_CODES", "DIRECTIONS", "DIRECTION_CODES", "QUANT_MODES",
-           "QUANT_MODE_CODES"]
+__all__ = ["KVCacheFormat", "CACHE_LAYOUTS", "CACHE_LAYOUT_CODES", "ND_CACHE_LAYOUTS", "ND_CACHE_LAYOUT_CODES",
+           "NZ_C0", "DIRECTIONS", "DIRECTION_CODES", "QUANT_MODES", "QUANT_MODE_CODES"]
 
 #: Layouts of one layer's paged cache. "BSND" = [num_blocks, block_size, num_kv_heads, head_size]
 #: (vLLM "NHD", vllm-ascend, MindSpore); "BNSD" = [num_blocks, num_kv_heads, block_size, head_size]
-#: (vLLM "HND").
-CACHE_LAYOUTS = ("BSND", "BNSD")
+#: (vLLM "HND"); "NZ" = FRACTAL_NZ [num_blocks, num_kv_heads * head_size // C0, block_size, C0] (what the
+#: Ascend 310P paged attention reads; C0 in :data:`NZ_C0`, docs/ops-copy.md "NZ caches").
+CACHE_LAYOUTS = ("BSND", "BNSD", "NZ")
 
 #: The int each layout reaches the kernels as (``AttrSpec.codes``; the layout digit of the copy kernels'
-#: tiling keys). C++: ``mskv_attr::kLayoutBSND`` / ``kLayoutBNSD`` in op_host/mskv_attr_codes.h.
-CACHE_LAYOUT_CODES = (("BSND", 0), ("BNSD", 1))
+#: tiling keys). C++: ``mskv_attr::kLayoutBSND`` / ``kLayoutBNSD`` / ``kLayoutNZ`` in op_host/mskv_attr_codes.h.
+CACHE_LAYOUT_CODES = (("BSND", 0), ("BNSD", 1), ("NZ", 2))
+
+#: The layouts of ops that take no NZ cache (rerope_cached_keys), with their codes.
+ND_CACHE_LAYOUTS = ("BSND", "BNSD")
+ND_CACHE_LAYOUT_CODES = (("BSND", 0), ("BNSD", 1))
+
+#: C0 of an NZ cache per dtype: 32 bytes of elements (one fractal row of 16 x C0).
+NZ_C0 = {"float16": 16, "bfloat16": 16, "int8": 32}
 
 #: ``direction`` of the multi-layer transfers: device (cache) -> host (buffer) and back.
 DIRECTIONS = ("d2h", "h2d")

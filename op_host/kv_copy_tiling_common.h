@@ -61,19 +61,33 @@ inline ge::graphStatus Fail(const char* op, const char* fmt, ...) {
   return ge::GRAPH_FAILED;
 }
 
-// cache_layout attribute at OpDef index i: an Int attribute holding mskv_attr::kLayoutBSND / kLayoutBNSD
-// (ms_kvcache AttrSpec.codes; not a String attribute, which MindSpore 2.7 / 2.8 cannot pass to an Ascend C
-// op). `dflt` when absent; any other value is a tiling error naming the attribute.
-inline ge::graphStatus LayoutAttr(gert::TilingContext* context, size_t i, const char* op, int64_t dflt,
-                                  bool* bnsd) {
+// cache_layout attribute at OpDef index i: an Int attribute holding mskv_attr::kLayoutBSND / kLayoutBNSD /
+// kLayoutNZ (ms_kvcache AttrSpec.codes; not a String attribute, which MindSpore 2.7 / 2.8 cannot pass to an
+// Ascend C op). `dflt` when absent; any other value (NZ too, unless `nzAllowed`) is a tiling error naming the
+// attribute. *code is also the layout digit of the copy kernels' tiling keys.
+inline ge::graphStatus LayoutCodeAttr(gert::TilingContext* context, size_t i, const char* op, int64_t dflt,
+                                      bool nzAllowed, int64_t* code) {
   const gert::RuntimeAttrs* attrs = context->GetAttrs();
   const int64_t* p = attrs == nullptr ? nullptr : attrs->GetAttrPointer<int64_t>(i);
-  const int64_t code = p == nullptr ? dflt : *p;
-  if (code != mskv_attr::kLayoutBSND && code != mskv_attr::kLayoutBNSD) {
-    return Fail(op, "cache_layout: expected %lld (BSND) or %lld (BNSD), got %lld",
-                static_cast<long long>(mskv_attr::kLayoutBSND), static_cast<long long>(mskv_attr::kLayoutBNSD),
-                static_cast<long long>(code));
+  *code = p == nullptr ? dflt : *p;
+  if (*code == mskv_attr::kLayoutNZ && !nzAllowed) {
+    return Fail(op, "cache_layout: NZ (%lld) caches are not supported by this op; expected %lld (BSND) or %lld (BNSD)",
+                static_cast<long long>(mskv_attr::kLayoutNZ), static_cast<long long>(mskv_attr::kLayoutBSND),
+                static_cast<long long>(mskv_attr::kLayoutBNSD));
   }
+  if (*code != mskv_attr::kLayoutBSND && *code != mskv_attr::kLayoutBNSD && *code != mskv_attr::kLayoutNZ) {
+    return Fail(op, "cache_layout: expected %lld (BSND), %lld (BNSD) or %lld (NZ), got %lld",
+                static_cast<long long>(mskv_attr::kLayoutBSND), static_cast<long long>(mskv_attr::kLayoutBNSD),
+                static_cast<long long>(mskv_attr::kLayoutNZ), static_cast<long long>(*code));
+  }
+  return ge::GRAPH_SUCCESS;
+}
+
+// The same for an op without NZ caches: *bnsd.
+inline ge::graphStatus LayoutAttr(gert::TilingContext* context, size_t i, const char* op, int64_t dflt,
+                                  bool* bnsd) {
+  int64_t code = 0;
+  if (LayoutCodeAttr(context, i, op, dflt, false, &code) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   *bnsd = code == mskv_attr::kLayoutBNSD;
   return ge::GRAPH_SUCCESS;
 }
@@ -282,6 +296,33 @@ inline void CacheGeom(const gert::Shape& c, size_t first, bool bnsd, ScatterGeom
   } else {
     g->numSeg = 1; g->segElems = h * d; g->segStride = h * d; g->slotStride = h * d;
   }
+}
+
+// An NZ cache (cache_layout NZ) [nb, H*D/C0, bs, C0] from dim `first` on (1: one half of a merged [2, ...]
+// cache) of dtype dt (elem bytes): C0 is 32 bytes of float16 / bfloat16 / int8 (float32 has no NZ form here),
+// block_size a multiple of 16 (the fractal's height) and H*D/C0 segments per row at most kMaxBurstCount (one
+// strided copy per token). Its geometry is then CacheGeom's BNSD one: H*D/C0 "heads" of C0 elements.
+constexpr int64_t kNzBlockAlign = 16;
+inline ge::graphStatus CheckNzCache(const char* op, const char* name, const gert::Shape& c, size_t first,
+                                    ge::DataType dt, int64_t elem) {
+  char b[160];
+  if (dt != ge::DT_FLOAT16 && dt != ge::DT_BF16 && dt != ge::DT_INT8) {
+    return Fail(op, "%s: an NZ cache is float16, bfloat16 or int8 (C0 = 32 bytes), got %s", name, DTypeName(dt));
+  }
+  if (c.GetDimNum() != first + 4 || c.GetDim(first + 3) * elem != kBlockBytes) {
+    return Fail(op, "%s: expected an NZ cache [num_blocks, num_kv_heads * head_size / C0, block_size, C0] with C0 = "
+                "%lld for %s, got shape %s", name, static_cast<long long>(kBlockBytes / elem), DTypeName(dt),
+                ShapeText(c, b, sizeof(b)));
+  }
+  if (c.GetDim(first + 2) % kNzBlockAlign != 0) {
+    return Fail(op, "%s: expected block_size (dim %zu of an NZ cache) a multiple of %lld, got shape %s", name,
+                first + 2, static_cast<long long>(kNzBlockAlign), ShapeText(c, b, sizeof(b)));
+  }
+  if (c.GetDim(first + 1) > kMaxBurstCount) {
+    return Fail(op, "%s: num_kv_heads * head_size / C0 = %lld exceeds %lld for an NZ cache (one strided copy per "
+                "token)", name, static_cast<long long>(c.GetDim(first + 1)), static_cast<long long>(kMaxBurstCount));
+  }
+  return ge::GRAPH_SUCCESS;
 }
 
 // key / value rows: [T', H, D] or [T', H*D] with T' >= numTokens and H*D == rowElems.

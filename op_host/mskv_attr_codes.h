@@ -14,9 +14,11 @@
 namespace mskv_attr {
 
 // cache_layout: BSND = [num_blocks, block_size, num_kv_heads, head_size], BNSD = [num_blocks,
-// num_kv_heads, block_size, head_size] (the layout digit of the copy kernels' tiling keys).
+// num_kv_heads, block_size, head_size], NZ = FRACTAL_NZ [num_blocks, num_kv_heads * head_size / C0,
+// block_size, C0] with C0 = 32 bytes of elements (the layout digit of the copy kernels' tiling keys).
 constexpr int64_t kLayoutBSND = 0;
 constexpr int64_t kLayoutBNSD = 1;
+constexpr int64_t kLayoutNZ = 2;
 
 // direction of the multi-layer transfers: CANN's aclrtMemcpyKind values.
 constexpr int64_t kDirH2D = 1;  // ACL_MEMCPY_HOST_TO_DEVICE: host buffer -> caches
@@ -27,7 +29,7 @@ constexpr int64_t kQuantSTATIC = 0;
 constexpr int64_t kQuantDYNAMIC = 1;
 
 inline const char* LayoutName(int64_t code) {
-  return code == kLayoutBSND ? "BSND" : code == kLayoutBNSD ? "BNSD" : "unknown";
+  return code == kLayoutBSND ? "BSND" : code == kLayoutBNSD ? "BNSD" : code == kLayoutNZ ? "NZ" : "unknown";
 }
 inline const char* DirectionName(int64_t code) {
   return code == kDirH2D ? "h2d" : code == kDirD2H ? "d2h" : "unknown";

@@ -4,7 +4,8 @@
 //
 // Planes: MERGED_KV (1) has one [2, nb, ...] tensor per layer whose halves are the K and V planes;
 // SEPARATE_KV (2) key_cache, value_cache; MLA_KV (3) kv_c, k_pe ([nb, bs, hidden] or [nb, bs, 1,
-// hidden]); DSA_KV (4) adds indexer_k. BSND caches [nb, bs, H, D], BNSD [nb, H, bs, D].
+// hidden]); DSA_KV (4) adds indexer_k. BSND caches [nb, bs, H, D], BNSD [nb, H, bs, D], NZ [nb, H*D/C0, bs, C0]
+// (the BNSD geometry of its C0 pieces: one 32-byte unit per token and fractal; its scale caches are BSND).
 // With scale caches (the *Quant ops; int8 caches): one float32 scale cache per data plane and layer
 // (BSND [nb, bs, H(, 1)], BNSD [nb, H, bs(, 1)], MLA / DSA [nb, bs, 1]), planes P..2P-1 of the transfer in
 // the byte view of the caches: heads H (1 for MLA / DSA), head size 4 bytes (ReadScales).
@@ -30,7 +31,8 @@ inline int64_t TensorsPerLayer(int64_t fmt) { return fmt == kMerged ? 1 : Planes
 struct Attrs {
   int64_t fmt = kMerged;
   bool d2h = true;
-  bool bnsd = false;
+  bool bnsd = false;  // head-major data planes: BNSD, and NZ (the BNSD geometry of its C0 pieces)
+  bool nz = false;    // NZ caches [nb, H*D/C0, bs, C0] (CheckNzCache); their scale caches are BSND
   int64_t numLayers = 0;
   int64_t aivNum = 0;
 };
@@ -56,10 +58,13 @@ inline ge::graphStatus ReadAttrs(gert::TilingContext* context, const char* op, i
                 static_cast<long long>(mskv_attr::kDirD2H), static_cast<long long>(d));
   }
   a->d2h = d == mskv_attr::kDirD2H;
-  if (LayoutAttr(context, 2, op, defaultLayout, &a->bnsd) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  int64_t layout = 0;
+  if (LayoutCodeAttr(context, 2, op, defaultLayout, true, &layout) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  a->nz = layout == mskv_attr::kLayoutNZ;
+  a->bnsd = layout != mskv_attr::kLayoutBSND;
   if (a->bnsd && (a->fmt == kMla || a->fmt == kDsa)) {
-    return Fail(op, "cache_layout: MLA_KV / DSA_KV caches are [num_blocks, block_size, hidden]; expected \"BSND\", "
-                "got \"BNSD\"");
+    return Fail(op, "cache_layout: MLA_KV / DSA_KV caches are [num_blocks, block_size, hidden] (no NZ form); expected "
+                "\"BSND\", got \"%s\"", mskv_attr::LayoutName(layout));
   }
   a->numLayers = layers == nullptr ? 0 : *layers;
   if (a->numLayers < 1) return Fail(op, "num_layers: expected >= 1, got %lld", static_cast<long long>(a->numLayers));
@@ -154,6 +159,9 @@ inline ge::graphStatus ReadCaches(gert::TilingContext* context, const char* op, 
                     a.fmt == kMerged ? "[2, nb, bs, H, D] / [2, nb, H, bs, D]" : "[nb, bs, H, D] / [nb, H, bs, D]",
                     ShapeText(s, b1, sizeof(b1)));
       }
+      if (a.nz && CheckNzCache(op, "kv_caches", s, first, cl->dt, cl->elem) != ge::GRAPH_SUCCESS) {
+        return ge::GRAPH_FAILED;
+      }
       g.numBlocks = s.GetDim(first);
       g.blockSize = a.bnsd ? s.GetDim(first + 2) : s.GetDim(first + 1);
       g.heads = a.bnsd ? s.GetDim(first + 1) : s.GetDim(first + 2);
@@ -211,6 +219,17 @@ inline ge::graphStatus ReadScales(gert::TilingContext* context, const char* op, 
                 static_cast<long long>(a.numLayers * P), static_cast<long long>(count));
   }
   const bool mla = a.fmt == kMla || a.fmt == kDsa;
+  const bool bnsdScales = a.bnsd && !a.nz;  // an NZ data plane's scale cache is BSND [nb, bs, H(, 1)]
+  int64_t nzHeads[kMaxPlanes] = {0};       // NZ: H of each plane's scale cache (the data plane has no head split)
+  for (int64_t i = 0; i < count && a.nz && i < P; ++i) {
+    const gert::Shape& s = context->GetDynamicInputShape(ir, i)->GetStorageShape();
+    nzHeads[i] = s.GetDimNum() >= 3 ? s.GetDim(2) : 0;
+    if (nzHeads[i] < 1 || cl->plane[i].rowElems % nzHeads[i] != 0) {
+      return Fail(op, "scale_caches[%lld]: expected [num_blocks, block_size, num_kv_heads(, 1)] beside an NZ cache, "
+                  "num_kv_heads dividing its hidden size %lld, got %s", static_cast<long long>(i),
+                  static_cast<long long>(cl->plane[i].rowElems), ShapeText(s, b1, sizeof(b1)));
+    }
+  }
   for (int64_t i = 0; i < count; ++i) {
     const int p = static_cast<int>(i % P);
     const PlaneGeom& d = cl->plane[p];
@@ -221,8 +240,8 @@ inline ge::graphStatus ReadScales(gert::TilingContext* context, const char* op, 
                   di == nullptr ? "none" : DTypeName(di->GetDataType()));
     }
     if (CheckTensorSize(op, "scale_caches", s, kScaleBytes) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
-    const int64_t heads = mla ? 1 : d.heads;
-    const int64_t d1 = a.bnsd ? heads : d.blockSize, d2 = a.bnsd ? d.blockSize : heads;
+    const int64_t heads = mla ? 1 : (a.nz ? nzHeads[p] : d.heads);
+    const int64_t d1 = bnsdScales ? heads : d.blockSize, d2 = bnsdScales ? d.blockSize : heads;
     const bool ok = (s.GetDimNum() == 3 || (s.GetDimNum() == 4 && s.GetDim(3) == 1 && !mla)) &&
                     s.GetDim(0) == d.numBlocks && s.GetDim(1) == d1 && s.GetDim(2) == d2;
     if (!ok) {
@@ -235,9 +254,9 @@ inline ge::graphStatus ReadScales(gert::TilingContext* context, const char* op, 
     PlaneGeom g;
     g.numBlocks = cl->plane[p].numBlocks;
     g.blockSize = cl->plane[p].blockSize;
-    g.heads = mla ? 1 : cl->plane[p].heads;
+    g.heads = mla ? 1 : (a.nz ? nzHeads[p] : cl->plane[p].heads);
     g.headSize = kScaleBytes;
-    g.SetRows(a.bnsd);
+    g.SetRows(bnsdScales);
     g.list = 1;
     g.tensorInLayer = p;
     cl->plane[P + p] = g;
@@ -259,7 +278,8 @@ inline ge::graphStatus NeedPad(const char* op, const CacheList& cl, const Attrs&
     if (is310P) {
       return Fail(op, "rows of %s %d (%s of %lld bytes) are not a multiple of 32 bytes; Ascend310P has no DataCopyPad, "
                   "so such caches are unsupported there", g.list == 1 ? "scale plane" : "plane",
-                  g.list == 1 ? p - cl.dataPlanes : p, a.bnsd ? "one head of a BNSD cache" : "one token row",
+                  g.list == 1 ? p - cl.dataPlanes : p,
+                  g.numSeg > 1 ? "one head of a BNSD cache" : (a.nz ? "one token row beside NZ caches" : "one token row"),
                   static_cast<long long>(g.segElems * cl.elem));
     }
   }

@@ -16,8 +16,8 @@
 // cores are capped so that every slice holds at least one unit (block_size * the row bytes of every plane).
 // n = 0 or zero-sized blocks: a no-op launch.
 //
-// Tiling key of all four = layout * 1000 + dtype * 100 + index dtype * 10 + DataCopyPad (LayoutCopyKey; the
-// ops with scale caches: dtype 4, the byte view of int8).
+// Tiling key of all four = layout (0 BSND, 1 BNSD, 2 NZ) * 1000 + dtype * 100 + index dtype * 10 + DataCopyPad
+// (LayoutCopyKey; the ops with scale caches: dtype 4, the byte view of int8).
 #ifndef MS_KVCACHE_OP_HOST_MULTI_LAYER_TILING_IMPL_H_
 #define MS_KVCACHE_OP_HOST_MULTI_LAYER_TILING_IMPL_H_
 
@@ -28,6 +28,11 @@ namespace optiling {
 namespace mskv_ml_impl {
 
 using namespace mskv_ml_tiling;
+
+// The layout digit of the tiling key: the cache_layout code (0 BSND, 1 BNSD, 2 NZ).
+inline uint64_t LayoutDigit(const Attrs& a) {
+  return static_cast<uint64_t>(a.nz ? mskv_attr::kLayoutNZ : (a.bnsd ? mskv_attr::kLayoutBNSD : mskv_attr::kLayoutBSND));
+}
 
 // The start of every transfer tiling (non-zero: failed): the SoC, the attributes (the defaults of the block
 // transfer's OpDef for `blocks`, else the token transfer's), the kv_caches list at IR input kvIr and, when scaleIr >= 0, the scale_caches list there.
@@ -134,7 +139,7 @@ inline ge::graphStatus MultiLayerKvTransferTiling(gert::TilingContext* context, 
 
   // noWork: usedCoreNum 1 with formerLen 0 - the kernel's item range is empty
   return FinishTiling(context, op, hw, td, split.usedCoreNum,
-                      mskv_keys::LayoutCopyKey(a.bnsd, cl.dcode, static_cast<uint64_t>(scode), pad));
+                      mskv_keys::LayoutCopyKey(LayoutDigit(a), cl.dcode, static_cast<uint64_t>(scode), pad));
 }
 
 // The host-block tensors of the planes of list `list` (host_blocks: the data planes; scale_host_blocks: the
@@ -158,7 +163,9 @@ inline ge::graphStatus CheckHostBlocks(gert::TilingContext* context, const char*
     }
     if (CheckTensorSize(op, name, h, scale ? kScaleBytes : cl.elem) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
     bool ok = h.GetDimNum() >= 4 && h.GetDim(0) == n && h.GetDim(1) == g.blockSize && h.GetDim(2) == a.numLayers;
-    if (ok && !scale && (a.fmt == kMerged || a.fmt == kSeparate)) {
+    if (ok && !scale && a.nz) {  // NZ caches: the usual ND host blocks [n, bs, L, H, D], any H * D = hidden
+      ok = h.GetDimNum() == 5 && h.GetDim(3) * h.GetDim(4) == g.rowElems;
+    } else if (ok && !scale && (a.fmt == kMerged || a.fmt == kSeparate)) {
       ok = h.GetDimNum() == 5 && h.GetDim(3) == g.heads && h.GetDim(4) == g.headSize;
     } else if (ok) {
       ok = h.GetDimNum() == 4 && h.GetDim(3) == (scale ? g.heads : g.rowElems);
@@ -289,7 +296,7 @@ inline ge::graphStatus MultiLayerBlockTransferTiling(gert::TilingContext* contex
   td.set_hiddenPrefix(prefix);
 
   return FinishTiling(context, op, hw, td, split.usedCoreNum,
-                      mskv_keys::LayoutCopyKey(a.bnsd, cl.dcode, static_cast<uint64_t>(icode), pad));
+                      mskv_keys::LayoutCopyKey(LayoutDigit(a), cl.dcode, static_cast<uint64_t>(icode), pad));
 }
 
 // The tiling functions of the four OpDefs.

@@ -3,7 +3,8 @@
 //
 // Inputs (MindSpore ops.Custom order, = ms_kvcache.ops.reshape_and_cache_quant.SPEC): key, value [T', H, D]
 // or [T', H*D] float16 / bfloat16 / float32; key_cache int8: kv_format 2 (SEPARATE_KV) [nb, bs, H, D]
-// ("BSND") or [nb, H, bs, D] ("BNSD"), kv_format 1 (MERGED_KV) [2, nb, ...] holding the K then the V plane;
+// ("BSND"), [nb, H, bs, D] ("BNSD") or [nb, H*D/32, bs, 32] ("NZ", key [T', H, D], D a multiple of 32; its scale
+// caches BSND), kv_format 1 (MERGED_KV) [2, nb, ...] holding the K then the V plane;
 // value_cache (OPTIONAL: the V cache, absent / [0] for MERGED_KV); slot_mapping int32/int64 [T];
 // k_scale, v_scale, k_offset, v_offset (OPTIONAL float32: static scales [] / [1] per tensor, [H] per head,
 // [H, D] per channel; offsets shaped like their scale); k_scale_cache, v_scale_cache (OPTIONAL float32,
@@ -48,8 +49,12 @@ ge::graphStatus ReshapeAndCacheQuantTiling(gert::TilingContext* context) {
   const gert::Shape& sm = smShape->GetStorageShape();
 
   // ---- attrs
-  bool bnsd = false;
-  if (LayoutAttr(context, 0, kOp, mskv_attr::kLayoutBSND, &bnsd) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  int64_t layout = 0;
+  if (LayoutCodeAttr(context, 0, kOp, mskv_attr::kLayoutBSND, true, &layout) != ge::GRAPH_SUCCESS) {
+    return ge::GRAPH_FAILED;
+  }
+  const bool bnsd = layout == mskv_attr::kLayoutBNSD;  // (the scale cache of an NZ cache is BSND)
+  const bool nz = layout == mskv_attr::kLayoutNZ;
   bool merged = false, dynamic = false;
   if (GqaQuantAttrs(context, 1, kOp, &merged, &dynamic) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
 
@@ -99,12 +104,22 @@ ge::graphStatus ReshapeAndCacheQuantTiling(gert::TilingContext* context) {
   }
   if (sm.GetDimNum() != 1) return Fail(kOp, "slot_mapping: expected rank 1, got shape %s", ShapeText(sm, b1, sizeof(b1)));
   ScatterGeom g;
-  CacheGeom(kc, merged ? 1 : 0, bnsd, &g);
-  g.numTokens = sm.GetDim(0);
   const size_t f = merged ? 1 : 0;
+  if (nz && CheckNzCache(kOp, cname, kc, f, ge::DT_INT8, 1) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  CacheGeom(kc, f, bnsd || nz, &g);  // NZ [nb, H*D/32, bs, 32]: the BNSD geometry of its 32-code pieces
+  g.numTokens = sm.GetDim(0);
   const int64_t nb = kc.GetDim(f);
-  const int64_t H = bnsd ? kc.GetDim(f + 1) : kc.GetDim(f + 2);
-  const int64_t D = kc.GetDim(f + 3);
+  int64_t H = bnsd ? kc.GetDim(f + 1) : kc.GetDim(f + 2);
+  int64_t D = kc.GetDim(f + 3);
+  if (nz) {  // the heads from the key rows [T', H, D] (scales are per head / channel), each head whole pieces
+    if (key.GetDimNum() != 3 || key.GetDim(1) * key.GetDim(2) != g.rowElems || key.GetDim(2) % kBlockBytes != 0) {
+      return Fail(kOp, "key: with an NZ cache expected [T', num_kv_heads, head_size] with num_kv_heads * head_size = "
+                  "%lld and head_size a multiple of 32, got shape %s", static_cast<long long>(g.rowElems),
+                  ShapeText(key, b1, sizeof(b1)));
+    }
+    H = key.GetDim(1);
+    D = key.GetDim(2);
+  }
   if (CheckTokenRows(kOp, "key", key, g.numTokens, g.rowElems) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   if (CheckTokenRows(kOp, "value", value, g.numTokens, g.rowElems) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
 
@@ -146,12 +161,14 @@ ge::graphStatus ReshapeAndCacheQuantTiling(gert::TilingContext* context) {
   td.set_pitch(P);
   td.set_blockStride(g.blockStride);
   td.set_slotStride(g.slotStride);
-  td.set_headStride(bnsd ? g.blockSize * D : D);
+  td.set_headStride(nz ? g.blockSize * kBlockBytes : (bnsd ? g.blockSize * D : D));
+  td.set_segElems(nz ? kBlockBytes : 0);
   td.set_planeElems(merged ? nb * g.blockStride : 0);
   td.set_scHeadStride(bnsd ? g.blockSize : 1);
   SetGqaQuantTiling(td, g.blockSize, H, bnsd, tree, kinds, hasOffset);
   return FinishTiling(context, kOp, hw, td, split.usedCoreNum,
-                      mskv_keys::QuantLayoutCopyKey(dynamic, bnsd, dcode, static_cast<uint64_t>(scode), pad));
+                      mskv_keys::QuantLayoutCopyKey(dynamic, static_cast<uint64_t>(layout), dcode,
+                                                    static_cast<uint64_t>(scode), pad));
 }
 
 }  // namespace

@@ -15,7 +15,8 @@ BEGIN_TILING_DATA_DEF(ReshapeAndCacheQuantTilingData)
   TILING_DATA_FIELD_DEF(int64_t, pitch);         // P: UB elements per head row (D, or D rounded up to 32 with PAD)
   TILING_DATA_FIELD_DEF(int64_t, blockStride);   // cache codes per block
   TILING_DATA_FIELD_DEF(int64_t, slotStride);    // cache codes between consecutive slots of a block
-  TILING_DATA_FIELD_DEF(int64_t, headStride);    // cache codes between the heads of one slot
+  TILING_DATA_FIELD_DEF(int64_t, headStride);    // cache codes between the heads (NZ: the 32-code pieces) of one slot
+  TILING_DATA_FIELD_DEF(int64_t, segElems);      // NZ caches: C0 = 32 (a head is headSize / 32 pieces); else 0
   TILING_DATA_FIELD_DEF(int64_t, planeElems);    // MERGED_KV: codes of the K plane (the V plane follows); else 0
   TILING_DATA_FIELD_DEF(int64_t, scHeadStride);  // dynamic: between the heads of one slot (1 BSND, block_size BNSD)
   MSKV_GQA_QUANT_TILING_FIELDS

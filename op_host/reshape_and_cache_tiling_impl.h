@@ -1,11 +1,12 @@
 // The tiling of MskvReshapeAndCache and MskvReshapeAndCacheMerged (one row scatter, two cache forms).
 //
 // Inputs in OpDef order: key, value [T', H, D] or [T', H*D], then the cache(s), then slot_mapping
-// int32/int64 [T]. Separate caches: key_cache, value_cache [nb, bs, H, D] ("BSND") or [nb, H, bs, D]
-// ("BNSD") of one shape; merged: kv_cache [2, nb, ...] (keys in kv_cache[0], values in kv_cache[1]).
+// int32/int64 [T]. Separate caches: key_cache, value_cache [nb, bs, H, D] ("BSND"), [nb, H, bs, D]
+// ("BNSD") or [nb, H*D/C0, bs, C0] ("NZ": the BNSD geometry with H*D/C0 heads of C0 elements, CheckNzCache) of
+// one shape; merged: kv_cache [2, nb, ...] (keys in kv_cache[0], values in kv_cache[1]).
 // Attr 0: cache_layout. T tokens are split over all vector cores (main/tail share, SplitWork); each core
 // batches runs of consecutive valid tokens into double-buffered UB chunks sized from the platform's UB.
-// Tiling key: mskv_keys::LayoutCopyKey (op_kernel/mskv_tiling_keys.h, MSKV_KEYS_LAYOUT_COPY).
+// Tiling key: mskv_keys::LayoutCopyKey (op_kernel/mskv_tiling_keys.h, MSKV_KEYS_LAYOUT_COPY(_NZ)).
 #ifndef MS_KVCACHE_OP_HOST_RESHAPE_AND_CACHE_TILING_IMPL_H_
 #define MS_KVCACHE_OP_HOST_RESHAPE_AND_CACHE_TILING_IMPL_H_
 
@@ -39,8 +40,12 @@ inline ge::graphStatus PlanReshapeAndCache(gert::TilingContext* context, const c
   const gert::Shape& sm = shapes[slotInput]->GetStorageShape();
 
   // ---- attrs
-  bool bnsd = false;
-  if (LayoutAttr(context, 0, op, mskv_attr::kLayoutBSND, &bnsd) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  int64_t layout = 0;
+  if (LayoutCodeAttr(context, 0, op, mskv_attr::kLayoutBSND, true, &layout) != ge::GRAPH_SUCCESS) {
+    return ge::GRAPH_FAILED;
+  }
+  const bool nz = layout == mskv_attr::kLayoutNZ;
+  const bool bnsd = layout != mskv_attr::kLayoutBSND;  // NZ: the BNSD geometry of [nb, H*D/C0, bs, C0]
 
   // ---- dtypes
   const char* names[4] = {"key", "value", merged ? "kv_cache" : "key_cache", "value_cache"};
@@ -71,6 +76,10 @@ inline ge::graphStatus PlanReshapeAndCache(gert::TilingContext* context, const c
     if (CheckTensorSize(op, names[i], shapes[i]->GetStorageShape(), elem) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   }
   if (CheckTensorSize(op, "slot_mapping", sm, scode == 0 ? 4 : 8) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  if (nz && CheckNzCache(op, names[2], cache, merged ? 1 : 0, context->GetInputDesc(2)->GetDataType(), elem) !=
+                ge::GRAPH_SUCCESS) {
+    return ge::GRAPH_FAILED;
+  }
   ScatterGeom& g = out->g;
   CacheGeom(cache, merged ? 1 : 0, bnsd, &g);
   g.numTokens = sm.GetDim(0);
@@ -84,7 +93,7 @@ inline ge::graphStatus PlanReshapeAndCache(gert::TilingContext* context, const c
   if (!noWork && PlanScatter(op, hw, elem, g, out->split.formerLen, &pad, &out->plan) != ge::GRAPH_SUCCESS) {
     return ge::GRAPH_FAILED;
   }
-  out->key = mskv_keys::LayoutCopyKey(bnsd, dcode, static_cast<uint64_t>(scode), pad);
+  out->key = mskv_keys::LayoutCopyKey(static_cast<uint64_t>(layout), dcode, static_cast<uint64_t>(scode), pad);
   return ge::GRAPH_SUCCESS;
 }
 

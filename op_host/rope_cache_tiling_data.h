@@ -30,7 +30,8 @@ BEGIN_TILING_DATA_DEF(RopeReshapeAndCacheTilingData)
   MSKV_ROPE_SPLIT_TILING_FIELDS
   TILING_DATA_FIELD_DEF(int64_t, blockStride);    // cache elements per block
   TILING_DATA_FIELD_DEF(int64_t, slotStride);     // cache elements between consecutive slots of a block
-  TILING_DATA_FIELD_DEF(int64_t, headStride);     // cache elements between heads of one slot
+  TILING_DATA_FIELD_DEF(int64_t, headStride);     // cache elements between heads (NZ: C0 pieces) of one slot
+  TILING_DATA_FIELD_DEF(int64_t, cacheSegElems);  // NZ caches: C0 (a head is headSize / C0 pieces); else 0
   TILING_DATA_FIELD_DEF(int64_t, vPlaneOffset);   // merged cache: elements from kv_cache[0] to kv_cache[1]
 END_TILING_DATA_DEF;
 

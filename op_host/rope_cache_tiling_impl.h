@@ -3,12 +3,13 @@
 //
 // Inputs (OpDef order = ms_kvcache.ops.rope_reshape_and_cache(_merged).SPEC): positions [T'], query
 // [T', Hq, D] or [T', Hq*D], key / value [T', Hk, D] or [T', Hk*D], cos_sin_cache [max_position, rd],
-// then key_cache, value_cache [nb, bs, Hk, D] (BSND) / [nb, Hk, bs, D] (BNSD) or kv_cache [2, nb, ...],
+// then key_cache, value_cache [nb, bs, Hk, D] (BSND) / [nb, Hk, bs, D] (BNSD) / [nb, Hk*D/C0, bs, C0] (NZ, with
+// key [T', Hk, D]) or kv_cache [2, nb, ...],
 // then slot_mapping [T]. Attrs: is_neox_style, cache_layout.
 //
 // Work split: the T' rows over all vector cores (main/tail share, mskv_tiling::SplitWork). UB: the
 // largest token batch whose buffers fit (mskv_rope_tiling::PlanUb). Tiling key = pad * 10000 +
-// layout (0 BSND, 1 BNSD) * 1000 + dtype (1 fp16, 2 bf16, 3 fp32) * 100 + table (0 float32, 1 the data
+// layout (0 BSND, 1 BNSD, 2 NZ) * 1000 + dtype (1 fp16, 2 bf16, 3 fp32) * 100 + table (0 float32, 1 the data
 // dtype) * 10 + style (1 NeoX, 0 GPT-J); pad = some head or table row needs DataCopyPad (A2/A3 only).
 #ifndef MS_KVCACHE_OP_HOST_ROPE_CACHE_TILING_IMPL_H_
 #define MS_KVCACHE_OP_HOST_ROPE_CACHE_TILING_IMPL_H_
@@ -23,6 +24,8 @@ namespace rope_cache {
 struct RopeCacheShapes {
   bool neox = true;
   bool bnsd = false;
+  int64_t layout = 0;  // the cache_layout code (0 BSND, 1 BNSD, 2 NZ): the key's layout digit
+  int64_t c0 = 0;      // NZ caches [nb, Hk*D/C0, bs, C0]: C0 (32 bytes of the cache dtype); else 0
   ge::DataType dt = ge::DT_FLOAT;     // data dtype (query, key, value; the caches unless quantized)
   ge::DataType csDt = ge::DT_FLOAT;   // cos_sin_cache dtype
   int64_t esz = 0;
@@ -74,8 +77,12 @@ inline ge::graphStatus ReadRopeCache(gert::TilingContext* context, const char* o
 
   // ---- attrs
   s->neox = BoolAttr(context, 0, true);
-  if (LayoutAttr(context, 1, op, &s->bnsd) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  if (LayoutCodeAttr(context, 1, op, mskv_attr::kLayoutBSND, true, &s->layout) != ge::GRAPH_SUCCESS) {
+    return ge::GRAPH_FAILED;
+  }
+  s->bnsd = s->layout == mskv_attr::kLayoutBNSD;
   const bool bnsd = s->bnsd;
+  const bool nz = s->layout == mskv_attr::kLayoutNZ;
 
   // ---- dtypes (quantized: the caches are checked by the caller)
   const NamedInput data[4] = {{kKey, "key"}, {kValue, "value"}, {kCache, merged ? "kv_cache" : "key_cache"},
@@ -97,10 +104,31 @@ inline ge::graphStatus ReadRopeCache(gert::TilingContext* context, const char* o
   if (!merged && !SameShape(*vcShape, kc))
     return Fail(op, "value_cache: expected shape %s (as key_cache), got %s", ShapeText(kc, b1, sizeof(b1)),
                 ShapeText(*vcShape, b2, sizeof(b2)));
-  s->nb = kc.GetDim(first);
-  s->bs = bnsd ? kc.GetDim(first + 2) : kc.GetDim(first + 1);
-  s->hk = bnsd ? kc.GetDim(first + 1) : kc.GetDim(first + 2);
-  s->d = kc.GetDim(first + 3);
+  if (nz) {
+    // [nb, Hk*D/C0, bs, C0]: Hk and D from the key rows [T', Hk, D] (the rotation works per head); each head
+    // a whole number of C0 pieces
+    const ge::DataType cdt = context->GetInputDesc(kCache)->GetDataType();
+    if (CheckNzCache(op, merged ? "kv_cache" : "key_cache", kc, first, cdt, quantized ? 1 : s->esz) !=
+        ge::GRAPH_SUCCESS) {
+      return ge::GRAPH_FAILED;
+    }
+    s->c0 = kc.GetDim(first + 3);
+    if (k.GetDimNum() != 3 || k.GetDim(1) * k.GetDim(2) != kc.GetDim(first + 1) * s->c0 || k.GetDim(2) % s->c0 != 0) {
+      return Fail(op, "key: with an NZ cache expected [T', num_kv_heads, head_size] with num_kv_heads * head_size = "
+                  "%lld and head_size a multiple of C0 = %lld, got shape %s",
+                  static_cast<long long>(kc.GetDim(first + 1) * s->c0), static_cast<long long>(s->c0),
+                  ShapeText(k, b1, sizeof(b1)));
+    }
+    s->nb = kc.GetDim(first);
+    s->bs = kc.GetDim(first + 2);
+    s->hk = k.GetDim(1);
+    s->d = k.GetDim(2);
+  } else {
+    s->nb = kc.GetDim(first);
+    s->bs = bnsd ? kc.GetDim(first + 2) : kc.GetDim(first + 1);
+    s->hk = bnsd ? kc.GetDim(first + 1) : kc.GetDim(first + 2);
+    s->d = kc.GetDim(first + 3);
+  }
   const int64_t d = s->d;
   if (s->bs < 1 || s->hk < 1 || d < 1)
     return Fail(op, "%s: empty block / head dimension in shape %s", merged ? "kv_cache" : "key_cache",
@@ -148,8 +176,14 @@ inline void SetRopeCacheTiling(RopeReshapeAndCacheTilingData& td, const RopeCach
   td.set_posIs64(s.posIs64);
   td.set_slotIs64(s.slotIs64);
   td.set_blockStride(s.bs * s.hk * d);
-  td.set_slotStride(s.bnsd ? d : s.hk * d);
-  td.set_headStride(s.bnsd ? s.bs * d : d);
+  if (s.c0 > 0) {  // NZ: the C0 pieces of a slot are block_size * C0 apart (rope::CacheHeadsOut)
+    td.set_slotStride(s.c0);
+    td.set_headStride(s.bs * s.c0);
+  } else {
+    td.set_slotStride(s.bnsd ? d : s.hk * d);
+    td.set_headStride(s.bnsd ? s.bs * d : d);
+  }
+  td.set_cacheSegElems(s.c0);
   td.set_vPlaneOffset(merged ? s.nb * s.bs * s.hk * d : 0);
 }
 
@@ -173,7 +207,8 @@ inline ge::graphStatus RopeCacheTiling(gert::TilingContext* context, const char*
   RopeReshapeAndCacheTilingData td;
   SetRopeCacheTiling(td, s, in, plan, split, merged);
   return FinishTiling(context, op, hw, td, split.usedCoreNum,
-                      mskv_keys::RopeKey(s.g.pad, s.bnsd, s.dcode, s.csDt != ge::DT_FLOAT, s.neox));
+                      mskv_keys::RopeKey(s.g.pad, static_cast<uint64_t>(s.layout), s.dcode, s.csDt != ge::DT_FLOAT,
+                                         s.neox));
 }
 
 // The SetTiling functions of MskvRopeReshapeAndCache (kMerged false: key_cache and value_cache) and

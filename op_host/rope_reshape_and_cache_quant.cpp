@@ -77,7 +77,8 @@ ge::graphStatus RopeReshapeAndCacheQuantTiling(gert::TilingContext* context) {
   SetGqaQuantTiling(td, s.bs, s.hk, s.bnsd, tree, kinds, hasOffset);
   const bool pad = s.g.pad || s.d % kBlockBytes != 0;  // rotated rows, table rows or code rows
   return FinishTiling(context, kOp, hw, td, split.usedCoreNum,
-                      mskv_keys::RopeQuantKey(dynamic, pad, s.bnsd, s.dcode, s.csDt != ge::DT_FLOAT, s.neox));
+                      mskv_keys::RopeQuantKey(dynamic, pad, static_cast<uint64_t>(s.layout), s.dcode,
+                                              s.csDt != ge::DT_FLOAT, s.neox));
 }
 
 // The OpDef dtype rows (ms_kvcache._spec.OpSpec.dtype_rows order): the rotary ops' positions, data, table and

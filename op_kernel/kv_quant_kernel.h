@@ -236,7 +236,7 @@ class RowQuant {
     AscendC::Cast(out, h16, AscendC::RoundMode::CAST_NONE, static_cast<uint32_t>(hc * O_));
     outQ_.EnQue(out);
     out = outQ_.template DeQue<int8_t>();
-    rope::HeadsCopy<int8_t, PAD>(dst[rope::SlotOffset(cg, slot, h0)], out, hc, D_, O_, cg.headStride, true);
+    rope::CacheHeadsOut<int8_t, PAD>(dst, cg, slot, h0, out, hc, D_, O_);
     outQ_.FreeTensor(out);
     if constexpr (DYN) {
       scQ_.EnQue(scUb);

@@ -150,6 +150,15 @@
 #define MSKV_DIM_INDEX_DTYPE(F, ...) F(__VA_ARGS__, 0, int32_t) F(__VA_ARGS__, 1, int64_t)
 // cache_layout, value = BNSD: BSND 0, BNSD 1 (a template parameter of the copy kernels)
 #define MSKV_DIM_LAYOUT(F, ...) F(__VA_ARGS__, 0, false) F(__VA_ARGS__, 1, true)
+// cache_layout NZ (digit 2): FRACTAL_NZ [nb, H*D/C0, bs, C0], C0 = 32 bytes. The row copies address it as BNSD
+// (value true: H*D/C0 "heads" of C0 elements, each one 32-byte unit, so never DataCopyPad); the per-head writes
+// (quantizing, rotary) take the value false (their scale cache is BSND) and split each head into C0 pieces
+// (rope::CacheGeom::segElems). Its dtypes: float16, bfloat16 (A2/A3), int8 - no float32.
+#define MSKV_DIM_LAYOUT_NZ(F, ...) F(__VA_ARGS__, 2, true)
+#define MSKV_DIM_LAYOUT_NZ_HEADS(F, ...) F(__VA_ARGS__, 2, false)
+#define MSKV_DIM_NZ_DTYPE(F, ...) F(__VA_ARGS__, 1, half) MSKV_A2_ONLY(F)(__VA_ARGS__, 2, bfloat16_t) \
+  F(__VA_ARGS__, 4, int8_t)
+#define MSKV_DIM_NO_PAD(F, ...) F(__VA_ARGS__, 0, false)
 // cache_layout of the rotary kernels: the digit is set but both layouts run the same template
 #define MSKV_DIM_ROPE_LAYOUT(F, ...) F(__VA_ARGS__, 0, 0) F(__VA_ARGS__, 1, 1)
 // cos_sin_cache dtype, value = the table has the data dtype (digit 1), else float32 (digit 0)
@@ -186,21 +195,28 @@ constexpr unsigned long long CopyKey(unsigned long long dtype, unsigned long lon
 // key = layout * 1000 + dtype * 100 + index dtype * 10 + DataCopyPad
 #define MSKV_KEYS_LAYOUT_COPY(E) \
   MSKV_KEYS4(E, MSKV_DIM_LAYOUT, MSKV_DIM_KV_DTYPE, MSKV_DIM_INDEX_DTYPE, MSKV_DIM_PAD)
-#define MSKV_KEYS_RESHAPE_AND_CACHE(E) MSKV_KEYS_LAYOUT_COPY(E)
-#define MSKV_KEYS_RESHAPE_AND_CACHE_MERGED(E) MSKV_KEYS_LAYOUT_COPY(E)
-#define MSKV_KEYS_MULTI_LAYER_KV_TRANSFER(E) MSKV_KEYS_LAYOUT_COPY(E)
-#define MSKV_KEYS_MULTI_LAYER_BLOCK_TRANSFER(E) MSKV_KEYS_LAYOUT_COPY(E)
+// the same with NZ caches (layout 2: float16, bfloat16 on A2/A3, int8; 32-byte units, no DataCopyPad)
+#define MSKV_KEYS_LAYOUT_COPY_NZ(E) \
+  MSKV_KEYS_LAYOUT_COPY(E) MSKV_KEYS4(E, MSKV_DIM_LAYOUT_NZ, MSKV_DIM_NZ_DTYPE, MSKV_DIM_INDEX_DTYPE, MSKV_DIM_NO_PAD)
+#define MSKV_KEYS_RESHAPE_AND_CACHE(E) MSKV_KEYS_LAYOUT_COPY_NZ(E)
+#define MSKV_KEYS_RESHAPE_AND_CACHE_MERGED(E) MSKV_KEYS_LAYOUT_COPY_NZ(E)
+#define MSKV_KEYS_MULTI_LAYER_KV_TRANSFER(E) MSKV_KEYS_LAYOUT_COPY_NZ(E)
+#define MSKV_KEYS_MULTI_LAYER_BLOCK_TRANSFER(E) MSKV_KEYS_LAYOUT_COPY_NZ(E)
 // with scale caches: int8 caches only, moved as bytes (LayoutCopyKey with dtype 4). A BNSD scale cache has
 // 4-byte heads, which need DataCopyPad: BNSD keys with DataCopyPad only, on A2/A3 only (Ascend310P: BSND rows of
-// 32-byte multiples only).
+// 32-byte multiples only). NZ caches (32-byte units) have BSND scale caches: DataCopyPad only for scale rows of
+// 4 * H bytes not a multiple of 32 (A2/A3).
 #define MSKV_KEYS_MULTI_LAYER_QUANT(E)                                                                      \
   MSKV_KEYS4(E, MSKV_DIM_LAYOUT_BSND, MSKV_DIM_INT8_BYTES, MSKV_DIM_INDEX_DTYPE, MSKV_DIM_PAD)              \
-  MSKV_KEYS4(E, MSKV_DIM_LAYOUT_BNSD_PAD, MSKV_DIM_INT8_BYTES, MSKV_DIM_INDEX_DTYPE, MSKV_DIM_PAD_ONLY)
+  MSKV_KEYS4(E, MSKV_DIM_LAYOUT_BNSD_PAD, MSKV_DIM_INT8_BYTES, MSKV_DIM_INDEX_DTYPE, MSKV_DIM_PAD_ONLY)     \
+  MSKV_KEYS4(E, MSKV_DIM_LAYOUT_NZ, MSKV_DIM_INT8_BYTES, MSKV_DIM_INDEX_DTYPE, MSKV_DIM_PAD)
 #define MSKV_KEYS_MULTI_LAYER_KV_TRANSFER_QUANT(E) MSKV_KEYS_MULTI_LAYER_QUANT(E)
 #define MSKV_KEYS_MULTI_LAYER_BLOCK_TRANSFER_QUANT(E) MSKV_KEYS_MULTI_LAYER_QUANT(E)
 namespace mskv_keys {
-constexpr unsigned long long LayoutCopyKey(bool bnsd, unsigned long long dtype, unsigned long long index, bool pad) {
-  return Digits(bnsd, dtype, index, pad);
+// layout: the cache_layout code (0 BSND, 1 BNSD, 2 NZ; mskv_attr::kLayout*)
+constexpr unsigned long long LayoutCopyKey(unsigned long long layout, unsigned long long dtype, unsigned long long index,
+                                           bool pad) {
+  return Digits(layout, dtype, index, pad);
 }
 }  // namespace mskv_keys
 
@@ -220,8 +236,11 @@ constexpr unsigned long long RopeKey(bool pad, unsigned long long x, unsigned lo
 // key = DataCopyPad * 10000 + layout * 1000 + dtype * 100 + table is data * 10 + NeoX (RopeKey)
 #define MSKV_KEYS_ROPE_CACHE(E) MSKV_KEYS_ROPE(E, MSKV_DIM_ROPE_LAYOUT, MSKV_DIM_ROPE_LAYOUT)
 #define MSKV_KEYS_REROPE_CACHED_KEYS(E) MSKV_KEYS_ROPE_CACHE(E)
-#define MSKV_KEYS_ROPE_RESHAPE_AND_CACHE(E) MSKV_KEYS_ROPE_CACHE(E)
-#define MSKV_KEYS_ROPE_RESHAPE_AND_CACHE_MERGED(E) MSKV_KEYS_ROPE_CACHE(E)
+// the GQA writes: NZ caches too (layout 2, float16 / bfloat16 data: float32 has no NZ cache)
+#define MSKV_DIM_ROPE_LAYOUT_NZ(F, ...) F(__VA_ARGS__, 0, 0) F(__VA_ARGS__, 1, 1) F(__VA_ARGS__, 2, 2)
+#define MSKV_KEYS_ROPE_CACHE_NZ(E) MSKV_KEYS_ROPE(E, MSKV_DIM_ROPE_LAYOUT_NZ, MSKV_DIM_ROPE_LAYOUT)
+#define MSKV_KEYS_ROPE_RESHAPE_AND_CACHE(E) MSKV_KEYS_ROPE_CACHE_NZ(E)
+#define MSKV_KEYS_ROPE_RESHAPE_AND_CACHE_MERGED(E) MSKV_KEYS_ROPE_CACHE_NZ(E)
 
 // key = DataCopyPad * 10000 + norm weight * 1000 + dtype * 100 + table is data * 10 + NeoX (RopeKey)
 #define MSKV_KEYS_ROPE_CONCAT_AND_CACHE_MLA(E) MSKV_KEYS_ROPE(E, MSKV_DIM_NORM_WEIGHT, MSKV_DIM_NORM_WEIGHT_F32)
@@ -249,15 +268,20 @@ constexpr unsigned long long RopeKey(bool pad, unsigned long long x, unsigned lo
 
 // key = quant_mode * 10000 + layout * 1000 + data dtype * 100 + index dtype * 10 + DataCopyPad (int8 caches;
 // float8 caches are a tiling error on these SoCs). Ascend310P: dynamic scales in BSND caches only (a BNSD
-// scale cache takes one 4-byte write per head, which needs DataCopyPad).
+// scale cache takes one 4-byte write per head, which needs DataCopyPad). NZ caches (layout 2, both modes; the
+// scale cache is BSND): head_size a multiple of 32 codes, so no DataCopyPad.
+#define MSKV_DIM_QUANT_MODE(F, ...) F(__VA_ARGS__, 0, false) F(__VA_ARGS__, 1, true)
 #define MSKV_KEYS_RESHAPE_AND_CACHE_QUANT(E)                                                                      \
   MSKV_KEYS5(E, MSKV_DIM_QUANT_STATIC, MSKV_DIM_LAYOUT, MSKV_DIM_QUANT_DTYPE, MSKV_DIM_INDEX_DTYPE, MSKV_DIM_PAD) \
   MSKV_KEYS5(E, MSKV_DIM_QUANT_DYNAMIC, MSKV_DIM_LAYOUT_PAD_BNSD, MSKV_DIM_QUANT_DTYPE, MSKV_DIM_INDEX_DTYPE,      \
-             MSKV_DIM_PAD)
+             MSKV_DIM_PAD)                                                                                        \
+  MSKV_KEYS5(E, MSKV_DIM_QUANT_MODE, MSKV_DIM_LAYOUT_NZ_HEADS, MSKV_DIM_QUANT_DTYPE, MSKV_DIM_INDEX_DTYPE,         \
+             MSKV_DIM_NO_PAD)
 namespace mskv_keys {
-constexpr unsigned long long QuantLayoutCopyKey(bool dynamic, bool bnsd, unsigned long long dtype,
+// layout: the cache_layout code (0 BSND, 1 BNSD, 2 NZ)
+constexpr unsigned long long QuantLayoutCopyKey(bool dynamic, unsigned long long layout, unsigned long long dtype,
                                                 unsigned long long index, bool pad) {
-  return Digits(dynamic, bnsd, dtype, index, pad);
+  return Digits(dynamic, layout, dtype, index, pad);
 }
 }  // namespace mskv_keys
 
@@ -273,18 +297,20 @@ constexpr unsigned long long QuantCopyKey(bool dynamic, unsigned long long dtype
 }  // namespace mskv_keys
 
 // The fused RoPE writes into int8 caches: quant_mode, then the rotary key of the op (DataCopyPad, layout,
-// dtype, table, style; MSKV_KEYS_ROPE). key = quant_mode * 100000 + RopeKey. Static: both layout digits run
+// dtype, table, style; MSKV_KEYS_ROPE). key = quant_mode * 100000 + RopeKey. Static: every layout digit runs
 // the template of BSND (value false: the layout only changes strides). Dynamic: the BNSD scale cache takes one
-// 4-byte write per head, which needs DataCopyPad (A2/A3 only).
-#define MSKV_DIM_LAYOUT_STATIC(F, ...) F(__VA_ARGS__, 0, false) F(__VA_ARGS__, 1, false)
+// 4-byte write per head, which needs DataCopyPad (A2/A3 only); an NZ cache (digit 2) has a BSND scale cache.
+#define MSKV_DIM_LAYOUT_STATIC(F, ...) F(__VA_ARGS__, 0, false) F(__VA_ARGS__, 1, false) F(__VA_ARGS__, 2, false)
+#define MSKV_DIM_LAYOUT_PAD_BNSD_NZ(F, ...) F(__VA_ARGS__, 0, false) MSKV_A2_ONLY(F)(__VA_ARGS__, 1, true) \
+  F(__VA_ARGS__, 2, false)
 #define MSKV_KEYS_ROPE_RESHAPE_AND_CACHE_QUANT(E)                                                                \
   MSKV_KEYS6(E, MSKV_DIM_QUANT_STATIC, MSKV_DIM_PAD, MSKV_DIM_LAYOUT_STATIC, MSKV_DIM_ROPE_DTYPE, MSKV_DIM_TABLE,   \
              MSKV_DIM_NEOX)                                                                                       \
   MSKV_KEYS6(E, MSKV_DIM_QUANT_STATIC, MSKV_DIM_PAD, MSKV_DIM_LAYOUT_STATIC, MSKV_DIM_ROPE_F32,                \
              MSKV_DIM_TABLE_F32, MSKV_DIM_NEOX)                                                                   \
-  MSKV_KEYS6(E, MSKV_DIM_QUANT_DYNAMIC, MSKV_DIM_PAD, MSKV_DIM_LAYOUT_PAD_BNSD, MSKV_DIM_ROPE_DTYPE, MSKV_DIM_TABLE, \
-             MSKV_DIM_NEOX)                                                                                       \
-  MSKV_KEYS6(E, MSKV_DIM_QUANT_DYNAMIC, MSKV_DIM_PAD, MSKV_DIM_LAYOUT_PAD_BNSD, MSKV_DIM_ROPE_F32,             \
+  MSKV_KEYS6(E, MSKV_DIM_QUANT_DYNAMIC, MSKV_DIM_PAD, MSKV_DIM_LAYOUT_PAD_BNSD_NZ, MSKV_DIM_ROPE_DTYPE,           \
+             MSKV_DIM_TABLE, MSKV_DIM_NEOX)                                                                       \
+  MSKV_KEYS6(E, MSKV_DIM_QUANT_DYNAMIC, MSKV_DIM_PAD, MSKV_DIM_LAYOUT_PAD_BNSD_NZ, MSKV_DIM_ROPE_F32,          \
              MSKV_DIM_TABLE_F32, MSKV_DIM_NEOX)
 namespace mskv_keys {
 // x: the rotary key's second digit (the layout of the GQA writes, the norm weight of the MLA write)

@@ -10,7 +10,7 @@
 //
 // Per token and plane: op_kernel/kv_quant_kernel.h (RowQuant), the formulas and their numerics.
 //
-// Tiling key = quant_mode (0 static, 1 dynamic) * 10000 + layout (0 BSND, 1 BNSD) * 1000 + data dtype
+// Tiling key = quant_mode (0 static, 1 dynamic) * 10000 + layout (0 BSND, 1 BNSD, 2 NZ) * 1000 + data dtype
 // (1 fp16, 2 bf16, 3 fp32) * 100 + slot dtype (0 int32, 1 int64) * 10 + DataCopyPad (1 when head_size is
 // not a multiple of 32; A2/A3 only).
 #include "kernel_operator.h"
@@ -54,6 +54,7 @@ __aicore__ inline void RunReshapeAndCacheQuant(GM_ADDR key, GM_ADDR value, GM_AD
   plane.cg.slotStride = td.slotStride;
   plane.cg.headStride = td.headStride;
   plane.cg.heads = td.heads;
+  plane.cg.segElems = td.segElems;  // NZ caches: C0 (rope::CacheHeadsOut)
   plane.scBlock = td.scBlockStride;
   plane.scSlot = td.scSlotStride;
   mskv::quant::QPlane planes[2] = {plane, plane};

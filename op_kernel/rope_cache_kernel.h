@@ -5,7 +5,7 @@
 //   the key cache; value rows -> the value cache (written tokens only; nothing is loaded for a batch
 //   without one). A token whose position is outside [0, max_position) gets zero query_out / key_out
 //   rows and is not cached; a slot < 0 or >= num_blocks * block_size is skipped. The cache layout
-//   (BSND / BNSD) only changes the strides (tiling data), not the code. Written tensors that share memory
+//   (BSND / BNSD / NZ) only changes the strides (tiling data), not the code. Written tensors that share memory
 //   (one Parameter as both caches: possible in a graph) stop the launch before any write
 //   (TrapOnAliasedWrites, op_kernel/kv_copy_common.h).
 #ifndef MS_KVCACHE_OP_KERNEL_ROPE_CACHE_KERNEL_H_
@@ -44,7 +44,8 @@ __aicore__ inline void RunRopeCache(GM_ADDR positions, GM_ADDR query, GM_ADDR ke
   kOut.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(keyOut));
   kCache.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(keyCache));
   vCache.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(valueCache) + td.vPlaneOffset);
-  const CacheGeom cg = CacheGeomOf(td, td.kHeads);
+  CacheGeom cg = CacheGeomOf(td, td.kHeads);
+  cg.segElems = td.cacheSegElems;  // NZ caches: C0 (CacheHeadsOut)
 
   TokenBatches<TD, RopeEngine<T, C, NEOX, PAD>> tb(td, eng, positions, slotMapping);
   while (tb.Next()) {

@@ -69,6 +69,8 @@ struct RotGeom {
 };
 
 // Paged cache plane: slot s, head h starts at (s / bs) * blockStride + (s % bs) * slotStride + h * headStride.
+// An NZ plane [nb, H*D/C0, bs, C0] (segElems = C0 > 0): its "heads" are the C0-element pieces (fractal columns),
+// slotStride = C0 and headStride = bs * C0 apart; a head of D elements is D / C0 of them (CacheHeadsOut).
 struct CacheGeom {
   int64_t numSlots;
   int64_t blockSize;
@@ -76,6 +78,7 @@ struct CacheGeom {
   int64_t slotStride;
   int64_t headStride;
   int64_t heads;
+  int64_t segElems = 0;
 };
 
 // The rotation geometry of a RoPE tiling TD (its headSize, pitch, rotaryDim, csPitch, rotPitch and
@@ -197,6 +200,20 @@ __aicore__ inline uint64_t SlotOffset(const CacheGeom& c, int64_t slot, int64_t 
   const int64_t block = slot / c.blockSize;
   const int64_t inBlock = slot - block * c.blockSize;
   return static_cast<uint64_t>(block * c.blockStride + inBlock * c.slotStride + h0 * c.headStride);
+}
+
+// `hc` head rows of d elements (heads h0 .. h0 + hc - 1, UB pitch p) of the token cached at `slot`, to the
+// cache plane. An NZ plane (c.segElems > 0; then p == d, d a multiple of segElems: the tiling's rule) takes
+// the rows as hc * d / segElems pieces of one 32-byte unit each, headStride apart: one strided DataCopy.
+template <typename T, bool PAD>
+__aicore__ inline void CacheHeadsOut(const AscendC::GlobalTensor<T>& cache, const CacheGeom& c, int64_t slot,
+                                     int64_t h0, const AscendC::LocalTensor<T>& ub, int64_t hc, int64_t d, int64_t p) {
+  if (c.segElems > 0) {
+    const int64_t per = d / c.segElems;
+    HeadsCopy<T, PAD>(cache[SlotOffset(c, slot, h0 * per)], ub, hc * per, c.segElems, c.segElems, c.headStride, true);
+    return;
+  }
+  HeadsCopy<T, PAD>(cache[SlotOffset(c, slot, h0)], ub, hc, d, p, c.headStride, true);
 }
 
 // The rotation engine: the UB buffers, the index tables and the per-batch token state.
@@ -539,7 +556,7 @@ struct CacheSink {
   int64_t p;
   // hc head rows (heads h0 .. h0 + hc - 1, UB pitch p) of the token cached at `slot`
   __aicore__ inline void Put(const AscendC::LocalTensor<T>& rows, int64_t slot, int64_t h0, int64_t hc) {
-    HeadsCopy<T, PAD>((*cache)[SlotOffset(*cg, slot, h0)], rows, hc, d, p, cg->headStride, true);
+    CacheHeadsOut<T, PAD>(*cache, *cg, slot, h0, rows, hc, d, p);
   }
 };
 
@@ -607,8 +624,7 @@ __aicore__ inline void CopyPlane(AscendC::TQueBind<AscendC::TPosition::VECIN, As
     buf = que.template DeQue<T>();
     for (int64_t i = 0; i < b.n; ++i) {
       if (!b.write[i]) continue;
-      HeadsCopy<T, PAD>(cache[SlotOffset(cg, b.slot[i], 0)], buf[static_cast<uint32_t>(i * heads * p)], heads, d, p,
-                        cg.headStride, true);
+      CacheHeadsOut<T, PAD>(cache, cg, b.slot[i], 0, buf[static_cast<uint32_t>(i * heads * p)], heads, d, p);
     }
     que.FreeTensor(buf);
     return;
@@ -621,7 +637,7 @@ __aicore__ inline void CopyPlane(AscendC::TQueBind<AscendC::TPosition::VECIN, As
       RowsIn<T, PAD>(buf, src[static_cast<uint64_t>(((b.first + i) * heads + h0) * d)], hc, d, p);
       que.EnQue(buf);
       buf = que.template DeQue<T>();
-      HeadsCopy<T, PAD>(cache[SlotOffset(cg, b.slot[i], h0)], buf, hc, d, p, cg.headStride, true);
+      CacheHeadsOut<T, PAD>(cache, cg, b.slot[i], h0, buf, hc, d, p);
       que.FreeTensor(buf);
     }
   }

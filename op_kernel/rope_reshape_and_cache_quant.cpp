@@ -64,6 +64,7 @@ __aicore__ inline void RunRopeCacheQuant(GM_ADDR positions, GM_ADDR query, GM_AD
     planes[p].pitch = rt.pitch;
     planes[p].outPitch = td.outPitch;
     planes[p].cg = mskv::rope::CacheGeomOf(rt, rt.kHeads);
+    planes[p].cg.segElems = rt.cacheSegElems;  // NZ caches: C0 (rope::CacheHeadsOut)
     planes[p].scBlock = td.scBlockStride;
     planes[p].scSlot = td.scSlotStride;
     planes[p].kind = p == 0 ? td.kScaleKind : td.vScaleKind;

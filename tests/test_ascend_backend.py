@@ -996,7 +996,7 @@ def test_coded_attribute_values_reach_the_aclnn_inputs(ascend_c):
         assert prim.attrs["side_effect_mem"]
     spec = _spec.get_spec("reshape_and_cache")
     assert prim_class(spec)("ascend", "BNSD").attr_inputs == (1,)
-    with pytest.raises(ValueError, match=r"reshape_and_cache: argument 'cache_layout': expected one of \('BSND', 'BNSD'\), got 'NHD'"):
+    with pytest.raises(ValueError, match=r"reshape_and_cache: argument 'cache_layout': expected one of \('BSND', 'BNSD', 'NZ'\), got 'NHD'"):
         prim_class(spec)("ascend", "NHD")
 
 

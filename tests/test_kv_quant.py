@@ -18,6 +18,7 @@ import pytest
 from mindspore import Parameter, Tensor
 
 import ms_kvcache
+from ms_kvcache._formats import ND_CACHE_LAYOUTS as ND_LAYOUTS  # NZ: tests/test_nz_layout.py
 from ms_kvcache import _spec
 from ms_kvcache.ops import _quant
 
@@ -129,7 +130,7 @@ def bcast(s, h, d):
     return s.reshape(h, 1) if s.shape == (h,) else s
 
 
-@pytest.mark.parametrize("layout", ms_kvcache.CACHE_LAYOUTS)
+@pytest.mark.parametrize("layout", ND_LAYOUTS)
 @pytest.mark.parametrize("mode", MODES)
 def test_int8_static(mode, layout, rng):
     """reshape_and_cache (per channel with offsets, int64 slots) and reshape_and_cache_merged (per head or
@@ -168,7 +169,7 @@ def test_int8_static(mode, layout, rng):
             np.testing.assert_array_equal(r, e.astype(np.float32), err_msg=f"{mode} {layout} in-graph read {i}")
 
 
-@pytest.mark.parametrize("layout", ms_kvcache.CACHE_LAYOUTS)
+@pytest.mark.parametrize("layout", ND_LAYOUTS)
 @pytest.mark.parametrize("mode", MODES)
 def test_int8_dynamic(mode, layout, rng):
     """Dynamic per-token scales: reshape_and_cache with [nb, bs, H, 1]-style scale caches and
@@ -615,7 +616,7 @@ def test_dequantize_docstring_rules():
     r = ms_kvcache.dequantize_kv_cache(Tensor(m), scale_cache=Tensor(sc)).asnumpy()
     np.testing.assert_array_equal(r, m.astype(np.float32) * sc)
     assert np.signbit(r[0, 1, 0]) and r[0, 1, 0] == 0  # code -8 times scale 0: -0.0, as documented
-    for lay in ms_kvcache.CACHE_LAYOUTS:  # no head axis: the layout does not matter
+    for lay in ND_LAYOUTS:  # no head axis: the layout does not matter
         np.testing.assert_array_equal(ms_kvcache.dequantize_kv_cache(Tensor(m), scale=Tensor(np.float32(0.5)),
                                                                      cache_layout=lay).asnumpy(), m * np.float32(0.5))
     g = Tensor(np.zeros((2, 4, 3, 8), np.int8))

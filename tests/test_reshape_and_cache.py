@@ -8,6 +8,7 @@ import pytest
 from mindspore import Parameter, Tensor, ops
 
 import ms_kvcache
+from ms_kvcache._formats import ND_CACHE_LAYOUTS as ND_LAYOUTS  # NZ: tests/test_nz_layout.py
 from ms_kvcache import _custom
 from ms_kvcache.ops.reshape_and_cache import reshape_and_cache
 
@@ -60,7 +61,7 @@ def case(rng, dtype, layout, nb=5, bs=16, h=3, d=24, tokens=11, extra_rows=3, fl
 
 
 @pytest.mark.parametrize("sdt", INDEX)
-@pytest.mark.parametrize("layout", ms_kvcache.CACHE_LAYOUTS)
+@pytest.mark.parametrize("layout", ND_LAYOUTS)
 @pytest.mark.parametrize("mode", MODES)
 def test_matrix(mode, layout, sdt, rng):
     """All four dtypes in one graph: T' > T (padding rows), negative slots, the last slot of the last block,
@@ -108,7 +109,7 @@ def test_pynative_ops_custom_fallback(rng):
     """PyNative through ops.Custom (the path used when the fast-path module is unavailable)."""
     with fast_path(False):
         assert not _custom.fast_path_available()[0]
-        for layout in ms_kvcache.CACHE_LAYOUTS:
+        for layout in ND_LAYOUTS:
             slots = random_slots(rng, 9, 80, "int32", pad=2, must_include=(79,))
             kc, vc, k, v = case(rng, "bfloat16", layout)
             check("pynative", make_call(layout), [kc, vc], [k, v, slots], ref(kc, vc, k, v, slots, layout), layout)
@@ -225,7 +226,7 @@ BAD = [
     ("unsupported dtype", dict(key=Tensor(np.zeros((4, 2, 8), np.float64))), TypeError, "argument 'key': expected dtype in"),
     ("slot dtype", dict(slot_mapping=Tensor(np.array([0.0], np.float32))), TypeError, "argument 'slot_mapping': expected dtype in \\('int32', 'int64'\\)"),
     ("cache dtype", dict(value_cache=Parameter(Tensor(np.zeros((3, 4, 2, 8), np.int8)), name="x")), TypeError, "argument 'value_cache'"),
-    ("unknown layout", dict(cache_layout="NHD"), ValueError, "argument 'cache_layout': expected one of \\('BSND', 'BNSD'\\), got 'NHD'"),
+    ("unknown layout", dict(cache_layout="NHD"), ValueError, "argument 'cache_layout': expected one of \\('BSND', 'BNSD', 'NZ'\\), got 'NHD'"),
     ("cache rank", dict(key_cache=Parameter(Tensor(np.zeros((3, 4, 16), np.float16)), name="x")), ValueError, "argument 'key_cache': expected rank 4, got rank 3"),
     ("key rank", dict(key=Tensor(np.zeros((4,), np.float16))), ValueError, "argument 'key': expected rank 2 or 3"),
     ("head mismatch", dict(key=Tensor(np.zeros((4, 4, 8), np.float16))), ValueError, "argument 'key': expected shape \\[T', 2, 8\\]"),

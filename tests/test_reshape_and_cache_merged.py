@@ -5,6 +5,7 @@ import pytest
 from mindspore import Parameter, Tensor
 
 import ms_kvcache
+from ms_kvcache._formats import ND_CACHE_LAYOUTS as ND_LAYOUTS  # NZ: tests/test_nz_layout.py
 from ms_kvcache.ops.reshape_and_cache_merged import reshape_and_cache_merged
 
 from conftest import MODES
@@ -48,7 +49,7 @@ def case(rng, dtype, layout, nb=3, bs=8, h=2, d=40, tokens=7, extra_rows=2, flat
 
 
 @pytest.mark.parametrize("sdt", INDEX)
-@pytest.mark.parametrize("layout", ms_kvcache.CACHE_LAYOUTS)
+@pytest.mark.parametrize("layout", ND_LAYOUTS)
 @pytest.mark.parametrize("mode", MODES)
 def test_matrix(mode, layout, sdt, rng):
     slots = random_slots(rng, 7, 24, sdt, pad=2, must_include=(23,))
@@ -74,7 +75,7 @@ def test_zero_one_and_bad_slots(mode, rng):
 
 def test_pynative_ops_custom_fallback(rng):
     with fast_path(False):
-        for layout in ms_kvcache.CACHE_LAYOUTS:
+        for layout in ND_LAYOUTS:
             slots = random_slots(rng, 6, 24, "int64", pad=1, must_include=(0,))
             kv, k, v = case(rng, "float16", layout)
             check("pynative", make_call(layout), [kv], [k, v, slots], [ref(kv, k, v, slots, layout)], layout)

@@ -164,9 +164,9 @@ def test_tiling_rejects_inconsistent_inputs():
     expect_tiling_error(OP, args(value=rand(rng, (9, 2, 8), "float16")), {"cache_layout": "BSND"}, "Ascend910B1",
                         "value", "elements per token")
     expect_tiling_error(OP, args(vc=kc[:1].copy()), {"cache_layout": "BSND"}, "Ascend910B1", "value_cache")
-    expect_tiling_error(OP, args(), {"cache_layout": -1}, "Ascend910B1", "cache_layout: expected 0 (BSND) or 1 (BNSD), got -1")
-    with pytest.raises(ValueError, match=r"reshape_and_cache: attribute 'cache_layout': expected one of \('BSND', 'BNSD'\) "
-                                         r"or its int code \(BSND = 0, BNSD = 1\), got 'NHD'"):
+    expect_tiling_error(OP, args(), {"cache_layout": -1}, "Ascend910B1", "cache_layout: expected 0 (BSND), 1 (BNSD) or 2 (NZ), got -1")
+    with pytest.raises(ValueError, match=r"reshape_and_cache: attribute 'cache_layout': expected one of \('BSND', 'BNSD', 'NZ'\) "
+                                         r"or its int code \(BSND = 0, BNSD = 1, NZ = 2\), got 'NHD'"):
         expect_tiling_error(OP, args(), {"cache_layout": "NHD"}, "Ascend910B1", "cache_layout")
 
 

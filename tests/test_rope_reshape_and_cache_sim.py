@@ -277,8 +277,8 @@ def test_tiling_rejects_inconsistent_inputs():
     expect_tiling_error(OP, args(positions=np.zeros(8, np.int64)), attrs, "Ascend910B1", "query", "8 rows")
     # cache_layout is an Int attribute (AttrSpec.codes): an undefined code is a tiling error, a name that is
     # no layout is refused before the emulation
-    expect_tiling_error(OP, c.arrays(), {"is_neox_style": True, "cache_layout": 2}, "Ascend910B1",
-                        "cache_layout: expected 0 (BSND) or 1 (BNSD), got 2")
+    expect_tiling_error(OP, c.arrays(), {"is_neox_style": True, "cache_layout": 3}, "Ascend910B1",
+                        "cache_layout: expected 0 (BSND), 1 (BNSD) or 2 (NZ), got 3")
     with pytest.raises(ValueError, match="attribute 'cache_layout': expected one of"):
         expect_tiling_error(OP, c.arrays(), {"is_neox_style": True, "cache_layout": "NHD"}, "Ascend910B1", "x")
 

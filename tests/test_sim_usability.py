@@ -227,7 +227,7 @@ def test_check_tiling_raises_rejections_at_the_call_site():
         sim.check_tiling("reshape_and_cache", _rac_shapes(16, "bfloat16"), {}, "Ascend310P3")
     assert isinstance(ei.value, sim.TilingDTypeRejectedError) and ei.value.rule == "SOC_BF16"
     assert "has no bfloat16 support" in str(ei.value)
-    with pytest.raises(sim.TilingRejectedError, match="cache_layout: expected 0 .BSND. or 1 .BNSD., got 5"):
+    with pytest.raises(sim.TilingRejectedError, match="cache_layout: expected 0 .BSND., 1 .BNSD. or 2 .NZ., got 5"):
         sim.check_tiling("reshape_and_cache", _rac_shapes(16, "float16"), {"cache_layout": 5}, "Ascend910B1")
     with pytest.raises(ValueError, match="attribute 'cache_layout': expected one of"):  # a name: refused before
         sim.check_tiling("reshape_and_cache", _rac_shapes(16, "float16"), {"cache_layout": "NHD"}, "Ascend910B1")

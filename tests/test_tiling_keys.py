@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import check_cann_headers as cch  # noqa: E402
 
+from ms_kvcache._formats import NZ_C0  # noqa: E402
 from ms_kvcache._spec import SOCS, get_spec, op_type_of  # noqa: E402
 
 sim = pytest.importorskip("ms_kvcache.sim")
@@ -47,6 +48,19 @@ def _cache(layout, d, heads=H, merged=False):
     return (2,) + shape if merged else shape
 
 
+#: NZ caches: block_size a multiple of 16; head_size 32 (a whole number of C0 pieces for every NZ dtype)
+NZ_BS, NZ_D = 16, 32
+
+
+def _nz(dtype, heads, merged=False):
+    """An NZ cache [NB, heads * NZ_D / C0, NZ_BS, C0] of ``dtype`` (None: the dtype has no NZ form)."""
+    c0 = NZ_C0.get(dtype)
+    if c0 is None:
+        return None
+    shape = (NB, heads * NZ_D // c0, NZ_BS, c0)
+    return (2,) + shape if merged else shape
+
+
 def _variants(op, dt):
     """(inputs in OpDef order as sim.tiling takes them, attrs) for one dtype row ``dt``."""
     S = dt.get("slot_mapping")
@@ -58,6 +72,10 @@ def _variants(op, dt):
             else:
                 caches = [(_cache(layout, d, merged=True), kv)]
             yield [((T, H, d), kv), ((T, H, d), kv)] + caches + [((T,), S)], {"cache_layout": layout}
+        if _nz(dt["key"], H) is not None:  # NZ caches (float16, bfloat16, int8)
+            kv = dt["key"]
+            caches = [(_nz(kv, H), kv)] * 2 if op == "reshape_and_cache" else [(_nz(kv, H, True), kv)]
+            yield [((T, H, NZ_D), kv), ((T, H * NZ_D), kv)] + caches + [((T,), S)], {"cache_layout": "NZ"}
     elif op == "reshape_and_cache_quant":
         # separate and merged caches, static (per tensor) and dynamic scales; 8 heads: the dynamic scale row of
         # a BSND token is a multiple of 32 bytes (Ascend310P refuses the others)
@@ -70,6 +88,13 @@ def _variants(op, dt):
             scales = [((), f), ((), f), None, None, None, None] if mode == "static" else [None] * 4 + [sc, sc]
             attrs = {"cache_layout": layout, "kv_format": 1 if merged else 2, "quant_mode": mode}
             yield [((T, h, d), x), ((T, h, d), x), (kc, c), vc, ((T,), S)] + scales, attrs
+        for mode, merged in itertools.product(("static", "dynamic"), (False, True)):  # NZ int8 caches, BSND scales
+            x, c, f, h = dt["key"], dt["key_cache"], dt["k_scale"], 8
+            vc = None if merged else (_nz(c, h), c)
+            sc = ((NB, NZ_BS, h, 1), f)
+            scales = [((), f), ((), f), None, None, None, None] if mode == "static" else [None] * 4 + [sc, sc]
+            attrs = {"cache_layout": "NZ", "kv_format": 1 if merged else 2, "quant_mode": mode}
+            yield [((T, h, NZ_D), x), ((T, h, NZ_D), x), (_nz(c, h, merged), c), vc, ((T,), S)] + scales, attrs
     elif op == "rope_reshape_and_cache_quant":
         # both styles and tables, separate and merged caches, static and dynamic scales; 8 kv heads (Ascend310P's
         # dynamic BSND rule)
@@ -85,6 +110,15 @@ def _variants(op, dt):
                      "quant_mode": mode}
             yield [((T,), dt["positions"]), ((T, H, d), x), ((T, h, d), x), ((T, h, d), x),
                    ((16, rd), dt["cos_sin_cache"]), (kc, c), vc, ((T,), S)] + scales, attrs
+        # NZ int8 caches (BSND scale caches); rotary dim 2: a table row of DataCopyPad (A2/A3)
+        for rd, neox, mode in itertools.product((NZ_D, 2), (False, True), ("static", "dynamic")):
+            x, c, f, h, merged = dt["key"], dt["key_cache"], dt["k_scale"], 8, neox
+            vc = None if merged else (_nz(c, h), c)
+            sc = ((NB, NZ_BS, h), f)
+            scales = [((), f), ((), f), None, None, None, None] if mode == "static" else [None] * 4 + [sc, sc]
+            attrs = {"is_neox_style": neox, "cache_layout": "NZ", "kv_format": 1 if merged else 2, "quant_mode": mode}
+            yield [((T,), dt["positions"]), ((T, H, NZ_D), x), ((T, h, NZ_D), x), ((T, h, NZ_D), x),
+                   ((16, rd), dt["cos_sin_cache"]), (_nz(c, h, merged), c), vc, ((T,), S)] + scales, attrs
     elif op == "concat_and_cache_mla_quant":
         for d, mode in itertools.product(HEAD_SIZES, ("static", "dynamic")):
             x, c, f = dt["kv_c"], dt["kv_c_cache"], dt["kv_c_scale"]
@@ -112,6 +146,15 @@ def _variants(op, dt):
             else:
                 host = [(host_block_shape(geo, p, 1), kv) for p in range(geo.P)]
                 yield [((1,), dt["block_ids"]), None, host, caches], attrs
+        kv = dt["kv_caches"]
+        if _nz(kv, H) is not None:  # NZ caches, the ND host side
+            attrs = {"kv_format": int(SEPARATE), "direction": "d2h", "cache_layout": "NZ", "num_layers": 1,
+                     "aiv_num": 0}
+            caches = [(_nz(kv, H), kv)] * 2
+            if op == "multi_layer_kv_transfer":
+                yield [((2, 1, T, H * NZ_D), kv), ((T,), S), caches], attrs
+            else:
+                yield [((1,), dt["block_ids"]), None, [((1, NZ_BS, 1, H, NZ_D), kv)] * 2, caches], attrs
     elif op in ("multi_layer_kv_transfer_quant", "multi_layer_block_transfer_quant"):
         # int8 caches with float32 scale caches: 8 heads BSND (32-byte scale rows), 2 heads BSND (8-byte rows,
         # DataCopyPad), BNSD (4-byte scale heads, DataCopyPad)
@@ -129,6 +172,19 @@ def _variants(op, dt):
                 host = [(host_block_shape(geo, p, 1), kv) for p in range(geo.P)]
                 shost = [((1, BS, 1, heads), "float32")] * geo.P
                 yield [((1,), dt["block_ids"]), None, host, caches, shost, scales], attrs
+        # NZ int8 caches with ND (BSND) scale caches: 8 heads (32-byte scale rows), 2 heads (DataCopyPad, A2/A3)
+        for heads in (8, 2):
+            kv = dt["kv_caches"]
+            attrs = {"kv_format": int(SEPARATE), "direction": "d2h", "cache_layout": "NZ", "num_layers": 1,
+                     "aiv_num": 0}
+            caches = [(_nz(kv, heads), kv)] * 2
+            scales = [((NB, NZ_BS, heads), "float32")] * 2
+            if op == "multi_layer_kv_transfer_quant":
+                yield [((T * 2 * (heads * NZ_D + 4 * heads),), kv), ((T,), S), caches, scales], attrs
+            else:
+                host = [((1, NZ_BS, 1, heads, NZ_D), kv)] * 2
+                yield [((1,), dt["block_ids"]), None, host, caches, [((1, NZ_BS, 1, heads), "float32")] * 2, scales], \
+                    attrs
     elif op in ("rerope_cached_keys", "rope_reshape_and_cache", "rope_reshape_and_cache_merged"):
         for layout, d, neox in itertools.product(LAYOUTS, HEAD_SIZES, (False, True)):
             rd = d - d % 2 if d > 3 else 2  # rotary dim: even, <= head size
@@ -145,6 +201,14 @@ def _variants(op, dt):
             else:
                 caches = [(_cache(layout, d, merged=True), x)]
             yield rows + caches + [((T,), S)], attrs
+        x = dt.get("key")
+        if op != "rerope_cached_keys" and _nz(x, H) is not None:  # NZ caches; rotary dim 2: DataCopyPad table rows
+            for rd, neox in itertools.product((NZ_D, 2), (False, True)):
+                rows = [((T,), dt["positions"]), ((T, H, NZ_D), x), ((T, H, NZ_D), x), ((T, H, NZ_D), x),
+                        ((16, rd), dt["cos_sin_cache"])]
+                merged = op == "rope_reshape_and_cache_merged"
+                caches = [(_nz(x, H, True), x)] if merged else [(_nz(x, H), x)] * 2
+                yield rows + caches + [((T,), S)], {"is_neox_style": neox, "cache_layout": "NZ"}
     elif op == "rope_concat_and_cache_mla":
         for d, neox, weight in itertools.product(HEAD_SIZES, (False, True), (False, True)):
             x, c = dt["q_pe"], dt["cos_sin_cache"]
@@ -201,8 +265,9 @@ def test_declared_keys_are_decimal_literals_per_arch():
     a2 = cch.declared_tiling_keys("reshape_and_cache", "a2")
     p310 = cch.declared_tiling_keys("reshape_and_cache", "310p")
     ref = [l * 1000 + d * 100 + s * 10 + p for l in (0, 1) for d in (1, 2, 3, 4) for s in (0, 1) for p in (0, 1)]
-    assert sorted(a2) == sorted(ref)
-    assert sorted(p310) == sorted(k for k in ref if k // 100 % 10 != 2 and k % 10 == 0)
+    nz = [2000 + d * 100 + s * 10 for d in (1, 2, 4) for s in (0, 1)]  # NZ: no float32, no DataCopyPad
+    assert sorted(a2) == sorted(ref + nz)
+    assert sorted(p310) == sorted(k for k in ref + nz if k // 100 % 10 != 2 and k % 10 == 0)
     rope = cch.declared_tiling_keys("rope_concat_and_cache_mla", "a2")
     assert 12211 in rope and 2100 in rope and 2300 not in rope and 310 not in rope and len(rope) == 56
 

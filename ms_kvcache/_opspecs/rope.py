@@ -1,5 +1,5 @@
 """OpSpecs of the fused RoPE-write family (docs/ops-rope.md)."""
-from ms_kvcache._formats import CACHE_LAYOUT_CODES, CACHE_LAYOUTS
+from ms_kvcache._formats import CACHE_LAYOUT_CODES, CACHE_LAYOUTS, ND_CACHE_LAYOUT_CODES, ND_CACHE_LAYOUTS
 from ms_kvcache._spec import FLOAT_DTYPES, INDEX_DTYPES, AttrSpec, OpSpec, TensorSpec, register
 
 __all__ = ["ROPE_RESHAPE_AND_CACHE", "ROPE_RESHAPE_AND_CACHE_MERGED", "ROPE_CONCAT_AND_CACHE_MLA", "REROPE_CACHED_KEYS",
@@ -112,6 +112,7 @@ REROPE_CACHED_KEYS = register(OpSpec(
     group_rules=COS_SIN_RULE,
     attrs=(
         AttrSpec("is_neox_style", "bool", True, (True, False)),
-        AttrSpec("cache_layout", "str", "BSND", CACHE_LAYOUTS, CACHE_LAYOUT_CODES),
+        # no NZ: the op re-rotates cached key heads in place, NZ caches are refused (ops/rerope_cached_keys.py)
+        AttrSpec("cache_layout", "str", "BSND", ND_CACHE_LAYOUTS, ND_CACHE_LAYOUT_CODES),
     ),
 ))

@@ -31,6 +31,7 @@ __all__ = [
     "DIRECTIONS", "PLANE_NAMES", "planes_of", "tensors_per_layer", "format_code", "check_direction",
     "check_layout", "flatten_eager", "flatten_graph", "cache_planes", "check_index", "check_kv_dtypes",
     "check_aiv_num", "FORMAT_NAMES", "FORMAT_SPELLINGS", "transfer_attrs", "check_block_shapes", "numel",
+    "check_nz_caches", "check_nz_dtype",
 ]
 
 #: Names of the planes of each format (used in messages).
@@ -79,9 +80,52 @@ def check_direction(op, direction):
 def check_layout(op, fmt, cache_layout):
     if cache_layout not in CACHE_LAYOUTS:
         raise ValueError(f"{op}: argument 'cache_layout': expected one of {CACHE_LAYOUTS}, got {cache_layout!r}")
+    if fmt in (KVCacheFormat.MLA_KV, KVCacheFormat.DSA_KV) and cache_layout == "NZ":
+        raise ValueError(f"{op}: argument 'cache_layout': expected 'BSND' for {KVCacheFormat(fmt).name}, got 'NZ' (MLA / "
+                         f"DSA caches stay ND [num_blocks, block_size, hidden]: no Ascend 310P attention reads an NZ "
+                         f"MLA cache)")
     if fmt in (KVCacheFormat.MLA_KV, KVCacheFormat.DSA_KV) and cache_layout != "BSND":
         raise ValueError(f"{op}: argument 'cache_layout': expected 'BSND' for {KVCacheFormat(fmt).name} "
                          f"(its caches are [num_blocks, block_size, hidden]), got {cache_layout!r}")
+
+
+def check_nz_caches(op, fmt, cache_layout, shapes, dtype):
+    """NZ caches (``cache_layout="NZ"``): layer 0's tensors are NZ caches ``[num_blocks, hidden // C0, block_size,
+    C0]`` (MERGED_KV ``[2, ...]``) of ``dtype``, C0 its 32 bytes (ms_kvcache._nz.nz_geometry; TypeError for a
+    dtype without NZ form, ValueError for a shape). Nothing for other layouts."""
+    if cache_layout != "NZ":
+        return
+    from ms_kvcache._nz import nz_geometry
+
+    for c in range(min(tensors_per_layer(fmt), len(shapes))):
+        s = tuple(int(d) for d in shapes[c])
+        nz_geometry(op, _name(fmt, c), s[1:] if fmt == KVCacheFormat.MERGED_KV else s, dtype_name(dtype))
+
+
+def check_nz_dtype(op, cache_layout, dtype):
+    """NZ caches are float16, bfloat16 or int8 (a TypeError naming 'kv_caches' otherwise): the dtype half of
+    check_nz_caches, for the infer step's dtype function."""
+    if cache_layout == "NZ":
+        from ms_kvcache._nz import nz_c0
+
+        nz_c0(op, "kv_caches", dtype_name(dtype))
+
+
+def _nz_plane(op, fmt, c, s):
+    """(nb, bs, hidden // C0, C0) of an NZ cache shape (the BNSD view of its C0 pieces); the dtype rules are
+    check_nz_caches'."""
+    from ms_kvcache._nz import NZ_BLOCK_ALIGN, NZ_RANK_TEXT
+
+    dims = s[1:] if fmt == KVCacheFormat.MERGED_KV else s
+    if len(dims) != 4 or dims[3] not in (16, 32) or (fmt == KVCacheFormat.MERGED_KV and s[0] != 2):
+        lay = f"[2, {NZ_RANK_TEXT[1:]}" if fmt == KVCacheFormat.MERGED_KV else NZ_RANK_TEXT
+        raise ValueError(f"{op}: argument '{_name(fmt, c)}': expected an NZ {KVCacheFormat(fmt).name} cache {lay} "
+                         f"(C0 = 16 for float16 / bfloat16, 32 for int8), got shape {s}")
+    nb, f, bs, c0 = dims
+    if bs % NZ_BLOCK_ALIGN:
+        raise ValueError(f"{op}: argument '{_name(fmt, c)}': expected block_size (dim {len(s) - 2} of an NZ cache) a "
+                         f"multiple of {NZ_BLOCK_ALIGN}, got shape {s}")
+    return nb, bs, f, c0
 
 
 def dtype_name(dtype):
@@ -171,6 +215,12 @@ def cache_planes(op, fmt, cache_layout, num_layers, shapes):
         if shapes[i] != shapes[i % tpl]:
             raise ValueError(f"{op}: argument '{_name(fmt, i)}': expected shape {shapes[i % tpl]} (same as "
                              f"'{_name(fmt, i % tpl)}': every layer has the same cache shape), got {shapes[i]}")
+    if cache_layout == "NZ" and fmt in (KVCacheFormat.MERGED_KV, KVCacheFormat.SEPARATE_KV):
+        planes = [_nz_plane(op, fmt, c, shapes[c]) for c in range(tpl)]
+        if fmt == KVCacheFormat.SEPARATE_KV and shapes[1] != shapes[0]:
+            raise ValueError(f"{op}: argument 'kv_caches[0][1]': expected shape {shapes[0]} (same as the key cache), "
+                             f"got {shapes[1]}")
+        return planes * (2 // tpl)
     bnsd = cache_layout == "BNSD"
     lay = "[2, num_blocks, num_kv_heads, block_size, head_size]" if bnsd else \
         "[2, num_blocks, block_size, num_kv_heads, head_size]"
@@ -340,10 +390,23 @@ def scale_planes(op, fmt, cache_layout, num_layers, planes, shapes, name="scale_
                          f"{num_layers * P} tensors, got {len(shapes)}")
     exp = expected_scale_shapes(fmt, cache_layout, planes)
     shapes = [tuple(int(d) for d in s) for s in shapes]
+    if cache_layout == "NZ":  # the scale caches of NZ data planes are BSND [nb, bs, H(, 1)], H the real heads
+        for p in range(min(P, len(shapes))):
+            nb, bs, f, c0 = planes[p]
+            s = shapes[p]
+            if len(s) in (3, 4) and s[:2] == (nb, bs) and s[2] >= 1 and (f * c0) % s[2] == 0:
+                exp[p] = [(nb, bs, s[2], 1), (nb, bs, s[2])]
+            else:
+                exp[p] = [(nb, bs, "num_kv_heads", 1), (nb, bs, "num_kv_heads")]
     for i, s in enumerate(shapes):
         p = i % P
         if s not in exp[p]:
             alts = " or ".join(str(list(e)) for e in exp[p])
+            if cache_layout == "NZ":
+                nb, bs, f, c0 = planes[p]
+                raise ValueError(f"{op}: argument '{_scale_name(fmt, i, name)}': expected shape {alts} (beside the NZ "
+                                 f"data plane {PLANE_NAMES[fmt][p]} of hidden size {f * c0}: an ND scale cache with "
+                                 f"one float32 scale per token-head, num_kv_heads dividing {f * c0}), got {list(s)}")
             raise ValueError(f"{op}: argument '{_scale_name(fmt, i, name)}': expected shape {alts} (the "
                              f"{cache_layout} data plane {PLANE_NAMES[fmt][p]} {list(planes[p])} as (num_blocks, "
                              f"block_size, heads, head_size) with one float32 scale per token-head), got {list(s)}")
@@ -351,6 +414,8 @@ def scale_planes(op, fmt, cache_layout, num_layers, planes, shapes, name="scale_
             raise ValueError(f"{op}: argument '{_scale_name(fmt, i, name)}': expected shape {list(shapes[p])} (same "
                              f"as '{_scale_name(fmt, p, name)}': every layer has the same scale-cache shape), "
                              f"got {list(s)}")
+    if cache_layout == "NZ":
+        return [shapes[p][2] for p in range(P)]
     return [1 if fmt in (KVCacheFormat.MLA_KV, KVCacheFormat.DSA_KV) else h for (_nb, _bs, h, _d) in planes]
 
 
@@ -408,6 +473,13 @@ def check_block_shapes(op, attrs, ids_shape, staging_shape, host_shapes, cache_s
     for p in range(planes_n):
         expected = host_plane_shape(fmt, n, planes[p], num_layers)
         got = tuple(int(d) for d in host_shapes[p])
+        if layout == "NZ" and len(got) == 5 and got[:3] == expected[:3] and got[3] * got[4] == expected[3] * expected[4]:
+            continue  # NZ caches: the usual ND host blocks [n, bs, L, H, D], any H * D = the NZ hidden size
+        if layout == "NZ":
+            hid = expected[3] * expected[4]
+            raise ValueError(f"{op}: argument 'host_blocks[{p}]': expected the {names[p]} host blocks [n, block_size, "
+                             f"num_layers, num_kv_heads, head_size] = {expected[:3]} + (H, D) with H * D = {hid} (the "
+                             f"NZ caches' hidden size), got {got}")
         if got != expected:
             layout_txt = "[n, block_size, num_layers, num_kv_heads, head_size]" if len(expected) == 5 else \
                 "[n, block_size, num_layers, hidden]"

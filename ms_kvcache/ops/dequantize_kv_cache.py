@@ -65,7 +65,7 @@ def dequantize_kv_cache(cache, *, scale=None, offset=None, scale_cache=None, cac
         scale_cache (Tensor, keyword): dynamic scales instead: the float32 scale cache the write filled, the
             plane's shape with head_size 1 (a 4-d plane: also without that axis); values not checked.
         cache_layout (str, keyword): ``"BSND"`` (default) or ``"BNSD"``: where a 4-d plane's head axis is
-            (no effect on an MLA plane).
+            (no effect on an MLA plane). An NZ cache: pass ``nz_to_nd(cache)`` reshaped to BSND.
 
     Returns:
         Tensor: float32, shaped like ``cache``.
@@ -78,6 +78,10 @@ def dequantize_kv_cache(cache, *, scale=None, offset=None, scale_cache=None, cac
             inf, a NaN / inf offset; an unknown ``cache_layout``.
     """
     _tensor("cache", cache)
+    if cache_layout == "NZ":
+        raise ValueError(f"{_OP}: argument 'cache_layout': expected 'BSND' or 'BNSD', got 'NZ': dequantize an NZ cache "
+                         f"as ms_kvcache.nz_to_nd(cache).reshape(num_blocks, block_size, num_kv_heads, head_size) "
+                         f"with cache_layout='BSND'")
     if cache_layout not in CACHE_LAYOUTS:
         raise ValueError(f"{_OP}: argument 'cache_layout': expected one of {CACHE_LAYOUTS}, got {cache_layout!r}")
     shape = tuple(cache.shape)

@@ -88,6 +88,7 @@ def _infer_dtype(attrs, ids_dtype, staging_dtype, host_dtypes, cache_dtypes):
     others = {f"host_blocks[{p}]": d for p, d in enumerate(host_dtypes)}
     others["staging"] = staging_dtype  # the empty stand-in has the caches' dtype
     ML.check_kv_dtypes(_OP, attrs["kv_format"], cache_dtypes, others)
+    ML.check_nz_dtype(_OP, attrs["cache_layout"], cache_dtypes[0])
     return ms.int32
 
 
@@ -97,6 +98,7 @@ def _check_static(attr_values, shapes, dtypes, has_staging):
     attrs = SPEC.attr_values(attr_values)
     ids_d, st_d, host_d, cache_d = dtypes
     _infer_dtype(attrs, ids_d, st_d if has_staging else cache_d[0], host_d, cache_d)
+    ML.check_nz_caches(_OP, attrs["kv_format"], attrs["cache_layout"], shapes[3], cache_d[0])
     return ML.check_block_shapes(_OP, attrs, *shapes, has_staging)
 
 
@@ -108,13 +110,15 @@ _STATIC = {}
 
 
 @constexpr
-def _graph_attrs(kv_format, direction, cache_layout, num_host_planes, host_rank, cache_shape, num_tensors, aiv_num):
+def _graph_attrs(kv_format, direction, cache_layout, num_host_planes, host_rank, cache_shape, num_tensors, aiv_num,
+                 cache_dtype):
     """Compile-time checks of the graph branch; returns (kv_format value, num_layers, cache_layout)."""
     ML.check_aiv_num(_OP, aiv_num)
     ML.check_direction(_OP, direction)
     fmt = _guess_format(_OP, kv_format, num_host_planes, host_rank, len(cache_shape))
     cache_layout = _default_layout(fmt, cache_layout, cache_shape)
     ML.check_layout(_OP, fmt, cache_layout)
+    ML.check_nz_caches(_OP, fmt, cache_layout, (cache_shape,), cache_dtype)
     if num_host_planes != ML.planes_of(fmt):
         raise ValueError(f"{_OP}: argument 'host_blocks': expected {ML.planes_of(fmt)} planes "
                          f"{ML.PLANE_NAMES[fmt]} for {KVCacheFormat(fmt).name}, got {num_host_planes}")
@@ -150,8 +154,9 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
             Parameter in a graph).
         kv_format (KVCacheFormat | int | str, keyword): as for :func:`multi_layer_kv_transfer`; None (default):
             inferred from the number and rank of the host planes.
-        cache_layout (str, keyword): ``"BNSD"`` (default for MERGED_KV / SEPARATE_KV) or ``"BSND"``
-            (MLA_KV / DSA_KV: only BSND); needed when num_kv_heads == block_size.
+        cache_layout (str, keyword): ``"BNSD"`` (default for MERGED_KV / SEPARATE_KV), ``"BSND"`` or ``"NZ"``
+            (host blocks still ND; docs/ops-transfer.md) (MLA_KV / DSA_KV: only BSND); needed when num_kv_heads ==
+            block_size.
         aiv_num (int, keyword): cap on the vector cores (sim, ascend) or threads (cpu); 0 (default) = all.
         scale_caches (sequence, keyword): int8 / float8 caches only: their float32 scale caches, as for
             :func:`multi_layer_kv_transfer`; written for ``"h2d"``; needs ``scale_host_blocks``.
@@ -177,7 +182,7 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
         flat = ML.flatten_graph(kv_caches)
         host = tuple(host_blocks)
         fmt, num_layers, layout = _graph_attrs(kv_format, direction, cache_layout, len(host), len(host[0].shape),
-                                               flat[0].shape, len(flat), aiv_num)
+                                               flat[0].shape, len(flat), aiv_num, flat[0].dtype)
         if scale_caches is None and scale_host_blocks is None:
             prim = _get_cache_prim(_Prim)(graph_backend(), (len(host), len(flat)), fmt, direction, layout,
                                           num_layers, aiv_num)

@@ -77,6 +77,7 @@ def _infer_dtype(attrs, ids_dtype, staging_dtype, host_dtypes, cache_dtypes, sho
     others["staging"] = staging_dtype
     ML.check_kv_dtypes(_OP, attrs["kv_format"], cache_dtypes, others, QUANT_CACHE_DTYPES)
     ML.check_scale_dtypes(_OP, attrs["kv_format"], cache_dtypes[0], scale_dtypes)
+    ML.check_nz_dtype(_OP, attrs["cache_layout"], cache_dtypes[0])
     for p, d in enumerate(shost_dtypes):
         if ML.dtype_name(d) != "float32":
             raise TypeError(f"{_OP}: argument 'scale_host_blocks[{p}]': expected dtype float32, got "
@@ -88,6 +89,7 @@ def _check_static(attr_values, shapes, dtypes, has_staging):
     attrs = SPEC.attr_values(attr_values)
     ids_d, st_d, host_d, cache_d, shost_d, scale_d = dtypes
     _infer_dtype(attrs, ids_d, st_d if has_staging else cache_d[0], host_d, cache_d, shost_d, scale_d)
+    ML.check_nz_caches(_OP, attrs["kv_format"], attrs["cache_layout"], shapes[3], cache_d[0])
     return _check_shapes(attrs, *shapes, has_staging)
 
 

@@ -168,6 +168,7 @@ def _infer_shape(attrs, buffer_shape, slot_shape, cache_shapes):
 def _infer_dtype(attrs, buffer_dtype, slot_dtype, cache_dtypes):
     ML.check_index(_OP, "slot_mapping", (0,), slot_dtype)
     ML.check_kv_dtypes(_OP, attrs["kv_format"], cache_dtypes, {"buffer": buffer_dtype})
+    ML.check_nz_dtype(_OP, attrs["cache_layout"], cache_dtypes[0])
     return ms.int32
 
 
@@ -175,6 +176,7 @@ def _check_static(attr_values, buffer_shape, buffer_dtype, slot_shape, slot_dtyp
     """Eager shape/dtype checks (memoised by the wrapper); returns the per-plane geometry."""
     attrs = SPEC.attr_values(attr_values)
     _infer_dtype(attrs, buffer_dtype, slot_dtype, cache_dtypes)
+    ML.check_nz_caches(_OP, attrs["kv_format"], attrs["cache_layout"], cache_shapes, cache_dtypes[0])
     return _check_shapes(attrs, buffer_shape, slot_shape, cache_shapes)
 
 
@@ -185,12 +187,13 @@ _STATIC = {}
 
 
 @constexpr
-def _graph_attrs(kv_format, direction, cache_layout, num_tensors, aiv_num):
+def _graph_attrs(kv_format, direction, cache_layout, num_tensors, aiv_num, cache_shape, cache_dtype):
     """Compile-time checks of the graph branch; returns (kv_format value, num_layers)."""
     ML.check_aiv_num(_OP, aiv_num)
     fmt = ML.format_code(_OP, kv_format)
     ML.check_direction(_OP, direction)
     ML.check_layout(_OP, fmt, cache_layout)
+    ML.check_nz_caches(_OP, fmt, cache_layout, (cache_shape,), cache_dtype)
     tpl = ML.tensors_per_layer(fmt)
     if num_tensors % tpl:
         raise ValueError(f"{_OP}: argument 'kv_caches': expected num_layers * {tpl} tensors for "
@@ -224,7 +227,8 @@ def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direc
         kv_format (KVCacheFormat | int | str, keyword): the format (a member, 1-4, or a name such as
             ``"separate"``).
         direction (str, keyword): ``"d2h"`` (caches -> buffer) or ``"h2d"`` (buffer -> caches).
-        cache_layout (str, keyword): ``"BSND"`` (default) or ``"BNSD"`` (MERGED_KV / SEPARATE_KV only).
+        cache_layout (str, keyword): ``"BSND"`` (default), ``"BNSD"`` or ``"NZ"`` (MERGED_KV / SEPARATE_KV only;
+            NZ caches ``[num_blocks, H*D // C0, block_size, C0]`` with the same ND buffer; docs/ops-transfer.md).
         aiv_num (int, keyword): cap on the vector cores (sim, ascend) or threads (cpu); 0 (default) = all.
         scale_caches (sequence, keyword): int8 / float8 caches only: their float32 scale caches, one per layer
             and data plane, moved in the same call; the buffer is then ``transfer_buffer_shape(...,
@@ -247,7 +251,8 @@ def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direc
     if _run_in_jit():  # @jit.cond: True
         check_graph_types(_TYPES_OP, _GRAPH_ARGS, F.typeof(buffer), F.typeof(kv_caches), F.typeof(slot_mapping))
         flat = ML.flatten_graph(kv_caches)
-        fmt, num_layers = _graph_attrs(kv_format, direction, cache_layout, len(flat), aiv_num)
+        fmt, num_layers = _graph_attrs(kv_format, direction, cache_layout, len(flat), aiv_num, flat[0].shape,
+                                       flat[0].dtype)
         if scale_caches is None:
             _get_cache_prim(_Prim)(graph_backend(), (len(flat),), fmt, direction, cache_layout, num_layers,
                                    aiv_num)(buffer, slot_mapping, *flat)

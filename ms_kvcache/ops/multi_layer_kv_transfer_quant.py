@@ -74,6 +74,7 @@ def _infer_dtype(attrs, buffer_dtype, slot_dtype, cache_dtypes, scale_dtypes):
     ML.check_index(_OP, "slot_mapping", (0,), slot_dtype)
     ML.check_kv_dtypes(_OP, attrs["kv_format"], cache_dtypes, {"buffer": buffer_dtype}, QUANT_CACHE_DTYPES)
     ML.check_scale_dtypes(_OP, attrs["kv_format"], cache_dtypes[0], scale_dtypes)
+    ML.check_nz_dtype(_OP, attrs["cache_layout"], cache_dtypes[0])
     return ms.int32
 
 
@@ -81,6 +82,7 @@ def _check_static(attr_values, buffer_shape, buffer_dtype, slot_shape, slot_dtyp
                   scale_shapes, scale_dtypes):
     attrs = SPEC.attr_values(attr_values)
     _infer_dtype(attrs, buffer_dtype, slot_dtype, cache_dtypes, scale_dtypes)
+    ML.check_nz_caches(_OP, attrs["kv_format"], attrs["cache_layout"], cache_shapes, cache_dtypes[0])
     return _check_shapes(attrs, buffer_shape, slot_shape, cache_shapes, scale_shapes)
 
 

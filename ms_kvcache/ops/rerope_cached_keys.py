@@ -18,6 +18,9 @@ def _check_static(kc_shape, kc_dtype, s_shape, s_dtype, o_shape, o_dtype, n_shap
                   is_neox_style, cache_layout):
     op = SPEC.name
     R.check_bool(op, "is_neox_style", is_neox_style)
+    if cache_layout == "NZ":
+        raise ValueError(f"{op}: argument 'cache_layout': expected 'BSND' or 'BNSD', got 'NZ' (NZ key caches "
+                         f"cannot be re-rotated in place by this op)")
     SPEC.check_attrs({"cache_layout": cache_layout})
     SPEC.check_ranks({"key_cache": kc_shape, "slot_mapping": s_shape, "old_positions": o_shape,
                       "new_positions": n_shape, "cos_sin_cache": cs_shape})

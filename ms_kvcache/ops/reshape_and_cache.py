@@ -27,7 +27,7 @@ def _check_static(k_shape, k_dtype, v_shape, v_dtype, kc_shape, kc_dtype, vc_sha
     if tuple(vc_shape) != tuple(kc_shape):
         raise ValueError(f"{op}: argument 'value_cache': expected shape {tuple(kc_shape)} (same as "
                          f"'key_cache'), got {tuple(vc_shape)}")
-    nb, bs, h, d = cache_geometry(op, "key_cache", kc_shape, cache_layout)
+    nb, bs, h, d = cache_geometry(op, "key_cache", kc_shape, cache_layout, kc_dtype)
     t = s_shape[0]
     check_kv_rows(op, "key", k_shape, t, h, d)
     check_kv_rows(op, "value", v_shape, t, h, d)
@@ -54,15 +54,16 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, cache_la
         key (Tensor): ``[T', num_kv_heads, head_size]`` or ``[T', num_kv_heads * head_size]``, ``T' >= T``;
             float16, bfloat16, float32 or int8. Rows ``T..T'-1`` (padding) are ignored.
         value (Tensor): shape and dtype of ``key``.
-        key_cache (Tensor | Parameter): ``[num_blocks, block_size, num_kv_heads, head_size]`` (BSND) or
-            ``[num_blocks, num_kv_heads, block_size, head_size]`` (BNSD); dtype of ``key``, or int8 / float8
+        key_cache (Tensor | Parameter): ``[num_blocks, block_size, num_kv_heads, head_size]`` (BSND),
+            ``[num_blocks, num_kv_heads, block_size, head_size]`` (BNSD) or ``[num_blocks, num_kv_heads *
+            head_size // C0, block_size, C0]`` (NZ, C0 = 16 / 32 for 2- / 1-byte dtypes); dtype of ``key``, or int8 / float8
             when quantizing; contiguous; written in place (in a graph: a whole Parameter).
         value_cache (Tensor | Parameter): shape, dtype and layout of ``key_cache``; written in place (a whole
             Parameter in a graph).
         slot_mapping (Tensor): ``[T]`` int32 or int64; token ``t`` goes to block ``slot // block_size``, row
             ``slot % block_size``; ``slot < 0`` skips it; in a graph a slot given twice keeps the later token's row
             on the cpu backend, fails the call on the sim backend and is undefined on ascend.
-        cache_layout (str): ``"BSND"`` (default) or ``"BNSD"``.
+        cache_layout (str): ``"BSND"`` (default), ``"BNSD"`` or ``"NZ"`` (FRACTAL_NZ, docs/ops-copy.md).
         k_scale, v_scale (Tensor, keyword): static scales, float32 ``[]`` / ``[1]``, ``[num_kv_heads]`` or
             ``[num_kv_heads, head_size]``, finite, > 0; key / value then float16, bfloat16 or float32.
         k_offset, v_offset (Tensor, keyword): int8 caches only: float32 shaped like the scale, finite; both

@@ -7,7 +7,7 @@ from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, 
 from ms_kvcache._eager import EagerOp, Slots
 from ms_kvcache._opspecs.copy import RESHAPE_AND_CACHE_MERGED as SPEC
 from ms_kvcache._spec import dtype_name
-from ms_kvcache.ops.reshape_and_cache import cache_geometry, check_kv_rows
+from ms_kvcache.ops._kv_shapes import MERGED_SHAPES, cache_geometry, check_kv_rows
 from ms_kvcache.ops import _quant as Q
 from ms_kvcache.ops import reshape_and_cache_quant as _quant_op
 
@@ -22,11 +22,9 @@ def _check_static(k_shape, k_dtype, v_shape, v_dtype, c_shape, c_dtype, s_shape,
     SPEC.check_dtypes({"key": dtype_name(k_dtype), "value": dtype_name(v_dtype), "kv_cache": dtype_name(c_dtype),
                        "slot_mapping": dtype_name(s_dtype)})
     if c_shape[0] != 2:
-        exp = "[2, num_blocks, block_size, num_kv_heads, head_size]" if cache_layout == "BSND" else \
-            "[2, num_blocks, num_kv_heads, block_size, head_size]"
-        raise ValueError(f"{op}: argument 'kv_cache': expected shape {exp} (K plane, V plane), got "
-                         f"{tuple(c_shape)}")
-    nb, bs, h, d = cache_geometry(op, "kv_cache", tuple(c_shape[1:]), cache_layout)
+        raise ValueError(f"{op}: argument 'kv_cache': expected shape {MERGED_SHAPES[cache_layout]} (K plane, V plane), "
+                         f"got {tuple(c_shape)}")
+    nb, bs, h, d = cache_geometry(op, "kv_cache", tuple(c_shape[1:]), cache_layout, c_dtype)
     t = s_shape[0]
     check_kv_rows(op, "key", k_shape, t, h, d)
     check_kv_rows(op, "value", v_shape, t, h, d)
@@ -54,13 +52,14 @@ def reshape_and_cache_merged(key, value, kv_cache, slot_mapping, cache_layout="B
         key (Tensor): ``[T', num_kv_heads, head_size]`` or ``[T', num_kv_heads * head_size]``, ``T' >= T``;
             float16, bfloat16, float32 or int8. Rows ``T..T'-1`` (padding) are ignored.
         value (Tensor): shape and dtype of ``key``.
-        kv_cache (Tensor | Parameter): ``[2, num_blocks, block_size, num_kv_heads, head_size]`` (BSND) or
-            ``[2, num_blocks, num_kv_heads, block_size, head_size]`` (BNSD); dtype of ``key`` (int8 / float8
+        kv_cache (Tensor | Parameter): ``[2, num_blocks, block_size, num_kv_heads, head_size]`` (BSND),
+            ``[2, num_blocks, num_kv_heads, block_size, head_size]`` (BNSD) or ``[2, num_blocks, num_kv_heads *
+            head_size // C0, block_size, C0]`` (NZ, C0 = 16 / 32 for 2- / 1-byte dtypes); dtype of ``key`` (int8 / float8
             when quantizing); contiguous; written in place (in a graph: a whole Parameter).
         slot_mapping (Tensor): ``[T]`` int32 or int64; token ``t`` goes to block ``slot // block_size``, row
             ``slot % block_size`` of both planes; ``slot < 0`` skips it; in a graph a slot given twice keeps the
             later token's row on the cpu backend, fails the call on the sim backend and is undefined on ascend.
-        cache_layout (str): ``"BSND"`` (default) or ``"BNSD"``.
+        cache_layout (str): ``"BSND"`` (default), ``"BNSD"`` or ``"NZ"`` (FRACTAL_NZ, docs/ops-copy.md).
         k_scale, v_scale, k_offset, v_offset (Tensor, keyword): static quantization of the K / V plane, as
             for :func:`ms_kvcache.reshape_and_cache`.
         k_scale_cache, v_scale_cache (Tensor | Parameter, keyword): dynamic scales, one scale cache per

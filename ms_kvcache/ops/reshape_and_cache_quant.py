@@ -16,7 +16,8 @@ from ms_kvcache._custom import _get_cache_prim, _run_in_jit, empty_input, empty_
 from ms_kvcache._eager import EagerOp
 from ms_kvcache._opspecs.quant import RESHAPE_AND_CACHE_QUANT as SPEC
 from ms_kvcache.ops import _quant as Q
-from ms_kvcache.ops._kv_shapes import cache_geometry, check_kv_rows
+from ms_kvcache._nz import NZ_C0, nz_head_split
+from ms_kvcache.ops._kv_shapes import MERGED_SHAPES, cache_geometry, check_kv_rows
 
 __all__ = ["reshape_and_cache_quant", "SPEC", "check_gqa_quant"]
 
@@ -29,22 +30,22 @@ def public_name(kv_format, merged_name, separate_name):
     return merged_name if kv_format == Q.MERGED else separate_name
 
 
-def check_gqa_quant(op, kv_format, cache_layout, quant_mode, kc_shape, kc_dtype, vc_shape, vc_dtype, scales):
+def check_gqa_quant(op, kv_format, cache_layout, quant_mode, kc_shape, kc_dtype, vc_shape, vc_dtype, scales,
+                    key_shape=None, why_heads="quantization scales"):
     """Cache and scale checks shared with rope_reshape_and_cache_quant; returns (nb, bs, H, D).
 
     kc / vc: key_cache (the merged ``[2, ...]`` cache for MERGED_KV) and value_cache (absent for
     MERGED_KV); scales: the six ``(shape, dtype)`` pairs k_scale, v_scale, k_offset, v_offset,
-    k_scale_cache, v_scale_cache."""
+    k_scale_cache, v_scale_cache; key_shape: an NZ cache's H and D come from it (``_nz.nz_head_split``)."""
     Q.check_attrs(op, cache_layout=cache_layout, quant_mode=quant_mode, kv_format=kv_format)
     merged = kv_format == Q.MERGED
     cname = "kv_cache" if merged else "key_cache"
     if merged:
         Q.check_cache_dtype(op, {cname: kc_dtype})
         if len(kc_shape) != 5 or kc_shape[0] != 2:
-            exp = "[2, num_blocks, block_size, num_kv_heads, head_size]" if cache_layout == "BSND" else \
-                "[2, num_blocks, num_kv_heads, block_size, head_size]"
-            raise ValueError(f"{op}: argument 'kv_cache': expected shape {exp} (K plane, V plane), got {tuple(kc_shape)}")
-        nb, bs, h, d = cache_geometry(op, cname, tuple(kc_shape[1:]), cache_layout)
+            raise ValueError(f"{op}: argument 'kv_cache': expected shape {MERGED_SHAPES[cache_layout]} (K plane, V "
+                             f"plane), got {tuple(kc_shape)}")
+        nb, bs, h, d = cache_geometry(op, cname, tuple(kc_shape[1:]), cache_layout, kc_dtype)
     else:
         Q.check_cache_dtype(op, {cname: kc_dtype, "value_cache": vc_dtype})
         if len(kc_shape) != 4:
@@ -53,11 +54,15 @@ def check_gqa_quant(op, kv_format, cache_layout, quant_mode, kc_shape, kc_dtype,
         if tuple(vc_shape) != tuple(kc_shape):
             raise ValueError(f"{op}: argument 'value_cache': expected shape {tuple(kc_shape)} (same as 'key_cache'), "
                              f"got {tuple(vc_shape)}")
-        nb, bs, h, d = cache_geometry(op, cname, tuple(kc_shape), cache_layout)
-    sc_shape = (nb, bs, h, 1) if cache_layout == "BSND" else (nb, h, bs, 1)
-    why = (f"the {cache_layout} {cname} with head_size 1: [num_blocks, block_size, num_kv_heads, 1]"
+        nb, bs, h, d = cache_geometry(op, cname, tuple(kc_shape), cache_layout, kc_dtype)
+    if h is None:  # NZ: the head split from the key rows; the scale cache is ND [nb, bs, H(, 1)]
+        h, d = nz_head_split(op, "key", key_shape, d, NZ_C0["int8"], why_heads)
+    sc_shape = (nb, h, bs, 1) if cache_layout == "BNSD" else (nb, bs, h, 1)
+    why = (f"the {cache_layout} {cname} with head_size 1: [num_blocks, num_kv_heads, block_size, 1]"
+           if cache_layout == "BNSD" else
+           f"the BSND {cname} with head_size 1: [num_blocks, block_size, num_kv_heads, 1]"
            if cache_layout == "BSND" else
-           f"the {cache_layout} {cname} with head_size 1: [num_blocks, num_kv_heads, block_size, 1]")
+           "one float32 per token and head, ND [num_blocks, block_size, num_kv_heads, 1] beside an NZ cache")
     (ks, kd), (vs, vd), (ko, kod), (vo, vod), (ksc, kscd), (vsc, vscd) = scales
     Q.check_pairs(op, ((("k_scale", ks), ("v_scale", vs)), (("k_offset", ko), ("v_offset", vo)),
                        (("k_scale_cache", ksc), ("v_scale_cache", vsc))))
@@ -81,7 +86,7 @@ def _check_static(k_shape, k_dtype, v_shape, v_dtype, kc_shape, kc_dtype, vc_sha
         raise ValueError(f"{op}: internal: value_cache given with kv_format MERGED_KV")
     nb, bs, h, d = check_gqa_quant(op, kv_format, cache_layout, quant_mode, kc_shape, kc_dtype, vc_shape, vc_dtype,
                                    ((ks_shape, ks_dtype), (vs_shape, vs_dtype), (ko_shape, ko_dtype),
-                                    (vo_shape, vo_dtype), (ksc_shape, ksc_dtype), (vsc_shape, vsc_dtype)))
+                                    (vo_shape, vo_dtype), (ksc_shape, ksc_dtype), (vsc_shape, vsc_dtype)), k_shape)
     t = s_shape[0]
     check_kv_rows(op, "key", k_shape, t, h, d)
     check_kv_rows(op, "value", v_shape, t, h, d)

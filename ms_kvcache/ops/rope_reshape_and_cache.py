@@ -8,7 +8,9 @@ from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, 
 from ms_kvcache._eager import EagerOp, Positions, Slots
 from ms_kvcache._opspecs.rope import ROPE_RESHAPE_AND_CACHE as SPEC
 from ms_kvcache._spec import dtype_name
+from ms_kvcache._nz import NZ_C0, nz_head_split
 from ms_kvcache.ops import _rope_common as R
+from ms_kvcache.ops._kv_shapes import cache_geometry
 from ms_kvcache.ops import _quant as Q
 from ms_kvcache.ops import rope_reshape_and_cache_quant as _quant_op
 
@@ -31,10 +33,9 @@ def _check_static(p_shape, p_dtype, q_shape, q_dtype, k_shape, k_dtype, v_shape,
     if tuple(vc_shape) != tuple(kc_shape):
         raise ValueError(f"{op}: argument 'value_cache': expected shape {tuple(kc_shape)} (same as "
                          f"'key_cache'), got {tuple(vc_shape)}")
-    if cache_layout == "BSND":
-        nb, bs, h, d = kc_shape
-    else:
-        nb, h, bs, d = kc_shape
+    nb, bs, h, d = cache_geometry(op, "key_cache", kc_shape, cache_layout, kc_dtype)
+    if h is None:  # NZ: the head split from the key rows
+        h, d = nz_head_split(op, "key", k_shape, d, NZ_C0[dtype_name(kc_dtype)], "the rotary embedding")
     rows, max_position = R.check_gqa(op, p_shape, q_shape, k_shape, v_shape, cs_shape, s_shape, h, d)
     return nb * bs, max_position
 
@@ -86,7 +87,8 @@ def rope_reshape_and_cache(positions, query, key, value, cos_sin_cache, key_cach
             the cpu backend, fails the call on the sim backend and is undefined on ascend.
         is_neox_style (bool | numpy.bool_, keyword): True (default): pairs ``(i, i + rotary_dim / 2)``;
             False: ``(2i, 2i+1)``.
-        cache_layout (str, keyword): ``"BSND"`` (default) or ``"BNSD"``.
+        cache_layout (str, keyword): ``"BSND"`` (default), ``"BNSD"`` or ``"NZ"`` (caches ``[num_blocks,
+            num_kv_heads * head_size // 16, block_size, 16]``, key ``[T', num_kv_heads, head_size]``; docs/ops-copy.md).
         k_scale, v_scale, k_offset, v_offset, k_scale_cache, v_scale_cache (keyword): int8 / float8 caches:
             as for :func:`ms_kvcache.reshape_and_cache`.
 

@@ -8,7 +8,9 @@ from ms_kvcache._custom import _get_cache_prim, _run_in_jit, check_graph_types, 
 from ms_kvcache._eager import EagerOp, Positions, Slots
 from ms_kvcache._opspecs.rope import ROPE_RESHAPE_AND_CACHE_MERGED as SPEC
 from ms_kvcache._spec import dtype_name
+from ms_kvcache._nz import NZ_C0, nz_head_split
 from ms_kvcache.ops import _rope_common as R
+from ms_kvcache.ops._kv_shapes import MERGED_SHAPES, cache_geometry
 from ms_kvcache.ops import _quant as Q
 from ms_kvcache.ops import rope_reshape_and_cache_quant as _quant_op
 
@@ -27,14 +29,11 @@ def _check_static(p_shape, p_dtype, q_shape, q_dtype, k_shape, k_dtype, v_shape,
                        "value": dtype_name(v_dtype), "cos_sin_cache": dtype_name(cs_dtype),
                        "kv_cache": dtype_name(kv_dtype), "slot_mapping": dtype_name(s_dtype)})
     if kv_shape[0] != 2:
-        lay = "[2, num_blocks, block_size, num_kv_heads, head_size]" if cache_layout == "BSND" else \
-              "[2, num_blocks, num_kv_heads, block_size, head_size]"
-        raise ValueError(f"{op}: argument 'kv_cache': expected shape {lay} (K plane 0, V plane 1), got "
-                         f"{tuple(kv_shape)}")
-    if cache_layout == "BSND":
-        _, nb, bs, h, d = kv_shape
-    else:
-        _, nb, h, bs, d = kv_shape
+        raise ValueError(f"{op}: argument 'kv_cache': expected shape {MERGED_SHAPES[cache_layout]} (K plane 0, V "
+                         f"plane 1), got {tuple(kv_shape)}")
+    nb, bs, h, d = cache_geometry(op, "kv_cache", tuple(kv_shape[1:]), cache_layout, kv_dtype)
+    if h is None:  # NZ: the head split from the key rows
+        h, d = nz_head_split(op, "key", k_shape, d, NZ_C0[dtype_name(kv_dtype)], "the rotary embedding")
     _, max_position = R.check_gqa(op, p_shape, q_shape, k_shape, v_shape, cs_shape, s_shape, h, d)
     return nb * bs, max_position
 
@@ -81,7 +80,8 @@ def rope_reshape_and_cache_merged(positions, query, key, value, cos_sin_cache, k
             undefined on ascend.
         is_neox_style (bool | numpy.bool_, keyword): True (default): pairs ``(i, i + rotary_dim / 2)``;
             False: ``(2i, 2i+1)``.
-        cache_layout (str, keyword): ``"BSND"`` (default) or ``"BNSD"``.
+        cache_layout (str, keyword): ``"BSND"`` (default), ``"BNSD"`` or ``"NZ"`` (``[2, num_blocks,
+            num_kv_heads * head_size // 16, block_size, 16]``, key ``[T', num_kv_heads, head_size]``).
         k_scale, v_scale, k_offset, v_offset, k_scale_cache, v_scale_cache (keyword): int8 / float8
             ``kv_cache``: as for :func:`ms_kvcache.rope_reshape_and_cache`.
 

@@ -45,7 +45,8 @@ def _check_static(p_shape, p_dtype, q_shape, q_dtype, k_shape, k_dtype, v_shape,
         raise ValueError(f"{op}: internal: value_cache given with kv_format MERGED_KV")
     nb, bs, h, d = check_gqa_quant(op, kv_format, cache_layout, quant_mode, kc_shape, kc_dtype, vc_shape, vc_dtype,
                                    ((ks_shape, ks_dtype), (vs_shape, vs_dtype), (ko_shape, ko_dtype),
-                                    (vo_shape, vo_dtype), (ksc_shape, ksc_dtype), (vsc_shape, vsc_dtype)))
+                                    (vo_shape, vo_dtype), (ksc_shape, ksc_dtype), (vsc_shape, vsc_dtype)), k_shape,
+                                   "the rotary embedding and the quantization scales")
     _, max_position = R.check_gqa(op, p_shape, q_shape, k_shape, v_shape, cs_shape, s_shape, h, d)
     return nb * bs, op, max_position
 
