@@ -794,7 +794,10 @@ void Barrier(Pipe p) {
   switch (p) {
     case Pipe::ALL: {
       VClock all;
-      for (int i = 0; i < kNPipes; ++i) all.c[i] = c.clock[i];
+      for (int i = 0; i < kNPipes; ++i) {
+        all.c[i] = c.clock[i];
+        all.t[i] = c.cc.tfree[i];
+      }
       HzLearn(c, kS, all);
       for (int i = 0; i < kNPipes; ++i) HzLearn(c, i, all);
       break;
@@ -873,10 +876,14 @@ VClock HzSnap(Core& c, int pipe) {
   VClock v = c.known[pipe];
   v.Merge(c.known[kS]);
   v.c[pipe] = c.clock[pipe];
+  v.t[pipe] = c.cc.tfree[pipe];  // cost model: when that instruction ends (0 with the model off)
   return v;
 }
 
-void HzLearn(Core& c, int pipe, const VClock& v) { c.known[pipe].Merge(v); }
+void HzLearn(Core& c, int pipe, const VClock& v) {
+  c.known[pipe].Merge(v);
+  if (pipe == kS) CostScalarWait(c, v);
+}
 
 void HzIssue(Core& c, int pipe) {
   c.known[pipe].Merge(c.known[kS]);
@@ -945,15 +952,21 @@ void HzUbScalar(Core& c, uint32_t addr, uint32_t len, bool write) {
   VClock learn;
   for (uint32_t b = b0; b <= b1; ++b) {
     BlockShadow& s = c.blocks[b];
-    if (s.wpipe != 0xff) learn.c[s.wpipe] = c.clock[s.wpipe];
+    if (s.wpipe != 0xff) {
+      learn.c[s.wpipe] = c.clock[s.wpipe];
+      learn.t[s.wpipe] = c.cc.tfree[s.wpipe];
+    }
     if (write) {
       for (int q = 0; q < kNPipes; ++q)
-        if (s.rclock[q]) learn.c[q] = c.clock[q];
+        if (s.rclock[q]) {
+          learn.c[q] = c.clock[q];
+          learn.t[q] = c.cc.tfree[q];
+        }
       s.wpipe = 0xff;
       s.wclock = 0;
     }
   }
-  c.known[kS].Merge(learn);
+  HzLearn(c, kS, learn);
 }
 
 void CoreFinish(Core& c) {

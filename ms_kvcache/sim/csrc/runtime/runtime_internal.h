@@ -63,6 +63,7 @@ struct Region {
   uint64_t size = 0;
   RegionKind kind = RegionKind::Input;
   bool writable = true;
+  bool host = false;  // cost model: host memory the AI cores reach through PCIe (zero-copy), else device HBM
 };
 
 // Per-byte record of GM writes within one launch: 0 = not written; else (core + 1) << 24 | clock,
@@ -97,6 +98,30 @@ struct AccessLog {
   }
 };
 
+// ------------------------------------------------------------------------------------------ cost model
+// The opt-in DMA cost model (cost.cpp, docs/emulation.md "The cost model"): its parameters resolved for
+// one launch, in the units the hot path uses.
+enum CostLink : int { kLinkHbm = 0, kLinkHost = 1, kNLinks = 2 };
+struct CostModel {
+  std::vector<std::pair<std::string, double>> params;  // every parameter by name (table + overrides)
+  double call_ns = 0;                   // MTE / vector pipe occupancy of one instruction, besides its bytes
+  double issue_ns = 0;                  // scalar time to issue one instruction
+  double run_ns[kNLinks] = {0, 0};      // per contiguous GM run of a DataCopy
+  double ns_per_byte[kNLinks] = {0, 0}; // one core's share of the link
+  double vec_ns_per_byte = 0;
+  double scalar_miss_ns[kNLinks] = {0, 0};  // a scalar GM read of a 64-byte line this core has not read yet
+  double scalar_hit_ns = 0;
+  double sync_all_ns = 0;
+  double launch_ns = 0;
+  double link_bytes_per_ns[kNLinks] = {0, 0};  // aggregate of the link over all cores
+  double Param(const std::string& name) const;
+};
+// Resolves the parameter table of a SoC (COST_MODEL_SOC for one without parameters) with overrides
+// (COST_MODEL_PARAM for an unknown name or a value that is not positive / finite) for a launch of
+// block_dim cores.
+CostModel MakeCostModel(const Caps& caps, const std::vector<std::pair<std::string, double>>& overrides,
+                        uint32_t block_dim, const std::string& op);
+
 // Thrown inside a core when another core already failed the launch (never reported itself).
 struct LaunchAborted {};
 
@@ -115,6 +140,8 @@ struct LaunchCtx {
   uint64_t workspace_size = 0;
   uint64_t seed = 0;
   bool hazards = true;
+  bool cost = false;  // the cost model is on (LaunchOptions::cost)
+  CostModel cm;
   bool uninit_checks = true;
   bool concurrent = false;  // cores run on threads: shadow updates must be atomic
   GmShadow shadow;
@@ -140,11 +167,16 @@ struct SrcSite {  // kernel source location of an AscendC API call (rt::At); fil
 enum BufState : uint8_t { kFree, kAlloc, kEnq, kDeq };
 constexpr int kNPipes = 3;  // tracked pipes: MTE2, V, MTE3 (index); S is index 3 in `known`
 enum PipeIdx : int { kMTE2 = 0, kV = 1, kMTE3 = 2, kS = 3, kNoPipe = -1 };
+// c: instruction counts (hazard tracker); t: the time (ns, cost model) at which pipe i finishes its
+// instruction c[i]; both only grow, and a merge keeps the later of each.
 struct VClock {
   uint32_t c[kNPipes] = {0, 0, 0};
+  double t[kNPipes] = {0, 0, 0};
   void Merge(const VClock& o) {
-    for (int i = 0; i < kNPipes; ++i)
+    for (int i = 0; i < kNPipes; ++i) {
       if (o.c[i] > c[i]) c[i] = o.c[i];
+      if (o.t[i] > t[i]) t[i] = o.t[i];
+    }
   }
 };
 
@@ -185,6 +217,15 @@ struct FlagState {
   SrcSite site;  // the SetFlag call
 };
 
+// Per core: when the scalar unit and each pipe are free, what the pipes moved.
+struct CoreCost {
+  double ts = 0;                          // scalar unit (ns since the core started)
+  double tfree[kNPipes] = {0, 0, 0};      // end of the last instruction of each pipe
+  double busy[kNPipes] = {0, 0, 0};
+  uint64_t bytes[kNLinks] = {0, 0}, runs[kNLinks] = {0, 0}, calls[kNLinks] = {0, 0};
+  std::unordered_map<uint64_t, char> lines;  // scalar GM lines this core read (data cache)
+};
+
 struct CoreStats {
   uint64_t gm_read = 0, gm_write = 0;
   uint64_t datacopy_in = 0, datacopy_out = 0, datacopy_ub = 0;
@@ -193,6 +234,10 @@ struct CoreStats {
   uint64_t vec_ops = 0;
   uint64_t ub_peak = 0;
   uint64_t tiling_read = 0;
+  // cost model (zero when it is off): end time of the core, busy time per pipe, bytes / runs / calls per link
+  double cost_end_ns = 0;
+  double cost_busy_ns[kNPipes] = {0, 0, 0};
+  uint64_t cost_bytes[kNLinks] = {0, 0}, cost_runs[kNLinks] = {0, 0}, cost_calls[kNLinks] = {0, 0};
 };
 
 struct Core {
@@ -234,6 +279,7 @@ struct Core {
   // results
   std::unique_ptr<EmulationError> deferred;
   CoreStats st;
+  CoreCost cc;
   uint64_t rng = 0;
 };
 
@@ -269,6 +315,15 @@ const char* PipeName(int pipe);
 
 // end-of-core checks (flags left set, queue leaks)
 void CoreFinish(Core& c);
+
+// cost model hooks (cost.cpp); every one returns at once when the model is off
+void CostIssue(Core& c, int pipe, double dur_ns);  // an instruction on `pipe` after HzIssue
+void CostDma(Core& c, int pipe, const Region* r, uint64_t rows, uint64_t row_bytes, uint64_t pitch);
+void CostVec(Core& c, uint64_t bytes);             // a vector instruction (or UB -> UB copy) of `bytes`
+void CostScalarGm(Core& c, const Region& r, const void* p, uint32_t bytes);
+void CostScalarWait(Core& c, const VClock& v);     // the scalar waited for v (PipeBarrier, X_S flags, auto-sync)
+void CostSyncAll(LaunchCtx& L, const std::vector<Core*>& cores);  // all cores are at a SyncAll
+void CostCoreEnd(Core& c);                         // fills c.st.cost_*
 
 // cross-core model (gm.cpp, runner.cpp)
 EmulationError CoreError(const LaunchCtx& L, int core, const std::string& rule, const std::string& detail);
