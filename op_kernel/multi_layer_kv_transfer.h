@@ -9,10 +9,12 @@
 // is one more plane (mskv_ml::Planes) with rows of 4 * heads bytes (4 for MLA / DSA planes), in the
 // buffer after the data planes (layout: docs/ops-transfer.md, "Quantized caches").
 //
-// Work: the L * T (layer, token) items are split over the cores (main/tail share), so a core owns
-// one contiguous range: a token chunk of one layer, or the tail of one layer and the head of the
-// next. Inside a layer the core walks its tokens in runs of up to maxTokensPerLoop consecutive tokens
-// with valid slots (slot in [0, num_blocks * block_size)); per plane a run is one UB buffer:
+// Work: the P * L * T (plane, layer, token) items (item = (p * L + l) * T + t, the order of the buffer's
+// rows) are split over the cores (main/tail share), so a core owns one contiguous range of buffer rows: a
+// token chunk of one plane and layer, or the tail of one and the head of the next; L * T < cores still
+// gives every core work. Inside a (plane, layer) the core walks its tokens in runs of up to
+// maxTokensPerLoop consecutive tokens with valid slots (slot in [0, num_blocks * block_size)); a run is
+// one UB buffer:
 //   d2h: cache rows -> UB (one copy per run of consecutive slots for BSND/MLA/DSA, one strided copy per
 //        token for BNSD), then one copy UB -> buffer rows (contiguous);
 //   h2d: buffer rows -> UB (one copy), then UB -> cache rows (per run of consecutive slots / token).
@@ -76,13 +78,14 @@ class KvTransfer {
     *written = !d2h_;
   }
 
-  // (layer, token) items [begin, end), item = layer * T + token.
+  // (plane, layer, token) items [begin, end), item = (plane * L + layer) * T + token.
   __aicore__ inline void Process(int64_t begin, int64_t end) {
     if (numTokens_ <= 0 || begin >= end) return;
-    for (int64_t l = begin / numTokens_; l * numTokens_ < end; ++l) {
-      const int64_t t0 = mskv_ml::MaxI64(begin - l * numTokens_, 0);
-      const int64_t t1 = mskv_ml::MinI64(end - l * numTokens_, numTokens_);
-      Layer(l, t0, t1);
+    for (int64_t pl = begin / numTokens_; pl * numTokens_ < end; ++pl) {
+      const int64_t t0 = mskv_ml::MaxI64(begin - pl * numTokens_, 0);
+      const int64_t t1 = mskv_ml::MinI64(end - pl * numTokens_, numTokens_);
+      const int32_t p = static_cast<int32_t>(pl / pl_.numLayers);
+      PlaneLayer(p, pl - p * pl_.numLayers, t0, t1);
     }
   }
 
@@ -99,11 +102,11 @@ class KvTransfer {
     return static_cast<uint64_t>(pl_.planeOffset[p] + block * blockStride_[p] + (slot - block * blockSize_) * slotStride_[p]);
   }
 
-  __aicore__ inline void Layer(int64_t l, int64_t t0, int64_t t1) {
-    for (int32_t p = 0; p < pl_.num; ++p) {
-      cache_[p].SetGlobalBuffer(pl_.template Cache<T>(p, l));
-      rowBase_[p] = bufOffset_[p] + l * numTokens_ * pl_.plan[p].rowElems;
-    }
+  // Tokens [t0, t1) of plane p, layer l.
+  __aicore__ inline void PlaneLayer(int32_t p, int64_t l, int64_t t0, int64_t t1) {
+    if (pl_.plan[p].rowElems <= 0) return;  // an empty plane (e.g. hidden size 0): nothing to move
+    cache_[p].SetGlobalBuffer(pl_.template Cache<T>(p, l));
+    rowBase_[p] = bufOffset_[p] + l * numTokens_ * pl_.plan[p].rowElems;
     int64_t slots[mskv_ml::kMaxRun];
     int64_t t = t0;
     while (t < t1) {
@@ -112,10 +115,8 @@ class KvTransfer {
         int64_t n = 1;
         while (t + n < t1 && !Valid(ReadSlot(t + n))) ++n;
         if (d2h_) {
-          for (int32_t p = 0; p < pl_.num; ++p) {
-            mover_.ZeroRows(bufGm_, static_cast<uint64_t>(rowBase_[p] + t * pl_.plan[p].rowElems), n,
-                            pl_.plan[p].rowElems, pl_.plan[p].rowElems);
-          }
+          mover_.ZeroRows(bufGm_, static_cast<uint64_t>(rowBase_[p] + t * pl_.plan[p].rowElems), n,
+                          pl_.plan[p].rowElems, pl_.plan[p].rowElems);
         }
         t += n;
         continue;
@@ -127,7 +128,7 @@ class KvTransfer {
         if (!Valid(sn)) break;
         slots[n++] = sn;
       }
-      for (int32_t p = 0; p < pl_.num; ++p) Run(p, t, n, slots);
+      Run(p, t, n, slots);
       t += n;
     }
   }
@@ -210,7 +211,7 @@ __aicore__ inline void RunKvTransfer(GM_ADDR buffer, GM_ADDR slot_mapping, GM_AD
   op.Init(&pipe, buffer, slot_mapping, kv_caches, scale_caches, td);
   int64_t begin = 0;
   int64_t end = 0;
-  RowRange(td, td.numLayers * td.numTokens, &begin, &end);
+  RowRange(td, td.numPlanes * td.numLayers * td.numTokens, &begin, &end);
   op.Process(begin, end);
 }
 
