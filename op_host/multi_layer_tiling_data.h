@@ -6,7 +6,8 @@
 // (with scale caches the caches are int8: bytes). Per-plane arrays have 6 entries: the data planes (3 for
 // DSA_KV), then with scale caches one scale plane per data plane (rows of 4 * heads bytes); unused ones are 0.
 //
-// multi_layer_kv_transfer: work item = (plane, layer, token): item = (plane * numLayers + layer) * numTokens +
+// multi_layer_kv_transfer: work item = (layer, token): item = layer * numTokens + token (every plane), or with
+// planeItems (fewer items than cores) (plane, layer, token): item = (plane * numLayers + layer) * numTokens +
 // token; cores [0, formerNum) take formerLen (tokensPerCore) items, the others tailLen, each a contiguous range.
 // multi_layer_block_transfer: work unit = (block, layer group, token): unit = (i * layerGroups + group) *
 // blockSize + token (i indexes block_ids / the host blocks), split the same way; a core moves its consecutive
@@ -28,11 +29,12 @@ BEGIN_TILING_DATA_DEF(MultiLayerKvTransferTilingData)
   TILING_DATA_FIELD_DEF(int64_t, blockSize);
   TILING_DATA_FIELD_DEF(int64_t, usedCoreNum);       // block dim (<= aiv_num when it is set)
   TILING_DATA_FIELD_DEF(int64_t, formerNum);
-  TILING_DATA_FIELD_DEF(int64_t, formerLen);         // tokensPerCore: (plane, layer, token) items of a main core
+  TILING_DATA_FIELD_DEF(int64_t, formerLen);         // tokensPerCore: items of a main core
   TILING_DATA_FIELD_DEF(int64_t, tailLen);
   TILING_DATA_FIELD_DEF(int64_t, maxTokensPerLoop);  // longest run of tokens read per slot batch (<= 128)
   TILING_DATA_FIELD_DEF(int64_t, perLoopBuffSize);   // bytes of each of the two UB buffers
   TILING_DATA_FIELD_DEF(int64_t, zeroBuffSize);      // bytes of the UB buffer of zeros (d2h), else 0
+  TILING_DATA_FIELD_DEF(int64_t, planeItems);        // 1: items are (plane, layer, token) (L * T < cores)
   TILING_DATA_FIELD_DEF_ARR(int64_t, 6, rowElems);   // per plane: elements of a token row (H * D)
   TILING_DATA_FIELD_DEF_ARR(int64_t, 6, numSeg);     // 1, or num_kv_heads (BNSD)
   TILING_DATA_FIELD_DEF_ARR(int64_t, 6, segElems);

@@ -3,9 +3,9 @@
 // and their float32 scale caches in one launch, the scale caches as extra planes of 4 * heads-byte rows;
 // docs/ops-transfer.md, "Quantized caches"). The op_host/<op>.cpp files hold the OpDefs and call these.
 //
-// MultiLayerKvTransferTiling: the P * L * T (plane, layer, token) items, in the buffer's row order, are split
-// over min(aiv_num, vector cores) cores (main/tail share, SplitWork), so every core works also for T < cores
-// (L = 32 or 61, T = 1 use 48 cores) or L = 1, and a core's buffer rows are one contiguous range. The UB budget (GetCoreMemSize(UB) - 1 KiB reserve - a 4 KiB buffer of zeros for d2h) is split into
+// MultiLayerKvTransferTiling: the L * T (layer, token) items - (plane, layer, token) items when L * T < cores
+// (planeItems) - are split over min(aiv_num, vector cores) cores (main/tail share, SplitWork), so every core
+// works also for T < cores (L = 32 or 61, T = 1 use 48 cores) or L = 1. The UB budget (GetCoreMemSize(UB) - 1 KiB reserve - a 4 KiB buffer of zeros for d2h) is split into
 // two buffers (perLoopBuffSize); per plane, tokensPerInnerLoop rows fit one buffer; maxTokensPerLoop (<= 128)
 // tokens' slots are read per batch. Zero tokens or zero-sized rows: a no-op launch (block dim 1).
 //
@@ -105,7 +105,11 @@ inline ge::graphStatus MultiLayerKvTransferTiling(gert::TilingContext* context, 
     const PlaneGeom& g = cl.plane[p];
     if (CheckGap(op, "kv_caches", (g.segStride - g.segElems) * cl.elem) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   }
-  const CoreSplit split = noWork ? NoWork() : SplitWork(static_cast<int64_t>(cl.planes) * L * T, CoreCap(hw, a));
+  // (layer, token) items with every plane keep the cores' bytes even when planes differ in size (MLA); a few
+  // tokens (L * T < cores) are split by plane as well so that every core works.
+  const int64_t cap = CoreCap(hw, a);
+  const bool planeItems = !noWork && L * T < cap;
+  const CoreSplit split = noWork ? NoWork() : SplitWork((planeItems ? cl.planes : 1) * L * T, cap);
   const int64_t zeroBytes = (a.d2h && !noWork) ? kZeroBuffBytes : 0;
   const int64_t loopBytes = LoopBufferBytes(hw, zeroBytes);
   if (loopBytes < kBlockBytes) return Fail(op, "UB of %lld bytes is too small", static_cast<long long>(hw.ubBytes));
@@ -129,6 +133,7 @@ inline ge::graphStatus MultiLayerKvTransferTiling(gert::TilingContext* context, 
   td.set_maxTokensPerLoop(noWork ? 0 : Max64(Min64(maxRun, maxRows), 1));
   td.set_perLoopBuffSize(AlignUp(needed, kBlockBytes));
   td.set_zeroBuffSize(zeroBytes);
+  td.set_planeItems(planeItems ? 1 : 0);
   td.set_blockStride(blockStride);
   td.set_slotStride(slotStride);
   td.set_bufOffset(bufOffset);

@@ -9,12 +9,12 @@
 // is one more plane (mskv_ml::Planes) with rows of 4 * heads bytes (4 for MLA / DSA planes), in the
 // buffer after the data planes (layout: docs/ops-transfer.md, "Quantized caches").
 //
-// Work: the P * L * T (plane, layer, token) items (item = (p * L + l) * T + t, the order of the buffer's
-// rows) are split over the cores (main/tail share), so a core owns one contiguous range of buffer rows: a
-// token chunk of one plane and layer, or the tail of one and the head of the next; L * T < cores still
-// gives every core work. Inside a (plane, layer) the core walks its tokens in runs of up to
-// maxTokensPerLoop consecutive tokens with valid slots (slot in [0, num_blocks * block_size)); a run is
-// one UB buffer:
+// Work: the L * T (layer, token) items (item = l * T + t; every plane of the token) are split over the cores
+// (main/tail share), so a core owns one contiguous range: a token chunk of one layer, or the tail of one
+// layer and the head of the next. When L * T < cores (a few tokens) the items are (plane, layer, token)
+// instead (planeItems; item = (p * L + l) * T + t, the buffer's row order), so that every core still works.
+// Inside a (plane, layer) the core walks its tokens in runs of up to maxTokensPerLoop consecutive tokens
+// with valid slots (slot in [0, num_blocks * block_size)); a run is one UB buffer:
 //   d2h: cache rows -> UB (one copy per run of consecutive slots for BSND/MLA/DSA, one strided copy per
 //        token for BNSD), then one copy UB -> buffer rows (contiguous);
 //   h2d: buffer rows -> UB (one copy), then UB -> cache rows (per run of consecutive slots / token).
@@ -49,6 +49,7 @@ class KvTransfer {
     blockSize_ = td.blockSize;
     d2h_ = td.direction == 0;
     maxRun_ = MinRun(td.maxTokensPerLoop);
+    planeItems_ = td.planeItems != 0;
     for (int32_t p = 0; p < mskv_ml::kMaxPlanes; ++p) {
       blockStride_[p] = td.blockStride[p];
       slotStride_[p] = td.slotStride[p];
@@ -78,14 +79,18 @@ class KvTransfer {
     *written = !d2h_;
   }
 
-  // (plane, layer, token) items [begin, end), item = (plane * L + layer) * T + token.
+  // Items [begin, end): item = layer * T + token (every plane), or with planeItems (plane * L + layer) * T + token.
   __aicore__ inline void Process(int64_t begin, int64_t end) {
     if (numTokens_ <= 0 || begin >= end) return;
-    for (int64_t pl = begin / numTokens_; pl * numTokens_ < end; ++pl) {
-      const int64_t t0 = mskv_ml::MaxI64(begin - pl * numTokens_, 0);
-      const int64_t t1 = mskv_ml::MinI64(end - pl * numTokens_, numTokens_);
-      const int32_t p = static_cast<int32_t>(pl / pl_.numLayers);
-      PlaneLayer(p, pl - p * pl_.numLayers, t0, t1);
+    for (int64_t r = begin / numTokens_; r * numTokens_ < end; ++r) {  // r: a layer, or a (plane, layer)
+      const int64_t t0 = mskv_ml::MaxI64(begin - r * numTokens_, 0);
+      const int64_t t1 = mskv_ml::MinI64(end - r * numTokens_, numTokens_);
+      if (planeItems_) {
+        const int32_t p = static_cast<int32_t>(r / pl_.numLayers);
+        PlaneLayer(p, r - p * pl_.numLayers, t0, t1);
+      } else {
+        for (int32_t p = 0; p < pl_.num; ++p) PlaneLayer(p, r, t0, t1);
+      }
     }
   }
 
@@ -200,6 +205,7 @@ class KvTransfer {
   int64_t numSlots_ = 0;
   int64_t blockSize_ = 1;
   int64_t maxRun_ = 1;
+  bool planeItems_ = false;
   bool d2h_ = true;
 };
 
@@ -211,7 +217,7 @@ __aicore__ inline void RunKvTransfer(GM_ADDR buffer, GM_ADDR slot_mapping, GM_AD
   op.Init(&pipe, buffer, slot_mapping, kv_caches, scale_caches, td);
   int64_t begin = 0;
   int64_t end = 0;
-  RowRange(td, td.numPlanes * td.numLayers * td.numTokens, &begin, &end);
+  RowRange(td, (td.planeItems != 0 ? td.numPlanes : 1) * td.numLayers * td.numTokens, &begin, &end);
   op.Process(begin, end);
 }
 

@@ -108,7 +108,8 @@ def test_token_counts_and_many_blocks(T):
     if T == 0:
         assert st["block_dim"] == 1 and st["gm_write_bytes"] == 0
     else:
-        assert st["cores_used"] == min(2 * 2 * T, 48)  # (plane, layer, token) items
+        assert st["cores_used"] == min(2 * 2 * T, 48)  # fewer (layer, token) items than cores: split by plane too
+        assert int(st["tiling_fields"]["planeItems"]) == int(2 * T < 48)
     h2d(geo, geo.random_planes(rng, "bfloat16"), buf, slots, all_orders=T > 0)
 
 
@@ -200,7 +201,8 @@ def test_tiling_fields_and_data_movement():
     loop = int(f["perLoopBuffSize"])
     assert int(f["numLayers"]) == 4 and int(f["numTokens"]) == T and int(f["numPlanes"]) == 2
     assert int(f["tensorsPerLayer"]) == 2 and int(f["direction"]) == 0 and int(f["zeroBuffSize"]) == 4096
-    per_core = 2 * 4 * T // 48  # (plane, layer, token) items of a core
+    per_core = 4 * T // 48  # (layer, token) items of a core (every plane)
+    assert int(f["planeItems"]) == 0
     assert int(f["usedCoreNum"]) == 48 and int(f["formerLen"]) == per_core and int(f["tailLen"]) == per_core
     rows = (ub - 256 - 1024 - 4096) // 2 // row
     assert f["tokensPerInnerLoop"] == str([min(rows, per_core)] * 2 + [0] * 4)

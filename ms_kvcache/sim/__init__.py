@@ -622,7 +622,7 @@ def launch(op, arrays, attrs=None, soc=None, order=None, hazards=None, seed=0, g
         ``gm_write_bytes_per_core``, ``datacopy_calls_per_core``, ``datacopy_pad_calls_per_core``,
         ``ub_bytes_per_core`` (peak InitBuffer bytes), ``scalar_gm_reads_per_core``, ... plus
         ``tiling_fields``; with the cost model ``cost``: ``time_us`` (predicted), ``core_us``,
-        ``pcie_link_us``, ``hbm_link_us``, ``bound``, per core ``core_end_us``, pipe busy times and
+        ``pcie_link_us``, ``hbm_link_us``, per core ``core_end_us``, pipe busy times and
         bytes / runs / copies per link, and the ``params`` used (docs/emulation.md, "The cost model").
 
     Raises:

@@ -176,7 +176,6 @@ py::dict StatsDict(const LaunchResult& r) {
     c["core_us"] = r.cost_core_ns / 1e3;
     c["hbm_link_us"] = r.cost_link_ns[ascendc_sim::kLinkHbm] / 1e3;
     c["pcie_link_us"] = r.cost_link_ns[ascendc_sim::kLinkHost] / 1e3;
-    c["bound"] = r.cost_bound;
     c["core_end_us"] = end;
     c["mte2_busy_us"] = mte2;
     c["vector_busy_us"] = vec;

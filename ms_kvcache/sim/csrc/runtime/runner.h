@@ -52,10 +52,9 @@ struct LaunchResult {
   // cost model (docs/emulation.md, "The cost model"); cost false: it was off
   bool cost = false;
   std::vector<std::pair<std::string, double>> cost_params;
-  double cost_time_ns = 0;               // launch_us + the longest of: slowest core, each shared link's bytes
+  double cost_time_ns = 0;               // launch_us + the slowest core (never less than a link's aggregate time)
   double cost_core_ns = 0;               // the slowest core
   double cost_link_ns[kNLinks] = {0, 0}; // bytes of all cores / the link's aggregate rate (HBM, host)
-  std::string cost_bound;                // "cores", "hbm" or "pcie": what decides cost_time_ns
 };
 
 // One row of a SoC's cost-model table.
