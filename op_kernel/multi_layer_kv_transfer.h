@@ -87,9 +87,9 @@ class KvTransfer {
       const int64_t t1 = mskv_ml::MinI64(end - r * numTokens_, numTokens_);
       if (planeItems_) {
         const int32_t p = static_cast<int32_t>(r / pl_.numLayers);
-        PlaneLayer(p, r - p * pl_.numLayers, t0, t1);
+        Tokens(r - p * pl_.numLayers, t0, t1, p, p + 1);
       } else {
-        for (int32_t p = 0; p < pl_.num; ++p) PlaneLayer(p, r, t0, t1);
+        Tokens(r, t0, t1, 0, pl_.num);
       }
     }
   }
@@ -107,11 +107,12 @@ class KvTransfer {
     return static_cast<uint64_t>(pl_.planeOffset[p] + block * blockStride_[p] + (slot - block * blockSize_) * slotStride_[p]);
   }
 
-  // Tokens [t0, t1) of plane p, layer l.
-  __aicore__ inline void PlaneLayer(int32_t p, int64_t l, int64_t t0, int64_t t1) {
-    if (pl_.plan[p].rowElems <= 0) return;  // an empty plane (e.g. hidden size 0): nothing to move
-    cache_[p].SetGlobalBuffer(pl_.template Cache<T>(p, l));
-    rowBase_[p] = bufOffset_[p] + l * numTokens_ * pl_.plan[p].rowElems;
+  // Tokens [t0, t1) of layer l, planes [p0, p1) (the slots are read once for them).
+  __aicore__ inline void Tokens(int64_t l, int64_t t0, int64_t t1, int32_t p0, int32_t p1) {
+    for (int32_t p = p0; p < p1; ++p) {
+      cache_[p].SetGlobalBuffer(pl_.template Cache<T>(p, l));
+      rowBase_[p] = bufOffset_[p] + l * numTokens_ * pl_.plan[p].rowElems;
+    }
     int64_t slots[mskv_ml::kMaxRun];
     int64_t t = t0;
     while (t < t1) {
@@ -120,8 +121,10 @@ class KvTransfer {
         int64_t n = 1;
         while (t + n < t1 && !Valid(ReadSlot(t + n))) ++n;
         if (d2h_) {
-          mover_.ZeroRows(bufGm_, static_cast<uint64_t>(rowBase_[p] + t * pl_.plan[p].rowElems), n,
-                          pl_.plan[p].rowElems, pl_.plan[p].rowElems);
+          for (int32_t p = p0; p < p1; ++p) {
+            mover_.ZeroRows(bufGm_, static_cast<uint64_t>(rowBase_[p] + t * pl_.plan[p].rowElems), n,
+                            pl_.plan[p].rowElems, pl_.plan[p].rowElems);
+          }
         }
         t += n;
         continue;
@@ -133,7 +136,7 @@ class KvTransfer {
         if (!Valid(sn)) break;
         slots[n++] = sn;
       }
-      Run(p, t, n, slots);
+      for (int32_t p = p0; p < p1; ++p) Run(p, t, n, slots);
       t += n;
     }
   }
