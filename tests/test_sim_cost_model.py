@@ -72,11 +72,13 @@ def test_double_buffering_overlaps_single_buffer_serialises(sem):
     single = copy("cost_copy_single", chunk, n)["cost"]
     double = copy("cost_copy_double", chunk, n)["cost"]
     barrier = copy("cost_copy_barrier", chunk, n)["cost"]
+    flags = copy("cost_copy_flags", chunk, n)["cost"]
     # one buffer: copy-in of chunk i + 1 after the copy-out of chunk i; two: they overlap
     assert single["core_us"] * 1e3 == pytest.approx(2 * n * d, rel=1e-9)
     assert double["core_us"] * 1e3 == pytest.approx((n + 1) * d, rel=1e-9)
     assert barrier["core_us"] * 1e3 == pytest.approx(2 * n * d, rel=1e-9)  # PipeBarrier<PIPE_ALL> each chunk
-    for c in (single, double, barrier):
+    assert flags["core_us"] * 1e3 == pytest.approx(2 * n * d, rel=1e-9)  # SetFlag/WaitFlag both ways
+    for c in (single, double, barrier, flags):
         assert c["mte2_busy_us"][0] * 1e3 == pytest.approx(n * d, rel=1e-9)
         assert c["time_us"] == pytest.approx(p["launch_us"] + c["core_us"], rel=1e-9)
         assert c["hbm_bytes_per_core"] == [2 * n * chunk]

@@ -5,8 +5,8 @@
 // vector and UB -> UB); a pipe runs its instructions in order, each starting when the pipe is free, the
 // scalar has issued it and every synchronisation the pipe waited for is satisfied. The synchronisations
 // are those the hazard tracker follows (EnQue/DeQue, AllocTensor/FreeTensor, SetFlag/WaitFlag,
-// PipeBarrier, the compiler's scalar syncs): a VClock carries, besides the instruction count of each pipe,
-// the time that instruction ends, so a double-buffered queue overlaps MTE2 and MTE3 and a single buffer
+// PipeBarrier, the compiler's scalar syncs): next to each VClock snapshot the model keeps a VTimes, the time
+// the counted instructions end, so a double-buffered queue overlaps MTE2 and MTE3 and a single buffer
 // serialises them. A DataCopy(Pad) costs call_cycles + per contiguous GM run run_ns[link] + bytes at the
 // core's share of its link: device HBM, or host memory through PCIe for the arguments a launch names in
 // `host` (zero-copy); a link is shared equally by the cores of the launch. A core's time is when its scalar
@@ -144,17 +144,16 @@ CostModel MakeCostModel(const Caps& caps, const std::vector<std::pair<std::strin
 
 // ------------------------------------------------------------------------------------------ hooks
 void CostIssue(Core& c, int pipe, double dur_ns) {
-  if (!c.L->cost) return;
   CoreCost& k = c.cc;
-  double start = std::max(k.ts, k.tfree[pipe]);
-  for (int q = 0; q < kNPipes; ++q) start = std::max(start, c.known[pipe].t[q]);
+  double start = std::max(k.ts, k.tfree[pipe]);  // ts covers what the scalar waited for
+  for (int q = 0; q < kNPipes; ++q) start = std::max(start, k.known[pipe].t[q]);
   k.tfree[pipe] = start + dur_ns;
   k.busy[pipe] += dur_ns;
   k.ts += c.L->cm.issue_ns;
 }
 
-void CostDma(Core& c, int pipe, const Region* r, uint64_t rows, uint64_t row_bytes, uint64_t pitch) {
-  if (!c.L->cost || r == nullptr || rows == 0) return;
+void CostDmaOn(Core& c, int pipe, const Region* r, uint64_t rows, uint64_t row_bytes, uint64_t pitch) {
+  if (r == nullptr || rows == 0) return;
   const CostModel& m = c.L->cm;
   const int link = r->host ? kLinkHost : kLinkHbm;
   // rows back to back in GM form one run; otherwise each row is a run of its own
@@ -166,14 +165,13 @@ void CostDma(Core& c, int pipe, const Region* r, uint64_t rows, uint64_t row_byt
   CostIssue(c, pipe, m.call_ns + static_cast<double>(runs) * m.run_ns[link] + static_cast<double>(bytes) * m.ns_per_byte[link]);
 }
 
-void CostVec(Core& c, uint64_t bytes) {
-  if (!c.L->cost) return;
+void CostVecOn(Core& c, uint64_t bytes) {
   const CostModel& m = c.L->cm;
   CostIssue(c, kV, m.call_ns + static_cast<double>(bytes) * m.vec_ns_per_byte);
 }
 
-void CostScalarGm(Core& c, const Region& r, const void* p, uint32_t bytes) {
-  if (!c.L->cost || bytes == 0) return;
+void CostScalarGmOn(Core& c, const Region& r, const void* p, uint32_t bytes) {
+  if (bytes == 0) return;
   const CostModel& m = c.L->cm;
   const int link = r.host ? kLinkHost : kLinkHbm;
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
@@ -185,9 +183,24 @@ void CostScalarGm(Core& c, const Region& r, const void* p, uint32_t bytes) {
   c.cc.ts += t;
 }
 
-void CostScalarWait(Core& c, const VClock& v) {
-  if (!c.L->cost) return;
-  for (int q = 0; q < kNPipes; ++q) c.cc.ts = std::max(c.cc.ts, v.t[q]);
+VTimes CostSnap(Core& c, int pipe) {
+  VTimes v = c.cc.known[pipe];
+  v.Merge(c.cc.known[kS]);
+  v.t[pipe] = c.cc.tfree[pipe];  // pipe's instructions so far end then
+  return v;
+}
+
+void CostLearn(Core& c, int pipe, const VTimes& v) {
+  c.cc.known[pipe].Merge(v);
+  if (pipe == kS)
+    for (int q = 0; q < kNPipes; ++q) c.cc.ts = std::max(c.cc.ts, v.t[q]);
+}
+
+void CostNewBuffers(Core& c, size_t first) {
+  const size_t n = c.bufs.size();
+  c.cc.buf_enq.resize(n);
+  c.cc.buf_free.resize(n);
+  for (size_t i = first; i < n; ++i) c.cc.buf_enq[i] = c.cc.buf_free[i] = VTimes();
 }
 
 void CostSyncAll(LaunchCtx& L, const std::vector<Core*>& cores) {

@@ -195,8 +195,12 @@ void GmNoteRead(Core& c, const Region& r, const uint8_t* p, uint64_t len, int pi
   if (learn_mte3 > 0) {
     VClock v;
     v.c[kMTE3] = c.clock[kMTE3];
-    v.t[kMTE3] = c.cc.tfree[kMTE3];
-    HzLearn(c, kS, v);
+    c.known[kS].Merge(v);
+    if (c.L->cost) {
+      VTimes t;
+      t.t[kMTE3] = c.cc.tfree[kMTE3];
+      CostLearn(c, kS, t);
+    }
   }
 }
 

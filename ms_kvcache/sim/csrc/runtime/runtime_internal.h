@@ -167,16 +167,20 @@ struct SrcSite {  // kernel source location of an AscendC API call (rt::At); fil
 enum BufState : uint8_t { kFree, kAlloc, kEnq, kDeq };
 constexpr int kNPipes = 3;  // tracked pipes: MTE2, V, MTE3 (index); S is index 3 in `known`
 enum PipeIdx : int { kMTE2 = 0, kV = 1, kMTE3 = 2, kS = 3, kNoPipe = -1 };
-// c: instruction counts (hazard tracker); t: the time (ns, cost model) at which pipe i finishes its
-// instruction c[i]; both only grow, and a merge keeps the later of each.
 struct VClock {
   uint32_t c[kNPipes] = {0, 0, 0};
-  double t[kNPipes] = {0, 0, 0};
   void Merge(const VClock& o) {
-    for (int i = 0; i < kNPipes; ++i) {
+    for (int i = 0; i < kNPipes; ++i)
       if (o.c[i] > c[i]) c[i] = o.c[i];
+  }
+};
+// The cost model's companion of a VClock: per pipe the time (ns) by which the instructions the clock counts
+// are done. Kept apart from VClock (and only when the model is on) so the hazard tracker is unchanged.
+struct VTimes {
+  double t[kNPipes] = {0, 0, 0};
+  void Merge(const VTimes& o) {
+    for (int i = 0; i < kNPipes; ++i)
       if (o.t[i] > t[i]) t[i] = o.t[i];
-    }
   }
 };
 
@@ -224,6 +228,11 @@ struct CoreCost {
   double busy[kNPipes] = {0, 0, 0};
   uint64_t bytes[kNLinks] = {0, 0}, runs[kNLinks] = {0, 0}, calls[kNLinks] = {0, 0};
   std::unordered_map<uint64_t, char> lines;  // scalar GM lines this core read (data cache)
+  // the times of the hazard tracker's synchronisations: what each pipe (and the scalar, kS) waited for, each
+  // queue buffer's EnQue and FreeTensor snapshots (by buffer index), each pending SetFlag
+  VTimes known[kNPipes + 1];
+  std::vector<VTimes> buf_enq, buf_free;
+  std::map<std::pair<int, int64_t>, VTimes> flags;
 };
 
 struct CoreStats {
@@ -316,12 +325,26 @@ const char* PipeName(int pipe);
 // end-of-core checks (flags left set, queue leaks)
 void CoreFinish(Core& c);
 
-// cost model hooks (cost.cpp); every one returns at once when the model is off
-void CostIssue(Core& c, int pipe, double dur_ns);  // an instruction on `pipe` after HzIssue
-void CostDma(Core& c, int pipe, const Region* r, uint64_t rows, uint64_t row_bytes, uint64_t pitch);
-void CostVec(Core& c, uint64_t bytes);             // a vector instruction (or UB -> UB copy) of `bytes`
-void CostScalarGm(Core& c, const Region& r, const void* p, uint32_t bytes);
-void CostScalarWait(Core& c, const VClock& v);     // the scalar waited for v (PipeBarrier, X_S flags, auto-sync)
+// cost model hooks (cost.cpp); the inline ones test the switch first, so a launch without the model only
+// pays that test
+void CostIssue(Core& c, int pipe, double dur_ns);  // an instruction on `pipe` after HzIssue (model on)
+void CostDmaOn(Core& c, int pipe, const Region* r, uint64_t rows, uint64_t row_bytes, uint64_t pitch);
+void CostVecOn(Core& c, uint64_t bytes);
+void CostScalarGmOn(Core& c, const Region& r, const void* p, uint32_t bytes);
+// (model on) the times of HzSnap(c, pipe); pipe learns v (HzLearn; kS: the scalar waits for it); buffers
+// [first, c.bufs.size()) were just created
+VTimes CostSnap(Core& c, int pipe);
+void CostLearn(Core& c, int pipe, const VTimes& v);
+void CostNewBuffers(Core& c, size_t first);
+inline void CostDma(Core& c, int pipe, const Region* r, uint64_t rows, uint64_t row_bytes, uint64_t pitch) {
+  if (c.L->cost) CostDmaOn(c, pipe, r, rows, row_bytes, pitch);
+}
+inline void CostVec(Core& c, uint64_t bytes) {  // a vector instruction (or UB -> UB copy) of `bytes`
+  if (c.L->cost) CostVecOn(c, bytes);
+}
+inline void CostScalarGm(Core& c, const Region& r, const void* p, uint32_t bytes) {
+  if (c.L->cost) CostScalarGmOn(c, r, p, bytes);
+}
 void CostSyncAll(LaunchCtx& L, const std::vector<Core*>& cores);  // all cores are at a SyncAll
 void CostCoreEnd(Core& c);                         // fills c.st.cost_*
 
