@@ -135,8 +135,9 @@ def table_rows(pred):
 def main():
     build()
     params, loss = fit()
-    print("fitted:", {k: round(v, 3) for k, v in params.items()}, f"rms log residual over the fit rows {loss:.4f}")
-    for s, m, pub, pr, res, role in table_rows(predict_all(params)):
+    print("refitted:", {k: round(v, 3) for k, v in params.items()}, f"rms log residual over the fit rows {loss:.4f}")
+    print("predicted with the parameter table (ms_kvcache.sim.cost_params):")
+    for s, m, pub, pr, res, role in table_rows(predict_all()):
         print(f"{str(list(s)):<20} {m:<10} published {pub:6.2f}  predicted {pr:6.2f}  {res:+7.1%}  {role}")
 
 
