@@ -293,6 +293,7 @@ inline int64_t CoreCap(const Hardware& hw, const Attrs& a) {
 
 // UB plan of a row of numSeg segments of segElems elements (see mskv_ml::RowPlan): whole rows per
 // buffer (at most maxRows), else segments per buffer, else 32-byte-multiple pieces.
+// (The block transfer plans rows of a layer group: numSeg = heads * layers.)
 struct MlRowPlan {
   int64_t rowsPerLoop = 0, segsPerLoop = 0, pieceElems = 0, bytesNeeded = 0;
 };
@@ -319,6 +320,27 @@ inline MlRowPlan PlanMlRow(int64_t numSeg, int64_t segElems, int64_t elem, int64
   return p;
 }
 
+// UB bytes of one layer row of plane g (every segment 32-byte aligned).
+inline int64_t RowPitchBytes(const PlaneGeom& g, int64_t elem) {
+  return g.numSeg * AlignUp(g.segElems * elem, kBlockBytes);
+}
+
+// The layers of a block-transfer group: as many consecutive layers as one token's rows of every plane fit a
+// buffer of loopBytes (all L when they fit: the host rows of a token, and of consecutive tokens, are then
+// one contiguous range), evened out over the groups; 1 when not even one layer row of a plane fits (such a
+// plane moves row by row in pieces).
+inline int64_t LayersPerGroup(const CacheList& cl, int64_t L, int64_t loopBytes) {
+  int64_t fit = L;
+  for (int p = 0; p < cl.planes; ++p) {
+    const PlaneGeom& g = cl.plane[p];
+    if (g.rowElems <= 0) continue;
+    const int64_t f = loopBytes / RowPitchBytes(g, cl.elem);
+    if (f >= 1) fit = Min64(fit, f);
+  }
+  fit = Max64(fit, 1);
+  return CeilDiv(L, CeilDiv(L, fit));
+}
+
 // The UB budget: `zeroBytes` for the buffer of zeros, the rest in two equal 32-byte-multiple buffers.
 inline int64_t LoopBufferBytes(const Hardware& hw, int64_t zeroBytes) {
   return AlignDown((hw.ubBytes - kUbReserveBytes - zeroBytes) / kBufferNum, kBlockBytes);
@@ -334,18 +356,21 @@ inline ge::graphStatus CheckGap(const char* op, const char* what, int64_t gapByt
 }
 
 // The per-plane fields both tilings share: cache geometry, list, and the UB plan of each plane's rows
-// (PlanMlRow: at most maxRows rows per buffer of loopBytes; none for noWork or an empty plane). *needed grows to
-// the largest buffer a plane needs, *maxRun shrinks to the fewest whole rows a buffer holds.
+// (PlanMlRow: at most maxRows rows per buffer of loopBytes; none for noWork or an empty plane). A UB row is
+// `layers` consecutive layer rows of one token (the block transfer's layer group; 1 for the token transfer);
+// a plane whose single layer row does not fit a buffer gets the segments / pieces plan of one layer row.
+// *needed grows to the largest buffer a plane needs, *maxRun shrinks to the fewest whole rows a buffer holds.
 template <typename TD>
 inline void SetPlanes(TD& td, const CacheList& cl, bool noWork, int64_t loopBytes, int64_t maxRows, int64_t* needed,
-                      int64_t* maxRun) {
+                      int64_t* maxRun, int64_t layers = 1) {
   int64_t rowElems[kMaxPlanes] = {0}, numSeg[kMaxPlanes] = {0}, segElems[kMaxPlanes] = {0};
   int64_t segStride[kMaxPlanes] = {0}, planeOffset[kMaxPlanes] = {0}, list[kMaxPlanes] = {0}, til[kMaxPlanes] = {0};
   int64_t rows[kMaxPlanes] = {0}, segs[kMaxPlanes] = {0}, pieces[kMaxPlanes] = {0};
   for (int p = 0; p < cl.planes; ++p) {
     const PlaneGeom& g = cl.plane[p];
     if (!noWork && g.rowElems > 0) {
-      const MlRowPlan rp = PlanMlRow(g.numSeg, g.segElems, cl.elem, loopBytes, maxRows);
+      MlRowPlan rp = PlanMlRow(g.numSeg * layers, g.segElems, cl.elem, loopBytes, maxRows);
+      if (rp.rowsPerLoop <= 0 && layers > 1) rp = PlanMlRow(g.numSeg, g.segElems, cl.elem, loopBytes, maxRows);
       rows[p] = rp.rowsPerLoop;
       segs[p] = rp.segsPerLoop;
       pieces[p] = rp.pieceElems;

@@ -3,18 +3,19 @@
 // and their float32 scale caches in one launch, the scale caches as extra planes of 4 * heads-byte rows;
 // docs/ops-transfer.md, "Quantized caches"). The op_host/<op>.cpp files hold the OpDefs and call these.
 //
-// MultiLayerKvTransferTiling: the L * T (layer, token) items are split over min(aiv_num, vector cores) cores
-// (main/tail share, SplitWork), so every core works also for T < cores (L = 61, T = 1 uses 48 cores) or
-// L = 1. The UB budget (GetCoreMemSize(UB) - 1 KiB reserve - a 4 KiB buffer of zeros for d2h) is split into
+// MultiLayerKvTransferTiling: the L * T (layer, token) items - (plane, layer, token) items when L * T < cores
+// (planeItems) - are split over min(aiv_num, vector cores) cores (main/tail share, SplitWork), so every core
+// works also for T < cores (L = 32 or 61, T = 1 use 48 cores) or L = 1. The UB budget (GetCoreMemSize(UB) - 1 KiB reserve - a 4 KiB buffer of zeros for d2h) is split into
 // two buffers (perLoopBuffSize); per plane, tokensPerInnerLoop rows fit one buffer; maxTokensPerLoop (<= 128)
 // tokens' slots are read per batch. Zero tokens or zero-sized rows: a no-op launch (block dim 1).
 //
-// MultiLayerBlockTransferTiling: the n * L (block, layer) units - times tokenChunks token chunks per block
-// when n * L < cores (direct mode) - are split over min(aiv_num, vector cores) cores (main/tail share); per
-// plane, tokensPerInnerLoop token rows fit one of the two UB buffers. Staging: each core owns
-// stagingSliceElems = staging elements / cores and stages layersPerStage units of one block at a time; the
-// cores are capped so that every slice holds at least one unit (block_size * the row bytes of every plane).
-// n = 0 or zero-sized blocks: a no-op launch.
+// MultiLayerBlockTransferTiling: the n * layerGroups * block_size (block, layer group, token) units are split
+// over min(aiv_num, vector cores) cores (main/tail share), so every core works whenever n * block_size covers
+// them; a group is every layer when one token of all layers of every plane fits a UB buffer (LayersPerGroup),
+// and a core's tokens of a block then are one contiguous host range. Per plane, tokensPerInnerLoop tokens
+// (of a group) fit one of the two UB buffers. Staging: each core owns stagingSliceElems = staging elements /
+// cores and stages stagingTokens tokens at a time; the cores are capped so that every slice holds one token of
+// a group. n = 0 or zero-sized blocks: a no-op launch.
 //
 // Tiling key of all four = layout (0 BSND, 1 BNSD, 2 NZ) * 1000 + dtype * 100 + index dtype * 10 + DataCopyPad
 // (LayoutCopyKey; the ops with scale caches: dtype 4, the byte view of int8).
@@ -109,7 +110,11 @@ inline ge::graphStatus MultiLayerKvTransferTiling(gert::TilingContext* context, 
     const PlaneGeom& g = cl.plane[p];
     if (CheckGap(op, "kv_caches", (g.segStride - g.segElems) * cl.elem) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   }
-  const CoreSplit split = noWork ? NoWork() : SplitWork(L * T, CoreCap(hw, a));
+  // (layer, token) items with every plane keep the cores' bytes even when planes differ in size (MLA); a few
+  // tokens (L * T < cores) are split by plane as well so that every core works.
+  const int64_t cap = CoreCap(hw, a);
+  const bool planeItems = !noWork && L * T < cap;
+  const CoreSplit split = noWork ? NoWork() : SplitWork((planeItems ? cl.planes : 1) * L * T, cap);
   const int64_t zeroBytes = (a.d2h && !noWork) ? kZeroBuffBytes : 0;
   const int64_t loopBytes = LoopBufferBytes(hw, zeroBytes);
   if (loopBytes < kBlockBytes) return Fail(op, "UB of %lld bytes is too small", static_cast<long long>(hw.ubBytes));
@@ -133,6 +138,7 @@ inline ge::graphStatus MultiLayerKvTransferTiling(gert::TilingContext* context, 
   td.set_maxTokensPerLoop(noWork ? 0 : Max64(Min64(maxRun, maxRows), 1));
   td.set_perLoopBuffSize(AlignUp(needed, kBlockBytes));
   td.set_zeroBuffSize(zeroBytes);
+  td.set_planeItems(planeItems ? 1 : 0);
   td.set_blockStride(blockStride);
   td.set_slotStride(slotStride);
   td.set_bufOffset(bufOffset);
@@ -241,58 +247,48 @@ inline ge::graphStatus MultiLayerBlockTransferTiling(gert::TilingContext* contex
   for (int p = 0; p < cl.planes && !noWork; ++p) {
     if (CheckGap(op, "host_blocks", (L * cl.plane[p].rowElems) * cl.elem) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
   }
-  int64_t cores = CoreCap(hw, a);
-  if (staged && !noWork) cores = Max64(Min64(cores, stagingElems / unitElems), 1);
-  // Token chunks per block: 1 when the n * L units fill the cores; else the fewest chunks that give every
-  // core work and keep >= 95% of the cores' work slots busy (direct mode only; chunks of >= 8 tokens).
-  int64_t chunks = 1, perChunk = bs;
-  if (!staged && !noWork && n * L < cores) {
-    double best = -1.0;
-    for (int64_t c = 1; c <= Max64(bs / 8, 1); ++c) {
-      const int64_t tpc = CeilDiv(bs, c);
-      const int64_t actual = CeilDiv(bs, tpc);
-      const int64_t units = n * L * actual;
-      const double eff = static_cast<double>(units) / static_cast<double>(CeilDiv(units, cores) * cores);
-      if (eff > best + 1e-9) {
-        best = eff;
-        chunks = actual;
-        perChunk = tpc;
-      }
-      if (best >= 0.95 && n * L * chunks >= cores) break;
-    }
-  }
-  const CoreSplit split = noWork ? NoWork() : SplitWork(n * L * chunks, cores);
   const int64_t zeroBytes = (a.d2h && !noWork) ? kZeroBuffBytes : 0;
   const int64_t loopBytes = LoopBufferBytes(hw, zeroBytes);
   if (loopBytes < kBlockBytes) return Fail(op, "UB of %lld bytes is too small", static_cast<long long>(hw.ubBytes));
-  int64_t sliceElems = 0, layersPerStage = 0;
+  // Units: (block, layer group, token); a group spans every layer when a token of all of them fits a buffer
+  // and the n * block_size tokens alone give every core work; else layers are split further.
+  int64_t cores = CoreCap(hw, a);
+  int64_t perGroup = noWork ? 1 : LayersPerGroup(cl, L, loopBytes);
+  if (!noWork && n * bs < cores) perGroup = Min64(perGroup, Max64(L / CeilDiv(cores, n * bs), 1));
+  const int64_t groups = CeilDiv(L, perGroup);
+  perGroup = CeilDiv(L, groups);
+  const int64_t groupElems = perGroup * sumHidden;  // one token of a group, every plane
+  if (staged && !noWork) cores = Max64(Min64(cores, stagingElems / groupElems), 1);
+  const CoreSplit split = noWork ? NoWork() : SplitWork(n * groups * bs, cores);
+  int64_t sliceElems = 0, stagingTokens = 0;
   if (staged && !noWork) {
     sliceElems = stagingElems / split.usedCoreNum;
-    layersPerStage = Min64(L, sliceElems / unitElems);
+    stagingTokens = Min64(bs, sliceElems / groupElems);
   }
 
   MultiLayerBlockTransferTilingData td;
-  int64_t prefix[kMaxPlanes] = {0}, run = 0, maxRun = perChunk;
+  int64_t prefix[kMaxPlanes] = {0}, run = 0, maxRun = bs;
   for (int p = 0; p < cl.planes; ++p) {
     prefix[p] = run;
     run += cl.plane[p].rowElems;
   }
-  // Staging copies move rows of layersPerStage * hidden elements through the same buffers: the
-  // buffer stays the full budget then. Else only what the unit chunks need.
+  // Staging copies move rows of layersPerGroup * hidden elements through the same buffers: the buffer stays
+  // the full budget then. Else only what the token rows need.
   int64_t needed = staged ? loopBytes : kBlockBytes;
-  SetPlanes(td, cl, noWork, loopBytes, perChunk, &needed, &maxRun);
+  const int64_t maxRows = Max64(Min64(bs, split.formerLen), 1);
+  SetPlanes(td, cl, noWork, loopBytes, maxRows, &needed, &maxRun, perGroup);
   td.set_numLayers(L);
   td.set_numIds(n);
   td.set_numBlocks(cl.plane[0].numBlocks);
   td.set_direction(a.d2h ? 0 : 1);
   SetCoreSplit(td, split);
-  td.set_tokenChunks(chunks);
-  td.set_tokensPerChunk(perChunk);
+  td.set_layerGroups(groups);
+  td.set_layersPerGroup(perGroup);
   td.set_perLoopBuffSize(AlignUp(needed, kBlockBytes));
   td.set_zeroBuffSize(zeroBytes);
   td.set_staging(staged && !noWork ? 1 : 0);
   td.set_stagingSliceElems(sliceElems);
-  td.set_layersPerStage(layersPerStage);
+  td.set_stagingTokens(stagingTokens);
   td.set_hiddenPrefix(prefix);
 
   return FinishTiling(context, op, hw, td, split.usedCoreNum,

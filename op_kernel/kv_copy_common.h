@@ -308,55 +308,71 @@ __aicore__ inline void ScatterKeyValue(GM_ADDR key, GM_ADDR value, __gm__ T* key
 //
 // Src: a class with  __aicore__ inline void Span(int32_t i, uint64_t* lo, uint64_t* hi, bool* written)
 // giving tensor i's byte range [lo, hi) (empty when hi <= lo) and whether the kernel writes it.
-constexpr int32_t kMaxAliasSpans = 128;  // sorted on the stack (2 KiB); more: compared pairwise
+constexpr int32_t kMaxAliasSpans = 128;  // spans sorted on the stack at a time (3.2 KiB)
 
+// The non-empty spans [first, last) of src sorted by start (insertion sort: caches are usually allocated in
+// order) into lo / hi / wr; returns their count.
 template <typename Src>
-__aicore__ inline bool GmSpansConflict(Src& src, int32_t n) {
-  if (n < 2) return false;
-  if (n <= kMaxAliasSpans) {
-    uint64_t lo[kMaxAliasSpans];
-    uint64_t hi[kMaxAliasSpans];
-    bool wr[kMaxAliasSpans];
-    int32_t m = 0;
-    for (int32_t i = 0; i < n; ++i) {  // insertion sort by start (caches are usually allocated in order)
-      uint64_t a = 0;
-      uint64_t b = 0;
-      bool w = false;
-      src.Span(i, &a, &b, &w);
-      if (b <= a) continue;
-      int32_t j = m;
-      while (j > 0 && lo[j - 1] > a) {
-        lo[j] = lo[j - 1];
-        hi[j] = hi[j - 1];
-        wr[j] = wr[j - 1];
-        --j;
-      }
-      lo[j] = a;
-      hi[j] = b;
-      wr[j] = w;
-      ++m;
-    }
-    uint64_t reachAny = 0;      // furthest end of the ranges so far
-    uint64_t reachWritten = 0;  // furthest end of the written ranges so far
-    for (int32_t i = 0; i < m; ++i) {
-      if (lo[i] < (wr[i] ? reachAny : reachWritten)) return true;
-      if (hi[i] > reachAny) reachAny = hi[i];
-      if (wr[i] && hi[i] > reachWritten) reachWritten = hi[i];
-    }
-    return false;
-  }
-  for (int32_t i = 0; i < n; ++i) {
+__aicore__ inline int32_t SortedSpans(Src& src, int32_t first, int32_t last, uint64_t* lo, uint64_t* hi, bool* wr) {
+  int32_t m = 0;
+  for (int32_t i = first; i < last; ++i) {
     uint64_t a = 0;
     uint64_t b = 0;
     bool w = false;
     src.Span(i, &a, &b, &w);
     if (b <= a) continue;
-    for (int32_t j = i + 1; j < n; ++j) {
+    int32_t j = m;
+    while (j > 0 && lo[j - 1] > a) {
+      lo[j] = lo[j - 1];
+      hi[j] = hi[j - 1];
+      wr[j] = wr[j - 1];
+      --j;
+    }
+    lo[j] = a;
+    hi[j] = b;
+    wr[j] = w;
+    ++m;
+  }
+  return m;
+}
+
+// Whether two spans of src conflict (a written one overlaps any other). The spans are taken kMaxAliasSpans at
+// a time: sorted and swept (each span read once), then every later span is checked against them by a binary
+// search over their starts with the running maxima of their ends - about n * ceil(n / kMaxAliasSpans) Span
+// calls (each may read GM: a ListTensorDesc pointer), not n * n.
+template <typename Src>
+__aicore__ inline bool GmSpansConflict(Src& src, int32_t n) {
+  if (n < 2) return false;
+  uint64_t lo[kMaxAliasSpans];
+  uint64_t reach[kMaxAliasSpans];         // span ends, then the maximum end of the spans up to i
+  uint64_t reachWritten[kMaxAliasSpans];  // the maximum end of the written spans up to i
+  bool wr[kMaxAliasSpans];
+  for (int32_t first = 0; first < n; first += kMaxAliasSpans) {
+    const int32_t last = first + kMaxAliasSpans < n ? first + kMaxAliasSpans : n;
+    const int32_t m = SortedSpans(src, first, last, lo, reach, wr);
+    uint64_t anyEnd = 0;      // furthest end of the spans so far
+    uint64_t writtenEnd = 0;  // furthest end of the written spans so far
+    for (int32_t i = 0; i < m; ++i) {
+      if (lo[i] < (wr[i] ? anyEnd : writtenEnd)) return true;
+      if (reach[i] > anyEnd) anyEnd = reach[i];
+      if (wr[i] && reach[i] > writtenEnd) writtenEnd = reach[i];
+      reach[i] = anyEnd;
+      reachWritten[i] = writtenEnd;
+    }
+    for (int32_t j = last; j < n && m > 0; ++j) {
       uint64_t c = 0;
       uint64_t d = 0;
       bool v = false;
       src.Span(j, &c, &d, &v);
-      if (d > c && (w || v) && a < d && c < b) return true;
+      if (d <= c) continue;
+      int32_t k0 = 0;  // spans [0, k) of the batch start before d
+      int32_t k1 = m;
+      while (k0 < k1) {
+        const int32_t mid = (k0 + k1) / 2;
+        if (lo[mid] < d) k0 = mid + 1;
+        else k1 = mid;
+      }
+      if (k0 > 0 && (v ? reach[k0 - 1] : reachWritten[k0 - 1]) > c) return true;
     }
   }
   return false;

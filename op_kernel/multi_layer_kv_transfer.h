@@ -9,10 +9,12 @@
 // is one more plane (mskv_ml::Planes) with rows of 4 * heads bytes (4 for MLA / DSA planes), in the
 // buffer after the data planes (layout: docs/ops-transfer.md, "Quantized caches").
 //
-// Work: the L * T (layer, token) items are split over the cores (main/tail share), so a core owns
-// one contiguous range: a token chunk of one layer, or the tail of one layer and the head of the
-// next. Inside a layer the core walks its tokens in runs of up to maxTokensPerLoop consecutive tokens
-// with valid slots (slot in [0, num_blocks * block_size)); per plane a run is one UB buffer:
+// Work: the L * T (layer, token) items (item = l * T + t; every plane of the token) are split over the cores
+// (main/tail share), so a core owns one contiguous range: a token chunk of one layer, or the tail of one
+// layer and the head of the next. When L * T < cores (a few tokens) the items are (plane, layer, token)
+// instead (planeItems; item = (p * L + l) * T + t, the buffer's row order), so that every core still works.
+// Inside a (plane, layer) the core walks its tokens in runs of up to maxTokensPerLoop consecutive tokens
+// with valid slots (slot in [0, num_blocks * block_size)); a run is one UB buffer:
 //   d2h: cache rows -> UB (one copy per run of consecutive slots for BSND/MLA/DSA, one strided copy per
 //        token for BNSD), then one copy UB -> buffer rows (contiguous);
 //   h2d: buffer rows -> UB (one copy), then UB -> cache rows (per run of consecutive slots / token).
@@ -47,6 +49,7 @@ class KvTransfer {
     blockSize_ = td.blockSize;
     d2h_ = td.direction == 0;
     maxRun_ = MinRun(td.maxTokensPerLoop);
+    planeItems_ = td.planeItems != 0;
     for (int32_t p = 0; p < mskv_ml::kMaxPlanes; ++p) {
       blockStride_[p] = td.blockStride[p];
       slotStride_[p] = td.slotStride[p];
@@ -76,13 +79,18 @@ class KvTransfer {
     *written = !d2h_;
   }
 
-  // (layer, token) items [begin, end), item = layer * T + token.
+  // Items [begin, end): item = layer * T + token (every plane), or with planeItems (plane * L + layer) * T + token.
   __aicore__ inline void Process(int64_t begin, int64_t end) {
     if (numTokens_ <= 0 || begin >= end) return;
-    for (int64_t l = begin / numTokens_; l * numTokens_ < end; ++l) {
-      const int64_t t0 = mskv_ml::MaxI64(begin - l * numTokens_, 0);
-      const int64_t t1 = mskv_ml::MinI64(end - l * numTokens_, numTokens_);
-      Layer(l, t0, t1);
+    for (int64_t r = begin / numTokens_; r * numTokens_ < end; ++r) {  // r: a layer, or a (plane, layer)
+      const int64_t t0 = mskv_ml::MaxI64(begin - r * numTokens_, 0);
+      const int64_t t1 = mskv_ml::MinI64(end - r * numTokens_, numTokens_);
+      if (planeItems_) {
+        const int32_t p = static_cast<int32_t>(r / pl_.numLayers);
+        Tokens(r - p * pl_.numLayers, t0, t1, p, p + 1);
+      } else {
+        Tokens(r, t0, t1, 0, pl_.num);
+      }
     }
   }
 
@@ -99,8 +107,9 @@ class KvTransfer {
     return static_cast<uint64_t>(pl_.planeOffset[p] + block * blockStride_[p] + (slot - block * blockSize_) * slotStride_[p]);
   }
 
-  __aicore__ inline void Layer(int64_t l, int64_t t0, int64_t t1) {
-    for (int32_t p = 0; p < pl_.num; ++p) {
+  // Tokens [t0, t1) of layer l, planes [p0, p1) (the slots are read once for them).
+  __aicore__ inline void Tokens(int64_t l, int64_t t0, int64_t t1, int32_t p0, int32_t p1) {
+    for (int32_t p = p0; p < p1; ++p) {
       cache_[p].SetGlobalBuffer(pl_.template Cache<T>(p, l));
       rowBase_[p] = bufOffset_[p] + l * numTokens_ * pl_.plan[p].rowElems;
     }
@@ -112,7 +121,7 @@ class KvTransfer {
         int64_t n = 1;
         while (t + n < t1 && !Valid(ReadSlot(t + n))) ++n;
         if (d2h_) {
-          for (int32_t p = 0; p < pl_.num; ++p) {
+          for (int32_t p = p0; p < p1; ++p) {
             mover_.ZeroRows(bufGm_, static_cast<uint64_t>(rowBase_[p] + t * pl_.plan[p].rowElems), n,
                             pl_.plan[p].rowElems, pl_.plan[p].rowElems);
           }
@@ -127,7 +136,7 @@ class KvTransfer {
         if (!Valid(sn)) break;
         slots[n++] = sn;
       }
-      for (int32_t p = 0; p < pl_.num; ++p) Run(p, t, n, slots);
+      for (int32_t p = p0; p < p1; ++p) Run(p, t, n, slots);
       t += n;
     }
   }
@@ -199,6 +208,7 @@ class KvTransfer {
   int64_t numSlots_ = 0;
   int64_t blockSize_ = 1;
   int64_t maxRun_ = 1;
+  bool planeItems_ = false;
   bool d2h_ = true;
 };
 
@@ -210,7 +220,7 @@ __aicore__ inline void RunKvTransfer(GM_ADDR buffer, GM_ADDR slot_mapping, GM_AD
   op.Init(&pipe, buffer, slot_mapping, kv_caches, scale_caches, td);
   int64_t begin = 0;
   int64_t end = 0;
-  RowRange(td, td.numLayers * td.numTokens, &begin, &end);
+  RowRange(td, (td.planeItems != 0 ? td.numPlanes : 1) * td.numLayers * td.numTokens, &begin, &end);
   op.Process(begin, end);
 }
 

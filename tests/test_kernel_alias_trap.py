@@ -49,7 +49,8 @@ def test_copy_blocks_overlapping_views_trap(rng):
 
 
 def test_copy_blocks_many_layers_pairwise_fallback_traps():
-    """More than the 128 ranges sorted on the stack: the pairwise comparison finds the repeat."""
+    """More than the 128 ranges sorted on the stack at a time: the check of the later ranges against the sorted
+    batch finds the repeat."""
     caches = [np.zeros((2, 16), np.float16) for _ in range(65)]
     vals = [np.ones((2, 16), np.float16) for _ in range(64)] + [caches[40]]
     _trap("MskvCopyBlocks", [caches, vals, np.array([[0, 1]], np.int32), status()], written=tuple(caches))
@@ -107,6 +108,23 @@ def test_block_transfer_h2d_cache_in_two_layers_traps(staged, rng):
     host = [random_array(rng, host_block_shape(geo, p, 2), "float32") for p in range(geo.P)]
     staging = np.zeros(2 * geo.bs * geo.L * sum(geo.hidden), np.float32) if staged else None
     _trap("MskvMultiLayerBlockTransfer", [ids, staging, host, caches, status()], _kv_attrs(geo, "h2d"),
+          written=tuple(caches))
+
+
+def test_block_transfer_many_tensors_checked_in_batches(rng):
+    """64 layers x 2 planes + 2 host blocks = 130 ranges: the check reads each range about twice (a sorted batch
+    of 128, then the rest against it), not once per pair (was ~8.6k ListTensorDesc reads per core, which made
+    the GM traffic of a one-block transfer 1.4x its payload); a host block over a cache (range 129 against the
+    first batch) still traps."""
+    geo = Geometry(SEPARATE, "BSND", num_layers=64, num_blocks=64, block_size=4, heads=1, head_size=32)
+    caches = flat_caches(geo, geo.random_planes(rng, "float16"))
+    host = [np.zeros(host_block_shape(geo, p, 1), np.float16) for p in range(geo.P)]
+    ids = np.array([2], np.int64)
+    st = launch("MskvMultiLayerBlockTransfer", [ids, None, host, caches, status()], _kv_attrs(geo, "d2h"),
+                gm_copy="never")
+    assert max(st["scalar_gm_reads_per_core"]) < 600, st["scalar_gm_reads_per_core"]
+    over = caches[5].reshape(-1)[:host[1].size].reshape(host[1].shape)
+    _trap("MskvMultiLayerBlockTransfer", [ids, None, [host[0], over], caches, status()], _kv_attrs(geo, "d2h"),
           written=tuple(caches))
 
 

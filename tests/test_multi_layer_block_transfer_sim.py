@@ -99,8 +99,8 @@ def test_every_soc_and_core_order(soc, staging):
     planes = geo.random_planes(rng, "float16")
     ids = _ids(rng, geo, 12)
     host, st = d2h(geo, planes, ids, "float16", rng, soc, all_orders=True, staging=staging)
-    expected_cores = cores_of(soc) if staging is None else min(cores_of(soc), 3 * 5)
-    assert st["cores_used"] == expected_cores  # 60 (block, layer) units; staging: one unit per slice at least
+    expected_cores = cores_of(soc) if staging is None else min(cores_of(soc), 3 * 16)
+    assert st["cores_used"] == expected_cores  # 192 (block, token) units; staging: a slice holds a token's layers
     h2d(geo, geo.random_planes(rng, "float16"), host, ids, soc, all_orders=True, staging=staging)
 
 
@@ -124,7 +124,7 @@ def test_block_counts(n):
     if n == 0:
         assert st["block_dim"] == 1 and st["gm_write_bytes"] == 0
     else:
-        assert st["cores_used"] == min(2 * n, 48)
+        assert st["cores_used"] == min(8 * n, 48)  # n * 4 tokens x 2 layers (split by layer: fewer tokens than cores)
     h2d(geo, geo.random_planes(rng, "float32"), host, ids, staging=4 if n else None)
 
 
@@ -134,7 +134,8 @@ def test_layers_61_mla_dsa_all_cores():
     planes = geo.random_planes(rng, "bfloat16")
     ids = np.array([2], np.int64)
     host, st = d2h(geo, planes, ids, "bfloat16", rng)
-    assert st["cores_used"] == 48  # one block, 61 layers: split by layer
+    assert st["cores_used"] == 48  # one block of 4 tokens, 61 layers: split into layer groups too
+    assert int(st["tiling_fields"]["layerGroups"]) == 13 and int(st["tiling_fields"]["layersPerGroup"]) == 5
     h2d(geo, geo.random_planes(rng, "bfloat16"), host, ids)
     g1 = _geo(MLA, "BSND", L=1, nb=60, bs=8, mla=(512, 64))
     p1 = g1.random_planes(rng, "bfloat16")
@@ -192,10 +193,11 @@ def test_tiling_fields_and_data_movement():
     host, st = d2h(geo, planes, ids, "bfloat16", rng)
     f = st["tiling_fields"]
     ub = int(platform("Ascend910B1")["ub_size"])
-    row = 8 * 128 * 2
+    row = 8 * 8 * 128 * 2  # one token of all 8 layers of a plane: one UB row, one host run
     rows = (ub - 256 - 1024 - 4096) // 2 // row
     assert int(f["numLayers"]) == 8 and int(f["numIds"]) == 12 and int(f["numBlocks"]) == 14
-    assert int(f["usedCoreNum"]) == 48 and int(f["formerLen"]) == 2 and int(f["staging"]) == 0
+    assert int(f["usedCoreNum"]) == 48 and int(f["formerLen"]) == 12 * 128 // 48 and int(f["staging"]) == 0
+    assert int(f["layerGroups"]) == 1 and int(f["layersPerGroup"]) == 8
     assert f["tokensPerInnerLoop"] == str([rows, rows, 0, 0, 0, 0])
     assert int(f["perLoopBuffSize"]) == rows * row and int(f["zeroBuffSize"]) == 4096
     minimum = 2 * 2 * 8 * 12 * 128 * row + ids.nbytes
@@ -204,8 +206,10 @@ def test_tiling_fields_and_data_movement():
     assert max(st["ub_bytes_per_core"]) <= ub
     _, st2 = h2d(geo, geo.random_planes(rng, "bfloat16"), host, ids, staging=4)
     f2 = st2["tiling_fields"]
-    assert int(f2["staging"]) == 1 and int(f2["usedCoreNum"]) == 32  # 4 blocks x 8 layers of staging
-    assert int(f2["stagingSliceElems"]) == 4 * per_block(geo) // 32 and int(f2["layersPerStage"]) == 1
+    assert int(f2["staging"]) == 1 and int(f2["usedCoreNum"]) == 48  # 4 blocks of staging: room for 512 tokens
+    slice_elems = 4 * per_block(geo) // 48
+    assert int(f2["stagingSliceElems"]) == slice_elems
+    assert int(f2["stagingTokens"]) == slice_elems // (8 * sum(geo.hidden))
 
 
 def test_tiling_rejects_bad_shapes_cleanly():
@@ -289,19 +293,20 @@ def test_public_op_sim_matches_cpu(mode):
                 assert_same_bytes(got[l][p], exp[l][p], f"{key} layer {l} plane {p}")
 
 
-def test_few_blocks_split_by_token_chunks():
-    """n * L < cores: each block is split into token chunks so that more cores work (direct mode)."""
+def test_few_blocks_split_by_tokens():
+    """n * L < cores: the work is split by token (every layer of a token together), so every core works, in
+    both modes; a core's tokens of a block are one contiguous host range."""
     rng = np.random.default_rng(17)
     geo = _geo(MERGED, "BNSD", L=2, nb=5, bs=64, heads=2, head_size=16)
     planes = geo.random_planes(rng, "float16")
     ids = np.array([3, -1], np.int64)
     host, st = d2h(geo, planes, ids, "float16", rng, all_orders=True)
     f = st["tiling_fields"]
-    assert int(f["tokenChunks"]) == 8 and int(f["tokensPerChunk"]) == 8  # chunks of >= 8 tokens
-    assert st["cores_used"] == 2 * 2 * 8
+    assert int(f["layerGroups"]) == 1 and int(f["layersPerGroup"]) == 2
+    assert st["cores_used"] == 48 and int(f["formerLen"]) == 3  # 128 (block, token) units
     h2d(geo, geo.random_planes(rng, "float16"), host, ids, all_orders=True)
-    _, st2 = h2d(geo, geo.random_planes(rng, "float16"), host, ids, staging=1)
-    assert int(st2["tiling_fields"]["tokenChunks"]) == 1
+    _, st2 = h2d(geo, geo.random_planes(rng, "float16"), host, ids, staging=1, all_orders=True)
+    assert st2["cores_used"] == 48 and int(st2["tiling_fields"]["stagingTokens"]) == 1
 
 
 def test_public_op_bad_input_on_sim_raises_clear_errors():

@@ -108,7 +108,8 @@ def test_token_counts_and_many_blocks(T):
     if T == 0:
         assert st["block_dim"] == 1 and st["gm_write_bytes"] == 0
     else:
-        assert st["cores_used"] == min(2 * T, 48)
+        assert st["cores_used"] == min(2 * 2 * T, 48)  # fewer (layer, token) items than cores: split by plane too
+        assert int(st["tiling_fields"]["planeItems"]) == int(2 * T < 48)
     h2d(geo, geo.random_planes(rng, "bfloat16"), buf, slots, all_orders=T > 0)
 
 
@@ -130,13 +131,13 @@ def test_layers_61_one_token_all_cores_and_mla_dsa_sizes():
     planes = geo.random_planes(rng, "bfloat16")
     slots = np.array([6], np.int64)
     buf, st = d2h(geo, planes, slots, "bfloat16", rng)
-    assert st["cores_used"] == 48  # 61 (layer, token) items: split by layer too
+    assert st["cores_used"] == 48  # 3 * 61 (plane, layer, token) items: split by plane and layer too
     h2d(geo, geo.random_planes(rng, "bfloat16"), buf, slots)
     geo1 = _geo(MLA, "BSND", L=1, nb=4, bs=4, mla=(512, 64))
     p1 = geo1.random_planes(rng, "bfloat16")
     s1 = slots_for(rng, geo1, 16, skip=2)
     buf1, st1 = d2h(geo1, p1, s1, "bfloat16", rng, all_orders=True)
-    assert st1["cores_used"] == 16 and st1["tiling_key"] % 10 == 0  # 1024 B / 128 B rows: no DataCopyPad
+    assert st1["cores_used"] == 32 and st1["tiling_key"] % 10 == 0  # 2 planes x 16; 1024 B / 128 B rows: no pad
 
 
 def test_aiv_num_caps_cores():
@@ -200,11 +201,13 @@ def test_tiling_fields_and_data_movement():
     loop = int(f["perLoopBuffSize"])
     assert int(f["numLayers"]) == 4 and int(f["numTokens"]) == T and int(f["numPlanes"]) == 2
     assert int(f["tensorsPerLayer"]) == 2 and int(f["direction"]) == 0 and int(f["zeroBuffSize"]) == 4096
-    assert int(f["usedCoreNum"]) == 48 and int(f["formerLen"]) == 50 and int(f["tailLen"]) == 50
+    per_core = 4 * T // 48  # (layer, token) items of a core (every plane)
+    assert int(f["planeItems"]) == 0
+    assert int(f["usedCoreNum"]) == 48 and int(f["formerLen"]) == per_core and int(f["tailLen"]) == per_core
     rows = (ub - 256 - 1024 - 4096) // 2 // row
-    assert f["tokensPerInnerLoop"] == str([min(rows, 50)] * 2 + [0] * 4)
-    assert int(f["maxTokensPerLoop"]) == min(rows, 50)
-    assert loop == min(rows, 50) * row and 2 * loop + 4096 <= ub
+    assert f["tokensPerInnerLoop"] == str([min(rows, per_core)] * 2 + [0] * 4)
+    assert int(f["maxTokensPerLoop"]) == min(rows, per_core)
+    assert loop == min(rows, per_core) * row and 2 * loop + 4096 <= ub
     assert f["bufOffset"] == str([0, 4 * T * 1024, 0, 0, 0, 0])
     minimum = 2 * 2 * 4 * T * row + slots.nbytes
     total = st["gm_read_bytes"] + st["gm_write_bytes"]

@@ -44,6 +44,8 @@ ROW_KEYS = {
     "cores": "vector cores of the SoC",
     "ub_bytes": "peak UB bytes used per core",
     "copies_per_core": "DataCopy(Pad) calls per core (max)",
+    "pred_gbps": "payload / the time the emulation's cost model predicts, GB/s (a model, not a measurement)",
+    "ref_gbps": "a published figure the row is compared with, GB/s (the row's case names it)",
 }
 _ORDER = ["module", "op", "case", "tokens", "backend", "dtype", "soc", "bytes", "seconds", "gbps", "memcpy_gbps",
           "ratio_memcpy", "gm_bytes", "gm_min_bytes", "gm_ratio", "cores_used", "cores", "ub_bytes",
@@ -286,7 +288,8 @@ def _fmt_mb(b):
 RATIO_NOTE = ("ratios: x memcpy = memcpy time / op time, speed-up = baseline time / op time "
               "(above 1 the op is faster)")
 EMULATION_NOTE = ("emulation counts: bytes and calls of the AscendC kernels run through the in-repo emulation "
-                  "(sim backend), not hardware timings; GM / min = GM bytes / the least the op must move")
+                  "(sim backend), not hardware timings; GM / min = GM bytes / the least the op must move; "
+                  "pred GB/s: the emulation's cost model (docs/emulation.md), a prediction, not a measurement")
 
 
 def is_emulation_row(row):
@@ -308,13 +311,14 @@ def _emulation_cells(r):
     return [str(r.get("op", "")), str(r.get("case", "")), _fmt(r.get("tokens")), str(r.get("soc", "")),
             _fmt_mb(r.get("gm_bytes")), _fmt_mb(r.get("gm_min_bytes")),
             "" if r.get("gm_ratio") is None else f"{r['gm_ratio']:.3f}", cores_s,
-            "" if ub is None else f"{ub / 1024:.1f}", _fmt(r.get("copies_per_core")), str(r.get("note", ""))]
+            "" if ub is None else f"{ub / 1024:.1f}", _fmt(r.get("copies_per_core")), _fmt(r.get("pred_gbps")),
+            _fmt(r.get("ref_gbps")), str(r.get("note", ""))]
 
 
 _TIMING_HEADERS = ["op", "case", "tokens", "backend", "time", "GB/s", "memcpy GB/s", "x memcpy",
                    "speed-up over baselines", "note"]
 _EMULATION_HEADERS = ["op", "case", "tokens", "soc", "GM MB", "min MB", "GM / min", "cores", "UB KiB",
-                      "copies/core", "note"]
+                      "copies/core", "pred GB/s", "ref GB/s", "note"]
 
 
 def format_tables(rows):

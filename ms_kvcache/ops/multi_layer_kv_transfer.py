@@ -209,8 +209,7 @@ def multi_layer_kv_transfer(buffer, kv_caches, slot_mapping, *, kv_format, direc
     """Move the K/V rows of T tokens of every layer between the paged caches and one buffer, in one call.
 
     ``direction="d2h"`` gathers cache rows into ``buffer`` (offload), ``"h2d"`` scatters them back (load).
-    LMCache's multi-layer transfer ("KV_2LTD" buffer, one launch for all layers) with vLLM's slots.
-    Formats, buffer layouts, scale caches and errors: docs/ops-transfer.md.
+    LMCache's multi-layer transfer ("KV_2LTD" buffer, one launch) with vLLM's slots; details: docs/ops-transfer.md.
 
     Args:
         buffer (Tensor): ``transfer_buffer_shape(kv_format, L, T, hidden_sizes)``: ``[2, L, T, H * D]`` (MERGED_KV /

@@ -87,8 +87,7 @@ def rope_reshape_and_cache(positions, query, key, value, cos_sin_cache, key_cach
             the cpu backend, fails the call on the sim backend and is undefined on ascend.
         is_neox_style (bool | numpy.bool_, keyword): True (default): pairs ``(i, i + rotary_dim / 2)``;
             False: ``(2i, 2i+1)``.
-        cache_layout (str, keyword): ``"BSND"`` (default), ``"BNSD"`` or ``"NZ"`` (caches ``[num_blocks,
-            num_kv_heads * head_size // 16, block_size, 16]``, key ``[T', num_kv_heads, head_size]``; docs/ops-copy.md).
+        cache_layout (str, keyword): ``"BSND"`` (default), ``"BNSD"`` or ``"NZ"`` (``[num_blocks, H*D // C0, block_size, C0]``).
         k_scale, v_scale, k_offset, v_offset, k_scale_cache, v_scale_cache (keyword): int8 / float8 caches:
             as for :func:`ms_kvcache.reshape_and_cache`.
 

@@ -37,7 +37,7 @@ __all__ = [
     "launch_kernel_all_orders", "build", "BuiltModule", "set_soc", "get_soc", "set_order", "get_order",
     "set_hazards", "get_hazards", "last_error", "last_launch_stats", "ORDERS", "GM_COPY_MODES", "check_settings",
     "check_tiling", "TilingRejectedError", "TilingDTypeRejectedError", "set_error_hint", "ARCHS", "arch_of",
-    "arch_defines", "kernel_archs",
+    "arch_defines", "kernel_archs", "cost_params", "set_cost_model", "get_cost_model", "cost_memcpy_us",
 ]
 
 _HERE = Path(__file__).resolve().parent
@@ -51,6 +51,9 @@ GM_COPY_MODES = ("always", "never", "auto")
 
 #: Values of ``$MS_KVCACHE_SIM_HAZARDS`` (unset = on).
 _HAZARD_VALUES = ("0", "1")
+
+#: Values of ``$MS_KVCACHE_SIM_COST`` (unset = off): the cost model in every launch.
+_COST_VALUES = ("0", "1")
 
 
 def _module():
@@ -414,11 +417,89 @@ def get_hazards():
     return _sim.get_hazards()
 
 
+# ------------------------------------------------------------------------------------------- cost model
+def set_cost_model(on):
+    """Run the DMA cost model in later launches (also ``$MS_KVCACHE_SIM_COST=1``; default off).
+
+    The model predicts a launch's time from the DataCopies, vector instructions and synchronisations the
+    kernel issues; it is a model calibrated on published figures, not a measurement (docs/emulation.md,
+    "The cost model"). With it off, launches behave and run exactly as without it.
+    """
+    _sim.set_cost_model(bool(on))
+
+
+def get_cost_model():
+    """Whether the cost model runs in launches by default."""
+    return _sim.get_cost_model()
+
+
+def cost_params(soc=None):
+    """The cost model's parameter table of a SoC: ``{name: {"value", "unit", "source"}}``.
+
+    Args:
+        soc (str): SoC name (default :func:`get_soc`); Atlas A2 and A3 have parameters.
+
+    Raises:
+        EmulationError: rule ``COST_MODEL_SOC`` for a SoC without parameters (Ascend310P3),
+            ``PLATFORM_UNKNOWN_SOC`` for an unknown one.
+    """
+    return _sim.cost_params(soc or _sim.get_soc())
+
+
+def cost_memcpy_us(nbytes, soc=None, params=None):
+    """Predicted time (us) of one ``aclrtMemcpyAsync`` of ``nbytes`` between pinned host memory and HBM
+    (``memcpy_us + nbytes / memcpy_gbps``), as the staged host-memory mode adds it before / after a launch.
+
+    Args:
+        nbytes (int): bytes copied (>= 0).
+        soc (str): SoC name (default :func:`get_soc`).
+        params (dict): overrides of the table's values by name (as ``cost_model=`` of :func:`launch`).
+
+    Raises:
+        ValueError: negative ``nbytes`` or an unknown parameter name.
+    """
+    if int(nbytes) < 0:
+        raise ValueError(f"cost_memcpy_us: argument 'nbytes': expected >= 0, got {nbytes}")
+    table = {k: v["value"] for k, v in cost_params(soc).items()}
+    for k, v in (params or {}).items():
+        if k not in table:
+            raise ValueError(f"cost_memcpy_us: argument 'params': unknown parameter {k!r}; known {sorted(table)}")
+        table[k] = float(v)
+    return table["memcpy_us"] + int(nbytes) / (table["memcpy_gbps"] * 1e3)
+
+
+def _cost_args(cost_model, host, what):
+    """(cost, cost_params, host) of the low-level launch from the public arguments."""
+    if cost_model is None:
+        cost = -1
+        overrides = None
+    elif isinstance(cost_model, dict):
+        cost = 1
+        overrides = {str(k): float(v) for k, v in cost_model.items()}
+    elif isinstance(cost_model, bool):
+        cost = int(cost_model)
+        overrides = None
+    else:
+        raise TypeError(f"{what}: argument 'cost_model': expected None, a bool or a dict of parameter overrides, "
+                        f"got {type(cost_model).__name__}")
+    if host is not None:
+        if isinstance(host, (str, int)):
+            host = [host]
+        host = [str(h) for h in host]
+        if cost == -1:
+            cost = 1 if _sim.get_cost_model() else 0
+        if host and cost != 1:
+            raise ValueError(f"{what}: argument 'host': names arguments in host memory for the cost model, which is "
+                             "off (pass cost_model=True)")
+    return cost, overrides, host
+
+
 def check_settings():
     """Check the emulation's default settings, which come from the environment unless set in Python.
 
     ``set_soc`` / ``set_order`` validate their argument, but ``$MS_KVCACHE_SIM_SOC``,
-    ``$MS_KVCACHE_SIM_ORDER``, ``$MS_KVCACHE_SIM_GM_COPY``, ``$MS_KVCACHE_SIM_HAZARDS`` and the watchdog's
+    ``$MS_KVCACHE_SIM_ORDER``, ``$MS_KVCACHE_SIM_GM_COPY``, ``$MS_KVCACHE_SIM_HAZARDS``,
+    ``$MS_KVCACHE_SIM_COST`` and the watchdog's
     ``$MS_KVCACHE_SIM_SPIN_LIMIT`` / ``$MS_KVCACHE_SIM_WATCHDOG_S`` are only read (a bad watchdog value
     falls back to its default at launch);
     ``ms_kvcache.set_backend("sim")`` calls this so that a typo is reported there and not as a failed
@@ -441,6 +522,9 @@ def check_settings():
     hz = os.environ.get("MS_KVCACHE_SIM_HAZARDS")
     if hz and hz not in _HAZARD_VALUES:
         problems.append(f"MS_KVCACHE_SIM_HAZARDS={hz!r}: expected '0' (off) or '1' (on)")
+    cm = os.environ.get("MS_KVCACHE_SIM_COST")
+    if cm and cm not in _COST_VALUES:
+        problems.append(f"MS_KVCACHE_SIM_COST={cm!r}: expected '0' (off) or '1' (on)")
     spin = os.environ.get("MS_KVCACHE_SIM_SPIN_LIMIT")
     if spin and not (spin.isdigit() and int(spin) > 0):
         problems.append(f"MS_KVCACHE_SIM_SPIN_LIMIT={spin!r}: expected a positive integer (GM reads)")
@@ -505,7 +589,8 @@ def _split_arrays(op, arrays):
     return cin, cout
 
 
-def launch(op, arrays, attrs=None, soc=None, order=None, hazards=None, seed=0, gm_copy=None):
+def launch(op, arrays, attrs=None, soc=None, order=None, hazards=None, seed=0, gm_copy=None, cost_model=None,
+           host=None):
     """Run op ``op``'s registered tiling, then its kernel on every core, over numpy arrays.
 
     Args:
@@ -526,26 +611,33 @@ def launch(op, arrays, attrs=None, soc=None, order=None, hazards=None, seed=0, g
             ``"never"`` (run on the arrays' memory), ``"auto"`` (copy up to 256 MiB).
             A read-only array (``flags.writeable`` False) may be passed for a tensor the kernel only
             reads; a kernel write into it raises rule ``GM_READONLY`` naming the argument.
+        cost_model (bool | dict): run the DMA cost model (default :func:`get_cost_model`); a dict
+            turns it on with overrides of the SoC's parameters (:func:`cost_params`).
+        host (list of str): OpDef names of the tensors in host memory that the kernel reaches through
+            PCIe (zero-copy), for the cost model; the others are device HBM.
 
     Returns:
         dict: launch statistics: ``block_dim``, ``tiling_key``, ``cores_used``, ``gm_read_bytes``,
         ``gm_write_bytes`` (totals) and per core ``gm_read_bytes_per_core``,
         ``gm_write_bytes_per_core``, ``datacopy_calls_per_core``, ``datacopy_pad_calls_per_core``,
         ``ub_bytes_per_core`` (peak InitBuffer bytes), ``scalar_gm_reads_per_core``, ... plus
-        ``tiling_fields``.
+        ``tiling_fields``; with the cost model ``cost``: ``time_us`` (predicted), ``core_us``,
+        ``pcie_link_us``, ``hbm_link_us``, per core ``core_end_us``, pipe busy times and
+        bytes / runs / copies per link, and the ``params`` used (docs/emulation.md, "The cost model").
 
     Raises:
         EmulationError: a documented rule was broken (attributes ``rule``, ``op``, ``core``).
         TypeError, ValueError: wrong argument types / counts / non-contiguous arrays.
     """
     cin, cout = _split_arrays(op, arrays)
+    cost, overrides, hosts = _cost_args(cost_model, host, op)
     return _sim.launch(op, cin, cout, _kernel_attrs(op, attrs), soc or "", order or "",
                        -1 if hazards is None else int(bool(hazards)),
-                       int(seed), gm_copy or "always")
+                       int(seed), gm_copy or "always", cost, overrides, hosts)
 
 
 def launch_kernel(kernel, args, block_dim, tiling=b"", tiling_key=0, workspace_bytes=0, with_ws_tiling=True,
-                  soc=None, order=None, hazards=None, seed=0, gm_copy=None):
+                  soc=None, order=None, hazards=None, seed=0, gm_copy=None, cost_model=None, host=None):
     """Launch a registered kernel entry directly, without OpDef or tiling function.
 
     Args:
@@ -556,6 +648,7 @@ def launch_kernel(kernel, args, block_dim, tiling=b"", tiling_key=0, workspace_b
         tiling (bytes | numpy array | ctypes struct): bytes handed to GET_TILING_DATA.
         tiling_key (int): value TILING_KEY_IS compares against.
         workspace_bytes (int): size of the workspace GM buffer (0: null pointer).
+        host (list): kernel parameter names or indices of ``args`` in host memory (cost model).
         Other arguments as in :func:`launch`.
 
     Returns:
@@ -569,9 +662,11 @@ def launch_kernel(kernel, args, block_dim, tiling=b"", tiling_key=0, workspace_b
     elif not isinstance(tiling, (bytes, bytearray)):
         tiling = bytes(tiling)
     targs = [_tensor(a, f"args[{i}]", kernel) for i, a in enumerate(args)]
+    cost, overrides, hosts = _cost_args(cost_model, host, kernel)
     return _sim.launch_kernel(kernel, targs, int(block_dim), bytes(tiling), int(tiling_key), int(workspace_bytes),
                               bool(with_ws_tiling), soc or "", order or "",
-                              -1 if hazards is None else int(bool(hazards)), int(seed), gm_copy or "always")
+                              -1 if hazards is None else int(bool(hazards)), int(seed), gm_copy or "always",
+                              cost, overrides, hosts)
 
 
 def _flatten(arrays):

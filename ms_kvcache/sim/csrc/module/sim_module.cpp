@@ -151,17 +151,61 @@ py::dict StatsDict(const LaunchResult& r) {
   py::dict tf;
   for (const auto& kv : r.tiling_fields) tf[py::str(kv.first)] = kv.second;
   d["tiling_fields"] = tf;
+  if (r.cost) {  // the cost model's prediction (docs/emulation.md, "The cost model")
+    py::dict c, params;
+    for (const auto& kv : r.cost_params) params[py::str(kv.first)] = kv.second;
+    py::list end, mte2, vec, mte3, hb, hr, hc, db, dr, dc;
+    for (const CoreStats& s : r.cores) {
+      end.append(s.cost_end_ns / 1e3);
+      mte2.append(s.cost_busy_ns[ascendc_sim::kMTE2] / 1e3);
+      vec.append(s.cost_busy_ns[ascendc_sim::kV] / 1e3);
+      mte3.append(s.cost_busy_ns[ascendc_sim::kMTE3] / 1e3);
+      hb.append(s.cost_bytes[ascendc_sim::kLinkHost]);
+      hr.append(s.cost_runs[ascendc_sim::kLinkHost]);
+      hc.append(s.cost_calls[ascendc_sim::kLinkHost]);
+      db.append(s.cost_bytes[ascendc_sim::kLinkHbm]);
+      dr.append(s.cost_runs[ascendc_sim::kLinkHbm]);
+      dc.append(s.cost_calls[ascendc_sim::kLinkHbm]);
+    }
+    c["time_us"] = r.cost_time_ns / 1e3;
+    c["launch_us"] = r.cost_params.empty() ? 0.0 : [&] {
+      for (const auto& kv : r.cost_params)
+        if (kv.first == "launch_us") return kv.second;
+      return 0.0;
+    }();
+    c["core_us"] = r.cost_core_ns / 1e3;
+    c["hbm_link_us"] = r.cost_link_ns[ascendc_sim::kLinkHbm] / 1e3;
+    c["pcie_link_us"] = r.cost_link_ns[ascendc_sim::kLinkHost] / 1e3;
+    c["core_end_us"] = end;
+    c["mte2_busy_us"] = mte2;
+    c["vector_busy_us"] = vec;
+    c["mte3_busy_us"] = mte3;
+    c["host_bytes_per_core"] = hb;
+    c["host_runs_per_core"] = hr;
+    c["host_copies_per_core"] = hc;
+    c["hbm_bytes_per_core"] = db;
+    c["hbm_runs_per_core"] = dr;
+    c["hbm_copies_per_core"] = dc;
+    c["params"] = params;
+    d["cost"] = c;
+  }
   return d;
 }
 
 LaunchOptions Opts(const std::string& soc, const std::string& order, int hazards, uint64_t seed,
-                   const std::string& gm_copy) {
+                   const std::string& gm_copy, int cost, const py::object& cost_params, const py::object& host) {
   LaunchOptions o;
   o.soc = soc;
   o.order = order;
   o.hazards = hazards;
   o.seed = seed;
   o.gm_copy = gm_copy;
+  o.cost = cost;
+  if (!cost_params.is_none())
+    for (auto kv : py::reinterpret_borrow<py::dict>(cost_params))
+      o.cost_params.push_back({kv.first.cast<std::string>(), kv.second.cast<double>()});
+  if (!host.is_none())
+    for (auto h : host) o.host.push_back(h.cast<std::string>());
   return o;
 }
 
@@ -195,8 +239,10 @@ PYBIND11_MODULE(_sim, m) {
   m.def(
       "launch",
       [](const std::string& op, const py::list& inputs, const py::list& outputs, const py::object& attrs,
-         const std::string& soc, const std::string& order, int hazards, uint64_t seed, const std::string& gm_copy) {
+         const std::string& soc, const std::string& order, int hazards, uint64_t seed, const std::string& gm_copy,
+         int cost, const py::object& cost_params, const py::object& host) {
         const simhost::OpDefInfo& def = simhost::GetOpDef(op);
+        const LaunchOptions opts = Opts(soc, order, hazards, seed, gm_copy, cost, cost_params, host);
         std::vector<ParamArg> ins, outs;
         size_t i = 0;
         for (auto h : inputs) ins.push_back(ToParam(h, "input " + std::to_string(i++)));
@@ -218,12 +264,13 @@ PYBIND11_MODULE(_sim, m) {
         LaunchResult r;
         {
           py::gil_scoped_release nogil;
-          r = ascendc_sim::RunOp(op, ins, outs, at, Opts(soc, order, hazards, seed, gm_copy));
+          r = ascendc_sim::RunOp(op, ins, outs, at, opts);
         }
         return StatsDict(r);
       },
       py::arg("op"), py::arg("inputs"), py::arg("outputs"), py::arg("attrs") = py::none(), py::arg("soc") = "",
       py::arg("order") = "", py::arg("hazards") = -1, py::arg("seed") = 0, py::arg("gm_copy") = "",
+      py::arg("cost") = -1, py::arg("cost_params") = py::none(), py::arg("host") = py::none(),
       "Low-level launch (use ms_kvcache.sim.launch). inputs/outputs: OpDef order; each entry is "
       "(array, dtype name), None, or for a DYNAMIC input a list of such tuples.");
 
@@ -231,7 +278,9 @@ PYBIND11_MODULE(_sim, m) {
       "launch_kernel",
       [](const std::string& kernel, const py::list& args, uint32_t block_dim, const py::bytes& tiling,
          uint64_t tiling_key, uint64_t workspace_bytes, bool with_ws_tiling, const std::string& soc,
-         const std::string& order, int hazards, uint64_t seed, const std::string& gm_copy) {
+         const std::string& order, int hazards, uint64_t seed, const std::string& gm_copy, int cost,
+         const py::object& cost_params, const py::object& host) {
+        const LaunchOptions opts = Opts(soc, order, hazards, seed, gm_copy, cost, cost_params, host);
         std::vector<TensorArg> ts;
         size_t i = 0;
         for (auto h : args) ts.push_back(ToTensor(h, "argument " + std::to_string(i++)));
@@ -240,15 +289,14 @@ PYBIND11_MODULE(_sim, m) {
         LaunchResult r;
         {
           py::gil_scoped_release nogil;
-          r = ascendc_sim::RunKernel(kernel, ts, block_dim, tv, tiling_key, workspace_bytes, with_ws_tiling,
-                                     Opts(soc, order, hazards, seed, gm_copy));
+          r = ascendc_sim::RunKernel(kernel, ts, block_dim, tv, tiling_key, workspace_bytes, with_ws_tiling, opts);
         }
         return StatsDict(r);
       },
       py::arg("kernel"), py::arg("args"), py::arg("block_dim"), py::arg("tiling") = py::bytes(),
       py::arg("tiling_key") = 0, py::arg("workspace_bytes") = 0, py::arg("with_ws_tiling") = true,
       py::arg("soc") = "", py::arg("order") = "", py::arg("hazards") = -1, py::arg("seed") = 0,
-      py::arg("gm_copy") = "",
+      py::arg("gm_copy") = "", py::arg("cost") = -1, py::arg("cost_params") = py::none(), py::arg("host") = py::none(),
       "Low-level direct kernel launch without OpDef/tiling function (use ms_kvcache.sim.launch_kernel).");
 
   m.def("kernels", &ascendc_sim::ListKernels, "Registered kernel entry names.");
@@ -275,4 +323,20 @@ PYBIND11_MODULE(_sim, m) {
   m.def("last_launch_stats", []() { return StatsDict(ascendc_sim::LastLaunch()); },
         "Statistics of the most recent successful launch (any path, including the MindSpore AOT entry).");
   m.def("library_path", &LibraryPath, "Path of libascendc_sim.so.");
+  m.def(
+      "cost_params",
+      [](const std::string& soc) {
+        py::dict d;
+        for (const auto& p : ascendc_sim::CostParamTable(soc)) {
+          py::dict row;
+          row["value"] = p.value;
+          row["unit"] = p.unit;
+          row["source"] = p.source;
+          d[py::str(p.name)] = row;
+        }
+        return d;
+      },
+      py::arg("soc"), "The cost model's parameter table of a SoC: name -> {value, unit, source}.");
+  m.def("set_cost_model", &ascendc_sim::SetDefaultCost, py::arg("on"), "Run the cost model in later launches.");
+  m.def("get_cost_model", &ascendc_sim::DefaultCost);
 }

@@ -161,9 +161,11 @@ void CopyGmToUb(const UbRef& dst, int32_t region, const uint8_t* src, DT dt, Cop
   HzIssue(c, kMTE2);
   const uint64_t left = pad ? static_cast<uint64_t>(pad->left) * esz : 0;
   const uint64_t right = pad ? static_cast<uint64_t>(pad->right) * esz : 0;
+  const Region* first = nullptr;
   for (uint32_t i = 0; i < r.rows; ++i) {
     const uint8_t* g = src + static_cast<uint64_t>(i) * r.gm_pitch;
     const Region& reg = GmCheck(c, region, g, r.gm_row, false, api);
+    if (first == nullptr) first = &reg;
     const uint64_t uoff = static_cast<uint64_t>(i) * r.ub_pitch;
     CheckUb(c, dst, uoff, r.ub_row, api, Format("row %u of the destination", i).c_str());
     const uint32_t ua = static_cast<uint32_t>(dst.addr + uoff);
@@ -182,6 +184,7 @@ void CopyGmToUb(const UbRef& dst, int32_t region, const uint8_t* src, DT dt, Cop
       UbMarkValid(c, ua, static_cast<uint32_t>(r.gm_row), true);
     }
   }
+  CostDma(c, kMTE2, first, r.rows, r.gm_row, r.gm_pitch);
 }
 
 void CopyUbToGm(int32_t region, uint8_t* dst, const UbRef& src, DT dt, CopyKind kind, const CopyParamsRaw& p,
@@ -202,6 +205,7 @@ void CopyUbToGm(int32_t region, uint8_t* dst, const UbRef& src, DT dt, CopyKind 
   Rows r = Plan(c, kind, p, dt, false, nullptr, api);
   if (r.nop) return;
   HzIssue(c, kMTE3);
+  const Region* first = nullptr;
   for (uint32_t i = 0; i < r.rows; ++i) {
     uint8_t* g = dst + static_cast<uint64_t>(i) * r.gm_pitch;
     const uint64_t uoff = static_cast<uint64_t>(i) * r.ub_pitch;
@@ -214,10 +218,12 @@ void CopyUbToGm(int32_t region, uint8_t* dst, const UbRef& src, DT dt, CopyKind 
            "would land in %s",
            api, bad, i, DescribeGm(*c.L, g).c_str());
     const Region& reg = GmCheck(c, region, g, r.gm_row, true, api);
+    if (first == nullptr) first = &reg;
     HzUb(c, kMTE3, ua, static_cast<uint32_t>(r.gm_row), false, api);
     GmNoteWrite(c, reg, g, r.gm_row, kMTE3, api);
     std::memcpy(g, c.ub.data() + ua, r.gm_row);
   }
+  CostDma(c, kMTE3, first, r.rows, r.gm_row, r.gm_pitch);
 }
 
 void CopyUbToUb(const UbRef& dst, const UbRef& src, DT dt, CopyKind kind, const CopyParamsRaw& p, const char* api) {
@@ -245,6 +251,7 @@ void CopyUbToUb(const UbRef& dst, const UbRef& src, DT dt, CopyKind kind, const 
     std::memmove(c.ub.data() + da, c.ub.data() + sa, r.gm_row);
     std::memmove(c.valid.data() + da, c.valid.data() + sa, r.gm_row);
   }
+  CostVec(c, static_cast<uint64_t>(r.rows) * r.gm_row);
   (void)KindName;
 }
 

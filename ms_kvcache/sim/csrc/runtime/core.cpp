@@ -418,6 +418,7 @@ static int32_t NewBuffers(Core& c, const char* api, Pos pos, uint32_t num, uint3
     c.top += cap;
     c.bufs.push_back(b);
   }
+  if (c.L->cost) CostNewBuffers(c, static_cast<size_t>(first));
   if (c.top > c.st.ub_peak) c.st.ub_peak = c.top;
   return first;
 }
@@ -580,6 +581,7 @@ UbRef QueAlloc(int32_t h, uint32_t gen, uint32_t* len) {
   ++b.lease;
   QueGiveId(c, q.free_evt, b.free_id);  // WaitFlag + ReleaseEventID of the FreeTensor event
   if (q.prod != kNoPipe) HzLearn(c, q.prod, b.free_snap);  // WaitFlag(consumer -> producer)
+  if (c.L->cost && q.prod != kNoPipe) CostLearn(c, q.prod, c.cc.buf_free[static_cast<size_t>(pick)]);
   *len = b.len;
   return UbRef{b.start, pick, c.gen, b.lease};
 }
@@ -624,6 +626,7 @@ void QueEnQue(int32_t h, uint32_t gen, const UbRef& t, Pos su, Pos du) {
   if (su != Pos::MAX) prod = (su == Pos::GM) ? kMTE2 : kV;
   if (prod != kNoPipe) b.enq_snap = HzSnap(c, prod);  // SetFlag(producer -> consumer)
   else b.enq_snap = VClock();
+  if (c.L->cost) c.cc.buf_enq[static_cast<size_t>(bi)] = prod != kNoPipe ? CostSnap(c, prod) : VTimes();
   b.st = kEnq;
   q.fifo.push_back(bi);
   (void)du;
@@ -644,6 +647,7 @@ UbRef QueDeQue(int32_t h, uint32_t gen, uint32_t* len, Pos su, Pos du) {
   if (du != Pos::MAX) cons = (du == Pos::GM) ? kMTE3 : kV;
   (void)su;
   if (cons != kNoPipe) HzLearn(c, cons, b.enq_snap);  // WaitFlag(producer -> consumer)
+  if (c.L->cost && cons != kNoPipe) CostLearn(c, cons, c.cc.buf_enq[static_cast<size_t>(bi)]);
   *len = b.len;
   return UbRef{b.start, bi, c.gen, b.lease};
 }
@@ -660,6 +664,7 @@ void QueFree(int32_t h, uint32_t gen, const UbRef& t) {
   b.st = kFree;
   const int cons = q.cons != kNoPipe ? q.cons : q.prod;
   if (cons != kNoPipe) b.free_snap = HzSnap(c, cons);  // SetFlag(consumer -> producer)
+  if (c.L->cost && cons != kNoPipe) c.cc.buf_free[static_cast<size_t>(bi)] = CostSnap(c, cons);
 }
 
 int32_t QueInfo(int32_t h, uint32_t gen, int what) {
@@ -774,6 +779,7 @@ void SetFlag(int event, int64_t id) {
   } else {
     f.snap = VClock();
   }
+  if (c.L->cost) c.cc.flags[{event, id}] = src == kS ? c.cc.known[kS] : src != kNoPipe ? CostSnap(c, src) : VTimes();
 }
 
 void WaitFlag(int event, int64_t id) {
@@ -787,6 +793,7 @@ void WaitFlag(int event, int64_t id) {
   it->second.pending = false;
   const int dst = PipeIdxOf(event & 15);
   if (dst != kNoPipe) HzLearn(c, dst, it->second.snap);
+  if (c.L->cost && dst != kNoPipe) CostLearn(c, dst, c.cc.flags[{event, id}]);
 }
 
 void Barrier(Pipe p) {
@@ -797,6 +804,11 @@ void Barrier(Pipe p) {
       for (int i = 0; i < kNPipes; ++i) all.c[i] = c.clock[i];
       HzLearn(c, kS, all);
       for (int i = 0; i < kNPipes; ++i) HzLearn(c, i, all);
+      if (c.L->cost) {  // the scalar and every pipe wait until every pipe is done
+        VTimes t;
+        for (int i = 0; i < kNPipes; ++i) t.t[i] = c.cc.tfree[i];
+        for (int i = 0; i <= kNPipes; ++i) CostLearn(c, i, t);
+      }
       break;
     }
     case Pipe::MTE2: c.known[kMTE2].c[kMTE2] = c.clock[kMTE2]; break;
@@ -954,6 +966,12 @@ void HzUbScalar(Core& c, uint32_t addr, uint32_t len, bool write) {
     }
   }
   c.known[kS].Merge(learn);
+  if (c.L->cost) {  // the scalar waits for those pipes
+    VTimes t;
+    for (int q = 0; q < kNPipes; ++q)
+      if (learn.c[q]) t.t[q] = c.cc.tfree[q];
+    CostLearn(c, kS, t);
+  }
 }
 
 void CoreFinish(Core& c) {

@@ -196,6 +196,11 @@ void GmNoteRead(Core& c, const Region& r, const uint8_t* p, uint64_t len, int pi
     VClock v;
     v.c[kMTE3] = c.clock[kMTE3];
     c.known[kS].Merge(v);
+    if (c.L->cost) {
+      VTimes t;
+      t.t[kMTE3] = c.cc.tfree[kMTE3];
+      CostLearn(c, kS, t);
+    }
   }
 }
 
@@ -393,6 +398,7 @@ void GmScalarRead(int32_t region, const void* p, uint32_t bytes, void* out, cons
   const Region& r = GmCheck(c, region, p, bytes, false, api);
   GmNoteRead(c, r, static_cast<const uint8_t*>(p), bytes, kS, api);
   ++c.st.scalar_read;
+  CostScalarGm(c, r, p, bytes);
   std::memcpy(out, p, bytes);
 }
 
@@ -419,6 +425,7 @@ void GmScalarWrite(int32_t region, void* p, uint32_t bytes, const void* in, cons
   const Region& r = GmCheck(c, region, p, bytes, true, api);
   GmNoteWrite(c, r, static_cast<uint8_t*>(p), bytes, kS, api);
   ++c.st.scalar_write;
+  CostScalarGm(c, r, p, bytes);
   std::memcpy(p, in, bytes);
 }
 

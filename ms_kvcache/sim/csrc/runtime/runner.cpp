@@ -159,6 +159,7 @@ struct Settings {
   std::mutex mu;
   std::string soc, order, gm_copy;
   bool hazards = true;
+  bool cost = false;
   Settings() {
     const char* e = std::getenv("MS_KVCACHE_SIM_SOC");
     soc = (e && *e) ? e : "Ascend910B1";
@@ -168,6 +169,8 @@ struct Settings {
     hazards = !(e && std::string(e) == "0");
     e = std::getenv("MS_KVCACHE_SIM_GM_COPY");
     gm_copy = (e && *e) ? e : "auto";
+    e = std::getenv("MS_KVCACHE_SIM_COST");  // "1": the cost model on by default (sim.check_settings validates)
+    cost = e && std::string(e) == "1";
   }
 };
 Settings& Set() {
@@ -218,6 +221,14 @@ void SetDefaultHazards(bool on) {
 bool DefaultHazards() {
   std::lock_guard<std::mutex> lk(Set().mu);
   return Set().hazards;
+}
+void SetDefaultCost(bool on) {
+  std::lock_guard<std::mutex> lk(Set().mu);
+  Set().cost = on;
+}
+bool DefaultCost() {
+  std::lock_guard<std::mutex> lk(Set().mu);
+  return Set().cost;
 }
 void SetDefaultGmCopy(const std::string& mode) {
   CheckGmCopy(mode);
@@ -372,12 +383,17 @@ struct Prepared {
 class GmBuilder {
  public:
   GmBuilder(LaunchCtx& L, Arena& arena, bool copy) : L_(L), arena_(arena), copy_(copy) {}
-  uint8_t* Add(const TensorArg& t, const std::string& name, RegionKind kind, Prepared& prep) {
+  // host: the cost model charges the tensor's DataCopies to the host link (zero-copy host memory)
+  uint8_t* Add(const TensorArg& t, const std::string& name, RegionKind kind, Prepared& prep, bool host = false) {
     if (!t.present || t.data == nullptr) return nullptr;
     auto it = by_host_.find(t.data);
-    if (it != by_host_.end()) return L_.regions[it->second].base;
+    if (it != by_host_.end()) {
+      L_.regions[it->second].host = L_.regions[it->second].host || host;
+      return L_.regions[it->second].base;
+    }
     Region r;
     r.name = name;
+    r.host = host;
     r.size = t.nbytes;
     r.kind = kind;
     r.writable = t.writable;  // a read-only numpy array: a kernel write into it is GM_READONLY
@@ -429,12 +445,39 @@ bool DecideCopy(const std::string& mode, const std::vector<const TensorArg*>& ts
   return total <= (uint64_t{256} << 20);
 }
 
+// The cost model of a launch: off unless opt.cost; `host` names must be among `names` (the OpDef's
+// inputs and outputs, or the kernel's parameters / their indices).
+void SetupCost(LaunchCtx& L, const LaunchOptions& opt, const std::vector<std::string>& names, const std::string& op,
+               bool allow_index) {
+  if (opt.cost != 1) {
+    if (!opt.host.empty() || !opt.cost_params.empty())
+      FailLaunch("LAUNCH", op, "host= and cost-model parameters need the cost model on (cost_model=True)");
+    return;
+  }
+  for (const std::string& h : opt.host) {
+    bool known = std::find(names.begin(), names.end(), h) != names.end();
+    for (size_t i = 0; i < names.size() && !known && allow_index; ++i) known = std::to_string(i) == h;
+    if (!known) {
+      std::string all;
+      for (const auto& n : names) all += std::string(all.empty() ? "" : ", ") + "'" + n + "'";
+      FailLaunch("LAUNCH", op, Format("host: '%s' is not an argument of the launch; its arguments are %s", h.c_str(),
+                                      all.c_str()));
+    }
+  }
+  L.cost = true;
+  L.cm = MakeCostModel(L.caps, opt.cost_params, L.block_dim, op);
+}
+
 LaunchOptions Resolve(const LaunchOptions& o, const std::string& op) {
   LaunchOptions r = o;
   if (r.soc.empty()) r.soc = DefaultSoc();
   if (r.order.empty()) r.order = DefaultOrder();
   CheckOrder(r.order, op);
   if (r.hazards < 0) r.hazards = DefaultHazards() ? 1 : 0;
+  if (r.cost < 0) {
+    std::lock_guard<std::mutex> lk(Set().mu);
+    r.cost = Set().cost ? 1 : 0;
+  }
   if (r.gm_copy.empty()) r.gm_copy = DefaultGmCopy();
   CheckGmCopy(r.gm_copy, op);
   return r;
@@ -695,6 +738,7 @@ void SyncAllBarrier(Core& c) {
   if (S.arrived == S.n) {
     try {
       PhaseCheck(L, S.cores, false);
+      CostSyncAll(L, S.cores);
     } catch (const EmulationError& e) {
       S.Record(e, L);
       throw LaunchAborted();
@@ -780,6 +824,7 @@ void RunCore(LaunchCtx& L, const KernelEntry& k, std::vector<void*>& args, Core&
   try {
     k.invoke(k.fn, args.data(), static_cast<int>(args.size()));
     CoreFinish(c);
+    CostCoreEnd(c);
   } catch (const EmulationError&) {
     SetCurrent(nullptr);
     throw;
@@ -1031,6 +1076,7 @@ void RunFibers(LaunchCtx& L, const KernelEntry& k, std::vector<void*>& args, Sch
     if (S.arrived == n) {  // every core at the SyncAll: check the phase, then run them all again
       try {
         PhaseCheck(L, S.cores, false);
+        CostSyncAll(L, S.cores);
       } catch (const EmulationError& e) {
         S.Record(e, L);
         break;
@@ -1230,6 +1276,15 @@ LaunchResult RunOp(const std::string& op_type, std::vector<ParamArg>& inputs, st
   L->tiling_key = tr.tiling_key;
   L->seed = opt.seed ? opt.seed : 0x5eed5eedull;
   L->hazards = opt.hazards != 0;
+  {
+    std::vector<std::string> names;
+    for (const auto& p : def.inputs) names.push_back(p.name);
+    for (const auto& p : def.outputs) names.push_back(p.name);
+    SetupCost(*L, opt, names, op_type, false);
+  }
+  auto is_host = [&](const std::string& nm) {
+    return std::find(opt.host.begin(), opt.host.end(), nm) != opt.host.end();
+  };
   std::vector<const TensorArg*> all;
   for (auto& p : inputs)
     for (auto& t : p.items) all.push_back(&t);
@@ -1243,7 +1298,8 @@ LaunchResult RunOp(const std::string& op_type, std::vector<ParamArg>& inputs, st
   for (size_t i = 0; i < inputs.size(); ++i) {
     const std::string nm = def.inputs[i].name;
     if (def.inputs[i].param_type != "dynamic") {
-      args.push_back(gm.Add(inputs[i].items[0], Format("input %zu '%s'", i, nm.c_str()), RegionKind::Input, prep));
+      args.push_back(gm.Add(inputs[i].items[0], Format("input %zu '%s'", i, nm.c_str()), RegionKind::Input, prep,
+                            is_host(nm)));
       continue;
     }
     // CANN ListTensorDesc layout: [ptr offset][per tensor: dim | index << 32, dims...][data pointers]
@@ -1257,7 +1313,8 @@ LaunchResult RunOp(const std::string& op_type, std::vector<ParamArg>& inputs, st
     const uint64_t bytes = ptr_off + items.size() * 8;
     std::vector<uint8_t*> ptrs;
     for (size_t k2 = 0; k2 < items.size(); ++k2)
-      ptrs.push_back(gm.Add(items[k2], Format("input %zu '%s'[%zu]", i, nm.c_str(), k2), RegionKind::Input, prep));
+      ptrs.push_back(gm.Add(items[k2], Format("input %zu '%s'[%zu]", i, nm.c_str(), k2), RegionKind::Input, prep,
+                            is_host(nm)));
     uint8_t* desc = gm.AddRaw(bytes, Format("ListTensorDesc of input %zu '%s'", i, nm.c_str()), RegionKind::ListDesc,
                               false);
     uint64_t* w = reinterpret_cast<uint64_t*>(desc);
@@ -1273,7 +1330,7 @@ LaunchResult RunOp(const std::string& op_type, std::vector<ParamArg>& inputs, st
   }
   for (size_t j = 0; j < outputs.size(); ++j)
     args.push_back(gm.Add(outputs[j].items[0], Format("output %zu '%s'", j, def.outputs[j].name.c_str()),
-                          RegionKind::Output, prep));
+                          RegionKind::Output, prep, is_host(def.outputs[j].name)));
   uint64_t ws = 0;
   for (int64_t s : tr.workspace_sizes) ws += s > 0 ? static_cast<uint64_t>(s) : 0;
   uint8_t* wsp = nullptr;
@@ -1305,6 +1362,7 @@ LaunchResult RunOp(const std::string& op_type, std::vector<ParamArg>& inputs, st
   res.tiling_fields = tr.fields;
   res.gm_copied = copy;
   res.cores = Execute(*L, k, args, opt.order);
+  CostSummary(*L, res);
   for (auto& b : prep.back) std::memcpy(b.host, b.arena, b.n);
   Remember(res);
   return res;
@@ -1336,6 +1394,14 @@ LaunchResult RunKernel(const std::string& kernel, std::vector<TensorArg>& targs,
   L->tiling_key = tiling_key;
   L->seed = opt.seed ? opt.seed : 0x5eed5eedull;
   L->hazards = opt.hazards != 0;
+  std::vector<std::string> arg_names;  // kernel parameter names, else indices
+  for (size_t i = 0; i < targs.size(); ++i)
+    arg_names.push_back(i < k.arg_names.size() && !k.arg_names[i].empty() ? k.arg_names[i] : std::to_string(i));
+  SetupCost(*L, opt, arg_names, kernel, true);
+  auto is_host = [&](size_t i) {
+    return std::find(opt.host.begin(), opt.host.end(), arg_names[i]) != opt.host.end() ||
+           std::find(opt.host.begin(), opt.host.end(), std::to_string(i)) != opt.host.end();
+  };
   std::vector<const TensorArg*> all;
   for (auto& t : targs) all.push_back(&t);
   const bool copy = DecideCopy(opt.gm_copy, all);
@@ -1348,7 +1414,7 @@ LaunchResult RunKernel(const std::string& kernel, std::vector<TensorArg>& targs,
                           i < k.arg_names.size() && !k.arg_names[i].empty()
                               ? Format("argument %zu '%s'", i, k.arg_names[i].c_str())
                               : Format("argument %zu", i),
-                          RegionKind::Input, prep));
+                          RegionKind::Input, prep, is_host(i)));
   uint8_t* wsp = nullptr;
   if (workspace_bytes > 0) {
     wsp = gm.AddRaw(workspace_bytes, "workspace", RegionKind::Workspace, true);
@@ -1378,6 +1444,7 @@ LaunchResult RunKernel(const std::string& kernel, std::vector<TensorArg>& targs,
   res.workspace_bytes = workspace_bytes;
   res.gm_copied = copy;
   res.cores = Execute(*L, k, args, opt.order);
+  CostSummary(*L, res);
   for (auto& b : prep.back) std::memcpy(b.host, b.arena, b.n);
   Remember(res);
   return res;

@@ -35,6 +35,9 @@ struct LaunchOptions {
   int hazards = -1;           // -1 default, 0 off, 1 on (pipe hazard tracker)
   std::string gm_copy;        // "" -> default; "always" | "never" | "auto"
   uint64_t seed = 0;          // UB / workspace garbage seed (0: fixed default)
+  int cost = -1;              // cost model: -1 default ($MS_KVCACHE_SIM_COST), 0 off, 1 on
+  std::vector<std::pair<std::string, double>> cost_params;  // overrides of the SoC's cost-model table
+  std::vector<std::string> host;  // cost model: arguments in host memory (OpDef / kernel parameter names or indices)
 };
 
 struct LaunchResult {
@@ -46,7 +49,24 @@ struct LaunchResult {
   std::vector<CoreStats> cores;
   std::vector<std::pair<std::string, std::string>> tiling_fields;
   bool gm_copied = false;
+  // cost model (docs/emulation.md, "The cost model"); cost false: it was off
+  bool cost = false;
+  std::vector<std::pair<std::string, double>> cost_params;
+  double cost_time_ns = 0;               // launch_us + the slowest core (never less than a link's aggregate time)
+  double cost_core_ns = 0;               // the slowest core
+  double cost_link_ns[kNLinks] = {0, 0}; // bytes of all cores / the link's aggregate rate (HBM, host)
 };
+
+// One row of a SoC's cost-model table.
+struct CostParamInfo {
+  std::string name;
+  double value = 0;
+  std::string unit, source;
+};
+// The cost-model parameters of a SoC (COST_MODEL_SOC: none for it).
+ASCENDC_SIM_API std::vector<CostParamInfo> CostParamTable(const std::string& soc);
+// Fills res.cost* from the per-core statistics (cost.cpp).
+void CostSummary(const LaunchCtx& L, LaunchResult& res);
 
 // Runs op `op_type`: its registered tiling for these tensors/attrs on the SoC, then its kernel
 // (snake_case(op_type)) on every core. inputs / outputs follow the OpDef order; an output whose name
@@ -75,6 +95,8 @@ ASCENDC_SIM_API void SetDefaultOrder(const std::string& order);
 ASCENDC_SIM_API std::string DefaultOrder();
 ASCENDC_SIM_API void SetDefaultHazards(bool on);
 ASCENDC_SIM_API bool DefaultHazards();
+ASCENDC_SIM_API void SetDefaultCost(bool on);
+ASCENDC_SIM_API bool DefaultCost();
 ASCENDC_SIM_API void SetDefaultGmCopy(const std::string& mode);
 ASCENDC_SIM_API std::string DefaultGmCopy();
 

@@ -63,6 +63,7 @@ struct Region {
   uint64_t size = 0;
   RegionKind kind = RegionKind::Input;
   bool writable = true;
+  bool host = false;  // cost model: host memory the AI cores reach through PCIe (zero-copy), else device HBM
 };
 
 // Per-byte record of GM writes within one launch: 0 = not written; else (core + 1) << 24 | clock,
@@ -97,6 +98,30 @@ struct AccessLog {
   }
 };
 
+// ------------------------------------------------------------------------------------------ cost model
+// The opt-in DMA cost model (cost.cpp, docs/emulation.md "The cost model"): its parameters resolved for
+// one launch, in the units the hot path uses.
+enum CostLink : int { kLinkHbm = 0, kLinkHost = 1, kNLinks = 2 };
+struct CostModel {
+  std::vector<std::pair<std::string, double>> params;  // every parameter by name (table + overrides)
+  double call_ns = 0;                   // MTE / vector pipe occupancy of one instruction, besides its bytes
+  double issue_ns = 0;                  // scalar time to issue one instruction
+  double run_ns[kNLinks] = {0, 0};      // per contiguous GM run of a DataCopy
+  double ns_per_byte[kNLinks] = {0, 0}; // one core's share of the link
+  double vec_ns_per_byte = 0;
+  double scalar_miss_ns[kNLinks] = {0, 0};  // a scalar GM read of a 64-byte line this core has not read yet
+  double scalar_hit_ns = 0;
+  double sync_all_ns = 0;
+  double launch_ns = 0;
+  double link_bytes_per_ns[kNLinks] = {0, 0};  // aggregate of the link over all cores
+  double Param(const std::string& name) const;
+};
+// Resolves the parameter table of a SoC (COST_MODEL_SOC for one without parameters) with overrides
+// (COST_MODEL_PARAM for an unknown name or a value that is not positive / finite) for a launch of
+// block_dim cores.
+CostModel MakeCostModel(const Caps& caps, const std::vector<std::pair<std::string, double>>& overrides,
+                        uint32_t block_dim, const std::string& op);
+
 // Thrown inside a core when another core already failed the launch (never reported itself).
 struct LaunchAborted {};
 
@@ -115,6 +140,8 @@ struct LaunchCtx {
   uint64_t workspace_size = 0;
   uint64_t seed = 0;
   bool hazards = true;
+  bool cost = false;  // the cost model is on (LaunchOptions::cost)
+  CostModel cm;
   bool uninit_checks = true;
   bool concurrent = false;  // cores run on threads: shadow updates must be atomic
   GmShadow shadow;
@@ -145,6 +172,15 @@ struct VClock {
   void Merge(const VClock& o) {
     for (int i = 0; i < kNPipes; ++i)
       if (o.c[i] > c[i]) c[i] = o.c[i];
+  }
+};
+// The cost model's companion of a VClock: per pipe the time (ns) by which the instructions the clock counts
+// are done. Kept apart from VClock (and only when the model is on) so the hazard tracker is unchanged.
+struct VTimes {
+  double t[kNPipes] = {0, 0, 0};
+  void Merge(const VTimes& o) {
+    for (int i = 0; i < kNPipes; ++i)
+      if (o.t[i] > t[i]) t[i] = o.t[i];
   }
 };
 
@@ -185,6 +221,20 @@ struct FlagState {
   SrcSite site;  // the SetFlag call
 };
 
+// Per core: when the scalar unit and each pipe are free, what the pipes moved.
+struct CoreCost {
+  double ts = 0;                          // scalar unit (ns since the core started)
+  double tfree[kNPipes] = {0, 0, 0};      // end of the last instruction of each pipe
+  double busy[kNPipes] = {0, 0, 0};
+  uint64_t bytes[kNLinks] = {0, 0}, runs[kNLinks] = {0, 0}, calls[kNLinks] = {0, 0};
+  std::unordered_map<uint64_t, char> lines;  // scalar GM lines this core read (data cache)
+  // the times of the hazard tracker's synchronisations: what each pipe (and the scalar, kS) waited for, each
+  // queue buffer's EnQue and FreeTensor snapshots (by buffer index), each pending SetFlag
+  VTimes known[kNPipes + 1];
+  std::vector<VTimes> buf_enq, buf_free;
+  std::map<std::pair<int, int64_t>, VTimes> flags;
+};
+
 struct CoreStats {
   uint64_t gm_read = 0, gm_write = 0;
   uint64_t datacopy_in = 0, datacopy_out = 0, datacopy_ub = 0;
@@ -193,6 +243,10 @@ struct CoreStats {
   uint64_t vec_ops = 0;
   uint64_t ub_peak = 0;
   uint64_t tiling_read = 0;
+  // cost model (zero when it is off): end time of the core, busy time per pipe, bytes / runs / calls per link
+  double cost_end_ns = 0;
+  double cost_busy_ns[kNPipes] = {0, 0, 0};
+  uint64_t cost_bytes[kNLinks] = {0, 0}, cost_runs[kNLinks] = {0, 0}, cost_calls[kNLinks] = {0, 0};
 };
 
 struct Core {
@@ -234,6 +288,7 @@ struct Core {
   // results
   std::unique_ptr<EmulationError> deferred;
   CoreStats st;
+  CoreCost cc;
   uint64_t rng = 0;
 };
 
@@ -269,6 +324,29 @@ const char* PipeName(int pipe);
 
 // end-of-core checks (flags left set, queue leaks)
 void CoreFinish(Core& c);
+
+// cost model hooks (cost.cpp); the inline ones test the switch first, so a launch without the model only
+// pays that test
+void CostIssue(Core& c, int pipe, double dur_ns);  // an instruction on `pipe` after HzIssue (model on)
+void CostDmaOn(Core& c, int pipe, const Region* r, uint64_t rows, uint64_t row_bytes, uint64_t pitch);
+void CostVecOn(Core& c, uint64_t bytes);
+void CostScalarGmOn(Core& c, const Region& r, const void* p, uint32_t bytes);
+// (model on) the times of HzSnap(c, pipe); pipe learns v (HzLearn; kS: the scalar waits for it); buffers
+// [first, c.bufs.size()) were just created
+VTimes CostSnap(Core& c, int pipe);
+void CostLearn(Core& c, int pipe, const VTimes& v);
+void CostNewBuffers(Core& c, size_t first);
+inline void CostDma(Core& c, int pipe, const Region* r, uint64_t rows, uint64_t row_bytes, uint64_t pitch) {
+  if (c.L->cost) CostDmaOn(c, pipe, r, rows, row_bytes, pitch);
+}
+inline void CostVec(Core& c, uint64_t bytes) {  // a vector instruction (or UB -> UB copy) of `bytes`
+  if (c.L->cost) CostVecOn(c, bytes);
+}
+inline void CostScalarGm(Core& c, const Region& r, const void* p, uint32_t bytes) {
+  if (c.L->cost) CostScalarGmOn(c, r, p, bytes);
+}
+void CostSyncAll(LaunchCtx& L, const std::vector<Core*>& cores);  // all cores are at a SyncAll
+void CostCoreEnd(Core& c);                         // fills c.st.cost_*
 
 // cross-core model (gm.cpp, runner.cpp)
 EmulationError CoreError(const LaunchCtx& L, int core, const std::string& rule, const std::string& detail);

@@ -453,6 +453,7 @@ void Vec(VecOp op, const char* api, const VecShape& shape, bool use_mask_reg, co
   }
   // ---- hazards: one V instruction reading the sources and writing the destination
   HzIssue(c, kV);
+  CostVec(c, static_cast<uint64_t>(p.repeats) * p.E * ops[0].sz);
   if (c.L->hazards) {
     for (int pass = 0; pass < 2; ++pass) {  // reads first, then the write
       for (int i = 0; i < nops; ++i) {
@@ -730,6 +731,7 @@ void Gather(const VecOperand& dst, const VecOperand& src, const VecOperand& off,
     addr[i] = static_cast<uint32_t>(a);
   }
   HzIssue(c, kV);
+  CostVec(c, count * sz);
   if (c.L->hazards) {
     HzUb(c, kV, static_cast<uint32_t>(o0), static_cast<uint32_t>(count * 4), false, api);
     std::set<uint32_t> blocks;
