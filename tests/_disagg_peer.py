@@ -114,6 +114,12 @@ def from_tensors(tensors):
     return out
 
 
+def resource_rss():
+    """Resident set size of this process in bytes (/proc/self/statm)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
 def _as_bits(a):
     return a.view(f"u{a.dtype.itemsize}")
 
@@ -157,7 +163,7 @@ def main():
                 if "receiver" in st:
                     st.pop("receiver").close()
                 r = disagg.KVReceiver(st["caches"], st["fmt"], cache_layout=st["layout"], max_tokens=cmd["max_tokens"],
-                                      model_id=cmd.get("model_id"), **st["kw"])
+                                      model_id=cmd.get("model_id"), token=cmd.get("token"), **st["kw"])
                 st["receiver"] = r
                 answer({"ok": True, "address": r.address})
             elif c == "receive":
@@ -168,7 +174,8 @@ def main():
                 s = st.get("sender")
                 if s is None:
                     s = st["sender"] = disagg.KVSender(st["caches"], st["fmt"], cache_layout=st["layout"],
-                                                      chunk_tokens=cmd.get("chunk_tokens"), **st["kw"])
+                                                      chunk_tokens=cmd.get("chunk_tokens"), token=cmd.get("token"),
+                                                      direct=cmd.get("direct"), **st["kw"])
                 die = cmd.get("fault") == "die-after-accept"
 
                 def progress(event, info, die=die):
@@ -177,6 +184,12 @@ def main():
                 res = s.send(cmd["peer"], cmd["block_ids"], cmd["num_tokens"], timeout=cmd["timeout"],
                              request_id=cmd.get("request_id"), progress=progress)
                 answer({"ok": True, "result": res})
+            elif c == "stats":  # what a long-running process must keep bounded
+                s = st.get("sender")
+                answer({"ok": True, "rss": resource_rss(), "fds": len(os.listdir("/proc/self/fd")),
+                        "threads": len(os.listdir("/proc/self/task")),
+                        "staged": s.staged_capacity if s is not None else 0,
+                        "listening": disagg._net.listening_sockets()})
             elif c == "dump":
                 arrays = from_tensors(st["caches"])
                 np.savez(cmd["path"], *[_as_bits(a) for layer in arrays
@@ -189,7 +202,8 @@ def main():
             elif c == "store":
                 st["store"] = disagg.KVPrefixStore(st["caches"], st["fmt"], cache_layout=st["layout"],
                                                    master_address=cmd["master"], model_id=cmd["model_id"],
-                                                   chunk_tokens=cmd["chunk_tokens"], global_segment_size=16 << 20,
+                                                   chunk_tokens=cmd["chunk_tokens"],
+                                                   global_segment_size=cmd.get("segment", 16 << 20),
                                                    local_buffer_size=16 << 20, **st["kw"])
                 answer({"ok": True})
             elif c == "store_put":
