@@ -13,7 +13,6 @@ Skipped (with the reason) only when Mooncake cannot be imported.
 import json
 import os
 import select
-import signal
 import subprocess
 import sys
 import threading
@@ -35,57 +34,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HELPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_disagg_peer.py")
 
 
-class Peer:
-    """The other process; every wait on it is bounded."""
-
-    def __init__(self, tmp_path, name="peer"):
-        env = dict(os.environ)
-        env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-        env.setdefault("MC_LOG_LEVEL", "WARNING")
-        self.log = open(tmp_path / f"{name}.log", "w+")
-        self.proc = subprocess.Popen([sys.executable, HELPER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.log, env=env, text=True, bufsize=1)
-        self.wait(120)
-
-    def start(self, **cmd):
-        self.proc.stdin.write(json.dumps(cmd) + "\n")
-        self.proc.stdin.flush()
-
-    def wait(self, timeout=60):
-        r, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        if not r:
-            raise AssertionError(f"the peer process gave no answer within {timeout} s; log: {self._tail()}")
-        line = self.proc.stdout.readline()
-        if not line:
-            raise AssertionError(f"the peer process exited (code {self.proc.poll()}); log: {self._tail()}")
-        return json.loads(line)
-
-    def call(self, timeout=60, **cmd):
-        self.start(**cmd)
-        ans = self.wait(timeout)
-        assert ans["ok"], ans
-        return ans
-
-    def _tail(self):
-        self.log.flush()
-        self.log.seek(0)
-        return self.log.read()[-3000:]
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def close(self):
-        if self.proc.poll() is None:
-            try:
-                self.start(cmd="exit")
-                self.proc.wait(10)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
-        if self.proc.poll() is None:
-            self.kill()
-        self.log.close()
+Peer = P.Peer  # the other process (tests/_disagg_peer.py)
 
 
 @pytest.fixture(scope="module")

@@ -372,7 +372,7 @@ class KVReceiver(_Endpoint):
                 self._backlog.append((peer, msg))
         elif kind == "abort":
             self._backlog = [(p, m) for p, m in self._backlog if m.get("session") != session]
-        elif session not in self._done_sessions:
+        else:  # a chunk / done of no active session (unknown, or already finished): answered, then dropped
             self._answer(peer, "error", session, f"receiver {self.address} has no active session {session!r}",
                          "DisaggError")
 
