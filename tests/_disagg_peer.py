@@ -249,7 +249,7 @@ def main():
                 answer({"ok": True, "rss": resource_rss(), "fds": len(fds),
                         "fd_targets": [os.readlink(f"/proc/self/fd/{f}") for f in fds if os.path.exists(f"/proc/self/fd/{f}")],
                         "threads": len(os.listdir("/proc/self/task")),
-                        "staged": s.staged_capacity if s is not None else 0,
+                        "staged": getattr(s, "staged_capacity", -1) if s is not None else 0,
                         "listening": disagg._net.listening_sockets()})
             elif c == "dump":
                 arrays = from_tensors(st["caches"])

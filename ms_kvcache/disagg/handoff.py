@@ -171,7 +171,14 @@ class _Writes:
         eng = self.engine
         while self.queue:
             c, bid, n = self.queue[0]
-            if not eng.poll(bid, what=f"{self.op}: request {self.request_id!r}: chunk {c}", peer=self.te_peer):
+            try:
+                done = eng.poll(bid, what=f"{self.op}: request {self.request_id!r}: chunk {c}", peer=self.te_peer)
+            except DisaggError:  # failed (Mooncake has freed the batch: never poll it again) or timed out
+                self.queue.popleft()
+                self.left[c] -= 1
+                self.inflight -= n
+                raise
+            if not done:
                 if not block or (len(self.queue) <= max_len and
                                  (max_bytes is None or len(self.queue) < 2 or self.inflight <= max_bytes)):
                     break
@@ -677,6 +684,7 @@ class KVSender(_Endpoint):
         self._retired = []  # [HostStaging] outgrown, released once no write reads them
         self._inflight = []  # batch ids of writes a failed send left in flight (reading caches / buffers)
         self._cache_regions = {}
+        self._peers = set()  # transfer-engine addresses of the receivers this engine has written to
         self._start_engine()
         if direct is False:
             self._rows, self.direct_reason = None, "direct=False"
@@ -732,6 +740,32 @@ class KVSender(_Endpoint):
                 old.free()  # before the new one: the two never coexist
         page = 4096
         self.staging = HostStaging(-(-size // page) * page, self.engine)
+
+    #: receivers one transfer engine writes to before it is renewed (Mooncake keeps up to 4 connections
+    #: per peer for the engine's life, also to receivers that are gone)
+    MAX_PEERS = 8
+
+    def _renew_engine(self):
+        """After a receiver vanished mid-transfer: a fresh transfer engine, once no write of the old one
+        can still read this process's memory. Mooncake keeps its connections to a peer (up to 4) until
+        the engine goes, so a sender whose receivers keep dying would otherwise hold more and more file
+        descriptors. Nobody connects to a sender's engine, so its address may change."""
+        self._reap()
+        if self._inflight:
+            return  # a write may still read through the old engine: keep it (its connections too)
+        old = self.engine
+        try:
+            self.engine = TransferEngineHandle(*self._engine_args)
+        except DisaggError:
+            self.engine = old
+            return
+        if self.staging is not None:
+            self.staging.close()
+            self.staging.engine = self.engine
+            self.engine.register(self.staging.ptr, self.staging.nbytes)
+        self._cache_regions = {}  # registered again with the new engine at the next direct send
+        self._peers = set()
+        old.close()
 
     @property
     def staged_capacity(self):
@@ -817,6 +851,10 @@ class KVSender(_Endpoint):
                 self._abort(client, session, f"buffer of {cap} bytes < {nbytes}")
                 raise MetadataMismatch(f"{op}: request {request_id!r}: the receiver's buffer holds {cap} bytes, the "
                                        f"payload is {nbytes}")
+            if te_peer not in self._peers:
+                if len(self._peers) >= self.MAX_PEERS:
+                    self._renew_engine()  # drops the connections to the receivers of before (some may be gone)
+                self._peers.add(te_peer)
             try:
                 if progress is not None:
                     progress("accepted", reply)
@@ -824,6 +862,8 @@ class KVSender(_Endpoint):
                                        timeout, progress)
             except BaseException as exc:
                 self._abort(client, session, f"{type(exc).__name__}: {exc}")
+                if isinstance(exc, (PeerGone, HandoffTimeout)):
+                    self._renew_engine()
                 raise
             t_pipe = time.perf_counter()
             client.send({"type": "done", "session": session, "checksums": stats["checksums"]})

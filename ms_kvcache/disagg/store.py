@@ -105,7 +105,8 @@ class KVPrefixStore:
             registered host buffer); :meth:`load` reloads at most this many.
         hostname (str): this client's address (default 127.0.0.1); protocol / device_name: Mooncake
             transport (``"tcp"``; ``"rdma"`` not verified here).
-        global_segment_size (int): bytes of this process's memory it contributes to the store's pool.
+        global_segment_size (int): bytes of this process's memory it contributes to the store's pool
+            (0: none, a client that only reads; Mooncake requires at least 16 MiB otherwise).
         local_buffer_size (int): bytes of the client's own transfer buffer.
         setup_timeout (float): seconds to wait for the master's port before ``setup()``.
 
