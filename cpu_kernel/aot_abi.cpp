@@ -209,8 +209,9 @@ int AllowedCpus() {
 }  // namespace
 
 // An integer setting from the environment: unset or empty -> `def` (silently); a base-10 integer in
-// [lo, hi] -> that value; out of range -> the nearest bound, unparsable (text, a trailing unit, beyond int64) -> `def`, each with one line on stderr
-// naming the variable, the value and what is used instead (each variable is read once per process).
+// [lo, hi] -> that value; out of range -> the nearest bound, unparsable (text, a trailing unit, beyond
+// int64) -> `def`, each with one line on stderr naming the variable, the value and what is used instead
+// (each variable is read once per process).
 int64_t EnvInt(const char* name, int64_t def, int64_t lo, int64_t hi, const char* unit) {
   const char* env = std::getenv(name);
   if (env == nullptr || *env == '\0') return def;

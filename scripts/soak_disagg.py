@@ -9,8 +9,9 @@ must keep: every load verified, memory, file descriptors and threads.
 Four processes on 127.0.0.1: this one (a KVSender and a KVPrefixStore writer per layout), a worker (a
 KVReceiver and a KVPrefixStore reader per layout; this script with ``--worker``, JSON lines on stdin /
 stdout), the store's memory (a Mooncake Store client that only contributes ``--pool-mib`` of memory) and
-a ``mooncake_master``. The endpoints of a layout are made once per process, as a service makes them. The layout changes every ``--layout-every`` handoffs (SEPARATE bf16 BSND, MERGED fp16
-BNSD, MLA fp32; both processes rebuild their caches and endpoints, each with its own block size). Each
+a ``mooncake_master``. The endpoints of a layout are made once per process, as a service makes them.
+The layout changes every ``--layout-every`` handoffs (SEPARATE bf16 BSND, MERGED fp16 BNSD, MLA fp32; each
+side with its own block size). Each
 handoff sends a random number of tokens (0 .. ``--max-tokens``) from random blocks into other random
 blocks, with random chunk sizes. A fraction ``--fault-rate`` of them get a fault: a byte of a random chunk
 flipped after its checksum (both sides must raise ChecksumMismatch), or the sender aborting after a random
@@ -18,7 +19,8 @@ chunk (PeerGone on the receiver); every ``--kill-every``-th handoff the worker i
 a random chunk and restarted. After a good handoff the receiver's rows at its blocks must equal the
 sender's rows (XXH3 of both, computed in each process from a fresh d2h); after a failed one the
 receiver's caches must be bit for bit what they were. Every ``--store-every`` handoffs the sender puts the
-sequence (tokens sharing a prefix per layout) and the worker loads its longest prefix, verified the same
+sequence (its tokens are its slots, so sequences starting with the same blocks share a prefix, and equal
+tokens always mean equal KV) and the worker loads its longest prefix, verified the same
 way.
 
 Prints (and with ``--json`` writes) handoffs done, faults injected and survived, bytes verified,
@@ -249,7 +251,8 @@ def run(args):
     log = open(args.worker_log, "w") if args.worker_log else subprocess.DEVNULL
     r = {"handoffs": 0, "faults_injected": 0, "faults_survived": 0, "kills": 0, "bytes_verified": 0,
          "corrupted_loads": 0, "store_puts": 0, "store_loads": 0, "store_tokens_loaded": 0, "largest_payload": 0,
-         "failures": [], "trace": [], "command": " ".join(sys.argv), "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+         "failures": [], "trace": [], "command": " ".join(sys.argv),
+         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
          "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_1min": [round(os.getloadavg()[0], 1)]}
     master = disagg.MooncakeMaster(timeout=30).start()
     memory = Worker(log, ("--pool", master.address, str(args.pool_mib << 20)))

@@ -247,7 +247,8 @@ def main():
                 s = st.get("sender")
                 fds = sorted(os.listdir("/proc/self/fd"))
                 answer({"ok": True, "rss": resource_rss(), "fds": len(fds),
-                        "fd_targets": [os.readlink(f"/proc/self/fd/{f}") for f in fds if os.path.exists(f"/proc/self/fd/{f}")],
+                        "fd_targets": [os.readlink(f"/proc/self/fd/{f}") for f in fds
+                                       if os.path.exists(f"/proc/self/fd/{f}")],
                         "threads": len(os.listdir("/proc/self/task")),
                         "staged": getattr(s, "staged_capacity", -1) if s is not None else 0,
                         "listening": disagg._net.listening_sockets()})

@@ -151,8 +151,8 @@ def master():
 def _store(caches, case, master, **kw):
     fmt, layout = _endpoint_args(case)
     kw.setdefault("global_segment_size", 16 << 20)
-    return disagg.KVPrefixStore(caches, fmt, cache_layout=layout, master_address=master.address, local_buffer_size=16 << 20,
-                                **kw)
+    return disagg.KVPrefixStore(caches, fmt, cache_layout=layout, master_address=master.address,
+                                local_buffer_size=16 << 20, **kw)
 
 
 def test_load_after_the_writer_died_returns_the_prefix_still_readable(tmp_path, master):
@@ -512,5 +512,7 @@ def test_short_soak_of_handoffs_faults_and_store(tmp_path):
     assert r["faults_injected"] >= 4 and r["faults_survived"] == r["faults_injected"], r
     assert r["store_loads"] >= 2 and r["kills"] >= 1, r
     assert r["rss_drift"] <= 2 * r["largest_payload"], r
-    # fds / threads: Mooncake opens and closes up to 4 connections per peer as the load asks for them
-    assert r["leaked_fds"] <= 8 and r["leaked_threads"] <= 1, r
+    # fds: Mooncake opens up to 4 connections per peer as the load asks for them, and keeps those to a
+    # receiver that died until the sender renews its engine (KVSender.MAX_PEERS); without the renewal every
+    # killed receiver left them in each of the 3 senders
+    assert r["leaked_fds"] <= 16 and r["leaked_threads"] <= 1, r

@@ -292,12 +292,10 @@ class KVReceiver(_Endpoint):
         cache_layout (str): ``"BSND"`` (default) or ``"BNSD"`` (MERGED / SEPARATE only).
         max_tokens (int): most tokens one handoff may carry (sizes the registered host buffer:
             ``max_tokens * bytes_per_token`` bytes).
-        hostname (str): address of this process for the transfer engine and the control channel
-            (default ``"127.0.0.1"``); every socket they open listens there only. ``"0.0.0.0"`` listens on
-            every interface: an explicit choice (anyone who reaches the ports can offer KV, and reach
-            the registered memory). ``port`` (int): control port, 0 = a free one.
-        token (str | bytes | None): shared secret; if given, every control message is signed with it
-            (HMAC-SHA256) and a peer without it is refused before any KV moves. Both ends need it.
+        hostname (str): this process's address (default ``"127.0.0.1"``); every socket listens there only
+            (``"0.0.0.0"``: every interface, see docs/disagg.md). ``port`` (int): control port, 0 = a free one.
+        token (str | bytes | None): shared secret signing every control message (HMAC-SHA256); a peer
+            without it is refused before any KV moves.
         protocol (str): Mooncake transport, ``"tcp"`` (default) or ``"rdma"`` (not verified here);
             device_name (str): RDMA devices for ``"rdma"``.
         model_id (str | None): if given, offers from a sender with another (non-None) model_id are
@@ -321,8 +319,7 @@ class KVReceiver(_Endpoint):
         TypeError / ValueError: caches or arguments as :func:`multi_layer_kv_transfer` would reject them,
             and caches that are not contiguous; ValueError: int8 caches with neither or both of
             ``scale_caches`` / ``static_scales=True``, or either of them with caches that are not int8.
-        DisaggError: ``port`` is in use (nothing is left open), or a socket would listen elsewhere than
-            ``hostname``.
+        DisaggError: ``port`` in use (nothing is left open), or a listener not on ``hostname``.
     """
 
     server = None
