@@ -141,6 +141,26 @@ def test_master_that_exits_fails_start():
     assert m.proc is None
 
 
+def test_master_does_not_outlive_a_crashed_parent():
+    """A process that started a master and died without stop() (a crash: os._exit) used to leave the
+    mooncake_master running, orphaned."""
+    code = ("import json, os; from ms_kvcache.disagg import MooncakeMaster; m = MooncakeMaster().start(); "
+            "print(json.dumps(m.proc.pid), flush=True); os._exit(3)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")))
+    pid = json.loads(p.stdout.strip().splitlines()[-1])
+    for _ in range(100):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                alive = f.read().split(")")[-1].split()[0] not in ("Z", "X")
+        except OSError:
+            alive = False
+        if not alive:
+            break
+        time.sleep(0.05)
+    assert not alive, f"mooncake_master {pid} still runs after its parent died"
+
+
 # ------------------------------------------------------------------------------------------------ items 3, 4, 8
 @pytest.fixture
 def master():

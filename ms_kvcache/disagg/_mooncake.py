@@ -20,6 +20,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -74,6 +75,15 @@ def free_port(host=LOOPBACK):
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def _die_with_parent():
+    """In the child before exec: SIGTERM when the process that started it dies (Linux ``PR_SET_PDEATHSIG``),
+    so a master never outlives a crashed parent."""
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
 
 
 def port_is_free(host, port):
@@ -234,8 +244,8 @@ class MooncakeMaster:
     Its RPC and metrics servers bind to ``host`` (default 127.0.0.1) on free ports; :meth:`start` waits,
     at most ``timeout`` seconds, until the child itself listens on the RPC port (a store client's
     ``setup()`` without a reachable master blocks for about 90 s). A ``port`` another process holds is
-    refused before the child starts, and a child that exits fails :meth:`start`. Use as a context
-    manager, or call :meth:`start` / :meth:`stop`.
+    refused before the child starts, a child that exits fails :meth:`start`, and the child ends when
+    the process that started it dies (Linux). Use as a context manager, or call :meth:`start` / :meth:`stop`.
 
     Args:
         host (str): bind address (loopback by default).
@@ -279,7 +289,8 @@ class MooncakeMaster:
             args = [binary, f"--rpc_address={self.host}", f"--rpc_port={port}", f"--metrics_host={self.host}",
                     f"--metrics_port={free_port(self.host)}", "--enable_http_metadata_server=false",
                     *self.extra_args]
-            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+                                         preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
             self.port = port
             if _wait_listening(self.proc, self.host, port, self.timeout):
                 return self
