@@ -78,7 +78,7 @@ def free_port(host=LOOPBACK):
 
 
 def _die_with_parent():
-    """In the child before exec: SIGTERM when the process that started it dies (Linux ``PR_SET_PDEATHSIG``),
+    """In the child before exec: SIGTERM when the thread that started it ends (Linux ``PR_SET_PDEATHSIG``),
     so a master never outlives a crashed parent."""
     import ctypes
     import signal
@@ -244,8 +244,10 @@ class MooncakeMaster:
     Its RPC and metrics servers bind to ``host`` (default 127.0.0.1) on free ports; :meth:`start` waits,
     at most ``timeout`` seconds, until the child itself listens on the RPC port (a store client's
     ``setup()`` without a reachable master blocks for about 90 s). A ``port`` another process holds is
-    refused before the child starts, a child that exits fails :meth:`start`, and the child ends when
-    the process that started it dies (Linux). Use as a context manager, or call :meth:`start` / :meth:`stop`.
+    refused before the child starts, a child that exits fails :meth:`start`, and the child gets SIGTERM
+    when the thread that started it ends (Linux ``PR_SET_PDEATHSIG``: a crashed process leaves no master;
+    start it from a thread that lives as long as the master should). Use as a context manager, or call
+    :meth:`start` / :meth:`stop`.
 
     Args:
         host (str): bind address (loopback by default).
