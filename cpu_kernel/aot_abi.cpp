@@ -6,7 +6,10 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -194,25 +197,58 @@ std::vector<InputSpan> InputSpans(const AotArgs& a, int num_inputs, int num_outp
   return spans;
 }
 
+namespace {
+
+int AllowedCpus() {
+  cpu_set_t set;  // the CPUs this process may run on (taskset / cgroup cpusets), not the machine's
+  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw > 0 ? static_cast<int>(hw) : 1;
+}
+
+}  // namespace
+
+// An integer setting from the environment: unset or empty -> `def` (silently); a base-10 integer in
+// [lo, hi] -> that value; out of range -> the nearest bound, unparsable (text, a trailing unit, beyond
+// int64) -> `def`, each with one line on stderr naming the variable, the value and what is used instead
+// (each variable is read once per process).
+int64_t EnvInt(const char* name, int64_t def, int64_t lo, int64_t hi, const char* unit) {
+  const char* env = std::getenv(name);
+  if (env == nullptr || *env == '\0') return def;
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(env, &end, 10);
+  while (end != nullptr && (*end == ' ' || *end == '\t' || *end == '\n')) ++end;
+  if (end == env || end == nullptr || *end != '\0' || errno == ERANGE) {
+    std::fprintf(stderr, "ms_kvcache: warning: environment variable %s=%.64s is not an integer; using the "
+                 "default %lld%s\n", name, env, static_cast<long long>(def), unit);
+    return def;
+  }
+  if (v < lo || v > hi) {
+    const int64_t used = v < lo ? lo : hi;
+    std::fprintf(stderr, "ms_kvcache: warning: environment variable %s=%lld is outside [%lld, %lld]; using "
+                 "%lld%s\n", name, v, static_cast<long long>(lo), static_cast<long long>(hi),
+                 static_cast<long long>(used), unit);
+    return used;
+  }
+  return static_cast<int64_t>(v);
+}
+
+// MS_KVCACHE_NUM_THREADS: 1 .. 4x the CPUs this process may use (unset or 0: that CPU count).
 int NumThreads() {
   static const int n = [] {
+    const int cpus = AllowedCpus();
     const char* env = std::getenv("MS_KVCACHE_NUM_THREADS");
-    int v = env ? std::atoi(env) : 0;
-    if (v > 0) return v;
-    cpu_set_t set;  // the CPUs this process may run on (taskset / cgroup cpusets), not the machine's
-    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
-    const unsigned hw = std::thread::hardware_concurrency();
-    return hw > 0 ? static_cast<int>(hw) : 1;
+    if (env != nullptr && !std::strcmp(env, "0")) return cpus;
+    return static_cast<int>(EnvInt("MS_KVCACHE_NUM_THREADS", cpus, 1, int64_t{4} * cpus, ""));
   }();
   return n;
 }
 
+// MS_KVCACHE_PARALLEL_BYTES: bytes per call from which the pool is used, 4 KiB .. 1 GiB (default 256 KiB).
 int64_t ParallelThresholdBytes() {
-  static const int64_t n = [] {
-    const char* env = std::getenv("MS_KVCACHE_PARALLEL_BYTES");
-    long long v = env ? std::atoll(env) : 0;
-    return v > 0 ? static_cast<int64_t>(v) : int64_t{1} << 18;  // 256 KiB
-  }();
+  static const int64_t n = EnvInt("MS_KVCACHE_PARALLEL_BYTES", int64_t{1} << 18, int64_t{1} << 12,
+                                  int64_t{1} << 30, " bytes");
   return n;
 }
 
@@ -220,14 +256,10 @@ int64_t ParallelThresholdBytes() {
 // PyNative loop of writes calls the pool every ~10-100 us, and waking a sleeping helper (futex wake, on a
 // VM an IPI to a halted vCPU) cost ~20-35 us of the caller's time per call on this 2-core VM (perf:
 // try_to_wake_up under pthread_cond_broadcast, 26% of a concat_and_cache_mla T = 1024 loop). The caller
-// only makes the wake syscall when a helper actually sleeps.
+// only makes the wake syscall when a helper actually sleeps. MS_KVCACHE_SPIN_US: 0 .. 10000 (10 ms;
+// default 200): an idle helper spins at most that long, so a process that stopped calling goes idle.
 int64_t SpinMicros() {
-  static const int64_t n = [] {
-    const char* env = std::getenv("MS_KVCACHE_SPIN_US");
-    if (env == nullptr || *env == '\0') return int64_t{200};
-    const long long v = std::atoll(env);
-    return v > 0 ? static_cast<int64_t>(v) : int64_t{0};
-  }();
+  static const int64_t n = EnvInt("MS_KVCACHE_SPIN_US", 200, 0, kMaxSpinMicros, " us");
   return n;
 }
 

@@ -110,11 +110,18 @@ struct KernelError : std::runtime_error {
 template <typename F>
 void ParallelFor(int64_t n, int64_t total_bytes, F&& body);
 
+// Threads of the pool (MS_KVCACHE_NUM_THREADS, 1 .. 4x the CPUs this process may use; default: those CPUs).
 int NumThreads();
+// Bytes per call from which the pool is used (MS_KVCACHE_PARALLEL_BYTES, 4 KiB .. 1 GiB; default 256 KiB).
 int64_t ParallelThresholdBytes();
+// Longest spin MS_KVCACHE_SPIN_US may ask for (us).
+constexpr int64_t kMaxSpinMicros = 10000;
 // How long (us) an idle pool helper spins (yielding) for the next job before it sleeps
-// (MS_KVCACHE_SPIN_US, default 200; 0 = sleep at once).
+// (MS_KVCACHE_SPIN_US, 0 .. kMaxSpinMicros, default 200; 0 = sleep at once).
 int64_t SpinMicros();
+// An integer environment setting, bounded: unset / empty -> def; out of [lo, hi] -> the nearest bound,
+// unparsable -> def, each with one warning line on stderr naming the variable. unit: appended to it.
+int64_t EnvInt(const char* name, int64_t def, int64_t lo, int64_t hi, const char* unit);
 // Jobs the pool ran with helpers, and how many of them had to wake a sleeping helper.
 struct PoolCounters {
   uint64_t jobs;

@@ -9,7 +9,8 @@
 //   fp8,  static:   q = fp8_rne(clamp(x / s[i], -max, max)) (NaN stays NaN; max 448 e4m3fn, 57344 e5m2)
 //   dynamic (one scale per token and head, written to the scale cache):
 //     s = max_i |x_i| / max_code  (NaN elements ignored; max_code 127 int8, 448 / 57344 fp8)
-//     q as static with that s and no offset; s == 0 (an all-zero row) gives q = 0 everywhere.
+//     q as static with that s and no offset; s == 0 (an all-zero row) and s == inf (a row with an
+//     infinite element) give q = 0 everywhere.
 // Every step is one IEEE fp32 operation (division, subtraction), then round-half-to-even; the portable
 // and AVX2 paths give the same bits.
 #pragma once

@@ -227,7 +227,9 @@ inline void QuantHead(const uint8_t* src, uint8_t* dst, int64_t n, const PlaneQu
 #endif
     const float s = AbsMax<DT>(src, n) / ::mskv::quant::CodeMax(C);
     *scale_out = s;
-    if (s == 0.0f) {  // an all-zero (or vanishing) row: codes 0, never 0 / 0
+    // an all-zero (or vanishing) row: codes 0, never 0 / 0; a row with an infinite element (s = inf):
+    // codes 0 too, not inf / inf = NaN for that element (it reads back NaN either way: 0 * inf)
+    if (s == 0.0f || std::isinf(s)) {
       std::memset(dst, 0, static_cast<size_t>(n));
       return;
     }

@@ -518,7 +518,21 @@ def fast_path_available(backend=None):
         return False, f"backend {backend!r} has no AOT library for the fast path"
     if _fast_module() is None:
         return False, _FAST["why"]
+    from ms_kvcache import _validate
+
+    if _validate.MS_VIEWS_WITHOUT_STORAGE_INFO:
+        # the fast path hands the kernel the memory MindSpore converts a tensor to: for a reshape() / view()
+        # output that is a copy, and the write into it is lost; ops.Custom's view checks refuse those
+        return False, (f"MindSpore {_ms_version_str()}: a reshape() / view() output carries no storage info, "
+                       f"and the fast path's write into one would be lost (the ops.Custom path, which refuses "
+                       f"such views, is used; MindSpore >= 2.8 has the fast path)")
     return True, ""
+
+
+def _ms_version_str():
+    import mindspore
+
+    return mindspore.__version__
 
 
 def set_fast_path(enabled):

@@ -8,6 +8,9 @@ imported by the tests.
 """
 import json
 import os
+import select
+import signal
+import subprocess
 import sys
 
 import numpy as np
@@ -22,6 +25,8 @@ CASES = {
     # int8 caches with per-token float32 scale caches (the dynamic quantizing writes'), moved with the data
     "separate_int8_scaled": ("separate", "int8", "BSND", 2, [(2, 8), (2, 8)]),
     "mla_int8_scaled": ("mla", "int8", "BSND", 2, [(1, 16), (1, 4)]),
+    # 8 KiB per token: payloads of MiB with few blocks (memory and store-capacity tests)
+    "separate_fp16_wide": ("separate", "float16", "BSND", 2, [(8, 128), (8, 128)]),
 }
 
 
@@ -114,8 +119,68 @@ def from_tensors(tensors):
     return out
 
 
+def resource_rss():
+    """Resident set size of this process in bytes (/proc/self/statm)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
 def _as_bits(a):
     return a.view(f"u{a.dtype.itemsize}")
+
+
+class Peer:
+    """The other process; every wait on it is bounded."""
+
+    def __init__(self, tmp_path, name="peer"):
+        env = dict(os.environ)
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+        env.setdefault("MC_LOG_LEVEL", "WARNING")
+        self.log = open(tmp_path / f"{name}.log", "w+")
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.log, env=env, text=True, bufsize=1)
+        self.wait(120)
+
+    def start(self, **cmd):
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+
+    def wait(self, timeout=60):
+        r, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not r:
+            raise AssertionError(f"the peer process gave no answer within {timeout} s; log: {self._tail()}")
+        line = self.proc.stdout.readline()
+        if not line:
+            raise AssertionError(f"the peer process exited (code {self.proc.poll()}); log: {self._tail()}")
+        return json.loads(line)
+
+    def call(self, timeout=60, **cmd):
+        self.start(**cmd)
+        ans = self.wait(timeout)
+        assert ans["ok"], ans
+        return ans
+
+    def _tail(self):
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()[-3000:]
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def close(self):
+        if self.proc.poll() is None:
+            try:
+                self.start(cmd="exit")
+                self.proc.wait(10)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        if self.proc.poll() is None:
+            self.kill()
+        self.log.close()
 
 
 def main():
@@ -157,7 +222,7 @@ def main():
                 if "receiver" in st:
                     st.pop("receiver").close()
                 r = disagg.KVReceiver(st["caches"], st["fmt"], cache_layout=st["layout"], max_tokens=cmd["max_tokens"],
-                                      model_id=cmd.get("model_id"), **st["kw"])
+                                      model_id=cmd.get("model_id"), token=cmd.get("token"), **st["kw"])
                 st["receiver"] = r
                 answer({"ok": True, "address": r.address})
             elif c == "receive":
@@ -168,7 +233,8 @@ def main():
                 s = st.get("sender")
                 if s is None:
                     s = st["sender"] = disagg.KVSender(st["caches"], st["fmt"], cache_layout=st["layout"],
-                                                      chunk_tokens=cmd.get("chunk_tokens"), **st["kw"])
+                                                      chunk_tokens=cmd.get("chunk_tokens"), token=cmd.get("token"),
+                                                      direct=cmd.get("direct"), **st["kw"])
                 die = cmd.get("fault") == "die-after-accept"
 
                 def progress(event, info, die=die):
@@ -177,6 +243,15 @@ def main():
                 res = s.send(cmd["peer"], cmd["block_ids"], cmd["num_tokens"], timeout=cmd["timeout"],
                              request_id=cmd.get("request_id"), progress=progress)
                 answer({"ok": True, "result": res})
+            elif c == "stats":  # what a long-running process must keep bounded
+                s = st.get("sender")
+                fds = sorted(os.listdir("/proc/self/fd"))
+                answer({"ok": True, "rss": resource_rss(), "fds": len(fds),
+                        "fd_targets": [os.readlink(f"/proc/self/fd/{f}") for f in fds
+                                       if os.path.exists(f"/proc/self/fd/{f}")],
+                        "threads": len(os.listdir("/proc/self/task")),
+                        "staged": getattr(s, "staged_capacity", -1) if s is not None else 0,
+                        "listening": disagg._net.listening_sockets()})
             elif c == "dump":
                 arrays = from_tensors(st["caches"])
                 np.savez(cmd["path"], *[_as_bits(a) for layer in arrays
@@ -189,7 +264,8 @@ def main():
             elif c == "store":
                 st["store"] = disagg.KVPrefixStore(st["caches"], st["fmt"], cache_layout=st["layout"],
                                                    master_address=cmd["master"], model_id=cmd["model_id"],
-                                                   chunk_tokens=cmd["chunk_tokens"], global_segment_size=16 << 20,
+                                                   chunk_tokens=cmd["chunk_tokens"],
+                                                   global_segment_size=cmd.get("segment", 16 << 20),
                                                    local_buffer_size=16 << 20, **st["kw"])
                 answer({"ok": True})
             elif c == "store_put":

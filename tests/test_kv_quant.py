@@ -54,12 +54,13 @@ def quant_rows(x, code, scale=None, offset=None):
 
 def quant_dynamic(x, code):
     """Dynamic: per row of the last axis, scale = max|x| / code_max (fp32; NaN ignored), codes of x /
-    scale; a zero row gets scale 0 and codes 0. Returns (codes, scales[..., 1])."""
+    scale; a zero row gets scale 0 and codes 0, a row with an infinite element scale inf and codes 0.
+    Returns (codes, scales[..., 1])."""
     x = np.asarray(x, np.float32)
     s = (np.nanmax(np.abs(x), axis=-1, keepdims=True) / np.float32(CODE_MAX[code])).astype(np.float32)
     with np.errstate(divide="ignore", invalid="ignore"):
         q = encode(x / s, code)
-    q = np.where(s == 0, np.zeros((), q.dtype), q)
+    q = np.where((s == 0) | np.isinf(s), np.zeros((), q.dtype), q)  # a zero or infinite row: codes 0
     return q, s
 
 
@@ -401,6 +402,39 @@ def test_fp8_static_and_dynamic(code, rng):
     np.testing.assert_array_equal(got[1], place(mc0[1], qv, sl, "BNSD"))
     np.testing.assert_array_equal(ksc.asnumpy(), place(ksc0, sk, sl, "BNSD"))
     np.testing.assert_array_equal(vsc.asnumpy(), place(vsc0, sv, sl, "BNSD"))
+
+
+@pytest.mark.parametrize("code", ("float8_e4m3fn", "float8_e5m2"))
+@pytest.mark.parametrize("d", (8, 128, 13))
+def test_fp8_dynamic_row_with_an_infinite_element(code, d, rng):
+    """docs/quantization.md: a dynamic row with an infinite element gets scale inf and codes 0 (it reads
+    back NaN, every element). The old kernel wrote the +-inf element's code as x / s = inf / inf = NaN, with
+    the sign bit set (0xff / 0xfe), the finite ones 0: the doc and the codes disagreed. Both +inf and
+    -inf, with a NaN and a huge finite value in other heads, every head size path (8-lane, tail)."""
+    t, h = 4, 3
+    x = (rng.standard_normal((t, h, d)) * 3).astype(np.float32)
+    x[0, 0, d // 2] = np.inf
+    x[1, 2, 0] = -np.inf
+    x[2, 1, d - 1] = np.nan
+    x[3, 0, 1 % d] = 3e38
+    nb, bs = 2, 4
+    kc0 = rng.integers(0, 0x70, (nb, bs, h, d), dtype=np.uint8)
+    kc, vc = fp8_tensor(kc0, code), fp8_tensor(kc0.copy(), code)
+    ksc0 = rand_scale(rng, (nb, bs, h, 1))
+    ksc, vsc = Parameter(Tensor(ksc0), name=f"f8i{next(_ids)}"), Parameter(Tensor(ksc0.copy()), name=f"f8i{next(_ids)}")
+    sl = np.array([5, 0, 7, 2], np.int64)
+    ms_kvcache.reshape_and_cache(Tensor(x), Tensor(x), kc, vc, Tensor(sl), k_scale_cache=ksc, v_scale_cache=vsc)
+    got, sc = fp8_codes(kc), ksc.asnumpy()
+    assert np.isinf(sc[1, 1, 0, 0]) and np.isinf(sc[0, 0, 2, 0]), "scale inf"  # slots 5 and 0
+    assert not got[1, 1, 0].any() and not got[0, 0, 2].any(), "codes 0 for the infinite rows"
+    with np.errstate(invalid="ignore", over="ignore"):
+        want, ws = quant_dynamic(x, code)
+    np.testing.assert_array_equal(got, place(kc0, want, sl, "BSND"))
+    np.testing.assert_array_equal(sc.view(np.uint32), place(ksc0, ws, sl, "BSND").view(np.uint32))
+    # read back: NaN for every element of an infinite row, finite elsewhere
+    back = ms_kvcache.dequantize_kv_cache(kc, scale_cache=ksc).asnumpy()
+    assert np.isnan(back[1, 1, 0]).all() and np.isnan(back[0, 0, 2]).all()
+    assert np.isfinite(back[0, 2]).all()  # slot 2: 3e38 is finite
 
 
 # --------------------------------------------------------------------------- MLA

@@ -112,3 +112,57 @@ def test_public_op_refuses_and_writes_nothing(path, ms27, rng):
     finally:
         ms_kvcache.set_backend(old)
     assert_bits_equal(to_np(base), base0, "untouched")
+
+
+def test_no_fast_path_where_views_lose_its_writes(monkeypatch, rng):
+    """On MindSpore 2.7.x the cpu fast path's write into a reshape() view of a Parameter was lost (the
+    kernel got the memory MindSpore converts the view to: a copy), with no error: measured on 2.7.2,
+    tests/test_cache_views.py::test_fast_path_writes_through_reshape_views, 96 of 96 elements missing. There
+    the fast path is off, so every write goes through the ops.Custom path's view checks and such a view is
+    refused. Simulated here on any MindSpore by flipping the version flag (the old code kept the fast path
+    and wrote through, so this test fails on it)."""
+    if _custom._fast_module() is None:  # noqa: WPS437
+        pytest.skip("ms_kvcache._cpu_pyboost not built")
+    monkeypatch.setattr(V, "MS_VIEWS_WITHOUT_STORAGE_INFO", True)
+    monkeypatch.setattr(_custom, "_LAUNCHERS", {})  # launchers chosen under the flag
+    ok, why = _custom.fast_path_available("cpu")
+    assert not ok and "reshape() / view() output carries no storage info" in why, why
+    base0 = random_array(rng, (32, 2, 16), "float32")
+    kb = Parameter(Tensor(base0.copy()), name="kb27")
+    key = to_ms(random_array(rng, (3, 2, 16), "float32"))
+    old = _backend.get_backend()
+    ms_kvcache.set_backend("cpu")
+    try:
+        with pytest.raises(ValueError, match=r"reshape_and_cache: argument 'key_cache': expected a tensor that owns "
+                                             r"its memory, got a view"):
+            ms_kvcache.reshape_and_cache(key, key, kb.reshape(4, 8, 2, 16), Tensor(np.zeros((4, 8, 2, 16), np.float32)),
+                                         Tensor(np.array([0, 9, 31], np.int32)))
+    finally:
+        ms_kvcache.set_backend(old)
+    assert_bits_equal(to_np(kb), base0, "untouched")
+
+
+def test_claimed_mindspore_range_is_the_tested_one():
+    """pyproject.toml claims the MindSpore versions CI tests (.ci/run installs mindspore==2.10.*): the range
+    starts at the running release, so no claimed version goes untested. Other releases are checked with
+    scripts/test_mindspore_versions.py."""
+    import os
+    import re
+
+    import mindspore
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "pyproject.toml"), encoding="utf-8") as f:
+        m = re.search(r'"mindspore>=(\d+)\.(\d+)(?:\.\d+)?,<(\d+)\.(\d+)"', f.read())
+    assert m, "pyproject.toml: no 'mindspore>=A.B,<C.D' dependency"
+    lo, hi = (int(m[1]), int(m[2])), (int(m[3]), int(m[4]))
+    ci = os.path.join(root, ".ci", "run")
+    if os.path.isfile(ci):
+        with open(ci, encoding="utf-8") as f:
+            pins = re.findall(r'mindspore==(\d+)\.(\d+)\.\*', f.read())
+        assert pins and all((int(a), int(b)) == lo for a, b in pins), (pins, lo)
+        assert hi == (lo[0], lo[1] + 1), f"claimed {lo}..{hi}, CI tests {lo} only"
+    running = tuple(int(x) for x in mindspore.__version__.split(".")[:2])
+    if running != lo:
+        pytest.skip(f"MindSpore {mindspore.__version__} is outside the claimed (tested) range {lo}; "
+                    f"scripts/test_mindspore_versions.py checks other releases")

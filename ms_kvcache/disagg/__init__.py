@@ -17,8 +17,8 @@ links against it). Importing this package does not import Mooncake; creating a s
 or master does, and raises :class:`MooncakeUnavailable` with that hint when it is missing. See
 docs/disagg.md.
 """
-from ms_kvcache.disagg._errors import (ChecksumMismatch, DisaggError, HandoffTimeout, MetadataMismatch,
-                                       MooncakeUnavailable, PeerGone, StoreError)
+from ms_kvcache.disagg._errors import (AuthenticationFailed, ChecksumMismatch, DisaggError, HandoffTimeout,
+                                       MetadataMismatch, MooncakeUnavailable, PeerGone, StoreError)
 from ms_kvcache.disagg._layout import CHECKSUM_ALGO, KVLayout, checksum, slots_from_blocks
 from ms_kvcache.disagg._mooncake import INSTALL_HINT, MooncakeMaster, mooncake_available
 from ms_kvcache.disagg.handoff import PROTOCOL, KVReceiver, KVSender
@@ -27,4 +27,4 @@ from ms_kvcache.disagg.store import KVPrefixStore, prefix_chunk_hashes
 __all__ = ["KVSender", "KVReceiver", "KVPrefixStore", "MooncakeMaster", "KVLayout", "prefix_chunk_hashes",
            "mooncake_available", "checksum", "slots_from_blocks", "CHECKSUM_ALGO", "PROTOCOL", "INSTALL_HINT",
            "DisaggError", "MooncakeUnavailable", "HandoffTimeout", "PeerGone", "MetadataMismatch",
-           "ChecksumMismatch", "StoreError"]
+           "ChecksumMismatch", "StoreError", "AuthenticationFailed"]

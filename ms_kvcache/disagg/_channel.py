@@ -4,17 +4,120 @@ As in vLLM's and SGLang's Mooncake connectors, the transfer engine moves the byt
 channel carries the metadata. The receiver binds a ROUTER socket (``ROUTER_MANDATORY``: a reply to a
 sender that has gone raises instead of vanishing); each sender connects a DEALER socket. Messages are
 one UTF-8 JSON object per ZeroMQ frame (never pickle), at most :data:`MAX_MESSAGE` bytes.
+
+Every message is checked before use against :data:`SCHEMAS` (its type, every field's type and range,
+string and list sizes): the receiver answers a malformed one (``reject`` for an offer, ``error``
+otherwise, naming the problem) and drops it. With a shared ``token`` every message carries
+``mac = HMAC-SHA256(token, the message as canonical JSON)``: a message without it or with a wrong one is
+refused the same way (``AuthenticationFailed``) before anything else looks at it. The token
+authenticates, it does not encrypt; Mooncake's data path has no authentication of its own (bind to a
+trusted interface).
 """
+import hashlib
+import hmac
 import json
 import socket
 import time
 
-from ms_kvcache.disagg._errors import DisaggError, HandoffTimeout, MooncakeUnavailable, PeerGone
+from ms_kvcache.disagg._errors import AuthenticationFailed, DisaggError, HandoffTimeout, MooncakeUnavailable, PeerGone
 
-__all__ = ["ControlServer", "ControlClient", "MAX_MESSAGE", "parse_address"]
+__all__ = ["ControlServer", "ControlClient", "MAX_MESSAGE", "SCHEMAS", "parse_address", "message_problem",
+           "check_token", "MAX_TEXT"]
 
 #: Largest control message accepted (a block-id list of ~1M blocks fits).
 MAX_MESSAGE = 16 << 20
+#: Longest string field of a message (session, request_id, model_id, reason, ...), in characters.
+MAX_TEXT = 4096
+_MAX_LIST = 1 << 21
+_U64 = (1 << 64) - 1
+_I63 = (1 << 63) - 1
+
+# field -> (kind, required). kinds: "str", "str?" (str or None), "int" (0 .. 2**63-1), "u64", "bool",
+# "dict", "ints" (list of int), "ints?" (list of int or None), "u64s" (list of u64)
+SCHEMAS = {
+    "offer": {"session": ("str", True), "protocol": ("str", True), "request_id": ("str?", False),
+              "layout": ("dict", True), "model_id": ("str?", False), "num_tokens": ("int", True),
+              "nbytes": ("int", True), "chunk_tokens": ("int", True), "chunks": ("ints?", False),
+              "src_block_ids": ("ints", False), "src_block_size": ("int", False), "checksum_algo": ("str", True)},
+    "chunk": {"session": ("str", True), "index": ("int", True), "checksum": ("u64", True)},
+    "done": {"session": ("str", True), "checksums": ("u64s", True)},
+    "abort": {"session": ("str", True), "reason": ("str?", False), "withdrawn": ("bool", False)},
+    "accept": {"session": ("str", True), "te_peer": ("str", True), "buffer_ptr": ("int", True),
+               "buffer_nbytes": ("int", True)},
+    "reject": {"session": ("str?", False), "reason": ("str?", False), "error": ("str?", False)},
+    "error": {"session": ("str?", False), "reason": ("str?", False), "error": ("str?", False)},
+    "loaded": {"session": ("str", True), "block_ids": ("ints", True)},
+}
+#: what each end takes
+TO_RECEIVER = ("offer", "chunk", "done", "abort")
+TO_SENDER = ("accept", "reject", "error", "loaded")
+
+
+def _is_int(v, hi=_I63):
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= hi
+
+
+def _field_problem(name, kind, v):
+    if kind in ("str", "str?"):
+        if v is None and kind == "str?":
+            return None
+        if not isinstance(v, str):
+            return f"'{name}': expected a string, got {type(v).__name__}"
+        if len(v) > MAX_TEXT:
+            return f"'{name}': {len(v)} characters, at most {MAX_TEXT}"
+        return None
+    if kind == "int":
+        return None if _is_int(v) else f"'{name}': expected an int in [0, 2**63), got {_short(v)}"
+    if kind == "u64":
+        return None if _is_int(v, _U64) else f"'{name}': expected an int in [0, 2**64), got {_short(v)}"
+    if kind == "bool":
+        return None if isinstance(v, bool) else f"'{name}': expected true or false, got {_short(v)}"
+    if kind == "dict":
+        return None if isinstance(v, dict) else f"'{name}': expected an object, got {type(v).__name__}"
+    if kind in ("ints", "ints?", "u64s"):
+        if v is None and kind == "ints?":
+            return None
+        hi = _U64 if kind == "u64s" else _I63
+        if not isinstance(v, list) or len(v) > _MAX_LIST or not all(_is_int(x, hi) for x in v):
+            return f"'{name}': expected a list of at most {_MAX_LIST} ints in [0, {hi + 1}), got {_short(v)}"
+        return None
+    raise AssertionError(kind)  # pragma: no cover
+
+
+def _short(v, n=120):
+    text = repr(v)
+    return text if len(text) <= n else text[:n] + "..."
+
+
+def message_problem(msg, allowed):
+    """What is wrong with a decoded control message (a str), or None. ``allowed``: the types this end takes."""
+    if not isinstance(msg, dict):
+        return f"expected a JSON object, got {type(msg).__name__}"
+    kind = msg.get("type")
+    if not isinstance(kind, str) or kind not in allowed:
+        return f"'type': expected one of {list(allowed)}, got {_short(kind)}"
+    schema = SCHEMAS[kind]
+    for name, (k, required) in schema.items():
+        if name not in msg:
+            if required:
+                return f"{kind}: '{name}' missing"
+            continue
+        bad = _field_problem(name, k, msg[name])
+        if bad:
+            return f"{kind}: {bad}"
+    return None
+
+
+def check_token(op, token):
+    """``token`` (str / bytes / None) -> bytes or None; ValueError naming ``op`` otherwise."""
+    if token is None:
+        return None
+    if isinstance(token, str):
+        token = token.encode()
+    if not isinstance(token, (bytes, bytearray)) or not 1 <= len(token) <= 4096:
+        raise ValueError(f"{op}: argument 'token': expected None or a non-empty str / bytes of at most 4096 bytes, "
+                         f"got {type(token).__name__}")
+    return bytes(token)
 
 
 def _zmq():
@@ -38,24 +141,66 @@ def parse_address(op, address):
         port = int(port)
     except (TypeError, ValueError):
         raise ValueError(f"{op}: argument 'peer': expected 'host:port' with an int port, got {address!r}") from None
+    if not 0 < port < 65536:
+        raise ValueError(f"{op}: argument 'peer': expected a port in [1, 65535], got {address!r}")
     return host, port
 
 
-def _encode(msg):
+def _canonical(msg):
+    return json.dumps(msg, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _encode(msg, token=None):
+    if token is not None:
+        msg = dict(msg)
+        msg.pop("mac", None)
+        msg["mac"] = hmac.new(token, _canonical(msg), hashlib.sha256).hexdigest()
     data = json.dumps(msg, separators=(",", ":")).encode()
     if len(data) > MAX_MESSAGE:
         raise DisaggError(f"control message of {len(data)} bytes exceeds {MAX_MESSAGE}")
     return data
 
 
-def _decode(data):
+class _Bad(Exception):
+    """Internal: a frame that is not a usable message; ``error`` names the exception class to report."""
+
+    def __init__(self, reason, error="DisaggError", msg=None):
+        super().__init__(reason)
+        self.reason, self.error, self.msg = reason, error, msg
+
+
+def _decode(data, allowed, token=None):
+    """The message in ``data``; :class:`_Bad` if it is malformed or (with a ``token``) not authenticated."""
     try:
-        msg = json.loads(data.decode())
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise DisaggError(f"malformed control message ({exc})") from None
-    if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
-        raise DisaggError(f"malformed control message (not an object with a 'type'): {str(msg)[:200]}")
+        msg = json.loads(data.decode(), parse_constant=_no_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise _Bad(f"malformed control message (not UTF-8 JSON: {str(exc)[:120]})") from None
+    if token is not None:
+        mac = msg.pop("mac", None) if isinstance(msg, dict) else None
+        if not isinstance(mac, str) or not hmac.compare_digest(
+                mac, hmac.new(token, _canonical(msg), hashlib.sha256).hexdigest()):
+            raise _Bad("control message not authenticated (no or a wrong signature with the shared token)",
+                       "AuthenticationFailed", msg if isinstance(msg, dict) else None)
+    elif isinstance(msg, dict):
+        msg.pop("mac", None)
+    bad = message_problem(msg, allowed)
+    if bad:
+        raise _Bad(f"malformed control message: {bad}", "MetadataMismatch" if _kind(msg) == "offer" else "DisaggError",
+                   msg if isinstance(msg, dict) else None)
     return msg
+
+
+def _no_constant(name):
+    raise ValueError(f"{name} is not JSON")
+
+
+def _kind(msg):
+    return msg.get("type") if isinstance(msg, dict) else None
+
+
+def _session_of(msg):
+    s = msg.get("session") if isinstance(msg, dict) else None
+    return s if isinstance(s, str) and len(s) <= MAX_TEXT else None
 
 
 def _remaining(deadline):
@@ -63,30 +208,44 @@ def _remaining(deadline):
 
 
 class ControlServer:
-    """The receiver's end: a ROUTER socket bound to ``host`` on ``port`` (0 = a free port).
+    """The receiver's end: a ROUTER socket bound to ``host`` on ``port`` (0 = a free one).
+
+    Malformed or (with ``token``) unauthenticated messages are answered here (``reject`` / ``error``
+    naming the problem) and never returned. A port that cannot be bound raises :class:`DisaggError`
+    after releasing the socket and its context.
 
     Attributes:
         address (str): ``"host:port"`` that senders connect to.
     """
 
-    def __init__(self, host="127.0.0.1", port=0):
+    def __init__(self, host="127.0.0.1", port=0, token=None):
         zmq = _zmq()
         self._zmq = zmq
+        self.token = token
         self.ctx = zmq.Context()
-        self.sock = self.ctx.socket(zmq.ROUTER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        self.sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE + 1024)
-        if port:
-            self.sock.bind(f"tcp://{host}:{int(port)}")
-            self.port = int(port)
-        else:
-            self.port = self.sock.bind_to_random_port(f"tcp://{host}")
+        self.sock = None
+        try:
+            self.sock = self.ctx.socket(zmq.ROUTER)
+            self.sock.setsockopt(zmq.LINGER, 0)
+            self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+            self.sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE + 1024)
+            where = "*" if str(host) in ("", "*") else host
+            if port:
+                self.sock.bind(f"tcp://{where}:{int(port)}")
+                self.port = int(port)
+            else:
+                self.port = self.sock.bind_to_random_port(f"tcp://{where}")
+        except zmq.ZMQError as exc:
+            self.close()
+            what = f"port {port}" if port else "a free port"
+            raise DisaggError(f"KVReceiver: cannot listen on {what} of {host!r} ({exc}); another process may hold "
+                              f"it: pass another port, or 0 for a free one") from None
         self.host = host
         self.address = f"{host}:{self.port}"
+        self.refused = 0  # malformed / unauthenticated messages answered and dropped
 
     def recv(self, deadline):
-        """Next ``(peer_identity, message)``, or None once ``deadline`` (``time.monotonic()``) passes."""
+        """Next valid ``(peer_identity, message)``, or None once ``deadline`` (``time.monotonic()``) passes."""
         zmq = self._zmq
         while True:
             left = _remaining(deadline)
@@ -96,11 +255,22 @@ class ControlServer:
                 continue
             frames = self.sock.recv_multipart()
             if len(frames) != 2:
-                continue  # not ours
-            try:
-                return frames[0], _decode(frames[1])
-            except DisaggError:
+                if frames:
+                    self._refuse(frames[0], _Bad(f"malformed control message ({len(frames) - 1} frames, expected 1)"))
                 continue
+            try:
+                return frames[0], _decode(frames[1], TO_RECEIVER, self.token)
+            except _Bad as bad:
+                self._refuse(frames[0], bad)
+
+    def _refuse(self, peer, bad):
+        self.refused += 1
+        kind = "reject" if _kind(bad.msg) == "offer" else "error"
+        try:
+            self.send(peer, {"type": kind, "session": _session_of(bad.msg), "error": bad.error,
+                             "reason": f"receiver {self.address}: {bad.reason}"[:MAX_TEXT]})
+        except DisaggError:
+            pass
 
     def pending(self):
         """True if a message is queued (without taking it)."""
@@ -114,25 +284,33 @@ class ControlServer:
         """Send ``msg`` to ``peer``; :class:`PeerGone` if that sender has disconnected."""
         zmq = self._zmq
         try:
-            self.sock.send_multipart([peer, _encode(msg)], flags=zmq.NOBLOCK)
+            self.sock.send_multipart([peer, _encode(msg, self.token)], flags=zmq.NOBLOCK)
         except zmq.ZMQError as exc:
             raise PeerGone(f"the sender has disconnected from {self.address} ({exc})") from None
 
     def close(self):
-        self.sock.close(0)
-        self.ctx.term()
+        if self.sock is not None:
+            self.sock.close(0)
+            self.sock = None
+        if self.ctx is not None:
+            self.ctx.term()
+            self.ctx = None
 
 
 class ControlClient:
     """The sender's end: a DEALER socket connected to a receiver's ``address``.
 
     Before connecting, a plain TCP connect to the address checks that something listens there, so a
-    receiver that is not running gives :class:`PeerGone` at once instead of a timeout.
+    receiver that is not running gives :class:`PeerGone` at once instead of a timeout. :meth:`recv` raises
+    :class:`AuthenticationFailed` for a reply without the ``token``'s signature and :class:`DisaggError` for
+    a malformed one.
     """
 
-    def __init__(self, address, op="KVSender.send", probe_timeout=2.0):
+    def __init__(self, address, op="KVSender.send", probe_timeout=2.0, token=None):
         zmq = _zmq()
         self._zmq = zmq
+        self.op = op
+        self.token = token
         host, port = parse_address(op, address)
         try:
             with socket.create_connection((host, port), timeout=probe_timeout):
@@ -154,7 +332,7 @@ class ControlClient:
     def send(self, msg):
         zmq = self._zmq
         try:
-            self.sock.send(_encode(msg), flags=zmq.NOBLOCK)
+            self.sock.send(_encode(msg, self.token), flags=zmq.NOBLOCK)
         except zmq.Again:
             raise PeerGone(f"cannot queue a message to {self.address} (receiver not connected)") from None
 
@@ -168,9 +346,11 @@ class ControlClient:
                     return None
                 continue
             try:
-                return _decode(self.sock.recv())
-            except DisaggError:
-                continue
+                return _decode(self.sock.recv(), TO_SENDER, self.token)
+            except _Bad as bad:
+                cls = AuthenticationFailed if bad.error == "AuthenticationFailed" else DisaggError
+                raise cls(f"{self.op}: the receiver at {self.address} answered with a refused message: "
+                          f"{bad.reason}") from None
 
     def close(self, linger_ms=200):
         """Close; messages still queued get up to ``linger_ms`` to leave."""

@@ -6,7 +6,7 @@ that also have a natural built-in meaning derive from it too, so ``except Timeou
 """
 
 __all__ = ["DisaggError", "MooncakeUnavailable", "HandoffTimeout", "PeerGone", "MetadataMismatch",
-           "ChecksumMismatch", "StoreError"]
+           "ChecksumMismatch", "StoreError", "AuthenticationFailed"]
 
 
 class DisaggError(RuntimeError):
@@ -39,3 +39,8 @@ class ChecksumMismatch(DisaggError):
 
 class StoreError(DisaggError):
     """A Mooncake Store call failed or returned an object that does not match its key / layout."""
+
+
+class AuthenticationFailed(DisaggError, PermissionError):
+    """A control message without the shared ``token``'s signature (or with a wrong one): the peer was
+    refused before any KV moved."""

@@ -237,8 +237,8 @@ class KVLayout:
         Raises:
             TypeError: what ``multi_layer_kv_transfer`` would raise for these caches (dtypes, non-Tensors).
             ValueError: what that op would raise (arity, shapes, unknown ``kv_format`` / ``cache_layout``, scale
-                caches of the wrong shape); int8 caches with neither or both of ``scale_caches`` /
-                ``static_scales=True``, or either of them with caches that are not int8.
+                caches of the wrong shape, caches that are not contiguous); int8 caches with neither or both of
+                ``scale_caches`` / ``static_scales=True``, or either of them with caches that are not int8.
         """
         from ms_kvcache.ops import _multi_layer as ML
 
@@ -274,6 +274,12 @@ class KVLayout:
             which = "scale_caches" if scale_caches is not None else "static_scales"
             raise ValueError(f"{op}: argument '{which}': expected only with int8 'kv_caches' (quantized), got "
                              f"{dtype} caches")
+        for what, tensors in (("kv_caches", flat), ("scale_caches", sflat if scale_caches is not None else ())):
+            for i, x in enumerate(tensors):
+                if hasattr(x, "is_contiguous") and not x.is_contiguous():
+                    raise ValueError(f"{op}: argument '{what}': expected contiguous tensors (the transfer reads and "
+                                     f"writes them in place), got a non-contiguous view of shape {tuple(x.shape)} at "
+                                     f"flat index {i}")
         nb, bs = planes[0][0], planes[0][1]
         return cls(fmt, dtype, cache_layout, num_layers, [(h, d) for (_, _, h, d) in planes], nb, bs, scales)
 
@@ -308,7 +314,7 @@ class KVLayout:
             if k == "planes" and b is not None:
                 try:
                     b = [list(map(int, p)) for p in b]
-                except (TypeError, ValueError):
+                except (TypeError, ValueError, OverflowError):
                     pass
             if a != b:
                 out.append(f"{k}: {a!r} here, {b!r} there")
@@ -425,3 +431,9 @@ class HostStaging:
         if self.engine is not None:
             self.engine.unregister(self.ptr)
             self.engine = None
+
+    def free(self):
+        """:meth:`close`, and drop this object's references to the memory (it is unmapped as soon as no
+        Tensor made by :meth:`chunk_tensor` is left either)."""
+        self.close()
+        self._tensor = self.array = None

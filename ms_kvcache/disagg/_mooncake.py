@@ -20,13 +20,15 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 
+from ms_kvcache.disagg import _net
 from ms_kvcache.disagg._errors import DisaggError, HandoffTimeout, MooncakeUnavailable, PeerGone
 
 __all__ = ["INSTALL_HINT", "mooncake_available", "import_engine", "import_store", "TransferEngineHandle",
-           "MooncakeMaster", "master_binary", "free_port", "wait_for_port", "LOOPBACK"]
+           "MooncakeMaster", "master_binary", "free_port", "wait_for_port", "port_is_free", "LOOPBACK"]
 
 LOOPBACK = "127.0.0.1"
 
@@ -75,6 +77,46 @@ def free_port(host=LOOPBACK):
         return s.getsockname()[1]
 
 
+def _die_with_parent():
+    """In the child before exec: SIGTERM when the thread that started it ends (Linux ``PR_SET_PDEATHSIG``),
+    so a master never outlives a crashed parent."""
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+
+
+def port_is_free(host, port):
+    """Whether nothing listens on ``host:port`` now (a bind with SO_REUSEADDR succeeds: TIME_WAIT
+    connections do not count)."""
+    fam = socket.AF_INET6 if ":" in str(host) else socket.AF_INET
+    with socket.socket(fam, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, int(port)))
+        except OSError:
+            return False
+    return True
+
+
+def _wait_listening(proc, host, port, timeout):
+    """Poll until process ``proc`` itself listens on ``port`` (``/proc``; a TCP connect where ``/proc``
+    cannot tell); False once ``timeout`` passes or as soon as ``proc`` exits."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            return False
+        socks = _net.listening_sockets(proc.pid)
+        if socks is None:
+            if wait_for_port(host, port, 0.25, proc):
+                return proc.poll() is None
+        elif any(p == port for _, p in socks):
+            return proc.poll() is None
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+
+
 def wait_for_port(host, port, timeout, proc=None):
     """Poll until a TCP connection to ``host:port`` succeeds; True, or False after ``timeout`` seconds
     (or as soon as ``proc``, if given, has exited)."""
@@ -95,6 +137,10 @@ def wait_for_port(host, port, timeout, proc=None):
 class TransferEngineHandle:
     """One Mooncake ``TransferEngine`` in P2P-handshake mode (no metadata server).
 
+    Its listening sockets (handshake and TCP transport) bind ``hostname`` only (Mooncake itself binds
+    every interface: :mod:`ms_kvcache.disagg._net` redirects that); ``"0.0.0.0"`` keeps Mooncake's
+    every-interface binds, an explicit choice.
+
     Args:
         hostname (str): the address peers reach this process at (default ``"127.0.0.1"``).
         protocol (str): Mooncake transport, ``"tcp"`` (default; what works on any machine) or ``"rdma"``
@@ -106,20 +152,29 @@ class TransferEngineHandle:
 
     Raises:
         MooncakeUnavailable: Mooncake cannot be imported.
-        DisaggError: ``initialize`` failed (its return code in the message).
+        DisaggError: ``initialize`` failed (its return code in the message), or a socket it opened listens
+            elsewhere than ``hostname``.
     """
 
     def __init__(self, hostname=LOOPBACK, protocol="tcp", device_name=""):
         mod = import_engine()
+        self._registered = {}
         self.engine = mod.TransferEngine()
-        rc = self.engine.initialize(hostname, "P2PHANDSHAKE", protocol, device_name)
+        before = _net.listening_sockets()
+        with _net.confine_binds(hostname):
+            rc = self.engine.initialize(hostname, "P2PHANDSHAKE", protocol, device_name)
         if rc != 0:
             raise DisaggError(f"Mooncake TransferEngine.initialize({hostname!r}, 'P2PHANDSHAKE', {protocol!r}, "
                               f"{device_name!r}) failed with code {rc}")
+        stray = _net.stray_listeners(hostname, before)
+        if stray:
+            self.engine = None  # its sockets close with it
+            raise DisaggError(f"Mooncake's transfer engine listens on {stray}, not only on {hostname!r} "
+                              f"({_net.confinable()[1] or 'its bind() could not be redirected'}); pass "
+                              f"hostname='0.0.0.0' to accept every interface explicitly")
         self.hostname = hostname
         self.protocol = protocol
         self.address = f"{hostname}:{self.engine.get_rpc_port()}"
-        self._registered = {}
 
     def register(self, ptr, nbytes):
         """Register ``nbytes`` of host memory at ``ptr`` for transfers (DisaggError on failure)."""
@@ -130,7 +185,7 @@ class TransferEngineHandle:
 
     def unregister(self, ptr):
         """Undo :meth:`register` (ignored if ``ptr`` was not registered)."""
-        if self._registered.pop(int(ptr), None) is not None:
+        if self._registered.pop(int(ptr), None) is not None and self.engine is not None:
             self.engine.unregister_memory(int(ptr))
 
     def submit_write(self, peer, src_ptr, dst_ptr, nbytes, what="transfer"):
@@ -156,9 +211,12 @@ class TransferEngineHandle:
         raise PeerGone(f"{what}: Mooncake write to {peer} failed (status {st}: peer gone or refused the transfer)")
 
     def close(self):
-        """Unregister every buffer this handle registered (the engine itself goes with the object)."""
-        for ptr in list(self._registered):
-            self.unregister(ptr)
+        """Unregister every buffer this handle registered and drop the engine (its threads and sockets go
+        with the last reference)."""
+        if self.engine is not None:
+            for ptr in list(self._registered):
+                self.unregister(ptr)
+        self.engine = None
 
 
 def master_binary():
@@ -184,8 +242,11 @@ class MooncakeMaster:
     """A ``mooncake_master`` (Mooncake Store's metadata service) run as a child process on loopback.
 
     Its RPC and metrics servers bind to ``host`` (default 127.0.0.1) on free ports; :meth:`start` waits,
-    at most ``timeout`` seconds, until the RPC port accepts connections (a store client's ``setup()``
-    without a reachable master blocks for about 90 s). Use as a context manager, or call
+    at most ``timeout`` seconds, until the child itself listens on the RPC port (a store client's
+    ``setup()`` without a reachable master blocks for about 90 s). A ``port`` another process holds is
+    refused before the child starts, a child that exits fails :meth:`start`, and the child gets SIGTERM
+    when the thread that started it ends (Linux ``PR_SET_PDEATHSIG``: a crashed process leaves no master;
+    start it from a thread that lives as long as the master should). Use as a context manager, or call
     :meth:`start` / :meth:`stop`.
 
     Args:
@@ -199,8 +260,8 @@ class MooncakeMaster:
 
     Raises:
         MooncakeUnavailable: no ``mooncake_master`` binary.
-        DisaggError: the process exited, or (HandoffTimeout) the port did not open in time; the message
-            ends with the last lines of its log.
+        DisaggError: ``port`` is in use by another process, or the master exited, or (HandoffTimeout) it
+            did not listen on its port in time; the message ends with the last lines of its log.
     """
 
     def __init__(self, host=LOOPBACK, port=None, timeout=15.0, extra_args=()):
@@ -222,20 +283,24 @@ class MooncakeMaster:
         if self.proc is not None:
             return self
         binary = master_binary()
+        if self._fixed_port and not port_is_free(self.host, self._fixed_port):
+            raise DisaggError(f"mooncake_master: port {self._fixed_port} on {self.host} is in use by another "
+                              f"process (pass another port, or port=None for a free one)")
         for attempt in range(3):  # a free port can be taken between probing and binding: retry
             port = self._fixed_port or free_port(self.host)
             self._log = tempfile.TemporaryFile(mode="w+")
             args = [binary, f"--rpc_address={self.host}", f"--rpc_port={port}", f"--metrics_host={self.host}",
                     f"--metrics_port={free_port(self.host)}", "--enable_http_metadata_server=false",
                     *self.extra_args]
-            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+                                         preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
             self.port = port
-            if wait_for_port(self.host, port, self.timeout, self.proc):
+            if _wait_listening(self.proc, self.host, port, self.timeout):
                 return self
             exited = self.proc.poll() is not None
             tail = self._tail()
             self.stop()
-            if exited and self._fixed_port is None and attempt < 2 and "in use" in tail:
+            if exited and self._fixed_port is None and attempt < 2 and ("in use" in tail.lower() or not tail):
                 continue
             err = DisaggError if exited else HandoffTimeout
             how = "exited" if exited else f"did not open {self.host}:{port} within {self.timeout:g} s"

@@ -34,13 +34,14 @@ PyNative ops want anyway.
 """
 import time
 import uuid
-from collections import deque
+from collections import OrderedDict, deque
 
 import numpy as np
 
-from ms_kvcache.disagg._channel import ControlClient, ControlServer
+from ms_kvcache.disagg._channel import MAX_TEXT, ControlClient, ControlServer, check_token
 from ms_kvcache.disagg._direct import DIRECT_MIN_BYTES, MAX_INFLIGHT, SPAN_BYTES, WINDOW_BYTES, direct_rows
-from ms_kvcache.disagg._errors import (ChecksumMismatch, DisaggError, HandoffTimeout, MetadataMismatch, PeerGone)
+from ms_kvcache.disagg._errors import (AuthenticationFailed, ChecksumMismatch, DisaggError, HandoffTimeout,
+                                       MetadataMismatch, PeerGone)
 from ms_kvcache.disagg._layout import (CHECKSUM_ALGO, ChecksumStream, HostStaging, KVLayout, check_block_ids, checksum,
                                        chunk_plan, plan_from_sizes, ramp_chunk_sizes, slots_from_blocks, wait_ops)
 from ms_kvcache.disagg._mooncake import LOOPBACK, TransferEngineHandle
@@ -105,13 +106,18 @@ class _ChunkOps:
         return (f, tuple(flat)) if is_fast_launcher(f) else None
 
 
-_ERRORS = {c.__name__: c for c in (ChecksumMismatch, MetadataMismatch, HandoffTimeout, PeerGone, DisaggError)}
+_ERRORS = {c.__name__: c for c in (ChecksumMismatch, MetadataMismatch, HandoffTimeout, PeerGone, DisaggError,
+                                    AuthenticationFailed)}
+#: offers a receiver queues while it serves another (more are rejected: "busy")
+MAX_BACKLOG = 64
+#: finished sessions a receiver remembers (stray messages of one are dropped silently; older ones get an error)
+MAX_DONE_SESSIONS = 4096
 
 
 def _receiver_error(op, request_id, msg):
     """The sender's exception for an ``error`` message of the receiver (same class as the receiver's)."""
     cls = _ERRORS.get(msg.get("error"), DisaggError)
-    return cls(f"{op}: request {request_id!r}: the receiver failed: {msg.get('reason', msg)}")
+    return cls(f"{op}: request {request_id!r}: the receiver failed: {msg.get('reason')}")
 
 
 class _OfferWithdrawn(Exception):
@@ -165,7 +171,14 @@ class _Writes:
         eng = self.engine
         while self.queue:
             c, bid, n = self.queue[0]
-            if not eng.poll(bid, what=f"{self.op}: request {self.request_id!r}: chunk {c}", peer=self.te_peer):
+            try:
+                done = eng.poll(bid, what=f"{self.op}: request {self.request_id!r}: chunk {c}", peer=self.te_peer)
+            except DisaggError:  # failed (Mooncake has freed the batch: never poll it again) or timed out
+                self.queue.popleft()
+                self.left[c] -= 1
+                self.inflight -= n
+                raise
+            if not done:
                 if not block or (len(self.queue) <= max_len and
                                  (max_bytes is None or len(self.queue) < 2 or self.inflight <= max_bytes)):
                     break
@@ -192,16 +205,23 @@ class _Writes:
 
     def drain_quietly(self, seconds=2.0):
         """After a failure: wait (at most ``seconds``, and not past the deadline) for the writes still
-        reading the sender's memory, ignoring their outcome."""
+        reading the sender's memory, ignoring their outcome; returns the batch ids of those still in
+        flight then (their buffers must not be released before they complete)."""
         end = min(time.monotonic() + seconds, max(self.deadline, time.monotonic()))
         while self.queue and time.monotonic() < end:
-            try:
-                if not self.engine.poll(self.queue[0][1]):
-                    time.sleep(_POLL_SLEEP)
-                    continue
-            except DisaggError:
-                pass
+            if not _finished(self.engine, self.queue[0][1]):
+                time.sleep(_POLL_SLEEP)
+                continue
             self.queue.popleft()
+        return [bid for _, bid, _ in self.queue]
+
+
+def _finished(engine, bid):
+    """True once Mooncake is done with batch ``bid`` (completed, failed or timed out: it reads no more)."""
+    try:
+        return engine.poll(bid)
+    except DisaggError:
+        return True
 
 
 def _check_timeout(op, timeout):
@@ -213,26 +233,43 @@ def _check_timeout(op, timeout):
 def _check_model_id(op, model_id):
     if model_id is not None and not isinstance(model_id, str):
         raise TypeError(f"{op}: argument 'model_id': expected a str or None, got {type(model_id).__name__}")
+    if model_id is not None and len(model_id) > MAX_TEXT:
+        raise ValueError(f"{op}: argument 'model_id': expected at most {MAX_TEXT} characters, got {len(model_id)}")
     return model_id
 
 
+def _check_hostname(op, hostname):
+    if not isinstance(hostname, str) or not hostname:
+        raise TypeError(f"{op}: argument 'hostname': expected a non-empty str, got {hostname!r}")
+    return hostname
+
+
 class _Endpoint:
+    engine = staging = None
+
     def __init__(self, op, kv_caches, kv_format, cache_layout, hostname, protocol, device_name, model_id,
-                 scale_caches=None, static_scales=False):
+                 scale_caches=None, static_scales=False, token=None):
         self.layout = KVLayout.from_caches(kv_caches, kv_format, cache_layout, op=op, scale_caches=scale_caches,
                                            static_scales=static_scales)
         self.kv_caches = kv_caches
         self.scale_caches = scale_caches
         self.model_id = _check_model_id(op, model_id)
-        self.engine = TransferEngineHandle(hostname, protocol, device_name)
+        self.hostname = _check_hostname(op, hostname)
+        self.token = check_token(op, token)
         self.staging = None
+        self.engine = None
+        self._engine_args = (hostname, protocol, device_name)
+
+    def _start_engine(self):
+        self.engine = TransferEngineHandle(*self._engine_args)
 
     def _close(self):
         if self.staging is not None:
-            self.staging.close()
+            self.staging.free()
             self.staging = None
         if self.engine is not None:
             self.engine.close()
+            self.engine = None
 
     def __enter__(self):
         return self
@@ -255,8 +292,10 @@ class KVReceiver(_Endpoint):
         cache_layout (str): ``"BSND"`` (default) or ``"BNSD"`` (MERGED / SEPARATE only).
         max_tokens (int): most tokens one handoff may carry (sizes the registered host buffer:
             ``max_tokens * bytes_per_token`` bytes).
-        hostname (str): address of this process for the transfer engine and the control channel
-            (default ``"127.0.0.1"``); ``port`` (int): control port, 0 = a free one.
+        hostname (str): this process's address (default ``"127.0.0.1"``); every socket listens there only
+            (``"0.0.0.0"``: every interface, see docs/disagg.md). ``port`` (int): control port, 0 = a free one.
+        token (str | bytes | None): shared secret signing every control message (HMAC-SHA256); a peer
+            without it is refused before any KV moves.
         protocol (str): Mooncake transport, ``"tcp"`` (default) or ``"rdma"`` (not verified here);
             device_name (str): RDMA devices for ``"rdma"``.
         model_id (str | None): if given, offers from a sender with another (non-None) model_id are
@@ -277,41 +316,69 @@ class KVReceiver(_Endpoint):
 
     Raises:
         MooncakeUnavailable: Mooncake or pyzmq cannot be imported.
-        TypeError / ValueError: caches or arguments as :func:`multi_layer_kv_transfer` would reject them;
-            ValueError: int8 caches with neither or both of ``scale_caches`` / ``static_scales=True``, or
-            either of them with caches that are not int8.
+        TypeError / ValueError: caches or arguments as :func:`multi_layer_kv_transfer` would reject them,
+            and caches that are not contiguous; ValueError: int8 caches with neither or both of
+            ``scale_caches`` / ``static_scales=True``, or either of them with caches that are not int8.
+        DisaggError: ``port`` in use (nothing is left open), or a listener not on ``hostname``.
     """
 
+    server = None
+
     def __init__(self, kv_caches, kv_format, *, cache_layout="BSND", max_tokens, hostname=LOOPBACK, port=0,
-                 protocol="tcp", device_name="", model_id=None, scale_caches=None, static_scales=False):
+                 protocol="tcp", device_name="", model_id=None, scale_caches=None, static_scales=False, token=None):
         op = "KVReceiver"
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) or max_tokens < 1:
             raise ValueError(f"{op}: argument 'max_tokens': expected an int >= 1, got {max_tokens!r}")
+        if isinstance(port, bool) or not isinstance(port, (int, np.integer)) or not 0 <= port < 65536:
+            raise ValueError(f"{op}: argument 'port': expected an int in [0, 65535], got {port!r}")
         super().__init__(op, kv_caches, kv_format, cache_layout, hostname, protocol, device_name, model_id,
-                         scale_caches, static_scales)
+                         scale_caches, static_scales, token)
         self.max_tokens = int(max_tokens)
-        self.staging = HostStaging(self.max_tokens * self.layout.bytes_per_token, self.engine)
-        self.server = ControlServer(hostname, port)
+        self.server = ControlServer(hostname, int(port), self.token)  # first: a busy port costs nothing else
+        try:
+            self._start_engine()
+            self.staging = HostStaging(self.max_tokens * self.layout.bytes_per_token, self.engine)
+        except BaseException:
+            self.close()
+            raise
         self.address = self.server.address
-        self._backlog = []  # [(peer, offer)] in arrival order
-        self._done_sessions = set()
+        self._backlog = []  # [(peer, offer)] in arrival order, at most MAX_BACKLOG
+        self._done_sessions = OrderedDict()  # the last MAX_DONE_SESSIONS finished sessions
         self._undo = None  # host copy of overwritten rows (stream mode), allocated on first use
 
     # ------------------------------------------------------------------ messages
+    def _finish(self, session):
+        """Remember ``session`` as finished (bounded: the oldest are forgotten)."""
+        self._done_sessions[session] = True
+        self._done_sessions.move_to_end(session)
+        while len(self._done_sessions) > MAX_DONE_SESSIONS:
+            self._done_sessions.popitem(last=False)
+
+    def _answer(self, peer, kind, session, reason, error):
+        try:
+            self.server.send(peer, {"type": kind, "session": session, "error": error, "reason": reason[:MAX_TEXT]})
+        except DisaggError:
+            pass
+
     def _file(self, item):
-        """Sort an incoming message that is not part of the active session."""
+        """Sort an incoming message that is not part of the active session (every message here passed
+        the channel's schema check)."""
         peer, msg = item
         kind, session = msg.get("type"), msg.get("session")
         if kind == "offer":
-            self._backlog.append((peer, msg))
+            if session in self._done_sessions or any(m.get("session") == session for _, m in self._backlog):
+                self._answer(peer, "reject", session, f"receiver {self.address}: session {session!r} was already "
+                                                      f"offered", "MetadataMismatch")
+            elif len(self._backlog) >= MAX_BACKLOG:
+                self._answer(peer, "reject", session, f"receiver {self.address} is busy: {MAX_BACKLOG} offers "
+                                                      f"queued", "HandoffTimeout")
+            else:
+                self._backlog.append((peer, msg))
         elif kind == "abort":
             self._backlog = [(p, m) for p, m in self._backlog if m.get("session") != session]
-        elif session not in self._done_sessions:
-            try:
-                self.server.send(peer, {"type": "error", "session": session,
-                                        "reason": f"receiver {self.address} has no active session {session}"})
-            except PeerGone:
-                pass
+        else:  # a chunk / done of no active session (unknown, or already finished): answered, then dropped
+            self._answer(peer, "error", session, f"receiver {self.address} has no active session {session!r}",
+                         "DisaggError")
 
     def _next_offer(self, request_id, deadline):
         while True:
@@ -333,11 +400,11 @@ class KVReceiver(_Endpoint):
         lay = self.layout
         bad = []
         if offer.get("protocol") != PROTOCOL:
-            return [f"protocol: {PROTOCOL!r} here, {offer.get('protocol')!r} there"]
+            return [f"protocol: {PROTOCOL!r} here, {str(offer.get('protocol'))[:200]!r} there"]
         bad += lay.mismatches(offer.get("layout") or {})
         theirs = offer.get("model_id")
         if self.model_id is not None and theirs is not None and theirs != self.model_id:
-            bad.append(f"model_id: {self.model_id!r} here, {theirs!r} there")
+            bad.append(f"model_id: {self.model_id!r} here, {theirs[:200]!r} there")
         t, nbytes, ct = offer.get("num_tokens"), offer.get("nbytes"), offer.get("chunk_tokens")
         if not isinstance(t, int) or isinstance(t, bool) or t < 0:
             bad.append(f"num_tokens: expected an int >= 0, got {t!r}")
@@ -432,12 +499,9 @@ class KVReceiver(_Endpoint):
         rid = offer.get("request_id")
         problems = self._offer_problems(offer, blocks.size)
         if problems:
-            reason = "; ".join(problems)
-            try:
-                self.server.send(peer, {"type": "reject", "session": session, "reason": reason})
-            except PeerGone:
-                pass
-            self._done_sessions.add(session)
+            reason = "; ".join(problems)[:MAX_TEXT]
+            self._answer(peer, "reject", session, reason, "MetadataMismatch")
+            self._finish(session)
             raise MetadataMismatch(f"{op}: rejected the offer of request {rid!r}: {reason}")
         t0 = time.perf_counter()
         T, ct, algo = offer["num_tokens"], offer["chunk_tokens"], offer["checksum_algo"]
@@ -448,7 +512,7 @@ class KVReceiver(_Endpoint):
             self.server.send(peer, {"type": "accept", "session": session, "te_peer": self.engine.address,
                                     "buffer_ptr": self.staging.ptr, "buffer_nbytes": self.staging.nbytes})
         except PeerGone:  # the sender closed its end before the accept: it no longer waits for this offer
-            self._done_sessions.add(session)
+            self._finish(session)
             raise _OfferWithdrawn() from None
         verified = [False] * len(plan)
         verify_s = h2d_s = 0.0
@@ -475,7 +539,7 @@ class KVReceiver(_Endpoint):
                 h2d_s += time.perf_counter() - ts
 
         def fail(exc, tell=True):
-            self._done_sessions.add(session)
+            self._finish(session)
             if committed and stream:
                 for a, b, off in committed:
                     ops(self._undo.chunk_tensor(lay, off, b - a), slots[a:b], "h2d")
@@ -521,7 +585,7 @@ class KVReceiver(_Endpoint):
                         commit()
                 elif kind == "abort" and msg.get("withdrawn") and not any(verified):
                     # the sender timed out before our accept reached it: it sent nothing and never will
-                    self._done_sessions.add(session)
+                    self._finish(session)
                     raise _OfferWithdrawn()
                 elif kind == "abort":
                     fail(PeerGone(f"{op}: request {rid!r}: the sender aborted: {msg.get('reason')}; {untouched}"),
@@ -548,7 +612,7 @@ class KVReceiver(_Endpoint):
             fail(exc)
         t_end = time.perf_counter()
         used = int(-(-T // lay.block_size)) if T else 0
-        self._done_sessions.add(session)
+        self._finish(session)
         try:
             self.server.send(peer, {"type": "loaded", "session": session, "block_ids": blocks[:used].tolist()})
         except PeerGone:
@@ -575,7 +639,8 @@ class KVSender(_Endpoint):
         kv_caches, kv_format, cache_layout, scale_caches, static_scales: this process's caches (and for
             int8 caches their scales), as for :class:`KVReceiver` (only read). With ``scale_caches`` the
             sender gathers (the direct path does not carry scale rows).
-        hostname, protocol, device_name: as for :class:`KVReceiver` (the transfer engine of this process).
+        hostname, protocol, device_name, token: as for :class:`KVReceiver` (the transfer engine of this
+            process; the receiver's token).
         chunk_tokens (int | None): tokens per pipelined chunk (gather, checksum and Mooncake write of
             chunk ``c + 1`` overlap the write of chunk ``c``); None = about 32 MiB per chunk, ramped (on
             the direct path counted in whole blocks of this sender, so no chunk border cuts a block).
@@ -584,7 +649,9 @@ class KVSender(_Endpoint):
             left to check and load after the last byte); None (default) = ramp only when ``chunk_tokens``
             is None. The chunk sizes travel in the offer, so the receiver needs no setting.
         model_id (str | None): sent in the offer (a receiver with another model_id rejects it).
-        max_tokens (int): initial size of the registered host buffer in tokens (it grows on demand).
+        max_tokens (int): initial size of the registered host buffer in tokens. It grows on demand,
+            by at least a quarter each time, and a buffer it outgrew is released as soon as no write of an
+            earlier send can still read it: the buffers stay within ~1.25x the largest payload.
         direct (bool | None): let Mooncake read the KV straight from the cache rows, without the gather
             into the registered buffer (:mod:`ms_kvcache.disagg._direct`: the caches' memory is registered
             with the transfer engine, one write per run of consecutive slots of a plane and layer, pieces
@@ -605,12 +672,17 @@ class KVSender(_Endpoint):
 
     def __init__(self, kv_caches, kv_format, *, cache_layout="BSND", hostname=LOOPBACK, protocol="tcp",
                  device_name="", chunk_tokens=None, model_id=None, max_tokens=0, ramp=None, direct=None,
-                 scale_caches=None, static_scales=False):
+                 scale_caches=None, static_scales=False, token=None):
         op = "KVSender"
         if direct not in (None, True, False):
             raise ValueError(f"{op}: argument 'direct': expected None, True or False, got {direct!r}")
         super().__init__(op, kv_caches, kv_format, cache_layout, hostname, protocol, device_name, model_id,
-                         scale_caches, static_scales)
+                         scale_caches, static_scales, token)
+        self._retired = []  # [HostStaging] outgrown, released once no write reads them
+        self._inflight = []  # batch ids of writes a failed send left in flight (reading caches / buffers)
+        self._cache_regions = {}
+        self._peers = set()  # transfer-engine addresses of the receivers this engine has written to
+        self._start_engine()
         if direct is False:
             self._rows, self.direct_reason = None, "direct=False"
         elif scale_caches is not None:
@@ -623,7 +695,6 @@ class KVSender(_Endpoint):
                              f"BSND, contiguous), got {self.direct_reason}")
         self.path = "direct" if self._rows is not None else "gather"
         self.direct_min_bytes = DIRECT_MIN_BYTES  # pieces below it are copied into the buffer (tests: 0)
-        self._cache_regions = {}  # cache memory registered with the engine: address -> bytes
         self._ramp = chunk_tokens is None if ramp is None else bool(ramp)
         self._default_chunks = chunk_tokens is None and ramp is None
         if chunk_tokens is None:
@@ -631,18 +702,72 @@ class KVSender(_Endpoint):
         if isinstance(chunk_tokens, bool) or not isinstance(chunk_tokens, (int, np.integer)) or chunk_tokens < 1:
             raise ValueError(f"{op}: argument 'chunk_tokens': expected an int >= 1 or None, got {chunk_tokens!r}")
         self.chunk_tokens = int(chunk_tokens)
-        self._retired = []
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) or max_tokens < 0:
+            raise ValueError(f"{op}: argument 'max_tokens': expected an int >= 0, got {max_tokens!r}")
         if max_tokens:
             self._reserve(int(max_tokens) * self.layout.bytes_per_token)
         self._fault = None  # testing only: "corrupt" / ("corrupt", c) flips a byte of chunk 0 / c after its checksum
 
+    #: growth of the staging buffer: at least this fraction of its size each time it grows
+    GROWTH = 0.25
+
+    def _reap(self):
+        """Forget the writes of failed sends that have finished; once none is left, release the
+        outgrown buffers (nothing can read them any more)."""
+        while self._inflight and _finished(self.engine, self._inflight[0]):
+            self._inflight.pop(0)
+        if not self._inflight:
+            for st in self._retired:
+                st.free()
+            self._retired = []
+
     def _reserve(self, nbytes):
+        """A staging buffer of at least ``nbytes`` (the outgrown one released, or retired while a write of a
+        failed send may still read it)."""
+        self._reap()
         if self.staging is not None and self.staging.nbytes >= nbytes:
             return
+        size = nbytes
         if self.staging is not None:
-            # kept (registered) until close(): a write of an aborted send may still be reading from it
-            self._retired.append(self.staging)
-        self.staging = HostStaging(nbytes, self.engine)
+            size = max(nbytes, int(self.staging.nbytes * (1 + self.GROWTH)))
+            old, self.staging = self.staging, None
+            if self._inflight:
+                self._retired.append(old)
+            else:
+                old.free()  # before the new one: the two never coexist
+        page = 4096
+        self.staging = HostStaging(-(-size // page) * page, self.engine)
+
+    #: receivers one transfer engine writes to before it is renewed (Mooncake keeps up to 4 connections
+    #: per peer for the engine's life, also to receivers that are gone)
+    MAX_PEERS = 8
+
+    def _renew_engine(self):
+        """After a receiver vanished mid-transfer: a fresh transfer engine, once no write of the old one
+        can still read this process's memory. Mooncake keeps its connections to a peer (up to 4) until
+        the engine goes, so a sender whose receivers keep dying would otherwise hold more and more file
+        descriptors. Nobody connects to a sender's engine, so its address may change."""
+        self._reap()
+        if self._inflight:
+            return  # a write may still read through the old engine: keep it (its connections too)
+        old = self.engine
+        try:
+            self.engine = TransferEngineHandle(*self._engine_args)
+        except DisaggError:
+            self.engine = old
+            return
+        if self.staging is not None:
+            self.staging.close()
+            self.staging.engine = self.engine
+            self.engine.register(self.staging.ptr, self.staging.nbytes)
+        self._cache_regions = {}  # registered again with the new engine at the next direct send
+        self._peers = set()
+        old.close()
+
+    @property
+    def staged_capacity(self):
+        """Bytes of registered staging memory this sender holds (its buffer and outgrown ones not yet released)."""
+        return sum(st.nbytes for st in ([self.staging] if self.staging is not None else []) + self._retired)
 
     def send(self, peer, block_ids, num_tokens, *, request_id=None, timeout=60.0, progress=None):
         """Send the first ``num_tokens`` tokens of the sequence stored in ``block_ids`` to ``peer``.
@@ -691,21 +816,26 @@ class KVSender(_Endpoint):
         sizes = self.chunk_sizes(T)
         t0 = time.perf_counter()
         # a ZeroMQ context per send: closing it flushes the last message (an abort) before send() returns
-        client = ControlClient(peer, op=op, probe_timeout=min(2.0, timeout))
+        client = ControlClient(peer, op=op, probe_timeout=min(2.0, timeout), token=self.token)
         t_conn = time.perf_counter()
         try:
             client.send({"type": "offer", "protocol": PROTOCOL, "session": session, "request_id": request_id,
                          "layout": lay.describe(), "model_id": self.model_id, "num_tokens": T, "nbytes": nbytes,
                          "chunk_tokens": self.chunk_tokens, "chunks": sizes, "src_block_ids": blocks.tolist(),
                          "src_block_size": lay.block_size, "checksum_algo": CHECKSUM_ALGO})
-            reply = client.recv(deadline)
+            try:
+                reply = client.recv(deadline)
+            except DisaggError:  # a reply this sender refuses (unsigned, malformed): no byte has moved
+                self._abort(client, session, "the sender refused the receiver's answer", withdrawn=True)
+                raise
             if reply is None:
                 self._abort(client, session, "the sender timed out waiting for an accept", withdrawn=True)
                 raise HandoffTimeout(f"{op}: request {request_id!r}: the receiver at {client.address} did not answer "
                                      f"the offer within {timeout:g} s (not calling receive(), busy, or gone)")
             if reply.get("type") == "reject":
-                raise MetadataMismatch(f"{op}: request {request_id!r}: the receiver rejected the offer: "
-                                       f"{reply.get('reason')}")
+                cls = _ERRORS.get(reply.get("error"), MetadataMismatch)
+                cls = cls if cls in (AuthenticationFailed, HandoffTimeout) else MetadataMismatch
+                raise cls(f"{op}: request {request_id!r}: the receiver rejected the offer: {reply.get('reason')}")
             if reply.get("type") != "accept":
                 raise DisaggError(f"{op}: request {request_id!r}: unexpected answer to the offer: {reply}")
             t_acc = time.perf_counter()
@@ -718,6 +848,10 @@ class KVSender(_Endpoint):
                 self._abort(client, session, f"buffer of {cap} bytes < {nbytes}")
                 raise MetadataMismatch(f"{op}: request {request_id!r}: the receiver's buffer holds {cap} bytes, the "
                                        f"payload is {nbytes}")
+            if te_peer not in self._peers:
+                if len(self._peers) >= self.MAX_PEERS:
+                    self._renew_engine()  # drops the connections to the receivers of before (some may be gone)
+                self._peers.add(te_peer)
             try:
                 if progress is not None:
                     progress("accepted", reply)
@@ -725,6 +859,8 @@ class KVSender(_Endpoint):
                                        timeout, progress)
             except BaseException as exc:
                 self._abort(client, session, f"{type(exc).__name__}: {exc}")
+                if isinstance(exc, (PeerGone, HandoffTimeout)):
+                    self._renew_engine()
                 raise
             t_pipe = time.perf_counter()
             client.send({"type": "done", "session": session, "checksums": stats["checksums"]})
@@ -808,7 +944,9 @@ class KVSender(_Endpoint):
             writes.wait(0)
             writes.check_receiver()
         except BaseException:
-            writes.drain_quietly()  # no write may still be reading the caches / buffer once send() raises
+            # wait (bounded) for the writes still reading the caches / buffer; any left are remembered, and
+            # the buffer they read is not released before they finish
+            self._inflight += writes.drain_quietly()
             raise
         stats.update({"checksums": writes.sums, "drain_seconds": time.perf_counter() - ts,
                       "path": "direct" if direct else "gather", "requests": writes.count})
@@ -909,7 +1047,8 @@ class KVSender(_Endpoint):
     def close(self):
         """Release the registered buffers (and unregister the caches' memory)."""
         for st in getattr(self, "_retired", ()):
-            st.close()
+            st.free()
         self._retired = []
+        self._inflight = []
         self._cache_regions = {}
         self._close()
