@@ -222,6 +222,39 @@ def test_slot_changed_after_construction_is_not_used(rng):
     case.check()
 
 
+@pytest.mark.parametrize("which", ["cache", "buffer"])
+def test_a_tensor_given_new_memory_after_construction_is_refused(rng, which):
+    """A Parameter given new memory (set_data) after construction: the worker holds the old addresses, so the next
+    issue is refused naming the argument, nothing moved (the old code moved the old, possibly released memory and
+    left the new one untouched); a transfer built afterwards moves the new memory."""
+    L, nb, bs, H, D, T = 3, 4, 8, 2, 16, 6
+    caches = [(Parameter(Tensor(np.zeros((nb, bs, H, D), np.float32)), name=f"nk{l}"),
+               Parameter(Tensor(np.zeros((nb, bs, H, D), np.float32)), name=f"nv{l}")) for l in range(L)]
+    slots = Tensor(np.arange(8, 8 + T, dtype=np.int64))
+    buf = Parameter(Tensor(np.zeros(1, np.float32)), name="nbuf")
+    first = mk.alloc_host_buffer(mk.transfer_buffer_shape(SEPARATE, L, T, H * D), ms.float32)
+    buf.set_data(first)  # (``first`` kept: the old code read it after set_data; unmapped, that was a crash)
+    buf.asnumpy()[...] = 7
+    lt = mk.LayerwiseTransfer(buf, caches, slots, kv_format=SEPARATE, direction="h2d")
+    if which == "cache":
+        caches[1][0].set_data(Tensor(np.zeros((nb, bs, H, D), np.float32)))
+        name = r"kv_caches\[1\]\[0\]"
+    else:
+        fresh = mk.alloc_host_buffer(mk.transfer_buffer_shape(SEPARATE, L, T, H * D), ms.float32)
+        fresh.asnumpy()[...] = 7
+        buf.set_data(fresh)
+        name = "buffer"
+    with pytest.raises(RuntimeError, match=rf"start: argument '{name}' .*is not the memory it was at construction"):
+        lt.start()
+    assert not lt._issued  # noqa: SLF001 - nothing issued
+    for layer in range(L):
+        assert not to_np(caches[layer][0]).any() and not to_np(caches[layer][1]).any(), layer
+    lt.close()
+    with mk.LayerwiseTransfer(buf, caches, slots, kv_format=SEPARATE, direction="h2d") as again:
+        again.start().wait()
+    assert (to_np(caches[1][0]).reshape(nb * bs, H, D)[8:8 + T] == 7).all()
+
+
 def test_a_layer_failing_in_the_kernel_writes_nothing_and_is_named(rng):
     """A bad index reaching the kernel (the private copy corrupted, as memory corruption would) fails the first
     layer in the kernel's strict check: the wait names layer 0, every later layer is not run, no cache changes."""

@@ -22,7 +22,7 @@ import warnings
 import numpy as np
 from mindspore import Tensor
 
-from ms_kvcache import _backend, _layerwise_guard
+from ms_kvcache import _backend, _layerwise_guard, _pyboost_loader
 from ms_kvcache._formats import KVCacheFormat
 from ms_kvcache._spec import DTYPE_BYTES, dtype_name
 from ms_kvcache.ops import _multi_layer as ML
@@ -177,6 +177,16 @@ def _layer_tensors(kind, call, layer):
     return out
 
 
+def _address(t):
+    """First byte of tensor ``t`` (storage offset included), without a pipeline sync where the PyNative fast path's
+    module can tell it (``data_ptr()`` waits for every pending op); 0 for an empty tensor."""
+    if int(t.size) == 0:
+        return 0
+    nosync = getattr(_pyboost_loader.fast_module(), "data_address_nosync", None)
+    p = nosync(t) if nosync is not None else None
+    return int(p) if p is not None else int(t.data_ptr())
+
+
 class LayerwiseTransfer:
     """A multi-layer KV transfer moved layer by layer beside the forward pass, driven from one host thread.
 
@@ -203,7 +213,8 @@ class LayerwiseTransfer:
             ``layer`` not in ``[0, num_layers)``; ``save_layer`` of an ``"h2d"`` transfer.
         RuntimeError: a layer that failed, at the first wait covering it (its message names the layer; it wrote
             nothing, later layers are not run); waiting for a layer not issued; issuing twice in one round; a
-            closed transfer; with the debug mode, an ms_kvcache op on a tensor of a pending layer.
+            closed transfer; issuing a layer whose tensor has other memory than at construction (``set_data``);
+            with the debug mode, an ms_kvcache op on a tensor of a pending layer.
     """
 
     def __init__(self, buffer, kv_caches, slot_mapping, *, kv_format, direction, cache_layout="BSND", aiv_num=None,
@@ -260,6 +271,11 @@ class LayerwiseTransfer:
         self._error = None      # (layer, message) of the first failure
         self._raised = False    # whether that failure reached the caller
         self._guard = _layerwise_guard.enabled()
+        # what each layer touches and where it was at construction: the engines keep these addresses, so a tensor
+        # given other memory later (Parameter.set_data) is refused at the next issue instead of moving stale or
+        # released memory
+        self._layer_mem = [[(name, t, _address(t)) for name, t, _w in _layer_tensors(kind, call, layer)]
+                           for layer in range(self.num_layers)] if call.n > 0 else None
         self._engine = None
         if call.n > 0:
             bmod = _backend.backend_module(call.backend)
@@ -294,7 +310,20 @@ class LayerwiseTransfer:
                 self._engine.reset()
             self._issued, self._waited = set(), set()
 
-    def _issue(self, layers):
+    def _check_memory(self, where, layers):
+        if self._layer_mem is None:
+            return
+        for layer in layers:
+            for name, t, was in self._layer_mem[layer]:
+                now = _address(t)
+                if now != was:
+                    raise RuntimeError(
+                        f"{self._what}.{where}: argument '{name}' (layer {layer}) is not the memory it was at "
+                        f"construction ({was:#x}, now {now:#x}: e.g. Parameter.set_data); the transfer keeps the "
+                        f"addresses it was built with: create a new LayerwiseTransfer")
+
+    def _issue(self, layers, where):
+        self._check_memory(where, layers)
         if self._engine is not None:
             self._engine.settle()  # the forward pass's writes of these layers (PyNative launches) have run
         for layer in layers:
@@ -315,7 +344,7 @@ class LayerwiseTransfer:
         self._new_round_if_complete()
         if len(self._issued) == self.num_layers:
             raise RuntimeError(f"{self._what}.start: every layer is issued in this round; wait() ends the round")
-        self._issue([layer for layer in range(self.num_layers) if layer not in self._issued])
+        self._issue([layer for layer in range(self.num_layers) if layer not in self._issued], "start")
         return self
 
     def save_layer(self, layer):
@@ -340,7 +369,7 @@ class LayerwiseTransfer:
         if layer in self._issued:
             raise RuntimeError(f"{self._what}.save_layer: layer {layer} is already issued in this round; wait() "
                                f"ends the round")
-        self._issue([layer])
+        self._issue([layer], "save_layer")
 
     # ------------------------------------------------------------------ waits
     def _fail(self, layer, msg):
