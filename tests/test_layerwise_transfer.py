@@ -129,6 +129,31 @@ def test_rounds_reuse_the_object_and_move_the_new_data(rng):
         lt.save_layer(1)
 
 
+def test_wait_ends_a_round_of_some_layers(rng):
+    """wait() ends the round even when only some layers were saved (a model that saves a subset of its layers): the
+    next step may save the same layers again, and start() then issues every layer (the old code kept the round open,
+    so save_layer(0) raised 'already issued in this round; wait() ends the round' right after wait())."""
+    case = TokenCase(rng, SEPARATE, "BSND", "float32", "d2h", L=3)
+    buf, caches, slots = case.args("lw")
+    lt = case.make()
+    for step in range(3):
+        for layer in (0, 1):
+            rows = Tensor(np.full((case.T, 2, 16), step * 10 + layer, np.float32))
+            mk.reshape_and_cache(rows, rows, caches[layer][0], caches[layer][1], slots)
+            lt.save_layer(layer)
+        lt.wait()
+        got = to_np(buf)
+        for layer in (0, 1):
+            assert (got[:, layer][:, case.slots >= 0] == step * 10 + layer).all(), (step, layer)
+        assert not got[:, 2].any(), "layer 2 never saved"
+    lt.save_layer(1)
+    lt.wait()
+    lt.start()  # a new round: every layer
+    lt.wait()
+    assert (to_np(buf)[:, 2][:, case.slots >= 0] != 0).all()
+    lt.close()
+
+
 # ------------------------------------------------------------------------------------------ in a layer loop
 def test_reload_inside_a_per_layer_compute_loop(rng):
     """The forward pass's layer loop: wait_layer(l), then MindSpore ops read layer l's reloaded caches."""

@@ -420,9 +420,10 @@ class LayerwiseTransfer:
             _layerwise_guard.release(self)
         if err:
             self._fail(self._engine.failed_layer(), err)
-        if self._issued and len(self._issued) < self.num_layers:
-            return  # a round of save_layer calls not finished yet: keep it
-        self._new_round_if_complete()
+        if self._issued:  # the round ends, whether every layer was issued in it or some (a model saving a subset)
+            if self._engine is not None:
+                self._engine.reset()
+            self._issued, self._waited = set(), set()
 
     def done(self):
         """Whether no issued layer is still in flight (non-blocking; never raises a layer's failure)."""
