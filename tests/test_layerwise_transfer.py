@@ -221,7 +221,7 @@ def test_argument_errors_are_the_synchronous_ops(rng):
     lt = case.make()
     with pytest.raises(ValueError, match=r"save_layer: expected a transfer with direction='d2h'"):
         lt.save_layer(0)
-    for bad in (-1, 3, 1.5, "0", True):
+    for bad in (-1, 3, 1.5, "0", True, 1.0, float("inf"), float("nan"), np.array([1]), 2 ** 70, np.float64(1)):
         with pytest.raises(ValueError, match=r"argument 'layer': expected an int in \[0, 3\)"):
             lt.wait_layer(bad)
     with pytest.raises(RuntimeError, match=r"layer 1 is not issued in this round: call start\(\) first"):

@@ -17,6 +17,7 @@ backend *engine* that moves one layer at a time:
 Layer 6 of the layering (docs/design.md): imports the ops below it and the backends; nothing imports it but the
 package's lazy names.
 """
+import operator
 import warnings
 
 import numpy as np
@@ -288,14 +289,14 @@ class LayerwiseTransfer:
 
     # ------------------------------------------------------------------ issue
     def _check_layer(self, where, layer):
-        try:
-            ok = int(layer) == layer and not isinstance(layer, bool)
-        except (TypeError, ValueError):
-            ok = False
-        if not ok or not 0 <= int(layer) < self.num_layers:
+        try:  # an integer (int, numpy integer, 0-d integer tensor), not a bool or a float that happens to be whole
+            value = None if isinstance(layer, (bool, np.bool_)) else operator.index(layer)
+        except TypeError:
+            value = None
+        if value is None or not 0 <= value < self.num_layers:
             raise ValueError(f"{self._what}.{where}: argument 'layer': expected an int in [0, {self.num_layers}), "
                              f"got {layer!r}")
-        return int(layer)
+        return value
 
     def _check_open(self):
         if self._closed:
