@@ -435,7 +435,7 @@ def mapped_address(address, nbytes):
     """The device address of host bytes ``[address, address + nbytes)`` when they lie inside one region
     registered by :func:`ascend_host_register` (a view of an :func:`alloc_host_buffer` buffer included), else
     None."""
-    for host, (dev, size) in _REGISTERED.items():
+    for host, (dev, size) in tuple(_REGISTERED.items()):  # a snapshot: other threads register / free buffers
         if host <= address and address + nbytes <= host + size:
             return dev + (address - host)
     return None

@@ -355,3 +355,22 @@ def test_old_kernel_explicit_numa_node_is_applied(ascend_on, monkeypatch):
                                       r"Invalid argument\)"):
         mk.alloc_host_buffer((8192,), "int8", numa_node=0)
     assert [e["ev"] for e in ascend_on.events()][-1] == "free_host", "the refused buffer is given back"
+
+
+def test_mapped_address_while_another_thread_frees_a_buffer(monkeypatch):
+    """mapped_address runs on every ascend PyNative launch with a host tensor while other threads allocate and free
+    buffers (register / unregister change the registry): it must not fail with "dictionary changed size during
+    iteration". The other thread is simulated at the point the GIL may switch, inside the lookup's comparison."""
+    registry = {}
+    monkeypatch.setattr(_host_memory, "_REGISTERED", registry)
+
+    class FreedMeanwhile(int):
+        def __le__(self, other):
+            registry.pop(0x20000, None)  # another thread's buffer is freed (ascend_host_unregister) right now
+            return int(self) <= other
+
+    registry[FreedMeanwhile(0x10000)] = (0x7000_0000, 4096)
+    registry[0x20000] = (0x8000_0000, 4096)
+    registry[0x30000] = (0x9000_0000, 4096)
+    assert _host_memory.mapped_address(0x30010, 16) == 0x9000_0010
+    assert _host_memory.mapped_address(0x10000, 4096) == 0x7000_0000
