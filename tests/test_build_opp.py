@@ -233,11 +233,34 @@ def test_compute_units_default_a2_a3_and_310p_opt_in(tmp_path):
     check_collected(build, FIXTURE_SRC, cann, units=all3)
 
 
-@pytest.mark.parametrize("units", ["", "ascend910", "ascend910b;ascend310"])
+@pytest.mark.parametrize("units", ["", "ascend910", "ascend910b;ascend310", ";", "ascend910b;;ascend910_93",
+                                   "ascend910b;"])
 def test_bad_compute_units_is_one_line(tmp_path, units):
     line = one_line_failure(run(["--compute-units", units, "--source-root", str(FIXTURE_SRC)],
                                 clean_env(ASCEND_HOME_PATH=str(tmp_path))))
     assert line.startswith("build_opp.sh: --compute-units: expected one or more of ascend910b, ascend910_93, ascend310p")
+
+
+@pytest.mark.parametrize("option", ["--build-dir", "--source-root", "--compute-units", "-j"])
+def test_an_option_without_its_value_is_one_line(tmp_path, option):
+    """The last argument an option that takes a value: one line naming it (the old loop's 'shift 2' failed without
+    shifting, so the script spun forever at 100% CPU)."""
+    line = one_line_failure(run(["--source-root", str(FIXTURE_SRC), option], clean_env(ASCEND_HOME_PATH=str(tmp_path)),
+                                timeout=30))
+    assert line == f"build_opp.sh: {option}: expected a value (see --help)", line
+
+
+@pytest.mark.parametrize("jobs", ["abc", "0", "-3", ""])
+def test_bad_job_count_is_one_line(tmp_path, jobs):
+    line = one_line_failure(run(["-j", jobs, "--source-root", str(FIXTURE_SRC)], clean_env(ASCEND_HOME_PATH=str(tmp_path))))
+    assert line == f"build_opp.sh: -j: expected a positive integer, got '{jobs}'", line
+    line = one_line_failure(run([f"-j{jobs}"] if jobs else ["-j", jobs], clean_env(ASCEND_HOME_PATH=str(tmp_path))))
+    assert line == f"build_opp.sh: -j: expected a positive integer, got '{jobs}'", line
+
+
+def test_source_root_that_does_not_exist_is_named(tmp_path):
+    line = one_line_failure(run(["--source-root", str(tmp_path / "nope")], clean_env(ASCEND_HOME_PATH=str(tmp_path))))
+    assert line == f"build_opp.sh: --source-root: {tmp_path / 'nope'} does not exist", line
 
 
 @needs_cmake
