@@ -104,6 +104,8 @@ mkdir -p "$build_dir" || die "cannot create build directory $build_dir"
 build_dir="$(cd "$build_dir" && pwd)"
 
 find_run() { ls -1t "$1"/custom_opp_*.run 2>/dev/null | head -n 1; }
+# an earlier build's package goes first: after a failed build, build_out/custom_opp_*.run must not be stale kernels
+drop_old_runs() { rm -f "$build_dir"/custom_opp_*.run || die "cannot remove the earlier package in $build_dir"; }
 
 stage_vendor() {
   local staged
@@ -133,6 +135,7 @@ if [[ "$mode" == asc ]]; then
         -DCMAKE_INSTALL_PREFIX="$build_dir" || die "cmake configure failed (see the output above)"
   [[ "$configure_only" == 1 ]] && { echo "build_opp.sh: configured $build_dir"; exit 0; }
   rm -f "$build_dir/compile_error.log"
+  drop_old_runs
   cmake --build "$build_dir" --target binary package -j "$jobs" || { report_skipped; die "build failed (see the output above)"; }
   report_skipped
   run="$(find_run "$build_dir")"
@@ -146,6 +149,7 @@ fi
 [[ "$configure_only" == 1 ]] && die "--configure-only needs the ASC CMake modules; $cann only has msopgen"
 proj="$build_dir/msopgen_project"
 rm -rf "$proj"
+drop_old_runs
 stub_json="$build_dir/msopgen_stub.json"
 cat > "$stub_json" <<'JSON'
 [{"op": "MsKvcacheStub", "language": "cpp",

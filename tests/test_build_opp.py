@@ -426,6 +426,20 @@ def test_msopgen_fallback(tmp_path):
     assert (proj / "op_host" / "fixture_infer_detail.h").read_bytes() == (src / "op_proto" / "fixture_infer_detail.h").read_bytes()
 
 
+def test_a_failed_build_leaves_no_package_from_an_earlier_build(tmp_path, monkeypatch):
+    """The package of an earlier build is removed before building: after a failed build, the install command of the
+    README (./build_out/custom_opp_*.run) must not install stale kernels (the old script left it in place)."""
+    monkeypatch.setattr(sys.modules[__name__], "STANDIN_MSOPGEN",
+                        STANDIN_MSOPGEN.replace("set -e\\n", "set -e\\necho kernel compile error >&2; exit 3\\n"))
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "custom_opp_standin_x86_64.run").write_text("an earlier build's package")
+    res, build, _ = run_msopgen_fallback(tmp_path, FIXTURE_SRC)
+    assert res.returncode != 0 and "kernel compile error" in res.stderr
+    assert res.stderr.rstrip().splitlines()[-1] == "build_opp.sh: msopgen project build failed (see the output above)"
+    assert not list(build.glob("custom_opp_*.run")), "a stale package is left"
+
+
 def test_msopgen_fallback_removes_a_framework_plugin(tmp_path):
     """An msopgen that writes a plugin anyway (an older one without -f pytorch): the plugin folder is removed
     and named."""
