@@ -473,7 +473,24 @@ def test_msopgen_fallback_refuses_an_include_from_outside(tmp_path):
 #: an asc-devkit checkout (public CANN sources: gitcode.com/cann/asc-devkit); tests that run its CMake
 #: helper scripts skip without it
 ASC_DEVKIT = os.environ.get("MS_KVCACHE_ASC_DEVKIT", "")
-ASC_UTIL = Path(ASC_DEVKIT) / "cmake" / "asc" / "fwk_modules" / "util" if ASC_DEVKIT else None
+
+
+def _asc_util():
+    """asc-devkit's cmake/asc/fwk_modules/util: a work tree or a bare git dir (extracted as check_cann_headers.py
+    does, the form the other CANN source checks take; a bare dir here skipped these tests)."""
+    if not ASC_DEVKIT:
+        return None
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import check_cann_headers as H  # noqa: E402
+
+    try:
+        tree, _ = H.materialize(ASC_DEVKIT, "asc_devkit")
+    except H.SourcesNotFound:
+        return None
+    return tree / "cmake" / "asc" / "fwk_modules" / "util"
+
+
+ASC_UTIL = _asc_util()
 needs_asc_util = pytest.mark.skipif(
     ASC_UTIL is None or not (ASC_UTIL / "ascendc_copy_kernel_src.py").is_file(),
     reason="set MS_KVCACHE_ASC_DEVKIT to an asc-devkit checkout (CANN's ascendc_source_files_ini.py / "
@@ -571,7 +588,7 @@ def test_cann_names_agree_with_our_files(tmp_path):
     cxx = shutil.which("g++")
     if cxx is None:
         pytest.skip("no g++ to compile opbuild's ConvertToSnakeCase")
-    text = (Path(ASC_DEVKIT) / "tools" / "build" / "opbuild" / "op_generator.cpp").read_text()
+    text = (ASC_UTIL.parents[3] / "tools" / "build" / "opbuild" / "op_generator.cpp").read_text()
     start = text.index("std::string ConvertToSnakeCase(const std::string& ins)")
     body, depth, i = [], 0, text.index("{", start)
     for j in range(i, len(text)):   # the function's text up to its matching brace
