@@ -191,27 +191,27 @@ def _address(t):
 class LayerwiseTransfer:
     """A multi-layer KV transfer moved layer by layer beside the forward pass, driven from one host thread.
 
-    Takes exactly :func:`ms_kvcache.multi_layer_kv_transfer`'s arguments (token rows by slot; whole blocks:
-    :meth:`blocks`, exactly :func:`ms_kvcache.multi_layer_block_transfer`'s) and runs their checks at
-    construction; the slot / block-id values are copied then. Each layer moves the bytes the synchronous op
-    moves for it. Use it in PyNative or between per-layer GRAPH_MODE Cells. Ordering, backends and the vLLM /
-    LMCache mapping: docs/ops-transfer.md, "Layer-wise transfer"; ``MS_KVCACHE_CHECK_LAYERWISE=1`` refuses
-    ms_kvcache ops on tensors of a layer not waited for.
+    Takes :func:`ms_kvcache.multi_layer_kv_transfer`'s arguments (token rows by slot; whole blocks: :meth:`blocks`)
+    and runs its checks at construction. Each layer moves the bytes the synchronous op moves for it. PyNative, or
+    between per-layer GRAPH_MODE Cells. ``start()`` issues every layer; ``save_layer(i)`` (d2h) layer ``i`` alone;
+    ``wait_layer(i)``: layer ``i`` moved; ``wait()``: every issued layer, ends the round (the object may run again);
+    ``done()`` polls; ``close()`` (also on drop) waits for what is in flight. Ordering, backends, debug mode
+    (``MS_KVCACHE_CHECK_LAYERWISE=1``): docs/ops-transfer.md, "Layer-wise transfer".
 
     Args:
-        buffer, kv_caches, slot_mapping, kv_format, direction, cache_layout, scale_caches: as for
-            :func:`ms_kvcache.multi_layer_kv_transfer`; ``kv_format`` and ``direction`` keyword-only.
+        buffer (mindspore.Tensor): host buffer of ``transfer_buffer_shape(...)``, the caches' dtype.
+        kv_caches (sequence): per-layer caches (nested or flat, layer-major), as for the synchronous op.
+        slot_mapping (mindspore.Tensor): int32 / int64 ``[T]``, ``-1`` skips; its values are copied here.
+        kv_format (KVCacheFormat | int | str): keyword-only; MERGED_KV, SEPARATE_KV, MLA_KV or DSA_KV.
+        direction (str): keyword-only; ``"d2h"`` (save: caches -> buffer) or ``"h2d"`` (load).
+        cache_layout (str): ``"BSND"`` (default) or ``"BNSD"``.
         aiv_num (int, optional): cap on threads (cpu) / vector cores (sim, ascend), 0 = all; None (default):
             1 worker thread on cpu (the forward pass keeps the other cores), all cores elsewhere.
-
-    Use: ``start()`` issues every layer in order; for ``"d2h"``, ``save_layer(i)`` issues layer ``i`` alone (once
-    the forward pass wrote it). ``wait_layer(i)``: layer ``i`` is moved (h2d: its caches may be read; d2h: its
-    cache rows may be overwritten). ``wait()``: every issued layer; ends the round (the same object may run again).
-    ``done()`` polls. ``close()`` (also on drop) waits for what is in flight.
+        scale_caches (sequence, optional): float32 per-token scale caches of int8 / float8 caches, per layer.
 
     Raises:
         TypeError, ValueError: the synchronous op's argument errors (bad slot values included), at construction;
-            ``layer`` not in ``[0, num_layers)``; ``save_layer`` of an ``"h2d"`` transfer.
+            ``layer`` not an int in ``[0, num_layers)``; ``save_layer`` of an ``"h2d"`` transfer.
         RuntimeError: a layer that failed, at the first wait covering it (its message names the layer; it wrote
             nothing, later layers are not run); waiting for a layer not issued; issuing twice in one round; a
             closed transfer; issuing a layer whose tensor has other memory than at construction (``set_data``);
