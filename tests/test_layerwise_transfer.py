@@ -517,6 +517,43 @@ def test_a_signal_the_pipeline_dropped_fails_its_layer_instead_of_hanging(rng):
         lt.wait_layer(1)
 
 
+def test_a_pipeline_busy_longer_than_a_poll_does_not_fail_a_layer(rng):
+    """A save queued behind a forward pass that keeps MindSpore's pipeline busy longer than one idle poll (wait_idle
+    timing out: 60 s by default, simulated here) is waited for, not failed: the old code took the timeout for a
+    dropped signal and failed the layer ('MindSpore's pipeline dropped the ops queued ...'), and the signal arriving
+    later then made MindSpore raise at the next sync."""
+    from ms_kvcache import _custom
+
+    if not _custom.fast_path_available("cpu")[0]:
+        pytest.skip("the PyNative fast path (ms_kvcache._cpu_pyboost) is not available")
+    case = TokenCase(rng, SEPARATE, "BSND", "float16", "d2h")
+    case.run_sync()
+    lt = case.make()
+    real = lt._engine._fast  # noqa: SLF001
+
+    class Busy:  # the module, with a first wait_idle that times out
+        calls = 0
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def wait_idle(self, *a, **kw):
+            Busy.calls += 1
+            return False if Busy.calls == 1 else real.wait_idle(*a, **kw)
+
+    lt._engine._fast = Busy()  # noqa: SLF001
+    _slow_ops(n=12)
+    for layer in range(3):
+        lt.save_layer(layer)
+    states = [lt._engine.state(layer) for layer in range(3)]  # noqa: SLF001
+    for layer in (2, 0, 1):
+        lt.wait_layer(layer)
+    lt.wait()
+    case.check()
+    assert 6 in states, states  # a layer was awaiting its signal when the poll timed out
+    mk.synchronize()  # no late signal failing in the pipeline
+
+
 class _LayerScores(nn.Cell):
     """One layer's compute as a GRAPH_MODE Cell: scores against the layer's reloaded keys."""
 

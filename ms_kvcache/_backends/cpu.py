@@ -126,7 +126,10 @@ class LayerwiseEngine:
             return
         settle_idle = getattr(self._fast, "wait_idle", None)
         if settle_idle is not None:
-            settle_idle()
+            # until the signals ran or the pipeline is idle without them (dropped); a timeout of the idle poll only
+            # means that the forward pass keeps the pipeline busy: the signals are still queued behind it
+            while not settle_idle() and any(self._w.state(l) == 6 for l in awaiting):
+                pass
         if any(self._w.state(l) == 6 for l in awaiting):
             self._w.drop_awaiting("not issued: MindSpore's pipeline dropped the ops queued after an op that failed "
                                   "(its error is raised at the next ms_kvcache.synchronize())")
