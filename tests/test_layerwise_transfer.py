@@ -554,6 +554,48 @@ def test_a_pipeline_busy_longer_than_a_poll_does_not_fail_a_layer(rng):
     mk.synchronize()  # no late signal failing in the pipeline
 
 
+def test_inside_a_compiled_graph_is_refused(rng):
+    """Called inside an @ms.jit function or a GRAPH_MODE construct, a LayerwiseTransfer would run once at compile
+    time and never again (the old code: built and run inside @ms.jit, the first call moved the data at compile time
+    and later calls moved nothing, silently; save_layer inside @ms.jit failed with MindSpore's "'builtin_function_or_
+    method' object has no attribute '__code__'"). Refused with a message naming what works; nothing moved."""
+    from conftest import ms_mode
+
+    case = TokenCase(rng, SEPARATE, "BSND", "float32", "d2h", L=2)
+    buf, caches, slots = case.args("lw")
+    lt = case.make()
+
+    @ms.jit
+    def build_and_run(x):
+        t = mk.LayerwiseTransfer(buf, caches, slots, kv_format=SEPARATE, direction="d2h")
+        t.start()
+        t.wait()
+        return x + 1
+
+    @ms.jit
+    def save(x):
+        lt.save_layer(0)
+        return x + 1
+
+    class Save(nn.Cell):
+        def construct(self, x):
+            lt.start()
+            return x + 1
+
+    for fn, where in ((build_and_run, "LayerwiseTransfer"), (save, r"LayerwiseTransfer\(multi_layer_kv_transfer, "
+                                                                     r"d2h\)\.save_layer")):
+        with pytest.raises(RuntimeError, match=rf"{where}: called inside a graph being compiled .* multi_layer_kv_"
+                                               rf"transfer / multi_layer_block_transfer inside the graph"):
+            fn(Tensor(1.0, ms.float32))
+    with ms_mode("graph"):
+        with pytest.raises(RuntimeError, match=r"\.start: called inside a graph being compiled"):
+            Save()(Tensor(1.0, ms.float32))
+    assert not to_np(buf).any(), "nothing moved"
+    run_layerwise(lt, "d2h", 2)  # the object still works from Python
+    case.run_sync()
+    case.check()
+
+
 class _LayerScores(nn.Cell):
     """One layer's compute as a GRAPH_MODE Cell: scores against the layer's reloaded keys."""
 

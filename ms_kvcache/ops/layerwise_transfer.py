@@ -23,7 +23,7 @@ import warnings
 import numpy as np
 from mindspore import Tensor
 
-from ms_kvcache import _backend, _layerwise_guard, _pyboost_loader
+from ms_kvcache import _backend, _custom, _layerwise_guard, _pyboost_loader
 from ms_kvcache._formats import KVCacheFormat
 from ms_kvcache._spec import DTYPE_BYTES, dtype_name
 from ms_kvcache.ops import _multi_layer as ML
@@ -178,6 +178,16 @@ def _layer_tensors(kind, call, layer):
     return out
 
 
+def _refuse_in_graph(where):
+    """A LayerwiseTransfer call inside a graph being compiled would run once, at compile time, not at each call of
+    the graph (or fail to compile with an unrelated message): refused, naming the way that works."""
+    if _custom.graph_compiling():
+        raise RuntimeError(f"{where}: called inside a graph being compiled (a GRAPH_MODE construct or an @ms.jit "
+                           f"function), where it would run once at compile time, not at each call: drive it from "
+                           f"Python between the compiled Cells of each layer, or use multi_layer_kv_transfer / "
+                           f"multi_layer_block_transfer inside the graph (docs/ops-transfer.md, 'Layer-wise transfer')")
+
+
 def _address(t):
     """First byte of tensor ``t`` (storage offset included), without a pipeline sync where the PyNative fast path's
     module can tell it (``data_ptr()`` waits for every pending op); 0 for an empty tensor."""
@@ -215,11 +225,12 @@ class LayerwiseTransfer:
         RuntimeError: a layer that failed, at the first wait covering it (its message names the layer; it wrote
             nothing, later layers are not run); waiting for a layer not issued; issuing twice in one round; a
             closed transfer; issuing a layer whose tensor has other memory than at construction (``set_data``);
-            with the debug mode, an ms_kvcache op on a tensor of a pending layer.
+            a call inside a graph being compiled; with the debug mode, an ms_kvcache op on a pending layer's tensor.
     """
 
     def __init__(self, buffer, kv_caches, slot_mapping, *, kv_format, direction, cache_layout="BSND", aiv_num=None,
                  scale_caches=None):
+        _refuse_in_graph("LayerwiseTransfer")
         _layerwise_guard.enabled()  # a bad $MS_KVCACHE_CHECK_LAYERWISE is an error here, not at the first launch
         slots, keep = _snapshot(slot_mapping)
         call = self._prepare("multi_layer_kv_transfer", lambda aiv: _kv_eager(
@@ -243,6 +254,7 @@ class LayerwiseTransfer:
         Raises:
             TypeError, ValueError: the synchronous op's argument errors (bad block ids included).
         """
+        _refuse_in_graph("LayerwiseTransfer.blocks")
         self = cls.__new__(cls)
         _layerwise_guard.enabled()
         ids, keep = _snapshot(block_ids)
@@ -341,6 +353,7 @@ class LayerwiseTransfer:
         Raises:
             RuntimeError: the round has every layer issued and not waited for (call ``wait()``); closed; failed.
         """
+        _refuse_in_graph(f"{self._what}.start")
         self._check_open()
         self._new_round_if_complete()
         if len(self._issued) == self.num_layers:
@@ -361,6 +374,7 @@ class LayerwiseTransfer:
             ValueError: an ``"h2d"`` transfer; ``layer`` not in ``[0, num_layers)``.
             RuntimeError: ``layer`` already issued in this round; closed; failed.
         """
+        _refuse_in_graph(f"{self._what}.save_layer")
         layer = self._check_layer("save_layer", layer)
         if self.direction != "d2h":
             raise ValueError(f"{self._what}.save_layer: expected a transfer with direction='d2h' (save_layer issues "
@@ -394,6 +408,7 @@ class LayerwiseTransfer:
             ValueError: ``layer`` not in ``[0, num_layers)``.
             RuntimeError: ``layer`` not issued in this round; it failed or was not run after a failure.
         """
+        _refuse_in_graph(f"{self._what}.wait_layer")
         layer = self._check_layer("wait_layer", layer)
         if self._closed:
             raise RuntimeError(f"{self._what}: the transfer is closed")
@@ -413,6 +428,7 @@ class LayerwiseTransfer:
         Raises:
             RuntimeError: a layer failed (named).
         """
+        _refuse_in_graph(f"{self._what}.wait")
         if self._closed:
             raise RuntimeError(f"{self._what}: the transfer is closed")
         err = self._engine.wait_all() if (self._engine is not None and self._issued) else ""
@@ -428,6 +444,7 @@ class LayerwiseTransfer:
 
     def done(self):
         """Whether no issued layer is still in flight (non-blocking; never raises a layer's failure)."""
+        _refuse_in_graph(f"{self._what}.done")
         if self._engine is None or not self._issued:
             return True
         ok = self._engine.all_done()
