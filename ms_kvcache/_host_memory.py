@@ -316,7 +316,7 @@ def synchronize():
 # The ascend backend's host memory (ms_kvcache/_backends/ascend.py uses these). They call the CANN runtime
 # (libascendcl.so) through ms_kvcache._backends._acl; nothing here runs on a machine without CANN.
 _REGISTERED = {}  # host address -> (device address from aclrtHostRegister, bytes)
-#: why the last registration fell back to unregistered memory ('' if none did)
+#: why the last registration fell back to unregistered memory ('' if it succeeded or none was made)
 REGISTER_FALLBACK = {"why": ""}
 #: Host tensors a queued PyNative launch refers to by address (``ascend.host_arg`` appends them): kept alive
 #: until the next :func:`synchronize` (or this many later host launches), so memory a queued kernel or copy
@@ -428,6 +428,7 @@ def ascend_host_register(address, nbytes, fallback=False):
                               f"({exc}); such buffers go through a device staging copy (see `ms-kvcache info`)")
         return None
     _REGISTERED[address] = (dev, int(nbytes))
+    REGISTER_FALLBACK["why"] = ""  # "the last registration failed" no longer holds (ms-kvcache info)
     return dev
 
 
