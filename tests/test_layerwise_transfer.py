@@ -517,6 +517,23 @@ def test_a_signal_the_pipeline_dropped_fails_its_layer_instead_of_hanging(rng):
         lt.wait_layer(1)
 
 
+def test_done_sees_a_signal_the_pipeline_dropped(rng):
+    """done() polled in a loop ends when the pipeline dropped a layer's signal (the old done() returned False for
+    ever: only a wait looked for dropped signals); the failure is then raised by the next wait."""
+    from ms_kvcache import _custom
+
+    if not _custom.fast_path_available("cpu")[0]:
+        pytest.skip("the PyNative fast path (ms_kvcache._cpu_pyboost) is not available")
+    case = TokenCase(rng, SEPARATE, "BSND", "float16", "d2h")
+    lt = case.make()
+    lt._engine._w.expect(1)  # noqa: SLF001 - issued, but its signal never reaches the pipeline
+    lt._issued.add(1)  # noqa: SLF001
+    mk.synchronize()
+    assert lt.done()
+    with pytest.raises(RuntimeError, match=r"layer 1: not issued: MindSpore's pipeline dropped the ops queued"):
+        lt.wait()
+
+
 def test_a_pipeline_busy_longer_than_a_poll_does_not_fail_a_layer(rng):
     """A save queued behind a forward pass that keeps MindSpore's pipeline busy longer than one idle poll (wait_idle
     timing out: 60 s by default, simulated here) is waited for, not failed: the old code took the timeout for a

@@ -143,6 +143,12 @@ class LayerwiseEngine:
         return self._w.wait_all()
 
     def all_done(self):
+        if self._w.all_done():
+            return True
+        idle = getattr(self._fast, "pipeline_idle", None)
+        awaiting = [l for l in range(self._w.num_layers) if self._w.state(l) == 6]
+        if awaiting and idle is not None and idle() and all(self._w.state(l) == 6 for l in awaiting):
+            self._flush(awaiting)  # the pipeline ran everything it queued without these signals: dropped
         return self._w.all_done()
 
     def failed_layer(self):
