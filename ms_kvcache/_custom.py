@@ -72,6 +72,7 @@ order with other ops; see ms_kvcache/csrc/pyboost_module.cpp). ``MS_KVCACHE_PYNA
 :func:`set_fast_path` (False) turns it off; graph mode always uses ops.Custom.
 """
 import functools
+import sys
 import threading
 
 import mindspore as ms
@@ -326,22 +327,34 @@ def check_written_are_contiguous(op, refs, params):
             f"Give the Parameter its own memory (p.set_data(view.contiguous()) copies) or call the op in PyNative")
 
 
-def _compiling_parameters():
-    """The Parameters of the graph MindSpore is compiling now: those of the Cell (with its sub-cells), the
-    Parameter arguments, and for a ``@ms.jit`` function the Parameters its code names as globals or closure
-    variables; read from the ``compile`` frame of ``mindspore/graph/api.py`` (``_CellGraphExecutor.compile`` /
-    ``_JitExecutor.compile``), [] when there is none (not compiling, another MindSpore layout)."""
-    import sys
-
-    from mindspore import Parameter
-
+def _compile_frame():
+    """The ``compile`` frame of ``mindspore/graph/api.py`` (``_CellGraphExecutor.compile`` /
+    ``_JitExecutor.compile``) on the calling thread's stack, or None when MindSpore is not compiling a graph.
+    (No import in here: the graph parser may read this function.)"""
     f = sys._getframe(1)
     while f is not None:
         code = f.f_code
         if code.co_name == "compile" and code.co_filename.replace("\\", "/").endswith(
                 ("mindspore/graph/api.py", "mindspore/common/api.py")):
-            break
+            return f
         f = f.f_back
+    return None
+
+
+def graph_compiling():
+    """Whether this Python code runs while MindSpore compiles a graph (a GRAPH_MODE ``construct`` or a ``@ms.jit``
+    function: the parser runs what it cannot compile once, at compile time, not at each call)."""
+    return _compile_frame() is not None
+
+
+def _compiling_parameters():
+    """The Parameters of the graph MindSpore is compiling now: those of the Cell (with its sub-cells), the
+    Parameter arguments, and for a ``@ms.jit`` function the Parameters its code names as globals or closure
+    variables; read from the ``compile`` frame of ``mindspore/graph/api.py`` (``_CellGraphExecutor.compile`` /
+    ``_JitExecutor.compile``), [] when there is none (not compiling, another MindSpore layout)."""
+    from mindspore import Parameter
+
+    f = _compile_frame()
     if f is None:
         return []
     loc = f.f_locals

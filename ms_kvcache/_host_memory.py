@@ -316,7 +316,7 @@ def synchronize():
 # The ascend backend's host memory (ms_kvcache/_backends/ascend.py uses these). They call the CANN runtime
 # (libascendcl.so) through ms_kvcache._backends._acl; nothing here runs on a machine without CANN.
 _REGISTERED = {}  # host address -> (device address from aclrtHostRegister, bytes)
-#: why the last registration fell back to unregistered memory ('' if none did)
+#: why the last registration fell back to unregistered memory ('' if it succeeded or none was made)
 REGISTER_FALLBACK = {"why": ""}
 #: Host tensors a queued PyNative launch refers to by address (``ascend.host_arg`` appends them): kept alive
 #: until the next :func:`synchronize` (or this many later host launches), so memory a queued kernel or copy
@@ -428,6 +428,7 @@ def ascend_host_register(address, nbytes, fallback=False):
                               f"({exc}); such buffers go through a device staging copy (see `ms-kvcache info`)")
         return None
     _REGISTERED[address] = (dev, int(nbytes))
+    REGISTER_FALLBACK["why"] = ""  # "the last registration failed" no longer holds (ms-kvcache info)
     return dev
 
 
@@ -435,7 +436,7 @@ def mapped_address(address, nbytes):
     """The device address of host bytes ``[address, address + nbytes)`` when they lie inside one region
     registered by :func:`ascend_host_register` (a view of an :func:`alloc_host_buffer` buffer included), else
     None."""
-    for host, (dev, size) in _REGISTERED.items():
+    for host, (dev, size) in tuple(_REGISTERED.items()):  # a snapshot: other threads register / free buffers
         if host <= address and address + nbytes <= host + size:
             return dev + (address - host)
     return None
@@ -466,19 +467,23 @@ class _RuntimeHostBlock:
         self.__array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (ptr, False), "version": 3}
 
 
-def _release_runtime_block(ptr, registered):
+def _release_runtime_block(ptr, base, registered):
     if registered:
         ascend_host_unregister(ptr)
     try:
-        _acl.load().free_host(ptr)
+        _acl.load().free_host(base)
     except (_acl.CannNotFoundError, _acl.AclError):  # interpreter shutdown: the runtime frees its memory
         pass
 
 
+_PAGE = 4096
+
+
 def _runtime_pinned_buffer(nbytes, node, explicit_node):
     """A zero-filled uint8 array over ``nbytes`` of ``aclrtMallocHost`` memory (device context bound first),
-    its pages moved to NUMA ``node`` (an error only when the caller named the node) and registered (a
-    registration failure: warned once, staged mode)."""
+    starting on a 4 KiB page (aclrtHostRegister's requirement; aclrtMallocHost documents 64-byte alignment only,
+    so the block is one page larger), its pages moved to NUMA ``node`` (an error only when the caller named the
+    node) and registered (a registration failure: warned once, staged mode)."""
     import ctypes
 
     from ms_kvcache import _cpu
@@ -486,10 +491,11 @@ def _runtime_pinned_buffer(nbytes, node, explicit_node):
     acl = _acl.load()
     acl.ensure_context(_device_id())
     try:
-        ptr = acl.malloc_host(nbytes)
+        base = acl.malloc_host(nbytes + _PAGE)
     except _acl.AclError as exc:
         raise OSError(_errno.ENOMEM, f"{_OP}: cannot allocate {nbytes} bytes of page-locked host memory "
                                      f"(aclrtMallocHost: {exc})") from None
+    ptr = (base + _PAGE - 1) // _PAGE * _PAGE
     try:
         err = _cpu.host_bind(ptr, nbytes, node)
         if err and explicit_node:
@@ -498,10 +504,10 @@ def _runtime_pinned_buffer(nbytes, node, explicit_node):
         ctypes.memset(ptr, 0, nbytes)
         registered = ascend_host_register(ptr, nbytes, fallback=True) is not None
     except BaseException:
-        acl.free_host(ptr)
+        acl.free_host(base)
         raise
     block = _RuntimeHostBlock(ptr, nbytes)
-    weakref.finalize(block, _release_runtime_block, ptr, registered)
+    weakref.finalize(block, _release_runtime_block, ptr, base, registered)
     return np.asarray(block)
 
 

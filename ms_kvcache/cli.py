@@ -21,6 +21,7 @@ import json
 import os
 import shlex
 import sys
+from pathlib import Path
 
 __all__ = ["main", "build_parser", "CLIError"]
 
@@ -338,6 +339,21 @@ def cmd_info(args):
 
 
 # ============================================================================================== bench
+def _check_output_path(option, path, folder):
+    """CLIError when ``path`` cannot be written as a folder (``folder``) / a file: it exists as the other kind, or a
+    component above it is a file. Nothing is created here."""
+    p = Path(path).absolute()
+    if p.exists() and p.is_dir() != folder:
+        raise CLIError(f"{option}: {p} is a {'file' if folder else 'folder'}, not a {'folder' if folder else 'file'}")
+    for parent in p.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise CLIError(f"{option}: {parent} is a file, not a folder")
+            if not os.access(parent, os.W_OK | os.X_OK) and not p.exists():
+                raise CLIError(f"{option}: cannot create {p}: {parent} is not writable")
+            break
+
+
 def cmd_bench(args):
     from ms_kvcache import bench
 
@@ -361,6 +377,9 @@ def cmd_bench(args):
     if not mods:
         raise CLIError("no benchmark modules found (ms_kvcache/bench/<family>.py or scripts/bench_<family>.py; "
                        "see docs/design.md, 'Benchmarks')", code=EXIT_FAIL)
+    _check_output_path("--out", args.out, folder=True)  # before the benchmarks run, which may take long
+    if args.report:
+        _check_output_path("--report", args.report, folder=False)
     try:
         load_before = os.getloadavg()[0]
     except OSError:

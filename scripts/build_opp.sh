@@ -33,30 +33,36 @@ build_dir=""
 configure_only=0
 stage=0
 jobs="${JOBS:-$(nproc 2>/dev/null || echo 2)}"
+jobs_from="\$JOBS"
 vendor="ms_kvcache"
 compute_units="ascend910b;ascend910_93"
 all_units="ascend910b ascend910_93 ascend310p"
 
 die() { echo "build_opp.sh: $*" >&2; exit 1; }
 
+value() { [[ $# -ge 2 ]] || die "$1: expected a value (see --help)"; }   # value OPTION "$@"-after-it
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --build-dir) build_dir="${2:-}"; shift 2 ;;
-    --source-root) src_root="${2:-}"; shift 2 ;;
-    --compute-units) compute_units="${2:-}"; shift 2 ;;
+    --build-dir) value "$@"; build_dir="$2"; shift 2 ;;
+    --source-root) value "$@"; src_root="$2"; shift 2 ;;
+    --compute-units) value "$@"; compute_units="$2"; shift 2 ;;
     --configure-only) configure_only=1; shift ;;
     --stage-into-package) stage=1; shift ;;
-    -j) jobs="${2:-}"; shift 2 ;;
-    -j*) jobs="${1#-j}"; shift ;;
+    -j) value "$@"; jobs="$2"; jobs_from="-j"; shift 2 ;;
+    -j*) jobs="${1#-j}"; jobs_from="-j"; shift ;;
     -h|--help) awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "$0"; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
 done
+[[ "$jobs" =~ ^[0-9]+$ && "$jobs" -gt 0 ]] || die "$jobs_from: expected a positive integer, got '$jobs'"
 [[ -n "$build_dir" ]] || build_dir="$src_root/build_out"
-src_root="$(cd "$src_root" 2>/dev/null && pwd)" || die "source root does not exist"
-[[ -n "$compute_units" ]] || die "--compute-units: expected one or more of ${all_units// /, } separated by ';', got ''"
+src_root_given="$src_root"
+src_root="$(cd "$src_root" 2>/dev/null && pwd)" || die "--source-root: $src_root_given does not exist"
+units_msg="--compute-units: expected one or more of ${all_units// /, } separated by ';'"
+[[ -n "$compute_units" ]] || die "$units_msg, got ''"
+[[ ";$compute_units;" != *";;"* ]] || die "$units_msg, got an empty unit in '$compute_units'"
 for u in ${compute_units//;/ }; do
-  [[ " $all_units " == *" $u "* ]] || die "--compute-units: expected one or more of ${all_units// /, } separated by ';', got '$u' in '$compute_units'"
+  [[ " $all_units " == *" $u "* ]] || die "$units_msg, got '$u' in '$compute_units'"
 done
 skipped_units=""
 for u in $all_units; do [[ ";$compute_units;" == *";$u;"* ]] || skipped_units+="${skipped_units:+;}$u"; done
@@ -98,6 +104,8 @@ mkdir -p "$build_dir" || die "cannot create build directory $build_dir"
 build_dir="$(cd "$build_dir" && pwd)"
 
 find_run() { ls -1t "$1"/custom_opp_*.run 2>/dev/null | head -n 1; }
+# an earlier build's package goes first: after a failed build, build_out/custom_opp_*.run must not be stale kernels
+drop_old_runs() { rm -f "$build_dir"/custom_opp_*.run || die "cannot remove the earlier package in $build_dir"; }
 
 stage_vendor() {
   local staged
@@ -127,6 +135,7 @@ if [[ "$mode" == asc ]]; then
         -DCMAKE_INSTALL_PREFIX="$build_dir" || die "cmake configure failed (see the output above)"
   [[ "$configure_only" == 1 ]] && { echo "build_opp.sh: configured $build_dir"; exit 0; }
   rm -f "$build_dir/compile_error.log"
+  drop_old_runs
   cmake --build "$build_dir" --target binary package -j "$jobs" || { report_skipped; die "build failed (see the output above)"; }
   report_skipped
   run="$(find_run "$build_dir")"
@@ -140,6 +149,7 @@ fi
 [[ "$configure_only" == 1 ]] && die "--configure-only needs the ASC CMake modules; $cann only has msopgen"
 proj="$build_dir/msopgen_project"
 rm -rf "$proj"
+drop_old_runs
 stub_json="$build_dir/msopgen_stub.json"
 cat > "$stub_json" <<'JSON'
 [{"op": "MsKvcacheStub", "language": "cpp",

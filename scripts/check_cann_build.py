@@ -40,7 +40,7 @@ step:
     ``opbuild()`` does: its aclnn headers and ops-info rows equal those of step 4.
 
 The output ends with a line ``cann build: N of M steps passed`` (and what failed). Exit status: 0 every step
-passed, 1 a step failed, 2 no sources.
+passed, 1 a step failed, 2 not all four sources given (one line naming the missing ones).
 
 Inputs: ``--asc-devkit`` / ``$MS_KVCACHE_ASC_DEVKIT``, ``--asc-tools`` / ``$MS_KVCACHE_ASC_TOOLS``,
 ``--metadef`` / ``$MS_KVCACHE_METADEF``, ``--ge`` / ``$MS_KVCACHE_GE`` (all four needed), as in
@@ -937,13 +937,32 @@ def format_step(i, step, total=len(STEPS)):
     return "\n".join([head] + ["    " + l for l in step.lines])
 
 
+_SOURCE_KEYS = ("asc_devkit", "asc_tools", "metadef", "ge")
+_NEED_ALL = ("the build check needs the public sources {} (work trees or bare git dirs of github.com/mirror-cann/"
+             "asc-devkit, hicann/asc-tools, hicann/metadef, hicann/ge), not an installed CANN")
+
+
+def _option(key):
+    return f"--{key.replace('_', '-')} / ${H.ENV_VARS[key]}"
+
+
 def find_build_sources(**kw):
-    """check_cann_headers.find_sources for the four checkouts; an installed CANN alone is not enough here (the
-    check builds opbuild from source)."""
+    """check_cann_headers.find_sources for the four checkouts, all required; an installed CANN alone is not enough
+    here (the check builds opbuild from source).
+
+    Raises:
+        check_cann_headers.SourcesNotFound: none given, some missing (named), or a given one unusable.
+    """
+    env = kw.get("environ") or os.environ
+    if not any(kw.get(k) is not None or env.get(H.ENV_VARS[k]) for k in _SOURCE_KEYS):
+        raise H.SourcesNotFound(_NEED_ALL.format(", ".join(_option(k) for k in _SOURCE_KEYS)))
     src = H.find_sources(**kw)
-    if src.asc_devkit is None:
-        raise H.SourcesNotFound("the build check needs the public sources (MS_KVCACHE_ASC_DEVKIT, _ASC_TOOLS, "
-                                "_METADEF, _GE), not an installed CANN")
+    missing = [k for k in _SOURCE_KEYS if getattr(src, k) is None]
+    if len(missing) == len(_SOURCE_KEYS):  # ($ASCEND_HOME_PATH only: find_sources took it)
+        raise H.SourcesNotFound(_NEED_ALL.format(", ".join(_option(k) for k in _SOURCE_KEYS)))
+    if missing:
+        raise H.SourcesNotFound(f"the build check needs all four public source trees; missing: "
+                                f"{', '.join(_option(k) for k in missing)}")
     return src
 
 

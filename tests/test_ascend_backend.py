@@ -646,6 +646,25 @@ def test_a_registration_failure_warns_once(ascend_host):
     assert "the stand-in refuses" in _host_memory.REGISTER_FALLBACK["why"]
 
 
+def test_info_reports_the_last_registration_not_an_earlier_failure(ascend_host):
+    """`ms-kvcache info` says "aclrtHostRegister failed for the last alloc_host_buffer": after a later buffer
+    registered fine, that is no longer true and its buffers do get the mapped address (the old code kept the first
+    failure for the life of the process, and info reported zero_copy mode as unavailable)."""
+    ctypes.c_int.in_dll(ascend_host.lib, "fake_register_fail").value = 1
+    try:
+        with pytest.warns(RuntimeWarning, match="could not register its pages"):
+            a = ms_kvcache.alloc_host_buffer((4096,), "int8")
+    finally:
+        ctypes.c_int.in_dll(ascend_host.lib, "fake_register_fail").value = 0
+    assert "the stand-in refuses" in A._host_memory_report("zero_copy", True)["why"]
+    b = ms_kvcache.alloc_host_buffer((4096,), "int8")
+    assert _host_memory.mapped_address(b.data_ptr(), 1) is not None
+    assert _host_memory.REGISTER_FALLBACK["why"] == ""
+    rep = A._host_memory_report("zero_copy", True)
+    assert rep["effective"] == "zero_copy", rep
+    del a, b
+
+
 def test_cann_version_from_the_runtime(fake_acl, monkeypatch):
     monkeypatch.setenv("FAKE_CANN_VERSION", "8.2.RC1")
     assert fake_acl.cann_version() == ((8, 2), "8.2.RC1")

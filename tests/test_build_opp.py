@@ -233,11 +233,34 @@ def test_compute_units_default_a2_a3_and_310p_opt_in(tmp_path):
     check_collected(build, FIXTURE_SRC, cann, units=all3)
 
 
-@pytest.mark.parametrize("units", ["", "ascend910", "ascend910b;ascend310"])
+@pytest.mark.parametrize("units", ["", "ascend910", "ascend910b;ascend310", ";", "ascend910b;;ascend910_93",
+                                   "ascend910b;"])
 def test_bad_compute_units_is_one_line(tmp_path, units):
     line = one_line_failure(run(["--compute-units", units, "--source-root", str(FIXTURE_SRC)],
                                 clean_env(ASCEND_HOME_PATH=str(tmp_path))))
     assert line.startswith("build_opp.sh: --compute-units: expected one or more of ascend910b, ascend910_93, ascend310p")
+
+
+@pytest.mark.parametrize("option", ["--build-dir", "--source-root", "--compute-units", "-j"])
+def test_an_option_without_its_value_is_one_line(tmp_path, option):
+    """The last argument an option that takes a value: one line naming it (the old loop's 'shift 2' failed without
+    shifting, so the script spun forever at 100% CPU)."""
+    line = one_line_failure(run(["--source-root", str(FIXTURE_SRC), option], clean_env(ASCEND_HOME_PATH=str(tmp_path)),
+                                timeout=30))
+    assert line == f"build_opp.sh: {option}: expected a value (see --help)", line
+
+
+@pytest.mark.parametrize("jobs", ["abc", "0", "-3", ""])
+def test_bad_job_count_is_one_line(tmp_path, jobs):
+    line = one_line_failure(run(["-j", jobs, "--source-root", str(FIXTURE_SRC)], clean_env(ASCEND_HOME_PATH=str(tmp_path))))
+    assert line == f"build_opp.sh: -j: expected a positive integer, got '{jobs}'", line
+    line = one_line_failure(run([f"-j{jobs}"] if jobs else ["-j", jobs], clean_env(ASCEND_HOME_PATH=str(tmp_path))))
+    assert line == f"build_opp.sh: -j: expected a positive integer, got '{jobs}'", line
+
+
+def test_source_root_that_does_not_exist_is_named(tmp_path):
+    line = one_line_failure(run(["--source-root", str(tmp_path / "nope")], clean_env(ASCEND_HOME_PATH=str(tmp_path))))
+    assert line == f"build_opp.sh: --source-root: {tmp_path / 'nope'} does not exist", line
 
 
 @needs_cmake
@@ -403,6 +426,20 @@ def test_msopgen_fallback(tmp_path):
     assert (proj / "op_host" / "fixture_infer_detail.h").read_bytes() == (src / "op_proto" / "fixture_infer_detail.h").read_bytes()
 
 
+def test_a_failed_build_leaves_no_package_from_an_earlier_build(tmp_path, monkeypatch):
+    """The package of an earlier build is removed before building: after a failed build, the install command of the
+    README (./build_out/custom_opp_*.run) must not install stale kernels (the old script left it in place)."""
+    monkeypatch.setattr(sys.modules[__name__], "STANDIN_MSOPGEN",
+                        STANDIN_MSOPGEN.replace("set -e\\n", "set -e\\necho kernel compile error >&2; exit 3\\n"))
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "custom_opp_standin_x86_64.run").write_text("an earlier build's package")
+    res, build, _ = run_msopgen_fallback(tmp_path, FIXTURE_SRC)
+    assert res.returncode != 0 and "kernel compile error" in res.stderr
+    assert res.stderr.rstrip().splitlines()[-1] == "build_opp.sh: msopgen project build failed (see the output above)"
+    assert not list(build.glob("custom_opp_*.run")), "a stale package is left"
+
+
 def test_msopgen_fallback_removes_a_framework_plugin(tmp_path):
     """An msopgen that writes a plugin anyway (an older one without -f pytorch): the plugin folder is removed
     and named."""
@@ -436,7 +473,24 @@ def test_msopgen_fallback_refuses_an_include_from_outside(tmp_path):
 #: an asc-devkit checkout (public CANN sources: gitcode.com/cann/asc-devkit); tests that run its CMake
 #: helper scripts skip without it
 ASC_DEVKIT = os.environ.get("MS_KVCACHE_ASC_DEVKIT", "")
-ASC_UTIL = Path(ASC_DEVKIT) / "cmake" / "asc" / "fwk_modules" / "util" if ASC_DEVKIT else None
+
+
+def _asc_util():
+    """asc-devkit's cmake/asc/fwk_modules/util: a work tree or a bare git dir (extracted as check_cann_headers.py
+    does, the form the other CANN source checks take; a bare dir here skipped these tests)."""
+    if not ASC_DEVKIT:
+        return None
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import check_cann_headers as H  # noqa: E402
+
+    try:
+        tree, _ = H.materialize(ASC_DEVKIT, "asc_devkit")
+    except H.SourcesNotFound:
+        return None
+    return tree / "cmake" / "asc" / "fwk_modules" / "util"
+
+
+ASC_UTIL = _asc_util()
 needs_asc_util = pytest.mark.skipif(
     ASC_UTIL is None or not (ASC_UTIL / "ascendc_copy_kernel_src.py").is_file(),
     reason="set MS_KVCACHE_ASC_DEVKIT to an asc-devkit checkout (CANN's ascendc_source_files_ini.py / "
@@ -534,7 +588,7 @@ def test_cann_names_agree_with_our_files(tmp_path):
     cxx = shutil.which("g++")
     if cxx is None:
         pytest.skip("no g++ to compile opbuild's ConvertToSnakeCase")
-    text = (Path(ASC_DEVKIT) / "tools" / "build" / "opbuild" / "op_generator.cpp").read_text()
+    text = (ASC_UTIL.parents[3] / "tools" / "build" / "opbuild" / "op_generator.cpp").read_text()
     start = text.index("std::string ConvertToSnakeCase(const std::string& ins)")
     body, depth, i = [], 0, text.index("{", start)
     for j in range(i, len(text)):   # the function's text up to its matching brace

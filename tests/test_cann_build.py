@@ -138,6 +138,34 @@ def test_no_sources_exits_2(tmp_path):
     assert res.returncode == 2 and res.stderr.startswith("check_cann_build: "), res.stderr
 
 
+def _no_source_env():
+    return {k: v for k, v in os.environ.items() if not k.startswith(("MS_KVCACHE_ASC", "MS_KVCACHE_METADEF",
+                                                                     "MS_KVCACHE_GE", "ASCEND_"))}
+
+
+def test_no_sources_names_what_this_check_needs():
+    """An installed CANN is not enough for this check (it builds opbuild from source): the message must not send the
+    user to ASCEND_HOME_PATH (the old one was check_cann_headers.py's, which does)."""
+    res = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_cann_build.py")], env=_no_source_env(),
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and res.stdout == "", res.stdout
+    assert "ASCEND_HOME_PATH" not in res.stderr and "MS_KVCACHE_ASC_DEVKIT" in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+def test_partial_sources_exit_2_naming_the_missing_ones(tmp_path):
+    """Some of the four sources: one line naming the missing ones, exit 2 as without sources (the old run printed
+    ten FAIL steps and 'cann build: 0 of 10 steps passed', exit 1: as if the package build had failed)."""
+    devkit = tmp_path / "asc-devkit"
+    (devkit / "include").mkdir(parents=True)
+    (devkit / "include" / "kernel_operator.h").write_text("// stand-in\n")
+    res = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_cann_build.py"), "--asc-devkit", str(devkit),
+                          "--ge", str(tmp_path)], env=_no_source_env(), capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and res.stdout == "", res.stdout
+    assert res.stderr.strip() == ("check_cann_build: the build check needs all four public source trees; missing: "
+                                  "--asc-tools / $MS_KVCACHE_ASC_TOOLS, --metadef / $MS_KVCACHE_METADEF"), res.stderr
+
+
 # ------------------------------------------------------------------------------------------ the check itself
 @pytest.fixture(scope="module")
 def cache_dir(tmp_path_factory):

@@ -759,3 +759,39 @@ def test_tiling_with_an_absent_optional_input(capsys):
     out = capsys.readouterr().out
     assert "block dim" in out and "tiling data" in out
     assert main(argv + ["--launch"]) == 0
+
+
+RECORDING_BENCH = '''
+"""Benchmark that records that it ran."""
+import os
+def run(quick=False):
+    open(os.environ["MSKV_TEST_RAN"], "a").write("ran\\n")
+    return [{"op": "fake_copy", "case": "c", "tokens": 16, "bytes": 64, "seconds": 1e-6, "gbps": 1.0}]
+'''
+
+
+def test_bench_output_paths_are_checked_before_anything_runs(tmp_path, capsys, monkeypatch):
+    """--out naming a file (or under one) and --report naming a folder are usage errors (exit 2, one line naming the
+    option) before any benchmark runs: the old code ran every benchmark (minutes to hours without --quick) and then
+    failed with a FileExistsError traceback line (exit 1), writing nothing."""
+    d = tmp_path / "benches"
+    d.mkdir()
+    (d / "bench_rec.py").write_text(RECORDING_BENCH)
+    ran = tmp_path / "ran.txt"
+    monkeypatch.setenv("MSKV_TEST_RAN", str(ran))
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    base = ["bench", "--from", str(d), "--ops", "rec", "--no-progress"]
+    for extra, needle in ((["--out", str(a_file)], f"--out: {a_file} is a file, not a folder"),
+                          (["--out", str(a_file / "sub")], f"--out: {a_file} is a file, not a folder"),
+                          (["--out", str(tmp_path / "o"), "--report", str(tmp_path)],
+                           f"--report: {tmp_path} is a folder, not a file"),
+                          (["--out", str(tmp_path / "o"), "--report", str(a_file / "r.md")],
+                           f"--report: {a_file} is a file, not a folder")):
+        assert main(base + extra) == 2, extra
+        assert needle in _one_error_line(capsys.readouterr().err), extra
+        assert not ran.exists(), "no benchmark ran"
+    assert not (tmp_path / "o").exists(), "nothing created"
+    assert main(base + ["--out", str(tmp_path / "o" / "deep"), "--report", str(tmp_path / "r" / "b.md")]) == 0
+    assert ran.read_text() == "ran\n" and (tmp_path / "o" / "deep" / "bench.csv").is_file()
+    assert (tmp_path / "r" / "b.md").is_file()

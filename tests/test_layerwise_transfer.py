@@ -129,6 +129,31 @@ def test_rounds_reuse_the_object_and_move_the_new_data(rng):
         lt.save_layer(1)
 
 
+def test_wait_ends_a_round_of_some_layers(rng):
+    """wait() ends the round even when only some layers were saved (a model that saves a subset of its layers): the
+    next step may save the same layers again, and start() then issues every layer (the old code kept the round open,
+    so save_layer(0) raised 'already issued in this round; wait() ends the round' right after wait())."""
+    case = TokenCase(rng, SEPARATE, "BSND", "float32", "d2h", L=3)
+    buf, caches, slots = case.args("lw")
+    lt = case.make()
+    for step in range(3):
+        for layer in (0, 1):
+            rows = Tensor(np.full((case.T, 2, 16), step * 10 + layer, np.float32))
+            mk.reshape_and_cache(rows, rows, caches[layer][0], caches[layer][1], slots)
+            lt.save_layer(layer)
+        lt.wait()
+        got = to_np(buf)
+        for layer in (0, 1):
+            assert (got[:, layer][:, case.slots >= 0] == step * 10 + layer).all(), (step, layer)
+        assert not got[:, 2].any(), "layer 2 never saved"
+    lt.save_layer(1)
+    lt.wait()
+    lt.start()  # a new round: every layer
+    lt.wait()
+    assert (to_np(buf)[:, 2][:, case.slots >= 0] != 0).all()
+    lt.close()
+
+
 # ------------------------------------------------------------------------------------------ in a layer loop
 def test_reload_inside_a_per_layer_compute_loop(rng):
     """The forward pass's layer loop: wait_layer(l), then MindSpore ops read layer l's reloaded caches."""
@@ -196,7 +221,7 @@ def test_argument_errors_are_the_synchronous_ops(rng):
     lt = case.make()
     with pytest.raises(ValueError, match=r"save_layer: expected a transfer with direction='d2h'"):
         lt.save_layer(0)
-    for bad in (-1, 3, 1.5, "0", True):
+    for bad in (-1, 3, 1.5, "0", True, 1.0, float("inf"), float("nan"), np.array([1]), 2 ** 70, np.float64(1)):
         with pytest.raises(ValueError, match=r"argument 'layer': expected an int in \[0, 3\)"):
             lt.wait_layer(bad)
     with pytest.raises(RuntimeError, match=r"layer 1 is not issued in this round: call start\(\) first"):
@@ -220,6 +245,39 @@ def test_slot_changed_after_construction_is_not_used(rng):
     arr[:] = 0  # the caller's tensor memory (Tensor.from_numpy shares it)
     run_layerwise(lt, "d2h", 3)
     case.check()
+
+
+@pytest.mark.parametrize("which", ["cache", "buffer"])
+def test_a_tensor_given_new_memory_after_construction_is_refused(rng, which):
+    """A Parameter given new memory (set_data) after construction: the worker holds the old addresses, so the next
+    issue is refused naming the argument, nothing moved (the old code moved the old, possibly released memory and
+    left the new one untouched); a transfer built afterwards moves the new memory."""
+    L, nb, bs, H, D, T = 3, 4, 8, 2, 16, 6
+    caches = [(Parameter(Tensor(np.zeros((nb, bs, H, D), np.float32)), name=f"nk{l}"),
+               Parameter(Tensor(np.zeros((nb, bs, H, D), np.float32)), name=f"nv{l}")) for l in range(L)]
+    slots = Tensor(np.arange(8, 8 + T, dtype=np.int64))
+    buf = Parameter(Tensor(np.zeros(1, np.float32)), name="nbuf")
+    first = mk.alloc_host_buffer(mk.transfer_buffer_shape(SEPARATE, L, T, H * D), ms.float32)
+    buf.set_data(first)  # (``first`` kept: the old code read it after set_data; unmapped, that was a crash)
+    buf.asnumpy()[...] = 7
+    lt = mk.LayerwiseTransfer(buf, caches, slots, kv_format=SEPARATE, direction="h2d")
+    if which == "cache":
+        caches[1][0].set_data(Tensor(np.zeros((nb, bs, H, D), np.float32)))
+        name = r"kv_caches\[1\]\[0\]"
+    else:
+        fresh = mk.alloc_host_buffer(mk.transfer_buffer_shape(SEPARATE, L, T, H * D), ms.float32)
+        fresh.asnumpy()[...] = 7
+        buf.set_data(fresh)
+        name = "buffer"
+    with pytest.raises(RuntimeError, match=rf"start: argument '{name}' .*is not the memory it was at construction"):
+        lt.start()
+    assert not lt._issued  # noqa: SLF001 - nothing issued
+    for layer in range(L):
+        assert not to_np(caches[layer][0]).any() and not to_np(caches[layer][1]).any(), layer
+    lt.close()
+    with mk.LayerwiseTransfer(buf, caches, slots, kv_format=SEPARATE, direction="h2d") as again:
+        again.start().wait()
+    assert (to_np(caches[1][0]).reshape(nb * bs, H, D)[8:8 + T] == 7).all()
 
 
 def test_a_layer_failing_in_the_kernel_writes_nothing_and_is_named(rng):
@@ -457,6 +515,102 @@ def test_a_signal_the_pipeline_dropped_fails_its_layer_instead_of_hanging(rng):
     lt._issued.add(1)  # noqa: SLF001
     with pytest.raises(RuntimeError, match=r"layer 1: not issued: MindSpore's pipeline dropped the ops queued"):
         lt.wait_layer(1)
+
+
+def test_done_sees_a_signal_the_pipeline_dropped(rng):
+    """done() polled in a loop ends when the pipeline dropped a layer's signal (the old done() returned False for
+    ever: only a wait looked for dropped signals); the failure is then raised by the next wait."""
+    from ms_kvcache import _custom
+
+    if not _custom.fast_path_available("cpu")[0]:
+        pytest.skip("the PyNative fast path (ms_kvcache._cpu_pyboost) is not available")
+    case = TokenCase(rng, SEPARATE, "BSND", "float16", "d2h")
+    lt = case.make()
+    lt._engine._w.expect(1)  # noqa: SLF001 - issued, but its signal never reaches the pipeline
+    lt._issued.add(1)  # noqa: SLF001
+    mk.synchronize()
+    assert lt.done()
+    with pytest.raises(RuntimeError, match=r"layer 1: not issued: MindSpore's pipeline dropped the ops queued"):
+        lt.wait()
+
+
+def test_a_pipeline_busy_longer_than_a_poll_does_not_fail_a_layer(rng):
+    """A save queued behind a forward pass that keeps MindSpore's pipeline busy longer than one idle poll (wait_idle
+    timing out: 60 s by default, simulated here) is waited for, not failed: the old code took the timeout for a
+    dropped signal and failed the layer ('MindSpore's pipeline dropped the ops queued ...'), and the signal arriving
+    later then made MindSpore raise at the next sync."""
+    from ms_kvcache import _custom
+
+    if not _custom.fast_path_available("cpu")[0]:
+        pytest.skip("the PyNative fast path (ms_kvcache._cpu_pyboost) is not available")
+    case = TokenCase(rng, SEPARATE, "BSND", "float16", "d2h")
+    case.run_sync()
+    lt = case.make()
+    real = lt._engine._fast  # noqa: SLF001
+
+    class Busy:  # the module, with a first wait_idle that times out
+        calls = 0
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def wait_idle(self, *a, **kw):
+            Busy.calls += 1
+            return False if Busy.calls == 1 else real.wait_idle(*a, **kw)
+
+    lt._engine._fast = Busy()  # noqa: SLF001
+    _slow_ops(n=12)
+    for layer in range(3):
+        lt.save_layer(layer)
+    states = [lt._engine.state(layer) for layer in range(3)]  # noqa: SLF001
+    for layer in (2, 0, 1):
+        lt.wait_layer(layer)
+    lt.wait()
+    case.check()
+    assert 6 in states, states  # a layer was awaiting its signal when the poll timed out
+    mk.synchronize()  # no late signal failing in the pipeline
+
+
+def test_inside_a_compiled_graph_is_refused(rng):
+    """Called inside an @ms.jit function or a GRAPH_MODE construct, a LayerwiseTransfer would run once at compile
+    time and never again (the old code: built and run inside @ms.jit, the first call moved the data at compile time
+    and later calls moved nothing, silently; save_layer inside @ms.jit failed with MindSpore's "'builtin_function_or_
+    method' object has no attribute '__code__'"). Refused with a message naming what works; nothing moved."""
+    from conftest import ms_mode
+
+    case = TokenCase(rng, SEPARATE, "BSND", "float32", "d2h", L=2)
+    buf, caches, slots = case.args("lw")
+    lt = case.make()
+
+    @ms.jit
+    def build_and_run(x):
+        t = mk.LayerwiseTransfer(buf, caches, slots, kv_format=SEPARATE, direction="d2h")
+        t.start()
+        t.wait()
+        return x + 1
+
+    @ms.jit
+    def save(x):
+        lt.save_layer(0)
+        return x + 1
+
+    class Save(nn.Cell):
+        def construct(self, x):
+            lt.start()
+            return x + 1
+
+    for fn, where in ((build_and_run, "LayerwiseTransfer"), (save, r"LayerwiseTransfer\(multi_layer_kv_transfer, "
+                                                                     r"d2h\)\.save_layer")):
+        with pytest.raises(RuntimeError, match=rf"{where}: called inside a graph being compiled .* multi_layer_kv_"
+                                               rf"transfer / multi_layer_block_transfer inside the graph"):
+            fn(Tensor(1.0, ms.float32))
+    with ms_mode("graph"):
+        with pytest.raises(RuntimeError, match=r"\.start: called inside a graph being compiled"):
+            Save()(Tensor(1.0, ms.float32))
+    assert not to_np(buf).any(), "nothing moved"
+    run_layerwise(lt, "d2h", 2)  # the object still works from Python
+    case.run_sync()
+    case.check()
 
 
 class _LayerScores(nn.Cell):

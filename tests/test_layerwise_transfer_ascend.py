@@ -227,6 +227,19 @@ def test_h2d_order_copies_kernel_event_then_the_compute_stream_waits(rng, engine
     assert _order(acl) == [("stream_sync",)]  # the drop waits for the side stream
 
 
+def test_h2d_wait_waits_on_the_host_for_the_copies_out_of_the_host_buffer(rng, engine_on_fakes, acl):
+    """wait() ends the round, after which the host buffer may be rewritten (e.g. the next request's KV read into it)
+    and the object run again: the side stream's copies out of that buffer must have run, so the host waits for the
+    last layer's event as for d2h (the old code only made the compute stream wait: a numpy write after wait() could
+    race the aclrtMemcpyAsync still queued)."""
+    case = TokenCase(rng, SEPARATE, "BSND", "float16", "h2d", L=2)
+    lt = case.make().start()
+    acl.lib.fake_log_clear()
+    lt.wait()
+    assert _order(acl) == [("wait_event", "main"), ("wait_event", "main"), ("event_sync",)]
+    lt.close()
+
+
 def test_d2h_order_waits_for_the_forward_then_copies_out(rng, engine_on_fakes, acl):
     case = TokenCase(rng, SEPARATE, "BSND", "float16", "d2h", L=2)
     case.run_sync()

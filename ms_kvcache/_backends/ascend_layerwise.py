@@ -12,7 +12,8 @@ of the host buffer / host blocks with ``aclrtMemcpyAsync`` (one per plane: a lay
 - d2h ``issue(l)``: an event recorded on the current (compute) stream, which the side stream waits for (the
   forward pass's writes of layer ``l`` come first), the kernel, copies staging -> host, event ``l``;
 - ``wait_layer(l)``: the current stream waits for event ``l`` (the host does not block); ``wait()``: the current
-  stream waits for every event, and for d2h the host waits for the last one (the host side is then complete);
+  stream waits for every event, and the host waits for the last one (d2h: the host side is then complete; h2d: no
+  copy still reads it, so it may be rewritten);
   ``done()``: every event's ``query()``; ``close()``: the host waits for the side stream.
 
 The copies are issued by the host at once while MindSpore launches the kernels from its PyNative pipeline later, so
@@ -156,8 +157,10 @@ class LayerwiseEngine:
         cur = self._rt.current_stream()
         for ev in self._events.values():
             cur.wait_event(ev)
-        if self._d2h and self._last is not None:
-            self._events[self._last].synchronize()  # the host side is complete (the side stream runs in order)
+        if self._last is not None:
+            # the host side is complete (d2h) / no longer read (h2d: the next round, or the caller, may rewrite it);
+            # the side stream runs in order
+            self._events[self._last].synchronize()
         return self._err.get(self._failed, "") if self._failed >= 0 else ""
 
     def all_done(self):

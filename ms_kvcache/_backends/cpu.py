@@ -126,7 +126,10 @@ class LayerwiseEngine:
             return
         settle_idle = getattr(self._fast, "wait_idle", None)
         if settle_idle is not None:
-            settle_idle()
+            # until the signals ran or the pipeline is idle without them (dropped); a timeout of the idle poll only
+            # means that the forward pass keeps the pipeline busy: the signals are still queued behind it
+            while not settle_idle() and any(self._w.state(l) == 6 for l in awaiting):
+                pass
         if any(self._w.state(l) == 6 for l in awaiting):
             self._w.drop_awaiting("not issued: MindSpore's pipeline dropped the ops queued after an op that failed "
                                   "(its error is raised at the next ms_kvcache.synchronize())")
@@ -140,6 +143,12 @@ class LayerwiseEngine:
         return self._w.wait_all()
 
     def all_done(self):
+        if self._w.all_done():
+            return True
+        idle = getattr(self._fast, "pipeline_idle", None)
+        awaiting = [l for l in range(self._w.num_layers) if self._w.state(l) == 6]
+        if awaiting and idle is not None and idle() and all(self._w.state(l) == 6 for l in awaiting):
+            self._flush(awaiting)  # the pipeline ran everything it queued without these signals: dropped
         return self._w.all_done()
 
     def failed_layer(self):

@@ -17,12 +17,13 @@ backend *engine* that moves one layer at a time:
 Layer 6 of the layering (docs/design.md): imports the ops below it and the backends; nothing imports it but the
 package's lazy names.
 """
+import operator
 import warnings
 
 import numpy as np
 from mindspore import Tensor
 
-from ms_kvcache import _backend, _layerwise_guard
+from ms_kvcache import _backend, _custom, _layerwise_guard, _pyboost_loader
 from ms_kvcache._formats import KVCacheFormat
 from ms_kvcache._spec import DTYPE_BYTES, dtype_name
 from ms_kvcache.ops import _multi_layer as ML
@@ -177,37 +178,59 @@ def _layer_tensors(kind, call, layer):
     return out
 
 
+def _refuse_in_graph(where):
+    """A LayerwiseTransfer call inside a graph being compiled would run once, at compile time, not at each call of
+    the graph (or fail to compile with an unrelated message): refused, naming the way that works."""
+    if _custom.graph_compiling():
+        raise RuntimeError(f"{where}: called inside a graph being compiled (a GRAPH_MODE construct or an @ms.jit "
+                           f"function), where it would run once at compile time, not at each call: drive it from "
+                           f"Python between the compiled Cells of each layer, or use multi_layer_kv_transfer / "
+                           f"multi_layer_block_transfer inside the graph (docs/ops-transfer.md, 'Layer-wise transfer')")
+
+
+def _address(t):
+    """First byte of tensor ``t`` (storage offset included), without a pipeline sync where the PyNative fast path's
+    module can tell it (``data_ptr()`` waits for every pending op); 0 for an empty tensor."""
+    if int(t.size) == 0:
+        return 0
+    nosync = getattr(_pyboost_loader.fast_module(), "data_address_nosync", None)
+    p = nosync(t) if nosync is not None else None
+    return int(p) if p is not None else int(t.data_ptr())
+
+
 class LayerwiseTransfer:
     """A multi-layer KV transfer moved layer by layer beside the forward pass, driven from one host thread.
 
-    Takes exactly :func:`ms_kvcache.multi_layer_kv_transfer`'s arguments (token rows by slot; whole blocks:
-    :meth:`blocks`, exactly :func:`ms_kvcache.multi_layer_block_transfer`'s) and runs their checks at
-    construction; the slot / block-id values are copied then. Each layer moves the bytes the synchronous op
-    moves for it. Use it in PyNative or between per-layer GRAPH_MODE Cells. Ordering, backends and the vLLM /
-    LMCache mapping: docs/ops-transfer.md, "Layer-wise transfer"; ``MS_KVCACHE_CHECK_LAYERWISE=1`` refuses
-    ms_kvcache ops on tensors of a layer not waited for.
+    Takes :func:`ms_kvcache.multi_layer_kv_transfer`'s arguments (token rows by slot; whole blocks: :meth:`blocks`)
+    and runs its checks at construction. Each layer moves the bytes the synchronous op moves for it. PyNative, or
+    between per-layer GRAPH_MODE Cells. ``start()`` issues every layer; ``save_layer(i)`` (d2h) layer ``i`` alone;
+    ``wait_layer(i)``: layer ``i`` moved; ``wait()``: every issued layer, ends the round (the object may run again);
+    ``done()`` polls; ``close()`` (also on drop) waits for what is in flight. Ordering, backends, debug mode
+    (``MS_KVCACHE_CHECK_LAYERWISE=1``): docs/ops-transfer.md, "Layer-wise transfer".
 
     Args:
-        buffer, kv_caches, slot_mapping, kv_format, direction, cache_layout, scale_caches: as for
-            :func:`ms_kvcache.multi_layer_kv_transfer`; ``kv_format`` and ``direction`` keyword-only.
+        buffer (mindspore.Tensor): host buffer of ``transfer_buffer_shape(...)``, the caches' dtype.
+        kv_caches (sequence): per-layer caches (nested or flat, layer-major), as for the synchronous op.
+        slot_mapping (mindspore.Tensor): int32 / int64 ``[T]``, ``-1`` skips; its values are copied here.
+        kv_format (KVCacheFormat | int | str): keyword-only; MERGED_KV, SEPARATE_KV, MLA_KV or DSA_KV.
+        direction (str): keyword-only; ``"d2h"`` (save: caches -> buffer) or ``"h2d"`` (load).
+        cache_layout (str): ``"BSND"`` (default) or ``"BNSD"``.
         aiv_num (int, optional): cap on threads (cpu) / vector cores (sim, ascend), 0 = all; None (default):
             1 worker thread on cpu (the forward pass keeps the other cores), all cores elsewhere.
-
-    Use: ``start()`` issues every layer in order; for ``"d2h"``, ``save_layer(i)`` issues layer ``i`` alone (once
-    the forward pass wrote it). ``wait_layer(i)``: layer ``i`` is moved (h2d: its caches may be read; d2h: its
-    cache rows may be overwritten). ``wait()``: every issued layer; ends the round (the same object may run again).
-    ``done()`` polls. ``close()`` (also on drop) waits for what is in flight.
+        scale_caches (sequence, optional): float32 per-token scale caches of int8 / float8 caches, per layer.
 
     Raises:
         TypeError, ValueError: the synchronous op's argument errors (bad slot values included), at construction;
-            ``layer`` not in ``[0, num_layers)``; ``save_layer`` of an ``"h2d"`` transfer.
+            ``layer`` not an int in ``[0, num_layers)``; ``save_layer`` of an ``"h2d"`` transfer.
         RuntimeError: a layer that failed, at the first wait covering it (its message names the layer; it wrote
             nothing, later layers are not run); waiting for a layer not issued; issuing twice in one round; a
-            closed transfer; with the debug mode, an ms_kvcache op on a tensor of a pending layer.
+            closed transfer; issuing a layer whose tensor has other memory than at construction (``set_data``);
+            a call inside a graph being compiled; with the debug mode, an ms_kvcache op on a pending layer's tensor.
     """
 
     def __init__(self, buffer, kv_caches, slot_mapping, *, kv_format, direction, cache_layout="BSND", aiv_num=None,
                  scale_caches=None):
+        _refuse_in_graph("LayerwiseTransfer")
         _layerwise_guard.enabled()  # a bad $MS_KVCACHE_CHECK_LAYERWISE is an error here, not at the first launch
         slots, keep = _snapshot(slot_mapping)
         call = self._prepare("multi_layer_kv_transfer", lambda aiv: _kv_eager(
@@ -231,6 +254,7 @@ class LayerwiseTransfer:
         Raises:
             TypeError, ValueError: the synchronous op's argument errors (bad block ids included).
         """
+        _refuse_in_graph("LayerwiseTransfer.blocks")
         self = cls.__new__(cls)
         _layerwise_guard.enabled()
         ids, keep = _snapshot(block_ids)
@@ -260,6 +284,11 @@ class LayerwiseTransfer:
         self._error = None      # (layer, message) of the first failure
         self._raised = False    # whether that failure reached the caller
         self._guard = _layerwise_guard.enabled()
+        # what each layer touches and where it was at construction: the engines keep these addresses, so a tensor
+        # given other memory later (Parameter.set_data) is refused at the next issue instead of moving stale or
+        # released memory
+        self._layer_mem = [[(name, t, _address(t)) for name, t, _w in _layer_tensors(kind, call, layer)]
+                           for layer in range(self.num_layers)] if call.n > 0 else None
         self._engine = None
         if call.n > 0:
             bmod = _backend.backend_module(call.backend)
@@ -272,14 +301,14 @@ class LayerwiseTransfer:
 
     # ------------------------------------------------------------------ issue
     def _check_layer(self, where, layer):
-        try:
-            ok = int(layer) == layer and not isinstance(layer, bool)
-        except (TypeError, ValueError):
-            ok = False
-        if not ok or not 0 <= int(layer) < self.num_layers:
+        try:  # an integer (int, numpy integer, 0-d integer tensor), not a bool or a float that happens to be whole
+            value = None if isinstance(layer, (bool, np.bool_)) else operator.index(layer)
+        except TypeError:
+            value = None
+        if value is None or not 0 <= value < self.num_layers:
             raise ValueError(f"{self._what}.{where}: argument 'layer': expected an int in [0, {self.num_layers}), "
                              f"got {layer!r}")
-        return int(layer)
+        return value
 
     def _check_open(self):
         if self._closed:
@@ -294,7 +323,20 @@ class LayerwiseTransfer:
                 self._engine.reset()
             self._issued, self._waited = set(), set()
 
-    def _issue(self, layers):
+    def _check_memory(self, where, layers):
+        if self._layer_mem is None:
+            return
+        for layer in layers:
+            for name, t, was in self._layer_mem[layer]:
+                now = _address(t)
+                if now != was:
+                    raise RuntimeError(
+                        f"{self._what}.{where}: argument '{name}' (layer {layer}) is not the memory it was at "
+                        f"construction ({was:#x}, now {now:#x}: e.g. Parameter.set_data); the transfer keeps the "
+                        f"addresses it was built with: create a new LayerwiseTransfer")
+
+    def _issue(self, layers, where):
+        self._check_memory(where, layers)
         if self._engine is not None:
             self._engine.settle()  # the forward pass's writes of these layers (PyNative launches) have run
         for layer in layers:
@@ -311,11 +353,12 @@ class LayerwiseTransfer:
         Raises:
             RuntimeError: the round has every layer issued and not waited for (call ``wait()``); closed; failed.
         """
+        _refuse_in_graph(f"{self._what}.start")
         self._check_open()
         self._new_round_if_complete()
         if len(self._issued) == self.num_layers:
             raise RuntimeError(f"{self._what}.start: every layer is issued in this round; wait() ends the round")
-        self._issue([layer for layer in range(self.num_layers) if layer not in self._issued])
+        self._issue([layer for layer in range(self.num_layers) if layer not in self._issued], "start")
         return self
 
     def save_layer(self, layer):
@@ -331,6 +374,7 @@ class LayerwiseTransfer:
             ValueError: an ``"h2d"`` transfer; ``layer`` not in ``[0, num_layers)``.
             RuntimeError: ``layer`` already issued in this round; closed; failed.
         """
+        _refuse_in_graph(f"{self._what}.save_layer")
         layer = self._check_layer("save_layer", layer)
         if self.direction != "d2h":
             raise ValueError(f"{self._what}.save_layer: expected a transfer with direction='d2h' (save_layer issues "
@@ -340,7 +384,7 @@ class LayerwiseTransfer:
         if layer in self._issued:
             raise RuntimeError(f"{self._what}.save_layer: layer {layer} is already issued in this round; wait() "
                                f"ends the round")
-        self._issue([layer])
+        self._issue([layer], "save_layer")
 
     # ------------------------------------------------------------------ waits
     def _fail(self, layer, msg):
@@ -364,6 +408,7 @@ class LayerwiseTransfer:
             ValueError: ``layer`` not in ``[0, num_layers)``.
             RuntimeError: ``layer`` not issued in this round; it failed or was not run after a failure.
         """
+        _refuse_in_graph(f"{self._what}.wait_layer")
         layer = self._check_layer("wait_layer", layer)
         if self._closed:
             raise RuntimeError(f"{self._what}: the transfer is closed")
@@ -383,6 +428,7 @@ class LayerwiseTransfer:
         Raises:
             RuntimeError: a layer failed (named).
         """
+        _refuse_in_graph(f"{self._what}.wait")
         if self._closed:
             raise RuntimeError(f"{self._what}: the transfer is closed")
         err = self._engine.wait_all() if (self._engine is not None and self._issued) else ""
@@ -391,12 +437,14 @@ class LayerwiseTransfer:
             _layerwise_guard.release(self)
         if err:
             self._fail(self._engine.failed_layer(), err)
-        if self._issued and len(self._issued) < self.num_layers:
-            return  # a round of save_layer calls not finished yet: keep it
-        self._new_round_if_complete()
+        if self._issued:  # the round ends, whether every layer was issued in it or some (a model saving a subset)
+            if self._engine is not None:
+                self._engine.reset()
+            self._issued, self._waited = set(), set()
 
     def done(self):
         """Whether no issued layer is still in flight (non-blocking; never raises a layer's failure)."""
+        _refuse_in_graph(f"{self._what}.done")
         if self._engine is None or not self._issued:
             return True
         ok = self._engine.all_done()

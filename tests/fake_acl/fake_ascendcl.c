@@ -7,7 +7,8 @@
  *
  * Runtime knobs: $FAKE_CANN_VERSION (what aclsysGetCANNVersion reports, e.g. "9.1.0"; unset: the call fails),
  * fake_register_fail (aclrtHostRegister fails), fake_mapped_reads_zero (a kernel reading a mapped address sees
- * zeros, as if the AI core could not reach the host page). A device context is bound per thread by aclrtSetDevice
+ * zeros, as if the AI core could not reach the host page), fake_malloc_host_misalign (aclrtMallocHost returns an
+ * address 64 bytes past a page: the documented guarantee is 64-byte alignment only). A device context is bound per thread by aclrtSetDevice
  * (fake_unbind_context drops it); aclrtHostRegister / aclrtHostUnregister log whether one was bound.
  */
 #include <pthread.h>
@@ -43,6 +44,7 @@ long fake_malloc_host_calls = 0;
 long fake_free_host_calls = 0;
 int fake_register_fail = 0;
 int fake_mapped_reads_zero = 0;
+int fake_malloc_host_misalign = 0;
 int fake_last_kind = -1;
 uintptr_t fake_last_stream = 0;
 int fake_last_dst_type = -1;
@@ -260,7 +262,8 @@ aclError aclrtMallocHost(void** ptr, size_t size) {
   char line[128];
   void* p = NULL;
   fake_malloc_host_calls++;
-  if (size == 0 || posix_memalign(&p, 4096, (size + 4095) / 4096 * 4096) != 0) return fail("aclrtMallocHost failed");
+  if (size == 0 || posix_memalign(&p, 4096, (size + 64 + 4095) / 4096 * 4096) != 0) return fail("aclrtMallocHost failed");
+  if (fake_malloc_host_misalign) p = (char*)p + 64; /* freed from the page start (aclrtFreeHost) */
   memset(p, 0xA5, size); /* not zeroed, as the runtime's memory need not be */
   *ptr = p;
   snprintf(line, sizeof(line), "{\"ev\": \"malloc_host\", \"ptr\": %lu, \"n\": %lu}", (unsigned long)(uintptr_t)p,
@@ -277,7 +280,7 @@ aclError aclrtFreeHost(void* ptr) {
     if (regions[i].host == (uintptr_t)ptr) return fail("aclrtFreeHost of memory still registered");
   snprintf(line, sizeof(line), "{\"ev\": \"free_host\", \"ptr\": %lu}", (unsigned long)(uintptr_t)ptr);
   hlog(line);
-  free(ptr);
+  free((void*)((uintptr_t)ptr / 4096 * 4096)); /* the page start (fake_malloc_host_misalign) */
   return 0;
 }
 
