@@ -25,7 +25,7 @@ import threading
 from contextlib import contextmanager
 
 __all__ = ["WILDCARDS", "listening_sockets", "bind_address", "confine_binds", "confinable", "is_wildcard",
-           "stray_listeners"]
+           "stray_listeners", "check_hostname"]
 
 #: Host names that mean "every interface": binding there is the caller's explicit choice.
 WILDCARDS = ("0.0.0.0", "::", "*", "")
@@ -37,6 +37,23 @@ _LOCK = threading.Lock()
 
 def is_wildcard(host):
     return str(host).strip("[]") in WILDCARDS
+
+
+def check_hostname(op, hostname):
+    """``hostname`` if it is a non-empty str naming an IPv4 address or a host name. TypeError for another type;
+    ValueError for an IPv6 address: the control channel's ``host:port`` addresses and Mooncake's TCP transport
+    here are IPv4 (Mooncake listened on 0.0.0.0 for ``::1``), so it could only fail later with a misleading
+    error."""
+    if not isinstance(hostname, str) or not hostname:
+        raise TypeError(f"{op}: argument 'hostname': expected a non-empty str, got {hostname!r}")
+    try:
+        ip = ipaddress.ip_address(hostname.strip("[]"))
+    except ValueError:
+        ip = None
+    if ip is not None and ip.version == 6:
+        raise ValueError(f"{op}: argument 'hostname': expected an IPv4 address or a host name (IPv6 is not supported: "
+                         f"'0.0.0.0' listens on every interface), got {hostname!r}")
+    return hostname
 
 
 def bind_address(op, host):

@@ -113,7 +113,7 @@ class KVPrefixStore:
             natural but not required).
         max_chunks (int): chunks one :meth:`put` / :meth:`load` call stages at a time (sizes the
             registered host buffer); :meth:`load` reloads at most this many.
-        hostname (str): this client's address (default 127.0.0.1); protocol / device_name: Mooncake
+        hostname (str): this client's IPv4 address or host name (default 127.0.0.1); protocol / device_name: Mooncake
             transport (``"tcp"``; ``"rdma"`` not verified here).
         global_segment_size (int): bytes of this process's memory it contributes to the store's pool
             (0: none, a client that only reads; Mooncake requires at least 16 MiB otherwise).
@@ -154,6 +154,7 @@ class KVPrefixStore:
         except ValueError:
             raise ValueError(f"{op}: argument 'master_address': expected 'host:port', got {master_address!r}") from None
         setup_timeout = _check_timeout(op, setup_timeout)
+        _net.check_hostname(op, hostname)
         mod = import_store()
         if not wait_for_port(host, port, setup_timeout):
             raise PeerGone(f"{op}: no mooncake_master answers at {master_address} within {setup_timeout:g} s (start "
