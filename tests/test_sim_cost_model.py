@@ -262,3 +262,18 @@ def test_block_transfer_predicted_at_least_hfk_published(shape, soc):
         assert gbps >= pub, (mode, gbps, pub)
         if mode == "zero-copy":  # whole token rows: a handful of host runs per core, not one per head / layer
             assert max(st["cost"]["host_runs_per_core"]) <= 32, st["cost"]["host_runs_per_core"]
+
+
+def test_bench_table_says_what_its_reference_column_is():
+    """The emulation table of 'ms-kvcache bench --ops transfer_sim' shows HFK's published figures in a 'ref GB/s'
+    column next to the predictions; its note explained 'pred GB/s' but not that column (whose figures, which
+    SoC they were measured on)."""
+    from ms_kvcache.bench import format_tables
+
+    row = {"module": "transfer_sim", "op": "multi_layer_block_transfer", "case": "HFK [1024, 32, 1, 128] int8 BNSD h2d "
+           "zero-copy", "backend": "sim", "soc": "Ascend910B1", "gm_bytes": 10, "gm_min_bytes": 10,
+           "pred_gbps": 18.6, "ref_gbps": 9.65}
+    (_, head, _, note), = format_tables([row])
+    assert "pred GB/s" in head and "ref GB/s" in head
+    assert "pred GB/s: the emulation's cost model" in note and "not a measurement" in note
+    assert "ref GB/s: the published figure" in note and "HeteroFusedKernels" in note and "A3" in note
