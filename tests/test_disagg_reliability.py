@@ -274,6 +274,47 @@ def test_load_stops_where_another_writers_chunk_follows(master):
             res["stopped"], res
 
 
+def test_a_put_that_loses_a_race_removes_only_its_own_unreachable_chunks(master):
+    """Writer A stores chunks 0-1 between writer B's existence check and B's puts (simulated: B's check
+    sees nothing). B's puts of keys 0-1 store nothing (Mooncake keeps A's), B's 2-3 are stored but can never
+    be loaded (they do not continue A's fingerprints). B must take out its own 2-3 and leave A's 0-1. The
+    old code asked to remove all four (A's too) without force, and the lease of its own header read-back
+    made every remove fail: B's unreachable chunks stayed, and only that lease kept A's chunks."""
+    bs, nb, ct = 4, 8, 4
+    tokens = list(range(500, 516))
+    a_arrays, a_caches = _caches(CASE, nb, bs, 41)
+    _, b_caches = _caches(CASE, nb, bs, 42)
+    with _store(a_caches, CASE, master, model_id="m4", chunk_tokens=ct) as a, \
+            _store(b_caches, CASE, master, model_id="m4", chunk_tokens=ct) as b:
+        keys = a.keys(tokens)
+        assert a.put(tokens[:8], [0, 1])["tokens"] == 8
+        b._exist = lambda ks: [0] * len(ks)  # B looked before A's chunks were in
+        removed = []
+        real = b.store
+
+        class Spy:
+            def __getattr__(self, name):
+                return getattr(real, name)
+
+            def batch_remove(self, ks, *args):
+                removed.extend(ks)
+                return real.batch_remove(ks, *args)
+
+        b.store = Spy()
+        try:
+            rb = b.put(tokens, [0, 1, 2, 3])
+        finally:
+            b.store = real
+            del b._exist
+        assert rb["tokens"] == 0 and rb["stored"] == 0 and "chunk 0" in rb["stopped"], rb
+        assert not set(removed) & set(keys[:2]), "B asked to remove A's chunks"
+        assert list(a.store.batch_is_exist(keys)) == [1, 1, 0, 0], "B's unreachable chunks 2-3 are still stored"
+        res = b.load(tokens, [4, 5, 6, 7])  # A's prefix, intact
+        assert res["tokens"] == 8 and res["stopped"] == "end of stored prefix", res
+        want = P.token_rows(CASE, a_arrays)
+        _same_rows(CASE, [r[16:24] for r in _rows(CASE, b_caches)], [w[0:8] for w in want], "A's prefix")
+
+
 # ------------------------------------------------------------------------------------------------ item 5
 def _fuzz_messages():
     from hypothesis import strategies as st
@@ -459,6 +500,21 @@ def test_every_socket_listens_on_the_callers_host_only():
     got = json.loads(p.stdout.strip().splitlines()[-1])
     assert len(got["self"]) >= 5 and len(got["master"]) >= 1, got  # control + 2 engines x 2, master rpc
     assert {h for h, _ in got["self"] + got["master"]} == {"127.0.0.1"}, got
+
+
+@pytest.mark.parametrize("host", ["::1", "[::1]", "::", "no-such-host.invalid"])
+def test_an_ipv6_hostname_is_refused_naming_the_argument(host):
+    """The control channel and Mooncake's TCP transport listen on IPv4 only. A KVReceiver on '::1' (or on a name
+    that does not resolve) failed in zmq's bind with 'cannot listen on a free port ...; another process may
+    hold it', a KVSender in the transfer engine's listener check; now each says at once what 'hostname' must be."""
+    fmt, layout = _endpoint_args(CASE)
+    _, caches = _caches(CASE, 8, 4, 1)
+    for make in (lambda: disagg.KVReceiver(caches, fmt, cache_layout=layout, max_tokens=8, hostname=host),
+                 lambda: disagg.KVSender(caches, fmt, cache_layout=layout, hostname=host),
+                 lambda: disagg.KVPrefixStore(caches, fmt, cache_layout=layout, master_address="127.0.0.1:1",
+                                              model_id="m", hostname=host, setup_timeout=0.1)):
+        with pytest.raises(ValueError, match="argument 'hostname': expected an IPv4 address or a (host )?name"):
+            make()
 
 
 def test_bind_rewrite_of_wildcard_addresses():

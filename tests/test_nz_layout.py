@@ -390,3 +390,18 @@ def test_graph_mode_refusal_at_compile_time(rng):
     with pytest.raises(TypeError, match=r"expected dtype float16, bfloat16 or int8 for an NZ cache"):
         check("graph", rac_call(), [np.zeros((2, 4, 16, 8), np.float32)] * 2,
               [np.zeros((1, 32), np.float32), np.zeros((1, 32), np.float32), np.array([0], np.int64)], [], "float32")
+
+
+def test_docstrings_give_the_nz_shape_with_c0():
+    """Every public op that takes NZ caches gives their shape with C0 (16 or 32 by dtype): the int8 caches of the
+    quantizing writes have C0 = 32. rope_reshape_and_cache_merged's docstring gave ``[..., H*D // 16,
+    block_size, 16]``, the shape of 2-byte dtypes only."""
+    import inspect
+    import re
+
+    for name in ms_kvcache.ops.__all__:
+        doc = inspect.getdoc(getattr(ms_kvcache, name)) or ""
+        if '"NZ"' not in doc:
+            continue
+        assert not re.search(r"//\s*16\s*,\s*block_size\s*,\s*16\]", doc), f"{name}: NZ shape with a fixed C0 = 16"
+        assert "C0" in doc, f"{name}: NZ cache shape without C0"

@@ -154,6 +154,34 @@ def test_settings_and_errors(sem, monkeypatch):
     assert sim.cost_memcpy_us(36e3 * 100, A3) == pytest.approx(params(A3)["memcpy_us"] + 100.0)
 
 
+@pytest.mark.parametrize("value", ["abc", None, True])
+def test_an_override_that_is_not_a_number_names_the_parameter(sem, value):
+    """cost_model={"launch_us": "abc"} raised float()'s bare ValueError, None its TypeError, and True was taken
+    as 1 us; now each is a TypeError naming the argument and the parameter."""
+    with pytest.raises(TypeError, match="argument 'cost_model': parameter 'launch_us': expected a number"):
+        copy("cost_copy_single", cost={"launch_us": value})
+
+
+@pytest.mark.parametrize("kw,exc,match", [
+    ({"params": {"memcpy_gbps": 0}}, sim.EmulationError, "COST_MODEL_PARAM.*'memcpy_gbps' = 0: expected a finite "
+                                                          "number > 0"),
+    ({"params": {"memcpy_gbps": -5.0}}, sim.EmulationError, "COST_MODEL_PARAM.*memcpy_gbps"),
+    ({"params": {"memcpy_gbps": float("nan")}}, sim.EmulationError, "COST_MODEL_PARAM.*memcpy_gbps"),
+    ({"params": {"memcpy_us": -100}}, sim.EmulationError, "COST_MODEL_PARAM.*memcpy_us.*>= 0"),
+    ({"params": {"nope": 1}}, sim.EmulationError, "COST_MODEL_PARAM.*unknown cost-model parameter 'nope'"),
+    ({"params": {"memcpy_us": "1"}}, TypeError, "argument 'params': parameter 'memcpy_us'"),
+    ({"nbytes": "x"}, ValueError, "argument 'nbytes'"),
+    ({"nbytes": float("inf")}, ValueError, "argument 'nbytes'"),
+])
+def test_cost_memcpy_us_checks_its_parameters_as_a_launch_does(kw, exc, match):
+    """cost_memcpy_us took any override: memcpy_gbps 0 raised ZeroDivisionError, a negative rate or fixed time
+    gave a negative time and NaN a NaN time, where a launch refuses each (COST_MODEL_PARAM)."""
+    args = {"nbytes": 1 << 20, "soc": A3, **kw}
+    with pytest.raises(exc, match=match):
+        sim.cost_memcpy_us(**args)
+    assert sim.cost_memcpy_us(1 << 20, A3, {"memcpy_gbps": 18.0}) == pytest.approx(2 * sim.cost_memcpy_us(1 << 20, A3))
+
+
 def test_parameter_table_sources_and_docs():
     """Every parameter has a unit and a source; the fitted ones say so; docs/emulation.md lists each with the
     same value."""
@@ -234,3 +262,18 @@ def test_block_transfer_predicted_at_least_hfk_published(shape, soc):
         assert gbps >= pub, (mode, gbps, pub)
         if mode == "zero-copy":  # whole token rows: a handful of host runs per core, not one per head / layer
             assert max(st["cost"]["host_runs_per_core"]) <= 32, st["cost"]["host_runs_per_core"]
+
+
+def test_bench_table_says_what_its_reference_column_is():
+    """The emulation table of 'ms-kvcache bench --ops transfer_sim' shows HFK's published figures in a 'ref GB/s'
+    column next to the predictions; its note explained 'pred GB/s' but not that column (whose figures, which
+    SoC they were measured on)."""
+    from ms_kvcache.bench import format_tables
+
+    row = {"module": "transfer_sim", "op": "multi_layer_block_transfer", "case": "HFK [1024, 32, 1, 128] int8 BNSD h2d "
+           "zero-copy", "backend": "sim", "soc": "Ascend910B1", "gm_bytes": 10, "gm_min_bytes": 10,
+           "pred_gbps": 18.6, "ref_gbps": 9.65}
+    (_, head, _, note), = format_tables([row])
+    assert "pred GB/s" in head and "ref GB/s" in head
+    assert "pred GB/s: the emulation's cost model" in note and "not a measurement" in note
+    assert "ref GB/s: the published figure" in note and "HeteroFusedKernels" in note and "A3" in note

@@ -289,7 +289,9 @@ RATIO_NOTE = ("ratios: x memcpy = memcpy time / op time, speed-up = baseline tim
               "(above 1 the op is faster)")
 EMULATION_NOTE = ("emulation counts: bytes and calls of the AscendC kernels run through the in-repo emulation "
                   "(sim backend), not hardware timings; GM / min = GM bytes / the least the op must move; "
-                  "pred GB/s: the emulation's cost model (docs/emulation.md), a prediction, not a measurement")
+                  "pred GB/s: the emulation's cost model (docs/emulation.md), a prediction, not a measurement; "
+                  "ref GB/s: the published figure the case names (HFK: HeteroFusedKernels' table, measured on "
+                  "Atlas A3, shown on the A2 rows too)")
 
 
 def is_emulation_row(row):

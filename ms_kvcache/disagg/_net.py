@@ -25,7 +25,7 @@ import threading
 from contextlib import contextmanager
 
 __all__ = ["WILDCARDS", "listening_sockets", "bind_address", "confine_binds", "confinable", "is_wildcard",
-           "stray_listeners"]
+           "stray_listeners", "check_hostname"]
 
 #: Host names that mean "every interface": binding there is the caller's explicit choice.
 WILDCARDS = ("0.0.0.0", "::", "*", "")
@@ -37,6 +37,31 @@ _LOCK = threading.Lock()
 
 def is_wildcard(host):
     return str(host).strip("[]") in WILDCARDS
+
+
+def check_hostname(op, hostname):
+    """``hostname`` if it is a non-empty str naming an IPv4 address or a host name with an IPv4 address. TypeError
+    for another type; ValueError for an IPv6 address (or a name with only IPv6 ones) and for a name this machine
+    cannot resolve: the control channel's ``host:port`` addresses and Mooncake's TCP transport here are IPv4
+    (Mooncake listened on 0.0.0.0 for ``::1``), so either could only fail later with a misleading error."""
+    if not isinstance(hostname, str) or not hostname:
+        raise TypeError(f"{op}: argument 'hostname': expected a non-empty str, got {hostname!r}")
+    try:
+        ip = ipaddress.ip_address(hostname.strip("[]"))
+    except ValueError:
+        ip = None
+    if ip is None and hostname not in WILDCARDS:
+        try:
+            infos = socket.getaddrinfo(hostname, None, proto=socket.IPPROTO_TCP)
+        except (OSError, UnicodeError) as exc:
+            raise ValueError(f"{op}: argument 'hostname': expected an IPv4 address or a name this machine resolves, "
+                             f"got {hostname!r} ({exc})") from None
+        if not any(i[0] == socket.AF_INET for i in infos):
+            ip = ipaddress.ip_address(infos[0][4][0].split("%")[0])
+    if ip is not None and ip.version == 6:
+        raise ValueError(f"{op}: argument 'hostname': expected an IPv4 address or a host name (IPv6 is not supported: "
+                         f"'0.0.0.0' listens on every interface), got {hostname!r}")
+    return hostname
 
 
 def bind_address(op, host):

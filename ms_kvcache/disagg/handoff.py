@@ -38,6 +38,7 @@ from collections import OrderedDict, deque
 
 import numpy as np
 
+from ms_kvcache.disagg import _net
 from ms_kvcache.disagg._channel import MAX_TEXT, ControlClient, ControlServer, check_token
 from ms_kvcache.disagg._direct import DIRECT_MIN_BYTES, MAX_INFLIGHT, SPAN_BYTES, WINDOW_BYTES, direct_rows
 from ms_kvcache.disagg._errors import (AuthenticationFailed, ChecksumMismatch, DisaggError, HandoffTimeout,
@@ -239,9 +240,7 @@ def _check_model_id(op, model_id):
 
 
 def _check_hostname(op, hostname):
-    if not isinstance(hostname, str) or not hostname:
-        raise TypeError(f"{op}: argument 'hostname': expected a non-empty str, got {hostname!r}")
-    return hostname
+    return _net.check_hostname(op, hostname)
 
 
 class _Endpoint:
@@ -292,8 +291,8 @@ class KVReceiver(_Endpoint):
         cache_layout (str): ``"BSND"`` (default) or ``"BNSD"`` (MERGED / SEPARATE only).
         max_tokens (int): most tokens one handoff may carry (sizes the registered host buffer:
             ``max_tokens * bytes_per_token`` bytes).
-        hostname (str): this process's address (default ``"127.0.0.1"``); every socket listens there only
-            (``"0.0.0.0"``: every interface, see docs/disagg.md). ``port`` (int): control port, 0 = a free one.
+        hostname (str): this process's IPv4 address or host name (default ``"127.0.0.1"``); every socket listens
+            there only (``"0.0.0.0"``: every interface, see docs/disagg.md). ``port`` (int): control port, 0 = a free one.
         token (str | bytes | None): shared secret signing every control message (HMAC-SHA256); a peer
             without it is refused before any KV moves.
         protocol (str): Mooncake transport, ``"tcp"`` (default) or ``"rdma"`` (not verified here);

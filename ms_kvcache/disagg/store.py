@@ -113,7 +113,7 @@ class KVPrefixStore:
             natural but not required).
         max_chunks (int): chunks one :meth:`put` / :meth:`load` call stages at a time (sizes the
             registered host buffer); :meth:`load` reloads at most this many.
-        hostname (str): this client's address (default 127.0.0.1); protocol / device_name: Mooncake
+        hostname (str): this client's IPv4 address or host name (default 127.0.0.1); protocol / device_name: Mooncake
             transport (``"tcp"``; ``"rdma"`` not verified here).
         global_segment_size (int): bytes of this process's memory it contributes to the store's pool
             (0: none, a client that only reads; Mooncake requires at least 16 MiB otherwise).
@@ -154,6 +154,7 @@ class KVPrefixStore:
         except ValueError:
             raise ValueError(f"{op}: argument 'master_address': expected 'host:port', got {master_address!r}") from None
         setup_timeout = _check_timeout(op, setup_timeout)
+        _net.check_hostname(op, hostname)
         mod = import_store()
         if not wait_for_port(host, port, setup_timeout):
             raise PeerGone(f"{op}: no mooncake_master answers at {master_address} within {setup_timeout:g} s (start "
@@ -339,7 +340,7 @@ class KVPrefixStore:
         n, ct = len(keys), self.chunk_tokens
         found = self._exist(keys)
         slots = slots_from_blocks(blocks, lay.block_size, n * ct)
-        prev, stored, present, put_keys, stop, stopped = self.salt, 0, 0, [], n, None
+        prev, stored, present, ours, stop, stopped = self.salt, 0, 0, set(), n, None
         for g in range(0, n, self.max_chunks):
             group = list(range(g, min(n, g + self.max_chunks)))
             for j, i in enumerate(group):
@@ -378,10 +379,11 @@ class KVPrefixStore:
                     stop, stopped = i, f"chunk {i} could not be put ({_code(rc)})"
                     break
                 mine.append(i)
-                put_keys.append(keys[i])
             # a put of a key another writer stored meanwhile returns 0 without storing: read them back
             for i, got in zip(mine, self._stored_fingerprints([keys[i] for i in mine])):
-                if i < stop and got != fps[i - g]:
+                if got == fps[i - g]:
+                    ours.add(i)  # stored with this writer's content: the only chunks this call may remove
+                elif i < stop:
                     stop, stopped = i, f"chunk {i}: " + (got if isinstance(got, str) else
                                                           "another writer stored other content under its key "
                                                           "meanwhile")
@@ -389,10 +391,13 @@ class KVPrefixStore:
             present += sum(1 for i in have if i < stop)
             if stop < n:
                 break
-        extra = [k for i, k in enumerate(keys) if i >= stop and k in set(put_keys)]
-        if extra:  # put by this call beyond the stop: unreachable, take them out again
+        # this writer's chunks put beyond the stop are unreachable: take them out again. Only those read back
+        # with this writer's fingerprint (a key another writer won holds that writer's chunk), and with force:
+        # the header read-back above holds a lease on them, which makes a plain remove fail (OBJECT_HAS_LEASE)
+        extra = [keys[i] for i in sorted(ours) if i >= stop]
+        if extra:
             try:
-                self.store.batch_remove(extra)
+                self.store.batch_remove(extra, True)
             except Exception:  # noqa: BLE001 - best effort; they are never loaded (fingerprints)
                 pass
         return {"tokens": stop * ct, "chunks": n, "stored": stored, "present": present,

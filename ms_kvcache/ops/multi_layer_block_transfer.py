@@ -154,8 +154,8 @@ def multi_layer_block_transfer(kv_caches, host_blocks, block_ids, *, direction, 
             Parameter in a graph).
         kv_format (KVCacheFormat | int | str, keyword): as for :func:`multi_layer_kv_transfer`; None (default):
             inferred from the number and rank of the host planes.
-        cache_layout (str, keyword): ``"BNSD"`` (default), ``"BSND"`` or ``"NZ"`` (host blocks stay ND); MLA_KV /
-            DSA_KV: BSND only; needed when num_kv_heads == block_size.
+        cache_layout (str, keyword): ``"BNSD"`` (default), ``"BSND"`` or ``"NZ"`` (``[num_blocks, H*D // C0,
+            block_size, C0]``, C0 = 32 bytes; host blocks ND); MLA / DSA: BSND only; needed when H == block_size.
         aiv_num (int, keyword): cap on the vector cores (sim, ascend) or threads (cpu); 0 (default) = all.
         scale_caches (sequence, keyword): int8 / float8 caches only: their float32 scale caches, as for
             :func:`multi_layer_kv_transfer`; written for ``"h2d"``; needs ``scale_host_blocks``.

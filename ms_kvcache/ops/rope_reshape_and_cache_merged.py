@@ -81,7 +81,8 @@ def rope_reshape_and_cache_merged(positions, query, key, value, cos_sin_cache, k
         is_neox_style (bool | numpy.bool_, keyword): True (default): pairs ``(i, i + rotary_dim / 2)``;
             False: ``(2i, 2i+1)``.
         cache_layout (str, keyword): ``"BSND"`` (default), ``"BNSD"`` or ``"NZ"`` (``[2, num_blocks,
-            num_kv_heads * head_size // 16, block_size, 16]``, key ``[T', num_kv_heads, head_size]``).
+            num_kv_heads * head_size // C0, block_size, C0]``, C0 = 16 / 32 for 2- / 1-byte dtypes; key
+            ``[T', num_kv_heads, head_size]``).
         k_scale, v_scale, k_offset, v_offset, k_scale_cache, v_scale_cache (keyword): int8 / float8
             ``kv_cache``: as for :func:`ms_kvcache.rope_reshape_and_cache`.
 

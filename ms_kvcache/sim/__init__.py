@@ -451,21 +451,36 @@ def cost_memcpy_us(nbytes, soc=None, params=None):
     (``memcpy_us + nbytes / memcpy_gbps``), as the staged host-memory mode adds it before / after a launch.
 
     Args:
-        nbytes (int): bytes copied (>= 0).
+        nbytes (int | float): bytes copied (>= 0).
         soc (str): SoC name (default :func:`get_soc`).
         params (dict): overrides of the table's values by name (as ``cost_model=`` of :func:`launch`).
 
     Raises:
-        ValueError: negative ``nbytes`` or an unknown parameter name.
+        ValueError: ``nbytes`` not a finite number >= 0.
+        TypeError: ``params`` not a dict of numbers.
+        EmulationError: ``COST_MODEL_PARAM`` for an unknown parameter or a value a launch would refuse
+            (not finite, negative, or 0 for a rate), ``COST_MODEL_SOC`` as :func:`cost_params`.
     """
-    if int(nbytes) < 0:
-        raise ValueError(f"cost_memcpy_us: argument 'nbytes': expected >= 0, got {nbytes}")
-    table = {k: v["value"] for k, v in cost_params(soc).items()}
-    for k, v in (params or {}).items():
-        if k not in table:
-            raise ValueError(f"cost_memcpy_us: argument 'params': unknown parameter {k!r}; known {sorted(table)}")
-        table[k] = float(v)
-    return table["memcpy_us"] + int(nbytes) / (table["memcpy_gbps"] * 1e3)
+    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float, np.integer, np.floating)) or \
+            not 0 <= nbytes < float("inf"):
+        raise ValueError(f"cost_memcpy_us: argument 'nbytes': expected a number of bytes >= 0, got {nbytes!r}")
+    overrides = _cost_overrides(params, "cost_memcpy_us", "params") if params is not None else None
+    table = {k: v["value"] for k, v in _sim.cost_params(soc or _sim.get_soc(), overrides, "cost_memcpy_us").items()}
+    return table["memcpy_us"] + float(nbytes) / (table["memcpy_gbps"] * 1e3)
+
+
+def _cost_overrides(params, what, arg):
+    """``{name: float}`` of a dict of parameter overrides; TypeError naming ``arg`` for a value that is not a
+    real number (a bool, a str, None). Names and ranges are checked by the emulation (COST_MODEL_PARAM)."""
+    if not isinstance(params, dict):
+        raise TypeError(f"{what}: argument '{arg}': expected a dict of cost-model parameter overrides, got "
+                        f"{type(params).__name__}")
+    out = {}
+    for k, v in params.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+            raise TypeError(f"{what}: argument '{arg}': parameter {str(k)!r}: expected a number, got {v!r}")
+        out[str(k)] = float(v)
+    return out
 
 
 def _cost_args(cost_model, host, what):
@@ -475,7 +490,7 @@ def _cost_args(cost_model, host, what):
         overrides = None
     elif isinstance(cost_model, dict):
         cost = 1
-        overrides = {str(k): float(v) for k, v in cost_model.items()}
+        overrides = _cost_overrides(cost_model, what, "cost_model")
     elif isinstance(cost_model, bool):
         cost = int(cost_model)
         overrides = None

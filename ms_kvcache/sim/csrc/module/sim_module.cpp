@@ -325,9 +325,13 @@ PYBIND11_MODULE(_sim, m) {
   m.def("library_path", &LibraryPath, "Path of libascendc_sim.so.");
   m.def(
       "cost_params",
-      [](const std::string& soc) {
+      [](const std::string& soc, const py::object& overrides, const std::string& op) {
+        std::vector<std::pair<std::string, double>> o;
+        if (!overrides.is_none())
+          for (auto kv : py::reinterpret_borrow<py::dict>(overrides))
+            o.push_back({kv.first.cast<std::string>(), kv.second.cast<double>()});
         py::dict d;
-        for (const auto& p : ascendc_sim::CostParamTable(soc)) {
+        for (const auto& p : ascendc_sim::CostParamTable(soc, o, op)) {
           py::dict row;
           row["value"] = p.value;
           row["unit"] = p.unit;
@@ -336,7 +340,8 @@ PYBIND11_MODULE(_sim, m) {
         }
         return d;
       },
-      py::arg("soc"), "The cost model's parameter table of a SoC: name -> {value, unit, source}.");
+      py::arg("soc"), py::arg("overrides") = py::none(), py::arg("op") = "",
+      "The cost model's parameter table of a SoC: name -> {value, unit, source}, with overrides (checked).");
   m.def("set_cost_model", &ascendc_sim::SetDefaultCost, py::arg("on"), "Run the cost model in later launches.");
   m.def("get_cost_model", &ascendc_sim::DefaultCost);
 }

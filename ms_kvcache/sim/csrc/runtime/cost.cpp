@@ -76,17 +76,46 @@ bool Family(const Caps& caps, bool* a3) {
   return true;
 }
 
+// Applies `overrides` to `params` (the table's values): COST_MODEL_PARAM for an unknown name or a value that
+// is not finite, negative, or 0 where a rate or a clock divides by it.
+void ApplyOverrides(std::vector<std::pair<std::string, double>>& params,
+                    const std::vector<std::pair<std::string, double>>& overrides, const std::string& op) {
+  for (const auto& o : overrides) {
+    auto it = std::find_if(params.begin(), params.end(), [&](const auto& kv) { return kv.first == o.first; });
+    if (it == params.end()) {
+      std::string names;
+      for (const Row& r : kTable) names += std::string(names.empty() ? "" : ", ") + r.name;
+      FailLaunch("COST_MODEL_PARAM", op, Format("unknown cost-model parameter '%s'; the parameters are %s",
+                                                o.first.c_str(), names.c_str()));
+    }
+    const bool zero_ok = o.first == "hbm_run_ns" || o.first == "host_run_ns" || o.first == "memcpy_us" ||
+                         o.first == "launch_us" || o.first == "scalar_miss_ns" || o.first == "sync_all_us" ||
+                         o.first == "call_cycles" || o.first == "issue_cycles";
+    if (!std::isfinite(o.second) || o.second < 0 || (o.second == 0 && !zero_ok))
+      FailLaunch("COST_MODEL_PARAM", op,
+                 Format("cost-model parameter '%s' = %g: expected a finite number %s", o.first.c_str(), o.second,
+                        zero_ok ? ">= 0" : "> 0"));
+    it->second = o.second;
+  }
+}
+
 }  // namespace
 
-std::vector<CostParamInfo> CostParamTable(const std::string& soc) {
+std::vector<CostParamInfo> CostParamTable(const std::string& soc,
+                                          const std::vector<std::pair<std::string, double>>& overrides,
+                                          const std::string& op) {
   const Caps caps = CapsFor(soc);
   bool a3 = false;
   if (!Family(caps, &a3))
-    FailLaunch("COST_MODEL_SOC", "",
+    FailLaunch("COST_MODEL_SOC", op,
                Format("the cost model has no parameters for %s (family %s); it covers Atlas A2 and A3",
                       caps.soc.c_str(), caps.family.c_str()));
+  std::vector<std::pair<std::string, double>> values;
+  for (const Row& r : kTable) values.push_back({r.name, a3 ? r.a3 : r.a2});
+  ApplyOverrides(values, overrides, op);
   std::vector<CostParamInfo> out;
-  for (const Row& r : kTable) out.push_back({r.name, a3 ? r.a3 : r.a2, r.unit, r.source});
+  size_t i = 0;
+  for (const Row& r : kTable) out.push_back({r.name, values[i++].second, r.unit, r.source});
   return out;
 }
 
@@ -105,23 +134,7 @@ CostModel MakeCostModel(const Caps& caps, const std::vector<std::pair<std::strin
                       caps.soc.c_str(), caps.family.c_str()));
   CostModel m;
   for (const Row& r : kTable) m.params.push_back({r.name, a3 ? r.a3 : r.a2});
-  for (const auto& o : overrides) {
-    auto it = std::find_if(m.params.begin(), m.params.end(), [&](const auto& kv) { return kv.first == o.first; });
-    if (it == m.params.end()) {
-      std::string names;
-      for (const Row& r : kTable) names += std::string(names.empty() ? "" : ", ") + r.name;
-      FailLaunch("COST_MODEL_PARAM", op, Format("unknown cost-model parameter '%s'; the parameters are %s",
-                                                o.first.c_str(), names.c_str()));
-    }
-    const bool zero_ok = o.first == "hbm_run_ns" || o.first == "host_run_ns" || o.first == "memcpy_us" ||
-                         o.first == "launch_us" || o.first == "scalar_miss_ns" || o.first == "sync_all_us" ||
-                         o.first == "call_cycles" || o.first == "issue_cycles";
-    if (!std::isfinite(o.second) || o.second < 0 || (o.second == 0 && !zero_ok))
-      FailLaunch("COST_MODEL_PARAM", op,
-                 Format("cost-model parameter '%s' = %g: expected a finite number %s", o.first.c_str(), o.second,
-                        zero_ok ? ">= 0" : "> 0"));
-    it->second = o.second;
-  }
+  ApplyOverrides(m.params, overrides, op);
   const double f = m.Param("freq_ghz");
   const double n = static_cast<double>(std::max<uint32_t>(block_dim, 1));
   m.call_ns = m.Param("call_cycles") / f;

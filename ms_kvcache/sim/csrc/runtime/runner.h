@@ -63,8 +63,11 @@ struct CostParamInfo {
   double value = 0;
   std::string unit, source;
 };
-// The cost-model parameters of a SoC (COST_MODEL_SOC: none for it).
-ASCENDC_SIM_API std::vector<CostParamInfo> CostParamTable(const std::string& soc);
+// The cost-model parameters of a SoC (COST_MODEL_SOC: none for it), with `overrides` applied (checked as a
+// launch checks them: COST_MODEL_PARAM naming `op` for an unknown name or a value out of range).
+ASCENDC_SIM_API std::vector<CostParamInfo> CostParamTable(
+    const std::string& soc, const std::vector<std::pair<std::string, double>>& overrides = {},
+    const std::string& op = "");
 // Fills res.cost* from the per-core statistics (cost.cpp).
 void CostSummary(const LaunchCtx& L, LaunchResult& res);
 
