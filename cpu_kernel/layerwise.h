@@ -11,7 +11,14 @@
 // strict mode re-checks the index values it reads); every layer queued or submitted after a failure is
 // cancelled (not run). Close() (also the destructor) waits for the queued and running layers, then stops
 // the thread: memory a layer copies is never released under it.
+//
+// CPU affinity: the worker thread starts at the first submission, which may come from one of MindSpore's pipeline
+// threads (MskvLayerwiseSubmit); a thread inherits its creator's affinity, and MindSpore may bind those threads to
+// its own cores (mindspore.runtime.set_cpu_affinity). So the worker takes the affinity of the thread that
+// constructed it (the Python thread) instead: the copy may run on every core the caller's thread may use.
 #pragma once
+
+#include <sched.h>
 
 #include <condition_variable>
 #include <cstdint>
@@ -114,6 +121,8 @@ class LayerwiseWorker {
   bool closing_ = false;
   std::thread thread_;
   int64_t id_ = 0;
+  cpu_set_t affinity_;       // of the constructing thread (applied by Loop)
+  bool has_affinity_ = false;
 };
 
 // Workers the pipeline's MskvLayerwiseSubmit may reach, by id (weak references: a dropped worker is not kept alive,

@@ -511,3 +511,52 @@ def test_between_graph_mode_cells_of_each_layer(rng):
         keys = src[2 * layer].reshape(nb * bs, H * D).copy()
         keys[32:36] = new.asnumpy().reshape(4, H * D)
         np.testing.assert_allclose(scores[layer], q.asnumpy() @ keys[16:16 + T].T, rtol=2e-5, atol=2e-4)
+
+
+def _worker_tids():
+    out = set()
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                if f.read().strip() == "mskv_layerwise":
+                    out.add(int(tid))
+        except FileNotFoundError:  # a thread that ended meanwhile
+            pass
+    return out
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs a Linux process allowed on at least 2 CPUs")
+def test_the_worker_runs_on_the_cpus_of_the_thread_that_built_it(rng):
+    """The worker thread starts at the first submission, which may come from a thread bound to other cores (MindSpore
+    binds its pipeline threads with mindspore.runtime.set_cpu_affinity): it must not inherit that binding (the copy
+    would then share MindSpore's cores), but run where the thread that built the transfer may run."""
+    import threading
+
+    mine = os.sched_getaffinity(0)
+    case = TokenCase(rng, SEPARATE, "BSND", "float16", "d2h")
+    case.run_sync()
+    lt = case.make()
+    before = _worker_tids()
+    errors = []
+
+    def first_submission_from_a_bound_thread():
+        try:
+            os.sched_setaffinity(0, {min(mine)})  # this thread only
+            lt.save_layer(0)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    t = threading.Thread(target=first_submission_from_a_bound_thread)
+    t.start()
+    t.join()
+    assert not errors, errors
+    lt.wait_layer(0)
+    new = _worker_tids() - before
+    assert len(new) == 1, new
+    assert os.sched_getaffinity(new.pop()) == mine
+    for layer in range(1, lt.num_layers):
+        lt.save_layer(layer)
+    lt.wait()
+    lt.close()
+    case.check()
