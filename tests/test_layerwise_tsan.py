@@ -227,7 +227,7 @@ def harness(tmp_path_factory):
     k = f"{ROOT}/cpu_kernel"
     p = subprocess.run([cxx, "-std=c++17", "-O1", "-g", "-fsanitize=thread", f"-I{k}", f"-I{ROOT}/op_host", str(src),
                         f"{k}/layerwise.cpp", f"{k}/aot_abi.cpp", f"{k}/multi_layer_kv_transfer.cpp",
-                        f"{k}/multi_layer_block_transfer.cpp", "-o", str(exe), "-lpthread"],
+                        f"{k}/multi_layer_block_transfer.cpp", f"{k}/nz_copy.cpp", f"{k}/kv_copy.cpp", "-o", str(exe), "-lpthread"],
                        capture_output=True, text=True, timeout=600)
     if p.returncode != 0:
         if "tsan" in p.stderr.lower() or "sanitize" in p.stderr.lower():
