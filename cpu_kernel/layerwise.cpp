@@ -74,8 +74,7 @@ LayerwiseWorker::LayerwiseWorker(LayerwiseLaunch launch) : launch_(std::move(lau
   }
   state_.assign(static_cast<size_t>(launch_.num_layers), kIdle);
   error_.assign(static_cast<size_t>(launch_.num_layers), std::string());
-  CPU_ZERO(&affinity_);
-  has_affinity_ = pthread_getaffinity_np(pthread_self(), sizeof(affinity_), &affinity_) == 0;
+  thread_ = std::thread([this] { Loop(); });  // last: every member it reads is set (layerwise.h: why now)
 }
 
 LayerwiseWorker::~LayerwiseWorker() { Close(); }
@@ -125,7 +124,6 @@ void LayerwiseWorker::Submit(int64_t layer) {
   }
   st = kQueued;
   queue_.push_back(layer);
-  if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
   work_cv_.notify_one();
 }
 
@@ -193,10 +191,7 @@ void LayerwiseWorker::FailLayerForTest(int64_t layer, const std::string& message
 }
 
 void LayerwiseWorker::Loop() {
-  pthread_setname_np(pthread_self(), "mskv_layerwise");  // (at most 15 characters) shown by top -H, perf, py-spy
-  // not the affinity of the (pipeline) thread that happened to start it: see layerwise.h. A failure (a CPU set the
-  // kernel refuses) leaves the inherited affinity.
-  if (has_affinity_) (void)pthread_setaffinity_np(pthread_self(), sizeof(affinity_), &affinity_);
+  pthread_setname_np(pthread_self(), "mskv_layerwise");  // (at most 15 characters)
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {
     work_cv_.wait(lk, [&] { return !queue_.empty() || closing_; });

@@ -528,16 +528,16 @@ def _worker_tids():
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
                     reason="needs a Linux process allowed on at least 2 CPUs")
 def test_the_worker_runs_on_the_cpus_of_the_thread_that_built_it(rng):
-    """The worker thread starts at the first submission, which may come from a thread bound to other cores (MindSpore
-    binds its pipeline threads with mindspore.runtime.set_cpu_affinity): it must not inherit that binding (the copy
-    would then share MindSpore's cores), but run where the thread that built the transfer may run."""
+    """The first submission may come from a thread bound to other cores (MindSpore binds its pipeline threads with
+    mindspore.runtime.set_cpu_affinity): the worker must not inherit that binding (the copy would then share
+    MindSpore's cores), but run where the thread that built the transfer may run."""
     import threading
 
     mine = os.sched_getaffinity(0)
     case = TokenCase(rng, SEPARATE, "BSND", "float16", "d2h")
     case.run_sync()
-    lt = case.make()
     before = _worker_tids()
+    lt = case.make()
     errors = []
 
     def first_submission_from_a_bound_thread():
