@@ -276,3 +276,22 @@ MSKV_AOT_EXPORT int MskvLayerwiseSubmit(int nparam, void** params, int* ndims, i
     return mskv::FailAotCall(std::string("LayerwiseTransfer: ") + e.what(), extra);
   }
 }
+
+MSKV_AOT_EXPORT int MskvLayerwiseWait(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
+                                      void* /*stream*/, void* extra) {
+  try {
+    const mskv::AotArgs a{nparam, params, ndims, shapes, dtypes, static_cast<mindspore::AotExtra*>(extra)};
+    std::shared_ptr<mskv::LayerwiseWorker> w;
+    {
+      std::lock_guard<std::mutex> lk(mskv::g_reg_mu);
+      const auto it = mskv::g_reg.find(a.attr_int("mskv_worker", 0));
+      if (it != mskv::g_reg.end()) w = it->second.lock();
+    }
+    if (!w) return 0;
+    const std::string err = w->Wait(a.attr_int("mskv_layer", -1));
+    if (!err.empty()) return mskv::FailAotCall("LayerwiseTransfer: " + err, extra);
+    return 0;
+  } catch (const std::exception& e) {
+    return mskv::FailAotCall(std::string("LayerwiseTransfer: ") + e.what(), extra);
+  }
+}

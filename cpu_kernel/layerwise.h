@@ -135,3 +135,12 @@ void UnregisterLayerwiseWorker(int64_t id);
 extern "C" __attribute__((visibility("default"))) int MskvLayerwiseSubmit(int nparam, void** params, int* ndims,
                                                                         int64_t** shapes, const char** dtypes,
                                                                         void* stream, void* extra);
+
+// AOT entry run in the PyNative pipeline after the ops launched before it: blocks the pipeline (not the host) until
+// layer mskv_layer of worker mskv_worker (attributes, as above) finished, as a stream waits for an event; the ops
+// queued behind it run after the layer moved. A layer that failed (or was not run after a failure) fails the call
+// with its message (MindSpore raises it at the next synchronisation and drops the ops queued behind). A worker no
+// longer registered (closed: its layers finished): nothing to wait for.
+extern "C" __attribute__((visibility("default"))) int MskvLayerwiseWait(int nparam, void** params, int* ndims,
+                                                                      int64_t** shapes, const char** dtypes,
+                                                                      void* stream, void* extra);

@@ -459,6 +459,59 @@ def test_a_signal_the_pipeline_dropped_fails_its_layer_instead_of_hanging(rng):
         lt.wait_layer(1)
 
 
+def test_wait_layer_with_a_busy_pipeline_is_queued_and_orders_the_ops_after_it(rng):
+    """While MindSpore's pipeline is busy, wait_layer(l) queues a wait in the pipeline (the host does not block, as a
+    stream waits for an event on ascend): ops launched after it read the loaded layer; a new round after waits
+    through wait_layer alone (no wait()) starts once the layers finished."""
+    from ms_kvcache import _custom
+
+    if not _custom.fast_path_available("cpu")[0]:
+        pytest.skip("the PyNative fast path (ms_kvcache._cpu_pyboost) is not available")
+    L, nb, bs, H, D, T = 3, 4, 8, 2, 16, 12
+    src = rng.standard_normal((2, L, T, H * D)).astype(np.float32)
+    buf = mk.alloc_host_buffer(mk.transfer_buffer_shape(SEPARATE, L, T, H * D), ms.float32)
+    buf.asnumpy()[...] = src
+    caches = [(Parameter(Tensor(np.zeros((nb, bs, H, D), np.float32)), name=f"qk{l}"),
+               Parameter(Tensor(np.zeros((nb, bs, H, D), np.float32)), name=f"qv{l}")) for l in range(L)]
+    slots = np.arange(3, 3 + T)
+    lt = mk.LayerwiseTransfer(buf, caches, Tensor(slots.astype(np.int64)), kv_format=SEPARATE, direction="h2d")
+    for rnd in range(2):
+        _slow_ops()  # the forward pass, still running
+        lt.start()
+        outs, states = [], []
+        for layer in range(L):
+            lt.wait_layer(layer)  # queued behind the forward's ops
+            states.append(lt._engine.state(layer))  # noqa: SLF001
+            outs.append(ops.gather(caches[layer][0].reshape(nb * bs, H * D), Tensor(slots.astype(np.int32)), 0) + 0)
+        assert 6 in states, states  # wait_layer returned with its layer still awaiting its turn: the host went on
+        for layer in range(L):
+            assert np.array_equal(outs[layer].asnumpy(), src[0, layer]), (rnd, layer)
+    lt.wait()
+    lt.close()
+
+
+def test_a_layer_failing_under_a_queued_wait_is_raised_at_the_next_sync(rng):
+    """A queued wait for a layer that failed fails in the pipeline: MindSpore raises the layer's message at the next
+    synchronisation (the ops queued behind it do not run), and wait() names the layer."""
+    from ms_kvcache import _custom
+
+    if not _custom.fast_path_available("cpu")[0]:
+        pytest.skip("the PyNative fast path (ms_kvcache._cpu_pyboost) is not available")
+    case = TokenCase(rng, SEPARATE, "BSND", "float32", "h2d", L=3)
+    case.run_sync()
+    lt = case.make()
+    lt._engine._w.fail_layer_for_test(1, "injected copy failure")  # noqa: SLF001
+    _slow_ops()
+    lt.start()
+    lt.wait_layer(0)
+    lt.wait_layer(1)  # queued: the host cannot know yet
+    with pytest.raises(RuntimeError, match=r"layer 1: injected copy failure"):
+        mk.synchronize()
+    with pytest.raises(RuntimeError, match=r"layer 1: injected copy failure"):
+        lt.wait()
+    case.check(layers=[0])
+
+
 class _LayerScores(nn.Cell):
     """One layer's compute as a GRAPH_MODE Cell: scores against the layer's reloaded keys."""
 
