@@ -291,9 +291,10 @@ class LayerwiseTransfer:
     def _new_round_if_complete(self):
         if self._issued and len(self._issued) == self.num_layers and self._waited >= self._issued:
             if self._engine is not None:
-                err = self._engine.wait_all()  # (waits the pipeline queued may still be running)
-                if err:
-                    self._fail(self._engine.failed_layer(), err)
+                if getattr(self._engine, "queue_wait", None) is not None:  # cpu: waits queued in the pipeline
+                    err = self._engine.wait_all()  # may leave layers in flight when every layer was waited for
+                    if err:
+                        self._fail(self._engine.failed_layer(), err)
                 self._engine.reset()
             self._issued, self._waited = set(), set()
 
