@@ -3,10 +3,11 @@ per-layer MindSpore compute loop hides (CPU figures of the machine it runs on).
 
 Layers like Llama-3-8B's (32 layers, SEPARATE_KV, 8 KV heads x 128, float16, BSND, block_size 16); one sequence of
 T tokens (full: T = 2048, 8 MiB a layer, 256 MiB in all; quick: 8 layers, T = 512). Per layer, the compute is k
-float32 MindSpore matmuls ``[256, 256] x [256, 256]`` (PyNative), k calibrated in the run so that the compute loop
-takes about 1x and 2x the transfer (each row gives the ratio it got). For each direction - h2d: ``start()``, then
-``wait_layer(l)`` before layer l's compute; d2h: layer l's compute, then ``save_layer(l)`` - compute size and copy
-threads (``aiv_num`` 1, the default, and 2), one warm-up round, then three interleaved rounds of
+float32 MindSpore matmuls ``[256, 256] x [256, 256]`` (PyNative), k calibrated in the run (rounded up) so that the
+compute loop takes at least about 1x and 2x the transfer; each row gives the ratio it got. For each direction - h2d:
+``start()``, then ``wait_layer(l)`` before layer l's compute; d2h: layer l's compute, then ``save_layer(l)`` -
+compute size and copy threads (``aiv_num`` 1, the default, and 2), one warm-up round, then three interleaved rounds
+of
 
 - T_compute: the compute loop alone (until MindSpore's pipeline is idle),
 - T_transfer: the transfer alone (``start(); wait()``),
@@ -33,6 +34,7 @@ layer's transfer time instead (T_compute is then the sleeps as they ran): comput
 """
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -131,12 +133,15 @@ def measure(num_layers, num_tokens, placement, threads=(1, 2), ratios=(1, 2), ho
             for d in lts:
                 transfer(d)()  # warm-up
             t_tr = statistics.median([transfer("d2h")() for _ in range(3)])
-            c1 = statistics.median([loop(1, compute)() for _ in range(3)])
+            # seconds per matmul per layer: the slope between 2 and 6 matmuls a layer (a loop's fixed cost, e.g. the
+            # final wait for the pipeline, does not scale with k)
+            c1 = max(1e-6, (statistics.median([loop(6, compute)() for _ in range(3)])
+                            - statistics.median([loop(2, compute)() for _ in range(3)])) / 4)
             kinds = [("matmul", compute)]
             if host_wait and aiv == threads[0] and placement == PLACEMENTS[1]:
                 kinds.append(("host wait", None))
             for ratio in ratios:
-                k = max(1, round(ratio * t_tr / c1))
+                k = max(1, math.ceil(ratio * t_tr / c1))  # (at least the ratio: the goal is compute >= transfer)
                 sleep_s = ratio * t_tr / L  # one layer's transfer (x ratio), as a host wait
                 for kind, work in kinds:
                     if work is None:
