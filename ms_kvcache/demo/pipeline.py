@@ -411,7 +411,8 @@ class _Run:
             if self.opts.fault != "skip-reload":
                 ld.time_alone()
             rec = next(w for w in self.swaps if w["seq"] == si.seq and "reload_blocks" not in w)
-            rec.update(reload_step=plan.step, reload_blocks=list(si.blocks), reload={**ld.summary(), **_step_times(step)},
+            rec.update(reload_step=plan.step, reload_blocks=list(si.blocks),
+                       reload={**ld.summary(), **_step_times(step)},
                        reload_mismatch=self._diff_rows(back, snap), other_changed=changed, other_slots=n_other,
                        old_blocks_overwritten=overwritten[si.seq],
                        moved=[b for j, b in enumerate(si.blocks) if j >= len(so.blocks) or b != so.blocks[j]])
@@ -584,9 +585,9 @@ class _Run:
         self.checks.append(_check("reload: every other cache slot unchanged",
                                   all(w["other_changed"] == 0 for w in done),
                                   value=sum(w["other_changed"] for w in done),
-                                  detail=f"{done[0]['other_slots'] if done else 0} slots x layers x K and V{quant} (all "
-                                         f"but the reloaded rows and the new rows of the decode step the reload ran "
-                                         f"in)"))
+                                  detail=f"{done[0]['other_slots'] if done else 0} slots x layers x K and V{quant} "
+                                         f"(all but the reloaded rows and the new rows of the decode step the reload "
+                                         f"ran in)"))
         self.checks.append(_check("offload: freed blocks reused (and overwritten) by other sequences",
                                   any(w["old_blocks_overwritten"] for w in done),
                                   value=sum(w["old_blocks_overwritten"] for w in done),
