@@ -20,9 +20,9 @@ Two placements of the work on the CPUs, each measured in a fresh process (MindSp
 starts them):
 
 - "compute on one CPU": ``mindspore.runtime.set_cpu_affinity`` binds MindSpore's runtime and PyNative threads (the
-  ones that run its CPU kernels) to the first CPU of the process; the Python thread and the copy worker keep every
-  CPU, so the copy runs on another one: compute and copy each have a core, as an NPU's compute and its copy
-  engines do. (Needs a process allowed on 2 CPUs or more.)
+  ones that run its CPU kernels) to the first CPU of the process, and the Python thread goes to the other CPUs (the
+  copy worker runs on the CPUs of the thread that builds the transfer): compute and copy each have a core, as an
+  NPU's compute and its copy engines do. (Needs a process allowed on 2 CPUs or more.)
 - "shared": MindSpore's default; its CPU kernels split a matmul over every core, so the copy can only run by taking
   a core from them.
 
@@ -61,13 +61,15 @@ def _median3(fns):
 
 def bind_compute_to_one_cpu():
     """Bind MindSpore's runtime and PyNative threads to the first CPU this process may use (before MindSpore starts
-    them). Returns that CPU, or None when the process may use a single CPU."""
+    them) and this (Python) thread to the others: the LayerwiseTransfer workers it builds run there. Returns the
+    compute CPU, or None when the process may use a single CPU."""
     import mindspore as ms
 
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         return None
     ms.runtime.set_cpu_affinity(True, [f"{c}-{c}" for c in cpus], {"runtime": [cpus[0]], "pynative": [cpus[0]]})
+    os.sched_setaffinity(0, set(cpus[1:]))
     return cpus[0]
 
 
