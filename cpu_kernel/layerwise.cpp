@@ -1,6 +1,8 @@
 // The layer-wise transfer worker (layerwise.h).
 #include "layerwise.h"
 
+#include <pthread.h>
+
 #include <stdexcept>
 #include <utility>
 
@@ -72,6 +74,7 @@ LayerwiseWorker::LayerwiseWorker(LayerwiseLaunch launch) : launch_(std::move(lau
   }
   state_.assign(static_cast<size_t>(launch_.num_layers), kIdle);
   error_.assign(static_cast<size_t>(launch_.num_layers), std::string());
+  thread_ = std::thread([this] { Loop(); });  // last: every member it reads is set (layerwise.h: why now)
 }
 
 LayerwiseWorker::~LayerwiseWorker() { Close(); }
@@ -121,7 +124,6 @@ void LayerwiseWorker::Submit(int64_t layer) {
   }
   st = kQueued;
   queue_.push_back(layer);
-  if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
   work_cv_.notify_one();
 }
 
@@ -189,6 +191,7 @@ void LayerwiseWorker::FailLayerForTest(int64_t layer, const std::string& message
 }
 
 void LayerwiseWorker::Loop() {
+  pthread_setname_np(pthread_self(), "mskv_layerwise");  // (at most 15 characters)
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {
     work_cv_.wait(lk, [&] { return !queue_.empty() || closing_; });
@@ -268,6 +271,25 @@ MSKV_AOT_EXPORT int MskvLayerwiseSubmit(int nparam, void** params, int* ndims, i
       if (it != mskv::g_reg.end()) w = it->second.lock();
     }
     if (w) w->Submit(a.attr_int("mskv_layer", -1));
+    return 0;
+  } catch (const std::exception& e) {
+    return mskv::FailAotCall(std::string("LayerwiseTransfer: ") + e.what(), extra);
+  }
+}
+
+MSKV_AOT_EXPORT int MskvLayerwiseWait(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
+                                      void* /*stream*/, void* extra) {
+  try {
+    const mskv::AotArgs a{nparam, params, ndims, shapes, dtypes, static_cast<mindspore::AotExtra*>(extra)};
+    std::shared_ptr<mskv::LayerwiseWorker> w;
+    {
+      std::lock_guard<std::mutex> lk(mskv::g_reg_mu);
+      const auto it = mskv::g_reg.find(a.attr_int("mskv_worker", 0));
+      if (it != mskv::g_reg.end()) w = it->second.lock();
+    }
+    if (!w) return 0;
+    const std::string err = w->Wait(a.attr_int("mskv_layer", -1));
+    if (!err.empty()) return mskv::FailAotCall("LayerwiseTransfer: " + err, extra);
     return 0;
   } catch (const std::exception& e) {
     return mskv::FailAotCall(std::string("LayerwiseTransfer: ") + e.what(), extra);

@@ -11,6 +11,12 @@
 // strict mode re-checks the index values it reads); every layer queued or submitted after a failure is
 // cancelled (not run). Close() (also the destructor) waits for the queued and running layers, then stops
 // the thread: memory a layer copies is never released under it.
+//
+// The thread starts with the worker (not at the first submission): it is asleep, ready, when the first layer arrives
+// (creating a thread then cost the first layer ~1-2 ms on a busy 2-core machine), and it inherits the CPU affinity
+// of the thread that constructs the worker (Python's), not that of whichever thread submits first: that may be one
+// of MindSpore's pipeline threads (MskvLayerwiseSubmit), which mindspore.runtime.set_cpu_affinity binds to
+// MindSpore's own cores. It is named "mskv_layerwise" (top -H, perf).
 #pragma once
 
 #include <condition_variable>
@@ -62,7 +68,7 @@ class LayerwiseWorker {
   LayerwiseWorker(const LayerwiseWorker&) = delete;
   LayerwiseWorker& operator=(const LayerwiseWorker&) = delete;
 
-  // Queue `layer` (starts the thread on first use). std::out_of_range for a layer outside [0, num_layers);
+  // Queue `layer`. std::out_of_range for a layer outside [0, num_layers);
   // std::logic_error if it was issued in this round already or the worker is closed. After a failure the
   // layer is cancelled at once.
   void Submit(int64_t layer);
@@ -112,7 +118,7 @@ class LayerwiseWorker {
   std::vector<std::string> error_;
   int64_t failed_ = -1;
   bool closing_ = false;
-  std::thread thread_;
+  std::thread thread_;  // started by the constructor, joined by Close()
   int64_t id_ = 0;
 };
 
@@ -129,3 +135,12 @@ void UnregisterLayerwiseWorker(int64_t id);
 extern "C" __attribute__((visibility("default"))) int MskvLayerwiseSubmit(int nparam, void** params, int* ndims,
                                                                         int64_t** shapes, const char** dtypes,
                                                                         void* stream, void* extra);
+
+// AOT entry run in the PyNative pipeline after the ops launched before it: blocks the pipeline (not the host) until
+// layer mskv_layer of worker mskv_worker (attributes, as above) finished, as a stream waits for an event; the ops
+// queued behind it run after the layer moved. A layer that failed (or was not run after a failure) fails the call
+// with its message (MindSpore raises it at the next synchronisation and drops the ops queued behind). A worker no
+// longer registered (closed: its layers finished): nothing to wait for.
+extern "C" __attribute__((visibility("default"))) int MskvLayerwiseWait(int nparam, void** params, int* ndims,
+                                                                      int64_t** shapes, const char** dtypes,
+                                                                      void* stream, void* extra);

@@ -418,6 +418,27 @@ def test_scheduler_forced_preemption_with_a_free_row():
     assert sorted(p2.decode.rows.values()) == [0, 1]
 
 
+def test_scheduler_decode_beside_an_offload_gets_other_blocks():
+    """The decode of a preemption step runs while the preempted sequence is saved layer by layer: a block it needs
+    comes from the free blocks other than the ones just freed (LIFO would hand out one of those first)."""
+    s = Scheduler([list(range(10, 19)), [1, 2, 3, 4]], num_rows=3, num_blocks=12, block_size=4, max_blocks_per_seq=5,
+                  prefill_len=12, max_new_tokens=6)
+    p0 = s.plan()
+    s.finish_iteration(p0, {r: 5 for r in p0.prefill.rows}, None)
+    p1 = s.plan(forced_preempt=True)  # sequence 0 (3 blocks) out; sequence 1 decodes position 4: a new block
+    freed = set(p1.swap_out[0].blocks)
+    b = s.seqs[1].blocks[1]
+    assert b not in freed and p1.decode.slot_mapping[s.seqs[1].row] == b * 4
+    assert not set(p1.decode.slot_mapping.tolist()) & set(p1.swap_out[0].slots.tolist())
+    # with nothing else free, the freed blocks are used after all (the runner then saves before the decode)
+    t = Scheduler([list(range(10, 19)), [1, 2, 3, 4]], num_rows=3, num_blocks=4, block_size=4, max_blocks_per_seq=5,
+                  prefill_len=12, max_new_tokens=6)
+    q0 = t.plan()
+    t.finish_iteration(q0, {r: 5 for r in q0.prefill.rows}, None)
+    q1 = t.plan(forced_preempt=True)
+    assert t.seqs[1].blocks[1] in q1.swap_out[0].blocks
+
+
 def test_scheduler_preempts_when_blocks_run_out():
     prompts = [list(range(10, 14)), list(range(20, 24))]
     s = Scheduler(prompts, num_rows=2, num_blocks=3, block_size=4, max_blocks_per_seq=3, prefill_len=4,
@@ -467,6 +488,131 @@ def test_demo_tiny_model_tokens_equal_free_running_reference():
     w = r["preemptions"][0]
     assert w["bytes"] == 2 * 2 * w["tokens"] * 2 * 32 * 4 and w["reload_blocks"] != w["offload_blocks"]
     assert ms.get_context("mode") == mode and ms_kvcache.get_backend() == "cpu"
+
+
+def _tiny_paged(kv_dtype="float32", kv_format="separate", R=4, bs=16, MB=4, seed=0):
+    """The tiny model's PagedLlama with random caches, its DecodeStep and LayerLoop, and a decode batch."""
+    import mindspore as ms
+    from mindspore import Tensor
+    from ms_kvcache.demo.cells import DecodeStep, LayerLoop, LlamaWeights, PagedLlama
+
+    m = M.random_model(seed=seed)
+    cfg = m.config
+    net = PagedLlama(cfg, LlamaWeights(cfg, m.weights, "neox"), R * MB + 1, bs, MB, kv_dtype, kv_format,
+                     A.cos_sin_cache(cfg.head_size, MB * bs, cfg.rope_base), True)
+    rng = np.random.default_rng(seed)
+    planes = list(net.kv_caches) if net.merged else list(net.key_caches) + list(net.value_caches)
+    for p in planes:
+        p.set_data(Tensor(rng.standard_normal(p.shape).astype(np.float32), dtype=p.dtype))
+    tables = np.arange(R * MB, dtype=np.int32).reshape(R, MB)
+    pos = np.array([5, 17, 30, 40], np.int32)[:R]
+    args = [Tensor(a) for a in (rng.integers(0, cfg.vocab_size, R).astype(np.int32), pos,
+                                (tables[np.arange(R), pos // bs] * bs + pos % bs).astype(np.int32), tables,
+                                np.arange(R, dtype=np.int32))]
+    return net, DecodeStep(net), LayerLoop(net), args, ms
+
+
+@pytest.mark.parametrize("kv_dtype, kv_format", [("float32", "separate"), ("bfloat16", "merged"), ("int8", "separate")])
+def test_layer_loop_is_the_whole_step_graph_layer_by_layer(kv_dtype, kv_format):
+    """The layer loop (per-layer graphs with the weights as inputs, the cache ops in PyNative between them) gives the
+    whole-step graph's logits bit for bit and writes the same cache rows; its hooks run in layer order, before_cache(i)
+    before after_layer(i)."""
+    net, decode, loop, args, ms = _tiny_paged(kv_dtype, kv_format)
+    mode = ms.get_context("mode")
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        before = net.cache_planes()
+        want = decode(*args).asnumpy()
+        graph_caches = net.cache_planes()
+        calls = []
+        got = loop(*args, before_cache=lambda i: calls.append(("before_cache", i)),
+                   after_layer=lambda i: calls.append(("after_layer", i)))
+    finally:
+        ms.set_context(mode=mode)
+    assert np.array_equal(got, want)
+    assert calls == [(h, i) for i in range(net.num_layers) for h in ("before_cache", "after_layer")]
+    for (k1, v1), (k2, v2) in zip(graph_caches, net.cache_planes()):  # the same rows, the same values, again
+        assert np.array_equal(k1, k2) and np.array_equal(v1, v2)
+    assert any(not np.array_equal(k1, k0) for (k1, _), (k0, _) in zip(graph_caches, before))  # it did write
+
+
+def test_layer_loop_reload_waits_before_each_layers_cache(monkeypatch):
+    """With MS_KVCACHE_CHECK_LAYERWISE=1 an ms_kvcache op on a cache whose reload is pending is refused: the layer
+    loop with the reload's wait_layer(i) in before_cache runs clean (and the reloaded rows are in place), a loop that
+    touches the caches before waiting is refused (the check can fail)."""
+    from mindspore import Tensor
+    from ms_kvcache.demo.offload import HostKV, LayerwiseLoad, buffer_shape
+
+    monkeypatch.setenv("MS_KVCACHE_CHECK_LAYERWISE", "1")
+    net, _decode, loop, args, ms = _tiny_paged()
+    slots = np.arange(64, 81, dtype=np.int32)  # positions 0..16 of the batch's second row (blocks 4, 5), which
+    #                                             reads them; the step writes its position 17 (slot 81)
+    buf, pinned = A.alloc_host_buffer(buffer_shape(net, len(slots)), net.kv_dtype)
+    src = np.random.default_rng(3).standard_normal(tuple(buf.shape)).astype(np.float32)
+    buf.asnumpy()[...] = src
+    host = HostKV(buf, pinned, len(slots), int(buf.nbytes), tuple(buf.shape))
+    ld = LayerwiseLoad(net, host, slots)
+    ld.start()
+    loop(*args, before_cache=ld.before_cache)
+    ld.finish()
+    hd = net.kv_heads * net.head_size
+    for layer, (k, v) in enumerate(net.cache_planes()):
+        assert np.array_equal(k.reshape(-1, hd)[slots], src[0, layer].view(np.uint32))
+        assert np.array_equal(v.reshape(-1, hd)[slots], src[1, layer].view(np.uint32))
+    assert ld.summary()["overlapped"] and len(ld.layer_waits) == net.num_layers
+    bad = LayerwiseLoad(net, host, slots)
+    bad.start()
+    with pytest.raises(RuntimeError, match="still"):
+        loop(*args)  # no wait before the caches are touched
+    bad.finish()
+    ld.close()
+    bad.close()
+
+
+def test_demo_preemption_moves_the_kv_layer_by_layer(monkeypatch):
+    """The demo's offload is saved layer by layer beside the preemption step's decode layer loop and its reload is
+    waited for layer by layer inside the reload step's loop; with MS_KVCACHE_CHECK_LAYERWISE=1 (an ms_kvcache op on a
+    layer still moving is refused) every check passes, and the report has the layer-wise figures."""
+    monkeypatch.setenv("MS_KVCACHE_CHECK_LAYERWISE", "1")
+    r = run_demo(DemoOptions(**QUICK))
+    assert _failed(r) == [] and r["ok"]
+    w = r["preemptions"][0]
+    for what in ("offload", "reload"):
+        x = w[what]
+        assert x["overlapped"] and x["layers"] == r["model"]["layers"], (what, x)
+        assert x["alone_s"] > 0 and x["step_s"] > 0 and x["step_alone_s"] > 0 and x["hidden"] is not None
+    assert w["reload"]["max_layer_wait_s"] is not None
+    assert r["timing"]["layer_loop_steps"] == 2
+    assert "LayerwiseTransfer" in r["ops"]["kv-transfer"]
+
+
+def test_demo_offload_before_the_step_when_it_cannot_run_beside_the_decode(monkeypatch):
+    """When the decode step may not run beside the offload (it writes a freed row, or needs a copy first), the saves
+    are issued and waited for before the step, which then runs as the whole-step graph: every check still passes."""
+    from ms_kvcache.demo import pipeline as P
+
+    monkeypatch.setattr(P, "_offload_beside_decode", lambda plan: False)
+    r = run_demo(DemoOptions(**QUICK))
+    assert _failed(r) == [] and r["ok"]
+    w = r["preemptions"][0]
+    assert not w["offload"]["overlapped"] and w["offload"]["step_s"] is None and w["reload"]["overlapped"]
+    assert r["timing"]["layer_loop_steps"] == 1
+
+
+def test_offload_beside_decode_decision():
+    from types import SimpleNamespace as NS
+
+    from ms_kvcache.demo.pipeline import _offload_beside_decode
+
+    so = NS(slots=np.arange(0, 8, dtype=np.int32))
+    dec = NS(rows={0: 1, 1: 2}, slot_mapping=np.array([20, 33], np.int32))
+    assert _offload_beside_decode(NS(decode=dec, swap_in=[], copy_owner={}, swap_out=[so]))
+    assert not _offload_beside_decode(NS(decode=None, swap_in=[], copy_owner={}, swap_out=[so]))
+    assert not _offload_beside_decode(NS(decode=dec, swap_in=[1], copy_owner={}, swap_out=[so]))
+    assert not _offload_beside_decode(NS(decode=dec, swap_in=[], copy_owner={2: [(1, 3)]}, swap_out=[so]))
+    assert _offload_beside_decode(NS(decode=dec, swap_in=[], copy_owner={4: [(1, 3)]}, swap_out=[so]))
+    hit = NS(rows={0: 1}, slot_mapping=np.array([5, -1], np.int32))
+    assert not _offload_beside_decode(NS(decode=hit, swap_in=[], copy_owner={}, swap_out=[so]))
 
 
 @pytest.mark.parametrize("dtype, kv_format, rope_style", [

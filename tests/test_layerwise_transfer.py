@@ -665,3 +665,109 @@ def test_between_graph_mode_cells_of_each_layer(rng):
         keys = src[2 * layer].reshape(nb * bs, H * D).copy()
         keys[32:36] = new.asnumpy().reshape(4, H * D)
         np.testing.assert_allclose(scores[layer], q.asnumpy() @ keys[16:16 + T].T, rtol=2e-5, atol=2e-4)
+
+
+def test_wait_layer_with_a_busy_pipeline_is_queued_and_orders_the_ops_after_it(rng):
+    """While MindSpore's pipeline is busy, wait_layer(l) queues a wait in the pipeline (the host does not block, as a
+    stream waits for an event on ascend): ops launched after it read the loaded layer; a new round after waits
+    through wait_layer alone (no wait()) starts once the layers finished."""
+    from ms_kvcache import _custom
+
+    if not _custom.fast_path_available("cpu")[0]:
+        pytest.skip("the PyNative fast path (ms_kvcache._cpu_pyboost) is not available")
+    L, nb, bs, H, D, T = 3, 4, 8, 2, 16, 12
+    src = rng.standard_normal((2, L, T, H * D)).astype(np.float32)
+    buf = mk.alloc_host_buffer(mk.transfer_buffer_shape(SEPARATE, L, T, H * D), ms.float32)
+    buf.asnumpy()[...] = src
+    caches = [(Parameter(Tensor(np.zeros((nb, bs, H, D), np.float32)), name=f"qk{l}"),
+               Parameter(Tensor(np.zeros((nb, bs, H, D), np.float32)), name=f"qv{l}")) for l in range(L)]
+    slots = np.arange(3, 3 + T)
+    lt = mk.LayerwiseTransfer(buf, caches, Tensor(slots.astype(np.int64)), kv_format=SEPARATE, direction="h2d")
+    for rnd in range(2):
+        _slow_ops()  # the forward pass, still running
+        lt.start()
+        outs, states = [], []
+        for layer in range(L):
+            lt.wait_layer(layer)  # queued behind the forward's ops
+            states.append(lt._engine.state(layer))  # noqa: SLF001
+            outs.append(ops.gather(caches[layer][0].reshape(nb * bs, H * D), Tensor(slots.astype(np.int32)), 0) + 0)
+        assert 6 in states, states  # wait_layer returned with its layer still awaiting its turn: the host went on
+        for layer in range(L):
+            assert np.array_equal(outs[layer].asnumpy(), src[0, layer]), (rnd, layer)
+    lt.wait()
+    lt.close()
+
+
+
+def test_a_layer_failing_under_a_queued_wait_is_raised_at_the_next_sync(rng):
+    """A queued wait for a layer that failed fails in the pipeline: MindSpore raises the layer's message at the next
+    synchronisation (the ops queued behind it do not run), and wait() names the layer."""
+    from ms_kvcache import _custom
+
+    if not _custom.fast_path_available("cpu")[0]:
+        pytest.skip("the PyNative fast path (ms_kvcache._cpu_pyboost) is not available")
+    case = TokenCase(rng, SEPARATE, "BSND", "float32", "h2d", L=3)
+    case.run_sync()
+    lt = case.make()
+    lt._engine._w.fail_layer_for_test(1, "injected copy failure")  # noqa: SLF001
+    _slow_ops()
+    lt.start()
+    lt.wait_layer(0)
+    lt.wait_layer(1)  # queued: the host cannot know yet
+    with pytest.raises(RuntimeError, match=r"layer 1: injected copy failure"):
+        mk.synchronize()
+    with pytest.raises(RuntimeError, match=r"layer 1: injected copy failure"):
+        lt.wait()
+    case.check(layers=[0])
+
+
+
+def _worker_tids():
+    out = set()
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                if f.read().strip() == "mskv_layerwise":
+                    out.add(int(tid))
+        except FileNotFoundError:  # a thread that ended meanwhile
+            pass
+    return out
+
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs a Linux process allowed on at least 2 CPUs")
+def test_the_worker_runs_on_the_cpus_of_the_thread_that_built_it(rng):
+    """The first submission may come from a thread bound to other cores (MindSpore binds its pipeline threads with
+    mindspore.runtime.set_cpu_affinity): the worker must not inherit that binding (the copy would then share
+    MindSpore's cores), but run where the thread that built the transfer may run."""
+    import threading
+
+    mine = os.sched_getaffinity(0)
+    case = TokenCase(rng, SEPARATE, "BSND", "float16", "d2h")
+    case.run_sync()
+    before = _worker_tids()
+    lt = case.make()
+    errors = []
+
+    def first_submission_from_a_bound_thread():
+        try:
+            os.sched_setaffinity(0, {min(mine)})  # this thread only
+            lt.save_layer(0)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    t = threading.Thread(target=first_submission_from_a_bound_thread)
+    t.start()
+    t.join()
+    assert not errors, errors
+    lt.wait_layer(0)
+    new = _worker_tids() - before
+    assert len(new) == 1, new
+    assert os.sched_getaffinity(new.pop()) == mine
+    for layer in range(1, lt.num_layers):
+        lt.save_layer(layer)
+    lt.wait()
+    lt.close()
+    case.check()
+

@@ -71,7 +71,12 @@ class LayerwiseEngine:
     small AOT call (``MskvLayerwiseSubmit``) in MindSpore's pipeline behind the ops launched so far, with the layer's
     tensors as inputs; when the pipeline reaches it, it hands the layer to the worker: the host does not wait (the
     cpu counterpart of recording an event on the compute stream). Without the fast path, ``settle()`` waits for the
-    pipeline before the layers are handed over."""
+    pipeline before the layers are handed over.
+
+    Waits: while the pipeline is busy, ``queue_wait(l)`` queues a small AOT call (``MskvLayerwiseWait``) that blocks the
+    pipeline, not the host, until the layer finished (a stream waiting for an event): the host keeps launching the
+    forward pass's ops, which run after the layer moved. An idle pipeline (nothing to keep running) or no fast path:
+    the host waits (``wait_layer``)."""
 
     def __init__(self, call):
         from ms_kvcache import _custom
@@ -95,6 +100,9 @@ class LayerwiseEngine:
             self._signals = [self._fast.kernel(lib, "MskvLayerwiseSubmit", "layerwise_submit",
                                                {"mskv_worker": int(self._w.id), "mskv_layer": layer}, [])
                              for layer in range(L)]
+            self._waits = [self._fast.kernel(lib, "MskvLayerwiseWait", "layerwise_wait",
+                                             {"mskv_worker": int(self._w.id), "mskv_layer": layer}, [])
+                           for layer in range(L)]
             self._layer_inputs = [self._inputs_of(call, layer) for layer in range(L)]
 
     @staticmethod
@@ -137,6 +145,18 @@ class LayerwiseEngine:
     def wait_layer(self, layer):
         self._flush([layer])
         return self._w.wait(layer)
+
+    def queue_wait(self, layer):
+        """Queue a pipeline-side wait for ``layer`` and return True while the pipeline is busy (the ops launched
+        afterwards run after the layer moved; a failure is raised by MindSpore at the next synchronisation); False
+        (nothing queued) when the pipeline is idle or there is no fast path: the caller waits on the host."""
+        if self._signals is None or self._w.state(layer) == 3 or self._fast.wait_idle(0.0):
+            return False
+        from ms_kvcache import _custom
+
+        with _custom._SUBMIT:  # noqa: WPS437 - one submission into MindSpore's pipeline at a time
+            self._fast.run(self._waits[layer], *self._layer_inputs[layer])
+        return True
 
     def wait_all(self):
         self._flush()

@@ -1,12 +1,13 @@
 """Benchmark of :class:`ms_kvcache.LayerwiseTransfer` on the cpu backend: how much of a layer-wise transfer a
-per-layer compute loop hides (CPU figures of the machine it runs on).
+per-layer MindSpore compute loop hides (CPU figures of the machine it runs on).
 
-Layers like Llama-3-8B's (SEPARATE_KV, 8 KV heads x 128, float16, BSND, block_size 16); one sequence of T tokens,
-L layers (full: L = 8, T = 8192, 32 MiB per layer; quick: L = 4, T = 1024). Per layer, the compute is k float32
-MindSpore matmuls ``[384, 384] x [384, 384]`` (PyNative), k calibrated in the run so that the compute loop takes
-about 1x and 2x the transfer. For each direction - h2d: ``start()``, then ``wait_layer(l)`` before layer l's
-compute; d2h: layer l's compute, then ``save_layer(l)`` - compute size and copy threads (``aiv_num`` 1, the default,
-and 2), three interleaved rounds of
+Layers like Llama-3-8B's (32 layers, SEPARATE_KV, 8 KV heads x 128, float16, BSND, block_size 16); one sequence of
+T tokens (full: T = 2048, 8 MiB a layer, 256 MiB in all; quick: 8 layers, T = 512). Per layer, the compute is k
+float32 MindSpore matmuls ``[256, 256] x [256, 256]`` (PyNative), k calibrated in the run (rounded up) so that the
+compute loop takes at least about 1x and 2x the transfer; each row gives the ratio it got. For each direction - h2d:
+``start()``, then ``wait_layer(l)`` before layer l's compute; d2h: layer l's compute, then ``save_layer(l)`` -
+compute size and copy threads (``aiv_num`` 1, the default, and 2), one warm-up round, then three interleaved rounds
+of
 
 - T_compute: the compute loop alone (until MindSpore's pipeline is idle),
 - T_transfer: the transfer alone (``start(); wait()``),
@@ -15,27 +16,36 @@ and 2), three interleaved rounds of
 medians of the three; hidden fraction = (T_compute + T_transfer - T_overlapped) / T_transfer, at most (L - 1) / L
 (h2d: the first layer's copy comes before any compute; d2h: the last layer's after it).
 
-Control rows ("host wait"): the same loops with each layer's compute replaced by a host sleep of 1x / 2x one
-layer's transfer time (T_compute is then the sleeps as they ran): compute that takes no CPU from the copy, as an NPU's takes none from its copy engines. They show
-what the mechanism hides once the copy has a core of its own. The row "parallel capacity" times a numpy memcpy and
-a numpy matmul alone and in two threads: its hidden fraction near 1 means the machine gave this process two cores,
-near 0 that the two ran one after the other (a loaded machine) - the CPU rows cannot hide more than that.
+Two placements of the work on the CPUs, each measured in a fresh process (MindSpore binds its threads when it
+starts them):
+
+- "compute on one CPU": ``mindspore.runtime.set_cpu_affinity`` binds MindSpore's runtime and PyNative threads (the
+  ones that run its CPU kernels) to the first CPU of the process, and the Python thread goes to the other CPUs (the
+  copy worker runs on the CPUs of the thread that builds the transfer): compute and copy each have a core, as an
+  NPU's compute and its copy engines do. (Needs a process allowed on 2 CPUs or more.)
+- "shared": MindSpore's default; its CPU kernels split a matmul over every core, so the copy can only run by taking
+  a core from them.
+
+Control rows ("host wait", shared placement, 1 copy thread): each layer's compute is a host sleep of 1x / 2x one
+layer's transfer time instead (T_compute is then the sleeps as they ran): compute that takes no CPU from the copy.
 
     ms-kvcache bench --ops layerwise [--quick]
-    python -m ms_kvcache.bench.layerwise [--quick] [--layers 8] [--tokens 8192] [--json out.json]
+    python -m ms_kvcache.bench.layerwise [--quick] [--layers 32] [--tokens 2048] [--json out.json]
 """
 import argparse
 import json
+import math
 import os
 import statistics
+import subprocess
 import sys
-import threading
 import time
 
 os.environ.setdefault("GLOG_v", "3")
 
-H, D, BS, N = 8, 128, 16, 384
-FULL, QUICK = (8, 8192), (4, 1024)
+H, D, BS, N = 8, 128, 16, 256
+FULL, QUICK = (32, 2048), (8, 512)
+PLACEMENTS = ("compute on one CPU", "shared")
 
 
 def _median3(fns):
@@ -49,43 +59,26 @@ def _median3(fns):
     return [statistics.median(r) for r in res]
 
 
-def parallel_capacity(nbytes=64 << 20):
-    """(T_copy, T_matmul, T_both) of a numpy memcpy and a numpy matmul alone and in two threads (both release the
-    GIL), medians of 3."""
-    import numpy as np
+def bind_compute_to_one_cpu():
+    """Bind MindSpore's runtime and PyNative threads to the first CPU this process may use (before MindSpore starts
+    them) and this (Python) thread to the others: the LayerwiseTransfer workers it builds run there. Returns the
+    compute CPU, or None when the process may use a single CPU."""
+    import mindspore as ms
 
-    a = np.ones(nbytes, np.uint8)
-    b = np.empty_like(a)
-    x = np.random.default_rng(0).random((N, N), dtype=np.float32)
-
-    def cp():
-        np.copyto(b, a)
-
-    def mm():
-        for _ in range(8):
-            x @ x
-
-    def timed(f):
-        def run():
-            t0 = time.perf_counter()
-            f()
-            return time.perf_counter() - t0
-        return run
-
-    def both():
-        th = [threading.Thread(target=cp), threading.Thread(target=mm)]
-        t0 = time.perf_counter()
-        for t in th:
-            t.start()
-        for t in th:
-            t.join()
-        return time.perf_counter() - t0
-
-    return _median3([timed(cp), timed(mm), both])
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None
+    ms.runtime.set_cpu_affinity(True, [f"{c}-{c}" for c in cpus], {"runtime": [cpus[0]], "pynative": [cpus[0]]})
+    os.sched_setaffinity(0, set(cpus[1:]))
+    return cpus[0]
 
 
-def measure(num_layers, num_tokens, threads=(1, 2), ratios=(1, 2)):
-    """The measurements (list of dicts with the three times per configuration); see the module docstring."""
+def measure(num_layers, num_tokens, placement, threads=(1, 2), ratios=(1, 2), host_wait=True):
+    """The measurements of one placement (list of dicts with the three times per configuration); see the module
+    docstring. ``placement`` "compute on one CPU" binds MindSpore's threads: call it in a fresh process."""
+    compute_cpu = bind_compute_to_one_cpu() if placement == PLACEMENTS[0] else None
+    if placement == PLACEMENTS[0] and compute_cpu is None:
+        return []
     import numpy as np
     import mindspore as ms
     from mindspore import Parameter, Tensor, ops
@@ -139,16 +132,26 @@ def measure(num_layers, num_tokens, threads=(1, 2), ratios=(1, 2)):
                     return time.perf_counter() - t0
                 return run
 
+            for d in lts:
+                transfer(d)()  # warm-up
             t_tr = statistics.median([transfer("d2h")() for _ in range(3)])
-            c1 = statistics.median([loop(1, compute)() for _ in range(3)])
+            # seconds per matmul per layer: the slope between 2 and 6 matmuls a layer (a loop's fixed cost, e.g. the
+            # final wait for the pipeline, does not scale with k)
+            c1 = max(1e-6, (statistics.median([loop(6, compute)() for _ in range(3)])
+                            - statistics.median([loop(2, compute)() for _ in range(3)])) / 4)
+            kinds = [("matmul", compute)]
+            if host_wait and aiv == threads[0] and placement == PLACEMENTS[1]:
+                kinds.append(("host wait", None))
             for ratio in ratios:
-                k = max(1, round(ratio * t_tr / c1))
+                k = max(1, math.ceil(ratio * t_tr / c1))  # (at least the ratio: the goal is compute >= transfer)
                 sleep_s = ratio * t_tr / L  # one layer's transfer (x ratio), as a host wait
-                for kind, work in (("matmul", compute), ("host wait", lambda kk, s=sleep_s: time.sleep(s))):
+                for kind, work in kinds:
+                    if work is None:
+                        work = lambda kk, s=sleep_s: time.sleep(s)  # noqa: E731
                     for d in ("h2d", "d2h"):
                         lt = lts[d]
 
-                        def overlapped(d=d, lt=lt, work=work, k=k):
+                        def overlapped(lt=lt, d=d, work=work, k=k):
                             t0 = time.perf_counter()
                             if d == "h2d":
                                 lt.start()
@@ -168,44 +171,56 @@ def measure(num_layers, num_tokens, threads=(1, 2), ratios=(1, 2)):
                         tc, tt, to = _median3([loop(k, work), transfer(d), overlapped])
                         rows.append(dict(direction=d, compute=kind, ratio=ratio, k=k, threads=aiv, layers=L, tokens=T,
                                          bytes=nbytes, t_compute=tc, t_transfer=tt, t_overlapped=to, memcpy_s=memcpy_s,
-                                         pinned=pinned, hidden_fraction=(tc + tt - to) / tt))
+                                         pinned=pinned, placement=placement, compute_cpu=compute_cpu,
+                                         hidden_fraction=(tc + tt - to) / tt))
             for lt in lts.values():
                 lt.close()
     finally:
         mk.set_backend(prev)
-    tcp, tmm, tboth = parallel_capacity()
-    rows.append(dict(direction="", compute="parallel capacity", ratio=0, k=0, threads=2, layers=0, tokens=T, bytes=0,
-                     t_compute=tmm, t_transfer=tcp, t_overlapped=tboth, memcpy_s=None, pinned=pinned,
-                     hidden_fraction=(tcp + tmm - tboth) / min(tcp, tmm)))
     return rows
 
 
 def _row(m, load):
     from ms_kvcache.bench._util import make_row
 
-    if m["compute"] == "parallel capacity":
-        note = (f"numpy memcpy {m['t_transfer'] * 1e3:.1f} ms + matmul {m['t_compute'] * 1e3:.1f} ms, in two threads "
-                f"{m['t_overlapped'] * 1e3:.1f} ms: {m['hidden_fraction']:.2f} of the shorter hidden; load {load:.1f}")
-        return {"op": "multi_layer_kv_transfer", "case": "layerwise: parallel capacity of this machine (numpy)",
-                "tokens": m["tokens"], "backend": "cpu", "note": note, "hidden_fraction": m["hidden_fraction"]}
     L = m["layers"]
-    case = (f"layerwise {m['direction']}, {m['compute']} {m['ratio']}x, {m['threads']} copy thread"
+    got = m["t_compute"] / m["t_transfer"]
+    case = (f"layerwise {m['direction']}, {m['compute']} {m['ratio']}x, {m['placement']}, {m['threads']} copy thread"
             f"{'s' if m['threads'] > 1 else ''}, L{L} llama3-8b-like fp16")
-    note = (f"hidden {m['hidden_fraction']:.2f} (bound {(L - 1) / L:.2f}): compute {m['t_compute'] * 1e3:.1f} ms + "
-            f"transfer {m['t_transfer'] * 1e3:.1f} ms, overlapped {m['t_overlapped'] * 1e3:.1f} ms; load {load:.1f}")
+    note = (f"hidden {m['hidden_fraction']:.2f} (bound {(L - 1) / L:.2f}): compute {m['t_compute'] * 1e3:.1f} ms "
+            f"({got:.1f}x) + transfer {m['t_transfer'] * 1e3:.1f} ms, overlapped {m['t_overlapped'] * 1e3:.1f} ms; "
+            f"load {load:.1f}")
     row = make_row("multi_layer_kv_transfer", case, m["tokens"], m["bytes"], m["t_transfer"], memcpy_s=m["memcpy_s"],
                    dtype="float16", note=note)
-    row.update({k: m[k] for k in ("hidden_fraction", "t_compute", "t_transfer", "t_overlapped", "threads", "ratio")})
+    row.update({k: m[k] for k in ("hidden_fraction", "t_compute", "t_transfer", "t_overlapped", "threads", "ratio",
+                                  "placement", "direction", "compute")})
     return row
 
 
+def _in_fresh_process(placement, layers, tokens, quick):
+    """``measure`` of one placement in a new Python process (MindSpore binds its threads at their start)."""
+    import ms_kvcache
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(ms_kvcache.__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    cmd = [sys.executable, "-m", "ms_kvcache.bench.layerwise", "--placement", placement, "--layers", str(layers),
+           "--tokens", str(tokens), "--measure-only"] + (["--quick"] if quick else [])
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+    if p.returncode != 0:
+        raise RuntimeError(f"layerwise benchmark ({placement}) failed: {p.stderr[-2000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
 def run(quick=False, layers=None, tokens=None):
-    """Rows for ``ms-kvcache bench`` (one per direction x compute x size x copy threads, plus the parallel-capacity
-    row); CPU figures of this machine."""
+    """Rows for ``ms-kvcache bench``: per placement (each in a fresh process), direction, compute size and copy
+    threads; CPU figures of this machine."""
     L, T = QUICK if quick else FULL
-    ms_rows = measure(layers or L, tokens or T, ratios=(1,) if quick else (1, 2))
+    L, T = layers or L, tokens or T
     load = os.getloadavg()[0]
-    return [_row(m, load) for m in ms_rows]
+    rows = []
+    for placement in PLACEMENTS:
+        rows += _in_fresh_process(placement, L, T, quick)
+    return [_row(m, load) for m in rows]
 
 
 def main(argv=None):
@@ -214,11 +229,20 @@ def main(argv=None):
     p.add_argument("--layers", type=int)
     p.add_argument("--tokens", type=int)
     p.add_argument("--json", help="also write the rows to this file")
+    p.add_argument("--placement", choices=PLACEMENTS, help=argparse.SUPPRESS)
+    p.add_argument("--measure-only", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    if a.measure_only:  # one placement, in this (fresh) process: the raw measurements as one JSON line
+        L, T = QUICK if a.quick else FULL
+        ms_rows = measure(a.layers or L, a.tokens or T, a.placement, threads=(1,) if a.quick else (1, 2),
+                          ratios=(1,) if a.quick else (1, 2), host_wait=not a.quick)
+        print(json.dumps(ms_rows))
+        return 0
+    load = os.getloadavg()
     rows = run(a.quick, a.layers, a.tokens)
     from ms_kvcache.bench import print_table
 
-    print(f"load average before: {os.getloadavg()}", file=sys.stderr)
+    print(f"load average before: {load}, after: {os.getloadavg()}", file=sys.stderr)
     print_table(rows)
     if a.json:
         with open(a.json, "w") as f:

@@ -22,7 +22,7 @@ from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
 from ms_kvcache.demo import ops_adapter as A
 from ms_kvcache.demo.model import layer_names, neox_weights
 
-__all__ = ["LlamaWeights", "PagedLlama", "PrefillStep", "DecodeStep", "RecomputeLlama", "KVWriteBench",
+__all__ = ["LlamaWeights", "PagedLlama", "PrefillStep", "DecodeStep", "LayerLoop", "RecomputeLlama", "KVWriteBench",
            "MS_DTYPES", "DATA_DTYPES"]
 
 MS_DTYPES = {"float32": ms.float32, "bfloat16": ms.bfloat16, "int8": ms.int8}
@@ -67,11 +67,13 @@ class LlamaWeights(nn.Cell):
 
 
 class _LlamaBase(nn.Cell):
-    """Shared pieces of the paged model and the recompute baseline."""
+    """Shared pieces of the paged model, the recompute baseline and the layer loop's graphs; the per-layer weights
+    are arguments (``weights_cell`` may be None: a graph whose weights are all inputs)."""
 
     def __init__(self, cfg, weights_cell):
         super().__init__()
-        self.w = weights_cell
+        if weights_cell is not None:
+            self.w = weights_cell
         self.num_layers = cfg.num_layers
         self.heads, self.kv_heads, self.head_size = cfg.num_heads, cfg.num_kv_heads, cfg.head_size
         self.group = cfg.num_heads // cfg.num_kv_heads
@@ -84,14 +86,14 @@ class _LlamaBase(nn.Cell):
     def _rms(self, x, g):
         return x * ops.rsqrt((x * x).mean(-1, keep_dims=True) + self.eps) * g
 
-    def _mlp(self, x, i):
-        h = self._rms(x, self.w.ffn_norm[i])
-        gu = ops.dense(h, self.w.w_gate_up[i])
-        return x + ops.dense(ops.silu(gu[:, :self.ff]) * gu[:, self.ff:], self.w.w_down[i])
+    def _mlp(self, x, ffn_norm, w_gate_up, w_down):
+        h = self._rms(x, ffn_norm)
+        gu = ops.dense(h, w_gate_up)
+        return x + ops.dense(ops.silu(gu[:, :self.ff]) * gu[:, self.ff:], w_down)
 
-    def _qkv(self, x, i, n):
-        h = self._rms(x, self.w.attn_norm[i])
-        qkv = ops.dense(h, self.w.wqkv[i])
+    def _qkv(self, x, attn_norm, wqkv, n):
+        h = self._rms(x, attn_norm)
+        qkv = ops.dense(h, wqkv)
         q = qkv[:, :self.q_size].reshape((n, self.heads, self.head_size))
         k = qkv[:, self.q_size:self.q_size + self.kv_size].reshape((n, self.kv_heads, self.head_size))
         v = qkv[:, self.q_size + self.kv_size:].reshape((n, self.kv_heads, self.head_size))
@@ -108,12 +110,55 @@ class _LlamaBase(nn.Cell):
         ctx = ops.matmul(probs, vals.transpose(0, 2, 1, 3))  # [R, Hkv, G*s, D]
         return ctx.reshape((nb_rows, Hkv, G, s, D)).transpose(0, 3, 1, 2, 4).reshape((n, self.q_size))
 
-    def _logits(self, x, logit_index):
-        h = self._rms(ops.gather(x, logit_index, 0), self.w.final_norm)
-        return ops.dense(h, self.w.embed if self.w.tied else self.w.lm_head)
+    def _logits(self, x, logit_index, final_norm, head):
+        h = self._rms(ops.gather(x, logit_index, 0), final_norm)
+        return ops.dense(h, head)
 
 
-class PagedLlama(_LlamaBase):
+class _PagedBase(_LlamaBase):
+    """The paged model's per-step math shared by :class:`PagedLlama` (one graph of the whole step) and the layer
+    loop's graphs (:class:`LayerLoop`): the cache geometry and the dtype as scalars, the weights as arguments."""
+
+    def _paged_scalars(self, num_blocks, block_size, max_blocks_per_seq, kv_dtype):
+        self.kv_dtype = MS_DTYPES[kv_dtype]
+        self.data_dtype = DATA_DTYPES[kv_dtype]
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.max_blocks_per_seq = max_blocks_per_seq
+        self.kv_len = max_blocks_per_seq * block_size
+        self.kv_index = Tensor(np.arange(self.kv_len, dtype=np.int32))
+
+    def _prologue(self, embed, input_ids, positions, block_tables):
+        """The embeddings and what every layer shares: the causal mask's bias, the block ids (K and V planes)."""
+        nb_rows = block_tables.shape[0]
+        s = input_ids.shape[0] // nb_rows
+        x = ops.gather(embed, input_ids, 0)
+        # causal mask over the sequence's cache: key j is visible to a query at position p iff j <= p
+        qpos = ops.broadcast_to(positions.reshape((nb_rows, 1, 1, s)), (nb_rows, 1, self.group, s))
+        visible = self.kv_index.reshape((1, 1, 1, self.kv_len)) <= qpos.reshape((nb_rows, 1, self.group * s, 1))
+        bias = (1.0 - ops.cast(visible, ms.float32)) * -1e9
+        bt = block_tables.reshape((-1,))
+        bt_v = bt + self.num_blocks  # merged caches: the V plane's blocks
+        return x, bias, bt, bt_v
+
+    def _project(self, x, attn_norm, wqkv):
+        """A layer up to its first cache access: q / k / v, in the dtype handed to the RoPE-write op."""
+        q, k, v = self._qkv(x, attn_norm, wqkv, x.shape[0])
+        if self.data_dtype != ms.float32:
+            q = ops.cast(q, self.data_dtype)
+            k = ops.cast(k, self.data_dtype)
+            v = ops.cast(v, self.data_dtype)
+        return q, k, v
+
+    def _finish(self, x, q_rot, keys, vals, bias, wo, ffn_norm, w_gate_up, w_down):
+        """A layer after its cache accesses: attention over the gathered blocks, output projection, MLP."""
+        nb_rows = bias.shape[0]
+        s = x.shape[0] // nb_rows
+        x = x + ops.dense(self._attend(q_rot, keys, vals, bias, nb_rows, s), wo)
+        return self._mlp(x, ffn_norm, w_gate_up, w_down)
+
+
+class PagedLlama(_PagedBase):
     """The model with its paged KV caches.
 
     Args:
@@ -140,18 +185,16 @@ class PagedLlama(_LlamaBase):
                  cos_sin_cache, is_neox_style):
         super().__init__(cfg, weights_cell)
         L = cfg.num_layers
+        self.config = cfg
+        self.kv_dtype_name = kv_dtype
         self.kv_format = kv_format
         self.merged = kv_format == "merged"
-        self.kv_dtype = MS_DTYPES[kv_dtype]
-        self.data_dtype = DATA_DTYPES[kv_dtype]
+        self._paged_scalars(num_blocks, block_size, max_blocks_per_seq, kv_dtype)
         self.quant = kv_dtype == "int8"
         self.is_neox_style = bool(is_neox_style)
         if self.quant and self.merged:
             raise ValueError("PagedLlama: argument 'kv_dtype': int8 caches are demonstrated with kv_format "
                              "'separate' only")
-        self.num_blocks = num_blocks
-        self.block_size = block_size
-        self.max_blocks_per_seq = max_blocks_per_seq
         shape = (num_blocks, block_size, cfg.num_kv_heads, cfg.head_size)
 
         def caches(tag, shp, dtype):
@@ -170,8 +213,6 @@ class PagedLlama(_LlamaBase):
             self.v_scale_caches = caches("v_scale_cache", sshape, ms.float32)
         self.cos_sin_cache = Parameter(cos_sin_cache, name="cos_sin_cache", requires_grad=False)
         self.cos_sin_table = cos_sin_cache
-        self.kv_len = max_blocks_per_seq * block_size
-        self.kv_index = Tensor(np.arange(self.kv_len, dtype=np.int32))
 
     # ------------------------------------------------------------------ host-side views of the caches
     def cache_planes(self):
@@ -230,26 +271,14 @@ class PagedLlama(_LlamaBase):
         return ops.cast(q_rot, ms.float32), keys, vals
 
     def construct(self, input_ids, positions, slot_mapping, block_tables, logit_index):
+        w = self.w
         nb_rows = block_tables.shape[0]
-        n = input_ids.shape[0]
-        s = n // nb_rows
-        x = ops.gather(self.w.embed, input_ids, 0)
-        # causal mask over the sequence's cache: key j is visible to a query at position p iff j <= p
-        qpos = ops.broadcast_to(positions.reshape((nb_rows, 1, 1, s)), (nb_rows, 1, self.group, s))
-        visible = self.kv_index.reshape((1, 1, 1, self.kv_len)) <= qpos.reshape((nb_rows, 1, self.group * s, 1))
-        bias = (1.0 - ops.cast(visible, ms.float32)) * -1e9
-        bt = block_tables.reshape((-1,))
-        bt_v = bt + self.num_blocks  # merged caches: the V plane's blocks
+        x, bias, bt, bt_v = self._prologue(w.embed, input_ids, positions, block_tables)
         for i in range(self.num_layers):
-            q, k, v = self._qkv(x, i, n)
-            if self.data_dtype != ms.float32:
-                q = ops.cast(q, self.data_dtype)
-                k = ops.cast(k, self.data_dtype)
-                v = ops.cast(v, self.data_dtype)
+            q, k, v = self._project(x, w.attn_norm[i], w.wqkv[i])
             q_rot, keys, vals = self._paged_kv(i, q, k, v, positions, slot_mapping, bt, bt_v, nb_rows)
-            x = x + ops.dense(self._attend(q_rot, keys, vals, bias, nb_rows, s), self.w.wo[i])
-            x = self._mlp(x, i)
-        return self._logits(x, logit_index)
+            x = self._finish(x, q_rot, keys, vals, bias, w.wo[i], w.ffn_norm[i], w.w_gate_up[i], w.w_down[i])
+        return self._logits(x, logit_index, w.final_norm, w.embed if w.tied else w.lm_head)
 
 
 class PrefillStep(nn.Cell):
@@ -272,6 +301,81 @@ class DecodeStep(nn.Cell):
 
     def construct(self, input_ids, positions, slot_mapping, block_tables, logit_index):
         return self.model(input_ids, positions, slot_mapping, block_tables, logit_index)
+
+
+class _LoopPiece(_PagedBase):
+    """One piece of a step for :class:`LayerLoop`: the model's scalars, no Parameter (every weight an input)."""
+
+    def __init__(self, model, piece):
+        super().__init__(model.config, None)
+        self._paged_scalars(model.num_blocks, model.block_size, model.max_blocks_per_seq, model.kv_dtype_name)
+        self.piece = piece
+
+    def construct(self, *args):
+        if self.piece == "prologue":
+            return self._prologue(*args)
+        if self.piece == "project":
+            return self._project(*args)
+        if self.piece == "finish":
+            return self._finish(*args)
+        return self._logits(*args)
+
+
+def _alias(param):
+    """A plain Tensor over ``param``'s memory (no copy; CPU memory). The layer loop's graphs take the weights as inputs:
+    a graph compiled for plain Tensors serves every layer, one taking Parameters would be compiled per layer."""
+    return Tensor.from_numpy(param.asnumpy())
+
+
+class LayerLoop:
+    """:class:`PagedLlama`'s step run layer by layer from Python, with a hook before each layer's first cache access and
+    one after each layer: the steps that move a preempted sequence's KV layer by layer (``LayerwiseTransfer``).
+
+    One compiled GRAPH_MODE graph of the whole step cannot wait for a layer's transfer, so per layer this runs two
+    compiled graphs shared by all layers (the layer's weights are inputs: q/k/v projection; attention, output
+    projection and MLP) and, between them, the layer's cache accesses as single PyNative ops on the caches'
+    Parameters: the RoPE-write op and the gather of the step's blocks (:meth:`PagedLlama._paged_kv`, the same code the
+    graph runs). The math is :class:`PagedLlama`'s; the logits equal the whole-step graph's to float32 rounding.
+
+    Call it with the step's inputs (as :class:`DecodeStep`) and optionally ``before_cache(i)`` (runs after layer
+    ``i``'s projection is launched, before anything touches its caches: a reload waits for layer ``i`` there) and
+    ``after_layer(i)`` (runs once layer ``i``'s ops are launched: a save issues layer ``i`` there). Returns the logits
+    as a numpy array (after every launched op has run).
+    """
+
+    def __init__(self, model):
+        w = model.w
+        self.model = model
+        self.pieces = {name: _LoopPiece(model, name) for name in ("prologue", "project", "finish", "logits")}
+        self.embed = _alias(w.embed)
+        self.final_norm = _alias(w.final_norm)
+        self.head = self.embed if w.tied else _alias(w.lm_head)
+        self.layers = [tuple(_alias(p[i]) for p in (w.attn_norm, w.wqkv, w.wo, w.ffn_norm, w.w_gate_up, w.w_down))
+                       for i in range(model.num_layers)]
+
+    def warm_up(self, num_rows):
+        """Run the loop once on a decode batch of ``num_rows`` padding rows (slot -1: the caches are not written):
+        compiles the graphs for that shape, so that a later step's time is its run time."""
+        m = self.model
+        R = num_rows
+        zero = np.zeros(R, np.int32)
+        self(Tensor(zero), Tensor(zero), Tensor(np.full(R, -1, np.int32)),
+             Tensor(np.zeros((R, m.max_blocks_per_seq), np.int32)), Tensor(zero))
+
+    def __call__(self, input_ids, positions, slot_mapping, block_tables, logit_index, before_cache=None,
+                 after_layer=None):
+        m, p = self.model, self.pieces
+        nb_rows = int(block_tables.shape[0])
+        x, bias, bt, bt_v = p["prologue"](self.embed, input_ids, positions, block_tables)
+        for i, (attn_norm, wqkv, wo, ffn_norm, w_gate_up, w_down) in enumerate(self.layers):
+            q, k, v = p["project"](x, attn_norm, wqkv)
+            if before_cache is not None:
+                before_cache(i)
+            q_rot, keys, vals = m._paged_kv(i, q, k, v, positions, slot_mapping, bt, bt_v, nb_rows)  # PyNative ops
+            x = p["finish"](x, q_rot, keys, vals, bias, wo, ffn_norm, w_gate_up, w_down)
+            if after_layer is not None:
+                after_layer(i)
+        return p["logits"](x, logit_index, self.final_norm, self.head).asnumpy()
 
 
 class RecomputeLlama(_LlamaBase):
@@ -312,12 +416,12 @@ class RecomputeLlama(_LlamaBase):
         bias = (1.0 - visible) * -1e9
         x = ops.gather(self.w.embed, input_ids, 0)
         for i in range(self.num_layers):
-            q, k, v = self._qkv(x, i, n)
+            q, k, v = self._qkv(x, self.w.attn_norm[i], self.w.wqkv[i], n)
             q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
             shape = (nb_rows, s, self.kv_heads, self.head_size)
             x = x + ops.dense(self._attend(q, k.reshape(shape), v.reshape(shape), bias, nb_rows, s), self.w.wo[i])
-            x = self._mlp(x, i)
-        return self._logits(x, logit_index)
+            x = self._mlp(x, self.w.ffn_norm[i], self.w.w_gate_up[i], self.w.w_down[i])
+        return self._logits(x, logit_index, self.w.final_norm, self.w.embed if self.w.tied else self.w.lm_head)
 
 
 class KVWriteBench(nn.Cell):

@@ -2,8 +2,9 @@
 
 - fused RoPE-write: ``ms_kvcache.rope_reshape_and_cache`` / ``rope_reshape_and_cache_merged`` and
   ``ms_kvcache.build_cos_sin_cache``;
-- multi-layer transfer: ``ms_kvcache.multi_layer_kv_transfer``, ``ms_kvcache.transfer_buffer_shape``
-  and ``ms_kvcache.alloc_host_buffer``;
+- multi-layer transfer: ``ms_kvcache.LayerwiseTransfer`` (a preempted sequence's offload and reload, layer by
+  layer), ``ms_kvcache.multi_layer_kv_transfer`` (the merged caches' copy-on-write),
+  ``ms_kvcache.transfer_buffer_shape`` and ``ms_kvcache.alloc_host_buffer``;
 - block copy (copy-on-write of a shared block): ``ms_kvcache.copy_blocks`` (SEPARATE_KV; a MERGED_KV
   cache ``[2, num_blocks, ...]`` has no block axis first, so there the copy is a d2h + h2d of the block's
   rows with ``multi_layer_kv_transfer``).
@@ -28,7 +29,8 @@ from ms_kvcache._formats import KVCacheFormat
 
 __all__ = [
     "OPS", "check_backend", "status", "cos_sin_cache", "rope_and_cache", "rope_and_cache_merged",
-    "transfer_buffer_shape", "alloc_host_buffer", "kv_transfer", "copy_blocks", "BackendUnsupported",
+    "transfer_buffer_shape", "alloc_host_buffer", "kv_transfer", "layerwise_transfer", "copy_blocks",
+    "BackendUnsupported",
 ]
 
 #: Layout of every per-layer cache in the demo ([num_blocks, block_size, num_kv_heads, head_size]).
@@ -71,7 +73,8 @@ def status(kv_format="separate"):
     return {
         "rope-write": f"ms_kvcache.{rope_op}",
         "cos_sin_cache": "ms_kvcache.build_cos_sin_cache",
-        "kv-transfer": "ms_kvcache.multi_layer_kv_transfer",
+        "kv-transfer": "ms_kvcache.LayerwiseTransfer (preemption: offload save_layer(i) after each layer, reload "
+                       "wait_layer(i) before each layer reads its cache; the multi_layer_kv_transfer kernel per layer)",
         "copy-on-write": ("ms_kvcache.copy_blocks" if kv_format != "merged" else
                           "ms_kvcache.multi_layer_kv_transfer d2h + h2d (copy_blocks takes [num_blocks, ...] caches, "
                           "MERGED_KV's are [2, num_blocks, ...])"),
@@ -191,6 +194,24 @@ def kv_transfer(model, buffer, slot_mapping, direction, scales=False):
     if cell is None:
         cell = cells[(direction, scales)] = TransferCell(model, direction, scales)
     cell(_as_parameter(buffer), slot_mapping).asnumpy()  # asnumpy: wait for the graph to finish
+
+
+def layerwise_transfer(model, buffer, slot_mapping, direction):
+    """``ms_kvcache.LayerwiseTransfer`` of every layer's K/V rows at ``slot_mapping`` (int32 ``[T]``) between the
+    model's caches and ``buffer`` (``transfer_buffer_shape(...)``; an int8 model's scale caches in the same object,
+    the buffer then with ``scale_sizes``), not started: the caller issues and waits for it layer by layer (PyNative,
+    between the layer loop's graphs; :mod:`ms_kvcache.demo.offload`)."""
+    if direction not in ("d2h", "h2d"):
+        raise ValueError(f"layerwise_transfer: argument 'direction': expected 'd2h' or 'h2d', got {direction!r}")
+    if model.merged:
+        caches = list(model.kv_caches)
+    else:
+        caches = list(zip(model.key_caches, model.value_caches))
+    scales = None
+    if model.quant:
+        scales = [c for pair in zip(model.k_scale_caches, model.v_scale_caches) for c in pair]
+    return ms_kvcache.LayerwiseTransfer(buffer, caches, slot_mapping, kv_format=_format(model.kv_format),
+                                        direction=direction, cache_layout=CACHE_LAYOUT, scale_caches=scales)
 
 
 #: [(buffer, Parameter over its memory)] of the last buffers moved (at most two: an int8 model's data and

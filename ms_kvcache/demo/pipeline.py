@@ -75,6 +75,23 @@ class DemoOptions:
 FAULTS = (None, "host-bitflip", "skip-reload", "skip-copy", "scale-stray")
 
 
+def _step_times(step):
+    """``(step with the transfer, step alone)`` seconds of a layer loop as report fields (None: no loop)."""
+    return {"step_s": step[0] if step else None, "step_alone_s": step[1] if step else None}
+
+
+def _offload_beside_decode(plan):
+    """Whether the plan's offloads may run beside its decode step's layer loop (``save_layer(i)`` after layer i):
+    the decode must neither write a row being saved (the scheduler gives it other blocks when it can) nor need
+    anything of the step done first (a copy-on-write of its own, a reload). The copy-on-write copies and the
+    prefill, which rewrite the freed blocks, then run after the saves; otherwise the saves are issued and waited
+    for before the step, with no loop to hide behind."""
+    if plan.decode is None or plan.swap_in or set(plan.copy_owner) & set(plan.decode.rows.values()):
+        return False
+    saved = np.concatenate([so.slots for so in plan.swap_out])
+    return not np.intersect1d(plan.decode.slot_mapping, saved).size
+
+
 def _check(name, passed, value=None, tolerance=None, detail=""):
     return {"name": name, "passed": bool(passed), "value": value, "tolerance": tolerance, "detail": detail}
 
@@ -169,7 +186,8 @@ class _Run:
         self.log = log
         self.checks = []
         self.notes = []
-        self.t = {"prefill_s": [], "decode_s": [], "decode_rows": [], "copy_s": [], "offload": [], "reload": []}
+        self.t = {"prefill_s": [], "decode_s": [], "decode_rows": [], "copy_s": [], "loop_s": []}
+        self._last_loop_step = None
 
     # ------------------------------------------------------------------ snapshots
     def _planes(self):
@@ -202,8 +220,7 @@ class _Run:
         from mindspore import Tensor
 
         from ms_kvcache.demo import ops_adapter as A
-        from ms_kvcache.demo.cells import DecodeStep, LlamaWeights, PagedLlama, PrefillStep
-        from ms_kvcache.demo.offload import KVOffloader
+        from ms_kvcache.demo.cells import DecodeStep, LayerLoop, LlamaWeights, PagedLlama, PrefillStep
         from ms_kvcache.demo.scheduler import Scheduler
 
         opts, log = self.opts, self.log
@@ -236,12 +253,15 @@ class _Run:
         self.net = net = PagedLlama(cfg, weights, num_blocks, bs, MB, opts.dtype, opts.kv_format, cos_sin,
                                     opts.rope_style == "neox")
         prefill, decode = PrefillStep(net), DecodeStep(net)
-        offloader = KVOffloader(net)
+        loop = LayerLoop(net)  # the preemption's steps: layer by layer, the KV moved beside the layers
         self.t["build_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        loop.warm_up(R)  # compiles its graphs now (every slot -1: writes nothing)
+        self.t["loop_compile_s"] = time.perf_counter() - t0
         logits = {s.seq_id: [] for s in sched.seqs}
-        host = {}  # seq -> (HostKV, rows snapshot, planes before offload)
-        first_prefill = True
-        swaps = []
+        self.host = {}  # seq -> (HostKV, rows snapshot, SwapOut)
+        self.swaps = swaps = []
+        self.first_prefill = True
         cows = []
         prefill_writes = []
         max_iters = len(prompts) * (budget + 2) + 64
@@ -251,40 +271,16 @@ class _Run:
             # the demo's preemption: at the last request's arrival (to admit it when every row is busy, as
             # with the default prompts; forced if a row happens to be free, so that it always happens)
             plan = sched.plan(forced_preempt=sched.step == preempt_at and not swaps)
-            for so in plan.swap_out:  # ---------------------------------------------- preemption: offload
-                log(f"step {plan.step}: preempt sequence {so.seq} ({so.reason}): offload {so.num_tokens} tokens x "
-                    f"{cfg.num_layers} layers to host in one multi_layer_kv_transfer call")
-                planes = self._planes()
-                snap = self._rows(planes, so.slots)
-                hk = offloader.offload(so.slots)
-                host[so.seq] = (hk, snap, so)
-                bits = hk.host_bits()
-                bad = self._compare_host(bits, snap, so.num_tokens)
-                swaps.append({"seq": so.seq, "step": plan.step, "reason": so.reason, "tokens": so.num_tokens,
-                              "offload_blocks": list(so.blocks), "buffer_shape": list(hk.shape),
-                              "pinned": hk.pinned, "bytes": hk.nbytes, "offload_s": hk.seconds,
-                              "offload_first_s": hk.first_seconds, "host_mismatch": bad})
-            for si in plan.swap_in:  # ------------------------------------------------------------ reload
-                hk, snap, so = host.pop(si.seq)
-                log(f"step {plan.step}: reload sequence {si.seq} into blocks {si.blocks} (was {si.old_blocks})")
-                before = self._planes()
-                # the old blocks were handed to other sequences and overwritten meanwhile
-                overwritten = self._overwritten(before, so, snap)
-                if opts.fault == "host-bitflip":
-                    raw = hk.buffer.asnumpy()
-                    raw.view(np.uint8).reshape(-1)[raw.nbytes // 3] ^= 0x10  # in place (CPU tensor memory)
-                secs = offloader.reload(hk, si.slots, repeat=0 if opts.fault == "skip-reload" else 2)
-                if opts.fault == "scale-stray":
-                    self._stray_scale(si.slots, before)
-                after = self._planes()
-                back = self._rows(after, si.slots)
-                changed, n_other = self._diff_outside(before, after, si.slots)
-                rec = next(s for s in swaps if s["seq"] == si.seq and "reload_blocks" not in s)
-                rec.update(reload_step=plan.step, reload_blocks=list(si.blocks), reload_s=secs[0],
-                           reload_first_s=secs[1],
-                           reload_mismatch=self._diff_rows(back, snap), other_changed=changed, other_slots=n_other,
-                           old_blocks_overwritten=overwritten, moved=[b for j, b in enumerate(si.blocks)
-                                                                      if j >= len(so.blocks) or b != so.blocks[j]])
+            saves = self._begin_offloads(plan)
+            overlap = bool(saves) and _offload_beside_decode(plan)
+            if saves and not overlap:
+                for sv in saves:
+                    sv[1].issue_all()
+                self._finish_offloads(plan, saves)
+            dtoks = None
+            if overlap:  # ------------------------------------------- decode first, the offload behind its layers
+                dtoks = self._decode(plan, decode, loop, logits, saves=saves)
+                self._finish_offloads(plan, saves, step=self._last_loop_step)
             if plan.copies:  # ------------------------------------------------------------ copy-on-write
                 before = self._planes()
                 src = np.concatenate([np.arange(s * bs, (s + 1) * bs) for s, _ in plan.copies])
@@ -306,23 +302,26 @@ class _Run:
                 before = self._planes()
                 out, dt = self._step(prefill, b, Tensor)
                 self.t["prefill_s"].append(dt)
-                if first_prefill and opts.fault == "scale-stray":
+                if self.first_prefill and opts.fault == "scale-stray":
                     self._stray_scale(b.slot_mapping, before, first=True)
                 after = self._planes()
                 changed, n_other = self._diff_outside(before, after, b.slot_mapping)
                 prefill_writes.append({"step": plan.step, "changed_outside": changed, "other_slots": n_other,
-                                       "tokens": int((b.slot_mapping >= 0).sum()), "first": first_prefill})
-                first_prefill = False
+                                       "tokens": int((b.slot_mapping >= 0).sum()), "first": self.first_prefill})
+                self.first_prefill = False
                 ptoks = self._sample(out, b, logits)
             else:
                 ptoks = None
-            if plan.decode is not None:  # -------------------------------------------------------- decode
-                out, dt = self._step(decode, plan.decode, Tensor)
-                self.t["decode_s"].append(dt)
-                self.t["decode_rows"].append(len(plan.decode.rows))
-                dtoks = self._sample(out, plan.decode, logits)
-            else:
-                dtoks = None
+            if plan.decode is not None and not overlap:  # ------------------------------------------- decode
+                dtoks = self._decode(plan, decode, loop, logits, reloads=self._begin_reloads(plan))
+            elif plan.swap_in:  # (no decode batch in this step: the reload alone, nothing to hide it behind)
+                before = self._planes()
+                loads, overwritten = self._prepare_reloads(self._begin_reloads(plan), before, np.zeros(0, np.int32))
+                if opts.fault != "skip-reload":
+                    for _, ld, _, _ in loads:
+                        ld.start()
+                        ld.finish()
+                self._finish_reloads(plan, loads, before, self._planes(), np.zeros(0, np.int32), overwritten)
             n_before = sum(1 for s in sched.seqs if s.state == "finished")
             sched.finish_iteration(plan, ptoks, dtoks)
             if sum(1 for s in sched.seqs if s.state == "finished") > n_before:
@@ -330,7 +329,8 @@ class _Run:
                     if s.finished_at == plan.step:
                         log(f"step {plan.step}: sequence {s.seq_id} finished ({s.finish_reason}, "
                             f"{len(s.generated)} tokens)")
-        self.t["generate_s"] = time.perf_counter() - t_start - self.t["load_s"] - self.t["build_s"]
+        self.t["generate_s"] = (time.perf_counter() - t_start - self.t["load_s"] - self.t["build_s"]
+                                - self.t["loop_compile_s"])
 
         # ------------------------------------------------------------------ reference and checks
         log("checking every generated token against the numpy float32 reference (no cache)")
@@ -343,6 +343,127 @@ class _Run:
         perf = self._timing_probes(prompts, MB, cos_sin, weights, decode)
         self.t["total_s"] = time.perf_counter() - t_start
         return self._report(texts, prompts, ref, swaps, cows, prefill_writes, perf, S, MB, num_blocks, budget)
+
+    # ------------------------------------------------------------------ preemption: offload and reload
+    def _begin_offloads(self, plan):
+        """One :class:`LayerwiseSave` per swapped-out sequence (not issued yet), with the rows it must save."""
+        from ms_kvcache.demo.offload import LayerwiseSave
+
+        out = []
+        for so in plan.swap_out:
+            self.log(f"step {plan.step}: preempt sequence {so.seq} ({so.reason}): offload {so.num_tokens} tokens x "
+                     f"{self.net.num_layers} layers to host, layer by layer (LayerwiseTransfer, d2h)")
+            snap = self._rows(self._planes(), so.slots)
+            out.append((so, LayerwiseSave(self.net, so.slots), snap))
+        return out
+
+    def _finish_offloads(self, plan, saves, step=None):
+        """Wait for the saves (vLLM's wait_for_save: before anything overwrites the freed blocks), check the host
+        buffers against the rows snapshotted before, time each transfer alone (same rows, nothing changed them)."""
+        for so, sv, snap in saves:
+            sv.finish()
+            bad = self._compare_host(sv.host.host_bits(), snap, so.num_tokens)
+            sv.time_alone()
+            hk = sv.host
+            self.host[so.seq] = (hk, snap, so)
+            self.swaps.append({"seq": so.seq, "step": plan.step, "reason": so.reason, "tokens": so.num_tokens,
+                               "offload_blocks": list(so.blocks), "buffer_shape": list(hk.shape),
+                               "pinned": hk.pinned, "bytes": hk.nbytes, "host_mismatch": bad,
+                               "offload": {**sv.summary(), **_step_times(step)}})
+            sv.close()
+
+    def _begin_reloads(self, plan):
+        """``(SwapIn, HostKV, rows snapshot, SwapOut)`` of each swapped-in sequence."""
+        out = []
+        for si in plan.swap_in:
+            hk, snap, so = self.host.pop(si.seq)
+            self.log(f"step {plan.step}: reload sequence {si.seq} into blocks {si.blocks} (was {si.old_blocks}), "
+                     f"layer by layer beside the decode step (LayerwiseTransfer, h2d)")
+            out.append((si, hk, snap, so))
+        return out
+
+    def _prepare_reloads(self, reloads, before, step_slots):
+        """Before the reloads start: the faults that corrupt them, whether the old blocks were reused, then one
+        :class:`LayerwiseLoad` per reload (not started; built after the faults: ``set_data`` gives a Parameter new
+        memory, which a transfer built before would not see). Returns ``(loads, overwritten)``."""
+        from ms_kvcache.demo.offload import LayerwiseLoad
+
+        opts = self.opts
+        overwritten = {}
+        for si, hk, snap, so in reloads:
+            # the old blocks were handed to other sequences and overwritten meanwhile
+            overwritten[si.seq] = self._overwritten(before, so, snap)
+            if opts.fault == "host-bitflip":
+                raw = hk.buffer.asnumpy()
+                raw.view(np.uint8).reshape(-1)[raw.nbytes // 3] ^= 0x10  # in place (CPU tensor memory)
+        if opts.fault == "scale-stray":
+            self._stray_scale(np.concatenate([r[0].slots for r in reloads] + [step_slots]), before)
+        loads = [(si, LayerwiseLoad(self.net, hk, si.slots), snap, so) for si, hk, snap, so in reloads]
+        return loads, overwritten
+
+    def _finish_reloads(self, plan, loads, before, after, step_slots, overwritten, step=None):
+        """The reload checks (rows bit-identical to the snapshot before the offload; nothing else changed but the
+        step's own writes at ``step_slots``), each transfer timed alone, the report's record."""
+        mine = np.concatenate([si.slots for si, *_ in loads] + [np.asarray(step_slots, np.int32)])
+        changed, n_other = self._diff_outside(before, after, mine)
+        for si, ld, snap, so in loads:
+            back = self._rows(after, si.slots)
+            if self.opts.fault != "skip-reload":
+                ld.time_alone()
+            rec = next(w for w in self.swaps if w["seq"] == si.seq and "reload_blocks" not in w)
+            rec.update(reload_step=plan.step, reload_blocks=list(si.blocks),
+                       reload={**ld.summary(), **_step_times(step)},
+                       reload_mismatch=self._diff_rows(back, snap), other_changed=changed, other_slots=n_other,
+                       old_blocks_overwritten=overwritten[si.seq],
+                       moved=[b for j, b in enumerate(si.blocks) if j >= len(so.blocks) or b != so.blocks[j]])
+            ld.close()
+
+    def _decode(self, plan, decode, loop, logits, saves=(), reloads=()):
+        """The decode step: the compiled whole-model graph, or, when a preempted sequence's KV moves in this step, the
+        layer loop (:class:`LayerLoop`) with ``save_layer(i)`` after layer i (offload) / ``wait_layer(i)`` before layer
+        i's cache accesses (reload). Returns the sampled tokens."""
+        from mindspore import Tensor
+
+        batch = plan.decode
+        if not saves and not reloads:
+            out, dt = self._step(decode, batch, Tensor)
+            self.t["decode_s"].append(dt)
+            self.t["decode_rows"].append(len(batch.rows))
+            return self._sample(out, batch, logits)
+        args = [Tensor(a) for a in (batch.input_ids, batch.positions, batch.slot_mapping, batch.block_tables,
+                                    batch.logit_index)]
+        step_slots = batch.slot_mapping[batch.slot_mapping >= 0]
+        loads = ()
+        if reloads:
+            before = self._planes()
+            loads, overwritten = self._prepare_reloads(reloads, before, step_slots)
+        moving = [ld for _, ld, _, _ in loads] if self.opts.fault != "skip-reload" else []
+        for ld in moving:
+            ld.start()
+        hooks = {}
+        if moving:
+            hooks["before_cache"] = lambda i: [ld.before_cache(i) for ld in moving]
+        if saves:
+            hooks["after_layer"] = lambda i: [sv.after_layer(i) for _, sv, _ in saves]
+        t = time.perf_counter()
+        out = loop(*args, **hooks)
+        for x in moving + [sv for _, sv, _ in saves]:
+            x.finish()  # (a save: vLLM's wait_for_save; the freed blocks are rewritten after this step)
+        dt = time.perf_counter() - t
+        if loads:
+            after = self._planes()
+        # the same step without a transfer (idempotent: the same rows get the same values), for the report
+        alone = []
+        for _ in range(3):
+            t = time.perf_counter()
+            loop(*args)
+            alone.append(time.perf_counter() - t)
+        step = (dt, float(np.median(alone)))
+        self._last_loop_step = step
+        self.t["loop_s"].append(dt)
+        if loads:
+            self._finish_reloads(plan, loads, before, after, step_slots, overwritten, step)
+        return self._sample(out, batch, logits)
 
     # ------------------------------------------------------------------ steps
     def _step(self, cell, batch, Tensor):
@@ -453,8 +574,8 @@ class _Run:
                                   all(w["host_mismatch"] == 0 for w in swaps),
                                   value=sum(w["host_mismatch"] for w in swaps),
                                   detail=f"{len(swaps)} offload(s), all layers x K and V"
-                                         f"{' + scales' if self.net.quant else ''} in one call each; value = elements "
-                                         f"that differ"))
+                                         f"{' + scales' if self.net.quant else ''}, saved layer by layer; value = "
+                                         f"elements that differ"))
         self.checks.append(_check("reload: K/V bit-identical to before the offload, into other blocks",
                                   len(done) == len(swaps)
                                   and all(w["reload_mismatch"] == 0 and w["moved"] for w in done),
@@ -464,7 +585,9 @@ class _Run:
         self.checks.append(_check("reload: every other cache slot unchanged",
                                   all(w["other_changed"] == 0 for w in done),
                                   value=sum(w["other_changed"] for w in done),
-                                  detail=f"{done[0]['other_slots'] if done else 0} slots x layers x K and V{quant}"))
+                                  detail=f"{done[0]['other_slots'] if done else 0} slots x layers x K and V{quant} "
+                                         f"(all but the reloaded rows and the new rows of the decode step the reload "
+                                         f"ran in)"))
         self.checks.append(_check("offload: freed blocks reused (and overwritten) by other sequences",
                                   any(w["old_blocks_overwritten"] for w in done),
                                   value=sum(w["old_blocks_overwritten"] for w in done),
@@ -567,6 +690,7 @@ class _Run:
         first_prefill = next((p for p in prefill_writes if p["first"]), {"tokens": 0})
         timing = {
             "load_s": t["load_s"], "build_s": t["build_s"], "generate_s": t["generate_s"],
+            "layer_loop_compile_s": t["loop_compile_s"],
             "prefill_first_call_s": t["prefill_s"][0] if t["prefill_s"] else None,
             "prefill_steady_s": t["prefill_s"][1] if len(t["prefill_s"]) > 1 else None,
             "prefill_tokens_first": first_prefill["tokens"],
@@ -590,7 +714,8 @@ class _Run:
                           baseline_tokens_per_s=opts.num_rows / perf["baseline_step_s"],
                           decode_speedup_vs_recompute=perf["speedup"])
         for w in swaps:
-            w.setdefault("reload_s", None)
+            w.setdefault("reload", None)
+        timing["layer_loop_steps"] = len(t["loop_s"])
         report = {
             "ok": all(c["passed"] for c in self.checks),
             "options": {**asdict(opts), "prompts": [list(p) for p in opts.prompts]},
@@ -655,6 +780,28 @@ def _fmt_s(x):
     return f"{x * 1e3:.1f} ms" if x < 1 else f"{x:.2f} s"
 
 
+def _fmt_us(x):
+    return "-" if x is None else (f"{x * 1e6:.0f} us" if x < 1e-3 else _fmt_s(x))
+
+
+def _fmt_transfer(x, how):
+    """One layer-wise transfer of the report: alone, and the step's host time in its calls."""
+    if x["alone_s"] is None:
+        return "not run"
+    text = (f"{_fmt_us(x['alone_s'])} alone; in the step: issue {_fmt_us(x['issue_s'])} + wait "
+            f"{_fmt_us(x['waited_s'])}")
+    if not x["overlapped"]:
+        return text + " (no layer loop to hide it behind)"
+    text += f" ({how}; longest wait {_fmt_us(x['max_layer_wait_s'])})" if x["max_layer_wait_s"] is not None \
+        else f" ({how})"
+    host = x["issue_s"] + x["waited_s"]
+    text += (f": {x['hidden'] * 100:.0f} % of it hidden" if x["hidden"] >= 0 else
+             f": the per-layer calls cost the host {host / x['alone_s']:.1f}x the transfer alone, nothing hidden")
+    if x.get("step_s") is not None:
+        text += f"; step {_fmt_s(x['step_s'])} (without the transfer {_fmt_s(x['step_alone_s'])})"
+    return text
+
+
 def display_text(text, indent=13):
     """A completion for the terminal: control characters shown as U+FFFD, later lines indented."""
     text = "".join(c if c.isprintable() or c == "\n" else "\ufffd" for c in text.strip())
@@ -709,11 +856,13 @@ def format_report(r):
             ("build the model (Parameters)", _fmt_s(tm["build_s"])),
             ("prefill, first call (graph compile included)", _fmt_s(tm["prefill_first_call_s"])),
             ("decode, first call (graph compile included)", _fmt_s(tm["decode_first_call_s"])),
+            ("layer loop's graphs, compile (a run writing nothing)", _fmt_s(tm["layer_loop_compile_s"])),
             ("prefill, a later call (same compiled graph)", _fmt_s(tm["prefill_steady_s"])
              + (f"  ({tm['prefill_tokens_per_s']:.0f} tokens/s for the first batch's {tm['prefill_tokens_first']} "
                 f"prompt tokens)" if tm.get("prefill_tokens_per_s") else "")),
-            ("decode step (median)", f"{_fmt_s(tm['decode_step_median_s'])}  ({tm['decode_steps']} steps, "
-                                     f"{tm['decode_rows_mean']:.1f} rows mean)"),
+            ("decode step, whole-model graph (median)", f"{_fmt_s(tm['decode_step_median_s'])}  ({tm['decode_steps']} "
+                                                       f"steps, {tm['decode_rows_mean']:.1f} rows mean; "
+                                                       f"{tm['layer_loop_steps']} more as a layer loop, below)"),
             ("decode throughput", f"{tm['decode_tokens_per_s']:.1f} tokens/s" if tm["decode_tokens_per_s"] else "-")]
     rows.append((f"decode step, every row active (context {tm['probe_context']}; probe rounds)",
                  f"{_fmt_s(tm['decode_probe_s'])}  ({o['num_rows'] / tm['decode_probe_s']:.1f} tokens/s)"))
@@ -728,11 +877,11 @@ def format_report(r):
         rows.append(("decode speed-up from the KV cache (paired rounds)",
                      f"{tm['decode_speedup_vs_recompute']:.1f}x per token"))
     for w in r["preemptions"]:
-        rows.append((f"offload d2h, sequence {w['seq']} ({w['tokens']} tokens, {w['bytes']:,} B)",
-                     f"{_fmt_s(w['offload_s'])} (first call {_fmt_s(w['offload_first_s'])})"))
-        if w.get("reload_s") is not None:
-            rows.append((f"reload h2d, sequence {w['seq']}",
-                         f"{_fmt_s(w['reload_s'])} (first call {_fmt_s(w['reload_first_s'])})"))
+        rows.append((f"offload d2h layer by layer, sequence {w['seq']} ({w['tokens']} tokens x {m['layers']} layers, "
+                     f"{w['bytes']:,} B)", _fmt_transfer(w["offload"], "save_layer after each layer")))
+        if w.get("reload") is not None:
+            rows.append((f"reload h2d layer by layer, sequence {w['seq']}",
+                         _fmt_transfer(w["reload"], "wait_layer before each layer's cache accesses")))
     if tm["copy_blocks_s"] is not None:
         rows.append(("copy-on-write copy (first call incl. compile)", _fmt_s(tm["copy_blocks_s"])))
     rows += [("reference (numpy float32, no cache)", _fmt_s(tm["reference_s"])),

@@ -125,7 +125,8 @@ class Sequence:
 @dataclass
 class SwapOut:
     """Offload ``seq``'s K/V of positions ``0..num_tokens-1`` (at ``slots``, in ``blocks``) to host; the
-    blocks are freed when the plan is made (the runner must offload before anything else writes)."""
+    blocks are freed when the plan is made (the runner must offload before anything else writes them; the
+    plan's decode batch gets other blocks when the pool has them, so that the offload may run beside it)."""
 
     seq: int
     num_tokens: int
@@ -255,9 +256,10 @@ class Scheduler:
         seq.admit_order = self._admits
         self._admits += 1
 
-    def _alloc_block(self, plan, for_seq):
-        """A free block; when the pool is empty, preempt the most recently admitted running sequence (vLLM's
-        policy), which may be ``for_seq`` itself: None then. RuntimeError if nothing can be preempted."""
+    def _alloc_block(self, plan, for_seq, avoid=()):
+        """A free block (one not in ``avoid`` when there is one); when the pool is empty, preempt the most recently
+        admitted running sequence (vLLM's policy), which may be ``for_seq`` itself: None then. RuntimeError if
+        nothing can be preempted."""
         fresh = {si.seq for si in plan.swap_in} | set(plan.admitted)  # their KV is not in the cache yet
         while self.alloc.num_free == 0:
             victims = [s for s in self._running() if s.blocks and s.seq_id not in fresh]
@@ -268,20 +270,20 @@ class Scheduler:
             self._swap_out(plan, victim, "out of blocks")
             if victim is for_seq:
                 return None
-        return self.alloc.alloc()
+        return self.alloc.alloc_avoiding(avoid) if avoid else self.alloc.alloc()
 
-    def _make_writable(self, plan, seq, start, stop):
-        """Blocks for positions ``start..stop-1``: allocate missing ones, copy shared ones (copy-on-write).
-        Returns False when ``seq`` itself was preempted for want of blocks."""
+    def _make_writable(self, plan, seq, start, stop, avoid=()):
+        """Blocks for positions ``start..stop-1``: allocate missing ones (not from ``avoid`` when possible), copy
+        shared ones (copy-on-write). Returns False when ``seq`` itself was preempted for want of blocks."""
         for idx in range(start // self.bs, -(-stop // self.bs)):
             if idx == len(seq.blocks):
-                b = self._alloc_block(plan, seq)
+                b = self._alloc_block(plan, seq, avoid)
                 if b is None:
                     return False
                 seq.blocks.append(b)
             elif self.alloc.refcount(seq.blocks[idx]) > 1:
                 src = seq.blocks[idx]
-                dst = self._alloc_block(plan, seq)
+                dst = self._alloc_block(plan, seq, avoid)
                 if dst is None:
                     return False
                 self.alloc.free([src])
@@ -373,9 +375,12 @@ class Scheduler:
         if plan.admitted:
             plan.prefill = self._prefill_batch([self.seqs[i] for i in plan.admitted])
         dec = [s for s in self._running() if s.seq_id not in plan.admitted and s.generated]
+        # the decode runs while this plan's swapped-out sequences are saved, layer by layer (the runner's layer loop):
+        # its new blocks are others than theirs when the pool allows (the copies and the prefill run after the saves)
+        saving = {b for so in plan.swap_out for b in so.blocks}
         for s in dec:
             if s.state == "running":  # (a preemption for blocks may have swapped it out meanwhile)
-                self._make_writable(plan, s, s.cached, s.cached + 1)
+                self._make_writable(plan, s, s.cached, s.cached + 1, avoid=saving)
         dec = [s for s in dec if s.state == "running"]  # a preemption for blocks may have removed one
         if dec:
             plan.decode = self._decode_batch(dec)

@@ -320,6 +320,10 @@ class LayerwiseTransfer:
     def _new_round_if_complete(self):
         if self._issued and len(self._issued) == self.num_layers and self._waited >= self._issued:
             if self._engine is not None:
+                if getattr(self._engine, "queue_wait", None) is not None:  # cpu: waits queued in the pipeline
+                    err = self._engine.wait_all()  # may leave layers in flight when every layer was waited for
+                    if err:
+                        self._fail(self._engine.failed_layer(), err)
                 self._engine.reset()
             self._issued, self._waited = set(), set()
 
@@ -396,7 +400,8 @@ class LayerwiseTransfer:
 
     def wait_layer(self, layer):
         """Return once ``layer`` is moved: h2d, its caches may be read; d2h, its cache rows may be overwritten
-        (on ascend: work queued after this call on the current stream is ordered after it).
+        (on ascend, and on cpu while MindSpore's pipeline is busy: the ops launched after this call run after the
+        layer moved, the host does not wait).
 
         Args:
             layer (int): an issued layer, in ``[0, num_layers)``.
@@ -406,7 +411,8 @@ class LayerwiseTransfer:
 
         Raises:
             ValueError: ``layer`` not in ``[0, num_layers)``.
-            RuntimeError: ``layer`` not issued in this round; it failed or was not run after a failure.
+            RuntimeError: ``layer`` not issued in this round; it failed or was not run after a failure (a wait
+                queued in the pipeline: raised by MindSpore at the next synchronisation, and by ``wait()``).
         """
         _refuse_in_graph(f"{self._what}.wait_layer")
         layer = self._check_layer("wait_layer", layer)
@@ -415,7 +421,11 @@ class LayerwiseTransfer:
         if layer not in self._issued:
             how = "start()" if self.direction == "h2d" else f"start() or save_layer({layer})"
             raise RuntimeError(f"{self._what}.wait_layer: layer {layer} is not issued in this round: call {how} first")
-        err = self._engine.wait_layer(layer) if self._engine is not None else ""
+        queue = getattr(self._engine, "queue_wait", None)
+        if self._engine is None or (queue is not None and queue(layer)):
+            err = ""  # (cpu, busy pipeline: the pipeline waits, the host goes on; a failure surfaces at the next sync)
+        else:
+            err = self._engine.wait_layer(layer)
         self._waited.add(layer)
         if self._guard:
             _layerwise_guard.release(self, {layer})
