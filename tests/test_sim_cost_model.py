@@ -277,3 +277,22 @@ def test_bench_table_says_what_its_reference_column_is():
     assert "pred GB/s" in head and "ref GB/s" in head
     assert "pred GB/s: the emulation's cost model" in note and "not a measurement" in note
     assert "ref GB/s: the published figure" in note and "HeteroFusedKernels" in note and "A3" in note
+
+
+def test_check_settings_flags_the_cost_model_on_a_soc_without_parameters(monkeypatch):
+    """MS_KVCACHE_SIM_COST=1 with Ascend310P3 (no cost parameters) made every later launch fail with COST_MODEL_SOC;
+    check_settings (what set_backend("sim") runs) passed it. It names the variable, the SoC and the SoCs that work."""
+    prev_soc, prev_cost = sim.get_soc(), sim.get_cost_model()
+    try:
+        sim.set_soc("Ascend310P3")
+        sim.set_cost_model(True)
+        with pytest.raises(ValueError, match=r"set_cost_model\(True\) with SoC 'Ascend310P3'.*Ascend910B"):
+            sim.check_settings()
+        sim.set_cost_model(False)
+        sim.check_settings()
+        sim.set_soc(prev_soc if prev_soc != "Ascend310P3" else "Ascend910B1")
+        sim.set_cost_model(True)
+        sim.check_settings()  # A2 has parameters
+    finally:
+        sim.set_soc(prev_soc)
+        sim.set_cost_model(prev_cost)

@@ -509,6 +509,14 @@ def _cost_args(cost_model, host, what):
     return cost, overrides, host
 
 
+def _has_cost_params(soc):
+    try:
+        _sim.cost_params(soc)
+    except EmulationError:
+        return False
+    return True
+
+
 def check_settings():
     """Check the emulation's default settings, which come from the environment unless set in Python.
 
@@ -540,6 +548,11 @@ def check_settings():
     cm = os.environ.get("MS_KVCACHE_SIM_COST")
     if cm and cm not in _COST_VALUES:
         problems.append(f"MS_KVCACHE_SIM_COST={cm!r}: expected '0' (off) or '1' (on)")
+    if _sim.get_cost_model() and soc in _sim.platforms() and not _has_cost_params(soc):
+        src = "MS_KVCACHE_SIM_COST=1" if os.environ.get("MS_KVCACHE_SIM_COST") == "1" else "sim.set_cost_model(True)"
+        problems.append(f"{src} with SoC {soc!r}: the cost model has parameters for "
+                        f"{[s for s in _sim.platforms() if _has_cost_params(s)]} only (every launch would fail with "
+                        f"COST_MODEL_SOC); unset it or choose one of those SoCs")
     spin = os.environ.get("MS_KVCACHE_SIM_SPIN_LIMIT")
     if spin and not (spin.isdigit() and int(spin) > 0):
         problems.append(f"MS_KVCACHE_SIM_SPIN_LIMIT={spin!r}: expected a positive integer (GM reads)")
