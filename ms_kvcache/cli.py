@@ -753,7 +753,8 @@ def build_parser():
                         "bit for bit against a single-process run (needs ms_kvcache[disagg])")
     d.add_argument("--timeout", type=float, default=180.0, metavar="S",
                    help="--disagg: seconds any one wait may take (default 180)")
-    d.add_argument("--inject-fault", choices=("host-bitflip", "skip-reload", "skip-copy", "scale-stray", "corrupt-kv"),
+    d.add_argument("--inject-fault", choices=("host-bitflip", "skip-reload", "skip-copy", "scale-stray", "decode-stray",
+                                                   "corrupt-kv"),
                    default=None, help=argparse.SUPPRESS)
     d.set_defaults(func=cmd_demo)
 

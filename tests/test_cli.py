@@ -143,7 +143,8 @@ def test_demo_random_weights_prints_completions_checks_and_timing(capsys):
     assert main(["demo", "--random-weights", "--layers", "1", "--max-new-tokens", "8", "--no-baseline"]) == 0
     out = capsys.readouterr().out
     for needle in ("user:      What is the capital of France?", "assistant: ", "[PASS] every generated token",
-                   "[PASS] reload: K/V bit-identical", "[PASS] copy-on-write", "decode step (median)",
+                   "[PASS] reload: K/V bit-identical", "[PASS] copy-on-write", "decode step, whole-model graph (median)",
+                   "[PASS] decode writes only its slot mapping",
                    "offload d2h", "result: all checks passed"):
         assert needle in out
     assert out.index("assistant:") < out.index("checks:") < out.index("timing")

@@ -667,6 +667,7 @@ def test_demo_preempts_even_with_a_free_row():
     ("skip-reload", ("every generated token", "reload: K/V bit-identical")),
     ("host-bitflip", ("reload: K/V bit-identical",)),
     ("skip-copy", ("copy-on-write",)),
+    ("decode-stray", ("decode writes only its slot mapping",)),
 ])
 def test_demo_checks_fail_when_the_kv_is_wrong(fault, expect):
     r = run_demo(DemoOptions(fault=fault, **QUICK))
@@ -674,6 +675,8 @@ def test_demo_checks_fail_when_the_kv_is_wrong(fault, expect):
     assert not r["ok"]
     for e in expect:
         assert any(f.startswith(e) for f in failed), (e, failed)
+    if fault == "decode-stray":
+        assert _check(r, "decode writes only its slot mapping")["value"] == 1  # exactly the stray element
     if fault == "host-bitflip":
         assert _check(r, "reload: K/V bit-identical")["value"] == 1  # exactly the flipped element
         assert _check(r, "offload: host buffer")["value"] == 0

@@ -68,11 +68,12 @@ class DemoOptions:
     #: testing only: "host-bitflip" flips one bit of the host buffer before the reload, "skip-reload"
     #: leaves the new blocks as they are, "skip-copy" skips the copy-on-write copy, "scale-stray" (int8)
     #: writes one scale-cache element outside the slot mapping after the first prefill and one during the
-    #: reload; each must make checks fail (proves the checks can fail).
+    #: reload, "decode-stray" writes one K-cache element outside the slot mapping after the third whole-model
+    #: decode step; each must make checks fail (proves the checks can fail).
     fault: Optional[str] = None
 
 
-FAULTS = (None, "host-bitflip", "skip-reload", "skip-copy", "scale-stray")
+FAULTS = (None, "host-bitflip", "skip-reload", "skip-copy", "scale-stray", "decode-stray")
 
 
 def _step_times(step):
@@ -185,6 +186,7 @@ class _Run:
         self.opts = opts
         self.log = log
         self.checks = []
+        self.decode_writes = []
         self.notes = []
         self.t = {"prefill_s": [], "decode_s": [], "decode_rows": [], "copy_s": [], "loop_s": []}
         self._last_loop_step = None
@@ -212,8 +214,12 @@ class _Run:
     def _diff_outside(self, before, after, slots):
         """Elements changed outside ``slots`` (every layer, K and V, scale caches too)."""
         total = self.sched.alloc.num_blocks * self.opts.block_size
-        others = np.setdiff1d(np.arange(total), np.asarray(slots)[np.asarray(slots) >= 0])
-        return self._diff_rows(self._rows(before, others), self._rows(after, others)), others.size
+        slots = np.asarray(slots)
+        other = np.ones(total, bool)
+        other[slots[slots >= 0]] = False
+        n = sum(int(np.count_nonzero((x != y)[other])) for part in (0, 1) for a, b in zip(before[part], after[part])
+                for x, y in zip(a, b))
+        return n, int(other.sum())
 
     # ------------------------------------------------------------------ run
     def run(self):
@@ -426,9 +432,14 @@ class _Run:
 
         batch = plan.decode
         if not saves and not reloads:
+            before = self._planes()
             out, dt = self._step(decode, batch, Tensor)
             self.t["decode_s"].append(dt)
             self.t["decode_rows"].append(len(batch.rows))
+            if self.opts.fault == "decode-stray" and len(self.t["decode_s"]) == 3:
+                self._stray_kv(batch.slot_mapping)
+            changed, n_other = self._diff_outside(before, self._planes(), batch.slot_mapping)
+            self.decode_writes.append({"step": plan.step, "changed_outside": changed, "other_slots": n_other})
             return self._sample(out, batch, logits)
         args = [Tensor(a) for a in (batch.input_ids, batch.positions, batch.slot_mapping, batch.block_tables,
                                     batch.logit_index)]
@@ -510,6 +521,19 @@ class _Run:
             n += int(self._diff_rows(cur, was) > 0)
         return n
 
+    def _stray_kv(self, slots):
+        """fault "decode-stray": flip a bit of one K-cache element of the last layer at a slot outside ``slots``."""
+        from mindspore import Tensor
+
+        m = self.net
+        total = self.sched.alloc.num_blocks * self.opts.block_size
+        other = int(np.setdiff1d(np.arange(total), slots[slots >= 0])[-1])
+        p = m.kv_caches[-1] if m.merged else m.key_caches[-1]
+        a = p.asnumpy().copy()
+        bits = (a[0] if m.merged else a).reshape(total, -1)
+        bits.view(f"u{bits.dtype.itemsize}")[other, 0] ^= 1  # the lowest bit of one element
+        p.set_data(Tensor(a))
+
     def _stray_scale(self, slots, before, first=False):
         """fault "scale-stray": add 1 to one scale-cache element of a slot outside ``slots``."""
         from mindspore import Tensor
@@ -552,6 +576,12 @@ class _Run:
                                   bad == 0, value=bad, detail=f"{len(prefill_writes)} prefill(s); first: "
                                   f"{first['tokens'] if first else 0} tokens, {first['other_slots'] if first else 0} "
                                   f"other slots unchanged{quant}; value = elements changed"))
+        dw = self.decode_writes
+        self.checks.append(_check("decode writes only its slot mapping (every whole-model decode step)",
+                                  sum(d["changed_outside"] for d in dw) == 0,
+                                  value=sum(d["changed_outside"] for d in dw),
+                                  detail=f"{len(dw)} decode steps, {dw[0]['other_slots'] if dw else 0} other slots "
+                                         f"unchanged in the first{quant}; value = elements changed"))
         shared = [s for s in sched.seqs if s.shared_prefix]
         self.checks.append(_check("prefix sharing: a request reuses another's cached system-prompt blocks",
                                   bool(shared), detail="; ".join(
