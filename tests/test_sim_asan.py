@@ -4,7 +4,7 @@ Builds libascendc_sim.so and _sim with ``-DMS_KVCACHE_SANITIZE=ON`` into the tes
 (``tests/_cache.py``: ``$MS_KVCACHE_TEST_CACHE``, else ``~/.cache/ms_kvcache/tests``, folder
 ``sim-asan/<checkout key>``, ~210 MB; reused by later runs of the same checkout, pruned when its checkout
 is gone, at most two checkouts kept), lays out a minimal ``ms_kvcache`` package there whose
-``sim`` subpackage is this checkout's, and runs the emulation test files (tests/test_sim_rules.py,
+``sim`` subpackage (and the op registry it reads: ``_spec``, ``_opspecs``, ``_formats``) is this checkout's, and runs the emulation test files (tests/test_sim_rules.py,
 tests/test_sim_semantics.py: every rule, every API's semantics, all three core orders) in a
 subprocess with libasan preloaded, plus the host-side tests (tests/test_sim_host_*.py: OpDef,
 TilingData, tiling contexts) and the kernel + tiling tests of the repository's copy and RoPE-write ops
@@ -41,11 +41,14 @@ def test_emulation_tests_pass_under_asan_ubsan():
     mod = pkg / "ms_kvcache"
     mod.mkdir(parents=True, exist_ok=True)
     (mod / "__init__.py").write_text('"""ms_kvcache stub for the sanitizer run: only the sim subpackage."""\n')
-    link = mod / "sim"
-    if link.is_symlink() and Path(os.readlink(link)) != ROOT / "ms_kvcache" / "sim":
-        link.unlink()
-    if not link.exists():
-        link.symlink_to(ROOT / "ms_kvcache" / "sim", target_is_directory=True)
+    # the sim subpackage and the pure-Python modules it imports (the op registry: ``sim.launch`` maps attribute
+    # names to codes through the OpSpecs)
+    for name in ("sim", "_spec.py", "_formats.py", "_opspecs"):
+        link, target = mod / name, ROOT / "ms_kvcache" / name
+        if link.is_symlink() and Path(os.readlink(link)) != target:
+            link.unlink()
+        if not link.exists():
+            link.symlink_to(target, target_is_directory=target.is_dir())
     cfg = ["cmake", "-S", str(ROOT), "-B", str(bdir), "-DMS_KVCACHE_SANITIZE=ON", "-DCMAKE_BUILD_TYPE=Release",
            f"-DMS_KVCACHE_SIM_OUTPUT_DIR={mod}", f"-DPython_EXECUTABLE={sys.executable}"]
     r = subprocess.run(cfg, capture_output=True, text=True)

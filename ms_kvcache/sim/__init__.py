@@ -821,7 +821,8 @@ def _kernel_attrs(op, attrs):
     op_type = _resolve_op_type(op) if isinstance(op, str) else op
     if not op_type.startswith(OP_TYPE_PREFIX):
         return attrs
-    from ms_kvcache._spec import all_specs  # noqa: WPS433 - the registry of the public ops (declared as data)
+    import ms_kvcache._opspecs  # noqa: F401,WPS433 - registers the public ops' OpSpecs (declared as data)
+    from ms_kvcache._spec import all_specs  # noqa: WPS433
 
     spec = next((s for s in all_specs() if s.op_type == op_type), None)
     if spec is None or not any(a.codes for a in spec.attrs):
