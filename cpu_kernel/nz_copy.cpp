@@ -55,62 +55,165 @@ inline void Copy32(uint8_t* dst, const uint8_t* src, bool nt) {
 }
 
 #if defined(MSKV_STREAM_AVX2)
-inline void Prefetch(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
+// The AVX2 path writes whole 64-byte lines. On the NZ side, the pieces of a run of consecutive slots of one
+// fractal are one contiguous range of the cache (32 bytes per slot); on the row side, the pieces of a row's
+// consecutive fractals are contiguous. Each line of the written side is assembled from the pieces that cover
+// it - two whole pieces when that side's ranges start on a 32-byte boundary of the line grid, else the upper
+// half of one piece, a whole piece and the lower half of the next (MindSpore's host tensors are 16-byte
+// aligned) - and stored whole: with `stream`, as non-temporal stores of complete lines (no read for ownership,
+// no partial write-combining flush). Only the partial lines at the two ends of a range are stored 16 bytes at
+// a time.
+//
+// The loop order keeps the read side sequential, the side the hardware prefetchers must follow, and scatters
+// the whole lines written (non-temporal stores of whole lines need no locality):
+//   ToCache (rows -> NZ): steps of kToCacheLinesPerStep lines of the slot ranges (two slots' rows per line)
+//     outside, fractals inside: the rows are read front to back (the next step's rows prefetched), each step
+//     writes that many consecutive lines into each of the F fractal ranges. One line per step measured 10-30%
+//     slower than two when the rows are in the CPU caches (reshape_and_cache's key / value at T <= 4096),
+//     four the same as two for those, slower for rows in memory (the transfers' host rows).
+//   FromCache (NZ -> rows): tiles of kFromTileTokens slots; in a tile, lines of the row outside (two fractals
+//     per line), slots inside: the fractal ranges are read front to back (the next tile's part of each range
+//     prefetched), the lines go to the rows.
+// Measured on this project's 2-core VM (Llama-3-8B NZ rows of 2 KiB, 32 layers, T = 1024, against a 2-thread
+// memcpy of the same bytes in the same run): multi_layer_kv_transfer h2d 0.77 -> 1.0 and d2h 0.73 -> 0.9, the
+// whole-block transfers likewise; pieces one at a time (16-token tiles, 16-byte stores, for h2d a staging copy
+// of the rows) ran at 0.57-0.83. Lines assembled in 64-byte registers (AVX-512) measured the same.
+constexpr int64_t kFromTileTokens = 32;
+constexpr int64_t kToCacheLinesPerStep = 2;
 
-// The tile loops with 32-byte registers (one load, one store per piece). ToCache reads its rows from a staging
-// buffer (NzRunToCache). FromCache reads each fractal's stretch of the cache (contiguous) and writes the rows 32
-// bytes at a time: it prefetches the next tile of the run (`next_n` tokens; 0: none) while it moves this one.
-__attribute__((target("avx2"))) void TileToCacheAvx2(const NzPlane& p, int64_t s, int64_t n, const uint8_t* rows,
-                                                     int64_t stride, bool nt, bool aligned32) {
-  uint8_t* d0 = p.At(s, 0);
-  const int64_t fstep = p.block_size * 32;
-  for (int64_t f = 0; f < p.fractals; ++f) {
-    uint8_t* d = d0 + f * fstep;
-    const uint8_t* src = rows + f * 32;
-    for (int64_t i = 0; i < n; ++i, d += 32, src += stride) {
-      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
-      if (nt && aligned32) {
-        _mm256_stream_si256(reinterpret_cast<__m256i*>(d), x);
-      } else if (nt) {
-        _mm_stream_si128(reinterpret_cast<__m128i*>(d), _mm256_castsi256_si128(x));
-        _mm_stream_si128(reinterpret_cast<__m128i*>(d + 16), _mm256_extracti128_si256(x, 1));
-      } else {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(d), x);
+__attribute__((target("avx2"))) inline void Prefetch(const uint8_t* p) {
+  _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);  // a hint: never faults
+}
+
+template <bool kNt>
+__attribute__((target("avx2"))) inline void Store32(uint8_t* dst, __m256i x) {
+  if (kNt) _mm256_stream_si256(reinterpret_cast<__m256i*>(dst), x);
+  else _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), x);
+}
+
+// 16 bytes to a 16-byte-aligned dst: the pieces of the partial lines at the ends of a range. Non-temporal too
+// when the whole lines are: a scattered slot's pieces (runs of one) are all partial lines, and there streaming
+// stores measured 2x plain ones here (a plain store first reads the line: 128 bytes of traffic for 32).
+template <bool kNt>
+__attribute__((target("avx2"))) inline void Store16(uint8_t* dst, const uint8_t* src) {
+  const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+  if (kNt) _mm_stream_si128(reinterpret_cast<__m128i*>(dst), x);
+  else _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), x);
+}
+
+// The line at dst from its four 16-byte quarters q0..q3. kHalves: the quarters come from different pieces
+// (16-byte loads); else q0 and q2 start whole pieces (q1 = q0 + 16, q3 = q2 + 16: 32-byte loads).
+template <bool kNt, bool kHalves>
+__attribute__((target("avx2"))) inline void StoreLine(uint8_t* dst, const uint8_t* q0, const uint8_t* q1,
+                                                      const uint8_t* q2, const uint8_t* q3) {
+  __m256i lo, hi;
+  if (kHalves) {
+    lo = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(q1), reinterpret_cast<const __m128i*>(q0));
+    hi = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(q3), reinterpret_cast<const __m128i*>(q2));
+  } else {
+    lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q0));
+    hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q2));
+  }
+  Store32<kNt>(dst, lo);
+  Store32<kNt>(dst + 32, hi);
+}
+
+// The whole lines of a range of `bytes` bytes whose first byte is `e` bytes past a line boundary (e a multiple
+// of 16): they start at x0 and there are `lines` of them. Bytes [0, x0) and [x0 + 64 * lines, bytes) are the
+// partial lines at the ends.
+struct LineSpan {
+  int64_t x0, lines;
+  LineSpan(int64_t e, int64_t bytes) {
+    x0 = std::min<int64_t>((64 - e) % 64, bytes);
+    lines = (bytes - x0) / 64;
+  }
+  int64_t x1() const { return x0 + 64 * lines; }
+};
+
+template <bool kNt, bool kHalves>
+__attribute__((target("avx2"))) void LinesToCache(const NzPlane& p, uint8_t* c0, const uint8_t* rows, int64_t stride,
+                                                  const LineSpan& span) {
+  const int64_t F = p.fractals, fstep = p.block_size * 32;
+  constexpr int64_t G = kToCacheLinesPerStep;
+  auto src = [&](int64_t y) { return rows + (y >> 5) * stride + (y & 31); };  // byte y of a fractal's range
+  for (int64_t j = 0; j < span.lines; j += G) {
+    const int64_t g = std::min(G, span.lines - j);
+    const int64_t x = span.x0 + 64 * j;
+    const bool ahead = j + g < span.lines;
+    // the next step's rows not read yet: two per line, from the row of its first line's quarter 1 (quarter 0's
+    // row, when it starts mid-row, is this step's last)
+    const uint8_t* next = ahead ? src(x + 64 * g + 16) : nullptr;
+    const int64_t next_rows = 2 * std::min(G, span.lines - j - g);
+    uint8_t* d = c0 + x;
+    for (int64_t f = 0; f < F; ++f, d += fstep) {
+      if (ahead && (f & 1) == 0) {
+        for (int64_t r = 0; r < next_rows; ++r) Prefetch(next + r * stride + f * 32);
+      }
+      for (int64_t k = 0; k < g; ++k) {
+        const int64_t y = x + 64 * k;
+        StoreLine<kNt, kHalves>(d + 64 * k, src(y) + f * 32, src(y + 16) + f * 32, src(y + 32) + f * 32,
+                                src(y + 48) + f * 32);
       }
     }
   }
 }
 
-__attribute__((target("avx2"))) void TileFromCacheAvx2(const NzPlane& p, int64_t s, int64_t n, uint8_t* rows,
-                                                       int64_t stride, bool nt, int64_t next_n) {
-  // fractal pairs: the two 32-byte pieces of one 64-byte stretch of a row are stored back to back
-  const uint8_t* a0 = p.At(s, 0);
+// rows -> NZ for a run (NzRunToCache); the plane's base is 16-byte aligned.
+template <bool kNt>
+__attribute__((target("avx2"))) void RunToCacheAvx2(const NzPlane& p, int64_t s, int64_t n, const uint8_t* rows,
+                                                    int64_t stride) {
+  const int64_t F = p.fractals, fstep = p.block_size * 32, bytes = n * 32;
+  uint8_t* c0 = p.At(s, 0);  // fractal f's range: [c0 + f * fstep, + bytes); fstep is a whole number of lines
+  const LineSpan span(static_cast<int64_t>(reinterpret_cast<uintptr_t>(c0) % 64), bytes);
+  auto partial = [&](int64_t y0, int64_t y1) {
+    for (int64_t f = 0; f < F; ++f)
+      for (int64_t y = y0; y < y1; y += 16)
+        Store16<kNt>(c0 + f * fstep + y, rows + (y >> 5) * stride + f * 32 + (y & 31));
+  };
+  partial(0, span.x0);
+  if (span.x0 % 32 == 0) LinesToCache<kNt, false>(p, c0, rows, stride, span);
+  else LinesToCache<kNt, true>(p, c0, rows, stride, span);
+  partial(span.x1(), bytes);
+}
+
+template <bool kNt, bool kHalves>
+__attribute__((target("avx2"))) void LinesFromCache(const NzPlane& p, const uint8_t* c0, uint8_t* r0, int64_t m,
+                                                    int64_t stride, const LineSpan& span) {
   const int64_t fstep = p.block_size * 32;
-  for (int64_t f = 0; f < p.fractals; f += 2) {
-    const bool pair = f + 1 < p.fractals;
-    const uint8_t* a = a0 + f * fstep;
-    const uint8_t* b = pair ? a + fstep : nullptr;
-    for (int64_t o = 0; o < next_n * 32; o += 64) {
-      Prefetch(a + n * 32 + o);
-      if (pair) Prefetch(b + n * 32 + o);
+  constexpr int64_t kAhead = kFromTileTokens * 32;  // the next tile's part of a fractal's range
+  auto src = [&](int64_t y) { return c0 + (y >> 5) * fstep + (y & 31); };  // byte y of a row (slot 0 of the tile)
+  for (int64_t j = 0; j < span.lines; ++j) {
+    const int64_t x = span.x0 + 64 * j;
+    const uint8_t *q0 = src(x), *q1 = src(x + 16), *q2 = src(x + 32), *q3 = src(x + 48);
+    uint8_t* d = r0 + x;
+    for (int64_t i = 0; i < m; ++i, d += stride) {
+      if ((i & 1) == 0) {
+        Prefetch(q1 + i * 32 + kAhead);
+        Prefetch(q3 + i * 32 + kAhead);
+      }
+      StoreLine<kNt, kHalves>(d, q0 + i * 32, q1 + i * 32, q2 + i * 32, q3 + i * 32);
     }
-    uint8_t* d = rows + f * 32;
-    for (int64_t i = 0; i < n; ++i, d += stride) {
-      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i * 32));
-      if (nt) {
-        _mm_stream_si128(reinterpret_cast<__m128i*>(d), _mm256_castsi256_si128(x));
-        _mm_stream_si128(reinterpret_cast<__m128i*>(d + 16), _mm256_extracti128_si256(x, 1));
-      } else {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(d), x);
-      }
-      if (!pair) continue;
-      const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + i * 32));
-      if (nt) {
-        _mm_stream_si128(reinterpret_cast<__m128i*>(d + 32), _mm256_castsi256_si128(y));
-        _mm_stream_si128(reinterpret_cast<__m128i*>(d + 48), _mm256_extracti128_si256(y, 1));
-      } else {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + 32), y);
-      }
+  }
+}
+
+// NZ -> rows for a run (NzRunFromCache); rows 16-byte aligned, stride a whole number of lines.
+template <bool kNt>
+__attribute__((target("avx2"))) void RunFromCacheAvx2(const NzPlane& p, int64_t s, int64_t n, uint8_t* rows,
+                                                      int64_t stride) {
+  const int64_t fstep = p.block_size * 32, bytes = p.fractals * 32;  // a row
+  const LineSpan span(static_cast<int64_t>(reinterpret_cast<uintptr_t>(rows) % 64), bytes);
+  for (int64_t t0 = 0; t0 < n; t0 += kFromTileTokens) {
+    const int64_t m = std::min(kFromTileTokens, n - t0);
+    const uint8_t* c0 = p.At(s + t0, 0);
+    uint8_t* r0 = rows + t0 * stride;
+    if (span.x0 % 32 == 0) LinesFromCache<kNt, false>(p, c0, r0, m, stride, span);
+    else LinesFromCache<kNt, true>(p, c0, r0, m, stride, span);
+    if (span.x0 == 0 && span.x1() == bytes) continue;
+    for (int64_t i = 0; i < m; ++i) {  // the partial lines at both ends of each row
+      for (int64_t y = 0; y < span.x0; y += 16)
+        Store16<kNt>(r0 + i * stride + y, c0 + (y >> 5) * fstep + i * 32 + (y & 31));
+      for (int64_t y = span.x1(); y < bytes; y += 16)
+        Store16<kNt>(r0 + i * stride + y, c0 + (y >> 5) * fstep + i * 32 + (y & 31));
     }
   }
 }
@@ -118,6 +221,8 @@ __attribute__((target("avx2"))) void TileFromCacheAvx2(const NzPlane& p, int64_t
 
 inline bool Aligned(const void* p, uintptr_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
 
+// The generic tiles (no AVX2, MS_KVCACHE_STREAM_SSE2=1, or chunk != 32): pieces one at a time, tiles of
+// kNzTileTokens slots, per fractal the tile's pieces contiguous in the cache.
 void TileToCache(const NzPlane& p, int64_t s, int64_t n, const uint8_t* rows, int64_t stride, bool stream) {
   if (p.chunk != 32) {  // (every NZ dtype has 32-byte pieces; kept general for other element sizes)
     for (int64_t f = 0; f < p.fractals; ++f) {
@@ -127,20 +232,13 @@ void TileToCache(const NzPlane& p, int64_t s, int64_t n, const uint8_t* rows, in
     return;
   }
   const bool nt = stream && Aligned(p.cache, 16);
-#if defined(MSKV_STREAM_AVX2)
-  if (StreamHasAvx2()) {
-    TileToCacheAvx2(p, s, n, rows, stride, nt, Aligned(p.cache, 32));
-    return;
-  }
-#endif
   for (int64_t f = 0; f < p.fractals; ++f) {
     uint8_t* d = p.At(s, f);
     for (int64_t i = 0; i < n; ++i) Copy32(d + i * 32, rows + i * stride + f * 32, nt);
   }
 }
 
-void TileFromCache(const NzPlane& p, int64_t s, int64_t n, uint8_t* rows, int64_t stride, bool stream,
-                   int64_t next_n) {
+void TileFromCache(const NzPlane& p, int64_t s, int64_t n, uint8_t* rows, int64_t stride, bool stream) {
   if (p.chunk != 32) {
     for (int64_t f = 0; f < p.fractals; ++f) {
       const uint8_t* c = p.At(s, f);
@@ -149,64 +247,42 @@ void TileFromCache(const NzPlane& p, int64_t s, int64_t n, uint8_t* rows, int64_
     return;
   }
   const bool nt = stream && Aligned(rows, 16) && stride % 16 == 0;
-#if defined(MSKV_STREAM_AVX2)
-  if (StreamHasAvx2()) {
-    TileFromCacheAvx2(p, s, n, rows, stride, nt, next_n);
-    return;
-  }
-#endif
   for (int64_t f = 0; f < p.fractals; ++f) {
     const uint8_t* c = p.At(s, f);
     for (int64_t i = 0; i < n; ++i) Copy32(rows + i * stride + f * 32, c + i * 32, nt);
   }
 }
 
-// Rows in memory not in the CPU caches (a host buffer: stage_rows) go through a per-thread staging buffer a tile
-// at a time (NzRunToCache): the copy reads the rows sequentially, which the hardware prefetchers follow, and the
-// transposition into the fractal columns then reads the staging buffer from the L1 / L2 cache. Measured on this
-// project's 2-core VM (multi_layer_kv_transfer h2d of NZ caches, 4 layers x 2048 tokens x 2 KiB rows): 0.63-0.84
-// of memcpy staged, 0.27-0.53 reading the rows directly (32-byte pieces of 16 rows at a time, even with software
-// prefetch of the next tile). Rows just computed (reshape_and_cache's key / value) are read directly: staging
-// them cost 0.64-0.79 of memcpy against 0.89-1.98 direct (T = 1024, 4096). A run of fewer than kNzStageMin
-// tokens (scattered decode slots) is always moved directly.
-constexpr int64_t kNzStageMin = 4;
-
-uint8_t* StageBuffer(int64_t bytes) {
-  thread_local std::vector<uint8_t> stage;  // at most kNzTileTokens rows per thread
-  if (static_cast<int64_t>(stage.size()) < bytes + 64) stage.resize(static_cast<size_t>(bytes + 64));
-  return stage.data() + (64 - reinterpret_cast<uintptr_t>(stage.data()) % 64) % 64;
-}
-
 }  // namespace
 
-void NzRunToCache(const NzPlane& p, int64_t s, int64_t n, const uint8_t* rows, int64_t stride, bool stream,
-                  bool stage_rows) {
-  const int64_t rb = p.row_bytes();
+void NzRunToCache(const NzPlane& p, int64_t s, int64_t n, const uint8_t* rows, int64_t stride, bool stream) {
+#if defined(MSKV_STREAM_AVX2)
+  if (p.chunk == 32 && StreamHasAvx2()) {
+    // (a fractal's range of a block, block_size * 32 bytes, is a whole number of lines: block_size is even)
+    if (Aligned(p.cache, 16) && p.block_size % 2 == 0) {
+      if (stream) RunToCacheAvx2<true>(p, s, n, rows, stride);
+      else RunToCacheAvx2<false>(p, s, n, rows, stride);
+      return;
+    }
+  }
+#endif
   for (int64_t i = 0; i < n; i += kNzTileTokens) {
-    const int64_t m = std::min(kNzTileTokens, n - i);
-    if (!stage_rows || m < kNzStageMin) {
-      TileToCache(p, s + i, m, rows + i * stride, stride, stream);
-      continue;
-    }
-    uint8_t* st = StageBuffer(m * rb);
-    if (stride == rb) {
-      std::memcpy(st, rows + i * stride, static_cast<size_t>(m * rb));
-    } else {
-      for (int64_t j = 0; j < m; ++j) std::memcpy(st + j * rb, rows + (i + j) * stride, static_cast<size_t>(rb));
-    }
-    TileToCache(p, s + i, m, st, rb, stream);
+    TileToCache(p, s + i, std::min(kNzTileTokens, n - i), rows + i * stride, stride, stream);
   }
 }
 
 void NzRunFromCache(const NzPlane& p, int64_t s, int64_t n, uint8_t* rows, int64_t stride, bool stream) {
-  // the first tile's fractal stretches now; each tile prefetches the next one's (TileFromCacheAvx2)
-  const int64_t first = std::min(kNzTileTokens, n);
-  for (int64_t f = 0; f < p.fractals; ++f) {
-    for (int64_t o = 0; o < first * p.chunk; o += 64) PrefetchLine(p.At(s, f) + o);
+#if defined(MSKV_STREAM_AVX2)
+  if (p.chunk == 32 && StreamHasAvx2()) {
+    if (Aligned(rows, 16) && stride % 64 == 0) {  // every row as far past a line boundary as the first
+      if (stream) RunFromCacheAvx2<true>(p, s, n, rows, stride);
+      else RunFromCacheAvx2<false>(p, s, n, rows, stride);
+      return;
+    }
   }
+#endif
   for (int64_t i = 0; i < n; i += kNzTileTokens) {
-    const int64_t m = std::min(kNzTileTokens, n - i);
-    TileFromCache(p, s + i, m, rows + i * stride, stride, stream, std::min(kNzTileTokens, n - i - m));
+    TileFromCache(p, s + i, std::min(kNzTileTokens, n - i), rows + i * stride, stride, stream);
   }
 }
 
