@@ -33,15 +33,13 @@ struct NzPlane {
 // throws KernelError unless C0 * elem == 32 (what the Python checks guarantee; graph mode re-checked here).
 NzPlane NzPlaneOf(uint8_t* base, int64_t d0, int64_t d1, int64_t d2, int64_t d3, int64_t elem, const char* what);
 
-// Slots one tile of the generic path moves (no AVX2, or MS_KVCACHE_STREAM_SSE2=1; nz_copy.cpp).
-constexpr int64_t kNzTileTokens = 16;
-
 // Rows of the n consecutive slots s, s + 1, ..., s + n - 1 of one block (s % block_size + n <= block_size),
 // row i at rows + i * stride (row_bytes() each), into (ToCache) or out of (FromCache) the plane. `stream`:
 // non-temporal stores on the side that is written (the cache for ToCache, the rows for FromCache); call
-// StreamFence() before the data is handed over. With AVX2 and a 16-byte-aligned written side (for FromCache also
-// a stride of whole lines) every whole line of it is assembled and stored at once, only the partial lines at
-// the ends of a range 16 bytes at a time (nz_copy.cpp has the loop order and the measurements).
+// StreamFence() before the data is handed over. With a 16-byte-aligned written side (for FromCache also a stride
+// of whole lines) every whole line of it is assembled and stored at once (32-byte AVX2 stores when the CPU has
+// them, else 16-byte ones), only the partial lines at the ends of a range 16 bytes at a time; otherwise piece by
+// piece (nz_copy.cpp has the loop order and the measurements, nz_lines.inl the line code).
 void NzRunToCache(const NzPlane& p, int64_t s, int64_t n, const uint8_t* rows, int64_t stride, bool stream);
 void NzRunFromCache(const NzPlane& p, int64_t s, int64_t n, uint8_t* rows, int64_t stride, bool stream);
 

@@ -9,7 +9,7 @@ around them; runs of consecutive slots start at odd and even offsets and have od
 scattered slots, -1, the last slot and an odd fractal count; calls both large enough to stream and small ones.
 Every result is compared bit for bit with a numpy model of the NZ index formula (element (b, t, h) at
 ``((b * F + h // C0) * block_size + t) * C0 + h % C0``), and the guard bytes must be untouched. The same checks
-run again in a child process with ``MS_KVCACHE_STREAM_SSE2=1`` (the 16-byte generic tiles).
+run again in a child process with ``MS_KVCACHE_STREAM_SSE2=1`` (the same line code with 16-byte SSE2 stores).
 """
 import json
 import os
@@ -213,7 +213,7 @@ _CHILD = textwrap.dedent('''
 
 
 def test_nz_generic_tiles_sse2():
-    """The same checks with MS_KVCACHE_STREAM_SSE2=1: the 16-byte generic tiles (chosen once per process)."""
+    """The same checks with MS_KVCACHE_STREAM_SSE2=1: the line code with 16-byte stores (chosen once per process)."""
     try:
         from ms_kvcache import _cpu  # noqa: F401
     except ImportError:
