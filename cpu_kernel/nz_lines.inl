@@ -126,17 +126,23 @@ void RunToCache(const NzPlane& p, int64_t s, int64_t n, const uint8_t* rows, int
 template <bool kNt, bool kHalves>
 void LinesFromCache(int64_t fstep, const uint8_t* c0, uint8_t* r0, int64_t m, int64_t stride, const LineSpan& span) {
   constexpr int64_t kAhead = kFromTileTokens * 32;  // the next tile's part of a fractal's range
-  for (int64_t j = 0; j < span.lines; ++j) {
+  constexpr int64_t G = kFromLinesPerStep;
+  for (int64_t j = 0; j < span.lines; j += G) {
+    const int64_t g = std::min(G, span.lines - j);
     const int64_t x = span.x0 + 64 * j;
-    const uint8_t *q0 = RangeByte(c0, fstep, x), *q1 = RangeByte(c0, fstep, x + 16);
-    const uint8_t *q2 = RangeByte(c0, fstep, x + 32), *q3 = RangeByte(c0, fstep, x + 48);
     uint8_t* d = r0 + x;
-    for (int64_t i = 0; i < m; ++i, d += stride) {
-      if ((i & 1) == 0) {  // (quarter 0's range, when it differs, was the previous line's quarter 3)
-        Prefetch(q1 + i * 32 + kAhead);
-        Prefetch(q3 + i * 32 + kAhead);
+    const uint8_t* c = c0;
+    for (int64_t i = 0; i < m; ++i, d += stride, c += 32) {
+      for (int64_t k = 0; k < g; ++k) {
+        const int64_t y = x + 64 * k;
+        const uint8_t *q0 = RangeByte(c, fstep, y), *q1 = RangeByte(c, fstep, y + 16);
+        const uint8_t *q2 = RangeByte(c, fstep, y + 32), *q3 = RangeByte(c, fstep, y + 48);
+        if ((i & 1) == 0) {  // (quarter 0's range, when it differs, was the previous line's quarter 3)
+          Prefetch(q1 + kAhead);
+          Prefetch(q3 + kAhead);
+        }
+        StoreLine<kNt, kHalves>(d + 64 * k, q0, q1, q2, q3);
       }
-      StoreLine<kNt, kHalves>(d, q0 + i * 32, q1 + i * 32, q2 + i * 32, q3 + i * 32);
     }
   }
 }
