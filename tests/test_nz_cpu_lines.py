@@ -64,22 +64,25 @@ def _slots(rng, nb, bs, runs):
     return np.array(out, np.int64)
 
 
-RUNS = [(1, 1, 22), (4, 0, 32), (2, 7, 3), (0, 30, 2), (3, 0, 1), (6, 5, 27), (5, 2, 30)]
+RUNS = [(1, 1, 22), (4, 0, 32), (2, 7, 3), (0, 30, 2), (3, 0, 1), (6, 5, 27), (5, 2, 30)]  # block_size 32
+# block_size 144: runs longer than the kernels' tiles (64 slots for d2h), whole blocks, odd lengths and starts
+LONG_RUNS = [(1, 1, 143), (0, 0, 144), (2, 5, 70), (3, 64, 65), (5, 17, 1), (6, 100, 44)]
 
 
 def check_writes(seed=0):
     """reshape_and_cache into NZ caches at every shift; returns the failures (strings)."""
     rng = np.random.default_rng(seed)
     fails = []
-    bs, nb = 32, 8
-    # (dtype, C0, F, repeats of the runs): 2 KiB rows streamed (>= 256 KiB written), an odd F streamed, small
-    # calls (plain stores), int8 with its 32-element C0
-    cases = [("float16", 16, 64, 3), ("float16", 16, 67, 3), ("float16", 16, 3, 1), ("float16", 16, 8, 1),
-             ("int8", 32, 3, 1)]
-    for dtype, c0, f, reps in cases:
+    nb = 8
+    # (dtype, C0, F, repeats of the runs, block_size): 2 KiB rows streamed (>= 256 KiB written), an odd F
+    # streamed, small calls (plain stores), int8 with its 32-element C0, runs longer than a tile
+    cases = [("float16", 16, 64, 3, 32), ("float16", 16, 67, 3, 32), ("float16", 16, 3, 1, 32),
+             ("float16", 16, 8, 1, 32), ("int8", 32, 3, 1, 32), ("float16", 16, 64, 1, 144)]
+    for dtype, c0, f, reps, bs in cases:
+        base_runs = RUNS if bs == 32 else LONG_RUNS
         for shift in SHIFTS:
             nbk = nb * reps
-            runs = [(b + r * nb, o, n) for r in range(reps) for b, o, n in RUNS]
+            runs = [(b + r * nb, o, n) for r in range(reps) for b, o, n in base_runs]
             slots = _slots(rng, nbk, bs, runs)
             t = len(slots)
             key = rng.integers(-100, 100, (t, f * c0)).astype(dtype)
@@ -93,7 +96,7 @@ def check_writes(seed=0):
                                          Tensor.from_numpy(caches[1][0]), Tensor(slots), cache_layout="NZ")
             ms_kvcache.synchronize()
             for (arr, buf, start), w, name in zip(caches, want, ("key", "value")):
-                what = f"reshape_and_cache {dtype} F={f} x{reps} shift {shift} {name}_cache"
+                what = f"reshape_and_cache {dtype} F={f} x{reps} bs={bs} shift {shift} {name}_cache"
                 if not np.array_equal(_nd(arr).view(np.uint8), w.view(np.uint8)):
                     fails.append(what)
                 if not _guards_ok(buf, start, arr.nbytes):
@@ -106,19 +109,22 @@ def check_transfers(seed=1):
     memory at every shift; returns the failures."""
     rng = np.random.default_rng(seed)
     fails = []
-    bs, nb, L = 32, 8, 2
-    # (dtype, C0, F): 2 KiB rows (the calls move >= 4 MiB: streamed), an odd F (rows not a whole number of
-    # lines), a small call
-    for dtype, c0, f, reps in (("float16", 16, 64, 8), ("float16", 16, 67, 8), ("int8", 32, 3, 1)):
+    nb = 8
+    # (dtype, C0, F, repeats of the runs, block_size, layers): 2 KiB rows (the calls move >= 4 MiB: streamed), an
+    # odd F (rows not a whole number of lines), a small call, runs longer than a tile
+    cases = (("float16", 16, 64, 8, 32, 2), ("float16", 16, 67, 8, 32, 2), ("int8", 32, 3, 1, 32, 2),
+             ("float16", 16, 64, 1, 144, 3))
+    for dtype, c0, f, reps, bs, L in cases:
         hidden = f * c0
         nbk = nb * reps
+        base_runs = RUNS if bs == 32 else LONG_RUNS
         for cshift, hshift in zip(SHIFTS, (0, 48, 16, 32, 2)):
             caches = [[_placed((nbk, f, bs, c0), dtype, cshift, rng) for _ in range(2)] for _ in range(L)]
             nested = [tuple(Tensor.from_numpy(c[0]) for c in layer) for layer in caches]
-            runs = [(b + r * nb, o, n) for r in range(reps) for b, o, n in RUNS]
+            runs = [(b + r * nb, o, n) for r in range(reps) for b, o, n in base_runs]
             slots = _slots(rng, nbk, bs, runs)
             t = len(slots)
-            tag = f"{dtype} F={f} cache shift {cshift} host shift {hshift}"
+            tag = f"{dtype} F={f} bs={bs} L={L} cache shift {cshift} host shift {hshift}"
 
             def nd(layer, plane):
                 return _nd(caches[layer][plane][0]).reshape(nbk * bs, hidden)
