@@ -54,10 +54,13 @@ namespace {
 //     slower than two when the rows are in the CPU caches (reshape_and_cache's key / value at T <= 4096),
 //     four the same as two for those and slower for rows in memory (the transfers' host rows).
 //   FromCache (NZ -> rows): tiles of kFromTileTokens slots; in a tile, steps of kFromLinesPerStep lines of the
-//     row (two fractals per line) outside, slots inside: the fractal ranges are read front to back (the next
-//     tile's part of each range prefetched), each slot's row gets that many consecutive lines per step. On one
-//     thread 64-slot tiles measured 3-8% faster than 32-slot ones, 128-slot ones 10% slower; two lines per step
-//     5% faster than one, four the same.
+//     row (two fractals per line) outside, slots inside: the fractal ranges are read front to back, each slot's
+//     row gets that many consecutive lines per step. Each slot prefetches its pieces of the next step (the next
+//     2 * kFromLinesPerStep fractal ranges, a jump the hardware prefetchers do not follow): on one thread
+//     0.94-1.01 of a one-thread memcpy against 0.82-0.90 when each tile prefetched the next tile's part of its
+//     ranges (for the second tile of a block, the next fractal's pieces just read). On one thread 64-slot
+//     tiles measured 3-8% faster than 32-slot ones, 128-slot ones 10% slower; two lines per step 5% faster
+//     than one, four the same.
 // Measured on this project's 2-core VM (Llama-3-8B NZ rows of 2 KiB, 32 layers, T = 1024, caches 16 bytes past a
 // line, against a 2-thread memcpy of the same bytes in the same run): multi_layer_kv_transfer h2d 0.66-0.77 ->
 // 1.02-1.06 and d2h 0.63-0.73 -> 1.01-1.04, the whole-block transfers likewise (0.57-0.81 -> 1.0-1.15); the

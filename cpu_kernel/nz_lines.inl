@@ -125,8 +125,10 @@ void RunToCache(const NzPlane& p, int64_t s, int64_t n, const uint8_t* rows, int
 // NZ -> rows: the whole lines [span.x0, + 64 * span.lines) of the m rows from r0 (slots from the tile's c0).
 template <bool kNt, bool kHalves>
 void LinesFromCache(int64_t fstep, const uint8_t* c0, uint8_t* r0, int64_t m, int64_t stride, const LineSpan& span) {
-  constexpr int64_t kAhead = kFromTileTokens * 32;  // the next tile's part of a fractal's range
   constexpr int64_t G = kFromLinesPerStep;
+  // the same slot's pieces of the next step: 2 * G fractals further (past the last step: the next block in
+  // memory, a wasted hint)
+  const int64_t ahead = 2 * G * fstep;
   for (int64_t j = 0; j < span.lines; j += G) {
     const int64_t g = std::min(G, span.lines - j);
     const int64_t x = span.x0 + 64 * j;
@@ -137,9 +139,9 @@ void LinesFromCache(int64_t fstep, const uint8_t* c0, uint8_t* r0, int64_t m, in
         const int64_t y = x + 64 * k;
         const uint8_t *q0 = RangeByte(c, fstep, y), *q1 = RangeByte(c, fstep, y + 16);
         const uint8_t *q2 = RangeByte(c, fstep, y + 32), *q3 = RangeByte(c, fstep, y + 48);
-        if ((i & 1) == 0) {  // (quarter 0's range, when it differs, was the previous line's quarter 3)
-          Prefetch(q1 + kAhead);
-          Prefetch(q3 + kAhead);
+        if ((i & 1) == 0) {  // (every line of a fractal's range holds the piece of one even slot)
+          Prefetch(q1 + ahead);
+          Prefetch(q3 + ahead);
         }
         StoreLine<kNt, kHalves>(d + 64 * k, q0, q1, q2, q3);
       }
