@@ -1,5 +1,5 @@
-// Host buffers for KV offload (ms_kvcache.alloc_host_buffer) and the CPU copy baseline of the
-// transfer benchmark. Not a MindSpore kernel: pybind11 functions registered into ms_kvcache._cpu by
+// Host buffers for KV offload (ms_kvcache.alloc_host_buffer), the CPU copy baseline of the transfer
+// benchmark and the piece-scatter reference of the NZ benchmark. Not a MindSpore kernel: pybind11 functions registered into ms_kvcache._cpu by
 // mskv::BindHostMemory (called from ms_kvcache/csrc/cpu_module.cpp).
 //
 // host_alloc(nbytes, numa_node, pinned) maps anonymous, page-aligned memory, binds it to `numa_node`
@@ -133,6 +133,49 @@ void CopyBuffers(py::buffer dst, py::buffer src, int64_t threads_cap) {
   mskv::ml::ParallelCopy(dp, sp, nd, threads_cap);
 }
 
+// The hardware reference of a scattered NZ cache write (ms_kvcache/bench/nz_layout.py): for every row t of
+// `src` ([T, row_bytes] contiguous) and piece f < row_bytes / piece, dst[offsets[t] + f * stride, + piece) =
+// src[t, f * piece, + piece) - the same pieces to the same addresses as the kernel, with the addresses worked
+// out beforehand (numpy) and nothing else done: no slot arithmetic, no run detection, no checks in the loop.
+// Over the kernel threads (split by rows); `nontemporal`: 16-byte non-temporal stores (dst, piece and stride
+// multiples of 16), else plain copies. Every piece is bounds-checked before anything is written.
+void ScatterPieces(py::buffer dst, py::buffer src, const py::array_t<int64_t, py::array::c_style>& offsets,
+                   int64_t piece, int64_t stride, bool nontemporal) {
+  py::buffer_info d = dst.request(true), s = src.request(false);
+  const int64_t nd = d.size * d.itemsize, ns = s.size * s.itemsize, rows = offsets.size();
+  if (piece <= 0 || stride < piece) throw py::value_error("scatter_pieces: expected 0 < piece <= stride");
+  if (rows == 0) return;
+  if (ns % rows != 0 || (ns / rows) % piece != 0)
+    throw py::value_error("scatter_pieces: src must hold len(offsets) rows of a whole number of pieces");
+  const int64_t row_bytes = ns / rows, pieces = row_bytes / piece;
+  const int64_t* off = offsets.data();
+  for (int64_t t = 0; t < rows; ++t) {
+    if (off[t] < 0 || off[t] + (pieces - 1) * stride + piece > nd)
+      throw py::value_error("scatter_pieces: offsets[" + std::to_string(t) + "] puts a piece outside dst");
+  }
+  auto* dp = static_cast<uint8_t*>(d.ptr);
+  const auto* sp = static_cast<const uint8_t*>(s.ptr);
+  const bool nt = nontemporal && reinterpret_cast<uintptr_t>(dp) % 16 == 0 && piece % 16 == 0 && stride % 16 == 0;
+  py::gil_scoped_release nogil;
+  mskv::ParallelFor(rows, ns, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      uint8_t* o = dp + off[t];
+      const uint8_t* r = sp + t * row_bytes;
+      for (int64_t f = 0; f < pieces; ++f, o += stride, r += piece) {
+#if defined(__SSE2__)
+        if (nt) {
+          for (int64_t k = 0; k < piece; k += 16)
+            _mm_stream_si128(reinterpret_cast<__m128i*>(o + k), _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + k)));
+          continue;
+        }
+#endif
+        std::memcpy(o, r, static_cast<size_t>(piece));
+      }
+    }
+    mskv::StreamFence();
+  });
+}
+
 }  // namespace
 
 namespace mskv {
@@ -149,6 +192,9 @@ void BindHostMemory(py::module_& m) {
         "Completed calls of the multi-layer transfer kernels (benchmark: wait without spinning).");
   m.def("copy_buffers", &CopyBuffers, py::arg("dst"), py::arg("src"), py::arg("threads_cap") = 0,
         "Parallel memcpy between two buffers of equal size (benchmark baseline).");
+  m.def("scatter_pieces", &ScatterPieces, py::arg("dst"), py::arg("src"), py::arg("offsets"), py::arg("piece"),
+        py::arg("stride"), py::arg("nontemporal"),
+        "Row t's pieces to dst + offsets[t] + f * stride over the threads (benchmark reference of NZ scatters).");
 }
 
 }  // namespace mskv

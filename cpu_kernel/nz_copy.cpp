@@ -36,178 +36,142 @@ NzPlane NzPlaneOf(uint8_t* base, int64_t d0, int64_t d1, int64_t d2, int64_t d3,
 
 namespace {
 
-// One 32-byte piece; `nt`: non-temporal stores (dst 16-byte aligned).
-inline void Copy32(uint8_t* dst, const uint8_t* src, bool nt) {
-#if defined(__SSE2__)
-  const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
-  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16));
-  if (nt) {
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst), a);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 16), b);
-  } else {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), a);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 16), b);
-  }
-#else
-  (void)nt;
-  std::memcpy(dst, src, 32);
-#endif
-}
+// The runs write whole 64-byte lines. On the NZ side, the pieces of a run of consecutive slots of one fractal are
+// one contiguous range of the cache (32 bytes per slot); on the row side, the pieces of a row's consecutive
+// fractals are contiguous. Each line of the written side is assembled from the pieces that cover it - two whole
+// pieces when that side's ranges start on a 32-byte boundary of the line grid, else the upper half of one piece,
+// a whole piece and the lower half of the next (MindSpore's host tensors are 16-byte aligned) - and stored whole:
+// with `stream`, as non-temporal stores of complete lines (no read for ownership, no partial write-combining
+// flush). Only the partial lines at the two ends of a range are stored 16 bytes at a time, non-temporal too: a
+// scattered slot's pieces (runs of one) are all partial lines, and there streaming stores measured 2x plain
+// ones (a plain store first reads the line: 128 bytes of traffic for 32).
+//
+// The loop order keeps the read side sequential, the side the hardware prefetchers must follow, and scatters
+// the whole lines written (non-temporal stores of whole lines need no locality):
+//   ToCache (rows -> NZ): steps of kToCacheLinesPerStep lines of the slot ranges (two slots' rows per line)
+//     outside, fractals inside: the rows are read front to back (the next step's rows prefetched), each step
+//     writes that many consecutive lines into each of the F fractal ranges. One line per step measured 10-30%
+//     slower than two when the rows are in the CPU caches (reshape_and_cache's key / value at T <= 4096),
+//     four the same as two for those and slower for rows in memory (the transfers' host rows).
+//   FromCache (NZ -> rows): tiles of kFromTileTokens slots; in a tile, steps of kFromLinesPerStep lines of the
+//     row (two fractals per line) outside, slots inside: the fractal ranges are read front to back, each slot's
+//     row gets that many consecutive lines per step. Each slot prefetches its pieces of the next step (the next
+//     2 * kFromLinesPerStep fractal ranges, a jump the hardware prefetchers do not follow): on one thread
+//     0.94-1.01 of a one-thread memcpy against 0.82-0.90 when each tile prefetched the next tile's part of its
+//     ranges (for the second tile of a block, the next fractal's pieces just read). On one thread 64-slot
+//     tiles measured 3-8% faster than 32-slot ones, 128-slot ones 10% slower; two lines per step 5% faster
+//     than one, four the same.
+// Measured on this project's 2-core VM (Llama-3-8B NZ rows of 2 KiB, 32 layers, T = 1024, caches 16 bytes past a
+// line, against a 2-thread memcpy of the same bytes in the same run): multi_layer_kv_transfer h2d 0.66-0.77 ->
+// 1.02-1.06 and d2h 0.63-0.73 -> 1.01-1.04, the whole-block transfers likewise (0.57-0.81 -> 1.0-1.15); the
+// former tiles moved pieces one at a time (16-token tiles, 16-byte stores, for h2d a staging copy of the rows).
+// Lines assembled in 64-byte registers (AVX-512) measured the same as with 32-byte ones.
+constexpr int64_t kFromTileTokens = 64;
+constexpr int64_t kToCacheLinesPerStep = 2;
+constexpr int64_t kFromLinesPerStep = 2;
 
-#if defined(MSKV_STREAM_AVX2)
-inline void Prefetch(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
+// The whole lines of a range of `bytes` bytes whose first byte is `e` bytes past a line boundary (e a multiple
+// of 16): they start at x0 and there are `lines` of them. Bytes [0, x0) and [x1(), bytes) are the partial lines
+// at the ends.
+struct LineSpan {
+  int64_t x0, lines;
+  LineSpan(int64_t e, int64_t bytes) {
+    x0 = std::min<int64_t>((64 - e) % 64, bytes);
+    lines = (bytes - x0) / 64;
+  }
+  int64_t x1() const { return x0 + 64 * lines; }
+};
 
-// The tile loops with 32-byte registers (one load, one store per piece). ToCache reads its rows from a staging
-// buffer (NzRunToCache). FromCache reads each fractal's stretch of the cache (contiguous) and writes the rows 32
-// bytes at a time: it prefetches the next tile of the run (`next_n` tokens; 0: none) while it moves this one.
-__attribute__((target("avx2"))) void TileToCacheAvx2(const NzPlane& p, int64_t s, int64_t n, const uint8_t* rows,
-                                                     int64_t stride, bool nt, bool aligned32) {
-  uint8_t* d0 = p.At(s, 0);
-  const int64_t fstep = p.block_size * 32;
-  for (int64_t f = 0; f < p.fractals; ++f) {
-    uint8_t* d = d0 + f * fstep;
-    const uint8_t* src = rows + f * 32;
-    for (int64_t i = 0; i < n; ++i, d += 32, src += stride) {
-      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
-      if (nt && aligned32) {
-        _mm256_stream_si256(reinterpret_cast<__m256i*>(d), x);
-      } else if (nt) {
-        _mm_stream_si128(reinterpret_cast<__m128i*>(d), _mm256_castsi256_si128(x));
-        _mm_stream_si128(reinterpret_cast<__m128i*>(d + 16), _mm256_extracti128_si256(x, 1));
-      } else {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(d), x);
-      }
-    }
-  }
-}
-
-__attribute__((target("avx2"))) void TileFromCacheAvx2(const NzPlane& p, int64_t s, int64_t n, uint8_t* rows,
-                                                       int64_t stride, bool nt, int64_t next_n) {
-  // fractal pairs: the two 32-byte pieces of one 64-byte stretch of a row are stored back to back
-  const uint8_t* a0 = p.At(s, 0);
-  const int64_t fstep = p.block_size * 32;
-  for (int64_t f = 0; f < p.fractals; f += 2) {
-    const bool pair = f + 1 < p.fractals;
-    const uint8_t* a = a0 + f * fstep;
-    const uint8_t* b = pair ? a + fstep : nullptr;
-    for (int64_t o = 0; o < next_n * 32; o += 64) {
-      Prefetch(a + n * 32 + o);
-      if (pair) Prefetch(b + n * 32 + o);
-    }
-    uint8_t* d = rows + f * 32;
-    for (int64_t i = 0; i < n; ++i, d += stride) {
-      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i * 32));
-      if (nt) {
-        _mm_stream_si128(reinterpret_cast<__m128i*>(d), _mm256_castsi256_si128(x));
-        _mm_stream_si128(reinterpret_cast<__m128i*>(d + 16), _mm256_extracti128_si256(x, 1));
-      } else {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(d), x);
-      }
-      if (!pair) continue;
-      const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + i * 32));
-      if (nt) {
-        _mm_stream_si128(reinterpret_cast<__m128i*>(d + 32), _mm256_castsi256_si128(y));
-        _mm_stream_si128(reinterpret_cast<__m128i*>(d + 48), _mm256_extracti128_si256(y, 1));
-      } else {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + 32), y);
-      }
-    }
-  }
-}
-#endif
-
-inline bool Aligned(const void* p, uintptr_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
-
-void TileToCache(const NzPlane& p, int64_t s, int64_t n, const uint8_t* rows, int64_t stride, bool stream) {
-  if (p.chunk != 32) {  // (every NZ dtype has 32-byte pieces; kept general for other element sizes)
-    for (int64_t f = 0; f < p.fractals; ++f) {
-      uint8_t* d = p.At(s, f);
-      for (int64_t i = 0; i < n; ++i) std::memcpy(d + i * p.chunk, rows + i * stride + f * p.chunk, p.chunk);
-    }
-    return;
-  }
-  const bool nt = stream && Aligned(p.cache, 16);
-#if defined(MSKV_STREAM_AVX2)
-  if (StreamHasAvx2()) {
-    TileToCacheAvx2(p, s, n, rows, stride, nt, Aligned(p.cache, 32));
-    return;
-  }
-#endif
-  for (int64_t f = 0; f < p.fractals; ++f) {
-    uint8_t* d = p.At(s, f);
-    for (int64_t i = 0; i < n; ++i) Copy32(d + i * 32, rows + i * stride + f * 32, nt);
-  }
-}
-
-void TileFromCache(const NzPlane& p, int64_t s, int64_t n, uint8_t* rows, int64_t stride, bool stream,
-                   int64_t next_n) {
-  if (p.chunk != 32) {
-    for (int64_t f = 0; f < p.fractals; ++f) {
-      const uint8_t* c = p.At(s, f);
-      for (int64_t i = 0; i < n; ++i) std::memcpy(rows + i * stride + f * p.chunk, c + i * p.chunk, p.chunk);
-    }
-    return;
-  }
-  const bool nt = stream && Aligned(rows, 16) && stride % 16 == 0;
-#if defined(MSKV_STREAM_AVX2)
-  if (StreamHasAvx2()) {
-    TileFromCacheAvx2(p, s, n, rows, stride, nt, next_n);
-    return;
-  }
-#endif
-  for (int64_t f = 0; f < p.fractals; ++f) {
-    const uint8_t* c = p.At(s, f);
-    for (int64_t i = 0; i < n; ++i) Copy32(rows + i * stride + f * 32, c + i * 32, nt);
-  }
-}
-
-// Rows in memory not in the CPU caches (a host buffer: stage_rows) go through a per-thread staging buffer a tile
-// at a time (NzRunToCache): the copy reads the rows sequentially, which the hardware prefetchers follow, and the
-// transposition into the fractal columns then reads the staging buffer from the L1 / L2 cache. Measured on this
-// project's 2-core VM (multi_layer_kv_transfer h2d of NZ caches, 4 layers x 2048 tokens x 2 KiB rows): 0.63-0.84
-// of memcpy staged, 0.27-0.53 reading the rows directly (32-byte pieces of 16 rows at a time, even with software
-// prefetch of the next tile). Rows just computed (reshape_and_cache's key / value) are read directly: staging
-// them cost 0.64-0.79 of memcpy against 0.89-1.98 direct (T = 1024, 4096). A run of fewer than kNzStageMin
-// tokens (scattered decode slots) is always moved directly.
-constexpr int64_t kNzStageMin = 4;
-
-uint8_t* StageBuffer(int64_t bytes) {
-  thread_local std::vector<uint8_t> stage;  // at most kNzTileTokens rows per thread
-  if (static_cast<int64_t>(stage.size()) < bytes + 64) stage.resize(static_cast<size_t>(bytes + 64));
-  return stage.data() + (64 - reinterpret_cast<uintptr_t>(stage.data()) % 64) % 64;
+// Byte y of a range made of 32-byte pieces `step` bytes apart from `base` (piece y / 32, byte y % 32 of it).
+inline const uint8_t* RangeByte(const uint8_t* base, int64_t step, int64_t y) {
+  return base + (y >> 5) * step + (y & 31);
 }
 
 }  // namespace
 
-void NzRunToCache(const NzPlane& p, int64_t s, int64_t n, const uint8_t* rows, int64_t stride, bool stream,
-                  bool stage_rows) {
-  const int64_t rb = p.row_bytes();
-  for (int64_t i = 0; i < n; i += kNzTileTokens) {
-    const int64_t m = std::min(kNzTileTokens, n - i);
-    if (!stage_rows || m < kNzStageMin) {
-      TileToCache(p, s + i, m, rows + i * stride, stride, stream);
-      continue;
-    }
-    uint8_t* st = StageBuffer(m * rb);
-    if (stride == rb) {
-      std::memcpy(st, rows + i * stride, static_cast<size_t>(m * rb));
-    } else {
-      for (int64_t j = 0; j < m; ++j) std::memcpy(st + j * rb, rows + (i + j) * stride, static_cast<size_t>(rb));
-    }
-    TileToCache(p, s + i, m, st, rb, stream);
+// The line code once per instruction set (nz_lines.inl): the build's baseline, and AVX2 (x86-64).
+namespace {
+namespace nz_base {
+#define MSKV_NZ_AVX2 0
+#include "nz_lines.inl"
+#undef MSKV_NZ_AVX2
+}  // namespace nz_base
+}  // namespace
+
+#if defined(MSKV_STREAM_AVX2)
+#pragma GCC push_options
+#pragma GCC target("avx2")
+namespace {
+namespace nz_avx2 {
+#define MSKV_NZ_AVX2 1
+#include "nz_lines.inl"
+#undef MSKV_NZ_AVX2
+}  // namespace nz_avx2
+}  // namespace
+#pragma GCC pop_options
+#endif
+
+namespace {
+
+inline bool Aligned(const void* p, uintptr_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
+
+// A written side the line code cannot take (not 16-byte aligned; graph mode's unchecked odd block_size or chunk):
+// piece by piece, plain copies.
+void PiecesToCache(const NzPlane& p, int64_t s, int64_t n, const uint8_t* rows, int64_t stride) {
+  for (int64_t f = 0; f < p.fractals; ++f) {
+    uint8_t* d = p.At(s, f);
+    for (int64_t i = 0; i < n; ++i) std::memcpy(d + i * p.chunk, rows + i * stride + f * p.chunk, p.chunk);
   }
 }
 
-void NzRunFromCache(const NzPlane& p, int64_t s, int64_t n, uint8_t* rows, int64_t stride, bool stream) {
-  // the first tile's fractal stretches now; each tile prefetches the next one's (TileFromCacheAvx2)
-  const int64_t first = std::min(kNzTileTokens, n);
+// (rows 16-byte aligned at a stride of 16-byte multiples but not of whole lines - an odd fractal count - stream
+// their 32-byte pieces)
+void PiecesFromCache(const NzPlane& p, int64_t s, int64_t n, uint8_t* rows, int64_t stride, bool stream) {
+  const bool nt = stream && p.chunk == 32 && Aligned(rows, 16) && stride % 16 == 0;
   for (int64_t f = 0; f < p.fractals; ++f) {
-    for (int64_t o = 0; o < first * p.chunk; o += 64) PrefetchLine(p.At(s, f) + o);
+    const uint8_t* c = p.At(s, f);
+    for (int64_t i = 0; i < n; ++i) {
+      if (nt) nz_base::StorePiece<true>(rows + i * stride + f * 32, c + i * 32);
+      else std::memcpy(rows + i * stride + f * p.chunk, c + i * p.chunk, p.chunk);
+    }
   }
-  for (int64_t i = 0; i < n; i += kNzTileTokens) {
-    const int64_t m = std::min(kNzTileTokens, n - i);
-    TileFromCache(p, s + i, m, rows + i * stride, stride, stream, std::min(kNzTileTokens, n - i - m));
+}
+
+}  // namespace
+
+void NzRunToCache(const NzPlane& p, int64_t s, int64_t n, const uint8_t* rows, int64_t stride, bool stream) {
+  if (n <= 0) return;
+  if (p.chunk != 32 || p.block_size % 2 != 0 || !Aligned(p.cache, 16)) {
+    PiecesToCache(p, s, n, rows, stride);
+    return;
   }
+#if defined(MSKV_STREAM_AVX2)
+  if (StreamHasAvx2()) {
+    if (stream) nz_avx2::RunToCache<true>(p, s, n, rows, stride);
+    else nz_avx2::RunToCache<false>(p, s, n, rows, stride);
+    return;
+  }
+#endif
+  if (stream) nz_base::RunToCache<true>(p, s, n, rows, stride);
+  else nz_base::RunToCache<false>(p, s, n, rows, stride);
+}
+
+void NzRunFromCache(const NzPlane& p, int64_t s, int64_t n, uint8_t* rows, int64_t stride, bool stream) {
+  if (n <= 0) return;
+  // every row as far past a line boundary as the first: a stride of whole lines
+  if (p.chunk != 32 || !Aligned(rows, 16) || stride % 64 != 0) {
+    PiecesFromCache(p, s, n, rows, stride, stream);
+    return;
+  }
+#if defined(MSKV_STREAM_AVX2)
+  if (StreamHasAvx2()) {
+    if (stream) nz_avx2::RunFromCache<true>(p, s, n, rows, stride);
+    else nz_avx2::RunFromCache<false>(p, s, n, rows, stride);
+    return;
+  }
+#endif
+  if (stream) nz_base::RunFromCache<true>(p, s, n, rows, stride);
+  else nz_base::RunFromCache<false>(p, s, n, rows, stride);
 }
 
 void ScatterSlotsNz(const NzSrcPlane* planes, int num_planes, const void* slots, DType slot_dtype, int64_t num_tokens,
@@ -231,21 +195,23 @@ void ScatterSlotsNz(const NzSrcPlane* planes, int num_planes, const void* slots,
   }
   const bool stream = total >= CopyStreamThresholdBytes();
   auto slot_at = [&](int64_t t) { return ReadIndex(slots, slot_dtype, t); };
-  // One thread, or distinct slots: token ranges; a range moves its runs of consecutive slots as tiles. (One
-  // thread with a repeated slot: in token order, so the later token's row is written last.)
+  // One thread, or distinct slots: token ranges; a range moves its runs of consecutive slots, one plane after
+  // the other (a scattered token's pieces are F lines in F pages per plane: the planes one at a time keep half
+  // as many pages in use, measured 1.1-1.2x faster for scattered slots here). One thread with a repeated slot:
+  // each plane in token order, so the later token's row is written last.
   ParallelFor(num_tokens, total, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end;) {
-      const int64_t s = slot_at(t);
-      if (s < 0 || s >= num_slots) {
-        ++t;
-        continue;
+    for (int i = 0; i < num_planes; ++i) {
+      const NzSrcPlane& pl = planes[i];
+      for (int64_t t = begin; t < end;) {
+        const int64_t s = slot_at(t);
+        if (s < 0 || s >= num_slots) {
+          ++t;
+          continue;
+        }
+        const int64_t n = NzRunLength(slot_at, t, end, p0.block_size, p0.block_size);
+        NzRunToCache(pl.plane, s, n, pl.src + t * pl.src_row_bytes, pl.src_row_bytes, stream);
+        t += n;
       }
-      const int64_t n = NzRunLength(slot_at, t, end, p0.block_size, p0.block_size);
-      for (int i = 0; i < num_planes; ++i) {
-        NzRunToCache(planes[i].plane, s, n, planes[i].src + t * planes[i].src_row_bytes, planes[i].src_row_bytes,
-                     stream);
-      }
-      t += n;
     }
     if (stream) StreamFence();
   });

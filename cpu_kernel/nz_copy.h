@@ -5,8 +5,8 @@
 // ((b * F + f) * block_size + off) * C0 (ms_kvcache/_nz.py is the definition). Geometrically it is a BNSD
 // cache with heads = F and head_size = C0, which is how the generic row code addresses it (correct, but one
 // 32-byte piece per token and fractal); the functions here move runs of consecutive slots of one block as
-// tiles: per fractal, the run's pieces are contiguous in the cache (n * 32 bytes), so the cache side is
-// written (read) in whole lines.
+// ranges: a run's pieces of one fractal are one contiguous range of the cache, a row's pieces of consecutive
+// fractals one contiguous range of the row, so the side written gets whole 64-byte lines (nz_copy.cpp).
 #pragma once
 
 #include <cstdint>
@@ -33,15 +33,14 @@ struct NzPlane {
 // throws KernelError unless C0 * elem == 32 (what the Python checks guarantee; graph mode re-checked here).
 NzPlane NzPlaneOf(uint8_t* base, int64_t d0, int64_t d1, int64_t d2, int64_t d3, int64_t elem, const char* what);
 
-// Most consecutive slots one tile moves (the source rows of a tile stay in the L1 / L2 cache).
-constexpr int64_t kNzTileTokens = 16;
-
 // Rows of the n consecutive slots s, s + 1, ..., s + n - 1 of one block (s % block_size + n <= block_size),
 // row i at rows + i * stride (row_bytes() each), into (ToCache) or out of (FromCache) the plane. `stream`:
-// non-temporal stores on the side that is written (the cache for ToCache, the rows for FromCache);
-// `stage_rows`: the rows are in cold memory (a host buffer), copied to a staging buffer a tile at a time first.
-void NzRunToCache(const NzPlane& p, int64_t s, int64_t n, const uint8_t* rows, int64_t stride, bool stream,
-                  bool stage_rows = false);
+// non-temporal stores on the side that is written (the cache for ToCache, the rows for FromCache); call
+// StreamFence() before the data is handed over. With a 16-byte-aligned written side (for FromCache also a stride
+// of whole lines) every whole line of it is assembled and stored at once (32-byte AVX2 stores when the CPU has
+// them, else 16-byte ones), only the partial lines at the ends of a range 16 bytes at a time; otherwise piece by
+// piece (nz_copy.cpp has the loop order and the measurements, nz_lines.inl the line code).
+void NzRunToCache(const NzPlane& p, int64_t s, int64_t n, const uint8_t* rows, int64_t stride, bool stream);
 void NzRunFromCache(const NzPlane& p, int64_t s, int64_t n, uint8_t* rows, int64_t stride, bool stream);
 
 // The length of the run of consecutive valid slots from token t (at most `max_run`, at most end - t, within

@@ -1,11 +1,11 @@
 """The layer-wise transfer worker (cpu_kernel/layerwise.cpp) under ThreadSanitizer, as tests/test_thread_pool.py does
-for the pool: a C++ harness compiled with -fsanitize=thread against the worker, the pool and the two transfer
-kernels runs token and block transfers in both directions, layers submitted in a shuffled order by one thread and
-waited for in another order by a second thread, or handed over by a third thread playing MindSpore's pipeline
-(MskvLayerwiseSubmit through the worker registry, and MskvLayerwiseWait blocking that thread for every other layer),
-with and without the pool's helpers (aiv_num 0 / 1), and drops
-workers with layers in flight; every result is checked against a direct copy. "racy" reads the buffer of a layer
-without waiting for it: TSAN must report that, so the clean runs' silence means something."""
+for the pool: a C++ harness compiled with -fsanitize=thread against the worker, the pool and the two transfer kernels
+(with the NZ and row copies they call) runs token and block transfers in both directions, layers submitted in a
+shuffled order by one thread and waited for in another order by a second thread, or handed over by a third thread
+playing MindSpore's pipeline (MskvLayerwiseSubmit through the worker registry, and MskvLayerwiseWait blocking that
+thread for every other layer), with and without the pool's helpers (aiv_num 0 / 1), and drops workers with layers in
+flight; every result is checked against a direct copy. "racy" reads the buffer of a layer without waiting for it:
+TSAN must report that, so the clean runs' silence means something."""
 import os
 import shutil
 import subprocess
@@ -232,7 +232,8 @@ def harness(tmp_path_factory):
     k = f"{ROOT}/cpu_kernel"
     p = subprocess.run([cxx, "-std=c++17", "-O1", "-g", "-fsanitize=thread", f"-I{k}", f"-I{ROOT}/op_host", str(src),
                         f"{k}/layerwise.cpp", f"{k}/aot_abi.cpp", f"{k}/multi_layer_kv_transfer.cpp",
-                        f"{k}/multi_layer_block_transfer.cpp", f"{k}/nz_copy.cpp", f"{k}/kv_copy.cpp", "-o", str(exe), "-lpthread"],
+                        f"{k}/multi_layer_block_transfer.cpp", f"{k}/nz_copy.cpp", f"{k}/kv_copy.cpp", "-o", str(exe),
+                        "-lpthread"],
                        capture_output=True, text=True, timeout=600)
     if p.returncode != 0:
         if "tsan" in p.stderr.lower() or "sanitize" in p.stderr.lower():

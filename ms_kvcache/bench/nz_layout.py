@@ -9,6 +9,10 @@ cpu (CPU figures of the machine it runs on), Llama-3-8B rows (8 KV heads x 128, 
   writing cold memory (K disjoint slot sets over >= 64 MiB, interleaved with the baselines exactly as
   ``ms_kvcache.bench.copy_ops``): memcpy of the same bytes (numpy, one thread) and numpy's fancy-index write of the
   same rows into an NZ array; ``ratio_memcpy`` = memcpy time / op time;
+- for scattered slots also the hardware reference, a row of its own (op "reference"): a C scatter of the same
+  32-byte pieces to the same addresses over the kernel threads, addresses precomputed, the better of plain and
+  non-temporal stores (``_piece_scatter``); the op's row lists it as the baseline "C piece scatter" (time of
+  the reference / time of the op);
 - multi_layer_kv_transfer (token granularity, prefill slot mapping) and multi_layer_block_transfer (whole
   blocks) of 32 layers of SEPARATE_KV NZ caches and the ND host buffer / host blocks, d2h and h2d, against memcpy
   of the same bytes between host buffers (the better of the kernels' threads and numpy's one thread), interleaved
@@ -82,17 +86,65 @@ def bench_reshape_and_cache(tokens, reps, rng):
             def op(i, kc=kc, vc=vc, slots=slots):
                 ms_kvcache.reshape_and_cache(key, value, kc, vc, slots[i], "NZ")
 
-            best = C._time_rotated(k, nbytes, op, kc, memcpy, fancy, reps)
+            if pattern == "prefill":
+                best = C._time_rotated(k, nbytes, op, kc, memcpy, fancy, reps)
+                ref = None
+            else:
+                ref_fns, ref_check = _piece_scatter(shape, sets, key_np, value_np, f"nz_r{t}")
+                cases = {"op": (C._Cycle(k, op), lambda kc=kc: C._polite_sync(kc), C._inner_for(nbytes)),
+                         "memcpy": (C._Cycle(k, memcpy), C._no_sync, C._inner_for(nbytes)),
+                         "numpy": (C._Cycle(k, fancy), C._no_sync, C._inner_for(nbytes))}
+                cases.update({name: (C._Cycle(k, fn), C._no_sync, C._inner_for(nbytes)) for name, fn in ref_fns.items()})
+                best = C._timeit_interleaved(cases, reps + 2, warmup=k)
+                ref = min(best[name] for name in ref_fns)
             got = C._u8(kc).view(np.uint16).reshape(shape)[blk[0], :, off[0], :]
+            baselines = {"numpy": best["numpy"]} if ref is None else {"numpy": best["numpy"], "C piece scatter": ref}
             row = _util.make_row("reshape_and_cache", f"NZ llama3-8b bf16 bs128 {pattern} slots", t, nbytes,
-                                 best["op"], memcpy_s=best["memcpy"], baselines={"numpy": best["numpy"]},
+                                 best["op"], memcpy_s=best["memcpy"], baselines=baselines,
                                  dtype="bfloat16", note="" if np.array_equal(got, k16) else "WRONG RESULT")
             row.update(layout="NZ", pattern=pattern, rotations=k, series=f"reshape_and_cache NZ {pattern}")
             rows.append(row)
+            if ref is not None:  # the hardware reference as a row of its own (not an op)
+                store = min(ref_fns, key=lambda name: best[name])
+                row = _util.make_row("reference", f"C scatter of the same 32-byte pieces ({store} stores, kernel "
+                                     "threads)", t, nbytes, ref, memcpy_s=best["memcpy"], dtype="bfloat16",
+                                     note="" if ref_check() else "WRONG RESULT")
+                row.update(layout="NZ", pattern=pattern, rotations=k, series="reference: C scatter of 32-byte pieces")
+                rows.append(row)
             del kc, vc, np_k, np_v
         del memcpy
         gc.collect()
     return rows
+
+
+def _piece_scatter(shape, sets, key_np, value_np, name):
+    """The hardware reference of a scattered NZ write: ``ms_kvcache._cpu.scatter_pieces`` (C, the kernel threads)
+    of the same 32-byte pieces of ``key`` and ``value`` to the same addresses of two NZ caches like the op's
+    (``shape``, MindSpore memory), rotated over the same K slot sets, with each token's fractal-0 address worked
+    out beforehand (numpy): what writing these half-line pieces costs without any of the kernel's work. Returns
+    ({"non-temporal": fn(i), "plain": fn(i)}, check), check() comparing the key cache with the NZ index formula."""
+    from ms_kvcache import _cpu
+    from ms_kvcache.bench import copy_ops as C
+
+    nb, fractals, bs, c0 = shape
+    rk, rv = C._param(shape, name + "k"), C._param(shape, name + "v")
+    dk, dv = C._u8(rk), C._u8(rv)
+    src_k, src_v = key_np.view(np.uint8).reshape(len(key_np), -1), value_np.view(np.uint8).reshape(len(value_np), -1)
+    piece = c0 * 2
+    offsets = [((s // bs) * fractals * bs + s % bs) * piece for s in sets]  # fractal 0 of each slot, in bytes
+
+    def fn(nontemporal):
+        def run(i, keep=(rk, rv)):
+            _cpu.scatter_pieces(dk, src_k, offsets[i], piece, bs * piece, nontemporal)
+            _cpu.scatter_pieces(dv, src_v, offsets[i], piece, bs * piece, nontemporal)
+        return run
+
+    def check():
+        s = sets[0]
+        got = dk.view(np.uint16).reshape(shape)[s // bs, :, s % bs, :]
+        return np.array_equal(got, key_np.view(np.uint16).reshape(len(s), fractals, c0))
+
+    return {"non-temporal": fn(True), "plain": fn(False)}, check
 
 
 # --------------------------------------------------------------------------- cpu: the transfers
