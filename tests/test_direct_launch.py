@@ -145,3 +145,37 @@ def test_errors_keep_their_messages(fast):
                                          r"num_blocks\*block_size = 12, got 12 at index 1"):
         ms_kvcache.concat_and_cache_mla(Tensor(kv_c), Tensor(k_pe), *caches, Tensor(bad))
     assert np.array_equal(_bits(caches[0]), cc.view(np.uint16))
+
+
+def test_wait_idle_sleeps_longer_as_the_wait_goes_on():
+    """wait_idle polls MindSpore's pipeline with a sleep that doubles from poll_us to max_poll_us: a wait of ~100 ms
+    wakes the thread every ~0.3 ms, not every ~0.1 ms (a fixed 20 us sleep plus the timer slack; each wake-up takes
+    the CPU from whatever else runs there, e.g. a layer-wise copy worker, and the pipeline ran ~1.3x slower). Counted
+    as the thread's voluntary context switches."""
+    import threading
+
+    from ms_kvcache import _custom
+
+    mod = _custom._fast_module()  # noqa: SLF001
+    if mod is None or not hasattr(mod, "wait_idle"):
+        pytest.skip("the PyNative fast path (ms_kvcache._cpu_pyboost) is not available")
+    tid = threading.get_native_id()
+
+    def switches():
+        with open(f"/proc/self/task/{tid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
+
+    a = Tensor(np.random.default_rng(0).random((1024, 1024), dtype=np.float32))
+    a.asnumpy()
+    import time
+
+    t = time.perf_counter()
+    for _ in range(30):
+        a = ops.matmul(a, a) * 1e-3
+    s0 = switches()
+    assert mod.wait_idle()
+    waited, n = time.perf_counter() - t, switches() - s0
+    if waited < 0.03:
+        pytest.skip(f"the pipeline was busy for {waited * 1e3:.1f} ms only: too short to tell")
+    assert n < waited / 200e-6, f"{n} wake-ups in a {waited * 1e3:.0f} ms wait"  # a fixed 20 us sleep: ~110 us each
+    assert mod.wait_idle(1.0, 20.0, 20.0)  # max_poll_us <= poll_us: a fixed sleep

@@ -21,6 +21,7 @@
 // ordered after every earlier op and before every later one.
 #include <cmath>
 #include <cstdlib>
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 #include <string>
@@ -568,15 +569,19 @@ py::object DataAddressNoSync(const ms::Tensor& t) {
 // busy-waiting (Tensor.asnumpy() spins the calling thread, which on a 2-core machine takes a core away
 // from the kernels being waited for). Returns False on timeout. Call asnumpy() afterwards to collect
 // errors (it is then immediate).
-bool WaitIdle(double timeout_s, double poll_us) {
+// The sleep starts at poll_us and doubles up to max_poll_us: a short wait ends within ~poll_us, a long one
+// wakes the thread a few times per millisecond instead of every poll_us (each wake-up takes the CPU from
+// whatever runs there, e.g. a layer-wise copy worker).
+bool WaitIdle(double timeout_s, double poll_us, double max_poll_us) {
   auto& p = mindspore::runtime::Pipeline::Get();
   py::gil_scoped_release nogil;
   const auto t0 = std::chrono::steady_clock::now();
-  const auto poll = std::chrono::microseconds(static_cast<int64_t>(poll_us));
+  double sleep_us = poll_us;
   for (;;) {
     if (p.frontend_stage()->Empty() && p.backend_stage()->Empty() && p.launch_stage()->Empty()) return true;
     if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout_s) return false;
-    std::this_thread::sleep_for(poll);
+    std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(sleep_us)));
+    sleep_us = std::min(sleep_us * 2, std::max(max_poll_us, poll_us));
   }
 }
 
@@ -678,7 +683,9 @@ PYBIND11_MODULE(_cpu_pyboost, m) {
         "Address of the tensor's first byte (storage offset included) without a pipeline sync; None if the "
         "tensor is the output of a pending op or has no memory yet.");
   m.def("wait_idle", &WaitIdle, py::arg("timeout_s") = 60.0, py::arg("poll_us") = 20.0,
-        "Sleep-poll until MindSpore's PyNative pipeline is idle (no busy-wait); False on timeout.");
+        py::arg("max_poll_us") = 250.0,
+        "Sleep-poll until MindSpore's PyNative pipeline is idle (no busy-wait; the sleep doubles from poll_us "
+        "to max_poll_us); False on timeout.");
   m.def("run_or_queue", &RunOrQueue,
         "run_or_queue(kernel, *tensors): like run(), but a kernel without outputs runs at once on the calling "
         "thread when MindSpore's PyNative pipeline is idle and every tensor is a host tensor with its memory "
