@@ -171,8 +171,11 @@ def measure(num_layers, num_tokens, placement, threads=(1, 2), ratios=(1, 2), ho
             t_tr = statistics.median([transfer("d2h")() for _ in range(3)])
             # seconds per matmul per layer: the slope between 2 and 6 matmuls a layer (a loop's fixed cost, e.g. the
             # final wait for the pipeline, does not scale with k)
-            c1 = max(1e-6, (statistics.median([loop(6, compute)() for _ in range(3)])
-                            - statistics.median([loop(2, compute)() for _ in range(3)])) / 4)
+            t6 = statistics.median([loop(6, compute)() for _ in range(3)])
+            t2 = statistics.median([loop(2, compute)() for _ in range(3)])
+            # (a load spike can make the slope ~0 or negative: never below half the plain mean per matmul, which
+            # would otherwise ask for thousands of matmuls a layer)
+            c1 = max((t6 - t2) / 4, t6 / 6 / 2)
             kinds = [("matmul", compute)]
             if host_wait and aiv == threads[0] and placement == PLACEMENTS[1]:
                 kinds.append(("host wait", None))
