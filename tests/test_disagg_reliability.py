@@ -573,6 +573,18 @@ def test_a_peer_without_the_token_is_refused_before_any_kv_moves(who):
 
 
 # ---------------------------------------------------------------------------------------------- control-channel bounds
+def _dealer(ctx, address, curve_key=None):
+    import zmq
+
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    if curve_key is not None:
+        s.curve_serverkey = curve_key
+        s.curve_publickey, s.curve_secretkey = zmq.curve_keypair()
+    s.connect("tcp://" + address)
+    return s
+
+
 #: a hostile peer speaking raw ZeroMQ (no ms_kvcache): ADDRESS MODE COUNT SIZE [curve]; prints "sent" once its
 #: messages are queued, then holds its connection until a line on stdin
 _FLOOD = r"""
@@ -875,6 +887,36 @@ def test_queued_offers_are_bounded_in_bytes(monkeypatch):
             assert reply["type"] == "reject" and reply["session"] == "s2" and "busy" in reply["reason"], reply
             assert not s.poll(200)  # s1 waits, unanswered
             assert [e[1] for e in rx._backlog] == ["s1"] and rx._backlog_bytes == sizes[0]
+        finally:
+            ctx.destroy(0)
+
+
+def test_an_abort_withdraws_only_an_offer_of_its_own_connection():
+    """A queued offer is withdrawn by an abort of its session sent later on the same connection; an abort
+    naming that session from another connection (a peer that read or guessed the session id) leaves it
+    queued, and the offer is then served (accepted, on its own connection)."""
+    zmq = pytest.importorskip("zmq")
+    fmt, layout = _endpoint_args(CASE)
+    _, dst = _caches(CASE, 8, 4, 2)
+    ctx = zmq.Context()
+    with disagg.KVReceiver(dst, fmt, cache_layout=layout, max_tokens=16) as rx:
+        try:
+            owner, other = _dealer(ctx, rx.address), _dealer(ctx, rx.address)
+            offer = {"type": "offer", "protocol": disagg.PROTOCOL, "session": "s1", "seq": 0, "request_id": "r1",
+                     "layout": rx.layout.describe(), "model_id": None, "num_tokens": 4,
+                     "nbytes": 4 * rx.layout.bytes_per_token, "chunk_tokens": 4, "src_block_ids": [0],
+                     "src_block_size": 4, "checksum_algo": disagg.CHECKSUM_ALGO}
+            owner.send(json.dumps(offer).encode())
+            with pytest.raises(disagg.HandoffTimeout, match="no offer for request 'other'"):
+                rx.receive([0, 1], request_id="other", timeout=1.0)
+            other.send(json.dumps({"type": "abort", "session": "s1", "seq": 9, "withdrawn": True}).encode())
+            with pytest.raises(disagg.HandoffTimeout, match="no offer for request 'other'"):
+                rx.receive([0, 1], request_id="other", timeout=1.0)
+            assert [e[1] for e in rx._backlog] == ["s1"], "another connection's abort withdrew the offer"
+            owner.send(json.dumps({"type": "abort", "session": "s1", "seq": 1, "withdrawn": True}).encode())
+            with pytest.raises(disagg.HandoffTimeout, match="no offer for request 'other'"):
+                rx.receive([0, 1], request_id="other", timeout=1.0)
+            assert rx._backlog == [] and rx._backlog_bytes == 0
         finally:
             ctx.destroy(0)
 

@@ -383,8 +383,8 @@ class KVReceiver(_Endpoint):
             else:
                 self._backlog.append((peer, session, msg.get("request_id"), msg["seq"], raw))
                 self._backlog_bytes += len(raw)
-        elif kind == "abort":  # withdraws a queued offer (an abort sent after it: a higher seq)
-            self._backlog = [e for e in self._backlog if e[1] != session or msg["seq"] <= e[3]]
+        elif kind == "abort":  # withdraws a queued offer (sent after it, on its connection: a higher seq)
+            self._backlog = [e for e in self._backlog if e[1] != session or e[0] != peer or msg["seq"] <= e[3]]
             self._backlog_bytes = sum(len(e[4]) for e in self._backlog)
         else:  # a chunk / done of no active session (unknown, or already finished): answered, then dropped
             self._answer(peer, "error", session, f"receiver {self.address} has no active session {session!r}",
