@@ -585,6 +585,23 @@ def _dealer(ctx, address, curve_key=None):
     return s
 
 
+#: the documented bounds (docs/disagg.md, "Hostile input"), not read from the code under test: a frame's
+#: bytes, messages queued per connection, commas of a message
+_MAX_FRAME, _RCV_QUEUE, _MAX_ITEMS = 4 << 20, 4, 1 << 19
+
+
+def test_the_documented_bounds_are_the_codes():
+    """The constants the channel uses are the documented ones, and a message this end would send beyond
+    them is a DisaggError here (the receiver would refuse it unread: the sender would only time out)."""
+    assert (_channel.MAX_MESSAGE, _channel.RCV_QUEUE, _channel.MAX_ITEMS) == (_MAX_FRAME, _RCV_QUEUE, _MAX_ITEMS)
+    done = {"type": "done", "session": "s", "seq": 1, "nonce": "n"}
+    assert _channel._decode(_channel._encode(dict(done, checksums=[7] * (_MAX_ITEMS - 8))), _channel.TO_RECEIVER)
+    with pytest.raises(disagg.DisaggError, match="commas exceeds"):
+        _channel._encode(dict(done, checksums=[7] * (_MAX_ITEMS + 2)))
+    with pytest.raises(disagg.DisaggError, match="objects and lists"):
+        _channel._encode(dict(done, checksums=[], x=[[]] * 9000))
+
+
 #: a hostile peer speaking raw ZeroMQ (no ms_kvcache): ADDRESS MODE COUNT SIZE [curve]; prints "sent" once its
 #: messages are queued, then holds its connection until a line on stdin
 _FLOOD = r"""

@@ -215,6 +215,11 @@ def _mac(token, msg):
     return hmac.new(token, _MAC_DOMAIN + _canonical(msg), hashlib.sha256).hexdigest()
 
 
+def _counts(data):
+    """Objects and lists, and commas, in JSON ``data`` (bytes); brackets inside strings count too."""
+    return data.count(b"{") + data.count(b"["), data.count(b",")
+
+
 def _encode(msg, token=None):
     if token is not None:
         msg = dict(msg)
@@ -223,6 +228,10 @@ def _encode(msg, token=None):
     data = json.dumps(msg, separators=(",", ":")).encode()
     if len(data) > MAX_MESSAGE:
         raise DisaggError(f"control message of {len(data)} bytes exceeds {MAX_MESSAGE}")
+    containers, items = _counts(data)
+    if containers > MAX_CONTAINERS or items > MAX_ITEMS:  # the receiver would refuse it unread
+        raise DisaggError(f"control message of {containers} objects and lists and {items} commas exceeds "
+                          f"{MAX_CONTAINERS} and {MAX_ITEMS}")
     return data
 
 
@@ -236,7 +245,7 @@ class _Bad(Exception):
 
 def _decode(data, allowed, token=None):
     """The message in ``data``; :class:`_Bad` if it is malformed or (with a ``token``) not authenticated."""
-    containers, items = data.count(b"{") + data.count(b"["), data.count(b",")
+    containers, items = _counts(data)
     if containers > MAX_CONTAINERS or items > MAX_ITEMS:
         raise _Bad(f"malformed control message ({containers} objects and lists, {items} commas; at most "
                    f"{MAX_CONTAINERS} and {MAX_ITEMS})")
