@@ -602,6 +602,83 @@ def test_the_documented_bounds_are_the_codes():
         _channel._encode(dict(done, checksums=[], x=[[]] * 9000))
 
 
+def test_a_frame_above_the_bound_drops_the_connection_unread():
+    """A frame of 4 MiB + 1 byte (MAXMSGSIZE) makes ZeroMQ drop that connection: the receiver never reads
+    it and sends no answer (before, frames up to 16 MiB were read, parsed and answered); a frame of
+    exactly 4 MiB is read and refused as malformed."""
+    zmq = pytest.importorskip("zmq")
+    ctx = zmq.Context()
+    srv = _channel.ControlServer()
+    try:
+        big, edge = _dealer(ctx, srv.address), _dealer(ctx, srv.address)
+        big.send(b"x" * (_MAX_FRAME + 1))
+        assert srv.recv(time.monotonic() + 1.5) is None
+        assert srv.refused == 0 and not big.poll(300), "the oversized frame was read and answered"
+        edge.send(b"x" * _MAX_FRAME)
+        assert srv.recv(time.monotonic() + 1.5) is None and srv.refused == 1
+        assert edge.poll(3000) and json.loads(edge.recv())["type"] == "error"
+    finally:
+        srv.close()
+        ctx.destroy(0)
+
+
+def test_a_many_frame_message_is_dropped_frame_by_frame_not_assembled():
+    """A message of 64 frames of 256 KiB (16 MiB) is read one frame at a time and dropped as it is read:
+    Python holds at most one frame of it (tracemalloc peak under 2 MiB; before, recv_multipart built all
+    16 MiB as bytes objects before looking at the count). The sender is told it sent 64 frames."""
+    import tracemalloc
+
+    zmq = pytest.importorskip("zmq")
+    ctx = zmq.Context()
+    srv = _channel.ControlServer()
+    try:
+        s = _dealer(ctx, srv.address)
+        frame = b"y" * (256 << 10)
+        for i in range(64):
+            s.send(frame, zmq.SNDMORE if i < 63 else 0, copy=False)
+        assert srv.sock.poll(5000), "the message did not arrive"
+        tracemalloc.start()
+        try:
+            tracemalloc.reset_peak()
+            assert srv.recv(time.monotonic() + 1.0) is None
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert srv.refused == 1
+        assert peak < 2 << 20, f"reading the message took {peak >> 20} MiB of Python memory"
+        assert s.poll(3000)
+        reply = json.loads(s.recv())
+        assert reply["type"] == "error" and "64 frames" in reply["reason"], reply
+    finally:
+        srv.close()
+        ctx.destroy(0)
+
+
+@pytest.mark.parametrize("client", ["plain", "curve with a guessed key", "curve with another token"])
+def test_a_client_without_the_token_gets_no_message_queued(client):
+    """With a token the control socket is a CURVE server: a client without the token (plain ZeroMQ, CURVE
+    with a guessed server key, or the key of another token) never gets a message to the receiver: nothing
+    is queued, read or answered (before, every message was queued, read, parsed and then refused for its
+    signature)."""
+    zmq = pytest.importorskip("zmq")
+    if not zmq.has("curve"):
+        pytest.skip("pyzmq without CURVE")
+    ctx = zmq.Context()
+    srv = _channel.ControlServer(token=b"s3cret")
+    try:
+        key = {"plain": None, "curve with a guessed key": zmq.curve_keypair()[0],
+               "curve with another token": _channel.curve_server_keys(b"guess")[0]
+               if hasattr(_channel, "curve_server_keys") else zmq.curve_keypair()[0]}[client]
+        s = _dealer(ctx, srv.address, key)
+        s.send(json.dumps({"type": "offer", "session": "s", "seq": 0}).encode())
+        assert srv.recv(time.monotonic() + 1.5) is None
+        assert srv.refused == 0 and not srv.pending(), "the message reached the receiver"
+        assert not s.poll(300)
+    finally:
+        srv.close()
+        ctx.destroy(0)
+
+
 #: a hostile peer speaking raw ZeroMQ (no ms_kvcache): ADDRESS MODE COUNT SIZE [curve]; prints "sent" once its
 #: messages are queued, then holds its connection until a line on stdin
 _FLOOD = r"""
@@ -645,7 +722,7 @@ def test_a_hostile_peer_cannot_make_the_receiver_hold_more_than_the_documented_b
     connection), and while a message is read ~8 * MAX_MESSAGE more; with a token nothing (a peer without
     it is dropped at the handshake). While the floods hold their connections, a real handoff to that
     receiver succeeds, bit for bit."""
-    M = _channel.MAX_MESSAGE
+    M = _MAX_FRAME
     peer = P.Peer(tmp_path)
     floods = []
     try:
@@ -653,14 +730,14 @@ def test_a_hostile_peer_cannot_make_the_receiver_hold_more_than_the_documented_b
         addr = peer.call(cmd="receiver", max_tokens=16, token=token)["address"]
         pid = peer.proc.pid
         attacks = [("frames", 40, 15 << 20), ("messages", 40, 15 << 20), ("messages", 40, M - 64),
-                   ("json", 40, 8 * _channel.MAX_ITEMS)]
+                   ("json", 40, 8 * _MAX_ITEMS)]
         if token is not None:
             attacks += [("frames", 40, M - 64)]
             attacks += [a + ("curve",) for a in attacks]
         # without a token, 40 frames under MAX_MESSAGE in one message are the documented exception: ZeroMQ
         # bounds a frame's size, not the frames of a message, and holds a multipart message whole until read
         can_send = 2 if token is None else 0  # connections that can queue messages: the last two
-        bound = can_send * (_channel.RCV_QUEUE + 1) * M + (24 << 20)  # + allocator noise
+        bound = can_send * (_RCV_QUEUE + 1) * M + (24 << 20)  # + allocator noise
         time.sleep(0.5)
         with open(f"/proc/{pid}/clear_refs", "w") as f:
             f.write("5")  # peak RSS := RSS now
