@@ -818,8 +818,9 @@ class KVSender(_Endpoint):
             registered buffer: all of them when gathering).
 
         Raises:
-            ValueError: bad ``block_ids`` / ``num_tokens`` / ``timeout``.
+            ValueError: bad ``block_ids`` / ``num_tokens`` / ``timeout``, or more than 131072 chunks.
             PeerGone: no receiver at ``peer``, or it went away / Mooncake failed during the transfer.
+            AuthenticationFailed: the control channel's handshake failed (another ``token`` at ``peer``).
             HandoffTimeout: no accept, completion or ``loaded`` within ``timeout``.
             MetadataMismatch: the receiver rejected the offer (its reasons in the message).
             ChecksumMismatch / DisaggError: the receiver found corrupt data or failed otherwise.
