@@ -30,7 +30,8 @@ def main():
             sys.exit(2)
         peer, raw = sock.recv_multipart()
         offer = json.loads(raw)
-        sock.send_multipart([peer, json.dumps({"type": "accept", "session": offer["session"],
+        sock.send_multipart([peer, json.dumps({"type": "accept", "session": offer["session"], "seq": 0,
+                                               "nonce": "0123456789abcdef0123456789abcdef",
                                                "te_peer": f"127.0.0.1:{te.get_rpc_port()}",
                                                "buffer_ptr": buf.ctypes.data, "buffer_nbytes": buf.nbytes}).encode()])
         print("accepted", flush=True)

@@ -314,8 +314,8 @@ def test_sender_killed_after_accept_times_out_receiver_untouched():
     dst_arrays, dst = _caches(CASE, 8, 4, 6)
     with disagg.KVReceiver(dst, fmt, cache_layout=layout, max_tokens=16) as rx:
         T = 10
-        offer = {"type": "offer", "protocol": disagg.PROTOCOL, "session": "s-victim", "request_id": "victim",
-                 "layout": rx.layout.describe(), "model_id": None, "num_tokens": T,
+        offer = {"type": "offer", "protocol": disagg.PROTOCOL, "session": "s-victim", "seq": 0,
+                 "request_id": "victim", "layout": rx.layout.describe(), "model_id": None, "num_tokens": T,
                  "nbytes": T * rx.layout.bytes_per_token, "chunk_tokens": 3, "src_block_ids": [0, 1, 2],
                  "src_block_size": 4, "checksum_algo": disagg.CHECKSUM_ALGO}
         fake = _fake("sender", rx.address, json.dumps(offer))

@@ -324,14 +324,14 @@ def _fuzz_messages():
     values = st.recursive(scalars, lambda c: st.one_of(st.lists(c, max_size=4), st.dictionaries(st.text(max_size=8),
                                                                                                 c, max_size=4)),
                           max_leaves=12)
-    good = {"type": "offer", "protocol": disagg.PROTOCOL, "session": "s", "request_id": "r",
+    good = {"type": "offer", "protocol": disagg.PROTOCOL, "session": "s", "seq": 0, "request_id": "r",
             "layout": {"kv_format": "SEPARATE_KV"}, "model_id": None, "num_tokens": 4, "nbytes": 0,
             "chunk_tokens": 2, "chunks": [2, 2], "src_block_ids": [0], "src_block_size": 4, "checksum_algo": "crc32"}
 
     def mutate(args):
         kind, field, value = args
-        msg = dict(good) if kind == "offer" else {"type": kind, "session": "s", "index": 0, "checksum": 1,
-                                                  "checksums": [1], "reason": "x"}
+        msg = dict(good) if kind == "offer" else {"type": kind, "session": "s", "seq": 1, "nonce": "n", "index": 0,
+                                                  "checksum": 1, "checksums": [1], "reason": "x"}
         if field == "(drop)":
             msg.pop("session", None)
         else:
@@ -340,7 +340,7 @@ def _fuzz_messages():
 
     fields = st.sampled_from(["type", "session", "layout", "num_tokens", "nbytes", "chunks", "chunk_tokens",
                               "src_block_ids", "request_id", "model_id", "protocol", "index", "checksum",
-                              "checksums", "(drop)"])
+                              "checksums", "seq", "nonce", "(drop)"])
     mutated = st.tuples(st.sampled_from(["offer", "chunk", "done", "abort", "loaded", "nonsense"]), fields,
                         values).map(mutate)
     return st.one_of(mutated, values.map(lambda v: json.dumps(v).encode()), st.binary(max_size=64))
@@ -415,14 +415,14 @@ def test_fuzzed_control_messages_are_answered_and_never_end_a_receive_with_a_raw
 
 def test_message_schema_rejects_each_field_kind():
     """The schema check itself, field by field (what the fuzz test relies on)."""
-    ok = {"type": "chunk", "session": "s", "index": 3, "checksum": 2**64 - 1}
+    ok = {"type": "chunk", "session": "s", "seq": 2, "nonce": "n", "index": 3, "checksum": 2**64 - 1}
     assert _channel.message_problem(ok, _channel.TO_RECEIVER) is None
     for field, bad in (("index", -1), ("index", True), ("index", 1.0), ("checksum", 2**64), ("session", ["s"]),
-                       ("session", "x" * 5000), ("type", "accept")):
+                       ("session", "x" * 5000), ("type", "accept"), ("seq", -1), ("seq", None), ("nonce", None)):
         msg = dict(ok, **{field: bad})
         assert _channel.message_problem(msg, _channel.TO_RECEIVER), (field, bad)
-    assert "layout" in _channel.message_problem({"type": "offer", "session": "s", "protocol": "p", "layout": "x",
-                                                 "num_tokens": 1, "nbytes": 1, "chunk_tokens": 1,
+    assert "layout" in _channel.message_problem({"type": "offer", "session": "s", "seq": 0, "protocol": "p",
+                                                 "layout": "x", "num_tokens": 1, "nbytes": 1, "chunk_tokens": 1,
                                                  "checksum_algo": "crc32"}, _channel.TO_RECEIVER)
 
 
@@ -541,9 +541,10 @@ def _buf(raw):
 
 @pytest.mark.parametrize("who", ["sender without", "sender with a wrong", "receiver without"])
 def test_a_peer_without_the_token_is_refused_before_any_kv_moves(who):
-    """Optional shared token: a sender without it (or with another one) is refused by a receiver that has
-    one, and a sender with one refuses a receiver that does not sign its accept; nothing moves, the
-    receiver's caches keep their bits, and the receiver then serves an authenticated sender."""
+    """Optional shared token: a sender without it (or with another one) fails the control channel's
+    handshake with a receiver that has one (CURVE keys derived from the token), and so does a sender with
+    one at a receiver without; the sender raises AuthenticationFailed, nothing moves, the receiver's caches
+    keep their bits, and the receiver then serves an authenticated sender."""
     fmt, layout = _endpoint_args(CASE)
     _, src = _caches(CASE, 8, 4, 1)
     dst_arrays, dst = _caches(CASE, 8, 4, 2)
@@ -553,7 +554,7 @@ def test_a_peer_without_the_token_is_refused_before_any_kv_moves(who):
     loop = _Receiving(rx, [4, 5, 6], timeout=5)
     try:
         with disagg.KVSender(src, fmt, cache_layout=layout, chunk_tokens=3, token=tx_token) as tx:
-            with pytest.raises(disagg.AuthenticationFailed):
+            with pytest.raises(disagg.AuthenticationFailed, match="handshake"):
                 tx.send(rx.address, [0, 1, 2], 10, timeout=10)
         time.sleep(0.3)
         _same_rows(CASE, _rows(CASE, dst), P.token_rows(CASE, dst_arrays), "receiver after the refused sender")
@@ -569,6 +570,477 @@ def test_a_peer_without_the_token_is_refused_before_any_kv_moves(who):
     finally:
         loop.join()
         rx.close()
+
+
+# ---------------------------------------------------------------------------------------------- control-channel bounds
+def _dealer(ctx, address, curve_key=None):
+    import zmq
+
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    if curve_key is not None:
+        s.curve_serverkey = curve_key
+        s.curve_publickey, s.curve_secretkey = zmq.curve_keypair()
+    s.connect("tcp://" + address)
+    return s
+
+
+#: the documented bounds (docs/disagg.md, "Hostile input"), not read from the code under test: a frame's
+#: bytes, messages queued per connection, commas of a message
+_MAX_FRAME, _RCV_QUEUE, _MAX_ITEMS = 4 << 20, 4, 1 << 19
+
+
+def test_the_documented_bounds_are_the_codes():
+    """The constants the channel uses are the documented ones, and a message this end would send beyond
+    them is a DisaggError here (the receiver would refuse it unread: the sender would only time out)."""
+    assert (_channel.MAX_MESSAGE, _channel.RCV_QUEUE, _channel.MAX_ITEMS) == (_MAX_FRAME, _RCV_QUEUE, _MAX_ITEMS)
+    done = {"type": "done", "session": "s", "seq": 1, "nonce": "n"}
+    assert _channel._decode(_channel._encode(dict(done, checksums=[7] * (_MAX_ITEMS - 8))), _channel.TO_RECEIVER)
+    with pytest.raises(disagg.DisaggError, match="commas exceeds"):
+        _channel._encode(dict(done, checksums=[7] * (_MAX_ITEMS + 2)))
+    with pytest.raises(disagg.DisaggError, match="objects and lists"):
+        _channel._encode(dict(done, checksums=[], x=[[]] * 9000))
+
+
+def test_a_frame_above_the_bound_drops_the_connection_unread():
+    """A frame of 4 MiB + 1 byte (MAXMSGSIZE) makes ZeroMQ drop that connection: the receiver never reads
+    it and sends no answer (before, frames up to 16 MiB were read, parsed and answered); a frame of
+    exactly 4 MiB is read and refused as malformed."""
+    zmq = pytest.importorskip("zmq")
+    ctx = zmq.Context()
+    srv = _channel.ControlServer()
+    try:
+        big, edge = _dealer(ctx, srv.address), _dealer(ctx, srv.address)
+        big.send(b"x" * (_MAX_FRAME + 1))
+        assert srv.recv(time.monotonic() + 1.5) is None
+        assert srv.refused == 0 and not big.poll(300), "the oversized frame was read and answered"
+        edge.send(b"x" * _MAX_FRAME)
+        assert srv.recv(time.monotonic() + 1.5) is None and srv.refused == 1
+        assert edge.poll(3000) and json.loads(edge.recv())["type"] == "error"
+    finally:
+        srv.close()
+        ctx.destroy(0)
+
+
+def test_a_many_frame_message_is_dropped_frame_by_frame_not_assembled():
+    """A message of 64 frames of 256 KiB (16 MiB) is read one frame at a time and dropped as it is read:
+    Python holds at most one frame of it (tracemalloc peak under 2 MiB; before, recv_multipart built all
+    16 MiB as bytes objects before looking at the count). The sender is told it sent 64 frames."""
+    import tracemalloc
+
+    zmq = pytest.importorskip("zmq")
+    ctx = zmq.Context()
+    srv = _channel.ControlServer()
+    try:
+        s = _dealer(ctx, srv.address)
+        frame = b"y" * (256 << 10)
+        for i in range(64):
+            s.send(frame, zmq.SNDMORE if i < 63 else 0, copy=False)
+        assert srv.sock.poll(5000), "the message did not arrive"
+        tracemalloc.start()
+        try:
+            tracemalloc.reset_peak()
+            assert srv.recv(time.monotonic() + 1.0) is None
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert srv.refused == 1
+        assert peak < 2 << 20, f"reading the message took {peak >> 20} MiB of Python memory"
+        assert s.poll(3000)
+        reply = json.loads(s.recv())
+        assert reply["type"] == "error" and "64 frames" in reply["reason"], reply
+    finally:
+        srv.close()
+        ctx.destroy(0)
+
+
+@pytest.mark.parametrize("client", ["plain", "curve with a guessed key", "curve with another token"])
+def test_a_client_without_the_token_gets_no_message_queued(client):
+    """With a token the control socket is a CURVE server: a client without the token (plain ZeroMQ, CURVE
+    with a guessed server key, or the key of another token) never gets a message to the receiver: nothing
+    is queued, read or answered (before, every message was queued, read, parsed and then refused for its
+    signature)."""
+    zmq = pytest.importorskip("zmq")
+    if not zmq.has("curve"):
+        pytest.skip("pyzmq without CURVE")
+    ctx = zmq.Context()
+    srv = _channel.ControlServer(token=b"s3cret")
+    try:
+        key = {"plain": None, "curve with a guessed key": zmq.curve_keypair()[0],
+               "curve with another token": _channel.curve_server_keys(b"guess")[0]
+               if hasattr(_channel, "curve_server_keys") else zmq.curve_keypair()[0]}[client]
+        s = _dealer(ctx, srv.address, key)
+        s.send(json.dumps({"type": "offer", "session": "s", "seq": 0}).encode())
+        assert srv.recv(time.monotonic() + 1.5) is None
+        assert srv.refused == 0 and not srv.pending(), "the message reached the receiver"
+        assert not s.poll(300)
+    finally:
+        srv.close()
+        ctx.destroy(0)
+
+
+#: a hostile peer speaking raw ZeroMQ (no ms_kvcache): ADDRESS MODE COUNT SIZE [curve]; prints "sent" once its
+#: messages are queued (or ZeroMQ has stopped taking them: a receiver that drops the connection at the handshake
+#: leaves the DEALER without a peer, where a send would block for ever), then holds its connection until a line
+#: on stdin
+_FLOOD = r"""
+import sys, zmq
+addr, mode, n, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+ctx = zmq.Context()
+s = ctx.socket(zmq.DEALER)
+s.setsockopt(zmq.LINGER, 0)
+s.setsockopt(zmq.SNDHWM, 0)
+s.setsockopt(zmq.SNDTIMEO, 3000)
+if len(sys.argv) > 5:  # CURVE with a guessed server key
+    s.curve_serverkey = zmq.curve_keypair()[0]
+    s.curve_publickey, s.curve_secretkey = zmq.curve_keypair()
+s.connect("tcp://" + addr)
+frame = b"x" * size
+if mode == "json":  # a JSON list of ints as long as the channel parses: each int a Python object
+    frame = ("[" + ",".join(["-123456"] * (size // 8 - 1)) + "]").encode()
+try:
+    for i in range(n):
+        s.send(frame, (zmq.SNDMORE if mode == "frames" and i < n - 1 else 0), copy=False)
+except zmq.Again:
+    pass
+print("sent", flush=True)
+sys.stdin.readline()
+"""
+
+
+def _vm(pid, key):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) << 10
+    raise AssertionError(key)
+
+
+@pytest.mark.parametrize("token", [None, "s3cret"])
+def test_a_hostile_peer_cannot_make_the_receiver_hold_more_than_the_documented_bound(tmp_path, token):
+    """Raw ZeroMQ peers flood an idle receiver's control port: 40 frames of 15 MB in one message, 40
+    messages of 15 MB, 40 messages just under MAX_MESSAGE, 40 JSON lists of as many ints as a message may
+    hold; with a token also 40 frames under MAX_MESSAGE in one message, and all of it again over CURVE
+    with a guessed key. The old receiver queued all of it (its peak RSS grew by 1.5 GB: MAXMSGSIZE bounds a
+    frame, the default RCVHWM let 1000 messages wait, the HMAC was checked only after ZeroMQ had queued
+    them). The receiver's peak RSS may now grow by at most the documented bound: without a token
+    (RCV_QUEUE + 1) * MAX_MESSAGE per connection that can send (a frame above MAX_MESSAGE drops the
+    connection), and while a message is read ~8 * MAX_MESSAGE more; with a token nothing (a peer without
+    it is dropped at the handshake). While the floods hold their connections, a real handoff to that
+    receiver succeeds, bit for bit."""
+    M = _MAX_FRAME
+    peer = P.Peer(tmp_path)
+    floods = []
+    try:
+        peer.call(cmd="caches", case=CASE, num_blocks=8, block_size=4, seed=2)
+        addr = peer.call(cmd="receiver", max_tokens=16, token=token)["address"]
+        pid = peer.proc.pid
+        attacks = [("frames", 40, 15 << 20), ("messages", 40, 15 << 20), ("messages", 40, M - 64),
+                   ("json", 40, 8 * _MAX_ITEMS)]
+        if token is not None:
+            attacks += [("frames", 40, M - 64)]
+            attacks += [a + ("curve",) for a in attacks]
+        # without a token, 40 frames under MAX_MESSAGE in one message are the documented exception: ZeroMQ
+        # bounds a frame's size, not the frames of a message, and holds a multipart message whole until read
+        can_send = 2 if token is None else 0  # connections that can queue messages: the last two
+        bound = can_send * (_RCV_QUEUE + 1) * M + (24 << 20)  # + allocator noise
+        time.sleep(0.5)
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("5")  # peak RSS := RSS now
+        base = _vm(pid, "VmRSS")
+        for a in attacks:
+            floods.append(subprocess.Popen([sys.executable, "-c", _FLOOD, addr, *map(str, a)], stdin=subprocess.PIPE,
+                                           stdout=subprocess.PIPE, text=True))
+        for f in floods:
+            assert f.stdout.readline().strip() == "sent"
+        time.sleep(2.0)  # ZeroMQ moves what it will take
+        idle = _vm(pid, "VmHWM") - base
+        assert idle <= bound, f"idle receiver: peak RSS +{idle >> 20} MiB, bound {bound >> 20} MiB"
+        # a real handoff while the floods hold their connections (without a token the receiver reads and
+        # refuses the queued junk, and ZeroMQ refills the queue from the flood, as it serves)
+        fmt, layout = _endpoint_args(CASE)
+        src_arrays, src = _caches(CASE, 8, 4, 1)
+        peer.start(cmd="receive", block_ids=[4, 5, 6], timeout=60)
+        with disagg.KVSender(src, fmt, cache_layout=layout, chunk_tokens=3, token=token) as tx:
+            sent = tx.send(addr, [0, 1, 2], 10, timeout=60)
+        got = peer.wait(60)
+        assert got["ok"] and got["result"]["num_tokens"] == 10 and sent["num_tokens"] == 10, got
+        peak = _vm(pid, "VmHWM") - base
+        reading = 8 * M if can_send else 0  # the message being read: its bytes, its text, its parsed values
+        assert peak <= bound + reading, (f"during the handoff: peak RSS +{peak >> 20} MiB, bound "
+                                         f"{(bound + reading) >> 20} MiB")
+        peer.call(cmd="dump", path=str(tmp_path / "rx.npz"))
+        dst_arrays = P.make_arrays(CASE, 8, 4, 2)
+        with np.load(tmp_path / "rx.npz") as z:
+            flat = iter([z[f"arr_{i}"] for i in range(len(z.files))])
+            got_arrays = [tuple(next(flat).view(a.dtype) for a in layer) for layer in dst_arrays]
+        want = [r.copy() for r in P.token_rows(CASE, dst_arrays)]
+        for w, s_ in zip(want, P.token_rows(CASE, src_arrays)):
+            w[16:26] = s_[0:10]  # blocks 4, 5, 6 of 4 tokens: slots 16..25
+        _same_rows(CASE, P.token_rows(CASE, got_arrays), want, "receiver after a handoff under a flood")
+    finally:
+        for f in floods:
+            f.kill()
+            f.wait(10)
+        peer.close()
+
+
+# ------------------------------------------------------------------------------------------------ replays
+def _recording(monkeypatch):
+    """Every control message this process signs and sends, as ``(type, bytes on the wire)``, in order."""
+    sent = []
+    real = _channel._encode
+
+    def encode(msg, token=None):
+        data = real(msg, token)
+        sent.append((msg.get("type"), data))
+        return data
+
+    monkeypatch.setattr(_channel, "_encode", encode)
+    return sent
+
+
+def _raw_dealer(ctx, address, token):
+    """A raw DEALER connected to ``address``; with ``token`` it passes the handshake (it holds the token)."""
+    import zmq
+
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    keys = getattr(_channel, "curve_server_keys", None)
+    if keys is not None:
+        s.curve_serverkey = keys(token.encode())[0]
+        s.curve_publickey, s.curve_secretkey = zmq.curve_keypair()
+    s.connect("tcp://" + address)
+    return s
+
+
+def _receiving_once(rx, block_ids, timeout):
+    out = {}
+
+    def run():
+        try:
+            out["result"] = rx.receive(block_ids, timeout=timeout)
+        except BaseException as exc:  # noqa: BLE001 - checked by the test
+            out["exc"] = exc
+
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+
+    def join():
+        th.join(timeout + 15)
+        assert not th.is_alive()
+        return out
+
+    return join
+
+
+def test_a_replayed_session_loads_nothing(monkeypatch):
+    """A handoff's messages (offer, chunks, done; signed with the token) are captured and replayed into the
+    same receiver once it has forgotten that session (MAX_DONE_SESSIONS later; 0 here) while its buffer
+    still holds that session's bytes. The old receiver accepted the offer and the replayed chunk messages,
+    whose checksums matched the stale buffer, and receive() loaded the old KV into the blocks it was given.
+    Now every accept carries a fresh nonce that the replayed messages lack: they are refused, receive()
+    ends in HandoffTimeout and the caches keep their bits."""
+    zmq = pytest.importorskip("zmq")
+    from ms_kvcache.disagg import handoff
+
+    token = "s3cret"
+    fmt, layout = _endpoint_args(CASE)
+    _, src = _caches(CASE, 8, 4, 1)
+    _, dst = _caches(CASE, 8, 4, 2)
+    monkeypatch.setattr(handoff, "MAX_DONE_SESSIONS", 0)
+    sent = _recording(monkeypatch)
+    ctx = zmq.Context()
+    rx = disagg.KVReceiver(dst, fmt, cache_layout=layout, max_tokens=16, token=token)
+    try:
+        with disagg.KVSender(src, fmt, cache_layout=layout, chunk_tokens=3, token=token) as tx:
+            join = _receiving_once(rx, [0, 1, 2], 20)
+            tx.send(rx.address, [0, 1, 2], 10, timeout=20)
+            assert "result" in join(), "the real handoff failed"
+        after = _rows(CASE, dst)
+        captured = [(k, d) for k, d in sent if k in ("offer", "chunk", "done")]
+        assert [k for k, _ in captured] == ["offer", "chunk", "chunk", "chunk", "chunk", "done"], captured
+        replayer = _raw_dealer(ctx, rx.address, token)
+        join = _receiving_once(rx, [4, 5, 6], 3)
+        replayer.send(captured[0][1])
+        assert replayer.poll(10000), "no answer to the replayed offer"
+        assert json.loads(replayer.recv())["type"] == "accept"  # a session it has forgotten: accepted
+        for _, data in captured[1:]:
+            replayer.send(data)
+        out = join()
+        assert isinstance(out.get("exc"), disagg.HandoffTimeout), out
+        _same_rows(CASE, _rows(CASE, dst), after, "receiver after a replayed session")
+    finally:
+        ctx.destroy(0)
+        rx.close()
+
+
+def test_a_message_replayed_into_its_own_session_is_refused(monkeypatch):
+    """During a handoff, a copy of the sender's first signed chunk message is sent again from another
+    connection. The old receiver took it as chunk 0 repeated and failed the session (DisaggError on both
+    sides). Now a session's messages must come from its offer's connection with a seq above the last one:
+    the copy is refused and the handoff completes, bit for bit."""
+    zmq = pytest.importorskip("zmq")
+    token = "s3cret"
+    fmt, layout = _endpoint_args(CASE)
+    src_arrays, src = _caches(CASE, 8, 4, 1)
+    dst_arrays, dst = _caches(CASE, 8, 4, 2)
+    sent = _recording(monkeypatch)
+    ctx = zmq.Context()
+    rx = disagg.KVReceiver(dst, fmt, cache_layout=layout, max_tokens=16, token=token)
+    replayer = _raw_dealer(ctx, rx.address, token)
+
+    def on(event, info):
+        if event == "chunk" and info["index"] == 0:
+            replayer.send(next(d for k, d in sent if k == "chunk"))
+
+    try:
+        refused = rx.server.refused
+        with disagg.KVSender(src, fmt, cache_layout=layout, chunk_tokens=3, token=token) as tx:
+            join = _receiving_once(rx, [4, 5, 6], 20)
+            tx.send(rx.address, [0, 1, 2], 10, timeout=20, progress=on)
+            out = join()
+        assert "result" in out, out
+        assert rx.server.refused == refused + 1
+    finally:
+        ctx.destroy(0)
+        rx.close()
+    want = [r.copy() for r in P.token_rows(CASE, dst_arrays)]
+    for w, s_ in zip(want, P.token_rows(CASE, src_arrays)):
+        w[16:26] = s_[0:10]
+    _same_rows(CASE, _rows(CASE, dst), want, "receiver after a handoff with a replayed chunk message")
+
+
+def test_an_accept_replayed_to_another_session_is_dropped(monkeypatch):
+    """A receiver's signed accept captured from one handoff is sent as the answer to a sender's next offer
+    (by a peer that holds the token, so it passes the handshake). The old sender did not check the
+    accept's session: it wrote its KV to the address in it and waited for a 'loaded'. Now the sender drops
+    an answer of another session and ends in HandoffTimeout 'did not answer'; it never saw an accept."""
+    zmq = pytest.importorskip("zmq")
+    token = "s3cret"
+    fmt, layout = _endpoint_args(CASE)
+    _, src = _caches(CASE, 8, 4, 1)
+    _, dst = _caches(CASE, 8, 4, 2)
+    sent = _recording(monkeypatch)
+    ctx = zmq.Context()
+    fake = ctx.socket(zmq.ROUTER)
+    fake.setsockopt(zmq.LINGER, 0)
+    keys = getattr(_channel, "curve_server_keys", None)
+    if keys is not None:
+        fake.curve_publickey, fake.curve_secretkey = keys(token.encode())
+        fake.curve_server = True
+    port = fake.bind_to_random_port("tcp://127.0.0.1")
+    events = []
+    with disagg.KVReceiver(dst, fmt, cache_layout=layout, max_tokens=16, token=token) as rx, \
+            disagg.KVSender(src, fmt, cache_layout=layout, chunk_tokens=3, token=token) as tx:
+        try:
+            join = _receiving_once(rx, [0, 1, 2], 20)
+            tx.send(rx.address, [0, 1, 2], 10, timeout=20)
+            assert "result" in join()
+            accept = next(d for k, d in sent if k == "accept")
+
+            def answer():
+                if fake.poll(10000):
+                    who = fake.recv_multipart()[0]
+                    fake.send_multipart([who, accept])
+
+            th = threading.Thread(target=answer, daemon=True)
+            th.start()
+            with pytest.raises(disagg.HandoffTimeout, match="did not answer"):
+                tx.send(f"127.0.0.1:{port}", [0, 1, 2], 10, timeout=2, progress=lambda e, i: events.append(e))
+            th.join(15)
+            assert not events, events
+        finally:
+            ctx.destroy(0)
+
+
+def test_queued_offers_are_bounded_in_bytes(monkeypatch):
+    """Offers wait (as the bytes that arrived) while receive() looks for another request: at most
+    MAX_BACKLOG of them and MAX_BACKLOG_BYTES (1 MiB here) of them; one beyond is rejected as busy. The
+    old receiver counted offers only: 64 offers of up to a message each (and their parsed lists) stayed."""
+    zmq = pytest.importorskip("zmq")
+    from ms_kvcache.disagg import handoff
+
+    monkeypatch.setattr(handoff, "MAX_BACKLOG_BYTES", 1 << 20, raising=False)
+    fmt, layout = _endpoint_args(CASE)
+    _, dst = _caches(CASE, 8, 4, 2)
+    ctx = zmq.Context()
+    with disagg.KVReceiver(dst, fmt, cache_layout=layout, max_tokens=16) as rx:
+        try:
+            s = ctx.socket(zmq.DEALER)
+            s.setsockopt(zmq.LINGER, 0)
+            s.connect("tcp://" + rx.address)
+            offer = {"type": "offer", "protocol": disagg.PROTOCOL, "seq": 0, "request_id": "queued",
+                     "layout": rx.layout.describe(), "model_id": None, "num_tokens": 4,
+                     "nbytes": 4 * rx.layout.bytes_per_token, "chunk_tokens": 4,
+                     "src_block_ids": list(range(100000, 200000)), "src_block_size": 4, "checksum_algo": "crc32"}
+            sizes = []
+            for session in ("s1", "s2"):
+                raw = json.dumps(dict(offer, session=session)).encode()
+                sizes.append(len(raw))
+                s.send(raw)
+            assert sizes[0] < 1 << 20 < sum(sizes)
+            with pytest.raises(disagg.HandoffTimeout, match="no offer for request 'other'"):
+                rx.receive([0, 1], request_id="other", timeout=1.5)
+            assert s.poll(5000)
+            reply = json.loads(s.recv())
+            assert reply["type"] == "reject" and reply["session"] == "s2" and "busy" in reply["reason"], reply
+            assert not s.poll(200)  # s1 waits, unanswered
+            assert [e[1] for e in rx._backlog] == ["s1"] and rx._backlog_bytes == sizes[0]
+        finally:
+            ctx.destroy(0)
+
+
+def test_an_abort_withdraws_only_an_offer_of_its_own_connection():
+    """A queued offer is withdrawn by an abort of its session sent later on the same connection; an abort
+    naming that session from another connection (a peer that read or guessed the session id) leaves it
+    queued, and the offer is then served (accepted, on its own connection)."""
+    zmq = pytest.importorskip("zmq")
+    fmt, layout = _endpoint_args(CASE)
+    _, dst = _caches(CASE, 8, 4, 2)
+    ctx = zmq.Context()
+    with disagg.KVReceiver(dst, fmt, cache_layout=layout, max_tokens=16) as rx:
+        try:
+            owner, other = _dealer(ctx, rx.address), _dealer(ctx, rx.address)
+            offer = {"type": "offer", "protocol": disagg.PROTOCOL, "session": "s1", "seq": 0, "request_id": "r1",
+                     "layout": rx.layout.describe(), "model_id": None, "num_tokens": 4,
+                     "nbytes": 4 * rx.layout.bytes_per_token, "chunk_tokens": 4, "src_block_ids": [0],
+                     "src_block_size": 4, "checksum_algo": disagg.CHECKSUM_ALGO}
+            owner.send(json.dumps(offer).encode())
+            with pytest.raises(disagg.HandoffTimeout, match="no offer for request 'other'"):
+                rx.receive([0, 1], request_id="other", timeout=1.0)
+            other.send(json.dumps({"type": "abort", "session": "s1", "seq": 9, "withdrawn": True}).encode())
+            with pytest.raises(disagg.HandoffTimeout, match="no offer for request 'other'"):
+                rx.receive([0, 1], request_id="other", timeout=1.0)
+            assert [e[1] for e in rx._backlog] == ["s1"], "another connection's abort withdrew the offer"
+            owner.send(json.dumps({"type": "abort", "session": "s1", "seq": 1, "withdrawn": True}).encode())
+            with pytest.raises(disagg.HandoffTimeout, match="no offer for request 'other'"):
+                rx.receive([0, 1], request_id="other", timeout=1.0)
+            assert rx._backlog == [] and rx._backlog_bytes == 0
+        finally:
+            ctx.destroy(0)
+
+
+def test_a_token_needs_curve_and_too_many_chunks_are_refused_before_sending(monkeypatch):
+    """A pyzmq without CURVE cannot authenticate the handshake: token= is refused when the sender /
+    receiver is made (MooncakeUnavailable naming CURVE), not at the first send. A send whose chunks would
+    not fit one 'done' message (MAX_CHUNKS; 2 here) is a ValueError before anything moves."""
+    zmq = pytest.importorskip("zmq")
+    from ms_kvcache.disagg import handoff
+
+    fmt, layout = _endpoint_args(CASE)
+    _, caches = _caches(CASE, 8, 4, 2)
+    real = zmq.has
+    monkeypatch.setattr(zmq, "has", lambda what: what != "curve" and real(what))
+    for make in (lambda: disagg.KVReceiver(caches, fmt, cache_layout=layout, max_tokens=8, token="t"),
+                 lambda: disagg.KVSender(caches, fmt, cache_layout=layout, token="t")):
+        with pytest.raises(disagg.MooncakeUnavailable, match="'token' needs pyzmq with CURVE"):
+            make()
+    monkeypatch.setattr(zmq, "has", real)
+    monkeypatch.setattr(handoff, "MAX_CHUNKS", 2, raising=False)
+    with disagg.KVSender(caches, fmt, cache_layout=layout, chunk_tokens=3) as tx:
+        with pytest.raises(ValueError, match="argument 'num_tokens': 10 tokens make 4 chunks"):
+            tx.send("127.0.0.1:1", [0, 1, 2], 10, timeout=5)
 
 
 # ------------------------------------------------------------------------------------------------ the soak

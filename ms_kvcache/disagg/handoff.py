@@ -26,12 +26,19 @@ Protocol (one session per sequence; JSON messages on the ZeroMQ control channel,
    are the same;
 4. receiver: every chunk verified, then the h2d into the given blocks, then ``loaded`` (or ``error``).
 
+Every message carries ``seq`` (increasing with every message one end sends); the ``accept`` carries a
+fresh ``nonce`` that every later message of the sender repeats. The receiver drops (and answers) a
+message of the session it serves whose ``seq`` is not above the last one or whose ``nonce`` is not its
+accept's, so a replayed message (also a whole replayed session) loads nothing; with ``token`` all of it is
+signed (:mod:`ms_kvcache.disagg._channel`).
+
 The receiver's caches are written only in step 4, after every byte has arrived and matched its checksum
 and the block ids have been checked, so a failure at any earlier point (peer gone, layout or size
 mismatch, checksum mismatch, timeout) leaves them untouched. Every wait has a deadline (``timeout``
 seconds for the whole call). Neither class is thread-safe; call each from one thread, as MindSpore's
 PyNative ops want anyway.
 """
+import secrets
 import time
 import uuid
 from collections import OrderedDict, deque
@@ -39,7 +46,7 @@ from collections import OrderedDict, deque
 import numpy as np
 
 from ms_kvcache.disagg import _net
-from ms_kvcache.disagg._channel import MAX_TEXT, ControlClient, ControlServer, check_token
+from ms_kvcache.disagg._channel import MAX_CHUNKS, MAX_TEXT, PROTOCOL, ControlClient, ControlServer, check_token
 from ms_kvcache.disagg._direct import DIRECT_MIN_BYTES, MAX_INFLIGHT, SPAN_BYTES, WINDOW_BYTES, direct_rows
 from ms_kvcache.disagg._errors import (AuthenticationFailed, ChecksumMismatch, DisaggError, HandoffTimeout,
                                        MetadataMismatch, PeerGone)
@@ -48,9 +55,6 @@ from ms_kvcache.disagg._layout import (CHECKSUM_ALGO, ChecksumStream, HostStagin
 from ms_kvcache.disagg._mooncake import LOOPBACK, TransferEngineHandle
 
 __all__ = ["KVSender", "KVReceiver", "PROTOCOL"]
-
-#: Version tag of the offer / accept protocol; a receiver rejects any other.
-PROTOCOL = "ms_kvcache.disagg/3"
 
 _POLL_SLEEP = 1e-4  # seconds between polls of an in-flight Mooncake write
 #: ... while more than _BUSY writes are in flight (the wire has work queued for longer than this: fewer
@@ -111,6 +115,8 @@ _ERRORS = {c.__name__: c for c in (ChecksumMismatch, MetadataMismatch, HandoffTi
                                     AuthenticationFailed)}
 #: offers a receiver queues while it serves another (more are rejected: "busy")
 MAX_BACKLOG = 64
+#: ... and their bytes (as they arrived, JSON); an offer beyond is rejected as busy too
+MAX_BACKLOG_BYTES = 16 << 20
 #: finished sessions a receiver remembers (stray messages of one are dropped silently; older ones get an error)
 MAX_DONE_SESSIONS = 4096
 
@@ -293,8 +299,8 @@ class KVReceiver(_Endpoint):
             ``max_tokens * bytes_per_token`` bytes).
         hostname (str): this process's IPv4 address or host name (default ``"127.0.0.1"``); every socket listens
             there only (``"0.0.0.0"``: every interface, see docs/disagg.md). ``port`` (int): control port, 0 = a free one.
-        token (str | bytes | None): shared secret signing every control message (HMAC-SHA256); a peer
-            without it is refused before any KV moves.
+        token (str | bytes | None): shared secret: the control channel's CURVE handshake keys derive from it (a
+            peer without it is dropped before it can send) and it signs every message (docs/disagg.md).
         protocol (str): Mooncake transport, ``"tcp"`` (default) or ``"rdma"`` (not verified here);
             device_name (str): RDMA devices for ``"rdma"``.
         model_id (str | None): if given, offers from a sender with another (non-None) model_id are
@@ -314,7 +320,7 @@ class KVReceiver(_Endpoint):
         layout (KVLayout): the caches' layout.
 
     Raises:
-        MooncakeUnavailable: Mooncake or pyzmq cannot be imported.
+        MooncakeUnavailable: Mooncake or pyzmq cannot be imported (or ``token`` without pyzmq's CURVE).
         TypeError / ValueError: caches or arguments as :func:`multi_layer_kv_transfer` would reject them,
             and caches that are not contiguous; ValueError: int8 caches with neither or both of
             ``scale_caches`` / ``static_scales=True``, or either of them with caches that are not int8.
@@ -341,7 +347,8 @@ class KVReceiver(_Endpoint):
             self.close()
             raise
         self.address = self.server.address
-        self._backlog = []  # [(peer, offer)] in arrival order, at most MAX_BACKLOG
+        self._backlog = []  # [(peer, session, request_id, seq, raw offer)] in arrival order, at most MAX_BACKLOG
+        self._backlog_bytes = 0  # of the raw offers, at most MAX_BACKLOG_BYTES
         self._done_sessions = OrderedDict()  # the last MAX_DONE_SESSIONS finished sessions
         self._undo = None  # host copy of overwritten rows (stream mode), allocated on first use
 
@@ -361,20 +368,24 @@ class KVReceiver(_Endpoint):
 
     def _file(self, item):
         """Sort an incoming message that is not part of the active session (every message here passed
-        the channel's schema check)."""
-        peer, msg = item
+        the channel's schema check). Queued offers are kept as the bytes that arrived (bounded by
+        :data:`MAX_BACKLOG_BYTES`), decoded again when served."""
+        peer, msg, raw = item
         kind, session = msg.get("type"), msg.get("session")
         if kind == "offer":
-            if session in self._done_sessions or any(m.get("session") == session for _, m in self._backlog):
+            if session in self._done_sessions or any(e[1] == session for e in self._backlog):
                 self._answer(peer, "reject", session, f"receiver {self.address}: session {session!r} was already "
                                                       f"offered", "MetadataMismatch")
-            elif len(self._backlog) >= MAX_BACKLOG:
-                self._answer(peer, "reject", session, f"receiver {self.address} is busy: {MAX_BACKLOG} offers "
-                                                      f"queued", "HandoffTimeout")
+            elif len(self._backlog) >= MAX_BACKLOG or self._backlog_bytes + len(raw) > MAX_BACKLOG_BYTES:
+                self._answer(peer, "reject", session, f"receiver {self.address} is busy: {len(self._backlog)} offers "
+                                                      f"({self._backlog_bytes} bytes) queued, at most {MAX_BACKLOG} "
+                                                      f"({MAX_BACKLOG_BYTES} bytes)", "HandoffTimeout")
             else:
-                self._backlog.append((peer, msg))
-        elif kind == "abort":
-            self._backlog = [(p, m) for p, m in self._backlog if m.get("session") != session]
+                self._backlog.append((peer, session, msg.get("request_id"), msg["seq"], raw))
+                self._backlog_bytes += len(raw)
+        elif kind == "abort":  # withdraws a queued offer (sent after it, on its connection: a higher seq)
+            self._backlog = [e for e in self._backlog if e[1] != session or e[0] != peer or msg["seq"] <= e[3]]
+            self._backlog_bytes = sum(len(e[4]) for e in self._backlog)
         else:  # a chunk / done of no active session (unknown, or already finished): answered, then dropped
             self._answer(peer, "error", session, f"receiver {self.address} has no active session {session!r}",
                          "DisaggError")
@@ -386,10 +397,11 @@ class KVReceiver(_Endpoint):
                 if item is None:
                     break
                 self._file(item)
-            for i, (peer, offer) in enumerate(self._backlog):
-                if request_id is None or offer.get("request_id") == request_id:
+            for i, (peer, _, rid, _, raw) in enumerate(self._backlog):
+                if request_id is None or rid == request_id:
                     del self._backlog[i]
-                    return peer, offer
+                    self._backlog_bytes -= len(raw)
+                    return peer, self.server.decode(raw)
             item = self.server.recv(deadline)
             if item is None:
                 return None
@@ -418,6 +430,9 @@ class KVReceiver(_Endpoint):
                        f"{str(sizes)[:200]}")
         if bad:
             return bad
+        n_chunks = len(sizes) if sizes is not None else -(-t // ct)
+        if n_chunks > MAX_CHUNKS:
+            bad.append(f"chunks: {n_chunks} chunks, at most {MAX_CHUNKS}")
         if nbytes != t * lay.bytes_per_token:
             bad.append(f"nbytes: {t} tokens x {lay.bytes_per_token} bytes per token = {t * lay.bytes_per_token} "
                        f"here, {nbytes!r} there")
@@ -507,9 +522,12 @@ class KVReceiver(_Endpoint):
         sizes = offer.get("chunks")
         plan = plan_from_sizes(sizes, lay.bytes_per_token) if sizes is not None else \
             chunk_plan(T, ct, lay.bytes_per_token)
+        nonce = secrets.token_hex(16)  # every later message of this session must carry it
+        last_seq = offer["seq"]
         try:
-            self.server.send(peer, {"type": "accept", "session": session, "te_peer": self.engine.address,
-                                    "buffer_ptr": self.staging.ptr, "buffer_nbytes": self.staging.nbytes})
+            self.server.send(peer, {"type": "accept", "session": session, "nonce": nonce,
+                                    "te_peer": self.engine.address, "buffer_ptr": self.staging.ptr,
+                                    "buffer_nbytes": self.staging.nbytes})
         except PeerGone:  # the sender closed its end before the accept: it no longer waits for this offer
             self._finish(session)
             raise _OfferWithdrawn() from None
@@ -573,11 +591,22 @@ class KVReceiver(_Endpoint):
                     fail(HandoffTimeout(f"{op}: request {rid!r}: the sender went silent; {sum(verified)} of "
                                         f"{len(plan)} chunks arrived within {timeout:g} s (sender gone or stalled); "
                                         f"{untouched}"))
-                p, msg = item
+                p, msg, _ = item
                 if msg.get("session") != session:
                     self._file(item)
                     continue
                 kind = msg.get("type")
+                # the session's messages come from the connection of its offer, in order, with the accept's
+                # nonce (an abort marked withdrawn has none: its sender gave up before it saw the accept)
+                unbound = kind == "abort" and msg.get("withdrawn") and msg.get("nonce") is None
+                if p != peer or msg["seq"] <= last_seq or (msg.get("nonce") != nonce and not unbound):
+                    self.server.refused += 1
+                    self._answer(p, "error", session, f"receiver {self.address}: a '{kind}' of session {session!r} "
+                                                      f"refused: replayed, or not bound to this session's "
+                                                      f"connection and accept (seq {msg['seq']} after {last_seq}, "
+                                                      f"or another connection or nonce)", "DisaggError")
+                    continue
+                last_seq = msg["seq"]
                 if kind == "chunk":
                     verify(msg.get("index"), msg.get("checksum"))
                     if stream and not self.server.pending():  # load what verified while no message waits
@@ -789,8 +818,9 @@ class KVSender(_Endpoint):
             registered buffer: all of them when gathering).
 
         Raises:
-            ValueError: bad ``block_ids`` / ``num_tokens`` / ``timeout``.
+            ValueError: bad ``block_ids`` / ``num_tokens`` / ``timeout``, or more than 131072 chunks.
             PeerGone: no receiver at ``peer``, or it went away / Mooncake failed during the transfer.
+            AuthenticationFailed: the control channel's handshake failed (another ``token`` at ``peer``).
             HandoffTimeout: no accept, completion or ``loaded`` within ``timeout``.
             MetadataMismatch: the receiver rejected the offer (its reasons in the message).
             ChecksumMismatch / DisaggError: the receiver found corrupt data or failed otherwise.
@@ -810,12 +840,16 @@ class KVSender(_Endpoint):
         if request_id is None:
             request_id = uuid.uuid4().hex
         nbytes = T * lay.bytes_per_token
+        sizes = self.chunk_sizes(T)
+        if len(sizes) > MAX_CHUNKS:
+            raise ValueError(f"{op}: argument 'num_tokens': {T} tokens make {len(sizes)} chunks of at most "
+                             f"chunk_tokens={self.chunk_tokens}, expected at most {MAX_CHUNKS} chunks (a larger "
+                             f"chunk_tokens)")
         self._reserve(nbytes)
         session = uuid.uuid4().hex
-        sizes = self.chunk_sizes(T)
         t0 = time.perf_counter()
         # a ZeroMQ context per send: closing it flushes the last message (an abort) before send() returns
-        client = ControlClient(peer, op=op, probe_timeout=min(2.0, timeout), token=self.token)
+        client = ControlClient(peer, op=op, probe_timeout=min(2.0, timeout), token=self.token, session=session)
         t_conn = time.perf_counter()
         try:
             client.send({"type": "offer", "protocol": PROTOCOL, "session": session, "request_id": request_id,
