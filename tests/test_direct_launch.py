@@ -179,3 +179,46 @@ def test_wait_idle_sleeps_longer_as_the_wait_goes_on():
         pytest.skip(f"the pipeline was busy for {waited * 1e3:.1f} ms only: too short to tell")
     assert n < waited / 200e-6, f"{n} wake-ups in a {waited * 1e3:.0f} ms wait"  # a fixed 20 us sleep: ~110 us each
     assert mod.wait_idle(1.0, 20.0, 20.0)  # max_poll_us <= poll_us: a fixed sleep
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    ({"poll_us": 0.0}, "poll_us"), ({"poll_us": -5.0}, "poll_us"), ({"poll_us": float("nan")}, "poll_us"),
+    ({"poll_us": 1e30}, "poll_us"), ({"max_poll_us": float("inf")}, "max_poll_us"),
+    ({"max_poll_us": -1.0}, "max_poll_us"), ({"timeout_s": float("nan")}, "timeout_s"),
+    ({"timeout_s": float("inf")}, "timeout_s"), ({"timeout_s": -1.0}, "timeout_s"),
+])
+def test_wait_idle_refuses_arguments_that_spin_or_never_time_out(kwargs, name):
+    """poll_us <= 0 would busy-wait (sleep_for(0) in a loop), a NaN / inf timeout never expires, and values beyond
+    int64 microseconds are undefined in the cast: refused with a ValueError naming the argument, even when the
+    pipeline is idle (so a bad call is seen at once, not only under load)."""
+    from ms_kvcache import _custom
+
+    mod = _custom._fast_module()  # noqa: SLF001
+    if mod is None or not hasattr(mod, "wait_idle"):
+        pytest.skip("the PyNative fast path (ms_kvcache._cpu_pyboost) is not available")
+    with pytest.raises(ValueError, match=rf"wait_idle: argument '{name}'"):
+        mod.wait_idle(**kwargs)
+    assert mod.wait_idle(0.0) in (True, False) and mod.wait_idle(1.0, 1.0, 0.0)  # the bounds themselves are valid
+
+
+def test_wait_idle_returns_at_its_timeout_with_a_long_poll():
+    """A poll sleep longer than the timeout does not extend the wait much past it (the last sleep is cut at the
+    timeout)."""
+    import time
+
+    from ms_kvcache import _custom
+
+    mod = _custom._fast_module()  # noqa: SLF001
+    if mod is None or not hasattr(mod, "wait_idle"):
+        pytest.skip("the PyNative fast path (ms_kvcache._cpu_pyboost) is not available")
+    a = Tensor(np.random.default_rng(0).random((1024, 1024), dtype=np.float32))
+    a.asnumpy()
+    for _ in range(40):
+        a = ops.matmul(a, a) * 1e-3
+    t = time.perf_counter()
+    idle = mod.wait_idle(0.01, 900000.0, 900000.0)  # 10 ms timeout, 0.9 s poll sleep
+    waited = time.perf_counter() - t
+    mod.wait_idle()
+    if idle and waited < 0.01:
+        pytest.skip("the pipeline was idle before the timeout: nothing to tell")
+    assert waited < 0.5, f"waited {waited:.3f} s for a 10 ms timeout"

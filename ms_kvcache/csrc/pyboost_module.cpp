@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <algorithm>
 #include <chrono>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -572,16 +573,39 @@ py::object DataAddressNoSync(const ms::Tensor& t) {
 // The sleep starts at poll_us and doubles up to max_poll_us: a short wait ends within ~poll_us, a long one
 // wakes the thread a few times per millisecond instead of every poll_us (each wake-up takes the CPU from
 // whatever runs there, e.g. a layer-wise copy worker).
+// Arguments are checked first (even when the pipeline is idle): a poll_us of 0 or below would spin, a NaN timeout
+// would never expire, and a value beyond int64 microseconds is undefined in the cast. No sleep goes past the
+// timeout: the last one ends there, for one more look at the queues.
+constexpr double kMaxPollUs = 1e6;        // one second
+constexpr double kMaxWaitSeconds = 1e7;   // ~115 days: "finite", not a bound anyone waits for
+
 bool WaitIdle(double timeout_s, double poll_us, double max_poll_us) {
+  auto num = [](double v) {
+    std::ostringstream os;
+    os << v;  // "nan", "inf", "-5", "1e+30"
+    return os.str();
+  };
+  if (!(timeout_s >= 0 && timeout_s <= kMaxWaitSeconds))
+    throw py::value_error("wait_idle: argument 'timeout_s': expected a number of seconds in [0, 1e7], got " +
+                          num(timeout_s));
+  if (!(poll_us >= 1 && poll_us <= kMaxPollUs))
+    throw py::value_error("wait_idle: argument 'poll_us': expected microseconds in [1, 1e6] (0 would spin), got " +
+                          num(poll_us));
+  if (!(max_poll_us >= 0 && max_poll_us <= kMaxPollUs))
+    throw py::value_error("wait_idle: argument 'max_poll_us': expected microseconds in [0, 1e6], got " +
+                          num(max_poll_us));
   auto& p = mindspore::runtime::Pipeline::Get();
   py::gil_scoped_release nogil;
   const auto t0 = std::chrono::steady_clock::now();
+  const double cap_us = std::max(max_poll_us, poll_us);
   double sleep_us = poll_us;
   for (;;) {
     if (p.frontend_stage()->Empty() && p.backend_stage()->Empty() && p.launch_stage()->Empty()) return true;
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout_s) return false;
-    std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(sleep_us)));
-    sleep_us = std::min(sleep_us * 2, std::max(max_poll_us, poll_us));
+    const double left_us =
+        (timeout_s - std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()) * 1e6;
+    if (left_us < 0) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(std::min(sleep_us, left_us + 1))));
+    sleep_us = std::min(sleep_us * 2, cap_us);
   }
 }
 
@@ -685,7 +709,8 @@ PYBIND11_MODULE(_cpu_pyboost, m) {
   m.def("wait_idle", &WaitIdle, py::arg("timeout_s") = 60.0, py::arg("poll_us") = 20.0,
         py::arg("max_poll_us") = 250.0,
         "Sleep-poll until MindSpore's PyNative pipeline is idle (no busy-wait; the sleep doubles from poll_us "
-        "to max_poll_us); False on timeout.");
+        "to max_poll_us); False on timeout. ValueError: timeout_s outside [0, 1e7] s, poll_us outside [1, 1e6] us, "
+        "max_poll_us outside [0, 1e6] us (NaN included).");
   m.def("run_or_queue", &RunOrQueue,
         "run_or_queue(kernel, *tensors): like run(), but a kernel without outputs runs at once on the calling "
         "thread when MindSpore's PyNative pipeline is idle and every tensor is a host tensor with its memory "
