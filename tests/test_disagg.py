@@ -708,6 +708,23 @@ def test_bad_arguments_raise_before_any_transfer():
             tx.send("nowhere", [0], 1, timeout=1)
         with pytest.raises(ValueError, match=r"KVReceiver: argument 'max_tokens'"):
             disagg.KVReceiver(dst, "separate", max_tokens=0)
+        # a timeout ZeroMQ cannot poll with (it was an OverflowError from deep inside the wait), and request ids
+        # no message may carry (they were sent, refused by the receiver's schema or never matched: a timeout)
+        for bad in (float("inf"), 1e30, float("nan")):
+            with pytest.raises(ValueError, match=r"KVReceiver.receive: argument 'timeout': expected a number of "
+                                                 r"seconds in \(0, 1e\+06\]"):
+                rx.receive([0], timeout=bad)
+            with pytest.raises(ValueError, match=r"KVSender.send: argument 'timeout'"):
+                tx.send(rx.address, [0], 1, timeout=bad)
+        with pytest.raises(TypeError, match=r"KVSender.send: argument 'request_id': expected a str or None, got int"):
+            tx.send(rx.address, [0], 1, timeout=1, request_id=5)
+        with pytest.raises(ValueError, match=r"KVSender.send: argument 'request_id': expected at most 4096"):
+            tx.send(rx.address, [0], 1, timeout=1, request_id="x" * 4097)
+        with pytest.raises(TypeError, match=r"KVReceiver.receive: argument 'request_id': expected a str or None"):
+            rx.receive([0], timeout=1, request_id=5)
+        assert rx.server.refused == 0 and not rx.server.pending()  # nothing reached the receiver
+        with pytest.raises(ValueError, match=r"KVPrefixStore: argument 'setup_timeout': expected a number of seconds"):
+            disagg.KVPrefixStore(dst, "separate", master_address="127.0.0.1:1", model_id="m", setup_timeout=0)
     finally:
         tx.close()
         rx.close()

@@ -231,18 +231,28 @@ def _finished(engine, bid):
         return True
 
 
-def _check_timeout(op, timeout):
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise ValueError(f"{op}: argument 'timeout': expected a number of seconds > 0, got {timeout!r}")
+#: longest ``timeout`` a call takes, in seconds (~11.6 days; every wait polls ZeroMQ with it in milliseconds)
+MAX_TIMEOUT = 1e6
+
+
+def _check_timeout(op, timeout, name="timeout"):
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_TIMEOUT:
+        raise ValueError(f"{op}: argument '{name}': expected a number of seconds in (0, {MAX_TIMEOUT:g}], "
+                         f"got {timeout!r}")
     return float(timeout)
 
 
+def _check_text(op, name, value):
+    """``value`` (str or None) as a message field takes it (at most :data:`MAX_TEXT` characters)."""
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"{op}: argument '{name}': expected a str or None, got {type(value).__name__}")
+    if value is not None and len(value) > MAX_TEXT:
+        raise ValueError(f"{op}: argument '{name}': expected at most {MAX_TEXT} characters, got {len(value)}")
+    return value
+
+
 def _check_model_id(op, model_id):
-    if model_id is not None and not isinstance(model_id, str):
-        raise TypeError(f"{op}: argument 'model_id': expected a str or None, got {type(model_id).__name__}")
-    if model_id is not None and len(model_id) > MAX_TEXT:
-        raise ValueError(f"{op}: argument 'model_id': expected at most {MAX_TEXT} characters, got {len(model_id)}")
-    return model_id
+    return _check_text(op, "model_id", model_id)
 
 
 def _check_hostname(op, hostname):
@@ -461,7 +471,7 @@ class KVReceiver(_Endpoint):
                 blocks, and the two ends may have different block sizes.
             request_id (str | None): take the offer with this request id (others stay queued); None =
                 the oldest offer.
-            timeout (float): seconds the whole call may take (waiting for an offer included).
+            timeout (float): seconds the whole call may take (waiting for an offer included), at most 1e6.
             stream (bool): False (default): the caches are written only once every chunk has arrived and
                 matched its checksum. True: each chunk is scattered into its blocks as soon as it is
                 verified, while later chunks are still moving, after the cache rows it overwrites have been
@@ -477,7 +487,8 @@ class KVReceiver(_Endpoint):
             and ``h2d_seconds``.
 
         Raises:
-            ValueError: bad ``block_ids`` / ``timeout`` (before anything is received).
+            ValueError: bad ``block_ids`` / ``timeout`` / ``request_id`` (before anything is received);
+                TypeError: a ``request_id`` that is not a str.
             HandoffTimeout: no offer, no data or no ``done`` within ``timeout``; the sender may be gone.
             MetadataMismatch: the offer does not fit (layout, model_id, size, buffer, blocks); the sender
                 was told why.
@@ -491,6 +502,7 @@ class KVReceiver(_Endpoint):
         """
         op = "KVReceiver.receive"
         timeout = _check_timeout(op, timeout)
+        _check_text(op, "request_id", request_id)
         deadline = time.monotonic() + timeout
         lay = self.layout
         blocks = check_block_ids(op, block_ids, lay.num_blocks, distinct=True)
@@ -804,8 +816,9 @@ class KVSender(_Endpoint):
             peer (str): the receiver's ``address`` (``"host:port"``).
             block_ids (sequence of int): the sequence's blocks in this process, in order.
             num_tokens (int): tokens to send (>= 0; ``len(block_ids) * block_size >= num_tokens``).
-            request_id (str | None): names the sequence for the receiver (default: a new uuid).
-            timeout (float): seconds the whole call may take.
+            request_id (str | None): names the sequence for the receiver (default: a new uuid); at most 4096
+                characters.
+            timeout (float): seconds the whole call may take, at most 1e6.
             progress (callable | None): ``progress(event, info)`` with events ``"accepted"`` (info: the
                 receiver's accept message), ``"chunk"`` (info: ``{"index", "nbytes"}``, after Mooncake wrote
                 it) and ``"done"``; an exception it raises aborts the send.
@@ -818,7 +831,8 @@ class KVSender(_Endpoint):
             registered buffer: all of them when gathering).
 
         Raises:
-            ValueError: bad ``block_ids`` / ``num_tokens`` / ``timeout``, or more than 131072 chunks.
+            ValueError: bad ``block_ids`` / ``num_tokens`` / ``timeout`` / ``request_id``, or more than 131072
+                chunks; TypeError: a ``request_id`` that is not a str.
             PeerGone: no receiver at ``peer``, or it went away / Mooncake failed during the transfer.
             AuthenticationFailed: the control channel's handshake failed (another ``token`` at ``peer``).
             HandoffTimeout: no accept, completion or ``loaded`` within ``timeout``.
@@ -828,6 +842,7 @@ class KVSender(_Endpoint):
         """
         op = "KVSender.send"
         timeout = _check_timeout(op, timeout)
+        _check_text(op, "request_id", request_id)
         deadline = time.monotonic() + timeout
         lay = self.layout
         if isinstance(num_tokens, bool) or not isinstance(num_tokens, (int, np.integer)) or num_tokens < 0:

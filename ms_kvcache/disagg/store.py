@@ -153,7 +153,7 @@ class KVPrefixStore:
             port = int(port)
         except ValueError:
             raise ValueError(f"{op}: argument 'master_address': expected 'host:port', got {master_address!r}") from None
-        setup_timeout = _check_timeout(op, setup_timeout)
+        setup_timeout = _check_timeout(op, setup_timeout, "setup_timeout")
         _net.check_hostname(op, hostname)
         mod = import_store()
         if not wait_for_port(host, port, setup_timeout):
