@@ -265,11 +265,24 @@ def run(quick=False, layers=None, tokens=None):
     return [_row(m, load) for m in rows]
 
 
+def _int_in(lo, hi):
+    """argparse type: an int in [lo, hi] (0 would fall back to the default, a negative count fails deep in the run)."""
+    def parse(text):
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an int in [{lo}, {hi}], got {text!r}") from None
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"expected an int in [{lo}, {hi}], got {v}")
+        return v
+    return parse
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--layers", type=int)
-    p.add_argument("--tokens", type=int)
+    p.add_argument("--layers", type=_int_in(1, 128), help="layers (1..128; default 32, quick 8)")
+    p.add_argument("--tokens", type=_int_in(BS, 65536), help=f"tokens ({BS}..65536; default 2048, quick 512)")
     p.add_argument("--json", help="also write the rows to this file")
     p.add_argument("--placement", choices=PLACEMENTS, help=argparse.SUPPRESS)
     p.add_argument("--measure-only", action="store_true", help=argparse.SUPPRESS)
