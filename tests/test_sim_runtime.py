@@ -162,6 +162,12 @@ def test_check_settings_names_bad_watchdog_values(monkeypatch):
     monkeypatch.setenv("MS_KVCACHE_SIM_SPIN_LIMIT", "5000")
     monkeypatch.setenv("MS_KVCACHE_SIM_WATCHDOG_S", "2.5")
     sim.check_settings()
+    # bounded: a limit past 2**64 saturated in the runner (a spinning core was never caught)
+    monkeypatch.setenv("MS_KVCACHE_SIM_SPIN_LIMIT", "99999999999999999999999")
+    with pytest.raises(ValueError, match=r"MS_KVCACHE_SIM_SPIN_LIMIT='9+': expected an integer in 1\.\.1000000000000"):
+        sim.check_settings()
+    monkeypatch.setenv("MS_KVCACHE_SIM_SPIN_LIMIT", str(sim.MAX_SPIN_LIMIT))
+    sim.check_settings()
 
 
 def test_syncall_forms_on_310p(rt):

@@ -68,7 +68,7 @@ class DemoOptions:
     #: testing only: "host-bitflip" flips one bit of the host buffer before the reload, "skip-reload"
     #: leaves the new blocks as they are, "skip-copy" skips the copy-on-write copy, "scale-stray" (int8)
     #: writes one scale-cache element outside the slot mapping after the first prefill and one during the
-    #: reload, "decode-stray" writes one K-cache element outside the slot mapping after the third whole-model
+    #: reload, "decode-stray" writes one K-cache element outside the slot mapping after the first whole-model
     #: decode step; each must make checks fail (proves the checks can fail).
     fault: Optional[str] = None
 
@@ -436,7 +436,7 @@ class _Run:
             out, dt = self._step(decode, batch, Tensor)
             self.t["decode_s"].append(dt)
             self.t["decode_rows"].append(len(batch.rows))
-            if self.opts.fault == "decode-stray" and len(self.t["decode_s"]) == 3:
+            if self.opts.fault == "decode-stray" and len(self.t["decode_s"]) == 1:
                 self._stray_kv(batch.slot_mapping)
             changed, n_other = self._diff_outside(before, self._planes(), batch.slot_mapping)
             self.decode_writes.append({"step": plan.step, "changed_outside": changed, "other_slots": n_other})

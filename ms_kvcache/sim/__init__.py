@@ -509,6 +509,10 @@ def _cost_args(cost_model, host, what):
     return cost, overrides, host
 
 
+#: Largest ``$MS_KVCACHE_SIM_SPIN_LIMIT`` accepted (a larger value would never catch a spinning core).
+MAX_SPIN_LIMIT = 10 ** 12
+
+
 def _has_cost_params(soc):
     try:
         _sim.cost_params(soc)
@@ -554,8 +558,8 @@ def check_settings():
                         f"{[s for s in _sim.platforms() if _has_cost_params(s)]} only (every launch would fail with "
                         f"COST_MODEL_SOC); unset it or choose one of those SoCs")
     spin = os.environ.get("MS_KVCACHE_SIM_SPIN_LIMIT")
-    if spin and not (spin.isdigit() and int(spin) > 0):
-        problems.append(f"MS_KVCACHE_SIM_SPIN_LIMIT={spin!r}: expected a positive integer (GM reads)")
+    if spin and not (spin.isdigit() and 0 < int(spin) <= MAX_SPIN_LIMIT):
+        problems.append(f"MS_KVCACHE_SIM_SPIN_LIMIT={spin!r}: expected an integer in 1..{MAX_SPIN_LIMIT} (GM reads)")
     wd = os.environ.get("MS_KVCACHE_SIM_WATCHDOG_S")
     if wd:
         try:
